@@ -1,0 +1,25 @@
+# Thin wrapper over CMake: `make demo` runs the main job, `make test` the
+# tests. Both install missing Debian packages first (scripts/deps.sh).
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CTEST_ARGS ?=
+
+.PHONY: all deps build demo test test-asan clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+
+demo: build
+	@bash scripts/demo.sh $(BUILD)
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j2 $(CTEST_ARGS)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,107 @@
+/* The CPU backend's kernels (OpenBLAS + OpenMP). Each is the reference
+ * implementation of the vtable entry of the same name in
+ * kernels/backend-impl.h, which documents its contract. */
+#ifndef AX_CPU_H
+#define AX_CPU_H
+
+#include "kernels/backend-impl.h"
+
+/* cpu_blas.c */
+int axi_cpu_gemm(ax_backend *be, int ta, int tb, int m, int n, int k,
+                 float alpha, const float *a, int lda, long sa, const float *b,
+                 int ldb, long sb, float beta, float *c, int ldc, long sc,
+                 int batch);
+int axi_cpu_fill(ax_backend *be, float *x, size_t n, float v);
+int axi_cpu_axpby(ax_backend *be, size_t n, float a, const float *x, float b,
+                  float *y);
+int axi_cpu_sum(ax_backend *be, size_t n, const float *x, double *out);
+int axi_cpu_bias_add(ax_backend *be, float *y, const float *bias, int outer,
+                     int c, int inner);
+int axi_cpu_bias_grad(ax_backend *be, const float *dy, float *db, int outer,
+                      int c, int inner);
+
+/* cpu_act.c */
+int axi_cpu_relu_fwd(ax_backend *be, size_t n, const float *x, float *y);
+int axi_cpu_relu_bwd(ax_backend *be, size_t n, const float *y,
+                     const float *dy, float *dx);
+int axi_cpu_tanh_fwd(ax_backend *be, size_t n, const float *x, float *y);
+int axi_cpu_tanh_bwd(ax_backend *be, size_t n, const float *y,
+                     const float *dy, float *dx);
+int axi_cpu_gelu_fwd(ax_backend *be, size_t n, const float *x, float *y);
+int axi_cpu_gelu_bwd(ax_backend *be, size_t n, const float *x,
+                     const float *dy, float *dx);
+int axi_cpu_dropout_fwd(ax_backend *be, size_t n, const float *x, float *y,
+                        float p, uint64_t seed);
+int axi_cpu_dropout_bwd(ax_backend *be, size_t n, const float *dy, float *dx,
+                        float p, uint64_t seed);
+
+/* cpu_conv.c */
+int axi_cpu_conv2d_fwd(ax_backend *be, const ax_conv_desc *d, const float *x,
+                       const float *w, float *y);
+int axi_cpu_conv2d_bwd_data(ax_backend *be, const ax_conv_desc *d,
+                            const float *dy, const float *w, float *dx);
+int axi_cpu_conv2d_bwd_filter(ax_backend *be, const ax_conv_desc *d,
+                              const float *x, const float *dy, float *dw);
+
+/* cpu_norm.c (batch norm) */
+int axi_cpu_bn_fwd_train(ax_backend *be, int n, int c, int hw, const float *x,
+                         const float *gamma, const float *beta, float *y,
+                         float *save_mean, float *save_invstd, float *run_mean,
+                         float *run_var, float momentum, float eps);
+int axi_cpu_bn_fwd_eval(ax_backend *be, int n, int c, int hw, const float *x,
+                        const float *gamma, const float *beta,
+                        const float *run_mean, const float *run_var, float eps,
+                        float *y);
+int axi_cpu_bn_bwd(ax_backend *be, int n, int c, int hw, const float *x,
+                   const float *dy, const float *gamma, const float *save_mean,
+                   const float *save_invstd, float *dx, float *dgamma,
+                   float *dbeta);
+/* cpu_layernorm.c */
+int axi_cpu_layernorm_fwd(ax_backend *be, int rows, int d, const float *x,
+                          const float *gamma, const float *beta, float eps,
+                          float *y, float *mean, float *rstd);
+int axi_cpu_layernorm_bwd(ax_backend *be, int rows, int d, const float *x,
+                          const float *dy, const float *gamma,
+                          const float *mean, const float *rstd, float *dx,
+                          float *dgamma, float *dbeta);
+
+/* cpu_pool.c */
+int axi_cpu_maxpool_fwd(ax_backend *be, const ax_pool_desc *d, const float *x,
+                        float *y, int32_t *argmax);
+int axi_cpu_maxpool_bwd(ax_backend *be, const ax_pool_desc *d,
+                        const float *dy, const int32_t *argmax, float *dx);
+int axi_cpu_avgpool_fwd(ax_backend *be, const ax_pool_desc *d, const float *x,
+                        float *y);
+int axi_cpu_avgpool_bwd(ax_backend *be, const ax_pool_desc *d,
+                        const float *dy, float *dx);
+
+/* cpu_loss.c */
+int axi_cpu_xent_fwd(ax_backend *be, int rows, int classes,
+                     const float *logits, const int32_t *labels,
+                     int ignore_index, float *probs, double *loss_sum,
+                     int64_t *count);
+int axi_cpu_xent_bwd(ax_backend *be, int rows, int classes, const float *probs,
+                     const int32_t *labels, int ignore_index, float scale,
+                     float *dlogits);
+/* cpu_attn.c */
+int axi_cpu_softmax_mask_fwd(ax_backend *be, int b, int heads, int sq, int sk,
+                             const float *scores, const float *mask,
+                             float scale, float *probs);
+int axi_cpu_softmax_bwd(ax_backend *be, int rows, int cols, const float *probs,
+                        const float *dprobs, float scale, float *dscores);
+int axi_cpu_permute0213(ax_backend *be, int d0, int d1, int d2, int d3,
+                        const float *x, float *y);
+int axi_cpu_embedding_fwd(ax_backend *be, int n_idx, int dim, int rows,
+                          const int32_t *idx, const float *table, float *y);
+int axi_cpu_embedding_bwd(ax_backend *be, int n_idx, int dim,
+                          const int32_t *idx, const float *dy, float *dtable);
+
+/* cpu_optim.c */
+int axi_cpu_sgd_step(ax_backend *be, size_t n, float *w, const float *g,
+                     float *mom, float lr, float momentum, float dampening,
+                     float wd, int nesterov, int first);
+int axi_cpu_adamw_step(ax_backend *be, size_t n, float *w, const float *g,
+                       float *m, float *v, float lr, float beta1, float beta2,
+                       float eps, float wd, int step);
+
+#endif

@@ -1,0 +1,82 @@
+/* CPU BLAS-like kernels: GEMM through OpenBLAS, simple vector loops. */
+#include <cblas.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+#include "runtime/error.h"
+
+int axi_cpu_gemm(ax_backend *be, int ta, int tb, int m, int n, int k,
+                 float alpha, const float *a, int lda, long sa, const float *b,
+                 int ldb, long sb, float beta, float *c, int ldc, long sc,
+                 int batch) {
+  (void)be;
+  if (m < 0 || n < 0 || k < 0 || batch < 0)
+    return ax_seterr(AX_EINVAL, "gemm: negative size");
+  if (m == 0 || n == 0)
+    return AX_OK;
+  for (int i = 0; i < batch; i++)
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a + i * sa,
+                lda, b + i * sb, ldb, beta, c + i * sc, ldc);
+  return AX_OK;
+}
+
+int axi_cpu_fill(ax_backend *be, float *x, size_t n, float v) {
+  (void)be;
+  if (v == 0.0f) {
+    memset(x, 0, n * sizeof *x);
+    return AX_OK;
+  }
+#pragma omp parallel for if (n > 65536)
+  for (size_t i = 0; i < n; i++)
+    x[i] = v;
+  return AX_OK;
+}
+
+int axi_cpu_axpby(ax_backend *be, size_t n, float a, const float *x, float b,
+                  float *y) {
+  (void)be;
+#pragma omp parallel for if (n > 65536)
+  for (size_t i = 0; i < n; i++)
+    y[i] = a * x[i] + (b == 0.0f ? 0.0f : b * y[i]);
+  return AX_OK;
+}
+
+int axi_cpu_sum(ax_backend *be, size_t n, const float *x, double *out) {
+  (void)be;
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++)
+    s += x[i];
+  *out = s;
+  return AX_OK;
+}
+
+int axi_cpu_bias_add(ax_backend *be, float *y, const float *bias, int outer,
+                     int c, int inner) {
+  (void)be;
+#pragma omp parallel for collapse(2) if ((long)outer * c * inner > 65536)
+  for (int o = 0; o < outer; o++)
+    for (int j = 0; j < c; j++) {
+      float *p = y + ((size_t)o * c + j) * inner;
+      float bj = bias[j];
+      for (int i = 0; i < inner; i++)
+        p[i] += bj;
+    }
+  return AX_OK;
+}
+
+int axi_cpu_bias_grad(ax_backend *be, const float *dy, float *db, int outer,
+                      int c, int inner) {
+  (void)be;
+#pragma omp parallel for if ((long)outer * c * inner > 65536)
+  for (int j = 0; j < c; j++) {
+    double s = 0.0;
+    for (int o = 0; o < outer; o++) {
+      const float *p = dy + ((size_t)o * c + j) * inner;
+      for (int i = 0; i < inner; i++)
+        s += p[i];
+    }
+    db[j] += (float)s;
+  }
+  return AX_OK;
+}

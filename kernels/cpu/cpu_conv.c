@@ -1,0 +1,264 @@
+/* CPU 2-D convolution by im2col / col2im and OpenBLAS sgemm.
+ *
+ * Every image of the batch is one GEMM against a column matrix
+ * col (C*R*S, OH*OW) built from that image. The batch is split over OpenMP
+ * threads, each with its own column buffer, and OpenBLAS runs single-threaded
+ * inside the parallel region: ResNet-sized GEMMs are too small for OpenBLAS
+ * to thread well, and two thread pools fighting over two cores is slower
+ * than either alone. With a single image the GEMM keeps OpenBLAS's threads.
+ *
+ * A 1x1 convolution with stride 1 and no padding needs no column matrix: the
+ * image itself is (C, H*W). */
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include <cblas.h>
+
+#include "kernels/cpu/cpu.h"
+#include "runtime/error.h"
+
+/* True when the column matrix of an image is the image itself. */
+static int conv_is_pointwise(const ax_conv_desc *d) {
+  return d->r == 1 && d->s == 1 && d->stride == 1 && d->pad == 0;
+}
+
+/* The range [lo, hi) of output columns ow whose input column
+ * ow * stride - pad + s lies inside [0, w). */
+static void conv_valid_cols(const ax_conv_desc *d, int s, int *lo, int *hi) {
+  int st = d->stride, a = d->pad - s, b = d->w + d->pad - s;
+  int l = a > 0 ? (a + st - 1) / st : 0;
+  int h = b > 0 ? (b + st - 1) / st : 0;
+  if (l > d->ow)
+    l = d->ow;
+  if (h > d->ow)
+    h = d->ow;
+  if (h < l)
+    h = l;
+  *lo = l;
+  *hi = h;
+}
+
+/* Builds the columns of output rows [oh0, oh1) of one image x (C, H, W):
+ * col (C*R*S, (oh1 - oh0) * OW); padding reads 0. */
+static void im2col(const ax_conv_desc *d, const float *restrict x, int oh0,
+                   int oh1, float *restrict col) {
+  const int h = d->h, w = d->w, ow_n = d->ow, st = d->stride;
+  const size_t nb = (size_t)(oh1 - oh0) * ow_n;
+  for (int c = 0; c < d->c; c++) {
+    const float *plane = x + (size_t)c * h * w;
+    for (int r = 0; r < d->r; r++) {
+      for (int s = 0; s < d->s; s++) {
+        float *dst = col + ((size_t)(c * d->r + r) * d->s + s) * nb;
+        int lo, hi;
+        conv_valid_cols(d, s, &lo, &hi);
+        for (int oh = oh0; oh < oh1; oh++, dst += ow_n) {
+          int ih = oh * st - d->pad + r;
+          if (ih < 0 || ih >= h || lo == hi) {
+            memset(dst, 0, sizeof(float) * (size_t)ow_n);
+            continue;
+          }
+          const float *src = plane + (size_t)ih * w + (lo * st - d->pad + s);
+          for (int ow = 0; ow < lo; ow++)
+            dst[ow] = 0.0f;
+          if (st == 1) {
+            memcpy(dst + lo, src, sizeof(float) * (size_t)(hi - lo));
+          } else {
+            float *out = dst + lo;
+            for (int i = 0; i < hi - lo; i++)
+              out[i] = src[i * st];
+          }
+          for (int ow = hi; ow < ow_n; ow++)
+            dst[ow] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+/* Adds the columns of output rows [oh0, oh1), col (C*R*S, (oh1 - oh0) * OW),
+ * back into one image dx (C, H, W). */
+static void col2im(const ax_conv_desc *d, const float *restrict col, int oh0,
+                   int oh1, float *restrict dx) {
+  const int h = d->h, w = d->w, ow_n = d->ow, st = d->stride;
+  const size_t nb = (size_t)(oh1 - oh0) * ow_n;
+  for (int c = 0; c < d->c; c++) {
+    float *plane = dx + (size_t)c * h * w;
+    for (int r = 0; r < d->r; r++) {
+      for (int s = 0; s < d->s; s++) {
+        const float *src = col + ((size_t)(c * d->r + r) * d->s + s) * nb;
+        int lo, hi;
+        conv_valid_cols(d, s, &lo, &hi);
+        for (int oh = oh0; oh < oh1; oh++, src += ow_n) {
+          int ih = oh * st - d->pad + r;
+          if (ih < 0 || ih >= h || lo == hi)
+            continue;
+          float *restrict dst = plane + (size_t)ih * w + (lo * st - d->pad + s);
+          const float *restrict in = src + lo;
+          const int len = hi - lo;
+          if (st == 1) {
+#pragma omp simd
+            for (int i = 0; i < len; i++)
+              dst[i] += in[i];
+          } else {
+            for (int i = 0; i < len; i++)
+              dst[i * st] += in[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+/* Output rows per GEMM: enough that a block of columns stays in the L2
+ * cache (about AX_CONV_BLOCK floats), at least one row. */
+#define AX_CONV_BLOCK (1 << 15)
+static int conv_block_rows(const ax_conv_desc *d) {
+  long per_row = (long)d->c * d->r * d->s * d->ow;
+  long rows = AX_CONV_BLOCK / (per_row > 0 ? per_row : 1);
+  if (rows < 1)
+    rows = 1;
+  return rows > d->oh ? d->oh : (int)rows;
+}
+
+/* The number of threads to split n images over. */
+static int conv_threads(int n) {
+  int t = ax_cpu_threads();
+  return t < n ? t : n;
+}
+
+/* Runs OpenBLAS single-threaded while an OpenMP team does the batch, and
+ * restores the configured count afterwards. */
+static void blas_serial_begin(int nt) {
+  if (nt > 1)
+    openblas_set_num_threads(1);
+}
+
+static void blas_serial_end(int nt) {
+  if (nt > 1)
+    openblas_set_num_threads(ax_cpu_threads());
+}
+
+static int conv_check(const char *what, const ax_conv_desc *d) {
+  if (!d || d->oh <= 0 || d->ow <= 0 || d->n <= 0 || d->c <= 0 || d->k <= 0)
+    return ax_seterr(AX_EINVAL, "%s: descriptor not initialised", what);
+  return AX_OK;
+}
+
+int axi_cpu_conv2d_fwd(ax_backend *be, const ax_conv_desc *d, const float *x,
+                       const float *w, float *y) {
+  (void)be;
+  AX_TRY(conv_check("conv2d_fwd", d));
+  const int crs = d->c * d->r * d->s, ohw = d->oh * d->ow, pw = conv_is_pointwise(d);
+  const size_t xs = (size_t)d->c * d->h * d->w, ys = (size_t)d->k * ohw;
+  const int nt = conv_threads(d->n);
+  int fail = 0;
+  blas_serial_begin(nt);
+#pragma omp parallel num_threads(nt) reduction(| : fail)
+  {
+    float *col = pw ? NULL : malloc(sizeof(float) * (size_t)crs * ohw);
+    if (!pw && !col)
+      fail = 1;
+#pragma omp for schedule(static)
+    for (int n = 0; n < d->n; n++) {
+      if (fail)
+        continue;
+      const float *b = x + n * xs;
+      if (!pw) {
+        im2col(d, b, col);
+        b = col;
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->k, ohw, crs,
+                  1.0f, w, crs, b, ohw, 0.0f, y + n * ys, ohw);
+    }
+    free(col);
+  }
+  blas_serial_end(nt);
+  if (fail)
+    return ax_seterr(AX_ENOMEM, "conv2d_fwd: no memory for the column buffer");
+  return AX_OK;
+}
+
+int axi_cpu_conv2d_bwd_data(ax_backend *be, const ax_conv_desc *d,
+                            const float *dy, const float *w, float *dx) {
+  (void)be;
+  AX_TRY(conv_check("conv2d_bwd_data", d));
+  const int crs = d->c * d->r * d->s, ohw = d->oh * d->ow, pw = conv_is_pointwise(d);
+  const size_t xs = (size_t)d->c * d->h * d->w, ys = (size_t)d->k * ohw;
+  const int nt = conv_threads(d->n);
+  int fail = 0;
+  blas_serial_begin(nt);
+#pragma omp parallel num_threads(nt) reduction(| : fail)
+  {
+    float *col = pw ? NULL : malloc(sizeof(float) * (size_t)crs * ohw);
+    if (!pw && !col)
+      fail = 1;
+#pragma omp for schedule(static)
+    for (int n = 0; n < d->n; n++) {
+      if (fail)
+        continue;
+      float *out = pw ? dx + n * xs : col;
+      /* dcol (CRS, OHW) = W^T (CRS, K) * dy_n (K, OHW) */
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, crs, ohw, d->k,
+                  1.0f, w, crs, dy + n * ys, ohw, 0.0f, out, ohw);
+      if (!pw)
+        col2im(d, col, dx + n * xs);
+    }
+    free(col);
+  }
+  blas_serial_end(nt);
+  if (fail)
+    return ax_seterr(AX_ENOMEM, "conv2d_bwd_data: no memory for the column buffer");
+  return AX_OK;
+}
+
+int axi_cpu_conv2d_bwd_filter(ax_backend *be, const ax_conv_desc *d,
+                              const float *x, const float *dy, float *dw) {
+  (void)be;
+  AX_TRY(conv_check("conv2d_bwd_filter", d));
+  const int crs = d->c * d->r * d->s, ohw = d->oh * d->ow, pw = conv_is_pointwise(d);
+  const size_t xs = (size_t)d->c * d->h * d->w, ys = (size_t)d->k * ohw;
+  const size_t wn = (size_t)d->k * crs;
+  const int nt = conv_threads(d->n);
+  int fail = 0;
+  blas_serial_begin(nt);
+#pragma omp parallel num_threads(nt) reduction(| : fail)
+  {
+    /* Thread 0 accumulates straight into dw; the others into a private
+     * buffer that is added to dw at the end. */
+#ifdef _OPENMP
+    int tid = omp_get_thread_num();
+#else
+    int tid = 0;
+#endif
+    float *col = pw ? NULL : malloc(sizeof(float) * (size_t)crs * ohw);
+    float *acc = tid == 0 ? dw : calloc(wn, sizeof(float));
+    if ((!pw && !col) || !acc)
+      fail = 1;
+#pragma omp for schedule(static)
+    for (int n = 0; n < d->n; n++) {
+      if (fail)
+        continue;
+      const float *b = x + n * xs;
+      if (!pw) {
+        im2col(d, b, col);
+        b = col;
+      }
+      /* dw (K, CRS) += dy_n (K, OHW) * col^T (OHW, CRS) */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->k, crs, ohw,
+                  1.0f, dy + n * ys, ohw, b, ohw, 1.0f, acc, crs);
+    }
+    free(col);
+    if (tid != 0 && acc) {
+#pragma omp critical(ax_conv_dw)
+      for (size_t i = 0; i < wn; i++)
+        dw[i] += acc[i];
+      free(acc);
+    }
+  }
+  blas_serial_end(nt);
+  if (fail)
+    return ax_seterr(AX_ENOMEM, "conv2d_bwd_filter: no scratch memory");
+  return AX_OK;
+}

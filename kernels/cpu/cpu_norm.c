@@ -1,0 +1,177 @@
+/* CPU batch normalisation over (N, C, HW) with per-channel statistics.
+ *
+ * Channels are independent, so OpenMP splits them over threads. Sums are
+ * taken per contiguous HW run in float (four partial sums, which the compiler
+ * can keep in registers) and accumulated across runs in double; the variance
+ * is a second pass around the mean, which avoids the cancellation of
+ * E[x^2] - E[x]^2. */
+#include <math.h>
+#include <stddef.h>
+
+#include "kernels/cpu/cpu.h"
+#include "runtime/error.h"
+
+/* Sum of x[0..n). */
+static float run_sum(const float *x, int n) {
+  float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  int i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a0 += x[i];
+    a1 += x[i + 1];
+    a2 += x[i + 2];
+    a3 += x[i + 3];
+  }
+  for (; i < n; i++)
+    a0 += x[i];
+  return (a0 + a1) + (a2 + a3);
+}
+
+/* Sum of (x[i] - m)^2 over [0, n). */
+static float run_sqdev(const float *x, int n, float m) {
+  float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  int i = 0;
+  for (; i + 4 <= n; i += 4) {
+    float d0 = x[i] - m, d1 = x[i + 1] - m, d2 = x[i + 2] - m,
+          d3 = x[i + 3] - m;
+    a0 += d0 * d0;
+    a1 += d1 * d1;
+    a2 += d2 * d2;
+    a3 += d3 * d3;
+  }
+  for (; i < n; i++) {
+    float d0 = x[i] - m;
+    a0 += d0 * d0;
+  }
+  return (a0 + a1) + (a2 + a3);
+}
+
+/* Sum of dy[i] * (x[i] - m) over [0, n). */
+static float run_dot_centered(const float *dy, const float *x, int n,
+                              float m) {
+  float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  int i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a0 += dy[i] * (x[i] - m);
+    a1 += dy[i + 1] * (x[i + 1] - m);
+    a2 += dy[i + 2] * (x[i + 2] - m);
+    a3 += dy[i + 3] * (x[i + 3] - m);
+  }
+  for (; i < n; i++)
+    a0 += dy[i] * (x[i] - m);
+  return (a0 + a1) + (a2 + a3);
+}
+
+/* y = x * scale + shift over every run of channel ch. */
+static void channel_affine(int n, int c, int hw, int ch, const float *x,
+                           float scale, float shift, float *y) {
+  for (int b = 0; b < n; b++) {
+    size_t o = ((size_t)b * c + ch) * hw;
+    const float *xs = x + o;
+    float *ys = y + o;
+    for (int i = 0; i < hw; i++)
+      ys[i] = xs[i] * scale + shift;
+  }
+}
+
+static int bn_check(const char *what, int n, int c, int hw) {
+  if (n <= 0 || c <= 0 || hw <= 0)
+    return ax_seterr(AX_EINVAL, "%s: bad shape n=%d c=%d hw=%d", what, n, c,
+                     hw);
+  return AX_OK;
+}
+
+int axi_cpu_bn_fwd_train(ax_backend *be, int n, int c, int hw, const float *x,
+                         const float *gamma, const float *beta, float *y,
+                         float *save_mean, float *save_invstd, float *run_mean,
+                         float *run_var, float momentum, float eps) {
+  (void)be;
+  AX_TRY(bn_check("bn_fwd_train", n, c, hw));
+  const double cnt = (double)n * hw;
+  if (cnt < 2)
+    return ax_seterr(AX_ESHAPE,
+                     "bn_fwd_train: training needs more than one value per "
+                     "channel, got n=%d hw=%d",
+                     n, hw);
+  const int nt = ax_cpu_threads();
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int ch = 0; ch < c; ch++) {
+    double s = 0;
+    for (int b = 0; b < n; b++)
+      s += run_sum(x + ((size_t)b * c + ch) * hw, hw);
+    float mean = (float)(s / cnt);
+    double v = 0;
+    for (int b = 0; b < n; b++)
+      v += run_sqdev(x + ((size_t)b * c + ch) * hw, hw, mean);
+    double var = v / cnt;
+    float invstd = (float)(1.0 / sqrt(var + eps));
+    float scale = gamma[ch] * invstd;
+    channel_affine(n, c, hw, ch, x, scale, beta[ch] - mean * scale, y);
+    save_mean[ch] = mean;
+    save_invstd[ch] = invstd;
+    if (run_mean && run_var) {
+      run_mean[ch] = (1.0f - momentum) * run_mean[ch] + momentum * mean;
+      run_var[ch] = (1.0f - momentum) * run_var[ch] +
+                    momentum * (float)(v / (cnt - 1.0));
+    }
+  }
+  return AX_OK;
+}
+
+int axi_cpu_bn_fwd_eval(ax_backend *be, int n, int c, int hw, const float *x,
+                        const float *gamma, const float *beta,
+                        const float *run_mean, const float *run_var, float eps,
+                        float *y) {
+  (void)be;
+  AX_TRY(bn_check("bn_fwd_eval", n, c, hw));
+  const int nt = ax_cpu_threads();
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int ch = 0; ch < c; ch++) {
+    float invstd = (float)(1.0 / sqrt((double)run_var[ch] + eps));
+    float scale = gamma[ch] * invstd;
+    channel_affine(n, c, hw, ch, x, scale, beta[ch] - run_mean[ch] * scale, y);
+  }
+  return AX_OK;
+}
+
+/* With xhat = (x - mean) * invstd and per-channel sums
+ *   sdy = sum dy, sdx = sum dy * xhat,
+ * the gradients are dbeta = sdy, dgamma = sdx and
+ *   dx = gamma * invstd / cnt * (cnt * dy - sdy - xhat * sdx). */
+int axi_cpu_bn_bwd(ax_backend *be, int n, int c, int hw, const float *x,
+                   const float *dy, const float *gamma, const float *save_mean,
+                   const float *save_invstd, float *dx, float *dgamma,
+                   float *dbeta) {
+  (void)be;
+  AX_TRY(bn_check("bn_bwd", n, c, hw));
+  const double cnt = (double)n * hw;
+  const int nt = ax_cpu_threads();
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int ch = 0; ch < c; ch++) {
+    const float mean = save_mean[ch], invstd = save_invstd[ch];
+    double sdy = 0, sdxc = 0;
+    for (int b = 0; b < n; b++) {
+      size_t o = ((size_t)b * c + ch) * hw;
+      sdy += run_sum(dy + o, hw);
+      sdxc += run_dot_centered(dy + o, x + o, hw, mean);
+    }
+    double sdx = sdxc * invstd;
+    dbeta[ch] += (float)sdy;
+    dgamma[ch] += (float)sdx;
+    if (!dx)
+      continue;
+    /* dx = k * dy - k * (sdy + xhat * sdx) / cnt, with k = gamma * invstd,
+     * written as dx = a * dy + b * x + e. */
+    const float k = gamma[ch] * invstd;
+    const float a = k;
+    const float bx = (float)(-k * sdx * invstd / cnt);
+    const float e = (float)(-k * sdy / cnt - (double)bx * mean);
+    for (int b = 0; b < n; b++) {
+      size_t o = ((size_t)b * c + ch) * hw;
+      const float *xs = x + o, *dys = dy + o;
+      float *dxs = dx + o;
+      for (int i = 0; i < hw; i++)
+        dxs[i] = a * dys[i] + bx * xs[i] + e;
+    }
+  }
+  return AX_OK;
+}

@@ -1,0 +1,10 @@
+/* Linked instead of the CUDA backend when axon is built without nvcc. */
+#include "kernels/backend-impl.h"
+#include "runtime/error.h"
+
+int axi_cuda_backend_init(ax_backend *be, int ordinal) {
+  (void)be;
+  return ax_seterr(AX_ENODEV, "cuda:%d: axon was built without CUDA", ordinal);
+}
+
+int axi_cuda_device_count(void) { return 0; }

@@ -1,0 +1,86 @@
+/* Data sets, deterministic given a seed, streamed in batches on the CPU.
+ *
+ * Names and what one example becomes:
+ *  - "fashion-mnist" (IDX files, gzip): inputs {f32 (B, 1, S, S)} normalised
+ *    with the data set's mean and std, S = 28, or 32 with pad=1 (zero
+ *    padding, for ResNet20); labels {i32 (B)} in [0, 10).
+ *    Config: dir=/usr/share/datasets/fashion-mnist, pad=0|1, limit=N.
+ *  - "cifar10" (binary version: 1 label byte + 3072 pixel bytes per record):
+ *    inputs {f32 (B, 3, 32, 32)}, labels {i32 (B)}. Config: dir=...,
+ *    limit=N.
+ *  - "gcide" (dict-gcide's .dz, gzip): BERT MLM + NSP examples. inputs
+ *    {i32 token ids (B, T), i32 segment ids (B, T), f32 attention mask
+ *    (B, T) with 1 = token, 0 = padding}; labels {i32 MLM labels (B * T),
+ *    -100 where not masked; i32 NSP labels (B), 1 = random next sentence}.
+ *    Config: file=/usr/share/dictd/gcide.dict.dz, seq=128, vocab=8192,
+ *    examples=N, seed=S.
+ *  - "synthetic": random inputs of a given shape and random labels, for
+ *    benchmarks and tests. Config: shape=C/H/W or D, classes=K, examples=N.
+ *
+ * split: 0 = train, 1 = test. Thread safety: an ax_dataset may be read from
+ * several threads; an ax_loader is used by one thread. */
+#ifndef AX_DATASET_H
+#define AX_DATASET_H
+
+#include "runtime/config.h"
+#include "runtime/module.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { AX_SPLIT_TRAIN = 0, AX_SPLIT_TEST = 1 };
+
+typedef struct ax_dataset ax_dataset;
+
+/* Opens a data set. AX_ENOTFOUND (unknown name or missing file), AX_EIO,
+ * AX_EFORMAT (truncated or malformed file), with a message naming the file. */
+int ax_dataset_open(const char *name, const ax_config *cfg, int split,
+                    ax_dataset **out);
+void ax_dataset_close(ax_dataset *ds); /* NULL-safe */
+int64_t ax_dataset_size(const ax_dataset *ds);
+int ax_dataset_classes(const ax_dataset *ds); /* 0 when not a classifier */
+/* Vocabulary size for text data sets, 0 otherwise. */
+int ax_dataset_vocab(const ax_dataset *ds);
+
+/* Special token ids of the text data sets, and the MLM label of positions
+ * that are not predicted. */
+enum {
+  AX_TOK_PAD = 0,
+  AX_TOK_UNK = 1,
+  AX_TOK_CLS = 2,
+  AX_TOK_SEP = 3,
+  AX_TOK_MASK = 4,
+  AX_TOK_SPECIALS = 5 /* ids below this are special */
+};
+#define AX_MLM_IGNORE (-100)
+
+/* The text of token `id` ("[PAD]", "the", ...) of a text data set; NULL
+ * when ds is not a text data set or id is out of range. The string lives as
+ * long as ds. */
+const char *ax_dataset_token(const ax_dataset *ds, int id);
+/* The id of a lower-case token (AX_TOK_UNK when not in the vocabulary), or
+ * -1 when ds is not a text data set. */
+int ax_dataset_token_id(const ax_dataset *ds, const char *tok);
+
+/* Gathers examples idx[0..n) into new CPU tensors (the caller releases
+ * inputs and labels with ax_tlist_clear). */
+int ax_dataset_batch(const ax_dataset *ds, const int64_t *idx, int64_t n,
+                     ax_tlist *inputs, ax_tlist *labels);
+
+/* Iterates over shuffled (seed, epoch) batches of exactly `batch` examples;
+ * the last partial batch is dropped when drop_last, else returned short. */
+typedef struct ax_loader ax_loader;
+int ax_loader_new(const ax_dataset *ds, int64_t batch, int shuffle,
+                  int drop_last, uint64_t seed, ax_loader **out);
+void ax_loader_free(ax_loader *ld);
+/* Starts epoch `epoch` (reshuffles deterministically from seed and epoch). */
+void ax_loader_start(ax_loader *ld, int epoch);
+/* The next batch; returns AX_OK with data, or AX_ECLOSED at the epoch end. */
+int ax_loader_next(ax_loader *ld, ax_tlist *inputs, ax_tlist *labels);
+int64_t ax_loader_batches(const ax_loader *ld); /* batches per epoch */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,43 @@
+/* Helpers shared by the transformer layers (models/layers/tf_*.c). Not a
+ * public header: nothing outside models/ includes it. */
+#ifndef AX_LAYERS_TF_IMPL_H
+#define AX_LAYERS_TF_IMPL_H
+
+#include "kernels/backend-impl.h"
+#include "models/layers/transformer.h"
+#include "runtime/rng.h"
+
+/* Fills n floats with N(0, std^2) values from rng. */
+void axi_tf_normal(float *p, size_t n, float std, ax_rng *rng);
+
+/* Checks that `in` holds at least n tensors and that the first is f32;
+ * AX_EINVAL / AX_EDTYPE with a message naming `kind` otherwise. */
+int axi_tf_check_in(const char *kind, const ax_tlist *in, int n);
+
+/* The backward of `kind` found no state from a forward: AX_ESTATE. */
+int axi_tf_no_state(const char *kind);
+
+/* A new f32 tensor with shape `shape` (ndim dims) on dev; NULL with
+ * AX_ENOMEM set on failure (the caller returns AX_ENOMEM). */
+ax_tensor *axi_tf_new(int ndim, const int64_t *shape, ax_device dev);
+
+/* A new tensor holding a + b (same element count, f32). */
+int axi_tf_add(const ax_tensor *a, const ax_tensor *b, ax_tensor **out);
+
+/* Runs child `i` of m forward on the single tensor x; *y receives a new
+ * reference to the first output. slot is the parent's slot (may be NULL
+ * outside training). */
+int axi_tf_child_fwd(ax_module *m, int i, const ax_exec *ex, ax_slot *slot,
+                     ax_tensor *x, ax_tensor **y);
+
+/* Runs child `i` of m backward on dy; *dx receives a new reference to the
+ * first input gradient when need_dx (else NULL). */
+int axi_tf_child_bwd(ax_module *m, int i, const ax_exec *ex, ax_slot *slot,
+                     int need_dx, ax_tensor *dy, ax_tensor **dx);
+
+/* The dropout seed of one layer: the micro-batch seed mixed with the salt. */
+static inline uint64_t axi_tf_dropout_seed(uint64_t seed, uint64_t salt) {
+  return ax_mix64(seed ^ ax_mix64(salt ^ 0x5bd1e9955bd1e995ull));
+}
+
+#endif

@@ -1,0 +1,203 @@
+/* Embedding lookup and layer normalisation layers. */
+#include "models/layers/tf-impl.h"
+
+#include "runtime/error.h"
+
+/* ---- embedding ---- */
+
+typedef struct emb_priv {
+  int rows, dim;
+} emb_priv;
+
+static int emb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                       const ax_tlist *in, ax_tlist *out) {
+  emb_priv *p = m->priv;
+  if (in->n < 1 || !in->t[0])
+    return ax_seterr(AX_EINVAL, "embedding: missing the ids");
+  ax_tensor *ids = in->t[0]; // (...) i32
+  if (ids->dtype != AX_I32)
+    return ax_seterr(AX_EDTYPE, "embedding: ids must be i32, got %s",
+                     ax_dtype_name(ids->dtype));
+  if (ids->ndim >= AX_MAX_DIMS)
+    return ax_seterr(AX_ESHAPE, "embedding: ids have too many dimensions (%d)",
+                     ids->ndim);
+  int64_t shape[AX_MAX_DIMS];
+  for (int i = 0; i < ids->ndim; i++)
+    shape[i] = ids->shape[i];
+  shape[ids->ndim] = p->dim;
+  ax_tensor *y = axi_tf_new(ids->ndim + 1, shape, ids->device); // (..., dim)
+  if (!y)
+    return AX_ENOMEM;
+  ax_backend *be = ax_backend_of(ids->device);
+  int rc = AX_K(be, embedding_fwd, (int)ax_tensor_numel(ids), p->dim, p->rows,
+                ax_i32(ids), ax_param(m, ex, 0), ax_f32(y));
+  if (rc != AX_OK) {
+    ax_tensor_release(y);
+    return rc;
+  }
+  if (slot)
+    ax_slot_put(slot, 0, ids);
+  *out = ax_tlist1(y);
+  return AX_OK;
+}
+
+static int emb_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                        const ax_tlist *dout, ax_tlist *din) {
+  emb_priv *p = m->priv;
+  ax_tensor *ids = ax_slot_get(slot, 0);
+  if (!ids)
+    return axi_tf_no_state("embedding");
+  AX_TRY(axi_tf_check_in("embedding", dout, 1));
+  ax_tensor *dy = dout->t[0]; // (..., dim)
+  size_t n = ax_tensor_numel(ids);
+  if (ax_tensor_numel(dy) != n * (size_t)p->dim)
+    return ax_seterr(AX_ESHAPE, "embedding: gradient has %zu elements, "
+                     "expected %zu x %d", ax_tensor_numel(dy), n, p->dim);
+  ax_backend *be = ax_backend_of(dy->device);
+  AX_TRY(AX_K(be, embedding_bwd, (int)n, p->dim, ax_i32(ids), ax_f32(dy),
+              ax_grad(m, ex, 0)));
+  if (ex->need_dx) { /* integer ids have no gradient: one NULL entry */
+    din->n = 1;
+    din->t[0] = NULL;
+  }
+  return AX_OK;
+}
+
+static void emb_init(ax_module *m, float *params, float *buffers,
+                     ax_rng *rng) {
+  axi_tf_normal(params, m->n_params, AX_BERT_INIT_STD, rng);
+}
+
+static const ax_module_ops emb_ops = {
+    /* .kind = */ "embedding",
+    /* .forward = */ emb_forward,
+    /* .backward = */ emb_backward,
+    /* .init = */ emb_init,
+    /* .destroy = */ NULL,
+};
+
+ax_module *ax_embedding_new(int rows, int dim) {
+  if (rows <= 0 || dim <= 0) {
+    ax_seterr(AX_EINVAL, "embedding: bad table shape (%d, %d)", rows, dim);
+    return NULL;
+  }
+  ax_module *m = ax_module_new(&emb_ops, sizeof(emb_priv));
+  if (!m) {
+    ax_seterr(AX_ENOMEM, "embedding: no memory");
+    return NULL;
+  }
+  emb_priv *p = m->priv;
+  p->rows = rows;
+  p->dim = dim;
+  m->n_params = (size_t)rows * dim;
+  return m;
+}
+
+/* ---- layer norm ---- */
+
+typedef struct ln_priv {
+  int dim;
+  float eps;
+} ln_priv;
+
+/* Parameter layout: gamma (dim) at 0, beta (dim) at dim. Slot: 0 = x,
+ * 1 = mean (rows), 2 = rstd (rows). */
+
+static int ln_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                      const ax_tlist *in, ax_tlist *out) {
+  ln_priv *p = m->priv;
+  AX_TRY(axi_tf_check_in("layernorm", in, 1));
+  ax_tensor *x = in->t[0]; // (..., dim)
+  char b[96];
+  if (x->ndim < 1 || x->shape[x->ndim - 1] != p->dim)
+    return ax_seterr(AX_ESHAPE, "layernorm: input %s must end in %d features",
+                     ax_tensor_shape_str(x, b, sizeof b), p->dim);
+  int64_t rows = (int64_t)(ax_tensor_numel(x) / (size_t)p->dim);
+  ax_tensor *y = ax_tensor_like(x);
+  ax_tensor *mean = axi_tf_new(1, &rows, x->device); // (rows)
+  ax_tensor *rstd = axi_tf_new(1, &rows, x->device); // (rows)
+  int rc = y && mean && rstd ? AX_OK : AX_ENOMEM;
+  if (rc == AX_OK) {
+    ax_backend *be = ax_backend_of(x->device);
+    rc = AX_K(be, layernorm_fwd, (int)rows, p->dim, ax_f32(x),
+              ax_param(m, ex, 0), ax_param(m, ex, (size_t)p->dim), p->eps,
+              ax_f32(y), ax_f32(mean), ax_f32(rstd));
+  }
+  if (rc == AX_OK && slot) {
+    ax_slot_put(slot, 0, x);
+    ax_slot_put(slot, 1, mean);
+    ax_slot_put(slot, 2, rstd);
+  }
+  ax_tensor_release(mean);
+  ax_tensor_release(rstd);
+  if (rc != AX_OK) {
+    ax_tensor_release(y);
+    return rc;
+  }
+  *out = ax_tlist1(y);
+  return AX_OK;
+}
+
+static int ln_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                       const ax_tlist *dout, ax_tlist *din) {
+  ln_priv *p = m->priv;
+  ax_tensor *x = ax_slot_get(slot, 0), *mean = ax_slot_get(slot, 1),
+            *rstd = ax_slot_get(slot, 2);
+  if (!x || !mean || !rstd)
+    return axi_tf_no_state("layernorm");
+  AX_TRY(axi_tf_check_in("layernorm", dout, 1));
+  ax_tensor *dy = dout->t[0]; // (..., dim)
+  if (ax_tensor_numel(dy) != ax_tensor_numel(x))
+    return ax_seterr(AX_ESHAPE, "layernorm: gradient has %zu elements, "
+                     "expected %zu", ax_tensor_numel(dy), ax_tensor_numel(x));
+  /* The kernel computes dx alongside the parameter gradients, so dx is
+   * always made and dropped when the caller does not want it. */
+  ax_tensor *dx = ax_tensor_like(x);
+  if (!dx)
+    return AX_ENOMEM;
+  ax_backend *be = ax_backend_of(x->device);
+  int rc = AX_K(be, layernorm_bwd, (int)ax_tensor_numel(mean), p->dim,
+                ax_f32(x), ax_f32(dy), ax_param(m, ex, 0), ax_f32(mean),
+                ax_f32(rstd), ax_f32(dx), ax_grad(m, ex, 0),
+                ax_grad(m, ex, (size_t)p->dim));
+  if (rc != AX_OK || !ex->need_dx) {
+    ax_tensor_release(dx);
+    return rc;
+  }
+  *din = ax_tlist1(dx);
+  return AX_OK;
+}
+
+static void ln_init(ax_module *m, float *params, float *buffers, ax_rng *rng) {
+  ln_priv *p = m->priv;
+  for (int i = 0; i < p->dim; i++) {
+    params[i] = 1.0f;
+    params[p->dim + i] = 0.0f;
+  }
+}
+
+static const ax_module_ops ln_ops = {
+    /* .kind = */ "layernorm",
+    /* .forward = */ ln_forward,
+    /* .backward = */ ln_backward,
+    /* .init = */ ln_init,
+    /* .destroy = */ NULL,
+};
+
+ax_module *ax_layernorm_new(int dim, float eps) {
+  if (dim <= 0 || !(eps > 0.0f)) {
+    ax_seterr(AX_EINVAL, "layernorm: bad configuration dim=%d eps=%g", dim,
+              (double)eps);
+    return NULL;
+  }
+  ax_module *m = ax_module_new(&ln_ops, sizeof(ln_priv));
+  if (!m) {
+    ax_seterr(AX_ENOMEM, "layernorm: no memory");
+    return NULL;
+  }
+  ln_priv *p = m->priv;
+  p->dim = dim;
+  p->eps = eps;
+  m->n_params = 2 * (size_t)dim;
+  return m;
+}

@@ -1,0 +1,93 @@
+/* Transformer layers (BERT flavour) implementing the module interface.
+ *
+ * Every constructor returns a new module owned by the caller (hand it to a
+ * container or ax_net, or free it with ax_module_free), or NULL with
+ * ax_errmsg set (AX_EINVAL on a bad configuration, AX_ENOMEM).
+ *
+ * All numeric work goes through the kernel vtable of the input's device, so
+ * the layers run on any backend; they never read tensor data on the host.
+ * Parameters are initialised as BERT does: weights N(0, 0.02^2), biases 0,
+ * LayerNorm gamma 1 and beta 0.
+ *
+ * Dropout masks come from the counter-based generator of the kernels,
+ * seeded with ax_exec.seed mixed with a per-layer `salt`. Layers built with
+ * different salts draw different masks; a replayed forward with the same
+ * ax_exec.seed (recomputation, feature replay) draws the same mask. Models
+ * derive salts from the block index and the layer's place in the block, so
+ * a stage built alone uses the same masks as the whole model.
+ *
+ * Unless stated otherwise a layer takes and returns a list of one f32
+ * tensor, and backward returns the input gradient only when
+ * ax_exec.need_dx (an empty list otherwise). Shape or dtype errors in
+ * forward give AX_ESHAPE / AX_EDTYPE naming the layer. */
+#ifndef AX_LAYERS_TRANSFORMER_H
+#define AX_LAYERS_TRANSFORMER_H
+
+#include <stdint.h>
+
+#include "runtime/module.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The LayerNorm epsilon of BERT. */
+#define AX_BERT_LN_EPS 1e-12f
+/* The standard deviation of BERT's weight initialisation. */
+#define AX_BERT_INIT_STD 0.02f
+
+/* Exact GELU, x * Phi(x), elementwise on any shape. */
+ax_module *ax_gelu_new(void);
+/* tanh, elementwise on any shape. */
+ax_module *ax_tanh_new(void);
+
+/* Inverted dropout with drop probability p in [0, 1) on any shape: kept
+ * values are scaled by 1 / (1 - p). The identity when !ex->training or
+ * p == 0. */
+ax_module *ax_dropout_new(float p, uint64_t salt);
+
+/* Fully connected layer y = x W^T + b for x (..., in) of any leading
+ * dimensions, W (out, in) and b (out) (no b when !bias), initialised as
+ * BERT: W ~ N(0, std^2), b = 0. */
+ax_module *ax_dense_new(int in, int out, int bias, float std);
+
+/* Embedding table (rows, dim) ~ N(0, 0.02^2). Input: i32 ids of any shape
+ * (..., ), each in [0, rows) (AX_EINVAL otherwise); output f32 (..., dim).
+ * Backward accumulates the table gradient; the ids get no gradient (a NULL
+ * entry when ex->need_dx). */
+ax_module *ax_embedding_new(int rows, int dim);
+
+/* Layer normalisation over the last dimension of x (..., dim) with learned
+ * gamma (1) and beta (0); eps > 0 (BERT uses AX_BERT_LN_EPS). */
+ax_module *ax_layernorm_new(int dim, float eps);
+
+/* Multi-head self-attention. Input {x f32 (B, S, hidden), mask f32 (B, S)
+ * with 1 = token, 0 = padding}; output {y f32 (B, S, hidden)}. A fused
+ * projection makes Q, K and V, scores are softmax(Q K^T / sqrt(hidden /
+ * heads)) over the unpadded keys, attention probabilities get dropout p,
+ * and an output projection maps the heads back to hidden. Backward returns
+ * {dx, NULL}. heads must divide hidden. */
+ax_module *ax_mhsa_new(int hidden, int heads, float dropout, uint64_t salt);
+
+/* One BERT encoder layer (post-LN):
+ *   x = LayerNorm(x + Dropout(Attention(x, mask)))
+ *   x = LayerNorm(x + Dropout(Dense_ff->h(GELU(Dense_h->ff(x)))))
+ * Input and output {hidden f32 (B, S, hidden), mask f32 (B, S)}; the mask
+ * passes through (the output holds a new reference to it). Backward returns
+ * {dhidden, NULL}. */
+ax_module *ax_encoder_layer_new(int hidden, int heads, int ff, float dropout,
+                                uint64_t salt);
+
+/* Mixes a salt with a sub-index, for composite layers handing distinct
+ * salts to their parts. */
+static inline uint64_t ax_salt_mix(uint64_t salt, uint64_t part) {
+  uint64_t z = salt * 0x9e3779b97f4a7c15ull + part + 0x632be59bd9b4e019ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

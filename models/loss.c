@@ -1,0 +1,105 @@
+/* Softmax cross-entropy over a model's output list. */
+#include "models/loss.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend-impl.h"
+
+/* Rows whose argmax equals the label (host-side; probs may be on a device). */
+static int64_t count_correct(const ax_tensor *probs, const ax_tensor *labels,
+                             int rows, int classes, int ignore_index) {
+  ax_tensor *hp = ax_tensor_to(probs, AX_CPU);
+  ax_tensor *hl = ax_tensor_to(labels, AX_CPU);
+  int64_t correct = 0;
+  if (hp && hl) {
+    const float *p = ax_f32(hp);
+    const int32_t *l = ax_i32(hl);
+    for (int r = 0; r < rows; r++) {
+      if (l[r] == ignore_index)
+        continue;
+      const float *row = p + (size_t)r * classes;
+      int best = 0;
+      for (int j = 1; j < classes; j++)
+        if (row[j] > row[best])
+          best = j;
+      correct += best == l[r];
+    }
+  }
+  ax_tensor_release(hp);
+  ax_tensor_release(hl);
+  return correct;
+}
+
+static int xent_one(ax_tensor *logits, const ax_tensor *labels_any,
+                    int ignore_index, int64_t norm, float scale, double *loss,
+                    int64_t *count, int64_t *correct, ax_tensor **dlogits) {
+  char b1[64], b2[64];
+  if (!logits || logits->dtype != AX_F32 || logits->ndim < 1)
+    return ax_seterr(AX_EDTYPE, "loss: logits must be f32");
+  int classes = (int)logits->shape[logits->ndim - 1];
+  int rows = (int)(ax_tensor_numel(logits) / (size_t)(classes ? classes : 1));
+  if (!labels_any || (int)ax_tensor_numel(labels_any) != rows)
+    return ax_seterr(AX_ESHAPE, "loss: logits %s need %d labels, got %s",
+                     ax_tensor_shape_str(logits, b1, sizeof b1), rows,
+                     labels_any ? ax_tensor_shape_str(labels_any, b2, sizeof b2)
+                                : "none");
+  ax_tensor *l32 = ax_tensor_to_i32(labels_any);
+  ax_tensor *labels = l32 ? ax_tensor_to(l32, logits->device) : NULL;
+  ax_tensor_release(l32);
+  ax_tensor *probs = ax_tensor_like(logits);
+  if (!labels || !probs) {
+    ax_tensor_release(labels);
+    ax_tensor_release(probs);
+    return AX_ENOMEM;
+  }
+  ax_backend *be = ax_backend_of(logits->device);
+  double sum = 0.0;
+  int rc = AX_K(be, xent_fwd, rows, classes, ax_f32(logits), ax_i32(labels),
+                ignore_index, ax_f32(probs), &sum, count);
+  if (rc == AX_OK) {
+    int64_t div = norm > 0 ? norm : (*count ? *count : 1);
+    *loss = sum / (double)div;
+    *correct = count_correct(probs, labels, rows, classes, ignore_index);
+    if (dlogits) {
+      *dlogits = ax_tensor_like(logits);
+      rc = *dlogits ? AX_K(be, xent_bwd, rows, classes, ax_f32(probs),
+                           ax_i32(labels), ignore_index, scale / (float)div,
+                           ax_f32(*dlogits))
+                    : AX_ENOMEM;
+    }
+  }
+  ax_tensor_release(labels);
+  ax_tensor_release(probs);
+  return rc;
+}
+
+int ax_loss_xent(const ax_tlist *outputs, const ax_tlist *labels,
+                 int ignore_index, const int64_t *norm, float scale,
+                 ax_loss_result *res, ax_tlist *dlogits) {
+  memset(res, 0, sizeof *res);
+  if (dlogits)
+    dlogits->n = 0;
+  if (outputs->n != labels->n || outputs->n < 1)
+    return ax_seterr(AX_EINVAL, "loss: %d outputs but %d label tensors",
+                     outputs->n, labels->n);
+  for (int i = 0; i < outputs->n; i++) {
+    double l = 0.0;
+    ax_tensor *d = NULL;
+    int rc = xent_one(outputs->t[i], labels->t[i], ignore_index,
+                      norm ? norm[i] : 0, scale, &l, &res->count[i],
+                      &res->correct[i], dlogits ? &d : NULL);
+    if (rc != AX_OK) {
+      ax_tensor_release(d);
+      if (dlogits)
+        ax_tlist_clear(dlogits);
+      return rc;
+    }
+    res->loss += l;
+    if (dlogits) {
+      dlogits->t[i] = d;
+      dlogits->n = i + 1;
+    }
+  }
+  return AX_OK;
+}

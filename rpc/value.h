@@ -1,0 +1,91 @@
+/* Typed value lists: the arguments and results of remote calls.
+ *
+ * A value list holds int64, double, string, bytes, tensor and extension
+ * values in order. Lists are not thread-safe for concurrent mutation; a list
+ * that is no longer modified may be read from several threads.
+ *
+ * Ownership: ax_values_add_str/bytes copy their input; ax_values_add_tensor
+ * takes a new reference to the tensor (the caller keeps its own).
+ * Getters return borrowed pointers valid until the list is freed.
+ * Every getter returns AX_EBADARG (with a message naming the index and the
+ * actual and expected types) on a type mismatch or an index out of range, so
+ * a handler can write `AX_TRY(ax_values_get_i64(args, 0, &n));` and the
+ * caller receives AX_EBADARG. */
+#ifndef AX_RPC_VALUE_H
+#define AX_RPC_VALUE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/error.h"
+#include "runtime/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ax_value_type {
+  AX_VAL_I64 = 1,
+  AX_VAL_F64 = 2,
+  AX_VAL_STR = 3,
+  AX_VAL_BYTES = 4,
+  AX_VAL_TENSOR = 5,
+  AX_VAL_EXT = 6, /* an extension kind (RRefs, next issue) */
+} ax_value_type;
+
+typedef struct ax_values ax_values;
+
+/* Extension values: a layer above rpc/ (rref/) registers a kind with codec
+ * hooks; its objects then travel inside value lists. `encode` writes a
+ * payload into a malloc'ed buffer (*out, *len) that the caller frees;
+ * `decode` builds a new object (one reference) from a payload received from
+ * node `from`, or returns an error (AX_EMALFORMED for bad bytes). `retain`
+ * and `release` manage references held by value lists. Hooks may be called
+ * from any thread. */
+typedef struct ax_value_ext_ops {
+  const char *name;
+  int (*encode)(void *obj, void **out, size_t *len);
+  int (*decode)(const void *data, size_t len, const char *from, void **obj);
+  void (*retain)(void *obj);
+  void (*release)(void *obj);
+} ax_value_ext_ops;
+
+#define AX_VALUE_EXT_MAX 16
+/* Registers kind (0 <= kind < AX_VALUE_EXT_MAX) once per process; ops must
+ * stay valid for the life of the process. AX_ESTATE if already taken. */
+int ax_value_ext_register(uint32_t kind, const ax_value_ext_ops *ops);
+
+ax_values *ax_values_new(void); /* NULL on out-of-memory */
+void ax_values_free(ax_values *v); /* NULL-safe; releases tensors */
+/* A copy sharing tensors (retained) and extension objects (retained). */
+ax_values *ax_values_clone(const ax_values *v);
+
+int ax_values_add_i64(ax_values *v, int64_t x);
+int ax_values_add_f64(ax_values *v, double x);
+int ax_values_add_str(ax_values *v, const char *s);
+int ax_values_add_bytes(ax_values *v, const void *p, size_t n);
+int ax_values_add_tensor(ax_values *v, ax_tensor *t);
+int ax_values_add_ext(ax_values *v, uint32_t kind, void *obj);
+
+size_t ax_values_count(const ax_values *v); /* 0 for NULL */
+/* The type at index i, or 0 when i is out of range. */
+ax_value_type ax_values_type(const ax_values *v, size_t i);
+const char *ax_value_type_name(ax_value_type t);
+
+int ax_values_get_i64(const ax_values *v, size_t i, int64_t *out);
+int ax_values_get_f64(const ax_values *v, size_t i, double *out);
+int ax_values_get_str(const ax_values *v, size_t i, const char **out);
+int ax_values_get_bytes(const ax_values *v, size_t i, const void **p,
+                        size_t *n);
+/* Borrowed tensor; retain it to keep it beyond the list. */
+int ax_values_get_tensor(const ax_values *v, size_t i, ax_tensor **out);
+int ax_values_get_ext(const ax_values *v, size_t i, uint32_t kind,
+                      void **out);
+
+/* Total bytes of tensor data in the list (decides inline vs bulk). */
+size_t ax_values_tensor_bytes(const ax_values *v);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

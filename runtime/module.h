@@ -1,0 +1,157 @@
+/* The module interface: layers, blocks and model stages all implement it.
+ *
+ * A module is a node in a tree. Its trainable parameters and non-trainable
+ * buffers (batch-norm running statistics) are NOT owned by the module: they
+ * live in flat f32 buffers owned by an ax_net (runtime/net.h) and every call
+ * receives them through an ax_exec. Each module knows only its offset into
+ * those buffers. So a stashed weight version (PipeDream), a per-context
+ * gradient accumulator (distributed autograd) or an all-reduce is one buffer
+ * operation, and one module can run with any weight version.
+ *
+ * Per-micro-batch saved state lives in an ax_slot the CALLER passes: forward
+ * saves into it what backward needs, backward consumes it. Several slots may
+ * be in flight through one module at once (pipelining). A module holds no
+ * per-call state of its own, so forward/backward on different slots may run
+ * from different threads as long as they do not write the same gradient
+ * buffer at the same time.
+ *
+ * Values between modules are tensor lists (ax_tlist): most layers take and
+ * return one tensor; transformer blocks carry (hidden, mask). */
+#ifndef AX_MODULE_H
+#define AX_MODULE_H
+
+#include <stdint.h>
+
+#include "runtime/rng.h"
+#include "runtime/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AX_TLIST_MAX 4
+
+/* A short list of tensor references. Entries may be NULL (e.g. no gradient
+ * for an integer input). Who owns the references is stated per call. */
+typedef struct ax_tlist {
+  int n;
+  ax_tensor *t[AX_TLIST_MAX];
+} ax_tlist;
+
+/* Releases every entry and sets n = 0. */
+void ax_tlist_clear(ax_tlist *l);
+/* A list of one tensor (the reference is not retained). */
+ax_tlist ax_tlist1(ax_tensor *t);
+
+/* What one forward or backward call works with. */
+typedef struct ax_exec {
+  ax_tensor *params;  /* flat f32 parameters to use (current or stashed) */
+  ax_tensor *grads;   /* flat f32 gradient accumulator (backward only) */
+  ax_tensor *buffers; /* flat f32 buffers (running statistics); may be NULL
+                         when the module tree has none */
+  int training;       /* batch statistics and dropout active */
+  int update_stats;   /* update running statistics (0 in a recompute) */
+  int need_dx;        /* backward must produce input gradients */
+  uint64_t seed;      /* dropout seed of this micro-batch */
+} ax_exec;
+
+typedef struct ax_module ax_module;
+typedef struct ax_slot ax_slot;
+
+typedef struct ax_module_ops {
+  const char *kind;
+  /* Computes out from in. `in` is borrowed; out receives new references
+   * (the caller releases them). May save state into slot (not NULL when
+   * ex->training; may be NULL for inference). On error out is empty. */
+  int (*forward)(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                 const ax_tlist *in, ax_tlist *out);
+  /* Consumes the state forward saved in slot. Accumulates (+=) parameter
+   * gradients into ex->grads at this module's offsets; when ex->need_dx,
+   * din receives new references to the input gradients (NULL entries for
+   * inputs without gradient). dout is borrowed. */
+  int (*backward)(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                  const ax_tlist *dout, ax_tlist *din);
+  /* Writes initial values of this module's OWN parameters and buffers
+   * (host memory, n_params / n_buffers floats each). Children are initialised
+   * by ax_module_init after their parent, in order. May be NULL. */
+  void (*init)(ax_module *m, float *params, float *buffers, ax_rng *rng);
+  /* Frees the module's private data (not its children). May be NULL. */
+  void (*destroy)(ax_module *m);
+} ax_module_ops;
+
+struct ax_module {
+  const ax_module_ops *ops;
+  size_t n_params;   /* own trainable floats (children excluded) */
+  size_t n_buffers;  /* own buffer floats (children excluded) */
+  size_t param_off;  /* set by ax_module_layout */
+  size_t buf_off;    /* set by ax_module_layout */
+  ax_module **children;
+  int n_children;
+  void *priv;        /* layer-specific configuration */
+};
+
+/* Allocates a module with priv_size zeroed bytes of private data. */
+ax_module *ax_module_new(const ax_module_ops *ops, size_t priv_size);
+/* Appends a child (takes ownership). Returns AX_OK or AX_ENOMEM. */
+int ax_module_add(ax_module *m, ax_module *child);
+/* Frees the module and its children. NULL-safe. */
+void ax_module_free(ax_module *m);
+
+/* Assigns offsets depth-first (own parameters first, then children) from
+ * base offsets; returns the totals of the subtree. */
+void ax_module_layout(ax_module *m, size_t param_base, size_t buf_base,
+                      size_t *n_params, size_t *n_buffers);
+/* Calls init for the module then its children. params/buffers point at the
+ * START of the flat host buffers (offsets are applied here). */
+void ax_module_init(ax_module *m, float *params, float *buffers, ax_rng *rng);
+
+/* Pointers to this module's own parameters / gradients / buffers. */
+static inline float *ax_param(const ax_module *m, const ax_exec *ex,
+                              size_t off) {
+  return (float *)ex->params->data + m->param_off + off;
+}
+static inline float *ax_grad(const ax_module *m, const ax_exec *ex,
+                             size_t off) {
+  return (float *)ex->grads->data + m->param_off + off;
+}
+static inline float *ax_buffer(const ax_module *m, const ax_exec *ex,
+                               size_t off) {
+  return (float *)ex->buffers->data + m->buf_off + off;
+}
+
+/* ---- slots ---- */
+#define AX_SLOT_SAVED 8
+
+/* Per-micro-batch saved state: up to AX_SLOT_SAVED tensors, a few integers,
+ * and child slots for composite modules. Not thread-safe: one slot is used
+ * by one call at a time. */
+ax_slot *ax_slot_new(void);
+void ax_slot_free(ax_slot *s);   /* NULL-safe; frees children */
+void ax_slot_reset(ax_slot *s);  /* drops saved state, keeps memory */
+/* The i-th child slot, created on first use (NULL on out-of-memory). */
+ax_slot *ax_slot_child(ax_slot *s, int i);
+/* Saves t in position i (retains it; a previous tensor there is released). */
+void ax_slot_put(ax_slot *s, int i, ax_tensor *t);
+/* The saved tensor at i (borrowed), or NULL. */
+ax_tensor *ax_slot_get(const ax_slot *s, int i);
+/* Integer scratch (e.g. a dropout seed, a flag), AX_SLOT_SAVED entries. */
+void ax_slot_set_int(ax_slot *s, int i, int64_t v);
+int64_t ax_slot_int(const ax_slot *s, int i);
+/* Bytes of tensor storage held by a slot tree (saved tensors only). */
+size_t ax_slot_bytes(const ax_slot *s);
+
+/* ---- the sequential container ---- */
+/* Runs its children in order; backward in reverse. ex->need_dx applies to
+ * the first child only (later children always produce input gradients). */
+ax_module *ax_sequential_new(void);
+
+/* Calls a module's forward / backward with argument checks. */
+int ax_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+               const ax_tlist *in, ax_tlist *out);
+int ax_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                const ax_tlist *dout, ax_tlist *din);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

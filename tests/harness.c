@@ -1,0 +1,161 @@
+#include "harness.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend-impl.h"
+#include "runtime/rng.h"
+
+int ax_test_run(const char *name, const struct CMUnitTest *tests, size_t n) {
+  long t0 = ax_tensor_live_count(), s0 = ax_storage_live_count();
+  int failed = _cmocka_run_group_tests(name, tests, n, NULL, NULL);
+  long t1 = ax_tensor_live_count(), s1 = ax_storage_live_count();
+  if (t1 != t0 || s1 != s0) {
+    fprintf(stderr, "[  LEAK    ] %s: %ld tensor handles and %ld storages "
+            "still alive\n", name, t1 - t0, s1 - s0);
+    failed++;
+  }
+  return failed;
+}
+
+ax_tensor *ax_test_randn(uint64_t seed, float scale, int ndim,
+                         const int64_t *shape) {
+  ax_tensor *t = ax_tensor_new(AX_F32, ndim, shape, AX_CPU);
+  assert_non_null(t);
+  ax_rng r;
+  ax_rng_seed(&r, seed);
+  float *p = ax_f32(t);
+  for (size_t i = 0; i < ax_tensor_numel(t); i++)
+    p[i] = scale * (float)ax_rng_normal(&r);
+  return t;
+}
+
+ax_tensor *ax_test_randint(uint64_t seed, int32_t lo, int32_t hi, int ndim,
+                           const int64_t *shape) {
+  ax_tensor *t = ax_tensor_new(AX_I32, ndim, shape, AX_CPU);
+  assert_non_null(t);
+  ax_rng r;
+  ax_rng_seed(&r, seed);
+  int32_t *p = ax_i32(t);
+  for (size_t i = 0; i < ax_tensor_numel(t); i++)
+    p[i] = lo + (int32_t)ax_rng_below(&r, (uint64_t)(hi - lo));
+  return t;
+}
+
+double ax_test_close_ratio(const float *a, const float *b, size_t n,
+                           double atol, double rtol) {
+  double worst = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double r = fabs((double)a[i] - b[i]) / (atol + rtol * fabs((double)b[i]));
+    if (r > worst || isnan(r))
+      worst = isnan(r) ? INFINITY : r;
+  }
+  return worst;
+}
+
+/* loss = sum_i <out_i, R_i>, with R_i drawn from a fixed seed. */
+static double probe_loss(ax_net *net, const ax_tlist *in, int update_stats) {
+  ax_slot *slot = ax_slot_new();
+  ax_exec ex = ax_net_exec(net, 1);
+  ex.seed = 99;
+  ex.update_stats = update_stats;
+  ax_tlist out = {0};
+  AX_ASSERT_OK(ax_forward(net->root, &ex, slot, in, &out));
+  double loss = 0.0;
+  for (int i = 0; i < out.n; i++) {
+    if (!out.t[i] || out.t[i]->dtype != AX_F32)
+      continue;
+    ax_rng r;
+    ax_rng_seed(&r, 1000 + (uint64_t)i);
+    const float *o = ax_f32(out.t[i]);
+    for (size_t j = 0; j < ax_tensor_numel(out.t[i]); j++)
+      loss += (double)o[j] * ax_rng_normal(&r);
+  }
+  ax_tlist_clear(&out);
+  ax_slot_free(slot);
+  return loss;
+}
+
+static void check_coord(float *x, size_t i, float analytic, ax_net *net,
+                        const ax_tlist *in, double eps, double atol,
+                        double rtol, const char *what, double *worst,
+                        char *report, size_t report_len) {
+  float saved = x[i];
+  x[i] = saved + (float)eps;
+  double lp = probe_loss(net, in, 0);
+  x[i] = saved - (float)eps;
+  double lm = probe_loss(net, in, 0);
+  x[i] = saved;
+  double numeric = (lp - lm) / (2.0 * eps);
+  double ratio = fabs(analytic - numeric) / (atol + rtol * fabs(numeric));
+  if (ratio > *worst) {
+    *worst = ratio;
+    snprintf(report, report_len, "%s[%zu]: analytic %.6g numeric %.6g", what,
+             i, (double)analytic, numeric);
+  }
+}
+
+void ax_test_gradcheck(ax_module *m, const ax_tlist *inputs,
+                       unsigned input_mask, int samples, double eps,
+                       double atol, double rtol) {
+  ax_net *net = ax_net_new(m, AX_CPU, 7);
+  assert_non_null(net);
+  /* Analytic gradients of loss = sum <out, R>. */
+  ax_slot *slot = ax_slot_new();
+  ax_exec ex = ax_net_exec(net, 1);
+  ex.seed = 99;
+  ex.update_stats = 0;
+  ax_tlist out = {0}, dout = {0}, din = {0};
+  AX_ASSERT_OK(ax_forward(net->root, &ex, slot, inputs, &out));
+  dout.n = out.n;
+  for (int i = 0; i < out.n; i++) {
+    if (!out.t[i] || out.t[i]->dtype != AX_F32)
+      continue;
+    dout.t[i] = ax_tensor_like(out.t[i]);
+    ax_rng r;
+    ax_rng_seed(&r, 1000 + (uint64_t)i);
+    float *d = ax_f32(dout.t[i]);
+    for (size_t j = 0; j < ax_tensor_numel(dout.t[i]); j++)
+      d[j] = (float)ax_rng_normal(&r);
+  }
+  AX_ASSERT_OK(ax_net_zero_grad(net));
+  ex.need_dx = input_mask != 0;
+  AX_ASSERT_OK(ax_backward(net->root, &ex, slot, &dout, &din));
+  ax_tlist_clear(&out);
+  ax_tlist_clear(&dout);
+  ax_slot_free(slot);
+
+  double worst = 0.0;
+  char report[256] = "";
+  ax_rng pick;
+  ax_rng_seed(&pick, 4242);
+  float *p = ax_f32(net->params), *g = ax_f32(net->grads);
+  size_t np = net->n_params;
+  for (int s = 0; s < samples && np; s++) {
+    size_t i = (size_t)ax_rng_below(&pick, np);
+    check_coord(p, i, g[i], net, inputs, eps, atol, rtol, "param", &worst,
+                report, sizeof report);
+  }
+  for (int k = 0; k < inputs->n; k++) {
+    ax_tensor *x = inputs->t[k];
+    if (!(input_mask & (1u << k)) || !x || x->dtype != AX_F32)
+      continue;
+    assert_true(k < din.n && din.t[k] != NULL);
+    assert_true(ax_tensor_same_shape(din.t[k], x));
+    size_t nx = ax_tensor_numel(x);
+    const float *dx = ax_f32(din.t[k]);
+    char what[32];
+    snprintf(what, sizeof what, "input%d", k);
+    for (int s = 0; s < samples && nx; s++) {
+      size_t i = (size_t)ax_rng_below(&pick, nx);
+      check_coord(ax_f32(x), i, dx[i], net, inputs, eps, atol, rtol, what,
+                  &worst, report, sizeof report);
+    }
+  }
+  ax_tlist_clear(&din);
+  ax_net_free(net);
+  if (worst > 1.0)
+    fail_msg("gradcheck: worst ratio %.3g at %s", worst, report);
+}
