@@ -24,7 +24,7 @@ static void usage(FILE *f) {
 "  --data-config K=V,..  data-set settings, e.g. pad=1, limit=N, dir=PATH\n"
 "  --optim K=V,..        opt=sgd|adamw, lr, momentum, wd, nesterov, sched=\n"
 "                        const|step|cosine, warmup, ... (default\n"
-"                        opt=sgd,lr=0.1,momentum=0.9)\n"
+"                        opt=adamw,lr=2e-3,wd=0,sched=cosine)\n"
 "  --epochs N            epochs (default 1)\n"
 "  --steps N             stop after N steps (default: no limit)\n"
 "  --batch N             mini-batch size (default 64)\n"

@@ -195,7 +195,7 @@ struct ax_backend {
 /* Calls kernel `fn` of backend `be`: AX_K(be, relu_fwd, n, x, y). A backend
  * may leave a kernel NULL; calling it then gives AX_EUNSUPPORTED. */
 #define AX_K(be, fn, ...)                                                      \
-  ((be)->iface.fn ? (be)->iface.fn((be), __VA_ARGS__)                          \
+  ((be)->iface.fn ? (be)->iface.fn((be), ##__VA_ARGS__)                          \
                   : ax_seterr(AX_EUNSUPPORTED, "%s backend has no kernel %s",  \
                               (be)->iface.name, #fn))
 

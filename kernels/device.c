@@ -77,6 +77,12 @@ ax_backend *ax_backend_of(ax_device d) {
   return be;
 }
 
+int ax_device_synchronize(ax_device d) {
+  ax_backend *be;
+  AX_TRY(ax_backend_get(d, &be));
+  return AX_K(be, synchronize);
+}
+
 int ax_cuda_device_count(void) { return axi_cuda_device_count(); }
 
 int ax_conv_desc_init(ax_conv_desc *d) {

@@ -41,6 +41,9 @@ int ax_backend_get(ax_device d, ax_backend **out);
  * (a tensor exists on it): returns NULL only on a programming error. */
 ax_backend *ax_backend_of(ax_device d);
 
+/* Waits until every kernel queued on the device has finished. */
+int ax_device_synchronize(ax_device d);
+
 /* Number of CUDA devices usable now (0 when CUDA is absent or not built). */
 int ax_cuda_device_count(void);
 

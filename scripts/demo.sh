@@ -5,4 +5,4 @@
 set -euo pipefail
 build=${1:-build}
 exec "$build/axon-run" train --model mlp --dataset fashion-mnist --epochs 1 \
-  --batch 64 --optim opt=sgd,lr=0.05,momentum=0.9 --csv loss_curve.csv
+  --batch 64 --optim opt=adamw,lr=2e-3,wd=0,sched=cosine --csv loss_curve.csv

@@ -113,7 +113,7 @@ static void col2im(const ax_conv_desc *d, const float *restrict col, int oh0,
 
 /* Output rows per GEMM: enough that a block of columns stays in the L2
  * cache (about AX_CONV_BLOCK floats), at least one row. */
-#define AX_CONV_BLOCK (1 << 15)
+#define AX_CONV_BLOCK (1 << 16)
 static int conv_block_rows(const ax_conv_desc *d) {
   long per_row = (long)d->c * d->r * d->s * d->ow;
   long rows = AX_CONV_BLOCK / (per_row > 0 ? per_row : 1);
@@ -150,27 +150,35 @@ int axi_cpu_conv2d_fwd(ax_backend *be, const ax_conv_desc *d, const float *x,
                        const float *w, float *y) {
   (void)be;
   AX_TRY(conv_check("conv2d_fwd", d));
-  const int crs = d->c * d->r * d->s, ohw = d->oh * d->ow, pw = conv_is_pointwise(d);
+  const int crs = d->c * d->r * d->s, ohw = d->oh * d->ow;
+  const int pw = conv_is_pointwise(d), rows = conv_block_rows(d);
   const size_t xs = (size_t)d->c * d->h * d->w, ys = (size_t)d->k * ohw;
   const int nt = conv_threads(d->n);
   int fail = 0;
   blas_serial_begin(nt);
 #pragma omp parallel num_threads(nt) reduction(| : fail)
   {
-    float *col = pw ? NULL : malloc(sizeof(float) * (size_t)crs * ohw);
+    float *col = pw ? NULL : malloc(sizeof(float) * (size_t)crs * rows * d->ow);
     if (!pw && !col)
       fail = 1;
 #pragma omp for schedule(static)
     for (int n = 0; n < d->n; n++) {
       if (fail)
         continue;
-      const float *b = x + n * xs;
-      if (!pw) {
-        im2col(d, b, col);
-        b = col;
+      if (pw) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->k, ohw, crs,
+                    1.0f, w, crs, x + n * xs, ohw, 0.0f, y + n * ys, ohw);
+        continue;
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->k, ohw, crs,
-                  1.0f, w, crs, b, ohw, 0.0f, y + n * ys, ohw);
+      for (int oh0 = 0; oh0 < d->oh; oh0 += rows) {
+        int oh1 = oh0 + rows < d->oh ? oh0 + rows : d->oh;
+        int nb = (oh1 - oh0) * d->ow;
+        im2col(d, x + n * xs, oh0, oh1, col);
+        /* y_n[:, block] (K, nb) = W (K, CRS) * col (CRS, nb) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->k, nb, crs,
+                    1.0f, w, crs, col, nb, 0.0f, y + n * ys + oh0 * d->ow,
+                    ohw);
+      }
     }
     free(col);
   }
@@ -184,32 +192,44 @@ int axi_cpu_conv2d_bwd_data(ax_backend *be, const ax_conv_desc *d,
                             const float *dy, const float *w, float *dx) {
   (void)be;
   AX_TRY(conv_check("conv2d_bwd_data", d));
-  const int crs = d->c * d->r * d->s, ohw = d->oh * d->ow, pw = conv_is_pointwise(d);
+  const int crs = d->c * d->r * d->s, ohw = d->oh * d->ow;
+  const int pw = conv_is_pointwise(d), rows = conv_block_rows(d);
   const size_t xs = (size_t)d->c * d->h * d->w, ys = (size_t)d->k * ohw;
   const int nt = conv_threads(d->n);
   int fail = 0;
   blas_serial_begin(nt);
 #pragma omp parallel num_threads(nt) reduction(| : fail)
   {
-    float *col = pw ? NULL : malloc(sizeof(float) * (size_t)crs * ohw);
+    float *col = pw ? NULL : malloc(sizeof(float) * (size_t)crs * rows * d->ow);
     if (!pw && !col)
       fail = 1;
 #pragma omp for schedule(static)
     for (int n = 0; n < d->n; n++) {
       if (fail)
         continue;
-      float *out = pw ? dx + n * xs : col;
-      /* dcol (CRS, OHW) = W^T (CRS, K) * dy_n (K, OHW) */
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, crs, ohw, d->k,
-                  1.0f, w, crs, dy + n * ys, ohw, 0.0f, out, ohw);
-      if (!pw)
-        col2im(d, col, dx + n * xs);
+      if (pw) {
+        /* dx_n (C, HW) = W^T (C, K) * dy_n (K, HW) */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, crs, ohw, d->k,
+                    1.0f, w, crs, dy + n * ys, ohw, 0.0f, dx + n * xs, ohw);
+        continue;
+      }
+      memset(dx + n * xs, 0, sizeof(float) * xs);
+      for (int oh0 = 0; oh0 < d->oh; oh0 += rows) {
+        int oh1 = oh0 + rows < d->oh ? oh0 + rows : d->oh;
+        int nb = (oh1 - oh0) * d->ow;
+        /* dcol (CRS, nb) = W^T (CRS, K) * dy_n[:, block] (K, nb) */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, crs, nb, d->k,
+                    1.0f, w, crs, dy + n * ys + oh0 * d->ow, ohw, 0.0f, col,
+                    nb);
+        col2im(d, col, oh0, oh1, dx + n * xs);
+      }
     }
     free(col);
   }
   blas_serial_end(nt);
   if (fail)
-    return ax_seterr(AX_ENOMEM, "conv2d_bwd_data: no memory for the column buffer");
+    return ax_seterr(AX_ENOMEM,
+                     "conv2d_bwd_data: no memory for the column buffer");
   return AX_OK;
 }
 
@@ -217,7 +237,8 @@ int axi_cpu_conv2d_bwd_filter(ax_backend *be, const ax_conv_desc *d,
                               const float *x, const float *dy, float *dw) {
   (void)be;
   AX_TRY(conv_check("conv2d_bwd_filter", d));
-  const int crs = d->c * d->r * d->s, ohw = d->oh * d->ow, pw = conv_is_pointwise(d);
+  const int crs = d->c * d->r * d->s, ohw = d->oh * d->ow;
+  const int pw = conv_is_pointwise(d), rows = conv_block_rows(d);
   const size_t xs = (size_t)d->c * d->h * d->w, ys = (size_t)d->k * ohw;
   const size_t wn = (size_t)d->k * crs;
   const int nt = conv_threads(d->n);
@@ -225,14 +246,14 @@ int axi_cpu_conv2d_bwd_filter(ax_backend *be, const ax_conv_desc *d,
   blas_serial_begin(nt);
 #pragma omp parallel num_threads(nt) reduction(| : fail)
   {
-    /* Thread 0 accumulates straight into dw; the others into a private
-     * buffer that is added to dw at the end. */
+    /* Thread 0 accumulates straight into dw, the others into a private
+     * buffer that is added to dw after the loop's closing barrier. */
 #ifdef _OPENMP
     int tid = omp_get_thread_num();
 #else
     int tid = 0;
 #endif
-    float *col = pw ? NULL : malloc(sizeof(float) * (size_t)crs * ohw);
+    float *col = pw ? NULL : malloc(sizeof(float) * (size_t)crs * rows * d->ow);
     float *acc = tid == 0 ? dw : calloc(wn, sizeof(float));
     if ((!pw && !col) || !acc)
       fail = 1;
@@ -240,14 +261,21 @@ int axi_cpu_conv2d_bwd_filter(ax_backend *be, const ax_conv_desc *d,
     for (int n = 0; n < d->n; n++) {
       if (fail)
         continue;
-      const float *b = x + n * xs;
-      if (!pw) {
-        im2col(d, b, col);
-        b = col;
+      if (pw) {
+        /* dw (K, C) += dy_n (K, HW) * x_n^T (HW, C) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->k, crs, ohw,
+                    1.0f, dy + n * ys, ohw, x + n * xs, ohw, 1.0f, acc, crs);
+        continue;
       }
-      /* dw (K, CRS) += dy_n (K, OHW) * col^T (OHW, CRS) */
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->k, crs, ohw,
-                  1.0f, dy + n * ys, ohw, b, ohw, 1.0f, acc, crs);
+      for (int oh0 = 0; oh0 < d->oh; oh0 += rows) {
+        int oh1 = oh0 + rows < d->oh ? oh0 + rows : d->oh;
+        int nb = (oh1 - oh0) * d->ow;
+        im2col(d, x + n * xs, oh0, oh1, col);
+        /* dw (K, CRS) += dy_n[:, block] (K, nb) * col^T (nb, CRS) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->k, crs, nb,
+                    1.0f, dy + n * ys + oh0 * d->ow, ohw, col, nb, 1.0f, acc,
+                    crs);
+      }
     }
     free(col);
     if (tid != 0 && acc) {

@@ -50,6 +50,9 @@ void axi_corpus_free(axi_corpus *c);
 /* The id of a token string (lower-case), or AX_TOK_UNK. */
 int axi_corpus_lookup(const axi_corpus *c, const char *tok, size_t len);
 
+/* The corpus of an open "gcide" data set (borrowed), NULL for other kinds. */
+const axi_corpus *axi_text_corpus(const ax_dataset *ds);
+
 /* Calls fn(tok, len, end_of_sentence, arg) for each token of one cleaned
  * line (len bytes, no newline); end_of_sentence is 1 on the last token of a
  * sentence. Tokens are lower-cased into a scratch buffer. Sentence ends are

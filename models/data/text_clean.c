@@ -16,29 +16,38 @@ typedef struct cleaner {
   int depth; /* open '[' not yet closed in this paragraph */
 } cleaner;
 
-static int is_mark(char c) {
-  return c && strchr("'`\"=^~,.-:", c) != NULL;
+static int is_mark(char c) { return c && strchr("'`\"=^~,.-*", c) != NULL; }
+
+static int all_alpha(const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isalpha((unsigned char)s[i]))
+      return 0;
+  return n > 0;
 }
 
-/* The letters an accent code stands for: ['e] or [e^] -> "e", [ae] -> "ae";
- * 0 when the bracket content (n bytes) is not an accent code. */
+/* The letters a GCIDE accent code stands for, written into letters (at most
+ * 4 bytes): ['e], [=oo], [.a] and [a^] keep their letters, ligatures [ae]
+ * and [oe] stay, a few named symbols ([imac], [eth], ...) become their
+ * nearest letters. Returns 0 when the bracket content s[0..n) is no accent
+ * code (a note like [R.] or [1913 Webster], which is dropped). */
 static int accent_letters(const char *s, size_t n, char *letters) {
-  if (n != 2)
-    return 0;
-  if (is_mark(s[0]) && isalpha((unsigned char)s[1])) {
-    letters[0] = s[1];
-    return 1;
+  static const struct {
+    const char *code, *text;
+  } named[] = {{"imac", "i"}, {"aum", "a"}, {"eth", "th"}, {"th", "th"},
+               {"ng", "ng"},  {"udd", "u"}, {"yogh", "y"}, {"ae", "ae"},
+               {"oe", "oe"},  {"AE", "AE"}, {"OE", "OE"}};
+  for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+    if (strlen(named[i].code) == n && memcmp(named[i].code, s, n) == 0) {
+      memcpy(letters, named[i].text, strlen(named[i].text));
+      return (int)strlen(named[i].text);
+    }
+  if (n >= 2 && n <= 3 && is_mark(s[0]) && all_alpha(s + 1, n - 1)) {
+    memcpy(letters, s + 1, n - 1);
+    return (int)n - 1;
   }
-  if (isalpha((unsigned char)s[0]) && is_mark(s[1])) {
-    letters[0] = s[0];
-    return 1;
-  }
-  if ((tolower((unsigned char)s[0]) == 'a' ||
-       tolower((unsigned char)s[0]) == 'o') &&
-      tolower((unsigned char)s[1]) == 'e') {
-    letters[0] = s[0];
-    letters[1] = s[1];
-    return 2;
+  if (n >= 2 && n <= 3 && s[n - 1] == '^' && all_alpha(s, n - 1)) {
+    memcpy(letters, s, n - 1);
+    return (int)n - 1;
   }
   return 0;
 }
@@ -91,7 +100,7 @@ static void clean_line(cleaner *c, const char *s, size_t len) {
     }
     if (ch == '[') {
       const char *close = memchr(s + i + 1, ']', len - i - 1);
-      char letters[2];
+      char letters[4];
       int k = close ? accent_letters(s + i + 1, (size_t)(close - s - i - 1),
                                      letters)
                     : 0;
@@ -170,6 +179,16 @@ static void tidy_line(cleaner *c, size_t from) {
   c->n = from + (n - a);
 }
 
+/* Whether a line starts with a pronunciation: "(ab*dom`i*nos"ko*py), n." */
+static int pronunciation(const char *s, size_t len) {
+  if (len == 0 || s[0] != '(')
+    return 0;
+  for (size_t i = 1; i < len && s[i] != ')'; i++)
+    if (s[i] == '*' || s[i] == '`' || s[i] == '"')
+      return 1;
+  return 0;
+}
+
 static int starts(const char *s, size_t len, const char *p) {
   size_t k = strlen(p);
   return len >= k && memcmp(s, p, k) == 0;
@@ -179,7 +198,7 @@ char *axi_text_clean(const char *src, size_t len, size_t *out_len) {
   cleaner c = {malloc(len + 2), 0, 0};
   if (!c.out)
     return NULL;
-  int first = 1, skip = 0;
+  int first = 1, skip = 0, head = 0;
   size_t para_start = 0;
   for (size_t pos = 0; pos <= len;) {
     const char *nl = pos < len ? memchr(src + pos, '\n', len - pos) : NULL;
@@ -196,6 +215,7 @@ char *axi_text_clean(const char *src, size_t len, size_t *out_len) {
       para_start = c.n;
       first = 1;
       skip = 0;
+      head = 0;
       c.depth = 0;
     } else {
       if (first) {
@@ -207,10 +227,16 @@ char *axi_text_clean(const char *src, size_t len, size_t *out_len) {
       }
       if (!skip) {
         size_t from = c.n;
-        clean_line(&c, line, ll);
         /* A headword line ("Accredit \Ac*cred"it\, v. t. [...") starts at
-         * column 0 and holds a pronunciation span: only its brackets count. */
+         * column 0 and holds a pronunciation span. It and the lines that
+         * continue its pronunciation or etymology are dropped; only their
+         * brackets count. */
         if (ind == 0 && memchr(line, '\\', ll))
+          head = 1;
+        else if (head && c.depth == 0 && !pronunciation(line + ind, ll - ind))
+          head = 0;
+        clean_line(&c, line, ll);
+        if (head)
           c.n = from;
         tidy_line(&c, from);
         if (c.n > from)

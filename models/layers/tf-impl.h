@@ -4,6 +4,7 @@
 #define AX_LAYERS_TF_IMPL_H
 
 #include "kernels/backend-impl.h"
+#include "models/layers/basic.h"
 #include "models/layers/transformer.h"
 #include "runtime/rng.h"
 

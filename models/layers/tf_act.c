@@ -41,8 +41,10 @@ static int act_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor *saved = ax_slot_get(slot, 0);
   if (!saved)
     return axi_tf_no_state(m->ops->kind);
-  if (!ex->need_dx)
+  if (!ex->need_dx) {
+    ax_slot_put(slot, 0, NULL);
     return AX_OK;
+  }
   AX_TRY(axi_tf_check_in(m->ops->kind, dout, 1));
   ax_tensor *dy = dout->t[0];
   size_t n = ax_tensor_numel(saved);
@@ -60,6 +62,7 @@ static int act_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     ax_tensor_release(dx);
     return rc;
   }
+  ax_slot_put(slot, 0, NULL); /* backward consumes the saved state */
   *din = ax_tlist1(dx);
   return AX_OK;
 }

@@ -189,6 +189,9 @@ static int mhsa_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor *dx = NULL;
   int rc = mhsa_grad(m, ex, slot, dout->t[0], &t, &dx);
   tmp_free(&t);
+  if (rc == AX_OK) /* backward consumes the saved state */
+    for (int i = SAVE_QKV; i <= SAVE_PROBS_D; i++)
+      ax_slot_put(slot, i, NULL);
   if (rc != AX_OK || !ex->need_dx) {
     ax_tensor_release(dx);
     return rc;
@@ -227,9 +230,10 @@ ax_module *ax_mhsa_new(int hidden, int heads, float dropout, uint64_t salt) {
   mhsa_priv *p = m->priv;
   p->hidden = hidden;
   p->heads = heads;
-  if (ax_module_add(m, ax_dense_new(hidden, 3 * hidden, 1, AX_BERT_INIT_STD)) ||
+  float std = AX_BERT_INIT_STD;
+  if (ax_module_add(m, ax_linear_new_std(hidden, 3 * hidden, 1, std)) ||
       ax_module_add(m, ax_dropout_new(dropout, salt)) ||
-      ax_module_add(m, ax_dense_new(hidden, hidden, 1, AX_BERT_INIT_STD))) {
+      ax_module_add(m, ax_linear_new_std(hidden, hidden, 1, std))) {
     ax_module_free(m);
     ax_seterr(AX_ENOMEM, "attention: no memory");
     return NULL;

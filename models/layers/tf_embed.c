@@ -56,6 +56,7 @@ static int emb_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_backend *be = ax_backend_of(dy->device);
   AX_TRY(AX_K(be, embedding_bwd, (int)n, p->dim, ax_i32(ids), ax_f32(dy),
               ax_grad(m, ex, 0)));
+  ax_slot_put(slot, 0, NULL); /* backward consumes the saved state */
   if (ex->need_dx) { /* integer ids have no gradient: one NULL entry */
     din->n = 1;
     din->t[0] = NULL;
@@ -160,6 +161,9 @@ static int ln_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                 ax_f32(x), ax_f32(dy), ax_param(m, ex, 0), ax_f32(mean),
                 ax_f32(rstd), ax_f32(dx), ax_grad(m, ex, 0),
                 ax_grad(m, ex, (size_t)p->dim));
+  if (rc == AX_OK) /* backward consumes the saved state */
+    for (int i = 0; i < 3; i++)
+      ax_slot_put(slot, i, NULL);
   if (rc != AX_OK || !ex->need_dx) {
     ax_tensor_release(dx);
     return rc;

@@ -7,7 +7,9 @@
  * All numeric work goes through the kernel vtable of the input's device, so
  * the layers run on any backend; they never read tensor data on the host.
  * Parameters are initialised as BERT does: weights N(0, 0.02^2), biases 0,
- * LayerNorm gamma 1 and beta 0.
+ * LayerNorm gamma 1 and beta 0. Projections are the Linear layer of
+ * models/layers/basic.h built with ax_linear_new_std(in, out, 1,
+ * AX_BERT_INIT_STD).
  *
  * Dropout masks come from the counter-based generator of the kernels,
  * seeded with ax_exec.seed mixed with a per-layer `salt`. Layers built with
@@ -45,11 +47,6 @@ ax_module *ax_tanh_new(void);
  * values are scaled by 1 / (1 - p). The identity when !ex->training or
  * p == 0. */
 ax_module *ax_dropout_new(float p, uint64_t salt);
-
-/* Fully connected layer y = x W^T + b for x (..., in) of any leading
- * dimensions, W (out, in) and b (out) (no b when !bias), initialised as
- * BERT: W ~ N(0, std^2), b = 0. */
-ax_module *ax_dense_new(int in, int out, int bias, float std);
 
 /* Embedding table (rows, dim) ~ N(0, 0.02^2). Input: i32 ids of any shape
  * (..., ), each in [0, rows) (AX_EINVAL otherwise); output f32 (..., dim).

@@ -37,7 +37,7 @@ typedef struct ax_train_report {
   long n_loss;
 } ax_train_report;
 
-/* Defaults: mlp on fashion-mnist, 1 epoch, batch 64, SGD lr 0.1 m 0.9. */
+/* Defaults: mlp on fashion-mnist, 1 epoch, batch 64, AdamW lr 2e-3 cosine. */
 ax_train_opts ax_train_defaults(void);
 
 /* Trains; AX_OK or an error with ax_errmsg (unknown model, missing data

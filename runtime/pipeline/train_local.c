@@ -14,7 +14,7 @@ ax_train_opts ax_train_defaults(void) {
   memset(&o, 0, sizeof o);
   o.model = "mlp";
   o.dataset = "fashion-mnist";
-  o.optim_config = "opt=sgd,lr=0.1,momentum=0.9";
+  o.optim_config = "opt=adamw,lr=2e-3,wd=0,sched=cosine";
   o.epochs = 1;
   o.batch = 64;
   o.eval_batch = 500;

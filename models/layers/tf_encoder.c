@@ -1,0 +1,171 @@
+/* One BERT encoder layer (post-LN) built from the transformer layers.
+ *
+ * Children, in order: 0 attention, 1 dropout, 2 layer norm, 3 dense
+ * hidden -> ff, 4 GELU, 5 dense ff -> hidden, 6 dropout, 7 layer norm. */
+#include "models/layers/tf-impl.h"
+
+#include "runtime/error.h"
+
+enum { C_ATTN, C_DROP1, C_LN1, C_FF1, C_GELU, C_FF2, C_DROP2, C_LN2, C_N };
+
+typedef struct enc_priv {
+  int hidden;
+} enc_priv;
+
+#define ENC_TMP 8
+
+/* Releases the temporaries of one call. */
+static void tmp_free(ax_tensor **t) {
+  for (int i = 0; i < ENC_TMP; i++) {
+    ax_tensor_release(t[i]);
+    t[i] = NULL;
+  }
+}
+
+static int attn_fwd(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                    const ax_tlist *in, ax_tensor **a) {
+  ax_slot *cs = NULL;
+  if (slot && !(cs = ax_slot_child(slot, C_ATTN)))
+    return AX_ENOMEM;
+  ax_tlist pair = {2, {in->t[0], in->t[1]}}, out = {0};
+  AX_TRY(ax_forward(m->children[C_ATTN], ex, cs, &pair, &out));
+  *a = out.t[0];
+  out.t[0] = NULL;
+  ax_tlist_clear(&out);
+  return AX_OK;
+}
+
+static int enc_run(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                   const ax_tlist *in, ax_tensor **t, ax_tensor **y) {
+  ax_tensor *x = in->t[0]; // (B, S, H)
+  /* x1 = LN(x + Dropout(Attn(x))) */
+  AX_TRY(attn_fwd(m, ex, slot, in, &t[0]));
+  AX_TRY(axi_tf_child_fwd(m, C_DROP1, ex, slot, t[0], &t[1]));
+  AX_TRY(axi_tf_add(x, t[1], &t[2]));
+  AX_TRY(axi_tf_child_fwd(m, C_LN1, ex, slot, t[2], &t[3]));
+  /* y = LN(x1 + Dropout(FF2(GELU(FF1(x1))))) */
+  AX_TRY(axi_tf_child_fwd(m, C_FF1, ex, slot, t[3], &t[4])); // (B, S, ff)
+  AX_TRY(axi_tf_child_fwd(m, C_GELU, ex, slot, t[4], &t[5]));
+  AX_TRY(axi_tf_child_fwd(m, C_FF2, ex, slot, t[5], &t[6])); // (B, S, H)
+  AX_TRY(axi_tf_child_fwd(m, C_DROP2, ex, slot, t[6], &t[7]));
+  ax_tensor *s2 = NULL;
+  AX_TRY(axi_tf_add(t[3], t[7], &s2));
+  int rc = axi_tf_child_fwd(m, C_LN2, ex, slot, s2, y);
+  ax_tensor_release(s2);
+  return rc;
+}
+
+static int enc_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                       const ax_tlist *in, ax_tlist *out) {
+  enc_priv *p = m->priv;
+  AX_TRY(axi_tf_check_in("encoder", in, 2));
+  char b[96];
+  ax_tensor *x = in->t[0];
+  if (x->ndim != 3 || x->shape[2] != p->hidden)
+    return ax_seterr(AX_ESHAPE, "encoder: hidden %s must be (B, S, %d)",
+                     ax_tensor_shape_str(x, b, sizeof b), p->hidden);
+  ax_tensor *t[ENC_TMP] = {0}, *y = NULL;
+  int rc = enc_run(m, ex, slot, in, t, &y);
+  tmp_free(t);
+  if (rc != AX_OK)
+    return rc;
+  out->n = 2;
+  out->t[0] = y;
+  out->t[1] = ax_tensor_retain(in->t[1]);
+  return AX_OK;
+}
+
+static int enc_grad(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                    ax_tensor *dy, ax_tensor **t, ax_tensor **dx) {
+  /* Feed-forward half: the residual adds the LN2 input gradient to x1's. */
+  AX_TRY(axi_tf_child_bwd(m, C_LN2, ex, slot, 1, dy, &t[0]));
+  AX_TRY(axi_tf_child_bwd(m, C_DROP2, ex, slot, 1, t[0], &t[1]));
+  AX_TRY(axi_tf_child_bwd(m, C_FF2, ex, slot, 1, t[1], &t[2]));
+  AX_TRY(axi_tf_child_bwd(m, C_GELU, ex, slot, 1, t[2], &t[3]));
+  AX_TRY(axi_tf_child_bwd(m, C_FF1, ex, slot, 1, t[3], &t[4]));
+  AX_TRY(axi_tf_add(t[0], t[4], &t[5]));
+  /* Attention half. */
+  AX_TRY(axi_tf_child_bwd(m, C_LN1, ex, slot, 1, t[5], &t[6]));
+  AX_TRY(axi_tf_child_bwd(m, C_DROP1, ex, slot, 1, t[6], &t[7]));
+  ax_slot *cs = ax_slot_child(slot, C_ATTN);
+  if (!cs)
+    return AX_ENOMEM;
+  ax_exec cex = *ex;
+  ax_tlist dout = ax_tlist1(t[7]), din = {0};
+  AX_TRY(ax_backward(m->children[C_ATTN], &cex, cs, &dout, &din));
+  int rc = AX_OK;
+  if (ex->need_dx) {
+    if (din.n < 1 || !din.t[0])
+      rc = ax_seterr(AX_EINTERNAL, "encoder: attention returned no gradient");
+    else
+      rc = axi_tf_add(t[6], din.t[0], dx);
+  }
+  ax_tlist_clear(&din);
+  return rc;
+}
+
+static int enc_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                        const ax_tlist *dout, ax_tlist *din) {
+  AX_TRY(axi_tf_check_in("encoder", dout, 1));
+  ax_tensor *t[ENC_TMP] = {0}, *dx = NULL;
+  int rc = enc_grad(m, ex, slot, dout->t[0], t, &dx);
+  tmp_free(t);
+  if (rc != AX_OK || !ex->need_dx) {
+    ax_tensor_release(dx);
+    return rc;
+  }
+  din->n = 2;
+  din->t[0] = dx;
+  din->t[1] = NULL; /* the mask has no gradient */
+  return AX_OK;
+}
+
+static const ax_module_ops enc_ops = {
+    /* .kind = */ "encoder",
+    /* .forward = */ enc_forward,
+    /* .backward = */ enc_backward,
+    /* .init = */ NULL,
+    /* .destroy = */ NULL,
+};
+
+ax_module *ax_encoder_layer_new(int hidden, int heads, int ff, float dropout,
+                                uint64_t salt) {
+  if (ff <= 0) {
+    ax_seterr(AX_EINVAL, "encoder: feed-forward size %d must be positive", ff);
+    return NULL;
+  }
+  /* The attention constructor checks hidden, heads and dropout. */
+  ax_module *attn = ax_mhsa_new(hidden, heads, dropout, ax_salt_mix(salt, 1));
+  if (!attn)
+    return NULL;
+  ax_module *m = ax_module_new(&enc_ops, sizeof(enc_priv));
+  if (!m) {
+    ax_module_free(attn);
+    ax_seterr(AX_ENOMEM, "encoder: no memory");
+    return NULL;
+  }
+  ((enc_priv *)m->priv)->hidden = hidden;
+  ax_module *parts[C_N] = {
+      attn,
+      ax_dropout_new(dropout, ax_salt_mix(salt, 2)),
+      ax_layernorm_new(hidden, AX_BERT_LN_EPS),
+      ax_linear_new_std(hidden, ff, 1, AX_BERT_INIT_STD),
+      ax_gelu_new(),
+      ax_linear_new_std(ff, hidden, 1, AX_BERT_INIT_STD),
+      ax_dropout_new(dropout, ax_salt_mix(salt, 3)),
+      ax_layernorm_new(hidden, AX_BERT_LN_EPS),
+  };
+  int rc = AX_OK;
+  for (int i = 0; i < C_N; i++) {
+    if (rc == AX_OK)
+      rc = ax_module_add(m, parts[i]); /* frees parts[i] on failure */
+    else
+      ax_module_free(parts[i]);
+  }
+  if (rc != AX_OK) {
+    ax_module_free(m);
+    ax_seterr(AX_ENOMEM, "encoder: no memory");
+    return NULL;
+  }
+  return m;
+}

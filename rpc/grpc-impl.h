@@ -1,0 +1,78 @@
+/* gRPC core control plane: completion queue, server and streams. Only
+ * grpc_server.c and grpc_stream.c include this header. */
+#ifndef AX_RPC_GRPC_IMPL_H
+#define AX_RPC_GRPC_IMPL_H
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/time.h>
+
+#include "rpc/node-impl.h"
+
+#define AXI_STREAM_METHOD "/axon.Axon/Stream"
+
+/* A completion-queue tag: every started batch carries one and yields
+ * exactly one completion, delivered to cb by the poller thread. */
+typedef struct axi_op {
+  void (*cb)(struct axi_op *op, int ok);
+} axi_op;
+
+typedef struct axi_sbuf {
+  uint8_t *p;
+  size_t len;
+  struct axi_sbuf *next;
+} axi_sbuf;
+
+struct axi_stream {
+  ax_node *node;
+  axi_peer *peer; /* server streams: set by the HELLO frame */
+  int client;
+  grpc_call *call;
+  grpc_channel *chan; /* client streams own their channel */
+  pthread_mutex_t mu;
+  int refs; /* holders (peer->out/in, calls); guarded by g->mu */
+  int ops;  /* batches in flight; guarded by g->mu */
+  int dead; /* no more sends or receives */
+  int established;
+  axi_sbuf *q_head, **q_tail;
+  int sending;
+  grpc_byte_buffer *send_bb, *recv_bb;
+  grpc_metadata_array init_md, trail_md, req_md;
+  grpc_status_code status;
+  grpc_slice details;
+  int cancelled;
+  axi_op op_start, op_send, op_recv, op_end, op_status;
+  axi_stream *next, *prev;
+};
+
+struct axi_grpc {
+  grpc_completion_queue *cq;
+  grpc_server *server;
+  pthread_t poller;
+  int poller_started;
+  /* accepting calls */
+  axi_op accept_op;
+  grpc_call *new_call;
+  grpc_call_details details;
+  grpc_metadata_array req_md;
+  axi_op shutdown_op;
+  int shutdown_done, stopping;
+  /* every live stream, and the batches in flight */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  axi_stream *streams;
+  long ops_total;
+};
+
+/* Starts a batch on s with tag op (counted in s->ops). */
+grpc_call_error axi_stream_batch(axi_stream *s, const grpc_op *ops, size_t n,
+                                 axi_op *op);
+/* Wraps an accepted server call into a stream and starts receiving. */
+void axi_stream_accept(ax_node *n, grpc_call *call);
+void axi_grpc_op_done(axi_grpc *g);
+void axi_grpc_op_begin(axi_grpc *g);
+
+#endif

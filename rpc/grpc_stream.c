@@ -1,0 +1,409 @@
+/* gRPC streams: one long-lived bidirectional call per ordered node pair.
+ *
+ * Each gRPC message carries a batch of frames ([u32 len][frame]...): while
+ * one send is in flight, later frames queue up and leave together, which
+ * keeps the per-message cost of gRPC off the per-call path. One receive is
+ * always outstanding while the stream lives. A client stream reports the
+ * peer down when its call ends (connection lost, server gone). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rpc/grpc-impl.h"
+
+#define STREAM_BATCH_MAX (8u << 20) /* bytes per gRPC message */
+
+static axi_stream *of(axi_op *op, size_t off) {
+  return (axi_stream *)((char *)op - off);
+}
+
+static void stream_destroy(axi_stream *s) {
+  grpc_call_unref(s->call);
+  if (s->chan)
+    grpc_channel_destroy(s->chan);
+  for (axi_sbuf *b = s->q_head, *nx; b; b = nx) {
+    nx = b->next;
+    free(b->p);
+    free(b);
+  }
+  grpc_metadata_array_destroy(&s->init_md);
+  grpc_metadata_array_destroy(&s->trail_md);
+  grpc_slice_unref(s->details);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+/* Drops one count (ops or refs) and frees s when both reach zero. */
+static void stream_put(axi_stream *s, int is_op) {
+  axi_grpc *g = s->node->grpc;
+  pthread_mutex_lock(&g->mu);
+  if (is_op) {
+    s->ops--;
+    if (--g->ops_total == 0)
+      pthread_cond_broadcast(&g->cv);
+  } else {
+    s->refs--;
+  }
+  int fr = s->ops == 0 && s->refs == 0;
+  if (fr) {
+    if (s->prev)
+      s->prev->next = s->next;
+    else
+      g->streams = s->next;
+    if (s->next)
+      s->next->prev = s->prev;
+    pthread_cond_broadcast(&g->cv);
+  }
+  pthread_mutex_unlock(&g->mu);
+  if (fr)
+    stream_destroy(s);
+}
+
+void axi_stream_retain(axi_stream *s) {
+  axi_grpc *g = s->node->grpc;
+  pthread_mutex_lock(&g->mu);
+  s->refs++;
+  pthread_mutex_unlock(&g->mu);
+}
+
+void axi_stream_release(axi_stream *s) {
+  if (s)
+    stream_put(s, 0);
+}
+
+grpc_call_error axi_stream_batch(axi_stream *s, const grpc_op *ops, size_t n,
+                                 axi_op *op) {
+  axi_grpc *g = s->node->grpc;
+  pthread_mutex_lock(&g->mu);
+  s->ops++;
+  g->ops_total++;
+  pthread_mutex_unlock(&g->mu);
+  grpc_call_error e = grpc_call_start_batch(s->call, ops, n, op, NULL);
+  if (e != GRPC_CALL_OK)
+    stream_put(s, 1);
+  return e;
+}
+
+static void mark_dead(axi_stream *s) {
+  pthread_mutex_lock(&s->mu);
+  s->dead = 1;
+  axi_sbuf *b = s->q_head;
+  s->q_head = NULL;
+  s->q_tail = &s->q_head;
+  pthread_mutex_unlock(&s->mu);
+  for (axi_sbuf *nx; b; b = nx) {
+    nx = b->next;
+    free(b->p);
+    free(b);
+  }
+}
+
+int axi_stream_alive(axi_stream *s) {
+  return s && !__atomic_load_n(&s->dead, __ATOMIC_ACQUIRE);
+}
+
+void axi_stream_cancel(axi_stream *s) {
+  if (s)
+    grpc_call_cancel(s->call, NULL);
+}
+
+/* Starts the next send with everything queued (s->mu held). */
+static void send_next_locked(axi_stream *s) {
+  if (s->sending || !s->q_head || s->dead)
+    return;
+  grpc_slice slices[64];
+  size_t ns = 0, bytes = 0;
+  while (s->q_head && ns < 64 && (ns == 0 || bytes < STREAM_BATCH_MAX)) {
+    axi_sbuf *b = s->q_head;
+    s->q_head = b->next;
+    uint32_t fl = (uint32_t)(b->len - 4);
+    memcpy(b->p, &fl, 4);
+    slices[ns++] = grpc_slice_new(b->p, b->len, free);
+    bytes += b->len;
+    free(b);
+  }
+  if (!s->q_head)
+    s->q_tail = &s->q_head;
+  s->send_bb = grpc_raw_byte_buffer_create(slices, ns);
+  for (size_t i = 0; i < ns; i++)
+    grpc_slice_unref(slices[i]);
+  __atomic_add_fetch(&s->node->bytes_out, bytes, __ATOMIC_RELAXED);
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_SEND_MESSAGE;
+  op.data.send_message.send_message = s->send_bb;
+  s->sending = 1;
+  if (axi_stream_batch(s, &op, 1, &s->op_send) != GRPC_CALL_OK) {
+    grpc_byte_buffer_destroy(s->send_bb);
+    s->send_bb = NULL;
+    s->sending = 0;
+    s->dead = 1;
+  }
+}
+
+int axi_stream_send(axi_stream *s, uint8_t *buf, size_t len) {
+  axi_sbuf *b = malloc(sizeof *b);
+  if (!b) {
+    free(buf);
+    return ax_seterr(AX_ENOMEM, "stream: no memory");
+  }
+  b->p = buf;
+  b->len = len;
+  b->next = NULL;
+  pthread_mutex_lock(&s->mu);
+  if (s->dead) {
+    pthread_mutex_unlock(&s->mu);
+    free(buf);
+    free(b);
+    return ax_seterr(AX_ECLOSED, "stream: closed");
+  }
+  *s->q_tail = b;
+  s->q_tail = &b->next;
+  send_next_locked(s);
+  pthread_mutex_unlock(&s->mu);
+  return AX_OK;
+}
+
+static void on_send(axi_op *op, int ok) {
+  axi_stream *s = of(op, offsetof(axi_stream, op_send));
+  pthread_mutex_lock(&s->mu);
+  grpc_byte_buffer_destroy(s->send_bb);
+  s->send_bb = NULL;
+  s->sending = 0;
+  if (ok)
+    send_next_locked(s);
+  pthread_mutex_unlock(&s->mu);
+  if (!ok)
+    mark_dead(s);
+  stream_put(s, 1);
+}
+
+static void start_recv(axi_stream *s) {
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &s->recv_bb;
+  if (axi_stream_batch(s, &op, 1, &s->op_recv) != GRPC_CALL_OK)
+    mark_dead(s);
+}
+
+static void send_server_status(axi_stream *s) {
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  op.data.send_status_from_server.status = GRPC_STATUS_OK;
+  axi_stream_batch(s, &op, 1, &s->op_status);
+}
+
+/* Handles one frame that arrived on s. */
+static void on_one_frame(axi_stream *s, const uint8_t *p, size_t len) {
+  ax_node *n = s->node;
+  axi_msg m;
+  int rc = axi_frame_decode(p, len, n->o.device, n->o.max_msg_bytes, &m);
+  if (rc == AX_OK && m.kind == AXI_HELLO) {
+    axi_peer *pe = axi_peer_get(n, m.node, m.addr, m.bulk_addr);
+    if (pe && !s->client) {
+      axi_stream_retain(s);
+      pthread_mutex_lock(&pe->mu);
+      axi_stream *old = pe->in;
+      pe->in = s;
+      pthread_mutex_unlock(&pe->mu);
+      axi_stream_release(old);
+      s->peer = pe;
+    }
+    axi_msg_clear(&m);
+    return;
+  }
+  if (rc == AX_OK && m.kind == AXI_PING) {
+    axi_msg pong = {.kind = AXI_PONG, .call_id = m.call_id};
+    uint8_t *buf;
+    size_t blen, bl;
+    if (axi_frame_encode(&pong, 4, 1, &buf, &blen, &bl) == AX_OK)
+      axi_stream_send(s, buf, blen);
+    axi_msg_clear(&m);
+    return;
+  }
+  if (rc == AX_OK && m.kind == AXI_PONG) {
+    axi_msg_clear(&m);
+    return;
+  }
+  if (!s->peer) { /* nothing before HELLO is acceptable */
+    axi_msg_clear(&m);
+    return;
+  }
+  axi_on_frame(n, s->peer, s, &m, rc);
+}
+
+static void on_recv(axi_op *op, int ok) {
+  axi_stream *s = of(op, offsetof(axi_stream, op_recv));
+  grpc_byte_buffer *bb = s->recv_bb;
+  s->recv_bb = NULL;
+  if (ok && bb) {
+    if (s->client && s->peer)
+      __atomic_store_n(&s->peer->last_recv_ms, axi_now_ms(), __ATOMIC_RELAXED);
+    grpc_byte_buffer_reader r;
+    grpc_byte_buffer_reader_init(&r, bb);
+    grpc_slice sl = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    grpc_byte_buffer_destroy(bb);
+    const uint8_t *p = GRPC_SLICE_START_PTR(sl);
+    size_t len = GRPC_SLICE_LENGTH(sl);
+    __atomic_add_fetch(&s->node->bytes_in, len, __ATOMIC_RELAXED);
+    while (len >= 4) {
+      uint32_t fl;
+      memcpy(&fl, p, 4);
+      if (fl > len - 4) {
+        __atomic_add_fetch(&s->node->malformed, 1, __ATOMIC_RELAXED);
+        break;
+      }
+      on_one_frame(s, p + 4, fl);
+      p += 4 + fl;
+      len -= 4 + fl;
+    }
+    grpc_slice_unref(sl);
+    if (axi_stream_alive(s))
+      start_recv(s);
+  } else {
+    if (bb)
+      grpc_byte_buffer_destroy(bb);
+    if (!s->client && ok && !s->dead)
+      send_server_status(s); /* the client half-closed */
+    mark_dead(s);
+  }
+  stream_put(s, 1);
+}
+
+static void on_start(axi_op *op, int ok) {
+  axi_stream *s = of(op, offsetof(axi_stream, op_start));
+  if (ok && s->client && s->peer) {
+    axi_peer *p = s->peer;
+    pthread_mutex_lock(&p->mu);
+    if (p->out == s && p->state == AXI_PEER_CONNECTING)
+      p->state = AXI_PEER_UP;
+    p->last_recv_ms = axi_now_ms();
+    pthread_mutex_unlock(&p->mu);
+    s->established = 1;
+  }
+  stream_put(s, 1);
+}
+
+static void on_end(axi_op *op, int ok) {
+  axi_stream *s = of(op, offsetof(axi_stream, op_end));
+  mark_dead(s);
+  if (s->client && s->peer) {
+    char why[160];
+    char *d = grpc_slice_to_c_string(s->details);
+    snprintf(why, sizeof why, "stream to %s ended (gRPC status %d: %s)",
+             s->peer->name, (int)s->status, d ? d : "");
+    gpr_free(d);
+    axi_peer_down(s->peer, s, why);
+  }
+  stream_put(s, 1);
+}
+
+static void on_status(axi_op *op, int ok) {
+  stream_put(of(op, offsetof(axi_stream, op_status)), 1);
+}
+
+static axi_stream *stream_new(ax_node *n, grpc_call *call, int client) {
+  axi_stream *s = calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
+  s->node = n;
+  s->call = call;
+  s->client = client;
+  s->q_tail = &s->q_head;
+  s->details = grpc_empty_slice();
+  pthread_mutex_init(&s->mu, NULL);
+  grpc_metadata_array_init(&s->init_md);
+  grpc_metadata_array_init(&s->trail_md);
+  s->op_start.cb = on_start;
+  s->op_send.cb = on_send;
+  s->op_recv.cb = on_recv;
+  s->op_end.cb = on_end;
+  s->op_status.cb = on_status;
+  axi_grpc *g = n->grpc;
+  pthread_mutex_lock(&g->mu);
+  s->refs = 1; /* the creator's reference */
+  s->next = g->streams;
+  if (g->streams)
+    g->streams->prev = s;
+  g->streams = s;
+  pthread_mutex_unlock(&g->mu);
+  return s;
+}
+
+void axi_stream_accept(ax_node *n, grpc_call *call) {
+  axi_stream *s = stream_new(n, call, 0);
+  if (!s) {
+    grpc_call_cancel(call, NULL);
+    grpc_call_unref(call);
+    return;
+  }
+  grpc_op ops[1];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  axi_stream_batch(s, ops, 1, &s->op_start);
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  ops[0].data.recv_close_on_server.cancelled = &s->cancelled;
+  axi_stream_batch(s, ops, 1, &s->op_end);
+  start_recv(s);
+  axi_stream_release(s); /* lives on through its ops and peer->in */
+}
+
+int axi_stream_open(ax_node *n, axi_peer *p, axi_stream **out) {
+  if (!p->addr || !*p->addr)
+    return ax_seterr(AX_EPEERDOWN, "peer %s has no address", p->name);
+  char target[160];
+  int digit = p->addr[0] >= '0' && p->addr[0] <= '9';
+  snprintf(target, sizeof target, "%s%s", digit ? "ipv4:" : "", p->addr);
+  grpc_arg args[4];
+  const char *keys[4] = {GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+                         GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
+                         GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
+                         GRPC_ARG_ENABLE_RETRIES};
+  int vals[4] = {-1, -1, 1, 0};
+  for (int i = 0; i < 4; i++) {
+    args[i].type = GRPC_ARG_INTEGER;
+    args[i].key = (char *)keys[i];
+    args[i].value.integer = vals[i];
+  }
+  grpc_channel_args ca = {4, args};
+  grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+  grpc_channel *ch = grpc_channel_create(target, cr, &ca);
+  grpc_channel_credentials_release(cr);
+  grpc_slice method = grpc_slice_from_static_string(AXI_STREAM_METHOD);
+  grpc_call *call = grpc_channel_create_call(
+      ch, NULL, GRPC_PROPAGATE_DEFAULTS, n->grpc->cq, method, NULL,
+      gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  axi_stream *s = call ? stream_new(n, call, 1) : NULL;
+  if (!s) {
+    if (call)
+      grpc_call_unref(call);
+    grpc_channel_destroy(ch);
+    return ax_seterr(AX_ENOMEM, "stream: cannot create a call to %s", target);
+  }
+  s->chan = ch;
+  s->peer = p;
+  grpc_op ops[2];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[1].data.recv_initial_metadata.recv_initial_metadata = &s->init_md;
+  axi_stream_batch(s, ops, 2, &s->op_start);
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[0].data.recv_status_on_client.trailing_metadata = &s->trail_md;
+  ops[0].data.recv_status_on_client.status = &s->status;
+  ops[0].data.recv_status_on_client.status_details = &s->details;
+  axi_stream_batch(s, ops, 1, &s->op_end);
+  axi_msg hello = {.kind = AXI_HELLO, .node = n->name, .addr = n->addr,
+                   .bulk_addr = n->bulk_addr};
+  uint8_t *buf;
+  size_t len, bl;
+  if (axi_frame_encode(&hello, 4, 1, &buf, &len, &bl) == AX_OK)
+    axi_stream_send(s, buf, len);
+  start_recv(s);
+  *out = s; /* the creator's reference goes to p->out */
+  return AX_OK;
+}

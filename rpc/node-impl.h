@@ -1,0 +1,182 @@
+/* Internal structure of nodes, peers, calls and transports. Nothing outside
+ * rpc/ includes this file. Locking order: node->mu, then peer->mu, then
+ * node->calls_mu, then a stream's mu. */
+#ifndef AX_RPC_NODE_IMPL_H
+#define AX_RPC_NODE_IMPL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "rpc/codec-impl.h"
+#include "rpc/rpc.h"
+
+typedef struct axi_stream axi_stream; /* a gRPC stream (rpc/grpc_stream.c) */
+typedef struct axi_grpc axi_grpc;     /* server + completion queue */
+typedef struct axi_bulk axi_bulk;     /* a bulk channel instance */
+typedef struct axi_bulk_conn axi_bulk_conn;
+typedef struct axi_peer axi_peer;
+
+/* ---- bulk channel vtable (TCP now; shared memory later) ---------------- */
+typedef struct axi_bulk_ops {
+  const char *name;
+  /* Starts listening on host (port chosen by the OS); writes "HOST:PORT". */
+  int (*start)(ax_node *n, const char *host, axi_bulk **out, char *addr,
+               size_t len);
+  /* Queues one frame for peer p: head (magic, prefix, body; taken) then the
+   * bytes of every tensor in vals (taken; tensors stay referenced until
+   * written). AX_EPEERDOWN if the peer's channel cannot be opened. */
+  int (*send)(axi_bulk *b, axi_peer *p, uint8_t *head, size_t head_len,
+              ax_values *vals);
+  /* Drops the connection to p (peer declared down). */
+  void (*drop_peer)(axi_bulk *b, axi_peer *p);
+  /* Closes every connection and the listener, and frees b. */
+  void (*stop)(axi_bulk *b);
+} axi_bulk_ops;
+
+extern const axi_bulk_ops axi_bulk_tcp_ops;
+
+/* ---- peers ----------------------------------------------------------- */
+enum { AXI_PEER_IDLE = 0, AXI_PEER_CONNECTING, AXI_PEER_UP, AXI_PEER_DOWN };
+
+struct axi_peer {
+  ax_node *node;
+  char *name, *addr, *bulk_addr;
+  char *alias; /* a second name (the master's real name), set once */
+  int rank;
+  int state;          /* guarded by mu */
+  axi_stream *out;    /* our client stream to the peer (one ref) */
+  axi_stream *in;     /* the peer's stream to us (one ref), for replies */
+  void *bulk_conn;    /* owned by the bulk channel */
+  int64_t connect_ms; /* when out was opened */
+  int64_t last_recv_ms, last_ping_ms;
+  pthread_mutex_t mu;
+  axi_peer *next;
+};
+
+/* ---- calls ------------------------------------------------------------- */
+typedef struct axi_pcall { /* an outgoing call waiting for its response */
+  uint64_t id;
+  axi_peer *peer;
+  ax_future *f;
+  int64_t deadline_ms;
+  char *fn;
+  struct axi_pcall *next;
+} axi_pcall;
+
+typedef struct axi_fn {
+  char *name;
+  ax_rpc_handler h;
+  void *user;
+  uint64_t calls, errors; /* atomics */
+  uint64_t lat_count[AX_LAT_BUCKETS];
+  uint64_t lat_sum_us;
+  struct axi_fn *next;
+} axi_fn;
+
+struct ax_call_ctx { /* an incoming call */
+  ax_node *node;
+  axi_peer *peer;     /* NULL for a call to ourselves */
+  axi_stream *stream; /* the stream it arrived on (one ref) or NULL */
+  ax_future *local;   /* completed instead of a reply for local calls */
+  axi_msg msg;        /* decoded request (owns args) */
+  axi_fn *fn;
+  int64_t t0_us, deadline_ms;
+  ax_future *deferred;
+  char *lmeta[AXI_MAX_META]; /* local calls: copied metadata keys */
+  struct ax_call_ctx *next; /* worker queue */
+};
+
+#define AXI_CALL_BUCKETS 4096
+
+struct ax_node {
+  ax_node_opts o;
+  char *name, *listen, *master;
+  char addr[128], bulk_addr[128];
+  int rank, world_size;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  axi_peer *peers;
+  axi_fn *fns;
+  int closing, closed, leaked;
+  long incalls; /* incoming calls not yet answered (atomic) */
+  axi_peer *master_peer;
+  /* members, indexed by rank, after join */
+  char **member_name;
+  int nmembers;
+  /* master rendezvous state */
+  struct axi_join *joins;
+  /* outgoing calls */
+  pthread_mutex_t calls_mu;
+  axi_pcall *calls[AXI_CALL_BUCKETS];
+  long ncalls;
+  uint64_t next_id;
+  /* workers */
+  pthread_t *workers;
+  int nworkers;
+  ax_call_ctx *q_head, **q_tail;
+  int q_stop;
+  pthread_cond_t q_cv;
+  /* transports */
+  axi_grpc *grpc;
+  const axi_bulk_ops *bulk_ops;
+  axi_bulk *bulk;
+  pthread_t timer_thread;
+  int timer_stop;
+  ax_peer_down_cb down_cb;
+  void *down_user;
+  /* stats (atomics) */
+  uint64_t bytes_in, bytes_out, calls_in, calls_out, errors_in, malformed;
+};
+
+int64_t axi_now_ms(void);
+int64_t axi_now_us(void);
+void axi_live_calls_add(long d);
+
+/* node.c */
+axi_peer *axi_peer_find(ax_node *n, const char *name);
+/* Finds or creates the peer `name` (addresses may be NULL/empty; known
+ * addresses are updated). NULL on no memory. */
+axi_peer *axi_peer_get(ax_node *n, const char *name, const char *addr,
+                       const char *bulk_addr);
+/* Declares p down if `s` is still its current stream (NULL: whatever the
+ * stream), failing its pending calls with AX_EPEERDOWN. */
+void axi_peer_down(axi_peer *p, axi_stream *s, const char *why);
+/* Sends a message to p: inline on a stream (`via`, or a reply route, or our
+ * client stream) or over the bulk channel when large. */
+int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via);
+/* Resets a down peer so the next send reconnects (join retries only). */
+void axi_peer_reset(axi_peer *p);
+
+/* call.c: a decoded frame arrived from p on stream s (NULL: bulk). Takes
+ * ownership of m's contents. decode_rc is the decoding outcome. */
+void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
+                  int decode_rc);
+int axi_calls_start(ax_node *n);
+void axi_calls_stop(ax_node *n);
+/* Fails calls on peer p (NULL: all) with err; expired ones with timeout. */
+void axi_calls_fail(ax_node *n, axi_peer *p, int err, const char *why);
+void axi_calls_expire(ax_node *n, int64_t now_ms);
+/* Registers a built-in without the "_axon." check. */
+int axi_register(ax_node *n, const char *fn, ax_rpc_handler h, void *user);
+
+/* grpc_server.c / grpc_stream.c */
+int axi_grpc_start(ax_node *n, const char *listen, char *addr, size_t len);
+/* Cancels every stream and shuts the server down (waits for gRPC). */
+void axi_grpc_stop(ax_node *n, int64_t timeout_ms);
+/* Shuts the completion queue down and frees it, once no stream is held. */
+void axi_grpc_free(ax_node *n);
+/* Opens our client stream to p (p->mu held); sends HELLO first. */
+int axi_stream_open(ax_node *n, axi_peer *p, axi_stream **out);
+/* Queues one encoded frame (buf taken; it starts with 4 spare bytes for
+ * the batch length). AX_ECLOSED if the stream is dead. */
+int axi_stream_send(axi_stream *s, uint8_t *buf, size_t len);
+int axi_stream_alive(axi_stream *s);
+void axi_stream_retain(axi_stream *s);
+void axi_stream_release(axi_stream *s);
+void axi_stream_cancel(axi_stream *s);
+
+/* rendezvous.c */
+int axi_rendezvous_init(ax_node *n);
+void axi_rendezvous_fini(ax_node *n);
+
+#endif

@@ -1,0 +1,116 @@
+/* Nodes: one per process (agent or coordinator), with a unique name and
+ * rank, a control-plane server (gRPC), a bulk channel for large tensors, a
+ * function registry and a pool of worker threads that run handlers.
+ *
+ * Rendezvous: one node is the master (its own address is opts.master, or
+ * opts.master is NULL). The others join it with their name and addresses;
+ * the master publishes the membership once opts.world_size nodes joined.
+ * Names then resolve to ranks and addresses on every node.
+ *
+ * Threads: every function here is thread-safe. A node must be created after
+ * any fork() of the process (gRPC aborts otherwise). */
+#ifndef AX_RPC_NODE_H
+#define AX_RPC_NODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/device.h"
+#include "rpc/future.h"
+#include "rpc/value.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ax_node ax_node;
+
+typedef struct ax_node_opts {
+  const char *name;   /* required; unique in the world */
+  const char *listen; /* control address "HOST:PORT" (port 0: any); default
+                         "127.0.0.1:0" */
+  const char *master; /* "HOST:PORT" of the master; NULL: this node is it */
+  int world_size;     /* nodes expected by the master (>= 1); joiners may
+                         pass 0 */
+  int rank;           /* -1: assigned by the master in join order */
+  int threads;        /* handler worker threads; default 4 */
+  ax_device device;   /* device that received tensors land on; CPU */
+  int64_t timeout_ms;        /* default call deadline; 60000 */
+  int64_t heartbeat_ms;      /* ping interval; 500 */
+  int64_t peer_timeout_ms;   /* silence before a peer is down; 4000 */
+  size_t bulk_threshold;     /* tensor bytes from which the bulk channel is
+                                used; 1 MiB */
+  size_t max_msg_bytes;      /* largest tensor payload accepted; 4 GiB */
+} ax_node_opts;
+
+/* Fills defaults. */
+void ax_node_opts_init(ax_node_opts *o);
+/* Applies the environment: AXON_MASTER_ADDR/AXON_MASTER_PORT (master, kept
+ * in a static buffer) and the rank from SLURM_PROCID or
+ * OMPI_COMM_WORLD_RANK when o->rank < 0. */
+void ax_node_opts_from_env(ax_node_opts *o);
+
+/* Creates a node and starts serving (before joining, so a master can
+ * accept joins). AX_EINVAL on bad options, AX_EIO if the address cannot be
+ * bound. */
+int ax_node_create(const ax_node_opts *o, ax_node **out);
+
+/* Rendezvous with the master; blocks until the membership is complete or
+ * timeout_ms passed (AX_ETIMEOUT). The master itself waits for the others.
+ * Retries while the master is not yet reachable. */
+int ax_node_join(ax_node *n, int64_t timeout_ms);
+
+/* Graceful shutdown: stops accepting calls, waits up to timeout_ms for
+ * running handlers, then fails every pending future with AX_ECLOSED and
+ * tears the transports down. Never hangs on dead peers. Idempotent. */
+int ax_node_shutdown(ax_node *n, int64_t timeout_ms);
+/* Shuts down (1 s grace) if needed and frees the node. NULL-safe. */
+void ax_node_destroy(ax_node *n);
+
+const char *ax_node_name(const ax_node *n);
+int ax_node_rank(const ax_node *n);       /* -1 before join */
+int ax_node_world_size(const ax_node *n); /* 0 before join */
+/* The bound control address, e.g. "127.0.0.1:40123". */
+const char *ax_node_address(const ax_node *n);
+/* Name of the member with this rank (borrowed; valid for the node's life);
+ * AX_ENOTFOUND if unknown. */
+int ax_node_member(const ax_node *n, int rank, const char **name);
+/* Rank of a named member; AX_ENOTFOUND if unknown. */
+int ax_node_rank_of(const ax_node *n, const char *name, int *rank);
+/* 1 if the named peer is known and has been declared down. */
+int ax_node_peer_is_down(ax_node *n, const char *name);
+
+/* Called (from an I/O thread; must not block) when a peer is declared
+ * down. One callback per node; NULL removes it. */
+typedef void (*ax_peer_down_cb)(ax_node *n, const char *peer, void *user);
+void ax_node_on_peer_down(ax_node *n, ax_peer_down_cb cb, void *user);
+
+/* ---- statistics (for /metrics and the tests) ---------------------------- */
+#define AX_LAT_BUCKETS 14
+/* Upper bounds (seconds) of the latency histogram; the last is +Inf. */
+extern const double ax_lat_bounds_s[AX_LAT_BUCKETS];
+
+typedef struct ax_fn_stats {
+  const char *fn; /* borrowed; valid for the node's life */
+  uint64_t calls, errors;
+  uint64_t lat_count[AX_LAT_BUCKETS]; /* non-cumulative */
+  double lat_sum_s;
+} ax_fn_stats;
+
+typedef struct ax_node_stats {
+  uint64_t bytes_in, bytes_out;   /* control plane and bulk, payload bytes */
+  uint64_t calls_in, calls_out, errors_in;
+  uint64_t malformed;             /* undecodable frames received */
+  long live_calls;                /* process-wide, see ax_rpc_live_calls */
+  long live_futures;              /* process-wide */
+  int peers_up, peers_down;
+} ax_node_stats;
+
+void ax_node_stats_get(ax_node *n, ax_node_stats *out);
+/* Stats of the i-th registered function; AX_ENOTFOUND past the end. */
+int ax_node_fn_stats(ax_node *n, size_t i, ax_fn_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
