@@ -39,8 +39,10 @@ static int bert_parse(const ax_config *cfg, bert_cfg *c) {
                      "bert: heads=%d must be positive and divide hidden=%d",
                      c->heads, c->hidden);
   if (c->ff < 1 || c->vocab < 1 || c->seq < 1 || c->types < 1)
-    return ax_seterr(AX_EINVAL, "bert: ff=%d vocab=%d seq=%d types=%d must "
-                     "all be positive", c->ff, c->vocab, c->seq, c->types);
+    return ax_seterr(AX_EINVAL,
+                     "bert: ff=%d vocab=%d seq=%d types=%d must "
+                     "all be positive",
+                     c->ff, c->vocab, c->seq, c->types);
   if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
     return ax_seterr(AX_EINVAL, "bert: dropout=%g outside [0, 1)",
                      (double)c->dropout);
@@ -70,6 +72,9 @@ static int embed_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   int64_t bs[2] = {ids->shape[0], ids->shape[1]};
   AX_TRY(ax_tensor_check(seg, "bert embed: segments", AX_I32, 2, bs));
   AX_TRY(ax_tensor_check(mask, "bert embed: mask", AX_F32, 2, bs));
+  if (!ax_device_eq(seg->device, ids->device) ||
+      !ax_device_eq(mask->device, ids->device))
+    return ax_seterr(AX_EDEVICE, "bert embed: inputs on different devices");
   int B = (int)bs[0], S = (int)bs[1], H = p->hidden, n = B * S;
   if (S > p->seq)
     return ax_seterr(AX_ESHAPE, "bert embed: %d tokens exceed seq=%d", S,

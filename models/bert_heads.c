@@ -15,8 +15,16 @@
 
 #include "runtime/error.h"
 
-enum { C_MLM_DENSE, C_MLM_GELU, C_MLM_LN, C_MLM_DEC, C_POOL, C_TANH, C_NSP,
-       C_N };
+enum {
+  C_MLM_DENSE,
+  C_MLM_GELU,
+  C_MLM_LN,
+  C_MLM_DEC,
+  C_POOL,
+  C_TANH,
+  C_NSP,
+  C_N
+};
 
 typedef struct heads_priv {
   int hidden, vocab;
@@ -26,8 +34,8 @@ typedef struct heads_priv {
  * shape). */
 
 /* Runs children first..last in order on x; *y receives the last output. */
-static int chain_fwd(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                     int first, int last, ax_tensor *x, ax_tensor **y) {
+static int chain_fwd(ax_module *m, const ax_exec *ex, ax_slot *slot, int first,
+                     int last, ax_tensor *x, ax_tensor **y) {
   ax_tensor *cur = ax_tensor_retain(x);
   for (int i = first; i <= last; i++) {
     ax_tensor *next = NULL;
@@ -43,14 +51,12 @@ static int chain_fwd(ax_module *m, const ax_exec *ex, ax_slot *slot,
 
 /* Runs children last..first backward; the first child produces *dx only
  * when need_dx. */
-static int chain_bwd(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                     int first, int last, int need_dx, ax_tensor *dy,
-                     ax_tensor **dx) {
+static int chain_bwd(ax_module *m, const ax_exec *ex, ax_slot *slot, int first,
+                     int last, int need_dx, ax_tensor *dy, ax_tensor **dx) {
   ax_tensor *cur = ax_tensor_retain(dy);
   for (int i = last; i >= first; i--) {
     ax_tensor *next = NULL;
-    int rc = axi_tf_child_bwd(m, i, ex, slot, i > first || need_dx, cur,
-                              &next);
+    int rc = axi_tf_child_bwd(m, i, ex, slot, i > first || need_dx, cur, &next);
     ax_tensor_release(cur);
     if (rc != AX_OK)
       return rc;
@@ -98,8 +104,8 @@ static int heads_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   if (rc == AX_OK)
     rc = chain_fwd(m, ex, slot, C_MLM_DENSE, C_MLM_DEC, xf, &mlm);
   if (rc == AX_OK)
-    rc = AX_K(ax_backend_of(x->device), embedding_fwd, B, H, B * S,
-              ax_i32(idx), ax_f32(x), ax_f32(cls));
+    rc = AX_K(ax_backend_of(x->device), embedding_fwd, B, H, B * S, ax_i32(idx),
+              ax_f32(x), ax_f32(cls));
   if (rc == AX_OK)
     rc = chain_fwd(m, ex, slot, C_POOL, C_NSP, cls, &nsp);
   if (rc == AX_OK && slot) {

@@ -8,6 +8,7 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
+#include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
 #include "rpc/node-impl.h"

@@ -5,6 +5,7 @@
  * keeps the per-message cost of gRPC off the per-call path. One receive is
  * always outstanding while the stream lives. A client stream reports the
  * peer down when its call ends (connection lost, server gone). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -25,12 +25,11 @@ static float *randn(uint64_t seed, size_t n, float scale) {
   return p;
 }
 
-static void assert_near(const float *a, const double *ref, size_t n,
-                        double tol, const char *what) {
+static void assert_near(const float *a, const double *ref, size_t n, double tol,
+                        const char *what) {
   for (size_t i = 0; i < n; i++)
     if (!(fabs(a[i] - ref[i]) <= tol * (1.0 + fabs(ref[i]))))
-      fail_msg("%s[%zu] = %.9g, reference %.9g", what, i, (double)a[i],
-               ref[i]);
+      fail_msg("%s[%zu] = %.9g, reference %.9g", what, i, (double)a[i], ref[i]);
 }
 
 /* ---- layer norm ---- */
@@ -48,8 +47,8 @@ static void layernorm_case(int rows, int d) {
   for (int j = 0; j < d; j++)
     dg[j] = db[j] = 1.0f; /* parameter gradients accumulate */
   AX_ASSERT_OK(AX_K(be, layernorm_fwd, rows, d, x, g, b, eps, y, mean, rstd));
-  AX_ASSERT_OK(AX_K(be, layernorm_bwd, rows, d, x, dy, g, mean, rstd, dx, dg,
-                    db));
+  AX_ASSERT_OK(
+      AX_K(be, layernorm_bwd, rows, d, x, dy, g, mean, rstd, dx, dg, db));
   double *xh = malloc(sizeof(double) * d);
   for (int r = 0; r < rows; r++) {
     const float *xr = x + (size_t)r * d, *gr = dy + (size_t)r * d;
@@ -107,10 +106,10 @@ static void softmax_case(int b, int h, int sq, int sk, int with_mask) {
    * the last one, when there are 3 or more, is entirely padding. */
   for (int i = 0; i < b; i++)
     for (int j = 0; j < sk; j++)
-      mask[i * sk + j] = i == 0                ? 1.0f
+      mask[i * sk + j] = i == 0                   ? 1.0f
                          : (i == b - 1 && b >= 3) ? 0.0f
-                         : j < sk - 2            ? 1.0f
-                                                 : 0.0f;
+                         : j < sk - 2             ? 1.0f
+                                                  : 0.0f;
   const float scale = 0.37f;
   const float *mk = with_mask ? mask : NULL;
   AX_ASSERT_OK(AX_K(be, softmax_mask_fwd, b, h, sq, sk, s, mk, scale, p));
@@ -132,8 +131,7 @@ static void softmax_case(int b, int h, int sq, int sk, int with_mask) {
     for (int i = 0; i < sk; i++) {
       double acc = 0;
       for (int j = 0; j < sk; j++)
-        acc += dp[r * sk + j] * rp[r * sk + j] *
-               ((i == j) - rp[r * sk + i]);
+        acc += dp[r * sk + j] * rp[r * sk + j] * ((i == j) - rp[r * sk + i]);
       rds[r * sk + i] = scale * acc;
     }
   }
@@ -150,8 +148,8 @@ static void softmax_case(int b, int h, int sq, int sk, int with_mask) {
 }
 
 static void softmax_matches_reference(void **state) {
-  softmax_case(3, 2, 3, 5, 1);  /* includes a fully padded mask row */
-  softmax_case(2, 3, 4, 6, 0);  /* no mask */
+  softmax_case(3, 2, 3, 5, 1);   /* includes a fully padded mask row */
+  softmax_case(2, 3, 4, 6, 0);   /* no mask */
   softmax_case(2, 4, 32, 40, 1); /* OpenMP path */
 }
 
@@ -214,8 +212,7 @@ static void embedding_case(int n_idx, int dim, int rows) {
   AX_ASSERT_OK(AX_K(be, embedding_bwd, n_idx, dim, idx, dy, dt));
   for (int i = 0; i < n_idx; i++)
     for (int j = 0; j < dim; j++) {
-      assert_true(y[(size_t)i * dim + j] ==
-                  table[(size_t)idx[i] * dim + j]);
+      assert_true(y[(size_t)i * dim + j] == table[(size_t)idx[i] * dim + j]);
       rdt[(size_t)idx[i] * dim + j] += dy[(size_t)i * dim + j];
     }
   assert_near(dt, rdt, (size_t)rows * dim, 1e-5, "embedding dtable");

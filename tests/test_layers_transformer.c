@@ -58,7 +58,7 @@ static void dropout_mask(void **state) {
   size_t n = ax_tensor_numel(x), kept = 0, same3 = 0, same4 = 0;
   for (size_t i = 0; i < n; i++) {
     float xv = ax_f32(x)[i], v = ax_f32(y1)[i];
-    assert_true(v == ax_f32(y2)[i]); /* same seed, same mask */
+    assert_true(v == ax_f32(y2)[i]);  /* same seed, same mask */
     assert_true(ax_f32(ye)[i] == xv); /* identity in evaluation */
     if (v != 0.0f) {
       kept++;
@@ -107,8 +107,8 @@ static void layernorm_gradcheck(void **state) {
   int64_t shape[3] = {2, 3, 8};
   ax_tensor *x = ax_test_randn(6, 1.0f, 3, shape);
   ax_tlist in = ax_tlist1(x);
-  ax_test_gradcheck(ax_layernorm_new(8, AX_BERT_LN_EPS), &in, 1, 40, 1e-2,
-                    2e-3, 2e-2);
+  ax_test_gradcheck(ax_layernorm_new(8, AX_BERT_LN_EPS), &in, 1, 40, 1e-2, 2e-3,
+                    2e-2);
   ax_tensor_release(x);
 }
 
@@ -165,8 +165,7 @@ static void attention_gradcheck(void **state) {
   int64_t shape[3] = {2, 4, 8};
   ax_tensor *x = ax_test_randn(7, 1.0f, 3, shape), *mask = pad_mask(2, 4, 2);
   ax_tlist in = {2, {x, mask}};
-  ax_test_gradcheck(ax_mhsa_new(8, 2, 0.2f, 3), &in, 1, 40, 1e-2, 1e-3,
-                    2e-2);
+  ax_test_gradcheck(ax_mhsa_new(8, 2, 0.2f, 3), &in, 1, 40, 1e-2, 1e-3, 2e-2);
   peaked_gradcheck(ax_mhsa_new(8, 2, 0.2f, 3), &in, 25.0f);
   ax_tensor_release(x);
   ax_tensor_release(mask);
@@ -229,15 +228,15 @@ static void expect_error(ax_module *m, ax_tlist *in, int code,
 
 static void shape_errors(void **state) {
   int64_t s7[3] = {2, 4, 7}, s8[3] = {2, 4, 8};
-  ax_tensor *x7 = ax_test_randn(1, 1.0f, 3, s7), *x8 = ax_test_randn(1, 1, 3, s8);
+  ax_tensor *x7 = ax_test_randn(1, 1.0f, 3, s7),
+            *x8 = ax_test_randn(1, 1, 3, s8);
   ax_tensor *m4 = pad_mask(2, 4, 1), *m3 = pad_mask(2, 3, 1);
   ax_tlist a = {2, {x7, m4}}, b = {2, {x8, m3}}, c = ax_tlist1(x7);
   expect_error(ax_mhsa_new(8, 2, 0.0f, 0), &a, AX_ESHAPE, "attention");
   expect_error(ax_mhsa_new(8, 2, 0.0f, 0), &b, AX_ESHAPE, "mask");
   expect_error(ax_encoder_layer_new(8, 2, 16, 0.0f, 0), &a, AX_ESHAPE,
                "encoder");
-  expect_error(ax_layernorm_new(8, AX_BERT_LN_EPS), &c, AX_ESHAPE,
-               "layernorm");
+  expect_error(ax_layernorm_new(8, AX_BERT_LN_EPS), &c, AX_ESHAPE, "layernorm");
   ax_tensor_release(x7);
   ax_tensor_release(x8);
   ax_tensor_release(m4);

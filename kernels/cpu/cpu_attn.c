@@ -25,8 +25,8 @@ int axi_cpu_softmax_mask_fwd(ax_backend *be, int b, int heads, int sq, int sk,
   for (long r = 0; r < rows; r++) {
     const float *s = scores + (size_t)r * sk;
     float *p = probs + (size_t)r * sk;
-    const float *mk = mask ? mask + (size_t)(r / ((long)heads * sq)) * sk
-                           : NULL;
+    const float *mk =
+        mask ? mask + (size_t)(r / ((long)heads * sq)) * sk : NULL;
     float mx = -INFINITY;
     for (int j = 0; j < sk; j++)
       if (!mk || mk[j] != 0.0f)

@@ -95,13 +95,24 @@ int axi_cpu_bn_fwd_train(ax_backend *be, int n, int c, int hw, const float *x,
   const int nt = ax_cpu_threads();
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int ch = 0; ch < c; ch++) {
-    double s = 0;
-    for (int b = 0; b < n; b++)
-      s += run_sum(x + ((size_t)b * c + ch) * hw, hw);
-    float mean = (float)(s / cnt);
-    double v = 0;
-    for (int b = 0; b < n; b++)
-      v += run_sqdev(x + ((size_t)b * c + ch) * hw, hw, mean);
+    /* Each run's mean and squared deviations are taken while the run is in
+     * L1, then the runs are combined exactly (Chan et al.):
+     *   M2 = sum M2_b + hw * sum (mean_b - mean)^2. */
+    double sm = 0, sm2 = 0, m2 = 0, shift = 0;
+    for (int b = 0; b < n; b++) {
+      const float *xs = x + ((size_t)b * c + ch) * hw;
+      float mb = run_sum(xs, hw) / (float)hw;
+      m2 += run_sqdev(xs, hw, mb);
+      if (b == 0)
+        shift = mb; /* shifted sums keep the combination well conditioned */
+      sm += mb - shift;
+      sm2 += ((double)mb - shift) * ((double)mb - shift);
+    }
+    double mean_d = shift + sm / n;
+    double v = m2 + (double)hw * (sm2 - sm * sm / n);
+    if (v < 0)
+      v = 0;
+    float mean = (float)mean_d;
     double var = v / cnt;
     float invstd = (float)(1.0 / sqrt(var + eps));
     float scale = gamma[ch] * invstd;

@@ -9,9 +9,9 @@
 
 #include "models/data/dataset-impl.h"
 
-static const axi_dataset_ops *const kinds[] = {
-    &axi_ds_fashion_mnist, &axi_ds_cifar10, &axi_ds_gcide, &axi_ds_synthetic,
-    NULL};
+static const axi_dataset_ops *const kinds[] = {&axi_ds_fashion_mnist,
+                                               &axi_ds_cifar10, &axi_ds_gcide,
+                                               &axi_ds_synthetic, NULL};
 
 int ax_dataset_open(const char *name, const ax_config *cfg, int split,
                     ax_dataset **out) {
@@ -67,8 +67,7 @@ int ax_dataset_batch(const ax_dataset *ds, const int64_t *idx, int64_t n,
     if (idx[i] < 0 || idx[i] >= ds->size)
       return ax_seterr(AX_EINVAL,
                        "dataset %s: index %lld out of range [0, %lld)",
-                       ds->ops->name, (long long)idx[i],
-                       (long long)ds->size);
+                       ds->ops->name, (long long)idx[i], (long long)ds->size);
   int rc = ds->ops->batch(ds, idx, n, inputs, labels);
   if (rc != AX_OK) {
     ax_tlist_clear(inputs);
@@ -126,6 +125,14 @@ int axi_find_file(const char *dir, const char *name, char *out, size_t len) {
   return ax_seterr(AX_ENOTFOUND, "%s/%s(.gz): no such file", dir, name);
 }
 
+/* zlib's message without the "path: " prefix gzerror puts in front. */
+static const char *zmsg(const char *path, const char *msg) {
+  size_t n = strlen(path);
+  if (strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
+    return msg + n + 2;
+  return msg;
+}
+
 int axi_read_file(const char *path, size_t max_bytes, unsigned char **buf,
                   size_t *len) {
   *buf = NULL;
@@ -169,9 +176,8 @@ int axi_read_file(const char *path, size_t max_bytes, unsigned char **buf,
       const char *msg = gzerror(gz, &zerr);
       rc = zerr == Z_ERRNO
                ? ax_seterr(AX_EIO, "%s: read error: %s", path, strerror(errno))
-               : ax_seterr(AX_EFORMAT, "%s: corrupt gzip data after %zu "
-                                       "bytes: %s",
-                           path, n, msg);
+               : ax_seterr(AX_EFORMAT, "%s: corrupt gzip data (%s)", path,
+                           zmsg(path, msg));
       break;
     }
     n += (size_t)got;
@@ -183,9 +189,8 @@ int axi_read_file(const char *path, size_t max_bytes, unsigned char **buf,
     int zerr;
     const char *msg = gzerror(gz, &zerr);
     if (zerr != Z_OK && zerr != Z_STREAM_END)
-      rc = ax_seterr(AX_EFORMAT, "%s: truncated or corrupt gzip data after "
-                                 "%zu bytes: %s",
-                     path, n, msg);
+      rc = ax_seterr(AX_EFORMAT, "%s: truncated or corrupt gzip data (%s)",
+                     path, zmsg(path, msg));
   }
   gzclose(gz);
   if (rc != AX_OK) {

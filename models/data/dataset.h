@@ -2,20 +2,32 @@
  *
  * Names and what one example becomes:
  *  - "fashion-mnist" (IDX files, gzip): inputs {f32 (B, 1, S, S)} normalised
- *    with the data set's mean and std, S = 28, or 32 with pad=1 (zero
- *    padding, for ResNet20); labels {i32 (B)} in [0, 10).
+ *    with the data set's mean and std, S = 28, or 32 with pad=1 (the
+ *    border is the background, a 0 pixel, for ResNet20); labels {i32 (B)}
+ *    in [0, 10). Files {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
  *    Config: dir=/usr/share/datasets/fashion-mnist, pad=0|1, limit=N.
  *  - "cifar10" (binary version: 1 label byte + 3072 pixel bytes per record):
- *    inputs {f32 (B, 3, 32, 32)}, labels {i32 (B)}. Config: dir=...,
+ *    inputs {f32 (B, 3, 32, 32)} normalised per channel, labels {i32 (B)}.
+ *    Files data_batch_1..5.bin (train) or test_batch.bin (test), each
+ *    plain or gzip (name.bin.gz). Config: dir=data/cifar-10-batches-bin,
  *    limit=N.
  *  - "gcide" (dict-gcide's .dz, gzip): BERT MLM + NSP examples. inputs
  *    {i32 token ids (B, T), i32 segment ids (B, T), f32 attention mask
  *    (B, T) with 1 = token, 0 = padding}; labels {i32 MLM labels (B * T),
  *    -100 where not masked; i32 NSP labels (B), 1 = random next sentence}.
  *    Config: file=/usr/share/dictd/gcide.dict.dz, seq=128, vocab=8192,
- *    examples=N, seed=S.
+ *    examples=N (default 20000 train, 2000 test), seed=S, max_bytes=16m
+ *    (decompressed corpus bytes read; 0 = all). Sentences are lower-cased
+ *    word and punctuation tokens; the vocabulary is the specials below then
+ *    the most frequent train tokens. The test split uses the last tenth of
+ *    the sentences, the train split the rest. Example e is [CLS] A [SEP] B
+ *    [SEP] drawn from the stream (seed, e) alone; 15% of ordinary tokens are
+ *    MLM targets (80% [MASK], 10% random, 10% kept).
  *  - "synthetic": random inputs of a given shape and random labels, for
- *    benchmarks and tests. Config: shape=C/H/W or D, classes=K, examples=N.
+ *    benchmarks and tests. Config: shape=C/H/W or D (default 1/28/28),
+ *    classes=K (10), examples=N (1024), seed=S. Inputs {f32 (B, C, H, W) or
+ *    (B, D)} standard normal, labels {i32 (B)}; example i depends only on
+ *    (seed, split, i).
  *
  * split: 0 = train, 1 = test. Thread safety: an ax_dataset may be read from
  * several threads; an ax_loader is used by one thread. */
@@ -40,7 +52,9 @@ int ax_dataset_open(const char *name, const ax_config *cfg, int split,
 void ax_dataset_close(ax_dataset *ds); /* NULL-safe */
 int64_t ax_dataset_size(const ax_dataset *ds);
 int ax_dataset_classes(const ax_dataset *ds); /* 0 when not a classifier */
-/* Vocabulary size for text data sets, 0 otherwise. */
+/* Vocabulary size for text data sets (token ids lie in [0, vocab)), 0
+ * otherwise. At most the configured vocab=, less when the corpus has fewer
+ * distinct tokens. */
 int ax_dataset_vocab(const ax_dataset *ds);
 
 /* Special token ids of the text data sets, and the MLM label of positions

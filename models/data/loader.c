@@ -9,10 +9,10 @@ struct ax_loader {
   int shuffle;
   int drop_last;
   uint64_t seed;
-  int64_t n;      /* examples in the data set */
-  int64_t pos;    /* next position in perm */
-  int32_t *perm;  /* this epoch's order */
-  int64_t *idx;   /* scratch for one batch of indices */
+  int64_t n;     /* examples in the data set */
+  int64_t pos;   /* next position in perm */
+  int32_t *perm; /* this epoch's order */
+  int64_t *idx;  /* scratch for one batch of indices */
 };
 
 int ax_loader_new(const ax_dataset *ds, int64_t batch, int shuffle,

@@ -25,7 +25,7 @@ typedef struct mnist {
   unsigned char *img_buf; /* whole images file; pixels start at byte 16 */
   unsigned char *lab_buf; /* whole labels file; labels start at byte 8 */
   int rows, cols;
-  int pad;                /* pixels of zero padding on each side */
+  int pad; /* pixels of zero padding on each side */
 } mnist;
 
 static uint32_t be32(const unsigned char *p) {
@@ -56,8 +56,8 @@ static int read_idx(const char *dir, const char *name, uint32_t magic,
       dims[i] = be32(*buf + 4 + 4 * i);
       want *= dims[i];
     }
-    if (nd == 3 && (dims[1] == 0 || dims[2] == 0 || dims[1] > 1024 ||
-                    dims[2] > 1024))
+    if (nd == 3 &&
+        (dims[1] == 0 || dims[2] == 0 || dims[1] > 1024 || dims[2] > 1024))
       rc = ax_seterr(AX_EFORMAT, "%s: bad image size %ux%u", path, dims[1],
                      dims[2]);
     else if (dims[0] == 0)
@@ -66,8 +66,8 @@ static int read_idx(const char *dir, const char *name, uint32_t magic,
       rc = ax_seterr(AX_EFORMAT, "%s: truncated at byte %zu (header says %zu)",
                      path, len, hdr + want);
     else if (len > hdr + want)
-      rc = ax_seterr(AX_EFORMAT, "%s: %zu trailing bytes after the data",
-                     path, len - hdr - want);
+      rc = ax_seterr(AX_EFORMAT, "%s: %zu trailing bytes after the data", path,
+                     len - hdr - want);
   }
   if (rc != AX_OK) {
     free(*buf);

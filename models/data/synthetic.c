@@ -7,9 +7,9 @@
 #include "models/data/dataset-impl.h"
 
 typedef struct synth {
-  int ndim;           /* dims per example: 1 (D) or 3 (C, H, W) */
+  int ndim; /* dims per example: 1 (D) or 3 (C, H, W) */
   int64_t dims[3];
-  size_t numel;       /* floats per example */
+  size_t numel; /* floats per example */
   uint64_t seed;
 } synth;
 
@@ -32,8 +32,10 @@ static int synth_open(ax_dataset *ds, const ax_config *cfg, int split) {
     dims[0] = 1, dims[1] = 28, dims[2] = 28;
   }
   if (nd != 1 && nd != 3)
-    return ax_seterr(AX_EINVAL, "synthetic: shape needs C/H/W or D, got %d "
-                                "entries", nd);
+    return ax_seterr(AX_EINVAL,
+                     "synthetic: shape needs C/H/W or D, got %d "
+                     "entries",
+                     nd);
   size_t numel = 1;
   for (int i = 0; i < nd; i++) {
     if (dims[i] <= 0 || dims[i] > (1 << 24))
@@ -42,8 +44,9 @@ static int synth_open(ax_dataset *ds, const ax_config *cfg, int split) {
     numel *= (size_t)dims[i];
   }
   if (classes < 1 || classes > (1 << 24) || examples < 1)
-    return ax_seterr(AX_EINVAL, "synthetic: classes=%lld, examples=%lld "
-                                "must be positive",
+    return ax_seterr(AX_EINVAL,
+                     "synthetic: classes=%lld, examples=%lld "
+                     "must be positive",
                      (long long)classes, (long long)examples);
   synth *s = calloc(1, sizeof *s);
   if (!s)

@@ -28,15 +28,15 @@ char *axi_text_clean(const char *src, size_t len, size_t *out_len);
 
 /* Tokenized sentences and their vocabulary. */
 typedef struct axi_corpus {
-  int32_t *ids;     /* the tokens of all sentences, back to back */
-  int64_t *start;   /* sentence i is ids[start[i] .. start[i + 1]) */
+  int32_t *ids;   /* the tokens of all sentences, back to back */
+  int64_t *start; /* sentence i is ids[start[i] .. start[i + 1]) */
   int64_t n_sent;
-  int64_t n_train;  /* sentences [0, n_train) train, [n_train, n_sent) test */
-  int vocab;        /* ids in use: specials + kept tokens */
-  char **tokens;    /* vocab strings, tokens[id] */
-  char *arena;      /* storage of the token strings */
-  int32_t *table;   /* open-addressing hash of ids, for lookups */
-  uint32_t mask;    /* table size - 1 */
+  int64_t n_train; /* sentences [0, n_train) train, [n_train, n_sent) test */
+  int vocab;       /* ids in use: specials + kept tokens */
+  char **tokens;   /* vocab strings, tokens[id] */
+  char *arena;     /* storage of the token strings */
+  int32_t *table;  /* open-addressing hash of ids, for lookups */
+  uint32_t mask;   /* table size - 1 */
 } axi_corpus;
 
 /* Tokenizes the cleaned text (axi_text_clean's output) into sentences and

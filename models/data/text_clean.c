@@ -58,7 +58,7 @@ static int entity(const char *s, size_t n, char *out) {
   static const struct {
     const char *name;
     char c;
-  } named[] = {{"amp", '&'},  {"lt", '<'},    {"gt", '>'},   {"quot", '"'},
+  } named[] = {{"amp", '&'},   {"lt", '<'},   {"gt", '>'},    {"quot", '"'},
                {"apos", '\''}, {"nbsp", ' '}, {"mdash", '-'}, {"ndash", '-'}};
   for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
     if (strlen(named[i].name) == n && memcmp(named[i].name, s, n) == 0) {
@@ -72,7 +72,7 @@ static int entity(const char *s, size_t n, char *out) {
   }
   /* Accented letters (&eacute;, &uuml;, &aelig; ...) keep their base. */
   static const char *const suffix[] = {"acute", "grave", "circ", "uml",
-                                       "tilde", "cedil", "ring",  "slash"};
+                                       "tilde", "cedil", "ring", "slash"};
   for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
     size_t k = strlen(suffix[i]);
     if (n == k + 1 && memcmp(s + 1, suffix[i], k) == 0 &&
@@ -156,8 +156,7 @@ static void tidy_line(cleaner *c, size_t from) {
     size_t b = a;
     while (b < n && b - a < 3 && isdigit((unsigned char)s[b]))
       b++;
-    if (b > a && b + 1 < n + 1 && b < n && s[b] == '.' &&
-        (b + 1 == n || s[b + 1] == ' ')) {
+    if (b > a && b < n && s[b] == '.' && (b + 1 == n || s[b + 1] == ' ')) {
       a = b + 1;
       continue;
     }

@@ -11,9 +11,9 @@ static int word_byte(unsigned char c) { return isalnum(c) || c >= 0x80; }
 /* Words after which a period does not end a sentence. */
 static int abbreviation(const char *w, size_t n) {
   static const char *const abbr[] = {
-      "mr", "mrs", "ms",  "dr",  "st",  "sr",  "jr",   "prof", "rev",
-      "vs", "cf",  "fr",  "esp", "etc", "viz", "no",   "gen",  "gov",
-      "lat", "gr", "fig", "vol", "pp",  "ch",  "ibid", "sq",   "co"};
+      "mr",  "mrs", "ms",  "dr",  "st",  "sr",  "jr",   "prof", "rev",
+      "vs",  "cf",  "fr",  "esp", "etc", "viz", "no",   "gen",  "gov",
+      "lat", "gr",  "fig", "vol", "pp",  "ch",  "ibid", "sq",   "co"};
   if (n == 1)
     return 1; /* initials: "G. C. Lewis", "v. t." */
   for (size_t i = 0; i < sizeof abbr / sizeof abbr[0]; i++)

@@ -9,12 +9,11 @@
 
 #include "models/data/text.h"
 
-static const char *const specials[AX_TOK_SPECIALS] = {"[PAD]", "[UNK]",
-                                                      "[CLS]", "[SEP]",
-                                                      "[MASK]"};
+static const char *const specials[AX_TOK_SPECIALS] = {"[PAD]", "[UNK]", "[CLS]",
+                                                      "[SEP]", "[MASK]"};
 
 typedef struct entry {
-  int64_t off;     /* into the arena */
+  int64_t off; /* into the arena */
   int32_t len;
   uint32_t hash;
   int64_t count;
@@ -121,15 +120,15 @@ static void on_token(const char *tok, size_t n, int eos, void *arg) {
   if (b->oom)
     return;
   int32_t id = intern(b, tok, n);
-  if (id < 0 || !grow((void **)&b->ids, &b->ids_cap, b->n_ids + 1,
-                      sizeof *b->ids)) {
+  if (id < 0 ||
+      !grow((void **)&b->ids, &b->ids_cap, b->n_ids + 1, sizeof *b->ids)) {
     b->oom = 1;
     return;
   }
   b->ids[b->n_ids++] = id;
   unsigned char c = (unsigned char)tok[0];
-  b->sent_words += (c >= 0x80 || (c >= '0' && c <= '9') ||
-                    (c >= 'a' && c <= 'z'));
+  b->sent_words +=
+      (c >= 0x80 || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z'));
   if (eos)
     close_sentence(b);
 }
@@ -191,8 +190,9 @@ int axi_corpus_build(const char *text, size_t len, int max_vocab,
                      double test_frac, axi_corpus *out) {
   memset(out, 0, sizeof *out);
   if (max_vocab <= AX_TOK_SPECIALS)
-    return ax_seterr(AX_EINVAL, "text: vocab=%d leaves no room beside the "
-                                "%d special tokens",
+    return ax_seterr(AX_EINVAL,
+                     "text: vocab=%d leaves no room beside the "
+                     "%d special tokens",
                      max_vocab, AX_TOK_SPECIALS);
   builder b = {0};
   b.start = malloc(sizeof *b.start * 1024);
@@ -236,7 +236,8 @@ int axi_corpus_build(const char *text, size_t len, int max_vocab,
       if (b.ent[i].count > 0)
         order[n++] = i;
     qsort_r(order, (size_t)n, sizeof *order, rank_cmp, &b);
-    int keep = n < max_vocab - AX_TOK_SPECIALS ? n : max_vocab - AX_TOK_SPECIALS;
+    int keep =
+        n < max_vocab - AX_TOK_SPECIALS ? n : max_vocab - AX_TOK_SPECIALS;
     for (int32_t i = 0; i < b.n_ent; i++)
       remap[i] = AX_TOK_UNK;
     for (int i = 0; i < keep; i++)

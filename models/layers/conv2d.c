@@ -28,7 +28,10 @@ static int conv_desc(const conv2d *L, const ax_tensor *x, ax_conv_desc *d) {
   d->r = d->s = L->k;
   d->stride = L->stride;
   d->pad = L->pad;
-  if (ax_conv_desc_init(d) != AX_OK)
+  /* The explicit size test also covers a negative (h + 2p - k) that C
+   * division by the stride would round up to 0. */
+  if (d->h + 2 * d->pad < d->r || d->w + 2 * d->pad < d->s ||
+      ax_conv_desc_init(d) != AX_OK)
     return ax_seterr(AX_ESHAPE,
                      "conv2d(%d->%d, k=%d, s=%d, p=%d): input %s is too small "
                      "for the kernel",

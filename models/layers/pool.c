@@ -29,7 +29,10 @@ static int pool_desc(const pool2d *P, int64_t n, int64_t c, int64_t h,
   d->kw = P->global ? d->w : P->k;
   d->stride = P->global ? 1 : P->stride;
   d->pad = P->global ? 0 : P->pad;
-  if (ax_pool_desc_init(d) != AX_OK)
+  /* The explicit size test also covers a negative (h + 2p - k) that C
+   * division by the stride would round up to 0. */
+  if (d->h + 2 * d->pad < d->kh || d->w + 2 * d->pad < d->kw ||
+      ax_pool_desc_init(d) != AX_OK)
     return ax_seterr(AX_ESHAPE,
                      "%s(k=%d, s=%d, p=%d): input (%lld, %lld, %lld, %lld) is "
                      "too small for the window",

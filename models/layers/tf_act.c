@@ -125,8 +125,8 @@ static int drop_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   if (!y)
     return AX_ENOMEM;
   ax_backend *be = ax_backend_of(x->device);
-  int rc = AX_K(be, dropout_fwd, ax_tensor_numel(x), ax_f32(x), ax_f32(y),
-                p->p, seed);
+  int rc = AX_K(be, dropout_fwd, ax_tensor_numel(x), ax_f32(x), ax_f32(y), p->p,
+                seed);
   if (rc != AX_OK) {
     ax_tensor_release(y);
     return rc;

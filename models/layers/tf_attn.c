@@ -43,6 +43,8 @@ static int check_inputs(const mhsa_priv *p, const ax_tlist *in) {
   if (x->ndim != 3 || x->shape[2] != p->hidden)
     return ax_seterr(AX_ESHAPE, "attention: x %s must be (B, S, %d)",
                      ax_tensor_shape_str(x, b, sizeof b), p->hidden);
+  if (!ax_device_eq(mask->device, x->device))
+    return ax_seterr(AX_EDEVICE, "attention: mask and x on different devices");
   if (mask->dtype != AX_F32)
     return ax_seterr(AX_EDTYPE, "attention: mask must be f32, got %s",
                      ax_dtype_name(mask->dtype));
@@ -135,8 +137,10 @@ static int mhsa_grad(ax_module *m, const ax_exec *ex, ax_slot *slot,
   int S = (int)probs->shape[2], H = p->hidden, dh = H / A;
   long bsh = (long)B * S * H, ss = (long)S * S, sd = (long)S * dh;
   if (ax_tensor_numel(dy) != (size_t)bsh)
-    return ax_seterr(AX_ESHAPE, "attention: gradient has %zu elements, "
-                     "expected (%d, %d, %d)", ax_tensor_numel(dy), B, S, H);
+    return ax_seterr(AX_ESHAPE,
+                     "attention: gradient has %zu elements, "
+                     "expected (%d, %d, %d)",
+                     ax_tensor_numel(dy), B, S, H);
   ax_device dev = dy->device;
   ax_backend *be = ax_backend_of(dev);
   const float *q = ax_f32(qkvp), *k = q + bsh, *v = q + 2 * bsh;
@@ -154,8 +158,8 @@ static int mhsa_grad(ax_module *m, const ax_exec *ex, ax_slot *slot,
   /* dP_d = dctx V^T; dV = P_d^T dctx. */
   AX_TRY(AX_K(be, gemm, 0, 1, S, S, dh, 1.0f, ax_f32(*dctx), dh, sd, v, dh, sd,
               0.0f, ax_f32(*dpd), S, ss, B * A));
-  AX_TRY(AX_K(be, gemm, 1, 0, S, dh, S, 1.0f, ax_f32(pd), S, ss,
-              ax_f32(*dctx), dh, sd, 0.0f, dv, dh, sd, B * A));
+  AX_TRY(AX_K(be, gemm, 1, 0, S, dh, S, 1.0f, ax_f32(pd), S, ss, ax_f32(*dctx),
+              dh, sd, 0.0f, dv, dh, sd, B * A));
   AX_TRY(axi_tf_child_bwd(m, 1, ex, slot, 1, *dpd, dprobs));
   if (!(*dscores = axi_tf_new(4, pshape, dev)))
     return AX_ENOMEM;

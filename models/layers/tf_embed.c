@@ -51,21 +51,22 @@ static int emb_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor *dy = dout->t[0]; // (..., dim)
   size_t n = ax_tensor_numel(ids);
   if (ax_tensor_numel(dy) != n * (size_t)p->dim)
-    return ax_seterr(AX_ESHAPE, "embedding: gradient has %zu elements, "
-                     "expected %zu x %d", ax_tensor_numel(dy), n, p->dim);
+    return ax_seterr(AX_ESHAPE,
+                     "embedding: gradient has %zu elements, "
+                     "expected %zu x %d",
+                     ax_tensor_numel(dy), n, p->dim);
   ax_backend *be = ax_backend_of(dy->device);
   AX_TRY(AX_K(be, embedding_bwd, (int)n, p->dim, ax_i32(ids), ax_f32(dy),
               ax_grad(m, ex, 0)));
   ax_slot_put(slot, 0, NULL); /* backward consumes the saved state */
-  if (ex->need_dx) { /* integer ids have no gradient: one NULL entry */
+  if (ex->need_dx) {          /* integer ids have no gradient: one NULL entry */
     din->n = 1;
     din->t[0] = NULL;
   }
   return AX_OK;
 }
 
-static void emb_init(ax_module *m, float *params, float *buffers,
-                     ax_rng *rng) {
+static void emb_init(ax_module *m, float *params, float *buffers, ax_rng *rng) {
   axi_tf_normal(params, m->n_params, AX_BERT_INIT_STD, rng);
 }
 
@@ -149,18 +150,20 @@ static int ln_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   AX_TRY(axi_tf_check_in("layernorm", dout, 1));
   ax_tensor *dy = dout->t[0]; // (..., dim)
   if (ax_tensor_numel(dy) != ax_tensor_numel(x))
-    return ax_seterr(AX_ESHAPE, "layernorm: gradient has %zu elements, "
-                     "expected %zu", ax_tensor_numel(dy), ax_tensor_numel(x));
+    return ax_seterr(AX_ESHAPE,
+                     "layernorm: gradient has %zu elements, "
+                     "expected %zu",
+                     ax_tensor_numel(dy), ax_tensor_numel(x));
   /* The kernel computes dx alongside the parameter gradients, so dx is
    * always made and dropped when the caller does not want it. */
   ax_tensor *dx = ax_tensor_like(x);
   if (!dx)
     return AX_ENOMEM;
   ax_backend *be = ax_backend_of(x->device);
-  int rc = AX_K(be, layernorm_bwd, (int)ax_tensor_numel(mean), p->dim,
-                ax_f32(x), ax_f32(dy), ax_param(m, ex, 0), ax_f32(mean),
-                ax_f32(rstd), ax_f32(dx), ax_grad(m, ex, 0),
-                ax_grad(m, ex, (size_t)p->dim));
+  int rc =
+      AX_K(be, layernorm_bwd, (int)ax_tensor_numel(mean), p->dim, ax_f32(x),
+           ax_f32(dy), ax_param(m, ex, 0), ax_f32(mean), ax_f32(rstd),
+           ax_f32(dx), ax_grad(m, ex, 0), ax_grad(m, ex, (size_t)p->dim));
   if (rc == AX_OK) /* backward consumes the saved state */
     for (int i = 0; i < 3; i++)
       ax_slot_put(slot, i, NULL);

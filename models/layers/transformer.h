@@ -45,7 +45,8 @@ ax_module *ax_tanh_new(void);
 
 /* Inverted dropout with drop probability p in [0, 1) on any shape: kept
  * values are scaled by 1 / (1 - p). The identity when !ex->training or
- * p == 0. */
+ * p == 0; the output (and in backward the input gradient) is then a new
+ * reference to the tensor passed in, not a copy. */
 ax_module *ax_dropout_new(float p, uint64_t salt);
 
 /* Embedding table (rows, dim) ~ N(0, 0.02^2). Input: i32 ids of any shape

@@ -1,0 +1,191 @@
+/* Built-in functions of axon-agent, used by the multi-process tests and the
+ * benchmark:
+ *   echo(...)                 -> the same values, every type
+ *   add(i64 a, i64 b)         -> a + b (AX_EBADARG on other types)
+ *   sleep_ms(i64 ms)          -> ms, after sleeping (at most 60 s)
+ *   chain(i64 depth, str nodes) -> depth: forwards chain(depth - 1) to the
+ *                                next name in the comma-separated list
+ *                                (round robin after the caller's own name),
+ *                                deferring instead of blocking a worker
+ *   checksum(tensor)          -> (i64 checksum of its bytes, i64 nbytes)
+ *   make_tensor(i64 n, i64 seed) -> f32 tensor (n,) with values seed + i
+ *   fail(i64 code, str msg)   -> the error code with that message */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "agents/axon_agent.h"
+
+static int echo(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                void *user) {
+  for (size_t i = 0; i < ax_values_count(args); i++) {
+    switch (ax_values_type(args, i)) {
+    case AX_VAL_I64: {
+      int64_t x;
+      ax_values_get_i64(args, i, &x);
+      AX_TRY(ax_values_add_i64(out, x));
+      break;
+    }
+    case AX_VAL_F64: {
+      double x;
+      ax_values_get_f64(args, i, &x);
+      AX_TRY(ax_values_add_f64(out, x));
+      break;
+    }
+    case AX_VAL_STR: {
+      const char *s;
+      ax_values_get_str(args, i, &s);
+      AX_TRY(ax_values_add_str(out, s));
+      break;
+    }
+    case AX_VAL_BYTES: {
+      const void *p;
+      size_t n;
+      ax_values_get_bytes(args, i, &p, &n);
+      AX_TRY(ax_values_add_bytes(out, p, n));
+      break;
+    }
+    case AX_VAL_TENSOR: {
+      ax_tensor *t;
+      ax_values_get_tensor(args, i, &t);
+      AX_TRY(ax_values_add_tensor(out, t));
+      break;
+    }
+    default:
+      return ax_seterr(AX_EBADARG, "echo: value %zu has an unsupported type", i);
+    }
+  }
+  return AX_OK;
+}
+
+static int add(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+               void *user) {
+  int64_t a, b;
+  AX_TRY(ax_values_get_i64(args, 0, &a));
+  AX_TRY(ax_values_get_i64(args, 1, &b));
+  return ax_values_add_i64(out, a + b);
+}
+
+static int sleep_ms(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                    void *user) {
+  int64_t ms;
+  AX_TRY(ax_values_get_i64(args, 0, &ms));
+  if (ms < 0 || ms > 60000)
+    return ax_seterr(AX_EINVAL, "sleep_ms: %lld out of [0, 60000]", (long long)ms);
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+  return ax_values_add_i64(out, ms);
+}
+
+/* Completes the promise with the nested depth + 1. */
+static void chain_done(ax_future *nested, void *user) {
+  ax_future *p = user;
+  int64_t d = -1;
+  int err = ax_future_err(nested);
+  if (err == AX_OK && ax_values_get_i64(ax_future_values(nested), 0, &d) != AX_OK)
+    err = AX_EMALFORMED;
+  ax_values *v = NULL;
+  if (err == AX_OK && (v = ax_values_new()))
+    ax_values_add_i64(v, d + 1);
+  ax_future_complete(p, err, v, ax_future_errmsg(nested));
+  ax_future_release(p);
+}
+
+static int chain(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                 void *user) {
+  int64_t depth;
+  const char *nodes;
+  AX_TRY(ax_values_get_i64(args, 0, &depth));
+  AX_TRY(ax_values_get_str(args, 1, &nodes));
+  if (depth <= 0)
+    return ax_values_add_i64(out, 0);
+  /* Next name: the one after ours in the list (wrapping), else the first. */
+  ax_node *n = ax_call_node(ctx);
+  const char *me = ax_node_name(n);
+  char list[1024], *names[64];
+  int cnt = 0, mine = -1;
+  snprintf(list, sizeof list, "%s", nodes);
+  for (char *s = strtok(list, ","); s && cnt < 64; s = strtok(NULL, ","))
+    names[cnt++] = s;
+  if (cnt == 0)
+    return ax_seterr(AX_EINVAL, "chain: empty node list");
+  for (int i = 0; i < cnt; i++)
+    if (!strcmp(names[i], me))
+      mine = i;
+  const char *next = names[(mine + 1) % cnt];
+  ax_values *a = ax_values_new();
+  if (!a)
+    return AX_ENOMEM;
+  ax_values_add_i64(a, depth - 1);
+  ax_values_add_str(a, nodes);
+  ax_call_opts o = {.timeout_ms = ax_call_remaining_ms(ctx)};
+  ax_future *nested;
+  int rc = ax_rpc_async(n, next, "chain", a, &o, &nested);
+  ax_values_free(a);
+  if (rc != AX_OK)
+    return rc;
+  ax_future *p = ax_future_new();
+  if (!p) {
+    ax_future_release(nested);
+    return AX_ENOMEM;
+  }
+  ax_future_retain(p);
+  ax_future_on_done(nested, chain_done, p); /* cannot fail but on no memory */
+  ax_future_release(nested);
+  rc = ax_call_defer(ctx, p);
+  ax_future_release(p);
+  return rc;
+}
+
+static int checksum(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                    void *user) {
+  ax_tensor *t;
+  AX_TRY(ax_values_get_tensor(args, 0, &t));
+  ax_tensor *h = ax_tensor_to(t, AX_CPU);
+  if (!h)
+    return AX_ENOMEM;
+  size_t nb = ax_tensor_nbytes(h);
+  uint64_t c = ax_agent_checksum(h->data, nb);
+  ax_tensor_release(h);
+  AX_TRY(ax_values_add_i64(out, (int64_t)c));
+  return ax_values_add_i64(out, (int64_t)nb);
+}
+
+static int make_tensor(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                       void *user) {
+  int64_t n, seed;
+  AX_TRY(ax_values_get_i64(args, 0, &n));
+  AX_TRY(ax_values_get_i64(args, 1, &seed));
+  if (n < 0 || n > (int64_t)1 << 30)
+    return ax_seterr(AX_EINVAL, "make_tensor: bad size %lld", (long long)n);
+  ax_tensor *t = ax_tensor_new(AX_F32, 1, &n, AX_CPU);
+  if (!t)
+    return AX_ENOMEM;
+  for (int64_t i = 0; i < n; i++)
+    ax_f32(t)[i] = (float)(seed + i % 1000003);
+  int rc = ax_values_add_tensor(out, t);
+  ax_tensor_release(t);
+  return rc;
+}
+
+static int fail(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                void *user) {
+  int64_t code;
+  const char *msg;
+  AX_TRY(ax_values_get_i64(args, 0, &code));
+  AX_TRY(ax_values_get_str(args, 1, &msg));
+  if (code <= 0 || code >= AX_ERR_MAX_)
+    code = AX_EINTERNAL;
+  return ax_seterr((int)code, "%s", msg);
+}
+
+int ax_agent_register_builtins(ax_node *n) {
+  AX_TRY(ax_rpc_register(n, "echo", echo, NULL));
+  AX_TRY(ax_rpc_register(n, "add", add, NULL));
+  AX_TRY(ax_rpc_register(n, "sleep_ms", sleep_ms, NULL));
+  AX_TRY(ax_rpc_register(n, "chain", chain, NULL));
+  AX_TRY(ax_rpc_register(n, "checksum", checksum, NULL));
+  AX_TRY(ax_rpc_register(n, "make_tensor", make_tensor, NULL));
+  return ax_rpc_register(n, "fail", fail, NULL);
+}

@@ -1,0 +1,72 @@
+/* Internals of the TCP bulk channel (bulk_tcp.c: connections and the
+ * libevent loop; bulk_frame.c: outgoing frames and the receive state
+ * machine). */
+#ifndef AX_RPC_BULK_IMPL_H
+#define AX_RPC_BULK_IMPL_H
+
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <sys/uio.h>
+
+#include "rpc/node-impl.h"
+
+#define AXI_BULK_HELLO_MAGIC 0x48425841u /* "AXBH" */
+#define AXI_BULK_IOV 16
+#define AXI_BULK_STEP (4u << 20) /* largest single read */
+
+/* An outgoing frame: head bytes then the bytes of each tensor in vals. */
+typedef struct bframe {
+  uint8_t *head;
+  size_t head_len;
+  ax_values *vals;   /* tensors moved to the CPU at queue time */
+  size_t seg, off;   /* progress: segment (0 = head) and offset in it */
+  size_t nseg;
+  struct iovec *segs;
+  struct bframe *next;
+} bframe;
+
+typedef struct bconn {
+  struct axi_bulk *b;
+  axi_peer *peer; /* incoming: set by the hello */
+  int fd, outgoing, dead, writing, want_close;
+  struct event *rev, *wev;
+  pthread_mutex_t mu; /* guards the queue, writing and dead */
+  bframe *q_head, **q_tail;
+  /* receive state (I/O thread only) */
+  int rstate;
+  uint8_t small[4 + AXI_PREFIX_LEN + 300];
+  size_t have, need;
+  axi_prefix px;
+  uint8_t *hdr;
+  axi_msg m;
+  int mrc;
+  size_t vi, toff;
+  uint64_t left;
+  uint8_t *stage; /* pooled receive buffer: non-CPU tensors, skipped bytes */
+  size_t stage_cap;
+  struct bconn *next;
+} bconn;
+
+struct axi_bulk {
+  ax_node *node;
+  struct event_base *base;
+  struct evconnlistener *listener;
+  pthread_t thread;
+  pthread_mutex_t mu, dial_mu;
+  bconn *conns;
+};
+
+/* bulk_frame.c */
+bframe *axi_bulk_frame_new(uint8_t *head, size_t head_len, ax_values *vals);
+bframe *axi_bulk_hello(const char *name);
+void axi_bulk_frames_free(bframe *f); /* frees the whole list */
+/* Fills iov with what is left of f; returns the count. */
+int axi_bulk_frame_iov(bframe *f, struct iovec *iov, int max);
+/* Consumes n written bytes; returns 1 when f is fully written. */
+int axi_bulk_frame_advance(bframe *f, size_t n);
+/* Reads what the socket has and dispatches complete frames. Returns an
+ * error when the connection must be closed. */
+int axi_bulk_recv(bconn *c);
+void axi_bulk_recv_reset(bconn *c);
+
+#endif

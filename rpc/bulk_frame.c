@@ -1,0 +1,266 @@
+/* Bulk channel frames: building outgoing frames as I/O vectors that point
+ * into tensor storage, and the receive state machine that reads straight
+ * into new tensors. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rpc/bulk-impl.h"
+#include "rpc/value-impl.h"
+
+enum { R_HELLO = 0, R_NAME, R_PREFIX, R_HDR, R_BLOB, R_SKIP };
+
+bframe *axi_bulk_frame_new(uint8_t *head, size_t head_len, ax_values *vals) {
+  bframe *f = calloc(1, sizeof *f);
+  size_t nt = 0;
+  for (size_t i = 0; i < ax_values_count(vals); i++)
+    nt += vals->v[i].type == AX_VAL_TENSOR;
+  if (f)
+    f->segs = calloc(nt + 1, sizeof *f->segs);
+  if (!f || !f->segs) {
+    free(f);
+    free(head);
+    ax_values_free(vals);
+    return NULL;
+  }
+  f->head = head;
+  f->head_len = head_len;
+  f->vals = vals;
+  f->segs[0].iov_base = head;
+  f->segs[0].iov_len = head_len;
+  f->nseg = 1;
+  for (size_t i = 0; i < ax_values_count(vals); i++) {
+    axi_value *v = &vals->v[i];
+    if (v->type != AX_VAL_TENSOR)
+      continue;
+    if (v->u.t->device.type != AX_DEV_CPU) { /* stage device tensors */
+      ax_tensor *h = ax_tensor_to(v->u.t, AX_CPU);
+      if (!h) {
+        f->vals = vals;
+        axi_bulk_frames_free(f);
+        return NULL;
+      }
+      ax_tensor_release(v->u.t);
+      v->u.t = h;
+    }
+    f->segs[f->nseg].iov_base = v->u.t->data;
+    f->segs[f->nseg].iov_len = ax_tensor_nbytes(v->u.t);
+    f->nseg++;
+  }
+  return f;
+}
+
+bframe *axi_bulk_hello(const char *name) {
+  size_t nl = strlen(name);
+  uint8_t *p = malloc(8 + nl);
+  if (!p)
+    return NULL;
+  uint32_t magic = AXI_BULK_HELLO_MAGIC, l = (uint32_t)nl;
+  memcpy(p, &magic, 4);
+  memcpy(p + 4, &l, 4);
+  memcpy(p + 8, name, nl);
+  return axi_bulk_frame_new(p, 8 + nl, NULL);
+}
+
+void axi_bulk_frames_free(bframe *f) {
+  for (bframe *nx; f; f = nx) {
+    nx = f->next;
+    free(f->head);
+    free(f->segs);
+    ax_values_free(f->vals);
+    free(f);
+  }
+}
+
+int axi_bulk_frame_iov(bframe *f, struct iovec *iov, int max) {
+  int n = 0;
+  for (size_t s = f->seg; s < f->nseg && n < max; s++) {
+    size_t off = s == f->seg ? f->off : 0;
+    iov[n].iov_base = (char *)f->segs[s].iov_base + off;
+    iov[n].iov_len = f->segs[s].iov_len - off;
+    n++;
+  }
+  return n;
+}
+
+int axi_bulk_frame_advance(bframe *f, size_t n) {
+  while (f->seg < f->nseg) {
+    size_t left = f->segs[f->seg].iov_len - f->off;
+    if (n < left) {
+      f->off += n;
+      return 0;
+    }
+    n -= left;
+    f->seg++;
+    f->off = 0;
+  }
+  return 1;
+}
+
+/* ---- receiving ---------------------------------------------------------- */
+void axi_bulk_recv_reset(bconn *c) {
+  free(c->hdr);
+  c->hdr = NULL;
+  axi_msg_clear(&c->m);
+  c->rstate = c->peer ? R_PREFIX : R_HELLO;
+  c->have = 0;
+  c->need = c->peer ? 4 + AXI_PREFIX_LEN : 8;
+}
+
+/* Reads up to n bytes into dst. Returns bytes read, 0 if none available
+ * now, -1 when the connection is finished. */
+static ssize_t rd(bconn *c, void *dst, size_t n) {
+  for (;;) {
+    ssize_t r = read(c->fd, dst, n);
+    if (r > 0) {
+      __atomic_add_fetch(&c->b->node->bytes_in, (uint64_t)r, __ATOMIC_RELAXED);
+      return r;
+    }
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
+    return -1;
+  }
+}
+
+static int stage_grow(bconn *c, size_t n) {
+  if (c->stage_cap >= n)
+    return AX_OK;
+  uint8_t *p = realloc(c->stage, n);
+  if (!p)
+    return ax_seterr(AX_ENOMEM, "bulk: no memory for %zu bytes", n);
+  c->stage = p;
+  c->stage_cap = n;
+  return AX_OK;
+}
+
+/* Finds the next tensor value at or after c->vi; NULL when none is left. */
+static ax_tensor *cur_tensor(bconn *c) {
+  ax_values *v = c->m.values;
+  while (v && c->vi < v->n && v->v[c->vi].type != AX_VAL_TENSOR)
+    c->vi++;
+  return (v && c->vi < v->n) ? v->v[c->vi].u.t : NULL;
+}
+
+static void dispatch(bconn *c) {
+  axi_msg m = c->m;
+  memset(&c->m, 0, sizeof c->m);
+  axi_on_frame(c->b->node, c->peer, NULL, &m, c->mrc);
+  axi_msg_clear(&m);
+  c->rstate = R_PREFIX;
+  c->have = 0;
+  c->need = 4 + AXI_PREFIX_LEN;
+}
+
+static int header_done(bconn *c) {
+  ax_node *n = c->b->node;
+  c->mrc = axi_frame_decode_body(&c->px, c->hdr, n->o.device,
+                                 n->o.max_msg_bytes, &c->m);
+  free(c->hdr);
+  c->hdr = NULL;
+  c->vi = c->toff = 0;
+  c->left = c->px.blob_len;
+  c->rstate = c->mrc == AX_OK ? R_BLOB : R_SKIP;
+  if (c->mrc != AX_OK)
+    return stage_grow(c, AXI_BULK_STEP);
+  return AX_OK;
+}
+
+int axi_bulk_recv(bconn *c) {
+  ax_node *n = c->b->node;
+  if (c->need == 0 && c->rstate == R_HELLO)
+    axi_bulk_recv_reset(c);
+  for (;;) {
+    ssize_t r;
+    switch (c->rstate) {
+    case R_HELLO:
+    case R_NAME:
+    case R_PREFIX:
+      r = rd(c, c->small + c->have, c->need - c->have);
+      if (r <= 0)
+        return r < 0 ? AX_ECLOSED : AX_OK;
+      if ((c->have += r) < c->need)
+        break;
+      if (c->rstate == R_HELLO) {
+        uint32_t magic, nl;
+        memcpy(&magic, c->small, 4);
+        memcpy(&nl, c->small + 4, 4);
+        if (magic != AXI_BULK_HELLO_MAGIC || nl == 0 || nl > 256)
+          return AX_EMALFORMED;
+        c->rstate = R_NAME;
+        c->have = 0;
+        c->need = nl;
+      } else if (c->rstate == R_NAME) {
+        c->small[c->have] = 0;
+        c->peer = axi_peer_get(n, (char *)c->small, NULL, NULL);
+        if (!c->peer)
+          return AX_ENOMEM;
+        c->rstate = R_PREFIX;
+        c->have = 0;
+        c->need = 4 + AXI_PREFIX_LEN;
+      } else {
+        uint32_t magic;
+        memcpy(&magic, c->small, 4);
+        if (magic != AXI_BULK_MAGIC || axi_prefix_get(c->small + 4, &c->px))
+          return AX_EMALFORMED; /* cannot resynchronise: close */
+        if (!(c->hdr = malloc(c->px.hdr_len ? c->px.hdr_len : 1)))
+          return AX_ENOMEM;
+        c->rstate = R_HDR;
+        c->have = 0;
+        c->need = c->px.hdr_len;
+        if (c->need == 0)
+          AX_TRY(header_done(c));
+      }
+      break;
+    case R_HDR:
+      r = rd(c, c->hdr + c->have, c->need - c->have);
+      if (r < 0)
+        return AX_ECLOSED;
+      if ((c->have += r) == c->need)
+        AX_TRY(header_done(c));
+      else if (r == 0)
+        return AX_OK;
+      break;
+    case R_BLOB: {
+      ax_tensor *t = cur_tensor(c);
+      if (!t) {
+        dispatch(c);
+        break;
+      }
+      size_t nb = ax_tensor_nbytes(t);
+      int cpu = t->device.type == AX_DEV_CPU;
+      if (!cpu)
+        AX_TRY(stage_grow(c, nb));
+      uint8_t *dst = (cpu ? (uint8_t *)t->data : c->stage) + c->toff;
+      size_t want = nb - c->toff;
+      r = want ? rd(c, dst, want < AXI_BULK_STEP ? want : AXI_BULK_STEP) : 0;
+      if (r < 0)
+        return AX_ECLOSED;
+      c->toff += r;
+      if (c->toff == nb) {
+        if (!cpu)
+          AX_TRY(ax_tensor_write(t, c->stage, nb));
+        c->vi++;
+        c->toff = 0;
+      } else if (r == 0) {
+        return AX_OK;
+      }
+      break;
+    }
+    case R_SKIP:
+      if (c->left == 0) {
+        dispatch(c);
+        break;
+      }
+      r = rd(c, c->stage, c->left < AXI_BULK_STEP ? c->left : AXI_BULK_STEP);
+      if (r < 0)
+        return AX_ECLOSED;
+      if (r == 0)
+        return AX_OK;
+      c->left -= r;
+      break;
+    }
+  }
+}

@@ -1,0 +1,327 @@
+/* The TCP bulk channel: one framed TCP connection per ordered node pair,
+ * driven by a libevent loop on its own thread. libevent only reports
+ * readiness; bytes move with our own readv/writev straight between the
+ * socket and tensor storage in large steps (bufferevents would copy through
+ * 4 KiB reads). Connections are closed only on the I/O thread and freed
+ * only when the channel stops, so a pointer held by a sender stays valid. */
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <event2/thread.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "rpc/bulk-impl.h"
+
+static pthread_once_t g_evthread_once = PTHREAD_ONCE_INIT;
+static void evthread_init(void) { evthread_use_pthreads(); }
+
+static void set_sock_opts(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing);
+
+/* ---- closing (I/O thread only) ---------------------------------------- */
+static void conn_close(bconn *c, const char *why) {
+  if (c->dead)
+    return;
+  event_del(c->rev);
+  event_del(c->wev);
+  close(c->fd);
+  c->fd = -1;
+  pthread_mutex_lock(&c->mu);
+  c->dead = 1;
+  bframe *q = c->q_head;
+  c->q_head = NULL;
+  c->q_tail = &c->q_head;
+  pthread_mutex_unlock(&c->mu);
+  axi_bulk_frames_free(q);
+  axi_bulk_recv_reset(c);
+  if (c->outgoing && c->peer && why)
+    axi_peer_down(c->peer, NULL, why);
+}
+
+/* ---- writing ---------------------------------------------------------- */
+static void on_write(evutil_socket_t fd, short what, void *arg) {
+  bconn *c = arg;
+  if (c->want_close) {
+    conn_close(c, NULL);
+    return;
+  }
+  for (;;) {
+    pthread_mutex_lock(&c->mu);
+    bframe *f = c->q_head;
+    if (!f) {
+      c->writing = 0;
+      pthread_mutex_unlock(&c->mu);
+      return;
+    }
+    pthread_mutex_unlock(&c->mu);
+    struct iovec iov[AXI_BULK_IOV];
+    int n = axi_bulk_frame_iov(f, iov, AXI_BULK_IOV);
+    ssize_t w = writev(c->fd, iov, n);
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      event_add(c->wev, NULL);
+      return;
+    }
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      conn_close(c, "bulk connection lost while sending");
+      return;
+    }
+    if (axi_bulk_frame_advance(f, (size_t)w)) {
+      pthread_mutex_lock(&c->mu);
+      c->q_head = f->next;
+      if (!c->q_head)
+        c->q_tail = &c->q_head;
+      pthread_mutex_unlock(&c->mu);
+      f->next = NULL;
+      axi_bulk_frames_free(f);
+    }
+  }
+}
+
+/* ---- reading ---------------------------------------------------------- */
+static void on_read(evutil_socket_t fd, short what, void *arg) {
+  bconn *c = arg;
+  if (c->dead)
+    return;
+  if (c->outgoing) { /* nothing is expected back: EOF means the peer left */
+    char tmp[64];
+    ssize_t r = read(c->fd, tmp, sizeof tmp);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+      conn_close(c, "bulk connection closed by the peer");
+    return;
+  }
+  int rc = axi_bulk_recv(c);
+  if (rc != AX_OK)
+    conn_close(c, NULL);
+}
+
+/* ---- connections ------------------------------------------------------ */
+static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing) {
+  bconn *c = calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  c->b = b;
+  c->fd = fd;
+  c->peer = p;
+  c->outgoing = outgoing;
+  c->q_tail = &c->q_head;
+  pthread_mutex_init(&c->mu, NULL);
+  c->rev = event_new(b->base, fd, EV_READ | EV_PERSIST, on_read, c);
+  c->wev = event_new(b->base, fd, EV_WRITE, on_write, c);
+  if (!c->rev || !c->wev) {
+    if (c->rev)
+      event_free(c->rev);
+    if (c->wev)
+      event_free(c->wev);
+    free(c);
+    return NULL;
+  }
+  pthread_mutex_lock(&b->mu);
+  c->next = b->conns;
+  b->conns = c;
+  pthread_mutex_unlock(&b->mu);
+  event_add(c->rev, NULL);
+  return c;
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
+                      struct sockaddr *sa, int len, void *arg) {
+  axi_bulk *b = arg;
+  set_sock_opts(fd);
+  if (!conn_new(b, fd, NULL, 0))
+    close(fd);
+}
+
+static int parse_hostport(const char *addr, char *host, size_t hl, int *port) {
+  const char *c = strrchr(addr, ':');
+  if (!c || (size_t)(c - addr) >= hl)
+    return ax_seterr(AX_EINVAL, "bulk: bad address %s", addr);
+  memcpy(host, addr, c - addr);
+  host[c - addr] = 0;
+  *port = atoi(c + 1);
+  return AX_OK;
+}
+
+/* Connects with a bounded wait (5 s). */
+static int dial(const char *addr, int *out) {
+  char host[128], ps[16];
+  int port = 0;
+  AX_TRY(parse_hostport(addr, host, sizeof host, &port));
+  snprintf(ps, sizeof ps, "%d", port);
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+  if (getaddrinfo(host, ps, &hints, &ai) || !ai)
+    return ax_seterr(AX_EPEERDOWN, "bulk: cannot resolve %s", addr);
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int rc = AX_OK;
+  if (fd < 0) {
+    rc = ax_seterr(AX_EIO, "bulk: socket: %s", strerror(errno));
+  } else {
+    set_sock_opts(fd);
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS)
+      rc = ax_seterr(AX_EPEERDOWN, "bulk: connect %s: %s", addr, strerror(errno));
+    if (rc == AX_OK) {
+      struct pollfd pf = {.fd = fd, .events = POLLOUT};
+      int err = 0;
+      socklen_t el = sizeof err;
+      if (poll(&pf, 1, 5000) != 1 ||
+          getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) || err)
+        rc = ax_seterr(AX_EPEERDOWN, "bulk: connect %s: %s", addr,
+                       err ? strerror(err) : "timed out");
+    }
+    if (rc != AX_OK)
+      close(fd);
+  }
+  freeaddrinfo(ai);
+  if (rc == AX_OK)
+    *out = fd;
+  return rc;
+}
+
+static void queue_frame(bconn *c, bframe *f) {
+  pthread_mutex_lock(&c->mu);
+  *c->q_tail = f;
+  c->q_tail = &f->next;
+  int kick = !c->writing;
+  c->writing = 1;
+  pthread_mutex_unlock(&c->mu);
+  if (kick)
+    event_active(c->wev, EV_WRITE, 0);
+}
+
+static int tcp_send(axi_bulk *b, axi_peer *p, uint8_t *head, size_t head_len,
+                    ax_values *vals) {
+  bframe *f = axi_bulk_frame_new(head, head_len, vals);
+  if (!f)
+    return ax_seterr(AX_ENOMEM, "bulk: no memory");
+  pthread_mutex_lock(&b->dial_mu); /* one dial per peer at a time */
+  bconn *c = p->bulk_conn;
+  if (!c || c->dead) {
+    const char *addr = p->bulk_addr;
+    int fd = -1, rc = dial(addr, &fd);
+    if (rc == AX_OK && !(c = conn_new(b, fd, p, 1))) {
+      close(fd);
+      rc = ax_seterr(AX_ENOMEM, "bulk: no memory");
+    }
+    if (rc != AX_OK) {
+      pthread_mutex_unlock(&b->dial_mu);
+      axi_bulk_frames_free(f);
+      return rc;
+    }
+    bframe *h = axi_bulk_hello(b->node->name);
+    if (h)
+      queue_frame(c, h);
+    p->bulk_conn = c;
+  }
+  pthread_mutex_unlock(&b->dial_mu);
+  pthread_mutex_lock(&c->mu);
+  int dead = c->dead;
+  pthread_mutex_unlock(&c->mu);
+  if (dead) {
+    axi_bulk_frames_free(f);
+    return ax_seterr(AX_EPEERDOWN, "bulk: connection to %s lost", p->name);
+  }
+  queue_frame(c, f);
+  return AX_OK;
+}
+
+static void tcp_drop_peer(axi_bulk *b, axi_peer *p) {
+  pthread_mutex_lock(&b->dial_mu);
+  bconn *c = p->bulk_conn;
+  if (c) {
+    c->want_close = 1;
+    event_active(c->wev, EV_WRITE, 0);
+  }
+  pthread_mutex_unlock(&b->dial_mu);
+}
+
+static void *io_main(void *arg) {
+  axi_bulk *b = arg;
+  event_base_loop(b->base, EVLOOP_NO_EXIT_ON_EMPTY);
+  return NULL;
+}
+
+static int tcp_start(ax_node *n, const char *host, axi_bulk **out, char *addr,
+                     size_t len) {
+  pthread_once(&g_evthread_once, evthread_init);
+  axi_bulk *b = calloc(1, sizeof *b);
+  if (!b)
+    return ax_seterr(AX_ENOMEM, "bulk: no memory");
+  b->node = n;
+  pthread_mutex_init(&b->mu, NULL);
+  pthread_mutex_init(&b->dial_mu, NULL);
+  b->base = event_base_new();
+  struct sockaddr_in sin = {.sin_family = AF_INET};
+  if (!b->base || inet_pton(AF_INET, host, &sin.sin_addr) != 1) {
+    if (b->base)
+      event_base_free(b->base);
+    free(b);
+    return ax_seterr(AX_EINVAL, "bulk: cannot listen on %s", host);
+  }
+  b->listener = evconnlistener_new_bind(
+      b->base, on_accept, b, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1,
+      (struct sockaddr *)&sin, sizeof sin);
+  if (!b->listener) {
+    event_base_free(b->base);
+    free(b);
+    return ax_seterr(AX_EIO, "bulk: cannot listen on %s", host);
+  }
+  struct sockaddr_in bound;
+  socklen_t bl = sizeof bound;
+  getsockname(evconnlistener_get_fd(b->listener), (struct sockaddr *)&bound, &bl);
+  snprintf(addr, len, "%s:%d", host, ntohs(bound.sin_port));
+  if (pthread_create(&b->thread, NULL, io_main, b)) {
+    evconnlistener_free(b->listener);
+    event_base_free(b->base);
+    free(b);
+    return ax_seterr(AX_ENOMEM, "bulk: cannot start the I/O thread");
+  }
+  *out = b;
+  return AX_OK;
+}
+
+static void tcp_stop(axi_bulk *b) {
+  event_base_loopbreak(b->base);
+  pthread_join(b->thread, NULL);
+  evconnlistener_free(b->listener);
+  for (bconn *c = b->conns, *nx; c; c = nx) {
+    nx = c->next;
+    c->peer = NULL; /* no peer-down reports while stopping */
+    conn_close(c, NULL);
+    event_free(c->rev);
+    event_free(c->wev);
+    pthread_mutex_destroy(&c->mu);
+    free(c->stage);
+    free(c);
+  }
+  for (axi_peer *p = b->node->peers; p; p = p->next)
+    p->bulk_conn = NULL;
+  event_base_free(b->base);
+  pthread_mutex_destroy(&b->mu);
+  pthread_mutex_destroy(&b->dial_mu);
+  free(b);
+}
+
+const axi_bulk_ops axi_bulk_tcp_ops = {
+    /* .name = */ "tcp",
+    /* .start = */ tcp_start,
+    /* .send = */ tcp_send,
+    /* .drop_peer = */ tcp_drop_peer,
+    /* .stop = */ tcp_stop,
+};

@@ -1,0 +1,368 @@
+/* Calls: the function registry, outgoing calls and their deadlines,
+ * incoming calls and the worker pool that runs handlers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rpc/node-impl.h"
+
+const double ax_lat_bounds_s[AX_LAT_BUCKETS] = {
+    50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3,
+    10e-3, 25e-3,  50e-3,  0.1,    0.25, 1.0,    1e300};
+
+/* ---- registry ---------------------------------------------------------- */
+int axi_register(ax_node *n, const char *fn, ax_rpc_handler h, void *user) {
+  if (!n || !fn || !*fn || !h)
+    return ax_seterr(AX_EINVAL, "register: bad arguments");
+  axi_fn *f = calloc(1, sizeof *f);
+  if (!f || !(f->name = strdup(fn))) {
+    free(f);
+    return ax_seterr(AX_ENOMEM, "register: no memory");
+  }
+  f->h = h;
+  f->user = user;
+  pthread_mutex_lock(&n->mu);
+  for (axi_fn *g = n->fns; g; g = g->next)
+    if (!strcmp(g->name, fn)) {
+      pthread_mutex_unlock(&n->mu);
+      free(f->name);
+      free(f);
+      return ax_seterr(AX_ESTATE, "register: %s already registered", fn);
+    }
+  /* Appended, so that ax_node_fn_stats indices stay stable. */
+  axi_fn **pp = &n->fns;
+  while (*pp)
+    pp = &(*pp)->next;
+  *pp = f;
+  pthread_mutex_unlock(&n->mu);
+  return AX_OK;
+}
+
+int ax_rpc_register(ax_node *n, const char *fn, ax_rpc_handler h, void *user) {
+  if (fn && !strncmp(fn, "_axon.", 6))
+    return ax_seterr(AX_EINVAL, "register: names starting with _axon. are reserved");
+  return axi_register(n, fn, h, user);
+}
+
+static axi_fn *fn_find(ax_node *n, const char *fn) {
+  pthread_mutex_lock(&n->mu);
+  axi_fn *f = n->fns;
+  while (f && strcmp(f->name, fn))
+    f = f->next;
+  pthread_mutex_unlock(&n->mu);
+  return f;
+}
+
+/* ---- outgoing calls ---------------------------------------------------- */
+static void pcall_finish(axi_pcall *c, int err, ax_values *vals,
+                         const char *msg) {
+  ax_future_complete(c->f, err, vals, msg);
+  ax_future_release(c->f);
+  free(c->fn);
+  free(c);
+  axi_live_calls_add(-1);
+}
+
+static axi_pcall *pcall_take(ax_node *n, uint64_t id) {
+  pthread_mutex_lock(&n->calls_mu);
+  axi_pcall **pp = &n->calls[id % AXI_CALL_BUCKETS];
+  while (*pp && (*pp)->id != id)
+    pp = &(*pp)->next;
+  axi_pcall *c = *pp;
+  if (c) {
+    *pp = c->next;
+    n->ncalls--;
+  }
+  pthread_mutex_unlock(&n->calls_mu);
+  return c;
+}
+
+/* Unlinks every call matching (peer p or any; deadline passed or any). */
+static axi_pcall *pcall_take_all(ax_node *n, axi_peer *p, int64_t now) {
+  axi_pcall *list = NULL;
+  pthread_mutex_lock(&n->calls_mu);
+  for (int b = 0; b < AXI_CALL_BUCKETS && n->ncalls > 0; b++) {
+    axi_pcall **pp = &n->calls[b];
+    while (*pp) {
+      axi_pcall *c = *pp;
+      if ((!p || c->peer == p) && (now < 0 || c->deadline_ms <= now)) {
+        *pp = c->next;
+        n->ncalls--;
+        c->next = list;
+        list = c;
+      } else {
+        pp = &c->next;
+      }
+    }
+  }
+  pthread_mutex_unlock(&n->calls_mu);
+  return list;
+}
+
+void axi_calls_fail(ax_node *n, axi_peer *p, int err, const char *why) {
+  for (axi_pcall *c = pcall_take_all(n, p, -1), *nx; c; c = nx) {
+    nx = c->next;
+    pcall_finish(c, err, NULL, why);
+  }
+}
+
+void axi_calls_expire(ax_node *n, int64_t now_ms) {
+  for (axi_pcall *c = pcall_take_all(n, NULL, now_ms), *nx; c; c = nx) {
+    nx = c->next;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s: %s: deadline exceeded",
+             c->peer ? c->peer->name : "?", c->fn);
+    pcall_finish(c, AX_ETIMEOUT, NULL, msg);
+  }
+}
+
+/* ---- incoming calls ---------------------------------------------------- */
+static void ctx_free(ax_call_ctx *c) {
+  ax_node *n = c->node;
+  axi_stream_release(c->stream);
+  axi_msg_clear(&c->msg);
+  ax_future_release(c->deferred);
+  for (int i = 0; i < AXI_MAX_META; i++)
+    free(c->lmeta[i]);
+  free(c);
+  __atomic_sub_fetch(&n->incalls, 1, __ATOMIC_RELAXED);
+  axi_live_calls_add(-1);
+}
+
+static void record(axi_fn *f, int err, int64_t t0_us) {
+  if (!f)
+    return;
+  int64_t us = axi_now_us() - t0_us;
+  double s = us * 1e-6;
+  int b = 0;
+  while (b < AX_LAT_BUCKETS - 1 && s > ax_lat_bounds_s[b])
+    b++;
+  __atomic_add_fetch(&f->calls, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&f->lat_count[b], 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&f->lat_sum_us, (uint64_t)us, __ATOMIC_RELAXED);
+  if (err)
+    __atomic_add_fetch(&f->errors, 1, __ATOMIC_RELAXED);
+}
+
+/* Answers c (vals taken) and frees it. */
+static void reply(ax_call_ctx *c, int err, ax_values *vals, const char *msg) {
+  ax_node *n = c->node;
+  const char *fname = c->fn ? c->fn->name : (c->msg.fn ? c->msg.fn : "?");
+  char *full = NULL;
+  if (err != AX_OK) {
+    __atomic_add_fetch(&n->errors_in, 1, __ATOMIC_RELAXED);
+    size_t len = strlen(n->name) + strlen(fname) + (msg ? strlen(msg) : 0) + 64;
+    if ((full = malloc(len)))
+      snprintf(full, len, "%s: %s: %s", n->name, fname,
+               msg && *msg ? msg : ax_strerror(err));
+    ax_values_free(vals);
+    vals = NULL;
+  }
+  record(c->fn, err, c->t0_us);
+  if (c->local) {
+    ax_future_complete(c->local, err, vals, full);
+    ax_future_release(c->local);
+  } else if (c->peer) {
+    axi_msg m = {.kind = AXI_RESPONSE, .call_id = c->msg.call_id,
+                 .values = vals, .err = err, .errmsg = full,
+                 .node = n->name};
+    int rc = axi_peer_send(c->peer, &m, c->stream);
+    if (rc == AX_ETOOBIG || rc == AX_ENOMEM) { /* tell the caller why */
+      axi_msg e = {.kind = AXI_RESPONSE, .call_id = c->msg.call_id,
+                   .err = rc, .errmsg = "reply could not be sent",
+                   .node = n->name};
+      axi_peer_send(c->peer, &e, c->stream);
+    }
+    ax_values_free(vals);
+  } else {
+    ax_values_free(vals);
+  }
+  free(full);
+  ctx_free(c);
+}
+
+static void deferred_done(ax_future *f, void *user) {
+  ax_call_ctx *c = user;
+  int err = ax_future_err(f);
+  reply(c, err, err == AX_OK ? ax_values_clone(ax_future_values(f)) : NULL,
+        ax_future_errmsg(f));
+}
+
+static void run_call(ax_call_ctx *c) {
+  ax_node *n = c->node;
+  if (n->closing) {
+    reply(c, AX_ECLOSED, NULL, "node is shutting down");
+    return;
+  }
+  if (c->deadline_ms && axi_now_ms() > c->deadline_ms) {
+    reply(c, AX_ETIMEOUT, NULL, "deadline passed before the handler ran");
+    return;
+  }
+  ax_values *out = ax_values_new();
+  ax_clearerr();
+  int rc = out ? c->fn->h(c, c->msg.values, out, c->fn->user) : AX_ENOMEM;
+  if (rc != AX_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ax_errmsg());
+    ax_values_free(out);
+    reply(c, rc, NULL, msg);
+  } else if (c->deferred) {
+    ax_values_free(out);
+    if (ax_future_on_done(c->deferred, deferred_done, c) != AX_OK)
+      reply(c, AX_ENOMEM, NULL, "cannot wait for the deferred result");
+  } else {
+    reply(c, AX_OK, out, NULL);
+  }
+}
+
+static void *worker_main(void *arg) {
+  ax_node *n = arg;
+  for (;;) {
+    pthread_mutex_lock(&n->mu);
+    while (!n->q_head && !n->q_stop)
+      pthread_cond_wait(&n->q_cv, &n->mu);
+    ax_call_ctx *c = n->q_head;
+    if (c) {
+      n->q_head = c->next;
+      if (!n->q_head)
+        n->q_tail = &n->q_head;
+    }
+    pthread_mutex_unlock(&n->mu);
+    if (!c)
+      return NULL;
+    run_call(c);
+  }
+}
+
+static void enqueue(ax_node *n, ax_call_ctx *c) {
+  c->next = NULL;
+  pthread_mutex_lock(&n->mu);
+  *n->q_tail = c;
+  n->q_tail = &c->next;
+  pthread_cond_signal(&n->q_cv);
+  pthread_mutex_unlock(&n->mu);
+}
+
+static ax_call_ctx *ctx_new(ax_node *n) {
+  ax_call_ctx *c = calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  c->node = n;
+  c->t0_us = axi_now_us();
+  __atomic_add_fetch(&n->incalls, 1, __ATOMIC_RELAXED);
+  axi_live_calls_add(1);
+  return c;
+}
+
+static void reply_error(ax_node *n, axi_peer *p, axi_stream *s, uint64_t id,
+                        const char *fn, int err, const char *msg) {
+  char full[512];
+  snprintf(full, sizeof full, "%s: %s: %s", n->name, fn ? fn : "?", msg);
+  axi_msg m = {.kind = AXI_RESPONSE, .call_id = id, .err = err,
+               .errmsg = full, .node = n->name};
+  axi_peer_send(p, &m, s);
+  __atomic_add_fetch(&n->errors_in, 1, __ATOMIC_RELAXED);
+}
+
+void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
+                  int rc) {
+  if (rc != AX_OK) {
+    __atomic_add_fetch(&n->malformed, 1, __ATOMIC_RELAXED);
+    if (m->kind == AXI_REQUEST && m->call_id)
+      reply_error(n, p, s, m->call_id, "?", rc, ax_errmsg());
+    else if (m->kind == AXI_RESPONSE) {
+      axi_pcall *c = pcall_take(n, m->call_id);
+      if (c)
+        pcall_finish(c, rc, NULL, ax_errmsg());
+    }
+    axi_msg_clear(m);
+    return;
+  }
+  if (m->kind == AXI_RESPONSE) {
+    axi_pcall *c = pcall_take(n, m->call_id);
+    ax_values *v = m->values;
+    m->values = NULL;
+    if (c)
+      pcall_finish(c, m->err, v, m->errmsg);
+    else
+      ax_values_free(v); /* late: the call already timed out */
+    axi_msg_clear(m);
+    return;
+  }
+  if (m->kind != AXI_REQUEST) {
+    axi_msg_clear(m);
+    return;
+  }
+  __atomic_add_fetch(&n->calls_in, 1, __ATOMIC_RELAXED);
+  axi_fn *f = fn_find(n, m->fn);
+  if (!f || n->closing) {
+    reply_error(n, p, s, m->call_id, m->fn, f ? AX_ECLOSED : AX_ENOFUNC,
+                f ? "node is shutting down" : "unknown function");
+    axi_msg_clear(m);
+    return;
+  }
+  ax_call_ctx *c = ctx_new(n);
+  if (!c) {
+    reply_error(n, p, s, m->call_id, m->fn, AX_ENOMEM, "no memory");
+    axi_msg_clear(m);
+    return;
+  }
+  c->peer = p;
+  c->stream = s;
+  if (s)
+    axi_stream_retain(s);
+  c->msg = *m;
+  memset(m, 0, sizeof *m);
+  c->fn = f;
+  if (c->msg.timeout_ms > 0)
+    c->deadline_ms = axi_now_ms() + c->msg.timeout_ms;
+  enqueue(n, c);
+}
+
+int axi_calls_start(ax_node *n) {
+  n->q_tail = &n->q_head;
+  pthread_cond_init(&n->q_cv, NULL);
+  n->workers = calloc(n->o.threads, sizeof(pthread_t));
+  if (!n->workers)
+    return ax_seterr(AX_ENOMEM, "node: no memory");
+  for (int i = 0; i < n->o.threads; i++) {
+    if (pthread_create(&n->workers[i], NULL, worker_main, n))
+      return ax_seterr(AX_ENOMEM, "node: cannot start worker threads");
+    n->nworkers++;
+  }
+  return AX_OK;
+}
+
+void axi_calls_stop(ax_node *n) {
+  pthread_mutex_lock(&n->mu);
+  n->q_stop = 1;
+  pthread_cond_broadcast(&n->q_cv);
+  pthread_mutex_unlock(&n->mu);
+  for (int i = 0; i < n->nworkers; i++) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 5;
+    if (pthread_timedjoin_np(n->workers[i], NULL, &ts) != 0) {
+      fprintf(stderr, "axon: %s: a handler did not return; leaking the node\n",
+              n->name);
+      n->leaked = 1;
+    }
+  }
+  n->nworkers = 0;
+  /* Calls still queued are answered: local ones complete their future. */
+  pthread_mutex_lock(&n->mu);
+  ax_call_ctx *c = n->q_head;
+  n->q_head = NULL;
+  n->q_tail = &n->q_head;
+  pthread_mutex_unlock(&n->mu);
+  for (ax_call_ctx *nx; c; c = nx) {
+    nx = c->next;
+    reply(c, AX_ECLOSED, NULL, "node is shutting down");
+  }
+  if (!n->leaked) {
+    free(n->workers);
+    n->workers = NULL;
+    pthread_cond_destroy(&n->q_cv);
+  }
+}

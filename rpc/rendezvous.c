@@ -1,0 +1,291 @@
+/* Rendezvous: the master collects joins and publishes the membership once
+ * the world is complete; built-in functions "_axon.join" and
+ * "_axon.stats". */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rpc/node-impl.h"
+
+typedef struct axi_join {
+  int world, count;
+  char **name, **addr, **bulk; /* indexed by rank, grown as needed */
+  int cap;
+  ax_future **waiting; /* deferred join replies */
+  int nwaiting;
+} axi_join;
+
+/* Membership list: [world, master name, (name, addr, bulk) per rank]. */
+static ax_values *membership(ax_node *n, axi_join *j) {
+  ax_values *v = ax_values_new();
+  if (!v)
+    return NULL;
+  ax_values_add_i64(v, j->cap);
+  ax_values_add_str(v, n->name);
+  for (int r = 0; r < j->cap; r++) {
+    ax_values_add_str(v, j->name[r] ? j->name[r] : "");
+    ax_values_add_str(v, j->addr[r] ? j->addr[r] : "");
+    ax_values_add_str(v, j->bulk[r] ? j->bulk[r] : "");
+  }
+  return v;
+}
+
+static int grow(axi_join *j, int cap) {
+  if (cap <= j->cap)
+    return AX_OK;
+  char **a = realloc(j->name, cap * sizeof *a);
+  if (a)
+    j->name = a;
+  char **b = realloc(j->addr, cap * sizeof *b);
+  if (b)
+    j->addr = b;
+  char **c = realloc(j->bulk, cap * sizeof *c);
+  if (c)
+    j->bulk = c;
+  if (!a || !b || !c)
+    return ax_seterr(AX_ENOMEM, "join: no memory");
+  for (int r = j->cap; r < cap; r++)
+    j->name[r] = j->addr[r] = j->bulk[r] = NULL;
+  j->cap = cap;
+  return AX_OK;
+}
+
+/* Adds a member (n->mu held). Returns the rank or a negative error. */
+static int add_member(axi_join *j, const char *name, int rank,
+                      const char *addr, const char *bulk) {
+  for (int r = 0; r < j->cap; r++)
+    if (j->name[r] && !strcmp(j->name[r], name)) {
+      if (strcmp(j->addr[r], addr))
+        return -ax_seterr(AX_ESTATE, "join: name %s is taken", name);
+      return r; /* a retried join */
+    }
+  if (rank < 0) {
+    for (rank = 0; rank < j->cap && j->name[rank]; rank++)
+      ;
+  } else if (rank < j->cap && j->name[rank]) {
+    return -ax_seterr(AX_ESTATE, "join: rank %d is taken by %s", rank,
+                      j->name[rank]);
+  }
+  if (grow(j, rank + 1 > j->world ? rank + 1 : j->world) != AX_OK)
+    return -AX_ENOMEM;
+  j->name[rank] = strdup(name);
+  j->addr[rank] = strdup(addr);
+  j->bulk[rank] = strdup(bulk);
+  j->count++;
+  return rank;
+}
+
+static void apply_membership(ax_node *n, const ax_values *v);
+int axi_is_master(ax_node *n);
+
+/* Completes the waiting joins if the world is complete (n->mu held);
+ * returns the futures to complete outside the lock via *out. */
+static ax_values *check_complete(ax_node *n, axi_join *j) {
+  if (j->count < j->world)
+    return NULL;
+  return membership(n, j);
+}
+
+static void finish_waiting(ax_node *n, ax_future **w, int nw,
+                           const ax_values *members) {
+  for (int i = 0; i < nw; i++) {
+    ax_future_complete(w[i], AX_OK, ax_values_clone(members), NULL);
+    ax_future_release(w[i]);
+  }
+  free(w);
+}
+
+static int join_handler(ax_call_ctx *ctx, const ax_values *args,
+                        ax_values *out, void *user) {
+  ax_node *n = ax_call_node(ctx);
+  const char *name, *addr, *bulk;
+  int64_t rank, world;
+  AX_TRY(ax_values_get_str(args, 0, &name));
+  AX_TRY(ax_values_get_i64(args, 1, &rank));
+  AX_TRY(ax_values_get_str(args, 2, &addr));
+  AX_TRY(ax_values_get_str(args, 3, &bulk));
+  AX_TRY(ax_values_get_i64(args, 4, &world));
+  if (!axi_is_master(n))
+    return ax_seterr(AX_ESTATE, "join: %s is not the master", n->name);
+  axi_join *j = n->joins;
+  ax_future *f = ax_future_new();
+  if (!f)
+    return AX_ENOMEM;
+  pthread_mutex_lock(&n->mu);
+  int r = add_member(j, name, (int)rank, addr, bulk);
+  if (r < 0) {
+    pthread_mutex_unlock(&n->mu);
+    ax_future_release(f);
+    return -r;
+  }
+  ax_values *members = check_complete(n, j);
+  ax_future **w = NULL;
+  int nw = 0;
+  if (members) {
+    w = j->waiting;
+    nw = j->nwaiting;
+    j->waiting = NULL;
+    j->nwaiting = 0;
+  } else {
+    ax_future **g = realloc(j->waiting, (j->nwaiting + 1) * sizeof *g);
+    if (!g) {
+      pthread_mutex_unlock(&n->mu);
+      ax_future_release(f);
+      return AX_ENOMEM;
+    }
+    j->waiting = g;
+    g[j->nwaiting++] = ax_future_retain(f);
+  }
+  pthread_mutex_unlock(&n->mu);
+  if (members) {
+    apply_membership(n, members);
+    finish_waiting(n, w, nw, members);
+    ax_future_complete(f, AX_OK, members, NULL);
+  }
+  int rc = ax_call_defer(ctx, f);
+  ax_future_release(f);
+  return rc;
+}
+
+static int stats_handler(ax_call_ctx *ctx, const ax_values *args,
+                         ax_values *out, void *user) {
+  ax_node *n = ax_call_node(ctx);
+  AX_TRY(ax_values_add_i64(out, ax_rpc_live_calls() - 1));
+  AX_TRY(ax_values_add_i64(out, ax_future_live_count()));
+  AX_TRY(ax_values_add_i64(out, __atomic_load_n(&n->incalls, __ATOMIC_RELAXED) - 1));
+  return AX_OK;
+}
+
+int axi_rendezvous_init(ax_node *n) {
+  n->joins = calloc(1, sizeof(axi_join));
+  if (!n->joins)
+    return ax_seterr(AX_ENOMEM, "node: no memory");
+  n->joins->world = n->o.world_size > 0 ? n->o.world_size : 1;
+  AX_TRY(axi_register(n, "_axon.join", join_handler, NULL));
+  return axi_register(n, "_axon.stats", stats_handler, NULL);
+}
+
+void axi_rendezvous_fini(ax_node *n) {
+  axi_join *j = n->joins;
+  if (!j)
+    return;
+  for (int r = 0; r < j->cap; r++) {
+    free(j->name[r]);
+    free(j->addr[r]);
+    free(j->bulk[r]);
+  }
+  free(j->name);
+  free(j->addr);
+  free(j->bulk);
+  for (int i = 0; i < j->nwaiting; i++) {
+    ax_future_complete(j->waiting[i], AX_ECLOSED, NULL, "node destroyed");
+    ax_future_release(j->waiting[i]);
+  }
+  free(j->waiting);
+  free(j);
+  n->joins = NULL;
+}
+
+/* Records the membership on this node: ranks, names and peer addresses. */
+static void apply_membership(ax_node *n, const ax_values *v) {
+  int64_t world = 0;
+  const char *master_name = NULL;
+  if (ax_values_get_i64(v, 0, &world) != AX_OK ||
+      ax_values_get_str(v, 1, &master_name) != AX_OK ||
+      ax_values_count(v) != (size_t)(2 + 3 * world))
+    return;
+  if (n->master_peer && strcmp(master_name, n->name)) {
+    pthread_mutex_lock(&n->mu);
+    int exists = 0;
+    for (axi_peer *p = n->peers; p; p = p->next)
+      exists |= !strcmp(p->name, master_name);
+    if (!exists && !n->master_peer->alias)
+      n->master_peer->alias = strdup(master_name);
+    pthread_mutex_unlock(&n->mu);
+  }
+  char **names = calloc(world, sizeof(char *));
+  if (!names)
+    return;
+  for (int r = 0; r < world; r++) {
+    const char *name, *addr, *bulk;
+    ax_values_get_str(v, 2 + 3 * r, &name);
+    ax_values_get_str(v, 3 + 3 * r, &addr);
+    ax_values_get_str(v, 4 + 3 * r, &bulk);
+    names[r] = strdup(name);
+    if (!strcmp(name, n->name)) {
+      n->rank = r;
+    } else if (*name) {
+      axi_peer *p = axi_peer_get(n, name, addr, bulk);
+      if (p)
+        p->rank = r;
+    }
+  }
+  pthread_mutex_lock(&n->mu);
+  char **old = n->member_name;
+  int nold = n->nmembers;
+  n->member_name = names;
+  n->nmembers = (int)world;
+  n->world_size = (int)world;
+  pthread_mutex_unlock(&n->mu);
+  for (int i = 0; i < nold; i++)
+    free(old[i]);
+  free(old);
+}
+
+int axi_is_master(ax_node *n) {
+  if (!n->master || !strcmp(n->master, n->addr) || !strcmp(n->master, n->listen))
+    return 1;
+  /* "0.0.0.0:P" listens on every interface, the master's too. */
+  const char *mp = strrchr(n->master, ':'), *ap = strrchr(n->addr, ':');
+  return mp && ap && !strcmp(mp, ap) &&
+         (!strncmp(n->listen, "0.0.0.0:", 8) || !strncmp(n->listen, "[::]:", 5));
+}
+
+int ax_node_join(ax_node *n, int64_t timeout_ms) {
+  int64_t deadline = axi_now_ms() + timeout_ms;
+  ax_values *a = ax_values_new();
+  if (!a)
+    return AX_ENOMEM;
+  ax_values_add_str(a, n->name);
+  ax_values_add_i64(a, n->o.rank);
+  ax_values_add_str(a, n->addr);
+  ax_values_add_str(a, n->bulk_addr);
+  ax_values_add_i64(a, n->o.world_size);
+  const char *to = n->name;
+  if (!axi_is_master(n)) {
+    char pname[160];
+    snprintf(pname, sizeof pname, "@%s", n->master);
+    n->master_peer = axi_peer_get(n, pname, n->master, NULL);
+    if (!n->master_peer) {
+      ax_values_free(a);
+      return AX_ENOMEM;
+    }
+    to = n->master_peer->name;
+  }
+  int rc;
+  for (;;) {
+    int64_t left = deadline - axi_now_ms();
+    if (left <= 0) {
+      rc = ax_seterr(AX_ETIMEOUT, "join: master %s not complete in %lld ms",
+                     n->master ? n->master : n->addr, (long long)timeout_ms);
+      break;
+    }
+    ax_call_opts o = {.timeout_ms = left};
+    ax_values *res = NULL;
+    rc = ax_rpc_sync(n, to, "_axon.join", a, &o, &res);
+    if (rc == AX_OK) {
+      apply_membership(n, res);
+      ax_values_free(res);
+      break;
+    }
+    if (rc != AX_EPEERDOWN || !n->master_peer)
+      break;
+    /* The master is not listening yet: retry shortly. */
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+    axi_peer_reset(n->master_peer);
+  }
+  ax_values_free(a);
+  return rc;
+}

@@ -1,0 +1,218 @@
+/* The public call API: ax_rpc_async/sync, handler context accessors and
+ * node statistics. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rpc/node-impl.h"
+
+static int local_call(ax_node *n, const char *fn, const ax_values *args,
+                      const ax_call_opts *o, int64_t timeout, ax_future **out);
+
+int ax_rpc_async(ax_node *n, const char *to, const char *fn,
+                 const ax_values *args, const ax_call_opts *o,
+                 ax_future **out) {
+  if (!n || !to || !fn || !*fn || !out)
+    return ax_seterr(AX_EINVAL, "rpc: bad arguments");
+  if (o && (o->nmeta < 0 || o->nmeta > AXI_MAX_META))
+    return ax_seterr(AX_EINVAL, "rpc: at most %d metadata entries", AXI_MAX_META);
+  if (n->closing)
+    return ax_seterr(AX_ECLOSED, "rpc: node %s is shut down", n->name);
+  int64_t timeout = (o && o->timeout_ms > 0) ? o->timeout_ms : n->o.timeout_ms;
+  if (ax_values_tensor_bytes(args) > n->o.max_msg_bytes)
+    return ax_seterr(AX_ETOOBIG, "rpc: %zu tensor bytes over the %zu limit",
+                     ax_values_tensor_bytes(args), n->o.max_msg_bytes);
+  if (!strcmp(to, n->name))
+    return local_call(n, fn, args, o, timeout, out);
+  axi_peer *p = axi_peer_find(n, to);
+  if (!p)
+    return ax_seterr(AX_ENOTFOUND, "rpc: no node named %s", to);
+  ax_future *f = ax_future_new();
+  axi_pcall *c = calloc(1, sizeof *c);
+  char *fname = strdup(fn);
+  if (!f || !c || !fname) {
+    ax_future_release(f);
+    free(c);
+    free(fname);
+    return ax_seterr(AX_ENOMEM, "rpc: no memory");
+  }
+  c->peer = p;
+  c->f = ax_future_retain(f); /* the table's reference */
+  c->fn = fname;
+  c->deadline_ms = axi_now_ms() + timeout;
+  axi_live_calls_add(1);
+  pthread_mutex_lock(&n->calls_mu);
+  c->id = ++n->next_id;
+  uint64_t id = c->id;
+  c->next = n->calls[id % AXI_CALL_BUCKETS];
+  n->calls[id % AXI_CALL_BUCKETS] = c;
+  n->ncalls++;
+  pthread_mutex_unlock(&n->calls_mu);
+  __atomic_add_fetch(&n->calls_out, 1, __ATOMIC_RELAXED);
+  axi_msg m = {.kind = AXI_REQUEST, .call_id = id, .fn = fn,
+               .timeout_ms = timeout, .values = (ax_values *)args,
+               .autograd_ctx = o ? o->autograd_ctx : 0};
+  for (int i = 0; o && i < o->nmeta; i++) {
+    m.meta_key[i] = o->meta_key[i];
+    m.meta_val[i] = o->meta_val[i];
+    m.nmeta++;
+  }
+  int rc = axi_peer_send(p, &m, NULL);
+  if (rc != AX_OK) {
+    /* Unlink the call unless someone (peer down) completed it already; the
+     * future is not handed out either way, so no callback can run. */
+    pthread_mutex_lock(&n->calls_mu);
+    axi_pcall **pp = &n->calls[id % AXI_CALL_BUCKETS];
+    while (*pp && *pp != c)
+      pp = &(*pp)->next;
+    int mine = *pp == c;
+    if (mine) {
+      *pp = c->next;
+      n->ncalls--;
+    }
+    pthread_mutex_unlock(&n->calls_mu);
+    if (mine) {
+      ax_future_release(c->f);
+      free(c->fn);
+      free(c);
+      axi_live_calls_add(-1);
+    }
+    ax_future_release(f);
+    return rc;
+  }
+  *out = f;
+  return AX_OK;
+}
+
+static int local_call(ax_node *n, const char *fn, const ax_values *args,
+                      const ax_call_opts *o, int64_t timeout,
+                      ax_future **out) {
+  axi_fn *f = NULL;
+  pthread_mutex_lock(&n->mu);
+  for (f = n->fns; f && strcmp(f->name, fn); f = f->next)
+    ;
+  pthread_mutex_unlock(&n->mu);
+  ax_future *fut = ax_future_new();
+  ax_call_ctx *c = fut ? calloc(1, sizeof *c) : NULL;
+  ax_values *a = c ? (args ? ax_values_clone(args) : ax_values_new()) : NULL;
+  if (!a) {
+    ax_future_release(fut);
+    free(c);
+    return ax_seterr(AX_ENOMEM, "rpc: no memory");
+  }
+  if (!f) {
+    ax_values_free(a);
+    free(c);
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s: %s: unknown function", n->name, fn);
+    ax_future_complete(fut, AX_ENOFUNC, NULL, msg);
+    *out = fut;
+    return AX_OK;
+  }
+  c->node = n;
+  c->t0_us = axi_now_us();
+  c->fn = f;
+  c->local = ax_future_retain(fut);
+  c->msg.kind = AXI_REQUEST;
+  c->msg.values = a;
+  c->msg.timeout_ms = timeout;
+  c->deadline_ms = axi_now_ms() + timeout;
+  c->msg.autograd_ctx = o ? o->autograd_ctx : 0;
+  for (int i = 0; o && i < o->nmeta; i++) {
+    c->lmeta[i] = strdup(o->meta_key[i] ? o->meta_key[i] : "");
+    c->msg.meta_key[i] = c->lmeta[i];
+    c->msg.meta_val[i] = o->meta_val[i];
+    c->msg.nmeta++;
+  }
+  __atomic_add_fetch(&n->incalls, 1, __ATOMIC_RELAXED);
+  axi_live_calls_add(1);
+  c->next = NULL;
+  pthread_mutex_lock(&n->mu);
+  *n->q_tail = c;
+  n->q_tail = &c->next;
+  pthread_cond_signal(&n->q_cv);
+  pthread_mutex_unlock(&n->mu);
+  *out = fut;
+  return AX_OK;
+}
+
+int ax_rpc_sync(ax_node *n, const char *to, const char *fn,
+                const ax_values *args, const ax_call_opts *o,
+                ax_values **out) {
+  ax_future *f;
+  AX_TRY(ax_rpc_async(n, to, fn, args, o, &f));
+  int64_t timeout = (o && o->timeout_ms > 0) ? o->timeout_ms : n->o.timeout_ms;
+  /* The call completes by its deadline; the grace covers the timer tick. */
+  int rc = ax_future_wait(f, timeout + 2000);
+  if (rc == AX_OK && out) {
+    *out = ax_future_take_values(f);
+    if (!*out)
+      *out = ax_values_new();
+  }
+  ax_future_release(f);
+  return rc;
+}
+
+int ax_call_defer(ax_call_ctx *c, ax_future *f) {
+  if (!c || !f || c->deferred)
+    return ax_seterr(AX_EINVAL, "defer: bad arguments or already deferred");
+  c->deferred = ax_future_retain(f);
+  return AX_OK;
+}
+
+ax_node *ax_call_node(const ax_call_ctx *c) { return c->node; }
+const char *ax_call_caller(const ax_call_ctx *c) {
+  return c->peer ? c->peer->name : c->node->name;
+}
+const char *ax_call_fn(const ax_call_ctx *c) { return c->fn->name; }
+uint64_t ax_call_autograd_ctx(const ax_call_ctx *c) {
+  return c->msg.autograd_ctx;
+}
+int ax_call_meta(const ax_call_ctx *c, const char *key, int64_t *val) {
+  for (int i = 0; i < c->msg.nmeta; i++)
+    if (c->msg.meta_key[i] && !strcmp(c->msg.meta_key[i], key)) {
+      *val = c->msg.meta_val[i];
+      return AX_OK;
+    }
+  return ax_seterr(AX_ENOTFOUND, "call: no metadata %s", key);
+}
+int64_t ax_call_remaining_ms(const ax_call_ctx *c) {
+  return c->deadline_ms ? c->deadline_ms - axi_now_ms() : INT64_MAX;
+}
+
+void ax_node_stats_get(ax_node *n, ax_node_stats *s) {
+  memset(s, 0, sizeof *s);
+  s->bytes_in = __atomic_load_n(&n->bytes_in, __ATOMIC_RELAXED);
+  s->bytes_out = __atomic_load_n(&n->bytes_out, __ATOMIC_RELAXED);
+  s->calls_in = __atomic_load_n(&n->calls_in, __ATOMIC_RELAXED);
+  s->calls_out = __atomic_load_n(&n->calls_out, __ATOMIC_RELAXED);
+  s->errors_in = __atomic_load_n(&n->errors_in, __ATOMIC_RELAXED);
+  s->malformed = __atomic_load_n(&n->malformed, __ATOMIC_RELAXED);
+  s->live_calls = ax_rpc_live_calls();
+  s->live_futures = ax_future_live_count();
+  pthread_mutex_lock(&n->mu);
+  for (axi_peer *p = n->peers; p; p = p->next) {
+    int st = __atomic_load_n(&p->state, __ATOMIC_RELAXED);
+    s->peers_up += st == AXI_PEER_UP;
+    s->peers_down += st == AXI_PEER_DOWN;
+  }
+  pthread_mutex_unlock(&n->mu);
+}
+
+int ax_node_fn_stats(ax_node *n, size_t i, ax_fn_stats *out) {
+  pthread_mutex_lock(&n->mu);
+  axi_fn *f = n->fns;
+  while (f && i--)
+    f = f->next;
+  pthread_mutex_unlock(&n->mu);
+  if (!f)
+    return AX_ENOTFOUND;
+  memset(out, 0, sizeof *out);
+  out->fn = f->name;
+  out->calls = __atomic_load_n(&f->calls, __ATOMIC_RELAXED);
+  out->errors = __atomic_load_n(&f->errors, __ATOMIC_RELAXED);
+  for (int b = 0; b < AX_LAT_BUCKETS; b++)
+    out->lat_count[b] = __atomic_load_n(&f->lat_count[b], __ATOMIC_RELAXED);
+  out->lat_sum_s = __atomic_load_n(&f->lat_sum_us, __ATOMIC_RELAXED) * 1e-6;
+  return AX_OK;
+}
