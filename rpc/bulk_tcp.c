@@ -72,7 +72,8 @@ static void on_write(evutil_socket_t fd, short what, void *arg) {
     pthread_mutex_unlock(&c->mu);
     struct iovec iov[AXI_BULK_IOV];
     int n = axi_bulk_frame_iov(f, iov, AXI_BULK_IOV);
-    ssize_t w = writev(c->fd, iov, n);
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL); /* no SIGPIPE */
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       event_add(c->wev, NULL);
       return;

@@ -1,0 +1,162 @@
+/* axon-agent: the daemon on each host. It joins the master, serves the
+ * registered functions, answers /healthz and /metrics, and exits cleanly on
+ * SIGINT or SIGTERM (or when the master goes away). */
+#include <event2/event.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agents/axon_agent.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+      "usage: axon-agent --name NAME --master HOST:PORT [options]\n"
+      "\n"
+      "  --name NAME          unique node name (required)\n"
+      "  --master HOST:PORT   master to join; default from AXON_MASTER_ADDR and\n"
+      "                       AXON_MASTER_PORT; equal to --listen: this agent\n"
+      "                       is the master\n"
+      "  --listen ADDR        control-plane address HOST:PORT (port 0: any;\n"
+      "                       default 127.0.0.1:0)\n"
+      "  --device DEV         cpu or cuda:N; received tensors land there\n"
+      "                       (default cpu)\n"
+      "  --threads N          handler worker threads (default 4)\n"
+      "  --metrics-port P     serve /healthz and /metrics on this port\n"
+      "                       (default: no HTTP endpoint)\n"
+      "  --world-size N       nodes in the world, for the master (default 1)\n"
+      "  --rank R             this node's rank (default: SLURM_PROCID or\n"
+      "                       OMPI_COMM_WORLD_RANK, else assigned by the master)\n"
+      "  --join-timeout-ms T  give up joining after T ms (default 60000)\n"
+      "  --heartbeat-ms T     ping interval to peers (default 500)\n"
+      "  --peer-timeout-ms T  silence before a peer is declared down\n"
+      "                       (default 4000)\n"
+      "  --max-msg-bytes N    largest tensor payload accepted (default 4 GiB)\n"
+      "  --stay               keep serving when the master goes away\n"
+      "  --help               this text\n");
+}
+
+typedef struct agent {
+  ax_node *node;
+  struct event_base *base;
+  int stay, exit_code;
+} agent;
+
+static void on_signal(evutil_socket_t sig, short what, void *arg) {
+  agent *a = arg;
+  fprintf(stderr, "axon-agent %s: signal %d, shutting down\n",
+          ax_node_name(a->node), (int)sig);
+  event_base_loopbreak(a->base);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg) {
+  agent *a = arg;
+  const char *master;
+  if (a->stay || ax_node_member(a->node, 0, &master) != AX_OK)
+    return;
+  /* Rank 0 is the master; when it is gone the world is over. */
+  if (strcmp(master, ax_node_name(a->node)) &&
+      ax_node_peer_is_down(a->node, master)) {
+    fprintf(stderr, "axon-agent %s: master %s is down, exiting\n",
+            ax_node_name(a->node), master);
+    a->exit_code = 3;
+    event_base_loopbreak(a->base);
+  }
+}
+
+int main(int argc, char **argv) {
+  ax_node_opts o;
+  ax_node_opts_init(&o);
+  int metrics_port = -1;
+  int64_t join_ms = 60000;
+  const char *device = "cpu";
+  agent a = {0};
+  static const struct option lo[] = {
+      {"name", 1, 0, 'n'},         {"master", 1, 0, 'm'},
+      {"listen", 1, 0, 'l'},       {"device", 1, 0, 'd'},
+      {"threads", 1, 0, 't'},      {"metrics-port", 1, 0, 'p'},
+      {"world-size", 1, 0, 'w'},   {"rank", 1, 0, 'r'},
+      {"join-timeout-ms", 1, 0, 'J'}, {"heartbeat-ms", 1, 0, 'H'},
+      {"peer-timeout-ms", 1, 0, 'P'}, {"stay", 0, 0, 's'},
+      {"max-msg-bytes", 1, 0, 'M'},
+      {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
+  ax_node_opts_from_env(&o);
+  int c;
+  while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    switch (c) {
+    case 'n': o.name = optarg; break;
+    case 'm': o.master = optarg; break;
+    case 'l': o.listen = optarg; break;
+    case 'd': device = optarg; break;
+    case 't': o.threads = atoi(optarg); break;
+    case 'p': metrics_port = atoi(optarg); break;
+    case 'w': o.world_size = atoi(optarg); break;
+    case 'r': o.rank = atoi(optarg); break;
+    case 'J': join_ms = atoll(optarg); break;
+    case 'H': o.heartbeat_ms = atoll(optarg); break;
+    case 'P': o.peer_timeout_ms = atoll(optarg); break;
+    case 's': a.stay = 1; break;
+    case 'M': o.max_msg_bytes = (size_t)atoll(optarg); break;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (!o.name || optind != argc) {
+    usage(stderr);
+    return 2;
+  }
+  if (ax_device_parse(device, &o.device) != AX_OK) {
+    fprintf(stderr, "axon-agent: bad --device %s\n", device);
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  if (!o.master)
+    o.master = o.listen; /* no master given: this agent is the master */
+  int rc = ax_node_create(&o, &a.node);
+  if (rc == AX_OK)
+    rc = ax_agent_register_builtins(a.node);
+  if (rc != AX_OK) {
+    fprintf(stderr, "axon-agent %s: %s: %s\n", o.name, ax_strerror(rc),
+            ax_errmsg());
+    ax_node_destroy(a.node);
+    return 1;
+  }
+  fprintf(stderr, "axon-agent %s: serving on %s, joining %s\n", o.name,
+          ax_node_address(a.node), o.master);
+  if ((rc = ax_node_join(a.node, join_ms)) != AX_OK) {
+    fprintf(stderr, "axon-agent %s: join failed: %s: %s\n", o.name,
+            ax_strerror(rc), ax_errmsg());
+    ax_node_destroy(a.node);
+    return 1;
+  }
+  fprintf(stderr, "axon-agent %s: rank %d of %d\n", o.name,
+          ax_node_rank(a.node), ax_node_world_size(a.node));
+  a.base = event_base_new();
+  struct event *sint = evsignal_new(a.base, SIGINT, on_signal, &a);
+  struct event *sterm = evsignal_new(a.base, SIGTERM, on_signal, &a);
+  struct event *tick = event_new(a.base, -1, EV_PERSIST, on_tick, &a);
+  struct timeval tv = {0, 200000};
+  event_add(sint, NULL);
+  event_add(sterm, NULL);
+  event_add(tick, &tv);
+  if (metrics_port >= 0) {
+    char host[128];
+    snprintf(host, sizeof host, "%s", ax_node_address(a.node));
+    char *colon = strrchr(host, ':');
+    if (colon)
+      *colon = 0;
+    if (ax_agent_http_start(a.base, a.node, host, metrics_port) != AX_OK)
+      fprintf(stderr, "axon-agent %s: %s\n", o.name, ax_errmsg());
+  }
+  event_base_dispatch(a.base);
+  ax_agent_http_stop();
+  event_free(sint);
+  event_free(sterm);
+  event_free(tick);
+  event_base_free(a.base);
+  ax_node_shutdown(a.node, 5000);
+  ax_node_destroy(a.node);
+  fprintf(stderr, "axon-agent %s: exited\n", o.name);
+  return a.exit_code;
+}

@@ -1,0 +1,31 @@
+/* Test and debugging hooks of the RPC layer. Not for production code. */
+#ifndef AX_RPC_DEBUG_H
+#define AX_RPC_DEBUG_H
+
+#include <stddef.h>
+
+#include "rpc/rpc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Sends raw bytes as one frame on our control stream to node `to`, as if
+ * they were a request: bytes 8..15 (the call id of the frame prefix) are
+ * overwritten with a fresh call id whose response completes *out. Used to
+ * check that a corrupt frame gets an error reply (AX_EMALFORMED) and that
+ * the peer keeps serving. len must be at least 16. */
+int ax_rpc_debug_send_raw(ax_node *n, const char *to, const void *frame,
+                          size_t len, int64_t timeout_ms, ax_future **out);
+
+/* The control and bulk addresses known for peer `name` ("" if unknown). */
+int ax_rpc_debug_peer_addrs(ax_node *n, const char *name, char *ctl,
+                            size_t ctl_len, char *bulk, size_t bulk_len);
+
+/* The bulk channel address of this node ("" when it has none). */
+const char *ax_rpc_debug_bulk_addr(const ax_node *n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
