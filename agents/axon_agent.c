@@ -150,6 +150,9 @@ int main(int argc, char **argv) {
       fprintf(stderr, "axon-agent %s: %s\n", o.name, ax_errmsg());
   }
   event_base_dispatch(a.base);
+  /* Further signals must not kill the clean shutdown under way. */
+  signal(SIGINT, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
   ax_agent_http_stop();
   event_free(sint);
   event_free(sterm);

@@ -71,6 +71,7 @@ typedef struct ax_backend_i {
                    int c, int inner);
 
   /* ---- activations ---- */
+  /* y may alias x (in-place) */
   int (*relu_fwd)(ax_backend *be, size_t n, const float *x, float *y);
   /* dx = dy * (y > 0); dx may alias dy */
   int (*relu_bwd)(ax_backend *be, size_t n, const float *y, const float *dy,

@@ -89,8 +89,9 @@ int ax_conv_desc_init(ax_conv_desc *d) {
   if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->k <= 0 ||
       d->r <= 0 || d->s <= 0 || d->stride <= 0 || d->pad < 0)
     return ax_seterr(AX_EINVAL, "conv: bad geometry");
-  d->oh = (d->h + 2 * d->pad - d->r) / d->stride + 1;
-  d->ow = (d->w + 2 * d->pad - d->s) / d->stride + 1;
+  int span_h = d->h + 2 * d->pad - d->r, span_w = d->w + 2 * d->pad - d->s;
+  d->oh = span_h < 0 ? 0 : span_h / d->stride + 1;
+  d->ow = span_w < 0 ? 0 : span_w / d->stride + 1;
   if (d->oh <= 0 || d->ow <= 0)
     return ax_seterr(AX_ESHAPE, "conv: %dx%d input too small for %dx%d filter",
                      d->h, d->w, d->r, d->s);
@@ -102,8 +103,9 @@ int ax_pool_desc_init(ax_pool_desc *d) {
       d->kw <= 0 || d->stride <= 0 || d->pad < 0 || 2 * d->pad > d->kh ||
       2 * d->pad > d->kw)
     return ax_seterr(AX_EINVAL, "pool: bad geometry");
-  d->oh = (d->h + 2 * d->pad - d->kh) / d->stride + 1;
-  d->ow = (d->w + 2 * d->pad - d->kw) / d->stride + 1;
+  int span_h = d->h + 2 * d->pad - d->kh, span_w = d->w + 2 * d->pad - d->kw;
+  d->oh = span_h < 0 ? 0 : span_h / d->stride + 1;
+  d->ow = span_w < 0 ? 0 : span_w / d->stride + 1;
   if (d->oh <= 0 || d->ow <= 0)
     return ax_seterr(AX_ESHAPE, "pool: %dx%d input too small for %dx%d window",
                      d->h, d->w, d->kh, d->kw);

@@ -48,8 +48,7 @@ static int resnet_describe(const ax_config *cfg, ax_model_info *info) {
     else if (i == RESNET20_BLOCKS - 1)
       snprintf(info->block_names[i], sizeof info->block_names[i], "head");
     else
-      snprintf(info->block_names[i], sizeof info->block_names[i], "block%d",
-               i);
+      snprintf(info->block_names[i], sizeof info->block_names[i], "block%d", i);
   }
   info->n_outputs = 1;
   info->ignore_index = -100;

@@ -222,11 +222,11 @@ static int decode_value(const Axon__Value *pv, ax_device dev, size_t max_bytes,
 int axi_frame_decode_body(const axi_prefix *x, const uint8_t *hdr,
                           ax_device dev, size_t max_bytes, axi_msg *m) {
   memset(m, 0, sizeof *m);
+  m->kind = x->kind; /* kept on error so that the call can be answered */
+  m->call_id = x->call_id;
   Axon__FrameBody *b = axon__frame_body__unpack(NULL, x->hdr_len, hdr);
   if (!b)
     return ax_seterr(AX_EMALFORMED, "frame: undecodable header");
-  m->kind = x->kind;
-  m->call_id = x->call_id;
   m->pb_ = b;
   m->fn = b->fn;
   m->timeout_ms = b->timeout_ms;

@@ -19,8 +19,8 @@ static float *randv(uint64_t seed, size_t n) {
   return v;
 }
 
-static void assert_close(const float *a, const float *b, size_t n,
-                         double atol, double rtol, const char *what) {
+static void assert_close(const float *a, const float *b, size_t n, double atol,
+                         double rtol, const char *what) {
   double r = ax_test_close_ratio(a, b, n, atol, rtol);
   if (!(r <= 1.0))
     fail_msg("%s differs from the reference (worst ratio %g)", what, r);
@@ -28,28 +28,28 @@ static void assert_close(const float *a, const float *b, size_t n,
 
 /* ---- convolution ---- */
 
-#define X_AT(D, A, N_, C_, I_, J_) \
+#define X_AT(D, A, N_, C_, I_, J_)                                             \
   (A)[(((size_t)(N_) * (D)->c + (C_)) * (D)->h + (I_)) * (D)->w + (J_)]
-#define W_AT(D, A, K_, C_, R_, S_) \
+#define W_AT(D, A, K_, C_, R_, S_)                                             \
   (A)[(((size_t)(K_) * (D)->c + (C_)) * (D)->r + (R_)) * (D)->s + (S_)]
-#define Y_AT(D, A, N_, K_, I_, J_) \
+#define Y_AT(D, A, N_, K_, I_, J_)                                             \
   (A)[(((size_t)(N_) * (D)->k + (K_)) * (D)->oh + (I_)) * (D)->ow + (J_)]
 
 /* Runs body with n, k, oh, ow, c, r, s, ih, iw set for every tap of the
  * convolution that reads inside the input. */
-#define FOR_TAPS(d, ...)                                                      \
-  for (int n = 0; n < (d)->n; n++)                                            \
-    for (int k = 0; k < (d)->k; k++)                                          \
-      for (int oh = 0; oh < (d)->oh; oh++)                                    \
-        for (int ow = 0; ow < (d)->ow; ow++)                                  \
-          for (int c = 0; c < (d)->c; c++)                                    \
-            for (int r = 0; r < (d)->r; r++)                                  \
-              for (int s = 0; s < (d)->s; s++) {                              \
-                int ih = oh * (d)->stride - (d)->pad + r;                     \
-                int iw = ow * (d)->stride - (d)->pad + s;                     \
-                if (ih < 0 || ih >= (d)->h || iw < 0 || iw >= (d)->w)         \
-                  continue;                                                   \
-                __VA_ARGS__;                                                  \
+#define FOR_TAPS(d, ...)                                                       \
+  for (int n = 0; n < (d)->n; n++)                                             \
+    for (int k = 0; k < (d)->k; k++)                                           \
+      for (int oh = 0; oh < (d)->oh; oh++)                                     \
+        for (int ow = 0; ow < (d)->ow; ow++)                                   \
+          for (int c = 0; c < (d)->c; c++)                                     \
+            for (int r = 0; r < (d)->r; r++)                                   \
+              for (int s = 0; s < (d)->s; s++) {                               \
+                int ih = oh * (d)->stride - (d)->pad + r;                      \
+                int iw = ow * (d)->stride - (d)->pad + s;                      \
+                if (ih < 0 || ih >= (d)->h || iw < 0 || iw >= (d)->w)          \
+                  continue;                                                    \
+                __VA_ARGS__;                                                   \
               }
 
 static void conv_case(int n, int c, int h, int w, int k, int r, int s,
@@ -95,7 +95,7 @@ static void conv_3x3_pad1(void **state) {
 
 static void conv_pad0_and_odd(void **state) {
   conv_case(2, 3, 5, 7, 2, 3, 3, 1, 0);
-  conv_case(2, 2, 6, 7, 3, 3, 2, 1, 0); /* non-square kernel */
+  conv_case(2, 2, 6, 7, 3, 3, 2, 1, 0);   /* non-square kernel */
   conv_case(3, 2, 11, 10, 3, 4, 4, 3, 2); /* even kernel, stride 3 */
 }
 
@@ -106,7 +106,7 @@ static void conv_pointwise(void **state) {
 }
 
 static void conv_single_image_and_large(void **state) {
-  conv_case(1, 2, 6, 6, 3, 5, 5, 2, 2);   /* one image: one thread */
+  conv_case(1, 2, 6, 6, 3, 5, 5, 2, 2);    /* one image: one thread */
   conv_case(3, 16, 32, 32, 8, 3, 3, 1, 1); /* several column blocks */
 }
 
@@ -136,12 +136,12 @@ static void bn_case(int n, int c, int hw) {
   float *dg = calloc(c, 4), *db = calloc(c, 4);
   for (int i = 0; i < c; i++)
     dg[i] = 0.5f, db[i] = -0.25f; /* accumulated into */
-  AX_ASSERT_OK(AX_K(cpu(), bn_fwd_train, n, c, hw, x, gamma, beta, y, mean,
-                    inv, rm, rv, mom, eps));
-  AX_ASSERT_OK(AX_K(cpu(), bn_bwd, n, c, hw, x, dy, gamma, mean, inv, dx, dg,
-                    db));
-  AX_ASSERT_OK(AX_K(cpu(), bn_fwd_eval, n, c, hw, x, gamma, beta, rm0, rv0,
-                    eps, ye));
+  AX_ASSERT_OK(AX_K(cpu(), bn_fwd_train, n, c, hw, x, gamma, beta, y, mean, inv,
+                    rm, rv, mom, eps));
+  AX_ASSERT_OK(
+      AX_K(cpu(), bn_bwd, n, c, hw, x, dy, gamma, mean, inv, dx, dg, db));
+  AX_ASSERT_OK(
+      AX_K(cpu(), bn_fwd_eval, n, c, hw, x, gamma, beta, rm0, rv0, eps, ye));
   double cnt = (double)n * hw;
   for (int ch = 0; ch < c; ch++) {
     double s = 0, v = 0, sdy = 0, sdyx = 0;
@@ -194,8 +194,8 @@ static void bn_matches_naive(void **state) {
 
 static void bn_single_value_fails(void **state) {
   float x[2] = {1, 2}, g[2] = {1, 1}, b[2] = {0, 0}, y[2], m[2], s[2];
-  AX_ASSERT_ERR(AX_K(cpu(), bn_fwd_train, 1, 2, 1, x, g, b, y, m, s, NULL,
-                     NULL, 0.1f, 1e-5f),
+  AX_ASSERT_ERR(AX_K(cpu(), bn_fwd_train, 1, 2, 1, x, g, b, y, m, s, NULL, NULL,
+                     0.1f, 1e-5f),
                 AX_ESHAPE);
 }
 

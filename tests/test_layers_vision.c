@@ -22,12 +22,12 @@ static void gradcheck1(ax_module *m, ax_tensor *x, double eps, double atol,
 }
 
 static void conv2d_gradcheck(void **state) {
-  gradcheck1(ax_conv2d_new(3, 4, 3, 1, 1, 1), randn4(1, 2, 3, 6, 5), 1e-2,
-             1e-3, 1e-2);
-  gradcheck1(ax_conv2d_new(3, 4, 3, 2, 0, 0), randn4(2, 2, 3, 7, 7), 1e-2,
-             1e-3, 1e-2);
-  gradcheck1(ax_conv2d_new(4, 2, 1, 2, 0, 1), randn4(3, 2, 4, 5, 5), 1e-2,
-             1e-3, 1e-2);
+  gradcheck1(ax_conv2d_new(3, 4, 3, 1, 1, 1), randn4(1, 2, 3, 6, 5), 1e-2, 1e-3,
+             1e-2);
+  gradcheck1(ax_conv2d_new(3, 4, 3, 2, 0, 0), randn4(2, 2, 3, 7, 7), 1e-2, 1e-3,
+             1e-2);
+  gradcheck1(ax_conv2d_new(4, 2, 1, 2, 0, 1), randn4(3, 2, 4, 5, 5), 1e-2, 1e-3,
+             1e-2);
 }
 
 static void batchnorm_gradcheck(void **state) {
@@ -63,8 +63,7 @@ static void pool_gradcheck(void **state) {
              1e-2);
   gradcheck1(ax_avgpool2d_new(3, 2, 1), randn4(8, 2, 3, 7, 6), 1e-2, 1e-3,
              1e-2);
-  gradcheck1(ax_global_avgpool_new(), randn4(9, 3, 4, 5, 3), 1e-2, 1e-3,
-             1e-2);
+  gradcheck1(ax_global_avgpool_new(), randn4(9, 3, 4, 5, 3), 1e-2, 1e-3, 1e-2);
 }
 
 static void basic_block_gradcheck(void **state) {
@@ -140,8 +139,8 @@ static void batchnorm_running_stats(void **state) {
   y = ax_f32(out.t[0]);
   for (int i = 0; i < 8; i++) {
     int c = (i / 2) % C;
-    double ref = p[c] * (xv[i] - before[c]) / sqrt(before[C + c] + eps) +
-                 p[C + c];
+    double ref =
+        p[c] * (xv[i] - before[c]) / sqrt(before[C + c] + eps) + p[C + c];
     AX_ASSERT_CLOSE(y[i], ref, 1e-5, 1e-5);
   }
   assert_memory_equal(before, buf, sizeof before);
@@ -149,8 +148,7 @@ static void batchnorm_running_stats(void **state) {
   /* An eval-mode forward has no backward. */
   ax_tensor *dy = ax_tensor_like(x);
   ax_tlist dout = ax_tlist1(dy), din = {0};
-  AX_ASSERT_ERR(ax_net_backward(net, slot, 0, 1, &dout, &din),
-                AX_EUNSUPPORTED);
+  AX_ASSERT_ERR(ax_net_backward(net, slot, 0, 1, &dout, &din), AX_EUNSUPPORTED);
   ax_tensor_release(dy);
   ax_slot_free(slot);
   ax_tensor_release(x);

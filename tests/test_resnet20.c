@@ -78,8 +78,8 @@ static void whole_model_gradcheck(void **state) {
 }
 
 /* Runs net forward (training) and backward with dy; returns the output. */
-static ax_tensor *run(ax_net *net, ax_slot *slot, ax_tensor *x,
-                      ax_tensor **dy, ax_tensor **dx) {
+static ax_tensor *run(ax_net *net, ax_slot *slot, ax_tensor *x, ax_tensor **dy,
+                      ax_tensor **dx) {
   ax_tlist in = ax_tlist1(x), out = {0}, din = {0};
   AX_ASSERT_OK(ax_net_forward(net, slot, 1, 0, &in, &out));
   if (!*dy) {
@@ -111,8 +111,7 @@ static void split_matches_whole(void **state) {
   assert_int_equal(s0->n_buffers + s1->n_buffers, whole->n_buffers);
   const float *pw = ax_f32(whole->params);
   assert_memory_equal(pw, ax_f32(s0->params), s0->n_params * 4);
-  assert_memory_equal(pw + s0->n_params, ax_f32(s1->params),
-                      s1->n_params * 4);
+  assert_memory_equal(pw + s0->n_params, ax_f32(s1->params), s1->n_params * 4);
 
   int64_t shape[4] = {4, 3, 32, 32};
   ax_tensor *x = ax_test_randn(9, 1.0f, 4, shape);
@@ -136,8 +135,8 @@ static void split_matches_whole(void **state) {
   assert_true(ax_test_close_ratio(ax_f32(s1->grads), gw + s0->n_params,
                                   s1->n_params, 1e-4, 1e-3) <= 1.0);
   const float *bw = ax_f32(whole->buffers);
-  assert_true(ax_test_close_ratio(ax_f32(s0->buffers), bw, s0->n_buffers,
-                                  1e-6, 1e-5) <= 1.0);
+  assert_true(ax_test_close_ratio(ax_f32(s0->buffers), bw, s0->n_buffers, 1e-6,
+                                  1e-5) <= 1.0);
   assert_true(ax_test_close_ratio(ax_f32(s1->buffers), bw + s0->n_buffers,
                                   s1->n_buffers, 1e-6, 1e-5) <= 1.0);
 

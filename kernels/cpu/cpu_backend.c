@@ -1,4 +1,5 @@
 /* CPU backend: host memory, memcpy copies, and the vtable of CPU kernels. */
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -105,6 +106,11 @@ int axi_cpu_backend_init(ax_backend *be) {
   be->iface = cpu_iface;
   be->device = AX_CPU;
   be->ctx = NULL;
+  /* Activations are large, short-lived allocations. Keep them in the heap
+   * instead of fresh mmaps so a training step does not pay page faults for
+   * every tensor again (measured: ResNet20 step 550 -> 370 ms). */
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   if (cpu_threads <= 0) {
     const char *env = getenv("AXON_THREADS");
     ax_cpu_set_threads(env ? atoi(env) : 0);

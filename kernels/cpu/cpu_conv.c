@@ -6,6 +6,9 @@
  * inside the parallel region: ResNet-sized GEMMs are too small for OpenBLAS
  * to thread well, and two thread pools fighting over two cores is slower
  * than either alone. With a single image the GEMM keeps OpenBLAS's threads.
+ * Images are handed out dynamically, so a thread that loses its core to
+ * another process does not hold the whole batch up at the closing barrier.
+ * Each GEMM covers a block of output rows whose columns fit in L2.
  *
  * A 1x1 convolution with stride 1 and no padding needs no column matrix: the
  * image itself is (C, H*W). */
@@ -161,7 +164,7 @@ int axi_cpu_conv2d_fwd(ax_backend *be, const ax_conv_desc *d, const float *x,
     float *col = pw ? NULL : malloc(sizeof(float) * (size_t)crs * rows * d->ow);
     if (!pw && !col)
       fail = 1;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
     for (int n = 0; n < d->n; n++) {
       if (fail)
         continue;
@@ -176,8 +179,7 @@ int axi_cpu_conv2d_fwd(ax_backend *be, const ax_conv_desc *d, const float *x,
         im2col(d, x + n * xs, oh0, oh1, col);
         /* y_n[:, block] (K, nb) = W (K, CRS) * col (CRS, nb) */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->k, nb, crs,
-                    1.0f, w, crs, col, nb, 0.0f, y + n * ys + oh0 * d->ow,
-                    ohw);
+                    1.0f, w, crs, col, nb, 0.0f, y + n * ys + oh0 * d->ow, ohw);
       }
     }
     free(col);
@@ -203,7 +205,7 @@ int axi_cpu_conv2d_bwd_data(ax_backend *be, const ax_conv_desc *d,
     float *col = pw ? NULL : malloc(sizeof(float) * (size_t)crs * rows * d->ow);
     if (!pw && !col)
       fail = 1;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
     for (int n = 0; n < d->n; n++) {
       if (fail)
         continue;
@@ -257,7 +259,7 @@ int axi_cpu_conv2d_bwd_filter(ax_backend *be, const ax_conv_desc *d,
     float *acc = tid == 0 ? dw : calloc(wn, sizeof(float));
     if ((!pw && !col) || !acc)
       fail = 1;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
     for (int n = 0; n < d->n; n++) {
       if (fail)
         continue;

@@ -46,8 +46,7 @@ static float run_sqdev(const float *x, int n, float m) {
 }
 
 /* Sum of dy[i] * (x[i] - m) over [0, n). */
-static float run_dot_centered(const float *dy, const float *x, int n,
-                              float m) {
+static float run_dot_centered(const float *dy, const float *x, int n, float m) {
   float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
   int i = 0;
   for (; i + 4 <= n; i += 4) {
@@ -93,7 +92,7 @@ int axi_cpu_bn_fwd_train(ax_backend *be, int n, int c, int hw, const float *x,
                      "channel, got n=%d hw=%d",
                      n, hw);
   const int nt = ax_cpu_threads();
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
   for (int ch = 0; ch < c; ch++) {
     /* Each run's mean and squared deviations are taken while the run is in
      * L1, then the runs are combined exactly (Chan et al.):
@@ -121,8 +120,8 @@ int axi_cpu_bn_fwd_train(ax_backend *be, int n, int c, int hw, const float *x,
     save_invstd[ch] = invstd;
     if (run_mean && run_var) {
       run_mean[ch] = (1.0f - momentum) * run_mean[ch] + momentum * mean;
-      run_var[ch] = (1.0f - momentum) * run_var[ch] +
-                    momentum * (float)(v / (cnt - 1.0));
+      run_var[ch] =
+          (1.0f - momentum) * run_var[ch] + momentum * (float)(v / (cnt - 1.0));
     }
   }
   return AX_OK;
@@ -135,7 +134,7 @@ int axi_cpu_bn_fwd_eval(ax_backend *be, int n, int c, int hw, const float *x,
   (void)be;
   AX_TRY(bn_check("bn_fwd_eval", n, c, hw));
   const int nt = ax_cpu_threads();
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
   for (int ch = 0; ch < c; ch++) {
     float invstd = (float)(1.0 / sqrt((double)run_var[ch] + eps));
     float scale = gamma[ch] * invstd;
@@ -156,7 +155,7 @@ int axi_cpu_bn_bwd(ax_backend *be, int n, int c, int hw, const float *x,
   AX_TRY(bn_check("bn_bwd", n, c, hw));
   const double cnt = (double)n * hw;
   const int nt = ax_cpu_threads();
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
   for (int ch = 0; ch < c; ch++) {
     const float mean = save_mean[ch], invstd = save_invstd[ch];
     double sdy = 0, sdxc = 0;

@@ -18,8 +18,8 @@ static int pool_check(const char *what, const ax_pool_desc *d) {
 }
 
 /* The clipped window [*h0, *h1) x [*w0, *w1) of output (oh, ow). */
-static void pool_window(const ax_pool_desc *d, int oh, int ow, int *h0,
-                        int *h1, int *w0, int *w1) {
+static void pool_window(const ax_pool_desc *d, int oh, int ow, int *h0, int *h1,
+                        int *w0, int *w1) {
   int hs = oh * d->stride - d->pad, ws = ow * d->stride - d->pad;
   int he = hs + d->kh, we = ws + d->kw;
   *h0 = hs < 0 ? 0 : hs;
@@ -34,7 +34,7 @@ int axi_cpu_maxpool_fwd(ax_backend *be, const ax_pool_desc *d, const float *x,
   AX_TRY(pool_check("maxpool_fwd", d));
   const long planes = (long)d->n * d->c;
   const size_t in_sz = (size_t)d->h * d->w, out_sz = (size_t)d->oh * d->ow;
-#pragma omp parallel for num_threads(ax_cpu_threads()) schedule(static)
+#pragma omp parallel for num_threads(ax_cpu_threads()) schedule(guided)
   for (long p = 0; p < planes; p++) {
     const float *xp = x + p * in_sz;
     float *yp = y + p * out_sz;
@@ -62,13 +62,13 @@ int axi_cpu_maxpool_fwd(ax_backend *be, const ax_pool_desc *d, const float *x,
   return AX_OK;
 }
 
-int axi_cpu_maxpool_bwd(ax_backend *be, const ax_pool_desc *d,
-                        const float *dy, const int32_t *argmax, float *dx) {
+int axi_cpu_maxpool_bwd(ax_backend *be, const ax_pool_desc *d, const float *dy,
+                        const int32_t *argmax, float *dx) {
   (void)be;
   AX_TRY(pool_check("maxpool_bwd", d));
   const long planes = (long)d->n * d->c;
   const size_t in_sz = (size_t)d->h * d->w, out_sz = (size_t)d->oh * d->ow;
-#pragma omp parallel for num_threads(ax_cpu_threads()) schedule(static)
+#pragma omp parallel for num_threads(ax_cpu_threads()) schedule(guided)
   for (long p = 0; p < planes; p++) {
     float *dxp = dx + p * in_sz;
     const float *dyp = dy + p * out_sz;
@@ -90,7 +90,7 @@ int axi_cpu_avgpool_fwd(ax_backend *be, const ax_pool_desc *d, const float *x,
   const long planes = (long)d->n * d->c;
   const size_t in_sz = (size_t)d->h * d->w, out_sz = (size_t)d->oh * d->ow;
   const float inv = 1.0f / (float)(d->kh * d->kw);
-#pragma omp parallel for num_threads(ax_cpu_threads()) schedule(static)
+#pragma omp parallel for num_threads(ax_cpu_threads()) schedule(guided)
   for (long p = 0; p < planes; p++) {
     const float *xp = x + p * in_sz;
     float *yp = y + p * out_sz;
@@ -109,14 +109,14 @@ int axi_cpu_avgpool_fwd(ax_backend *be, const ax_pool_desc *d, const float *x,
   return AX_OK;
 }
 
-int axi_cpu_avgpool_bwd(ax_backend *be, const ax_pool_desc *d,
-                        const float *dy, float *dx) {
+int axi_cpu_avgpool_bwd(ax_backend *be, const ax_pool_desc *d, const float *dy,
+                        float *dx) {
   (void)be;
   AX_TRY(pool_check("avgpool_bwd", d));
   const long planes = (long)d->n * d->c;
   const size_t in_sz = (size_t)d->h * d->w, out_sz = (size_t)d->oh * d->ow;
   const float inv = 1.0f / (float)(d->kh * d->kw);
-#pragma omp parallel for num_threads(ax_cpu_threads()) schedule(static)
+#pragma omp parallel for num_threads(ax_cpu_threads()) schedule(guided)
   for (long p = 0; p < planes; p++) {
     float *dxp = dx + p * in_sz;
     const float *dyp = dy + p * out_sz;

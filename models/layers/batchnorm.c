@@ -62,10 +62,9 @@ static int bn_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
       return AX_ENOMEM;
     }
     int upd = ex->update_stats != 0;
-    rc = AX_K(be, bn_fwd_train, n, L->c, hw, ax_f32(x), gamma, beta,
-              ax_f32(y), ax_f32(stats), ax_f32(stats) + L->c,
-              upd ? run_mean : NULL, upd ? run_var : NULL, L->momentum,
-              L->eps);
+    rc = AX_K(be, bn_fwd_train, n, L->c, hw, ax_f32(x), gamma, beta, ax_f32(y),
+              ax_f32(stats), ax_f32(stats) + L->c, upd ? run_mean : NULL,
+              upd ? run_var : NULL, L->momentum, L->eps);
     if (rc == AX_OK && slot) {
       ax_slot_put(slot, SAVE_X, x);
       ax_slot_put(slot, SAVE_STATS, stats);
@@ -103,9 +102,8 @@ static int bn_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   }
   char b[64], b2[64];
   if (!dy || dy->dtype != AX_F32 || !ax_tensor_same_shape(dy, x))
-    return ax_seterr(AX_ESHAPE,
-                     "batchnorm2d(%d): expected gradient %s, got %s", L->c,
-                     ax_tensor_shape_str(x, b, sizeof b),
+    return ax_seterr(AX_ESHAPE, "batchnorm2d(%d): expected gradient %s, got %s",
+                     L->c, ax_tensor_shape_str(x, b, sizeof b),
                      dy ? ax_tensor_shape_str(dy, b2, sizeof b2) : "none");
   int n, hw;
   AX_TRY(bn_shape(L, x, &n, &hw));
@@ -132,8 +130,7 @@ static int bn_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-static void bn_init(ax_module *m, float *params, float *buffers,
-                    ax_rng *rng) {
+static void bn_init(ax_module *m, float *params, float *buffers, ax_rng *rng) {
   batchnorm *L = m->priv;
   for (int i = 0; i < L->c; i++) {
     params[i] = 1.0f;        /* gamma */

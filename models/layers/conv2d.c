@@ -69,7 +69,7 @@ static int conv_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
 static int conv_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                          const ax_tlist *dout, ax_tlist *din) {
   conv2d *L = m->priv;
-  ax_tensor *x = ax_slot_get(slot, SAVE_X); // (N, in, H, W)
+  ax_tensor *x = ax_slot_get(slot, SAVE_X);        // (N, in, H, W)
   ax_tensor *dy = dout->n > 0 ? dout->t[0] : NULL; // (N, out, OH, OW)
   if (!x)
     return ax_seterr(AX_ESTATE, "conv2d: backward without forward");

@@ -5,8 +5,8 @@
 
 typedef struct pool2d {
   int k, stride, pad;
-  int is_max;  /* max pooling, else average */
-  int global;  /* window = whole plane, output (N, C) */
+  int is_max; /* max pooling, else average */
+  int global; /* window = whole plane, output (N, C) */
 } pool2d;
 
 /* Saved state: the argmax of max pooling, the input shape as integers. */
@@ -52,8 +52,7 @@ static int pool_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                      pool_name(P),
                      x ? ax_tensor_shape_str(x, b, sizeof b) : "none");
   ax_pool_desc d;
-  AX_TRY(pool_desc(P, x->shape[0], x->shape[1], x->shape[2], x->shape[3],
-                   &d));
+  AX_TRY(pool_desc(P, x->shape[0], x->shape[1], x->shape[2], x->shape[3], &d));
   int64_t shape[4] = {d.n, d.c, d.oh, d.ow};
   ax_tensor *y = ax_tensor_new(AX_F32, P->global ? 2 : 4, shape, x->device);
   ax_tensor *am = NULL;
@@ -64,9 +63,9 @@ static int pool_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     return AX_ENOMEM;
   }
   ax_backend *be = ax_backend_of(x->device);
-  int rc = P->is_max ? AX_K(be, maxpool_fwd, &d, ax_f32(x), ax_f32(y),
-                            ax_i32(am))
-                     : AX_K(be, avgpool_fwd, &d, ax_f32(x), ax_f32(y));
+  int rc = P->is_max
+               ? AX_K(be, maxpool_fwd, &d, ax_f32(x), ax_f32(y), ax_i32(am))
+               : AX_K(be, avgpool_fwd, &d, ax_f32(x), ax_f32(y));
   if (rc == AX_OK && slot) {
     ax_slot_put(slot, SAVE_ARGMAX, am);
     ax_slot_set_int(slot, INT_N, d.n);
@@ -149,8 +148,8 @@ static const ax_module_ops global_avgpool_ops = {
 };
 
 static ax_module *pool_new(const ax_module_ops *ops, pool2d cfg) {
-  if (!cfg.global && (cfg.k <= 0 || cfg.stride <= 0 || cfg.pad < 0 ||
-                      2 * cfg.pad > cfg.k)) {
+  if (!cfg.global &&
+      (cfg.k <= 0 || cfg.stride <= 0 || cfg.pad < 0 || 2 * cfg.pad > cfg.k)) {
     ax_seterr(AX_EINVAL,
               "%s: bad configuration kernel=%d stride=%d padding=%d (padding "
               "must be at most half the kernel)",

@@ -36,15 +36,15 @@ static int child_bwd(ax_module *m, int i, const ax_exec *ex, int need_dx,
   ax_exec cex = *ex;
   cex.need_dx = need_dx;
   ax_tlist dout = ax_tlist1(dy), din = {0};
-  AX_TRY(ax_backward(m->children[i], &cex, ax_slot_child(slot, i), &dout,
-                     &din));
+  AX_TRY(
+      ax_backward(m->children[i], &cex, ax_slot_child(slot, i), &dout, &din));
   *dx = din.n > 0 ? din.t[0] : NULL;
   return AX_OK;
 }
 
 static int relu_inplace(ax_tensor *t) {
-  return AX_K(ax_backend_of(t->device), relu_fwd, ax_tensor_numel(t),
-              ax_f32(t), ax_f32(t));
+  return AX_K(ax_backend_of(t->device), relu_fwd, ax_tensor_numel(t), ax_f32(t),
+              ax_f32(t));
 }
 
 static int bb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
@@ -110,19 +110,18 @@ static int bb_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     return ax_seterr(AX_ESTATE, "basic_block: backward without forward");
   char b[64], b2[64];
   if (!dy || dy->dtype != AX_F32 || !ax_tensor_same_shape(dy, y))
-    return ax_seterr(AX_ESHAPE,
-                     "basic_block(%d->%d, s=%d): expected gradient %s, got %s",
-                     B->in, B->out, B->stride,
-                     ax_tensor_shape_str(y, b, sizeof b),
-                     dy ? ax_tensor_shape_str(dy, b2, sizeof b2) : "none");
+    return ax_seterr(
+        AX_ESHAPE, "basic_block(%d->%d, s=%d): expected gradient %s, got %s",
+        B->in, B->out, B->stride, ax_tensor_shape_str(y, b, sizeof b),
+        dy ? ax_tensor_shape_str(dy, b2, sizeof b2) : "none");
   ax_backend *be = ax_backend_of(y->device);
   ax_tensor *g = ax_tensor_like(y), *d1 = NULL, *d2 = NULL, *dx = NULL,
             *ds = NULL;
   if (!g)
     return AX_ENOMEM;
   /* g: the gradient of the residual sum, shared by both branches. */
-  int rc = AX_K(be, relu_bwd, ax_tensor_numel(y), ax_f32(y), ax_f32(dy),
-                ax_f32(g));
+  int rc =
+      AX_K(be, relu_bwd, ax_tensor_numel(y), ax_f32(y), ax_f32(dy), ax_f32(g));
   if (rc == AX_OK)
     rc = child_bwd(m, BN2, ex, 1, slot, g, &d1);
   if (rc == AX_OK)
@@ -146,8 +145,8 @@ static int bb_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     ax_tensor_release(d1);
   }
   if (rc == AX_OK && dx)
-    rc = AX_K(be, axpby, ax_tensor_numel(dx), 1.0f,
-              ax_f32(B->proj ? ds : g), 1.0f, ax_f32(dx));
+    rc = AX_K(be, axpby, ax_tensor_numel(dx), 1.0f, ax_f32(B->proj ? ds : g),
+              1.0f, ax_f32(dx));
   ax_tensor_release(g);
   ax_tensor_release(ds);
   if (rc != AX_OK) {
@@ -173,8 +172,10 @@ static const ax_module_ops bb_ops = {
 
 ax_module *ax_basic_block_new(int in, int out, int stride) {
   if (in <= 0 || out <= 0 || stride <= 0) {
-    ax_seterr(AX_EINVAL, "basic_block: bad configuration in=%d out=%d "
-              "stride=%d", in, out, stride);
+    ax_seterr(AX_EINVAL,
+              "basic_block: bad configuration in=%d out=%d "
+              "stride=%d",
+              in, out, stride);
     return NULL;
   }
   ax_module *m = ax_module_new(&bb_ops, sizeof(basic_block));
