@@ -236,7 +236,7 @@ static int tcp_send(axi_bulk *b, axi_peer *p, uint8_t *head, size_t head_len,
   pthread_mutex_unlock(&c->mu);
   if (dead) {
     axi_bulk_frames_free(f);
-    return ax_seterr(AX_EPEERDOWN, "bulk: connection to %s lost", p->name);
+    return ax_seterr(AX_EPEERDOWN, "bulk: connection to %s lost", AXI_PNAME(p));
   }
   queue_frame(c, f);
   return AX_OK;

@@ -112,7 +112,7 @@ void axi_calls_expire(ax_node *n, int64_t now_ms) {
     nx = c->next;
     char msg[256];
     snprintf(msg, sizeof msg, "%s: %s: deadline exceeded",
-             c->peer ? c->peer->name : "?", c->fn);
+             c->peer ? AXI_PNAME(c->peer) : "?", c->fn);
     pcall_finish(c, AX_ETIMEOUT, NULL, msg);
   }
 }

@@ -294,7 +294,7 @@ static void on_end(axi_op *op, int ok) {
     char why[160];
     char *d = grpc_slice_to_c_string(s->details);
     snprintf(why, sizeof why, "stream to %s ended (gRPC status %d: %s)",
-             s->peer->name, (int)s->status, d ? d : "");
+             AXI_PNAME(s->peer), (int)s->status, d ? d : "");
     gpr_free(d);
     axi_peer_down(s->peer, s, why);
   }
@@ -354,7 +354,7 @@ void axi_stream_accept(ax_node *n, grpc_call *call) {
 
 int axi_stream_open(ax_node *n, axi_peer *p, axi_stream **out) {
   if (!p->addr || !*p->addr)
-    return ax_seterr(AX_EPEERDOWN, "peer %s has no address", p->name);
+    return ax_seterr(AX_EPEERDOWN, "peer %s has no address", AXI_PNAME(p));
   char target[160];
   int digit = p->addr[0] >= '0' && p->addr[0] <= '9';
   snprintf(target, sizeof target, "%s%s", digit ? "ipv4:" : "", p->addr);

@@ -53,6 +53,9 @@ struct axi_peer {
   axi_peer *next;
 };
 
+/* The name to show for a peer: its real name once known. */
+#define AXI_PNAME(p) ((p)->alias ? (p)->alias : (p)->name)
+
 /* ---- calls ------------------------------------------------------------- */
 typedef struct axi_pcall { /* an outgoing call waiting for its response */
   uint64_t id;

@@ -109,11 +109,11 @@ void axi_peer_down(axi_peer *p, axi_stream *s, const char *why) {
   if (n->bulk)
     n->bulk_ops->drop_peer(n->bulk, p);
   char msg[256];
-  snprintf(msg, sizeof msg, "%s: peer down: %s", p->name, why);
+  snprintf(msg, sizeof msg, "%s: peer down: %s", AXI_PNAME(p), why);
   axi_calls_fail(n, p, AX_EPEERDOWN, msg);
   ax_peer_down_cb cb = n->down_cb;
   if (cb && !n->closing)
-    cb(n, p->alias ? p->alias : p->name, n->down_user);
+    cb(n, AXI_PNAME(p), n->down_user);
 }
 
 void axi_peer_reset(axi_peer *p) {
@@ -128,7 +128,7 @@ int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via) {
   pthread_mutex_lock(&p->mu);
   if (p->state == AXI_PEER_DOWN) {
     pthread_mutex_unlock(&p->mu);
-    return ax_seterr(AX_EPEERDOWN, "%s: peer is down", p->name);
+    return ax_seterr(AX_EPEERDOWN, "%s: peer is down", AXI_PNAME(p));
   }
   if (!p->out) {
     int rc = axi_stream_open(n, p, &p->out);
@@ -167,7 +167,7 @@ int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via) {
     rc = axi_stream_send(s, buf, len);
   axi_stream_release(s);
   if (rc == AX_ECLOSED)
-    rc = ax_seterr(AX_EPEERDOWN, "%s: stream closed", p->name);
+    rc = ax_seterr(AX_EPEERDOWN, "%s: stream closed", AXI_PNAME(p));
   return rc;
 }
 

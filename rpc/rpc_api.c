@@ -162,7 +162,7 @@ int ax_call_defer(ax_call_ctx *c, ax_future *f) {
 
 ax_node *ax_call_node(const ax_call_ctx *c) { return c->node; }
 const char *ax_call_caller(const ax_call_ctx *c) {
-  return c->peer ? c->peer->name : c->node->name;
+  return c->peer ? AXI_PNAME(c->peer) : c->node->name;
 }
 const char *ax_call_fn(const ax_call_ctx *c) { return c->fn->name; }
 uint64_t ax_call_autograd_ctx(const ax_call_ctx *c) {

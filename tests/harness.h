@@ -6,6 +6,7 @@
 #ifndef AX_TEST_HARNESS_H
 #define AX_TEST_HARNESS_H
 
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
