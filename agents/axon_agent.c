@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "agents/axon_agent.h"
+#include "runtime/dist/autograd.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -52,10 +53,10 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
 
 static void on_tick(evutil_socket_t fd, short what, void *arg) {
   agent *a = arg;
-  const char *master;
-  if (a->stay || ax_node_member(a->node, 0, &master) != AX_OK)
+  const char *master = ax_node_master_name(a->node);
+  if (a->stay || !master)
     return;
-  /* Rank 0 is the master; when it is gone the world is over. */
+  /* When the master is gone the world is over. */
   if (strcmp(master, ax_node_name(a->node)) &&
       ax_node_peer_is_down(a->node, master)) {
     fprintf(stderr, "axon-agent %s: master %s is down, exiting\n",
@@ -116,6 +117,8 @@ int main(int argc, char **argv) {
   int rc = ax_node_create(&o, &a.node);
   if (rc == AX_OK)
     rc = ax_agent_register_builtins(a.node);
+  if (rc == AX_OK) /* RRefs, remote stages, dist autograd and optimizer */
+    rc = ax_dist_init(a.node);
   if (rc != AX_OK) {
     fprintf(stderr, "axon-agent %s: %s: %s\n", o.name, ax_strerror(rc),
             ax_errmsg());
@@ -159,6 +162,7 @@ int main(int argc, char **argv) {
   event_free(tick);
   event_base_free(a.base);
   ax_node_shutdown(a.node, 5000);
+  ax_dist_fini(a.node);
   ax_node_destroy(a.node);
   fprintf(stderr, "axon-agent %s: exited\n", o.name);
   return a.exit_code;

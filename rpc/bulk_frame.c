@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "rpc/bulk-impl.h"
@@ -136,6 +137,17 @@ static int stage_grow(bconn *c, size_t n) {
   return AX_OK;
 }
 
+/* Fresh large allocations fault in one 4 KiB page at a time, which costs
+ * more than the copy itself on virtual machines; asking for transparent
+ * huge pages before the first write cuts the faults 512-fold. */
+static void want_huge_pages(void *p, size_t n) {
+  const uintptr_t huge = 2u << 20;
+  uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+  uintptr_t e = ((uintptr_t)p + n) & ~(huge - 1);
+  if (n >= 2 * huge && e > a)
+    madvise((void *)a, e - a, MADV_HUGEPAGE);
+}
+
 /* Finds the next tensor value at or after c->vi; NULL when none is left. */
 static ax_tensor *cur_tensor(bconn *c) {
   ax_values *v = c->m.values;
@@ -233,6 +245,8 @@ int axi_bulk_recv(bconn *c) {
       int cpu = t->device.type == AX_DEV_CPU;
       if (!cpu)
         AX_TRY(stage_grow(c, nb));
+      else if (c->toff == 0)
+        want_huge_pages(t->data, nb);
       uint8_t *dst = (cpu ? (uint8_t *)t->data : c->stage) + c->toff;
       size_t want = nb - c->toff;
       r = want ? rd(c, dst, want < AXI_BULK_STEP ? want : AXI_BULK_STEP) : 0;

@@ -40,9 +40,9 @@ static void conn_close(bconn *c, const char *why) {
     return;
   event_del(c->rev);
   event_del(c->wev);
+  pthread_mutex_lock(&c->mu); /* a sender may be writing inline */
   close(c->fd);
   c->fd = -1;
-  pthread_mutex_lock(&c->mu);
   c->dead = 1;
   bframe *q = c->q_head;
   c->q_head = NULL;
@@ -58,7 +58,8 @@ static void conn_close(bconn *c, const char *why) {
 static void on_write(evutil_socket_t fd, short what, void *arg) {
   bconn *c = arg;
   if (c->want_close) {
-    conn_close(c, NULL);
+    conn_close(c, c->want_close == 2 ? "bulk connection lost while sending"
+                                     : NULL);
     return;
   }
   for (;;) {
@@ -195,15 +196,58 @@ static int dial(const char *addr, int *out) {
   return rc;
 }
 
+/* Writes queued frames from the calling thread while the socket takes
+ * them (c->mu held; the caller owns `writing`). Returns 1 when the queue is
+ * empty, 0 when the socket is full, -1 on error. */
+static int write_inline_locked(bconn *c) {
+  while (c->q_head) {
+    bframe *f = c->q_head;
+    struct iovec iov[AXI_BULK_IOV];
+    int n = axi_bulk_frame_iov(f, iov, AXI_BULK_IOV);
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
+    if (w <= 0)
+      return -1;
+    if (axi_bulk_frame_advance(f, (size_t)w)) {
+      c->q_head = f->next;
+      if (!c->q_head)
+        c->q_tail = &c->q_head;
+      f->next = NULL;
+      axi_bulk_frames_free(f);
+    }
+  }
+  return 1;
+}
+
+/* Queues f; when the connection is idle the calling thread writes right
+ * away (saving a wake-up of the I/O thread) and hands the rest over to the
+ * I/O thread once the socket is full. */
 static void queue_frame(bconn *c, bframe *f) {
   pthread_mutex_lock(&c->mu);
+  if (c->dead) {
+    pthread_mutex_unlock(&c->mu);
+    axi_bulk_frames_free(f);
+    return;
+  }
   *c->q_tail = f;
   c->q_tail = &f->next;
-  int kick = !c->writing;
-  c->writing = 1;
+  if (!c->writing) {
+    c->writing = 1;
+    int r = write_inline_locked(c);
+    if (r == 1) {
+      c->writing = 0;
+    } else if (r == 0) {
+      event_add(c->wev, NULL);
+    } else {
+      c->want_close = 2;
+      event_active(c->wev, EV_WRITE, 0);
+    }
+  }
   pthread_mutex_unlock(&c->mu);
-  if (kick)
-    event_active(c->wev, EV_WRITE, 0);
 }
 
 static int tcp_send(axi_bulk *b, axi_peer *p, uint8_t *head, size_t head_len,
@@ -246,7 +290,10 @@ static void tcp_drop_peer(axi_bulk *b, axi_peer *p) {
   pthread_mutex_lock(&b->dial_mu);
   bconn *c = p->bulk_conn;
   if (c) {
-    c->want_close = 1;
+    pthread_mutex_lock(&c->mu);
+    if (!c->want_close)
+      c->want_close = 1;
+    pthread_mutex_unlock(&c->mu);
     event_active(c->wev, EV_WRITE, 0);
   }
   pthread_mutex_unlock(&b->dial_mu);

@@ -103,6 +103,7 @@ struct ax_node {
   int closing, closed, leaked;
   long incalls; /* incoming calls not yet answered (atomic) */
   axi_peer *master_peer;
+  char *master_name; /* from the membership */
   /* members, indexed by rank, after join */
   char **member_name;
   int nmembers;

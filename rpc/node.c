@@ -339,6 +339,7 @@ void ax_node_destroy(ax_node *n) {
   for (int i = 0; i < n->nmembers; i++)
     free(n->member_name[i]);
   free(n->member_name);
+  free(n->master_name);
   free(n->name);
   free(n->listen);
   free(n->master);
@@ -369,6 +370,8 @@ int ax_node_rank_of(const ax_node *n, const char *name, int *rank) {
     }
   return ax_seterr(AX_ENOTFOUND, "node: no member named %s", name);
 }
+
+const char *ax_node_master_name(const ax_node *n) { return n->master_name; }
 
 int ax_node_peer_is_down(ax_node *n, const char *name) {
   axi_peer *p = axi_peer_find(n, name);

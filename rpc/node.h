@@ -77,6 +77,8 @@ const char *ax_node_address(const ax_node *n);
 int ax_node_member(const ax_node *n, int rank, const char **name);
 /* Rank of a named member; AX_ENOTFOUND if unknown. */
 int ax_node_rank_of(const ax_node *n, const char *name, int *rank);
+/* Name of the master (borrowed), or NULL before join. */
+const char *ax_node_master_name(const ax_node *n);
 /* 1 if the named peer is known and has been declared down. */
 int ax_node_peer_is_down(ax_node *n, const char *name);
 

@@ -207,6 +207,10 @@ static void apply_membership(ax_node *n, const ax_values *v) {
   char **names = calloc(world, sizeof(char *));
   if (!names)
     return;
+  pthread_mutex_lock(&n->mu);
+  if (!n->master_name)
+    n->master_name = strdup(master_name);
+  pthread_mutex_unlock(&n->mu);
   for (int r = 0; r < world; r++) {
     const char *name, *addr, *bulk;
     ax_values_get_str(v, 2 + 3 * r, &name);

@@ -59,6 +59,7 @@ struct ax_rref {
   /* user record state (mu) */
   int confirmed, dropped, dead, in_table;
   int pending_children;
+  int busy; /* protocol messages or a creation in flight naming it */
   int err; /* creation error stored (AX_OK when none) */
   char *errmsg;
   ax_future *created; /* completes with the creation outcome */
@@ -122,6 +123,10 @@ ax_rref *axi_user_new(axi_rctx *rc, uint64_t id, uint64_t fork, int type,
 /* Queues a protocol message (mu held). */
 void axi_pmsg_push(axi_rctx *rc, int kind, const char *to, uint64_t a,
                    uint64_t b, ax_rref *rec);
+void axi_user_free(ax_rref *u);
+/* rref_codec.c, rref_thread.c */
+extern const ax_value_ext_ops axi_rref_ext_ops;
+void *axi_proto_thread(void *rc);
 /* Checks whether a dropped user record can go (mu held). */
 void axi_user_maybe_done(axi_rctx *rc, ax_rref *u);
 /* Tombstones (mu held). */
@@ -131,6 +136,7 @@ void axi_owned_add_fork(axi_owned *e, uint64_t fork, int holder);
 int axi_owned_del_fork(axi_owned *e, uint64_t fork);
 
 /* rref_proto.c: protocol handlers */
+const char *axi_caller_of(ax_call_ctx *ctx);
 int axi_rref_register_proto(ax_node *n);
 /* Adds a waiter for a pending entry: defers ctx and re-issues fn(args) once
  * the entry settles. mu held. */
@@ -140,6 +146,9 @@ int axi_rref_wait_entry(axi_rctx *rc, axi_owned *e, ax_call_ctx *ctx,
 void axi_waiters_run(axi_rctx *rc, axi_waiter *w, int err, const char *msg);
 void axi_waiters_expire(axi_rctx *rc, int64_t now);
 
+/* rref_box.c */
+extern const ax_robj_kind axi_box_kind;
+
 /* rref_call.c */
 int axi_rref_register_calls(ax_node *n);
 const ax_robj_kind *axi_kind_find(axi_rctx *rc, const char *name);
@@ -148,5 +157,10 @@ ax_values *axi_values_tail(const ax_values *v, size_t first, size_t end);
 int axi_values_append(ax_values *dst, const ax_values *src, size_t first,
                       size_t end);
 const ax_rref_grad_hooks *axi_grad_hooks(void);
+/* The autograd context of a call: opts->autograd_ctx, else the current. */
+uint64_t axi_ctx_of(const ax_call_opts *o);
+/* Splits a reply [values..., bytes descriptor] (feeding the recv hook). */
+int axi_take_reply(axi_rctx *rc, ax_values *raw, uint64_t ctx,
+                   const char *from, ax_values **out);
 
 #endif

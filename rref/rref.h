@@ -141,6 +141,10 @@ typedef struct ax_robj_kind {
   const ax_robj_method_def *methods; /* terminated by {NULL, NULL} */
 } ax_robj_kind;
 
+/* A method that answers later calls this instead of ax_call_defer (so the
+ * call layer knows not to attach results itself), then returns AX_OK. */
+int ax_robj_defer(ax_call_ctx *ctx, ax_future *f);
+
 /* Registers a kind on n (kind must outlive the node). AX_ESTATE if taken. */
 int ax_robj_register(ax_node *n, const ax_robj_kind *kind);
 /* Creates an object of `kind` on node `to`; returns its RRef at once. */
@@ -172,6 +176,11 @@ void ax_rref_set_grad_hooks(const ax_rref_grad_hooks *h);
  * Handlers of RRef calls run with the call's context current. */
 uint64_t ax_autograd_ctx_current(void);
 void ax_autograd_ctx_set_current(uint64_t ctx);
+
+/* Built-in kind "rref.box" (registered by ax_rref_init): holds RRefs.
+ * Methods: "put" [rrefs...] -> [count]; "send" [box] puts every held RRef
+ * into another box; "clear" []; "fetch" [index, timeout_ms] -> the value
+ * of the index-th RRef. Used to build fork trees in tests. */
 
 /* ---- debugging ---------------------------------------------------------------- */
 /* Live RRef records on this node: values/objects owned, and user forks

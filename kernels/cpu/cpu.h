@@ -43,6 +43,35 @@ int axi_cpu_conv2d_bwd_data(ax_backend *be, const ax_conv_desc *d,
 int axi_cpu_conv2d_bwd_filter(ax_backend *be, const ax_conv_desc *d,
                               const float *x, const float *dy, float *dw);
 
+/* cpu_gemm512.c: unpacked AVX-512 GEMMs for the convolutions, usable only
+ * when axi_gemm512_available() is true. nn: C (m, n) = beta * C + A * B with
+ * A (i, p) at a[i * sam + p * sak] and row p of B (k, n) at b + p * ldb, or
+ * at b + boff[p] when boff is not NULL; beta is 0 or 1.
+ * nt: C (m, n) += A (m, k) * B (n, k)^T, row i of A at a + i * lda, row j of
+ * B at b + j * ldb or b + boff[j]. */
+int axi_gemm512_available(void);
+void axi_gemm512_nn(int m, int n, int k, const float *a, long sam, long sak,
+                    const float *b, long ldb, const long *boff, float beta,
+                    float *c, long ldc);
+/* nn with row i of A (m, k) at a + aoff[i] and B (k, n) row-major. */
+void axi_gemm512_nn_arows(int m, int n, int k, const float *a,
+                          const long *aoff, const float *b, long ldb,
+                          float beta, float *c, long ldc);
+void axi_gemm512_nt(int m, int n, int k, const float *a, long lda,
+                    const float *b, long ldb, const long *boff, float *c,
+                    long ldc);
+
+/* cpu_conv_implicit.c: stride-1 square convolutions on the AVX-512 GEMMs
+ * without im2col, for descriptors where axi_conv_implicit_ok() is true.
+ * Same contracts as the conv2d kernels. */
+int axi_conv_implicit_ok(const ax_conv_desc *d);
+int axi_conv_implicit_fwd(const ax_conv_desc *d, const float *x,
+                          const float *w, float *y);
+int axi_conv_implicit_bwd_data(const ax_conv_desc *d, const float *dy,
+                               const float *w, float *dx);
+int axi_conv_implicit_bwd_filter(const ax_conv_desc *d, const float *x,
+                                 const float *dy, float *dw);
+
 /* cpu_norm.c (batch norm) */
 int axi_cpu_bn_fwd_train(ax_backend *be, int n, int c, int hw, const float *x,
                          const float *gamma, const float *beta, float *y,

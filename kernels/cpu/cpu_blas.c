@@ -36,9 +36,19 @@ int axi_cpu_fill(ax_backend *be, float *x, size_t n, float v) {
 int axi_cpu_axpby(ax_backend *be, size_t n, float a, const float *x, float b,
                   float *y) {
   (void)be;
-#pragma omp parallel for if (n > 65536)
-  for (size_t i = 0; i < n; i++)
-    y[i] = a * x[i] + (b == 0.0f ? 0.0f : b * y[i]);
+  if (b == 0.0f) {
+#pragma omp parallel for simd if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+      y[i] = a * x[i];
+  } else if (a == 1.0f && b == 1.0f) {
+#pragma omp parallel for simd if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+      y[i] = x[i] + y[i];
+  } else {
+#pragma omp parallel for simd if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+      y[i] = a * x[i] + b * y[i];
+  }
   return AX_OK;
 }
 

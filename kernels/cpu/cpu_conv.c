@@ -8,7 +8,10 @@
  * than either alone. With a single image the GEMM keeps OpenBLAS's threads.
  * Images are handed out dynamically, so a thread that loses its core to
  * another process does not hold the whole batch up at the closing barrier.
- * Each GEMM covers a block of output rows whose columns fit in L2.
+ * Each GEMM covers a block of output rows whose columns fit in L2. Where the
+ * CPU has AVX-512 the GEMMs go to the unpacked kernels of cpu_gemm512.c,
+ * which run these small shapes at about twice OpenBLAS's speed, and stride-1
+ * convolutions skip the column matrix altogether (cpu_conv_implicit.c).
  *
  * A 1x1 convolution with stride 1 and no padding needs no column matrix: the
  * image itself is (C, H*W). */
@@ -131,6 +134,43 @@ static int conv_threads(int n) {
   return t < n ? t : n;
 }
 
+/* Whether the GEMMs go to the AVX-512 kernels of cpu_gemm512.c: when the CPU
+ * has them, except for a single image on several threads, which keeps
+ * OpenBLAS's own threading. */
+static int conv_use512(int nt) {
+  return axi_gemm512_available() && (nt > 1 || ax_cpu_threads() == 1);
+}
+
+/* Whether a stride-1 convolution goes to cpu_conv_implicit.c (AVX-512, no
+ * column matrix); 1x1 convolutions without padding keep the plain GEMM. */
+static int conv_implicit(const ax_conv_desc *d) {
+  return !conv_is_pointwise(d) && conv_use512(conv_threads(d->n)) &&
+         axi_conv_implicit_ok(d);
+}
+
+/* C (m, n) = op(A) (m, k) * B (k, n) + beta * C, with op(A) = A (m, k) or,
+ * when ta, the transpose of A stored as (k, m). beta is 0 or 1. */
+static void gemm_nn(int f512, int ta, int m, int n, int k, const float *a,
+                    int lda, const float *b, int ldb, float beta, float *c,
+                    int ldc) {
+  if (f512)
+    axi_gemm512_nn(m, n, k, a, ta ? 1 : lda, ta ? lda : 1, b, ldb, NULL, beta,
+                   c, ldc);
+  else
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, CblasNoTrans, m,
+                n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* C (m, n) += A (m, k) * B^T, with B stored as (n, k). */
+static void gemm_nt(int f512, int m, int n, int k, const float *a, int lda,
+                    const float *b, int ldb, float *c, int ldc) {
+  if (f512)
+    axi_gemm512_nt(m, n, k, a, lda, b, ldb, NULL, c, ldc);
+  else
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, lda,
+                b, ldb, 1.0f, c, ldc);
+}
+
 /* Runs OpenBLAS single-threaded while an OpenMP team does the batch, and
  * restores the configured count afterwards. */
 static void blas_serial_begin(int nt) {
@@ -153,10 +193,12 @@ int axi_cpu_conv2d_fwd(ax_backend *be, const ax_conv_desc *d, const float *x,
                        const float *w, float *y) {
   (void)be;
   AX_TRY(conv_check("conv2d_fwd", d));
+  if (conv_implicit(d))
+    return axi_conv_implicit_fwd(d, x, w, y);
   const int crs = d->c * d->r * d->s, ohw = d->oh * d->ow;
   const int pw = conv_is_pointwise(d), rows = conv_block_rows(d);
   const size_t xs = (size_t)d->c * d->h * d->w, ys = (size_t)d->k * ohw;
-  const int nt = conv_threads(d->n);
+  const int nt = conv_threads(d->n), f512 = conv_use512(nt);
   int fail = 0;
   blas_serial_begin(nt);
 #pragma omp parallel num_threads(nt) reduction(| : fail)
@@ -169,8 +211,8 @@ int axi_cpu_conv2d_fwd(ax_backend *be, const ax_conv_desc *d, const float *x,
       if (fail)
         continue;
       if (pw) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->k, ohw, crs,
-                    1.0f, w, crs, x + n * xs, ohw, 0.0f, y + n * ys, ohw);
+        gemm_nn(f512, 0, d->k, ohw, crs, w, crs, x + n * xs, ohw, 0.0f,
+                y + n * ys, ohw);
         continue;
       }
       for (int oh0 = 0; oh0 < d->oh; oh0 += rows) {
@@ -178,8 +220,8 @@ int axi_cpu_conv2d_fwd(ax_backend *be, const ax_conv_desc *d, const float *x,
         int nb = (oh1 - oh0) * d->ow;
         im2col(d, x + n * xs, oh0, oh1, col);
         /* y_n[:, block] (K, nb) = W (K, CRS) * col (CRS, nb) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->k, nb, crs,
-                    1.0f, w, crs, col, nb, 0.0f, y + n * ys + oh0 * d->ow, ohw);
+        gemm_nn(f512, 0, d->k, nb, crs, w, crs, col, nb, 0.0f,
+                y + n * ys + oh0 * d->ow, ohw);
       }
     }
     free(col);
@@ -194,10 +236,12 @@ int axi_cpu_conv2d_bwd_data(ax_backend *be, const ax_conv_desc *d,
                             const float *dy, const float *w, float *dx) {
   (void)be;
   AX_TRY(conv_check("conv2d_bwd_data", d));
+  if (conv_implicit(d))
+    return axi_conv_implicit_bwd_data(d, dy, w, dx);
   const int crs = d->c * d->r * d->s, ohw = d->oh * d->ow;
   const int pw = conv_is_pointwise(d), rows = conv_block_rows(d);
   const size_t xs = (size_t)d->c * d->h * d->w, ys = (size_t)d->k * ohw;
-  const int nt = conv_threads(d->n);
+  const int nt = conv_threads(d->n), f512 = conv_use512(nt);
   int fail = 0;
   blas_serial_begin(nt);
 #pragma omp parallel num_threads(nt) reduction(| : fail)
@@ -211,8 +255,8 @@ int axi_cpu_conv2d_bwd_data(ax_backend *be, const ax_conv_desc *d,
         continue;
       if (pw) {
         /* dx_n (C, HW) = W^T (C, K) * dy_n (K, HW) */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, crs, ohw, d->k,
-                    1.0f, w, crs, dy + n * ys, ohw, 0.0f, dx + n * xs, ohw);
+        gemm_nn(f512, 1, crs, ohw, d->k, w, crs, dy + n * ys, ohw, 0.0f,
+                dx + n * xs, ohw);
         continue;
       }
       memset(dx + n * xs, 0, sizeof(float) * xs);
@@ -220,9 +264,8 @@ int axi_cpu_conv2d_bwd_data(ax_backend *be, const ax_conv_desc *d,
         int oh1 = oh0 + rows < d->oh ? oh0 + rows : d->oh;
         int nb = (oh1 - oh0) * d->ow;
         /* dcol (CRS, nb) = W^T (CRS, K) * dy_n[:, block] (K, nb) */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, crs, nb, d->k,
-                    1.0f, w, crs, dy + n * ys + oh0 * d->ow, ohw, 0.0f, col,
-                    nb);
+        gemm_nn(f512, 1, crs, nb, d->k, w, crs, dy + n * ys + oh0 * d->ow, ohw,
+                0.0f, col, nb);
         col2im(d, col, oh0, oh1, dx + n * xs);
       }
     }
@@ -235,59 +278,70 @@ int axi_cpu_conv2d_bwd_data(ax_backend *be, const ax_conv_desc *d,
   return AX_OK;
 }
 
+/* The filter gradient sums over the batch. The images are cut into a fixed
+ * number of contiguous chunks, independent of the thread count; each chunk
+ * sums into its own buffer (chunks are handed out dynamically), and the
+ * buffers are added to dw in chunk order. The result is the same bit for bit
+ * however the chunks land on threads. */
+#define AX_CONV_DW_CHUNKS 8
+
 int axi_cpu_conv2d_bwd_filter(ax_backend *be, const ax_conv_desc *d,
                               const float *x, const float *dy, float *dw) {
   (void)be;
   AX_TRY(conv_check("conv2d_bwd_filter", d));
+  if (conv_implicit(d))
+    return axi_conv_implicit_bwd_filter(d, x, dy, dw);
   const int crs = d->c * d->r * d->s, ohw = d->oh * d->ow;
   const int pw = conv_is_pointwise(d), rows = conv_block_rows(d);
   const size_t xs = (size_t)d->c * d->h * d->w, ys = (size_t)d->k * ohw;
   const size_t wn = (size_t)d->k * crs;
-  const int nt = conv_threads(d->n);
+  const int nt = conv_threads(d->n), f512 = conv_use512(nt);
+  const int nch = d->n < AX_CONV_DW_CHUNKS ? d->n : AX_CONV_DW_CHUNKS;
+  float *acc = calloc((size_t)nch * wn, sizeof(float));
+  if (!acc)
+    return ax_seterr(AX_ENOMEM, "conv2d_bwd_filter: no scratch memory");
   int fail = 0;
   blas_serial_begin(nt);
 #pragma omp parallel num_threads(nt) reduction(| : fail)
   {
-    /* Thread 0 accumulates straight into dw, the others into a private
-     * buffer that is added to dw after the loop's closing barrier. */
-#ifdef _OPENMP
-    int tid = omp_get_thread_num();
-#else
-    int tid = 0;
-#endif
     float *col = pw ? NULL : malloc(sizeof(float) * (size_t)crs * rows * d->ow);
-    float *acc = tid == 0 ? dw : calloc(wn, sizeof(float));
-    if ((!pw && !col) || !acc)
+    if (!pw && !col)
       fail = 1;
 #pragma omp for schedule(dynamic, 1)
-    for (int n = 0; n < d->n; n++) {
-      if (fail)
-        continue;
-      if (pw) {
-        /* dw (K, C) += dy_n (K, HW) * x_n^T (HW, C) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->k, crs, ohw,
-                    1.0f, dy + n * ys, ohw, x + n * xs, ohw, 1.0f, acc, crs);
-        continue;
-      }
-      for (int oh0 = 0; oh0 < d->oh; oh0 += rows) {
-        int oh1 = oh0 + rows < d->oh ? oh0 + rows : d->oh;
-        int nb = (oh1 - oh0) * d->ow;
-        im2col(d, x + n * xs, oh0, oh1, col);
-        /* dw (K, CRS) += dy_n[:, block] (K, nb) * col^T (nb, CRS) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->k, crs, nb,
-                    1.0f, dy + n * ys + oh0 * d->ow, ohw, col, nb, 1.0f, acc,
-                    crs);
+    for (int ch = 0; ch < nch; ch++) {
+      float *a = acc + (size_t)ch * wn;
+      const int n0 = (int)((long)d->n * ch / nch);
+      const int n1 = (int)((long)d->n * (ch + 1) / nch);
+      for (int n = n0; n < n1 && !fail; n++) {
+        if (pw) {
+          /* a (K, C) += dy_n (K, HW) * x_n^T (HW, C) */
+          gemm_nt(f512, d->k, crs, ohw, dy + n * ys, ohw, x + n * xs, ohw, a,
+                  crs);
+          continue;
+        }
+        for (int oh0 = 0; oh0 < d->oh; oh0 += rows) {
+          int oh1 = oh0 + rows < d->oh ? oh0 + rows : d->oh;
+          int nb = (oh1 - oh0) * d->ow;
+          im2col(d, x + n * xs, oh0, oh1, col);
+          /* a (K, CRS) += dy_n[:, block] (K, nb) * col^T (nb, CRS) */
+          gemm_nt(f512, d->k, crs, nb, dy + n * ys + oh0 * d->ow, ohw, col,
+                  nb, a, crs);
+        }
       }
     }
     free(col);
-    if (tid != 0 && acc) {
-#pragma omp critical(ax_conv_dw)
-      for (size_t i = 0; i < wn; i++)
-        dw[i] += acc[i];
-      free(acc);
-    }
   }
   blas_serial_end(nt);
+  if (!fail) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (wn > 4096)
+    for (size_t i = 0; i < wn; i++) {
+      float s = dw[i];
+      for (int ch = 0; ch < nch; ch++)
+        s += acc[(size_t)ch * wn + i];
+      dw[i] = s;
+    }
+  }
+  free(acc);
   if (fail)
     return ax_seterr(AX_ENOMEM, "conv2d_bwd_filter: no scratch memory");
   return AX_OK;

@@ -1,8 +1,7 @@
 /* CPU batch normalisation over (N, C, HW) with per-channel statistics.
  *
  * Channels are independent, so OpenMP splits them over threads. Sums are
- * taken per contiguous HW run in float (four partial sums, which the compiler
- * can keep in registers) and accumulated across runs in double; the variance
+ * taken per contiguous HW run in float (vector-lane partial sums) and accumulated across runs in double; the variance
  * is a second pass around the mean, which avoids the cancellation of
  * E[x^2] - E[x]^2. */
 #include <math.h>
@@ -11,53 +10,38 @@
 #include "kernels/cpu/cpu.h"
 #include "runtime/error.h"
 
+/* The run reductions below are OpenMP simd reductions: the compiler keeps
+ * one partial sum per vector lane and combines them in a fixed order, so the
+ * result is the same from run to run. */
+
 /* Sum of x[0..n). */
-static float run_sum(const float *x, int n) {
-  float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  int i = 0;
-  for (; i + 4 <= n; i += 4) {
-    a0 += x[i];
-    a1 += x[i + 1];
-    a2 += x[i + 2];
-    a3 += x[i + 3];
-  }
-  for (; i < n; i++)
-    a0 += x[i];
-  return (a0 + a1) + (a2 + a3);
+static float run_sum(const float *restrict x, int n) {
+  float a = 0;
+#pragma omp simd reduction(+ : a)
+  for (int i = 0; i < n; i++)
+    a += x[i];
+  return a;
 }
 
 /* Sum of (x[i] - m)^2 over [0, n). */
-static float run_sqdev(const float *x, int n, float m) {
-  float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  int i = 0;
-  for (; i + 4 <= n; i += 4) {
-    float d0 = x[i] - m, d1 = x[i + 1] - m, d2 = x[i + 2] - m,
-          d3 = x[i + 3] - m;
-    a0 += d0 * d0;
-    a1 += d1 * d1;
-    a2 += d2 * d2;
-    a3 += d3 * d3;
+static float run_sqdev(const float *restrict x, int n, float m) {
+  float a = 0;
+#pragma omp simd reduction(+ : a)
+  for (int i = 0; i < n; i++) {
+    float d = x[i] - m;
+    a += d * d;
   }
-  for (; i < n; i++) {
-    float d0 = x[i] - m;
-    a0 += d0 * d0;
-  }
-  return (a0 + a1) + (a2 + a3);
+  return a;
 }
 
 /* Sum of dy[i] * (x[i] - m) over [0, n). */
-static float run_dot_centered(const float *dy, const float *x, int n, float m) {
-  float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  int i = 0;
-  for (; i + 4 <= n; i += 4) {
-    a0 += dy[i] * (x[i] - m);
-    a1 += dy[i + 1] * (x[i + 1] - m);
-    a2 += dy[i + 2] * (x[i + 2] - m);
-    a3 += dy[i + 3] * (x[i + 3] - m);
-  }
-  for (; i < n; i++)
-    a0 += dy[i] * (x[i] - m);
-  return (a0 + a1) + (a2 + a3);
+static float run_dot_centered(const float *restrict dy,
+                              const float *restrict x, int n, float m) {
+  float a = 0;
+#pragma omp simd reduction(+ : a)
+  for (int i = 0; i < n; i++)
+    a += dy[i] * (x[i] - m);
+  return a;
 }
 
 /* y = x * scale + shift over every run of channel ch. */
@@ -67,6 +51,7 @@ static void channel_affine(int n, int c, int hw, int ch, const float *x,
     size_t o = ((size_t)b * c + ch) * hw;
     const float *xs = x + o;
     float *ys = y + o;
+#pragma omp simd
     for (int i = 0; i < hw; i++)
       ys[i] = xs[i] * scale + shift;
   }
@@ -179,6 +164,7 @@ int axi_cpu_bn_bwd(ax_backend *be, int n, int c, int hw, const float *x,
       size_t o = ((size_t)b * c + ch) * hw;
       const float *xs = x + o, *dys = dy + o;
       float *dxs = dx + o;
+#pragma omp simd
       for (int i = 0; i < hw; i++)
         dxs[i] = a * dys[i] + bx * xs[i] + e;
     }

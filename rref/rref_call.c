@@ -1,0 +1,205 @@
+/* Object kinds, calls through RRefs, creation and fetching (the user side),
+ * and the autograd hooks. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rref/rref-impl.h"
+
+static const ax_rref_grad_hooks *g_hooks;
+static __thread uint64_t t_ctx;
+static __thread int t_deferred;
+
+void ax_rref_set_grad_hooks(const ax_rref_grad_hooks *h) {
+  __atomic_store_n(&g_hooks, h, __ATOMIC_RELEASE);
+}
+const ax_rref_grad_hooks *axi_grad_hooks(void) {
+  return __atomic_load_n(&g_hooks, __ATOMIC_ACQUIRE);
+}
+uint64_t ax_autograd_ctx_current(void) { return t_ctx; }
+void ax_autograd_ctx_set_current(uint64_t ctx) { t_ctx = ctx; }
+
+uint64_t axi_ctx_of(const ax_call_opts *o) {
+  return (o && o->autograd_ctx) ? o->autograd_ctx : t_ctx;
+}
+
+/* ---- value list helpers ---------------------------------------------------- */
+int axi_values_append(ax_values *dst, const ax_values *src, size_t first,
+                      size_t end) {
+  for (size_t i = first; i < end; i++) {
+    int rc = AX_OK;
+    int64_t x;
+    double d;
+    const char *s;
+    const void *p;
+    size_t n;
+    ax_tensor *t;
+    void *o;
+    switch (ax_values_type(src, i)) {
+    case AX_VAL_I64: ax_values_get_i64(src, i, &x); rc = ax_values_add_i64(dst, x); break;
+    case AX_VAL_F64: ax_values_get_f64(src, i, &d); rc = ax_values_add_f64(dst, d); break;
+    case AX_VAL_STR: ax_values_get_str(src, i, &s); rc = ax_values_add_str(dst, s); break;
+    case AX_VAL_BYTES: ax_values_get_bytes(src, i, &p, &n); rc = ax_values_add_bytes(dst, p, n); break;
+    case AX_VAL_TENSOR: ax_values_get_tensor(src, i, &t); rc = ax_values_add_tensor(dst, t); break;
+    case AX_VAL_EXT:
+      rc = ax_values_get_ext(src, i, AX_VALUE_EXT_RREF, &o);
+      if (rc == AX_OK)
+        rc = ax_values_add_ext(dst, AX_VALUE_EXT_RREF, o);
+      break;
+    default: rc = ax_seterr(AX_EINVAL, "values: bad index %zu", i);
+    }
+    if (rc != AX_OK)
+      return rc;
+  }
+  return AX_OK;
+}
+
+ax_values *axi_values_tail(const ax_values *v, size_t first, size_t end) {
+  ax_values *o = ax_values_new();
+  if (o && axi_values_append(o, v, first, end) != AX_OK) {
+    ax_values_free(o);
+    return NULL;
+  }
+  return o;
+}
+
+/* Splits a reply [values..., bytes desc]: returns the values and feeds the
+ * descriptor to the recv hook. */
+int axi_take_reply(axi_rctx *rc, ax_values *raw, uint64_t ctx,
+                      const char *from, ax_values **out) {
+  size_t n = ax_values_count(raw);
+  const void *desc = NULL;
+  size_t len = 0;
+  if (n == 0 || ax_values_get_bytes(raw, n - 1, &desc, &len) != AX_OK)
+    return ax_seterr(AX_EMALFORMED, "rref: reply without descriptor");
+  ax_values *v = axi_values_tail(raw, 0, n - 1);
+  if (!v)
+    return AX_ENOMEM;
+  const ax_rref_grad_hooks *h = axi_grad_hooks();
+  int err = AX_OK;
+  if (h && ctx && len && strcmp(from, rc->name))
+    err = h->recv(rc->node, ctx, from, v, 0, desc, len);
+  if (err != AX_OK) {
+    ax_values_free(v);
+    return err;
+  }
+  *out = v;
+  return AX_OK;
+}
+
+/* ---- object kinds ------------------------------------------------------------ */
+const ax_robj_kind *axi_kind_find(axi_rctx *rc, const char *name) {
+  const ax_robj_kind *k = NULL;
+  pthread_mutex_lock(&rc->mu);
+  for (struct axi_kindreg *r = rc->kinds; r && !k; r = r->next)
+    if (!strcmp(r->k->name, name))
+      k = r->k;
+  pthread_mutex_unlock(&rc->mu);
+  return k;
+}
+
+int ax_robj_register(ax_node *n, const ax_robj_kind *kind) {
+  axi_rctx *rc = axi_rctx_get();
+  if (!rc || rc->node != n || !kind || !kind->name || !kind->create)
+    return ax_seterr(AX_EINVAL, "robj: node not initialised or bad kind");
+  if (axi_kind_find(rc, kind->name))
+    return ax_seterr(AX_ESTATE, "robj: kind %s already registered", kind->name);
+  struct axi_kindreg *r = calloc(1, sizeof *r);
+  if (!r)
+    return AX_ENOMEM;
+  r->k = kind;
+  pthread_mutex_lock(&rc->mu);
+  r->next = rc->kinds;
+  rc->kinds = r;
+  pthread_mutex_unlock(&rc->mu);
+  return AX_OK;
+}
+
+int ax_robj_defer(ax_call_ctx *ctx, ax_future *f) {
+  AX_TRY(ax_call_defer(ctx, f));
+  t_deferred = 1;
+  return AX_OK;
+}
+
+/* args: [id, method, args..., bytes desc]. Replies [results..., bytes desc]
+ * unless metadata rr.keep is set (the results become an owned value). */
+static int h_call(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                  void *user) {
+  axi_rctx *rc = axi_rctx_get();
+  int64_t id, keep = 0;
+  const char *method;
+  const void *desc;
+  size_t len, n = ax_values_count(args);
+  AX_TRY(ax_values_get_i64(args, 0, &id));
+  AX_TRY(ax_values_get_str(args, 1, &method));
+  AX_TRY(ax_values_get_bytes(args, n - 1, &desc, &len));
+  if (ax_call_meta(ctx, "rr.keep", &keep) != AX_OK)
+    ax_clearerr();
+  const char *caller = axi_caller_of(ctx);
+  pthread_mutex_lock(&rc->mu);
+  axi_owned *e = axi_owned_find(rc, (uint64_t)id, 1);
+  int err = e ? AX_OK : AX_ENOMEM;
+  if (e && e->state == AXI_OWN_PENDING) {
+    int64_t rank = -1;
+    int r;
+    if (ax_node_rank_of(rc->node, caller, &r) == AX_OK)
+      rank = r;
+    err = axi_rref_wait_entry(rc, e, ctx, "ax.rref.call", args, rank);
+    pthread_mutex_unlock(&rc->mu);
+    return err;
+  }
+  if (e && e->state == AXI_OWN_ERROR)
+    err = ax_seterr(e->err, "%s", e->msg ? e->msg : ax_strerror(e->err));
+  else if (e && e->type != AX_RREF_OBJECT)
+    err = ax_seterr(AX_EUNSUPPORTED, "rref: %s on a value", method);
+  const ax_robj_method_def *m = NULL;
+  if (err == AX_OK) {
+    for (m = e->kind->methods; m && m->name && strcmp(m->name, method); m++)
+      ;
+    if (!m || !m->name)
+      err = ax_seterr(AX_ENOFUNC, "rref: %s has no method %s", e->kind->name,
+                      method);
+    else
+      e->local_refs++; /* the object lives through the call */
+  }
+  void *obj = e ? e->obj : NULL;
+  pthread_mutex_unlock(&rc->mu);
+  if (err != AX_OK)
+    return err;
+  uint64_t agc = ax_call_autograd_ctx(ctx);
+  ax_values *margs = axi_values_tail(args, 2, n - 1);
+  const ax_rref_grad_hooks *h = axi_grad_hooks();
+  if (!margs)
+    err = AX_ENOMEM;
+  if (err == AX_OK && h && agc && len && strcmp(caller, rc->name))
+    err = h->recv(rc->node, agc, caller, margs, 0, desc, len);
+  uint64_t saved = t_ctx;
+  t_ctx = agc;
+  t_deferred = 0;
+  if (err == AX_OK)
+    err = m->fn(ctx, obj, margs, out);
+  int deferred = t_deferred;
+  t_deferred = 0;
+  t_ctx = saved;
+  ax_values_free(margs);
+  pthread_mutex_lock(&rc->mu);
+  e->local_refs--;
+  axi_owned *dead = axi_owned_maybe_unlink(rc, e);
+  pthread_mutex_unlock(&rc->mu);
+  axi_owned_free(dead);
+  if (err != AX_OK || deferred || keep)
+    return err;
+  void *d = NULL;
+  size_t dl = 0;
+  if (h && agc && strcmp(caller, rc->name))
+    err = h->send(rc->node, agc, caller, out, 0, &d, &dl);
+  if (err == AX_OK)
+    err = ax_values_add_bytes(out, d, dl);
+  free(d);
+  return err;
+}
+
+int axi_rref_register_calls(ax_node *n) {
+  return ax_rpc_register(n, "ax.rref.call", h_call, NULL);
+}
+

@@ -1,0 +1,379 @@
+/* Owner-side protocol handlers: fork, accept, delete, create and fetch, and
+ * the waiters that hold calls on values still being created. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rref/rref-impl.h"
+
+/* The node a handler serves: the original caller of a call re-issued
+ * locally (metadata "rr.from" = its rank), else the transport's caller. */
+const char *axi_caller_of(ax_call_ctx *ctx) {
+  int64_t rank;
+  const char *name;
+  if (ax_call_meta(ctx, "rr.from", &rank) == AX_OK &&
+      ax_node_member(ax_call_node(ctx), (int)rank, &name) == AX_OK)
+    return name;
+  ax_clearerr();
+  return ax_call_caller(ctx);
+}
+
+static int caller_rank(ax_call_ctx *ctx) {
+  int r = -1;
+  ax_node_rank_of(ax_call_node(ctx), axi_caller_of(ctx), &r);
+  return r;
+}
+
+static int h_fork(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                  void *user) {
+  axi_rctx *rc = axi_rctx_get();
+  int64_t id, fork;
+  AX_TRY(ax_values_get_i64(args, 0, &id));
+  AX_TRY(ax_values_get_i64(args, 1, &fork));
+  pthread_mutex_lock(&rc->mu);
+  axi_owned *e = axi_owned_find(rc, (uint64_t)id, 1);
+  if (e)
+    axi_owned_add_fork(e, (uint64_t)fork, caller_rank(ctx));
+  pthread_mutex_unlock(&rc->mu);
+  return e ? AX_OK : AX_ENOMEM;
+}
+
+static int h_accept(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                    void *user) {
+  axi_rctx *rc = axi_rctx_get();
+  int64_t fork;
+  AX_TRY(ax_values_get_i64(args, 0, &fork));
+  pthread_mutex_lock(&rc->mu);
+  for (ax_rref *u = rc->users; u; u = u->next)
+    if (u->fork_id == (uint64_t)fork) {
+      if (u->pending_children > 0)
+        u->pending_children--;
+      axi_user_maybe_done(rc, u);
+      break;
+    }
+  pthread_mutex_unlock(&rc->mu);
+  return AX_OK;
+}
+
+static int h_delete(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                    void *user) {
+  axi_rctx *rc = axi_rctx_get();
+  int64_t id, fork;
+  AX_TRY(ax_values_get_i64(args, 0, &id));
+  AX_TRY(ax_values_get_i64(args, 1, &fork));
+  axi_owned *dead = NULL;
+  pthread_mutex_lock(&rc->mu);
+  axi_owned *e = axi_owned_find(rc, (uint64_t)id, 0);
+  if (!e || !axi_owned_del_fork(e, (uint64_t)fork))
+    axi_tomb_add(rc, (uint64_t)id, (uint64_t)fork);
+  else
+    dead = axi_owned_maybe_unlink(rc, e);
+  pthread_mutex_unlock(&rc->mu);
+  axi_owned_free(dead);
+  return AX_OK;
+}
+
+/* ---- creation ------------------------------------------------------------ */
+typedef struct creating {
+  axi_rctx *rc;
+  axi_owned *e;
+  ax_future *reply;
+} creating;
+
+static void reply_outcome(ax_future *reply, int err, const char *msg) {
+  ax_values *v = ax_values_new();
+  if (v) {
+    ax_values_add_i64(v, err);
+    ax_values_add_str(v, msg ? msg : "");
+  }
+  ax_future_complete(reply, v ? AX_OK : AX_ENOMEM, v, "rref: no memory");
+}
+
+static void release_hold(axi_rctx *rc, axi_owned *e) {
+  pthread_mutex_lock(&rc->mu);
+  e->local_refs--;
+  axi_owned *dead = axi_owned_maybe_unlink(rc, e);
+  pthread_mutex_unlock(&rc->mu);
+  axi_owned_free(dead);
+}
+
+static void on_created(ax_future *f, void *user) {
+  creating *c = user;
+  int err = ax_future_err(f);
+  const char *msg = err ? ax_future_errmsg(f) : NULL;
+  ax_values *v = err ? NULL : ax_future_take_values(f);
+  if (!err && !v)
+    v = ax_values_new();
+  axi_owned_settle(c->rc, c->e, err, msg, v, NULL, NULL);
+  reply_outcome(c->reply, err, msg);
+  ax_future_release(c->reply);
+  ax_future_release(f);
+  release_hold(c->rc, c->e);
+  free(c);
+}
+
+/* Takes the entry for a creation: registers the creator's fork (unless its
+ * delete came first) and holds the entry until the value is settled. */
+static axi_owned *create_begin(axi_rctx *rc, uint64_t id, uint64_t fork,
+                               int type, int holder) {
+  pthread_mutex_lock(&rc->mu);
+  axi_owned *e = axi_owned_find(rc, id, 1);
+  if (e) {
+    e->type = type;
+    e->local_refs++;
+    if (fork && !axi_tomb_take(rc, id, fork))
+      axi_owned_add_fork(e, fork, holder);
+  }
+  pthread_mutex_unlock(&rc->mu);
+  return e;
+}
+
+/* args: [id, fork, mode, fn|kind, ...]; mode 0: fn's arguments follow;
+ * mode 1: [config, device]. Replies [err, msg] once the value is settled. */
+static int h_create(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                    void *user) {
+  axi_rctx *rc = axi_rctx_get();
+  int64_t id, fork, mode;
+  const char *fn;
+  AX_TRY(ax_values_get_i64(args, 0, &id));
+  AX_TRY(ax_values_get_i64(args, 1, &fork));
+  AX_TRY(ax_values_get_i64(args, 2, &mode));
+  AX_TRY(ax_values_get_str(args, 3, &fn));
+  axi_owned *e = create_begin(rc, (uint64_t)id, (uint64_t)fork,
+                              mode ? AX_RREF_OBJECT : AX_RREF_VALUE,
+                              caller_rank(ctx));
+  if (!e)
+    return ax_seterr(AX_ENOMEM, "rref: no memory");
+  if (mode == 1) {
+    const char *cfg, *dev_s;
+    ax_device dev;
+    void *obj = NULL;
+    const ax_robj_kind *k = axi_kind_find(rc, fn);
+    int err = ax_values_get_str(args, 4, &cfg);
+    if (err == AX_OK)
+      err = ax_values_get_str(args, 5, &dev_s);
+    if (err == AX_OK)
+      err = ax_device_parse(dev_s, &dev);
+    if (err == AX_OK && !k)
+      err = ax_seterr(AX_ENOTFOUND, "rref: no object kind %s on %s", fn,
+                      rc->name);
+    if (err == AX_OK)
+      err = k->create(rc->node, cfg, dev, &obj);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s: %s", rc->name, err ? ax_errmsg() : "");
+    axi_owned_settle(rc, e, err, err ? msg : NULL, NULL, err ? NULL : k, obj);
+    release_hold(rc, e);
+    ax_values_add_i64(out, err);
+    ax_values_add_str(out, err ? msg : "");
+    return AX_OK;
+  }
+  ax_values *rest = axi_values_tail(args, 4, ax_values_count(args));
+  creating *c = calloc(1, sizeof *c);
+  ax_future *reply = ax_future_new(), *f = NULL;
+  int err = (rest && c && reply) ? AX_OK : AX_ENOMEM;
+  if (err == AX_OK) {
+    const char *keys[2] = {"rr.from", "rr.keep"};
+    int64_t vals[2] = {caller_rank(ctx), 1};
+    ax_call_opts o = {.timeout_ms = ax_call_remaining_ms(ctx),
+                      .autograd_ctx = ax_call_autograd_ctx(ctx),
+                      .nmeta = 2, .meta_key = keys, .meta_val = vals};
+    if (o.timeout_ms <= 0)
+      o.timeout_ms = 1;
+    err = ax_rpc_async(rc->node, rc->name, fn, rest, &o, &f);
+  }
+  ax_values_free(rest);
+  if (err != AX_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s: %s", rc->name, ax_errmsg());
+    axi_owned_settle(rc, e, err, msg, NULL, NULL, NULL);
+    release_hold(rc, e);
+    free(c);
+    ax_future_release(reply);
+    ax_values_add_i64(out, err);
+    ax_values_add_str(out, msg);
+    return AX_OK;
+  }
+  c->rc = rc;
+  c->e = e;
+  c->reply = reply;
+  ax_call_defer(ctx, reply);
+  ax_future_on_done(f, on_created, c);
+  return AX_OK;
+}
+
+/* ---- fetch ----------------------------------------------------------------- */
+/* args: [id]. Replies [values..., bytes autograd descriptor]. */
+static int h_fetch(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                   void *user) {
+  axi_rctx *rc = axi_rctx_get();
+  int64_t id;
+  AX_TRY(ax_values_get_i64(args, 0, &id));
+  pthread_mutex_lock(&rc->mu);
+  axi_owned *e = axi_owned_find(rc, (uint64_t)id, 1);
+  if (!e) {
+    pthread_mutex_unlock(&rc->mu);
+    return ax_seterr(AX_ENOMEM, "rref: no memory");
+  }
+  if (e->state == AXI_OWN_PENDING) {
+    int err = axi_rref_wait_entry(rc, e, ctx, "ax.rref.fetch", args,
+                                  caller_rank(ctx));
+    pthread_mutex_unlock(&rc->mu);
+    return err;
+  }
+  int err = e->state == AXI_OWN_ERROR ? e->err : AX_OK;
+  if (err != AX_OK) {
+    err = ax_seterr(err, "%s", e->msg ? e->msg : ax_strerror(err));
+  } else if (e->type != AX_RREF_VALUE) {
+    err = ax_seterr(AX_EUNSUPPORTED, "rref: to_here of an object");
+  } else {
+    err = axi_values_append(out, e->vals, 0, ax_values_count(e->vals));
+  }
+  pthread_mutex_unlock(&rc->mu);
+  if (err != AX_OK)
+    return err;
+  void *desc = NULL;
+  size_t len = 0;
+  const ax_rref_grad_hooks *h = axi_grad_hooks();
+  const char *to = axi_caller_of(ctx);
+  uint64_t agc = ax_call_autograd_ctx(ctx);
+  if (h && agc && strcmp(to, rc->name))
+    err = h->send(rc->node, agc, to, out, 0, &desc, &len);
+  if (err == AX_OK)
+    err = ax_values_add_bytes(out, desc, len);
+  free(desc);
+  return err;
+}
+
+static int h_live(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                  void *user) {
+  long o, u;
+  AX_TRY(ax_rref_live(ax_call_node(ctx), &o, &u));
+  ax_values_add_i64(out, o);
+  ax_values_add_i64(out, u);
+  return AX_OK;
+}
+
+static int h_debug(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                   void *user) {
+  const char *kind;
+  int64_t ms;
+  AX_TRY(ax_values_get_str(args, 0, &kind));
+  AX_TRY(ax_values_get_i64(args, 1, &ms));
+  return ax_rref_debug_delay(ax_call_node(ctx), kind, ms);
+}
+
+int axi_rref_register_proto(ax_node *n) {
+  AX_TRY(ax_rpc_register(n, "ax.rref.fork", h_fork, NULL));
+  AX_TRY(ax_rpc_register(n, "ax.rref.accept", h_accept, NULL));
+  AX_TRY(ax_rpc_register(n, "ax.rref.delete", h_delete, NULL));
+  AX_TRY(ax_rpc_register(n, "ax.rref.create", h_create, NULL));
+  AX_TRY(ax_rpc_register(n, "ax.rref.fetch", h_fetch, NULL));
+  AX_TRY(ax_rpc_register(n, "ax.rref.live", h_live, NULL));
+  return ax_rpc_register(n, "ax.rref.debug", h_debug, NULL);
+}
+
+/* ---- waiters --------------------------------------------------------------- */
+int axi_rref_wait_entry(axi_rctx *rc, axi_owned *e, ax_call_ctx *ctx,
+                        const char *fn, const ax_values *args,
+                        int64_t caller) {
+  axi_waiter *w = calloc(1, sizeof *w);
+  if (!w || !(w->reply = ax_future_new()) || !(w->fn = strdup(fn)) ||
+      !(w->args = ax_values_clone(args))) {
+    if (w) {
+      ax_future_release(w->reply);
+      free(w->fn);
+      free(w);
+    }
+    return ax_seterr(AX_ENOMEM, "rref: no memory");
+  }
+  w->ctx = ax_call_autograd_ctx(ctx);
+  w->caller_rank = caller;
+  int64_t left = ax_call_remaining_ms(ctx);
+  w->deadline_ms = axi_rnow_ms() + (left > 0 ? left : 0);
+  ax_call_defer(ctx, w->reply);
+  w->next = e->waiters;
+  e->waiters = w;
+  return AX_OK;
+}
+
+typedef struct rerun {
+  ax_future *reply;
+} rerun;
+
+static void on_rerun(ax_future *f, void *user) {
+  ax_future *reply = user;
+  int err = ax_future_err(f);
+  ax_future_complete(reply, err, err ? NULL : ax_future_take_values(f),
+                     ax_future_errmsg(f));
+  ax_future_release(reply);
+  ax_future_release(f);
+}
+
+static void waiter_free(axi_waiter *w) {
+  ax_future_release(w->reply);
+  ax_values_free(w->args);
+  free(w->fn);
+  free(w);
+}
+
+void axi_waiters_run(axi_rctx *rc, axi_waiter *w, int err, const char *msg) {
+  for (axi_waiter *nx; w; w = nx) {
+    nx = w->next;
+    int rc2 = err;
+    ax_future *f = NULL;
+    if (err == AX_OK) {
+      int64_t left = w->deadline_ms - axi_rnow_ms();
+      const char *keys[1] = {"rr.from"};
+      int64_t vals[1] = {w->caller_rank};
+      ax_call_opts o = {.timeout_ms = left > 0 ? left : 1,
+                        .autograd_ctx = w->ctx, .nmeta = 1,
+                        .meta_key = keys, .meta_val = vals};
+      rc2 = ax_rpc_async(rc->node, rc->name, w->fn, w->args, &o, &f);
+      if (rc2 == AX_OK &&
+          ax_future_on_done(f, on_rerun, ax_future_retain(w->reply)) != AX_OK) {
+        ax_future_release(w->reply);
+        ax_future_release(f);
+        rc2 = AX_ENOMEM;
+      }
+      msg = rc2 ? ax_errmsg() : NULL;
+    }
+    if (rc2 != AX_OK)
+      ax_future_complete(w->reply, rc2, NULL, msg);
+    waiter_free(w);
+  }
+}
+
+void axi_waiters_expire(axi_rctx *rc, int64_t now) {
+  axi_waiter *expired = NULL;
+  axi_owned *gone = NULL;
+  pthread_mutex_lock(&rc->mu);
+  for (axi_owned *e = rc->owned, *enx; e; e = enx) {
+    enx = e->next;
+    for (axi_waiter **pp = &e->waiters; *pp;) {
+      axi_waiter *w = *pp;
+      if (w->deadline_ms <= now) {
+        *pp = w->next;
+        w->next = expired;
+        expired = w;
+      } else {
+        pp = &w->next;
+      }
+    }
+    axi_owned *d = axi_owned_maybe_unlink(rc, e);
+    if (d) {
+      d->next = gone;
+      gone = d;
+    }
+  }
+  pthread_mutex_unlock(&rc->mu);
+  for (axi_waiter *w = expired, *nx; w; w = nx) {
+    nx = w->next;
+    ax_future_complete(w->reply, AX_ETIMEOUT, NULL,
+                       "rref: value not created before the deadline");
+    waiter_free(w);
+  }
+  for (axi_owned *e = gone, *nx; e; e = nx) {
+    nx = e->next;
+    axi_owned_free(e);
+  }
+}

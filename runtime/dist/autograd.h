@@ -1,0 +1,114 @@
+/* Distributed autograd: contexts, functions recorded in them, send/recv
+ * edges between nodes, and the backward pass that follows those edges.
+ *
+ * A context (an iteration or a micro-batch) has an id unique across nodes:
+ * (rank of the creating node + 1) << 48 | counter. A node "sees" a context
+ * when it creates it, or when a call or fetch under it reaches the node.
+ *
+ * Functions. A module call that should be differentiated across nodes is
+ * recorded with ax_dist_record: its input tensors (as received) and output
+ * tensors, and a backward callback with its state. The context maps every
+ * recorded output tensor (by handle) to its function, and every tensor that
+ * arrived from another node with autograd metadata to its remote source.
+ *
+ * Edges. When tensors that are recorded outputs leave a node under a
+ * context (arguments of calls through RRefs, results of such calls, values
+ * fetched with to_here) the sender records a SEND (the producing function
+ * expects one more gradient contribution) and the receiver records a RECV
+ * (the tensor's remote source). Handlers of RRef calls run with the call's
+ * context current, so nested calls inherit it.
+ *
+ * Backward. ax_dist_backward seeds the roots with ones, runs local
+ * functions once all their expected contributions have arrived, and sends
+ * input gradients back along RECV edges ("ax.dist.grad"); every such call
+ * is answered only after the receiving node finished its part, so the root
+ * returns when every node has finished, and an error anywhere (including
+ * AX_EPEERDOWN) is returned at the root. Each function runs its backward
+ * once, with contributions summed (pipelines have one consumer per
+ * activation).
+ *
+ * Gradients accumulate per context in buffers keyed by the owner of the
+ * parameters (ax_dist_grads), never in a net's own gradient buffer.
+ * Releasing a context releases it on every node that saw it (transitively).
+ * Contexts created by a node that goes down are released on the others.
+ *
+ * CUDA: gradients are device tensors of the producing function's device;
+ * accumulation uses the device's axpby, and tensors cross nodes through the
+ * RPC layer, which copies device memory. Nothing here assumes host memory.
+ *
+ * Thread safety: every function is thread-safe. One node per process (as
+ * for RRefs). */
+#ifndef AX_DIST_AUTOGRAD_H
+#define AX_DIST_AUTOGRAD_H
+
+#include "rref/rref.h"
+#include "runtime/module.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Sets up RRefs (ax_rref_init), distributed autograd, the distributed
+ * optimizer and the model stage kinds ("mlp.stage", "resnet20.stage",
+ * "bert.stage") on n. The single call an agent or coordinator makes after
+ * ax_node_create. */
+int ax_dist_init(ax_node *n);
+/* Frees everything (after ax_node_shutdown, before ax_node_destroy). */
+void ax_dist_fini(ax_node *n);
+
+/* ---- contexts ---------------------------------------------------------------- */
+/* Creates a context and makes it current on the calling thread. */
+int ax_dist_context_new(ax_node *n, uint64_t *ctx);
+/* Releases ctx here and on every node that saw it, waiting up to
+ * timeout_ms for their answers; unreachable peers are skipped (they release
+ * it when they see this node go down, or are down themselves). Clears the
+ * thread's current context if it was ctx. AX_ESTALE if unknown here. */
+int ax_dist_context_release(ax_node *n, uint64_t ctx, int64_t timeout_ms);
+/* Contexts alive on this node (tests assert zero at the end). */
+long ax_dist_live_contexts(ax_node *n);
+
+/* ---- recording (stage kinds and other differentiable remote calls) ------- */
+typedef struct ax_dist_fn_ops {
+  /* dout: summed output gradients (borrowed; NULL entries for outputs that
+   * got none); din receives new references to input gradients (NULL where
+   * none). Runs on a worker thread, once. */
+  int (*backward)(void *state, uint64_t ctx, const ax_tlist *dout,
+                  ax_tlist *din);
+  /* Frees state (after backward, or when the context is released). */
+  void (*release)(void *state);
+} ax_dist_fn_ops;
+
+/* Records a function in ctx: inputs/outputs are borrowed (outputs are
+ * retained by the context). On error state is NOT released (the caller
+ * still owns it). */
+int ax_dist_record(ax_node *n, uint64_t ctx, const ax_dist_fn_ops *ops,
+                   void *state, const ax_tlist *inputs,
+                   const ax_tlist *outputs);
+
+/* The gradient buffer of parameter owner `key` in ctx: created zero-filled
+ * with n floats on dev on first use. Returns a new reference. */
+int ax_dist_grads(ax_node *n, uint64_t ctx, uint64_t key, size_t nfloats,
+                  ax_device dev, ax_tensor **out);
+/* The accumulated gradients of `key` in ctx (a new reference), or
+ * AX_ENOTFOUND when no backward wrote any. */
+int ax_dist_get_gradients(ax_node *n, uint64_t ctx, uint64_t key,
+                          ax_tensor **out);
+
+/* ---- backward ------------------------------------------------------------------ */
+/* Runs the backward from root tensors on this node (recorded outputs, or
+ * tensors fetched under ctx), seeded with ones. Waits up to timeout_ms. */
+int ax_dist_backward(ax_node *n, uint64_t ctx, const ax_tlist *roots,
+                     int64_t timeout_ms);
+/* Same, with roots given as value RRefs (their owners seed them). */
+int ax_dist_backward_rrefs(ax_node *n, uint64_t ctx, ax_rref *const *roots,
+                           int nroots, int64_t timeout_ms);
+
+/* ---- debugging ------------------------------------------------------------- */
+/* Delays every "ax.dist.grad" handler on this node by ms (tests that kill a
+ * peer during a backward). Also remote: "ax.dist.debug" [ms]. */
+void ax_dist_debug_grad_delay(ax_node *n, int64_t ms);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

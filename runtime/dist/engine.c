@@ -1,0 +1,422 @@
+/* The distributed backward: gradient delivery to recorded functions, the
+ * "ax.dist.grad" / "ax.dist.root" / "ax.dist.release" handlers, and the
+ * root-side ax_dist_backward and ax_dist_context_release. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/backend-impl.h"
+#include "runtime/dist/autograd-impl.h"
+
+#define AXD_CALL_MS 60000
+
+/* ---- aggregate futures: complete once every part did ---------------------- */
+typedef struct agg {
+  pthread_mutex_t mu;
+  ax_future *f;
+  int pending, err, ignore_errors;
+  char msg[256];
+} agg;
+
+static agg *agg_new(int ignore_errors) {
+  agg *a = calloc(1, sizeof *a);
+  if (!a || !(a->f = ax_future_new())) {
+    free(a);
+    return NULL;
+  }
+  pthread_mutex_init(&a->mu, NULL);
+  a->pending = 1; /* the builder's token, dropped by agg_finish */
+  a->ignore_errors = ignore_errors;
+  return a;
+}
+
+static void agg_drop(agg *a, int err, const char *msg) {
+  pthread_mutex_lock(&a->mu);
+  if (err != AX_OK && a->err == AX_OK && !a->ignore_errors) {
+    a->err = err;
+    snprintf(a->msg, sizeof a->msg, "%s", msg ? msg : ax_strerror(err));
+  }
+  int last = --a->pending == 0;
+  pthread_mutex_unlock(&a->mu);
+  if (!last)
+    return;
+  ax_future_complete(a->f, a->err, NULL, a->msg);
+  ax_future_release(a->f);
+  pthread_mutex_destroy(&a->mu);
+  free(a);
+}
+
+static void agg_part_done(ax_future *f, void *user) {
+  agg_drop(user, ax_future_err(f), ax_future_errmsg(f));
+  ax_future_release(f);
+}
+
+static void agg_add(agg *a, ax_future *f) {
+  pthread_mutex_lock(&a->mu);
+  a->pending++;
+  pthread_mutex_unlock(&a->mu);
+  if (ax_future_on_done(f, agg_part_done, a) != AX_OK) {
+    ax_future_release(f);
+    agg_drop(a, AX_ENOMEM, "dist: no memory");
+  }
+}
+
+/* Returns the aggregate's future (one reference) and drops the builder's
+ * token. */
+static ax_future *agg_finish(agg *a, int err, const char *msg) {
+  ax_future *f = ax_future_retain(a->f);
+  agg_drop(a, err, msg);
+  return f;
+}
+
+/* ---- delivery ------------------------------------------------------------------ */
+static int deliver(axd_state *d, uint64_t ctx, axd_fn *fn, int k,
+                   ax_tensor *g, agg *a);
+
+static int send_grad(axd_state *d, uint64_t ctx, const axd_src *s,
+                     ax_tensor *g, agg *a) {
+  ax_values *v = ax_values_new();
+  if (!v)
+    return AX_ENOMEM;
+  ax_values_add_i64(v, (int64_t)s->rfn);
+  ax_values_add_i64(v, s->k);
+  ax_values_add_tensor(v, g);
+  ax_call_opts o = {.timeout_ms = AXD_CALL_MS, .autograd_ctx = ctx};
+  ax_future *f = NULL;
+  int err = ax_rpc_async(d->node, s->from, "ax.dist.grad", v, &o, &f);
+  ax_values_free(v);
+  if (err == AX_OK)
+    agg_add(a, f);
+  return err;
+}
+
+/* Runs fn's backward (it is marked ran and its context busy) and passes
+ * the input gradients on. */
+static int run_fn(axd_state *d, uint64_t ctx, axd_fn *fn, agg *a) {
+  ax_tlist dout = {0}, din = {0};
+  dout.n = fn->n_out;
+  for (int k = 0; k < fn->n_out; k++)
+    dout.t[k] = fn->dout[k];
+  int err = fn->ops->backward(fn->state, ctx, &dout, &din);
+  for (int i = 0; err == AX_OK && i < din.n && i < fn->n_in; i++) {
+    if (!din.t[i])
+      continue;
+    if (fn->in[i].kind == AXD_SRC_LOCAL)
+      err = deliver(d, ctx, fn->in[i].fn, fn->in[i].k, din.t[i], a);
+    else if (fn->in[i].kind == AXD_SRC_REMOTE)
+      err = send_grad(d, ctx, &fn->in[i], din.t[i], a);
+  }
+  ax_tlist_clear(&din);
+  if (fn->ops->release)
+    fn->ops->release(fn->state);
+  fn->state = NULL;
+  pthread_mutex_lock(&d->mu);
+  for (int k = 0; k < AX_TLIST_MAX; k++) { /* drop gradients early */
+    ax_tensor_release(fn->dout[k]);
+    fn->dout[k] = NULL;
+  }
+  pthread_mutex_unlock(&d->mu);
+  return err;
+}
+
+/* Adds g to fn's output k; runs fn when every expected contribution came. */
+static int deliver(axd_state *d, uint64_t ctx, axd_fn *fn, int k,
+                   ax_tensor *g, agg *a) {
+  if (k < 0 || k >= fn->n_out)
+    return ax_seterr(AX_EINVAL, "dist: output %d of a %d-output function", k,
+                     fn->n_out);
+  int err = AX_OK, ready = 0;
+  axd_ctx *c = NULL;
+  pthread_mutex_lock(&d->mu);
+  c = axd_ctx_find(d, ctx, 0);
+  if (!c || fn->ran) {
+    err = ax_seterr(AX_ESTATE, "dist: function already ran or context gone");
+  } else if (!fn->dout[k]) {
+    fn->dout[k] = ax_tensor_retain(g);
+  } else {
+    if (!fn->dout_own[k]) { /* copy before summing into a shared tensor */
+      ax_tensor *s = ax_tensor_like(fn->dout[k]);
+      if (!s || ax_tensor_copy(s, fn->dout[k]) != AX_OK) {
+        ax_tensor_release(s);
+        err = AX_ENOMEM;
+      } else {
+        ax_tensor_release(fn->dout[k]);
+        fn->dout[k] = s;
+        fn->dout_own[k] = 1;
+      }
+    }
+    if (err == AX_OK && ax_tensor_numel(g) != ax_tensor_numel(fn->dout[k]))
+      err = ax_seterr(AX_ESHAPE, "dist: gradient shape mismatch");
+    ax_tensor *gd = err == AX_OK ? ax_tensor_to(g, fn->dout[k]->device) : NULL;
+    if (err == AX_OK && !gd)
+      err = AX_ENOMEM;
+    if (err == AX_OK)
+      err = AX_K(ax_backend_of(gd->device), axpby, ax_tensor_numel(gd), 1.0f,
+                 ax_f32(gd), 1.0f, ax_f32(fn->dout[k]));
+    ax_tensor_release(gd);
+  }
+  if (err == AX_OK && ++fn->received >= fn->expected) {
+    fn->ran = 1;
+    c->busy++;
+    ready = 1;
+  }
+  pthread_mutex_unlock(&d->mu);
+  if (!ready)
+    return err;
+  err = run_fn(d, ctx, fn, a);
+  pthread_mutex_lock(&d->mu);
+  int free_it = --c->busy == 0 && c->released;
+  pthread_mutex_unlock(&d->mu);
+  if (free_it)
+    axd_ctx_free(c);
+  return err;
+}
+
+/* Seeds root tensors with ones and delivers them. */
+static int seed_roots(axd_state *d, uint64_t ctx, const ax_tlist *roots,
+                      agg *a) {
+  for (int i = 0; i < roots->n; i++) {
+    ax_tensor *t = roots->t[i];
+    if (!t)
+      continue;
+    axd_src s = {0};
+    pthread_mutex_lock(&d->mu);
+    axd_ctx *c = axd_ctx_find(d, ctx, 0);
+    axd_map *m = c ? axd_map_find(c, t) : NULL;
+    if (m) {
+      s = m->s;
+      if (s.kind == AXD_SRC_LOCAL)
+        s.fn->expected++;
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (!c)
+      return ax_seterr(AX_ESTALE, "dist: no context %llx here",
+                       (unsigned long long)ctx);
+    if (!m)
+      return ax_seterr(AX_EINVAL, "dist: root %d is not recorded in the "
+                       "context", i);
+    ax_tensor *one = ax_tensor_like(t);
+    if (!one || ax_tensor_fill(one, 1.0f) != AX_OK) {
+      ax_tensor_release(one);
+      return AX_ENOMEM;
+    }
+    int err = s.kind == AXD_SRC_LOCAL ? deliver(d, ctx, s.fn, s.k, one, a)
+                                      : send_grad(d, ctx, &s, one, a);
+    ax_tensor_release(one);
+    AX_TRY(err);
+  }
+  return AX_OK;
+}
+
+/* ---- handlers -------------------------------------------------------------------- */
+static int h_grad(ax_call_ctx *cc, const ax_values *args, ax_values *out,
+                  void *user) {
+  axd_state *d = axd_get();
+  int64_t fid, k;
+  ax_tensor *g;
+  AX_TRY(ax_values_get_i64(args, 0, &fid));
+  AX_TRY(ax_values_get_i64(args, 1, &k));
+  AX_TRY(ax_values_get_tensor(args, 2, &g));
+  int64_t delay = __atomic_load_n(&d->grad_delay_ms, __ATOMIC_RELAXED);
+  if (delay > 0) {
+    struct timespec ts = {delay / 1000, (delay % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  uint64_t ctx = ax_call_autograd_ctx(cc);
+  pthread_mutex_lock(&d->mu);
+  axd_ctx *c = axd_ctx_find(d, ctx, 0);
+  axd_fn *fn = c ? axd_fn_find(c, (uint64_t)fid) : NULL;
+  pthread_mutex_unlock(&d->mu);
+  if (!fn)
+    return ax_seterr(AX_ESTALE, "%s: no function %lld in context %llx",
+                     d->name, (long long)fid, (unsigned long long)ctx);
+  agg *a = agg_new(0);
+  if (!a)
+    return AX_ENOMEM;
+  int err = deliver(d, ctx, fn, (int)k, g, a);
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s: %s", d->name, err ? ax_errmsg() : "");
+  ax_future *f = agg_finish(a, err, msg);
+  ax_call_defer(cc, f);
+  ax_future_release(f);
+  return AX_OK;
+}
+
+static int h_root(ax_call_ctx *cc, const ax_values *args, ax_values *out,
+                  void *user) {
+  axd_state *d = axd_get();
+  ax_rref *r;
+  const ax_values *v;
+  AX_TRY(ax_values_get_rref(args, 0, &r));
+  AX_TRY(ax_rref_local_value(r, &v));
+  ax_tlist roots = {0};
+  for (size_t i = 0; i < ax_values_count(v) && roots.n < AX_TLIST_MAX; i++)
+    if (ax_values_type(v, i) == AX_VAL_TENSOR)
+      ax_values_get_tensor(v, i, &roots.t[roots.n++]);
+  agg *a = agg_new(0);
+  if (!a)
+    return AX_ENOMEM;
+  int err = seed_roots(d, ax_call_autograd_ctx(cc), &roots, a);
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s: %s", d->name, err ? ax_errmsg() : "");
+  ax_future *f = agg_finish(a, err, msg);
+  ax_call_defer(cc, f);
+  ax_future_release(f);
+  return AX_OK;
+}
+
+/* Unlinks ctx and returns its peers (caller frees), or AX_ESTALE. */
+static int release_local(axd_state *d, uint64_t ctx, axd_peer **peers) {
+  pthread_mutex_lock(&d->mu);
+  axd_ctx *c = NULL;
+  for (axd_ctx **pp = &d->ctxs; *pp; pp = &(*pp)->next)
+    if ((*pp)->id == ctx) {
+      c = *pp;
+      *pp = c->next;
+      d->nctx--;
+      d->released[d->nrel++ % AXD_RELEASED_RING] = ctx;
+      break;
+    }
+  int free_now = 0;
+  if (c) {
+    *peers = c->peers;
+    c->peers = NULL;
+    c->released = 1;
+    free_now = c->busy == 0;
+  }
+  pthread_mutex_unlock(&d->mu);
+  if (!c)
+    return AX_ESTALE;
+  if (free_now)
+    axd_ctx_free(c);
+  return AX_OK;
+}
+
+static void release_peers(axd_state *d, uint64_t ctx, axd_peer *peers,
+                          const char *skip, agg *a) {
+  for (axd_peer *p = peers, *nx; p; p = nx) {
+    nx = p->next;
+    if (!skip || strcmp(p->name, skip)) {
+      ax_call_opts o = {.timeout_ms = 10000, .autograd_ctx = ctx};
+      ax_future *f = NULL;
+      if (ax_rpc_async(d->node, p->name, "ax.dist.release", NULL, &o, &f) ==
+          AX_OK)
+        agg_add(a, f);
+    }
+    free(p);
+  }
+}
+
+static int h_release(ax_call_ctx *cc, const ax_values *args, ax_values *out,
+                     void *user) {
+  axd_state *d = axd_get();
+  axd_peer *peers = NULL;
+  uint64_t ctx = ax_call_autograd_ctx(cc);
+  if (release_local(d, ctx, &peers) != AX_OK)
+    return AX_OK; /* already released here */
+  agg *a = agg_new(1);
+  if (!a)
+    return AX_ENOMEM;
+  release_peers(d, ctx, peers, ax_call_caller(cc), a);
+  ax_future *f = agg_finish(a, AX_OK, NULL);
+  ax_call_defer(cc, f);
+  ax_future_release(f);
+  return AX_OK;
+}
+
+static int h_live(ax_call_ctx *cc, const ax_values *args, ax_values *out,
+                  void *user) {
+  return ax_values_add_i64(out, ax_dist_live_contexts(ax_call_node(cc)));
+}
+
+static int h_debug(ax_call_ctx *cc, const ax_values *args, ax_values *out,
+                   void *user) {
+  int64_t ms;
+  AX_TRY(ax_values_get_i64(args, 0, &ms));
+  ax_dist_debug_grad_delay(ax_call_node(cc), ms);
+  return AX_OK;
+}
+
+int axd_engine_register(ax_node *n) {
+  AX_TRY(ax_rpc_register(n, "ax.dist.grad", h_grad, NULL));
+  AX_TRY(ax_rpc_register(n, "ax.dist.root", h_root, NULL));
+  AX_TRY(ax_rpc_register(n, "ax.dist.release", h_release, NULL));
+  AX_TRY(ax_rpc_register(n, "ax.dist.live", h_live, NULL));
+  return ax_rpc_register(n, "ax.dist.debug", h_debug, NULL);
+}
+
+void ax_dist_debug_grad_delay(ax_node *n, int64_t ms) {
+  axd_state *d = axd_get();
+  if (d && d->node == n)
+    __atomic_store_n(&d->grad_delay_ms, ms, __ATOMIC_RELAXED);
+}
+
+/* ---- root side ----------------------------------------------------------------- */
+static int wait_agg(ax_future *f, int64_t timeout_ms) {
+  int err = ax_future_wait(f, timeout_ms > 0 ? timeout_ms : AXD_CALL_MS);
+  if (err != AX_OK && ax_future_is_done(f))
+    err = ax_seterr(err, "%s", ax_future_errmsg(f));
+  else if (err == AX_ETIMEOUT)
+    err = ax_seterr(AX_ETIMEOUT, "dist: backward not finished in time");
+  ax_future_release(f);
+  return err;
+}
+
+int ax_dist_backward(ax_node *n, uint64_t ctx, const ax_tlist *roots,
+                     int64_t timeout_ms) {
+  axd_state *d = axd_get();
+  if (!d || d->node != n || !roots)
+    return ax_seterr(AX_EINVAL, "dist: bad arguments");
+  agg *a = agg_new(0);
+  if (!a)
+    return AX_ENOMEM;
+  int err = seed_roots(d, ctx, roots, a);
+  return wait_agg(agg_finish(a, err, err ? ax_errmsg() : NULL), timeout_ms);
+}
+
+int ax_dist_backward_rrefs(ax_node *n, uint64_t ctx, ax_rref *const *roots,
+                           int nroots, int64_t timeout_ms) {
+  axd_state *d = axd_get();
+  if (!d || d->node != n || (!roots && nroots))
+    return ax_seterr(AX_EINVAL, "dist: bad arguments");
+  agg *a = agg_new(0);
+  if (!a)
+    return AX_ENOMEM;
+  int err = AX_OK;
+  /* The roots' values must exist before their owners can seed them. */
+  for (int i = 0; err == AX_OK && i < nroots; i++)
+    err = ax_rref_wait_created(roots[i],
+                               timeout_ms > 0 ? timeout_ms : AXD_CALL_MS);
+  for (int i = 0; err == AX_OK && i < nroots; i++) {
+    ax_values *v = ax_values_new();
+    ax_future *f = NULL;
+    err = v ? ax_values_add_rref(v, roots[i]) : AX_ENOMEM;
+    ax_call_opts o = {.timeout_ms = timeout_ms > 0 ? timeout_ms : AXD_CALL_MS,
+                      .autograd_ctx = ctx};
+    if (err == AX_OK)
+      err = ax_rpc_async(n, ax_rref_owner(roots[i]), "ax.dist.root", v, &o, &f);
+    ax_values_free(v);
+    if (err == AX_OK)
+      agg_add(a, f);
+  }
+  return wait_agg(agg_finish(a, err, err ? ax_errmsg() : NULL), timeout_ms);
+}
+
+int ax_dist_context_release(ax_node *n, uint64_t ctx, int64_t timeout_ms) {
+  axd_state *d = axd_get();
+  if (!d || d->node != n)
+    return ax_seterr(AX_EINVAL, "dist: node not initialised");
+  if (ax_autograd_ctx_current() == ctx)
+    ax_autograd_ctx_set_current(0);
+  axd_peer *peers = NULL;
+  if (release_local(d, ctx, &peers) != AX_OK)
+    return ax_seterr(AX_ESTALE, "dist: no context %llx here",
+                     (unsigned long long)ctx);
+  agg *a = agg_new(1);
+  if (!a)
+    return AX_ENOMEM;
+  release_peers(d, ctx, peers, NULL, a);
+  return wait_agg(agg_finish(a, AX_OK, NULL),
+                  timeout_ms > 0 ? timeout_ms : 10000);
+}

@@ -1,0 +1,27 @@
+/* Internal structure of model stages (runtime/dist/stage.c) shared with
+ * their parameter-set objects and local optimizers (optim_dist.c). */
+#ifndef AX_DIST_STAGE_IMPL_H
+#define AX_DIST_STAGE_IMPL_H
+
+#include <pthread.h>
+
+#include "models/model.h"
+#include "runtime/dist/stage.h"
+#include "runtime/optim.h"
+
+typedef struct axd_stage {
+  int refs; /* atomic: the stage object, parameter sets, recorded calls */
+  ax_node *node;
+  const ax_model_def *def;
+  ax_device dev;
+  uint64_t key; /* gradient buffer key in contexts */
+  int index, first, last, is_first, ignore_index;
+  ax_net *net;
+  ax_optim *opt; /* the owner's local optimizer (mu) */
+  pthread_mutex_t mu; /* serialises forward, backward, step and state */
+} axd_stage;
+
+void axd_stage_release(axd_stage *s);
+extern const ax_robj_kind axd_params_kind; /* "stage.params" */
+
+#endif

@@ -1,0 +1,75 @@
+/* Remote modules: model stages created by name on agents, and the
+ * distributed optimizer over their parameters.
+ *
+ * Kinds "mlp.stage", "resnet20.stage" and "bert.stage" (registered by
+ * ax_dist_init) build blocks [splits[stage], splits[stage+1]) of the model
+ * with the same initialisation as the whole model. Configuration: stage=K,
+ * splits=B0/B1/.../BK (block bounds; default: uniform over nstages=N,
+ * default 1), seed=S (default 1); every other key overrides the model's
+ * configuration (e.g. widths=784/64/32/10).
+ *
+ * Methods (through ax_rref_rpc_* or the wrappers below):
+ *  - "forward" [i64 seed, i64 n_labels, inputs..., labels...]: inputs are
+ *    tensors or ONE value RRef whose value holds the input tensors (fetched
+ *    directly from its owner, stage to stage). With n_labels > 0 the stage
+ *    returns [loss (1)] (mean cross-entropy), else its outputs. Under a
+ *    distributed autograd context it trains (batch statistics, running
+ *    statistics updated) and records its backward in the context, its
+ *    parameter gradients accumulating in the context's buffer for this
+ *    stage; without one it evaluates.
+ *  - "parameters" []: [an object RRef to the stage's parameter set
+ *    ("stage.params", methods "optim_init" [config] and "step" under a
+ *    context)], used by the distributed optimizer.
+ *  - "state_save" []: [params (P), buffers (Q) or an empty tensor].
+ *  - "state_load" [params, buffers]: copies them in (sizes must match).
+ *  - "gradients" []: [the context's accumulated gradients (P)] under the
+ *    call's autograd context (AX_ENOTFOUND when none).
+ * Calls on one stage are serialised by a lock (shared with its optimizer).
+ */
+#ifndef AX_DIST_STAGE_H
+#define AX_DIST_STAGE_H
+
+#include "runtime/dist/autograd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Creates an instance of module kind `kind` on node `to`; returns its RRef
+ * at once (creation errors surface on first use). */
+int ax_remote_module(ax_node *n, const char *to, const char *kind,
+                     const char *config, ax_device dev, ax_rref **out);
+
+/* "forward" with the given arguments (see above); _async returns a future
+ * of the outputs, _remote keeps them on the stage's node as a value RRef
+ * (the next stage fetches it directly). */
+int ax_rmod_forward(ax_node *n, ax_rref *mod, const ax_values *args,
+                    ax_values **out);
+int ax_rmod_forward_async(ax_node *n, ax_rref *mod, const ax_values *args,
+                          ax_future **out);
+int ax_rmod_forward_remote(ax_node *n, ax_rref *mod, const ax_values *args,
+                           ax_rref **out);
+/* The stage's parameter set as an object RRef. */
+int ax_rmod_parameters(ax_node *n, ax_rref *mod, ax_rref **out);
+/* Copies of the flat parameters and buffers (buffers: NULL when none). */
+int ax_rmod_state_save(ax_node *n, ax_rref *mod, ax_tensor **params,
+                       ax_tensor **buffers);
+int ax_rmod_state_load(ax_node *n, ax_rref *mod, ax_tensor *params,
+                       ax_tensor *buffers);
+
+/* ---- distributed optimizer ---------------------------------------------- */
+typedef struct ax_dist_optim ax_dist_optim;
+/* One local optimizer (runtime/optim.h config string, e.g.
+ * "opt=sgd,lr=0.05,momentum=0.9") per parameter-set RRef, created on its
+ * owner. The RRefs are retained. */
+int ax_dist_optim_new(ax_node *n, ax_rref *const *params, int nparams,
+                      const char *optim_config, ax_dist_optim **out);
+/* Steps every owner in parallel with the gradients of ctx (zero when a
+ * parameter set got none) under the owner's lock; waits up to timeout_ms. */
+int ax_dist_optim_step(ax_dist_optim *o, uint64_t ctx, int64_t timeout_ms);
+void ax_dist_optim_free(ax_dist_optim *o); /* NULL-safe */
+
+#ifdef __cplusplus
+}
+#endif
+#endif
