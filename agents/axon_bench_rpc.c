@@ -3,7 +3,12 @@
  * buffer). Prints p50/p99 round trip of a small call, calls/s with 64 in
  * flight, and GB/s for 1, 16 and 64 MiB tensors.
  *
- *   axon-bench rpc [--iters N] [--reps N]
+ *   axon-bench rpc [--iters N] [--reps N] [--worker] [--bulk-threshold B]
+ *
+ * The handlers are trivial, so they are registered inline (run on the
+ * receiving transport thread); --worker registers them as ordinary
+ * handlers run by the worker pool. --bulk-threshold sets the tensor size
+ * from which messages take the bulk channel instead of the gRPC stream.
  *
  * The server is a forked child (forked before gRPC starts in either
  * process); it answers raw TCP on one socket and axon calls on its node. */
@@ -24,6 +29,9 @@
 #include "rpc/rpc.h"
 
 #define STEP (1u << 20)
+
+static int g_worker;            /* --worker: handlers on the worker pool */
+static long long g_bulk_thr = -1; /* --bulk-threshold; -1: node default */
 
 static double now_s(void) {
   struct timespec ts;
@@ -100,9 +108,13 @@ static int child_main(int raw_port, const char *master) {
   o.name = "bench-server";
   o.master = master;
   o.threads = 2;
+  if (g_bulk_thr >= 0)
+    o.bulk_threshold = (size_t)g_bulk_thr;
+  int (*reg)(ax_node *, const char *, ax_rpc_handler, void *) =
+      g_worker ? ax_rpc_register : ax_rpc_register_inline;
   ax_node *n;
-  if (ax_node_create(&o, &n) || ax_rpc_register(n, "ping", h_ping, NULL) ||
-      ax_rpc_register(n, "sink", h_sink, NULL) || ax_node_join(n, 30000))
+  if (ax_node_create(&o, &n) || reg(n, "ping", h_ping, NULL) ||
+      reg(n, "sink", h_sink, NULL) || ax_node_join(n, 30000))
     return 1;
   raw_server((void *)(intptr_t)fd); /* returns when the parent is done */
   close(fd);
@@ -221,6 +233,8 @@ static void rpc_bench(ax_node *n, int iters, int reps, row *r) {
 int ax_bench_rpc_main(int argc, char **argv) {
   int iters = 5000, reps = 10, c;
   static const struct option lo[] = {{"iters", 1, 0, 'i'}, {"reps", 1, 0, 'r'},
+                                     {"worker", 0, 0, 'w'},
+                                     {"bulk-threshold", 1, 0, 'b'},
                                      {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
   optind = 1;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -228,8 +242,17 @@ int ax_bench_rpc_main(int argc, char **argv) {
       iters = atoi(optarg);
     else if (c == 'r')
       reps = atoi(optarg);
+    else if (c == 'w')
+      g_worker = 1;
+    else if (c == 'b')
+      g_bulk_thr = atoll(optarg);
     else {
-      printf("usage: axon-bench rpc [--iters N (5000)] [--reps N (10)]\n");
+      printf("usage: axon-bench rpc [--iters N (5000)] [--reps N (10)] "
+             "[--worker] [--bulk-threshold BYTES (1 MiB)]\n"
+             "  --worker          run the handlers on the worker pool instead "
+             "of inline\n"
+             "  --bulk-threshold  tensor bytes from which the bulk channel is "
+             "used\n");
       return c == 'h' ? 0 : 2;
     }
   }
@@ -265,6 +288,8 @@ int ax_bench_rpc_main(int argc, char **argv) {
   o.master = master;
   o.world_size = 2;
   o.threads = 2;
+  if (g_bulk_thr >= 0)
+    o.bulk_threshold = (size_t)g_bulk_thr;
   ax_node *n = NULL;
   if (ax_node_create(&o, &n) || ax_node_join(n, 30000)) {
     fprintf(stderr, "axon-bench rpc: %s\n", ax_errmsg());

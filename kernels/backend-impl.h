@@ -185,6 +185,23 @@ typedef struct ax_backend_i {
   int (*adamw_step)(ax_backend *be, size_t n, float *w, const float *g,
                     float *m, float *v, float lr, float beta1, float beta2,
                     float eps, float wd, int step);
+
+  /* ---- fused kernels (optional) ---- */
+  /* A backend may leave these NULL; the layers then run the unfused kernels
+   * named in each contract, which give the same values. */
+  /* y = relu(bn_fwd_train(x)): bn_fwd_train followed by relu_fwd, with the
+   * same saved statistics and running-statistics update. */
+  int (*bn_relu_fwd_train)(ax_backend *be, int n, int c, int hw,
+                           const float *x, const float *gamma,
+                           const float *beta, float *y, float *save_mean,
+                           float *save_invstd, float *run_mean, float *run_var,
+                           float momentum, float eps);
+  /* The backward of bn_relu_fwd_train: bn_bwd on dy * (y > 0), where y is
+   * that forward's output. dx must not alias dy, x or y. */
+  int (*bn_relu_bwd)(ax_backend *be, int n, int c, int hw, const float *x,
+                     const float *y, const float *dy, const float *gamma,
+                     const float *save_mean, const float *save_invstd,
+                     float *dx, float *dgamma, float *dbeta);
 } ax_backend_i;
 
 struct ax_backend {

@@ -88,8 +88,7 @@ static int resnet_build_block(const ax_config *cfg, int index,
   int rc = AX_OK;
   if (index == 0) {
     rc = add(seq, ax_conv2d_new(c.in_channels, 16, 3, 1, 1, 0), rc);
-    rc = add(seq, ax_batchnorm2d_new(16, 0.1f, 1e-5f), rc);
-    rc = add(seq, ax_relu_new(), rc);
+    rc = add(seq, ax_batchnorm2d_relu_new(16, 0.1f, 1e-5f), rc);
   } else {
     rc = add(seq, ax_global_avgpool_new(), rc);
     rc = add(seq, ax_linear_new(64, c.classes, 1), rc);

@@ -137,17 +137,6 @@ static int stage_grow(bconn *c, size_t n) {
   return AX_OK;
 }
 
-/* Fresh large allocations fault in one 4 KiB page at a time, which costs
- * more than the copy itself on virtual machines; asking for transparent
- * huge pages before the first write cuts the faults 512-fold. */
-static void want_huge_pages(void *p, size_t n) {
-  const uintptr_t huge = 2u << 20;
-  uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
-  uintptr_t e = ((uintptr_t)p + n) & ~(huge - 1);
-  if (n >= 2 * huge && e > a)
-    madvise((void *)a, e - a, MADV_HUGEPAGE);
-}
-
 /* Finds the next tensor value at or after c->vi; NULL when none is left. */
 static ax_tensor *cur_tensor(bconn *c) {
   ax_values *v = c->m.values;
@@ -243,10 +232,10 @@ int axi_bulk_recv(bconn *c) {
       }
       size_t nb = ax_tensor_nbytes(t);
       int cpu = t->device.type == AX_DEV_CPU;
+      /* CPU tensors come from the receive pool (rpc/pool.c), already
+       * faulted in and backed by huge pages where possible. */
       if (!cpu)
         AX_TRY(stage_grow(c, nb));
-      else if (c->toff == 0)
-        want_huge_pages(t->data, nb);
       uint8_t *dst = (cpu ? (uint8_t *)t->data : c->stage) + c->toff;
       size_t want = nb - c->toff;
       r = want ? rd(c, dst, want < AXI_BULK_STEP ? want : AXI_BULK_STEP) : 0;

@@ -13,6 +13,11 @@ const double ax_lat_bounds_s[AX_LAT_BUCKETS] = {
 
 /* ---- registry ---------------------------------------------------------- */
 int axi_register(ax_node *n, const char *fn, ax_rpc_handler h, void *user) {
+  return axi_register_ex(n, fn, h, user, 0);
+}
+
+int axi_register_ex(ax_node *n, const char *fn, ax_rpc_handler h, void *user,
+                    int inline_) {
   if (!n || !fn || !*fn || !h)
     return ax_seterr(AX_EINVAL, "register: bad arguments");
   axi_fn *f = calloc(1, sizeof *f);
@@ -22,6 +27,7 @@ int axi_register(ax_node *n, const char *fn, ax_rpc_handler h, void *user) {
   }
   f->h = h;
   f->user = user;
+  f->inline_ = inline_;
   pthread_mutex_lock(&n->mu);
   for (axi_fn *g = n->fns; g; g = g->next)
     if (!strcmp(g->name, fn)) {
@@ -43,6 +49,13 @@ int ax_rpc_register(ax_node *n, const char *fn, ax_rpc_handler h, void *user) {
   if (fn && !strncmp(fn, "_axon.", 6))
     return ax_seterr(AX_EINVAL, "register: names starting with _axon. are reserved");
   return axi_register(n, fn, h, user);
+}
+
+int ax_rpc_register_inline(ax_node *n, const char *fn, ax_rpc_handler h,
+                           void *user) {
+  if (fn && !strncmp(fn, "_axon.", 6))
+    return ax_seterr(AX_EINVAL, "register: names starting with _axon. are reserved");
+  return axi_register_ex(n, fn, h, user, 1);
 }
 
 static axi_fn *fn_find(ax_node *n, const char *fn) {
@@ -317,7 +330,10 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
   c->fn = f;
   if (c->msg.timeout_ms > 0)
     c->deadline_ms = axi_now_ms() + c->msg.timeout_ms;
-  enqueue(n, c);
+  if (f->inline_)
+    run_call(c); /* on this transport thread: no hand-off */
+  else
+    enqueue(n, c);
 }
 
 int axi_calls_start(ax_node *n) {

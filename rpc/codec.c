@@ -4,6 +4,7 @@
 
 #include "axon.pb-c.h"
 #include "rpc/codec-impl.h"
+#include "rpc/pool-impl.h"
 #include "rpc/value-impl.h"
 
 static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
@@ -196,7 +197,7 @@ static int decode_value(const Axon__Value *pv, ax_device dev, size_t max_bytes,
       return ax_seterr(AX_ETOOBIG, "frame: tensor of %llu bytes over the limit",
                        (unsigned long long)t->nbytes);
     *sum += t->nbytes;
-    ax_tensor *x = ax_tensor_new(t->dtype, (int)t->n_shape, t->shape, dev);
+    ax_tensor *x = axi_pool_tensor(t->dtype, (int)t->n_shape, t->shape, dev);
     if (!x)
       return AX_ENOMEM;
     int rc = ax_values_add_tensor(vals, x);

@@ -5,7 +5,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "rpc/future.h"
+#include <sched.h>
+
+#include "rpc/future-impl.h"
 
 typedef struct cb_node {
   ax_future_cb cb;
@@ -133,6 +135,29 @@ int ax_future_wait(ax_future *f, int64_t timeout_ms) {
   if (rc != AX_OK)
     ax_seterr(rc, "%s", m ? m : "");
   return rc;
+}
+
+static int g_spin_yield = -1;
+
+int axi_future_wait_spin(ax_future *f, int64_t spin_us, int64_t timeout_ms) {
+  if (g_spin_yield < 0)
+    g_spin_yield = getenv("AXON_SPIN_YIELD") != NULL;
+  if (f && spin_us > 0 && !__atomic_load_n(&f->done, __ATOMIC_ACQUIRE)) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t ns = spin_us * 1000;
+    do {
+      if (g_spin_yield)
+        sched_yield();
+      else
+        __builtin_ia32_pause();
+      if (__atomic_load_n(&f->done, __ATOMIC_ACQUIRE))
+        break;
+      clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) <
+             ns);
+  }
+  return ax_future_wait(f, timeout_ms);
 }
 
 int ax_future_is_done(const ax_future *f) {

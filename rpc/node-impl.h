@@ -70,6 +70,7 @@ typedef struct axi_fn {
   char *name;
   ax_rpc_handler h;
   void *user;
+  int inline_; /* run on the receiving transport thread */
   uint64_t calls, errors; /* atomics */
   uint64_t lat_count[AX_LAT_BUCKETS];
   uint64_t lat_sum_us;
@@ -162,6 +163,9 @@ void axi_calls_fail(ax_node *n, axi_peer *p, int err, const char *why);
 void axi_calls_expire(ax_node *n, int64_t now_ms);
 /* Registers a built-in without the "_axon." check. */
 int axi_register(ax_node *n, const char *fn, ax_rpc_handler h, void *user);
+/* Same, with the handler run on the receiving thread when inline_ is set. */
+int axi_register_ex(ax_node *n, const char *fn, ax_rpc_handler h, void *user,
+                    int inline_);
 
 /* grpc_server.c / grpc_stream.c */
 int axi_grpc_start(ax_node *n, const char *listen, char *addr, size_t len);

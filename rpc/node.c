@@ -6,8 +6,10 @@
 #include <time.h>
 
 #include "rpc/node-impl.h"
+#include "rpc/pool-impl.h"
 
 static long g_live_calls;
+static long g_nodes; /* nodes created and not yet destroyed */
 
 long ax_rpc_live_calls(void) {
   return __atomic_load_n(&g_live_calls, __ATOMIC_RELAXED);
@@ -229,6 +231,7 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
   if (!n)
     return ax_seterr(AX_ENOMEM, "node: no memory");
   grpc_init();
+  __atomic_add_fetch(&g_nodes, 1, __ATOMIC_RELAXED);
   n->o = *o;
   if (n->o.threads < 1)
     n->o.threads = 1;
@@ -348,6 +351,9 @@ void ax_node_destroy(ax_node *n) {
   pthread_mutex_destroy(&n->calls_mu);
   free(n);
   grpc_shutdown();
+  /* The last node gone: cached receive buffers are no longer needed. */
+  if (__atomic_sub_fetch(&g_nodes, 1, __ATOMIC_RELAXED) == 0)
+    axi_pool_trim();
 }
 
 const char *ax_node_name(const ax_node *n) { return n->name; }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rpc/future-impl.h"
 #include "rpc/node-impl.h"
 
 static int local_call(ax_node *n, const char *fn, const ax_values *args,
@@ -136,6 +137,20 @@ static int local_call(ax_node *n, const char *fn, const ax_values *args,
   return AX_OK;
 }
 
+/* How long ax_rpc_sync polls for the reply before sleeping: about one
+ * small-call round trip. AXON_SYNC_SPIN_US overrides it (0 disables). */
+static int64_t g_spin_us = -1;
+
+static int64_t sync_spin_us(void) {
+  int64_t v = __atomic_load_n(&g_spin_us, __ATOMIC_RELAXED);
+  if (v < 0) {
+    const char *e = getenv("AXON_SYNC_SPIN_US");
+    v = (e && *e) ? atoll(e) : 100;
+    __atomic_store_n(&g_spin_us, v < 0 ? 0 : v, __ATOMIC_RELAXED);
+  }
+  return v < 0 ? 0 : v;
+}
+
 int ax_rpc_sync(ax_node *n, const char *to, const char *fn,
                 const ax_values *args, const ax_call_opts *o,
                 ax_values **out) {
@@ -143,7 +158,7 @@ int ax_rpc_sync(ax_node *n, const char *to, const char *fn,
   AX_TRY(ax_rpc_async(n, to, fn, args, o, &f));
   int64_t timeout = (o && o->timeout_ms > 0) ? o->timeout_ms : n->o.timeout_ms;
   /* The call completes by its deadline; the grace covers the timer tick. */
-  int rc = ax_future_wait(f, timeout + 2000);
+  int rc = axi_future_wait_spin(f, sync_spin_us(), timeout + 2000);
   if (rc == AX_OK && out) {
     *out = ax_future_take_values(f);
     if (!*out)

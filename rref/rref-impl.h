@@ -20,6 +20,7 @@ typedef struct axi_waiter {
   ax_values *args;
   uint64_t ctx;
   int64_t caller_rank;
+  int64_t keep; /* metadata rr.keep of the waiting call */
   int64_t deadline_ms;
   struct axi_waiter *next;
 } axi_waiter;

@@ -184,7 +184,8 @@ void ax_autograd_ctx_set_current(uint64_t ctx);
 
 /* ---- debugging ---------------------------------------------------------------- */
 /* Live RRef records on this node: values/objects owned, and user forks
- * (including forks whose delete is still to be sent). */
+ * (including forks whose delete is still to be sent). Remotely:
+ * "ax.rref.live" [] -> [owned, users, world size known there]. */
 int ax_rref_live(ax_node *n, long *owned, long *users);
 /* Writes one line per live record into buf (truncated to len). */
 int ax_rref_debug_list(ax_node *n, char *buf, size_t len);

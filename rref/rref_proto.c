@@ -250,6 +250,7 @@ static int h_live(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   AX_TRY(ax_rref_live(ax_call_node(ctx), &o, &u));
   ax_values_add_i64(out, o);
   ax_values_add_i64(out, u);
+  ax_values_add_i64(out, ax_node_world_size(ax_call_node(ctx)));
   return AX_OK;
 }
 
@@ -288,6 +289,10 @@ int axi_rref_wait_entry(axi_rctx *rc, axi_owned *e, ax_call_ctx *ctx,
   }
   w->ctx = ax_call_autograd_ctx(ctx);
   w->caller_rank = caller;
+  if (ax_call_meta(ctx, "rr.keep", &w->keep) != AX_OK) {
+    ax_clearerr();
+    w->keep = 0;
+  }
   int64_t left = ax_call_remaining_ms(ctx);
   w->deadline_ms = axi_rnow_ms() + (left > 0 ? left : 0);
   ax_call_defer(ctx, w->reply);
@@ -323,10 +328,10 @@ void axi_waiters_run(axi_rctx *rc, axi_waiter *w, int err, const char *msg) {
     ax_future *f = NULL;
     if (err == AX_OK) {
       int64_t left = w->deadline_ms - axi_rnow_ms();
-      const char *keys[1] = {"rr.from"};
-      int64_t vals[1] = {w->caller_rank};
+      const char *keys[2] = {"rr.from", "rr.keep"};
+      int64_t vals[2] = {w->caller_rank, 1};
       ax_call_opts o = {.timeout_ms = left > 0 ? left : 1,
-                        .autograd_ctx = w->ctx, .nmeta = 1,
+                        .autograd_ctx = w->ctx, .nmeta = w->keep ? 2 : 1,
                         .meta_key = keys, .meta_val = vals};
       rc2 = ax_rpc_async(rc->node, rc->name, w->fn, w->args, &o, &f);
       if (rc2 == AX_OK &&

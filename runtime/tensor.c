@@ -13,6 +13,9 @@ struct ax_storage {
   ax_device device;
   void *ptr;
   size_t bytes;
+  /* Set by ax_tensor_from_blob: called instead of the backend's free. */
+  void (*release)(void *ctx, void *data);
+  void *release_ctx;
 };
 
 static atomic_long live_tensors;
@@ -47,7 +50,9 @@ const char *ax_dtype_name(ax_dtype t) {
 static void storage_release(ax_storage *s) {
   if (!s || atomic_fetch_sub(&s->refcount, 1) != 1)
     return;
-  if (s->ptr)
+  if (s->release)
+    s->release(s->release_ctx, s->ptr);
+  else if (s->ptr && !s->release_ctx)
     ax_backend_of(s->device)->iface.free(ax_backend_of(s->device), s->ptr);
   free(s);
   atomic_fetch_sub(&live_storages, 1);
@@ -108,6 +113,44 @@ ax_tensor *ax_tensor_new(ax_dtype dtype, int ndim, const int64_t *shape,
   atomic_fetch_add(&live_storages, 1);
   t->storage = s;
   t->data = s->ptr;
+  return t;
+}
+
+/* A blob storage without a release function is marked by a non-NULL
+ * release_ctx pointing at this sentinel, so that storage_release frees
+ * nothing. */
+static char g_borrowed;
+
+ax_tensor *ax_tensor_from_blob(ax_dtype dtype, int ndim, const int64_t *shape,
+                               ax_device dev, void *data,
+                               void (*release)(void *ctx, void *data),
+                               void *ctx) {
+  ax_backend *be;
+  if (ax_backend_get(dev, &be) != AX_OK)
+    return NULL;
+  if (!data) {
+    ax_seterr(AX_EINVAL, "tensor: from_blob without data");
+    return NULL;
+  }
+  ax_tensor *t = handle_new(dtype, ndim, shape, dev);
+  if (!t)
+    return NULL;
+  ax_storage *s = calloc(1, sizeof *s);
+  if (!s) {
+    free(t);
+    atomic_fetch_sub(&live_tensors, 1);
+    ax_seterr(AX_ENOMEM, "tensor: no memory");
+    return NULL;
+  }
+  atomic_init(&s->refcount, 1);
+  s->device = dev;
+  s->ptr = data;
+  s->bytes = ax_tensor_nbytes(t);
+  s->release = release;
+  s->release_ctx = release ? ctx : &g_borrowed;
+  atomic_fetch_add(&live_storages, 1);
+  t->storage = s;
+  t->data = data;
   return t;
 }
 

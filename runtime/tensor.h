@@ -45,6 +45,17 @@ const char *ax_dtype_name(ax_dtype t);
  * Returns NULL (ax_errmsg set) on bad shape, unknown device or no memory. */
 ax_tensor *ax_tensor_new(ax_dtype dtype, int ndim, const int64_t *shape,
                          ax_device dev);
+/* A tensor over caller-provided memory `data` (at least
+ * ax_tensor_nbytes bytes on dev). The tensor takes ownership of the memory:
+ * when the last handle or view goes, release(ctx, data) is called (from
+ * whichever thread drops it) instead of the backend's free. release may be
+ * NULL for memory that outlives every handle. Counts as one live tensor and
+ * one live storage like ax_tensor_new. On failure (bad shape, no memory)
+ * returns NULL and release is NOT called: the caller keeps the memory. */
+ax_tensor *ax_tensor_from_blob(ax_dtype dtype, int ndim, const int64_t *shape,
+                               ax_device dev, void *data,
+                               void (*release)(void *ctx, void *data),
+                               void *ctx);
 /* Same, zero-filled. */
 ax_tensor *ax_tensor_zeros(ax_dtype dtype, int ndim, const int64_t *shape,
                            ax_device dev);

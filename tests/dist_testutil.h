@@ -97,6 +97,28 @@ static inline int dt_all_zero(ax_node *n, const char *const *names, int k) {
   return rt_local_zero();
 }
 
+/* Waits (up to 10 s) until every listed agent knows the whole membership
+ * (the master's join returns before the others have received it). */
+static inline int dt_wait_world(ax_node *n, const char *const *names, int k) {
+  int64_t end = rt_now_ms() + 10000;
+  for (int i = 0; i < k; i++) {
+    int64_t w = 0;
+    while (w != ax_node_world_size(n)) {
+      if (rt_now_ms() > end)
+        return ax_seterr(AX_ETIMEOUT, "%s does not know the membership",
+                         names[i]);
+      ax_values *r = NULL;
+      ax_call_opts co = {.timeout_ms = 5000};
+      AX_TRY(ax_rpc_sync(n, names[i], "ax.rref.live", NULL, &co, &r));
+      ax_values_get_i64(r, 2, &w);
+      ax_values_free(r);
+      if (w != ax_node_world_size(n))
+        rt_sleep_ms(20);
+    }
+  }
+  return AX_OK;
+}
+
 /* One-line argument lists. */
 static inline ax_values *dt_i64s(int k, const int64_t *v) {
   ax_values *a = ax_values_new();

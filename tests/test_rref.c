@@ -207,6 +207,8 @@ int main(void) {
     g_pids[i] = rt_spawn_agent(g_names[i], port, "--threads", "2",
                                "--peer-timeout-ms", "3000", NULL);
   int rc = dt_driver("driver", port, NAGENTS + 1, &g_drv);
+  if (rc == AX_OK)
+    rc = dt_wait_world(g_drv, g_names, NAGENTS);
   if (rc != AX_OK) {
     fprintf(stderr, "driver: %s: %s\n", ax_strerror(rc), ax_errmsg());
     for (int i = 0; i < NAGENTS; i++)

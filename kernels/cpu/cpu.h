@@ -85,6 +85,15 @@ int axi_cpu_bn_bwd(ax_backend *be, int n, int c, int hw, const float *x,
                    const float *dy, const float *gamma, const float *save_mean,
                    const float *save_invstd, float *dx, float *dgamma,
                    float *dbeta);
+int axi_cpu_bn_relu_fwd_train(ax_backend *be, int n, int c, int hw,
+                              const float *x, const float *gamma,
+                              const float *beta, float *y, float *save_mean,
+                              float *save_invstd, float *run_mean,
+                              float *run_var, float momentum, float eps);
+int axi_cpu_bn_relu_bwd(ax_backend *be, int n, int c, int hw, const float *x,
+                        const float *y, const float *dy, const float *gamma,
+                        const float *save_mean, const float *save_invstd,
+                        float *dx, float *dgamma, float *dbeta);
 /* cpu_layernorm.c */
 int axi_cpu_layernorm_fwd(ax_backend *be, int rows, int d, const float *x,
                           const float *gamma, const float *beta, float eps,

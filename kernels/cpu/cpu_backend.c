@@ -100,6 +100,8 @@ static const ax_backend_i cpu_iface = {
     /* .embedding_bwd = */ axi_cpu_embedding_bwd,
     /* .sgd_step = */ axi_cpu_sgd_step,
     /* .adamw_step = */ axi_cpu_adamw_step,
+    /* .bn_relu_fwd_train = */ axi_cpu_bn_relu_fwd_train,
+    /* .bn_relu_bwd = */ axi_cpu_bn_relu_bwd,
 };
 
 int axi_cpu_backend_init(ax_backend *be) {

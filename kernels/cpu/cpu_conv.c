@@ -285,6 +285,25 @@ int axi_cpu_conv2d_bwd_data(ax_backend *be, const ax_conv_desc *d,
  * however the chunks land on threads. */
 #define AX_CONV_DW_CHUNKS 8
 
+/* Adds one block of nb pixels to a chunk's buffer a: dyb (K, nb) with row
+ * stride ohw against src (CRS, nb), the columns or the image itself. With tr
+ * (AVX-512 and K a multiple of 32) the buffer is transposed, (CRS, K), and
+ * the product runs as a (CRS, nb) * (nb, K) GEMM on the transposed block dyt,
+ * which avoids the horizontal sums of the dot-product form. */
+static void dw_block(int f512, int tr, const ax_conv_desc *d, int crs,
+                     int ohw, const float *dyb, int nb, const float *src,
+                     float *dyt, float *a) {
+  if (!tr) {
+    /* a (K, CRS) += dyb (K, nb) * src^T (nb, CRS) */
+    gemm_nt(f512, d->k, crs, nb, dyb, ohw, src, nb, a, crs);
+    return;
+  }
+  for (int k = 0; k < d->k; k++)
+    for (int p = 0; p < nb; p++)
+      dyt[(size_t)p * d->k + k] = dyb[(size_t)k * ohw + p];
+  axi_gemm512_nn(crs, d->k, nb, src, nb, 1, dyt, d->k, NULL, 1.0f, a, d->k);
+}
+
 int axi_cpu_conv2d_bwd_filter(ax_backend *be, const ax_conv_desc *d,
                               const float *x, const float *dy, float *dw) {
   (void)be;
@@ -296,6 +315,7 @@ int axi_cpu_conv2d_bwd_filter(ax_backend *be, const ax_conv_desc *d,
   const size_t xs = (size_t)d->c * d->h * d->w, ys = (size_t)d->k * ohw;
   const size_t wn = (size_t)d->k * crs;
   const int nt = conv_threads(d->n), f512 = conv_use512(nt);
+  const int tr = f512 && d->k % 32 == 0;
   const int nch = d->n < AX_CONV_DW_CHUNKS ? d->n : AX_CONV_DW_CHUNKS;
   float *acc = calloc((size_t)nch * wn, sizeof(float));
   if (!acc)
@@ -305,7 +325,9 @@ int axi_cpu_conv2d_bwd_filter(ax_backend *be, const ax_conv_desc *d,
 #pragma omp parallel num_threads(nt) reduction(| : fail)
   {
     float *col = pw ? NULL : malloc(sizeof(float) * (size_t)crs * rows * d->ow);
-    if (!pw && !col)
+    size_t nbmax = pw ? (size_t)ohw : (size_t)rows * d->ow;
+    float *dyt = tr ? malloc(sizeof(float) * nbmax * d->k) : NULL;
+    if ((!pw && !col) || (tr && !dyt))
       fail = 1;
 #pragma omp for schedule(dynamic, 1)
     for (int ch = 0; ch < nch; ch++) {
@@ -314,30 +336,31 @@ int axi_cpu_conv2d_bwd_filter(ax_backend *be, const ax_conv_desc *d,
       const int n1 = (int)((long)d->n * (ch + 1) / nch);
       for (int n = n0; n < n1 && !fail; n++) {
         if (pw) {
-          /* a (K, C) += dy_n (K, HW) * x_n^T (HW, C) */
-          gemm_nt(f512, d->k, crs, ohw, dy + n * ys, ohw, x + n * xs, ohw, a,
-                  crs);
+          dw_block(f512, tr, d, crs, ohw, dy + n * ys, ohw, x + n * xs, dyt,
+                   a);
           continue;
         }
         for (int oh0 = 0; oh0 < d->oh; oh0 += rows) {
           int oh1 = oh0 + rows < d->oh ? oh0 + rows : d->oh;
           int nb = (oh1 - oh0) * d->ow;
           im2col(d, x + n * xs, oh0, oh1, col);
-          /* a (K, CRS) += dy_n[:, block] (K, nb) * col^T (nb, CRS) */
-          gemm_nt(f512, d->k, crs, nb, dy + n * ys + oh0 * d->ow, ohw, col,
-                  nb, a, crs);
+          dw_block(f512, tr, d, crs, ohw, dy + n * ys + oh0 * d->ow, nb, col,
+                   dyt, a);
         }
       }
     }
     free(col);
+    free(dyt);
   }
   blas_serial_end(nt);
   if (!fail) {
+    /* dw (K, CRS) += the chunks in order; transposed chunks are (CRS, K). */
 #pragma omp parallel for num_threads(nt) schedule(static) if (wn > 4096)
     for (size_t i = 0; i < wn; i++) {
+      const size_t j = tr ? (i % crs) * d->k + i / crs : i;
       float s = dw[i];
       for (int ch = 0; ch < nch; ch++)
-        s += acc[(size_t)ch * wn + i];
+        s += acc[(size_t)ch * wn + j];
       dw[i] = s;
     }
   }

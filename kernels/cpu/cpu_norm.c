@@ -34,26 +34,25 @@ static float run_sqdev(const float *restrict x, int n, float m) {
   return a;
 }
 
-/* Sum of dy[i] * (x[i] - m) over [0, n). */
-static float run_dot_centered(const float *restrict dy,
-                              const float *restrict x, int n, float m) {
-  float a = 0;
-#pragma omp simd reduction(+ : a)
-  for (int i = 0; i < n; i++)
-    a += dy[i] * (x[i] - m);
-  return a;
-}
-
-/* y = x * scale + shift over every run of channel ch. */
+/* y = x * scale + shift over every run of channel ch, then max(y, 0) when
+ * relu is set. */
 static void channel_affine(int n, int c, int hw, int ch, const float *x,
-                           float scale, float shift, float *y) {
+                           float scale, float shift, int relu, float *y) {
   for (int b = 0; b < n; b++) {
     size_t o = ((size_t)b * c + ch) * hw;
-    const float *xs = x + o;
-    float *ys = y + o;
+    const float *restrict xs = x + o;
+    float *restrict ys = y + o;
+    if (relu) {
 #pragma omp simd
-    for (int i = 0; i < hw; i++)
-      ys[i] = xs[i] * scale + shift;
+      for (int i = 0; i < hw; i++) {
+        float v = xs[i] * scale + shift;
+        ys[i] = v > 0.0f ? v : 0.0f;
+      }
+    } else {
+#pragma omp simd
+      for (int i = 0; i < hw; i++)
+        ys[i] = xs[i] * scale + shift;
+    }
   }
 }
 
@@ -64,11 +63,11 @@ static int bn_check(const char *what, int n, int c, int hw) {
   return AX_OK;
 }
 
-int axi_cpu_bn_fwd_train(ax_backend *be, int n, int c, int hw, const float *x,
-                         const float *gamma, const float *beta, float *y,
-                         float *save_mean, float *save_invstd, float *run_mean,
-                         float *run_var, float momentum, float eps) {
-  (void)be;
+/* Training-mode forward, followed by a ReLU when relu is set. */
+static int bn_train(int n, int c, int hw, const float *x, const float *gamma,
+                    const float *beta, int relu, float *y, float *save_mean,
+                    float *save_invstd, float *run_mean, float *run_var,
+                    float momentum, float eps) {
   AX_TRY(bn_check("bn_fwd_train", n, c, hw));
   const double cnt = (double)n * hw;
   if (cnt < 2)
@@ -100,7 +99,7 @@ int axi_cpu_bn_fwd_train(ax_backend *be, int n, int c, int hw, const float *x,
     double var = v / cnt;
     float invstd = (float)(1.0 / sqrt(var + eps));
     float scale = gamma[ch] * invstd;
-    channel_affine(n, c, hw, ch, x, scale, beta[ch] - mean * scale, y);
+    channel_affine(n, c, hw, ch, x, scale, beta[ch] - mean * scale, relu, y);
     save_mean[ch] = mean;
     save_invstd[ch] = invstd;
     if (run_mean && run_var) {
@@ -110,6 +109,25 @@ int axi_cpu_bn_fwd_train(ax_backend *be, int n, int c, int hw, const float *x,
     }
   }
   return AX_OK;
+}
+
+int axi_cpu_bn_fwd_train(ax_backend *be, int n, int c, int hw, const float *x,
+                         const float *gamma, const float *beta, float *y,
+                         float *save_mean, float *save_invstd, float *run_mean,
+                         float *run_var, float momentum, float eps) {
+  (void)be;
+  return bn_train(n, c, hw, x, gamma, beta, 0, y, save_mean, save_invstd,
+                  run_mean, run_var, momentum, eps);
+}
+
+int axi_cpu_bn_relu_fwd_train(ax_backend *be, int n, int c, int hw,
+                              const float *x, const float *gamma,
+                              const float *beta, float *y, float *save_mean,
+                              float *save_invstd, float *run_mean,
+                              float *run_var, float momentum, float eps) {
+  (void)be;
+  return bn_train(n, c, hw, x, gamma, beta, 1, y, save_mean, save_invstd,
+                  run_mean, run_var, momentum, eps);
 }
 
 int axi_cpu_bn_fwd_eval(ax_backend *be, int n, int c, int hw, const float *x,
@@ -123,20 +141,47 @@ int axi_cpu_bn_fwd_eval(ax_backend *be, int n, int c, int hw, const float *x,
   for (int ch = 0; ch < c; ch++) {
     float invstd = (float)(1.0 / sqrt((double)run_var[ch] + eps));
     float scale = gamma[ch] * invstd;
-    channel_affine(n, c, hw, ch, x, scale, beta[ch] - run_mean[ch] * scale, y);
+    channel_affine(n, c, hw, ch, x, scale, beta[ch] - run_mean[ch] * scale, 0,
+                   y);
   }
   return AX_OK;
+}
+
+/* Sums of dy and dy * (x - m) over one run, with dy masked by y > 0 when y
+ * is not NULL. */
+static void run_bwd_sums(const float *restrict dy, const float *restrict x,
+                         const float *restrict y, int n, float m, float *sdy,
+                         float *sdxc) {
+  float a = 0, b = 0;
+  if (y) {
+#pragma omp simd reduction(+ : a, b)
+    for (int i = 0; i < n; i++) {
+      /* dy is loaded unconditionally, so that the select vectorises. */
+      float g = dy[i];
+      g = y[i] > 0.0f ? g : 0.0f;
+      a += g;
+      b += g * (x[i] - m);
+    }
+  } else {
+#pragma omp simd reduction(+ : a, b)
+    for (int i = 0; i < n; i++) {
+      a += dy[i];
+      b += dy[i] * (x[i] - m);
+    }
+  }
+  *sdy = a;
+  *sdxc = b;
 }
 
 /* With xhat = (x - mean) * invstd and per-channel sums
  *   sdy = sum dy, sdx = sum dy * xhat,
  * the gradients are dbeta = sdy, dgamma = sdx and
- *   dx = gamma * invstd / cnt * (cnt * dy - sdy - xhat * sdx). */
-int axi_cpu_bn_bwd(ax_backend *be, int n, int c, int hw, const float *x,
-                   const float *dy, const float *gamma, const float *save_mean,
-                   const float *save_invstd, float *dx, float *dgamma,
-                   float *dbeta) {
-  (void)be;
+ *   dx = gamma * invstd / cnt * (cnt * dy - sdy - xhat * sdx).
+ * With y (the fused ReLU's output), dy is first masked by y > 0. */
+static int bn_backward(int n, int c, int hw, const float *x, const float *y,
+                       const float *dy, const float *gamma,
+                       const float *save_mean, const float *save_invstd,
+                       float *dx, float *dgamma, float *dbeta) {
   AX_TRY(bn_check("bn_bwd", n, c, hw));
   const double cnt = (double)n * hw;
   const int nt = ax_cpu_threads();
@@ -146,8 +191,10 @@ int axi_cpu_bn_bwd(ax_backend *be, int n, int c, int hw, const float *x,
     double sdy = 0, sdxc = 0;
     for (int b = 0; b < n; b++) {
       size_t o = ((size_t)b * c + ch) * hw;
-      sdy += run_sum(dy + o, hw);
-      sdxc += run_dot_centered(dy + o, x + o, hw, mean);
+      float s1, s2;
+      run_bwd_sums(dy + o, x + o, y ? y + o : NULL, hw, mean, &s1, &s2);
+      sdy += s1;
+      sdxc += s2;
     }
     double sdx = sdxc * invstd;
     dbeta[ch] += (float)sdy;
@@ -162,12 +209,40 @@ int axi_cpu_bn_bwd(ax_backend *be, int n, int c, int hw, const float *x,
     const float e = (float)(-k * sdy / cnt - (double)bx * mean);
     for (int b = 0; b < n; b++) {
       size_t o = ((size_t)b * c + ch) * hw;
-      const float *xs = x + o, *dys = dy + o;
+      const float *restrict xs = x + o, *restrict dys = dy + o;
       float *dxs = dx + o;
+      if (y) {
+        const float *restrict ys = y + o;
 #pragma omp simd
-      for (int i = 0; i < hw; i++)
-        dxs[i] = a * dys[i] + bx * xs[i] + e;
+        for (int i = 0; i < hw; i++) {
+          float g = dys[i];
+          g = ys[i] > 0.0f ? g : 0.0f;
+          dxs[i] = a * g + bx * xs[i] + e;
+        }
+      } else {
+#pragma omp simd
+        for (int i = 0; i < hw; i++)
+          dxs[i] = a * dys[i] + bx * xs[i] + e;
+      }
     }
   }
   return AX_OK;
+}
+
+int axi_cpu_bn_bwd(ax_backend *be, int n, int c, int hw, const float *x,
+                   const float *dy, const float *gamma, const float *save_mean,
+                   const float *save_invstd, float *dx, float *dgamma,
+                   float *dbeta) {
+  (void)be;
+  return bn_backward(n, c, hw, x, NULL, dy, gamma, save_mean, save_invstd, dx,
+                     dgamma, dbeta);
+}
+
+int axi_cpu_bn_relu_bwd(ax_backend *be, int n, int c, int hw, const float *x,
+                        const float *y, const float *dy, const float *gamma,
+                        const float *save_mean, const float *save_invstd,
+                        float *dx, float *dgamma, float *dbeta) {
+  (void)be;
+  return bn_backward(n, c, hw, x, y, dy, gamma, save_mean, save_invstd, dx,
+                     dgamma, dbeta);
 }

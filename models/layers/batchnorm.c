@@ -1,4 +1,7 @@
-/* BatchNorm2d: per-channel normalisation of (N, C, H, W) or (N, C). */
+/* BatchNorm2d: per-channel normalisation of (N, C, H, W) or (N, C), and the
+ * same followed by a ReLU in one module (ax_batchnorm2d_relu_new), which runs
+ * the backend's fused kernels when it has them and the separate ones when it
+ * does not. */
 #include <stdio.h>
 
 #include "kernels/backend-impl.h"
@@ -7,10 +10,11 @@
 typedef struct batchnorm {
   int c;
   float momentum, eps;
+  int relu; /* a ReLU follows the normalisation */
 } batchnorm;
 
-/* Saved tensors, and integer flags in the slot. */
-enum { SAVE_X = 0, SAVE_STATS = 1 };
+/* Saved tensors (the output only with relu), and integer flags in the slot. */
+enum { SAVE_X = 0, SAVE_STATS = 1, SAVE_Y = 2 };
 enum { FLAG_EVAL = 0 };
 
 /* Checks x and returns its batch size n and plane size hw. */
@@ -49,9 +53,12 @@ static int bn_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   if (!ex->training) {
     rc = AX_K(be, bn_fwd_eval, n, L->c, hw, ax_f32(x), gamma, beta, run_mean,
               run_var, L->eps, ax_f32(y));
+    if (rc == AX_OK && L->relu)
+      rc = AX_K(be, relu_fwd, ax_tensor_numel(y), ax_f32(y), ax_f32(y));
     if (rc == AX_OK && slot) {
       ax_slot_put(slot, SAVE_X, NULL);
       ax_slot_put(slot, SAVE_STATS, NULL);
+      ax_slot_put(slot, SAVE_Y, NULL);
       ax_slot_set_int(slot, FLAG_EVAL, 1);
     }
   } else {
@@ -62,12 +69,23 @@ static int bn_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
       return AX_ENOMEM;
     }
     int upd = ex->update_stats != 0;
-    rc = AX_K(be, bn_fwd_train, n, L->c, hw, ax_f32(x), gamma, beta, ax_f32(y),
-              ax_f32(stats), ax_f32(stats) + L->c, upd ? run_mean : NULL,
-              upd ? run_var : NULL, L->momentum, L->eps);
+    if (L->relu && be->iface.bn_relu_fwd_train) {
+      rc = AX_K(be, bn_relu_fwd_train, n, L->c, hw, ax_f32(x), gamma, beta,
+                ax_f32(y), ax_f32(stats), ax_f32(stats) + L->c,
+                upd ? run_mean : NULL, upd ? run_var : NULL, L->momentum,
+                L->eps);
+    } else {
+      rc = AX_K(be, bn_fwd_train, n, L->c, hw, ax_f32(x), gamma, beta,
+                ax_f32(y), ax_f32(stats), ax_f32(stats) + L->c,
+                upd ? run_mean : NULL, upd ? run_var : NULL, L->momentum,
+                L->eps);
+      if (rc == AX_OK && L->relu)
+        rc = AX_K(be, relu_fwd, ax_tensor_numel(y), ax_f32(y), ax_f32(y));
+    }
     if (rc == AX_OK && slot) {
       ax_slot_put(slot, SAVE_X, x);
       ax_slot_put(slot, SAVE_STATS, stats);
+      ax_slot_put(slot, SAVE_Y, L->relu ? y : NULL);
       ax_slot_set_int(slot, FLAG_EVAL, 0);
     }
     ax_tensor_release(stats);
@@ -90,8 +108,9 @@ static int bn_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   batchnorm *L = m->priv;
   ax_tensor *x = ax_slot_get(slot, SAVE_X);         // (N, C, H, W)
   ax_tensor *stats = ax_slot_get(slot, SAVE_STATS); // (2, C)
+  ax_tensor *y = ax_slot_get(slot, SAVE_Y);         // like x, with relu
   ax_tensor *dy = dout->n > 0 ? dout->t[0] : NULL;  // like x
-  if (!x || !stats) {
+  if (!x || !stats || (L->relu && !y)) {
     if (ax_slot_int(slot, FLAG_EVAL))
       return ax_seterr(AX_EUNSUPPORTED,
                        "batchnorm2d(%d): no backward after an eval-mode "
@@ -112,9 +131,24 @@ static int bn_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor *dx = ax_tensor_like(x);
   if (!dx)
     return AX_ENOMEM;
-  int rc = AX_K(be, bn_bwd, n, L->c, hw, ax_f32(x), ax_f32(dy),
+  int rc;
+  if (L->relu && be->iface.bn_relu_bwd) {
+    rc = AX_K(be, bn_relu_bwd, n, L->c, hw, ax_f32(x), ax_f32(y), ax_f32(dy),
+              ax_param(m, ex, 0), ax_f32(stats), ax_f32(stats) + L->c,
+              ax_f32(dx), ax_grad(m, ex, 0), ax_grad(m, ex, L->c));
+  } else {
+    /* Unfused: the ReLU's gradient goes to a temporary g first. */
+    ax_tensor *g = L->relu ? ax_tensor_like(x) : NULL;
+    rc = L->relu && !g ? AX_ENOMEM : AX_OK;
+    if (rc == AX_OK && g)
+      rc = AX_K(be, relu_bwd, ax_tensor_numel(y), ax_f32(y), ax_f32(dy),
+                ax_f32(g));
+    if (rc == AX_OK)
+      rc = AX_K(be, bn_bwd, n, L->c, hw, ax_f32(x), ax_f32(g ? g : dy),
                 ax_param(m, ex, 0), ax_f32(stats), ax_f32(stats) + L->c,
                 ax_f32(dx), ax_grad(m, ex, 0), ax_grad(m, ex, L->c));
+    ax_tensor_release(g);
+  }
   if (rc != AX_OK) {
     ax_tensor_release(dx);
     return rc;
@@ -127,6 +161,7 @@ static int bn_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     ax_tensor_release(dx);
   ax_slot_put(slot, SAVE_X, NULL);
   ax_slot_put(slot, SAVE_STATS, NULL);
+  ax_slot_put(slot, SAVE_Y, NULL);
   return AX_OK;
 }
 
@@ -152,7 +187,7 @@ static const ax_module_ops bn_ops = {
     /* .destroy = */ NULL,
 };
 
-ax_module *ax_batchnorm2d_new(int channels, float momentum, float eps) {
+static ax_module *bn_new(int channels, float momentum, float eps, int relu) {
   if (channels <= 0 || !(momentum >= 0.0f && momentum <= 1.0f) ||
       !(eps > 0.0f)) {
     ax_seterr(AX_EINVAL,
@@ -167,8 +202,16 @@ ax_module *ax_batchnorm2d_new(int channels, float momentum, float eps) {
     return NULL;
   }
   batchnorm *L = m->priv;
-  *L = (batchnorm){channels, momentum, eps};
+  *L = (batchnorm){channels, momentum, eps, relu};
   m->n_params = 2 * (size_t)channels;
   m->n_buffers = 2 * (size_t)channels;
   return m;
+}
+
+ax_module *ax_batchnorm2d_new(int channels, float momentum, float eps) {
+  return bn_new(channels, momentum, eps, 0);
+}
+
+ax_module *ax_batchnorm2d_relu_new(int channels, float momentum, float eps) {
+  return bn_new(channels, momentum, eps, 1);
 }

@@ -4,9 +4,10 @@
  *   y  = relu(bn2(conv2(a1)) + shortcut(x))
  *
  * The block drives its children (conv1, bn1, conv2, bn2 and, for a
- * projection shortcut, conv and bn) through child slots and does the two
- * ReLUs and the residual sum itself. The ReLUs run in place on tensors the
- * block owns: the batch norms save their inputs, not their outputs. */
+ * projection shortcut, conv and bn) through child slots. bn1 is a batch norm
+ * with its ReLU fused (ax_batchnorm2d_relu_new); the block does the second
+ * ReLU and the residual sum itself, in place on a tensor it owns (the batch
+ * norms save their inputs, not their outputs). */
 #include "kernels/backend-impl.h"
 #include "models/layers/vision.h"
 
@@ -15,7 +16,7 @@ typedef struct basic_block {
 } basic_block;
 
 enum { CONV1 = 0, BN1, CONV2, BN2, SC_CONV, SC_BN };
-enum { SAVE_A1 = 0, SAVE_Y = 1 };
+enum { SAVE_Y = 1 };
 
 /* Runs child i forward on one tensor; *y receives a new reference. */
 static int child_fwd(ax_module *m, int i, const ax_exec *ex, ax_slot *slot,
@@ -61,11 +62,9 @@ static int bb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor *h = NULL, *a1 = NULL, *y = NULL, *s = NULL, *t = NULL;
   int rc = child_fwd(m, CONV1, ex, slot, x, &h);
   if (rc == AX_OK)
-    rc = child_fwd(m, BN1, ex, slot, h, &a1); // (N, out, OH, OW)
+    rc = child_fwd(m, BN1, ex, slot, h, &a1); // (N, out, OH, OW), relu'd
   ax_tensor_release(h);
   h = NULL;
-  if (rc == AX_OK)
-    rc = relu_inplace(a1);
   if (rc == AX_OK)
     rc = child_fwd(m, CONV2, ex, slot, a1, &h);
   if (rc == AX_OK)
@@ -87,10 +86,8 @@ static int bb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   if (rc == AX_OK)
     rc = relu_inplace(y);
   ax_tensor_release(s);
-  if (rc == AX_OK && slot) {
-    ax_slot_put(slot, SAVE_A1, a1);
+  if (rc == AX_OK && slot)
     ax_slot_put(slot, SAVE_Y, y);
-  }
   ax_tensor_release(a1);
   if (rc != AX_OK) {
     ax_tensor_release(y);
@@ -104,9 +101,8 @@ static int bb_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                        const ax_tlist *dout, ax_tlist *din) {
   basic_block *B = m->priv;
   ax_tensor *y = ax_slot_get(slot, SAVE_Y);        // (N, out, OH, OW)
-  ax_tensor *a1 = ax_slot_get(slot, SAVE_A1);      // (N, out, OH, OW)
   ax_tensor *dy = dout->n > 0 ? dout->t[0] : NULL; // like y
-  if (!y || !a1)
+  if (!y)
     return ax_seterr(AX_ESTATE, "basic_block: backward without forward");
   char b[64], b2[64];
   if (!dy || dy->dtype != AX_F32 || !ax_tensor_same_shape(dy, y))
@@ -128,10 +124,7 @@ static int bb_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     rc = child_bwd(m, CONV2, ex, 1, slot, d1, &d2);
   ax_tensor_release(d1);
   d1 = NULL;
-  if (rc == AX_OK)
-    rc = AX_K(be, relu_bwd, ax_tensor_numel(a1), ax_f32(a1), ax_f32(d2),
-              ax_f32(d2));
-  if (rc == AX_OK)
+  if (rc == AX_OK) /* bn1 applies its ReLU's gradient itself */
     rc = child_bwd(m, BN1, ex, 1, slot, d2, &d1);
   ax_tensor_release(d2);
   if (rc == AX_OK)
@@ -157,7 +150,6 @@ static int bb_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   din->t[0] = ex->need_dx ? dx : NULL;
   if (!ex->need_dx)
     ax_tensor_release(dx);
-  ax_slot_put(slot, SAVE_A1, NULL);
   ax_slot_put(slot, SAVE_Y, NULL);
   return AX_OK;
 }
@@ -187,7 +179,7 @@ ax_module *ax_basic_block_new(int in, int out, int stride) {
   *B = (basic_block){in, out, stride, in != out || stride != 1};
   int rc = ax_module_add(m, ax_conv2d_new(in, out, 3, stride, 1, 0));
   if (rc == AX_OK)
-    rc = ax_module_add(m, ax_batchnorm2d_new(out, 0.1f, 1e-5f));
+    rc = ax_module_add(m, ax_batchnorm2d_relu_new(out, 0.1f, 1e-5f));
   if (rc == AX_OK)
     rc = ax_module_add(m, ax_conv2d_new(out, out, 3, 1, 1, 0));
   if (rc == AX_OK)

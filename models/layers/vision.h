@@ -31,6 +31,9 @@ ax_module *ax_conv2d_new(int in, int out, int kernel, int stride, int padding,
  * backward (AX_EUNSUPPORTED). Training needs more than one value per channel
  * (AX_ESHAPE otherwise). */
 ax_module *ax_batchnorm2d_new(int channels, float momentum, float eps);
+/* Batch norm followed by a ReLU, as one module with the parameters and
+ * buffers of ax_batchnorm2d_new; it keeps its output for the backward. */
+ax_module *ax_batchnorm2d_relu_new(int channels, float momentum, float eps);
 
 /* Max pooling with a square window; padding counts as -inf. */
 ax_module *ax_maxpool2d_new(int kernel, int stride, int padding);
@@ -45,7 +48,8 @@ ax_module *ax_global_avgpool_new(void);
  * 3x3 convolutions without bias, conv1 with the given stride. The shortcut
  * is the identity when in == out and stride == 1, and otherwise a 1x1
  * convolution with that stride followed by batch norm ("option B").
- * Children in order: conv1, bn1, conv2, bn2[, shortcut conv, shortcut bn]. */
+ * Children in order: conv1, bn1 (a batch norm with the first ReLU fused,
+ * ax_batchnorm2d_relu_new), conv2, bn2[, shortcut conv, shortcut bn]. */
 ax_module *ax_basic_block_new(int in, int out, int stride);
 
 #ifdef __cplusplus
