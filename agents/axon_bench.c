@@ -4,6 +4,7 @@
  *                    [--warmup N] [--threads N] [--device DEV]
  *                    [--model-config K=V,..] [--seq N]
  *   axon-bench rpc ...   (see axon-bench rpc --help)
+ *   axon-bench dist ...  (see axon-bench dist --help)
  *
  * `train` times full training steps (forward, loss, backward, SGD update)
  * on synthetic inputs of the model's shape and prints samples/s (and
@@ -20,6 +21,8 @@
 
 /* Provided by agents/axon_bench_rpc.c when the RPC layer is built. */
 __attribute__((weak)) int ax_bench_rpc_main(int argc, char **argv);
+/* Provided by agents/axon_bench_dist.c (distributed autograd steps). */
+__attribute__((weak)) int ax_bench_dist_main(int argc, char **argv);
 
 static ax_tensor *rand_f32(ax_rng *r, int ndim, const int64_t *shape) {
   ax_tensor *t = ax_tensor_new(AX_F32, ndim, shape, AX_CPU);
@@ -200,8 +203,15 @@ int main(int argc, char **argv) {
     }
     return ax_bench_rpc_main(argc - 1, argv + 1);
   }
+  if (argc >= 2 && strcmp(argv[1], "dist") == 0) {
+    if (!ax_bench_dist_main) {
+      fprintf(stderr, "axon-bench: built without the dist benchmark\n");
+      return 2;
+    }
+    return ax_bench_dist_main(argc - 1, argv + 1);
+  }
   fprintf(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
-          "usage: axon-bench train|rpc [options]  (--help after the command "
+          "usage: axon-bench train|rpc|dist [options]  (--help after the command "
           "for its options)\n");
   return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
 }

@@ -3,12 +3,14 @@
  * buffer). Prints p50/p99 round trip of a small call, calls/s with 64 in
  * flight, and GB/s for 1, 16 and 64 MiB tensors.
  *
- *   axon-bench rpc [--iters N] [--reps N] [--worker] [--bulk-threshold B]
+ *   axon-bench rpc [--iters N] [--reps N] [--worker] [--grpc-small]
+ *                  [--bulk-threshold B]
  *
  * The handlers are trivial, so they are registered inline (run on the
  * receiving transport thread); --worker registers them as ordinary
- * handlers run by the worker pool. --bulk-threshold sets the tensor size
- * from which messages take the bulk channel instead of the gRPC stream.
+ * handlers run by the worker pool. --grpc-small sends messages under
+ * --bulk-threshold tensor bytes over the gRPC stream instead of the TCP
+ * channel (ax_node_opts.small_over_grpc).
  *
  * The server is a forked child (forked before gRPC starts in either
  * process); it answers raw TCP on one socket and axon calls on its node. */
@@ -32,6 +34,7 @@
 
 static int g_worker;            /* --worker: handlers on the worker pool */
 static long long g_bulk_thr = -1; /* --bulk-threshold; -1: node default */
+static int g_grpc_small;        /* --grpc-small: small calls over gRPC */
 
 static double now_s(void) {
   struct timespec ts;
@@ -110,6 +113,7 @@ static int child_main(int raw_port, const char *master) {
   o.threads = 2;
   if (g_bulk_thr >= 0)
     o.bulk_threshold = (size_t)g_bulk_thr;
+  o.small_over_grpc = g_grpc_small;
   int (*reg)(ax_node *, const char *, ax_rpc_handler, void *) =
       g_worker ? ax_rpc_register : ax_rpc_register_inline;
   ax_node *n;
@@ -235,6 +239,7 @@ int ax_bench_rpc_main(int argc, char **argv) {
   static const struct option lo[] = {{"iters", 1, 0, 'i'}, {"reps", 1, 0, 'r'},
                                      {"worker", 0, 0, 'w'},
                                      {"bulk-threshold", 1, 0, 'b'},
+                                     {"grpc-small", 0, 0, 'g'},
                                      {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
   optind = 1;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -246,13 +251,17 @@ int ax_bench_rpc_main(int argc, char **argv) {
       g_worker = 1;
     else if (c == 'b')
       g_bulk_thr = atoll(optarg);
+    else if (c == 'g')
+      g_grpc_small = 1;
     else {
       printf("usage: axon-bench rpc [--iters N (5000)] [--reps N (10)] "
-             "[--worker] [--bulk-threshold BYTES (1 MiB)]\n"
+             "[--worker] [--grpc-small] [--bulk-threshold BYTES (1 MiB)]\n"
              "  --worker          run the handlers on the worker pool instead "
              "of inline\n"
-             "  --bulk-threshold  tensor bytes from which the bulk channel is "
-             "used\n");
+             "  --grpc-small      send messages under the bulk threshold over "
+             "the gRPC stream\n"
+             "  --bulk-threshold  with --grpc-small: tensor bytes from which "
+             "the TCP channel is used\n");
       return c == 'h' ? 0 : 2;
     }
   }
@@ -290,6 +299,7 @@ int ax_bench_rpc_main(int argc, char **argv) {
   o.threads = 2;
   if (g_bulk_thr >= 0)
     o.bulk_threshold = (size_t)g_bulk_thr;
+  o.small_over_grpc = g_grpc_small;
   ax_node *n = NULL;
   if (ax_node_create(&o, &n) || ax_node_join(n, 30000)) {
     fprintf(stderr, "axon-bench rpc: %s\n", ax_errmsg());

@@ -2,12 +2,15 @@
  *
  *   axon-run train --model mlp|resnet20|bert --dataset NAME [options]
  *
- * Trains in one process (the pipeline modes come with the coordinator). */
+ * Trains in one process, or (with --stages/--local) as a pipeline over
+ * remote stages (axon_run_pipe.c). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "agents/axon_run.h"
+#include "runtime/pipeline/coordinator.h"
 #include "runtime/pipeline/train.h"
 #include "runtime/error.h"
 
@@ -35,6 +38,19 @@ static void usage(FILE *f) {
 "  --device DEV          cpu | cuda:N (default cpu)\n"
 "  --csv FILE            write the loss curve (step,epoch,loss,lr,samples_per_s)\n"
 "  --quiet               no progress bar\n"
+"\n"
+"Pipeline training over remote stages (one stage per agent):\n"
+"  --local K             start K axon-agent processes here (stage0..)\n"
+"  --stages K            stages, with --agents a,b,... and --master HOST:PORT\n"
+"  --agents A,B,...      running agents, stage s on the s-th\n"
+"  --master HOST:PORT    the agents' master (joining running agents)\n"
+"  --mode MODE           sequential|gpipe|1f1b|ddg|fr|pipedream (pipedream)\n"
+"  --microbatches M      micro-batches per mini-batch, gpipe/1f1b (4)\n"
+"  --recompute R         gpipe: always|except-last|never (never)\n"
+"  --partition P         uniform|balanced (uniform)\n"
+"  --trace FILE          Chrome-trace JSON of every forward/backward/recv\n"
+"  --agent-threads N     handler threads of --local agents (4)\n"
+"  With a pipeline, --csv writes the per-step metrics (busy, bubble, ...).\n"
 "  -h, --help            this text\n"
 "\n"
 "ResNet20 on Fashion-MNIST needs --data-config pad=1 (32x32 inputs); the\n"
@@ -52,7 +68,15 @@ int main(int argc, char **argv) {
   }
   ax_train_opts o = ax_train_defaults();
   o.progress = stderr;
-  int threads = 0, quiet = 0;
+  int threads = 0, quiet = 0, pipe = 0;
+  axr_pipe_args pa;
+  memset(&pa, 0, sizeof pa);
+  pa.M = 4;
+  pa.mode = AX_MODE_PIPEDREAM;
+  pa.agent_threads = 4;
+  pa.partition = "uniform";
+  static const char *agent_list[AX_PIPE_MAX_STAGES];
+  static char agent_buf[1024];
   static const struct option opts[] = {
       {"model", 1, 0, 'm'},      {"model-config", 1, 0, 'M'},
       {"dataset", 1, 0, 'd'},    {"data-config", 1, 0, 'D'},
@@ -62,6 +86,11 @@ int main(int argc, char **argv) {
       {"seed", 1, 0, 'S'},       {"threads", 1, 0, 't'},
       {"device", 1, 0, 'v'},     {"csv", 1, 0, 'c'},
       {"quiet", 0, 0, 'q'},      {"help", 0, 0, 'h'},
+      {"local", 1, 0, 1000},     {"stages", 1, 0, 1001},
+      {"agents", 1, 0, 1002},    {"master", 1, 0, 1003},
+      {"mode", 1, 0, 1004},      {"microbatches", 1, 0, 1005},
+      {"recompute", 1, 0, 1006}, {"partition", 1, 0, 1007},
+      {"trace", 1, 0, 1008},     {"agent-threads", 1, 0, 1009},
       {0, 0, 0, 0}};
   optind = 2;
   int c;
@@ -88,6 +117,37 @@ int main(int argc, char **argv) {
     case 'c': o.csv_path = optarg; break;
     case 'q': quiet = 1; break;
     case 'h': usage(stdout); return 0;
+    case 1000: pa.local = atoi(optarg); pipe = 1; break;
+    case 1001: pa.K = atoi(optarg); pipe = 1; break;
+    case 1002: {
+      snprintf(agent_buf, sizeof agent_buf, "%s", optarg);
+      int k = 0;
+      for (char *sv, *tok = strtok_r(agent_buf, ",", &sv);
+           tok && k < AX_PIPE_MAX_STAGES; tok = strtok_r(NULL, ",", &sv))
+        agent_list[k++] = tok;
+      pa.agents = agent_list;
+      if (!pa.K)
+        pa.K = k;
+      pipe = 1;
+      break;
+    }
+    case 1003: pa.master = optarg; break;
+    case 1004:
+      if ((pa.mode = ax_pipe_mode_index(optarg)) < 0) {
+        fprintf(stderr, "axon-run: %s\n", ax_errmsg());
+        return 2;
+      }
+      break;
+    case 1005: pa.M = atoi(optarg); break;
+    case 1006:
+      if (ax_pipe_recompute_parse(optarg, &pa.recompute) != AX_OK) {
+        fprintf(stderr, "axon-run: %s\n", ax_errmsg());
+        return 2;
+      }
+      break;
+    case 1007: pa.partition = optarg; break;
+    case 1008: pa.trace = optarg; break;
+    case 1009: pa.agent_threads = atoi(optarg); break;
     default: usage(stderr); return 2;
     }
   }
@@ -101,6 +161,28 @@ int main(int argc, char **argv) {
     o.data_config = "pad=1";
   if (quiet)
     o.progress = NULL;
+  if (pipe) {
+    if (pa.local < 0 || pa.local > AX_PIPE_MAX_STAGES || pa.M < 1 ||
+        (!pa.local && (pa.K < 1 || pa.K > AX_PIPE_MAX_STAGES || !pa.agents ||
+                       !pa.master))) {
+      fprintf(stderr, "axon-run: a pipeline needs --local K (1..%d), or "
+              "--stages K --agents a,b,... --master HOST:PORT; "
+              "--microbatches >= 1\n", AX_PIPE_MAX_STAGES);
+      return 2;
+    }
+    if (strcmp(pa.partition, "uniform") && strcmp(pa.partition, "balanced")) {
+      fprintf(stderr, "axon-run: --partition uniform|balanced\n");
+      return 2;
+    }
+    pa.model = o.model, pa.model_config = o.model_config;
+    pa.dataset = o.dataset, pa.data_config = o.data_config;
+    pa.optim = o.optim_config, pa.epochs = o.epochs, pa.batch = o.batch;
+    pa.eval_batch = o.eval_batch, pa.steps = o.max_steps;
+    pa.eval_limit = o.eval_limit, pa.seed = o.seed, pa.device = o.device;
+    pa.csv = o.csv_path, pa.quiet = quiet;
+    ax_cpu_set_threads(threads ? threads : 1);
+    return axr_pipe_main(&pa);
+  }
   ax_cpu_set_threads(threads);
   fprintf(stderr, "axon-run: training %s on %s, %d epoch(s), batch %d, %d "
           "thread(s)\n", o.model, o.dataset, o.epochs, o.batch,

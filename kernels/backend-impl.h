@@ -202,6 +202,8 @@ typedef struct ax_backend_i {
                      const float *y, const float *dy, const float *gamma,
                      const float *save_mean, const float *save_invstd,
                      float *dx, float *dgamma, float *dbeta);
+  /* y = relu(x + y): axpby(1, x, 1, y) followed by relu_fwd in place. */
+  int (*add_relu_fwd)(ax_backend *be, size_t n, const float *x, float *y);
 } ax_backend_i;
 
 struct ax_backend {

@@ -5,14 +5,16 @@
 #include "models/model.h"
 
 static const ax_model_def *const models[] = {&ax_model_mlp, &ax_model_resnet20,
-                                             &ax_model_bert};
-static const char *const model_names[] = {"mlp", "resnet20", "bert", NULL};
+                                             &ax_model_bert, &ax_model_sleep};
+static const char *const model_names[] = {"mlp", "resnet20", "bert", "sleep",
+                                          NULL};
 
 const ax_model_def *ax_model_find(const char *name) {
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
     if (name && strcmp(models[i]->name, name) == 0)
       return models[i];
-  ax_seterr(AX_ENOTFOUND, "unknown model '%s' (known: mlp, resnet20, bert)",
+  ax_seterr(AX_ENOTFOUND,
+            "unknown model '%s' (known: mlp, resnet20, bert, sleep)",
             name ? name : "");
   return NULL;
 }

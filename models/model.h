@@ -62,6 +62,8 @@ int ax_split_uniform(int n_blocks, int k, int *bounds);
 extern const ax_model_def ax_model_mlp;
 extern const ax_model_def ax_model_resnet20;
 extern const ax_model_def ax_model_bert;
+/* Synthetic fixed-time blocks for overhead benchmarks (models/sleep.c). */
+extern const ax_model_def ax_model_sleep;
 
 #ifdef __cplusplus
 }

@@ -11,8 +11,11 @@
 #include "rpc/node-impl.h"
 
 #define AXI_BULK_HELLO_MAGIC 0x48425841u /* "AXBH" */
+#define AXI_BULK_HELLO_MAX 300          /* "name\naddr\nbulk_addr" bytes */
 #define AXI_BULK_IOV 16
 #define AXI_BULK_STEP (4u << 20) /* largest single read */
+#define AXI_BULK_RBUF (64u << 10) /* read-ahead buffer for small frames */
+#define AXI_BULK_WIOV 64          /* iovecs per sendmsg, across frames */
 
 /* An outgoing frame: head bytes then the bytes of each tensor in vals. */
 typedef struct bframe {
@@ -34,7 +37,7 @@ typedef struct bconn {
   bframe *q_head, **q_tail;
   /* receive state (I/O thread only) */
   int rstate;
-  uint8_t small[4 + AXI_PREFIX_LEN + 300];
+  uint8_t small[4 + AXI_PREFIX_LEN + AXI_BULK_HELLO_MAX + 1];
   size_t have, need;
   axi_prefix px;
   uint8_t *hdr;
@@ -44,6 +47,15 @@ typedef struct bconn {
   uint64_t left;
   uint8_t *stage; /* pooled receive buffer: non-CPU tensors, skipped bytes */
   size_t stage_cap;
+  /* Read-ahead: small reads (prefixes, headers, small tensors) are served
+   * from one large read, so a small frame costs about one system call and
+   * a burst of frames shares it. */
+  uint8_t *rbuf;
+  size_t rpos, rlen;
+  /* Replies queued while the I/O thread handles a burst of frames leave
+   * together when the burst is done (see queue_frame). */
+  int corked;
+  struct bconn *cork_next;
   struct bconn *next;
 } bconn;
 
@@ -58,7 +70,9 @@ struct axi_bulk {
 
 /* bulk_frame.c */
 bframe *axi_bulk_frame_new(uint8_t *head, size_t head_len, ax_values *vals);
-bframe *axi_bulk_hello(const char *name);
+/* The first frame on a connection: the sender's name and addresses. */
+bframe *axi_bulk_hello(const char *name, const char *addr,
+                       const char *bulk_addr);
 void axi_bulk_frames_free(bframe *f); /* frees the whole list */
 /* Fills iov with what is left of f; returns the count. */
 int axi_bulk_frame_iov(bframe *f, struct iovec *iov, int max);

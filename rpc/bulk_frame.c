@@ -2,6 +2,7 @@
  * into tensor storage, and the receive state machine that reads straight
  * into new tensors. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -52,15 +53,20 @@ bframe *axi_bulk_frame_new(uint8_t *head, size_t head_len, ax_values *vals) {
   return f;
 }
 
-bframe *axi_bulk_hello(const char *name) {
-  size_t nl = strlen(name);
-  uint8_t *p = malloc(8 + nl);
+bframe *axi_bulk_hello(const char *name, const char *addr,
+                       const char *bulk_addr) {
+  /* "name\naddr\nbulk_addr": the receiver learns how to answer (calls
+   * arriving here are answered over this node's own channel to us). */
+  size_t nl = strlen(name) + strlen(addr) + strlen(bulk_addr) + 2;
+  if (nl > AXI_BULK_HELLO_MAX)
+    return NULL;
+  uint8_t *p = malloc(8 + nl + 1);
   if (!p)
     return NULL;
   uint32_t magic = AXI_BULK_HELLO_MAGIC, l = (uint32_t)nl;
   memcpy(p, &magic, 4);
   memcpy(p + 4, &l, 4);
-  memcpy(p + 8, name, nl);
+  snprintf((char *)p + 8, nl + 1, "%s\n%s\n%s", name, addr, bulk_addr);
   return axi_bulk_frame_new(p, 8 + nl, NULL);
 }
 
@@ -107,11 +113,12 @@ void axi_bulk_recv_reset(bconn *c) {
   c->rstate = c->peer ? R_PREFIX : R_HELLO;
   c->have = 0;
   c->need = c->peer ? 4 + AXI_PREFIX_LEN : 8;
+  c->rpos = c->rlen = 0;
 }
 
 /* Reads up to n bytes into dst. Returns bytes read, 0 if none available
  * now, -1 when the connection is finished. */
-static ssize_t rd(bconn *c, void *dst, size_t n) {
+static ssize_t rd_sock(bconn *c, void *dst, size_t n) {
   for (;;) {
     ssize_t r = read(c->fd, dst, n);
     if (r > 0) {
@@ -124,6 +131,29 @@ static ssize_t rd(bconn *c, void *dst, size_t n) {
       return 0;
     return -1;
   }
+}
+
+/* Serves small reads from the read-ahead buffer, refilled with one large
+ * read; reads of a buffer's size or more go straight to dst. Returns 0
+ * only when the buffer is empty and the socket has nothing, so the state
+ * machine never sleeps on bytes it already holds. */
+static ssize_t rd(bconn *c, void *dst, size_t n) {
+  if (c->rpos == c->rlen) {
+    if (n >= AXI_BULK_RBUF)
+      return rd_sock(c, dst, n);
+    if (!c->rbuf && !(c->rbuf = malloc(AXI_BULK_RBUF)))
+      return rd_sock(c, dst, n);
+    ssize_t r = rd_sock(c, c->rbuf, AXI_BULK_RBUF);
+    if (r <= 0)
+      return r;
+    c->rpos = 0;
+    c->rlen = (size_t)r;
+  }
+  size_t k = c->rlen - c->rpos;
+  k = k < n ? k : n;
+  memcpy(dst, c->rbuf + c->rpos, k);
+  c->rpos += k;
+  return (ssize_t)k;
 }
 
 static int stage_grow(bconn *c, size_t n) {
@@ -188,14 +218,20 @@ int axi_bulk_recv(bconn *c) {
         uint32_t magic, nl;
         memcpy(&magic, c->small, 4);
         memcpy(&nl, c->small + 4, 4);
-        if (magic != AXI_BULK_HELLO_MAGIC || nl == 0 || nl > 256)
+        if (magic != AXI_BULK_HELLO_MAGIC || nl == 0 || nl > AXI_BULK_HELLO_MAX)
           return AX_EMALFORMED;
         c->rstate = R_NAME;
         c->have = 0;
         c->need = nl;
       } else if (c->rstate == R_NAME) {
         c->small[c->have] = 0;
-        c->peer = axi_peer_get(n, (char *)c->small, NULL, NULL);
+        char *name = (char *)c->small, *addr = strchr(name, '\n');
+        char *bulk = addr ? strchr(addr + 1, '\n') : NULL;
+        if (addr)
+          *addr++ = 0;
+        if (bulk)
+          *bulk++ = 0;
+        c->peer = axi_peer_get(n, name, addr, bulk);
         if (!c->peer)
           return AX_ENOMEM;
         c->rstate = R_PREFIX;

@@ -141,8 +141,11 @@ int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via) {
     p->state = AXI_PEER_CONNECTING;
     p->connect_ms = p->last_ping_ms = axi_now_ms();
   }
+  /* Calls and replies take the TCP channel when it is known: always by
+   * default, or from bulk_threshold tensor bytes with small_over_grpc. */
   int bulk = n->bulk && p->bulk_addr &&
-             ax_values_tensor_bytes(m->values) >= n->o.bulk_threshold;
+             (!n->o.small_over_grpc ||
+              ax_values_tensor_bytes(m->values) >= n->o.bulk_threshold);
   axi_stream *s = NULL;
   if (!bulk) {
     s = axi_stream_alive(via) ? via : axi_stream_alive(p->in) && m->kind == AXI_RESPONSE ? p->in : p->out;

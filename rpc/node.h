@@ -41,6 +41,12 @@ typedef struct ax_node_opts {
   size_t bulk_threshold;     /* tensor bytes from which the bulk channel is
                                 used; 1 MiB */
   size_t max_msg_bytes;      /* largest tensor payload accepted; 4 GiB */
+  /* Which path small calls and replies take. 0 (default): the framed TCP
+   * channel, once the peer's channel address is known (from its hello or
+   * the membership); the gRPC stream then carries hellos, heartbeats and
+   * messages sent before that. It costs about half of gRPC's per-message
+   * overhead. 1: the gRPC stream, for everything under bulk_threshold. */
+  int small_over_grpc;
 } ax_node_opts;
 
 /* Fills defaults. */

@@ -10,6 +10,14 @@
 #include "rref/rref.h"
 
 #define AXI_NAME_MAX 64
+#define AXI_FREED_MAX 1024
+#define AXI_HW_RANKS 1024
+/* Default of the fork sweep timeout (ax_rref_debug_delay "fork_timeout"). */
+#define AXI_FORK_TIMEOUT_MS 30000
+/* How long a call on an absent id may wait for its creation: ids at or
+ * below the creator's high-water mark (a reordered create) and above it. */
+#define AXI_REORDER_GRACE_MS 1000
+#define AXI_PENDING_GRACE_MS 10000
 
 enum { AXI_OWN_PENDING = 0, AXI_OWN_READY = 1, AXI_OWN_ERROR = 2 };
 
@@ -22,13 +30,21 @@ typedef struct axi_waiter {
   int64_t caller_rank;
   int64_t keep; /* metadata rr.keep of the waiting call */
   int64_t deadline_ms;
+  int expire_err; /* AX_ETIMEOUT, or AX_ESTALE past a grace period */
   struct axi_waiter *next;
 } axi_waiter;
 
 typedef struct axi_fork {
   uint64_t id;
-  int holder; /* rank, -1 unknown */
+  int holder;       /* rank, -1 unknown */
+  int64_t deadline; /* holder unknown: dropped past this time (0: never) */
 } axi_fork;
+
+/* A fork a user sent on that the receiver has not accepted yet. */
+typedef struct axi_child {
+  uint64_t fork;
+  int64_t deadline; /* swept (as if accepted) past this time */
+} axi_child;
 
 /* A value or object owned by this node. */
 typedef struct axi_owned {
@@ -59,7 +75,9 @@ struct ax_rref {
   axi_owned *entry; /* owner handles */
   /* user record state (mu) */
   int confirmed, dropped, dead, in_table;
-  int pending_children;
+  int known; /* the owner acknowledged this fork (creation or fork reply) */
+  axi_child *children; /* unaccepted child forks (mu) */
+  int pending_children, capchildren;
   int busy; /* protocol messages or a creation in flight naming it */
   int err; /* creation error stored (AX_OK when none) */
   char *errmsg;
@@ -94,6 +112,12 @@ typedef struct axi_rctx {
   int stop;
   pthread_t thread;
   int64_t delay_ms[AXI_MSG_N];
+  int64_t create_delay_ms; /* test hook: h_create sleeps this long */
+  int64_t fork_timeout_ms; /* unaccepted/holderless forks are swept after */
+  uint64_t freed[AXI_FREED_MAX]; /* ids of settled values freed (ring, mu) */
+  long nfreed;
+  uint64_t hw[AXI_HW_RANKS]; /* highest creation counter seen per creator */
+  int64_t next_sweep_ms;
   long inflight; /* protocol RPCs not yet answered */
   struct axi_kindreg {
     const ax_robj_kind *k;
@@ -143,9 +167,39 @@ int axi_rref_register_proto(ax_node *n);
  * the entry settles. mu held. */
 int axi_rref_wait_entry(axi_rctx *rc, axi_owned *e, ax_call_ctx *ctx,
                         const char *fn, const ax_values *args,
-                        int64_t caller_rank);
+                        int64_t caller_rank, int64_t grace_ms);
 void axi_waiters_run(axi_rctx *rc, axi_waiter *w, int err, const char *msg);
 void axi_waiters_expire(axi_rctx *rc, int64_t now);
+
+/* rref_sweep.c: stale ids and sweeps of forks nobody accepted. */
+/* The verdict on a fetch or call naming an id absent here (mu held):
+ * AX_ESTALE (answer at once) when the id was freed, was minted here, or the
+ * caller's reference was acknowledged (known); else AX_OK and *grace_ms,
+ * the longest the call may wait for the creation before AX_ESTALE. */
+int axi_absent_verdict(axi_rctx *rc, uint64_t id, int known,
+                       int64_t *grace_ms);
+/* Looks id up for a fetch or call: the entry (pending ones created), or
+ * NULL with AX_ESTALE/AX_ENOMEM set in *err. mu held. */
+axi_owned *axi_owned_lookup(axi_rctx *rc, uint64_t id, ax_call_ctx *ctx,
+                            int64_t *grace_ms, int *err);
+void axi_freed_add(axi_rctx *rc, uint64_t id); /* mu held */
+void axi_hw_note(axi_rctx *rc, uint64_t id);   /* mu held */
+/* Records an unaccepted child fork of u (mu held). */
+void axi_child_add(axi_rctx *rc, ax_rref *u, uint64_t fork);
+/* The child `fork` of u was accepted (mu held). */
+void axi_child_accepted(axi_rctx *rc, ax_rref *u, uint64_t fork);
+/* The owner learned the holder of its own fork `fork` (mu held). */
+void axi_fork_holder(axi_rctx *rc, uint64_t fork, int holder);
+/* Drops children and holderless owner forks past their deadline; runs on
+ * the protocol thread (mu not held). */
+void axi_rref_sweep(axi_rctx *rc, int64_t now);
+/* Deadline of a fork the owner makes itself (holder still unknown). */
+int64_t axi_owner_fork_deadline(axi_rctx *rc);
+int axi_rref_register_debug(ax_node *n); /* "ax.rref.list" */
+/* The call options with metadata rr.conf (the reference is known) added
+ * to the caller's; keys/vals are caller storage of 9 entries. */
+ax_call_opts axi_opts_conf(const ax_call_opts *o, const ax_rref *r,
+                           const char **keys, int64_t *vals);
 
 /* rref_box.c */
 extern const ax_robj_kind axi_box_kind;

@@ -187,7 +187,8 @@ void ax_autograd_ctx_set_current(uint64_t ctx);
  * (including forks whose delete is still to be sent). Remotely:
  * "ax.rref.live" [] -> [owned, users, world size known there]. */
 int ax_rref_live(ax_node *n, long *owned, long *users);
-/* Writes one line per live record into buf (truncated to len). */
+/* Writes one line per live record into buf (truncated to len). Remotely:
+ * "ax.rref.list" [] -> [str]. */
 int ax_rref_debug_list(ax_node *n, char *buf, size_t len);
 /* Delays the protocol messages of one kind sent BY this node: "fork",
  * "accept" or "delete" (ms = 0 removes the delay). For tests forcing

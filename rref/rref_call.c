@@ -136,15 +136,16 @@ static int h_call(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   if (ax_call_meta(ctx, "rr.keep", &keep) != AX_OK)
     ax_clearerr();
   const char *caller = axi_caller_of(ctx);
+  int64_t grace;
+  int err = AX_OK;
   pthread_mutex_lock(&rc->mu);
-  axi_owned *e = axi_owned_find(rc, (uint64_t)id, 1);
-  int err = e ? AX_OK : AX_ENOMEM;
+  axi_owned *e = axi_owned_lookup(rc, (uint64_t)id, ctx, &grace, &err);
   if (e && e->state == AXI_OWN_PENDING) {
     int64_t rank = -1;
     int r;
     if (ax_node_rank_of(rc->node, caller, &r) == AX_OK)
       rank = r;
-    err = axi_rref_wait_entry(rc, e, ctx, "ax.rref.call", args, rank);
+    err = axi_rref_wait_entry(rc, e, ctx, "ax.rref.call", args, rank, grace);
     pthread_mutex_unlock(&rc->mu);
     return err;
   }

@@ -28,10 +28,14 @@ static int ext_encode(void *obj, void **out, size_t *len) {
   snprintf(w->parent, sizeof w->parent, "%s", rc->name);
   pthread_mutex_lock(&rc->mu);
   if (r->is_owner) {
-    axi_owned_add_fork(r->entry, w->fork, -1);
+    axi_owned *e = r->entry;
+    axi_owned_add_fork(e, w->fork, -1);
+    for (int i = 0; i < e->nforks; i++) /* swept unless its holder accepts */
+      if (e->forks[i].id == w->fork)
+        e->forks[i].deadline = axi_owner_fork_deadline(rc);
   } else {
     w->parent_fork = r->fork_id;
-    r->pending_children++;
+    axi_child_add(rc, r, w->fork);
   }
   pthread_mutex_unlock(&rc->mu);
   *out = w;
@@ -61,7 +65,7 @@ static int ext_decode(const void *data, size_t len, const char *from,
       r = axi_owner_handle(rc, e);
     }
     if (r && strcmp(w.parent, rc->name))
-      axi_pmsg_push(rc, AXI_MSG_ACCEPT, w.parent, w.parent_fork, 0, NULL);
+      axi_pmsg_push(rc, AXI_MSG_ACCEPT, w.parent, w.parent_fork, w.fork, NULL);
     else if (r && e)
       axi_owned_del_fork(e, w.fork);
   } else {
@@ -69,9 +73,11 @@ static int ext_decode(const void *data, size_t len, const char *from,
     if (r) {
       snprintf(r->parent, sizeof r->parent, "%s", w.parent);
       r->parent_fork = w.parent_fork;
-      if (!strcmp(w.parent, w.owner))
-        r->confirmed = 1; /* the owner recorded the fork when sending */
-      else {
+      if (!strcmp(w.parent, w.owner)) {
+        /* The owner recorded the fork when sending; tell it the holder. */
+        r->confirmed = r->known = 1;
+        axi_pmsg_push(rc, AXI_MSG_ACCEPT, w.owner, 0, w.fork, NULL);
+      } else {
         r->busy++;
         axi_pmsg_push(rc, AXI_MSG_FORK, w.owner, w.id, w.fork, r);
       }

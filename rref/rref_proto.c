@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rref/rref-impl.h"
 
@@ -30,25 +31,33 @@ static int h_fork(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   int64_t id, fork;
   AX_TRY(ax_values_get_i64(args, 0, &id));
   AX_TRY(ax_values_get_i64(args, 1, &fork));
+  int64_t grace;
+  int err = AX_OK;
   pthread_mutex_lock(&rc->mu);
-  axi_owned *e = axi_owned_find(rc, (uint64_t)id, 1);
+  axi_owned *e = axi_owned_find(rc, (uint64_t)id, 0);
+  if (!e && (err = axi_absent_verdict(rc, (uint64_t)id, 0, &grace)) == AX_OK)
+    e = axi_owned_find(rc, (uint64_t)id, 1); /* the create is on its way */
   if (e)
     axi_owned_add_fork(e, (uint64_t)fork, caller_rank(ctx));
   pthread_mutex_unlock(&rc->mu);
-  return e ? AX_OK : AX_ENOMEM;
+  if (err != AX_OK)
+    return err;
+  return e ? AX_OK : ax_seterr(AX_ENOMEM, "rref: no memory");
 }
 
 static int h_accept(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
                     void *user) {
   axi_rctx *rc = axi_rctx_get();
-  int64_t fork;
+  int64_t fork, child = 0;
   AX_TRY(ax_values_get_i64(args, 0, &fork));
+  if (ax_values_count(args) > 1)
+    AX_TRY(ax_values_get_i64(args, 1, &child));
   pthread_mutex_lock(&rc->mu);
-  for (ax_rref *u = rc->users; u; u = u->next)
+  if (fork == 0) /* [0, child]: the holder of a fork this owner made */
+    axi_fork_holder(rc, (uint64_t)child, caller_rank(ctx));
+  for (ax_rref *u = rc->users; fork && u; u = u->next)
     if (u->fork_id == (uint64_t)fork) {
-      if (u->pending_children > 0)
-        u->pending_children--;
-      axi_user_maybe_done(rc, u);
+      axi_child_accepted(rc, u, (uint64_t)child);
       break;
     }
   pthread_mutex_unlock(&rc->mu);
@@ -117,6 +126,7 @@ static void on_created(ax_future *f, void *user) {
 static axi_owned *create_begin(axi_rctx *rc, uint64_t id, uint64_t fork,
                                int type, int holder) {
   pthread_mutex_lock(&rc->mu);
+  axi_hw_note(rc, id);
   axi_owned *e = axi_owned_find(rc, id, 1);
   if (e) {
     e->type = type;
@@ -139,6 +149,11 @@ static int h_create(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   AX_TRY(ax_values_get_i64(args, 1, &fork));
   AX_TRY(ax_values_get_i64(args, 2, &mode));
   AX_TRY(ax_values_get_str(args, 3, &fn));
+  int64_t delay = __atomic_load_n(&rc->create_delay_ms, __ATOMIC_RELAXED);
+  if (delay > 0) { /* test hook: the create "arrives" late */
+    struct timespec ts = {delay / 1000, (delay % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
   axi_owned *e = create_begin(rc, (uint64_t)id, (uint64_t)fork,
                               mode ? AX_RREF_OBJECT : AX_RREF_VALUE,
                               caller_rank(ctx));
@@ -208,19 +223,21 @@ static int h_fetch(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   axi_rctx *rc = axi_rctx_get();
   int64_t id;
   AX_TRY(ax_values_get_i64(args, 0, &id));
+  int64_t grace;
+  int err = AX_OK;
   pthread_mutex_lock(&rc->mu);
-  axi_owned *e = axi_owned_find(rc, (uint64_t)id, 1);
+  axi_owned *e = axi_owned_lookup(rc, (uint64_t)id, ctx, &grace, &err);
   if (!e) {
-    pthread_mutex_unlock(&rc->mu);
-    return ax_seterr(AX_ENOMEM, "rref: no memory");
-  }
-  if (e->state == AXI_OWN_PENDING) {
-    int err = axi_rref_wait_entry(rc, e, ctx, "ax.rref.fetch", args,
-                                  caller_rank(ctx));
     pthread_mutex_unlock(&rc->mu);
     return err;
   }
-  int err = e->state == AXI_OWN_ERROR ? e->err : AX_OK;
+  if (e->state == AXI_OWN_PENDING) {
+    err = axi_rref_wait_entry(rc, e, ctx, "ax.rref.fetch", args,
+                              caller_rank(ctx), grace);
+    pthread_mutex_unlock(&rc->mu);
+    return err;
+  }
+  err = e->state == AXI_OWN_ERROR ? e->err : AX_OK;
   if (err != AX_OK) {
     err = ax_seterr(err, "%s", e->msg ? e->msg : ax_strerror(err));
   } else if (e->type != AX_RREF_VALUE) {
@@ -276,7 +293,7 @@ int axi_rref_register_proto(ax_node *n) {
 /* ---- waiters --------------------------------------------------------------- */
 int axi_rref_wait_entry(axi_rctx *rc, axi_owned *e, ax_call_ctx *ctx,
                         const char *fn, const ax_values *args,
-                        int64_t caller) {
+                        int64_t caller, int64_t grace_ms) {
   axi_waiter *w = calloc(1, sizeof *w);
   if (!w || !(w->reply = ax_future_new()) || !(w->fn = strdup(fn)) ||
       !(w->args = ax_values_clone(args))) {
@@ -294,7 +311,14 @@ int axi_rref_wait_entry(axi_rctx *rc, axi_owned *e, ax_call_ctx *ctx,
     w->keep = 0;
   }
   int64_t left = ax_call_remaining_ms(ctx);
-  w->deadline_ms = axi_rnow_ms() + (left > 0 ? left : 0);
+  if (left < 0)
+    left = 0;
+  w->expire_err = AX_ETIMEOUT;
+  if (grace_ms >= 0 && grace_ms < left) { /* may never be created */
+    left = grace_ms;
+    w->expire_err = AX_ESTALE;
+  }
+  w->deadline_ms = axi_rnow_ms() + left;
   ax_call_defer(ctx, w->reply);
   w->next = e->waiters;
   e->waiters = w;
@@ -373,8 +397,10 @@ void axi_waiters_expire(axi_rctx *rc, int64_t now) {
   pthread_mutex_unlock(&rc->mu);
   for (axi_waiter *w = expired, *nx; w; w = nx) {
     nx = w->next;
-    ax_future_complete(w->reply, AX_ETIMEOUT, NULL,
-                       "rref: value not created before the deadline");
+    ax_future_complete(w->reply, w->expire_err, NULL,
+                       w->expire_err == AX_ESTALE
+                           ? "rref: unknown id (never created here)"
+                           : "rref: value not created before the deadline");
     waiter_free(w);
   }
   for (axi_owned *e = gone, *nx; e; e = nx) {

@@ -77,6 +77,8 @@ axi_owned *axi_owned_maybe_unlink(axi_rctx *rc, axi_owned *e) {
     if (*pp == e) {
       *pp = e->next;
       rc->nowned--;
+      if (e->state != AXI_OWN_PENDING) /* a pending one may still come */
+        axi_freed_add(rc, e->id);
       return e;
     }
   return NULL;
@@ -145,6 +147,7 @@ ax_rref *axi_user_new(axi_rctx *rc, uint64_t id, uint64_t fork, int type,
 
 void axi_user_free(ax_rref *u) {
   ax_future_release(u->created);
+  free(u->children);
   free(u->errmsg);
   free(u);
 }
@@ -245,6 +248,8 @@ int ax_rref_init(ax_node *n) {
   int err = axi_rref_register_proto(n);
   if (err == AX_OK)
     err = axi_rref_register_calls(n);
+  if (err == AX_OK)
+    err = axi_rref_register_debug(n);
   if (err == AX_OK && pthread_create(&rc->thread, NULL, axi_proto_thread, rc))
     err = ax_seterr(AX_ENOMEM, "rref: cannot start the protocol thread");
   if (err != AX_OK) {
@@ -365,6 +370,14 @@ int ax_rref_debug_delay(ax_node *n, const char *msg, int64_t ms) {
   if (!rc || rc->node != n || !msg)
     return ax_seterr(AX_ESTATE, "rref: node not initialised");
   static const char *names[AXI_MSG_N] = {"fork", "accept", "delete"};
+  if (!strcmp(msg, "create")) {
+    __atomic_store_n(&rc->create_delay_ms, ms, __ATOMIC_RELAXED);
+    return AX_OK;
+  }
+  if (!strcmp(msg, "fork_timeout")) {
+    __atomic_store_n(&rc->fork_timeout_ms, ms, __ATOMIC_RELAXED);
+    return AX_OK;
+  }
   for (int i = 0; i < AXI_MSG_N; i++)
     if (!strcmp(msg, names[i])) {
       __atomic_store_n(&rc->delay_ms[i], ms, __ATOMIC_RELAXED);

@@ -32,11 +32,12 @@ void axi_pmsg_push(axi_rctx *rc, int kind, const char *to, uint64_t a,
 static void fork_done(axi_rctx *rc, ax_rref *u, int err) {
   u->busy--;
   if (err == AX_OK)
-    u->confirmed = 1;
+    u->confirmed = u->known = 1;
   else
     u->dead = 1;
   if (strcmp(u->parent, rc->name))
-    axi_pmsg_push(rc, AXI_MSG_ACCEPT, u->parent, u->parent_fork, 0, NULL);
+    axi_pmsg_push(rc, AXI_MSG_ACCEPT, u->parent, u->parent_fork, u->fork_id,
+                  NULL);
   axi_user_maybe_done(rc, u);
 }
 
@@ -123,6 +124,7 @@ void *axi_proto_thread(void *arg) {
     }
     pthread_mutex_unlock(&rc->mu);
     axi_waiters_expire(rc, now);
+    axi_rref_sweep(rc, now);
     pthread_mutex_lock(&rc->mu);
     if (rc->stop)
       break;

@@ -26,6 +26,7 @@ static void on_create_reply(ax_future *f, void *user) {
     u->confirmed = 1; /* the owner has (or will tombstone) our fork */
   else
     u->dead = 1;
+  u->known = err == AX_OK; /* the owner answered: it holds the value */
   u->err = err == AX_OK ? (int)cerr : err;
   if (u->err)
     u->errmsg = strdup(msg);
@@ -248,7 +249,11 @@ int ax_rref_to_here(ax_node *n, ax_rref *r, int64_t timeout_ms,
   if (!a)
     return AX_ENOMEM;
   ax_values_add_i64(a, (int64_t)r->id);
-  ax_call_opts o = {.timeout_ms = left, .autograd_ctx = ctx};
+  const char *keys[9];
+  int64_t vals[9];
+  ax_call_opts o = axi_opts_conf(NULL, r, keys, vals);
+  o.timeout_ms = left;
+  o.autograd_ctx = ctx;
   int err = ax_rpc_sync(n, r->owner, "ax.rref.fetch", a, &o, &raw);
   ax_values_free(a);
   if (err == AX_OK)
@@ -317,7 +322,9 @@ int ax_rref_rpc_async(ax_node *n, ax_rref *r, const char *method,
   ax_future *res = ax_future_new(), *f = NULL;
   int err = (w && res) ? AX_OK : AX_ENOMEM;
   if (err == AX_OK) {
-    ax_call_opts o = opts ? *opts : (ax_call_opts){0};
+    const char *keys[9];
+    int64_t vals[9];
+    ax_call_opts o = axi_opts_conf(opts, r, keys, vals);
     o.autograd_ctx = ctx;
     err = ax_rpc_async(n, r->owner, "ax.rref.call", a, &o, &f);
   }

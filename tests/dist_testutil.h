@@ -79,8 +79,17 @@ static inline int dt_wait_counts(ax_node *n, const char *to, int64_t owned,
     rt_sleep_ms(20);
   }
   char buf[2048] = "";
-  if (!to)
+  if (!to) {
     ax_rref_debug_list(n, buf, sizeof buf);
+  } else {
+    ax_values *r = NULL;
+    const char *s = NULL;
+    ax_call_opts co = {.timeout_ms = 5000};
+    if (ax_rpc_sync(n, to, "ax.rref.list", NULL, &co, &r) == AX_OK &&
+        ax_values_get_str(r, 0, &s) == AX_OK)
+      snprintf(buf, sizeof buf, "%s", s);
+    ax_values_free(r);
+  }
   return ax_seterr(AX_ESTATE, "%s: %lld owned, %lld users, %lld contexts "
                    "(want %lld/%lld/%lld)\n%s", to ? to : "local",
                    (long long)o, (long long)u, (long long)c, (long long)owned,

@@ -110,17 +110,20 @@ static void conv_single_image_and_large(void **state) {
   conv_case(3, 16, 32, 32, 8, 3, 3, 1, 1); /* several column blocks */
 }
 
-/* Shapes of the AVX-512 paths (where the CPU has them): stride-1 square
- * convolutions without a column matrix, filter gradients in the transposed
+/* Shapes of the AVX-512 paths (where the CPU has them): stride-1 and
+ * stride-2 (by input phases) square convolutions without a column matrix,
+ * filter gradients in the transposed
  * form (K a multiple of 32, small images), odd widths for the masked tails
  * and M tails, and 1x1 and stride-2 convolutions through the column matrix. */
 static void conv_avx512_shapes(void **state) {
-  conv_case(3, 8, 8, 8, 32, 3, 3, 1, 1);   /* transposed filter gradient */
-  conv_case(2, 5, 6, 7, 64, 3, 3, 1, 1);   /* odd width, K = 64 */
-  conv_case(2, 3, 13, 11, 9, 3, 3, 1, 0);  /* no padding, row tails */
-  conv_case(2, 6, 9, 10, 7, 5, 5, 1, 2);   /* 5x5, pad 2 */
-  conv_case(2, 1, 32, 32, 16, 3, 3, 1, 1); /* the ResNet stem */
+  conv_case(3, 8, 8, 8, 32, 3, 3, 1, 1);    /* transposed filter gradient */
+  conv_case(2, 5, 6, 7, 64, 3, 3, 1, 1);    /* odd width, K = 64 */
+  conv_case(2, 3, 13, 11, 9, 3, 3, 1, 0);   /* no padding, row tails */
+  conv_case(2, 6, 9, 10, 7, 5, 5, 1, 2);    /* 5x5, pad 2 */
+  conv_case(2, 1, 32, 32, 16, 3, 3, 1, 1);  /* the ResNet stem */
   conv_case(3, 16, 16, 16, 32, 3, 3, 2, 1); /* stride 2, transposed dw */
+  conv_case(2, 4, 32, 32, 16, 3, 3, 2, 1);  /* stride 2 through phases */
+  conv_case(2, 3, 6, 10, 8, 3, 3, 2, 1);    /* stride 2, H != W */
   conv_case(3, 16, 16, 16, 32, 1, 1, 2, 0); /* 1x1 stride 2 */
   conv_case(2, 32, 8, 8, 64, 1, 1, 1, 0);   /* pointwise, transposed dw */
 }
@@ -136,7 +139,7 @@ static void conv_single_thread(void **state) {
 /* ---- batch norm ---- */
 
 /* The fused batch norm + ReLU kernels against bn_fwd_train + relu_fwd and
- * relu_bwd + bn_bwd. */
+ * relu_bwd + bn_bwd, and add_relu_fwd against axpby + relu_fwd. */
 static void bn_relu_matches_unfused(void **state) {
   const int n = 3, c = 5, hw = 37;
   size_t nx = (size_t)n * c * hw;
@@ -152,18 +155,24 @@ static void bn_relu_matches_unfused(void **state) {
   AX_ASSERT_OK(AX_K(cpu(), bn_fwd_train, n, c, hw, x, gamma, beta, y0, st0,
                     st0 + c, rm0, rv0, 0.1f, 1e-5f));
   AX_ASSERT_OK(AX_K(cpu(), relu_fwd, nx, y0, y0));
-  AX_ASSERT_OK(AX_K(cpu(), bn_relu_fwd_train, n, c, hw, x, gamma, beta, y1,
-                    st1, st1 + c, rm1, rv1, 0.1f, 1e-5f));
+  AX_ASSERT_OK(AX_K(cpu(), bn_relu_fwd_train, n, c, hw, x, gamma, beta, y1, st1,
+                    st1 + c, rm1, rv1, 0.1f, 1e-5f));
   assert_close(y1, y0, nx, 1e-6, 1e-6, "bn_relu_fwd_train y");
   assert_close(st1, st0, 2 * c, 1e-6, 1e-6, "bn_relu_fwd_train stats");
   assert_close(rm1, rm0, c, 1e-6, 1e-6, "bn_relu_fwd_train run_mean");
   assert_close(rv1, rv0, c, 1e-6, 1e-6, "bn_relu_fwd_train run_var");
   AX_ASSERT_OK(AX_K(cpu(), relu_bwd, nx, y0, dy, g));
-  AX_ASSERT_OK(AX_K(cpu(), bn_bwd, n, c, hw, x, g, gamma, st0, st0 + c, dx0,
-                    dg0, db0));
+  AX_ASSERT_OK(
+      AX_K(cpu(), bn_bwd, n, c, hw, x, g, gamma, st0, st0 + c, dx0, dg0, db0));
   AX_ASSERT_OK(AX_K(cpu(), bn_relu_bwd, n, c, hw, x, y1, dy, gamma, st1,
                     st1 + c, dx1, dg1, db1));
   assert_close(dx1, dx0, nx, 1e-5, 1e-5, "bn_relu_bwd dx");
+  /* add_relu_fwd against axpby + relu_fwd, on y1 += dy. */
+  memcpy(g, y1, nx * 4);
+  AX_ASSERT_OK(AX_K(cpu(), axpby, nx, 1.0f, dy, 1.0f, g));
+  AX_ASSERT_OK(AX_K(cpu(), relu_fwd, nx, g, g));
+  AX_ASSERT_OK(AX_K(cpu(), add_relu_fwd, nx, dy, y1));
+  assert_close(y1, g, nx, 1e-6, 1e-6, "add_relu_fwd");
   assert_close(dg1, dg0, c, 1e-5, 1e-5, "bn_relu_bwd dgamma");
   assert_close(db1, db0, c, 1e-5, 1e-5, "bn_relu_bwd dbeta");
   free(x), free(dy), free(gamma), free(beta), free(y0), free(y1), free(g);

@@ -24,6 +24,8 @@ int axi_cpu_bias_grad(ax_backend *be, const float *dy, float *db, int outer,
 int axi_cpu_relu_fwd(ax_backend *be, size_t n, const float *x, float *y);
 int axi_cpu_relu_bwd(ax_backend *be, size_t n, const float *y,
                      const float *dy, float *dx);
+int axi_cpu_add_relu_fwd(ax_backend *be, size_t n, const float *x,
+                         float *y);
 int axi_cpu_tanh_fwd(ax_backend *be, size_t n, const float *x, float *y);
 int axi_cpu_tanh_bwd(ax_backend *be, size_t n, const float *y,
                      const float *dy, float *dx);
@@ -61,10 +63,11 @@ void axi_gemm512_nt(int m, int n, int k, const float *a, long lda,
                     const float *b, long ldb, const long *boff, float *c,
                     long ldc);
 
-/* cpu_conv_implicit.c: stride-1 square convolutions on the AVX-512 GEMMs
- * without im2col, for descriptors where axi_conv_implicit_ok() is true.
- * Same contracts as the conv2d kernels. */
-int axi_conv_implicit_ok(const ax_conv_desc *d);
+/* cpu_conv_implicit.c: square convolutions on the AVX-512 GEMMs without
+ * im2col, for descriptors where axi_conv_implicit_ok(d, data) is true (data:
+ * for the data gradient, which supports fewer shapes). Same contracts as the
+ * conv2d kernels. */
+int axi_conv_implicit_ok(const ax_conv_desc *d, int data);
 int axi_conv_implicit_fwd(const ax_conv_desc *d, const float *x,
                           const float *w, float *y);
 int axi_conv_implicit_bwd_data(const ax_conv_desc *d, const float *dy,

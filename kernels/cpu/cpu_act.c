@@ -18,13 +18,23 @@ int axi_cpu_relu_fwd(ax_backend *be, size_t n, const float *x, float *y) {
   return AX_OK;
 }
 
-int axi_cpu_relu_bwd(ax_backend *be, size_t n, const float *y,
-                     const float *dy, float *dx) {
+int axi_cpu_relu_bwd(ax_backend *be, size_t n, const float *y, const float *dy,
+                     float *dx) {
   (void)be;
 #pragma omp parallel for simd if (n > PAR_N)
   for (size_t i = 0; i < n; i++) {
     float g = dy[i];
     dx[i] = y[i] > 0.0f ? g : 0.0f;
+  }
+  return AX_OK;
+}
+
+int axi_cpu_add_relu_fwd(ax_backend *be, size_t n, const float *x, float *y) {
+  (void)be;
+#pragma omp parallel for simd if (n > PAR_N)
+  for (size_t i = 0; i < n; i++) {
+    float v = x[i] + y[i];
+    y[i] = v > 0.0f ? v : 0.0f;
   }
   return AX_OK;
 }
@@ -37,8 +47,8 @@ int axi_cpu_tanh_fwd(ax_backend *be, size_t n, const float *x, float *y) {
   return AX_OK;
 }
 
-int axi_cpu_tanh_bwd(ax_backend *be, size_t n, const float *y,
-                     const float *dy, float *dx) {
+int axi_cpu_tanh_bwd(ax_backend *be, size_t n, const float *y, const float *dy,
+                     float *dx) {
   (void)be;
 #pragma omp parallel for if (n > PAR_N)
   for (size_t i = 0; i < n; i++)
@@ -56,8 +66,8 @@ int axi_cpu_gelu_fwd(ax_backend *be, size_t n, const float *x, float *y) {
 }
 
 /* d/dx GELU = Phi(x) + x * phi(x). */
-int axi_cpu_gelu_bwd(ax_backend *be, size_t n, const float *x,
-                     const float *dy, float *dx) {
+int axi_cpu_gelu_bwd(ax_backend *be, size_t n, const float *x, const float *dy,
+                     float *dx) {
   (void)be;
 #pragma omp parallel for if (n > PAR_N / 8)
   for (size_t i = 0; i < n; i++) {

@@ -102,6 +102,7 @@ static const ax_backend_i cpu_iface = {
     /* .adamw_step = */ axi_cpu_adamw_step,
     /* .bn_relu_fwd_train = */ axi_cpu_bn_relu_fwd_train,
     /* .bn_relu_bwd = */ axi_cpu_bn_relu_bwd,
+    /* .add_relu_fwd = */ axi_cpu_add_relu_fwd,
 };
 
 int axi_cpu_backend_init(ax_backend *be) {

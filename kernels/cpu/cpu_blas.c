@@ -16,8 +16,8 @@ int axi_cpu_gemm(ax_backend *be, int ta, int tb, int m, int n, int k,
     return AX_OK;
   for (int i = 0; i < batch; i++)
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-                tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a + i * sa,
-                lda, b + i * sb, ldb, beta, c + i * sc, ldc);
+                tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a + i * sa, lda,
+                b + i * sb, ldb, beta, c + i * sc, ldc);
   return AX_OK;
 }
 

@@ -11,7 +11,8 @@
  * Each GEMM covers a block of output rows whose columns fit in L2. Where the
  * CPU has AVX-512 the GEMMs go to the unpacked kernels of cpu_gemm512.c,
  * which run these small shapes at about twice OpenBLAS's speed, and stride-1
- * convolutions skip the column matrix altogether (cpu_conv_implicit.c).
+ * convolutions (and the forward and filter gradient of stride-2 3x3 ones)
+ * skip the column matrix altogether (cpu_conv_implicit.c).
  *
  * A 1x1 convolution with stride 1 and no padding needs no column matrix: the
  * image itself is (C, H*W). */
@@ -141,11 +142,12 @@ static int conv_use512(int nt) {
   return axi_gemm512_available() && (nt > 1 || ax_cpu_threads() == 1);
 }
 
-/* Whether a stride-1 convolution goes to cpu_conv_implicit.c (AVX-512, no
- * column matrix); 1x1 convolutions without padding keep the plain GEMM. */
-static int conv_implicit(const ax_conv_desc *d) {
+/* Whether a convolution goes to cpu_conv_implicit.c (AVX-512, no column
+ * matrix; data: for the data gradient); 1x1 convolutions without padding
+ * keep the plain GEMM. */
+static int conv_implicit(const ax_conv_desc *d, int data) {
   return !conv_is_pointwise(d) && conv_use512(conv_threads(d->n)) &&
-         axi_conv_implicit_ok(d);
+         axi_conv_implicit_ok(d, data);
 }
 
 /* C (m, n) = op(A) (m, k) * B (k, n) + beta * C, with op(A) = A (m, k) or,
@@ -193,7 +195,7 @@ int axi_cpu_conv2d_fwd(ax_backend *be, const ax_conv_desc *d, const float *x,
                        const float *w, float *y) {
   (void)be;
   AX_TRY(conv_check("conv2d_fwd", d));
-  if (conv_implicit(d))
+  if (conv_implicit(d, 0))
     return axi_conv_implicit_fwd(d, x, w, y);
   const int crs = d->c * d->r * d->s, ohw = d->oh * d->ow;
   const int pw = conv_is_pointwise(d), rows = conv_block_rows(d);
@@ -236,7 +238,7 @@ int axi_cpu_conv2d_bwd_data(ax_backend *be, const ax_conv_desc *d,
                             const float *dy, const float *w, float *dx) {
   (void)be;
   AX_TRY(conv_check("conv2d_bwd_data", d));
-  if (conv_implicit(d))
+  if (conv_implicit(d, 1))
     return axi_conv_implicit_bwd_data(d, dy, w, dx);
   const int crs = d->c * d->r * d->s, ohw = d->oh * d->ow;
   const int pw = conv_is_pointwise(d), rows = conv_block_rows(d);
@@ -290,9 +292,9 @@ int axi_cpu_conv2d_bwd_data(ax_backend *be, const ax_conv_desc *d,
  * (AVX-512 and K a multiple of 32) the buffer is transposed, (CRS, K), and
  * the product runs as a (CRS, nb) * (nb, K) GEMM on the transposed block dyt,
  * which avoids the horizontal sums of the dot-product form. */
-static void dw_block(int f512, int tr, const ax_conv_desc *d, int crs,
-                     int ohw, const float *dyb, int nb, const float *src,
-                     float *dyt, float *a) {
+static void dw_block(int f512, int tr, const ax_conv_desc *d, int crs, int ohw,
+                     const float *dyb, int nb, const float *src, float *dyt,
+                     float *a) {
   if (!tr) {
     /* a (K, CRS) += dyb (K, nb) * src^T (nb, CRS) */
     gemm_nt(f512, d->k, crs, nb, dyb, ohw, src, nb, a, crs);
@@ -308,7 +310,7 @@ int axi_cpu_conv2d_bwd_filter(ax_backend *be, const ax_conv_desc *d,
                               const float *x, const float *dy, float *dw) {
   (void)be;
   AX_TRY(conv_check("conv2d_bwd_filter", d));
-  if (conv_implicit(d))
+  if (conv_implicit(d, 0))
     return axi_conv_implicit_bwd_filter(d, x, dy, dw);
   const int crs = d->c * d->r * d->s, ohw = d->oh * d->ow;
   const int pw = conv_is_pointwise(d), rows = conv_block_rows(d);
@@ -336,8 +338,7 @@ int axi_cpu_conv2d_bwd_filter(ax_backend *be, const ax_conv_desc *d,
       const int n1 = (int)((long)d->n * (ch + 1) / nch);
       for (int n = n0; n < n1 && !fail; n++) {
         if (pw) {
-          dw_block(f512, tr, d, crs, ohw, dy + n * ys, ohw, x + n * xs, dyt,
-                   a);
+          dw_block(f512, tr, d, crs, ohw, dy + n * ys, ohw, x + n * xs, dyt, a);
           continue;
         }
         for (int oh0 = 0; oh0 < d->oh; oh0 += rows) {

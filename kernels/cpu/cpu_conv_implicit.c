@@ -1,4 +1,5 @@
-/* Stride-1 convolutions without a column matrix, on the AVX-512 GEMMs.
+/* Convolutions without a column matrix, on the AVX-512 GEMMs: stride 1,
+ * and stride-2 3x3 ones through the phases of the input (see geom).
  *
  * Each image is copied once into a zero-padded buffer xp (C, Hp, Wp). On the
  * padded grid, output pixel q = oh * Wp + ow reads input tap (c, r, s) at
@@ -24,15 +25,20 @@
 #include "kernels/cpu/cpu.h"
 #include "runtime/error.h"
 
-/* Geometry of one stride-1 convolution on the padded grid. */
+/* Geometry of one convolution on the padded grid. A stride-2 3x3
+ * convolution with padding 1 (even H and W) runs as a stride-1 one over the
+ * four phases of the input, x_ab[i][j] = x[2i + a][2j + b], each padded by
+ * one zero row on top and one zero column on the left (phase = 1): output
+ * (oh, ow) reads tap r from phase a = (r != 1) at padded row oh + (r != 0),
+ * and the same for columns. */
 typedef struct geom {
-  int c, h, w, k, r, s, pad;
+  int c, h, w, k, r, s, pad, phase;
   int hp, wp, oh, ow, crs;
   size_t xp_len; /* floats of xp, with zero slack for the last taps */
 } geom;
 
 static geom geom_make(int c, int h, int w, int k, int r, int s, int pad) {
-  geom g = {c, h, w, k, r, s, pad, 0, 0, 0, 0, 0, 0};
+  geom g = {c, h, w, k, r, s, pad, 0, 0, 0, 0, 0, 0, 0};
   g.hp = h + 2 * pad;
   g.wp = w + 2 * pad;
   g.oh = g.hp - r + 1;
@@ -42,9 +48,28 @@ static geom geom_make(int c, int h, int w, int k, int r, int s, int pad) {
   return g;
 }
 
-int axi_conv_implicit_ok(const ax_conv_desc *d) {
-  return axi_gemm512_available() && d->stride == 1 && d->r == d->s &&
-         d->pad < d->r;
+/* The geometry of a descriptor for the forward and filter gradient. */
+static geom geom_of(const ax_conv_desc *d) {
+  if (d->stride == 1)
+    return geom_make(d->c, d->h, d->w, d->k, d->r, d->s, d->pad);
+  geom g = {d->c, d->h, d->w, d->k, 3, 3, 1, 1, 0, 0, 0, 0, 0, 0};
+  g.oh = d->h / 2;
+  g.ow = d->w / 2;
+  g.hp = g.oh + 1;
+  g.wp = g.ow + 1;
+  g.crs = d->c * 9;
+  g.xp_len = (size_t)4 * d->c * g.hp * g.wp + 16;
+  return g;
+}
+
+int axi_conv_implicit_ok(const ax_conv_desc *d, int data) {
+  if (!axi_gemm512_available() || d->r != d->s)
+    return 0;
+  if (d->stride == 1)
+    return d->pad < d->r;
+  /* Stride 2 only for the forward and the filter gradient. */
+  return !data && d->stride == 2 && d->r == 3 && d->pad == 1 && d->h % 2 == 0 &&
+         d->w % 2 == 0;
 }
 
 /* Offsets of the taps (c, r, s) in xp. */
@@ -52,21 +77,42 @@ static long *tap_offsets(const geom *g) {
   long *t = malloc(sizeof(long) * (size_t)g->crs);
   if (!t)
     return NULL;
+  const long plane = (long)g->hp * g->wp;
   for (int c = 0; c < g->c; c++)
     for (int r = 0; r < g->r; r++)
-      for (int s = 0; s < g->s; s++)
-        t[(c * g->r + r) * g->s + s] =
-            (long)c * g->hp * g->wp + (long)r * g->wp + s;
+      for (int s = 0; s < g->s; s++) {
+        long o = c * plane + (long)r * g->wp + s;
+        if (g->phase) /* phase (a, b) of channel c, shifted by (dr, ds) */
+          o = (((r != 1) * 2 + (s != 1)) * (long)g->c + c) * plane +
+              (r != 0) * (long)g->wp + (s != 0);
+        t[(c * g->r + r) * g->s + s] = o;
+      }
   return t;
 }
 
 /* Copies image x (C, H, W) into the interior of xp, whose border and slack
- * are zero from its allocation and never written. */
+ * are zero from its allocation and never written; with phases, into the
+ * four phase planes. */
 static void pad_in(const geom *g, const float *x, float *xp) {
+  if (!g->phase) {
+    for (int c = 0; c < g->c; c++)
+      for (int i = 0; i < g->h; i++)
+        memcpy(xp + ((size_t)c * g->hp + i + g->pad) * g->wp + g->pad,
+               x + ((size_t)c * g->h + i) * g->w, sizeof(float) * (size_t)g->w);
+    return;
+  }
+  const size_t plane = (size_t)g->hp * g->wp;
   for (int c = 0; c < g->c; c++)
-    for (int i = 0; i < g->h; i++)
-      memcpy(xp + ((size_t)c * g->hp + i + g->pad) * g->wp + g->pad,
-             x + ((size_t)c * g->h + i) * g->w, sizeof(float) * (size_t)g->w);
+    for (int ih = 0; ih < g->h; ih++) {
+      const float *src = x + ((size_t)c * g->h + ih) * g->w;
+      const int a = ih & 1, i = ih >> 1;
+      for (int b = 0; b < 2; b++) {
+        float *dst = xp + ((size_t)(a * 2 + b) * g->c + c) * plane +
+                     (size_t)(i + 1) * g->wp + 1;
+        for (int j = 0; j < g->ow; j++)
+          dst[j] = src[2 * j + b];
+      }
+    }
 }
 
 /* y (K, OH, OW) = the convolution of one image, through xp and yb
@@ -107,9 +153,9 @@ static int batch_fwd(const geom *g, int nimg, const float *x, size_t xs,
   return fail ? ax_seterr(AX_ENOMEM, "conv2d: no scratch memory") : AX_OK;
 }
 
-int axi_conv_implicit_fwd(const ax_conv_desc *d, const float *x,
-                          const float *w, float *y) {
-  geom g = geom_make(d->c, d->h, d->w, d->k, d->r, d->s, d->pad);
+int axi_conv_implicit_fwd(const ax_conv_desc *d, const float *x, const float *w,
+                          float *y) {
+  geom g = geom_of(d);
   return batch_fwd(&g, d->n, x, (size_t)d->c * d->h * d->w, w, y,
                    (size_t)d->k * d->oh * d->ow);
 }
@@ -164,8 +210,7 @@ static void image_dw(const geom *g, const long *taps, int tr, const float *x,
         for (int ow = 0; ow < g->ow; ow++)
           dst[(size_t)ow * g->k] = src[ow];
       }
-    axi_gemm512_nn_arows(g->crs, g->k, n, xp, taps, dyw, g->k, 1.0f, a,
-                         g->k);
+    axi_gemm512_nn_arows(g->crs, g->k, n, xp, taps, dyw, g->k, 1.0f, a, g->k);
     return;
   }
   /* dyw is dy on the padded grid; the extra pixels stay zero. */
@@ -179,7 +224,7 @@ static void image_dw(const geom *g, const long *taps, int tr, const float *x,
 
 int axi_conv_implicit_bwd_filter(const ax_conv_desc *d, const float *x,
                                  const float *dy, float *dw) {
-  geom g = geom_make(d->c, d->h, d->w, d->k, d->r, d->s, d->pad);
+  geom g = geom_of(d);
   const int n = g.oh * g.wp, tr = dw_transposed(&g);
   const size_t xs = (size_t)d->c * d->h * d->w;
   const size_t ys = (size_t)d->k * d->oh * d->ow, wn = (size_t)d->k * g.crs;

@@ -39,34 +39,38 @@ int axi_gemm512_available(void) {
 
 /* Mask of the first w (0..16) lanes. */
 T512 __mmask16 lane_mask(int w) {
-  return w >= 16 ? (__mmask16)0xffff
-                 : w <= 0 ? (__mmask16)0 : (__mmask16)((1u << w) - 1u);
+  return w >= 16  ? (__mmask16)0xffff
+         : w <= 0 ? (__mmask16)0
+                  : (__mmask16)((1u << w) - 1u);
 }
 
 /* One micro-tile of axi_gemm512_nn: rows [0, MR) of A, columns [0, w) of
- * B and C with w <= 32. MR is a compile-time constant at every call. */
-T512 void nn_tile(const int MR, int w, int k, const float *a, long sam,
-                  long sak, const long *aoff, const float *b, long ldb,
-                  const long *boff, float beta, float *c, long ldc) {
+ * B and C with w <= 16 * NV. NV (1 or 2 vectors) and MR are compile-time
+ * constants at every call. */
+T512 void nn_tile_v(const int NV, const int MR, int w, int k, const float *a,
+                    long sam, long sak, const long *aoff, const float *b,
+                    long ldb, const long *boff, float beta, float *c,
+                    long ldc) {
   const __mmask16 m0 = lane_mask(w), m1 = lane_mask(w - 16);
   __m512 c0[8], c1[8];
   const float *ar[8]; /* row pointers of A when it comes with offsets */
 #pragma GCC unroll 8
   for (int i = 0; i < MR; i++) {
     c0[i] = _mm512_setzero_ps();
-    c1[i] = _mm512_setzero_ps();
+    c1[i] = _mm512_setzero_ps(); /* dead when NV == 1 */
     ar[i] = aoff ? a + aoff[i] : a;
   }
   for (int p = 0; p < k; p++) {
     const float *bp = b + (boff ? boff[p] : p * ldb);
     __m512 b0 = _mm512_maskz_loadu_ps(m0, bp);
-    __m512 b1 = _mm512_maskz_loadu_ps(m1, bp + 16);
+    __m512 b1 = NV == 2 ? _mm512_maskz_loadu_ps(m1, bp + 16) : b0;
     const float *ap = a + p * sak;
 #pragma GCC unroll 8
     for (int i = 0; i < MR; i++) {
       __m512 av = _mm512_set1_ps(aoff ? ar[i][p * sak] : ap[i * sam]);
       c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
-      c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
+      if (NV == 2)
+        c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
     }
   }
 #pragma GCC unroll 8
@@ -74,26 +78,53 @@ T512 void nn_tile(const int MR, int w, int k, const float *a, long sam,
     float *ci = c + i * ldc;
     if (beta != 0.0f) {
       c0[i] = _mm512_add_ps(c0[i], _mm512_maskz_loadu_ps(m0, ci));
-      c1[i] = _mm512_add_ps(c1[i], _mm512_maskz_loadu_ps(m1, ci + 16));
+      if (NV == 2)
+        c1[i] = _mm512_add_ps(c1[i], _mm512_maskz_loadu_ps(m1, ci + 16));
     }
     _mm512_mask_storeu_ps(ci, m0, c0[i]);
-    _mm512_mask_storeu_ps(ci + 16, m1, c1[i]);
+    if (NV == 2)
+      _mm512_mask_storeu_ps(ci + 16, m1, c1[i]);
   }
+}
+
+/* A tile of width w <= 32 with one vector of columns when w <= 16 (the
+ * narrow last panel of a row), two otherwise. */
+T512 void nn_tile(const int MR, int w, int k, const float *a, long sam,
+                  long sak, const long *aoff, const float *b, long ldb,
+                  const long *boff, float beta, float *c, long ldc) {
+  if (w > 16)
+    nn_tile_v(2, MR, w, k, a, sam, sak, aoff, b, ldb, boff, beta, c, ldc);
+  else
+    nn_tile_v(1, MR, w, k, a, sam, sak, aoff, b, ldb, boff, beta, c, ldc);
 }
 
 /* Rows [0, mr) with mr < 8 go through a tile of exactly that height. */
 #define NN_ARGS w, k, a, sam, sak, aoff, b, ldb, boff, beta, c, ldc
 T512 void nn_tail(int mr, int w, int k, const float *a, long sam, long sak,
-                  const long *aoff, const float *b, long ldb,
-                  const long *boff, float beta, float *c, long ldc) {
+                  const long *aoff, const float *b, long ldb, const long *boff,
+                  float beta, float *c, long ldc) {
   switch (mr) {
-  case 7: nn_tile(7, NN_ARGS); break;
-  case 6: nn_tile(6, NN_ARGS); break;
-  case 5: nn_tile(5, NN_ARGS); break;
-  case 4: nn_tile(4, NN_ARGS); break;
-  case 3: nn_tile(3, NN_ARGS); break;
-  case 2: nn_tile(2, NN_ARGS); break;
-  default: nn_tile(1, NN_ARGS); break;
+  case 7:
+    nn_tile(7, NN_ARGS);
+    break;
+  case 6:
+    nn_tile(6, NN_ARGS);
+    break;
+  case 5:
+    nn_tile(5, NN_ARGS);
+    break;
+  case 4:
+    nn_tile(4, NN_ARGS);
+    break;
+  case 3:
+    nn_tile(3, NN_ARGS);
+    break;
+  case 2:
+    nn_tile(2, NN_ARGS);
+    break;
+  default:
+    nn_tile(1, NN_ARGS);
+    break;
   }
 }
 
@@ -119,8 +150,8 @@ T512 void nn_all(int m, int n, int k, const float *a, long sam, long sak,
 
 __attribute__((target("avx512f"))) void
 axi_gemm512_nn(int m, int n, int k, const float *a, long sam, long sak,
-               const float *b, long ldb, const long *boff, float beta,
-               float *c, long ldc) {
+               const float *b, long ldb, const long *boff, float beta, float *c,
+               long ldc) {
   if (boff)
     nn_all(m, n, k, a, sam, sak, NULL, b, 0, boff, beta, c, ldc);
   else
@@ -129,8 +160,7 @@ axi_gemm512_nn(int m, int n, int k, const float *a, long sam, long sak,
 
 __attribute__((target("avx512f"))) void
 axi_gemm512_nn_arows(int m, int n, int k, const float *a, const long *aoff,
-                     const float *b, long ldb, float beta, float *c,
-                     long ldc) {
+                     const float *b, long ldb, float beta, float *c, long ldc) {
   nn_all(m, n, k, a, 0, 1, aoff, b, ldb, NULL, beta, c, ldc);
 }
 
@@ -168,7 +198,7 @@ T512 void nt_tile(const int MR, const int NR, int k, const float *a, long lda,
 
 /* Tiles of the edges, where fewer than 4 rows of A or B remain. */
 /* The row of B that a tile calls j: B row j0 + j. */
-#define NT_B(j0) (boff ? b : b + (j0) * ldb), ldb, (boff ? boff + (j0) : NULL)
+#define NT_B(j0) (boff ? b : b + (j0)*ldb), ldb, (boff ? boff + (j0) : NULL)
 
 __attribute__((target("avx512f"))) static void
 nt_edge(int mr, int nr, int k, const float *a, long lda, const float *b,
@@ -178,9 +208,8 @@ nt_edge(int mr, int nr, int k, const float *a, long lda, const float *b,
       nt_tile(1, 1, k, a + i * lda, lda, NT_B(j), c + i * ldc + j, ldc);
 }
 
-T512 void nt_all(int m, int n, int k, const float *a, long lda,
-                 const float *b, long ldb, const long *boff, float *c,
-                 long ldc) {
+T512 void nt_all(int m, int n, int k, const float *a, long lda, const float *b,
+                 long ldb, const long *boff, float *c, long ldc) {
   int i = 0;
   for (; i + 4 <= m; i += 4) {
     int j = 0;

@@ -1,9 +1,9 @@
 /* CPU batch normalisation over (N, C, HW) with per-channel statistics.
  *
  * Channels are independent, so OpenMP splits them over threads. Sums are
- * taken per contiguous HW run in float (vector-lane partial sums) and accumulated across runs in double; the variance
- * is a second pass around the mean, which avoids the cancellation of
- * E[x^2] - E[x]^2. */
+ * taken per contiguous HW run in float (vector-lane partial sums) and
+ * accumulated across runs in double; the variance is a second pass around the
+ * mean, which avoids the cancellation of E[x^2] - E[x]^2. */
 #include <math.h>
 #include <stddef.h>
 

@@ -75,10 +75,10 @@ static int bn_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                 upd ? run_mean : NULL, upd ? run_var : NULL, L->momentum,
                 L->eps);
     } else {
-      rc = AX_K(be, bn_fwd_train, n, L->c, hw, ax_f32(x), gamma, beta,
-                ax_f32(y), ax_f32(stats), ax_f32(stats) + L->c,
-                upd ? run_mean : NULL, upd ? run_var : NULL, L->momentum,
-                L->eps);
+      rc =
+          AX_K(be, bn_fwd_train, n, L->c, hw, ax_f32(x), gamma, beta, ax_f32(y),
+               ax_f32(stats), ax_f32(stats) + L->c, upd ? run_mean : NULL,
+               upd ? run_var : NULL, L->momentum, L->eps);
       if (rc == AX_OK && L->relu)
         rc = AX_K(be, relu_fwd, ax_tensor_numel(y), ax_f32(y), ax_f32(y));
     }

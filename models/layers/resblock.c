@@ -79,12 +79,17 @@ static int bb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   if (rc == AX_OK && !B->proj && !ax_tensor_same_shape(x, y))
     rc = ax_seterr(AX_EINTERNAL, "basic_block: identity shortcut mismatch");
   if (rc == AX_OK) {
+    /* y = relu(y + shortcut), in one pass when the backend can. */
     ax_backend *be = ax_backend_of(y->device);
-    rc = AX_K(be, axpby, ax_tensor_numel(y), 1.0f, ax_f32(B->proj ? s : x),
-              1.0f, ax_f32(y));
+    const float *sc = ax_f32(B->proj ? s : x);
+    if (be->iface.add_relu_fwd) {
+      rc = AX_K(be, add_relu_fwd, ax_tensor_numel(y), sc, ax_f32(y));
+    } else {
+      rc = AX_K(be, axpby, ax_tensor_numel(y), 1.0f, sc, 1.0f, ax_f32(y));
+      if (rc == AX_OK)
+        rc = relu_inplace(y);
+    }
   }
-  if (rc == AX_OK)
-    rc = relu_inplace(y);
   ax_tensor_release(s);
   if (rc == AX_OK && slot)
     ax_slot_put(slot, SAVE_Y, y);

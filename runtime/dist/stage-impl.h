@@ -22,6 +22,10 @@ typedef struct axd_stage {
 } axd_stage;
 
 void axd_stage_release(axd_stage *s);
+/* Builds a stage of `model` from a stage configuration (stage.h keys) into
+ * *obj (an axd_stage with one reference). */
+int axd_stage_create(ax_node *n, const char *model, const char *config,
+                     ax_device dev, void **obj);
 extern const ax_robj_kind axd_params_kind; /* "stage.params" */
 
 #endif

@@ -9,6 +9,7 @@
 #include "models/model.h"
 #include "runtime/dist/autograd-impl.h"
 #include "runtime/dist/stage-impl.h"
+#include "runtime/pipeline/stage_host.h"
 
 static uint64_t g_stage_keys;
 
@@ -21,8 +22,8 @@ void axd_stage_release(axd_stage *s) {
   free(s);
 }
 
-static int stage_create(ax_node *n, const char *model, const char *config,
-                        ax_device dev, void **obj) {
+int axd_stage_create(ax_node *n, const char *model, const char *config,
+                     ax_device dev, void **obj) {
   ax_config all, mover;
   AX_TRY(ax_config_parse(&all, config));
   const ax_model_def *def = ax_model_find(model);
@@ -324,7 +325,7 @@ static const ax_robj_method_def g_stage_methods[] = {
 #define STAGE_KIND(var, model, str)                                            \
   static int var##_create(ax_node *n, const char *cfg, ax_device dev,          \
                           void **obj) {                                        \
-    return stage_create(n, model, cfg, dev, obj);                              \
+    return axd_stage_create(n, model, cfg, dev, obj);                              \
   }                                                                            \
   static const ax_robj_kind var = {str, var##_create, stage_destroy,           \
                                    g_stage_methods};
@@ -336,5 +337,6 @@ int axd_stages_register(ax_node *n) {
   AX_TRY(ax_robj_register(n, &k_mlp));
   AX_TRY(ax_robj_register(n, &k_resnet));
   AX_TRY(ax_robj_register(n, &k_bert));
+  AX_TRY(axi_pipe_host_register(n));
   return ax_robj_register(n, &axd_params_kind);
 }

@@ -1,0 +1,25 @@
+/* axon-run internals shared by its files: the pipeline path of `train`. */
+#ifndef AX_AXON_RUN_H
+#define AX_AXON_RUN_H
+
+#include <stdint.h>
+
+#include "kernels/device.h"
+#include "runtime/pipeline/train.h"
+
+typedef struct axr_pipe_args {
+  const char *model, *model_config, *dataset, *data_config, *optim;
+  int epochs, batch, eval_batch;
+  long steps, eval_limit;
+  uint64_t seed;
+  ax_device device;
+  int K, M, mode, recompute, local, agent_threads, quiet;
+  const char *const *agents; /* K names (--agents), or set by --local */
+  const char *master;        /* --master HOST:PORT when joining agents */
+  const char *partition, *trace, *csv;
+} axr_pipe_args;
+
+/* Runs `axon-run train` in pipeline mode; returns the exit status. */
+int axr_pipe_main(axr_pipe_args *a);
+
+#endif

@@ -1,0 +1,367 @@
+/* axon-run train --stages K ...: pipeline training over remote stages.
+ *
+ * With --local K the K stage agents are started here as child processes
+ * (fork/exec of the axon-agent next to this binary, BEFORE any gRPC
+ * initialisation in this process) and this process is the master; with
+ * --agents a,b,c --master HOST:PORT it joins running agents. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agents/axon_run.h"
+#include "models/data/dataset.h"
+#include "runtime/dist/autograd.h"
+#include "runtime/pipeline/coordinator.h"
+#include "runtime/pipeline/metrics.h"
+#include "runtime/pipeline/partition.h"
+#include "runtime/pipeline/trace.h"
+
+typedef struct feed { /* the training batches, epoch after epoch */
+  ax_loader *ld;
+  int epoch;
+  long per_epoch, batch;
+  ax_progress bar;
+  double loss_sum;
+  long steps;
+  double *done_at; /* completion time per step */
+  double *loss;
+} feed;
+
+static int feed_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
+  feed *f = user;
+  int rc = ax_loader_next(f->ld, in, lab);
+  if (rc == AX_ECLOSED) {
+    ax_loader_start(f->ld, ++f->epoch);
+    rc = ax_loader_next(f->ld, in, lab);
+  }
+  return rc;
+}
+
+static void feed_step(void *user, const ax_pipe_step_info *s) {
+  feed *f = user;
+  f->done_at[f->steps] = ax_now();
+  f->loss[f->steps] = s->loss;
+  f->steps++;
+  f->loss_sum += s->loss;
+  double sps = s->seconds > 0 ? (double)(f->steps * f->batch) / s->seconds : 0;
+  ax_progress_update(&f->bar, f->steps, sps, f->loss_sum / (double)f->steps,
+                     "pipeline");
+}
+
+static int eval_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
+  return ax_loader_next(user, in, lab);
+}
+
+/* Starts K agents named stage0.. joining 127.0.0.1:port. */
+static int spawn_local(int K, int port, int threads, pid_t *pids) {
+  char exe[4096], path[4200], master[64], th[16];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = 0;
+  snprintf(path, sizeof path, "%s/axon-agent", dirname(exe));
+  if (access(path, X_OK) != 0) {
+    fprintf(stderr, "axon-run: no axon-agent next to axon-run (%s)\n", path);
+    return -1;
+  }
+  snprintf(master, sizeof master, "127.0.0.1:%d", port);
+  snprintf(th, sizeof th, "%d", threads);
+  for (int s = 0; s < K; s++) {
+    char name[32];
+    snprintf(name, sizeof name, "stage%d", s);
+    pids[s] = fork();
+    if (pids[s] == 0) {
+      setenv("OMP_NUM_THREADS", "1", 0);
+      execl(path, path, "--name", name, "--master", master, "--threads", th,
+            "--peer-timeout-ms", "3000", (char *)NULL);
+      fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
+      _exit(127);
+    }
+  }
+  return 0;
+}
+
+static void stop_local(int K, pid_t *pids) {
+  for (int s = 0; s < K; s++)
+    if (pids[s] > 0)
+      kill(pids[s], SIGTERM);
+  double end = ax_now() + 10;
+  for (int s = 0; s < K; s++) {
+    int st;
+    while (pids[s] > 0 && waitpid(pids[s], &st, WNOHANG) == 0) {
+      if (ax_now() > end) {
+        kill(pids[s], SIGKILL);
+        waitpid(pids[s], &st, 0);
+        break;
+      }
+      usleep(10000);
+    }
+  }
+}
+
+/* A loopback port the kernel considers free now (no gRPC involved). */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t l = sizeof sa;
+  int port = -1;
+  if (fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof sa) &&
+      !getsockname(fd, (struct sockaddr *)&sa, &l))
+    port = ntohs(sa.sin_port);
+  if (fd >= 0)
+    close(fd);
+  return port;
+}
+
+/* Waits (up to 20 s) until every agent knows the whole membership. */
+static int wait_world(ax_node *n, const axr_pipe_args *a) {
+  double end = ax_now() + 20;
+  for (int s = 0; s < a->K; s++) {
+    int64_t w = 0;
+    while (w < ax_node_world_size(n)) {
+      ax_values *r = NULL;
+      ax_call_opts co = {.timeout_ms = 5000};
+      int rc = ax_rpc_sync(n, a->agents[s], "ax.rref.live", NULL, &co, &r);
+      if (rc == AX_OK)
+        ax_values_get_i64(r, 2, &w);
+      ax_values_free(r);
+      if (w >= ax_node_world_size(n))
+        break;
+      if (ax_now() > end)
+        return ax_seterr(AX_ETIMEOUT, "agent %s does not know the membership"
+                         " (%s)", a->agents[s], rc ? ax_strerror(rc) : "");
+      usleep(20000);
+    }
+  }
+  return AX_OK;
+}
+
+/* Trace and per-step metrics from the coordinator's events. */
+static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
+                          double t0) {
+  long ne;
+  const ax_pipe_event *ev = ax_pipe_events(p, &ne);
+  ax_trace *tr = ax_trace_new(0);
+  if (!tr)
+    return;
+  for (int s = 0; s < a->K; s++)
+    ax_trace_name_process(tr, s, a->agents[s]);
+  for (long i = 0; i < ne; i++) {
+    const ax_pipe_event *e = &ev[i];
+    int64_t done = (int64_t)(e->t_done * 1e6), iss = (int64_t)(e->t_issue * 1e6);
+    int64_t start = done - (int64_t)(e->busy_s * 1e6);
+    char name[32];
+    snprintf(name, sizeof name, "%c%d.%d", e->op.kind ? 'B' : 'F',
+             e->op.batch, e->op.micro);
+    ax_trace_event te = ax_trace_event_make(
+        name, e->op.kind ? "backward" : "forward", e->op.stage, 0,
+        start > iss ? start : iss, done);
+    te.step = e->op.batch;
+    te.micro = ax_pipe_units(a->mode, a->M) > 1 ? e->op.micro : -1;
+    te.stash = e->live;
+    ax_trace_add(tr, &te);
+    if (start > iss) {
+      ax_trace_event rv = ax_trace_event_make("recv", "recv", e->op.stage, 1,
+                                              iss, start);
+      rv.step = e->op.batch;
+      ax_trace_add(tr, &rv);
+    }
+  }
+  if (a->trace && ax_trace_write(tr, a->trace) != AX_OK)
+    fprintf(stderr, "axon-run: trace: %s\n", ax_errmsg());
+  ax_metrics_csv *csv = NULL;
+  if (a->csv && ax_metrics_csv_open(a->csv, a->K, &csv) != AX_OK)
+    fprintf(stderr, "axon-run: csv: %s\n", ax_errmsg());
+  ax_trace_event *all = NULL;
+  size_t n = 0;
+  ax_trace_events(tr, &all, &n);
+  ax_pipe_stats st;
+  ax_pipe_get_stats(p, &st);
+  for (long t = 0; csv && t < f->steps; t++) {
+    ax_step_metrics m;
+    ax_metrics_init(&m, t, a->K);
+    m.samples = f->batch;
+    m.loss = f->loss[t];
+    m.coord_bytes = (int64_t)(st.coord_bytes / (uint64_t)(f->steps ? f->steps : 1));
+    double lo = t ? f->done_at[t - 1] : t0;
+    int64_t t0u = (int64_t)(lo * 1e6), t1u = (int64_t)(f->done_at[t] * 1e6);
+    if (t1u <= t0u)
+      t1u = t0u + 1;
+    ax_metrics_from_events(&m, all, n, t0u, t1u);
+    for (int s = 0; s < a->K; s++)
+      m.peak_mem[s] = (size_t)st.peak_bytes[s];
+    ax_metrics_csv_row(csv, &m);
+  }
+  ax_metrics_csv_close(csv);
+  free(all);
+  ax_trace_free(tr);
+}
+
+static int run(const axr_pipe_args *a, ax_node *node) {
+  const ax_model_def *def = ax_model_find(a->model);
+  if (!def)
+    return AX_ENOTFOUND;
+  ax_config dcfg, mcfg;
+  AX_TRY(ax_config_parse(&dcfg, a->data_config));
+  AX_TRY(ax_model_config(def, a->model_config, &mcfg));
+  ax_dataset *train = NULL, *test = NULL;
+  AX_TRY(ax_dataset_open(a->dataset, &dcfg, AX_SPLIT_TRAIN, &train));
+  int rc = ax_dataset_open(a->dataset, &dcfg, AX_SPLIT_TEST, &test);
+  feed f = {0};
+  f.batch = a->batch;
+  if (rc == AX_OK)
+    rc = ax_loader_new(train, a->batch, 1, 1, a->seed, &f.ld);
+  int bounds[AX_PIPE_MAX_STAGES + 1];
+  ax_model_info info;
+  if (rc == AX_OK)
+    rc = def->describe(&mcfg, &info);
+  if (rc == AX_OK && a->K > info.n_blocks)
+    rc = ax_seterr(AX_EINVAL, "%d stages for %d blocks", a->K, info.n_blocks);
+  if (rc == AX_OK && a->partition && !strcmp(a->partition, "balanced")) {
+    ax_tlist in = {0}, lab = {0};
+    ax_loader_start(f.ld, 0);
+    rc = ax_loader_next(f.ld, &in, &lab);
+    ax_partition_opts po = {a->K, ax_pipe_mode_name(a->mode), a->M,
+                            a->recompute, 0, 0, 0};
+    ax_partition_report rep;
+    if (rc == AX_OK)
+      rc = ax_partition_model("balanced", def, &mcfg, AX_CPU, &in, NULL, &po,
+                              bounds, &rep);
+    ax_tlist_clear(&in);
+    ax_tlist_clear(&lab);
+  } else if (rc == AX_OK) {
+    rc = ax_split_uniform(info.n_blocks, a->K, bounds);
+  }
+  char sb[256];
+  if (rc == AX_OK)
+    fprintf(stderr, "axon-run: %s on %s, %s, %d stages (blocks %s), %d "
+            "micro-batches, batch %d\n", a->model, a->dataset,
+            ax_pipe_mode_name(a->mode), a->K,
+            ax_partition_format(bounds, a->K, sb, sizeof sb),
+            ax_pipe_units(a->mode, a->M), a->batch);
+  ax_pipe *p = NULL;
+  ax_pipe_opts o = {a->model, a->model_config, a->K, a->agents, bounds,
+                    a->mode, a->M, a->recompute, a->optim, a->seed, a->device,
+                    120000};
+  if (rc == AX_OK)
+    rc = ax_pipe_new(node, &o, &p);
+  long per_epoch = f.ld ? ax_loader_batches(f.ld) : 0;
+  long total = a->steps > 0 ? a->steps : per_epoch * a->epochs;
+  if (rc == AX_OK && total <= 0)
+    rc = ax_seterr(AX_EINVAL, "nothing to train");
+  if (rc == AX_OK && (!(f.done_at = calloc((size_t)total, sizeof(double))) ||
+                      !(f.loss = calloc((size_t)total, sizeof(double)))))
+    rc = AX_ENOMEM;
+  double t0 = ax_now();
+  if (rc == AX_OK) {
+    ax_loader_start(f.ld, 0);
+    ax_progress_start(&f.bar, a->quiet ? NULL : stderr, total);
+    rc = ax_pipe_train(p, total, feed_batch, feed_step, &f);
+    ax_progress_end(&f.bar);
+  }
+  double acc = 0, tl = 0;
+  ax_pipe_stats st;
+  if (rc == AX_OK) {
+    ax_pipe_get_stats(p, &st);
+    write_outputs(a, p, &f, t0);
+    ax_loader *el = NULL;
+    rc = ax_loader_new(test, a->eval_batch, 0, 0, 0, &el);
+    if (rc == AX_OK) {
+      ax_loader_start(el, 0);
+      long nb = a->eval_limit > 0 ? (a->eval_limit + a->eval_batch - 1) /
+                                        a->eval_batch
+                                  : ax_loader_batches(el) + 1;
+      rc = ax_pipe_evaluate(p, nb, eval_batch, el, &acc, &tl);
+    }
+    ax_loader_free(el);
+  }
+  if (rc == AX_OK) {
+    printf("summary: model=%s dataset=%s mode=%s stages=%d micro=%d steps=%ld"
+           " final_loss=%.4f test_accuracy=%.2f%% samples_per_s=%.1f "
+           "ms_per_step=%.1f coordinator_bytes_per_step=%.0f train_seconds="
+           "%.1f\n", a->model, a->dataset, ax_pipe_mode_name(a->mode), a->K,
+           ax_pipe_units(a->mode, a->M), f.steps, f.steps ? f.loss[f.steps - 1] : 0.0, 100.0 * acc,
+           (double)(f.steps * a->batch) / st.seconds,
+           1e3 * st.seconds / (double)total, (double)st.coord_bytes / total,
+           st.seconds);
+    printf("stages:");
+    for (int s = 0; s < a->K; s++)
+      printf(" [%d %s busy %.0f%% peak states %d versions %d]", s,
+             a->agents[s], 100 * st.busy_frac[s], st.peak_live[s],
+             st.peak_versions[s]);
+    printf("\n");
+    if (a->trace)
+      printf("trace: %s (open in https://ui.perfetto.dev)\n", a->trace);
+  }
+  ax_pipe_free(p);
+  free(f.done_at);
+  free(f.loss);
+  ax_loader_free(f.ld);
+  ax_dataset_close(train);
+  ax_dataset_close(test);
+  return rc;
+}
+
+int axr_pipe_main(axr_pipe_args *a) {
+  pid_t pids[AX_PIPE_MAX_STAGES] = {0};
+  char names[AX_PIPE_MAX_STAGES][32];
+  const char *agents[AX_PIPE_MAX_STAGES];
+  int port = 0;
+  char listen[64];
+  if (a->local > 0) {
+    a->K = a->local;
+    if ((port = free_port()) < 0) {
+      fprintf(stderr, "axon-run: no free port for the coordinator\n");
+      return 1;
+    }
+    for (int s = 0; s < a->K; s++) {
+      snprintf(names[s], sizeof names[s], "stage%d", s);
+      agents[s] = names[s];
+    }
+    a->agents = agents;
+    if (spawn_local(a->K, port, a->agent_threads, pids) != 0)
+      return 1;
+  }
+  ax_node_opts no;
+  ax_node_opts_init(&no);
+  no.name = "coordinator";
+  no.threads = 4;
+  no.peer_timeout_ms = 3000;
+  if (a->local > 0) {
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    no.listen = listen;
+    no.master = listen;
+    no.world_size = a->K + 1;
+    no.rank = 0;
+  } else {
+    no.master = a->master;
+  }
+  ax_node *node = NULL;
+  int rc = ax_node_create(&no, &node);
+  if (rc == AX_OK)
+    rc = ax_dist_init(node);
+  if (rc == AX_OK)
+    rc = ax_node_join(node, 60000);
+  if (rc == AX_OK)
+    rc = wait_world(node, a);
+  if (rc == AX_OK)
+    rc = run(a, node);
+  if (rc != AX_OK)
+    fprintf(stderr, "axon-run: %s: %s\n", ax_strerror(rc), ax_errmsg());
+  if (node) {
+    ax_node_shutdown(node, 5000);
+    ax_dist_fini(node);
+    ax_node_destroy(node);
+  }
+  if (a->local > 0)
+    stop_local(a->K, pids);
+  return rc == AX_OK ? 0 : 1;
+}

@@ -1,0 +1,357 @@
+/* ax_pipe_train: one driver thread per stage walks the stage's schedule,
+ * issuing each operation once its dependencies completed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/dist/autograd.h"
+#include "runtime/pipeline/coordinator-impl.h"
+#include "runtime/pipeline/stage_host.h"
+#include "runtime/pipeline/train.h"
+
+#define POLL_MS 100
+
+void axp_fail(ax_pipe *p, int s, int err, const char *what) {
+  if (p->err == AX_OK) {
+    p->err = err;
+    snprintf(p->msg, sizeof p->msg, "stage %d on agent %s: %s", s,
+             p->agents[s], what);
+  }
+  pthread_cond_broadcast(&p->cv);
+}
+
+static int64_t timeout_of(const ax_pipe *p) {
+  return p->o.timeout_ms > 0 ? p->o.timeout_ms : 60000;
+}
+
+static unsigned char *done_at(ax_pipe *p, const ax_pipe_op *o) {
+  long u = (long)o->batch * p->U + o->micro;
+  return &p->done[((long)o->stage * 2 + o->kind) * p->n * p->U + u];
+}
+
+static long ctx_index(const ax_pipe *p, const ax_pipe_op *o) {
+  return ax_pipe_ctx_per_batch(p->o.mode) ? o->batch
+                                          : (long)o->batch * p->U + o->micro;
+}
+
+/* Loads mini-batch t (mu held): the inputs, labels and per-output norms. */
+static int batch_load(ax_pipe *p, long t) {
+  axp_batch *b = &p->b[t];
+  if (b->loaded)
+    return AX_OK;
+  AX_TRY(p->batch_fn(p->user, p->base + t, &b->in, &b->lab));
+  b->loaded = 1;
+  b->units_left = p->U;
+  if (b->in.n < 1 || b->lab.n < 1 || b->in.t[0]->shape[0] < p->U)
+    return ax_seterr(AX_EINVAL, "pipeline: mini-batch %ld has fewer examples "
+                     "than %d micro-batches", t, p->U);
+  for (int i = 0; i < b->lab.n; i++) {
+    const ax_tensor *l = b->lab.t[i];
+    int64_t k = 0, n = (int64_t)ax_tensor_numel(l);
+    for (int64_t j = 0; j < n; j++) {
+      int64_t v = l->dtype == AX_I64 ? ((const int64_t *)l->data)[j]
+                                     : ((const int32_t *)l->data)[j];
+      k += v != p->ignore_index;
+    }
+    b->norm[i] = k;
+  }
+  return AX_OK;
+}
+
+/* Rows of unit m in tensor x of a mini-batch of B examples. */
+static ax_tensor *unit_slice(const ax_pipe *p, const ax_tensor *x, int64_t B,
+                             int m) {
+  int64_t f = x->shape[0] / B, lo = B * m / p->U, hi = B * (m + 1) / p->U;
+  return ax_tensor_slice0(x, lo * f, (hi - lo) * f);
+}
+
+/* The arguments of op (mu held: reads the batch cache). */
+static int make_args(ax_pipe *p, const ax_pipe_op *o, ax_values **out) {
+  ax_values *a = ax_values_new();
+  if (!a)
+    return AX_ENOMEM;
+  *out = a;
+  long gid = p->base + o->batch;
+  if (o->kind == AX_OP_BWD) {
+    ax_values_add_i64(a, gid);
+    ax_values_add_i64(a, o->micro);
+    return ax_values_add_i64(a, o->step);
+  }
+  int first = o->stage == 0, last = o->stage == p->K - 1;
+  int err = AX_OK;
+  if (first || last)
+    err = batch_load(p, o->batch);
+  if (err != AX_OK)
+    return err;
+  axp_batch *b = &p->b[o->batch];
+  int rec = p->o.mode == AX_MODE_GPIPE &&
+            (p->o.recompute == AX_RECOMPUTE_ALWAYS ||
+             (p->o.recompute == AX_RECOMPUTE_EXCEPT_LAST &&
+              o->micro != p->U - 1));
+  ax_values_add_i64(a, gid);
+  ax_values_add_i64(a, o->micro);
+  ax_values_add_i64(a, (int64_t)(p->o.seed * 1000003u +
+                                 (uint64_t)(gid * p->U + o->micro)));
+  ax_values_add_i64(a, AX_PIPE_FLAG_TRAIN | (rec ? AX_PIPE_FLAG_RECOMPUTE : 0));
+  int64_t B = first || last ? b->in.t[0]->shape[0] : 0;
+  ax_values_add_i64(a, first ? b->in.n : 0);
+  for (int i = 0; first && err == AX_OK && i < b->in.n; i++) {
+    ax_tensor *x = unit_slice(p, b->in.t[i], B, o->micro);
+    err = x ? ax_values_add_tensor(a, x) : AX_ENOMEM;
+    ax_tensor_release(x);
+  }
+  if (last && err == AX_OK) {
+    ax_values_add_i64(a, b->lab.n);
+    for (int i = 0; err == AX_OK && i < b->lab.n; i++) {
+      ax_tensor *x = unit_slice(p, b->lab.t[i], B, o->micro);
+      err = x ? ax_values_add_tensor(a, x) : AX_ENOMEM;
+      ax_tensor_release(x);
+    }
+    for (int i = 0; err == AX_OK && i < b->lab.n; i++)
+      err = ax_values_add_i64(a, b->norm[i]);
+  }
+  return err;
+}
+
+static int deps_done(ax_pipe *p, const ax_pipe_op *deps, int nd) {
+  for (int i = 0; i < nd; i++)
+    if (!*done_at(p, &deps[i]))
+      return 0;
+  return 1;
+}
+
+static void event_add(ax_pipe *p, const ax_pipe_op *o, double t_issue,
+                      const ax_values *r) {
+  if (p->nev == p->cap_ev) {
+    long cap = p->cap_ev ? 2 * p->cap_ev : 256;
+    ax_pipe_event *e = realloc(p->ev, (size_t)cap * sizeof *e);
+    if (!e)
+      return;
+    p->ev = e;
+    p->cap_ev = cap;
+  }
+  ax_pipe_event *e = &p->ev[p->nev++];
+  int64_t v[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 4; i++)
+    ax_values_get_i64(r, (size_t)i, &v[i]);
+  e->op = *o;
+  e->t_issue = t_issue;
+  e->t_done = ax_now();
+  e->busy_s = (double)v[0] * 1e-6;
+  e->live = (int)v[1];
+  e->versions = (int)v[2];
+  e->state_bytes = v[3];
+  ax_pipe_stats *st = &p->stats;
+  int s = o->stage;
+  st->busy_frac[s] += e->busy_s; /* normalised at the end */
+  if (e->live > st->peak_live[s])
+    st->peak_live[s] = e->live;
+  if (e->versions > st->peak_versions[s])
+    st->peak_versions[s] = e->versions;
+  if (e->state_bytes > st->peak_bytes[s])
+    st->peak_bytes[s] = e->state_bytes;
+}
+
+/* Bookkeeping after op completed (mu held). Returns the context to release
+ * (0: none) and whether the mini-batch is finished. */
+static uint64_t op_finished(ax_pipe *p, const ax_pipe_op *o,
+                            const ax_values *r, double t_issue, int *batch_done) {
+  *done_at(p, o) = 1;
+  event_add(p, o, t_issue, r);
+  axp_batch *b = &p->b[o->batch];
+  *batch_done = 0;
+  if (o->kind == AX_OP_FWD && o->stage == p->K - 1) {
+    double l = 0;
+    int64_t c = 0, k = 0;
+    ax_values_get_f64(r, 4, &l);
+    ax_values_get_i64(r, 5, &c);
+    ax_values_get_i64(r, 6, &k);
+    b->loss += l;
+    b->correct += c;
+    b->count += k;
+  }
+  uint64_t rel = 0;
+  if (o->kind == AX_OP_BWD && o->stage == 0) {
+    b->units_left--;
+    long ci = ctx_index(p, o);
+    if (!ax_pipe_ctx_per_batch(p->o.mode) || b->units_left == 0) {
+      rel = p->ctx[ci];
+      p->ctx[ci] = 0;
+    }
+    *batch_done = b->units_left == 0;
+  }
+  pthread_cond_broadcast(&p->cv);
+  return rel;
+}
+
+/* Waits for f, giving up early when another driver failed. */
+static int wait_future(ax_pipe *p, ax_future *f) {
+  int64_t end = (int64_t)(ax_now() * 1e3) + timeout_of(p) + 1000;
+  for (;;) {
+    int err = ax_future_wait(f, POLL_MS);
+    if (err != AX_ETIMEOUT || ax_future_is_done(f))
+      return err;
+    if (__atomic_load_n(&p->err, __ATOMIC_ACQUIRE) != AX_OK)
+      return AX_ECANCELLED;
+    if ((int64_t)(ax_now() * 1e3) > end)
+      return ax_seterr(AX_ETIMEOUT, "no answer in %lld ms",
+                       (long long)timeout_of(p));
+  }
+}
+
+typedef struct driver {
+  ax_pipe *p;
+  int s;
+} driver;
+
+static int run_op(ax_pipe *p, const ax_pipe_op *o) {
+  ax_pipe_op deps[AX_PIPE_MAX_STAGES + 2];
+  int nd = ax_pipe_deps(p->o.mode, p->K, p->o.M, o, deps);
+  double start = ax_now(), lim = timeout_of(p) * 1e-3;
+  pthread_mutex_lock(&p->mu);
+  while (p->err == AX_OK && !deps_done(p, deps, nd)) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += POLL_MS * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+    if (ax_now() - start > lim)
+      axp_fail(p, o->stage, AX_ETIMEOUT, "waited too long for a neighbour");
+  }
+  int err = p->err != AX_OK ? AX_ECANCELLED : AX_OK;
+  ax_values *a = NULL;
+  uint64_t ctx = 0;
+  if (err == AX_OK) {
+    long ci = ctx_index(p, o);
+    if (!p->ctx[ci] && (err = ax_dist_context_new(p->node, &p->ctx[ci])) ==
+                           AX_OK)
+      ax_autograd_ctx_set_current(0);
+    ctx = p->ctx[ci];
+  }
+  if (err == AX_OK)
+    err = make_args(p, o, &a);
+  if (err != AX_OK && err != AX_ECANCELLED)
+    axp_fail(p, o->stage, err, ax_errmsg());
+  pthread_mutex_unlock(&p->mu);
+  ax_future *f = NULL;
+  ax_call_opts co = {.timeout_ms = timeout_of(p), .autograd_ctx = ctx};
+  double t_issue = ax_now();
+  if (err == AX_OK)
+    err = ax_rref_rpc_async(p->node, p->host[o->stage],
+                            o->kind == AX_OP_FWD ? "fwd" : "bwd", a, &co, &f);
+  ax_values_free(a);
+  if (err == AX_OK)
+    err = wait_future(p, f);
+  char what[400] = "";
+  if (err != AX_OK && err != AX_ECANCELLED)
+    snprintf(what, sizeof what, "%s %s of batch %d/%d: %s",
+             ax_strerror(err), o->kind ? "backward" : "forward", o->batch,
+             o->micro, f && ax_future_is_done(f) ? ax_future_errmsg(f)
+                                                 : ax_errmsg());
+  pthread_mutex_lock(&p->mu);
+  uint64_t rel = 0;
+  int batch_done = 0;
+  if (err == AX_OK)
+    rel = op_finished(p, o, ax_future_values(f), t_issue, &batch_done);
+  else if (err != AX_ECANCELLED)
+    axp_fail(p, o->stage, err, what);
+  pthread_mutex_unlock(&p->mu);
+  ax_future_release(f);
+  if (rel)
+    ax_dist_context_release(p->node, rel, 10000);
+  if (batch_done) {
+    axp_batch *b = &p->b[o->batch];
+    ax_pipe_step_info info = {p->base + o->batch, b->loss, ax_now() - p->t0,
+                              b->correct, b->count};
+    if (p->step_fn)
+      p->step_fn(p->user, &info);
+    pthread_mutex_lock(&p->mu);
+    ax_tlist_clear(&b->in);
+    ax_tlist_clear(&b->lab);
+    pthread_mutex_unlock(&p->mu);
+  }
+  return err;
+}
+
+static void *driver_main(void *arg) {
+  driver *d = arg;
+  ax_pipe *p = d->p;
+  long n_ops = ax_pipe_nops(p->o.mode, p->o.M, p->n);
+  ax_pipe_op *ops = malloc((size_t)(n_ops ? n_ops : 1) * sizeof *ops);
+  int err = ops ? ax_pipe_schedule(p->o.mode, p->K, d->s, p->o.M, p->n, ops,
+                                   n_ops)
+                : AX_ENOMEM;
+  if (err != AX_OK) {
+    pthread_mutex_lock(&p->mu);
+    axp_fail(p, d->s, err, ax_errmsg());
+    pthread_mutex_unlock(&p->mu);
+  }
+  for (long i = 0; err == AX_OK && i < n_ops; i++)
+    err = run_op(p, &ops[i]);
+  free(ops);
+  return NULL;
+}
+
+int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
+                  ax_pipe_step_fn step, void *user) {
+  if (!p || n < 0 || !batch)
+    return ax_seterr(AX_EINVAL, "pipeline: bad arguments to train");
+  size_t units = (size_t)n * (size_t)p->U;
+  p->n = n;
+  p->done = calloc((size_t)p->K * 2 * units + 1, 1);
+  p->ctx = calloc(units + 1, sizeof *p->ctx);
+  p->b = calloc((size_t)n + 1, sizeof *p->b);
+  p->err = AX_OK;
+  p->msg[0] = 0;
+  p->batch_fn = batch;
+  p->step_fn = step;
+  p->user = user;
+  p->nev = 0;
+  memset(&p->stats, 0, sizeof p->stats);
+  if (!p->done || !p->ctx || !p->b) {
+    free(p->done), free(p->ctx), free(p->b);
+    return AX_ENOMEM;
+  }
+  ax_node_stats ns0, ns1;
+  ax_node_stats_get(p->node, &ns0);
+  p->t0 = ax_now();
+  pthread_t th[AX_PIPE_MAX_STAGES];
+  driver d[AX_PIPE_MAX_STAGES];
+  int started = 0;
+  for (int s = 0; s < p->K; s++) {
+    d[s] = (driver){p, s};
+    if (pthread_create(&th[s], NULL, driver_main, &d[s]) != 0) {
+      pthread_mutex_lock(&p->mu);
+      axp_fail(p, s, AX_ENOMEM, "cannot start a driver thread");
+      pthread_mutex_unlock(&p->mu);
+      break;
+    }
+    started++;
+  }
+  for (int s = 0; s < started; s++)
+    pthread_join(th[s], NULL);
+  double wall = ax_now() - p->t0;
+  ax_node_stats_get(p->node, &ns1);
+  p->stats.seconds = wall;
+  p->stats.batches = n;
+  p->stats.coord_bytes = (ns1.bytes_in - ns0.bytes_in) +
+                         (ns1.bytes_out - ns0.bytes_out);
+  for (int s = 0; s < p->K; s++)
+    p->stats.busy_frac[s] = wall > 0 ? p->stats.busy_frac[s] / wall : 0;
+  /* Contexts of units that did not finish (after an error). */
+  for (size_t i = 0; i < units; i++)
+    if (p->ctx[i])
+      ax_dist_context_release(p->node, p->ctx[i], 2000);
+  for (long t = 0; t < n; t++) {
+    ax_tlist_clear(&p->b[t].in);
+    ax_tlist_clear(&p->b[t].lab);
+  }
+  free(p->done), free(p->ctx), free(p->b);
+  p->done = NULL, p->ctx = NULL, p->b = NULL;
+  p->base += n;
+  if (p->err != AX_OK)
+    return ax_seterr(p->err, "%s", p->msg);
+  return AX_OK;
+}

@@ -1,0 +1,259 @@
+/* The coordinator's set-up, evaluation through the stages, and state
+ * access. The driver threads of training are in coord_run.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/model.h"
+#include "runtime/pipeline/coordinator-impl.h"
+#include "runtime/pipeline/stage_host.h"
+#include "runtime/pipeline/train.h"
+
+int ax_pipe_recompute_parse(const char *s, int *out) {
+  if (s && !strcmp(s, "always"))
+    *out = AX_RECOMPUTE_ALWAYS;
+  else if (s && !strcmp(s, "except-last"))
+    *out = AX_RECOMPUTE_EXCEPT_LAST;
+  else if (s && !strcmp(s, "never"))
+    *out = AX_RECOMPUTE_NEVER;
+  else
+    return ax_seterr(AX_EINVAL, "recompute '%s': expected always, "
+                     "except-last or never", s ? s : "(null)");
+  return AX_OK;
+}
+
+static int64_t timeout_of(const ax_pipe *p) {
+  return p->o.timeout_ms > 0 ? p->o.timeout_ms : 60000;
+}
+
+static int named(ax_pipe *p, int s, int err) {
+  if (err == AX_OK)
+    return err;
+  char m[400];
+  snprintf(m, sizeof m, "%s", ax_errmsg());
+  return ax_seterr(err, "stage %d on agent %s: %s", s, p->agents[s], m);
+}
+
+static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
+                      const ax_model_def **def) {
+  if (!o || !o->model || !o->agents || o->K < 1 || o->K > AX_PIPE_MAX_STAGES)
+    return ax_seterr(AX_EINVAL, "pipeline: need a model, 1..%d stages and "
+                     "their agents", AX_PIPE_MAX_STAGES);
+  if (o->mode < 0 || o->mode > AX_MODE_PIPEDREAM)
+    return ax_seterr(AX_EINVAL, "pipeline: unknown mode %d (%s)", o->mode,
+                     AX_PIPE_MODES);
+  if (o->M < 1 || o->M > 1024)
+    return ax_seterr(AX_EINVAL, "pipeline: %d micro-batches", o->M);
+  if (!(*def = ax_model_find(o->model)))
+    return AX_ENOTFOUND;
+  ax_config cfg;
+  AX_TRY(ax_model_config(*def, o->model_config, &cfg));
+  AX_TRY((*def)->describe(&cfg, info));
+  if (o->K > info->n_blocks)
+    return ax_seterr(AX_EINVAL, "pipeline: %d stages for %d blocks of %s",
+                     o->K, info->n_blocks, o->model);
+  for (int s = 0; s < o->K; s++)
+    if (!o->agents[s] || strlen(o->agents[s]) >= AXP_NAME)
+      return ax_seterr(AX_EINVAL, "pipeline: bad agent name for stage %d", s);
+  return AX_OK;
+}
+
+static int create_hosts(ax_pipe *p, const int *bounds) {
+  char splits[512] = "";
+  size_t len = 0;
+  for (int s = 0; s <= p->K; s++)
+    len += (size_t)snprintf(splits + len, sizeof splits - len, "%s%d",
+                            s ? "/" : "", bounds[s]);
+  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  for (int s = 0; s < p->K; s++) {
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "model=%s,stage=%d,splits=%s,seed=%llu%s%s",
+             p->model, s, splits, (unsigned long long)p->o.seed,
+             p->o.model_config ? "," : "",
+             p->o.model_config ? p->o.model_config : "");
+    AX_TRY(named(p, s, ax_remote_object(p->node, p->agents[s], "pipe.stage",
+                                        cfg, p->o.device, &co, &p->host[s])));
+  }
+  for (int s = 0; s < p->K; s++) {
+    ax_values *a = ax_values_new();
+    if (!a)
+      return AX_ENOMEM;
+    ax_values_add_i64(a, p->o.mode);
+    ax_values_add_i64(a, p->o.recompute);
+    ax_values_add_str(a, p->o.optim_config ? p->o.optim_config
+                                           : "opt=sgd,lr=0.1");
+    if (s > 0)
+      ax_values_add_rref(a, p->host[s - 1]);
+    else
+      ax_values_add_i64(a, 0);
+    if (s < p->K - 1)
+      ax_values_add_rref(a, p->host[s + 1]);
+    else
+      ax_values_add_i64(a, 0);
+    ax_values *r = NULL;
+    int err = ax_rref_rpc_sync(p->node, p->host[s], "setup", a, &co, &r);
+    ax_values_free(a);
+    ax_values_free(r);
+    AX_TRY(named(p, s, err));
+  }
+  return AX_OK;
+}
+
+int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
+  ax_model_info info;
+  const ax_model_def *def;
+  *out = NULL;
+  AX_TRY(check_opts(o, &info, &def));
+  int bounds[AX_PIPE_MAX_STAGES + 1];
+  if (o->bounds) {
+    for (int s = 0; s <= o->K; s++)
+      bounds[s] = o->bounds[s];
+    for (int s = 0; s < o->K; s++)
+      if (bounds[s] >= bounds[s + 1] || bounds[0] != 0 ||
+          bounds[o->K] != info.n_blocks)
+        return ax_seterr(AX_EINVAL, "pipeline: bounds must rise from 0 to "
+                         "%d", info.n_blocks);
+  } else {
+    AX_TRY(ax_split_uniform(info.n_blocks, o->K, bounds));
+  }
+  ax_pipe *p = calloc(1, sizeof *p);
+  if (!p)
+    return AX_ENOMEM;
+  p->node = n;
+  p->o = *o;
+  p->o.agents = NULL;
+  p->o.bounds = NULL;
+  p->K = o->K;
+  p->U = ax_pipe_units(o->mode, o->M);
+  p->ignore_index = info.ignore_index;
+  snprintf(p->model, sizeof p->model, "%s", o->model);
+  for (int s = 0; s < o->K; s++)
+    snprintf(p->agents[s], AXP_NAME, "%s", o->agents[s]);
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  int err = create_hosts(p, bounds);
+  if (err != AX_OK) {
+    char m[512];
+    snprintf(m, sizeof m, "%s", ax_errmsg());
+    ax_pipe_free(p);
+    return ax_seterr(err, "%s", m);
+  }
+  *out = p;
+  return AX_OK;
+}
+
+void ax_pipe_free(ax_pipe *p) {
+  if (!p)
+    return;
+  ax_call_opts co = {.timeout_ms = 5000};
+  for (int s = 0; s < p->K; s++) {
+    ax_values *r = NULL;
+    if (p->host[s] && !ax_node_peer_is_down(p->node, p->agents[s]))
+      ax_rref_rpc_sync(p->node, p->host[s], "teardown", NULL, &co, &r);
+    ax_values_free(r);
+  }
+  for (int s = 0; s < p->K; s++)
+    ax_rref_release(p->host[s]);
+  free(p->ev);
+  pthread_cond_destroy(&p->cv);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+}
+
+int ax_pipe_stage_state(ax_pipe *p, int s, ax_tensor **params,
+                        ax_tensor **buffers) {
+  if (s < 0 || s >= p->K)
+    return ax_seterr(AX_EINVAL, "pipeline: no stage %d", s);
+  ax_values *r = NULL;
+  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  AX_TRY(named(p, s, ax_rref_rpc_sync(p->node, p->host[s], "state_save", NULL,
+                                      &co, &r)));
+  ax_tensor *a = NULL, *b = NULL;
+  int err = ax_values_get_tensor(r, 0, &a);
+  if (err == AX_OK)
+    err = ax_values_get_tensor(r, 1, &b);
+  if (err == AX_OK) {
+    *params = ax_tensor_retain(a);
+    *buffers = ax_tensor_numel(b) ? ax_tensor_retain(b) : NULL;
+  }
+  ax_values_free(r);
+  return err;
+}
+
+const ax_pipe_event *ax_pipe_events(const ax_pipe *p, long *n) {
+  *n = p->nev;
+  return p->ev;
+}
+
+void ax_pipe_get_stats(const ax_pipe *p, ax_pipe_stats *out) {
+  *out = p->stats;
+}
+
+/* ---- evaluation: one batch at a time, forward through every stage ------- */
+static int eval_batch(ax_pipe *p, const ax_tlist *in, const ax_tlist *lab,
+                      double *loss, int64_t *correct, int64_t *count) {
+  long id = -(++p->eval_ids);
+  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  for (int s = 0; s < p->K; s++) {
+    ax_values *a = ax_values_new(), *r = NULL;
+    if (!a)
+      return AX_ENOMEM;
+    int64_t hdr[4] = {id, 0, 0, 0};
+    for (int i = 0; i < 4; i++)
+      ax_values_add_i64(a, hdr[i]);
+    ax_values_add_i64(a, s == 0 ? in->n : 0);
+    for (int i = 0; s == 0 && i < in->n; i++)
+      ax_values_add_tensor(a, in->t[i]);
+    if (s == p->K - 1) {
+      ax_values_add_i64(a, lab->n);
+      for (int i = 0; i < lab->n; i++)
+        ax_values_add_tensor(a, lab->t[i]);
+      for (int i = 0; i < lab->n; i++)
+        ax_values_add_i64(a, 0);
+    }
+    int err = ax_rref_rpc_sync(p->node, p->host[s], "fwd", a, &co, &r);
+    ax_values_free(a);
+    if (err == AX_OK && s == p->K - 1) {
+      err = ax_values_get_f64(r, 4, loss);
+      if (err == AX_OK)
+        err = ax_values_get_i64(r, 5, correct);
+      if (err == AX_OK)
+        err = ax_values_get_i64(r, 6, count);
+    }
+    ax_values_free(r);
+    AX_TRY(named(p, s, err));
+  }
+  return AX_OK;
+}
+
+int ax_pipe_evaluate(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,
+                     double *accuracy, double *loss) {
+  int64_t correct = 0, count = 0;
+  double lsum = 0;
+  long done = 0;
+  int err = AX_OK;
+  for (long i = 0; i < n; i++) {
+    ax_tlist in = {0}, lab = {0};
+    err = batch(user, i, &in, &lab);
+    if (err == AX_ECLOSED) {
+      err = AX_OK;
+      break;
+    }
+    double l = 0;
+    int64_t c = 0, k = 0;
+    if (err == AX_OK)
+      err = eval_batch(p, &in, &lab, &l, &c, &k);
+    ax_tlist_clear(&in);
+    ax_tlist_clear(&lab);
+    if (err != AX_OK)
+      return err;
+    lsum += l;
+    correct += c;
+    count += k;
+    done++;
+  }
+  *accuracy = count ? (double)correct / (double)count : 0.0;
+  if (loss)
+    *loss = done ? lsum / (double)done : 0.0;
+  return err;
+}

@@ -1,0 +1,122 @@
+/* The pipeline coordinator: trains a model split into K stages hosted on K
+ * agents, in one of the modes of schedule.h.
+ *
+ * ax_pipe_new creates one "pipe.stage" host per agent (stage_host.h), hands
+ * each its neighbours' RRefs and the optimizer configuration. ax_pipe_train
+ * then runs one driver thread per stage that walks the stage's schedule
+ * (ax_pipe_schedule): an operation is issued (an asynchronous call through
+ * the host's RRef) once the stage finished its previous operation and the
+ * operations it depends on (ax_pipe_deps) completed. Activations and
+ * gradients go from stage to stage ("take"); the coordinator sends control
+ * messages, the inputs to the first stage and the labels to the last.
+ * Each unit (micro-batch for sequential, gpipe and 1f1b; mini-batch for
+ * ddg, fr and pipedream) runs in its own distributed autograd context,
+ * released once the first stage finished its backward.
+ *
+ * Errors: the first failing operation stops every driver within ~100 ms;
+ * ax_pipe_train returns its code with a message naming the stage and its
+ * agent (e.g. a killed agent: AX_EPEERDOWN "stage 2 on agent w3: ...").
+ * Every wait is bounded by opts.timeout_ms.
+ *
+ * Threads: one ax_pipe is used by one thread at a time. The callbacks run
+ * on driver threads, one at a time. The node must be initialised with
+ * ax_dist_init and joined with the agents. */
+#ifndef AX_PIPELINE_COORDINATOR_H
+#define AX_PIPELINE_COORDINATOR_H
+
+#include <stdint.h>
+
+#include "rref/rref.h"
+#include "runtime/module.h"
+#include "runtime/pipeline/schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AX_PIPE_MAX_STAGES 16
+
+typedef struct ax_pipe_opts {
+  const char *model;        /* "mlp", "resnet20", "bert" */
+  const char *model_config; /* overrides, or NULL */
+  int K;                    /* stages (1 .. AX_PIPE_MAX_STAGES) */
+  const char *const *agents; /* K agent names, stage s on agents[s] */
+  const int *bounds;        /* K + 1 block bounds, or NULL for uniform */
+  int mode;                 /* ax_pipe_mode */
+  int M;                    /* micro-batches (gpipe, 1f1b) */
+  int recompute;            /* AX_RECOMPUTE_* (gpipe) */
+  const char *optim_config; /* runtime/optim.h keys */
+  uint64_t seed;            /* initialisation and dropout seeds */
+  ax_device device;         /* device of the stages on their agents */
+  int64_t timeout_ms;       /* bound of every wait; default 60000 */
+} ax_pipe_opts;
+
+typedef struct ax_pipe ax_pipe;
+
+/* Creates the stage hosts and sets them up. AX_EINVAL (with a message) on
+ * bad options; errors of the agents are returned naming them. */
+int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out);
+/* Tears the hosts down (neighbour links first, then the RRefs). NULL-safe. */
+void ax_pipe_free(ax_pipe *p);
+
+/* Mini-batch t on the CPU: new references in *in and *lab (the coordinator
+ * releases them). Dim 0 of every tensor is the example dimension times a
+ * whole factor (e.g. BERT's (B * T) MLM labels). AX_OK or an error. */
+typedef int (*ax_pipe_batch_fn)(void *user, long t, ax_tlist *in,
+                                ax_tlist *lab);
+
+typedef struct ax_pipe_step_info {
+  long batch;          /* mini-batch index */
+  double loss;         /* its loss (sum of the unit losses) */
+  double seconds;      /* since ax_pipe_train started */
+  int64_t correct, count; /* first output's argmax hits */
+} ax_pipe_step_info;
+/* Called once per mini-batch, in order, when its last backward finished. */
+typedef void (*ax_pipe_step_fn)(void *user, const ax_pipe_step_info *info);
+
+/* Trains n mini-batches (batch indices continue across calls). */
+int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
+                  ax_pipe_step_fn step, void *user);
+
+/* Evaluates n batches (or until batch() returns AX_ECLOSED) forward through
+ * the stages without training: accuracy of the first output, mean loss. */
+int ax_pipe_evaluate(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,
+                     double *accuracy, double *loss);
+
+/* A copy of stage s's flat parameters and buffers (buffers: NULL when the
+ * stage has none). New references. */
+int ax_pipe_stage_state(ax_pipe *p, int s, ax_tensor **params,
+                        ax_tensor **buffers);
+
+/* ---- what happened (traces, metrics, tests) ------------------------------ */
+typedef struct ax_pipe_event {
+  ax_pipe_op op;
+  double t_issue, t_done; /* coordinator clock (ax_now seconds) */
+  double busy_s;          /* compute time the stage reported */
+  int live;               /* states the stage kept after the op */
+  int versions;           /* weight versions it held (live one included) */
+  int64_t state_bytes;    /* bytes of those states */
+} ax_pipe_event;
+
+/* Events of the last ax_pipe_train, in completion order (borrowed; valid
+ * until the next train or free). */
+const ax_pipe_event *ax_pipe_events(const ax_pipe *p, long *n);
+
+typedef struct ax_pipe_stats {
+  double seconds;          /* wall time of the last ax_pipe_train */
+  long batches;
+  uint64_t coord_bytes;    /* bytes in + out of the coordinator node */
+  double busy_frac[AX_PIPE_MAX_STAGES]; /* compute / wall per stage */
+  int peak_live[AX_PIPE_MAX_STAGES];
+  int peak_versions[AX_PIPE_MAX_STAGES];
+  int64_t peak_bytes[AX_PIPE_MAX_STAGES];
+} ax_pipe_stats;
+void ax_pipe_get_stats(const ax_pipe *p, ax_pipe_stats *out);
+
+/* Parses "always|except-last|never" into AX_RECOMPUTE_*. */
+int ax_pipe_recompute_parse(const char *s, int *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

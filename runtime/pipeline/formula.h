@@ -1,0 +1,84 @@
+/* Expected time per mini-batch of each pipeline mode: the yardstick the
+ * synthetic-stage benchmark compares measured times with.
+ *
+ * Modes are named as on the command line: "sequential", "gpipe", "1f1b",
+ * "ddg", "fr", "pipedream" (AX_PIPE_MODES). Stages are 0-based here (s in
+ * [0, K)); the seed's 1-based k is s + 1 and d_k = K - k = K - 1 - s.
+ *
+ * Units. t_f[s] and t_b[s] are the forward and backward times of stage s for
+ * ONE unit of work that flows through the pipeline: a micro-batch for gpipe
+ * and 1f1b (a mini-batch is M of them), a mini-batch for sequential, ddg, fr
+ * and pipedream (M is ignored there). Communication and optimizer time are
+ * not modelled: fold them into t_f / t_b when they matter.
+ *
+ * How the time is computed. Every mode is a list of operations per stage in
+ * a fixed order (the schedule), with dependencies: F(u, s) needs F(u, s-1),
+ * B(u, s) needs F(u, s) and B(u, s+1). ax_formula_time simulates it exactly
+ * (each operation starts when its stage is free and its dependencies have
+ * finished), so unequal stages are handled. With equal stages the results
+ * are the closed forms below (t_f, t_b per stage; T_F = K t_f, T_B = K t_b):
+ *
+ *  - sequential: one mini-batch goes forward through every stage, then
+ *    backward; nothing overlaps: K (t_f + t_b) = T_F + T_B.
+ *  - gpipe: M forwards then M backwards per stage, flushed. The last
+ *    micro-batch leaves stage K-1's forward at (M + K - 1) t_f; the
+ *    backwards mirror it, so the mini-batch takes (M + K - 1)(t_f + t_b).
+ *    Recompute adds one forward to each recomputed backward: always ->
+ *    (M + K - 1)(2 t_f + t_b); "except last" (every micro-batch but the
+ *    last recomputes) -> slightly less, computed by the simulation.
+ *  - 1f1b (PipeDream-Flush): stage s runs min(K-1-s, M) warm-up forwards,
+ *    then alternates one forward and one backward, then drains. Same
+ *    critical path as gpipe: (M + K - 1)(t_f + t_b); it saves memory, not
+ *    time.
+ *  - ddg: the forward of mini-batch t runs through all stages (T_F), then
+ *    every stage runs its delayed backward in parallel (t_b); the next
+ *    forward starts when the round is over (the seed's forward locking):
+ *    K t_f + t_b = T_F + T_B / K per mini-batch in steady state.
+ *  - fr: as ddg, but each backward first replays the stage's forward:
+ *    K t_f + (t_f + t_b). (The seed's table writes T_F + T_B / K for FR
+ *    too, counting the replay inside T_B.)
+ *  - pipedream: stage s runs K - s warm-up forwards, then alternates one
+ *    backward and one forward and never flushes. In steady state every
+ *    stage is always busy: t_f + t_b = (T_F + T_B) / K per mini-batch;
+ *    with unequal stages, max_s (t_f[s] + t_b[s]).
+ * For the modes without a flush (ddg, fr, pipedream) the result is the
+ * steady-state period, measured in the simulation as the spacing of stage
+ * 0's forwards after the warm-up; for the flushed modes it is the makespan of
+ * one mini-batch. */
+#ifndef AX_PIPELINE_FORMULA_H
+#define AX_PIPELINE_FORMULA_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AX_PIPE_MODES "sequential|gpipe|1f1b|ddg|fr|pipedream"
+
+/* GPipe recompute option (also used for the memory model in partition.h). */
+#define AX_RECOMPUTE_NEVER 0
+#define AX_RECOMPUTE_ALWAYS 1
+#define AX_RECOMPUTE_EXCEPT_LAST 2 /* every micro-batch but the last one */
+
+/* The index of a mode name in AX_PIPE_MODES order (0 = sequential ...
+ * 5 = pipedream), or -1 with ax_errmsg naming the valid modes (AX_EINVAL).
+ * NULL is invalid. */
+int ax_pipe_mode_index(const char *mode);
+
+/* Expected seconds per mini-batch of `mode` with K stages (1..64) and M
+ * micro-batches (>= 1; ignored by the modes without micro-batches), stage
+ * times t_f[K], t_b[K] (seconds, >= 0, units as above) and a recompute
+ * option (gpipe only; others ignore it). Returns AX_OK, or AX_EINVAL with a
+ * message on a bad argument (out is then untouched). */
+int ax_formula_time(const char *mode, int K, int M, const double *t_f,
+                    const double *t_b, int recompute, double *out);
+
+/* The closed form for K equal stages (see above); -1.0 for an unknown mode
+ * or K, M < 1. For gpipe, recompute ALWAYS is included, EXCEPT_LAST is not
+ * (use ax_formula_time). */
+double ax_formula_uniform(const char *mode, int K, int M, double t_f,
+                          double t_b, int recompute);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

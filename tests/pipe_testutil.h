@@ -1,0 +1,176 @@
+/* Helpers for the pipeline tests: a synthetic batch source, the
+ * single-process reference simulators of the oracles, and the checks of the
+ * coordinator's events (schedule invariants). Header-only.
+ *
+ * The reference keeps K stage nets and every weight version per stage:
+ *  - REF_SYNC: plain SGD on the whole mini-batch (sequential, gpipe and 1f1b
+ *    must match it: micro-batch gradients sum to the mini-batch gradient);
+ *  - REF_STASH (ddg, pipedream): at stage k the gradient of mini-batch t is
+ *    computed with the weights after update t - d_k - 1 (version
+ *    max(0, t - d_k)), forward and backward alike, and applied to the
+ *    latest weights;
+ *  - REF_REPLAY (fr): the forward uses those same stale weights, but the
+ *    backward recomputes the stage from its stashed input with the latest
+ *    weights (version t), without updating running statistics. */
+#ifndef AX_PIPE_TESTUTIL_H
+#define AX_PIPE_TESTUTIL_H
+
+#include <math.h>
+
+#include "harness.h"
+#include "models/data/dataset.h"
+#include "models/loss.h"
+#include "models/model.h"
+#include "runtime/optim.h"
+#include "runtime/pipeline/coordinator.h"
+#include "tests/dist_testutil.h"
+
+enum { REF_SYNC = 0, REF_STASH = 1, REF_REPLAY = 2 };
+
+static inline int ref_kind(int mode) {
+  return mode == AX_MODE_DDG || mode == AX_MODE_PIPEDREAM ? REF_STASH
+         : mode == AX_MODE_FR                             ? REF_REPLAY
+                                                          : REF_SYNC;
+}
+
+typedef struct pt_data {
+  ax_dataset *ds;
+  int batch;
+} pt_data;
+
+/* Mini-batch t: examples [t B, (t + 1) B) modulo the data set size. */
+static int pt_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
+  pt_data *d = user;
+  int64_t idx[512], n = ax_dataset_size(d->ds);
+  for (int i = 0; i < d->batch; i++)
+    idx[i] = (t * d->batch + i) % n;
+  return ax_dataset_batch(d->ds, idx, d->batch, in, lab);
+}
+
+/* Runs the reference for T mini-batches; params[k] / bufs[k] receive new
+ * references to the final flat buffers of stage k (bufs[k] NULL if none). */
+static void pt_reference(const ax_model_def *def, const ax_config *mcfg,
+                         const int *bounds, int K, int kind, int T,
+                         pt_data *data, const char *optim, uint64_t seed,
+                         ax_tensor **params, ax_tensor **bufs) {
+  ax_net *net[8];
+  ax_optim *opt[8];
+  ax_tensor **ver[8];
+  ax_config oc;
+  ax_optim_cfg ocfg;
+  AX_ASSERT_OK(ax_config_parse(&oc, optim));
+  AX_ASSERT_OK(ax_optim_cfg_parse(&oc, &ocfg));
+  ax_model_info info;
+  AX_ASSERT_OK(def->describe(mcfg, &info));
+  for (int k = 0; k < K; k++) {
+    AX_ASSERT_OK(ax_model_stage(def, mcfg, bounds[k], bounds[k + 1], AX_CPU,
+                                seed, &net[k]));
+    opt[k] = ax_optim_new(&ocfg, net[k]->n_params, AX_CPU);
+    ver[k] = calloc((size_t)T + 1, sizeof *ver[k]);
+    ver[k][0] = ax_tensor_like(net[k]->params);
+    AX_ASSERT_OK(ax_tensor_copy(ver[k][0], net[k]->params));
+  }
+  for (int t = 0; t < T; t++) {
+    ax_tlist in = {0}, lab = {0}, x[9] = {{0}};
+    AX_ASSERT_OK(pt_batch(data, t, &in, &lab));
+    uint64_t sd = seed * 1000003u + (uint64_t)t;
+    ax_slot *slot[8];
+    x[0] = in;
+    for (int k = 0; k < K; k++) {
+      int d = K - 1 - k, v = kind == REF_SYNC ? t : (t - d > 0 ? t - d : 0);
+      ax_exec ex = ax_net_exec(net[k], 1);
+      ex.params = ver[k][v];
+      ex.seed = sd;
+      slot[k] = ax_slot_new();
+      AX_ASSERT_OK(ax_forward(net[k]->root, &ex, slot[k], &x[k], &x[k + 1]));
+    }
+    ax_loss_result r;
+    ax_tlist dy = {0}, dx = {0};
+    AX_ASSERT_OK(ax_loss_xent(&x[K], &lab, info.ignore_index, NULL, 1.0f, &r,
+                              &dy));
+    for (int k = K - 1; k >= 0; k--) {
+      int d = K - 1 - k, v = kind == REF_STASH ? (t - d > 0 ? t - d : 0) : t;
+      ax_exec ex = ax_net_exec(net[k], 1);
+      ex.params = ver[k][v];
+      ex.seed = sd;
+      if (kind == REF_REPLAY) { /* recompute with the latest weights */
+        ax_tlist y = {0};
+        ax_slot_free(slot[k]);
+        slot[k] = ax_slot_new();
+        ex.update_stats = 0;
+        AX_ASSERT_OK(ax_forward(net[k]->root, &ex, slot[k], &x[k], &y));
+        ax_tlist_clear(&y);
+      }
+      AX_ASSERT_OK(ax_net_zero_grad(net[k]));
+      ex.grads = net[k]->grads;
+      ex.need_dx = k > 0;
+      AX_ASSERT_OK(ax_backward(net[k]->root, &ex, slot[k], &dy, &dx));
+      ax_tlist_clear(&dy);
+      dy = dx;
+      memset(&dx, 0, sizeof dx);
+      ax_slot_free(slot[k]);
+      ver[k][t + 1] = ax_tensor_like(ver[k][t]);
+      AX_ASSERT_OK(ax_tensor_copy(ver[k][t + 1], ver[k][t]));
+      AX_ASSERT_OK(ax_optim_step(opt[k], ver[k][t + 1], net[k]->grads));
+    }
+    ax_tlist_clear(&dy);
+    for (int k = 1; k <= K; k++)
+      ax_tlist_clear(&x[k]);
+    ax_tlist_clear(&in);
+    ax_tlist_clear(&lab);
+  }
+  for (int k = 0; k < K; k++) {
+    params[k] = ax_tensor_retain(ver[k][T]);
+    bufs[k] = net[k]->buffers ? ax_tensor_retain(net[k]->buffers) : NULL;
+    for (int v = 0; v <= T; v++)
+      ax_tensor_release(ver[k][v]);
+    free(ver[k]);
+    ax_optim_free(opt[k]);
+    ax_net_free(net[k]);
+  }
+}
+
+/* Largest relative difference |a - b| / (1e-6 + |b|). */
+static double pt_worst(const ax_tensor *a, const ax_tensor *b) {
+  assert_int_equal(ax_tensor_numel(a), ax_tensor_numel(b));
+  double w = 0;
+  for (size_t i = 0; i < ax_tensor_numel(a); i++) {
+    double x = ax_f32(a)[i], y = ax_f32(b)[i];
+    double d = fabs(x - y) / (1e-6 + fabs(y));
+    w = d > w ? d : w;
+  }
+  return w;
+}
+
+/* Oracle 4 on the coordinator's events: every (stage, unit, fwd/bwd) once,
+ * dependencies completed before issue, live states within the table's
+ * bound, and weight versions within d + 1 (1 without stashing). */
+static void pt_check_events(ax_pipe *p, int mode, int K, int M, long n) {
+  long ne;
+  const ax_pipe_event *ev = ax_pipe_events(p, &ne);
+  int U = ax_pipe_units(mode, M);
+  assert_int_equal(ne, (long)K * 2 * n * U);
+  double *tdone = calloc((size_t)K * 2 * n * U, sizeof *tdone);
+  for (long i = 0; i < ne; i++) {
+    const ax_pipe_op *o = &ev[i].op;
+    long at = ((long)o->stage * 2 + o->kind) * n * U + o->batch * U + o->micro;
+    assert_true(tdone[at] == 0.0); /* exactly once */
+    tdone[at] = ev[i].t_done;
+    assert_true(ev[i].live <= ax_pipe_live_bound(mode, K, o->stage, M));
+    int stash = mode == AX_MODE_DDG || mode == AX_MODE_PIPEDREAM;
+    assert_true(ev[i].versions <= (stash ? K - o->stage : 1));
+  }
+  for (long i = 0; i < ne; i++) {
+    ax_pipe_op deps[32];
+    int nd = ax_pipe_deps(mode, K, M, &ev[i].op, deps);
+    for (int j = 0; j < nd; j++) {
+      const ax_pipe_op *o = &deps[j];
+      long at = ((long)o->stage * 2 + o->kind) * n * U + o->batch * U +
+                o->micro;
+      assert_true(tdone[at] > 0.0 && tdone[at] <= ev[i].t_issue);
+    }
+  }
+  free(tdone);
+}
+
+#endif

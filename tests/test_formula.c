@@ -1,0 +1,96 @@
+/* The schedule-time formulas (runtime/pipeline/formula.h): the simulation
+ * against the closed forms for equal stages, and unequal stages. */
+#include "harness.h"
+#include "runtime/pipeline/formula.h"
+
+static const char *const modes[] = {"sequential", "gpipe", "1f1b",
+                                    "ddg",        "fr",    "pipedream"};
+
+static void uniform_matches_closed_form(void **state) {
+  (void)state;
+  double tf[16], tb[16];
+  for (int K = 1; K <= 8; K++)
+    for (int M = 1; M <= 9; M += 2)
+      for (int m = 0; m < 6; m++)
+        for (int rc = 0; rc <= 1; rc++) {
+          for (int s = 0; s < K; s++)
+            tf[s] = 0.020, tb[s] = 0.040;
+          double got = -1;
+          AX_ASSERT_OK(ax_formula_time(modes[m], K, M, tf, tb, rc, &got));
+          double want = ax_formula_uniform(modes[m], K, M, 0.020, 0.040, rc);
+          if (!(fabs(got - want) <= 1e-9 + 1e-9 * want))
+            fail_msg("%s K=%d M=%d recompute=%d: simulated %.9f, closed "
+                     "form %.9f",
+                     modes[m], K, M, rc, got, want);
+        }
+}
+
+static void issue_benchmark_numbers(void **state) {
+  (void)state;
+  /* K = 4, M = 8, 20 ms / 40 ms: the issue's benchmark setting. */
+  double tf[4] = {0.02, 0.02, 0.02, 0.02}, tb[4] = {0.04, 0.04, 0.04, 0.04};
+  double t;
+  AX_ASSERT_OK(ax_formula_time("gpipe", 4, 8, tf, tb, 0, &t));
+  AX_ASSERT_CLOSE(t, 11 * 0.06, 1e-9, 0);
+  AX_ASSERT_OK(ax_formula_time("1f1b", 4, 8, tf, tb, 0, &t));
+  AX_ASSERT_CLOSE(t, 11 * 0.06, 1e-9, 0);
+  AX_ASSERT_OK(ax_formula_time("pipedream", 4, 8, tf, tb, 0, &t));
+  AX_ASSERT_CLOSE(t, 0.06, 1e-9, 0);
+  AX_ASSERT_OK(ax_formula_time("sequential", 4, 8, tf, tb, 0, &t));
+  AX_ASSERT_CLOSE(t, 0.24, 1e-9, 0);
+  AX_ASSERT_OK(ax_formula_time("ddg", 4, 8, tf, tb, 0, &t));
+  AX_ASSERT_CLOSE(t, 0.08 + 0.04, 1e-9, 0);
+  AX_ASSERT_OK(ax_formula_time("fr", 4, 8, tf, tb, 0, &t));
+  AX_ASSERT_CLOSE(t, 0.08 + 0.06, 1e-9, 0);
+  /* Recompute except the last micro-batch: between never and always. */
+  double never, always, except;
+  AX_ASSERT_OK(ax_formula_time("gpipe", 4, 8, tf, tb, 0, &never));
+  AX_ASSERT_OK(ax_formula_time("gpipe", 4, 8, tf, tb, 1, &always));
+  AX_ASSERT_OK(ax_formula_time("gpipe", 4, 8, tf, tb, 2, &except));
+  assert_true(never < except && except < always);
+}
+
+static void unequal_stages(void **state) {
+  (void)state;
+  /* The slowest stage sets the pipedream period; sequential sums. */
+  double tf[3] = {0.01, 0.03, 0.02}, tb[3] = {0.02, 0.05, 0.01}, t;
+  AX_ASSERT_OK(ax_formula_time("pipedream", 3, 1, tf, tb, 0, &t));
+  AX_ASSERT_CLOSE(t, 0.08, 1e-9, 0);
+  AX_ASSERT_OK(ax_formula_time("sequential", 3, 1, tf, tb, 0, &t));
+  AX_ASSERT_CLOSE(t, 0.14, 1e-9, 0);
+  AX_ASSERT_OK(ax_formula_time("ddg", 3, 1, tf, tb, 0, &t));
+  /* A round ends when the last stage to finish its backward does: stage s
+   * starts its forward after the forwards before it, then runs f + b:
+   * max(0.03, 0.01 + 0.08, 0.04 + 0.03) = 0.09. */
+  AX_ASSERT_CLOSE(t, 0.09, 1e-9, 0);
+  /* GPipe with one slow stage: M * (its f + b) plus the fill and drain of
+   * the others, at least. */
+  AX_ASSERT_OK(ax_formula_time("gpipe", 3, 4, tf, tb, 0, &t));
+  assert_true(t >= 4 * 0.08 + 0.01 + 0.02 + 0.02 + 0.01 - 1e-12);
+}
+
+static void bad_arguments(void **state) {
+  (void)state;
+  double tf[2] = {1, 1}, tb[2] = {1, -1}, t = 42;
+  AX_ASSERT_ERR(ax_formula_time("zigzag", 2, 1, tf, tf, 0, &t), AX_EINVAL);
+  AX_ASSERT_ERR(ax_formula_time(NULL, 2, 1, tf, tf, 0, &t), AX_EINVAL);
+  AX_ASSERT_ERR(ax_formula_time("gpipe", 0, 1, tf, tf, 0, &t), AX_EINVAL);
+  AX_ASSERT_ERR(ax_formula_time("gpipe", 2, 0, tf, tf, 0, &t), AX_EINVAL);
+  AX_ASSERT_ERR(ax_formula_time("gpipe", 2, 1, tf, tb, 0, &t), AX_EINVAL);
+  AX_ASSERT_ERR(ax_formula_time("gpipe", 2, 1, tf, tf, 7, &t), AX_EINVAL);
+  AX_ASSERT_ERR(ax_formula_time("gpipe", 2, 1, NULL, tf, 0, &t), AX_EINVAL);
+  assert_true(t == 42);
+  assert_true(ax_formula_uniform("nope", 2, 1, 1, 1, 0) < 0);
+  assert_int_equal(ax_pipe_mode_index("pipedream"), 5);
+  assert_int_equal(ax_pipe_mode_index("PipeDream"), -1);
+}
+
+int main(void) {
+  const struct CMUnitTest t[] = {
+      cmocka_unit_test(uniform_matches_closed_form),
+      cmocka_unit_test(issue_benchmark_numbers),
+      cmocka_unit_test(unequal_stages),
+      cmocka_unit_test(bad_arguments),
+  };
+  return AX_TEST_MAIN(t);
+}
