@@ -52,6 +52,7 @@ typedef struct bconn {
    * a burst of frames shares it. */
   uint8_t *rbuf;
   size_t rpos, rlen;
+  int rdry; /* the last read came back short: the socket is drained */
   /* Replies queued while the I/O thread handles a burst of frames leave
    * together when the burst is done (see queue_frame). */
   int corked;

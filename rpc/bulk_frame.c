@@ -135,17 +135,23 @@ static ssize_t rd_sock(bconn *c, void *dst, size_t n) {
 
 /* Serves small reads from the read-ahead buffer, refilled with one large
  * read; reads of a buffer's size or more go straight to dst. Returns 0
- * only when the buffer is empty and the socket has nothing, so the state
- * machine never sleeps on bytes it already holds. */
+ * only when the buffer is empty and the socket has nothing (or a short
+ * read showed it drained: the loop is level-triggered, so bytes arriving
+ * later wake it again), so the state machine never sleeps on bytes it
+ * already holds and a small frame costs one read. */
 static ssize_t rd(bconn *c, void *dst, size_t n) {
   if (c->rpos == c->rlen) {
-    if (n >= AXI_BULK_RBUF)
-      return rd_sock(c, dst, n);
-    if (!c->rbuf && !(c->rbuf = malloc(AXI_BULK_RBUF)))
-      return rd_sock(c, dst, n);
+    if (c->rdry) /* drained by a short read: epoll will tell us */
+      return 0;
+    if (n >= AXI_BULK_RBUF || (!c->rbuf && !(c->rbuf = malloc(AXI_BULK_RBUF)))) {
+      ssize_t r = rd_sock(c, dst, n);
+      c->rdry = r > 0 && (size_t)r < n;
+      return r;
+    }
     ssize_t r = rd_sock(c, c->rbuf, AXI_BULK_RBUF);
     if (r <= 0)
       return r;
+    c->rdry = (size_t)r < AXI_BULK_RBUF;
     c->rpos = 0;
     c->rlen = (size_t)r;
   }
@@ -201,6 +207,7 @@ static int header_done(bconn *c) {
 
 int axi_bulk_recv(bconn *c) {
   ax_node *n = c->b->node;
+  c->rdry = 0;
   if (c->need == 0 && c->rstate == R_HELLO)
     axi_bulk_recv_reset(c);
   for (;;) {

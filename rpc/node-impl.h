@@ -124,7 +124,8 @@ struct ax_node {
   /* transports */
   axi_grpc *grpc;
   const axi_bulk_ops *bulk_ops;
-  axi_bulk *bulk;
+  axi_bulk *bulk; /* read under bulk_lk; NULL once stopping */
+  pthread_rwlock_t bulk_lk; /* users of bulk hold it shared */
   pthread_t timer_thread;
   int timer_stop;
   ax_peer_down_cb down_cb;

@@ -108,8 +108,10 @@ void axi_peer_down(axi_peer *p, axi_stream *s, const char *why) {
   axi_stream_cancel(in);
   axi_stream_release(out);
   axi_stream_release(in);
+  pthread_rwlock_rdlock(&n->bulk_lk);
   if (n->bulk)
     n->bulk_ops->drop_peer(n->bulk, p);
+  pthread_rwlock_unlock(&n->bulk_lk);
   char msg[256];
   snprintf(msg, sizeof msg, "%s: peer down: %s", AXI_PNAME(p), why);
   axi_calls_fail(n, p, AX_EPEERDOWN, msg);
@@ -143,11 +145,15 @@ int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via) {
   }
   /* Calls and replies take the TCP channel when it is known: always by
    * default, or from bulk_threshold tensor bytes with small_over_grpc. */
+  /* Held until the frame is queued, so that the channel cannot stop
+   * under us (ax_node_shutdown takes it exclusively). */
+  pthread_rwlock_rdlock(&n->bulk_lk);
   int bulk = n->bulk && p->bulk_addr &&
              (!n->o.small_over_grpc ||
               ax_values_tensor_bytes(m->values) >= n->o.bulk_threshold);
   axi_stream *s = NULL;
   if (!bulk) {
+    pthread_rwlock_unlock(&n->bulk_lk);
     s = axi_stream_alive(via) ? via : axi_stream_alive(p->in) && m->kind == AXI_RESPONSE ? p->in : p->out;
     axi_stream_retain(s);
   }
@@ -156,16 +162,20 @@ int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via) {
   size_t len, blob;
   int rc;
   if (bulk) {
-    AX_TRY(axi_frame_encode(m, 4, 0, &buf, &len, &blob));
-    uint32_t magic = AXI_BULK_MAGIC;
-    memcpy(buf, &magic, 4);
-    ax_values *vals = ax_values_clone(m->values);
-    if (!vals) {
+    rc = axi_frame_encode(m, 4, 0, &buf, &len, &blob);
+    ax_values *vals = NULL;
+    if (rc == AX_OK && !(vals = ax_values_clone(m->values))) {
       free(buf);
-      return ax_seterr(AX_ENOMEM, "send: no memory");
+      rc = ax_seterr(AX_ENOMEM, "send: no memory");
     }
-    __atomic_add_fetch(&n->bytes_out, len + blob, __ATOMIC_RELAXED);
-    return n->bulk_ops->send(n->bulk, p, buf, len, vals);
+    if (rc == AX_OK) {
+      uint32_t magic = AXI_BULK_MAGIC;
+      memcpy(buf, &magic, 4);
+      __atomic_add_fetch(&n->bytes_out, len + blob, __ATOMIC_RELAXED);
+      rc = n->bulk_ops->send(n->bulk, p, buf, len, vals);
+    }
+    pthread_rwlock_unlock(&n->bulk_lk);
+    return rc;
   }
   rc = axi_frame_encode(m, 4, 1, &buf, &len, &blob);
   if (rc == AX_OK)
@@ -248,6 +258,7 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
   pthread_mutex_init(&n->mu, NULL);
   pthread_cond_init(&n->cv, NULL);
   pthread_mutex_init(&n->calls_mu, NULL);
+  pthread_rwlock_init(&n->bulk_lk, NULL);
   int rc = axi_calls_start(n);
   if (rc == AX_OK)
     rc = axi_grpc_start(n, n->listen, n->addr, sizeof n->addr);
@@ -302,10 +313,12 @@ int ax_node_shutdown(ax_node *n, int64_t timeout_ms) {
   axi_calls_fail(n, NULL, AX_ECLOSED, "node is shutting down");
   int64_t left = deadline - axi_now_ms();
   axi_calls_stop(n); /* joins the workers (bounded; leaks n on a stuck one) */
-  if (n->bulk) {
-    n->bulk_ops->stop(n->bulk);
-    n->bulk = NULL;
-  }
+  pthread_rwlock_wrlock(&n->bulk_lk); /* no sender or dropper inside */
+  axi_bulk *b = n->bulk;
+  n->bulk = NULL;
+  pthread_rwlock_unlock(&n->bulk_lk);
+  if (b)
+    n->bulk_ops->stop(b);
   axi_grpc_stop(n, left > 1000 ? left : 1000);
   for (axi_peer *p = n->peers; p; p = p->next) {
     pthread_mutex_lock(&p->mu);
@@ -352,6 +365,7 @@ void ax_node_destroy(ax_node *n) {
   pthread_mutex_destroy(&n->mu);
   pthread_cond_destroy(&n->cv);
   pthread_mutex_destroy(&n->calls_mu);
+  pthread_rwlock_destroy(&n->bulk_lk);
   free(n);
   grpc_shutdown();
   /* The last node gone: cached receive buffers are no longer needed. */

@@ -21,10 +21,34 @@
  *    handle remains.
  *  - If the owner goes down, user forks are dropped silently and later uses
  *    return AX_EPEERDOWN; if a user goes down, the owner drops its forks.
+ *    The owner knows the holder of every fork: forks registered by users
+ *    carry it, and a user that receives a fork made by the owner itself
+ *    names itself in an "accept" to the owner.
+ *  - Sweeps: a child fork never accepted (its message was lost with a
+ *    failed call, or its receiver died first) stops holding its parent
+ *    after the fork timeout (default 30 s; ax_rref_debug_delay
+ *    "fork_timeout"); so does an owner-made fork whose holder never
+ *    announced itself. A message slower than that timeout may find its
+ *    value freed: its receiver then gets AX_ESTALE, never a crash.
+ *  - Stale ids: an owner answers a fetch, call or fork naming an id it does
+ *    not hold at once with AX_ESTALE when the id was freed there (a ring of
+ *    the last 1024 freed ids), was minted there (its own values are created
+ *    synchronously), or the caller's reference was already acknowledged by
+ *    the owner. Otherwise the message may have overtaken the creation (a
+ *    "fork"/fetch can arrive before the "create"), so it waits for it: up
+ *    to 1 s when the id's counter is at or below the highest the owner has
+ *    seen created by that creator (only a reordered create can still come),
+ *    up to 10 s (never past the call's deadline) above it; then AX_ESTALE
+ *    (AX_ETIMEOUT when the call's own deadline comes first).
  *
  * Process model: one node per process uses RRefs (ax_rref_init on a second
- * node in the same process returns AX_ESTATE), because the value codec
- * (rpc/value.h) decodes RRef arguments without knowing the receiving node.
+ * node in the same process returns AX_ESTATE). The reason is the value
+ * codec: ax_value_ext_ops.decode (rpc/value.h) gets the bytes and the
+ * sender's name but not the receiving node, so a decoded RRef is attached
+ * to the process's one initialised node. Lifting this needs the node passed
+ * to decode (an rpc/ change), after which the table (rref_table.c's g_rc)
+ * can become per node; nothing else in rref/ assumes one node. Tests that
+ * need several RRef nodes therefore use several processes.
  *
  * Handles: ax_rref is reference counted and thread-safe. Functions
  * returning a new ax_rref* give the caller one reference. Value lists hold
@@ -192,7 +216,11 @@ int ax_rref_live(ax_node *n, long *owned, long *users);
 int ax_rref_debug_list(ax_node *n, char *buf, size_t len);
 /* Delays the protocol messages of one kind sent BY this node: "fork",
  * "accept" or "delete" (ms = 0 removes the delay). For tests forcing
- * message orders; also callable remotely as "ax.rref.debug" [kind, ms]. */
+ * message orders; also callable remotely as "ax.rref.debug" [kind, ms].
+ * Two more kinds: "create" makes this node, as owner, sleep ms in the
+ * creation handler before registering the value (a create that arrives
+ * late; blocks one handler thread), and "fork_timeout" sets the sweep
+ * timeout (0: the default, 30 s). */
 int ax_rref_debug_delay(ax_node *n, const char *msg, int64_t ms);
 
 #ifdef __cplusplus

@@ -261,33 +261,12 @@ static int h_fetch(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   return err;
 }
 
-static int h_live(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
-                  void *user) {
-  long o, u;
-  AX_TRY(ax_rref_live(ax_call_node(ctx), &o, &u));
-  ax_values_add_i64(out, o);
-  ax_values_add_i64(out, u);
-  ax_values_add_i64(out, ax_node_world_size(ax_call_node(ctx)));
-  return AX_OK;
-}
-
-static int h_debug(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
-                   void *user) {
-  const char *kind;
-  int64_t ms;
-  AX_TRY(ax_values_get_str(args, 0, &kind));
-  AX_TRY(ax_values_get_i64(args, 1, &ms));
-  return ax_rref_debug_delay(ax_call_node(ctx), kind, ms);
-}
-
 int axi_rref_register_proto(ax_node *n) {
   AX_TRY(ax_rpc_register(n, "ax.rref.fork", h_fork, NULL));
   AX_TRY(ax_rpc_register(n, "ax.rref.accept", h_accept, NULL));
   AX_TRY(ax_rpc_register(n, "ax.rref.delete", h_delete, NULL));
   AX_TRY(ax_rpc_register(n, "ax.rref.create", h_create, NULL));
-  AX_TRY(ax_rpc_register(n, "ax.rref.fetch", h_fetch, NULL));
-  AX_TRY(ax_rpc_register(n, "ax.rref.live", h_live, NULL));
-  return ax_rpc_register(n, "ax.rref.debug", h_debug, NULL);
+  return ax_rpc_register(n, "ax.rref.fetch", h_fetch, NULL);
 }
 
 /* ---- waiters --------------------------------------------------------------- */

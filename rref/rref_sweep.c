@@ -205,6 +205,25 @@ int64_t axi_owner_fork_deadline(axi_rctx *rc) {
   return axi_rnow_ms() + fork_timeout(rc);
 }
 
+static int h_live(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                  void *user) {
+  long o, u;
+  AX_TRY(ax_rref_live(ax_call_node(ctx), &o, &u));
+  ax_values_add_i64(out, o);
+  ax_values_add_i64(out, u);
+  ax_values_add_i64(out, ax_node_world_size(ax_call_node(ctx)));
+  return AX_OK;
+}
+
+static int h_debug(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                   void *user) {
+  const char *kind;
+  int64_t ms;
+  AX_TRY(ax_values_get_str(args, 0, &kind));
+  AX_TRY(ax_values_get_i64(args, 1, &ms));
+  return ax_rref_debug_delay(ax_call_node(ctx), kind, ms);
+}
+
 /* "ax.rref.list" [] -> [str]: ax_rref_debug_list of the node, remotely. */
 static int h_list(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
                   void *user) {
@@ -214,5 +233,7 @@ static int h_list(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
 }
 
 int axi_rref_register_debug(ax_node *n) {
+  AX_TRY(ax_rpc_register(n, "ax.rref.live", h_live, NULL));
+  AX_TRY(ax_rpc_register(n, "ax.rref.debug", h_debug, NULL));
   return ax_rpc_register(n, "ax.rref.list", h_list, NULL);
 }

@@ -47,7 +47,7 @@ static void run_case(const run_cfg *c, int mode, int K, int M, int steps,
   ax_pipe_stats st;
   ax_pipe_get_stats(p, &st);
   ax_tensor *want[NAGENTS], *wbuf[NAGENTS];
-  pt_reference(def, &mcfg, bounds, K, ref_kind(mode), steps, &data, c->optim,
+  pt_reference(def, &mcfg, bounds, K, ref_kind(mode), steps, pt_batch, &data, c->optim,
                3, want, wbuf);
   double worst = 0;
   for (int k = 0; k < K; k++) {
@@ -70,7 +70,7 @@ static void run_case(const run_cfg *c, int mode, int K, int M, int steps,
           (double)st.coord_bytes / steps, worst);
   if (ref_kind(mode) != REF_SYNC && K > 1) { /* negative control */
     ax_tensor *sync[NAGENTS], *sbuf[NAGENTS];
-    pt_reference(def, &mcfg, bounds, K, REF_SYNC, steps, &data, c->optim, 3,
+    pt_reference(def, &mcfg, bounds, K, REF_SYNC, steps, pt_batch, &data, c->optim, 3,
                  sync, sbuf);
     ax_tensor *got, *gbuf;
     AX_ASSERT_OK(ax_pipe_stage_state(p, 0, &got, &gbuf));

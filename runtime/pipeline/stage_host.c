@@ -190,8 +190,9 @@ static int m_take(ax_call_ctx *cc, void *obj, const ax_values *args,
                      h->s->index, kind ? "input gradient" : "activation",
                      (long long)batch, (long long)micro);
   int err = AX_OK;
-  for (int i = 0; err == AX_OK && i < e->t.n; i++)
-    err = ax_values_add_tensor(out, e->t.t[i]);
+  for (int i = 0; err == AX_OK && i < e->t.n; i++) /* i64 0: no tensor */
+    err = e->t.t[i] ? ax_values_add_tensor(out, e->t.t[i])
+                    : ax_values_add_i64(out, 0);
   ax_tlist_clear(&e->t);
   free(e);
   return err;
@@ -216,6 +217,10 @@ static int fetch(phost *h, ax_rref *from, int kind, long batch, int micro,
   for (size_t i = 0; err == AX_OK && i < ax_values_count(res) &&
                      t->n < AX_TLIST_MAX; i++) {
     ax_tensor *x;
+    if (ax_values_type(res, i) != AX_VAL_TENSOR) {
+      t->t[t->n++] = NULL; /* an input without gradient */
+      continue;
+    }
     err = ax_values_get_tensor(res, i, &x);
     if (err == AX_OK && !(t->t[t->n++] = ax_tensor_to(x, h->s->dev)))
       err = AX_ENOMEM;

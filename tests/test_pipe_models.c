@@ -1,0 +1,144 @@
+/* Pipeline oracles on ResNet20 and BERT with real agent processes:
+ *  - ResNet20 (batch norm: micro-batch statistics, running statistics
+ *    compared too): pipedream and ddg equal the weight-stashing reference,
+ *    fr the replay reference, K = 2, 3, 4, 12 steps (small images, few
+ *    examples);
+ *  - a small BERT with dropout off: gpipe and 1f1b equal single-process
+ *    full-batch SGD (two outputs, MLM labels of B * T rows with ignored
+ *    positions, so the loss divisors must be the mini-batch's counts). */
+#include <stdlib.h>
+#include <string.h>
+
+#define PT_FLOOR_RMS
+#include "runtime/pipeline/train.h"
+#include "tests/pipe_testutil.h"
+
+#define NAGENTS 4
+static const char *g_names[NAGENTS] = {"m1", "m2", "m3", "m4"};
+static pid_t g_pids[NAGENTS];
+static ax_node *g_drv;
+
+#define BERT_CFG "layers=2,hidden=16,heads=2,ff=32,vocab=50,seq=8,dropout=0"
+#define BERT_B 8
+#define BERT_T 8
+
+/* A deterministic BERT mini-batch t: ids, segments, mask (the last two
+ * positions of odd sequences padded); MLM labels (B * T) with most
+ * positions ignored; NSP labels (B). */
+static int bert_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
+  int64_t shape[2] = {BERT_B, BERT_T}, rows = BERT_B * BERT_T, b1 = BERT_B;
+  in->n = 3;
+  in->t[0] = ax_test_randint(100 + (uint64_t)t, 0, 50, 2, shape);
+  in->t[1] = ax_test_randint(200 + (uint64_t)t, 0, 2, 2, shape);
+  in->t[2] = ax_tensor_new(AX_F32, 2, shape, AX_CPU);
+  for (int b = 0; b < BERT_B; b++)
+    for (int s = 0; s < BERT_T; s++)
+      ax_f32(in->t[2])[b * BERT_T + s] = (b % 2 && s >= BERT_T - 2) ? 0.f : 1.f;
+  lab->n = 2;
+  lab->t[0] = ax_test_randint(300 + (uint64_t)t, 0, 50, 1, &rows);
+  int32_t *l = (int32_t *)lab->t[0]->data;
+  for (int64_t i = 0; i < rows; i++)
+    if ((i * 7 + t) % 4 != 0)
+      l[i] = -100;
+  lab->t[1] = ax_test_randint(400 + (uint64_t)t, 0, 2, 1, &b1);
+  return AX_OK;
+}
+
+typedef struct mcase {
+  const char *model, *model_cfg, *optim;
+  ax_pipe_batch_fn batch;
+  void *data;
+} mcase;
+
+static void run_case(const mcase *c, int mode, int K, int M, int steps) {
+  const ax_model_def *def = ax_model_find(c->model);
+  ax_config mcfg;
+  ax_model_info info;
+  AX_ASSERT_OK(ax_model_config(def, c->model_cfg, &mcfg));
+  AX_ASSERT_OK(def->describe(&mcfg, &info));
+  int bounds[NAGENTS + 1];
+  AX_ASSERT_OK(ax_split_uniform(info.n_blocks, K, bounds));
+  ax_pipe_opts o = {c->model, c->model_cfg, K, g_names, bounds, mode, M,
+                    AX_RECOMPUTE_NEVER, c->optim, 5, AX_CPU, 30000};
+  ax_pipe *p;
+  double t0 = ax_now();
+  AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
+  AX_ASSERT_OK(ax_pipe_train(p, steps, c->batch, NULL, c->data));
+  double t1 = ax_now();
+  pt_check_events(p, mode, K, M, steps);
+  ax_tensor *want[NAGENTS], *wbuf[NAGENTS];
+  pt_reference(def, &mcfg, bounds, K, ref_kind(mode), steps, c->batch,
+               c->data, c->optim, 5, want, wbuf);
+  double worst = 0;
+  for (int k = 0; k < K; k++) {
+    ax_tensor *got, *gbuf;
+    AX_ASSERT_OK(ax_pipe_stage_state(p, k, &got, &gbuf));
+    double w = pt_worst(got, want[k]);
+    if (gbuf && wbuf[k]) {
+      double wb = pt_worst(gbuf, wbuf[k]);
+      w = wb > w ? wb : w;
+    }
+    worst = w > worst ? w : worst;
+    ax_tensor_release(got);
+    ax_tensor_release(gbuf);
+    ax_tensor_release(want[k]);
+    ax_tensor_release(wbuf[k]);
+  }
+  fprintf(stderr, "  %s %-10s K=%d M=%d: %d steps in %.2f s, worst relative "
+          "difference %.2g\n", c->model, ax_pipe_mode_name(mode), K, M, steps,
+          t1 - t0, worst);
+  if (worst > 1e-5)
+    fail_msg("%s %s K=%d M=%d: relative difference %.3g", c->model,
+             ax_pipe_mode_name(mode), K, M, worst);
+  ax_pipe_free(p);
+  AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
+}
+
+static void test_resnet20_async(void **state) {
+  ax_config dcfg;
+  pt_data data = {NULL, 4};
+  AX_ASSERT_OK(ax_config_parse(&dcfg, "shape=1/8/8,classes=10,examples=48,"
+                                      "seed=4"));
+  AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
+  mcase c = {"resnet20", "in_channels=1,image=8", "opt=sgd,lr=0.02",
+             pt_batch, &data};
+  for (int K = 2; K <= 4; K++) {
+    run_case(&c, AX_MODE_PIPEDREAM, K, 1, 12);
+    run_case(&c, AX_MODE_DDG, K, 1, 12);
+    run_case(&c, AX_MODE_FR, K, 1, 12);
+  }
+  ax_dataset_close(data.ds);
+}
+
+static void test_bert_sync(void **state) {
+  mcase c = {"bert", BERT_CFG, "opt=sgd,lr=0.05", bert_batch, NULL};
+  run_case(&c, AX_MODE_GPIPE, 2, 1, 2); /* no micro-batches: exact */
+  run_case(&c, AX_MODE_GPIPE, 2, 4, 2);
+  run_case(&c, AX_MODE_1F1B, 4, 4, 2);
+  run_case(&c, AX_MODE_GPIPE, 4, 8, 2);
+  run_case(&c, AX_MODE_1F1B, 3, 2, 2);
+}
+
+int main(void) {
+  int port = rt_free_port();
+  for (int i = 0; i < NAGENTS; i++)
+    g_pids[i] = rt_spawn_agent(g_names[i], port, "--threads", "4", NULL);
+  int rc = dt_driver("coord", port, NAGENTS + 1, &g_drv);
+  if (rc == AX_OK)
+    rc = dt_wait_world(g_drv, g_names, NAGENTS);
+  if (rc != AX_OK) {
+    fprintf(stderr, "driver: %s: %s\n", ax_strerror(rc), ax_errmsg());
+    for (int i = 0; i < NAGENTS; i++)
+      rt_stop_agent(g_pids[i], SIGKILL, 5000);
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bert_sync),
+      cmocka_unit_test(test_resnet20_async),
+  };
+  int failed = AX_TEST_MAIN(tests);
+  for (int i = 0; i < NAGENTS; i++)
+    rt_stop_agent(g_pids[i], SIGTERM, 15000);
+  dt_driver_end(g_drv);
+  return failed;
+}
