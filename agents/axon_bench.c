@@ -5,6 +5,7 @@
  *                    [--model-config K=V,..] [--seq N]
  *   axon-bench rpc ...   (see axon-bench rpc --help)
  *   axon-bench dist ...  (see axon-bench dist --help)
+ *   axon-bench pipe ...  (see axon-bench pipe --help)
  *
  * `train` times full training steps (forward, loss, backward, SGD update)
  * on synthetic inputs of the model's shape and prints samples/s (and
@@ -23,6 +24,8 @@
 __attribute__((weak)) int ax_bench_rpc_main(int argc, char **argv);
 /* Provided by agents/axon_bench_dist.c (distributed autograd steps). */
 __attribute__((weak)) int ax_bench_dist_main(int argc, char **argv);
+/* Provided by agents/axon_bench_pipe.c (pipeline modes on synthetic stages). */
+__attribute__((weak)) int ax_bench_pipe_main(int argc, char **argv);
 
 static ax_tensor *rand_f32(ax_rng *r, int ndim, const int64_t *shape) {
   ax_tensor *t = ax_tensor_new(AX_F32, ndim, shape, AX_CPU);
@@ -210,8 +213,15 @@ int main(int argc, char **argv) {
     }
     return ax_bench_dist_main(argc - 1, argv + 1);
   }
+  if (argc >= 2 && strcmp(argv[1], "pipe") == 0) {
+    if (!ax_bench_pipe_main) {
+      fprintf(stderr, "axon-bench: built without the pipe benchmark\n");
+      return 2;
+    }
+    return ax_bench_pipe_main(argc - 1, argv + 1);
+  }
   fprintf(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
-          "usage: axon-bench train|rpc|dist [options]  (--help after the command "
+          "usage: axon-bench train|rpc|dist|pipe [options]  (--help after the command "
           "for its options)\n");
   return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
 }

@@ -84,4 +84,19 @@ int axi_bulk_frame_advance(bframe *f, size_t n);
 int axi_bulk_recv(bconn *c);
 void axi_bulk_recv_reset(bconn *c);
 
+/* bulk_write.c */
+/* Points iov (AXI_BULK_WIOV entries) at what is left of c's queued
+ * frames; returns the count (c->mu held). */
+int axi_bulk_gather_locked(bconn *c, struct iovec *iov);
+/* Consumes w written bytes from the head of c's queue and returns the
+ * frames now fully written, for the caller to free (c->mu held). */
+bframe *axi_bulk_advance_locked(bconn *c, size_t w);
+/* Queues f (taken) on c. When c is idle the calling thread writes at once
+ * (saving a wake-up of the I/O thread) and hands whatever the socket does
+ * not take to the I/O thread; between cork_begin and cork_flush on this
+ * thread the write waits for the flush. A dead connection frees f. */
+void axi_bulk_queue(bconn *c, bframe *f);
+void axi_bulk_cork_begin(void);
+void axi_bulk_cork_flush(void);
+
 #endif

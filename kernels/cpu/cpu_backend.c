@@ -114,6 +114,9 @@ int axi_cpu_backend_init(ax_backend *be) {
    * every tensor again (measured: ResNet20 step 550 -> 370 ms). */
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  /* Probe the CPU once here, so that kernels running on several threads
+   * only read the cached answer. */
+  (void)axi_gemm512_available();
   if (cpu_threads <= 0) {
     const char *env = getenv("AXON_THREADS");
     ax_cpu_set_threads(env ? atoi(env) : 0);

@@ -21,10 +21,11 @@
  *
  * Both are deterministic: the order of every sum depends only on the shapes.
  * They are compiled for AVX-512 with a target attribute and must only be
- * called when axi_gemm512_available() is true. */
-#include <immintrin.h>
-
+ * called when axi_gemm512_available() is true (never, off x86-64). */
 #include "kernels/cpu/cpu.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
 
 int axi_gemm512_available(void) {
   static int avail = -1;
@@ -230,3 +231,20 @@ axi_gemm512_nt(int m, int n, int k, const float *a, long lda, const float *b,
   else
     nt_all(m, n, k, a, lda, b, ldb, NULL, c, ldc);
 }
+
+#else /* not x86-64: the callers always take their OpenBLAS paths */
+
+int axi_gemm512_available(void) { return 0; }
+
+void axi_gemm512_nn(int m, int n, int k, const float *a, long sam, long sak,
+                    const float *b, long ldb, const long *boff, float beta,
+                    float *c, long ldc) {}
+
+void axi_gemm512_nn_arows(int m, int n, int k, const float *a,
+                          const long *aoff, const float *b, long ldb,
+                          float beta, float *c, long ldc) {}
+
+void axi_gemm512_nt(int m, int n, int k, const float *a, long lda,
+                    const float *b, long ldb, const long *boff, float *c,
+                    long ldc) {}
+#endif

@@ -1,0 +1,331 @@
+/* axon-bench pipe: the runtime's own overhead in every pipeline mode,
+ * measured on synthetic stages whose forward and backward take a fixed time.
+ *
+ *   axon-bench pipe [--stages K] [--micro M] [--fwd-ms F] [--bwd-ms B]
+ *                   [--repeat R] [--modes a,b,..] [--agent-threads N]
+ *                   [--batch N]
+ *
+ * K local agents (axon-agent next to this binary, forked and exec'ed before
+ * gRPC starts here; default K = 4) each host one stage of the "sleep" model
+ * (models/sleep.c: blocks=K, one block per stage, forward fwd_ms and
+ * backward bwd_ms per call; defaults 20 and 40 ms). For every mode the
+ * coordinator (ax_pipe_new / ax_pipe_train, runtime/pipeline/coordinator.h)
+ * trains a fixed number of mini-batches; the time per mini-batch in steady
+ * state is the spacing of the mini-batch completions after a warm-up:
+ * (done[n-1] - done[w-1]) / (n - w). It is printed next to the schedule's
+ * formula (ax_formula_time with t_f = fwd_ms, t_b = bwd_ms per stage and
+ * unit), with their ratio; the goal is a ratio within 1.05. Each mode runs
+ * --repeat times (default 3) and the medians are printed.
+ *
+ * The last columns break the overhead down from the coordinator's events:
+ * "issue" is the mean time from the moment an operation could start (its
+ * stage finished its previous operation and its dependencies completed) to
+ * the moment the coordinator issued it; "rpc" is the mean of (reply time -
+ * issue time - the compute time the stage reported), i.e. the round trip of
+ * the call itself. The fetch of activations and gradients from the
+ * neighbour is inside the stage's reported time. */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "runtime/dist/autograd.h"
+#include "runtime/pipeline/coordinator.h"
+#include "runtime/pipeline/formula.h"
+#include "runtime/pipeline/train.h"
+
+#define MAXR 16
+
+typedef struct bp_args {
+  int K, M, repeat, agent_threads, batch;
+  double fwd_ms, bwd_ms;
+  const char *modes;
+} bp_args;
+
+typedef struct bp_run { /* one training run of one mode */
+  const bp_args *a;
+  double done[64];
+  long steps;
+} bp_run;
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t l = sizeof a;
+  int port = -1;
+  if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) &&
+      !getsockname(fd, (struct sockaddr *)&a, &l))
+    port = ntohs(a.sin_port);
+  if (fd >= 0)
+    close(fd);
+  return port;
+}
+
+/* Starts agent stage<s> joining 127.0.0.1:port; its pid, or -1. */
+static pid_t spawn_agent(int s, int port, int threads) {
+  char exe[4096], path[4200], master[64], th[16], name[32];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = 0;
+  snprintf(path, sizeof path, "%s/axon-agent", dirname(exe));
+  snprintf(master, sizeof master, "127.0.0.1:%d", port);
+  snprintf(th, sizeof th, "%d", threads);
+  snprintf(name, sizeof name, "stage%d", s);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("OMP_NUM_THREADS", "1", 0);
+    execl(path, path, "--name", name, "--master", master, "--threads", th,
+          "--peer-timeout-ms", "3000", (char *)NULL);
+    fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
+    _exit(127);
+  }
+  return pid;
+}
+
+static void stop_agents(int K, const pid_t *pids) {
+  for (int s = 0; s < K; s++)
+    if (pids[s] > 0)
+      kill(pids[s], SIGTERM);
+  for (int s = 0; s < K; s++) {
+    double end = ax_now() + 10;
+    int st;
+    while (pids[s] > 0 && waitpid(pids[s], &st, WNOHANG) == 0) {
+      if (ax_now() > end) {
+        kill(pids[s], SIGKILL);
+        waitpid(pids[s], &st, 0);
+        break;
+      }
+      usleep(10000);
+    }
+  }
+}
+
+/* Creates the coordinator node (the master) and waits, bounded, until every
+ * agent knows the whole membership. */
+static int start_node(int K, int port, char names[][32], ax_node **out) {
+  char listen[64];
+  snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+  ax_node_opts o;
+  ax_node_opts_init(&o);
+  o.name = "coordinator";
+  o.listen = o.master = listen;
+  o.world_size = K + 1;
+  o.rank = 0;
+  o.threads = 4;
+  o.peer_timeout_ms = 3000;
+  AX_TRY(ax_node_create(&o, out));
+  AX_TRY(ax_dist_init(*out));
+  AX_TRY(ax_node_join(*out, 60000));
+  for (int s = 0; s < K; s++)
+    for (int64_t w = 0, tries = 0; w != K + 1; tries++) {
+      if (tries > 500)
+        return ax_seterr(AX_ETIMEOUT, "%s does not know the world", names[s]);
+      ax_values *r = NULL;
+      ax_call_opts co = {.timeout_ms = 2000};
+      if (ax_rpc_sync(*out, names[s], "ax.rref.live", NULL, &co, &r) == AX_OK)
+        ax_values_get_i64(r, 2, &w);
+      ax_values_free(r);
+      if (w != K + 1)
+        usleep(20000);
+    }
+  return AX_OK;
+}
+
+/* ---- one run ------------------------------------------------------------------ */
+static int bp_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
+  const bp_args *a = ((const bp_run *)user)->a;
+  int64_t xs[2] = {a->batch, 16}, ys[1] = {a->batch};
+  ax_tensor *x = ax_tensor_new(AX_F32, 2, xs, AX_CPU);
+  ax_tensor *y = ax_tensor_new(AX_I32, 1, ys, AX_CPU);
+  if (!x || !y) {
+    ax_tensor_release(x);
+    ax_tensor_release(y);
+    return AX_ENOMEM;
+  }
+  for (int64_t i = 0; i < a->batch * 16; i++)
+    ax_f32(x)[i] = (float)((i * 7 + t) % 13) / 13.0f;
+  for (int64_t i = 0; i < a->batch; i++)
+    ax_i32(y)[i] = (int32_t)((i + t) % 10);
+  in->t[0] = x, in->n = 1;
+  lab->t[0] = y, lab->n = 1;
+  return AX_OK;
+}
+
+static void bp_step(void *user, const ax_pipe_step_info *s) {
+  bp_run *r = user;
+  if (r->steps < 64)
+    r->done[r->steps] = s->seconds;
+  r->steps++;
+}
+
+/* Mean issue latency and mean call overhead of the run's operations (ms). */
+static void overheads(ax_pipe *p, int mode, int K, int M, double *issue,
+                      double *rpc) {
+  long n;
+  const ax_pipe_event *ev = ax_pipe_events(p, &n);
+  double si = 0, sr = 0;
+  long ni = 0;
+  for (long i = 0; i < n; i++) {
+    const ax_pipe_event *e = &ev[i];
+    double ready = 0;
+    ax_pipe_op deps[AX_PIPE_MAX_STAGES + 2];
+    int nd = ax_pipe_deps(mode, K, M, &e->op, deps);
+    for (long j = 0; j < n; j++) {
+      const ax_pipe_event *f = &ev[j];
+      int dep = f->op.stage == e->op.stage && f->t_done <= e->t_issue;
+      for (int k = 0; !dep && k < nd; k++)
+        dep = !memcmp(&f->op, &deps[k], sizeof deps[k]);
+      if (dep && f->t_done > ready)
+        ready = f->t_done;
+    }
+    if (ready > 0) {
+      si += e->t_issue - ready;
+      ni++;
+    }
+    sr += e->t_done - e->t_issue - e->busy_s;
+  }
+  *issue = ni ? 1e3 * si / (double)ni : 0;
+  *rpc = n ? 1e3 * sr / (double)n : 0;
+}
+
+static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
+                    int mode, double *per_batch, double *issue, double *rpc) {
+  char cfg[128];
+  snprintf(cfg, sizeof cfg, "blocks=%d,fwd_ms=%g,bwd_ms=%g,width=16,"
+           "classes=10", a->K, a->fwd_ms, a->bwd_ms);
+  ax_pipe_opts o = {"sleep", cfg, a->K, ag, NULL, mode, a->M,
+                    AX_RECOMPUTE_NEVER, "opt=sgd,lr=0.01", 1, AX_CPU, 30000};
+  int flushed = ax_pipe_units(mode, a->M) > 1 || mode == AX_MODE_SEQUENTIAL;
+  long warm = flushed ? 1 : a->K + 1, n = flushed ? warm + 4 : warm + 10;
+  ax_pipe *p = NULL;
+  AX_TRY(ax_pipe_new(node, &o, &p));
+  bp_run r = {a, {0}, 0};
+  int err = ax_pipe_train(p, n, bp_batch, bp_step, &r);
+  if (err == AX_OK && r.steps != n)
+    err = ax_seterr(AX_ESTATE, "%ld of %ld mini-batches reported", r.steps, n);
+  if (err == AX_OK) {
+    *per_batch = (r.done[n - 1] - r.done[warm - 1]) / (double)(n - warm);
+    overheads(p, mode, a->K, a->M, issue, rpc);
+  }
+  ax_pipe_free(p);
+  return err;
+}
+
+/* ---- command line and table ----------------------------------------------------- */
+static int parse(int argc, char **argv, bp_args *a) {
+  static const struct option lo[] = {
+      {"stages", 1, 0, 'K'}, {"micro", 1, 0, 'M'},  {"fwd-ms", 1, 0, 'f'},
+      {"bwd-ms", 1, 0, 'b'}, {"repeat", 1, 0, 'r'}, {"modes", 1, 0, 'm'},
+      {"agent-threads", 1, 0, 't'}, {"batch", 1, 0, 'B'},
+      {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+  *a = (bp_args){4, 8, 3, 4, 16, 20, 40, "sequential,gpipe,1f1b,ddg,fr,pipedream"};
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    switch (c) {
+    case 'K': a->K = atoi(optarg); break;
+    case 'M': a->M = atoi(optarg); break;
+    case 'f': a->fwd_ms = atof(optarg); break;
+    case 'b': a->bwd_ms = atof(optarg); break;
+    case 'r': a->repeat = atoi(optarg); break;
+    case 'm': a->modes = optarg; break;
+    case 't': a->agent_threads = atoi(optarg); break;
+    case 'B': a->batch = atoi(optarg); break;
+    case 'h':
+      printf("usage: axon-bench pipe [--stages K] [--micro M] [--fwd-ms F] "
+             "[--bwd-ms B] [--repeat R] [--modes a,b,..] [--agent-threads N]"
+             " [--batch N]\n");
+      return 1;
+    default: return 2;
+    }
+  }
+  if (a->K < 1 || a->K > AX_PIPE_MAX_STAGES || a->M < 1 || a->repeat < 1 ||
+      a->repeat > MAXR || a->batch < a->M) {
+    fprintf(stderr, "axon-bench pipe: need 1 <= K <= %d, M >= 1, batch >= M,"
+            " 1 <= repeat <= %d\n", AX_PIPE_MAX_STAGES, MAXR);
+    return 2;
+  }
+  return 0;
+}
+
+static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
+  printf("# axon-bench pipe: K=%d M=%d t_f=%g ms t_b=%g ms per stage, sleep "
+         "model, batch %d, median of %d runs\n", a->K, a->M, a->fwd_ms,
+         a->bwd_ms, a->batch, a->repeat);
+  printf("%-11s %12s %12s %7s %10s %9s\n", "mode", "formula_ms", "measured_ms",
+         "ratio", "issue_ms", "rpc_ms");
+  double tf[AX_PIPE_MAX_STAGES], tb[AX_PIPE_MAX_STAGES];
+  for (int s = 0; s < a->K; s++)
+    tf[s] = a->fwd_ms * 1e-3, tb[s] = a->bwd_ms * 1e-3;
+  char list[128];
+  snprintf(list, sizeof list, "%s", a->modes);
+  int worst = 0;
+  for (char *sv = NULL, *m = strtok_r(list, ",", &sv); m;
+       m = strtok_r(NULL, ",", &sv)) {
+    int mode = ax_pipe_mode_index(m);
+    if (mode < 0)
+      return AX_EINVAL;
+    double f = 0, t[MAXR], is[MAXR], rp[MAXR];
+    AX_TRY(ax_formula_time(m, a->K, a->M, tf, tb, AX_RECOMPUTE_NEVER, &f));
+    for (int r = 0; r < a->repeat; r++)
+      AX_TRY(run_mode(node, a, ag, mode, &t[r], &is[r], &rp[r]));
+    double mt = median(t, a->repeat), ratio = mt / f;
+    printf("%-11s %12.1f %12.1f %7.3f %10.3f %9.3f\n", m, 1e3 * f, 1e3 * mt,
+           ratio, median(is, a->repeat), median(rp, a->repeat));
+    fflush(stdout);
+    worst |= ratio > 1.05 || ratio < 0.95;
+  }
+  printf("# goal: every ratio within [0.95, 1.05]: %s\n",
+         worst ? "NOT MET" : "met");
+  return AX_OK;
+}
+
+int ax_bench_pipe_main(int argc, char **argv) {
+  bp_args a;
+  int rc = parse(argc, argv, &a);
+  if (rc)
+    return rc == 1 ? 0 : rc;
+  char names[AX_PIPE_MAX_STAGES][32];
+  const char *ag[AX_PIPE_MAX_STAGES];
+  pid_t pids[AX_PIPE_MAX_STAGES] = {0};
+  int port = free_port();
+  if (port < 0) {
+    fprintf(stderr, "axon-bench pipe: no free port\n");
+    return 1;
+  }
+  for (int s = 0; s < a.K; s++) {
+    snprintf(names[s], sizeof names[s], "stage%d", s);
+    ag[s] = names[s];
+    pids[s] = spawn_agent(s, port, a.agent_threads);
+  }
+  ax_node *node = NULL;
+  rc = start_node(a.K, port, names, &node);
+  if (rc == AX_OK)
+    rc = bench(node, &a, ag);
+  if (rc != AX_OK)
+    fprintf(stderr, "axon-bench pipe: %s: %s\n", ax_strerror(rc), ax_errmsg());
+  if (node) {
+    ax_node_shutdown(node, 5000);
+    ax_dist_fini(node);
+    ax_node_destroy(node);
+  }
+  stop_agents(a.K, pids);
+  return rc == AX_OK ? 0 : 1;
+}
