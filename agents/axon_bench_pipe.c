@@ -176,11 +176,12 @@ static void bp_step(void *user, const ax_pipe_step_info *s) {
 }
 
 /* Mean issue latency and mean call overhead of the run's operations (ms). */
-static void overheads(ax_pipe *p, int mode, int K, int M, double *issue,
-                      double *rpc) {
+static void overheads(ax_pipe *p, const bp_args *a, int mode, double *issue,
+                      double *rpc, double *stage) {
   long n;
+  int K = a->K, M = a->M;
   const ax_pipe_event *ev = ax_pipe_events(p, &n);
-  double si = 0, sr = 0;
+  double si = 0, sr = 0, ss = 0;
   long ni = 0;
   for (long i = 0; i < n; i++) {
     const ax_pipe_event *e = &ev[i];
@@ -191,7 +192,8 @@ static void overheads(ax_pipe *p, int mode, int K, int M, double *issue,
       const ax_pipe_event *f = &ev[j];
       int dep = f->op.stage == e->op.stage && f->t_done <= e->t_issue;
       for (int k = 0; !dep && k < nd; k++)
-        dep = !memcmp(&f->op, &deps[k], sizeof deps[k]);
+        dep = f->op.kind == deps[k].kind && f->op.stage == deps[k].stage &&
+              f->op.batch == deps[k].batch && f->op.micro == deps[k].micro;
       if (dep && f->t_done > ready)
         ready = f->t_done;
     }
@@ -200,20 +202,29 @@ static void overheads(ax_pipe *p, int mode, int K, int M, double *issue,
       ni++;
     }
     sr += e->t_done - e->t_issue - e->busy_s;
+    double nominal = e->op.kind == AX_OP_FWD ? a->fwd_ms
+                     : a->bwd_ms + (mode == AX_MODE_FR ? a->fwd_ms : 0);
+    ss += e->busy_s - 1e-3 * nominal;
   }
   *issue = ni ? 1e3 * si / (double)ni : 0;
   *rpc = n ? 1e3 * sr / (double)n : 0;
+  *stage = n ? 1e3 * ss / (double)n : 0;
 }
 
 static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
-                    int mode, double *per_batch, double *issue, double *rpc) {
+                    int mode, double *per_batch, double *issue, double *rpc,
+                    double *stage) {
   char cfg[128];
   snprintf(cfg, sizeof cfg, "blocks=%d,fwd_ms=%g,bwd_ms=%g,width=16,"
            "classes=10", a->K, a->fwd_ms, a->bwd_ms);
   ax_pipe_opts o = {"sleep", cfg, a->K, ag, NULL, mode, a->M,
                     AX_RECOMPUTE_NEVER, "opt=sgd,lr=0.01", 1, AX_CPU, 30000};
   int flushed = ax_pipe_units(mode, a->M) > 1 || mode == AX_MODE_SEQUENTIAL;
-  long warm = flushed ? 1 : a->K + 1, n = flushed ? warm + 4 : warm + 10;
+  /* Modes without a flush drain at the end (the last K - 1 mini-batches
+   * finish faster than the steady state): measure before the drain. */
+  long warm = flushed ? 1 : a->K + 1;
+  long n = flushed ? warm + 4 : warm + 12 + a->K - 1;
+  long last = flushed ? n - 1 : n - a->K;
   ax_pipe *p = NULL;
   AX_TRY(ax_pipe_new(node, &o, &p));
   bp_run r = {a, {0}, 0};
@@ -221,8 +232,8 @@ static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
   if (err == AX_OK && r.steps != n)
     err = ax_seterr(AX_ESTATE, "%ld of %ld mini-batches reported", r.steps, n);
   if (err == AX_OK) {
-    *per_batch = (r.done[n - 1] - r.done[warm - 1]) / (double)(n - warm);
-    overheads(p, mode, a->K, a->M, issue, rpc);
+    *per_batch = (r.done[last] - r.done[warm - 1]) / (double)(last - warm + 1);
+    overheads(p, a, mode, issue, rpc, stage);
   }
   ax_pipe_free(p);
   return err;
@@ -269,8 +280,8 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
   printf("# axon-bench pipe: K=%d M=%d t_f=%g ms t_b=%g ms per stage, sleep "
          "model, batch %d, median of %d runs\n", a->K, a->M, a->fwd_ms,
          a->bwd_ms, a->batch, a->repeat);
-  printf("%-11s %12s %12s %7s %10s %9s\n", "mode", "formula_ms", "measured_ms",
-         "ratio", "issue_ms", "rpc_ms");
+  printf("%-11s %11s %12s %7s %9s %7s %9s\n", "mode", "formula_ms",
+         "measured_ms", "ratio", "issue_ms", "rpc_ms", "in_stage");
   double tf[AX_PIPE_MAX_STAGES], tb[AX_PIPE_MAX_STAGES];
   for (int s = 0; s < a->K; s++)
     tf[s] = a->fwd_ms * 1e-3, tb[s] = a->bwd_ms * 1e-3;
@@ -282,13 +293,14 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
     int mode = ax_pipe_mode_index(m);
     if (mode < 0)
       return AX_EINVAL;
-    double f = 0, t[MAXR], is[MAXR], rp[MAXR];
+    double f = 0, t[MAXR], is[MAXR], rp[MAXR], st[MAXR];
     AX_TRY(ax_formula_time(m, a->K, a->M, tf, tb, AX_RECOMPUTE_NEVER, &f));
     for (int r = 0; r < a->repeat; r++)
-      AX_TRY(run_mode(node, a, ag, mode, &t[r], &is[r], &rp[r]));
+      AX_TRY(run_mode(node, a, ag, mode, &t[r], &is[r], &rp[r], &st[r]));
     double mt = median(t, a->repeat), ratio = mt / f;
-    printf("%-11s %12.1f %12.1f %7.3f %10.3f %9.3f\n", m, 1e3 * f, 1e3 * mt,
-           ratio, median(is, a->repeat), median(rp, a->repeat));
+    printf("%-11s %11.1f %12.1f %7.3f %9.3f %7.3f %9.3f\n", m, 1e3 * f,
+           1e3 * mt, ratio, median(is, a->repeat), median(rp, a->repeat),
+           median(st, a->repeat));
     fflush(stdout);
     worst |= ratio > 1.05 || ratio < 0.95;
   }

@@ -18,7 +18,8 @@ static void usage(FILE *f) {
   fprintf(f,
 "usage: axon-run train [options]\n"
 "\n"
-"Trains a model in this process and reports test accuracy per epoch.\n"
+"Trains a model in this process, or split into pipeline stages over agents\n"
+"(--local / --stages), and reports test accuracy.\n"
 "\n"
 "  --model NAME          mlp | resnet20 | bert (default mlp)\n"
 "  --model-config K=V,.. model settings, e.g. widths=784/256/10 or layers=3\n"

@@ -5,6 +5,7 @@
  * initialisation in this process) and this process is the master; with
  * --agents a,b,c --master HOST:PORT it joins running agents. */
 #include <arpa/inet.h>
+#include <sched.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -61,6 +62,35 @@ static int eval_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
   return ax_loader_next(user, in, lab);
 }
 
+/* AXON_PIN_AGENTS pins local agent s to one core: "1" = core s modulo the
+ * cores this process may use, "a,b,c" = the s-th listed core (modulo the
+ * list). Called in the child before exec; failures are reported and the
+ * agent runs unpinned. */
+static void pin_child(int s) {
+  const char *env = getenv("AXON_PIN_AGENTS");
+  if (!env || !*env || !strcmp(env, "0"))
+    return;
+  int cores[CPU_SETSIZE], n = 0;
+  cpu_set_t set;
+  if (strcmp(env, "1")) {
+    for (const char *c = env; c && n < CPU_SETSIZE; c = strchr(c, ',')) {
+      c += *c == ',';
+      cores[n++] = atoi(c);
+    }
+  } else if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int i = 0; i < CPU_SETSIZE; i++)
+      if (CPU_ISSET(i, &set))
+        cores[n++] = i;
+  }
+  if (n == 0)
+    return;
+  CPU_ZERO(&set);
+  CPU_SET(cores[s % n], &set);
+  if (sched_setaffinity(0, sizeof set, &set) != 0)
+    fprintf(stderr, "axon-run: cannot pin stage%d to core %d: %s\n", s,
+            cores[s % n], strerror(errno));
+}
+
 /* Starts K agents named stage0.. joining 127.0.0.1:port. */
 static int spawn_local(int K, int port, int threads, pid_t *pids) {
   char exe[4096], path[4200], master[64], th[16];
@@ -78,6 +108,7 @@ static int spawn_local(int K, int port, int threads, pid_t *pids) {
     snprintf(name, sizeof name, "stage%d", s);
     pids[s] = fork();
     if (pids[s] == 0) {
+      pin_child(s);
       setenv("OMP_NUM_THREADS", "1", 0);
       execl(path, path, "--name", name, "--master", master, "--threads", th,
             "--peer-timeout-ms", "3000", (char *)NULL);

@@ -137,15 +137,17 @@ static int local_call(ax_node *n, const char *fn, const ax_values *args,
   return AX_OK;
 }
 
-/* How long ax_rpc_sync polls for the reply before sleeping: about one
- * small-call round trip. AXON_SYNC_SPIN_US overrides it (0 disables). */
+/* How long ax_rpc_sync polls for the reply of a small call (under 64 KiB
+ * of tensor data) before sleeping: about one small-call round trip. Larger
+ * calls sleep at once, leaving both cores to the transfer.
+ * AXON_SYNC_SPIN_US overrides it (0 disables). */
 static int64_t g_spin_us = -1;
 
 static int64_t sync_spin_us(void) {
   int64_t v = __atomic_load_n(&g_spin_us, __ATOMIC_RELAXED);
   if (v < 0) {
     const char *e = getenv("AXON_SYNC_SPIN_US");
-    v = (e && *e) ? atoll(e) : 100;
+    v = (e && *e) ? atoll(e) : 50;
     __atomic_store_n(&g_spin_us, v < 0 ? 0 : v, __ATOMIC_RELAXED);
   }
   return v < 0 ? 0 : v;
@@ -158,7 +160,8 @@ int ax_rpc_sync(ax_node *n, const char *to, const char *fn,
   AX_TRY(ax_rpc_async(n, to, fn, args, o, &f));
   int64_t timeout = (o && o->timeout_ms > 0) ? o->timeout_ms : n->o.timeout_ms;
   /* The call completes by its deadline; the grace covers the timer tick. */
-  int rc = axi_future_wait_spin(f, sync_spin_us(), timeout + 2000);
+  int64_t spin = ax_values_tensor_bytes(args) < (64u << 10) ? sync_spin_us() : 0;
+  int rc = axi_future_wait_spin(f, spin, timeout + 2000);
   if (rc == AX_OK && out) {
     *out = ax_future_take_values(f);
     if (!*out)

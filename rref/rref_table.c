@@ -265,35 +265,60 @@ void ax_rref_fini(ax_node *n) {
   if (!rc || rc->node != n)
     return;
   pthread_mutex_lock(&rc->mu);
-  rc->stop = 1;
+  rc->stop = 1; /* from now on axi_pmsg_push drops messages */
   pthread_cond_broadcast(&rc->cv);
   pthread_mutex_unlock(&rc->mu);
   pthread_join(rc->thread, NULL);
   __atomic_store_n(&g_rc, NULL, __ATOMIC_RELEASE);
-  for (axi_pmsg *m = rc->q, *nx; m; m = nx) {
+  pthread_mutex_lock(&rc->mu);
+  axi_pmsg *q = rc->q;
+  axi_owned *owned = rc->owned;
+  rc->q = NULL;
+  rc->owned = NULL;
+  rc->nowned = 0;
+  pthread_mutex_unlock(&rc->mu);
+  for (axi_pmsg *m = q, *nx; m; m = nx) {
     nx = m->next;
     free(m);
   }
-  for (axi_owned *e = rc->owned, *nx; e; e = nx) {
+  /* Destroying an object may release the RRefs it holds (under rc->mu). */
+  int survivors = 0;
+  for (axi_owned *e = owned, *nx; e; e = nx) {
     nx = e->next;
+    survivors += e->local_refs > 0;
     axi_waiters_run(rc, e->waiters, AX_ECLOSED, "rref: node shut down");
     e->waiters = NULL;
     axi_owned_free(e);
   }
   /* User records still referenced by handles stay allocated (their owners
-   * may release later); unreferenced ones are freed. */
-  for (ax_rref *u = rc->users, *nx; u; u = nx) {
+   * may release later; they are no longer in the table); unreferenced ones
+   * are freed. */
+  pthread_mutex_lock(&rc->mu);
+  ax_rref *users = rc->users;
+  rc->users = NULL;
+  rc->nusers = 0;
+  survivors += rc->inflight > 0;
+  pthread_mutex_unlock(&rc->mu);
+  for (ax_rref *u = users, *nx; u; u = nx) {
     nx = u->next;
+    u->next = NULL;
     u->dead = 1;
     u->in_table = 0;
     if (u->dropped)
       axi_user_free(u);
+    else
+      survivors++;
   }
   for (struct axi_kindreg *k = rc->kinds, *nx; k; k = nx) {
     nx = k->next;
     free(k);
   }
-  /* rc itself is leaked on purpose when handles still point at it. */
+  rc->kinds = NULL;
+  if (survivors) /* handles or callbacks still point at rc: kept on purpose */
+    return;
+  pthread_cond_destroy(&rc->cv);
+  pthread_mutex_destroy(&rc->mu);
+  free(rc);
 }
 
 void ax_rref_peer_down(ax_node *n, const char *peer) {

@@ -10,6 +10,8 @@
 /* ---- the protocol thread ------------------------------------------------- */
 void axi_pmsg_push(axi_rctx *rc, int kind, const char *to, uint64_t a,
                    uint64_t b, ax_rref *rec) {
+  if (rc->stop) /* ax_rref_fini: nothing sends any more */
+    return;
   axi_pmsg *m = calloc(1, sizeof *m);
   if (!m)
     return;

@@ -153,8 +153,9 @@ static void event_add(ax_pipe *p, const ax_pipe_op *o, double t_issue,
     st->peak_bytes[s] = e->state_bytes;
 }
 
-/* Bookkeeping after op completed (mu held). Returns the context to release
- * (0: none) and whether the mini-batch is finished. */
+/* Bookkeeping after op completed (mu held). A finished unit's context goes
+ * to the background releaser; returns the context the caller must release
+ * itself (0: none, or queued) and whether the mini-batch is finished. */
 static uint64_t op_finished(ax_pipe *p, const ax_pipe_op *o,
                             const ax_values *r, double t_issue, int *batch_done) {
   *done_at(p, o) = 1;
@@ -178,6 +179,8 @@ static uint64_t op_finished(ax_pipe *p, const ax_pipe_op *o,
     if (!ax_pipe_ctx_per_batch(p->o.mode) || b->units_left == 0) {
       rel = p->ctx[ci];
       p->ctx[ci] = 0;
+      if (axp_release_push(p, rel))
+        rel = 0; /* the background releaser owns it now */
     }
     *batch_done = b->units_left == 0;
   }
@@ -314,6 +317,9 @@ int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
     free(p->done), free(p->ctx), free(p->b);
     return AX_ENOMEM;
   }
+  /* Without the releaser (no thread), contexts are released synchronously
+   * by the drivers, as before: slower, still correct. */
+  axp_release_start(p, units);
   ax_node_stats ns0, ns1;
   ax_node_stats_get(p->node, &ns0);
   p->t0 = ax_now();
@@ -333,6 +339,7 @@ int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   for (int s = 0; s < started; s++)
     pthread_join(th[s], NULL);
   double wall = ax_now() - p->t0;
+  axp_release_stop(p); /* drains the queue: no context outlives the call */
   ax_node_stats_get(p->node, &ns1);
   p->stats.seconds = wall;
   p->stats.batches = n;

@@ -43,7 +43,27 @@ struct ax_pipe {
   ax_pipe_event *ev;
   long nev, cap_ev;
   ax_pipe_stats stats;
+  /* Background releaser (coord_run.c): contexts of finished units are
+   * queued here (under mu) and released on every node by one thread, so
+   * the release round trips stay off the drivers' critical path. */
+  pthread_t rel_thread;
+  pthread_cond_t rel_cv;
+  uint64_t *relq;      /* [n * U + 1] ring of contexts to release */
+  long rel_head, rel_tail;
+  int rel_stop, rel_running;
+  long rel_failed;     /* releases that returned an error */
 };
+
+/* The background releaser (coord_release.c). axp_release_start allocates a
+ * queue for `units` contexts and starts the thread (AX_ENOMEM, or an error
+ * when the thread cannot start: the caller then releases synchronously, see
+ * axp_release_push). axp_release_push queues ctx (mu held); when the
+ * thread is not running it returns 0 and the caller releases ctx itself.
+ * axp_release_stop (mu NOT held) lets the thread drain the queue, each
+ * release bounded by the run's timeout, joins it and frees the queue. */
+int axp_release_start(ax_pipe *p, size_t units);
+int axp_release_push(ax_pipe *p, uint64_t ctx);
+void axp_release_stop(ax_pipe *p);
 
 /* Records the first error of a run as "stage s on agent A: ..." and wakes
  * every driver. mu held. */

@@ -11,6 +11,7 @@
 #include "runtime/dist/stage-impl.h"
 #include "runtime/pipeline/schedule.h"
 #include "runtime/pipeline/stage_host.h"
+#include "runtime/pipeline/stage_outbox.h"
 
 typedef struct pstate { /* one unit between its forward and its backward */
   long batch;
@@ -23,20 +24,11 @@ typedef struct pstate { /* one unit between its forward and its backward */
   struct pstate *next;
 } pstate;
 
-typedef struct pentry { /* a produced tensor list waiting for "take" */
-  int kind;
-  long batch;
-  int micro;
-  ax_tlist t;
-  struct pentry *next;
-} pentry;
-
 typedef struct phost {
   axd_stage *s;
   int mode, recompute, is_last;
   ax_rref *prev, *next;
-  pthread_mutex_t mu; /* outbox only; everything else under s->mu */
-  pentry *out;
+  axp_outbox out; /* its own lock; everything else under s->mu */
   pstate *states;
 } phost;
 
@@ -65,15 +57,7 @@ static void host_clear(phost *h) {
     state_free(st);
   }
   h->states = NULL;
-  pthread_mutex_lock(&h->mu);
-  pentry *e = h->out;
-  h->out = NULL;
-  pthread_mutex_unlock(&h->mu);
-  for (pentry *nx; e; e = nx) {
-    nx = e->next;
-    ax_tlist_clear(&e->t);
-    free(e);
-  }
+  axp_outbox_clear(&h->out);
 }
 
 static int host_create(ax_node *n, const char *config, ax_device dev,
@@ -101,7 +85,7 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
   }
   h->s = s;
   h->mode = AX_MODE_SEQUENTIAL;
-  pthread_mutex_init(&h->mu, NULL);
+  axp_outbox_init(&h->out);
   *obj = h;
   return AX_OK;
 }
@@ -109,7 +93,7 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
 static void host_destroy(void *obj) {
   phost *h = obj;
   host_clear(h);
-  pthread_mutex_destroy(&h->mu);
+  axp_outbox_destroy(&h->out);
   axd_stage_release(h->s);
   free(h);
 }
@@ -150,85 +134,10 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   return err;
 }
 
-/* ---- the outbox ------------------------------------------------------------ */
-static int outbox_put(phost *h, int kind, long batch, int micro,
-                      ax_tlist *t) {
-  pentry *e = calloc(1, sizeof *e);
-  if (!e)
-    return AX_ENOMEM;
-  e->kind = kind;
-  e->batch = batch;
-  e->micro = micro;
-  e->t = *t; /* takes the references */
-  memset(t, 0, sizeof *t);
-  pthread_mutex_lock(&h->mu);
-  e->next = h->out;
-  h->out = e;
-  pthread_mutex_unlock(&h->mu);
-  return AX_OK;
-}
-
 static int m_take(ax_call_ctx *cc, void *obj, const ax_values *args,
                   ax_values *out) {
   phost *h = obj;
-  int64_t kind, batch, micro;
-  AX_TRY(ax_values_get_i64(args, 0, &kind));
-  AX_TRY(ax_values_get_i64(args, 1, &batch));
-  AX_TRY(ax_values_get_i64(args, 2, &micro));
-  pthread_mutex_lock(&h->mu);
-  pentry *e = NULL;
-  for (pentry **pp = &h->out; *pp; pp = &(*pp)->next)
-    if ((*pp)->kind == kind && (*pp)->batch == batch &&
-        (*pp)->micro == micro) {
-      e = *pp;
-      *pp = e->next;
-      break;
-    }
-  pthread_mutex_unlock(&h->mu);
-  if (!e)
-    return ax_seterr(AX_ENOTFOUND, "pipe.stage %d: no %s of batch %lld/%lld",
-                     h->s->index, kind ? "input gradient" : "activation",
-                     (long long)batch, (long long)micro);
-  int err = AX_OK;
-  for (int i = 0; err == AX_OK && i < e->t.n; i++) /* i64 0: no tensor */
-    err = e->t.t[i] ? ax_values_add_tensor(out, e->t.t[i])
-                    : ax_values_add_i64(out, 0);
-  ax_tlist_clear(&e->t);
-  free(e);
-  return err;
-}
-
-/* Fetches (kind, batch, micro) from a neighbour, onto this stage's device. */
-static int fetch(phost *h, ax_rref *from, int kind, long batch, int micro,
-                 ax_tlist *t) {
-  memset(t, 0, sizeof *t);
-  if (!from)
-    return ax_seterr(AX_ESTATE, "pipe.stage %d: no neighbour to fetch from "
-                     "(setup missing?)", h->s->index);
-  int64_t a[3] = {kind, batch, micro};
-  ax_values *args = ax_values_new(), *res = NULL;
-  if (!args)
-    return AX_ENOMEM;
-  for (int i = 0; i < 3; i++)
-    ax_values_add_i64(args, a[i]);
-  ax_call_opts o = {.autograd_ctx = ax_autograd_ctx_current()};
-  int err = ax_rref_rpc_sync(h->s->node, from, "take", args, &o, &res);
-  ax_values_free(args);
-  for (size_t i = 0; err == AX_OK && i < ax_values_count(res) &&
-                     t->n < AX_TLIST_MAX; i++) {
-    ax_tensor *x;
-    if (ax_values_type(res, i) != AX_VAL_TENSOR) {
-      t->t[t->n++] = NULL; /* an input without gradient */
-      continue;
-    }
-    err = ax_values_get_tensor(res, i, &x);
-    if (err == AX_OK && !(t->t[t->n++] = ax_tensor_to(x, h->s->dev)))
-      err = AX_ENOMEM;
-  }
-  ax_values_free(res);
-  if (err != AX_OK)
-    ax_tlist_clear(t);
-  return err;
+  return axp_outbox_take(&h->out, h->s->index, args, out);
 }
 
 /* ---- statistics reported with every operation ------------------------------ */
@@ -289,7 +198,8 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   ax_tlist in = {0}, y = {0};
   int err = AX_OK;
   if (nin == 0) {
-    err = fetch(h, h->prev, 0, batch, (int)micro, &in);
+    err = axp_outbox_fetch(s->node, s->index, h->prev, 0, batch, (int)micro,
+                           s->dev, &in);
   } else {
     for (int i = 0; err == AX_OK && i < nin; i++) {
       ax_tensor *x;
@@ -343,7 +253,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     ax_values_add_i64(out, r.correct[0]);
     err = ax_values_add_i64(out, r.count[0]);
   } else if (err == AX_OK) {
-    err = outbox_put(h, 0, batch, (int)micro, &y);
+    err = axp_outbox_put(&h->out, 0, batch, (int)micro, &y);
   }
   state_free(st);
   ax_tlist_clear(&in);
@@ -440,7 +350,8 @@ static int m_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     for (int i = 0; i < dy.n; i++)
       dy.t[i] = ax_tensor_retain(st->dlogits.t[i]);
   } else {
-    err = fetch(h, h->next, 1, batch, (int)micro, &dy);
+    err = axp_outbox_fetch(s->node, s->index, h->next, 1, batch, (int)micro,
+                           s->dev, &dy);
   }
   uint64_t ctx = ax_autograd_ctx_current();
   ax_tensor *g = NULL;
@@ -456,7 +367,7 @@ static int m_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     err = report(h, t0, out);
   pthread_mutex_unlock(&s->mu);
   if (err == AX_OK && !s->is_first)
-    err = outbox_put(h, 1, batch, (int)micro, &din);
+    err = axp_outbox_put(&h->out, 1, batch, (int)micro, &din);
   ax_tensor_release(g);
   ax_tlist_clear(&dy);
   ax_tlist_clear(&din);
