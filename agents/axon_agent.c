@@ -153,14 +153,16 @@ int main(int argc, char **argv) {
       fprintf(stderr, "axon-agent %s: %s\n", o.name, ax_errmsg());
   }
   event_base_dispatch(a.base);
-  /* Further signals must not kill the clean shutdown under way. */
-  signal(SIGINT, SIG_IGN);
-  signal(SIGTERM, SIG_IGN);
   ax_agent_http_stop();
   event_free(sint);
   event_free(sterm);
   event_free(tick);
   event_base_free(a.base);
+  /* Further signals must not kill the clean shutdown under way. Set after
+   * freeing the signal events: libevent restores the previous (default)
+   * disposition when they are freed. */
+  signal(SIGINT, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
   ax_node_shutdown(a.node, 5000);
   ax_dist_fini(a.node);
   ax_node_destroy(a.node);

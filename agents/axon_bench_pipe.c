@@ -22,8 +22,12 @@
  * stage finished its previous operation and its dependencies completed) to
  * the moment the coordinator issued it; "rpc" is the mean of (reply time -
  * issue time - the compute time the stage reported), i.e. the round trip of
- * the call itself. The fetch of activations and gradients from the
- * neighbour is inside the stage's reported time. */
+ * the call itself; "in_stage" is the mean of (the compute time the stage
+ * reported - the nominal sleep), i.e. the fetch of activations or gradients
+ * from the neighbour ("take", a stage-to-stage round trip), the copies and
+ * the timer slack. For flushed modes (sequential, gpipe, 1f1b) the warm-up
+ * is one mini-batch; for the others K + 1 mini-batches, and the last K - 1
+ * (the drain, faster than the steady state) are not measured. */
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>

@@ -64,8 +64,8 @@ static int eval_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
 
 /* AXON_PIN_AGENTS pins local agent s to one core: "1" = core s modulo the
  * cores this process may use, "a,b,c" = the s-th listed core (modulo the
- * list). Called in the child before exec; failures are reported and the
- * agent runs unpinned. */
+ * list), with AXON_THREADS=1 unless set. Called in the child before exec;
+ * failures are reported and the agent runs unpinned. */
 static void pin_child(int s) {
   const char *env = getenv("AXON_PIN_AGENTS");
   if (!env || !*env || !strcmp(env, "0"))
@@ -84,6 +84,9 @@ static void pin_child(int s) {
   }
   if (n == 0)
     return;
+  /* One core: one compute thread (the default is one per online core, and
+   * two OpenMP threads spinning on one core slow every kernel down). */
+  setenv("AXON_THREADS", "1", 0);
   CPU_ZERO(&set);
   CPU_SET(cores[s % n], &set);
   if (sched_setaffinity(0, sizeof set, &set) != 0)

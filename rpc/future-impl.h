@@ -5,7 +5,7 @@
 #include "rpc/future.h"
 
 /* Like ax_future_wait, but first polls f for up to spin_us microseconds
- * (yielding the CPU between polls) before sleeping on its condition
+ * (a busy poll with a pause instruction) before sleeping on its condition
  * variable. A reply that arrives within the spin then costs no futex
  * wake-up of the waiting thread, which is most of a small call's latency
  * on a machine with few cores. spin_us <= 0 is ax_future_wait. */

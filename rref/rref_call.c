@@ -115,8 +115,70 @@ int ax_robj_register(ax_node *n, const ax_robj_kind *kind) {
   return AX_OK;
 }
 
+/* A deferred method's reply travels like an immediate one: [results...,
+ * bytes desc]. The method's future `f` holds only the results, so the call
+ * is answered with a second future `g` that gets f's outcome plus the
+ * descriptor of the results (empty unless they carry autograd edges). */
+typedef struct defer_fwd {
+  ax_future *g;
+  ax_node *node;
+  uint64_t agc;
+  char caller[128];
+} defer_fwd;
+
+static void defer_done(ax_future *f, void *user) {
+  defer_fwd *d = user;
+  int err = ax_future_err(f);
+  if (err != AX_OK) {
+    ax_future_complete(d->g, err, NULL, ax_future_errmsg(f));
+  } else {
+    const ax_values *r = ax_future_values(f);
+    ax_values *v = r ? ax_values_clone(r) : ax_values_new();
+    const ax_rref_grad_hooks *h = axi_grad_hooks();
+    axi_rctx *rc = axi_rctx_get();
+    void *desc = NULL;
+    size_t dl = 0;
+    if (!v)
+      err = AX_ENOMEM;
+    if (err == AX_OK && h && d->agc && rc && strcmp(d->caller, rc->name))
+      err = h->send(d->node, d->agc, d->caller, v, 0, &desc, &dl);
+    if (err == AX_OK)
+      err = ax_values_add_bytes(v, desc, dl);
+    free(desc);
+    if (err == AX_OK) {
+      ax_future_complete(d->g, AX_OK, v, NULL);
+    } else {
+      ax_values_free(v);
+      ax_future_complete(d->g, err, NULL, ax_errmsg());
+    }
+  }
+  ax_future_release(d->g);
+  free(d);
+}
+
 int ax_robj_defer(ax_call_ctx *ctx, ax_future *f) {
-  AX_TRY(ax_call_defer(ctx, f));
+  defer_fwd *d = calloc(1, sizeof *d);
+  ax_future *g = ax_future_new();
+  if (!d || !g) {
+    free(d);
+    ax_future_release(g);
+    return AX_ENOMEM;
+  }
+  d->node = ax_call_node(ctx);
+  d->agc = ax_call_autograd_ctx(ctx);
+  snprintf(d->caller, sizeof d->caller, "%s", axi_caller_of(ctx));
+  int err = ax_call_defer(ctx, g);
+  if (err != AX_OK) {
+    ax_future_release(g);
+    free(d);
+    return err;
+  }
+  d->g = g; /* the reference ax_future_new gave us, released in defer_done */
+  if (ax_future_on_done(f, defer_done, d) != AX_OK) {
+    ax_future_complete(g, AX_ENOMEM, NULL, "rref: deferred reply");
+    ax_future_release(g);
+    free(d);
+  }
   t_deferred = 1;
   return AX_OK;
 }

@@ -208,6 +208,14 @@ static int seq_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
+/* Trainable floats of a subtree (the module's own plus its children's). */
+static size_t subtree_params(const ax_module *m) {
+  size_t n = m->n_params;
+  for (int i = 0; i < m->n_children; i++)
+    n += subtree_params(m->children[i]);
+  return n;
+}
+
 static int seq_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                         const ax_tlist *dout, ax_tlist *din) {
   ax_tlist cur = *dout;
@@ -215,6 +223,8 @@ static int seq_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   for (int i = m->n_children - 1; i >= 0; i--) {
     ax_exec cex = *ex;
     cex.need_dx = i > 0 ? 1 : ex->need_dx;
+    cex.grad_ready = NULL; /* only the outermost container reports */
+    cex.grad_ready_user = NULL;
     ax_tlist next = {0};
     int rc = ax_backward(m->children[i], &cex, ax_slot_child(slot, i), &cur,
                          &next);
@@ -222,6 +232,11 @@ static int seq_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
       ax_tlist_clear(&cur);
     if (rc != AX_OK)
       return rc;
+    if (ex->grad_ready) {
+      size_t n = subtree_params(m->children[i]);
+      if (n > 0)
+        ex->grad_ready(ex->grad_ready_user, m->children[i]->param_off, n);
+    }
     cur = next;
     owned = 1;
   }

@@ -53,6 +53,15 @@ typedef struct ax_exec {
   int update_stats;   /* update running statistics (0 in a recompute) */
   int need_dx;        /* backward must produce input gradients */
   uint64_t seed;      /* dropout seed of this micro-batch */
+  /* Optional "gradients ready" hook (data-parallel all-reduce overlap). The
+   * sequential container calls it after each child finished its backward,
+   * with the child's whole parameter range [off, off + n) in the flat
+   * gradient buffer, whose gradients are then final for this call. Children
+   * run with the hook cleared, so only the outermost sequential reports
+   * (ranges arrive in descending order, one per block). It runs on the
+   * backward's thread and should return quickly. NULL: not called. */
+  void (*grad_ready)(void *user, size_t off, size_t n);
+  void *grad_ready_user;
 } ax_exec;
 
 typedef struct ax_module ax_module;

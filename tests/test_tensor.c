@@ -1,5 +1,6 @@
 /* Tensors (views, reshapes, reference counts, copies, errors), devices and
  * configurations. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
@@ -31,6 +32,44 @@ static void views_share_storage(void **state) {
   ax_tensor_release(v);
   ax_tensor_release(r);
   assert_int_equal(ax_storage_live_count(), storages - 1);
+}
+
+static void count_release(void *ctx, void *data) {
+  int *n = ctx;
+  (*n)++;
+  free(data);
+}
+
+/* A tensor over caller memory calls its release function once, when the
+ * last view goes, and counts as a live tensor and storage until then. */
+static void from_blob_releases_once(void **state) {
+  long tensors = ax_tensor_live_count(), storages = ax_storage_live_count();
+  int released = 0;
+  float *mem = malloc(6 * sizeof *mem);
+  int64_t shape[2] = {2, 3};
+  ax_tensor *t = ax_tensor_from_blob(AX_F32, 2, shape, AX_CPU, mem,
+                                     count_release, &released);
+  assert_non_null(t);
+  assert_ptr_equal(t->data, mem);
+  assert_int_equal(ax_storage_live_count(), storages + 1);
+  ax_tensor *v = ax_tensor_slice0(t, 1, 1);
+  ax_tensor_release(t);
+  assert_int_equal(released, 0); /* the view still holds the storage */
+  ax_tensor_release(v);
+  assert_int_equal(released, 1);
+  assert_int_equal(ax_tensor_live_count(), tensors);
+  assert_int_equal(ax_storage_live_count(), storages);
+  /* Without a release function the memory is only borrowed. */
+  float local[6];
+  t = ax_tensor_from_blob(AX_F32, 2, shape, AX_CPU, local, NULL, NULL);
+  assert_non_null(t);
+  ax_tensor_release(t);
+  /* On failure nothing is released and nothing stays live. */
+  int64_t bad[1] = {-1};
+  assert_null(ax_tensor_from_blob(AX_F32, 1, bad, AX_CPU, local,
+                                  count_release, &released));
+  assert_int_equal(released, 1);
+  assert_int_equal(ax_storage_live_count(), storages);
 }
 
 static void bad_shapes_are_errors(void **state) {
@@ -129,6 +168,7 @@ static void error_strings(void **state) {
 int main(void) {
   const struct CMUnitTest t[] = {
       cmocka_unit_test(views_share_storage),
+      cmocka_unit_test(from_blob_releases_once),
       cmocka_unit_test(bad_shapes_are_errors),
       cmocka_unit_test(copies_and_conversions),
       cmocka_unit_test(devices),

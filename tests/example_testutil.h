@@ -1,0 +1,98 @@
+/* Helpers for the tests that run an example program (examples/NAME, built
+ * as $AXON_BIN_DIR/NAME) as a user would: spawn it with arguments, bound
+ * its run time, capture its output and pick numbers out of it.
+ * Header-only. */
+#ifndef AX_EXAMPLE_TESTUTIL_H
+#define AX_EXAMPLE_TESTUTIL_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Path of example `name`: $AXON_BIN_DIR/name, else next to the parent of
+ * this test's directory. */
+static inline void et_path(const char *name, char *buf, size_t len) {
+  const char *d = getenv("AXON_BIN_DIR");
+  if (d && *d) {
+    snprintf(buf, len, "%s/%s", d, name);
+    return;
+  }
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = 0;
+  snprintf(buf, len, "%s/../%s", dirname(exe), name);
+}
+
+/* Runs example argv[0] (a name) with argv[1..] (NULL-terminated), output
+ * (stdout and stderr) into a malloc'ed string *out, killing its process
+ * group after timeout_s. Returns the exit code, 128 + signal, or -1. */
+static inline int et_run(char *const *argv, int timeout_s, char **out) {
+  char path[4200], tmpl[] = "/tmp/axon_example_XXXXXX";
+  et_path(argv[0], path, sizeof path);
+  int fd = mkstemp(tmpl);
+  if (fd < 0)
+    return -1;
+  unlink(tmpl);
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execv(path, argv);
+    fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
+    _exit(127);
+  }
+  int st = 0, code = -1;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) {
+      code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      break;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (r < 0 || t1.tv_sec - t0.tv_sec > timeout_s) {
+      fprintf(stderr, "%s: over %d s, killed\n", argv[0], timeout_s);
+      kill(-pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      break;
+    }
+    nanosleep(&(struct timespec){0, 20000000}, NULL);
+  }
+  off_t len = lseek(fd, 0, SEEK_END);
+  char *s = malloc((size_t)len + 1);
+  if (s) {
+    ssize_t k = pread(fd, s, (size_t)len, 0);
+    s[k > 0 ? k : 0] = 0;
+  }
+  close(fd);
+  *out = s;
+  return code;
+}
+
+/* Number of occurrences of needle in s. */
+static inline int et_count(const char *s, const char *needle) {
+  int k = 0;
+  for (const char *p = s; p && (p = strstr(p, needle)); p += strlen(needle))
+    k++;
+  return k;
+}
+
+/* The number after the last occurrence of `key` in s, or -1. */
+static inline double et_number_after(const char *s, const char *key) {
+  const char *p = NULL;
+  for (const char *q = s; (q = strstr(q, key)); q++)
+    p = q;
+  return p ? atof(p + strlen(key)) : -1;
+}
+
+#endif

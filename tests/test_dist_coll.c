@@ -1,0 +1,171 @@
+/* Collectives between N nodes of one process (N = 1..4): the ring
+ * all-reduce against a direct sum for sizes not divisible by N (and one
+ * above the 1 MiB bulk threshold), averaging, the bucketed all-reduce,
+ * broadcast, and neighbour exchange. Every node ends with zero live calls
+ * and futures. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "runtime/dist/collective.h"
+#include "tests/rpc_testutil.h"
+
+#define MAXN 4
+static const size_t g_sizes[] = {1, 7, 1001, 65537, 300007};
+#define NSIZES (sizeof g_sizes / sizeof g_sizes[0])
+
+typedef struct member {
+  int N, r;
+  ax_node *node;
+  int rc;
+  char why[256];
+} member;
+
+/* Value of element i on member r: exact in f32 so the sum is exact. */
+static float val(int r, size_t i) {
+  return (float)((int)((i * 7 + r * 13) % 101) - 50) / 4.0f;
+}
+
+static int mfail(member *m, int rc, const char *what) {
+  m->rc = rc;
+  snprintf(m->why, sizeof m->why, "%s: %s", what, ax_errmsg());
+  return rc;
+}
+
+static ax_tensor *filled(int r, size_t n) {
+  int64_t s = (int64_t)n;
+  ax_tensor *t = ax_tensor_new(AX_F32, 1, &s, AX_CPU);
+  for (size_t i = 0; i < n; i++)
+    ax_f32(t)[i] = val(r, i);
+  return t;
+}
+
+static void *member_main(void *p) {
+  member *m = p;
+  const char *names[MAXN] = {"c0", "c1", "c2", "c3"};
+  m->rc = ax_node_join(m->node, 30000);
+  if (m->rc != AX_OK)
+    return (void *)(intptr_t)mfail(m, m->rc, "join");
+  ax_coll_group *g = NULL;
+  int rc = ax_coll_group_new(m->node, "t", m->N, names, 20000, &g);
+  if (rc != AX_OK)
+    return (void *)(intptr_t)mfail(m, rc, "group");
+  for (size_t k = 0; k < NSIZES && m->rc == AX_OK; k++) {
+    size_t n = g_sizes[k];
+    for (int avg = 0; avg < 2 && m->rc == AX_OK; avg++) {
+      ax_tensor *t = filled(m->r, n);
+      rc = ax_coll_allreduce(g, t, avg ? AX_COLL_AVG : AX_COLL_SUM);
+      if (rc != AX_OK)
+        mfail(m, rc, "allreduce");
+      for (size_t i = 0; i < n && m->rc == AX_OK; i++) {
+        float want = 0;
+        for (int r = 0; r < m->N; r++)
+          want += val(r, i);
+        if (avg)
+          want /= (float)m->N;
+        if (fabsf(ax_f32(t)[i] - want) > 1e-5f * (1 + fabsf(want))) {
+          m->rc = AX_EINTERNAL;
+          snprintf(m->why, sizeof m->why, "n=%zu avg=%d i=%zu: %g != %g", n,
+                   avg, i, ax_f32(t)[i], want);
+        }
+      }
+      ax_tensor_release(t);
+    }
+  }
+  /* Buckets: ranges reported from the top down, as a backward does. */
+  size_t n = 100003;
+  ax_tensor *t = filled(m->r, n);
+  ax_coll_buckets *b;
+  if (m->rc == AX_OK && (rc = ax_coll_buckets_begin(g, t, 40000, AX_COLL_SUM,
+                                                    &b)) == AX_OK) {
+    size_t hi = n;
+    while (hi > 20000) {
+      ax_coll_buckets_ready(b, hi - 7000, 7000);
+      hi -= 7000;
+    } /* [0, hi) is left for _end */
+    if ((rc = ax_coll_buckets_end(b, 0)) != AX_OK)
+      mfail(m, rc, "buckets");
+    for (size_t i = 0; i < n && m->rc == AX_OK; i++) {
+      float want = 0;
+      for (int r = 0; r < m->N; r++)
+        want += val(r, i);
+      if (ax_f32(t)[i] != want)
+        mfail(m, AX_EINTERNAL, "bucket sum");
+    }
+  }
+  ax_tensor_release(t);
+  /* Broadcast from the last member, then neighbours. */
+  t = filled(m->r, 5000);
+  if (m->rc == AX_OK && (rc = ax_coll_broadcast(g, t, m->N - 1)) != AX_OK)
+    mfail(m, rc, "broadcast");
+  for (size_t i = 0; i < 5000 && m->rc == AX_OK; i++)
+    if (ax_f32(t)[i] != val(m->N - 1, i))
+      mfail(m, AX_EINTERNAL, "broadcast value");
+  ax_tensor_release(t);
+  t = filled(m->r, 333);
+  ax_tensor *a = ax_tensor_like(t), *c = ax_tensor_like(t);
+  ax_coll_op *op;
+  if (m->rc == AX_OK &&
+      ((rc = ax_coll_neighbors_async(g, t, a, c, &op)) != AX_OK ||
+       (rc = ax_coll_wait(op, 0)) != AX_OK))
+    mfail(m, rc, "neighbors");
+  int prev = (m->r + m->N - 1) % m->N, next = (m->r + 1) % m->N;
+  for (size_t i = 0; i < 333 && m->rc == AX_OK; i++)
+    if (ax_f32(a)[i] != val(prev, i) || ax_f32(c)[i] != val(next, i))
+      mfail(m, AX_EINTERNAL, "neighbor values");
+  ax_tensor_release(t);
+  ax_tensor_release(a);
+  ax_tensor_release(c);
+  ax_coll_group_free(g);
+  return NULL;
+}
+
+static void run_world(int N) {
+  int port = rt_free_port();
+  char listen[64];
+  snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+  member m[MAXN] = {0};
+  pthread_t th[MAXN];
+  for (int r = 0; r < N; r++) {
+    char name[8];
+    snprintf(name, sizeof name, "c%d", r);
+    ax_node_opts o;
+    ax_node_opts_init(&o);
+    o.name = name;
+    o.listen = r ? "127.0.0.1:0" : listen;
+    o.master = r ? listen : NULL;
+    o.world_size = r ? 0 : N;
+    o.rank = r;
+    o.threads = 2;
+    m[r].N = N;
+    m[r].r = r;
+    AX_ASSERT_OK(ax_node_create(&o, &m[r].node));
+    AX_ASSERT_OK(ax_coll_init(m[r].node));
+  }
+  for (int r = 0; r < N; r++)
+    pthread_create(&th[r], NULL, member_main, &m[r]);
+  for (int r = 0; r < N; r++)
+    pthread_join(th[r], NULL);
+  for (int r = 0; r < N; r++)
+    if (m[r].rc != AX_OK)
+      fail_msg("N=%d member %d: %s (%s)", N, r, ax_errname(m[r].rc), m[r].why);
+  AX_ASSERT_OK(rt_local_zero());
+  for (int r = 0; r < N; r++) {
+    ax_node_shutdown(m[r].node, 2000);
+    ax_coll_fini(m[r].node);
+    ax_node_destroy(m[r].node);
+  }
+}
+
+static void test_n1(void **s) { run_world(1); }
+static void test_n2(void **s) { run_world(2); }
+static void test_n3(void **s) { run_world(3); }
+static void test_n4(void **s) { run_world(4); }
+
+int main(void) {
+  const struct CMUnitTest t[] = {
+      cmocka_unit_test(test_n1), cmocka_unit_test(test_n2),
+      cmocka_unit_test(test_n3), cmocka_unit_test(test_n4)};
+  return AX_TEST_MAIN(t);
+}

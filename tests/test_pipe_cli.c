@@ -1,0 +1,290 @@
+/* axon-run's pipeline paths end to end, as a user runs them:
+ *  - --partition balanced with --local K on a small MLP and a small
+ *    ResNet20: the split printed is contiguous (rising from 0 to the number
+ *    of blocks, every stage non-empty), the run exits 0 with a summary, and
+ *    the loss goes down;
+ *  - --stages K --agents a,b,c --master HOST:PORT against agents this test
+ *    starts separately (this process is their master): the run trains and
+ *    exits 0, and the agents end with zero live RRefs, contexts, calls and
+ *    futures and exit cleanly on SIGTERM.
+ * Every child process is waited for with a bound. The --agents case runs
+ * last: it is the only one that starts gRPC in this process, and every
+ * child must be forked before that. */
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "models/model.h"
+#include "runtime/pipeline/coordinator.h"
+#include "runtime/pipeline/train.h"
+#include "tests/dist_testutil.h"
+
+/* Runs axon-run with argv (NULL-terminated, after "train"), stdout and
+ * stderr into `log`; waits up to timeout_ms. Returns the exit status, or
+ * -1 on a timeout (the child is killed). */
+static int run_axon(const char *log, int timeout_ms, const char **argv) {
+  char path[4200];
+  rt_agent_path(path, sizeof path);
+  char *slash = strrchr(path, '/');
+  snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "axon-run");
+  const char *av[48] = {path, "train"};
+  int ac = 2;
+  while (ac < 47 && argv[ac - 2])
+    av[ac] = argv[ac - 2], ac++;
+  av[ac] = NULL;
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execv(path, (char *const *)av);
+    _exit(127);
+  }
+  if (pid < 0)
+    return -1;
+  int64_t end = rt_now_ms() + timeout_ms;
+  int st = 0;
+  while (waitpid(pid, &st, WNOHANG) == 0) {
+    if (rt_now_ms() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      fprintf(stderr, "axon-run did not finish in %d ms\n", timeout_ms);
+      return -1;
+    }
+    rt_sleep_ms(20);
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The whole file (NUL-terminated, caller frees), or NULL. */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  size_t got = b ? fread(b, 1, (size_t)n, f) : 0;
+  fclose(f);
+  if (b)
+    b[got] = 0;
+  return b;
+}
+
+static void dump_on_failure(const char *out) {
+  fprintf(stderr, "---- axon-run output ----\n%s\n-------------------------\n",
+          out ? out : "(none)");
+}
+
+/* Checks the "(blocks a/b/...)" line: K + 1 bounds rising strictly from 0
+ * to n_blocks. */
+static void check_split(const char *out, int K, int n_blocks) {
+  const char *at = out ? strstr(out, "(blocks ") : NULL;
+  if (!at)
+    dump_on_failure(out);
+  assert_non_null(at);
+  at += strlen("(blocks ");
+  int b[AX_PIPE_MAX_STAGES + 2], n = 0;
+  char *end;
+  for (;;) {
+    long v = strtol(at, &end, 10);
+    if (end == at || n > AX_PIPE_MAX_STAGES)
+      break;
+    b[n++] = (int)v;
+    if (*end != '/')
+      break;
+    at = end + 1;
+  }
+  fprintf(stderr, "  split chosen:");
+  for (int i = 0; i < n; i++)
+    fprintf(stderr, "%s%d", i ? "/" : " ", b[i]);
+  fprintf(stderr, "\n");
+  assert_int_equal(n, K + 1);
+  assert_int_equal(b[0], 0);
+  assert_int_equal(b[K], n_blocks);
+  for (int s = 0; s < K; s++)
+    assert_true(b[s] < b[s + 1]);
+}
+
+/* Mean loss of the first and last `w` rows of the per-step metrics CSV
+ * (the column named "loss"). */
+static void csv_losses(const char *path, int w, double *first, double *last) {
+  char *txt = slurp(path);
+  assert_non_null(txt);
+  int col = -1, c = 0;
+  char *line = strtok(txt, "\n");
+  for (char *h = line, *f; h && (f = strsep(&h, ",")); c++)
+    if (!strcmp(f, "loss"))
+      col = c;
+  assert_true(col >= 0);
+  double v[4096];
+  int n = 0;
+  while ((line = strtok(NULL, "\n")) && n < 4096) {
+    c = 0;
+    for (char *h = line, *f; (f = strsep(&h, ",")); c++)
+      if (c == col)
+        v[n++] = atof(f);
+  }
+  free(txt);
+  assert_true(n >= 2 * w);
+  *first = *last = 0;
+  for (int i = 0; i < w; i++) {
+    *first += v[i] / w;
+    *last += v[n - 1 - i] / w;
+  }
+}
+
+static void run_balanced(const char *tag, const char **argv, int K,
+                         int n_blocks) {
+  char log[256], csv[256];
+  snprintf(log, sizeof log, "/tmp/axon_test_pipe_cli_%d_%s.log", getpid(), tag);
+  snprintf(csv, sizeof csv, "/tmp/axon_test_pipe_cli_%d_%s.csv", getpid(), tag);
+  const char *av[48];
+  int ac = 0;
+  while (argv[ac])
+    av[ac] = argv[ac], ac++;
+  av[ac++] = "--partition";
+  av[ac++] = "balanced";
+  av[ac++] = "--csv";
+  av[ac++] = csv;
+  av[ac++] = "--quiet";
+  av[ac] = NULL;
+  double t0 = ax_now();
+  int rc = run_axon(log, 80000, av);
+  char *out = slurp(log);
+  fprintf(stderr, "  %s: exit %d in %.1f s\n", tag, rc, ax_now() - t0);
+  if (rc != 0 || !strstr(out ? out : "", "summary:"))
+    dump_on_failure(out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "summary:"));
+  check_split(out, K, n_blocks);
+  double first, last;
+  csv_losses(csv, 3, &first, &last);
+  fprintf(stderr, "  %s: loss %.4f over the first steps, %.4f over the last\n",
+          tag, first, last);
+  assert_true(isfinite(last));
+  assert_true(last < first);
+  free(out);
+  unlink(log);
+  unlink(csv);
+}
+
+static void test_balanced_mlp(void **state) {
+  const char *av[] = {"--model", "mlp", "--model-config",
+                      "widths=64/256/32/32/32/10", "--dataset", "synthetic",
+                      "--data-config", "shape=64,classes=4,examples=256,seed=3",
+                      "--optim", "opt=sgd,lr=0.1", "--batch", "32",
+                      "--eval-limit", "64", "--local", "3", "--mode", "gpipe",
+                      "--microbatches", "2", "--steps", "24", NULL};
+  run_balanced("mlp", av, 3, 5);
+}
+
+static void test_balanced_resnet20(void **state) {
+  const ax_model_def *def = ax_model_find("resnet20");
+  ax_config cfg;
+  ax_model_info info;
+  AX_ASSERT_OK(ax_model_config(def, "in_channels=1,image=8", &cfg));
+  AX_ASSERT_OK(def->describe(&cfg, &info));
+  const char *av[] = {"--model", "resnet20", "--model-config",
+                      "in_channels=1,image=8", "--dataset", "synthetic",
+                      "--data-config", "shape=1/8/8,classes=4,examples=64,"
+                      "seed=3", "--optim", "opt=sgd,lr=0.05", "--batch", "8",
+                      "--eval-limit", "16", "--local", "3", "--mode",
+                      "pipedream", "--steps", "24", NULL};
+  run_balanced("resnet20", av, 3, info.n_blocks);
+}
+
+#define NAG 3
+static void test_agents_and_master(void **state) {
+  const char *names[NAG] = {"x1", "x2", "x3"};
+  char log[256], master[64];
+  snprintf(log, sizeof log, "/tmp/axon_test_pipe_cli_%d_agents.log", getpid());
+  int port = rt_free_port();
+  snprintf(master, sizeof master, "127.0.0.1:%d", port);
+  pid_t pids[NAG];
+  for (int i = 0; i < NAG; i++) /* forked before gRPC starts here */
+    pids[i] = rt_spawn_agent(names[i], port, "--threads", "2",
+                             "--peer-timeout-ms", "3000", NULL);
+  const char *av[] = {"--model", "mlp", "--model-config",
+                      "widths=32/32/32/10", "--dataset", "synthetic",
+                      "--data-config", "shape=32,classes=4,examples=128",
+                      "--optim", "opt=sgd,lr=0.1", "--batch", "16",
+                      "--eval-limit", "32", "--stages", "3", "--agents",
+                      "x1,x2,x3", "--master", master, "--mode", "1f1b",
+                      "--microbatches", "2", "--steps", "12", "--quiet", NULL};
+  /* axon-run must fork before gRPC starts here too: start it now, without
+   * waiting, and join as the master below (it retries until we listen). */
+  char path[4200];
+  rt_agent_path(path, sizeof path);
+  char *slash = strrchr(path, '/');
+  snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "axon-run");
+  const char *full[48] = {path, "train"};
+  int ac = 2;
+  for (int i = 0; av[i]; i++)
+    full[ac++] = av[i];
+  full[ac] = NULL;
+  fflush(NULL);
+  pid_t run = fork();
+  if (run == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execv(path, (char *const *)full);
+    _exit(127);
+  }
+  ax_node *drv = NULL;
+  int rc = dt_driver("master", port, NAG + 2, &drv);
+  if (rc != AX_OK)
+    fprintf(stderr, "driver: %s: %s\n", ax_strerror(rc), ax_errmsg());
+  int st = -1;
+  int64_t end = rt_now_ms() + 80000;
+  while (run > 0 && waitpid(run, &st, WNOHANG) == 0) {
+    if (rt_now_ms() > end) {
+      kill(run, SIGKILL);
+      waitpid(run, &st, 0);
+      st = -1;
+      break;
+    }
+    rt_sleep_ms(20);
+  }
+  char *out = slurp(log);
+  int ok = rc == AX_OK && st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
+           out && strstr(out, "summary:");
+  if (!ok)
+    dump_on_failure(out);
+  int zero = rc == AX_OK ? dt_all_zero(drv, names, NAG) : rc;
+  if (zero != AX_OK)
+    fprintf(stderr, "after the run: %s: %s\n", ax_strerror(zero),
+            ax_errmsg());
+  int clean = 1;
+  for (int i = 0; i < NAG; i++) {
+    int s = rt_stop_agent(pids[i], SIGTERM, 15000);
+    clean &= s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0;
+  }
+  if (drv)
+    dt_driver_end(drv);
+  free(out);
+  unlink(log);
+  assert_true(ok);
+  AX_ASSERT_OK(zero);
+  assert_true(clean);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_balanced_mlp),
+      cmocka_unit_test(test_balanced_resnet20),
+      cmocka_unit_test(test_agents_and_master), /* last: starts gRPC */
+  };
+  return AX_TEST_MAIN(tests);
+}
