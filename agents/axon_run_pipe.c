@@ -140,19 +140,27 @@ static void stop_local(int K, pid_t *pids) {
   }
 }
 
-/* A loopback port the kernel considers free now (no gRPC involved). */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+/* Reserves a loopback port: a socket bound to it (SO_REUSEADDR, never
+ * listening) that *fd keeps open. While it is open no other bind(0) or
+ * outgoing connection of any process on this host gets the port, so the
+ * agents started with it cannot meet another program there; our own gRPC
+ * listener (SO_REUSEADDR too) can still bind it. Close *fd once the node
+ * listens. Returns the port, or -1. */
+static int reserve_port(int *fd) {
+  int one = 1;
+  *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_in sa = {.sin_family = AF_INET};
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t l = sizeof sa;
-  int port = -1;
-  if (fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof sa) &&
-      !getsockname(fd, (struct sockaddr *)&sa, &l))
-    port = ntohs(sa.sin_port);
-  if (fd >= 0)
-    close(fd);
-  return port;
+  if (*fd >= 0 &&
+      !setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) &&
+      !bind(*fd, (struct sockaddr *)&sa, sizeof sa) &&
+      !getsockname(*fd, (struct sockaddr *)&sa, &l))
+    return ntohs(sa.sin_port);
+  if (*fd >= 0)
+    close(*fd);
+  *fd = -1;
+  return -1;
 }
 
 /* Waits (up to 20 s) until every agent knows the whole membership. */
@@ -348,11 +356,11 @@ int axr_pipe_main(axr_pipe_args *a) {
   pid_t pids[AX_PIPE_MAX_STAGES] = {0};
   char names[AX_PIPE_MAX_STAGES][32];
   const char *agents[AX_PIPE_MAX_STAGES];
-  int port = 0;
+  int port = 0, reserved = -1;
   char listen[64];
   if (a->local > 0) {
     a->K = a->local;
-    if ((port = free_port()) < 0) {
+    if ((port = reserve_port(&reserved)) < 0) {
       fprintf(stderr, "axon-run: no free port for the coordinator\n");
       return 1;
     }
@@ -361,8 +369,10 @@ int axr_pipe_main(axr_pipe_args *a) {
       agents[s] = names[s];
     }
     a->agents = agents;
-    if (spawn_local(a->K, port, a->agent_threads, pids) != 0)
+    if (spawn_local(a->K, port, a->agent_threads, pids) != 0) {
+      close(reserved);
       return 1;
+    }
   }
   ax_node_opts no;
   ax_node_opts_init(&no);
@@ -380,6 +390,8 @@ int axr_pipe_main(axr_pipe_args *a) {
   }
   ax_node *node = NULL;
   int rc = ax_node_create(&no, &node);
+  if (reserved >= 0)
+    close(reserved); /* the node listens on the port now (or failed) */
   if (rc == AX_OK)
     rc = ax_dist_init(node);
   if (rc == AX_OK)

@@ -120,6 +120,8 @@ int main(void) {
   };
   int failed = AX_TEST_MAIN(tests);
   int clean = 1;
+  for (int i = 0; i < NAGENTS; i++) /* all at once: none sees another go */
+    kill(g_pids[i], SIGTERM);
   for (int i = 0; i < NAGENTS; i++) {
     int st = rt_stop_agent(g_pids[i], SIGTERM, 15000);
     clean &= st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;

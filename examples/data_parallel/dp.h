@@ -25,6 +25,7 @@ typedef struct dp_opts {
   int die_rank;             /* fault injection: this rank exits ... */
   long die_step;            /* ... at the start of this step (-1: never) */
   int quiet;
+  int threads;              /* CPU kernel threads; 0: the default (--local: cores / N) */
   double bench_mb;          /* > 0: all-reduce benchmark instead */
 } dp_opts;
 

@@ -34,6 +34,7 @@ static void usage(FILE *f) {
 "  --die-rank R --die-step K      fault injection: rank R exits at step K\n"
 "  --quiet                        no progress bar\n"
 "  --bench-allreduce MB           time all-reduces of MB MiB, print bus bandwidth\n"
+"  --threads T                    CPU kernel threads (--local: cores / N)\n"
 "  --time-limit S                 --local: kill replicas still running after S s\n");
 }
 
@@ -65,6 +66,10 @@ static int launch(dp_opts *o, int n, int limit_s) {
     pids[r] = fork();
     if (pids[r] == 0) {
       o->rank = r;
+      if (o->threads <= 0) { /* N replicas share this machine's cores */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        o->threads = cores / n > 1 ? (int)(cores / n) : 1;
+      }
       int code = o->bench_mb > 0 ? dp_bench_allreduce(o) : dp_replica(o);
       fflush(stdout);
       _exit(code);
@@ -123,7 +128,8 @@ int main(int argc, char **argv) {
       {"seed", 1, 0, 'S'},       {"timeout-ms", 1, 0, 'T'},
       {"dump", 1, 0, 'd'},       {"die-rank", 1, 0, 'R'},
       {"die-step", 1, 0, 'K'},   {"quiet", 0, 0, 'q'},
-      {"time-limit", 1, 0, 'x'}, {"bench-allreduce", 1, 0, 'B'}, {"help", 0, 0, 'h'},
+      {"time-limit", 1, 0, 'x'}, {"bench-allreduce", 1, 0, 'B'},
+      {"threads", 1, 0, 'j'}, {"help", 0, 0, 'h'},
       {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -151,6 +157,7 @@ int main(int argc, char **argv) {
     case 'K': o.die_step = atol(optarg); break;
     case 'q': o.quiet = 1; break;
     case 'x': limit_s = atoi(optarg); break;
+    case 'j': o.threads = atoi(optarg); break;
     case 'B': o.bench_mb = atof(optarg); break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;

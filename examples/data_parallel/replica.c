@@ -174,6 +174,8 @@ static int reform(dp_state *s) {
 
 int dp_replica(const dp_opts *o) {
   dp_state st, *s = &st;
+  if (o->threads > 0)
+    ax_cpu_set_threads(o->threads);
   int rc = dp_state_open(s, o);
   if (rc != AX_OK) {
     fprintf(stderr, "dp: rank %d: setup: %s: %s\n", o->rank, ax_errname(rc),
