@@ -64,10 +64,10 @@ static void sync_equals_single(void **state) {
   assert_true(sqrt(d / s) <= 1e-5);
 }
 
-static void accuracy(const char *mode, const char *optim) {
+static void accuracy(const char *mode, const char *optim, char *steps) {
   char *out = NULL;
   char *argv[] = {"param_server", "--local", "2", "--mode", (char *)mode,
-                  "--steps", "700", "--optim", (char *)optim, NULL};
+                  "--steps", steps, "--optim", (char *)optim, NULL};
   int rc = et_run(argv, 115, &out);
   check_run(rc, out, 3);
   double acc = et_number_after(out, "test accuracy ");
@@ -79,11 +79,11 @@ static void accuracy(const char *mode, const char *optim) {
 }
 
 static void async_accuracy(void **state) {
-  accuracy("async", "opt=adamw,lr=1e-3,wd=0");
+  accuracy("async", "opt=adamw,lr=1e-3,wd=0", "700");
 }
 
 static void hogwild_accuracy(void **state) {
-  accuracy("hogwild", "opt=sgd,lr=0.1");
+  accuracy("hogwild", "opt=sgd,lr=0.1", "900");
 }
 
 static void killed_trainer(void **state) {
