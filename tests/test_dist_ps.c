@@ -78,11 +78,11 @@ static void accuracy(const char *mode, const char *optim, char *steps) {
 }
 
 static void async_accuracy(void **state) {
-  accuracy("async", "opt=adamw,lr=1e-3,wd=0", "700");
+  accuracy("async", "opt=adamw,lr=1e-3,wd=0", "1000");
 }
 
 static void hogwild_accuracy(void **state) {
-  accuracy("hogwild", "opt=sgd,lr=0.1", "900");
+  accuracy("hogwild", "opt=sgd,lr=0.1", "1500");
 }
 
 static void killed_trainer(void **state) {
