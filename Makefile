@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps build demo test test-asan clean
+.PHONY: all deps build demo test clean
 
 all: build
 
@@ -20,6 +20,7 @@ demo: build
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j2 $(CTEST_ARGS)
+	@cmake --build $(BUILD) --target check-rpc-asan
 
 clean:
 	rm -rf $(BUILD)

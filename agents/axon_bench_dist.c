@@ -23,19 +23,16 @@
  * backward call, (3 stages - 1 stage) / 2, is the cost per edge; the
  * one-process backward of that model is printed as the local baseline.
  * --only mlp|resnet20|edge runs one part. */
-#include <errno.h>
 #include <getopt.h>
-#include <libgen.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "agents/axon_bench_local.h"
 #include "models/loss.h"
 #include "models/model.h"
 #include "runtime/dist/stage.h"
@@ -57,50 +54,7 @@ static const char *g_optim = "opt=sgd,lr=0.01,momentum=0.9";
     }                                                                        \
   } while (0)
 
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_d);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* ---- agents ------------------------------------------------------------------ */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof a;
-  int port = -1;
-  if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) &&
-      !getsockname(fd, (struct sockaddr *)&a, &l))
-    port = ntohs(a.sin_port);
-  if (fd >= 0)
-    close(fd);
-  return port;
-}
-
-static pid_t spawn_agent(const char *name, int port, int threads,
-                         int agent_threads) {
-  char exe[4096], path[4200], master[64], th[16], at[16];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  exe[n > 0 ? n : 0] = 0;
-  snprintf(path, sizeof path, "%s/axon-agent", dirname(exe));
-  snprintf(master, sizeof master, "127.0.0.1:%d", port);
-  snprintf(th, sizeof th, "%d", threads);
-  snprintf(at, sizeof at, "%d", agent_threads);
-  pid_t pid = fork();
-  if (pid == 0) {
-    setenv("AXON_THREADS", th, 1);
-    execl(path, path, "--name", name, "--master", master, "--threads", at,
-          (char *)NULL);
-    fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
-    _exit(127);
-  }
-  return pid;
-}
-
 static int start_driver(int port) {
   char listen[64];
   snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
@@ -280,8 +234,8 @@ static int bench_model(const char *model, const char *mconf, int batch,
       tl[s] = t2 - t1;
     }
   }
-  *dist_ms = 1e3 * median(td, steps);
-  *local_ms = 1e3 * median(tl, steps);
+  *dist_ms = 1e3 * axi_bench_median(td, steps);
+  *local_ms = 1e3 * axi_bench_median(tl, steps);
   free(td);
   free(tl);
   ax_tlist_clear(&in);
@@ -324,9 +278,9 @@ static int bench_edge(int iters, double *us3, double *us1, double *us_local) {
       l[i] = z;
     }
   }
-  *us3 = 1e6 * median(a, iters);
-  *us1 = 1e6 * median(c, iters);
-  *us_local = 1e6 * median(l, iters);
+  *us3 = 1e6 * axi_bench_median(a, iters);
+  *us1 = 1e6 * axi_bench_median(c, iters);
+  *us_local = 1e6 * axi_bench_median(l, iters);
   free(a);
   free(c);
   free(l);
@@ -365,10 +319,15 @@ int ax_bench_dist_main(int argc, char **argv) {
   }
   if (steps < 1 || iters < 1)
     return 2;
-  int port = free_port();
+  int port = axi_bench_free_port();
   pid_t pids[NAG];
+  char th[16], at[16];
+  snprintf(th, sizeof th, "%d", threads);
+  snprintf(at, sizeof at, "%d", athreads);
+  const char *args[] = {"--threads", at, NULL};
   for (int i = 0; i < NAG; i++) /* before gRPC starts in this process */
-    pids[i] = spawn_agent(g_names[i], port, threads, athreads);
+    pids[i] = axi_bench_spawn_agent(g_names[i], port, "AXON_THREADS", th, 1,
+                                    args);
   ax_cpu_set_threads(threads);
   int err = start_driver(port);
   printf("# axon dist: 3 agents, %d compute thread(s) per process, %d handler "

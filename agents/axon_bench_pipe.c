@@ -28,18 +28,15 @@
  * the timer slack. For flushed modes (sequential, gpipe, 1f1b) the warm-up
  * is one mini-batch; for the others K + 1 mini-batches, and the last K - 1
  * (the drain, faster than the steady state) are not measured. */
-#include <errno.h>
 #include <getopt.h>
-#include <libgen.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agents/axon_bench_local.h"
 #include "runtime/dist/autograd.h"
 #include "runtime/pipeline/coordinator.h"
 #include "runtime/pipeline/formula.h"
@@ -58,50 +55,6 @@ typedef struct bp_run { /* one training run of one mode */
   double done[64];
   long steps;
 } bp_run;
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_d);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof a;
-  int port = -1;
-  if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) &&
-      !getsockname(fd, (struct sockaddr *)&a, &l))
-    port = ntohs(a.sin_port);
-  if (fd >= 0)
-    close(fd);
-  return port;
-}
-
-/* Starts agent stage<s> joining 127.0.0.1:port; its pid, or -1. */
-static pid_t spawn_agent(int s, int port, int threads) {
-  char exe[4096], path[4200], master[64], th[16], name[32];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  exe[n > 0 ? n : 0] = 0;
-  snprintf(path, sizeof path, "%s/axon-agent", dirname(exe));
-  snprintf(master, sizeof master, "127.0.0.1:%d", port);
-  snprintf(th, sizeof th, "%d", threads);
-  snprintf(name, sizeof name, "stage%d", s);
-  pid_t pid = fork();
-  if (pid == 0) {
-    setenv("OMP_NUM_THREADS", "1", 0);
-    execl(path, path, "--name", name, "--master", master, "--threads", th,
-          "--peer-timeout-ms", "3000", (char *)NULL);
-    fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
-    _exit(127);
-  }
-  return pid;
-}
 
 static void stop_agents(int K, const pid_t *pids) {
   for (int s = 0; s < K; s++)
@@ -301,10 +254,10 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
     AX_TRY(ax_formula_time(m, a->K, a->M, tf, tb, AX_RECOMPUTE_NEVER, &f));
     for (int r = 0; r < a->repeat; r++)
       AX_TRY(run_mode(node, a, ag, mode, &t[r], &is[r], &rp[r], &st[r]));
-    double mt = median(t, a->repeat), ratio = mt / f;
+    double mt = axi_bench_median(t, a->repeat), ratio = mt / f;
     printf("%-11s %11.1f %12.1f %7.3f %9.3f %7.3f %9.3f\n", m, 1e3 * f,
-           1e3 * mt, ratio, median(is, a->repeat), median(rp, a->repeat),
-           median(st, a->repeat));
+           1e3 * mt, ratio, axi_bench_median(is, a->repeat), axi_bench_median(rp, a->repeat),
+           axi_bench_median(st, a->repeat));
     fflush(stdout);
     worst |= ratio > 1.05 || ratio < 0.95;
   }
@@ -321,15 +274,19 @@ int ax_bench_pipe_main(int argc, char **argv) {
   char names[AX_PIPE_MAX_STAGES][32];
   const char *ag[AX_PIPE_MAX_STAGES];
   pid_t pids[AX_PIPE_MAX_STAGES] = {0};
-  int port = free_port();
+  int port = axi_bench_free_port();
   if (port < 0) {
     fprintf(stderr, "axon-bench pipe: no free port\n");
     return 1;
   }
+  char th[16];
+  snprintf(th, sizeof th, "%d", a.agent_threads);
+  const char *args[] = {"--threads", th, "--peer-timeout-ms", "3000", NULL};
   for (int s = 0; s < a.K; s++) {
     snprintf(names[s], sizeof names[s], "stage%d", s);
     ag[s] = names[s];
-    pids[s] = spawn_agent(s, port, a.agent_threads);
+    pids[s] = axi_bench_spawn_agent(names[s], port, "OMP_NUM_THREADS", "1", 0,
+                                    args);
   }
   ax_node *node = NULL;
   rc = start_node(a.K, port, names, &node);

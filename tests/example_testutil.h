@@ -1,13 +1,12 @@
 /* Helpers for the tests that run an example program (examples/NAME, built
  * as $AXON_BIN_DIR/NAME) as a user would: spawn it with arguments, bound
  * its run time, capture its output and pick numbers out of it.
- * Header-only. */
+ * Header-only, over tests/mp_testutil.h. */
 #ifndef AX_EXAMPLE_TESTUTIL_H
 #define AX_EXAMPLE_TESTUTIL_H
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,26 +15,15 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Path of example `name`: $AXON_BIN_DIR/name, else next to the parent of
- * this test's directory. */
-static inline void et_path(const char *name, char *buf, size_t len) {
-  const char *d = getenv("AXON_BIN_DIR");
-  if (d && *d) {
-    snprintf(buf, len, "%s/%s", d, name);
-    return;
-  }
-  char exe[4096];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  exe[n > 0 ? n : 0] = 0;
-  snprintf(buf, len, "%s/../%s", dirname(exe), name);
-}
+#include "tests/mp_testutil.h"
 
-/* Runs example argv[0] (a name) with argv[1..] (NULL-terminated), output
- * (stdout and stderr) into a malloc'ed string *out, killing its process
- * group after timeout_s. Returns the exit code, 128 + signal, or -1. */
+/* Runs example argv[0] (a name, found by mt_bin_path) with argv[1..]
+ * (NULL-terminated), output (stdout and stderr) into a malloc'ed string
+ * *out, killing its process group after timeout_s. Returns the exit code,
+ * 128 + signal, or -1. */
 static inline int et_run(char *const *argv, int timeout_s, char **out) {
   char path[4200], tmpl[] = "/tmp/axon_example_XXXXXX";
-  et_path(argv[0], path, sizeof path);
+  mt_bin_path(argv[0], path, sizeof path);
   int fd = mkstemp(tmpl);
   if (fd < 0)
     return -1;

@@ -23,7 +23,7 @@
 #include "models/model.h"
 #include "runtime/optim.h"
 #include "runtime/pipeline/coordinator.h"
-#include "tests/dist_testutil.h"
+#include "tests/mp_testutil.h"
 
 enum { REF_SYNC = 0, REF_STASH = 1, REF_REPLAY = 2 };
 

@@ -9,7 +9,7 @@
 
 #include "harness.h"
 #include "runtime/dist/collective.h"
-#include "tests/rpc_testutil.h"
+#include "tests/mp_testutil.h"
 
 #define MAXN 4
 static const size_t g_sizes[] = {1, 7, 1001, 65537, 300007};

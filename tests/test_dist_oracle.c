@@ -15,7 +15,7 @@
 #include "models/model.h"
 #include "runtime/optim.h"
 #include "runtime/pipeline/train.h"
-#include "tests/dist_testutil.h"
+#include "tests/mp_testutil.h"
 
 #define NAGENTS 3
 static const char *g_names[NAGENTS] = {"w1", "w2", "w3"};
@@ -189,25 +189,14 @@ static void test_resnet20_oracle(void **state) {
 }
 
 int main(void) {
-  int port = rt_free_port();
-  for (int i = 0; i < NAGENTS; i++)
-    g_pids[i] = rt_spawn_agent(g_names[i], port, "--threads", "2", NULL);
-  int rc = dt_driver("driver", port, NAGENTS + 1, &g_drv);
-  if (rc == AX_OK)
-    rc = dt_wait_world(g_drv, g_names, NAGENTS);
-  if (rc != AX_OK) {
-    fprintf(stderr, "driver: %s: %s\n", ax_strerror(rc), ax_errmsg());
-    for (int i = 0; i < NAGENTS; i++)
-      rt_stop_agent(g_pids[i], SIGKILL, 5000);
+  static const char *const args[] = {"--threads", "2", NULL};
+  if (mt_start("driver", g_names, NAGENTS, args, g_pids, &g_drv) != AX_OK)
     return 1;
-  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp_oracle),
       cmocka_unit_test(test_resnet20_oracle),
   };
   int failed = AX_TEST_MAIN(tests);
-  for (int i = 0; i < NAGENTS; i++)
-    rt_stop_agent(g_pids[i], SIGTERM, 15000);
-  dt_driver_end(g_drv);
+  mt_end(g_drv, g_pids, NAGENTS);
   return failed;
 }

@@ -19,16 +19,14 @@
 #include "models/model.h"
 #include "runtime/pipeline/coordinator.h"
 #include "runtime/pipeline/train.h"
-#include "tests/dist_testutil.h"
+#include "tests/mp_testutil.h"
 
 /* Runs axon-run with argv (NULL-terminated, after "train"), stdout and
  * stderr into `log`; waits up to timeout_ms. Returns the exit status, or
  * -1 on a timeout (the child is killed). */
 static int run_axon(const char *log, int timeout_ms, const char **argv) {
   char path[4200];
-  rt_agent_path(path, sizeof path);
-  char *slash = strrchr(path, '/');
-  snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "axon-run");
+  mt_bin_path("axon-run", path, sizeof path);
   const char *av[48] = {path, "train"};
   int ac = 2;
   while (ac < 47 && argv[ac - 2])
@@ -222,9 +220,7 @@ static void test_agents_and_master(void **state) {
   /* axon-run must fork before gRPC starts here too: start it now, without
    * waiting, and join as the master below (it retries until we listen). */
   char path[4200];
-  rt_agent_path(path, sizeof path);
-  char *slash = strrchr(path, '/');
-  snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "axon-run");
+  mt_bin_path("axon-run", path, sizeof path);
   const char *full[48] = {path, "train"};
   int ac = 2;
   for (int i = 0; av[i]; i++)
@@ -268,8 +264,7 @@ static void test_agents_and_master(void **state) {
             ax_errmsg());
   int clean = 1;
   for (int i = 0; i < NAG; i++) {
-    int s = rt_stop_agent(pids[i], SIGTERM, 15000);
-    clean &= s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0;
+    clean &= mt_exit_clean(rt_stop_agent(pids[i], SIGTERM, 15000));
   }
   if (drv)
     dt_driver_end(drv);

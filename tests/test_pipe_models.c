@@ -120,25 +120,14 @@ static void test_bert_sync(void **state) {
 }
 
 int main(void) {
-  int port = rt_free_port();
-  for (int i = 0; i < NAGENTS; i++)
-    g_pids[i] = rt_spawn_agent(g_names[i], port, "--threads", "4", NULL);
-  int rc = dt_driver("coord", port, NAGENTS + 1, &g_drv);
-  if (rc == AX_OK)
-    rc = dt_wait_world(g_drv, g_names, NAGENTS);
-  if (rc != AX_OK) {
-    fprintf(stderr, "driver: %s: %s\n", ax_strerror(rc), ax_errmsg());
-    for (int i = 0; i < NAGENTS; i++)
-      rt_stop_agent(g_pids[i], SIGKILL, 5000);
+  static const char *const args[] = {"--threads", "4", NULL};
+  if (mt_start("coord", g_names, NAGENTS, args, g_pids, &g_drv) != AX_OK)
     return 1;
-  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bert_sync),
       cmocka_unit_test(test_resnet20_async),
   };
   int failed = AX_TEST_MAIN(tests);
-  for (int i = 0; i < NAGENTS; i++)
-    rt_stop_agent(g_pids[i], SIGTERM, 15000);
-  dt_driver_end(g_drv);
+  mt_end(g_drv, g_pids, NAGENTS);
   return failed;
 }

@@ -9,7 +9,7 @@
 
 #include "agents/axon_agent.h"
 #include "harness.h"
-#include "tests/rpc_testutil.h"
+#include "tests/mp_testutil.h"
 
 #define NAGENTS 3
 static const char *g_names[NAGENTS] = {"w1", "w2", "w3"};
@@ -205,13 +205,8 @@ int main(void) {
       cmocka_unit_test(test_zero_live),
   };
   int failed = AX_TEST_MAIN(tests);
-  for (int i = 0; i < NAGENTS; i++) { /* a clean exit on SIGTERM */
-    int st = rt_stop_agent(g_pids[i], SIGTERM, 15000);
-    if (!(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-      fprintf(stderr, "agent %s: bad exit status %d\n", g_names[i], st);
-      failed++;
-    }
-  }
+  for (int i = 0; i < NAGENTS; i++) /* a clean exit on SIGTERM */
+    failed += mt_stop_checked(g_names[i], g_pids[i]);
   ax_node_destroy(g_drv);
   if (ax_rpc_live_calls() || ax_future_live_count()) {
     fprintf(stderr, "driver: %ld live calls, %ld live futures at exit\n",

@@ -9,7 +9,7 @@
 #include "harness.h"
 #include "rpc/codec-impl.h"
 #include "rpc/rpc-debug.h"
-#include "tests/rpc_testutil.h"
+#include "tests/mp_testutil.h"
 
 enum { W1, W2, VICTIM, FROZEN, NAG };
 static const char *g_names[NAG] = {"w1", "w2", "victim", "frozen"};
@@ -248,11 +248,10 @@ int main(void) {
   for (int i = 0; i < NAG; i++) {
     if (!g_pids[i])
       continue;
-    int st = rt_stop_agent(g_pids[i], SIGTERM, 15000);
-    if (i <= W2 && !(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-      fprintf(stderr, "agent %s: bad exit status %d\n", g_names[i], st);
-      failed++;
-    }
+    if (i <= W2)
+      failed += mt_stop_checked(g_names[i], g_pids[i]);
+    else
+      rt_stop_agent(g_pids[i], SIGTERM, 15000);
   }
   ax_node_destroy(g_drv);
   return failed || ax_rpc_live_calls() || ax_future_live_count();

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "tests/rpc_testutil.h"
+#include "tests/mp_testutil.h"
 
 #define CALLERS 4
 #define PER_CALLER 2500

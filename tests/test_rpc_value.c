@@ -8,7 +8,7 @@
 #include "harness.h"
 #include "rpc/codec-impl.h"
 #include "rpc/rpc.h"
-#include "tests/rpc_testutil.h"
+#include "tests/mp_testutil.h"
 
 static ax_values *sample(void) {
   ax_values *v = ax_values_new();

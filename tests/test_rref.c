@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "tests/dist_testutil.h"
+#include "tests/mp_testutil.h"
 
 #define NAGENTS 3
 static const char *g_names[NAGENTS] = {"w1", "w2", "w3"};
@@ -202,19 +202,10 @@ static void test_calls_through_rref(void **state) {
 }
 
 int main(void) {
-  int port = rt_free_port();
-  for (int i = 0; i < NAGENTS; i++)
-    g_pids[i] = rt_spawn_agent(g_names[i], port, "--threads", "2",
-                               "--peer-timeout-ms", "3000", NULL);
-  int rc = dt_driver("driver", port, NAGENTS + 1, &g_drv);
-  if (rc == AX_OK)
-    rc = dt_wait_world(g_drv, g_names, NAGENTS);
-  if (rc != AX_OK) {
-    fprintf(stderr, "driver: %s: %s\n", ax_strerror(rc), ax_errmsg());
-    for (int i = 0; i < NAGENTS; i++)
-      rt_stop_agent(g_pids[i], SIGKILL, 5000);
+  static const char *const args[] = {"--threads", "2",
+                                      "--peer-timeout-ms", "3000", NULL};
+  if (mt_start("driver", g_names, NAGENTS, args, g_pids, &g_drv) != AX_OK)
     return 1;
-  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_remote_value),
       cmocka_unit_test(test_creation_error_and_deadline),
@@ -222,13 +213,8 @@ int main(void) {
       cmocka_unit_test(test_fork_trees),
   };
   int failed = AX_TEST_MAIN(tests);
-  for (int i = 0; i < NAGENTS; i++) {
-    int st = rt_stop_agent(g_pids[i], SIGTERM, 15000);
-    if (!(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-      fprintf(stderr, "agent %s: bad exit status %d\n", g_names[i], st);
-      failed++;
-    }
-  }
+  for (int i = 0; i < NAGENTS; i++)
+    failed += mt_stop_checked(g_names[i], g_pids[i]);
   dt_driver_end(g_drv);
   return failed;
 }

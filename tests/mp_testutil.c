@@ -1,0 +1,303 @@
+/* Helpers for the multi-process tests; see tests/mp_testutil.h. Compiled
+ * into every test program next to harness.c. */
+#include "tests/mp_testutil.h"
+
+int64_t rt_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void rt_sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+int rt_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t l = sizeof a;
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) ||
+      getsockname(fd, (struct sockaddr *)&a, &l)) {
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+void mt_bin_path(const char *name, char *buf, size_t len) {
+  const char *d = getenv("AXON_BIN_DIR");
+  if (d && *d) {
+    snprintf(buf, len, "%s/%s", d, name);
+    return;
+  }
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = 0;
+  snprintf(buf, len, "%s/../%s", dirname(exe), name);
+}
+
+void rt_agent_path(char *buf, size_t len) {
+  mt_bin_path("axon-agent", buf, len);
+}
+
+pid_t rt_spawn_agentv(const char *name, int master_port,
+                      const char *const *args) {
+  char path[4200], master[64];
+  rt_agent_path(path, sizeof path);
+  snprintf(master, sizeof master, "127.0.0.1:%d", master_port);
+  const char *argv[32] = {path, "--name", name, "--master", master};
+  int argc = 5;
+  for (int i = 0; argc < 31 && args && args[i]; i++)
+    argv[argc++] = args[i];
+  argv[argc] = NULL;
+  pid_t pid = fork();
+  if (pid == 0) {
+    execv(path, (char *const *)argv);
+    fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
+    _exit(127);
+  }
+  return pid;
+}
+
+pid_t rt_spawn_agent(const char *name, int master_port, ...) {
+  const char *args[32];
+  int k = 0;
+  va_list ap;
+  va_start(ap, master_port);
+  const char *a;
+  while (k < 31 && (a = va_arg(ap, const char *)))
+    args[k++] = a;
+  va_end(ap);
+  args[k] = NULL;
+  return rt_spawn_agentv(name, master_port, args);
+}
+
+int rt_stop_agent(pid_t pid, int sig, int timeout_ms) {
+  if (pid <= 0)
+    return -1;
+  kill(pid, sig);
+  int64_t end = rt_now_ms() + timeout_ms;
+  int st = 0;
+  while (rt_now_ms() < end) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid)
+      return st;
+    if (r < 0)
+      return -1;
+    rt_sleep_ms(10);
+  }
+  fprintf(stderr, "agent %d did not exit in %d ms: SIGKILL\n", (int)pid,
+          timeout_ms);
+  kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+  return -1;
+}
+
+int mt_exit_clean(int st) {
+  return st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+int mt_stop_checked(const char *name, pid_t pid) {
+  int st = rt_stop_agent(pid, SIGTERM, 15000);
+  if (mt_exit_clean(st))
+    return 0;
+  fprintf(stderr, "agent %s: bad exit status %d\n", name, st);
+  return 1;
+}
+
+/* Options of a master node that listens on port and expects `world`
+ * nodes; `listen` (64 bytes) holds the address the options point to. */
+static void mt_master_opts(ax_node_opts *o, const char *name, int port,
+                           int world, int threads, char *listen) {
+  snprintf(listen, 64, "127.0.0.1:%d", port);
+  ax_node_opts_init(o);
+  o->name = name;
+  o->listen = listen;
+  o->master = listen;
+  o->world_size = world;
+  o->rank = 0;
+  o->threads = threads;
+}
+
+int rt_driver(const char *name, int port, int world, ax_node **out) {
+  char listen[64];
+  ax_node_opts o;
+  mt_master_opts(&o, name, port, world, 2, listen);
+  int rc = ax_node_create(&o, out);
+  if (rc != AX_OK)
+    return rc;
+  rc = ax_node_join(*out, 90000);
+  if (rc != AX_OK) {
+    ax_node_destroy(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
+int rt_remote_zero(ax_node *n, const char *to) {
+  int64_t end = rt_now_ms() + 10000;
+  int64_t calls = -1, futs = -1;
+  while (rt_now_ms() < end) {
+    ax_values *r = NULL;
+    ax_call_opts o = {.timeout_ms = 5000};
+    int rc = ax_rpc_sync(n, to, "_axon.stats", NULL, &o, &r);
+    if (rc != AX_OK)
+      return rc;
+    ax_values_get_i64(r, 0, &calls);
+    ax_values_get_i64(r, 1, &futs);
+    ax_values_free(r);
+    if (calls == 0 && futs == 0)
+      return AX_OK;
+    rt_sleep_ms(50);
+  }
+  return ax_seterr(AX_ESTATE, "%s: %lld live calls, %lld live futures", to,
+                   (long long)calls, (long long)futs);
+}
+
+int rt_local_zero(void) {
+  int64_t end = rt_now_ms() + 10000;
+  while (rt_now_ms() < end) {
+    if (ax_rpc_live_calls() == 0 && ax_future_live_count() == 0)
+      return AX_OK;
+    rt_sleep_ms(20);
+  }
+  return ax_seterr(AX_ESTATE, "local: %ld live calls, %ld live futures",
+                   ax_rpc_live_calls(), ax_future_live_count());
+}
+
+int dt_driver(const char *name, int port, int world, ax_node **out) {
+  char listen[64];
+  ax_node_opts o;
+  mt_master_opts(&o, name, port, world, 4, listen);
+  o.peer_timeout_ms = 2000;
+  int rc = ax_node_create(&o, out);
+  if (rc != AX_OK)
+    return rc;
+  if ((rc = ax_dist_init(*out)) == AX_OK)
+    rc = ax_node_join(*out, 90000);
+  if (rc != AX_OK) {
+    ax_node_shutdown(*out, 1000);
+    ax_dist_fini(*out);
+    ax_node_destroy(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
+void dt_driver_end(ax_node *n) {
+  ax_node_shutdown(n, 5000);
+  ax_dist_fini(n);
+  ax_node_destroy(n);
+}
+
+int dt_counts(ax_node *n, const char *to, int64_t *owned, int64_t *users,
+              int64_t *ctxs) {
+  if (!to) {
+    long o, u;
+    AX_TRY(ax_rref_live(n, &o, &u));
+    *owned = o;
+    *users = u;
+    *ctxs = ax_dist_live_contexts(n);
+    return AX_OK;
+  }
+  ax_values *r = NULL;
+  ax_call_opts co = {.timeout_ms = 5000};
+  AX_TRY(ax_rpc_sync(n, to, "ax.rref.live", NULL, &co, &r));
+  ax_values_get_i64(r, 0, owned);
+  ax_values_get_i64(r, 1, users);
+  ax_values_free(r);
+  AX_TRY(ax_rpc_sync(n, to, "ax.dist.live", NULL, &co, &r));
+  ax_values_get_i64(r, 0, ctxs);
+  ax_values_free(r);
+  return AX_OK;
+}
+
+int dt_wait_counts(ax_node *n, const char *to, int64_t owned, int64_t users,
+                   int64_t ctxs) {
+  int64_t end = rt_now_ms() + 10000, o = -1, u = -1, c = -1;
+  while (rt_now_ms() < end) {
+    AX_TRY(dt_counts(n, to, &o, &u, &c));
+    if ((owned < 0 || o == owned) && (users < 0 || u == users) &&
+        (ctxs < 0 || c == ctxs))
+      return AX_OK;
+    rt_sleep_ms(20);
+  }
+  char buf[2048] = "";
+  if (!to) {
+    ax_rref_debug_list(n, buf, sizeof buf);
+  } else {
+    ax_values *r = NULL;
+    const char *s = NULL;
+    ax_call_opts co = {.timeout_ms = 5000};
+    if (ax_rpc_sync(n, to, "ax.rref.list", NULL, &co, &r) == AX_OK &&
+        ax_values_get_str(r, 0, &s) == AX_OK)
+      snprintf(buf, sizeof buf, "%s", s);
+    ax_values_free(r);
+  }
+  return ax_seterr(AX_ESTATE, "%s: %lld owned, %lld users, %lld contexts "
+                   "(want %lld/%lld/%lld)\n%s", to ? to : "local",
+                   (long long)o, (long long)u, (long long)c, (long long)owned,
+                   (long long)users, (long long)ctxs, buf);
+}
+
+int dt_all_zero(ax_node *n, const char *const *names, int k) {
+  for (int i = 0; i < k; i++) {
+    AX_TRY(dt_wait_counts(n, names[i], 0, 0, 0));
+    AX_TRY(rt_remote_zero(n, names[i]));
+  }
+  AX_TRY(dt_wait_counts(n, NULL, 0, 0, 0));
+  return rt_local_zero();
+}
+
+int dt_wait_world(ax_node *n, const char *const *names, int k) {
+  int64_t end = rt_now_ms() + 10000;
+  for (int i = 0; i < k; i++) {
+    int64_t w = 0;
+    while (w != ax_node_world_size(n)) {
+      if (rt_now_ms() > end)
+        return ax_seterr(AX_ETIMEOUT, "%s does not know the membership",
+                         names[i]);
+      ax_values *r = NULL;
+      ax_call_opts co = {.timeout_ms = 5000};
+      AX_TRY(ax_rpc_sync(n, names[i], "ax.rref.live", NULL, &co, &r));
+      ax_values_get_i64(r, 2, &w);
+      ax_values_free(r);
+      if (w != ax_node_world_size(n))
+        rt_sleep_ms(20);
+    }
+  }
+  return AX_OK;
+}
+
+ax_values *dt_i64s(int k, const int64_t *v) {
+  ax_values *a = ax_values_new();
+  for (int i = 0; i < k; i++)
+    ax_values_add_i64(a, v[i]);
+  return a;
+}
+
+int mt_start(const char *drv_name, const char *const *names, int k,
+             const char *const *args, pid_t *pids, ax_node **drv) {
+  int port = rt_free_port();
+  for (int i = 0; i < k; i++)
+    pids[i] = rt_spawn_agentv(names[i], port, args);
+  int rc = dt_driver(drv_name, port, k + 1, drv);
+  if (rc == AX_OK)
+    rc = dt_wait_world(*drv, names, k);
+  if (rc != AX_OK) {
+    fprintf(stderr, "driver: %s: %s\n", ax_strerror(rc), ax_errmsg());
+    for (int i = 0; i < k; i++)
+      rt_stop_agent(pids[i], SIGKILL, 5000);
+  }
+  return rc;
+}
+
+void mt_end(ax_node *drv, const pid_t *pids, int k) {
+  for (int i = 0; i < k; i++)
+    rt_stop_agent(pids[i], SIGTERM, 15000);
+  dt_driver_end(drv);
+}

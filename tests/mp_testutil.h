@@ -1,0 +1,113 @@
+/* Helpers for the multi-process tests (tests/mp_testutil.c, linked into
+ * every test next to harness.c): free ports, paths of built programs,
+ * spawning axon-agent children (before gRPC is initialised in this process:
+ * gRPC aborts after fork), stopping them with a bounded wait, master nodes
+ * with or without distributed autograd, starting and ending a whole test
+ * world, and checks that every node ends with zero live RRefs, contexts,
+ * calls and futures. */
+#ifndef AX_MP_TESTUTIL_H
+#define AX_MP_TESTUTIL_H
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <libgen.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rpc/rpc.h"
+#include "runtime/dist/autograd.h"
+#include "runtime/dist/stage.h"
+
+/* Milliseconds of the monotonic clock. */
+int64_t rt_now_ms(void);
+
+/* Sleeps ms milliseconds. */
+void rt_sleep_ms(int ms);
+
+/* A port the OS considers free right now (bound, then released), or -1. */
+int rt_free_port(void);
+
+/* Path of the built program `name`: $AXON_BIN_DIR/name, else in the parent
+ * of the directory holding this test binary. */
+void mt_bin_path(const char *name, char *buf, size_t len);
+
+/* Path of the built axon-agent (mt_bin_path of "axon-agent"). */
+void rt_agent_path(char *buf, size_t len);
+
+/* Starts `axon-agent --name name --master 127.0.0.1:master_port` plus the
+ * NULL-terminated extra arguments. Returns the pid, or -1. */
+pid_t rt_spawn_agent(const char *name, int master_port, ...);
+
+/* The same with the extra arguments as a NULL-terminated array. */
+pid_t rt_spawn_agentv(const char *name, int master_port,
+                      const char *const *args);
+
+/* Sends sig, waits up to timeout_ms, then SIGKILLs. Returns the exit
+ * status as waitpid reports it, or -1. */
+int rt_stop_agent(pid_t pid, int sig, int timeout_ms);
+
+/* Whether a status returned by rt_stop_agent is an exit with status 0. */
+int mt_exit_clean(int st);
+
+/* Stops agent `name` with SIGTERM (up to 15 s). Returns 0 when it exited
+ * with status 0; otherwise reports the status on stderr and returns 1. */
+int mt_stop_checked(const char *name, pid_t pid);
+
+/* The master node of an RPC test: listens on port, expects `world` nodes. */
+int rt_driver(const char *name, int port, int world, ax_node **out);
+
+/* Polls `_axon.stats` on node `to` (up to 10 s) until it reports zero live
+ * calls and futures. Returns AX_OK or AX_ESTATE with the last counts. */
+int rt_remote_zero(ax_node *n, const char *to);
+
+/* Waits (up to 10 s) for this process to have zero live calls/futures. */
+int rt_local_zero(void);
+
+/* The master node of a test with RRefs and distributed autograd. */
+int dt_driver(const char *name, int port, int world, ax_node **out);
+
+/* Shuts down, finalises and destroys a node made by dt_driver. */
+void dt_driver_end(ax_node *n);
+
+/* RRef records and contexts of node `to` (this node when to == NULL). */
+int dt_counts(ax_node *n, const char *to, int64_t *owned, int64_t *users,
+              int64_t *ctxs);
+
+/* Waits (up to 10 s) until node `to` has the given numbers of owned
+ * records, user records and contexts (-1: any). */
+int dt_wait_counts(ax_node *n, const char *to, int64_t owned, int64_t users,
+                   int64_t ctxs);
+
+/* Zero RRefs, contexts, calls and futures on every listed node and here. */
+int dt_all_zero(ax_node *n, const char *const *names, int k);
+
+/* Waits (up to 10 s) until every listed agent knows the whole membership
+ * (the master's join returns before the others have received it). */
+int dt_wait_world(ax_node *n, const char *const *names, int k);
+
+/* One-line argument lists. */
+ax_values *dt_i64s(int k, const int64_t *v);
+
+/* Starts the world of a distributed test: one agent per name on a fresh
+ * master port with the NULL-terminated extra arguments `args` (pids[i]
+ * receives agent i's pid), then the master node `drv_name` (dt_driver with
+ * k + 1 nodes), and waits until every agent knows the membership. On an
+ * error it reports it on stderr, SIGKILLs the agents and returns it. */
+int mt_start(const char *drv_name, const char *const *names, int k,
+             const char *const *args, pid_t *pids, ax_node **drv);
+
+/* Ends such a world: stops every agent with SIGTERM (up to 15 s each,
+ * exit status not checked), then ends the master node. */
+void mt_end(ax_node *drv, const pid_t *pids, int k);
+
+#endif
