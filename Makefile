@@ -18,9 +18,10 @@ build: deps
 demo: build
 	@bash scripts/demo.sh $(BUILD)
 
+# The RPC tests under AddressSanitizer first, then the whole suite.
 test: build
-	@cd $(BUILD) && ctest --output-on-failure -j2 $(CTEST_ARGS)
 	@cmake --build $(BUILD) --target check-rpc-asan
+	@cd $(BUILD) && ctest --output-on-failure -j2 $(CTEST_ARGS)
 
 clean:
 	rm -rf $(BUILD)
