@@ -24,6 +24,11 @@ typedef struct axd_stage {
 void axd_stage_release(axd_stage *s);
 /* Builds a stage of `model` from a stage configuration (stage.h keys) into
  * *obj (an axd_stage with one reference). */
+/* Appends [a host copy of the flat parameters (P), of the buffers (Q) or an
+ * empty tensor] to out, under the stage's lock: the "state_save" method of
+ * every stage kind. */
+int axd_stage_state_save(axd_stage *s, ax_values *out);
+
 int axd_stage_create(ax_node *n, const char *model, const char *config,
                      ax_device dev, void **obj);
 extern const ax_robj_kind axd_params_kind; /* "stage.params" */

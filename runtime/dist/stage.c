@@ -253,9 +253,7 @@ static ax_tensor *copy_of(const ax_tensor *t) {
   return c;
 }
 
-static int m_state_save(ax_call_ctx *cc, void *obj, const ax_values *args,
-                        ax_values *out) {
-  axd_stage *s = obj;
+int axd_stage_state_save(axd_stage *s, ax_values *out) {
   int64_t zero = 0;
   pthread_mutex_lock(&s->mu);
   ax_tensor *p = copy_of(s->net->params);
@@ -270,6 +268,11 @@ static int m_state_save(ax_call_ctx *cc, void *obj, const ax_values *args,
   ax_tensor_release(p);
   ax_tensor_release(b);
   return err;
+}
+
+static int m_state_save(ax_call_ctx *cc, void *obj, const ax_values *args,
+                        ax_values *out) {
+  return axd_stage_state_save(obj, out);
 }
 
 static int m_state_load(ax_call_ctx *cc, void *obj, const ax_values *args,

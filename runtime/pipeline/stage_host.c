@@ -375,32 +375,9 @@ static int m_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
 }
 
 /* ---- state and teardown -------------------------------------------------------- */
-static ax_tensor *host_copy(const ax_tensor *t) {
-  ax_tensor *c = ax_tensor_new(t->dtype, t->ndim, t->shape, AX_CPU);
-  if (c && ax_tensor_copy(c, t) != AX_OK) {
-    ax_tensor_release(c);
-    c = NULL;
-  }
-  return c;
-}
-
 static int m_state_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                         ax_values *out) {
-  axd_stage *s = ((phost *)obj)->s;
-  int64_t zero = 0;
-  pthread_mutex_lock(&s->mu);
-  ax_tensor *p = host_copy(s->net->params);
-  ax_tensor *b = s->net->buffers ? host_copy(s->net->buffers)
-                                 : ax_tensor_new(AX_F32, 1, &zero, AX_CPU);
-  pthread_mutex_unlock(&s->mu);
-  int err = (p && b) ? AX_OK : AX_ENOMEM;
-  if (err == AX_OK)
-    err = ax_values_add_tensor(out, p);
-  if (err == AX_OK)
-    err = ax_values_add_tensor(out, b);
-  ax_tensor_release(p);
-  ax_tensor_release(b);
-  return err;
+  return axd_stage_state_save(((phost *)obj)->s, out);
 }
 
 static int m_teardown(ax_call_ctx *cc, void *obj, const ax_values *args,
