@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "agents/axon_bench_local.h"
+#include "rpc/launch.h"
 #include "models/loss.h"
 #include "models/model.h"
 #include "runtime/dist/stage.h"
@@ -319,7 +320,7 @@ int ax_bench_dist_main(int argc, char **argv) {
   }
   if (steps < 1 || iters < 1)
     return 2;
-  int port = axi_bench_free_port();
+  int port = ax_local_free_port();
   pid_t pids[NAG];
   char th[16], at[16];
   snprintf(th, sizeof th, "%d", threads);
@@ -353,13 +354,7 @@ int ax_bench_dist_main(int argc, char **argv) {
   fflush(stdout);
   if (g_drv)
     ax_node_shutdown(g_drv, 5000);
-  for (int i = 0; i < NAG; i++) {
-    kill(pids[i], SIGTERM);
-    for (int t = 0; t < 1000 && waitpid(pids[i], NULL, WNOHANG) == 0; t++)
-      usleep(10000);
-    kill(pids[i], SIGKILL);
-    waitpid(pids[i], NULL, WNOHANG);
-  }
+  ax_local_stop(NAG, pids, 10000, NULL);
   if (g_drv) {
     ax_dist_fini(g_drv);
     ax_node_destroy(g_drv);

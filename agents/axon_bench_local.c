@@ -2,29 +2,12 @@
  * agents/axon_bench_local.h. */
 #include "agents/axon_bench_local.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <libgen.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
-
-int axi_bench_free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof a;
-  int port = -1;
-  if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) &&
-      !getsockname(fd, (struct sockaddr *)&a, &l))
-    port = ntohs(a.sin_port);
-  if (fd >= 0)
-    close(fd);
-  return port;
-}
 
 pid_t axi_bench_spawn_agent(const char *name, int port, const char *env,
                             const char *val, int overwrite,

@@ -1,13 +1,10 @@
 /* Helpers shared by the axon-bench modes that run local agents (dist,
- * pipe): a free loopback port, starting axon-agent children next to this
+ * pipe): starting axon-agent children next to this
  * binary, and medians of timings. Internal to axon-bench. */
 #ifndef AX_BENCH_LOCAL_H
 #define AX_BENCH_LOCAL_H
 
 #include <sys/types.h>
-
-/* A loopback port the OS considers free right now, or -1. */
-int axi_bench_free_port(void);
 
 /* Forks and execs axon-agent (next to this binary) as `name`, joining
  * 127.0.0.1:port, with the NULL-terminated extra arguments `args`. When env

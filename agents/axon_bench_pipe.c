@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "agents/axon_bench_local.h"
+#include "rpc/launch.h"
 #include "runtime/dist/autograd.h"
 #include "runtime/pipeline/coordinator.h"
 #include "runtime/pipeline/formula.h"
@@ -55,24 +56,6 @@ typedef struct bp_run { /* one training run of one mode */
   double done[64];
   long steps;
 } bp_run;
-
-static void stop_agents(int K, const pid_t *pids) {
-  for (int s = 0; s < K; s++)
-    if (pids[s] > 0)
-      kill(pids[s], SIGTERM);
-  for (int s = 0; s < K; s++) {
-    double end = ax_now() + 10;
-    int st;
-    while (pids[s] > 0 && waitpid(pids[s], &st, WNOHANG) == 0) {
-      if (ax_now() > end) {
-        kill(pids[s], SIGKILL);
-        waitpid(pids[s], &st, 0);
-        break;
-      }
-      usleep(10000);
-    }
-  }
-}
 
 /* Creates the coordinator node (the master) and waits, bounded, until every
  * agent knows the whole membership. */
@@ -274,7 +257,7 @@ int ax_bench_pipe_main(int argc, char **argv) {
   char names[AX_PIPE_MAX_STAGES][32];
   const char *ag[AX_PIPE_MAX_STAGES];
   pid_t pids[AX_PIPE_MAX_STAGES] = {0};
-  int port = axi_bench_free_port();
+  int port = ax_local_free_port();
   if (port < 0) {
     fprintf(stderr, "axon-bench pipe: no free port\n");
     return 1;
@@ -299,6 +282,6 @@ int ax_bench_pipe_main(int argc, char **argv) {
     ax_dist_fini(node);
     ax_node_destroy(node);
   }
-  stop_agents(a.K, pids);
+  ax_local_stop(a.K, pids, 10000, NULL);
   return rc == AX_OK ? 0 : 1;
 }

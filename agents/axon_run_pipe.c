@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "rpc/launch.h"
 #include "agents/axon_run.h"
 #include "models/data/dataset.h"
 #include "runtime/dist/autograd.h"
@@ -120,24 +121,6 @@ static int spawn_local(int K, int port, int threads, pid_t *pids) {
     }
   }
   return 0;
-}
-
-static void stop_local(int K, pid_t *pids) {
-  for (int s = 0; s < K; s++)
-    if (pids[s] > 0)
-      kill(pids[s], SIGTERM);
-  double end = ax_now() + 10;
-  for (int s = 0; s < K; s++) {
-    int st;
-    while (pids[s] > 0 && waitpid(pids[s], &st, WNOHANG) == 0) {
-      if (ax_now() > end) {
-        kill(pids[s], SIGKILL);
-        waitpid(pids[s], &st, 0);
-        break;
-      }
-      usleep(10000);
-    }
-  }
 }
 
 /* Reserves a loopback port: a socket bound to it (SO_REUSEADDR, never
@@ -408,6 +391,6 @@ int axr_pipe_main(axr_pipe_args *a) {
     ax_node_destroy(node);
   }
   if (a->local > 0)
-    stop_local(a->K, pids);
+    ax_local_stop(a->K, pids, 10000, NULL);
   return rc == AX_OK ? 0 : 1;
 }

@@ -308,16 +308,28 @@ static int call_args(axi_rctx *rc, ax_rref *r, const char *method,
   return AX_OK;
 }
 
+/* The common start of a call through an RRef: checks the arguments and the
+ * RRef's stored creation error, picks the autograd context and builds the
+ * argument list (*a, caller frees). */
+static int prepare_call(ax_node *n, ax_rref *r, const char *method,
+                        const ax_values *args, const ax_call_opts *opts,
+                        int has_out, axi_rctx **rc, uint64_t *ctx,
+                        ax_values **a) {
+  *rc = axi_rctx_get();
+  if (!*rc || (*rc)->node != n || !r || !method || !has_out)
+    return ax_seterr(AX_EINVAL, "rref: bad arguments");
+  AX_TRY(stored_error(r));
+  *ctx = axi_ctx_of(opts);
+  return call_args(*rc, r, method, args, *ctx, a);
+}
+
 int ax_rref_rpc_async(ax_node *n, ax_rref *r, const char *method,
                       const ax_values *args, const ax_call_opts *opts,
                       ax_future **out) {
-  axi_rctx *rc = axi_rctx_get();
-  if (!rc || rc->node != n || !r || !method || !out)
-    return ax_seterr(AX_EINVAL, "rref: bad arguments");
-  AX_TRY(stored_error(r));
-  uint64_t ctx = axi_ctx_of(opts);
+  axi_rctx *rc;
+  uint64_t ctx;
   ax_values *a;
-  AX_TRY(call_args(rc, r, method, args, ctx, &a));
+  AX_TRY(prepare_call(n, r, method, args, opts, out != NULL, &rc, &ctx, &a));
   wrap *w = calloc(1, sizeof *w);
   ax_future *res = ax_future_new(), *f = NULL;
   int err = (w && res) ? AX_OK : AX_ENOMEM;
@@ -362,13 +374,10 @@ int ax_rref_rpc_sync(ax_node *n, ax_rref *r, const char *method,
 int ax_rref_remote(ax_node *n, ax_rref *r, const char *method,
                    const ax_values *args, const ax_call_opts *opts,
                    ax_rref **out) {
-  axi_rctx *rc = axi_rctx_get();
-  if (!rc || rc->node != n || !r || !method || !out)
-    return ax_seterr(AX_EINVAL, "rref: bad arguments");
-  AX_TRY(stored_error(r));
-  uint64_t ctx = axi_ctx_of(opts);
+  axi_rctx *rc;
+  uint64_t ctx;
   ax_values *a;
-  AX_TRY(call_args(rc, r, method, args, ctx, &a));
+  AX_TRY(prepare_call(n, r, method, args, opts, out != NULL, &rc, &ctx, &a));
   ax_call_opts o = opts ? *opts : (ax_call_opts){0};
   o.autograd_ctx = ctx;
   int err;

@@ -41,25 +41,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.optim import DistributedOptimizer
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_train_bench import BasicBlock  # noqa: E402  (one ResNet block definition)
+
 NAMES = ["w1", "w2", "w3"]
-
-
-class Block(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.b1 = nn.BatchNorm2d(cout)
-        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.b2 = nn.BatchNorm2d(cout)
-        self.sc = None
-        if stride != 1 or cin != cout:
-            self.sc = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                    nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        y = F.relu(self.b1(self.c1(x)))
-        y = self.b2(self.c2(y))
-        return F.relu(y + (self.sc(x) if self.sc is not None else x))
 
 
 def resnet20_blocks():
@@ -68,7 +53,7 @@ def resnet20_blocks():
     cin = 16
     for cout, stride in [(16, 1), (32, 2), (64, 2)]:
         for i in range(3):
-            blocks.append(Block(cin, cout, stride if i == 0 else 1))
+            blocks.append(BasicBlock(cin, cout, stride if i == 0 else 1))
             cin = cout
     blocks.append(nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                                 nn.Linear(64, 10)))

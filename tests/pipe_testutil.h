@@ -153,6 +153,28 @@ static inline double pt_worst(const ax_tensor *a, const ax_tensor *b) {
   return w;
 }
 
+/* The worst pt_worst over the K stages' parameters and buffers of p
+ * against the references want/wbuf, which it releases. */
+static inline double pt_worst_stages(ax_pipe *p, int K, ax_tensor **want,
+                                     ax_tensor **wbuf) {
+  double worst = 0;
+  for (int k = 0; k < K; k++) {
+    ax_tensor *got, *gbuf;
+    AX_ASSERT_OK(ax_pipe_stage_state(p, k, &got, &gbuf));
+    double w = pt_worst(got, want[k]);
+    if (gbuf && wbuf[k]) {
+      double wb = pt_worst(gbuf, wbuf[k]);
+      w = wb > w ? wb : w;
+    }
+    worst = w > worst ? w : worst;
+    ax_tensor_release(got);
+    ax_tensor_release(gbuf);
+    ax_tensor_release(want[k]);
+    ax_tensor_release(wbuf[k]);
+  }
+  return worst;
+}
+
 /* Oracle 4 on the coordinator's events: every (stage, unit, fwd/bwd) once,
  * dependencies completed before issue, live states within the table's
  * bound, and weight versions within d + 1 (1 without stashing). */

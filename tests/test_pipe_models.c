@@ -69,21 +69,7 @@ static void run_case(const mcase *c, int mode, int K, int M, int steps) {
   ax_tensor *want[NAGENTS], *wbuf[NAGENTS];
   pt_reference(def, &mcfg, bounds, K, ref_kind(mode), steps, c->batch,
                c->data, c->optim, 5, want, wbuf);
-  double worst = 0;
-  for (int k = 0; k < K; k++) {
-    ax_tensor *got, *gbuf;
-    AX_ASSERT_OK(ax_pipe_stage_state(p, k, &got, &gbuf));
-    double w = pt_worst(got, want[k]);
-    if (gbuf && wbuf[k]) {
-      double wb = pt_worst(gbuf, wbuf[k]);
-      w = wb > w ? wb : w;
-    }
-    worst = w > worst ? w : worst;
-    ax_tensor_release(got);
-    ax_tensor_release(gbuf);
-    ax_tensor_release(want[k]);
-    ax_tensor_release(wbuf[k]);
-  }
+  double worst = pt_worst_stages(p, K, want, wbuf);
   fprintf(stderr, "  %s %-10s K=%d M=%d: %d steps in %.2f s, worst relative "
           "difference %.2g\n", c->model, ax_pipe_mode_name(mode), K, M, steps,
           t1 - t0, worst);

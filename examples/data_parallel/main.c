@@ -3,18 +3,16 @@
  * backward), EASGD or D-PSGD. Either start each replica yourself
  * (--rank/--world-size/--master) or let --local N fork N replicas on this
  * machine (before any gRPC initialisation, which must not cross a fork). */
-#include <arpa/inet.h>
 #include <getopt.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "rpc/launch.h"
 #include "dp.h"
 
 static void usage(FILE *f) {
@@ -38,25 +36,11 @@ static void usage(FILE *f) {
 "  --time-limit S                 --local: kill replicas still running after S s\n");
 }
 
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof a;
-  int port = -1;
-  if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) &&
-      !getsockname(fd, (struct sockaddr *)&a, &l))
-    port = ntohs(a.sin_port);
-  if (fd >= 0)
-    close(fd);
-  return port;
-}
-
 /* Forks n replicas, waits (bounded by limit_s) and reports their exits.
  * Succeeds when every replica that was not told to die exited with 0. */
 static int launch(dp_opts *o, int n, int limit_s) {
   static char master[64];
-  snprintf(master, sizeof master, "127.0.0.1:%d", free_port());
+  snprintf(master, sizeof master, "127.0.0.1:%d", ax_local_free_port());
   o->master = master;
   o->world = n;
   pid_t pids[256];
@@ -75,37 +59,24 @@ static int launch(dp_opts *o, int n, int limit_s) {
       _exit(code);
     }
   }
-  int bad = 0, left = n;
-  time_t end = time(NULL) + limit_s;
-  while (left > 0 && time(NULL) < end) {
-    int st;
-    pid_t p = waitpid(-1, &st, WNOHANG);
-    if (p <= 0) {
-      struct timespec ts = {0, 20000000L};
-      nanosleep(&ts, NULL);
+  int bad = 0, sts[256];
+  ax_local_reap(n, pids, (int64_t)limit_s * 1000, sts);
+  for (int r = 0; r < n; r++) {
+    int st = sts[r];
+    if (st == -1) {
+      fprintf(stderr, "dp: launcher: replica %d still running: killed\n", r);
+      bad = 1;
       continue;
     }
-    for (int r = 0; r < n; r++)
-      if (pids[r] == p) {
-        int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        if (r == o->die_rank && o->die_step >= 0)
-          fprintf(stderr, "dp: launcher: replica %d exited (%d) as injected\n",
-                  r, code);
-        else if (code != 0) {
-          fprintf(stderr, "dp: launcher: replica %d failed (%d)\n", r, code);
-          bad = 1;
-        }
-        pids[r] = 0;
-        left--;
-      }
-  }
-  for (int r = 0; r < n; r++)
-    if (pids[r] > 0) {
-      fprintf(stderr, "dp: launcher: replica %d still running: killed\n", r);
-      kill(pids[r], SIGKILL);
-      waitpid(pids[r], NULL, 0);
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (r == o->die_rank && o->die_step >= 0)
+      fprintf(stderr, "dp: launcher: replica %d exited (%d) as injected\n", r,
+              code);
+    else if (code != 0) {
+      fprintf(stderr, "dp: launcher: replica %d failed (%d)\n", r, code);
       bad = 1;
     }
+  }
   return bad ? 1 : 0;
 }
 

@@ -4,17 +4,15 @@
  *   param_server --local N [--mode sync|async|hogwild] [--steps S] ...
  *   param_server --rank R --world-size N+1 --master HOST:PORT ...
  *   param_server --mode single --shards N ...   (one-process reference) */
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "rpc/launch.h"
 #include "models/loss.h"
 #include "ps.h"
 #include "runtime/pipeline/train.h"
@@ -36,21 +34,6 @@ static void usage(FILE *f) {
     "  --save FILE        write the final flat parameters (f32, raw)\n"
     "  --kill R:STEP      failure drill: trainer R SIGKILLs itself at STEP\n"
     "  --timeout SEC      bound on the whole run (default 600)\n");
-}
-
-/* A port the OS considers free now (bound to port 0, then released). */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof a;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0)
-    close(fd);
-  return port;
 }
 
 static int parse_mode(const char *s) {
@@ -121,7 +104,7 @@ int main(int argc, char **argv) {
     setenv("OMP_NUM_THREADS", "1", 0);
     setenv("OPENBLAS_NUM_THREADS", "1", 0);
     static char master[64];
-    int port = free_port();
+    int port = ax_local_free_port();
     if (port < 0) {
       fprintf(stderr, "param_server: no free port\n");
       return 1;
@@ -148,23 +131,12 @@ int main(int argc, char **argv) {
     o.rank = 0;
     int rc = ps_server_main(&o);
     /* Reap the trainers, bounded; a drill's victim died by SIGKILL. */
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int sts[PS_MAX_TRAINERS];
+    ax_local_reap(local, pids, 30000, sts);
     for (int r = 1; r <= local; r++) {
-      int st = 0;
-      pid_t got = 0;
-      for (;;) {
-        got = waitpid(pids[r - 1], &st, WNOHANG);
-        struct timespec t1;
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        if (got != 0 || t1.tv_sec - t0.tv_sec > 30)
-          break;
-        nanosleep(&(struct timespec){0, 10000000}, NULL);
-      }
-      if (got == 0) {
+      int st = sts[r - 1];
+      if (st == -1) {
         fprintf(stderr, "server: trainer%d did not exit: SIGKILL\n", r);
-        kill(pids[r - 1], SIGKILL);
-        waitpid(pids[r - 1], &st, 0);
         rc = rc ? rc : 1;
       } else if (WIFSIGNALED(st)) {
         printf("server: trainer%d ended by signal %d\n", r, WTERMSIG(st));

@@ -2,17 +2,15 @@
  *
  *   rl --local N [options]
  *   rl --rank R --world-size N+1 --master HOST:PORT [options] */
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "rpc/launch.h"
 #include "rl.h"
 
 static void usage(FILE *f) {
@@ -31,19 +29,6 @@ static void usage(FILE *f) {
     "  --timeout SEC     bound on the whole run (default 900)\n");
 }
 
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof a;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0)
-    close(fd);
-  return port;
-}
 
 int main(int argc, char **argv) {
   rl_opts o = {.rank = -1, .hidden = 128, .lr = 1e-2, .gamma = 0.99,
@@ -98,7 +83,7 @@ int main(int argc, char **argv) {
     setenv("OMP_NUM_THREADS", "1", 0);
     setenv("OPENBLAS_NUM_THREADS", "1", 0);
     static char master[64];
-    int port = free_port();
+    int port = ax_local_free_port();
     if (port < 0) {
       fprintf(stderr, "rl: no free port\n");
       return 1;
@@ -123,21 +108,12 @@ int main(int argc, char **argv) {
     }
     o.rank = 0;
     int rc = rl_agent_main(&o);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int sts[RL_MAX_OBSERVERS];
+    ax_local_reap(local, pids, 30000, sts);
     for (int r = 1; r <= local; r++) {
-      int st = 0;
-      pid_t got;
-      do {
-        got = waitpid(pids[r - 1], &st, WNOHANG);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        if (!got)
-          nanosleep(&(struct timespec){0, 10000000}, NULL);
-      } while (!got && t1.tv_sec - t0.tv_sec < 30);
-      if (!got) {
+      int st = sts[r - 1];
+      if (st == -1) {
         fprintf(stderr, "agent: observer%d did not exit: SIGKILL\n", r);
-        kill(pids[r - 1], SIGKILL);
-        waitpid(pids[r - 1], &st, 0);
         rc = rc ? rc : 1;
       } else if (WIFSIGNALED(st)) {
         printf("agent: observer%d ended by signal %d\n", r, WTERMSIG(st));

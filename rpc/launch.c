@@ -1,0 +1,67 @@
+#include "rpc/launch.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int ax_local_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t l = sizeof a;
+  int port = -1;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &l) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0)
+    close(fd);
+  return port;
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int ax_local_reap(int n, pid_t *pids, int64_t timeout_ms, int *status) {
+  int64_t end = now_ms() + timeout_ms;
+  int left = 0;
+  for (int i = 0; i < n; i++)
+    left += pids[i] > 0;
+  while (left > 0 && now_ms() < end) {
+    for (int i = 0; i < n; i++) {
+      int st;
+      if (pids[i] > 0 && waitpid(pids[i], &st, WNOHANG) != 0) {
+        if (status)
+          status[i] = st;
+        pids[i] = 0;
+        left--;
+      }
+    }
+    if (left > 0)
+      nanosleep(&(struct timespec){0, 10000000}, NULL);
+  }
+  int killed = 0;
+  for (int i = 0; i < n; i++)
+    if (pids[i] > 0) {
+      kill(pids[i], SIGKILL);
+      waitpid(pids[i], NULL, 0);
+      if (status)
+        status[i] = -1;
+      pids[i] = 0;
+      killed++;
+    }
+  return killed;
+}
+
+int ax_local_stop(int n, pid_t *pids, int64_t timeout_ms, int *status) {
+  for (int i = 0; i < n; i++)
+    if (pids[i] > 0)
+      kill(pids[i], SIGTERM);
+  return ax_local_reap(n, pids, timeout_ms, status);
+}
