@@ -138,6 +138,7 @@ static void ctx_free(ax_call_ctx *c) {
   ax_future_release(c->deferred);
   for (int i = 0; i < AXI_MAX_META; i++)
     free(c->lmeta[i]);
+  free(c->behalf);
   free(c);
   __atomic_sub_fetch(&n->incalls, 1, __ATOMIC_RELAXED);
   axi_live_calls_add(-1);
@@ -278,6 +279,8 @@ static void reply_error(ax_node *n, axi_peer *p, axi_stream *s, uint64_t id,
   __atomic_add_fetch(&n->errors_in, 1, __ATOMIC_RELAXED);
 }
 
+static int hold_until_joined(ax_node *n, ax_call_ctx *c);
+
 void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
                   int rc) {
   if (rc != AX_OK) {
@@ -330,10 +333,42 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
   c->fn = f;
   if (c->msg.timeout_ms > 0)
     c->deadline_ms = axi_now_ms() + c->msg.timeout_ms;
+  if (hold_until_joined(n, c))
+    return;
   if (f->inline_)
     run_call(c); /* on this transport thread: no hand-off */
   else
     enqueue(n, c);
+}
+
+/* Holds c if this node has not joined yet (see node-impl.h). */
+static int hold_until_joined(ax_node *n, ax_call_ctx *c) {
+  if (!strncmp(c->fn->name, "_axon.", 6))
+    return 0;
+  pthread_mutex_lock(&n->mu);
+  int hold = !n->joined;
+  if (hold) {
+    c->next = NULL;
+    if (!n->held_tail)
+      n->held_tail = &n->held_head;
+    *n->held_tail = c;
+    n->held_tail = &c->next;
+  }
+  pthread_mutex_unlock(&n->mu);
+  return hold;
+}
+
+void axi_calls_joined(ax_node *n) {
+  pthread_mutex_lock(&n->mu);
+  n->joined = 1;
+  if (n->held_head) { /* in arrival order, ahead of nothing newer */
+    *n->q_tail = n->held_head;
+    n->q_tail = n->held_tail;
+    n->held_head = NULL;
+    n->held_tail = &n->held_head;
+    pthread_cond_broadcast(&n->q_cv);
+  }
+  pthread_mutex_unlock(&n->mu);
 }
 
 int axi_calls_start(ax_node *n) {
@@ -371,6 +406,12 @@ void axi_calls_stop(ax_node *n) {
   ax_call_ctx *c = n->q_head;
   n->q_head = NULL;
   n->q_tail = &n->q_head;
+  if (n->held_head) { /* never joined: the held calls too */
+    *n->held_tail = c;
+    c = n->held_head;
+    n->held_head = NULL;
+    n->held_tail = &n->held_head;
+  }
   pthread_mutex_unlock(&n->mu);
   for (ax_call_ctx *nx; c; c = nx) {
     nx = c->next;

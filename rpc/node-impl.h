@@ -87,6 +87,7 @@ struct ax_call_ctx { /* an incoming call */
   int64_t t0_us, deadline_ms;
   ax_future *deferred;
   char *lmeta[AXI_MAX_META]; /* local calls: copied metadata keys */
+  char *behalf;              /* local calls: ax_call_opts.on_behalf_of */
   struct ax_call_ctx *next; /* worker queue */
 };
 
@@ -105,9 +106,16 @@ struct ax_node {
   long incalls; /* incoming calls not yet answered (atomic) */
   axi_peer *master_peer;
   char *master_name; /* from the membership */
-  /* members, indexed by rank, after join */
+  /* members, indexed by rank, after join; a name replaced by a later
+   * membership is retired (kept until destroy: ax_node_member lends it) */
   char **member_name;
   int nmembers;
+  char **retired_names;
+  int nretired;
+  /* Until the membership is known (joined), calls from peers to anything
+   * but the "_axon." built-ins wait in held: handlers may need ranks. */
+  int joined;
+  struct ax_call_ctx *held_head, **held_tail;
   /* master rendezvous state */
   struct axi_join *joins;
   /* outgoing calls */
@@ -159,6 +167,8 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
                   int decode_rc);
 int axi_calls_start(ax_node *n);
 void axi_calls_stop(ax_node *n);
+/* Marks n joined and hands the calls held until then to the workers. */
+void axi_calls_joined(ax_node *n);
 /* Fails calls on peer p (NULL: all) with err; expired ones with timeout. */
 void axi_calls_fail(ax_node *n, axi_peer *p, int err, const char *why);
 void axi_calls_expire(ax_node *n, int64_t now_ms);

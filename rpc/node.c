@@ -260,6 +260,8 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
   pthread_mutex_init(&n->calls_mu, NULL);
   pthread_rwlock_init(&n->bulk_lk, NULL);
   int rc = axi_calls_start(n);
+  if (rc == AX_OK) /* the built-ins exist before anyone can reach us */
+    rc = axi_rendezvous_init(n);
   if (rc == AX_OK)
     rc = axi_grpc_start(n, n->listen, n->addr, sizeof n->addr);
   if (rc == AX_OK) {
@@ -274,7 +276,6 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
       n->bulk = NULL; /* large tensors then travel inline */
       n->bulk_addr[0] = 0;
     }
-    rc = axi_rendezvous_init(n);
   }
   if (rc == AX_OK && pthread_create(&n->timer_thread, NULL, timer_main, n))
     rc = ax_seterr(AX_ENOMEM, "node: cannot start the timer thread");
@@ -358,6 +359,9 @@ void ax_node_destroy(ax_node *n) {
   for (int i = 0; i < n->nmembers; i++)
     free(n->member_name[i]);
   free(n->member_name);
+  for (int i = 0; i < n->nretired; i++)
+    free(n->retired_names[i]);
+  free(n->retired_names);
   free(n->master_name);
   free(n->name);
   free(n->listen);
@@ -379,19 +383,28 @@ int ax_node_world_size(const ax_node *n) { return n->world_size; }
 const char *ax_node_address(const ax_node *n) { return n->addr; }
 
 int ax_node_member(const ax_node *n, int rank, const char **name) {
-  if (rank < 0 || rank >= n->nmembers || !n->member_name[rank])
+  ax_node *m = (ax_node *)n; /* the lock only */
+  pthread_mutex_lock(&m->mu);
+  const char *s = rank >= 0 && rank < n->nmembers ? n->member_name[rank] : NULL;
+  pthread_mutex_unlock(&m->mu);
+  if (!s)
     return ax_seterr(AX_ENOTFOUND, "node: no member with rank %d", rank);
-  *name = n->member_name[rank];
+  *name = s;
   return AX_OK;
 }
 
 int ax_node_rank_of(const ax_node *n, const char *name, int *rank) {
-  for (int i = 0; i < n->nmembers; i++)
-    if (n->member_name[i] && !strcmp(n->member_name[i], name)) {
-      *rank = i;
-      return AX_OK;
-    }
-  return ax_seterr(AX_ENOTFOUND, "node: no member named %s", name);
+  ax_node *m = (ax_node *)n; /* the lock only */
+  int found = -1;
+  pthread_mutex_lock(&m->mu);
+  for (int i = 0; i < n->nmembers && found < 0; i++)
+    if (n->member_name[i] && !strcmp(n->member_name[i], name))
+      found = i;
+  pthread_mutex_unlock(&m->mu);
+  if (found < 0)
+    return ax_seterr(AX_ENOTFOUND, "node: no member named %s", name);
+  *rank = found;
+  return AX_OK;
 }
 
 const char *ax_node_master_name(const ax_node *n) { return n->master_name; }

@@ -63,7 +63,10 @@ int ax_node_create(const ax_node_opts *o, ax_node **out);
 
 /* Rendezvous with the master; blocks until the membership is complete or
  * timeout_ms passed (AX_ETIMEOUT). The master itself waits for the others.
- * Retries while the master is not yet reachable. */
+ * Retries while the master is not yet reachable. Calls from peers that
+ * arrive before this node knows the membership wait (their deadline still
+ * runs) and are served once it does, so a handler can always resolve its
+ * caller's rank. Register handlers before joining. */
 int ax_node_join(ax_node *n, int64_t timeout_ms);
 
 /* Graceful shutdown: stops accepting calls, waits up to timeout_ms for

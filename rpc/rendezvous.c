@@ -228,13 +228,27 @@ static void apply_membership(ax_node *n, const ax_values *v) {
   pthread_mutex_lock(&n->mu);
   char **old = n->member_name;
   int nold = n->nmembers;
+  /* Names handed out by ax_node_member stay valid: an unchanged rank keeps
+   * its string, a replaced one is retired until the node is destroyed. */
+  for (int r = 0; r < nold; r++) {
+    if (r < (int)world && old[r] && names[r] && !strcmp(old[r], names[r])) {
+      free(names[r]);
+      names[r] = old[r];
+    } else if (old[r]) {
+      char **g = realloc(n->retired_names,
+                         (n->nretired + 1) * sizeof *g);
+      if (g) {
+        n->retired_names = g;
+        g[n->nretired++] = old[r];
+      } /* else: leak the name rather than free it under a reader */
+    }
+  }
   n->member_name = names;
   n->nmembers = (int)world;
   n->world_size = (int)world;
   pthread_mutex_unlock(&n->mu);
-  for (int i = 0; i < nold; i++)
-    free(old[i]);
   free(old);
+  axi_calls_joined(n);
 }
 
 int axi_is_master(ax_node *n) {

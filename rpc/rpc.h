@@ -28,6 +28,10 @@ typedef struct ax_call_opts {
   int nmeta;             /* extra integer metadata (<= 8 entries) */
   const char *const *meta_key;
   const int64_t *meta_val;
+  /* Calls to this node only: the node ax_call_caller() reports to the
+   * handler, for a node that re-runs a call it held on behalf of a peer.
+   * NULL (and always, for calls to other nodes): this node. */
+  const char *on_behalf_of;
 } ax_call_opts;
 
 /* Identity and metadata of the call a handler is serving. Valid until the

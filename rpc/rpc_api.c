@@ -96,13 +96,16 @@ static int local_call(ax_node *n, const char *fn, const ax_values *args,
   ax_future *fut = ax_future_new();
   ax_call_ctx *c = fut ? calloc(1, sizeof *c) : NULL;
   ax_values *a = c ? (args ? ax_values_clone(args) : ax_values_new()) : NULL;
-  if (!a) {
+  char *behalf = a && o && o->on_behalf_of ? strdup(o->on_behalf_of) : NULL;
+  if (!a || (o && o->on_behalf_of && !behalf)) {
+    ax_values_free(a);
     ax_future_release(fut);
     free(c);
     return ax_seterr(AX_ENOMEM, "rpc: no memory");
   }
   if (!f) {
     ax_values_free(a);
+    free(behalf);
     free(c);
     char msg[256];
     snprintf(msg, sizeof msg, "%s: %s: unknown function", n->name, fn);
@@ -114,6 +117,7 @@ static int local_call(ax_node *n, const char *fn, const ax_values *args,
   c->t0_us = axi_now_us();
   c->fn = f;
   c->local = ax_future_retain(fut);
+  c->behalf = behalf;
   c->msg.kind = AXI_REQUEST;
   c->msg.values = a;
   c->msg.timeout_ms = timeout;
@@ -180,7 +184,9 @@ int ax_call_defer(ax_call_ctx *c, ax_future *f) {
 
 ax_node *ax_call_node(const ax_call_ctx *c) { return c->node; }
 const char *ax_call_caller(const ax_call_ctx *c) {
-  return c->peer ? AXI_PNAME(c->peer) : c->node->name;
+  if (c->peer)
+    return AXI_PNAME(c->peer);
+  return c->behalf ? c->behalf : c->node->name;
 }
 const char *ax_call_fn(const ax_call_ctx *c) { return c->fn->name; }
 uint64_t ax_call_autograd_ctx(const ax_call_ctx *c) {

@@ -161,7 +161,6 @@ void axi_owned_add_fork(axi_owned *e, uint64_t fork, int holder);
 int axi_owned_del_fork(axi_owned *e, uint64_t fork);
 
 /* rref_proto.c: protocol handlers */
-const char *axi_caller_of(ax_call_ctx *ctx);
 int axi_rref_register_proto(ax_node *n);
 /* Adds a waiter for a pending entry: defers ctx and re-issues fn(args) once
  * the entry settles. mu held. */

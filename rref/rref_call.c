@@ -166,7 +166,7 @@ int ax_robj_defer(ax_call_ctx *ctx, ax_future *f) {
   }
   d->node = ax_call_node(ctx);
   d->agc = ax_call_autograd_ctx(ctx);
-  snprintf(d->caller, sizeof d->caller, "%s", axi_caller_of(ctx));
+  snprintf(d->caller, sizeof d->caller, "%s", ax_call_caller(ctx));
   int err = ax_call_defer(ctx, g);
   if (err != AX_OK) {
     ax_future_release(g);
@@ -197,7 +197,7 @@ static int h_call(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   AX_TRY(ax_values_get_bytes(args, n - 1, &desc, &len));
   if (ax_call_meta(ctx, "rr.keep", &keep) != AX_OK)
     ax_clearerr();
-  const char *caller = axi_caller_of(ctx);
+  const char *caller = ax_call_caller(ctx);
   int64_t grace;
   int err = AX_OK;
   pthread_mutex_lock(&rc->mu);

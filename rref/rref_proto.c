@@ -7,21 +7,9 @@
 
 #include "rref/rref-impl.h"
 
-/* The node a handler serves: the original caller of a call re-issued
- * locally (metadata "rr.from" = its rank), else the transport's caller. */
-const char *axi_caller_of(ax_call_ctx *ctx) {
-  int64_t rank;
-  const char *name;
-  if (ax_call_meta(ctx, "rr.from", &rank) == AX_OK &&
-      ax_node_member(ax_call_node(ctx), (int)rank, &name) == AX_OK)
-    return name;
-  ax_clearerr();
-  return ax_call_caller(ctx);
-}
-
 static int caller_rank(ax_call_ctx *ctx) {
   int r = -1;
-  ax_node_rank_of(ax_call_node(ctx), axi_caller_of(ctx), &r);
+  ax_node_rank_of(ax_call_node(ctx), ax_call_caller(ctx), &r);
   return r;
 }
 
@@ -187,11 +175,12 @@ static int h_create(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   ax_future *reply = ax_future_new(), *f = NULL;
   int err = (rest && c && reply) ? AX_OK : AX_ENOMEM;
   if (err == AX_OK) {
-    const char *keys[2] = {"rr.from", "rr.keep"};
-    int64_t vals[2] = {caller_rank(ctx), 1};
+    const char *keys[1] = {"rr.keep"};
+    int64_t vals[1] = {1};
     ax_call_opts o = {.timeout_ms = ax_call_remaining_ms(ctx),
                       .autograd_ctx = ax_call_autograd_ctx(ctx),
-                      .nmeta = 2, .meta_key = keys, .meta_val = vals};
+                      .nmeta = 1, .meta_key = keys, .meta_val = vals,
+                      .on_behalf_of = ax_call_caller(ctx)};
     if (o.timeout_ms <= 0)
       o.timeout_ms = 1;
     err = ax_rpc_async(rc->node, rc->name, fn, rest, &o, &f);
@@ -251,7 +240,7 @@ static int h_fetch(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   void *desc = NULL;
   size_t len = 0;
   const ax_rref_grad_hooks *h = axi_grad_hooks();
-  const char *to = axi_caller_of(ctx);
+  const char *to = ax_call_caller(ctx);
   uint64_t agc = ax_call_autograd_ctx(ctx);
   if (h && agc && strcmp(to, rc->name))
     err = h->send(rc->node, agc, to, out, 0, &desc, &len);
@@ -331,11 +320,16 @@ void axi_waiters_run(axi_rctx *rc, axi_waiter *w, int err, const char *msg) {
     ax_future *f = NULL;
     if (err == AX_OK) {
       int64_t left = w->deadline_ms - axi_rnow_ms();
-      const char *keys[2] = {"rr.from", "rr.keep"};
-      int64_t vals[2] = {w->caller_rank, 1};
+      const char *keys[1] = {"rr.keep"};
+      int64_t vals[1] = {1};
+      const char *from = NULL;
+      if (ax_node_member(rc->node, (int)w->caller_rank, &from) != AX_OK)
+        from = NULL; /* not a member (yet): the call reads as our own */
+      ax_clearerr();
       ax_call_opts o = {.timeout_ms = left > 0 ? left : 1,
-                        .autograd_ctx = w->ctx, .nmeta = w->keep ? 2 : 1,
-                        .meta_key = keys, .meta_val = vals};
+                        .autograd_ctx = w->ctx, .nmeta = w->keep ? 1 : 0,
+                        .meta_key = keys, .meta_val = vals,
+                        .on_behalf_of = from};
       rc2 = ax_rpc_async(rc->node, rc->name, w->fn, w->args, &o, &f);
       if (rc2 == AX_OK &&
           ax_future_on_done(f, on_rerun, ax_future_retain(w->reply)) != AX_OK) {

@@ -1,7 +1,7 @@
 /* Three axon-agent processes and this driver (the master) on loopback:
  * sync and async calls with every value type, a 64 MiB tensor each way
  * (checksums), agent-to-agent nested calls 16 deep with 2 worker threads,
- * the /healthz and /metrics endpoints, and zero live calls and futures on
+ * the /healthz and /metrics endpoints, the caller a handler sees, and zero live calls and futures on
  * every node at the end. */
 #include <math.h>
 #include <stdlib.h>
@@ -175,6 +175,30 @@ static void test_metrics(void **state) {
   assert_non_null(strstr(buf, "404"));
 }
 
+static int h_whoami(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                    void *user) {
+  return ax_values_add_str(out, ax_call_caller(ctx));
+}
+
+/* ax_call_caller: this node for its own calls, the named node for a call
+ * re-run on its behalf (the RRef owner's held calls), and the transport's
+ * peer for a remote call (on_behalf_of is ignored there). */
+static void test_caller_identity(void **state) {
+  static int registered;
+  if (!registered++)
+    AX_ASSERT_OK(ax_rpc_register(g_drv, "whoami", h_whoami, NULL));
+  const char *want[2] = {"driver", "w2"};
+  for (int i = 0; i < 2; i++) {
+    ax_call_opts o = {.on_behalf_of = i ? "w2" : NULL};
+    ax_values *r = NULL;
+    const char *s;
+    AX_ASSERT_OK(ax_rpc_sync(g_drv, "driver", "whoami", NULL, &o, &r));
+    AX_ASSERT_OK(ax_values_get_str(r, 0, &s));
+    assert_string_equal(s, want[i]);
+    ax_values_free(r);
+  }
+}
+
 static void test_zero_live(void **state) {
   for (int i = 0; i < NAGENTS; i++)
     AX_ASSERT_OK(rt_remote_zero(g_drv, g_names[i]));
@@ -202,6 +226,7 @@ int main(void) {
       cmocka_unit_test(test_big_tensor),
       cmocka_unit_test(test_nested_16),
       cmocka_unit_test(test_metrics),
+      cmocka_unit_test(test_caller_identity),
       cmocka_unit_test(test_zero_live),
   };
   int failed = AX_TEST_MAIN(tests);
