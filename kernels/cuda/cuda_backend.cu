@@ -93,6 +93,13 @@ extern "C" int axi_cuda_backend_init(ax_backend *be, int ordinal) {
   iface.copy = cuda_copy;
   iface.synchronize = cuda_synchronize;
   iface.fill = cuda_fill;
+  axi_cuda_ops_blas(&iface);
+  axi_cuda_ops_elem(&iface);
+  axi_cuda_ops_optim(&iface);
+  axi_cuda_ops_dnn(&iface);
+  axi_cuda_ops_norm(&iface);
+  axi_cuda_ops_softmax(&iface);
+  axi_cuda_ops_embed(&iface);
   be->iface = iface;
   be->device.type = AX_DEV_CUDA;
   be->device.index = ordinal;

@@ -1,0 +1,4 @@
+/* CUDA backend: the elem op family (to be filled in). */
+#include "kernels/cuda/cuda_common.cuh"
+
+void axi_cuda_ops_elem(ax_backend_i *i) { (void)i; }
