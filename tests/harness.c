@@ -20,6 +20,16 @@ int ax_test_run(const char *name, const struct CMUnitTest *tests, size_t n) {
   return failed;
 }
 
+int ax_test_run_cuda(const char *name, const struct CMUnitTest *tests,
+                     size_t n) {
+  if (ax_cuda_device_count() == 0) {
+    printf("SKIP: %s: no CUDA device present (the CUDA code is compiled; "
+           "these tests run on a GPU host)\n", name);
+    return 77;
+  }
+  return ax_test_run(name, tests, n);
+}
+
 ax_tensor *ax_test_randn(uint64_t seed, float scale, int ndim,
                          const int64_t *shape) {
   ax_tensor *t = ax_tensor_new(AX_F32, ndim, shape, AX_CPU);

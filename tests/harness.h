@@ -50,6 +50,13 @@ int ax_test_run(const char *name, const struct CMUnitTest *tests, size_t n);
 #define AX_TEST_MAIN(tests)                                                    \
   ax_test_run(__FILE__, tests, sizeof(tests) / sizeof((tests)[0]))
 
+/* For test_cuda_* programs: exits 77 (ctest reports "skipped") with a
+ * message when no CUDA device is present, else runs like AX_TEST_MAIN. */
+int ax_test_run_cuda(const char *name, const struct CMUnitTest *tests,
+                     size_t n);
+#define AX_CUDA_TEST_MAIN(tests)                                               \
+  ax_test_run_cuda(__FILE__, tests, sizeof(tests) / sizeof((tests)[0]))
+
 /* A new CPU f32 tensor of the given shape filled with N(0, scale^2) values
  * from seed. */
 ax_tensor *ax_test_randn(uint64_t seed, float scale, int ndim,
