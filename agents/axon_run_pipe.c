@@ -169,16 +169,11 @@ static int wait_world(ax_node *n, const axr_pipe_args *a) {
   return AX_OK;
 }
 
-/* Trace and per-step metrics from the coordinator's events. */
-static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
-                          double t0) {
+/* Trace events as the coordinator saw them (issue, completion, busy). */
+static void add_coordinator_view(const axr_pipe_args *a, ax_pipe *p,
+                                 ax_trace *tr) {
   long ne;
   const ax_pipe_event *ev = ax_pipe_events(p, &ne);
-  ax_trace *tr = ax_trace_new(0);
-  if (!tr)
-    return;
-  for (int s = 0; s < a->K; s++)
-    ax_trace_name_process(tr, s, a->agents[s]);
   for (long i = 0; i < ne; i++) {
     const ax_pipe_event *e = &ev[i];
     int64_t done = (int64_t)(e->t_done * 1e6), iss = (int64_t)(e->t_issue * 1e6);
@@ -200,6 +195,24 @@ static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
       ax_trace_add(tr, &rv);
     }
   }
+}
+
+/* Trace (the stages' events) and per-step metrics. */
+static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
+                          double t0) {
+  ax_trace *tr = ax_trace_new(0);
+  if (!tr)
+    return;
+  for (int s = 0; s < a->K; s++) {
+    ax_trace_name_process(tr, s, a->agents[s]);
+    ax_trace_name_thread(tr, s, 0, "compute");
+    ax_trace_name_thread(tr, s, 1, "recv");
+    ax_trace_name_thread(tr, s, 2, "send");
+  }
+  /* The stages' own events; without them (an old agent), the coordinator's
+   * view: compute as the stage reported it, the wait before it as recv. */
+  if (ax_pipe_trace(p, tr) != AX_OK || ax_trace_count(tr) == 0)
+    add_coordinator_view(a, p, tr);
   if (a->trace && ax_trace_write(tr, a->trace) != AX_OK)
     fprintf(stderr, "axon-run: trace: %s\n", ax_errmsg());
   ax_metrics_csv *csv = NULL;

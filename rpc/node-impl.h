@@ -197,5 +197,8 @@ void axi_stream_cancel(axi_stream *s);
 /* rendezvous.c */
 int axi_rendezvous_init(ax_node *n);
 void axi_rendezvous_fini(ax_node *n);
+/* Fails the joins still waiting for the world (at the start of shutdown,
+ * while the transport can still answer them). */
+void axi_rendezvous_close(ax_node *n);
 
 #endif

@@ -297,6 +297,7 @@ int ax_node_shutdown(ax_node *n, int64_t timeout_ms) {
   pthread_mutex_unlock(&n->mu);
   if (already)
     return AX_OK;
+  axi_rendezvous_close(n); /* joins still waiting for the world fail now */
   int64_t deadline = axi_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
   while (__atomic_load_n(&n->incalls, __ATOMIC_RELAXED) > 0 &&
          axi_now_ms() < deadline) {

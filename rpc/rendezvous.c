@@ -51,9 +51,11 @@ static int grow(axi_join *j, int cap) {
   return AX_OK;
 }
 
-/* Adds a member (n->mu held). Returns the rank or a negative error. */
+/* Adds a member (n->mu held). Returns the rank or a negative error. A
+ * member without a rank gets the lowest free one except `reserved` (the
+ * master's own, which it may claim after others arrived). */
 static int add_member(axi_join *j, const char *name, int rank,
-                      const char *addr, const char *bulk) {
+                      const char *addr, const char *bulk, int reserved) {
   for (int r = 0; r < j->cap; r++)
     if (j->name[r] && !strcmp(j->name[r], name)) {
       if (strcmp(j->addr[r], addr))
@@ -61,8 +63,11 @@ static int add_member(axi_join *j, const char *name, int rank,
       return r; /* a retried join */
     }
   if (rank < 0) {
-    for (rank = 0; rank < j->cap && j->name[rank]; rank++)
+    for (rank = 0; rank < j->cap && (j->name[rank] || rank == reserved);
+         rank++)
       ;
+    if (rank == reserved)
+      rank++;
   } else if (rank < j->cap && j->name[rank]) {
     return -ax_seterr(AX_ESTATE, "join: rank %d is taken by %s", rank,
                       j->name[rank]);
@@ -113,7 +118,8 @@ static int join_handler(ax_call_ctx *ctx, const ax_values *args,
   if (!f)
     return AX_ENOMEM;
   pthread_mutex_lock(&n->mu);
-  int r = add_member(j, name, (int)rank, addr, bulk);
+  int self = !strcmp(name, n->name);
+  int r = add_member(j, name, (int)rank, addr, bulk, self ? -1 : n->o.rank);
   if (r < 0) {
     pthread_mutex_unlock(&n->mu);
     ax_future_release(f);
@@ -164,6 +170,23 @@ int axi_rendezvous_init(ax_node *n) {
   n->joins->world = n->o.world_size > 0 ? n->o.world_size : 1;
   AX_TRY(axi_register(n, "_axon.join", join_handler, NULL));
   return axi_register(n, "_axon.stats", stats_handler, NULL);
+}
+
+void axi_rendezvous_close(ax_node *n) {
+  axi_join *j = n->joins;
+  if (!j)
+    return;
+  pthread_mutex_lock(&n->mu);
+  ax_future **w = j->waiting;
+  int nw = j->nwaiting;
+  j->waiting = NULL;
+  j->nwaiting = 0;
+  pthread_mutex_unlock(&n->mu);
+  for (int i = 0; i < nw; i++) { /* answered while the transport is up */
+    ax_future_complete(w[i], AX_ECLOSED, NULL, "the master is shutting down");
+    ax_future_release(w[i]);
+  }
+  free(w);
 }
 
 void axi_rendezvous_fini(ax_node *n) {

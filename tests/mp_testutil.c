@@ -109,9 +109,7 @@ int mt_stop_checked(const char *name, pid_t pid) {
   return 1;
 }
 
-/* Options of a master node that listens on port and expects `world`
- * nodes; `listen` (64 bytes) holds the address the options point to. */
-static void mt_master_opts(ax_node_opts *o, const char *name, int port,
+void mt_master_opts(ax_node_opts *o, const char *name, int port,
                            int world, int threads, char *listen) {
   snprintf(listen, 64, "127.0.0.1:%d", port);
   ax_node_opts_init(o);

@@ -63,6 +63,12 @@ int mt_exit_clean(int st);
  * with status 0; otherwise reports the status on stderr and returns 1. */
 int mt_stop_checked(const char *name, pid_t pid);
 
+/* Options of a master node (rank 0) that listens on port and expects
+ * `world` nodes; `listen` (64 bytes) holds the address the options point
+ * to. */
+void mt_master_opts(ax_node_opts *o, const char *name, int port, int world,
+                    int threads, char *listen);
+
 /* The master node of an RPC test: listens on port, expects `world` nodes. */
 int rt_driver(const char *name, int port, int world, ax_node **out);
 

@@ -72,7 +72,9 @@ static int create_hosts(ax_pipe *p, const int *bounds) {
              p->o.model_config ? "," : "",
              p->o.model_config ? p->o.model_config : "");
     AX_TRY(named(p, s, ax_remote_object(p->node, p->agents[s], "pipe.stage",
-                                        cfg, p->o.device, &co, &p->host[s])));
+                                        cfg, p->o.devices ? p->o.devices[s]
+                                                          : p->o.device,
+                                        &co, &p->host[s])));
   }
   for (int s = 0; s < p->K; s++) {
     ax_values *a = ax_values_new();
@@ -132,6 +134,7 @@ int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   int err = create_hosts(p, bounds);
+  p->o.devices = NULL; /* the caller's array */
   if (err != AX_OK) {
     char m[512];
     snprintf(m, sizeof m, "%s", ax_errmsg());
@@ -178,6 +181,24 @@ int ax_pipe_stage_state(ax_pipe *p, int s, ax_tensor **params,
   }
   ax_values_free(r);
   return err;
+}
+
+int ax_pipe_trace(ax_pipe *p, ax_trace *dst) {
+  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  for (int s = 0; s < p->K; s++) {
+    ax_values *r = NULL;
+    const void *buf;
+    size_t len;
+    AX_TRY(named(p, s, ax_rref_rpc_sync(p->node, p->host[s], "trace", NULL,
+                                        &co, &r)));
+    int err = ax_values_get_bytes(r, 0, &buf, &len);
+    if (err == AX_OK && len)
+      err = ax_trace_merge(dst, buf, len, 0);
+    ax_values_free(r);
+    if (err != AX_OK)
+      return named(p, s, err);
+  }
+  return AX_OK;
 }
 
 const ax_pipe_event *ax_pipe_events(const ax_pipe *p, long *n) {

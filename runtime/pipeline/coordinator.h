@@ -29,6 +29,7 @@
 #include "rref/rref.h"
 #include "runtime/module.h"
 #include "runtime/pipeline/schedule.h"
+#include "runtime/pipeline/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,6 +50,8 @@ typedef struct ax_pipe_opts {
   uint64_t seed;            /* initialisation and dropout seeds */
   ax_device device;         /* device of the stages on their agents */
   int64_t timeout_ms;       /* bound of every wait; default 60000 */
+  const ax_device *devices; /* K devices, stage s on devices[s] (read by
+                               ax_pipe_new only); NULL: all on `device` */
 } ax_pipe_opts;
 
 typedef struct ax_pipe ax_pipe;
@@ -97,6 +100,12 @@ typedef struct ax_pipe_event {
   int versions;           /* weight versions it held (live one included) */
   int64_t state_bytes;    /* bytes of those states */
 } ax_pipe_event;
+
+/* Moves the events the stages recorded since the last call into dst
+ * (stage_events.h: per stage pid, lane 0 forward/backward/recompute/optim,
+ * lane 1 recv, lane 2 send, with bytes and peer). Stages on this host share
+ * the coordinator's clock. */
+int ax_pipe_trace(ax_pipe *p, ax_trace *dst);
 
 /* Events of the last ax_pipe_train, in completion order (borrowed; valid
  * until the next train or free). */

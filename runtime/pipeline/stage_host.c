@@ -8,37 +8,12 @@
 #include "kernels/backend-impl.h"
 #include "models/loss.h"
 #include "runtime/dist/autograd.h"
-#include "runtime/dist/stage-impl.h"
 #include "runtime/pipeline/schedule.h"
+#include "runtime/pipeline/stage_events.h"
+#include "runtime/pipeline/stage_host-impl.h"
 #include "runtime/pipeline/stage_host.h"
-#include "runtime/pipeline/stage_outbox.h"
 
-typedef struct pstate { /* one unit between its forward and its backward */
-  long batch;
-  int micro;
-  uint64_t seed;
-  ax_slot *slot;     /* saved activations; NULL when replayed */
-  ax_tlist input;    /* kept inputs (replay) */
-  ax_tlist dlogits;  /* last stage: d loss / d logits */
-  ax_tensor *ver;    /* weights the forward used (ddg, pipedream) */
-  struct pstate *next;
-} pstate;
-
-typedef struct phost {
-  axd_stage *s;
-  int mode, recompute, is_last;
-  ax_rref *prev, *next;
-  axp_outbox out; /* its own lock; everything else under s->mu */
-  pstate *states;
-} phost;
-
-static int64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static void state_free(pstate *st) {
+void axp_state_free(pstate *st) {
   if (!st)
     return;
   ax_slot_free(st->slot);
@@ -54,7 +29,7 @@ static void host_clear(phost *h) {
   h->prev = h->next = NULL;
   for (pstate *st = h->states, *nx; st; st = nx) {
     nx = st->next;
-    state_free(st);
+    axp_state_free(st);
   }
   h->states = NULL;
   axp_outbox_clear(&h->out);
@@ -85,6 +60,7 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
   }
   h->s = s;
   h->mode = AX_MODE_SEQUENTIAL;
+  h->tr = ax_trace_new(AXP_STAGE_EVENTS_MAX); /* NULL: no events */
   axp_outbox_init(&h->out);
   *obj = h;
   return AX_OK;
@@ -95,6 +71,7 @@ static void host_destroy(void *obj) {
   host_clear(h);
   axp_outbox_destroy(&h->out);
   axd_stage_release(h->s);
+  ax_trace_free(h->tr);
   free(h);
 }
 
@@ -137,11 +114,11 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
 static int m_take(ax_call_ctx *cc, void *obj, const ax_values *args,
                   ax_values *out) {
   phost *h = obj;
-  return axp_outbox_take(&h->out, h->s->index, args, out);
+  return axp_outbox_take(&h->out, h->s->index, args, out, h->tr);
 }
 
 /* ---- statistics reported with every operation ------------------------------ */
-static int report(phost *h, int64_t t0, ax_values *out) {
+int axp_host_report(phost *h, int64_t t0, ax_values *out) {
   long live = 0, vers = 1;
   size_t bytes = 0;
   for (pstate *st = h->states; st; st = st->next) {
@@ -157,7 +134,7 @@ static int report(phost *h, int64_t t0, ax_values *out) {
       bytes += ax_tensor_nbytes(st->ver);
     }
   }
-  AX_TRY(ax_values_add_i64(out, now_us() - t0));
+  AX_TRY(ax_values_add_i64(out, ax_trace_now_us() - t0));
   AX_TRY(ax_values_add_i64(out, live));
   AX_TRY(ax_values_add_i64(out, vers));
   return ax_values_add_i64(out, (int64_t)bytes);
@@ -186,7 +163,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                  ax_values *out) {
   phost *h = obj;
   axd_stage *s = h->s;
-  int64_t t0 = now_us(), batch, micro, seed, flags, nin;
+  int64_t t0 = ax_trace_now_us(), batch, micro, seed, flags, nin;
   AX_TRY(ax_values_get_i64(args, 0, &batch));
   AX_TRY(ax_values_get_i64(args, 1, &micro));
   AX_TRY(ax_values_get_i64(args, 2, &seed));
@@ -200,6 +177,9 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   if (nin == 0) {
     err = axp_outbox_fetch(s->node, s->index, h->prev, 0, batch, (int)micro,
                            s->dev, &in);
+    if (err == AX_OK)
+      axp_event_xfer(h->tr, s->index, 0, 0, (long)batch, (int)micro,
+                     s->index - 1, &in, t0, ax_trace_now_us());
   } else {
     for (int i = 0; err == AX_OK && i < nin; i++) {
       ax_tensor *x;
@@ -221,6 +201,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   ax_loss_result r;
   memset(&r, 0, sizeof r);
   pthread_mutex_lock(&s->mu);
+  int64_t tc = ax_trace_now_us();
   if (err == AX_OK) {
     ax_exec ex = ax_net_exec(s->net, train);
     ex.seed = (uint64_t)seed;
@@ -246,8 +227,14 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     st = NULL;
   }
   if (err == AX_OK)
-    err = report(h, t0, out);
+    err = axp_host_report(h, t0, out);
+  int live = 0;
+  for (pstate *o = h->states; o; o = o->next)
+    live++;
   pthread_mutex_unlock(&s->mu);
+  if (err == AX_OK && train)
+    axp_event_compute(h->tr, s->index, "forward", (long)batch, (int)micro, tc,
+                      ax_trace_now_us(), live);
   if (err == AX_OK && h->is_last) {
     ax_values_add_f64(out, r.loss);
     ax_values_add_i64(out, r.correct[0]);
@@ -255,122 +242,9 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   } else if (err == AX_OK) {
     err = axp_outbox_put(&h->out, 0, batch, (int)micro, &y);
   }
-  state_free(st);
+  axp_state_free(st);
   ax_tlist_clear(&in);
   ax_tlist_clear(&y);
-  return err;
-}
-
-/* ---- backward and update ------------------------------------------------------- */
-static pstate *state_take(phost *h, long batch, int micro) {
-  for (pstate **pp = &h->states; *pp; pp = &(*pp)->next)
-    if ((*pp)->batch == batch && (*pp)->micro == micro) {
-      pstate *st = *pp;
-      *pp = st->next;
-      return st;
-    }
-  return NULL;
-}
-
-/* Before the live weights change, states whose forward used them move to
- * one separate copy (the stashed version). s->mu held. */
-static int stash_live(phost *h) {
-  ax_tensor *live = h->s->net->params, *copy = NULL;
-  for (pstate *st = h->states; st; st = st->next) {
-    if (st->ver != live)
-      continue;
-    if (!copy) {
-      if (!(copy = ax_tensor_like(live)))
-        return AX_ENOMEM;
-      AX_TRY(ax_tensor_copy(copy, live));
-    }
-    ax_tensor_release(st->ver);
-    st->ver = ax_tensor_retain(copy);
-  }
-  ax_tensor_release(copy);
-  return AX_OK;
-}
-
-static int backward_locked(phost *h, pstate *st, const ax_tlist *dy,
-                           ax_tensor *g, int step, ax_tlist *din) {
-  axd_stage *s = h->s;
-  ax_net *net = s->net;
-  ax_exec ex = ax_net_exec(net, 1);
-  ex.params = st->ver ? st->ver : net->params;
-  ex.seed = st->seed;
-  int err = AX_OK;
-  if (!st->slot) { /* replay: recompute the forward without new statistics */
-    ax_tlist y = {0};
-    if (!(st->slot = ax_slot_new()))
-      return AX_ENOMEM;
-    ex.update_stats = 0;
-    err = ax_forward(net->root, &ex, st->slot, &st->input, &y);
-    ax_tlist_clear(&y);
-  }
-  ex.grads = g;
-  ex.need_dx = !s->is_first;
-  if (err == AX_OK)
-    err = ax_backward(net->root, &ex, st->slot, dy, din);
-  ax_backend *be = ax_backend_of(s->dev);
-  int async = ax_pipe_async_update(h->mode);
-  if (err == AX_OK && !async && g != net->grads)
-    err = AX_K(be, axpby, net->n_params, 1.0f, ax_f32(g), 1.0f,
-               ax_f32(net->grads));
-  if (err == AX_OK && step) {
-    if (!s->opt)
-      return ax_seterr(AX_ESTATE, "pipe.stage: no optimizer (setup)");
-    err = stash_live(h);
-    if (err == AX_OK)
-      err = ax_optim_step(s->opt, net->params, async ? g : net->grads);
-    if (err == AX_OK && (!async || g == net->grads))
-      err = ax_net_zero_grad(net);
-  }
-  return err;
-}
-
-static int m_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
-                 ax_values *out) {
-  phost *h = obj;
-  axd_stage *s = h->s;
-  int64_t t0 = now_us(), batch, micro, step;
-  AX_TRY(ax_values_get_i64(args, 0, &batch));
-  AX_TRY(ax_values_get_i64(args, 1, &micro));
-  AX_TRY(ax_values_get_i64(args, 2, &step));
-  pthread_mutex_lock(&s->mu);
-  pstate *st = state_take(h, batch, (int)micro);
-  pthread_mutex_unlock(&s->mu);
-  if (!st)
-    return ax_seterr(AX_ENOTFOUND, "pipe.stage %d: backward of batch %lld/%lld "
-                     "without its forward", s->index, (long long)batch,
-                     (long long)micro);
-  ax_tlist dy = {0}, din = {0};
-  int err = AX_OK;
-  if (h->is_last) {
-    dy.n = st->dlogits.n;
-    for (int i = 0; i < dy.n; i++)
-      dy.t[i] = ax_tensor_retain(st->dlogits.t[i]);
-  } else {
-    err = axp_outbox_fetch(s->node, s->index, h->next, 1, batch, (int)micro,
-                           s->dev, &dy);
-  }
-  uint64_t ctx = ax_autograd_ctx_current();
-  ax_tensor *g = NULL;
-  if (err == AX_OK && ctx)
-    err = ax_dist_grads(s->node, ctx, s->key, s->net->n_params, s->dev, &g);
-  else if (err == AX_OK)
-    g = ax_tensor_retain(s->net->grads);
-  pthread_mutex_lock(&s->mu);
-  if (err == AX_OK)
-    err = backward_locked(h, st, &dy, g, step != 0, &din);
-  state_free(st);
-  if (err == AX_OK)
-    err = report(h, t0, out);
-  pthread_mutex_unlock(&s->mu);
-  if (err == AX_OK && !s->is_first)
-    err = axp_outbox_put(&h->out, 1, batch, (int)micro, &din);
-  ax_tensor_release(g);
-  ax_tlist_clear(&dy);
-  ax_tlist_clear(&din);
   return err;
 }
 
@@ -389,10 +263,16 @@ static int m_teardown(ax_call_ctx *cc, void *obj, const ax_values *args,
   return AX_OK;
 }
 
+static int m_trace(ax_call_ctx *cc, void *obj, const ax_values *args,
+                   ax_values *out) {
+  return axp_events_take(((phost *)obj)->tr, out);
+}
+
 static const ax_robj_method_def g_methods[] = {
     {"setup", m_setup}, {"fwd", m_fwd},
-    {"bwd", m_bwd},     {"take", m_take},
+    {"bwd", axp_host_bwd},     {"take", m_take},
     {"state_save", m_state_save}, {"teardown", m_teardown},
+    {"trace", m_trace},
     {NULL, NULL},
 };
 

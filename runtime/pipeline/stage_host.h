@@ -34,6 +34,8 @@
  *  - "take" [kind (0 activations, 1 input gradients), batch, micro]: hands
  *    a produced tensor list over once (AX_ENOTFOUND if absent).
  *  - "state_save" []: [params (P), buffers (Q) or an empty tensor].
+ *  - "trace" []: [bytes] the events recorded since the last "trace"
+ *    (stage_events.h), encoded by ax_trace_encode.
  *  - "teardown" []: drops the neighbours' RRefs and every state (breaks the
  *    reference cycle between neighbours; call before releasing the host). */
 #ifndef AX_PIPELINE_STAGE_HOST_H

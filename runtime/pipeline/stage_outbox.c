@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/pipeline/stage_events.h"
 #include "runtime/pipeline/stage_outbox.h"
 
 struct axp_pentry { /* a produced tensor list waiting for "take" */
@@ -53,8 +54,8 @@ int axp_outbox_put(axp_outbox *ob, int kind, long batch, int micro,
 }
 
 int axp_outbox_take(axp_outbox *ob, int index, const ax_values *args,
-                    ax_values *out) {
-  int64_t kind, batch, micro;
+                    ax_values *out, ax_trace *tr) {
+  int64_t t0 = ax_trace_now_us(), kind, batch, micro;
   AX_TRY(ax_values_get_i64(args, 0, &kind));
   AX_TRY(ax_values_get_i64(args, 1, &batch));
   AX_TRY(ax_values_get_i64(args, 2, &micro));
@@ -76,6 +77,10 @@ int axp_outbox_take(axp_outbox *ob, int index, const ax_values *args,
   for (int i = 0; err == AX_OK && i < e->t.n; i++) /* i64 0: no tensor */
     err = e->t.t[i] ? ax_values_add_tensor(out, e->t.t[i])
                     : ax_values_add_i64(out, 0);
+  if (err == AX_OK)
+    axp_event_xfer(tr, index, 1, (int)kind, (long)batch, (int)micro,
+                   kind ? index - 1 : index + 1, &e->t, t0,
+                   ax_trace_now_us());
   ax_tlist_clear(&e->t);
   free(e);
   return err;

@@ -12,6 +12,7 @@
 
 #include "rref/rref.h"
 #include "runtime/module.h"
+#include "runtime/pipeline/trace.h"
 
 typedef struct axp_pentry axp_pentry;
 
@@ -33,9 +34,10 @@ int axp_outbox_put(axp_outbox *ob, int kind, long batch, int micro,
 
 /* The "take" method of stage `index`: args [kind, batch, micro]; hands the
  * entry over once (its tensors, or i64 0 for a missing one, appended to
- * out) and removes it. AX_ENOTFOUND (with a message) when absent. */
+ * out) and removes it, recording a send event in tr (may be NULL).
+ * AX_ENOTFOUND (with a message) when absent. */
 int axp_outbox_take(axp_outbox *ob, int index, const ax_values *args,
-                    ax_values *out);
+                    ax_values *out, ax_trace *tr);
 
 /* The client side: calls "take" [kind, batch, micro] on `from` (under the
  * calling thread's current autograd context) and fills *t with copies on
