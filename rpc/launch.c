@@ -1,6 +1,8 @@
 #include "rpc/launch.h"
 
 #include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -64,4 +66,53 @@ int ax_local_stop(int n, pid_t *pids, int64_t timeout_ms, int *status) {
     if (pids[i] > 0)
       kill(pids[i], SIGTERM);
   return ax_local_reap(n, pids, timeout_ms, status);
+}
+
+int ax_local_fork(int n, int first_rank, ax_local_child_fn fn, void *user,
+                  pid_t *pids) {
+  for (int i = 0; i < n; i++) {
+    fflush(stdout); /* the child must not repeat buffered output */
+    fflush(stderr);
+    pid_t p = fork();
+    if (p < 0) {
+      perror("fork");
+      ax_local_stop(i, pids, 5000, NULL);
+      return -1;
+    }
+    if (p == 0) {
+      int code = fn(first_rank + i, user);
+      fflush(stdout);
+      fflush(stderr);
+      _exit(code);
+    }
+    pids[i] = p;
+  }
+  return 0;
+}
+
+int ax_local_reap_report(int n, pid_t *pids, int first_rank,
+                         int64_t timeout_ms, const char *who,
+                         const char *role, int victim) {
+  int *sts = calloc((size_t)(n > 0 ? n : 1), sizeof *sts);
+  if (!sts) {
+    ax_local_stop(n, pids, timeout_ms, NULL);
+    return 1;
+  }
+  ax_local_reap(n, pids, timeout_ms, sts);
+  int bad = 0;
+  for (int i = 0; i < n; i++) {
+    int st = sts[i], r = first_rank + i;
+    if (st == -1) {
+      fprintf(stderr, "%s: %s%d did not exit: SIGKILL\n", who, role, r);
+      bad = 1;
+    } else if (WIFSIGNALED(st)) {
+      printf("%s: %s%d ended by signal %d\n", who, role, r, WTERMSIG(st));
+      bad |= r != victim;
+    } else if (WEXITSTATUS(st)) {
+      printf("%s: %s%d exited with %d\n", who, role, r, WEXITSTATUS(st));
+      bad = 1;
+    }
+  }
+  free(sts);
+  return bad;
 }

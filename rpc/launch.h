@@ -29,6 +29,26 @@ int ax_local_reap(int n, pid_t *pids, int64_t timeout_ms, int *status);
 /* Sends SIGTERM to every child with pids[i] > 0, then ax_local_reap. */
 int ax_local_stop(int n, pid_t *pids, int64_t timeout_ms, int *status);
 
+/* A child's body: runs in the forked process with its rank; its return
+ * value is the child's exit status. */
+typedef int (*ax_local_child_fn)(int rank, void *user);
+
+/* Forks n children with ranks first_rank .. first_rank + n - 1 (pids[i]
+ * for rank first_rank + i); each runs fn, flushes stdio and _exits with
+ * its result. Returns 0, or -1 when a fork fails (perror'd; the children
+ * already started are stopped). Call before anything initialises gRPC. */
+int ax_local_fork(int n, int first_rank, ax_local_child_fn fn, void *user,
+                  pid_t *pids);
+
+/* Reaps the children of ax_local_fork (ax_local_reap, timeout_ms) and
+ * reports each that did not exit with 0, as "<who>: <role><rank> exited
+ * with 3" (stdout) or "... did not exit: SIGKILL" (stderr). A child killed
+ * by a signal is a failure unless its rank is `victim` (a failure drill;
+ * -1: none). Returns 0 when every child ended as expected, else 1. */
+int ax_local_reap_report(int n, pid_t *pids, int first_rank,
+                         int64_t timeout_ms, const char *who,
+                         const char *role, int victim);
+
 #ifdef __cplusplus
 }
 #endif

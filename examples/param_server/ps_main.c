@@ -44,6 +44,13 @@ static int parse_mode(const char *s) {
   return -1;
 }
 
+/* A local child (ax_local_fork): its own copy of the options, its rank. */
+static int run_child(int rank, void *user) {
+  ps_opts *o = user;
+  o->rank = rank;
+  return ps_trainer_main(o);
+}
+
 int main(int argc, char **argv) {
   ps_opts o = {.mode = PS_SYNC, .rank = -1, .steps = 300, .batch = 64,
                .seed = 1, .timeout_ms = 600000};
@@ -114,39 +121,14 @@ int main(int argc, char **argv) {
     o.trainers = local;
     /* Fork the trainers before anything initialises gRPC here. */
     pid_t pids[PS_MAX_TRAINERS];
-    for (int r = 1; r <= local; r++) {
-      pids[r - 1] = fork();
-      if (pids[r - 1] < 0) {
-        perror("fork");
-        return 1;
-      }
-      if (pids[r - 1] == 0) {
-        o.rank = r;
-        int code = ps_trainer_main(&o);
-        fflush(stdout);
-        fflush(stderr);
-        _exit(code);
-      }
-    }
+    if (ax_local_fork(local, 1, run_child, &o, pids) != 0)
+      return 1;
     o.rank = 0;
     int rc = ps_server_main(&o);
-    /* Reap the trainers, bounded; a drill's victim died by SIGKILL. */
-    int sts[PS_MAX_TRAINERS];
-    ax_local_reap(local, pids, 30000, sts);
-    for (int r = 1; r <= local; r++) {
-      int st = sts[r - 1];
-      if (st == -1) {
-        fprintf(stderr, "server: trainer%d did not exit: SIGKILL\n", r);
-        rc = rc ? rc : 1;
-      } else if (WIFSIGNALED(st)) {
-        printf("server: trainer%d ended by signal %d\n", r, WTERMSIG(st));
-        if (r != o.kill_rank)
-          rc = rc ? rc : 1;
-      } else if (WEXITSTATUS(st) != 0) {
-        printf("server: trainer%d exited with %d\n", r, WEXITSTATUS(st));
-        rc = rc ? rc : 1;
-      }
-    }
+    /* A drill's victim died by SIGKILL: expected. */
+    int bad = ax_local_reap_report(local, pids, 1, 30000, "server", "trainer",
+                                   o.kill_rank);
+    rc = rc ? rc : bad;
     return rc;
   }
   if (o.rank < 0 || world < 2 || !o.master) {

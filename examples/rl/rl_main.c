@@ -30,6 +30,13 @@ static void usage(FILE *f) {
 }
 
 
+/* A local child (ax_local_fork): its own copy of the options, its rank. */
+static int run_child(int rank, void *user) {
+  rl_opts *o = user;
+  o->rank = rank;
+  return rl_observer_main(o);
+}
+
 int main(int argc, char **argv) {
   rl_opts o = {.rank = -1, .hidden = 128, .lr = 1e-2, .gamma = 0.99,
                .max_steps = 500, .max_episodes = 5000, .target = 475,
@@ -93,37 +100,14 @@ int main(int argc, char **argv) {
     o.observers = local;
     /* Fork the observers before anything initialises gRPC here. */
     pid_t pids[RL_MAX_OBSERVERS];
-    for (int r = 1; r <= local; r++) {
-      if ((pids[r - 1] = fork()) < 0) {
-        perror("fork");
-        return 1;
-      }
-      if (pids[r - 1] == 0) {
-        o.rank = r;
-        int code = rl_observer_main(&o);
-        fflush(stdout);
-        fflush(stderr);
-        _exit(code);
-      }
-    }
+    if (ax_local_fork(local, 1, run_child, &o, pids) != 0)
+      return 1;
     o.rank = 0;
     int rc = rl_agent_main(&o);
-    int sts[RL_MAX_OBSERVERS];
-    ax_local_reap(local, pids, 30000, sts);
-    for (int r = 1; r <= local; r++) {
-      int st = sts[r - 1];
-      if (st == -1) {
-        fprintf(stderr, "agent: observer%d did not exit: SIGKILL\n", r);
-        rc = rc ? rc : 1;
-      } else if (WIFSIGNALED(st)) {
-        printf("agent: observer%d ended by signal %d\n", r, WTERMSIG(st));
-        if (r != o.kill_rank)
-          rc = rc ? rc : 1;
-      } else if (WEXITSTATUS(st)) {
-        printf("agent: observer%d exited with %d\n", r, WEXITSTATUS(st));
-        rc = rc ? rc : 1;
-      }
-    }
+    /* A drill's victim died by SIGKILL: expected. */
+    int bad = ax_local_reap_report(local, pids, 1, 30000, "agent", "observer",
+                                   o.kill_rank);
+    rc = rc ? rc : bad;
     return rc;
   }
   if (o.rank < 0 || world < 2 || !o.master || o.rank >= world ||
