@@ -116,3 +116,23 @@ int ax_local_reap_report(int n, pid_t *pids, int first_rank,
   free(sts);
   return bad;
 }
+
+int ax_local_world(int n, char *master, size_t len, ax_local_child_fn child,
+                   ax_local_child_fn parent, void *user, const char *who,
+                   const char *role, int victim) {
+  int port = ax_local_free_port();
+  if (port < 0) {
+    fprintf(stderr, "%s: no free loopback port\n", who);
+    return 1;
+  }
+  snprintf(master, len, "127.0.0.1:%d", port);
+  pid_t *pids = calloc((size_t)(n > 0 ? n : 1), sizeof *pids);
+  if (!pids || ax_local_fork(n, 1, child, user, pids) != 0) {
+    free(pids);
+    return 1;
+  }
+  int rc = parent(0, user);
+  int bad = ax_local_reap_report(n, pids, 1, 30000, who, role, victim);
+  free(pids);
+  return rc ? rc : bad;
+}

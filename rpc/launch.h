@@ -9,6 +9,7 @@
 #ifndef AX_RPC_LAUNCH_H
 #define AX_RPC_LAUNCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -48,6 +49,16 @@ int ax_local_fork(int n, int first_rank, ax_local_child_fn fn, void *user,
 int ax_local_reap_report(int n, pid_t *pids, int first_rank,
                          int64_t timeout_ms, const char *who,
                          const char *role, int victim);
+
+/* The whole `--local N` pattern: picks a free loopback port and writes
+ * "127.0.0.1:PORT" into master (len bytes; the children and the parent
+ * read it through user), forks n children with ranks 1..n running child,
+ * runs parent (rank 0) here, then reaps and reports the children
+ * (ax_local_reap_report with a 30 s bound). Returns the parent's result,
+ * or 1 when it succeeded but a child did not. */
+int ax_local_world(int n, char *master, size_t len, ax_local_child_fn child,
+                   ax_local_child_fn parent, void *user, const char *who,
+                   const char *role, int victim);
 
 #ifdef __cplusplus
 }

@@ -51,6 +51,12 @@ static int run_child(int rank, void *user) {
   return ps_trainer_main(o);
 }
 
+static int run_server(int rank, void *user) {
+  ps_opts *o = user;
+  o->rank = rank;
+  return ps_server_main(o);
+}
+
 int main(int argc, char **argv) {
   ps_opts o = {.mode = PS_SYNC, .rank = -1, .steps = 300, .batch = 64,
                .seed = 1, .timeout_ms = 600000};
@@ -111,25 +117,11 @@ int main(int argc, char **argv) {
     setenv("OMP_NUM_THREADS", "1", 0);
     setenv("OPENBLAS_NUM_THREADS", "1", 0);
     static char master[64];
-    int port = ax_local_free_port();
-    if (port < 0) {
-      fprintf(stderr, "param_server: no free port\n");
-      return 1;
-    }
-    snprintf(master, sizeof master, "127.0.0.1:%d", port);
     o.master = master;
     o.trainers = local;
-    /* Fork the trainers before anything initialises gRPC here. */
-    pid_t pids[PS_MAX_TRAINERS];
-    if (ax_local_fork(local, 1, run_child, &o, pids) != 0)
-      return 1;
-    o.rank = 0;
-    int rc = ps_server_main(&o);
-    /* A drill's victim died by SIGKILL: expected. */
-    int bad = ax_local_reap_report(local, pids, 1, 30000, "server", "trainer",
-                                   o.kill_rank);
-    rc = rc ? rc : bad;
-    return rc;
+    /* Children first: nothing here has initialised gRPC yet. */
+    return ax_local_world(local, master, sizeof master, run_child, run_server,
+                          &o, "server", "trainer", o.kill_rank);
   }
   if (o.rank < 0 || world < 2 || !o.master) {
     fprintf(stderr, "param_server: give --local N, or --rank, --world-size "

@@ -37,6 +37,12 @@ static int run_child(int rank, void *user) {
   return rl_observer_main(o);
 }
 
+static int run_agent(int rank, void *user) {
+  rl_opts *o = user;
+  o->rank = rank;
+  return rl_agent_main(o);
+}
+
 int main(int argc, char **argv) {
   rl_opts o = {.rank = -1, .hidden = 128, .lr = 1e-2, .gamma = 0.99,
                .max_steps = 500, .max_episodes = 5000, .target = 475,
@@ -90,25 +96,11 @@ int main(int argc, char **argv) {
     setenv("OMP_NUM_THREADS", "1", 0);
     setenv("OPENBLAS_NUM_THREADS", "1", 0);
     static char master[64];
-    int port = ax_local_free_port();
-    if (port < 0) {
-      fprintf(stderr, "rl: no free port\n");
-      return 1;
-    }
-    snprintf(master, sizeof master, "127.0.0.1:%d", port);
     o.master = master;
     o.observers = local;
-    /* Fork the observers before anything initialises gRPC here. */
-    pid_t pids[RL_MAX_OBSERVERS];
-    if (ax_local_fork(local, 1, run_child, &o, pids) != 0)
-      return 1;
-    o.rank = 0;
-    int rc = rl_agent_main(&o);
-    /* A drill's victim died by SIGKILL: expected. */
-    int bad = ax_local_reap_report(local, pids, 1, 30000, "agent", "observer",
-                                   o.kill_rank);
-    rc = rc ? rc : bad;
-    return rc;
+    /* Children first: nothing here has initialised gRPC yet. */
+    return ax_local_world(local, master, sizeof master, run_child, run_agent,
+                          &o, "agent", "observer", o.kill_rank);
   }
   if (o.rank < 0 || world < 2 || !o.master || o.rank >= world ||
       world - 1 > RL_MAX_OBSERVERS) {
