@@ -23,6 +23,11 @@ static void usage(FILE *f) {
       "                       default 127.0.0.1:0)\n"
       "  --device DEV         cpu or cuda:N; received tensors land there\n"
       "                       (default cpu)\n"
+      "  --device-map MAP     where received tensors land by the device the\n"
+      "                       sender had them on: SRC=DST[,SRC=DST...], e.g.\n"
+      "                       cuda:0=cpu,cpu=cuda:1 (':' may stand for '=':\n"
+      "                       cuda:0:cpu,cpu:cuda:1); devices cpu, cuda, cuda:N;\n"
+      "                       unlisted senders' devices land on --device\n"
       "  --threads N          handler worker threads (default 4)\n"
       "  --metrics-port P     serve /healthz and /metrics on this port\n"
       "                       (default: no HTTP endpoint)\n"
@@ -71,7 +76,7 @@ int main(int argc, char **argv) {
   ax_node_opts_init(&o);
   int metrics_port = -1;
   int64_t join_ms = 60000;
-  const char *device = "cpu";
+  const char *device = "cpu", *device_map = NULL;
   agent a = {0};
   static const struct option lo[] = {
       {"name", 1, 0, 'n'},         {"master", 1, 0, 'm'},
@@ -80,7 +85,7 @@ int main(int argc, char **argv) {
       {"world-size", 1, 0, 'w'},   {"rank", 1, 0, 'r'},
       {"join-timeout-ms", 1, 0, 'J'}, {"heartbeat-ms", 1, 0, 'H'},
       {"peer-timeout-ms", 1, 0, 'P'}, {"stay", 0, 0, 's'},
-      {"max-msg-bytes", 1, 0, 'M'},
+      {"max-msg-bytes", 1, 0, 'M'}, {"device-map", 1, 0, 'D'},
       {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
   ax_node_opts_from_env(&o);
   int c;
@@ -90,6 +95,7 @@ int main(int argc, char **argv) {
     case 'm': o.master = optarg; break;
     case 'l': o.listen = optarg; break;
     case 'd': device = optarg; break;
+    case 'D': device_map = optarg; break;
     case 't': o.threads = atoi(optarg); break;
     case 'p': metrics_port = atoi(optarg); break;
     case 'w': o.world_size = atoi(optarg); break;
@@ -111,6 +117,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "axon-agent: bad --device %s\n", device);
     return 2;
   }
+  if (ax_device_map_parse(device_map, &o.device_map) != AX_OK) {
+    fprintf(stderr, "axon-agent: bad --device-map: %s\n", ax_errmsg());
+    return 2;
+  }
   signal(SIGPIPE, SIG_IGN);
   if (!o.master)
     o.master = o.listen; /* no master given: this agent is the master */
@@ -125,8 +135,12 @@ int main(int argc, char **argv) {
     ax_node_destroy(a.node);
     return 1;
   }
-  fprintf(stderr, "axon-agent %s: serving on %s, joining %s\n", o.name,
-          ax_node_address(a.node), o.master);
+  char ds[16], dm[512];
+  fprintf(stderr, "axon-agent %s: serving on %s, joining %s, device %s%s%s\n",
+          o.name, ax_node_address(a.node), o.master,
+          ax_device_str(o.device, ds, sizeof ds),
+          o.device_map.n ? ", device map " : "",
+          ax_device_map_str(&o.device_map, dm, sizeof dm));
   if ((rc = ax_node_join(a.node, join_ms)) != AX_OK) {
     fprintf(stderr, "axon-agent %s: join failed: %s: %s\n", o.name,
             ax_strerror(rc), ax_errmsg());

@@ -13,7 +13,7 @@
 struct event_base;
 
 /* Registers the built-in test functions: echo, add, sleep_ms, chain,
- * checksum, make_tensor and fail (see axon_agent_builtins.c). */
+ * checksum, make_tensor, device_of and fail (see axon_agent_builtins.c). */
 int ax_agent_register_builtins(ax_node *n);
 
 /* Starts /healthz and /metrics on host:port; AX_EIO if it cannot bind. */

@@ -9,6 +9,8 @@
  *                                deferring instead of blocking a worker
  *   checksum(tensor)          -> (i64 checksum of its bytes, i64 nbytes)
  *   make_tensor(i64 n, i64 seed) -> f32 tensor (n,) with values seed + i
+ *   device_of(tensor...)      -> str per tensor: the device it landed on
+ *                                here ("cpu", "cuda:0"; --device-map tests)
  *   fail(i64 code, str msg)   -> the error code with that message */
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,6 +171,17 @@ static int make_tensor(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   return rc;
 }
 
+static int device_of(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                     void *user) {
+  for (size_t i = 0; i < ax_values_count(args); i++) {
+    ax_tensor *t;
+    char b[16];
+    AX_TRY(ax_values_get_tensor(args, i, &t));
+    AX_TRY(ax_values_add_str(out, ax_device_str(t->device, b, sizeof b)));
+  }
+  return AX_OK;
+}
+
 static int fail(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
                 void *user) {
   int64_t code;
@@ -187,5 +200,6 @@ int ax_agent_register_builtins(ax_node *n) {
   AX_TRY(ax_rpc_register(n, "chain", chain, NULL));
   AX_TRY(ax_rpc_register(n, "checksum", checksum, NULL));
   AX_TRY(ax_rpc_register(n, "make_tensor", make_tensor, NULL));
+  AX_TRY(ax_rpc_register(n, "device_of", device_of, NULL));
   return ax_rpc_register(n, "fail", fail, NULL);
 }

@@ -6,8 +6,6 @@
 #include "kernels/backend-impl.h"
 #include "runtime/error.h"
 
-#define AX_MAX_CUDA_DEVICES 16
-
 static pthread_mutex_t backends_lock = PTHREAD_MUTEX_INITIALIZER;
 static ax_backend cpu_backend;
 static int cpu_ready;
@@ -46,6 +44,108 @@ char *ax_device_str(ax_device d, char *buf, size_t len) {
 
 int ax_device_eq(ax_device a, ax_device b) {
   return a.type == b.type && (a.type == AX_DEV_CPU || a.index == b.index);
+}
+
+int ax_device_check(ax_device d) {
+  char b[16];
+  if (d.type == AX_DEV_CPU)
+    return AX_OK;
+  if (d.type != AX_DEV_CUDA || d.index < 0)
+    return ax_seterr(AX_ENODEV, "device: unknown device type %d", (int)d.type);
+  int n = ax_cuda_device_count();
+  if (d.index >= n)
+    return ax_seterr(AX_ENODEV, "%s: no such device (%d CUDA device%s here)",
+                     ax_device_str(d, b, sizeof b), n, n == 1 ? "" : "s");
+  return AX_OK;
+}
+
+/* ---- device maps ---------------------------------------------------------- */
+
+/* Reads one device name at *p ("cpu", "cuda", "cuda:N") and advances *p past
+ * it. A ':' after "cuda" belongs to the name only when a digit follows. */
+static int map_device(const char **p, ax_device *out) {
+  const char *s = *p;
+  char name[24];
+  size_t k = 0;
+  if (!strncmp(s, "cpu", 3))
+    k = 3;
+  else if (!strncmp(s, "cuda", 4)) {
+    k = 4;
+    if (s[4] == ':' && s[5] >= '0' && s[5] <= '9')
+      for (k = 5; s[k] >= '0' && s[k] <= '9' && k < sizeof name - 1; k++)
+        ;
+  }
+  if (k == 0 || (s[k] >= '0' && s[k] <= '9'))
+    return AX_EINVAL;
+  memcpy(name, s, k);
+  name[k] = 0;
+  AX_TRY(ax_device_parse(name, out));
+  *p = s + k;
+  return AX_OK;
+}
+
+int ax_device_map_parse(const char *s, ax_device_map *out) {
+  memset(out, 0, sizeof *out);
+  const char *p = s ? s : "";
+  while (*p) {
+    const char *entry = p;
+    ax_device src, dst;
+    char b[16];
+    int ok = map_device(&p, &src) == AX_OK && (*p == '=' || *p == ':');
+    if (ok) {
+      p++;
+      ok = map_device(&p, &dst) == AX_OK && (!*p || (*p == ',' && p[1]));
+    }
+    if (!ok) {
+      memset(out, 0, sizeof *out);
+      return ax_seterr(AX_EINVAL, "device map: bad entry at '%s' (want "
+                       "SRC=DST[,SRC=DST...], devices cpu, cuda or cuda:N)",
+                       entry);
+    }
+    for (int i = 0; i < out->n; i++)
+      if (ax_device_eq(out->src[i], src)) {
+        memset(out, 0, sizeof *out);
+        return ax_seterr(AX_EINVAL, "device map: %s mapped twice",
+                         ax_device_str(src, b, sizeof b));
+      }
+    out->src[out->n] = src; /* at most one entry per source: always room */
+    out->dst[out->n++] = dst;
+    p += *p == ',';
+  }
+  return AX_OK;
+}
+
+int ax_device_map_check(const ax_device_map *m) {
+  for (int i = 0; m && i < m->n; i++)
+    if (ax_device_check(m->dst[i]) != AX_OK) {
+      char msg[256], a[16], b[16];
+      snprintf(msg, sizeof msg, "%s", ax_errmsg());
+      return ax_seterr(AX_ENODEV, "device map entry %s=%s: %s",
+                       ax_device_str(m->src[i], a, sizeof a),
+                       ax_device_str(m->dst[i], b, sizeof b), msg);
+    }
+  return AX_OK;
+}
+
+ax_device ax_device_map_lookup(const ax_device_map *m, ax_device src,
+                               ax_device dflt) {
+  for (int i = 0; m && i < m->n; i++)
+    if (ax_device_eq(m->src[i], src))
+      return m->dst[i];
+  return dflt;
+}
+
+char *ax_device_map_str(const ax_device_map *m, char *buf, size_t len) {
+  size_t o = 0;
+  if (len)
+    buf[0] = 0;
+  for (int i = 0; m && i < m->n && o < len; i++) {
+    char a[16], b[16];
+    o += (size_t)snprintf(buf + o, len - o, "%s%s=%s", i ? "," : "",
+                          ax_device_str(m->src[i], a, sizeof a),
+                          ax_device_str(m->dst[i], b, sizeof b));
+  }
+  return buf;
 }
 
 int ax_backend_get(ax_device d, ax_backend **out) {

@@ -22,6 +22,9 @@ typedef struct ax_device {
 
 #define AX_CPU ((ax_device){AX_DEV_CPU, 0})
 
+/* CUDA ordinals axon can address: cuda:0 .. cuda:(AX_MAX_CUDA_DEVICES-1). */
+#define AX_MAX_CUDA_DEVICES 16
+
 /* Parses "cpu", "cuda" (= cuda:0) or "cuda:N". Returns AX_OK or AX_EINVAL. */
 int ax_device_parse(const char *s, ax_device *out);
 
@@ -29,6 +32,40 @@ int ax_device_parse(const char *s, ax_device *out);
 char *ax_device_str(ax_device d, char *buf, size_t len);
 
 int ax_device_eq(ax_device a, ax_device b);
+
+/* AX_OK when d exists on this machine (the CPU always does; cuda:N when
+ * N < ax_cuda_device_count()), else AX_ENODEV naming d. Touches the CUDA
+ * runtime only for a CUDA device. */
+int ax_device_check(ax_device d);
+
+/* ---- device maps ----------------------------------------------------------
+ * Where a tensor received from another node lands, by the device the sender
+ * had it on (PyTorch's RPC device maps, kept by the receiver). Text form:
+ *   SRC=DST[,SRC=DST...]      e.g. "cuda:0=cpu,cpu=cuda:1"
+ * SRC and DST are ax_device_parse names (cpu, cuda, cuda:N); ':' may stand
+ * for '=' ("cuda:0:cpu,cpu:cuda:1" is the same map: a device name ends
+ * before a ':' that is not followed by a digit). No spaces; each SRC at
+ * most once; "" is the empty map. A sender device that is not listed lands
+ * on the node's own device (ax_node_opts.device). */
+typedef struct ax_device_map {
+  int n;
+  ax_device src[AX_MAX_CUDA_DEVICES + 1];
+  ax_device dst[AX_MAX_CUDA_DEVICES + 1];
+} ax_device_map;
+
+/* Parses the text form into *out (NULL or "" gives the empty map). AX_EINVAL
+ * with a message naming the bad entry; *out is then empty. Only the syntax
+ * is checked here: see ax_device_map_check for the local devices. */
+int ax_device_map_parse(const char *s, ax_device_map *out);
+/* AX_OK when every DST exists here (ax_device_check), else AX_ENODEV naming
+ * the entry. SRC devices are the senders' and are not checked. */
+int ax_device_map_check(const ax_device_map *m);
+/* The device a tensor the sender had on src lands on: the mapped device,
+ * or dflt when src is not listed (or m is NULL). */
+ax_device ax_device_map_lookup(const ax_device_map *m, ax_device src,
+                               ax_device dflt);
+/* The text form ("SRC=DST,..."; "" when empty) into buf; returns buf. */
+char *ax_device_map_str(const ax_device_map *m, char *buf, size_t len);
 
 typedef struct ax_backend ax_backend;
 

@@ -194,7 +194,7 @@ static void dispatch(bconn *c) {
 static int header_done(bconn *c) {
   ax_node *n = c->b->node;
   c->mrc = axi_frame_decode_body(&c->px, c->hdr, n->o.device,
-                                 n->o.max_msg_bytes, &c->m);
+                                 &n->o.device_map, n->o.max_msg_bytes, &c->m);
   free(c->hdr);
   c->hdr = NULL;
   c->vi = c->toff = 0;

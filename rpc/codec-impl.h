@@ -61,22 +61,26 @@ int axi_prefix_get(const uint8_t *p, axi_prefix *x);
 
 /* Encodes m into one malloc'ed buffer: `lead` spare bytes at the front
  * (for a batch length or the bulk magic), prefix, body and, when
- * with_blob, the tensor bytes (read with ax_tensor_read). *blob_len is the
- * tensor byte count whether or not it was appended. */
+ * with_blob, the tensor bytes (read with ax_tensor_read: device tensors
+ * are copied to the host). Each tensor's descriptor carries its device.
+ * *blob_len is the tensor byte count whether or not it was appended. */
 int axi_frame_encode(const axi_msg *m, size_t lead, int with_blob,
                      uint8_t **out, size_t *len, size_t *blob_len);
 
 /* Decodes the body of a frame whose prefix is x: fills m (kind, call id,
- * strings, values) and allocates every tensor on device dev, uninitialised,
- * checking that tensor sizes add up to x->blob_len and none exceeds
- * max_bytes. AX_EMALFORMED / AX_ETOOBIG on bad input, with m left empty.
- * Free with axi_msg_clear. */
+ * strings, values) and allocates every tensor, uninitialised, on
+ * ax_device_map_lookup(map, the sender's device of that tensor, dev) (map
+ * may be NULL: every tensor on dev), checking that tensor sizes add up to
+ * x->blob_len and none exceeds max_bytes. AX_EMALFORMED / AX_ETOOBIG on bad
+ * input, with m left empty. Free with axi_msg_clear. */
 int axi_frame_decode_body(const axi_prefix *x, const uint8_t *hdr,
-                          ax_device dev, size_t max_bytes, axi_msg *m);
+                          ax_device dev, const ax_device_map *map,
+                          size_t max_bytes, axi_msg *m);
 
-/* Decodes a whole frame held in memory (prefix, body, blob). */
+/* Decodes a whole frame held in memory (prefix, body, blob), copying each
+ * tensor's bytes to its device. */
 int axi_frame_decode(const uint8_t *p, size_t len, ax_device dev,
-                     size_t max_bytes, axi_msg *m);
+                     const ax_device_map *map, size_t max_bytes, axi_msg *m);
 
 void axi_msg_clear(axi_msg *m);
 

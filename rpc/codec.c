@@ -88,6 +88,8 @@ static int build_body(const axi_msg *m, Axon__FrameBody *b, void **arena,
       td[i].n_shape = x->u.t->ndim;
       td[i].shape = (int64_t *)x->u.t->shape;
       td[i].nbytes = ax_tensor_nbytes(x->u.t);
+      td[i].device_type = (int32_t)x->u.t->device.type;
+      td[i].device_index = x->u.t->device.index;
       *blob_len += td[i].nbytes;
       v->v_case = AXON__VALUE__V_T;
       v->t = &td[i];
@@ -174,7 +176,20 @@ int axi_frame_encode(const axi_msg *m, size_t lead, int with_blob,
   return AX_OK;
 }
 
-static int decode_value(const Axon__Value *pv, ax_device dev, size_t max_bytes,
+/* The device the sender had t on; an unknown type or index reads as
+ * "unlisted" (a CUDA index no map can name), so the tensor lands on the
+ * receiver's own device. */
+static ax_device sender_device(const Axon__TensorDesc *t) {
+  if (t->device_type == AX_DEV_CPU)
+    return AX_CPU;
+  if (t->device_type == AX_DEV_CUDA && t->device_index >= 0 &&
+      t->device_index < AX_MAX_CUDA_DEVICES)
+    return (ax_device){AX_DEV_CUDA, t->device_index};
+  return (ax_device){AX_DEV_CUDA, -1};
+}
+
+static int decode_value(const Axon__Value *pv, ax_device dev,
+                        const ax_device_map *map, size_t max_bytes,
                         const char *from, ax_values *vals, uint64_t *sum) {
   switch (pv->v_case) {
   case AXON__VALUE__V_I: return ax_values_add_i64(vals, pv->i);
@@ -197,9 +212,10 @@ static int decode_value(const Axon__Value *pv, ax_device dev, size_t max_bytes,
       return ax_seterr(AX_ETOOBIG, "frame: tensor of %llu bytes over the limit",
                        (unsigned long long)t->nbytes);
     *sum += t->nbytes;
-    ax_tensor *x = axi_pool_tensor(t->dtype, (int)t->n_shape, t->shape, dev);
+    ax_device at = ax_device_map_lookup(map, sender_device(t), dev);
+    ax_tensor *x = axi_pool_tensor(t->dtype, (int)t->n_shape, t->shape, at);
     if (!x)
-      return AX_ENOMEM;
+      return AX_ENOMEM; /* the message says which device refused */
     int rc = ax_values_add_tensor(vals, x);
     ax_tensor_release(x);
     return rc;
@@ -221,7 +237,8 @@ static int decode_value(const Axon__Value *pv, ax_device dev, size_t max_bytes,
 }
 
 int axi_frame_decode_body(const axi_prefix *x, const uint8_t *hdr,
-                          ax_device dev, size_t max_bytes, axi_msg *m) {
+                          ax_device dev, const ax_device_map *map,
+                          size_t max_bytes, axi_msg *m) {
   memset(m, 0, sizeof *m);
   m->kind = x->kind; /* kept on error so that the call can be answered */
   m->call_id = x->call_id;
@@ -247,7 +264,8 @@ int axi_frame_decode_body(const axi_prefix *x, const uint8_t *hdr,
   if (b->n_values && !(m->values = ax_values_new()))
     rc = AX_ENOMEM;
   for (size_t i = 0; rc == AX_OK && i < b->n_values; i++)
-    rc = decode_value(b->values[i], dev, max_bytes, b->node, m->values, &sum);
+    rc = decode_value(b->values[i], dev, map, max_bytes, b->node, m->values,
+                      &sum);
   if (rc == AX_OK && sum != x->blob_len)
     rc = ax_seterr(AX_EMALFORMED, "frame: blob of %llu bytes, tensors need %llu",
                    (unsigned long long)x->blob_len, (unsigned long long)sum);
@@ -262,7 +280,7 @@ int axi_frame_decode_body(const axi_prefix *x, const uint8_t *hdr,
 }
 
 int axi_frame_decode(const uint8_t *p, size_t len, ax_device dev,
-                     size_t max_bytes, axi_msg *m) {
+                     const ax_device_map *map, size_t max_bytes, axi_msg *m) {
   axi_prefix x;
   memset(m, 0, sizeof *m);
   if (len < AXI_PREFIX_LEN)
@@ -274,7 +292,8 @@ int axi_frame_decode(const uint8_t *p, size_t len, ax_device dev,
       (uint64_t)len - AXI_PREFIX_LEN != (uint64_t)x.hdr_len + x.blob_len)
     return ax_seterr(AX_EMALFORMED, "frame: length %zu does not match prefix",
                      len);
-  AX_TRY(axi_frame_decode_body(&x, p + AXI_PREFIX_LEN, dev, max_bytes, m));
+  AX_TRY(axi_frame_decode_body(&x, p + AXI_PREFIX_LEN, dev, map, max_bytes,
+                               m));
   const uint8_t *q = p + AXI_PREFIX_LEN + x.hdr_len;
   for (size_t i = 0; i < ax_values_count(m->values); i++) {
     axi_value *v = &m->values->v[i];

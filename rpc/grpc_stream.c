@@ -199,7 +199,8 @@ static void send_server_status(axi_stream *s) {
 static void on_one_frame(axi_stream *s, const uint8_t *p, size_t len) {
   ax_node *n = s->node;
   axi_msg m;
-  int rc = axi_frame_decode(p, len, n->o.device, n->o.max_msg_bytes, &m);
+  int rc = axi_frame_decode(p, len, n->o.device, &n->o.device_map,
+                            n->o.max_msg_bytes, &m);
   if (rc == AX_OK && m.kind == AXI_HELLO) {
     axi_peer *pe = axi_peer_get(n, m.node, m.addr, m.bulk_addr);
     if (pe && !s->client) {

@@ -240,6 +240,12 @@ static void *timer_main(void *arg) {
 int ax_node_create(const ax_node_opts *o, ax_node **out) {
   if (!o || !o->name || !*o->name || strchr(o->name, '@') || !out)
     return ax_seterr(AX_EINVAL, "node: a name (without '@') is required");
+  if (ax_device_check(o->device) != AX_OK ||
+      ax_device_map_check(&o->device_map) != AX_OK) {
+    char msg[400];
+    snprintf(msg, sizeof msg, "%s", ax_errmsg());
+    return ax_seterr(AX_ENODEV, "node %s: %s", o->name, msg);
+  }
   ax_node *n = calloc(1, sizeof *n);
   if (!n)
     return ax_seterr(AX_ENOMEM, "node: no memory");

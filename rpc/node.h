@@ -35,6 +35,13 @@ typedef struct ax_node_opts {
   int rank;           /* -1: assigned by the master in join order */
   int threads;        /* handler worker threads; default 4 */
   ax_device device;   /* device that received tensors land on; CPU */
+  /* Where received tensors land by the device the SENDER had them on
+   * (kernels/device.h: ax_device_map_parse("cuda:0=cpu,cpu=cuda:1")); a
+   * sender device not listed lands on `device`. Empty by default. The
+   * sender copies device tensors to the host, the receiver copies them to
+   * the mapped device. ax_node_create checks that `device` and every
+   * mapped destination exist here (AX_ENODEV otherwise). */
+  ax_device_map device_map;
   int64_t timeout_ms;        /* default call deadline; 60000 */
   int64_t heartbeat_ms;      /* ping interval; 500 */
   int64_t peer_timeout_ms;   /* silence before a peer is down; 4000 */
@@ -57,8 +64,9 @@ void ax_node_opts_init(ax_node_opts *o);
 void ax_node_opts_from_env(ax_node_opts *o);
 
 /* Creates a node and starts serving (before joining, so a master can
- * accept joins). AX_EINVAL on bad options, AX_EIO if the address cannot be
- * bound. */
+ * accept joins). AX_EINVAL on bad options, AX_ENODEV when o->device or a
+ * destination of o->device_map does not exist on this machine, AX_EIO if
+ * the address cannot be bound. */
 int ax_node_create(const ax_node_opts *o, ax_node **out);
 
 /* Rendezvous with the master; blocks until the membership is complete or

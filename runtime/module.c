@@ -154,6 +154,29 @@ size_t ax_slot_bytes(const ax_slot *s) {
 
 /* ---- calls ---- */
 
+/* Kernels run on the parameters' device and get every pointer raw, so a
+ * tensor elsewhere must be refused here, not dereferenced there. */
+static int same_device(const ax_module *m, const ax_exec *ex, const char *call,
+                       const char *what, const ax_tlist *l) {
+  ax_device dev = ex->params->device;
+  const ax_tensor *other[2] = {ex->grads, ex->buffers};
+  const char *oname[2] = {"gradients", "buffers"};
+  char a[16], b[16];
+  for (int i = 0; i < 2; i++)
+    if (other[i] && !ax_device_eq(other[i]->device, dev))
+      return ax_seterr(AX_EDEVICE, "%s(%s): %s on %s, parameters on %s", call,
+                       m->ops->kind, oname[i],
+                       ax_device_str(other[i]->device, a, sizeof a),
+                       ax_device_str(dev, b, sizeof b));
+  for (int i = 0; l && i < l->n; i++)
+    if (l->t[i] && !ax_device_eq(l->t[i]->device, dev))
+      return ax_seterr(AX_EDEVICE, "%s(%s): %s %d on %s, parameters on %s "
+                       "(move it with ax_tensor_to)", call, m->ops->kind, what,
+                       i, ax_device_str(l->t[i]->device, a, sizeof a),
+                       ax_device_str(dev, b, sizeof b));
+  return AX_OK;
+}
+
 int ax_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                const ax_tlist *in, ax_tlist *out) {
   out->n = 0;
@@ -162,6 +185,7 @@ int ax_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   if (ex->training && !slot)
     return ax_seterr(AX_EINVAL, "forward(%s): training needs a slot",
                      m->ops->kind);
+  AX_TRY(same_device(m, ex, "forward", "input", in));
   int rc = m->ops->forward(m, ex, slot, in, out);
   if (rc != AX_OK)
     ax_tlist_clear(out);
@@ -175,6 +199,7 @@ int ax_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     return ax_seterr(AX_EINVAL, "backward: missing module, exec, slot or grad");
   if (!m->ops->backward)
     return ax_seterr(AX_EUNSUPPORTED, "backward: %s has none", m->ops->kind);
+  AX_TRY(same_device(m, ex, "backward", "output gradient", dout));
   int rc = m->ops->backward(m, ex, slot, dout, din);
   if (rc != AX_OK)
     ax_tlist_clear(din);

@@ -154,7 +154,11 @@ size_t ax_slot_bytes(const ax_slot *s);
  * the first child only (later children always produce input gradients). */
 ax_module *ax_sequential_new(void);
 
-/* Calls a module's forward / backward with argument checks. */
+/* Calls a module's forward / backward with argument checks. Every tensor
+ * a call touches must be on the device of ex->params (inputs, output
+ * gradients, ex->grads, ex->buffers): AX_EDEVICE naming both devices
+ * otherwise. Callers move data first (ax_tensor_to); nothing is copied
+ * implicitly. */
 int ax_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                const ax_tlist *in, ax_tlist *out);
 int ax_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,

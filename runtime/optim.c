@@ -127,8 +127,13 @@ int ax_optim_step(ax_optim *o, ax_tensor *params, const ax_tensor *grads) {
                      "%zu and %zu gradients", o->n, ax_tensor_numel(params),
                      ax_tensor_numel(grads));
   if (!ax_device_eq(params->device, o->dev) ||
-      !ax_device_eq(grads->device, o->dev))
-    return ax_seterr(AX_EDEVICE, "optimizer: parameters on another device");
+      !ax_device_eq(grads->device, o->dev)) {
+    char a[16], b[16], d[16];
+    return ax_seterr(AX_EDEVICE, "optimizer on %s: parameters on %s, "
+                     "gradients on %s", ax_device_str(o->dev, d, sizeof d),
+                     ax_device_str(params->device, a, sizeof a),
+                     ax_device_str(grads->device, b, sizeof b));
+  }
   ax_backend *be = ax_backend_of(o->dev);
   float lr = ax_lr_at(&o->cfg, o->step);
   const ax_optim_cfg *c = &o->cfg;

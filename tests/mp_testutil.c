@@ -280,9 +280,19 @@ ax_values *dt_i64s(int k, const int64_t *v) {
 
 int mt_start(const char *drv_name, const char *const *names, int k,
              const char *const *args, pid_t *pids, ax_node **drv) {
+  const char *const *each[MT_MAX_AGENTS];
+  if (k < 1 || k > MT_MAX_AGENTS)
+    return ax_seterr(AX_EINVAL, "mt_start: %d agents", k);
+  for (int i = 0; i < k; i++)
+    each[i] = args;
+  return mt_start_each(drv_name, names, k, each, pids, drv);
+}
+
+int mt_start_each(const char *drv_name, const char *const *names, int k,
+                  const char *const *const *args, pid_t *pids, ax_node **drv) {
   int port = rt_free_port();
   for (int i = 0; i < k; i++)
-    pids[i] = rt_spawn_agentv(names[i], port, args);
+    pids[i] = rt_spawn_agentv(names[i], port, args[i]);
   int rc = dt_driver(drv_name, port, k + 1, drv);
   if (rc == AX_OK)
     rc = dt_wait_world(*drv, names, k);

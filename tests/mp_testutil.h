@@ -109,8 +109,13 @@ ax_values *dt_i64s(int k, const int64_t *v);
  * receives agent i's pid), then the master node `drv_name` (dt_driver with
  * k + 1 nodes), and waits until every agent knows the membership. On an
  * error it reports it on stderr, SIGKILLs the agents and returns it. */
+#define MT_MAX_AGENTS 64
 int mt_start(const char *drv_name, const char *const *names, int k,
              const char *const *args, pid_t *pids, ax_node **drv);
+/* The same with agent i's own NULL-terminated extra arguments args[i]
+ * (e.g. each agent its --device). */
+int mt_start_each(const char *drv_name, const char *const *names, int k,
+                  const char *const *const *args, pid_t *pids, ax_node **drv);
 
 /* Ends such a world: stops every agent with SIGTERM (up to 15 s each,
  * exit status not checked), then ends the master node. */

@@ -80,7 +80,7 @@ static void test_codec_roundtrip(void **state) {
   size_t len;
   encode(v, &buf, &len);
   axi_msg m;
-  AX_ASSERT_OK(axi_frame_decode(buf, len, AX_CPU, 1u << 30, &m));
+  AX_ASSERT_OK(axi_frame_decode(buf, len, AX_CPU, NULL, 1u << 30, &m));
   assert_int_equal(m.kind, AXI_REQUEST);
   assert_true(m.call_id == 77 && m.autograd_ctx == 9);
   assert_string_equal(m.fn, "f");
@@ -99,7 +99,7 @@ static void test_codec_malformed(void **state) {
   encode(v, &buf, &len);
   axi_msg m;
   for (size_t cut = 0; cut < len; cut++) {
-    int rc = axi_frame_decode(buf, cut, AX_CPU, 1u << 30, &m);
+    int rc = axi_frame_decode(buf, cut, AX_CPU, NULL, 1u << 30, &m);
     assert_int_equal(rc, AX_EMALFORMED);
     axi_msg_clear(&m);
   }
@@ -111,7 +111,7 @@ static void test_codec_malformed(void **state) {
     int flips = 1 + rand() % 4;
     for (int f = 0; f < flips; f++)
       bad[rand() % len] = (uint8_t)rand();
-    int rc = axi_frame_decode(bad, len, AX_CPU, 1u << 30, &m);
+    int rc = axi_frame_decode(bad, len, AX_CPU, NULL, 1u << 30, &m);
     errors += rc != AX_OK;
     assert_true(rc == AX_OK || rc == AX_EMALFORMED || rc == AX_ETOOBIG ||
                 rc == AX_ENOMEM);
@@ -123,12 +123,12 @@ static void test_codec_malformed(void **state) {
     size_t n = (size_t)(rand() % 200);
     for (size_t i = 0; i < n; i++)
       bad[i % len] = (uint8_t)rand();
-    int rc = axi_frame_decode(bad, n < len ? n : len, AX_CPU, 1u << 30, &m);
+    int rc = axi_frame_decode(bad, n < len ? n : len, AX_CPU, NULL, 1u << 30, &m);
     assert_true(rc != AX_OK || m.kind != 0);
     axi_msg_clear(&m);
   }
   /* A limit smaller than the tensor bytes gives AX_ETOOBIG. */
-  assert_int_equal(axi_frame_decode(buf, len, AX_CPU, 16, &m), AX_ETOOBIG);
+  assert_int_equal(axi_frame_decode(buf, len, AX_CPU, NULL, 16, &m), AX_ETOOBIG);
   axi_msg_clear(&m);
   free(bad);
   free(buf);

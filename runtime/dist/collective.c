@@ -290,18 +290,26 @@ static void run_op(ax_coll_group *g, ax_coll_op *op) {
              g->failed_peer);
     return;
   }
-  ax_tensor *t = op->t;
+  /* The algorithms work on host floats. A device tensor is run on a host
+   * copy of the op's range only: the rest of it (gradients a backward is
+   * still accumulating, other buckets) is neither read nor written back. */
+  ax_tensor *t = op->t, *range = NULL;
   float *data = ax_f32(t), *host = NULL;
-  size_t bytes = ax_tensor_nbytes(t);
+  size_t off = op->off, bytes = op->n * sizeof(float);
   if (t->device.type != AX_DEV_CPU) {
+    int64_t n = (int64_t)op->n;
+    range = ax_tensor_view(t, off, 1, &n);
     host = malloc(bytes + 1);
-    op->rc = host ? ax_tensor_read(t, host, bytes) : AX_ENOMEM;
+    op->rc = range && host ? ax_tensor_read(range, host, bytes) : AX_ENOMEM;
     data = host;
+    op->off = 0; /* offsets now count from the copy */
   }
   if (op->rc == AX_OK)
     op->rc = axi_coll_run(op, data);
   if (op->rc == AX_OK && host)
-    op->rc = ax_tensor_write(t, host, bytes);
+    op->rc = ax_tensor_write(range, host, bytes);
+  op->off = off;
+  ax_tensor_release(range);
   if (op->rc != AX_OK) {
     snprintf(op->msg, sizeof op->msg, "%s", ax_errmsg());
     if (op->rc != AX_EPEERDOWN)

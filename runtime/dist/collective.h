@@ -105,7 +105,9 @@ int ax_coll_broadcast(ax_coll_group *g, ax_tensor *t, int root);
 /* Neighbour exchange on the ring: sends x to both neighbours and receives
  * the previous member's x into from_prev and the next member's into
  * from_next (all of x's element count). With 2 members both are the one
- * peer; with 1, both get a copy of x. */
+ * peer; with 1, both get a copy of x. x may be on any device (it is
+ * copied to the host); from_prev and from_next must be CPU tensors
+ * (AX_EUNSUPPORTED naming the device otherwise). */
 int ax_coll_neighbors_async(ax_coll_group *g, ax_tensor *x,
                             ax_tensor *from_prev, ax_tensor *from_next,
                             ax_coll_op **out);

@@ -146,12 +146,20 @@ int ax_coll_neighbors_async(ax_coll_group *g, ax_tensor *x,
                             ax_tensor *from_prev, ax_tensor *from_next,
                             ax_coll_op **out) {
   *out = NULL;
-  if (!from_prev || !from_next || from_prev->device.type != AX_DEV_CPU ||
-      from_next->device.type != AX_DEV_CPU || !x ||
+  if (!from_prev || !from_next || !x ||
       ax_tensor_numel(from_prev) != ax_tensor_numel(x) ||
       ax_tensor_numel(from_next) != ax_tensor_numel(x))
     return ax_seterr(AX_EINVAL, "ax_coll_neighbors: outputs must be CPU "
                      "tensors of x's size");
+  const ax_tensor *dev_out = from_prev->device.type != AX_DEV_CPU ? from_prev
+                             : from_next->device.type != AX_DEV_CPU ? from_next
+                                                                    : NULL;
+  if (dev_out) { /* received straight into host memory */
+    char b[16];
+    return ax_seterr(AX_EUNSUPPORTED, "ax_coll_neighbors: outputs must be CPU "
+                     "tensors, got one on %s",
+                     ax_device_str(dev_out->device, b, sizeof b));
+  }
   AX_TRY(new_op(g, AXI_OP_NEIGH, x, 0, 0, out));
   (*out)->a = ax_tensor_retain(from_prev);
   (*out)->b = ax_tensor_retain(from_next);

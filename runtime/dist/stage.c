@@ -132,10 +132,11 @@ static int fwd_backward(void *p, uint64_t ctx, const ax_tlist *dout,
                    ax_tensor_numel(dy.t[i]), 0.0f, ax_f32(dy.t[i]), scale,
                    ax_f32(dy.t[i]));
     }
-  } else {
+  } else { /* gradients arrive on the receiving node's (mapped) device */
     dy.n = dout->n;
-    for (int i = 0; i < dy.n; i++)
-      dy.t[i] = ax_tensor_retain(dout->t[i]);
+    for (int i = 0; err == AX_OK && i < dy.n; i++)
+      if (dout->t[i] && !(dy.t[i] = ax_tensor_to(dout->t[i], s->dev)))
+        err = AX_ENOMEM;
   }
   pthread_mutex_lock(&s->mu);
   ax_exec ex = ax_net_exec(s->net, 1);
