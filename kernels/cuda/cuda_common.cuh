@@ -44,4 +44,32 @@ void axi_cuda_ops_norm(ax_backend_i *i);    /* layer norm */
 void axi_cuda_ops_softmax(ax_backend_i *i); /* xent, masked softmax, permute */
 void axi_cuda_ops_embed(ax_backend_i *i);   /* embedding */
 
+/* ---- device memory (cuda_alloc.cu) ----------------------------------------
+ * A caching allocator per backend (ctx->alloc) and pinned host staging for
+ * large copies; see the contract at the top of cuda_alloc.cu. */
+int axi_cuda_alloc_init(axi_cuda_ctx *ctx);
+/* NULL when out of device memory (after releasing the cache, retried once). */
+void *axi_cuda_malloc(axi_cuda_ctx *ctx, size_t bytes);
+void axi_cuda_mfree(axi_cuda_ctx *ctx, void *ptr);
+/* Host <-> device copies on ctx->stream, complete when they return. */
+int axi_cuda_copy_h2d(axi_cuda_ctx *ctx, void *dst, const void *src,
+                      size_t bytes);
+int axi_cuda_copy_d2h(axi_cuda_ctx *ctx, void *dst, const void *src,
+                      size_t bytes);
+/* Bytes handed out, bytes cached (free), cudaMalloc calls so far. */
+extern "C" void axi_cuda_alloc_stats(ax_backend *be, size_t *in_use,
+                                     size_t *cached, long *mallocs);
+
+/* Makes the backend's device current on the calling thread; every entry
+ * point that launches work or allocates starts with it. */
+#define AX_CUDA_ENTER(be)                                                      \
+  AX_CUDA_TRY(cudaSetDevice(((axi_cuda_ctx *)(be)->ctx)->ordinal))
+
+/* 1-D launch shape for grid-stride loops over n > 0 elements. */
+#define AXI_CUDA_THREADS 256
+static inline unsigned axi_cuda_grid(size_t n) {
+  size_t b = (n + AXI_CUDA_THREADS - 1) / AXI_CUDA_THREADS;
+  return (unsigned)(b < 8192 ? b : 8192);
+}
+
 #endif
