@@ -141,14 +141,8 @@ int main(int argc, char **argv) {
           ax_device_str(o.device, ds, sizeof ds),
           o.device_map.n ? ", device map " : "",
           ax_device_map_str(&o.device_map, dm, sizeof dm));
-  if ((rc = ax_node_join(a.node, join_ms)) != AX_OK) {
-    fprintf(stderr, "axon-agent %s: join failed: %s: %s\n", o.name,
-            ax_strerror(rc), ax_errmsg());
-    ax_node_destroy(a.node);
-    return 1;
-  }
-  fprintf(stderr, "axon-agent %s: rank %d of %d\n", o.name,
-          ax_node_rank(a.node), ax_node_world_size(a.node));
+  /* Signals are caught from here on: one that arrives while joining is
+   * handled (a clean shutdown) as soon as the join returns. */
   a.base = event_base_new();
   struct event *sint = evsignal_new(a.base, SIGINT, on_signal, &a);
   struct event *sterm = evsignal_new(a.base, SIGTERM, on_signal, &a);
@@ -157,6 +151,18 @@ int main(int argc, char **argv) {
   event_add(sint, NULL);
   event_add(sterm, NULL);
   event_add(tick, &tv);
+  if ((rc = ax_node_join(a.node, join_ms)) != AX_OK) {
+    fprintf(stderr, "axon-agent %s: join failed: %s: %s\n", o.name,
+            ax_strerror(rc), ax_errmsg());
+    event_free(sint);
+    event_free(sterm);
+    event_free(tick);
+    event_base_free(a.base);
+    ax_node_destroy(a.node);
+    return 1;
+  }
+  fprintf(stderr, "axon-agent %s: rank %d of %d\n", o.name,
+          ax_node_rank(a.node), ax_node_world_size(a.node));
   if (metrics_port >= 0) {
     char host[128];
     snprintf(host, sizeof host, "%s", ax_node_address(a.node));
