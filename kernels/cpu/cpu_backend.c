@@ -13,6 +13,24 @@
 
 static int cpu_threads = 0;
 
+/* Activations are large, short-lived allocations made by whichever thread
+ * runs a layer (an agent's RPC workers). glibc gives each thread its own
+ * arena, whose heaps are capped at 64 MiB and handed back to the kernel,
+ * so multi-MiB tensors there come from fresh mmaps and pay page faults on
+ * every step (measured, ResNet20 stage 0 at batch 64 on an agent worker:
+ * forward 95 ms -> 36 ms with one arena). One arena, no mmap for tensors
+ * and a high trim threshold keep freed tensor memory for reuse (and
+ * ResNet20 single-process steps 550 -> 370 ms). Set at load, before any
+ * thread exists; AXON_MALLOC_TUNE=0 keeps glibc's defaults. */
+__attribute__((constructor)) static void tune_malloc(void) {
+  const char *env = getenv("AXON_MALLOC_TUNE");
+  if (env && !strcmp(env, "0"))
+    return;
+  mallopt(M_ARENA_MAX, 1);
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
 void ax_cpu_set_threads(int n) {
   if (n <= 0)
     n = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -109,11 +127,6 @@ int axi_cpu_backend_init(ax_backend *be) {
   be->iface = cpu_iface;
   be->device = AX_CPU;
   be->ctx = NULL;
-  /* Activations are large, short-lived allocations. Keep them in the heap
-   * instead of fresh mmaps so a training step does not pay page faults for
-   * every tensor again (measured: ResNet20 step 550 -> 370 ms). */
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   /* Probe the CPU once here, so that kernels running on several threads
    * only read the cached answer. */
   (void)axi_gemm512_available();

@@ -27,7 +27,7 @@ int axi_cpu_fill(ax_backend *be, float *x, size_t n, float v) {
     memset(x, 0, n * sizeof *x);
     return AX_OK;
   }
-#pragma omp parallel for if (n > 65536)
+#pragma omp parallel for num_threads(ax_cpu_threads()) if (n > 65536)
   for (size_t i = 0; i < n; i++)
     x[i] = v;
   return AX_OK;
@@ -37,15 +37,15 @@ int axi_cpu_axpby(ax_backend *be, size_t n, float a, const float *x, float b,
                   float *y) {
   (void)be;
   if (b == 0.0f) {
-#pragma omp parallel for simd if (n > 65536)
+#pragma omp parallel for simd num_threads(ax_cpu_threads()) if (n > 65536)
     for (size_t i = 0; i < n; i++)
       y[i] = a * x[i];
   } else if (a == 1.0f && b == 1.0f) {
-#pragma omp parallel for simd if (n > 65536)
+#pragma omp parallel for simd num_threads(ax_cpu_threads()) if (n > 65536)
     for (size_t i = 0; i < n; i++)
       y[i] = x[i] + y[i];
   } else {
-#pragma omp parallel for simd if (n > 65536)
+#pragma omp parallel for simd num_threads(ax_cpu_threads()) if (n > 65536)
     for (size_t i = 0; i < n; i++)
       y[i] = a * x[i] + b * y[i];
   }
@@ -64,7 +64,7 @@ int axi_cpu_sum(ax_backend *be, size_t n, const float *x, double *out) {
 int axi_cpu_bias_add(ax_backend *be, float *y, const float *bias, int outer,
                      int c, int inner) {
   (void)be;
-#pragma omp parallel for collapse(2) if ((long)outer * c * inner > 65536)
+#pragma omp parallel for num_threads(ax_cpu_threads()) collapse(2) if ((long)outer * c * inner > 65536)
   for (int o = 0; o < outer; o++)
     for (int j = 0; j < c; j++) {
       float *p = y + ((size_t)o * c + j) * inner;
@@ -78,7 +78,7 @@ int axi_cpu_bias_add(ax_backend *be, float *y, const float *bias, int outer,
 int axi_cpu_bias_grad(ax_backend *be, const float *dy, float *db, int outer,
                       int c, int inner) {
   (void)be;
-#pragma omp parallel for if ((long)outer * c * inner > 65536)
+#pragma omp parallel for num_threads(ax_cpu_threads()) if ((long)outer * c * inner > 65536)
   for (int j = 0; j < c; j++) {
     double s = 0.0;
     for (int o = 0; o < outer; o++) {

@@ -19,7 +19,7 @@ int axi_cpu_xent_fwd(ax_backend *be, int rows, int classes,
   double *row_loss = malloc(sizeof(double) * (size_t)(rows ? rows : 1));
   if (!row_loss)
     return AX_ENOMEM;
-#pragma omp parallel for if ((long)rows * classes > 65536)
+#pragma omp parallel for num_threads(ax_cpu_threads()) if ((long)rows * classes > 65536)
   for (int r = 0; r < rows; r++) {
     const float *z = logits + (size_t)r * classes;
     float *p = probs + (size_t)r * classes;
@@ -53,7 +53,7 @@ int axi_cpu_xent_bwd(ax_backend *be, int rows, int classes, const float *probs,
                      const int32_t *labels, int ignore_index, float scale,
                      float *dlogits) {
   (void)be;
-#pragma omp parallel for if ((long)rows * classes > 65536)
+#pragma omp parallel for num_threads(ax_cpu_threads()) if ((long)rows * classes > 65536)
   for (int r = 0; r < rows; r++) {
     const float *p = probs + (size_t)r * classes;
     float *d = dlogits + (size_t)r * classes;

@@ -10,7 +10,7 @@ int axi_cpu_sgd_step(ax_backend *be, size_t n, float *w, const float *g,
   (void)be;
   if (momentum != 0.0f && !mom)
     return ax_seterr(AX_EINVAL, "sgd: momentum without a buffer");
-#pragma omp parallel for if (n > 65536)
+#pragma omp parallel for num_threads(ax_cpu_threads()) if (n > 65536)
   for (size_t i = 0; i < n; i++) {
     float d = g[i] + wd * w[i];
     if (momentum != 0.0f) {
@@ -32,7 +32,7 @@ int axi_cpu_adamw_step(ax_backend *be, size_t n, float *w, const float *g,
   float bc1 = 1.0f - powf(beta1, (float)step);
   float bc2 = 1.0f - powf(beta2, (float)step);
   float bc2_sqrt = sqrtf(bc2);
-#pragma omp parallel for if (n > 65536)
+#pragma omp parallel for num_threads(ax_cpu_threads()) if (n > 65536)
   for (size_t i = 0; i < n; i++) {
     w[i] *= 1.0f - lr * wd;
     m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
