@@ -6,6 +6,7 @@
  *   axon-bench rpc ...   (see axon-bench rpc --help)
  *   axon-bench dist ...  (see axon-bench dist --help)
  *   axon-bench pipe ...  (see axon-bench pipe --help)
+ *   axon-bench gemm ...  (see axon-bench gemm --help)
  *
  * `train` times full training steps (forward, loss, backward, SGD update)
  * on synthetic inputs of the model's shape and prints samples/s (and
@@ -26,6 +27,8 @@ __attribute__((weak)) int ax_bench_rpc_main(int argc, char **argv);
 __attribute__((weak)) int ax_bench_dist_main(int argc, char **argv);
 /* Provided by agents/axon_bench_pipe.c (pipeline modes on synthetic stages). */
 __attribute__((weak)) int ax_bench_pipe_main(int argc, char **argv);
+/* Provided by agents/axon_bench_gemm.c (backend gemm against raw cuBLAS). */
+__attribute__((weak)) int ax_bench_gemm_main(int argc, char **argv);
 
 static ax_tensor *rand_f32(ax_rng *r, int ndim, const int64_t *shape) {
   ax_tensor *t = ax_tensor_new(AX_F32, ndim, shape, AX_CPU);
@@ -220,8 +223,15 @@ int main(int argc, char **argv) {
     }
     return ax_bench_pipe_main(argc - 1, argv + 1);
   }
+  if (argc >= 2 && strcmp(argv[1], "gemm") == 0) {
+    if (!ax_bench_gemm_main) {
+      fprintf(stderr, "axon-bench: built without the gemm benchmark\n");
+      return 2;
+    }
+    return ax_bench_gemm_main(argc - 1, argv + 1);
+  }
   fprintf(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
-          "usage: axon-bench train|rpc|dist|pipe [options]  (--help after the command "
+          "usage: axon-bench train|rpc|dist|pipe|gemm [options]  (--help after the command "
           "for its options)\n");
   return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
 }

@@ -247,6 +247,17 @@ int axi_cpu_backend_init(ax_backend *be);
 /* Defined by kernels/cuda/ when built with nvcc, else by a stub. */
 int axi_cuda_backend_init(ax_backend *be, int ordinal);
 int axi_cuda_device_count(void);
+/* Reference timing for `axon-bench gemm` (kernels/cuda/cuda_bench.cu): on
+ * device `ordinal`, fills three n x n f32 matrices with random values, runs
+ * 3 untimed cublasSgemm C = A B (beta 0) on its own cuBLAS handle and
+ * stream, then times `iters` more with CUDA events and writes the mean
+ * seconds per product to *seconds. tf32 != 0 selects
+ * CUBLAS_TF32_TENSOR_OP_MATH, else CUBLAS_DEFAULT_MATH (plain FP32). Frees
+ * everything it made before returning. AX_OK; AX_EINVAL (n or iters < 1),
+ * AX_ENODEV (no such device, or built without CUDA: the stub), AX_ENOMEM,
+ * AX_ECUDA or AX_ECUBLAS with the library's message. */
+int axi_cuda_bench_cublas(int ordinal, int n, int iters, int tf32,
+                          double *seconds);
 
 #ifdef __cplusplus
 }

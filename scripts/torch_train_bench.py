@@ -5,8 +5,24 @@ inputs. Prints one line in the same format as axon-bench.
 
   python3 scripts/torch_train_bench.py --model resnet20 --batch 128 --threads 2
   python3 scripts/torch_train_bench.py --model bert --batch 8 --seq 128
+  python3 scripts/torch_train_bench.py --model bert --batch 32 --device cuda
+
+The BERT encoder layer is written out to match axon's (models/bert.c,
+models/layers/tf_encoder.c, tf_attn.c): fused QKV projection, softmax of
+the scaled, masked scores, dropout on the probabilities, output projection,
+dropout, post-LN; then dense -> GELU -> dense, dropout, post-LN (no dropout
+between the two dense layers, unlike nn.TransformerEncoderLayer). --attn
+sdpa replaces the explicit attention by F.scaled_dot_product_attention (the
+same function, PyTorch's fused kernels; PyTorch >= 2.0).
+
+On CUDA, timing synchronises the device (torch.cuda.synchronize) before the
+first and after the last timed step. Precision is plain FP32 unless --tf32
+(TF32 matmuls and cuDNN convolutions; axon's counterpart is AXON_TF32=1);
+cuDNN picks convolution algorithms by heuristics unless --cudnn-benchmark
+(axon's counterpart is AXON_CUDNN_BENCHMARK=1).
 """
 import argparse
+import math
 import time
 
 import torch
@@ -48,26 +64,77 @@ class ResNet20(nn.Module):
         return self.fc(self.body(x).mean((2, 3)))
 
 
+class EncoderLayer(nn.Module):
+    """axon's post-LN encoder layer (models/layers/tf_encoder.c)."""
+
+    def __init__(self, hidden, heads, ff, p, attn):
+        super().__init__()
+        self.heads, self.p, self.attn = heads, p, attn
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.proj = nn.Linear(hidden, hidden)
+        self.ln1 = nn.LayerNorm(hidden, eps=1e-12)
+        self.ff1 = nn.Linear(hidden, ff)
+        self.ff2 = nn.Linear(ff, hidden)
+        self.ln2 = nn.LayerNorm(hidden, eps=1e-12)
+
+    def attention(self, x, mask):
+        b, s, h = x.shape
+        a, dh = self.heads, h // self.heads
+        q, k, v = self.qkv(x).view(b, s, 3, a, dh).permute(2, 0, 3, 1, 4)
+        keep = (mask != 0)[:, None, None, :]  # (B, 1, 1, S)
+        p = self.p if self.training else 0.0
+        if self.attn == "sdpa":
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=p)
+        else:
+            scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(dh))
+            probs = scores.masked_fill(~keep, float("-inf")).softmax(-1)
+            ctx = F.dropout(probs, p, self.training) @ v
+        return self.proj(ctx.transpose(1, 2).reshape(b, s, h))
+
+    def forward(self, x, mask):
+        x = self.ln1(x + F.dropout(self.attention(x, mask), self.p, self.training))
+        y = self.ff2(F.gelu(self.ff1(x)))
+        return self.ln2(x + F.dropout(y, self.p, self.training))
+
+
 class Bert(nn.Module):
-    def __init__(self, layers, hidden, heads, ff, vocab, seq):
+    def __init__(self, layers, hidden, heads, ff, vocab, seq, attn="explicit"):
         super().__init__()
         self.tok = nn.Embedding(vocab, hidden)
         self.pos = nn.Embedding(seq, hidden)
         self.seg = nn.Embedding(2, hidden)
         self.ln = nn.LayerNorm(hidden, eps=1e-12)
-        layer = nn.TransformerEncoderLayer(hidden, heads, ff, 0.1, activation="gelu",
-                                           batch_first=True, layer_norm_eps=1e-12)
-        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.enc = nn.ModuleList(EncoderLayer(hidden, heads, ff, 0.1, attn)
+                                 for _ in range(layers))
         self.mlm = nn.Sequential(nn.Linear(hidden, hidden), nn.GELU(),
                                  nn.LayerNorm(hidden, eps=1e-12), nn.Linear(hidden, vocab))
         self.pool = nn.Linear(hidden, hidden)
         self.nsp = nn.Linear(hidden, 2)
 
     def forward(self, ids, segs, mask):
-        pos = torch.arange(ids.shape[1]).unsqueeze(0)
+        pos = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
         h = F.dropout(self.ln(self.tok(ids) + self.pos(pos) + self.seg(segs)), 0.1, self.training)
-        h = self.enc(h, src_key_padding_mask=(mask == 0))
+        for layer in self.enc:
+            h = layer(h, mask)
         return self.mlm(h).flatten(0, 1), self.nsp(torch.tanh(self.pool(h[:, 0])))
+
+
+def set_tf32(on):
+    """TF32 for cuBLAS matmuls and cuDNN convolutions on or off. PyTorch
+    >= 2.9 has per-backend fp32_precision settings and refuses to mix them
+    with the legacy allow_tf32 flags, so the new API is used when present."""
+    matmul = torch.backends.cuda.matmul
+    try:  # PyTorch < 2.9 raises AttributeError or (1.x) AssertionError
+        new_api = matmul.fp32_precision is not None
+    except (AttributeError, AssertionError):
+        new_api = False
+    if new_api:
+        mode = "tf32" if on else "ieee"
+        matmul.fp32_precision = mode
+        torch.backends.cudnn.conv.fp32_precision = mode
+        return
+    matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
 
 
 def main():
@@ -84,10 +151,19 @@ def main():
     ap.add_argument("--ff", type=int, default=3072)
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--tf32", action="store_true",
+                    help="TF32 matmuls and convolutions (default: plain FP32)")
+    ap.add_argument("--cudnn-benchmark", action="store_true",
+                    help="let cuDNN measure convolution algorithms")
+    ap.add_argument("--attn", choices=["explicit", "sdpa"], default="explicit")
     a = ap.parse_args()
+    if a.attn == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
+        ap.error(f"--attn sdpa needs PyTorch >= 2.0 (this is {torch.__version__})")
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     dev = torch.device(a.device)
+    set_tf32(a.tf32)
+    torch.backends.cudnn.benchmark = a.cudnn_benchmark
     if a.model == "resnet20":
         b = a.batch or 128
         model = ResNet20().to(dev)
@@ -96,7 +172,7 @@ def main():
         loss_fn = lambda out: F.cross_entropy(out, y)
     else:
         b = a.batch or 8
-        model = Bert(a.layers, a.hidden, a.heads, a.ff, a.vocab, a.seq).to(dev)
+        model = Bert(a.layers, a.hidden, a.heads, a.ff, a.vocab, a.seq, a.attn).to(dev)
         ids = torch.randint(5, a.vocab, (b, a.seq), device=dev)
         segs = torch.randint(0, 2, (b, a.seq), device=dev)
         mask = torch.ones(b, a.seq, device=dev)
@@ -122,6 +198,9 @@ def main():
     sps = a.steps * b / dt
     n = sum(p.numel() for p in model.parameters())
     extra = f" tokens_per_s={sps * a.seq:.1f}" if a.model == "bert" else ""
+    if dev.type == "cuda":
+        extra += (f" tf32={int(a.tf32)} cudnn_benchmark={int(a.cudnn_benchmark)}"
+                  + (f" attn={a.attn}" if a.model == "bert" else ""))
     print(f"torch train: model={a.model} batch={b} threads={a.threads} device={a.device} "
           f"params={n} step_ms={1000 * dt / a.steps:.2f} samples_per_s={sps:.2f}{extra}")
 
