@@ -8,59 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_testutil.h"
 #include "harness.h"
 #include "kernels/backend-impl.h"
-#include "runtime/rng.h"
 
 /* Internal to the CUDA backend (kernels/cuda/cuda_alloc.cu); weak so that
  * this program links when axon was built without CUDA (it then skips). */
 void axi_cuda_alloc_stats(ax_backend *be, size_t *in_use, size_t *cached,
                           long *mallocs) __attribute__((weak));
-
-static ax_backend *cpu(void) {
-  ax_backend *be = NULL;
-  AX_ASSERT_OK(ax_backend_get(AX_CPU, &be));
-  return be;
-}
-
-static ax_backend *gpu(void) {
-  ax_backend *be = NULL;
-  AX_ASSERT_OK(ax_backend_get((ax_device){AX_DEV_CUDA, 0}, &be));
-  return be;
-}
-
-static float *randv(uint64_t seed, size_t n, float scale) {
-  ax_rng r;
-  ax_rng_seed(&r, seed);
-  float *v = malloc(n * sizeof *v);
-  assert_non_null(v);
-  for (size_t i = 0; i < n; i++)
-    v[i] = scale * (float)ax_rng_normal(&r);
-  return v;
-}
-
-/* A device copy of n host floats. */
-static float *up(const float *h, size_t n) {
-  ax_backend *g = gpu();
-  float *d = g->iface.alloc(g, n * sizeof *d);
-  assert_non_null(d);
-  AX_ASSERT_OK(AX_K(g, copy_from_host, d, h, n * sizeof *d));
-  return d;
-}
-
-static void down(float *h, const float *d, size_t n) {
-  AX_ASSERT_OK(AX_K(gpu(), copy_to_host, h, d, n * sizeof *h));
-}
-
-static void dfree(void *d) { gpu()->iface.free(gpu(), d); }
-
-static void expect_close(const char *what, const float *got, const float *ref,
-                         size_t n, double atol, double rtol) {
-  double r = ax_test_close_ratio(got, ref, n, atol, rtol);
-  if (!(r <= 1.0))
-    fail_msg("%s: worst element at %.3g x the tolerance (atol %g, rtol %g)",
-             what, r, atol, rtol);
-}
 
 /* ---- gemm ---------------------------------------------------------------- */
 
@@ -78,19 +33,19 @@ static void check_gemm(gemm_case g, uint64_t seed, double atol, double rtol) {
   long sa = (long)rows_a * lda, sb = (long)rows_b * ldb, sc = (long)g.m * ldc;
   size_t na = (size_t)sa * g.batch, nb = (size_t)sb * g.batch,
          nc = (size_t)sc * g.batch;
-  float *a = randv(seed, na, 1), *b = randv(seed + 1, nb, 1);
-  float *c = randv(seed + 2, nc, 1), *got = malloc(nc * sizeof *got);
-  float *da = up(a, na), *db = up(b, nb), *dc = up(c, nc);
-  AX_ASSERT_OK(AX_K(cpu(), gemm, g.ta, g.tb, g.m, g.n, g.k, g.alpha, a, lda,
+  float *a = ct_randn(seed, na, 1), *b = ct_randn(seed + 1, nb, 1);
+  float *c = ct_randn(seed + 2, nc, 1), *got = malloc(nc * sizeof *got);
+  float *da = ct_up(a, na * 4), *db = ct_up(b, nb * 4), *dc = ct_up(c, nc * 4);
+  AX_ASSERT_OK(AX_K(ct_cpu(), gemm, g.ta, g.tb, g.m, g.n, g.k, g.alpha, a, lda,
                     sa, b, ldb, sb, g.beta, c, ldc, sc, g.batch));
-  AX_ASSERT_OK(AX_K(gpu(), gemm, g.ta, g.tb, g.m, g.n, g.k, g.alpha, da, lda,
+  AX_ASSERT_OK(AX_K(ct_gpu(), gemm, g.ta, g.tb, g.m, g.n, g.k, g.alpha, da, lda,
                     sa, db, ldb, sb, g.beta, dc, ldc, sc, g.batch));
-  down(got, dc, nc);
+  ct_down(got, dc, nc * 4);
   char what[128];
   snprintf(what, sizeof what, "gemm ta=%d tb=%d %dx%dx%d batch %d pad %d",
            g.ta, g.tb, g.m, g.n, g.k, g.batch, g.pad);
-  expect_close(what, got, c, nc, atol, rtol);
-  dfree(da); dfree(db); dfree(dc);
+  ct_expect_close(what, got, c, nc, atol, rtol);
+  ct_free(da); ct_free(db); ct_free(dc);
   free(a); free(b); free(c); free(got);
 }
 
@@ -154,16 +109,18 @@ static void gemm_tf32(void **state) {
  * backend keeps working. */
 static void gemm_errors(void **state) {
   float h[12] = {0};
-  float *d = up(h, 12);
-  AX_ASSERT_OK(AX_K(gpu(), gemm, 0, 0, 0, 3, 2, 1.0f, d, 2, 0, d, 3, 0, 0.0f,
+  float *d = ct_up(h, 12 * 4);
+  AX_ASSERT_OK(AX_K(ct_gpu(), gemm, 0, 0, 0, 3, 2, 1.0f, d, 2, 0, d, 3, 0, 0.0f,
                     d, 3, 0, 1));
-  AX_ASSERT_ERR(AX_K(gpu(), gemm, 0, 0, -1, 3, 2, 1.0f, d, 2, 0, d, 3, 0,
-                     0.0f, d, 3, 0, 1), AX_EINVAL);
+  AX_ASSERT_ERR(AX_K(ct_gpu(), gemm, 0, 0, -1, 3, 2, 1.0f, d, 2, 0, d, 3, 0,
+                     0.0f, d, 3, 0, 1),
+                AX_EINVAL);
   /* B is (2, 3) row-major: ldb = 2 < n = 3 */
-  AX_ASSERT_ERR(AX_K(gpu(), gemm, 0, 0, 2, 3, 2, 1.0f, d, 2, 0, d, 2, 0, 0.0f,
-                     d, 3, 0, 1), AX_ECUBLAS);
+  AX_ASSERT_ERR(AX_K(ct_gpu(), gemm, 0, 0, 2, 3, 2, 1.0f, d, 2, 0, d, 2, 0,
+                     0.0f, d, 3, 0, 1),
+                AX_ECUBLAS);
   assert_true(strlen(ax_errmsg()) > 0);
-  dfree(d);
+  ct_free(d);
   gemm_case g = {0, 1, 9, 11, 13, 1, 0, 1.0f, 0.0f};
   check_gemm(g, 90, fp32_atol(13, 1.0f), 1e-4);
 }
@@ -177,7 +134,7 @@ static void gemm_errors(void **state) {
  * there). */
 static void axpby_modes(void **state) {
   const size_t n = 100003;
-  float *x = randv(100, n, 1), *y0 = randv(101, n, 1);
+  float *x = ct_randn(100, n, 1), *y0 = ct_randn(101, n, 1);
   float *got = malloc(n * 4), *ref = malloc(n * 4);
   const float ab[4][2] = {{1.5f, -0.25f}, {1.0f, 1.0f}, {2.0f, 0.0f},
                           {-1.0f, 0.5f}};
@@ -186,14 +143,14 @@ static void axpby_modes(void **state) {
     if (ab[t][1] == 0.0f)
       for (size_t i = 0; i < n; i += 7)
         ref[i] = NAN;
-    float *dx = up(x, n), *dy = up(ref, n);
-    AX_ASSERT_OK(AX_K(cpu(), axpby, n, ab[t][0], x, ab[t][1], ref));
-    AX_ASSERT_OK(AX_K(gpu(), axpby, n, ab[t][0], dx, ab[t][1], dy));
-    down(got, dy, n);
-    expect_close("axpby", got, ref, n, 1e-6, 1.2e-7);
-    dfree(dx); dfree(dy);
+    float *dx = ct_up(x, n * 4), *dy = ct_up(ref, n * 4);
+    AX_ASSERT_OK(AX_K(ct_cpu(), axpby, n, ab[t][0], x, ab[t][1], ref));
+    AX_ASSERT_OK(AX_K(ct_gpu(), axpby, n, ab[t][0], dx, ab[t][1], dy));
+    ct_down(got, dy, n * 4);
+    ct_expect_close("axpby", got, ref, n, 1e-6, 1.2e-7);
+    ct_free(dx); ct_free(dy);
   }
-  AX_ASSERT_OK(AX_K(gpu(), axpby, 0, 1.0f, NULL, 1.0f, NULL));
+  AX_ASSERT_OK(AX_K(ct_gpu(), axpby, 0, 1.0f, NULL, 1.0f, NULL));
   free(x); free(y0); free(got); free(ref);
 }
 
@@ -204,21 +161,21 @@ static void sum_deterministic(void **state) {
   const size_t sizes[] = {1, 255, 256, 257, 100003, ((size_t)1 << 22) + 7};
   for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
     size_t n = sizes[t];
-    float *x = randv(200 + t, n, 3);
-    float *dx = up(x, n);
+    float *x = ct_randn(200 + t, n, 3);
+    float *dx = ct_up(x, n * 4);
     double ref, s1, s2, l1 = 0;
     for (size_t i = 0; i < n; i++)
       l1 += fabs(x[i]);
-    AX_ASSERT_OK(AX_K(cpu(), sum, n, x, &ref));
-    AX_ASSERT_OK(AX_K(gpu(), sum, n, dx, &s1));
-    AX_ASSERT_OK(AX_K(gpu(), sum, n, dx, &s2));
+    AX_ASSERT_OK(AX_K(ct_cpu(), sum, n, x, &ref));
+    AX_ASSERT_OK(AX_K(ct_gpu(), sum, n, dx, &s1));
+    AX_ASSERT_OK(AX_K(ct_gpu(), sum, n, dx, &s2));
     AX_ASSERT_CLOSE(s1, ref, 1e-12 * l1, 0);
     assert_memory_equal(&s1, &s2, sizeof s1);
-    dfree(dx);
+    ct_free(dx);
     free(x);
   }
   double z = 1;
-  AX_ASSERT_OK(AX_K(gpu(), sum, 0, NULL, &z));
+  AX_ASSERT_OK(AX_K(ct_gpu(), sum, 0, NULL, &z));
   assert_true(z == 0.0);
 }
 
@@ -231,13 +188,13 @@ static void bias_add_parity(void **state) {
   for (size_t t = 0; t < sizeof bias_shapes / sizeof bias_shapes[0]; t++) {
     int o = bias_shapes[t][0], c = bias_shapes[t][1], in = bias_shapes[t][2];
     size_t n = (size_t)o * c * in;
-    float *y = randv(300 + t, n, 1), *b = randv(400 + t, c, 1);
-    float *got = malloc(n * 4), *dy = up(y, n), *db = up(b, c);
-    AX_ASSERT_OK(AX_K(cpu(), bias_add, y, b, o, c, in));
-    AX_ASSERT_OK(AX_K(gpu(), bias_add, dy, db, o, c, in));
-    down(got, dy, n);
+    float *y = ct_randn(300 + t, n, 1), *b = ct_randn(400 + t, c, 1);
+    float *got = malloc(n * 4), *dy = ct_up(y, n * 4), *db = ct_up(b, c * 4);
+    AX_ASSERT_OK(AX_K(ct_cpu(), bias_add, y, b, o, c, in));
+    AX_ASSERT_OK(AX_K(ct_gpu(), bias_add, dy, db, o, c, in));
+    ct_down(got, dy, n * 4);
     assert_memory_equal(got, y, n * 4);
-    dfree(dy); dfree(db);
+    ct_free(dy); ct_free(db);
     free(y); free(b); free(got);
   }
 }
@@ -251,18 +208,20 @@ static void bias_grad_parity(void **state) {
   for (size_t t = 0; t < sizeof bias_shapes / sizeof bias_shapes[0]; t++) {
     int o = bias_shapes[t][0], c = bias_shapes[t][1], in = bias_shapes[t][2];
     size_t n = (size_t)o * c * in;
-    float *dy = randv(500 + t, n, 1), *b0 = randv(600 + t, c, 1);
+    float *dy = ct_randn(500 + t, n, 1), *b0 = ct_randn(600 + t, c, 1);
     float *ref = malloc(c * 4), *got = malloc(c * 4), *got2 = malloc(c * 4);
     memcpy(ref, b0, c * 4);
-    float *ddy = up(dy, n), *db = up(b0, c), *db2 = up(b0, c);
-    AX_ASSERT_OK(AX_K(cpu(), bias_grad, dy, ref, o, c, in));
-    AX_ASSERT_OK(AX_K(gpu(), bias_grad, ddy, db, o, c, in));
-    AX_ASSERT_OK(AX_K(gpu(), bias_grad, ddy, db2, o, c, in));
-    down(got, db, c);
-    down(got2, db2, c);
-    expect_close("bias_grad", got, ref, c, 1e-6 * sqrt((double)o * in), 2.4e-7);
+    float *ddy = ct_up(dy, n * 4), *db = ct_up(b0, c * 4),
+          *db2 = ct_up(b0, c * 4);
+    AX_ASSERT_OK(AX_K(ct_cpu(), bias_grad, dy, ref, o, c, in));
+    AX_ASSERT_OK(AX_K(ct_gpu(), bias_grad, ddy, db, o, c, in));
+    AX_ASSERT_OK(AX_K(ct_gpu(), bias_grad, ddy, db2, o, c, in));
+    ct_down(got, db, c * 4);
+    ct_down(got2, db2, c * 4);
+    ct_expect_close("bias_grad", got, ref, c, 1e-6 * sqrt((double)o * in),
+                    2.4e-7);
     assert_memory_equal(got, got2, c * 4);
-    dfree(ddy); dfree(db); dfree(db2);
+    ct_free(ddy); ct_free(db); ct_free(db2);
     free(dy); free(b0); free(ref); free(got); free(got2);
   }
 }
@@ -272,7 +231,7 @@ static void bias_grad_parity(void **state) {
 /* A freed block is handed out again for a request of the same size class
  * without a new cudaMalloc; in_use/cached move by the class size. */
 static void alloc_reuse(void **state) {
-  ax_backend *g = gpu();
+  ax_backend *g = ct_gpu();
   assert_non_null(axi_cuda_alloc_stats);
   const size_t sizes[] = {1000, (size_t)37 << 20 | 5, 0};
   const size_t classes[] = {1024, (size_t)38 << 20, 512};
@@ -298,7 +257,7 @@ static void alloc_reuse(void **state) {
  * crash, the cache is empty, and kernels and copies still work (the failed
  * cudaMalloc must not surface as a later launch's error). */
 static void alloc_oom(void **state) {
-  ax_backend *g = gpu();
+  ax_backend *g = ct_gpu();
   assert_non_null(axi_cuda_alloc_stats);
   void *keep = g->iface.alloc(g, 4096);
   g->iface.free(g, keep); /* something cached */
@@ -311,14 +270,14 @@ static void alloc_oom(void **state) {
   float h[1000], back[1000];
   for (int i = 0; i < 1000; i++)
     h[i] = (float)i;
-  float *d = up(h, 1000);
+  float *d = ct_up(h, 1000 * 4);
   AX_ASSERT_OK(AX_K(g, relu_fwd, 1000, d, d));
   AX_ASSERT_OK(AX_K(g, axpby, 1000, 2.0f, d, 0.0f, d));
-  down(back, d, 1000);
+  ct_down(back, d, 1000 * 4);
   for (int i = 0; i < 1000; i++)
     assert_true(back[i] == 2.0f * i);
   AX_ASSERT_OK(AX_K(g, synchronize));
-  dfree(d);
+  ct_free(d);
   gemm_case gc = {0, 0, 8, 8, 8, 1, 0, 1.0f, 0.0f};
   check_gemm(gc, 95, fp32_atol(8, 1.0f), 1e-4);
 }
@@ -327,22 +286,22 @@ static void alloc_oom(void **state) {
  * the 256 KiB staging threshold, and several 4 MiB chunks with an odd tail;
  * plus a device-to-device copy. Bytes must come back unchanged. */
 static void copies_roundtrip(void **state) {
-  ax_backend *g = gpu();
+  ax_backend *g = ct_gpu();
   const size_t sizes[] = {4, 100, (256 << 10) - 4, 256 << 10,
                           ((size_t)9 << 20) + 12, ((size_t)8 << 20)};
   for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
     size_t n = sizes[t] / 4;
-    float *h = randv(700 + t, n, 1), *back = malloc(n * 4);
-    float *d = up(h, n), *d2 = g->iface.alloc(g, n * 4);
+    float *h = ct_randn(700 + t, n, 1), *back = malloc(n * 4);
+    float *d = ct_up(h, n * 4), *d2 = g->iface.alloc(g, n * 4);
     assert_non_null(d2);
     AX_ASSERT_OK(AX_K(g, copy, d2, d, n * 4));
     memset(back, 0, n * 4);
-    down(back, d2, n);
+    ct_down(back, d2, n * 4);
     assert_memory_equal(back, h, n * 4);
     memset(back, 0, n * 4);
-    down(back, d, n);
+    ct_down(back, d, n * 4);
     assert_memory_equal(back, h, n * 4);
-    dfree(d); dfree(d2);
+    ct_free(d); ct_free(d2);
     free(h); free(back);
   }
 }

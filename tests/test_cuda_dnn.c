@@ -20,8 +20,8 @@
  *    are expected to be equal). */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
+#include "cuda_testutil.h"
 #include "harness.h"
 #include "kernels/backend-impl.h"
 
@@ -30,68 +30,11 @@
 extern int axi_cuda_dnn_stats(ax_backend *be, int64_t *selects, int64_t *hits)
     __attribute__((weak));
 
-static ax_backend *cpu(void) { return ax_backend_of(AX_CPU); }
-
-static ax_backend *gpu(void) {
-  ax_backend *be = NULL;
-  AX_ASSERT_OK(ax_backend_get((ax_device){AX_DEV_CUDA, 0}, &be));
-  return be;
-}
-
-/* n bytes of device memory, a copy of host unless host is NULL. */
-static void *up(const void *host, size_t n) {
-  void *d = gpu()->iface.alloc(gpu(), n ? n : 4);
-  assert_non_null(d);
-  if (host && n)
-    AX_ASSERT_OK(AX_K(gpu(), copy_from_host, d, host, n));
-  return d;
-}
-
-static void down(void *host, const void *dev, size_t n) {
-  AX_ASSERT_OK(AX_K(gpu(), synchronize));
-  AX_ASSERT_OK(AX_K(gpu(), copy_to_host, host, dev, n));
-}
-
-static void dfree(void *d) { gpu()->iface.free(gpu(), d); }
-
-/* n N(0, 1) floats from seed (caller frees). */
-static float *randv(uint64_t seed, size_t n) {
-  float *v = malloc(n * sizeof(float) + 4);
-  assert_non_null(v);
-  ax_rng r;
-  ax_rng_seed(&r, seed);
-  for (size_t i = 0; i < n; i++)
-    v[i] = (float)ax_rng_normal(&r);
-  return v;
-}
-
 static float *nans(size_t n) {
   float *v = malloc(n * sizeof(float) + 4);
   for (size_t i = 0; i < n; i++)
     v[i] = NAN;
   return v;
-}
-
-/* The GPU result (device pointer) against the CPU's (host pointer). */
-static void check(const void *dev, const float *ref, size_t n, double atol,
-                  double rtol, const char *what) {
-  float *got = malloc(n * sizeof(float) + 4);
-  down(got, dev, n * sizeof(float));
-  double r = ax_test_close_ratio(got, ref, n, atol, rtol);
-  free(got);
-  if (!(r <= 1.0))
-    fail_msg("%s: GPU differs from the CPU (worst ratio %g)", what, r);
-}
-
-/* The GPU result bit for bit equal to the CPU's. */
-static void check_exact(const void *dev, const void *ref, size_t bytes,
-                        const char *what) {
-  char *got = malloc(bytes + 4);
-  down(got, dev, bytes);
-  int same = memcmp(got, ref, bytes) == 0;
-  free(got);
-  if (!same)
-    fail_msg("%s: GPU differs from the CPU", what);
 }
 
 /* ---- convolution ---- */
@@ -102,23 +45,26 @@ static void conv_tol(int n, int c, int h, int w, int k, int r, int s,
   AX_ASSERT_OK(ax_conv_desc_init(&d));
   size_t nx = (size_t)n * c * h * w, nw = (size_t)k * c * r * s,
          ny = (size_t)n * k * d.oh * d.ow;
-  float *x = randv(1, nx), *wt = randv(2, nw), *dy = randv(3, ny);
-  float *dw = randv(4, nw); /* dw starts non-zero: bwd_filter accumulates */
+  float *x = ct_randn(1, nx, 1), *wt = ct_randn(2, nw, 1),
+        *dy = ct_randn(3, ny, 1);
+  float *dw = ct_randn(4, nw, 1); /* non-zero: bwd_filter accumulates */
   float *y = malloc(ny * 4), *dx = malloc(nx * 4), *junk = nans(nx + ny);
-  float *gx = up(x, nx * 4), *gw = up(wt, nw * 4), *gdy = up(dy, ny * 4);
-  float *gdw = up(dw, nw * 4);
+  float *gx = ct_up(x, nx * 4), *gw = ct_up(wt, nw * 4),
+        *gdy = ct_up(dy, ny * 4);
+  float *gdw = ct_up(dw, nw * 4);
   /* Outputs start as NaN: fwd and bwd_data must overwrite (beta = 0). */
-  float *gy = up(junk, ny * 4), *gdx = up(junk, nx * 4);
-  AX_ASSERT_OK(AX_K(cpu(), conv2d_fwd, &d, x, wt, y));
-  AX_ASSERT_OK(AX_K(cpu(), conv2d_bwd_data, &d, dy, wt, dx));
-  AX_ASSERT_OK(AX_K(cpu(), conv2d_bwd_filter, &d, x, dy, dw));
-  AX_ASSERT_OK(AX_K(gpu(), conv2d_fwd, &d, gx, gw, gy));
-  AX_ASSERT_OK(AX_K(gpu(), conv2d_bwd_data, &d, gdy, gw, gdx));
-  AX_ASSERT_OK(AX_K(gpu(), conv2d_bwd_filter, &d, gx, gdy, gdw));
-  check(gy, y, ny, atol, rtol, "conv2d_fwd");
-  check(gdx, dx, nx, atol, rtol, "conv2d_bwd_data");
-  check(gdw, dw, nw, atol, rtol, "conv2d_bwd_filter");
-  dfree(gx), dfree(gw), dfree(gdy), dfree(gdw), dfree(gy), dfree(gdx);
+  float *gy = ct_up(junk, ny * 4), *gdx = ct_up(junk, nx * 4);
+  AX_ASSERT_OK(AX_K(ct_cpu(), conv2d_fwd, &d, x, wt, y));
+  AX_ASSERT_OK(AX_K(ct_cpu(), conv2d_bwd_data, &d, dy, wt, dx));
+  AX_ASSERT_OK(AX_K(ct_cpu(), conv2d_bwd_filter, &d, x, dy, dw));
+  AX_ASSERT_OK(AX_K(ct_gpu(), conv2d_fwd, &d, gx, gw, gy));
+  AX_ASSERT_OK(AX_K(ct_gpu(), conv2d_bwd_data, &d, gdy, gw, gdx));
+  AX_ASSERT_OK(AX_K(ct_gpu(), conv2d_bwd_filter, &d, gx, gdy, gdw));
+  ct_check("conv2d_fwd", gy, y, ny, atol, rtol);
+  ct_check("conv2d_bwd_data", gdx, dx, nx, atol, rtol);
+  ct_check("conv2d_bwd_filter", gdw, dw, nw, atol, rtol);
+  ct_free(gx), ct_free(gw), ct_free(gdy), ct_free(gdw), ct_free(gy);
+  ct_free(gdx);
   free(x), free(wt), free(dy), free(dw), free(y), free(dx), free(junk);
 }
 
@@ -152,13 +98,13 @@ static void conv_algo_cache(void **state) {
   if (!axi_cuda_dnn_stats)
     skip();
   int64_t s0, h0, s1, h1, s2, h2;
-  AX_ASSERT_OK(axi_cuda_dnn_stats(gpu(), &s0, &h0));
+  AX_ASSERT_OK(axi_cuda_dnn_stats(ct_gpu(), &s0, &h0));
   conv_case(2, 6, 10, 12, 5, 3, 3, 1, 1); /* a shape no other test uses */
-  AX_ASSERT_OK(axi_cuda_dnn_stats(gpu(), &s1, &h1));
+  AX_ASSERT_OK(axi_cuda_dnn_stats(ct_gpu(), &s1, &h1));
   assert_int_equal(s1, s0 + 3);
   assert_int_equal(h1, h0);
   conv_case(2, 6, 10, 12, 5, 3, 3, 1, 1);
-  AX_ASSERT_OK(axi_cuda_dnn_stats(gpu(), &s2, &h2));
+  AX_ASSERT_OK(axi_cuda_dnn_stats(ct_gpu(), &s2, &h2));
   assert_int_equal(s2, s1);
   assert_int_equal(h2, h1 + 3);
 }
@@ -176,9 +122,9 @@ static void conv_benchmark_and_tf32(void **state) {
 
 static void conv_rejects_bad_descriptor(void **state) {
   ax_conv_desc d = {2, 3, 8, 8, 4, 3, 3, 1, 1, 0, 0}; /* oh, ow not set */
-  float *p = up(NULL, 0);
-  AX_ASSERT_ERR(AX_K(gpu(), conv2d_fwd, &d, p, p, p), AX_EINVAL);
-  dfree(p);
+  float *p = ct_up(NULL, 0);
+  AX_ASSERT_ERR(AX_K(ct_gpu(), conv2d_fwd, &d, p, p, p), AX_EINVAL);
+  ct_free(p);
 }
 
 /* ---- batch norm ---- */
@@ -186,62 +132,67 @@ static void conv_rejects_bad_descriptor(void **state) {
 static void bn_case(int n, int c, int hw, float eps, int with_run, int relu) {
   size_t nx = (size_t)n * c * hw;
   const float mom = 0.1f;
-  float *x = randv(11, nx), *dy = randv(12, nx), *gamma = randv(13, c),
-        *beta = randv(14, c), *rm = randv(15, c), *rv = randv(16, c);
+  float *x = ct_randn(11, nx, 1), *dy = ct_randn(12, nx, 1),
+        *gamma = ct_randn(13, c, 1), *beta = ct_randn(14, c, 1),
+        *rm = ct_randn(15, c, 1), *rv = ct_randn(16, c, 1);
   for (int i = 0; i < c; i++)
     rv[i] = 0.5f + fabsf(rv[i]);
   for (size_t i = 0; i < nx; i++)
     x[i] = 3.0f + 2.0f * x[i]; /* a mean and variance far from 0 and 1 */
-  float *gx = up(x, nx * 4), *gdy = up(dy, nx * 4), *gg = up(gamma, c * 4),
-        *gb = up(beta, c * 4), *grm = up(rm, c * 4), *grv = up(rv, c * 4);
-  float *ye = malloc(nx * 4), *gye = up(NULL, nx * 4);
+  float *gx = ct_up(x, nx * 4), *gdy = ct_up(dy, nx * 4),
+        *gg = ct_up(gamma, c * 4), *gb = ct_up(beta, c * 4),
+        *grm = ct_up(rm, c * 4), *grv = ct_up(rv, c * 4);
+  float *ye = malloc(nx * 4), *gye = ct_up(NULL, nx * 4);
   /* eval with the initial running statistics */
   AX_ASSERT_OK(
-      AX_K(cpu(), bn_fwd_eval, n, c, hw, x, gamma, beta, rm, rv, eps, ye));
+      AX_K(ct_cpu(), bn_fwd_eval, n, c, hw, x, gamma, beta, rm, rv, eps, ye));
   AX_ASSERT_OK(
-      AX_K(gpu(), bn_fwd_eval, n, c, hw, gx, gg, gb, grm, grv, eps, gye));
-  check(gye, ye, nx, 1e-4, 1e-4, "bn_fwd_eval y");
-  float *y = malloc(nx * 4), *st = malloc(2 * c * 4), *gy = up(NULL, nx * 4),
-        *gst = up(NULL, 2 * c * 4);
+      AX_K(ct_gpu(), bn_fwd_eval, n, c, hw, gx, gg, gb, grm, grv, eps, gye));
+  ct_check("bn_fwd_eval y", gye, ye, nx, 1e-4, 1e-4);
+  float *y = malloc(nx * 4), *st = malloc(2 * c * 4), *gy = ct_up(NULL, nx * 4),
+        *gst = ct_up(NULL, 2 * c * 4);
   float *crm = with_run ? rm : NULL, *crv = with_run ? rv : NULL;
   float *cgrm = with_run ? grm : NULL, *cgrv = with_run ? grv : NULL;
   if (relu) {
-    AX_ASSERT_OK(AX_K(cpu(), bn_relu_fwd_train, n, c, hw, x, gamma, beta, y, st,
-                      st + c, crm, crv, mom, eps));
-    AX_ASSERT_OK(AX_K(gpu(), bn_relu_fwd_train, n, c, hw, gx, gg, gb, gy, gst,
-                      gst + c, cgrm, cgrv, mom, eps));
+    AX_ASSERT_OK(AX_K(ct_cpu(), bn_relu_fwd_train, n, c, hw, x, gamma, beta, y,
+                      st, st + c, crm, crv, mom, eps));
+    AX_ASSERT_OK(AX_K(ct_gpu(), bn_relu_fwd_train, n, c, hw, gx, gg, gb, gy,
+                      gst, gst + c, cgrm, cgrv, mom, eps));
   } else {
-    AX_ASSERT_OK(AX_K(cpu(), bn_fwd_train, n, c, hw, x, gamma, beta, y, st,
+    AX_ASSERT_OK(AX_K(ct_cpu(), bn_fwd_train, n, c, hw, x, gamma, beta, y, st,
                       st + c, crm, crv, mom, eps));
-    AX_ASSERT_OK(AX_K(gpu(), bn_fwd_train, n, c, hw, gx, gg, gb, gy, gst,
+    AX_ASSERT_OK(AX_K(ct_gpu(), bn_fwd_train, n, c, hw, gx, gg, gb, gy, gst,
                       gst + c, cgrm, cgrv, mom, eps));
   }
-  check(gst, st, c, 1e-5, 1e-5, "bn save_mean");
-  check(gst + c, st + c, c, 1e-5, 1e-5, "bn save_invstd");
-  check(gy, y, nx, 1e-4, 1e-4, "bn_fwd_train y");
+  ct_check("bn save_mean", gst, st, c, 1e-5, 1e-5);
+  ct_check("bn save_invstd", gst + c, st + c, c, 1e-5, 1e-5);
+  ct_check("bn_fwd_train y", gy, y, nx, 1e-4, 1e-4);
   /* Running statistics: updated (unbiased variance) or left alone. */
-  check(grm, rm, c, 1e-5, 1e-5, "bn run_mean");
-  check(grv, rv, c, 1e-5, 1e-5, "bn run_var");
+  ct_check("bn run_mean", grm, rm, c, 1e-5, 1e-5);
+  ct_check("bn run_var", grv, rv, c, 1e-5, 1e-5);
   float *dx = malloc(nx * 4), *dg = malloc(c * 4), *db = malloc(c * 4);
   for (int i = 0; i < c; i++)
     dg[i] = 0.5f, db[i] = -0.25f; /* accumulated into */
-  float *gdx = up(NULL, nx * 4), *gdg = up(dg, c * 4), *gdb = up(db, c * 4);
+  float *gdx = ct_up(NULL, nx * 4), *gdg = ct_up(dg, c * 4),
+        *gdb = ct_up(db, c * 4);
   if (relu) {
-    AX_ASSERT_OK(AX_K(cpu(), bn_relu_bwd, n, c, hw, x, y, dy, gamma, st, st + c,
-                      dx, dg, db));
-    AX_ASSERT_OK(AX_K(gpu(), bn_relu_bwd, n, c, hw, gx, gy, gdy, gg, gst,
+    AX_ASSERT_OK(AX_K(ct_cpu(), bn_relu_bwd, n, c, hw, x, y, dy, gamma, st,
+                      st + c, dx, dg, db));
+    AX_ASSERT_OK(AX_K(ct_gpu(), bn_relu_bwd, n, c, hw, gx, gy, gdy, gg, gst,
                       gst + c, gdx, gdg, gdb));
   } else {
     AX_ASSERT_OK(
-        AX_K(cpu(), bn_bwd, n, c, hw, x, dy, gamma, st, st + c, dx, dg, db));
-    AX_ASSERT_OK(AX_K(gpu(), bn_bwd, n, c, hw, gx, gdy, gg, gst, gst + c, gdx,
-                      gdg, gdb));
+        AX_K(ct_cpu(), bn_bwd, n, c, hw, x, dy, gamma, st, st + c, dx, dg, db));
+    AX_ASSERT_OK(AX_K(ct_gpu(), bn_bwd, n, c, hw, gx, gdy, gg, gst, gst + c,
+                      gdx, gdg, gdb));
   }
-  check(gdx, dx, nx, 1e-4, 1e-4, "bn_bwd dx");
-  check(gdg, dg, c, 1e-3, 1e-4, "bn_bwd dgamma");
-  check(gdb, db, c, 1e-3, 1e-4, "bn_bwd dbeta");
-  dfree(gx), dfree(gdy), dfree(gg), dfree(gb), dfree(grm), dfree(grv);
-  dfree(gye), dfree(gy), dfree(gst), dfree(gdx), dfree(gdg), dfree(gdb);
+  ct_check("bn_bwd dx", gdx, dx, nx, 1e-4, 1e-4);
+  ct_check("bn_bwd dgamma", gdg, dg, c, 1e-3, 1e-4);
+  ct_check("bn_bwd dbeta", gdb, db, c, 1e-3, 1e-4);
+  ct_free(gx), ct_free(gdy), ct_free(gg), ct_free(gb), ct_free(grm);
+  ct_free(grv);
+  ct_free(gye), ct_free(gy), ct_free(gst), ct_free(gdx), ct_free(gdg);
+  ct_free(gdb);
   free(x), free(dy), free(gamma), free(beta), free(rm), free(rv), free(ye);
   free(y), free(st), free(dx), free(dg), free(db);
 }
@@ -270,32 +221,34 @@ static void bn_relu_matches_cpu(void **state) {
 static void bn_bwd_without_dx(void **state) {
   const int n = 4, c = 3, hw = 50;
   size_t nx = (size_t)n * c * hw;
-  float *x = randv(31, nx), *dy = randv(32, nx), *gamma = randv(33, c),
-        *beta = randv(34, c);
+  float *x = ct_randn(31, nx, 1), *dy = ct_randn(32, nx, 1),
+        *gamma = ct_randn(33, c, 1), *beta = ct_randn(34, c, 1);
   float st[6], dg[3] = {0}, db[3] = {0}, *y = malloc(nx * 4),
                *dx = malloc(nx * 4);
-  AX_ASSERT_OK(AX_K(cpu(), bn_fwd_train, n, c, hw, x, gamma, beta, y, st,
+  AX_ASSERT_OK(AX_K(ct_cpu(), bn_fwd_train, n, c, hw, x, gamma, beta, y, st,
                     st + c, NULL, NULL, 0.1f, 1e-5f));
   AX_ASSERT_OK(
-      AX_K(cpu(), bn_bwd, n, c, hw, x, dy, gamma, st, st + c, dx, dg, db));
+      AX_K(ct_cpu(), bn_bwd, n, c, hw, x, dy, gamma, st, st + c, dx, dg, db));
   float zero[3] = {0};
-  float *gx = up(x, nx * 4), *gdy = up(dy, nx * 4), *gg = up(gamma, 12),
-        *gst = up(st, 24), *gdg = up(zero, 12), *gdb = up(zero, 12);
-  AX_ASSERT_OK(
-      AX_K(gpu(), bn_bwd, n, c, hw, gx, gdy, gg, gst, gst + c, NULL, gdg, gdb));
-  check(gdg, dg, c, 1e-4, 1e-4, "bn_bwd dgamma (no dx)");
-  check(gdb, db, c, 1e-4, 1e-4, "bn_bwd dbeta (no dx)");
-  dfree(gx), dfree(gdy), dfree(gg), dfree(gst), dfree(gdg), dfree(gdb);
+  float *gx = ct_up(x, nx * 4), *gdy = ct_up(dy, nx * 4),
+        *gg = ct_up(gamma, 12), *gst = ct_up(st, 24), *gdg = ct_up(zero, 12),
+        *gdb = ct_up(zero, 12);
+  AX_ASSERT_OK(AX_K(ct_gpu(), bn_bwd, n, c, hw, gx, gdy, gg, gst, gst + c, NULL,
+                    gdg, gdb));
+  ct_check("bn_bwd dgamma (no dx)", gdg, dg, c, 1e-4, 1e-4);
+  ct_check("bn_bwd dbeta (no dx)", gdb, db, c, 1e-4, 1e-4);
+  ct_free(gx), ct_free(gdy), ct_free(gg), ct_free(gst), ct_free(gdg);
+  ct_free(gdb);
   free(x), free(dy), free(gamma), free(beta), free(y), free(dx);
 }
 
 static void bn_single_value_fails(void **state) {
   float h[2] = {1, 2};
-  float *p = up(h, 8), *q = up(h, 8);
-  AX_ASSERT_ERR(AX_K(gpu(), bn_fwd_train, 1, 2, 1, p, p, p, q, q, q, NULL, NULL,
-                     0.1f, 1e-5f),
+  float *p = ct_up(h, 8), *q = ct_up(h, 8);
+  AX_ASSERT_ERR(AX_K(ct_gpu(), bn_fwd_train, 1, 2, 1, p, p, p, q, q, q, NULL,
+                     NULL, 0.1f, 1e-5f),
                 AX_ESHAPE);
-  dfree(p), dfree(q);
+  ct_free(p), ct_free(q);
 }
 
 /* ---- pooling ---- */
@@ -305,32 +258,33 @@ static void pool_case(int n, int c, int h, int w, int kh, int kw, int stride,
   ax_pool_desc d = {n, c, h, w, kh, kw, stride, pad, 0, 0};
   AX_ASSERT_OK(ax_pool_desc_init(&d));
   size_t nx = (size_t)n * c * h * w, ny = (size_t)n * c * d.oh * d.ow;
-  float *x = randv(21, nx), *dy = randv(22, ny);
+  float *x = ct_randn(21, nx, 1), *dy = ct_randn(22, ny, 1);
   if (ties) /* few distinct values: the first maximum must win */
     for (size_t i = 0; i < nx; i++)
       x[i] = floorf(x[i]);
   float *y = malloc(ny * 4), *ya = malloc(ny * 4), *dx = malloc(nx * 4),
         *dxa = malloc(nx * 4), *junk = nans(nx + ny);
   int32_t *am = malloc(ny * 4);
-  float *gx = up(x, nx * 4), *gdy = up(dy, ny * 4), *gy = up(junk, ny * 4),
-        *gya = up(junk, ny * 4), *gdx = up(junk, nx * 4),
-        *gdxa = up(junk, nx * 4);
-  int32_t *gam = up(NULL, ny * 4);
-  AX_ASSERT_OK(AX_K(cpu(), maxpool_fwd, &d, x, y, am));
-  AX_ASSERT_OK(AX_K(cpu(), maxpool_bwd, &d, dy, am, dx));
-  AX_ASSERT_OK(AX_K(cpu(), avgpool_fwd, &d, x, ya));
-  AX_ASSERT_OK(AX_K(cpu(), avgpool_bwd, &d, dy, dxa));
-  AX_ASSERT_OK(AX_K(gpu(), maxpool_fwd, &d, gx, gy, gam));
-  AX_ASSERT_OK(AX_K(gpu(), maxpool_bwd, &d, gdy, gam, gdx));
-  AX_ASSERT_OK(AX_K(gpu(), avgpool_fwd, &d, gx, gya));
-  AX_ASSERT_OK(AX_K(gpu(), avgpool_bwd, &d, gdy, gdxa));
-  check_exact(gam, am, ny * 4, "maxpool argmax");
-  check_exact(gy, y, ny * 4, "maxpool_fwd y");
-  check(gdx, dx, nx, 1e-6, 1e-6, "maxpool_bwd");
-  check(gya, ya, ny, 1e-6, 1e-6, "avgpool_fwd");
-  check(gdxa, dxa, nx, 1e-6, 1e-6, "avgpool_bwd");
-  dfree(gx), dfree(gdy), dfree(gy), dfree(gya), dfree(gdx), dfree(gdxa);
-  dfree(gam);
+  float *gx = ct_up(x, nx * 4), *gdy = ct_up(dy, ny * 4),
+        *gy = ct_up(junk, ny * 4), *gya = ct_up(junk, ny * 4),
+        *gdx = ct_up(junk, nx * 4), *gdxa = ct_up(junk, nx * 4);
+  int32_t *gam = ct_up(NULL, ny * 4);
+  AX_ASSERT_OK(AX_K(ct_cpu(), maxpool_fwd, &d, x, y, am));
+  AX_ASSERT_OK(AX_K(ct_cpu(), maxpool_bwd, &d, dy, am, dx));
+  AX_ASSERT_OK(AX_K(ct_cpu(), avgpool_fwd, &d, x, ya));
+  AX_ASSERT_OK(AX_K(ct_cpu(), avgpool_bwd, &d, dy, dxa));
+  AX_ASSERT_OK(AX_K(ct_gpu(), maxpool_fwd, &d, gx, gy, gam));
+  AX_ASSERT_OK(AX_K(ct_gpu(), maxpool_bwd, &d, gdy, gam, gdx));
+  AX_ASSERT_OK(AX_K(ct_gpu(), avgpool_fwd, &d, gx, gya));
+  AX_ASSERT_OK(AX_K(ct_gpu(), avgpool_bwd, &d, gdy, gdxa));
+  ct_check_exact("maxpool argmax", gam, am, ny * 4);
+  ct_check_exact("maxpool_fwd y", gy, y, ny * 4);
+  ct_check("maxpool_bwd", gdx, dx, nx, 1e-6, 1e-6);
+  ct_check("avgpool_fwd", gya, ya, ny, 1e-6, 1e-6);
+  ct_check("avgpool_bwd", gdxa, dxa, nx, 1e-6, 1e-6);
+  ct_free(gx), ct_free(gdy), ct_free(gy), ct_free(gya), ct_free(gdx);
+  ct_free(gdxa);
+  ct_free(gam);
   free(x), free(dy), free(y), free(ya), free(dx), free(dxa), free(junk);
   free(am);
 }

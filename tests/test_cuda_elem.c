@@ -8,65 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_testutil.h"
 #include "harness.h"
 #include "kernels/backend-impl.h"
-#include "runtime/rng.h"
 
 #define N (((size_t)1 << 20) + 3) /* > one grid of blocks, odd */
-
-static ax_backend *cpu(void) {
-  ax_backend *be = NULL;
-  AX_ASSERT_OK(ax_backend_get(AX_CPU, &be));
-  return be;
-}
-
-static ax_backend *gpu(void) {
-  ax_backend *be = NULL;
-  AX_ASSERT_OK(ax_backend_get((ax_device){AX_DEV_CUDA, 0}, &be));
-  return be;
-}
-
-static float *randv(uint64_t seed, size_t n, float scale) {
-  ax_rng r;
-  ax_rng_seed(&r, seed);
-  float *v = malloc(n * sizeof *v);
-  assert_non_null(v);
-  for (size_t i = 0; i < n; i++)
-    v[i] = scale * (float)ax_rng_normal(&r);
-  return v;
-}
-
-static float *up(const float *h, size_t n) {
-  ax_backend *g = gpu();
-  float *d = g->iface.alloc(g, n * sizeof *d);
-  assert_non_null(d);
-  AX_ASSERT_OK(AX_K(g, copy_from_host, d, h, n * sizeof *d));
-  return d;
-}
-
-static void down(float *h, const float *d, size_t n) {
-  AX_ASSERT_OK(AX_K(gpu(), copy_to_host, h, d, n * sizeof *h));
-}
-
-static void dfree(void *d) { gpu()->iface.free(gpu(), d); }
-
-static void expect_close(const char *what, const float *got, const float *ref,
-                         size_t n, double atol, double rtol) {
-  double r = ax_test_close_ratio(got, ref, n, atol, rtol);
-  if (!(r <= 1.0))
-    fail_msg("%s: worst element at %.3g x the tolerance (atol %g, rtol %g)",
-             what, r, atol, rtol);
-}
 
 /* Runs activation op (0 relu_fwd, 1 relu_bwd, 2 tanh_fwd, 3 tanh_bwd,
  * 4 gelu_fwd, 5 gelu_bwd, 6 add_relu_fwd) on both backends and compares.
  * x is N(0, 9) (|x| up to ~15, both signs, past the saturation of tanh and
  * erf), dy is N(0, 1); atol < 0 asks for identical bits. */
 static void check_act(const char *what, int op, double atol, double rtol) {
-  float *x = randv(11 + op, N, 3), *g = randv(12 + op, N, 1);
+  float *x = ct_randn(11 + op, N, 3), *g = ct_randn(12 + op, N, 1);
   float *ref = malloc(N * 4), *got = malloc(N * 4);
-  float *dx = up(x, N), *dg = up(g, N), *dout = up(g, N);
-  ax_backend *c = cpu(), *d = gpu();
+  float *dx = ct_up(x, N * 4), *dg = ct_up(g, N * 4), *dout = ct_up(g, N * 4);
+  ax_backend *c = ct_cpu(), *d = ct_gpu();
   int rc_c, rc_d;
   switch (op) {
   case 0:
@@ -105,12 +61,12 @@ static void check_act(const char *what, int op, double atol, double rtol) {
   }
   AX_ASSERT_OK(rc_c);
   AX_ASSERT_OK(rc_d);
-  down(got, dout, N);
+  ct_down(got, dout, N * 4);
   if (atol < 0)
     assert_memory_equal(got, ref, N * 4);
   else
-    expect_close(what, got, ref, N, atol, rtol);
-  dfree(dx); dfree(dg); dfree(dout);
+    ct_expect_close(what, got, ref, N, atol, rtol);
+  ct_free(dx); ct_free(dg); ct_free(dout);
   free(x); free(g); free(ref); free(got);
 }
 
@@ -141,21 +97,21 @@ static void tanh_gelu_close(void **state) {
 
 /* In place (y aliases x, dx aliases dy) gives the out-of-place result. */
 static void in_place(void **state) {
-  float *x = randv(21, N, 2), *g = randv(22, N, 1);
+  float *x = ct_randn(21, N, 2), *g = ct_randn(22, N, 1);
   float *a = malloc(N * 4), *b = malloc(N * 4);
-  float *dx = up(x, N), *dy = up(g, N), *out = up(x, N);
-  AX_ASSERT_OK(AX_K(gpu(), gelu_fwd, N, dx, out));
-  AX_ASSERT_OK(AX_K(gpu(), gelu_fwd, N, dx, dx));
-  down(a, out, N);
-  down(b, dx, N);
+  float *dx = ct_up(x, N * 4), *dy = ct_up(g, N * 4), *out = ct_up(x, N * 4);
+  AX_ASSERT_OK(AX_K(ct_gpu(), gelu_fwd, N, dx, out));
+  AX_ASSERT_OK(AX_K(ct_gpu(), gelu_fwd, N, dx, dx));
+  ct_down(a, out, N * 4);
+  ct_down(b, dx, N * 4);
   assert_memory_equal(a, b, N * 4);
-  AX_ASSERT_OK(AX_K(gpu(), relu_bwd, N, dx, dy, out));
-  AX_ASSERT_OK(AX_K(gpu(), relu_bwd, N, dx, dy, dy));
-  down(a, out, N);
-  down(b, dy, N);
+  AX_ASSERT_OK(AX_K(ct_gpu(), relu_bwd, N, dx, dy, out));
+  AX_ASSERT_OK(AX_K(ct_gpu(), relu_bwd, N, dx, dy, dy));
+  ct_down(a, out, N * 4);
+  ct_down(b, dy, N * 4);
   assert_memory_equal(a, b, N * 4);
-  AX_ASSERT_OK(AX_K(gpu(), relu_fwd, 0, NULL, NULL)); /* n == 0 */
-  dfree(dx); dfree(dy); dfree(out);
+  AX_ASSERT_OK(AX_K(ct_gpu(), relu_fwd, 0, NULL, NULL)); /* n == 0 */
+  ct_free(dx); ct_free(dy); ct_free(out);
   free(x); free(g); free(a); free(b);
 }
 
@@ -165,22 +121,22 @@ static void in_place(void **state) {
 static void dropout_bit_identical(void **state) {
   const float ps[] = {0.0f, 0.1f, 0.5f, 0.9f};
   const uint64_t seeds[] = {1, 12345, 0xdeadbeefcafef00dull};
-  float *x = randv(31, N, 1), *ref = malloc(N * 4), *got = malloc(N * 4);
-  float *dx = up(x, N), *dy = up(x, N);
+  float *x = ct_randn(31, N, 1), *ref = malloc(N * 4), *got = malloc(N * 4);
+  float *dx = ct_up(x, N * 4), *dy = ct_up(x, N * 4);
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < 3; j++) {
-      AX_ASSERT_OK(AX_K(cpu(), dropout_fwd, N, x, ref, ps[i], seeds[j]));
-      AX_ASSERT_OK(AX_K(gpu(), dropout_fwd, N, dx, dy, ps[i], seeds[j]));
-      down(got, dy, N);
+      AX_ASSERT_OK(AX_K(ct_cpu(), dropout_fwd, N, x, ref, ps[i], seeds[j]));
+      AX_ASSERT_OK(AX_K(ct_gpu(), dropout_fwd, N, dx, dy, ps[i], seeds[j]));
+      ct_down(got, dy, N * 4);
       assert_memory_equal(got, ref, N * 4);
-      AX_ASSERT_OK(AX_K(cpu(), dropout_bwd, N, x, ref, ps[i], seeds[j]));
-      AX_ASSERT_OK(AX_K(gpu(), dropout_bwd, N, dx, dy, ps[i], seeds[j]));
-      down(got, dy, N);
+      AX_ASSERT_OK(AX_K(ct_cpu(), dropout_bwd, N, x, ref, ps[i], seeds[j]));
+      AX_ASSERT_OK(AX_K(ct_gpu(), dropout_bwd, N, dx, dy, ps[i], seeds[j]));
+      ct_down(got, dy, N * 4);
       assert_memory_equal(got, ref, N * 4);
     }
-  AX_ASSERT_ERR(AX_K(gpu(), dropout_fwd, N, dx, dy, 1.0f, 1), AX_EINVAL);
-  AX_ASSERT_ERR(AX_K(gpu(), dropout_bwd, N, dx, dy, -0.1f, 1), AX_EINVAL);
-  dfree(dx); dfree(dy);
+  AX_ASSERT_ERR(AX_K(ct_gpu(), dropout_fwd, N, dx, dy, 1.0f, 1), AX_EINVAL);
+  AX_ASSERT_ERR(AX_K(ct_gpu(), dropout_bwd, N, dx, dy, -0.1f, 1), AX_EINVAL);
+  ct_free(dx); ct_free(dy);
   free(x); free(ref); free(got);
 }
 
@@ -210,31 +166,33 @@ static void sgd_variants(void **state) {
   float *gw = malloc(OPT_N * 4), *gm = malloc(OPT_N * 4);
   for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
     sgd_case sc = cases[t];
-    float *w = randv(40 + t, OPT_N, 1), *mom = calloc(OPT_N, 4);
-    float *dw = up(w, OPT_N), *dm = up(mom, OPT_N);
+    float *w = ct_randn(40 + t, OPT_N, 1), *mom = calloc(OPT_N, 4);
+    float *dw = ct_up(w, OPT_N * 4), *dm = ct_up(mom, OPT_N * 4);
     float *pm = sc.momentum != 0.0f ? mom : NULL;
     float *pdm = sc.momentum != 0.0f ? dm : NULL;
     for (int step = 0; step < 4; step++) {
-      float *g = randv(50 + 10 * t + step, OPT_N, 1), *dg = up(g, OPT_N);
-      AX_ASSERT_OK(AX_K(cpu(), sgd_step, OPT_N, w, g, pm, sc.lr, sc.momentum,
+      float *g = ct_randn(50 + 10 * t + step, OPT_N, 1),
+            *dg = ct_up(g, OPT_N * 4);
+      AX_ASSERT_OK(AX_K(ct_cpu(), sgd_step, OPT_N, w, g, pm, sc.lr, sc.momentum,
                         sc.dampening, sc.wd, sc.nesterov, step == 0));
-      AX_ASSERT_OK(AX_K(gpu(), sgd_step, OPT_N, dw, dg, pdm, sc.lr,
+      AX_ASSERT_OK(AX_K(ct_gpu(), sgd_step, OPT_N, dw, dg, pdm, sc.lr,
                         sc.momentum, sc.dampening, sc.wd, sc.nesterov,
                         step == 0));
-      down(gw, dw, OPT_N);
-      expect_close("sgd w", gw, w, OPT_N, OPT_ATOL, OPT_RTOL);
+      ct_down(gw, dw, OPT_N * 4);
+      ct_expect_close("sgd w", gw, w, OPT_N, OPT_ATOL, OPT_RTOL);
       if (pm) {
-        down(gm, dm, OPT_N);
-        expect_close("sgd momentum", gm, mom, OPT_N, OPT_ATOL, OPT_RTOL);
+        ct_down(gm, dm, OPT_N * 4);
+        ct_expect_close("sgd momentum", gm, mom, OPT_N, OPT_ATOL, OPT_RTOL);
       }
-      dfree(dg);
+      ct_free(dg);
       free(g);
     }
-    dfree(dw); dfree(dm);
+    ct_free(dw); ct_free(dm);
     free(w); free(mom);
   }
-  AX_ASSERT_ERR(AX_K(gpu(), sgd_step, 4, gw, gw, NULL, 0.1f, 0.9f, 0.0f, 0.0f,
-                     0, 1), AX_EINVAL);
+  AX_ASSERT_ERR(
+      AX_K(ct_gpu(), sgd_step, 4, gw, gw, NULL, 0.1f, 0.9f, 0.0f, 0.0f, 0, 1),
+      AX_EINVAL);
   free(gw); free(gm);
 }
 
@@ -245,31 +203,33 @@ static void adamw_steps(void **state) {
   const float gscale[] = {1.0f, 1e-3f};
   float *gw = malloc(OPT_N * 4), *gmv = malloc(OPT_N * 4);
   for (int t = 0; t < 2; t++) {
-    float *w = randv(60 + t, OPT_N, 1);
+    float *w = ct_randn(60 + t, OPT_N, 1);
     float *m = calloc(OPT_N, 4), *v = calloc(OPT_N, 4);
-    float *dw = up(w, OPT_N), *dm = up(m, OPT_N), *dv = up(v, OPT_N);
+    float *dw = ct_up(w, OPT_N * 4), *dm = ct_up(m, OPT_N * 4),
+          *dv = ct_up(v, OPT_N * 4);
     for (int step = 1; step <= 6; step++) {
-      float *g = randv(70 + 10 * t + step, OPT_N, gscale[t]),
-            *dg = up(g, OPT_N);
-      AX_ASSERT_OK(AX_K(cpu(), adamw_step, OPT_N, w, g, m, v, 1e-3f, 0.9f,
+      float *g = ct_randn(70 + 10 * t + step, OPT_N, gscale[t]),
+            *dg = ct_up(g, OPT_N * 4);
+      AX_ASSERT_OK(AX_K(ct_cpu(), adamw_step, OPT_N, w, g, m, v, 1e-3f, 0.9f,
                         0.999f, 1e-8f, 1e-2f, step));
-      AX_ASSERT_OK(AX_K(gpu(), adamw_step, OPT_N, dw, dg, dm, dv, 1e-3f, 0.9f,
-                        0.999f, 1e-8f, 1e-2f, step));
-      down(gw, dw, OPT_N);
-      expect_close("adamw w", gw, w, OPT_N, OPT_ATOL, OPT_RTOL);
-      down(gmv, dm, OPT_N);
-      expect_close("adamw m", gmv, m, OPT_N, OPT_ATOL * gscale[t], OPT_RTOL);
-      down(gmv, dv, OPT_N);
-      expect_close("adamw v", gmv, v, OPT_N,
-                   OPT_ATOL * gscale[t] * gscale[t], OPT_RTOL);
-      dfree(dg);
+      AX_ASSERT_OK(AX_K(ct_gpu(), adamw_step, OPT_N, dw, dg, dm, dv, 1e-3f,
+                        0.9f, 0.999f, 1e-8f, 1e-2f, step));
+      ct_down(gw, dw, OPT_N * 4);
+      ct_expect_close("adamw w", gw, w, OPT_N, OPT_ATOL, OPT_RTOL);
+      ct_down(gmv, dm, OPT_N * 4);
+      ct_expect_close("adamw m", gmv, m, OPT_N, OPT_ATOL * gscale[t], OPT_RTOL);
+      ct_down(gmv, dv, OPT_N * 4);
+      ct_expect_close("adamw v", gmv, v, OPT_N,
+                      OPT_ATOL * gscale[t] * gscale[t], OPT_RTOL);
+      ct_free(dg);
       free(g);
     }
-    dfree(dw); dfree(dm); dfree(dv);
+    ct_free(dw); ct_free(dm); ct_free(dv);
     free(w); free(m); free(v);
   }
-  AX_ASSERT_ERR(AX_K(gpu(), adamw_step, 4, gw, gw, gw, gw, 1e-3f, 0.9f,
-                     0.999f, 1e-8f, 0.0f, 0), AX_EINVAL);
+  AX_ASSERT_ERR(AX_K(ct_gpu(), adamw_step, 4, gw, gw, gw, gw, 1e-3f, 0.9f,
+                     0.999f, 1e-8f, 0.0f, 0),
+                AX_EINVAL);
   free(gw); free(gmv);
 }
 
