@@ -65,7 +65,8 @@ double ax_test_close_ratio(const float *a, const float *b, size_t n,
   return worst;
 }
 
-/* loss = sum_i <out_i, R_i>, with R_i drawn from a fixed seed. */
+/* loss = sum_i <out_i, R_i>, with R_i drawn from a fixed seed (outputs
+ * read on the host, wherever the net runs). */
 static double probe_loss(ax_net *net, const ax_tlist *in, int update_stats) {
   ax_slot *slot = ax_slot_new();
   ax_exec ex = ax_net_exec(net, 1);
@@ -77,27 +78,43 @@ static double probe_loss(ax_net *net, const ax_tlist *in, int update_stats) {
   for (int i = 0; i < out.n; i++) {
     if (!out.t[i] || out.t[i]->dtype != AX_F32)
       continue;
+    ax_tensor *h = ax_tensor_to(out.t[i], AX_CPU);
+    assert_non_null(h);
     ax_rng r;
     ax_rng_seed(&r, 1000 + (uint64_t)i);
-    const float *o = ax_f32(out.t[i]);
-    for (size_t j = 0; j < ax_tensor_numel(out.t[i]); j++)
+    const float *o = ax_f32(h);
+    for (size_t j = 0; j < ax_tensor_numel(h); j++)
       loss += (double)o[j] * ax_rng_normal(&r);
+    ax_tensor_release(h);
   }
   ax_tlist_clear(&out);
   ax_slot_free(slot);
   return loss;
 }
 
-static void check_coord(float *x, size_t i, float analytic, ax_net *net,
+/* Element i of f32 tensor x, on any device. */
+static float elem_get(const ax_tensor *x, size_t i) {
+  float v;
+  ax_backend *be = ax_backend_of(x->device);
+  AX_ASSERT_OK(AX_K(be, copy_to_host, &v, ax_f32(x) + i, sizeof v));
+  return v;
+}
+
+static void elem_set(ax_tensor *x, size_t i, float v) {
+  ax_backend *be = ax_backend_of(x->device);
+  AX_ASSERT_OK(AX_K(be, copy_from_host, ax_f32(x) + i, &v, sizeof v));
+}
+
+static void check_coord(ax_tensor *x, size_t i, float analytic, ax_net *net,
                         const ax_tlist *in, double eps, double atol,
                         double rtol, const char *what, double *worst,
                         char *report, size_t report_len) {
-  float saved = x[i];
-  x[i] = saved + (float)eps;
+  float saved = elem_get(x, i);
+  elem_set(x, i, saved + (float)eps);
   double lp = probe_loss(net, in, 0);
-  x[i] = saved - (float)eps;
+  elem_set(x, i, saved - (float)eps);
   double lm = probe_loss(net, in, 0);
-  x[i] = saved;
+  elem_set(x, i, saved);
   double numeric = (lp - lm) / (2.0 * eps);
   double ratio = fabs(analytic - numeric) / (atol + rtol * fabs(numeric));
   if (ratio > *worst) {
@@ -110,25 +127,41 @@ static void check_coord(float *x, size_t i, float analytic, ax_net *net,
 void ax_test_gradcheck(ax_module *m, const ax_tlist *inputs,
                        unsigned input_mask, int samples, double eps,
                        double atol, double rtol) {
-  ax_net *net = ax_net_new(m, AX_CPU, 7);
+  ax_test_gradcheck_on(AX_CPU, m, inputs, input_mask, samples, eps, atol,
+                       rtol);
+}
+
+void ax_test_gradcheck_on(ax_device dev, ax_module *m, const ax_tlist *host_in,
+                          unsigned input_mask, int samples, double eps,
+                          double atol, double rtol) {
+  ax_net *net = ax_net_new(m, dev, 7);
   assert_non_null(net);
+  ax_tlist in = {0}; /* the inputs on dev (references when already there) */
+  in.n = host_in->n;
+  for (int k = 0; k < host_in->n; k++)
+    if (host_in->t[k])
+      assert_non_null(in.t[k] = ax_tensor_to(host_in->t[k], dev));
   /* Analytic gradients of loss = sum <out, R>. */
   ax_slot *slot = ax_slot_new();
   ax_exec ex = ax_net_exec(net, 1);
   ex.seed = 99;
   ex.update_stats = 0;
   ax_tlist out = {0}, dout = {0}, din = {0};
-  AX_ASSERT_OK(ax_forward(net->root, &ex, slot, inputs, &out));
+  AX_ASSERT_OK(ax_forward(net->root, &ex, slot, &in, &out));
   dout.n = out.n;
   for (int i = 0; i < out.n; i++) {
     if (!out.t[i] || out.t[i]->dtype != AX_F32)
       continue;
-    dout.t[i] = ax_tensor_like(out.t[i]);
+    ax_tensor *h = ax_tensor_new(AX_F32, out.t[i]->ndim, out.t[i]->shape,
+                                 AX_CPU);
+    assert_non_null(h);
     ax_rng r;
     ax_rng_seed(&r, 1000 + (uint64_t)i);
-    float *d = ax_f32(dout.t[i]);
-    for (size_t j = 0; j < ax_tensor_numel(dout.t[i]); j++)
+    float *d = ax_f32(h);
+    for (size_t j = 0; j < ax_tensor_numel(h); j++)
       d[j] = (float)ax_rng_normal(&r);
+    assert_non_null(dout.t[i] = ax_tensor_to(h, dev));
+    ax_tensor_release(h);
   }
   AX_ASSERT_OK(ax_net_zero_grad(net));
   ex.need_dx = input_mask != 0;
@@ -141,31 +174,37 @@ void ax_test_gradcheck(ax_module *m, const ax_tlist *inputs,
   char report[256] = "";
   ax_rng pick;
   ax_rng_seed(&pick, 4242);
-  float *p = ax_f32(net->params), *g = ax_f32(net->grads);
+  ax_tensor *g = ax_tensor_to(net->grads, AX_CPU);
+  assert_non_null(g);
   size_t np = net->n_params;
   for (int s = 0; s < samples && np; s++) {
     size_t i = (size_t)ax_rng_below(&pick, np);
-    check_coord(p, i, g[i], net, inputs, eps, atol, rtol, "param", &worst,
-                report, sizeof report);
+    check_coord(net->params, i, ax_f32(g)[i], net, &in, eps, atol, rtol,
+                "param", &worst, report, sizeof report);
   }
-  for (int k = 0; k < inputs->n; k++) {
-    ax_tensor *x = inputs->t[k];
+  ax_tensor_release(g);
+  for (int k = 0; k < in.n; k++) {
+    ax_tensor *x = in.t[k];
     if (!(input_mask & (1u << k)) || !x || x->dtype != AX_F32)
       continue;
     assert_true(k < din.n && din.t[k] != NULL);
     assert_true(ax_tensor_same_shape(din.t[k], x));
     size_t nx = ax_tensor_numel(x);
-    const float *dx = ax_f32(din.t[k]);
+    ax_tensor *dx = ax_tensor_to(din.t[k], AX_CPU);
+    assert_non_null(dx);
     char what[32];
     snprintf(what, sizeof what, "input%d", k);
     for (int s = 0; s < samples && nx; s++) {
       size_t i = (size_t)ax_rng_below(&pick, nx);
-      check_coord(ax_f32(x), i, dx[i], net, inputs, eps, atol, rtol, what,
+      check_coord(x, i, ax_f32(dx)[i], net, &in, eps, atol, rtol, what,
                   &worst, report, sizeof report);
     }
+    ax_tensor_release(dx);
   }
   ax_tlist_clear(&din);
+  ax_tlist_clear(&in);
   ax_net_free(net);
   if (worst > 1.0)
-    fail_msg("gradcheck: worst ratio %.3g at %s", worst, report);
+    fail_msg("gradcheck on %s: worst ratio %.3g at %s",
+             dev.type == AX_DEV_CPU ? "cpu" : "cuda", worst, report);
 }

@@ -81,5 +81,10 @@ double ax_test_close_ratio(const float *a, const float *b, size_t n,
 void ax_test_gradcheck(ax_module *m, const ax_tlist *inputs,
                        unsigned input_mask, int samples, double eps,
                        double atol, double rtol);
+/* The same check with the net, the inputs (copied from the CPU tensors
+ * given) and every probe on device dev. */
+void ax_test_gradcheck_on(ax_device dev, ax_module *m, const ax_tlist *inputs,
+                          unsigned input_mask, int samples, double eps,
+                          double atol, double rtol);
 
 #endif
