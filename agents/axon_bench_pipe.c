@@ -23,9 +23,9 @@
  * the moment the coordinator issued it; "rpc" is the mean of (reply time -
  * issue time - the compute time the stage reported), i.e. the round trip of
  * the call itself; "in_stage" is the mean of (the compute time the stage
- * reported - the nominal sleep), i.e. the fetch of activations or gradients
- * from the neighbour ("take", a stage-to-stage round trip), the copies and
- * the timer slack. For flushed modes (sequential, gpipe, 1f1b) the warm-up
+ * reported - the nominal sleep), i.e. the wait for activations or gradients
+ * the neighbour pushed (when they are still on the wire), the copies, the
+ * push of the outputs and the timer slack. For flushed modes (sequential, gpipe, 1f1b) the warm-up
  * is one mini-batch; for the others K + 1 mini-batches, and the last K - 1
  * (the drain, faster than the steady state) are not measured. */
 #include <getopt.h>

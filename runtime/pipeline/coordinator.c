@@ -92,6 +92,7 @@ static int create_hosts(ax_pipe *p, const int *bounds) {
       ax_values_add_rref(a, p->host[s + 1]);
     else
       ax_values_add_i64(a, 0);
+    ax_values_add_i64(a, (int64_t)ax_rref_id(p->host[s])); /* its inbox */
     ax_values *r = NULL;
     int err = ax_rref_rpc_sync(p->node, p->host[s], "setup", a, &co, &r);
     ax_values_free(a);

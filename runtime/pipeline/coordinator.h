@@ -7,7 +7,8 @@
  * (ax_pipe_schedule): an operation is issued (an asynchronous call through
  * the host's RRef) once the stage finished its previous operation and the
  * operations it depends on (ax_pipe_deps) completed. Activations and
- * gradients go from stage to stage ("take"); the coordinator sends control
+ * gradients go from stage to stage (pushed by their producer, stage_inbox.h);
+ * the coordinator sends control
  * messages, the inputs to the first stage and the labels to the last.
  * Each unit (micro-batch for sequential, gpipe and 1f1b; mini-batch for
  * ddg, fr and pipedream) runs in its own distributed autograd context,

@@ -1,7 +1,7 @@
 /* What a pipeline stage host records about itself (stage_host.c): every
  * forward, backward, recompute and optimizer step on lane 0, every receive
- * (fetching a neighbour's activations or gradients) on lane 1 and every send
- * (serving a neighbour's "take") on lane 2, as Chrome-trace events
+ * (waiting for a neighbour's activations or gradients) on lane 1 and every
+ * send (pushing to a neighbour) on lane 2, as Chrome-trace events
  * (trace.h) with pid = stage index. The coordinator collects them with the
  * host's "trace" method (ax_pipe_trace in coordinator.h). Internal to
  * runtime/pipeline/.

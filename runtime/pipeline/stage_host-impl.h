@@ -5,7 +5,7 @@
 #define AX_PIPELINE_STAGE_HOST_IMPL_H
 
 #include "runtime/dist/stage-impl.h"
-#include "runtime/pipeline/stage_outbox.h"
+#include "runtime/pipeline/stage_inbox.h"
 #include "runtime/pipeline/trace.h"
 
 typedef struct pstate { /* one unit between its forward and its backward */
@@ -23,7 +23,7 @@ typedef struct phost {
   axd_stage *s;
   int mode, recompute, is_last;
   ax_rref *prev, *next;
-  axp_outbox out; /* its own lock; everything else under s->mu */
+  axp_inbox in;   /* its own lock; everything else under s->mu */
   pstate *states;
   ax_trace *tr;   /* stage-side events (stage_events.h); its own lock */
 } phost;
@@ -33,6 +33,12 @@ void axp_state_free(pstate *st);
 /* Appends [busy_us, live_states, weight_versions, state_bytes] (s->mu
  * held). */
 int axp_host_report(phost *h, int64_t t0_us, ax_values *out);
+/* How long an operation waits for its neighbour's tensors: what is left of
+ * its call's deadline (at most 10 minutes). */
+static inline int64_t axp_wait_ms(ax_call_ctx *cc) {
+  int64_t left = ax_call_remaining_ms(cc);
+  return left < 1 ? 1 : left > 600000 ? 600000 : left;
+}
 /* The "bwd" method (stage_host_bwd.c). */
 int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                  ax_values *out);

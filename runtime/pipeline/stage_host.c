@@ -32,7 +32,7 @@ static void host_clear(phost *h) {
     axp_state_free(st);
   }
   h->states = NULL;
-  axp_outbox_clear(&h->out);
+  axp_inbox_close(&h->in);
 }
 
 static int host_create(ax_node *n, const char *config, ax_device dev,
@@ -61,7 +61,7 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
   h->s = s;
   h->mode = AX_MODE_SEQUENTIAL;
   h->tr = ax_trace_new(AXP_STAGE_EVENTS_MAX); /* NULL: no events */
-  axp_outbox_init(&h->out);
+  axp_inbox_init(&h->in, h->s->index, dev, h->tr);
   *obj = h;
   return AX_OK;
 }
@@ -69,7 +69,7 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
 static void host_destroy(void *obj) {
   phost *h = obj;
   host_clear(h);
-  axp_outbox_destroy(&h->out);
+  axp_inbox_destroy(&h->in);
   axd_stage_release(h->s);
   ax_trace_free(h->tr);
   free(h);
@@ -90,6 +90,11 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   for (int i = 0; i < 2; i++)
     if (ax_values_type(args, 3 + (size_t)i) == AX_VAL_EXT)
       AX_TRY(ax_values_get_rref(args, 3 + (size_t)i, &nb[i]));
+  int64_t self_id = 0;
+  if (ax_values_count(args) < 6 ||
+      ax_values_get_i64(args, 5, &self_id) != AX_OK || self_id == 0)
+    return ax_seterr(AX_EBADARG, "pipe.stage: setup needs the id of the "
+                     "host's own RRef (argument 5)");
   ax_config c;
   ax_optim_cfg oc;
   AX_TRY(ax_config_parse(&c, ocfg));
@@ -107,14 +112,10 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   ax_optim_free(s->opt);
   s->opt = o;
   int err = ax_net_zero_grad(s->net);
+  if (err == AX_OK)
+    err = axp_inbox_open(&h->in, (uint64_t)self_id);
   pthread_mutex_unlock(&s->mu);
   return err;
-}
-
-static int m_take(ax_call_ctx *cc, void *obj, const ax_values *args,
-                  ax_values *out) {
-  phost *h = obj;
-  return axp_outbox_take(&h->out, h->s->index, args, out, h->tr);
 }
 
 /* ---- statistics reported with every operation ------------------------------ */
@@ -173,14 +174,13 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     return ax_seterr(AX_EBADARG, "pipe.stage: %lld inputs", (long long)nin);
   int train = (flags & AX_PIPE_FLAG_TRAIN) != 0;
   ax_tlist in = {0}, y = {0};
-  int err = AX_OK;
-  if (nin == 0) {
-    err = axp_outbox_fetch(s->node, s->index, h->prev, 0, batch, (int)micro,
-                           s->dev, &in);
-    if (err == AX_OK)
-      axp_event_xfer(h->tr, s->index, 0, 0, (long)batch, (int)micro,
-                     s->index - 1, &in, t0, ax_trace_now_us());
-  } else {
+  int err = axp_inbox_error(&h->in);
+  if (err == AX_OK && nin == 0) {
+    err = axp_inbox_take(&h->in, s->node,
+                         h->prev ? ax_rref_owner(h->prev) : NULL,
+                         AXP_ACTIVATIONS, (long)batch, (int)micro,
+                         axp_wait_ms(cc), &in);
+  } else if (err == AX_OK) {
     for (int i = 0; err == AX_OK && i < nin; i++) {
       ax_tensor *x;
       err = ax_values_get_tensor(args, 5 + (size_t)i, &x);
@@ -240,7 +240,8 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     ax_values_add_i64(out, r.correct[0]);
     err = ax_values_add_i64(out, r.count[0]);
   } else if (err == AX_OK) {
-    err = axp_outbox_put(&h->out, 0, batch, (int)micro, &y);
+    err = axp_push(s->node, &h->in, h->next, AXP_ACTIVATIONS, (long)batch,
+                   (int)micro, &y);
   }
   axp_state_free(st);
   ax_tlist_clear(&in);
@@ -270,7 +271,7 @@ static int m_trace(ax_call_ctx *cc, void *obj, const ax_values *args,
 
 static const ax_robj_method_def g_methods[] = {
     {"setup", m_setup}, {"fwd", m_fwd},
-    {"bwd", axp_host_bwd},     {"take", m_take},
+    {"bwd", axp_host_bwd},
     {"state_save", m_state_save}, {"teardown", m_teardown},
     {"trace", m_trace},
     {NULL, NULL},
@@ -279,4 +280,7 @@ static const ax_robj_method_def g_methods[] = {
 static const ax_robj_kind g_kind = {"pipe.stage", host_create, host_destroy,
                                     g_methods};
 
-int axi_pipe_host_register(ax_node *n) { return ax_robj_register(n, &g_kind); }
+int axi_pipe_host_register(ax_node *n) {
+  AX_TRY(axp_inbox_register_rpc(n));
+  return ax_robj_register(n, &g_kind);
+}

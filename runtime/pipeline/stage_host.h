@@ -7,22 +7,28 @@
  * first, then the keys of the model stage kinds (runtime/dist/stage.h).
  *
  * Methods (every call on one host runs one at a time under the stage lock;
- * the coordinator issues at most one fwd/bwd per host at a time):
- *  - "setup" [mode, recompute, optim config (str), prev, next]: prev/next
- *    are the neighbours' object RRefs, or i64 0 at the ends. Creates the
- *    local optimizer (runtime/optim.h keys).
+ * the coordinator issues at most one fwd/bwd per host at a time). A push
+ * that failed makes the next fwd/bwd fail with its error.
+ *  - "setup" [mode, recompute, optim config (str), prev, next, self id]:
+ *    prev/next are the neighbours' object RRefs, or i64 0 at the ends;
+ *    self id is ax_rref_id of this host's own RRef, under which its inbox
+ *    receives the neighbours' pushes (stage_inbox.h). Creates the local
+ *    optimizer (runtime/optim.h keys).
  *  - "fwd" [batch, micro, seed, flags, n_in, inputs..., n_lab, labels...,
  *    norms (n_lab i64)]: flags bit 0 = training, bit 1 = keep only the
  *    inputs and recompute at backward (gpipe recompute). With n_in = 0 the
- *    inputs are fetched from prev ("take"), stage to stage. Training keeps a
+ *    inputs are the activations prev pushed (waited for in the inbox up to
+ *    the call's deadline). A stage with a next pushes its outputs there
+ *    right away (stage to stage, not through the caller). Training keeps a
  *    per-unit state until its backward: the saved activations (or only the
  *    inputs for fr and recompute) and, for ddg and pipedream, the weight
  *    version the forward used (copy-on-update: before an update, states that
  *    still use the live weights get one separate copy of the flat buffer).
  *    Returns [busy_us, live_states, weight_versions, state_bytes] and, on
  *    the last stage, [loss, correct, count] after them.
- *  - "bwd" [batch, micro, step]: the output gradient comes from next
- *    ("take"), or from the loss on the last stage. A replayed state first
+ *  - "bwd" [batch, micro, step]: the output gradient is the one next pushed,
+ *    or from the loss on the last stage; the input gradients are pushed to
+ *    prev. A replayed state first
  *    recomputes its forward (update_stats = 0, same dropout seed) with the
  *    gpipe weights (unchanged since the forward) or, for fr, the latest
  *    ones. Parameter gradients go to the call's distributed autograd
@@ -31,8 +37,6 @@
  *    updates the weights: with this context's gradients for ddg, fr and
  *    pipedream, with the sum since the last update otherwise. Returns
  *    [busy_us, live_states, weight_versions, state_bytes].
- *  - "take" [kind (0 activations, 1 input gradients), batch, micro]: hands
- *    a produced tensor list over once (AX_ENOTFOUND if absent).
  *  - "state_save" []: [params (P), buffers (Q) or an empty tensor].
  *  - "trace" []: [bytes] the events recorded since the last "trace"
  *    (stage_events.h), encoded by ax_trace_encode.

@@ -91,6 +91,7 @@ int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   AX_TRY(ax_values_get_i64(args, 0, &batch));
   AX_TRY(ax_values_get_i64(args, 1, &micro));
   AX_TRY(ax_values_get_i64(args, 2, &step));
+  AX_TRY(axp_inbox_error(&h->in));
   pthread_mutex_lock(&s->mu);
   pstate *st = state_take(h, batch, (int)micro);
   pthread_mutex_unlock(&s->mu);
@@ -105,11 +106,10 @@ int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     for (int i = 0; i < dy.n; i++)
       dy.t[i] = ax_tensor_retain(st->dlogits.t[i]);
   } else {
-    err = axp_outbox_fetch(s->node, s->index, h->next, 1, batch, (int)micro,
-                           s->dev, &dy);
-    if (err == AX_OK)
-      axp_event_xfer(h->tr, s->index, 0, 1, (long)batch, (int)micro,
-                     s->index + 1, &dy, t0, ax_trace_now_us());
+    err = axp_inbox_take(&h->in, s->node,
+                         h->next ? ax_rref_owner(h->next) : NULL,
+                         AXP_GRADIENTS, (long)batch, (int)micro,
+                         axp_wait_ms(cc), &dy);
   }
   int replay = st->slot == NULL;
   int64_t mark[4] = {0, 0, 0, 0};
@@ -140,7 +140,8 @@ int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                         mark[2], mark[3], -1);
   }
   if (err == AX_OK && !s->is_first)
-    err = axp_outbox_put(&h->out, 1, batch, (int)micro, &din);
+    err = axp_push(s->node, &h->in, h->prev, AXP_GRADIENTS, (long)batch,
+                   (int)micro, &din);
   ax_tensor_release(g);
   ax_tlist_clear(&dy);
   ax_tlist_clear(&din);
