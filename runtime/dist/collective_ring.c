@@ -17,32 +17,72 @@ static void chunk(size_t off, size_t n, int N, int i, size_t *c0, size_t *cn) {
 
 static int mod(int a, int N) { return ((a % N) + N) % N; }
 
-/* Reduce-scatter (N - 1 steps, message steps 0..N-2) then all-gather
- * (steps N..2N-2): after the first phase member r holds the full sum of
- * chunk r + 1, which it scales for AVG before passing it on, so every
- * member ends with the same bits. */
-static int ring_allreduce(ax_coll_op *op, float *d, int64_t deadline) {
+/* Pieces a ring step's chunk is cut into, so that a member forwards the
+ * first piece of a chunk while later ones are still arriving (the steps
+ * overlap instead of running one after the other). Both ends derive the
+ * same cut from the chunk's size. */
+#define RING_PIECE ((size_t)1 << 17) /* floats: 512 KiB */
+
+static size_t n_pieces(size_t cn) {
+  return cn ? (cn + RING_PIECE - 1) / RING_PIECE : 1;
+}
+
+static void piece(size_t c0, size_t cn, size_t p, size_t *p0, size_t *pn) {
+  *p0 = c0 + p * RING_PIECE;
+  *pn = cn - p * RING_PIECE < RING_PIECE ? cn - p * RING_PIECE : RING_PIECE;
+  if (cn == 0)
+    *pn = 0;
+}
+
+/* Message id of piece p of step s (steps of one phase < 2N). */
+static int64_t msg_id(int s, size_t p) { return (int64_t)p * 4096 + s; }
+
+/* One phase of the ring: steps 0..N-2 with message steps base + s. At step
+ * s a member sends chunk send_chunk(s) and receives chunk send_chunk(s + 1)
+ * (adding it when `add`), piece by piece; a received piece is forwarded at
+ * once as part of the next step's send. */
+static int ring_phase(ax_coll_op *op, float *d, int64_t deadline, int base,
+                      int first, int add) {
   ax_coll_group *g = op->g;
   int N = g->size, r = g->rank, next = mod(r + 1, N);
   size_t c0, cn;
-  for (int s = 0; s < N - 1; s++) {
-    chunk(op->off, op->n, N, mod(r - s, N), &c0, &cn);
-    AX_TRY(axi_coll_send(g, next, op->seq, s, d + c0, cn));
-    chunk(op->off, op->n, N, mod(r - s - 1, N), &c0, &cn);
-    AX_TRY(axi_coll_recv(g, op->seq, s, d + c0, cn, 1, deadline));
+  chunk(op->off, op->n, N, mod(first, N), &c0, &cn);
+  for (size_t p = 0; p < n_pieces(cn); p++) { /* step 0: what we hold */
+    size_t p0, pn;
+    piece(c0, cn, p, &p0, &pn);
+    AX_TRY(axi_coll_send(g, next, op->seq, msg_id(base, p), d + p0, pn));
   }
+  for (int s = 0; s < N - 1; s++) {
+    chunk(op->off, op->n, N, mod(first - s - 1, N), &c0, &cn);
+    for (size_t p = 0; p < n_pieces(cn); p++) {
+      size_t p0, pn;
+      piece(c0, cn, p, &p0, &pn);
+      AX_TRY(axi_coll_recv(g, op->seq, msg_id(base + s, p), d + p0, pn, add,
+                           deadline));
+      if (s + 1 < N - 1) /* forward it as step s + 1 */
+        AX_TRY(axi_coll_send(g, next, op->seq, msg_id(base + s + 1, p),
+                             d + p0, pn));
+    }
+  }
+  return AX_OK;
+}
+
+/* Reduce-scatter (message steps 0..N-2) then all-gather (steps N..2N-2):
+ * after the first phase member r holds the full sum of chunk r + 1, which
+ * it scales for AVG before passing it on, so every member ends with the
+ * same bits. Every element is summed in the same ring order whatever the
+ * piece size. */
+static int ring_allreduce(ax_coll_op *op, float *d, int64_t deadline) {
+  ax_coll_group *g = op->g;
+  int N = g->size, r = g->rank;
+  AX_TRY(ring_phase(op, d, deadline, 0, r, 1));
   if (op->reduce == AX_COLL_AVG && N > 1) {
+    size_t c0, cn;
     chunk(op->off, op->n, N, mod(r + 1, N), &c0, &cn);
     for (size_t i = 0; i < cn; i++)
       d[c0 + i] /= (float)N;
   }
-  for (int s = 0; s < N - 1; s++) {
-    chunk(op->off, op->n, N, mod(r + 1 - s, N), &c0, &cn);
-    AX_TRY(axi_coll_send(g, next, op->seq, N + s, d + c0, cn));
-    chunk(op->off, op->n, N, mod(r - s, N), &c0, &cn);
-    AX_TRY(axi_coll_recv(g, op->seq, N + s, d + c0, cn, 0, deadline));
-  }
-  return AX_OK;
+  return ring_phase(op, d, deadline, N, r + 1, 0);
 }
 
 /* Root sends to its successor, each member forwards to its own unless the
