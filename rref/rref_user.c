@@ -198,34 +198,39 @@ int ax_rref_wait_created(ax_rref *r, int64_t timeout_ms) {
   return stored_error(r);
 }
 
-int ax_rref_local_value(ax_rref *r, const ax_values **out) {
+/* The owner's entry of r if it is ready and of `type` (*e set, rc->mu
+ * held on success and released on failure). */
+static int local_entry(ax_rref *r, ax_rref_type type, axi_owned **e) {
   if (!r || !r->is_owner)
     return ax_seterr(AX_ESTATE, "rref: not the owner");
   pthread_mutex_lock(&r->rc->mu);
-  axi_owned *e = r->entry;
-  int err = e->state == AXI_OWN_READY ? AX_OK
-            : e->state == AXI_OWN_ERROR ? e->err : AX_ESTATE;
-  if (err == AX_OK && e->type != AX_RREF_VALUE)
+  *e = r->entry;
+  int err = (*e)->state == AXI_OWN_READY ? AX_OK
+            : (*e)->state == AXI_OWN_ERROR ? (*e)->err : AX_ESTATE;
+  if (err == AX_OK && (ax_rref_type)(*e)->type != type)
     err = AX_EUNSUPPORTED;
-  if (err == AX_OK)
-    *out = e->vals;
+  if (err != AX_OK) {
+    pthread_mutex_unlock(&r->rc->mu);
+    return ax_seterr(err, "rref: no local %s",
+                     type == AX_RREF_VALUE ? "value" : "object");
+  }
+  return AX_OK;
+}
+
+int ax_rref_local_value(ax_rref *r, const ax_values **out) {
+  axi_owned *e;
+  AX_TRY(local_entry(r, AX_RREF_VALUE, &e));
+  *out = e->vals;
   pthread_mutex_unlock(&r->rc->mu);
-  return err ? ax_seterr(err, "rref: no local value") : AX_OK;
+  return AX_OK;
 }
 
 int ax_rref_local_object(ax_rref *r, void **obj) {
-  if (!r || !r->is_owner)
-    return ax_seterr(AX_ESTATE, "rref: not the owner");
-  pthread_mutex_lock(&r->rc->mu);
-  axi_owned *e = r->entry;
-  int err = e->state == AXI_OWN_READY ? AX_OK
-            : e->state == AXI_OWN_ERROR ? e->err : AX_ESTATE;
-  if (err == AX_OK && e->type != AX_RREF_OBJECT)
-    err = AX_EUNSUPPORTED;
-  if (err == AX_OK)
-    *obj = e->obj;
+  axi_owned *e;
+  AX_TRY(local_entry(r, AX_RREF_OBJECT, &e));
+  *obj = e->obj;
   pthread_mutex_unlock(&r->rc->mu);
-  return err ? ax_seterr(err, "rref: no local object") : AX_OK;
+  return AX_OK;
 }
 
 int ax_rref_to_here(ax_node *n, ax_rref *r, int64_t timeout_ms,

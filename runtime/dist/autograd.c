@@ -262,6 +262,14 @@ static const ax_rref_grad_hooks g_hooks = {
 };
 
 /* ---- gradient buffers ------------------------------------------------------ */
+/* The buffer of stage `key` in context c (NULL-safe; d->mu held). */
+static axd_grad *grad_find(axd_ctx *c, uint64_t key) {
+  axd_grad *g = c ? c->grads : NULL;
+  while (g && g->key != key)
+    g = g->next;
+  return g;
+}
+
 int ax_dist_grads(ax_node *n, uint64_t ctx, uint64_t key, size_t nfloats,
                   ax_device dev, ax_tensor **out) {
   axd_state *d = axd_get();
@@ -270,9 +278,7 @@ int ax_dist_grads(ax_node *n, uint64_t ctx, uint64_t key, size_t nfloats,
   int err = AX_OK;
   pthread_mutex_lock(&d->mu);
   axd_ctx *c = axd_ctx_find(d, ctx, 1);
-  axd_grad *g = NULL;
-  for (g = c ? c->grads : NULL; g && g->key != key; g = g->next)
-    ;
+  axd_grad *g = grad_find(c, key);
   if (!c) {
     err = ax_seterr(AX_ESTALE, "dist: context released");
   } else if (!g) {
@@ -305,10 +311,7 @@ int ax_dist_get_gradients(ax_node *n, uint64_t ctx, uint64_t key,
     return ax_seterr(AX_ESTATE, "dist: node not initialised");
   int err = AX_OK;
   pthread_mutex_lock(&d->mu);
-  axd_ctx *c = axd_ctx_find(d, ctx, 0);
-  axd_grad *g = NULL;
-  for (g = c ? c->grads : NULL; g && g->key != key; g = g->next)
-    ;
+  axd_grad *g = grad_find(axd_ctx_find(d, ctx, 0), key);
   if (!g)
     err = ax_seterr(AX_ENOTFOUND, "dist: no gradients for %llx in %llx",
                     (unsigned long long)key, (unsigned long long)ctx);
