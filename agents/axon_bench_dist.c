@@ -55,37 +55,6 @@ static const char *g_optim = "opt=sgd,lr=0.01,momentum=0.9";
     }                                                                        \
   } while (0)
 
-/* ---- agents ------------------------------------------------------------------ */
-static int start_driver(int port) {
-  char listen[64];
-  snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
-  ax_node_opts o;
-  ax_node_opts_init(&o);
-  o.name = "driver";
-  o.listen = o.master = listen;
-  o.world_size = NAG + 1;
-  o.rank = 0;
-  o.threads = 4;
-  CK(ax_node_create(&o, &g_drv));
-  CK(ax_dist_init(g_drv));
-  CK(ax_node_join(g_drv, 90000));
-  /* Every agent must know the whole membership before stages reference
-   * each other; ask each until it reports the full world (bounded). */
-  for (int i = 0; i < NAG; i++)
-    for (int64_t w = 0, tries = 0; w != NAG + 1; tries++) {
-      if (tries > 300)
-        return ax_seterr(AX_ETIMEOUT, "%s does not know the world", g_names[i]);
-      ax_values *r = NULL;
-      ax_call_opts co = {.timeout_ms = 2000};
-      if (ax_rpc_sync(g_drv, g_names[i], "ax.rref.live", NULL, &co, &r) == AX_OK)
-        ax_values_get_i64(r, 2, &w);
-      ax_values_free(r);
-      if (w != NAG + 1)
-        usleep(20000);
-    }
-  return AX_OK;
-}
-
 /* ---- the two kinds of step ------------------------------------------------- */
 static void rand_fill(ax_rng *r, ax_tensor *t) {
   for (size_t i = 0; i < ax_tensor_numel(t); i++)
@@ -330,7 +299,10 @@ int ax_bench_dist_main(int argc, char **argv) {
     pids[i] = axi_bench_spawn_agent(g_names[i], port, "AXON_THREADS", th, 1,
                                     args);
   ax_cpu_set_threads(threads);
-  int err = start_driver(port);
+  int err = axi_bench_master("driver", port, NAG + 1, &g_drv);
+  if (err)
+    fprintf(stderr, "axon-bench dist: driver: %s: %s\n", ax_strerror(err),
+            ax_errmsg());
   printf("# axon dist: 3 agents, %d compute thread(s) per process, %d handler "
          "threads per agent, %s; medians of %d steps\n", threads, athreads,
          g_optim, steps);

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/dist/autograd.h"
+
 pid_t axi_bench_spawn_agent(const char *name, int port, const char *env,
                             const char *val, int overwrite,
                             const char *const *args) {
@@ -42,4 +44,24 @@ static int axi_cmp_double(const void *a, const void *b) {
 double axi_bench_median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, axi_cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int axi_bench_master(const char *name, int port, int world, ax_node **out) {
+  char listen[64];
+  snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+  ax_node_opts o;
+  ax_node_opts_init(&o);
+  o.name = name;
+  o.listen = o.master = listen;
+  o.world_size = world;
+  o.rank = 0;
+  o.threads = 4;
+  o.peer_timeout_ms = 3000;
+  *out = NULL;
+  int rc = ax_node_create(&o, out);
+  if (rc == AX_OK)
+    rc = ax_dist_init(*out);
+  if (rc == AX_OK)
+    rc = ax_node_join(*out, 90000);
+  return rc; /* the caller ends *out (non-NULL once created) */
 }

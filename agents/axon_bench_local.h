@@ -6,6 +6,8 @@
 
 #include <sys/types.h>
 
+#include "rpc/node.h"
+
 /* Forks and execs axon-agent (next to this binary) as `name`, joining
  * 127.0.0.1:port, with the NULL-terminated extra arguments `args`. When env
  * is not NULL, the child sets environment variable env to val first
@@ -14,6 +16,10 @@
 pid_t axi_bench_spawn_agent(const char *name, int port, const char *env,
                             const char *val, int overwrite,
                             const char *const *args);
+
+/* The master node `name` on 127.0.0.1:port for `world` nodes (itself and
+ * the agents), with distributed autograd, joined (up to 90 s). */
+int axi_bench_master(const char *name, int port, int world, ax_node **out);
 
 /* The median of v[0..n) (sorts v in place). */
 double axi_bench_median(double *v, int n);

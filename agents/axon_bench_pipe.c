@@ -57,37 +57,6 @@ typedef struct bp_run { /* one training run of one mode */
   long steps;
 } bp_run;
 
-/* Creates the coordinator node (the master) and waits, bounded, until every
- * agent knows the whole membership. */
-static int start_node(int K, int port, char names[][32], ax_node **out) {
-  char listen[64];
-  snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
-  ax_node_opts o;
-  ax_node_opts_init(&o);
-  o.name = "coordinator";
-  o.listen = o.master = listen;
-  o.world_size = K + 1;
-  o.rank = 0;
-  o.threads = 4;
-  o.peer_timeout_ms = 3000;
-  AX_TRY(ax_node_create(&o, out));
-  AX_TRY(ax_dist_init(*out));
-  AX_TRY(ax_node_join(*out, 60000));
-  for (int s = 0; s < K; s++)
-    for (int64_t w = 0, tries = 0; w != K + 1; tries++) {
-      if (tries > 500)
-        return ax_seterr(AX_ETIMEOUT, "%s does not know the world", names[s]);
-      ax_values *r = NULL;
-      ax_call_opts co = {.timeout_ms = 2000};
-      if (ax_rpc_sync(*out, names[s], "ax.rref.live", NULL, &co, &r) == AX_OK)
-        ax_values_get_i64(r, 2, &w);
-      ax_values_free(r);
-      if (w != K + 1)
-        usleep(20000);
-    }
-  return AX_OK;
-}
-
 /* ---- one run ------------------------------------------------------------------ */
 static int bp_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
   const bp_args *a = ((const bp_run *)user)->a;
@@ -268,11 +237,11 @@ int ax_bench_pipe_main(int argc, char **argv) {
   for (int s = 0; s < a.K; s++) {
     snprintf(names[s], sizeof names[s], "stage%d", s);
     ag[s] = names[s];
-    pids[s] = axi_bench_spawn_agent(names[s], port, "OMP_NUM_THREADS", "1", 0,
+    pids[s] = axi_bench_spawn_agent(names[s], port, "AXON_THREADS", "1", 0,
                                     args);
   }
   ax_node *node = NULL;
-  rc = start_node(a.K, port, names, &node);
+  rc = axi_bench_master("coordinator", port, a.K + 1, &node);
   if (rc == AX_OK)
     rc = bench(node, &a, ag);
   if (rc != AX_OK)

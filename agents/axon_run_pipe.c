@@ -113,7 +113,7 @@ static int spawn_local(int K, int port, int threads, pid_t *pids) {
     pids[s] = fork();
     if (pids[s] == 0) {
       pin_child(s);
-      setenv("OMP_NUM_THREADS", "1", 0);
+      setenv("AXON_THREADS", "1", 0); /* K agents share this machine */
       execl(path, path, "--name", name, "--master", master, "--threads", th,
             "--peer-timeout-ms", "3000", (char *)NULL);
       fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
@@ -144,29 +144,6 @@ static int reserve_port(int *fd) {
     close(*fd);
   *fd = -1;
   return -1;
-}
-
-/* Waits (up to 20 s) until every agent knows the whole membership. */
-static int wait_world(ax_node *n, const axr_pipe_args *a) {
-  double end = ax_now() + 20;
-  for (int s = 0; s < a->K; s++) {
-    int64_t w = 0;
-    while (w < ax_node_world_size(n)) {
-      ax_values *r = NULL;
-      ax_call_opts co = {.timeout_ms = 5000};
-      int rc = ax_rpc_sync(n, a->agents[s], "ax.rref.live", NULL, &co, &r);
-      if (rc == AX_OK)
-        ax_values_get_i64(r, 2, &w);
-      ax_values_free(r);
-      if (w >= ax_node_world_size(n))
-        break;
-      if (ax_now() > end)
-        return ax_seterr(AX_ETIMEOUT, "agent %s does not know the membership"
-                         " (%s)", a->agents[s], rc ? ax_strerror(rc) : "");
-      usleep(20000);
-    }
-  }
-  return AX_OK;
 }
 
 /* Trace events as the coordinator saw them (issue, completion, busy). */
@@ -392,8 +369,6 @@ int axr_pipe_main(axr_pipe_args *a) {
     rc = ax_dist_init(node);
   if (rc == AX_OK)
     rc = ax_node_join(node, 60000);
-  if (rc == AX_OK)
-    rc = wait_world(node, a);
   if (rc == AX_OK)
     rc = run(a, node);
   if (rc != AX_OK)

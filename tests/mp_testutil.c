@@ -251,26 +251,6 @@ int dt_all_zero(ax_node *n, const char *const *names, int k) {
   return rt_local_zero();
 }
 
-int dt_wait_world(ax_node *n, const char *const *names, int k) {
-  int64_t end = rt_now_ms() + 10000;
-  for (int i = 0; i < k; i++) {
-    int64_t w = 0;
-    while (w != ax_node_world_size(n)) {
-      if (rt_now_ms() > end)
-        return ax_seterr(AX_ETIMEOUT, "%s does not know the membership",
-                         names[i]);
-      ax_values *r = NULL;
-      ax_call_opts co = {.timeout_ms = 5000};
-      AX_TRY(ax_rpc_sync(n, names[i], "ax.rref.live", NULL, &co, &r));
-      ax_values_get_i64(r, 2, &w);
-      ax_values_free(r);
-      if (w != ax_node_world_size(n))
-        rt_sleep_ms(20);
-    }
-  }
-  return AX_OK;
-}
-
 ax_values *dt_i64s(int k, const int64_t *v) {
   ax_values *a = ax_values_new();
   for (int i = 0; i < k; i++)
@@ -293,9 +273,9 @@ int mt_start_each(const char *drv_name, const char *const *names, int k,
   int port = rt_free_port();
   for (int i = 0; i < k; i++)
     pids[i] = rt_spawn_agentv(names[i], port, args[i]);
+  /* No wait for the agents to learn the membership: calls reaching one
+   * that has not are held until it has (ax_node_join). */
   int rc = dt_driver(drv_name, port, k + 1, drv);
-  if (rc == AX_OK)
-    rc = dt_wait_world(*drv, names, k);
   if (rc != AX_OK) {
     fprintf(stderr, "driver: %s: %s\n", ax_strerror(rc), ax_errmsg());
     for (int i = 0; i < k; i++)

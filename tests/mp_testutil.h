@@ -97,10 +97,6 @@ int dt_wait_counts(ax_node *n, const char *to, int64_t owned, int64_t users,
 /* Zero RRefs, contexts, calls and futures on every listed node and here. */
 int dt_all_zero(ax_node *n, const char *const *names, int k);
 
-/* Waits (up to 10 s) until every listed agent knows the whole membership
- * (the master's join returns before the others have received it). */
-int dt_wait_world(ax_node *n, const char *const *names, int k);
-
 /* One-line argument lists. */
 ax_values *dt_i64s(int k, const int64_t *v);
 

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/device.h"
 #include "rpc/launch.h"
 #include "models/loss.h"
 #include "ps.h"
@@ -113,9 +114,9 @@ int main(int argc, char **argv) {
       fprintf(stderr, "param_server: at most %d trainers\n", PS_MAX_TRAINERS);
       return 2;
     }
-    /* One thread per process: N + 1 processes share the machine. */
-    setenv("OMP_NUM_THREADS", "1", 0);
-    setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    /* One compute thread per process (inherited by the children):
+     * N + 1 processes share the machine. */
+    ax_cpu_set_threads(1);
     static char master[64];
     o.master = master;
     o.trainers = local;

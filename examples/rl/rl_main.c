@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/device.h"
 #include "rpc/launch.h"
 #include "rl.h"
 
@@ -93,8 +94,9 @@ int main(int argc, char **argv) {
       fprintf(stderr, "rl: at most %d observers\n", RL_MAX_OBSERVERS);
       return 2;
     }
-    setenv("OMP_NUM_THREADS", "1", 0);
-    setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    /* One compute thread per process (inherited by the children):
+     * N + 1 processes share the machine. */
+    ax_cpu_set_threads(1);
     static char master[64];
     o.master = master;
     o.observers = local;
