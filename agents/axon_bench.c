@@ -18,7 +18,7 @@
 
 #include "models/loss.h"
 #include "models/model.h"
-#include "runtime/optim.h"
+#include "models/optim.h"
 #include "runtime/pipeline/train.h"
 
 /* Provided by agents/axon_bench_rpc.c when the RPC layer is built. */

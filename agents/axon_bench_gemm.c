@@ -30,8 +30,8 @@
 
 #include "kernels/backend-impl.h"
 #include "runtime/pipeline/train.h"
-#include "runtime/rng.h"
-#include "runtime/tensor.h"
+#include "kernels/rng.h"
+#include "kernels/tensor.h"
 
 #define GEMM_MAX_REPEAT 32
 #define GEMM_CHECKS 64

@@ -12,7 +12,7 @@
 #include "agents/axon_run.h"
 #include "runtime/pipeline/coordinator.h"
 #include "runtime/pipeline/train.h"
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 static void usage(FILE *f) {
   fprintf(f,

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "kernels/device.h"
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 #ifdef __cplusplus
 extern "C" {

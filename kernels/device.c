@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "kernels/backend-impl.h"
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 static pthread_mutex_t backends_lock = PTHREAD_MUTEX_INITIALIZER;
 static ax_backend cpu_backend;

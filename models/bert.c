@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 typedef struct bert_cfg {
   int layers, hidden, heads, ff, vocab, seq, types;

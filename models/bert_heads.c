@@ -13,7 +13,7 @@
 
 #include <stdlib.h>
 
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 enum {
   C_MLM_DENSE,

@@ -2,7 +2,7 @@
  * pipeline stages.
  *
  * A model is registered by name ("mlp", "resnet20", "bert") with an
- * ax_model_def. Blocks are built from a configuration (runtime/config.h) and
+ * ax_model_def. Blocks are built from a configuration (models/config.h) and
  * a block index, so any process can build any stage on its own. Block i's
  * parameters are initialised from an rng seeded with (seed, i), so a stage
  * made of blocks [a, b) holds exactly the values those blocks have in the
@@ -14,8 +14,8 @@
 #ifndef AX_MODEL_H
 #define AX_MODEL_H
 
-#include "runtime/config.h"
-#include "runtime/net.h"
+#include "models/config.h"
+#include "models/net.h"
 
 #ifdef __cplusplus
 extern "C" {

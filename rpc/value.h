@@ -17,8 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/error.h"
-#include "runtime/tensor.h"
+#include "kernels/error.h"
+#include "kernels/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

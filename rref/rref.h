@@ -59,7 +59,7 @@
 #include <stdint.h>
 
 #include "rpc/rpc.h"
-#include "runtime/config.h"
+#include "models/config.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -13,7 +13,7 @@
 #include "models/loss.h"
 #include "models/model.h"
 #include "runtime/dist/stage.h"
-#include "runtime/optim.h"
+#include "models/optim.h"
 #include "runtime/pipeline/train.h"
 #include "tests/mp_testutil.h"
 

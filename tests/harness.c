@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "kernels/backend-impl.h"
-#include "runtime/rng.h"
+#include "kernels/rng.h"
 
 int ax_test_run(const char *name, const struct CMUnitTest *tests, size_t n) {
   long t0 = ax_tensor_live_count(), s0 = ax_storage_live_count();

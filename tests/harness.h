@@ -14,8 +14,8 @@
 /* cmocka must come after the headers above */
 #include <cmocka.h>
 
-#include "runtime/module.h"
-#include "runtime/net.h"
+#include "models/module.h"
+#include "models/net.h"
 
 /* Fails the test unless expr returns AX_OK. */
 #define AX_ASSERT_OK(expr)                                                     \

@@ -21,7 +21,7 @@
 #include "models/data/dataset.h"
 #include "models/loss.h"
 #include "models/model.h"
-#include "runtime/optim.h"
+#include "models/optim.h"
 #include "runtime/pipeline/coordinator.h"
 #include "tests/mp_testutil.h"
 

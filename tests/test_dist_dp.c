@@ -15,8 +15,8 @@
 #include "models/data/dataset.h"
 #include "models/loss.h"
 #include "models/model.h"
-#include "runtime/optim.h"
-#include "runtime/rng.h"
+#include "models/optim.h"
+#include "kernels/rng.h"
 
 #define MODEL_CFG "widths=784/48/10"
 #define DATA_CFG "limit=2048"

@@ -6,7 +6,7 @@
 
 #include "harness.h"
 #include "runtime/pipeline/partition.h"
-#include "runtime/rng.h"
+#include "kernels/rng.h"
 
 static void stash_table(void **state) {
   (void)state;

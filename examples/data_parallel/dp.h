@@ -12,7 +12,7 @@ typedef struct dp_opts {
   const char *model;        /* mlp | resnet20 */
   const char *model_config; /* overrides, or NULL */
   const char *data_config;  /* data-set overrides, or NULL */
-  const char *optim;        /* runtime/optim.h keys */
+  const char *optim;        /* models/optim.h keys */
   long steps;               /* optimizer steps per replica */
   int batch;                /* examples per replica per step */
   int bucket_kb;            /* all-reduce bucket size */

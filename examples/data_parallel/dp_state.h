@@ -11,9 +11,9 @@
 #include "rref/rref.h"
 #include "runtime/dist/autograd.h"
 #include "runtime/dist/collective.h"
-#include "runtime/optim.h"
+#include "models/optim.h"
 #include "runtime/pipeline/train.h"
-#include "runtime/rng.h"
+#include "kernels/rng.h"
 
 enum { DP_ALLREDUCE, DP_EASGD, DP_DPSGD };
 

@@ -21,7 +21,7 @@
 #include "models/data/dataset.h"
 #include "models/model.h"
 #include "rref/rref.h"
-#include "runtime/optim.h"
+#include "models/optim.h"
 
 #define PS_MAX_TRAINERS 64
 
@@ -37,7 +37,7 @@ typedef struct ps_opts {
   uint64_t seed;
   const char *model_config; /* overrides of the MLP's defaults */
   const char *data_config;  /* Fashion-MNIST settings (dir=, limit=) */
-  const char *optim_config; /* runtime/optim.h keys */
+  const char *optim_config; /* models/optim.h keys */
   long eval_limit;    /* test examples evaluated at the end (0: all) */
   const char *save;   /* file receiving the final flat parameters */
   int kill_rank;      /* failure drill: this trainer SIGKILLs itself ... */

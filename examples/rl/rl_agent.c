@@ -14,10 +14,10 @@
 
 #include "models/layers/basic.h"
 #include "rl.h"
-#include "runtime/net.h"
-#include "runtime/optim.h"
+#include "models/net.h"
+#include "models/optim.h"
 #include "runtime/pipeline/train.h"
-#include "runtime/rng.h"
+#include "kernels/rng.h"
 
 typedef struct obs_mem {
   float *states; /* (max_steps, 4) */

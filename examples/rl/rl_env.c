@@ -6,7 +6,7 @@
 #include <math.h>
 
 #include "rl.h"
-#include "runtime/rng.h"
+#include "kernels/rng.h"
 
 #define GRAVITY 9.8
 #define MASSCART 1.0

@@ -2,7 +2,7 @@
 #include <math.h>
 
 #include "kernels/cpu/cpu.h"
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 #define PAR_N 65536
 

@@ -9,7 +9,7 @@
 #include <cblas.h>
 
 #include "kernels/cpu/cpu.h"
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 static int cpu_threads = 0;
 

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 int axi_cpu_gemm(ax_backend *be, int ta, int tb, int m, int n, int k,
                  float alpha, const float *a, int lda, long sa, const float *b,

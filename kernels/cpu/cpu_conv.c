@@ -24,7 +24,7 @@
 #include <cblas.h>
 
 #include "kernels/cpu/cpu.h"
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 /* True when the column matrix of an image is the image itself. */
 static int conv_is_pointwise(const ax_conv_desc *d) {

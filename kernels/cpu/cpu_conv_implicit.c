@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 /* Geometry of one convolution on the padded grid. A stride-2 3x3
  * convolution with padding 1 (even H and W) runs as a stride-1 one over the

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 /* Below this many elements the OpenMP fork costs more than it saves. */
 #define LN_PAR_MIN 16384L

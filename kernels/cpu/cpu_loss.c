@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu.h"
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 int axi_cpu_xent_fwd(ax_backend *be, int rows, int classes,
                      const float *logits, const int32_t *labels,

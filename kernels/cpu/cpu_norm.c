@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 #include "kernels/cpu/cpu.h"
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 /* The run reductions below are OpenMP simd reductions: the compiler keeps
  * one partial sum per vector lane and combines them in a fixed order, so the

@@ -2,7 +2,7 @@
 #include <math.h>
 
 #include "kernels/cpu/cpu.h"
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 int axi_cpu_sgd_step(ax_backend *be, size_t n, float *w, const float *g,
                      float *mom, float lr, float momentum, float dampening,

@@ -7,7 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/backend-impl.h"
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 #define AX_CUDA_TRY(call)                                                      \
   do {                                                                         \

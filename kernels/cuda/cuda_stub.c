@@ -1,6 +1,6 @@
 /* Linked instead of the CUDA backend when axon is built without nvcc. */
 #include "kernels/backend-impl.h"
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 int axi_cuda_backend_init(ax_backend *be, int ordinal) {
   (void)be;

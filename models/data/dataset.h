@@ -34,8 +34,8 @@
 #ifndef AX_DATASET_H
 #define AX_DATASET_H
 
-#include "runtime/config.h"
-#include "runtime/module.h"
+#include "models/config.h"
+#include "models/module.h"
 
 #ifdef __cplusplus
 extern "C" {

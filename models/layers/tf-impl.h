@@ -6,7 +6,7 @@
 #include "kernels/backend-impl.h"
 #include "models/layers/basic.h"
 #include "models/layers/transformer.h"
-#include "runtime/rng.h"
+#include "kernels/rng.h"
 
 /* Fills n floats with N(0, std^2) values from rng. */
 void axi_tf_normal(float *p, size_t n, float std, ax_rng *rng);

@@ -1,7 +1,7 @@
 /* Elementwise transformer layers: GELU, tanh and dropout. */
 #include "models/layers/tf-impl.h"
 
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 /* ---- GELU and tanh ---- */
 

@@ -9,7 +9,7 @@
 
 #include "models/layers/tf-impl.h"
 
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 typedef struct mhsa_priv {
   int hidden, heads;

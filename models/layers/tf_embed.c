@@ -1,7 +1,7 @@
 /* Embedding lookup and layer normalisation layers. */
 #include "models/layers/tf-impl.h"
 
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 /* ---- embedding ---- */
 

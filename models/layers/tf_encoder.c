@@ -4,7 +4,7 @@
  * hidden -> ff, 4 GELU, 5 dense ff -> hidden, 6 dropout, 7 layer norm. */
 #include "models/layers/tf-impl.h"
 
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 enum { C_ATTN, C_DROP1, C_LN1, C_FF1, C_GELU, C_FF2, C_DROP2, C_LN2, C_N };
 

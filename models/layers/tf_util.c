@@ -2,7 +2,7 @@
  * checks, elementwise sums and calls into child modules. */
 #include "models/layers/tf-impl.h"
 
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 void axi_tf_normal(float *p, size_t n, float std, ax_rng *rng) {
   for (size_t i = 0; i < n; i++)

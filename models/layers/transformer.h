@@ -27,7 +27,7 @@
 
 #include <stdint.h>
 
-#include "runtime/module.h"
+#include "models/module.h"
 
 #ifdef __cplusplus
 extern "C" {

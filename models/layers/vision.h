@@ -9,7 +9,7 @@
 #ifndef AX_LAYERS_VISION_H
 #define AX_LAYERS_VISION_H
 
-#include "runtime/module.h"
+#include "models/module.h"
 
 #ifdef __cplusplus
 extern "C" {

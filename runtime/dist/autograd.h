@@ -42,7 +42,7 @@
 #define AX_DIST_AUTOGRAD_H
 
 #include "rref/rref.h"
-#include "runtime/module.h"
+#include "models/module.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -39,7 +39,7 @@
 #include <stdint.h>
 
 #include "rpc/node.h"
-#include "runtime/tensor.h"
+#include "kernels/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

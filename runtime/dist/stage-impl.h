@@ -7,7 +7,7 @@
 
 #include "models/model.h"
 #include "runtime/dist/stage.h"
-#include "runtime/optim.h"
+#include "models/optim.h"
 
 typedef struct axd_stage {
   int refs; /* atomic: the stage object, parameter sets, recorded calls */

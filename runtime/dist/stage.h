@@ -59,7 +59,7 @@ int ax_rmod_state_load(ax_node *n, ax_rref *mod, ax_tensor *params,
 
 /* ---- distributed optimizer ---------------------------------------------- */
 typedef struct ax_dist_optim ax_dist_optim;
-/* One local optimizer (runtime/optim.h config string, e.g.
+/* One local optimizer (models/optim.h config string, e.g.
  * "opt=sgd,lr=0.05,momentum=0.9") per parameter-set RRef, created on its
  * owner. The RRefs are retained. */
 int ax_dist_optim_new(ax_node *n, ax_rref *const *params, int nparams,

@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "rref/rref.h"
-#include "runtime/module.h"
+#include "models/module.h"
 #include "runtime/pipeline/schedule.h"
 #include "runtime/pipeline/trace.h"
 
@@ -47,7 +47,7 @@ typedef struct ax_pipe_opts {
   int mode;                 /* ax_pipe_mode */
   int M;                    /* micro-batches (gpipe, 1f1b) */
   int recompute;            /* AX_RECOMPUTE_* (gpipe) */
-  const char *optim_config; /* runtime/optim.h keys */
+  const char *optim_config; /* models/optim.h keys */
   uint64_t seed;            /* initialisation and dropout seeds */
   ax_device device;         /* device of the stages on their agents */
   int64_t timeout_ms;       /* bound of every wait; default 60000 */

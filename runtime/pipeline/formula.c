@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 enum { SEQ, GPIPE, F1B1, DDG, FR, PIPEDREAM, N_MODES };
 

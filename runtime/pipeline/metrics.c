@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 int ax_metrics_init(ax_step_metrics *m, long step, int K) {
   if (!m || K < 1 || K > AX_METRICS_MAX_STAGES)

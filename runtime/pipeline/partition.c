@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 enum { SEQ, GPIPE, F1B1, DDG, FR, PIPEDREAM };
 

@@ -4,9 +4,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/error.h"
+#include "kernels/error.h"
 #include "runtime/pipeline/partition.h"
-#include "runtime/rng.h"
+#include "kernels/rng.h"
 
 #define MAX_REPS 64
 

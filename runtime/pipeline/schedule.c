@@ -1,7 +1,7 @@
 /* Per-stage operation orders and dependencies of the pipeline modes. */
 #include "runtime/pipeline/schedule.h"
 
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 static const char *const g_names[] = {"sequential", "gpipe", "1f1b",
                                       "ddg",        "fr",    "pipedream"};

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "rpc/value.h"
-#include "runtime/module.h"
+#include "models/module.h"
 #include "runtime/pipeline/trace.h"
 
 #define AXP_LANE_COMPUTE 0

@@ -13,7 +13,7 @@
  *    prev/next are the neighbours' object RRefs, or i64 0 at the ends;
  *    self id is ax_rref_id of this host's own RRef, under which its inbox
  *    receives the neighbours' pushes (stage_inbox.h). Creates the local
- *    optimizer (runtime/optim.h keys).
+ *    optimizer (models/optim.h keys).
  *  - "fwd" [batch, micro, seed, flags, n_in, inputs..., n_lab, labels...,
  *    norms (n_lab i64)]: flags bit 0 = training, bit 1 = keep only the
  *    inputs and recompute at backward (gpipe recompute). With n_in = 0 the

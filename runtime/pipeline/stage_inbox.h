@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "rref/rref.h"
-#include "runtime/module.h"
+#include "models/module.h"
 #include "runtime/pipeline/trace.h"
 
 #define AXP_ACTIVATIONS 0

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/error.h"
+#include "kernels/error.h"
 #include "runtime/pipeline/trace-impl.h"
 
 #define LOCK(t) pthread_mutex_lock((pthread_mutex_t *)&(t)->mu)

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/error.h"
+#include "kernels/error.h"
 #include "runtime/pipeline/trace-impl.h"
 
 static void put_json_str(FILE *f, const char *s) {

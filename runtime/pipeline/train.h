@@ -1,6 +1,6 @@
 /* Single-process training: the baseline every pipeline mode is compared
  * with. Runs a model from models/ on a data set from models/data/ with an
- * optimizer from runtime/optim.h, evaluates test accuracy every epoch, writes
+ * optimizer from models/optim.h, evaluates test accuracy every epoch, writes
  * the loss curve as CSV and reports progress. */
 #ifndef AX_TRAIN_H
 #define AX_TRAIN_H
@@ -15,7 +15,7 @@ typedef struct ax_train_opts {
   const char *model_config; /* overrides of the model's defaults, or NULL */
   const char *dataset;      /* "fashion-mnist", "cifar10", "gcide", ... */
   const char *data_config;  /* data-set config, or NULL */
-  const char *optim_config; /* runtime/optim.h keys, or NULL for defaults */
+  const char *optim_config; /* models/optim.h keys, or NULL for defaults */
   int epochs;
   long max_steps;           /* stop after this many steps (0 = no limit) */
   int batch;

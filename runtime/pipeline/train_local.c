@@ -6,7 +6,7 @@
 #include "models/data/dataset.h"
 #include "models/loss.h"
 #include "models/model.h"
-#include "runtime/optim.h"
+#include "models/optim.h"
 #include "runtime/pipeline/train.h"
 
 ax_train_opts ax_train_defaults(void) {

@@ -10,7 +10,7 @@
 #ifndef AX_NET_H
 #define AX_NET_H
 
-#include "runtime/module.h"
+#include "models/module.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,4 +1,4 @@
-#include "runtime/error.h"
+#include "kernels/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>

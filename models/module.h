@@ -2,7 +2,7 @@
  *
  * A module is a node in a tree. Its trainable parameters and non-trainable
  * buffers (batch-norm running statistics) are NOT owned by the module: they
- * live in flat f32 buffers owned by an ax_net (runtime/net.h) and every call
+ * live in flat f32 buffers owned by an ax_net (models/net.h) and every call
  * receives them through an ax_exec. Each module knows only its offset into
  * those buffers. So a stashed weight version (PipeDream), a per-context
  * gradient accumulator (distributed autograd) or an all-reduce is one buffer
@@ -22,8 +22,8 @@
 
 #include <stdint.h>
 
-#include "runtime/rng.h"
-#include "runtime/tensor.h"
+#include "kernels/rng.h"
+#include "kernels/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,4 +1,4 @@
-#include "runtime/optim.h"
+#include "models/optim.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-#include "runtime/module.h"
+#include "models/module.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "runtime/tensor.h"
+#include "kernels/tensor.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>

@@ -1,4 +1,4 @@
-#include "runtime/net.h"
+#include "models/net.h"
 
 #include <stdlib.h>
 

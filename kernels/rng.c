@@ -1,4 +1,4 @@
-#include "runtime/rng.h"
+#include "kernels/rng.h"
 
 #include <math.h>
 
