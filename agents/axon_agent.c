@@ -10,6 +10,7 @@
 
 #include "agents/axon_agent.h"
 #include "runtime/dist/autograd.h"
+#include "runtime/pipeline/pipeline.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -128,7 +129,7 @@ int main(int argc, char **argv) {
   if (rc == AX_OK)
     rc = ax_agent_register_builtins(a.node);
   if (rc == AX_OK) /* RRefs, remote stages, dist autograd and optimizer */
-    rc = ax_dist_init(a.node);
+    rc = ax_pipe_init(a.node);
   if (rc != AX_OK) {
     fprintf(stderr, "axon-agent %s: %s: %s\n", o.name, ax_strerror(rc),
             ax_errmsg());

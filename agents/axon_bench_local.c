@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "runtime/dist/autograd.h"
+#include "runtime/pipeline/pipeline.h"
 
 pid_t axi_bench_spawn_agent(const char *name, int port, const char *env,
                             const char *val, int overwrite,
@@ -60,7 +61,7 @@ int axi_bench_master(const char *name, int port, int world, ax_node **out) {
   *out = NULL;
   int rc = ax_node_create(&o, out);
   if (rc == AX_OK)
-    rc = ax_dist_init(*out);
+    rc = ax_pipe_init(*out);
   if (rc == AX_OK)
     rc = ax_node_join(*out, 90000);
   return rc; /* the caller ends *out (non-NULL once created) */

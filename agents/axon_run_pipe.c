@@ -25,6 +25,7 @@
 #include "runtime/pipeline/coordinator.h"
 #include "runtime/pipeline/metrics.h"
 #include "runtime/pipeline/partition.h"
+#include "runtime/pipeline/pipeline.h"
 #include "runtime/pipeline/trace.h"
 
 typedef struct feed { /* the training batches, epoch after epoch */
@@ -366,7 +367,7 @@ int axr_pipe_main(axr_pipe_args *a) {
   if (reserved >= 0)
     close(reserved); /* the node listens on the port now (or failed) */
   if (rc == AX_OK)
-    rc = ax_dist_init(node);
+    rc = ax_pipe_init(node);
   if (rc == AX_OK)
     rc = ax_node_join(node, 60000);
   if (rc == AX_OK)

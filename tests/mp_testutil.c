@@ -1,5 +1,6 @@
 /* Helpers for the multi-process tests; see tests/mp_testutil.h. Compiled
  * into every test program next to harness.c. */
+#include "runtime/pipeline/pipeline.h"
 #include "tests/mp_testutil.h"
 
 int64_t rt_now_ms(void) {
@@ -175,7 +176,7 @@ int dt_driver(const char *name, int port, int world, ax_node **out) {
   int rc = ax_node_create(&o, out);
   if (rc != AX_OK)
     return rc;
-  if ((rc = ax_dist_init(*out)) == AX_OK)
+  if ((rc = ax_pipe_init(*out)) == AX_OK)
     rc = ax_node_join(*out, 90000);
   if (rc != AX_OK) {
     ax_node_shutdown(*out, 1000);

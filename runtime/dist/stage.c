@@ -9,7 +9,6 @@
 #include "models/model.h"
 #include "runtime/dist/autograd-impl.h"
 #include "runtime/dist/stage-impl.h"
-#include "runtime/pipeline/stage_host.h"
 
 static uint64_t g_stage_keys;
 
@@ -341,6 +340,5 @@ int axd_stages_register(ax_node *n) {
   AX_TRY(ax_robj_register(n, &k_mlp));
   AX_TRY(ax_robj_register(n, &k_resnet));
   AX_TRY(ax_robj_register(n, &k_bert));
-  AX_TRY(axi_pipe_host_register(n));
   return ax_robj_register(n, &axd_params_kind);
 }

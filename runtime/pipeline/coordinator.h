@@ -21,7 +21,7 @@
  *
  * Threads: one ax_pipe is used by one thread at a time. The callbacks run
  * on driver threads, one at a time. The node must be initialised with
- * ax_dist_init and joined with the agents. */
+ * ax_pipe_init (pipeline.h) and joined with the agents. */
 #ifndef AX_PIPELINE_COORDINATOR_H
 #define AX_PIPELINE_COORDINATOR_H
 

@@ -1,5 +1,5 @@
 /* The pipeline stage host: remote object kind "pipe.stage" (registered by
- * ax_dist_init on every agent) that runs one model stage under a schedule
+ * ax_pipe_init on every agent) that runs one model stage under a schedule
  * the coordinator drives (runtime/pipeline/coordinator.h).
  *
  * Configuration: "model=NAME[,stage.h keys]", e.g.
@@ -50,7 +50,7 @@
 #define AX_PIPE_FLAG_TRAIN 1
 #define AX_PIPE_FLAG_RECOMPUTE 2
 
-/* Registers "pipe.stage" on n (called by ax_dist_init). */
+/* Registers "pipe.stage" on n (called by ax_pipe_init, pipeline.h). */
 int axi_pipe_host_register(ax_node *n);
 
 #endif

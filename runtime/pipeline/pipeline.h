@@ -1,0 +1,23 @@
+/* Setting up a node for pipelines. The pipeline layer builds on distributed
+ * autograd (runtime/dist/), never the other way round, so the stage host
+ * kind "pipe.stage" is registered here rather than by ax_dist_init. */
+#ifndef AX_PIPELINE_PIPELINE_H
+#define AX_PIPELINE_PIPELINE_H
+
+#include "runtime/dist/autograd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ax_dist_init(n), then registers the pipeline stage host kind "pipe.stage"
+ * (stage_host.h) and its stage-to-stage inbox. The single call an agent
+ * that hosts pipeline stages, or a coordinator, makes after
+ * ax_node_create; undo it with ax_dist_fini. On error nothing stays
+ * initialised. */
+int ax_pipe_init(ax_node *n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
