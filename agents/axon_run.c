@@ -45,7 +45,7 @@ static void usage(FILE *f) {
 "  --stages K            stages, with --agents a,b,... and --master HOST:PORT\n"
 "  --agents A,B,...      running agents, stage s on the s-th\n"
 "  --master HOST:PORT    the agents' master (joining running agents)\n"
-"  --mode MODE           sequential|gpipe|1f1b|ddg|fr|pipedream (pipedream)\n"
+"  --mode MODE           %s (pipedream)\n"
 "  --microbatches M      micro-batches per mini-batch, gpipe/1f1b (4)\n"
 "  --recompute R         gpipe: always|except-last|never (never)\n"
 "  --partition P         uniform|balanced (uniform)\n"
@@ -56,7 +56,8 @@ static void usage(FILE *f) {
 "  -h, --help            this text\n"
 "\n"
 "ResNet20 on Fashion-MNIST needs --data-config pad=1 (32x32 inputs); the\n"
-"defaults set it when --model resnet20 --dataset fashion-mnist is given.\n");
+"defaults set it when --model resnet20 --dataset fashion-mnist is given.\n",
+          ax_pipe_mode_list());
 }
 
 int main(int argc, char **argv) {

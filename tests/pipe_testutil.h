@@ -190,14 +190,19 @@ static inline void pt_check_events(ax_pipe *p, int mode, int K, int M, long n) {
     assert_true(tdone[at] == 0.0); /* exactly once */
     tdone[at] = ev[i].t_done;
     assert_true(ev[i].live <= ax_pipe_live_bound(mode, K, o->stage, M));
-    int stash = mode == AX_MODE_DDG || mode == AX_MODE_PIPEDREAM;
-    assert_true(ev[i].versions <= (stash ? K - o->stage : 1));
+    assert_true(ev[i].versions <=
+                ax_pipe_version_bound(mode, K, o->stage, M));
   }
   for (long i = 0; i < ne; i++) {
     ax_pipe_op deps[32];
     int nd = ax_pipe_deps(mode, K, M, &ev[i].op, deps);
     for (int j = 0; j < nd; j++) {
       const ax_pipe_op *o = &deps[j];
+      /* A STEP rides on its stage's backward of the batch (one unit per
+       * batch in the modes whose forwards wait for a STEP). */
+      ax_pipe_op b = {AX_OP_BWD, o->stage, o->batch, 0};
+      if (o->kind == AX_OP_STEP)
+        o = &b;
       long at = ((long)o->stage * 2 + o->kind) * n * U + o->batch * U +
                 o->micro;
       assert_true(tdone[at] > 0.0 && tdone[at] <= ev[i].t_issue);

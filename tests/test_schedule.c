@@ -1,4 +1,4 @@
-/* Pipeline schedules (runtime/pipeline/schedule.h), in process: every
+/* Pipeline schedules (runtime/pipeline/mode.h), in process: every
  * (stage, unit, forward/backward) exactly once, backward after forward,
  * updates where the mode puts them, no deadlock when the stages run their
  * lists in order with the dependencies, the live-state bound of the table,
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/pipeline/schedule.h"
+#include "runtime/pipeline/mode.h"
 
 #define MAXOPS 4096
 
@@ -17,7 +17,7 @@ typedef struct sim {
   long n;
   ax_pipe_op ops[8][MAXOPS];
   long nops, pc[8];
-  unsigned char done[8][2][256];
+  unsigned char done[8][AX_OP_KINDS][256];
 } sim;
 
 static int is_done(sim *S, const ax_pipe_op *o) {
@@ -42,6 +42,8 @@ static long simulate(sim *S) {
         ok &= is_done(S, &deps[i]);
       if (o->kind == AX_OP_BWD)
         ok &= S->done[s][AX_OP_FWD][o->batch * S->U + o->micro];
+      for (int m = 0; o->kind == AX_OP_STEP && m < S->U; m++)
+        ok &= S->done[s][AX_OP_BWD][o->batch * S->U + m];
       if (ok)
         run[nrun++] = *o;
     }
@@ -51,7 +53,9 @@ static long simulate(sim *S) {
       ax_pipe_op *o = &run[i];
       S->done[o->stage][o->kind][o->batch * S->U + o->micro] = 1;
       S->pc[o->stage]++;
-      live[o->stage] += o->kind == AX_OP_FWD ? 1 : -1;
+      live[o->stage] += o->kind == AX_OP_FWD   ? 1
+                        : o->kind == AX_OP_BWD ? -1
+                                               : 0;
       assert_true(live[o->stage] <=
                   ax_pipe_live_bound(S->mode, S->K, o->stage, S->M));
       left--;
@@ -68,32 +72,35 @@ static void check_mode(int mode, int K, int M, long n) {
   S->nops = ax_pipe_nops(mode, M, n);
   for (int s = 0; s < K; s++) {
     AX_ASSERT_OK(ax_pipe_schedule(mode, K, s, M, n, S->ops[s], MAXOPS));
-    int seen[2][256] = {{0}}, steps = 0;
+    int seen[AX_OP_KINDS][256] = {{0}}, steps = 0;
     for (long i = 0; i < S->nops; i++) {
       ax_pipe_op *o = &S->ops[s][i];
       assert_int_equal(o->stage, s);
       int u = o->batch * S->U + o->micro;
       seen[o->kind][u]++;
-      if (o->kind == AX_OP_BWD) {
+      if (o->kind == AX_OP_BWD)
         assert_int_equal(seen[AX_OP_FWD][u], 1); /* forward came first */
-        steps += o->step;
+      if (o->kind == AX_OP_STEP) {
+        steps++;
+        assert_int_equal(o->micro, 0);
+        /* every backward it sums ran before it */
+        for (int m = 0; m < S->U; m++)
+          assert_int_equal(seen[AX_OP_BWD][o->batch * S->U + m], 1);
         if (!ax_pipe_async_update(mode)) /* the step ends the mini-batch */
-          for (long j = i + 1; o->step && j < S->nops; j++)
+          for (long j = i + 1; j < S->nops; j++)
             assert_true(S->ops[s][j].batch > o->batch);
-      } else {
-        assert_int_equal(o->step, 0);
       }
     }
     for (int u = 0; u < n * S->U; u++)
-      assert_true(seen[0][u] == 1 && seen[1][u] == 1);
-    assert_int_equal(steps, ax_pipe_async_update(mode) ? n * S->U : n);
+      assert_true(seen[AX_OP_FWD][u] == 1 && seen[AX_OP_BWD][u] == 1);
+    assert_int_equal(steps, n); /* one STEP per mini-batch */
   }
   assert_true(simulate(S) > 0);
   free(S);
 }
 
 static void test_invariants(void **state) {
-  for (int mode = 0; mode <= AX_MODE_PIPEDREAM; mode++)
+  for (int mode = 0; mode < AX_MODE_COUNT; mode++)
     for (int K = 1; K <= 6; K++)
       for (int M = 1; M <= 8; M += 3)
         for (long n = 1; n <= 7; n += 3)
@@ -106,43 +113,49 @@ static void expect(int mode, int K, int s, int M, long n, const char *want) {
   char got[1024] = "";
   size_t len = 0;
   for (long i = 0; i < ax_pipe_nops(mode, M, n); i++) {
-    int u = ax_pipe_units(mode, M) > 1 ? ops[i].micro : ops[i].batch;
+    int u = ax_pipe_units(mode, M) > 1 && ops[i].kind != AX_OP_STEP
+                ? ops[i].micro
+                : ops[i].batch;
     len += (size_t)snprintf(got + len, sizeof got - len, "%s%c%d",
-                            i ? " " : "", ops[i].kind ? 'B' : 'F', u);
+                            i ? " " : "", "FBIWS"[ops[i].kind], u);
   }
   assert_string_equal(got, want);
 }
 
 static void test_orders(void **state) {
-  expect(AX_MODE_PIPEDREAM, 4, 0, 1, 6, "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");
-  expect(AX_MODE_PIPEDREAM, 4, 3, 1, 3, "F0 B0 F1 B1 F2 B2");
-  expect(AX_MODE_DDG, 3, 1, 1, 3, "F0 F1 B0 F2 B1 B2");
-  expect(AX_MODE_GPIPE, 2, 0, 3, 1, "F0 F1 F2 B2 B1 B0");
+  expect(AX_MODE_PIPEDREAM, 4, 0, 1, 6,
+         "F0 F1 F2 F3 B0 S0 F4 B1 S1 F5 B2 S2 B3 S3 B4 S4 B5 S5");
+  expect(AX_MODE_PIPEDREAM, 4, 3, 1, 3, "F0 B0 S0 F1 B1 S1 F2 B2 S2");
+  expect(AX_MODE_DDG, 3, 1, 1, 3, "F0 F1 B0 S0 F2 B1 S1 B2 S2");
+  expect(AX_MODE_GPIPE, 2, 0, 3, 1, "F0 F1 F2 B2 B1 B0 S0");
   expect(AX_MODE_1F1B, 4, 0, 8, 1,
-         "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7");
-  expect(AX_MODE_1F1B, 4, 3, 4, 1, "F0 B0 F1 B1 F2 B2 F3 B3");
-  expect(AX_MODE_1F1B, 4, 0, 2, 1, "F0 F1 B0 B1");
-  expect(AX_MODE_SEQUENTIAL, 3, 2, 4, 2, "F0 B0 F1 B1");
+         "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7 S0");
+  expect(AX_MODE_1F1B, 4, 3, 4, 1, "F0 B0 F1 B1 F2 B2 F3 B3 S0");
+  expect(AX_MODE_1F1B, 4, 0, 2, 1, "F0 F1 B0 B1 S0");
+  expect(AX_MODE_SEQUENTIAL, 3, 2, 4, 2, "F0 B0 S0 F1 B1 S1");
 }
 
 static void test_ddg_round(void **state) {
-  /* Stage 0's forward of t waits for every backward of round t-1. */
-  ax_pipe_op o = {AX_OP_FWD, 0, 5, 0, 0}, deps[16];
+  /* Stage 0's forward of t waits until round t-1 is over: every stage
+   * finished what its list puts right before its own F(t), here the STEPs
+   * of batches 2, 3 and 4 on stages 0, 1 and 2. */
+  ax_pipe_op o = {AX_OP_FWD, 0, 5, 0}, deps[16];
   int nd = ax_pipe_deps(AX_MODE_DDG, 3, 1, &o, deps);
-  assert_int_equal(nd, 4); /* F(2,4), B(0,2), B(1,3), B(2,4) */
-  assert_int_equal(deps[0].kind, AX_OP_FWD);
-  assert_int_equal(deps[0].stage, 2);
-  assert_int_equal(deps[1].batch, 2);
-  assert_int_equal(deps[3].batch, 4);
+  assert_int_equal(nd, 3);
+  for (int j = 0; j < 3; j++) {
+    assert_int_equal(deps[j].kind, AX_OP_STEP);
+    assert_int_equal(deps[j].stage, j);
+    assert_int_equal(deps[j].batch, 2 + j);
+  }
   assert_int_equal(ax_pipe_deps(AX_MODE_PIPEDREAM, 3, 1, &o, deps), 0);
   assert_int_equal(ax_pipe_live_bound(AX_MODE_1F1B, 4, 0, 8), 4);
   assert_int_equal(ax_pipe_live_bound(AX_MODE_1F1B, 4, 1, 2), 2);
   assert_int_equal(ax_pipe_live_bound(AX_MODE_GPIPE, 4, 3, 8), 8);
-  ax_pipe_op ops[4];
-  assert_int_equal(ax_pipe_schedule(AX_MODE_GPIPE, 2, 0, 2, 1, ops, 3),
+  ax_pipe_op ops[5];
+  assert_int_equal(ax_pipe_schedule(AX_MODE_GPIPE, 2, 0, 2, 1, ops, 4),
                    AX_EINVAL);
-  assert_int_equal(ax_pipe_schedule(9, 2, 0, 2, 1, ops, 4), AX_EINVAL);
-  assert_int_equal(ax_pipe_schedule(AX_MODE_GPIPE, 2, 2, 2, 1, ops, 4),
+  assert_int_equal(ax_pipe_schedule(9, 2, 0, 2, 1, ops, 5), AX_EINVAL);
+  assert_int_equal(ax_pipe_schedule(AX_MODE_GPIPE, 2, 2, 2, 1, ops, 5),
                    AX_EINVAL);
 }
 

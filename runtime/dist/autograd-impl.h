@@ -32,6 +32,8 @@ struct axd_fn {
   ax_tensor *dout[AX_TLIST_MAX];
   int dout_own[AX_TLIST_MAX]; /* dout[k] is our own sum buffer */
   int expected, received, ran;
+  int held;                 /* ax_dist_record_held: the owner runs it */
+  char consumer[AXD_NAME];  /* node of the first send of an output */
   axd_fn *next;
 };
 
@@ -64,6 +66,7 @@ typedef struct axd_ctx {
 } axd_ctx;
 
 #define AXD_RELEASED_RING 1024
+#define AXD_POOL_MAX 16 /* recycled gradient buffers kept per node */
 
 typedef struct axd_state {
   ax_node *node;
@@ -75,6 +78,9 @@ typedef struct axd_state {
   uint64_t released[AXD_RELEASED_RING];
   long nrel;
   int64_t grad_delay_ms;
+  pthread_cond_t cv;  /* a held function got a gradient (with mu) */
+  ax_tensor *pool[AXD_POOL_MAX]; /* recycled gradient buffers (mu) */
+  int npool;
 } axd_state;
 
 axd_state *axd_get(void);

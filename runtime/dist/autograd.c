@@ -127,16 +127,40 @@ static int map_add(axd_ctx *c, ax_tensor *t, const axd_src *s) {
   return AX_OK;
 }
 
+static const ax_dist_fn_ops g_held_ops = {NULL, NULL};
+
+static int record(axd_state *d, uint64_t ctx, const ax_dist_fn_ops *ops,
+                  void *state, const ax_tlist *inputs,
+                  const ax_tlist *outputs, uint64_t *id);
+
 int ax_dist_record(ax_node *n, uint64_t ctx, const ax_dist_fn_ops *ops,
                    void *state, const ax_tlist *inputs,
                    const ax_tlist *outputs) {
   axd_state *d = axd_get();
   if (!d || d->node != n || !ops || !ops->backward || !inputs || !outputs)
     return ax_seterr(AX_EINVAL, "dist: bad arguments to record");
+  return record(d, ctx, ops, state, inputs, outputs, NULL);
+}
+
+int ax_dist_record_held(ax_node *n, uint64_t ctx, const ax_tlist *inputs,
+                        const ax_tlist *outputs, uint64_t *fn) {
+  axd_state *d = axd_get();
+  if (!d || d->node != n || !inputs || !outputs || !fn)
+    return ax_seterr(AX_EINVAL, "dist: bad arguments to record_held");
+  return record(d, ctx, &g_held_ops, NULL, inputs, outputs, fn);
+}
+
+/* Records a function; held when ops is g_held_ops (its id into *id). */
+static int record(axd_state *d, uint64_t ctx, const ax_dist_fn_ops *ops,
+                  void *state, const ax_tlist *inputs,
+                  const ax_tlist *outputs, uint64_t *id) {
   axd_fn *f = calloc(1, sizeof *f);
   if (!f)
     return AX_ENOMEM;
   f->id = __atomic_add_fetch(&d->fn_counter, 1, __ATOMIC_RELAXED);
+  f->held = ops == &g_held_ops;
+  if (id)
+    *id = f->id;
   f->ops = ops;
   f->state = state;
   f->n_in = inputs->n;
@@ -207,6 +231,8 @@ static int hook_send(ax_node *n, uint64_t ctx, const char *to,
     if (!m || m->s.kind != AXD_SRC_LOCAL)
       continue; /* forwarding a received tensor records no edge */
     m->s.fn->expected++;
+    if (!m->s.fn->consumer[0])
+      snprintf(m->s.fn->consumer, sizeof m->s.fn->consumer, "%s", to);
     out[nd].index = (uint32_t)(i - first);
     out[nd].k = (uint32_t)m->s.k;
     out[nd].fn = m->s.fn->id;
@@ -270,6 +296,21 @@ static axd_grad *grad_find(axd_ctx *c, uint64_t key) {
   return g;
 }
 
+/* A recycled buffer of nfloats on dev, zeroed, or NULL (d->mu held). */
+static ax_tensor *pool_take(axd_state *d, size_t nfloats, ax_device dev) {
+  for (int i = 0; i < d->npool; i++) {
+    ax_tensor *t = d->pool[i];
+    if (ax_tensor_numel(t) != nfloats || !ax_device_eq(t->device, dev))
+      continue;
+    d->pool[i] = d->pool[--d->npool];
+    if (ax_tensor_fill(t, 0.0f) == AX_OK)
+      return t;
+    ax_tensor_release(t);
+    return NULL;
+  }
+  return NULL;
+}
+
 int ax_dist_grads(ax_node *n, uint64_t ctx, uint64_t key, size_t nfloats,
                   ax_device dev, ax_tensor **out) {
   axd_state *d = axd_get();
@@ -284,7 +325,9 @@ int ax_dist_grads(ax_node *n, uint64_t ctx, uint64_t key, size_t nfloats,
   } else if (!g) {
     int64_t shape[1] = {(int64_t)nfloats};
     g = calloc(1, sizeof *g);
-    if (g && !(g->g = ax_tensor_zeros(AX_F32, 1, shape, dev))) {
+    if (g)
+      g->g = pool_take(d, nfloats, dev);
+    if (g && !g->g && !(g->g = ax_tensor_zeros(AX_F32, 1, shape, dev))) {
       free(g);
       g = NULL;
     }
@@ -362,6 +405,7 @@ int ax_dist_init(ax_node *n) {
   d->node = n;
   snprintf(d->name, sizeof d->name, "%s", ax_node_name(n));
   pthread_mutex_init(&d->mu, NULL);
+  pthread_cond_init(&d->cv, NULL);
   int err = axd_engine_register(n);
   if (err == AX_OK)
     err = axd_optim_register(n);
@@ -389,6 +433,121 @@ void ax_dist_fini(ax_node *n) {
     axd_ctx_free(c);
   }
   ax_rref_fini(n);
+  for (int i = 0; i < d->npool; i++)
+    ax_tensor_release(d->pool[i]);
+  pthread_cond_destroy(&d->cv);
   pthread_mutex_destroy(&d->mu);
   free(d);
+}
+
+/* ---- taking and recycling gradient buffers --------------------------------- */
+int ax_dist_take_gradients(ax_node *n, uint64_t ctx, uint64_t key,
+                           ax_tensor **out) {
+  axd_state *d = axd_get();
+  if (!d || d->node != n)
+    return ax_seterr(AX_ESTATE, "dist: node not initialised");
+  int err = AX_OK;
+  pthread_mutex_lock(&d->mu);
+  axd_ctx *c = axd_ctx_find(d, ctx, 0);
+  axd_grad **pp = c ? &c->grads : NULL;
+  while (pp && *pp && (*pp)->key != key)
+    pp = &(*pp)->next;
+  if (!pp || !*pp) {
+    err = ax_seterr(AX_ENOTFOUND, "dist: no gradients for %llx in %llx",
+                    (unsigned long long)key, (unsigned long long)ctx);
+  } else {
+    axd_grad *g = *pp;
+    *pp = g->next;
+    *out = g->g;
+    free(g);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return err;
+}
+
+void ax_dist_grads_recycle(ax_node *n, ax_tensor *g) {
+  axd_state *d = axd_get();
+  if (!g)
+    return;
+  if (d && d->node == n) {
+    pthread_mutex_lock(&d->mu);
+    if (d->npool < AXD_POOL_MAX) {
+      d->pool[d->npool++] = g;
+      g = NULL;
+    }
+    pthread_mutex_unlock(&d->mu);
+  }
+  ax_tensor_release(g);
+}
+
+/* ---- edges on a program's own messages ---------------------------------------- */
+/* The tensors of t as a value list (NULL entries as i64 placeholders), so
+ * the RRef hooks' rules apply unchanged. */
+static ax_values *tlist_values(const ax_tlist *t) {
+  ax_values *v = ax_values_new();
+  int err = v ? AX_OK : AX_ENOMEM;
+  for (int i = 0; err == AX_OK && i < t->n; i++)
+    err = t->t[i] ? ax_values_add_tensor(v, t->t[i]) : ax_values_add_i64(v, 0);
+  if (err != AX_OK) {
+    ax_values_free(v);
+    return NULL;
+  }
+  return v;
+}
+
+int ax_dist_send_edges(ax_node *n, uint64_t ctx, const char *to,
+                       const ax_tlist *t, void **desc, size_t *len) {
+  *desc = NULL;
+  *len = 0;
+  axd_state *d = axd_get();
+  if (!d || d->node != n || !to || !t)
+    return ax_seterr(AX_EINVAL, "dist: bad arguments to send_edges");
+  ax_values *v = tlist_values(t);
+  if (!v)
+    return AX_ENOMEM;
+  int err = hook_send(n, ctx, to, v, 0, desc, len);
+  ax_values_free(v);
+  return err;
+}
+
+int ax_dist_recv_edges(ax_node *n, uint64_t ctx, const char *from,
+                       const ax_tlist *t, const void *desc, size_t len) {
+  axd_state *d = axd_get();
+  if (!d || d->node != n || !from || !t)
+    return ax_seterr(AX_EINVAL, "dist: bad arguments to recv_edges");
+  ax_values *v = tlist_values(t);
+  if (!v)
+    return AX_ENOMEM;
+  int err = hook_recv(n, ctx, from, v, 0, desc, len);
+  ax_values_free(v);
+  return err;
+}
+
+int ax_dist_forget(ax_node *n, uint64_t ctx, const ax_tlist *t) {
+  axd_state *d = axd_get();
+  if (!d || d->node != n || !t)
+    return ax_seterr(AX_EINVAL, "dist: bad arguments to forget");
+  axd_map *gone = NULL;
+  pthread_mutex_lock(&d->mu);
+  axd_ctx *c = axd_ctx_find(d, ctx, 0);
+  for (axd_map **pp = c ? &c->map : NULL; pp && *pp;) {
+    axd_map *m = *pp;
+    int hit = 0;
+    for (int i = 0; i < t->n && !hit; i++)
+      hit = t->t[i] && m->t == t->t[i];
+    if (hit) {
+      *pp = m->next;
+      m->next = gone;
+      gone = m;
+    } else {
+      pp = &m->next;
+    }
+  }
+  pthread_mutex_unlock(&d->mu);
+  for (axd_map *nx; gone; gone = nx) {
+    nx = gone->next;
+    ax_tensor_release(gone->t);
+    free(gone);
+  }
+  return AX_OK;
 }

@@ -94,6 +94,63 @@ int ax_dist_grads(ax_node *n, uint64_t ctx, uint64_t key, size_t nfloats,
 int ax_dist_get_gradients(ax_node *n, uint64_t ctx, uint64_t key,
                           ax_tensor **out);
 
+/* Takes the gradient buffer of `key` out of ctx (*out: the reference the
+ * context held; the context no longer has one). AX_ENOTFOUND when no
+ * backward wrote any. Owners that step from several contexts take their
+ * buffers as each backward ends and sum them in a fixed order. */
+int ax_dist_take_gradients(ax_node *n, uint64_t ctx, uint64_t key,
+                           ax_tensor **out);
+/* Gives a gradient buffer the caller holds the only reference to back to
+ * this node's pool (ax_dist_grads reuses it, zeroed, for a buffer of the
+ * same size and device); takes the reference. The pool is bounded; NULL is
+ * ignored. */
+void ax_dist_grads_recycle(ax_node *n, ax_tensor *g);
+
+/* ---- edges on a program's own messages ---------------------------------------
+ * RRef calls record send/recv edges by themselves. A program that moves
+ * tensors over its own functions (the pipeline's stage-to-stage pushes)
+ * records them with these: the sender calls ax_dist_send_edges for the
+ * tensors it sends to node `to` under ctx and ships the descriptor (*desc,
+ * *len bytes, malloc'd, NULL when no tensor is a recorded output; the
+ * caller frees it) with them; the receiver calls ax_dist_recv_edges on the
+ * tensors as it will use them (after moving them to their device), with
+ * the same tensor positions. Both AX_ESTALE if ctx was released here. */
+int ax_dist_send_edges(ax_node *n, uint64_t ctx, const char *to,
+                       const ax_tlist *t, void **desc, size_t *len);
+int ax_dist_recv_edges(ax_node *n, uint64_t ctx, const char *from,
+                       const ax_tlist *t, const void *desc, size_t len);
+/* Drops ctx's bookkeeping for tensors t (their recorded output or remote
+ * source), once no further send or record will name them: the context then
+ * stops holding them. Unknown tensors are ignored. */
+int ax_dist_forget(ax_node *n, uint64_t ctx, const ax_tlist *t);
+
+/* ---- held functions: the owner runs the backward when it decides --------
+ * A pipeline stage runs a unit's backward when the coordinator asks, not
+ * when the gradient arrives. ax_dist_record_held records a function like
+ * ax_dist_record, but without a callback: output gradients that arrive
+ * (from local functions or "ax.dist.grad") are summed and kept. The owner
+ * then takes them with ax_dist_take_grads, computes the input gradients
+ * itself and sends them along the function's input edges with
+ * ax_dist_pass_grads (to the producers' functions, local or remote). */
+int ax_dist_record_held(ax_node *n, uint64_t ctx, const ax_tlist *inputs,
+                        const ax_tlist *outputs, uint64_t *fn);
+/* Waits until every expected output gradient of fn arrived (all sends of
+ * its outputs under ctx were answered by a gradient), up to timeout_ms, and
+ * moves their sums into *dout (new references; NULL entries for outputs
+ * that got none; dout->n = the output count). A function none of whose
+ * outputs was sent returns at once with no gradients. AX_ETIMEOUT,
+ * AX_EPEERDOWN (the consumer's node is down), AX_ESTALE (ctx released or
+ * no such function), AX_ESTATE (taken twice). */
+int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fn,
+                       int64_t timeout_ms, ax_tlist *dout);
+/* Sends din (borrowed; entry i is the gradient of fn's input i, NULL for
+ * none) along fn's input edges without waiting: *done (may be NULL: then
+ * errors are dropped) completes once every receiver stored it, with the
+ * first error. On error (returned, *done NULL) the gradients of earlier
+ * inputs may have been sent. */
+int ax_dist_pass_grads(ax_node *n, uint64_t ctx, uint64_t fn,
+                       const ax_tlist *din, ax_future **done);
+
 /* ---- backward ------------------------------------------------------------------ */
 /* Runs the backward from root tensors on this node (recorded outputs, or
  * tensors fetched under ctx), seeded with ones. Waits up to timeout_ms. */

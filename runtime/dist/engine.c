@@ -157,9 +157,13 @@ static int deliver(axd_state *d, uint64_t ctx, axd_fn *fn, int k,
     ax_tensor_release(gd);
   }
   if (err == AX_OK && ++fn->received >= fn->expected) {
-    fn->ran = 1;
-    c->busy++;
-    ready = 1;
+    if (fn->held) { /* its owner takes the sums (ax_dist_take_grads) */
+      pthread_cond_broadcast(&d->cv);
+    } else {
+      fn->ran = 1;
+      c->busy++;
+      ready = 1;
+    }
   }
   pthread_mutex_unlock(&d->mu);
   if (!ready)
@@ -419,4 +423,125 @@ int ax_dist_context_release(ax_node *n, uint64_t ctx, int64_t timeout_ms) {
   release_peers(d, ctx, peers, NULL, a);
   return wait_agg(agg_finish(a, AX_OK, NULL),
                   timeout_ms > 0 ? timeout_ms : 10000);
+}
+
+/* ---- held functions ---------------------------------------------------------- */
+int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
+                       int64_t timeout_ms, ax_tlist *dout) {
+  axd_state *d = axd_get();
+  memset(dout, 0, sizeof *dout);
+  if (!d || d->node != n)
+    return ax_seterr(AX_ESTATE, "dist: node not initialised");
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  int64_t end = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 +
+                (timeout_ms > 0 ? timeout_ms : AXD_CALL_MS);
+  int err = AX_OK;
+  char consumer[AXD_NAME] = "";
+  pthread_mutex_lock(&d->mu);
+  for (;;) {
+    axd_ctx *c = axd_ctx_find(d, ctx, 0);
+    axd_fn *fn = c ? axd_fn_find(c, fid) : NULL;
+    if (!fn || !fn->held) {
+      err = ax_seterr(AX_ESTALE, "dist: no held function %llu in context "
+                      "%llx", (unsigned long long)fid,
+                      (unsigned long long)ctx);
+      break;
+    }
+    if (fn->ran) {
+      err = ax_seterr(AX_ESTATE, "dist: gradients of function %llu taken "
+                      "twice", (unsigned long long)fid);
+      break;
+    }
+    if (fn->received >= fn->expected) {
+      fn->ran = 1;
+      dout->n = fn->n_out;
+      for (int k = 0; k < fn->n_out; k++) {
+        dout->t[k] = fn->dout[k]; /* the context's reference moves */
+        fn->dout[k] = NULL;
+      }
+      break;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    if (ms >= end) {
+      err = ax_seterr(AX_ETIMEOUT, "dist: %d of %d gradients for function "
+                      "%llu in %lld ms", fn->received, fn->expected,
+                      (unsigned long long)fid,
+                      (long long)(timeout_ms > 0 ? timeout_ms : AXD_CALL_MS));
+      break;
+    }
+    snprintf(consumer, sizeof consumer, "%s", fn->consumer);
+    if (consumer[0]) { /* the node that owes the gradient may be gone */
+      pthread_mutex_unlock(&d->mu);
+      int down = ax_node_peer_is_down(n, consumer);
+      pthread_mutex_lock(&d->mu);
+      if (down && !((c = axd_ctx_find(d, ctx, 0)) &&
+                    (fn = axd_fn_find(c, fid)) &&
+                    fn->received >= fn->expected)) {
+        err = ax_seterr(AX_EPEERDOWN, "dist: %s is down; no gradient for "
+                        "function %llu", consumer, (unsigned long long)fid);
+        break;
+      }
+      if (down)
+        continue; /* it arrived after all */
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t wait = end - ms < 100 ? end - ms : 100;
+    ts.tv_nsec += (long)wait * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return err;
+}
+
+int ax_dist_pass_grads(ax_node *n, uint64_t ctx, uint64_t fid,
+                       const ax_tlist *din, ax_future **done) {
+  axd_state *d = axd_get();
+  if (done)
+    *done = NULL;
+  if (!d || d->node != n || !din)
+    return ax_seterr(AX_EINVAL, "dist: bad arguments to pass_grads");
+  axd_src in[AX_TLIST_MAX];
+  int n_in = 0;
+  pthread_mutex_lock(&d->mu);
+  axd_ctx *c = axd_ctx_find(d, ctx, 0);
+  axd_fn *fn = c ? axd_fn_find(c, fid) : NULL;
+  if (fn) {
+    n_in = fn->n_in;
+    memcpy(in, fn->in, sizeof in);
+    c->busy++; /* local producers stay valid while we deliver */
+  }
+  pthread_mutex_unlock(&d->mu);
+  if (!fn)
+    return ax_seterr(AX_ESTALE, "dist: no function %llu in context %llx",
+                     (unsigned long long)fid, (unsigned long long)ctx);
+  agg *a = agg_new(0);
+  int err = a ? AX_OK : AX_ENOMEM;
+  for (int i = 0; err == AX_OK && i < din->n && i < n_in; i++) {
+    if (!din->t[i])
+      continue;
+    if (in[i].kind == AXD_SRC_LOCAL)
+      err = deliver(d, ctx, in[i].fn, in[i].k, din->t[i], a);
+    else if (in[i].kind == AXD_SRC_REMOTE)
+      err = send_grad(d, ctx, &in[i], din->t[i], a);
+  }
+  pthread_mutex_lock(&d->mu);
+  int free_it = --c->busy == 0 && c->released;
+  pthread_mutex_unlock(&d->mu);
+  if (free_it)
+    axd_ctx_free(c);
+  if (!a)
+    return err;
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s", err ? ax_errmsg() : "");
+  ax_future *f = agg_finish(a, err, msg);
+  if (err == AX_OK && done)
+    *done = f;
+  else
+    ax_future_release(f);
+  return err == AX_OK ? AX_OK : ax_seterr(err, "%s", msg);
 }

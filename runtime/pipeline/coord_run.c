@@ -1,5 +1,6 @@
-/* ax_pipe_train: one driver thread per stage walks the stage's schedule,
- * issuing each operation once its dependencies completed. */
+/* ax_pipe_train: one driver thread per stage walks the stage's action list
+ * (the mode table's plan, mode.h), issuing each action once its
+ * dependencies completed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,12 +28,13 @@ static int64_t timeout_of(const ax_pipe *p) {
 
 static unsigned char *done_at(ax_pipe *p, const ax_pipe_op *o) {
   long u = (long)o->batch * p->U + o->micro;
-  return &p->done[((long)o->stage * 2 + o->kind) * p->n * p->U + u];
+  return &p->done[((long)o->stage * AX_OP_KINDS + o->kind) * p->n * p->U + u];
 }
 
+/* Every unit has its own context: a micro-batch, or a mini-batch in the
+ * modes whose unit is one (U = 1 there). */
 static long ctx_index(const ax_pipe *p, const ax_pipe_op *o) {
-  return ax_pipe_ctx_per_batch(p->o.mode) ? o->batch
-                                          : (long)o->batch * p->U + o->micro;
+  return (long)o->batch * p->U + o->micro;
 }
 
 /* Loads mini-batch t (mu held): the inputs, labels and per-output norms. */
@@ -66,17 +68,24 @@ static ax_tensor *unit_slice(const ax_pipe *p, const ax_tensor *x, int64_t B,
   return ax_tensor_slice0(x, lo * f, (hi - lo) * f);
 }
 
-/* The arguments of op (mu held: reads the batch cache). */
-static int make_args(ax_pipe *p, const ax_pipe_op *o, ax_values **out) {
+/* The arguments of op (mu held: reads the batch cache). A backward with
+ * `step` also runs the STEP that follows it in the stage's list. */
+static int make_args(ax_pipe *p, const ax_pipe_op *o, int step,
+                     ax_values **out) {
   ax_values *a = ax_values_new();
   if (!a)
     return AX_ENOMEM;
   *out = a;
   long gid = p->base + o->batch;
+  if (o->kind == AX_OP_STEP) {
+    ax_values_add_i64(a, gid);
+    return ax_values_add_i64(a, p->U);
+  }
   if (o->kind == AX_OP_BWD) {
     ax_values_add_i64(a, gid);
     ax_values_add_i64(a, o->micro);
-    return ax_values_add_i64(a, o->step);
+    ax_values_add_i64(a, step);
+    return ax_values_add_i64(a, p->U);
   }
   int first = o->stage == 0, last = o->stage == p->K - 1;
   int err = AX_OK;
@@ -85,10 +94,7 @@ static int make_args(ax_pipe *p, const ax_pipe_op *o, ax_values **out) {
   if (err != AX_OK)
     return err;
   axp_batch *b = &p->b[o->batch];
-  int rec = p->o.mode == AX_MODE_GPIPE &&
-            (p->o.recompute == AX_RECOMPUTE_ALWAYS ||
-             (p->o.recompute == AX_RECOMPUTE_EXCEPT_LAST &&
-              o->micro != p->U - 1));
+  int rec = ax_pipe_replays(p->o.mode, p->o.recompute, p->U, o->micro);
   ax_values_add_i64(a, gid);
   ax_values_add_i64(a, o->micro);
   ax_values_add_i64(a, (int64_t)(p->o.seed * 1000003u +
@@ -153,15 +159,26 @@ static void event_add(ax_pipe *p, const ax_pipe_op *o, double t_issue,
     st->peak_bytes[s] = e->state_bytes;
 }
 
-/* Bookkeeping after op completed (mu held). A finished unit's context goes
- * to the background releaser; returns the context the caller must release
- * itself (0: none, or queued) and whether the mini-batch is finished. */
-static uint64_t op_finished(ax_pipe *p, const ax_pipe_op *o,
-                            const ax_values *r, double t_issue, int *batch_done) {
+/* Bookkeeping after op (and the STEP merged into it) completed (mu held).
+ * A unit's context is finished once stage 0's backward of it is (every
+ * stage took its gradients out by then): it goes to the background
+ * releaser; returns the context the caller must release itself (0: none,
+ * or queued) and whether the mini-batch is finished. */
+static uint64_t op_finished(ax_pipe *p, const ax_pipe_op *o, int merged,
+                            const ax_values *r, double t_issue,
+                            int *batch_done) {
   *done_at(p, o) = 1;
+  if (merged) {
+    ax_pipe_op st = {AX_OP_STEP, o->stage, o->batch, 0};
+    *done_at(p, &st) = 1;
+  }
+  *batch_done = 0;
+  if (o->kind == AX_OP_STEP) {
+    pthread_cond_broadcast(&p->cv);
+    return 0;
+  }
   event_add(p, o, t_issue, r);
   axp_batch *b = &p->b[o->batch];
-  *batch_done = 0;
   if (o->kind == AX_OP_FWD && o->stage == p->K - 1) {
     double l = 0;
     int64_t c = 0, k = 0;
@@ -176,12 +193,10 @@ static uint64_t op_finished(ax_pipe *p, const ax_pipe_op *o,
   if (o->kind == AX_OP_BWD && o->stage == 0) {
     b->units_left--;
     long ci = ctx_index(p, o);
-    if (!ax_pipe_ctx_per_batch(p->o.mode) || b->units_left == 0) {
-      rel = p->ctx[ci];
-      p->ctx[ci] = 0;
-      if (axp_release_push(p, rel))
-        rel = 0; /* the background releaser owns it now */
-    }
+    rel = p->ctx[ci];
+    p->ctx[ci] = 0;
+    if (axp_release_push(p, rel))
+      rel = 0; /* the background releaser owns it now */
     *batch_done = b->units_left == 0;
   }
   pthread_cond_broadcast(&p->cv);
@@ -208,9 +223,15 @@ typedef struct driver {
   int s;
 } driver;
 
-static int run_op(ax_pipe *p, const ax_pipe_op *o) {
+static const char *const g_methods[AX_OP_KINDS] = {"fwd", "bwd", NULL, NULL,
+                                                   "step"};
+static const char *const g_what[AX_OP_KINDS] = {"forward", "backward",
+                                                "input gradient",
+                                                "weight gradient", "step"};
+
+static int run_op(ax_pipe *p, const ax_pipe_op *o, int merged) {
   ax_pipe_op deps[AX_PIPE_MAX_STAGES + 2];
-  int nd = ax_pipe_deps(p->o.mode, p->K, p->o.M, o, deps);
+  int nd = ax_pipe_plan_deps(p->plan, o, deps);
   double start = ax_now(), lim = timeout_of(p) * 1e-3;
   pthread_mutex_lock(&p->mu);
   while (p->err == AX_OK && !deps_done(p, deps, nd)) {
@@ -226,7 +247,10 @@ static int run_op(ax_pipe *p, const ax_pipe_op *o) {
   int err = p->err != AX_OK ? AX_ECANCELLED : AX_OK;
   ax_values *a = NULL;
   uint64_t ctx = 0;
-  if (err == AX_OK) {
+  if (err == AX_OK && !g_methods[o->kind])
+    err = ax_seterr(AX_EUNSUPPORTED, "pipeline: the stage host has no %s action",
+                    g_what[o->kind]);
+  if (err == AX_OK && o->kind != AX_OP_STEP) {
     long ci = ctx_index(p, o);
     if (!p->ctx[ci] && (err = ax_dist_context_new(p->node, &p->ctx[ci])) ==
                            AX_OK)
@@ -234,7 +258,7 @@ static int run_op(ax_pipe *p, const ax_pipe_op *o) {
     ctx = p->ctx[ci];
   }
   if (err == AX_OK)
-    err = make_args(p, o, &a);
+    err = make_args(p, o, merged, &a);
   if (err != AX_OK && err != AX_ECANCELLED)
     axp_fail(p, o->stage, err, ax_errmsg());
   pthread_mutex_unlock(&p->mu);
@@ -242,22 +266,23 @@ static int run_op(ax_pipe *p, const ax_pipe_op *o) {
   ax_call_opts co = {.timeout_ms = timeout_of(p), .autograd_ctx = ctx};
   double t_issue = ax_now();
   if (err == AX_OK)
-    err = ax_rref_rpc_async(p->node, p->host[o->stage],
-                            o->kind == AX_OP_FWD ? "fwd" : "bwd", a, &co, &f);
+    err = ax_rref_rpc_async(p->node, p->host[o->stage], g_methods[o->kind], a,
+                            &co, &f);
   ax_values_free(a);
   if (err == AX_OK)
     err = wait_future(p, f);
   char what[400] = "";
   if (err != AX_OK && err != AX_ECANCELLED)
     snprintf(what, sizeof what, "%s %s of batch %d/%d: %s",
-             ax_strerror(err), o->kind ? "backward" : "forward", o->batch,
+             ax_strerror(err), g_what[o->kind], o->batch,
              o->micro, f && ax_future_is_done(f) ? ax_future_errmsg(f)
                                                  : ax_errmsg());
   pthread_mutex_lock(&p->mu);
   uint64_t rel = 0;
   int batch_done = 0;
   if (err == AX_OK)
-    rel = op_finished(p, o, ax_future_values(f), t_issue, &batch_done);
+    rel = op_finished(p, o, merged, ax_future_values(f), t_issue,
+                      &batch_done);
   else if (err != AX_ECANCELLED)
     axp_fail(p, o->stage, err, what);
   pthread_mutex_unlock(&p->mu);
@@ -281,19 +306,17 @@ static int run_op(ax_pipe *p, const ax_pipe_op *o) {
 static void *driver_main(void *arg) {
   driver *d = arg;
   ax_pipe *p = d->p;
-  long n_ops = ax_pipe_nops(p->o.mode, p->o.M, p->n);
-  ax_pipe_op *ops = malloc((size_t)(n_ops ? n_ops : 1) * sizeof *ops);
-  int err = ops ? ax_pipe_schedule(p->o.mode, p->K, d->s, p->o.M, p->n, ops,
-                                   n_ops)
-                : AX_ENOMEM;
-  if (err != AX_OK) {
-    pthread_mutex_lock(&p->mu);
-    axp_fail(p, d->s, err, ax_errmsg());
-    pthread_mutex_unlock(&p->mu);
+  long n_ops = 0;
+  const ax_pipe_op *ops = ax_pipe_plan_actions(p->plan, d->s, &n_ops);
+  int err = AX_OK;
+  for (long i = 0; err == AX_OK && i < n_ops; i++) {
+    /* A STEP right after the same batch's backward rides on that call. */
+    int merged = ops[i].kind == AX_OP_BWD && i + 1 < n_ops &&
+                 ops[i + 1].kind == AX_OP_STEP &&
+                 ops[i + 1].batch == ops[i].batch;
+    err = run_op(p, &ops[i], merged);
+    i += merged;
   }
-  for (long i = 0; err == AX_OK && i < n_ops; i++)
-    err = run_op(p, &ops[i]);
-  free(ops);
   return NULL;
 }
 
@@ -303,7 +326,10 @@ int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
     return ax_seterr(AX_EINVAL, "pipeline: bad arguments to train");
   size_t units = (size_t)n * (size_t)p->U;
   p->n = n;
-  p->done = calloc((size_t)p->K * 2 * units + 1, 1);
+  int perr = ax_pipe_plan_new(p->o.mode, p->K, p->o.M, n, &p->plan);
+  if (perr != AX_OK)
+    return perr;
+  p->done = calloc((size_t)p->K * AX_OP_KINDS * units + 1, 1);
   p->ctx = calloc(units + 1, sizeof *p->ctx);
   p->b = calloc((size_t)n + 1, sizeof *p->b);
   p->err = AX_OK;
@@ -315,6 +341,8 @@ int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   memset(&p->stats, 0, sizeof p->stats);
   if (!p->done || !p->ctx || !p->b) {
     free(p->done), free(p->ctx), free(p->b);
+    ax_pipe_plan_free(p->plan);
+    p->plan = NULL;
     return AX_ENOMEM;
   }
   /* Without the releaser (no thread), contexts are released synchronously
@@ -357,6 +385,8 @@ int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   }
   free(p->done), free(p->ctx), free(p->b);
   p->done = NULL, p->ctx = NULL, p->b = NULL;
+  ax_pipe_plan_free(p->plan);
+  p->plan = NULL;
   p->base += n;
   if (p->err != AX_OK)
     return ax_seterr(p->err, "%s", p->msg);

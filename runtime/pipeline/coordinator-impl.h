@@ -31,8 +31,9 @@ struct ax_pipe {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   long n;
-  unsigned char *done; /* [K][2][n * U] */
-  uint64_t *ctx;       /* per unit or per mini-batch */
+  ax_pipe_plan *plan;  /* every stage's actions (mode.h) */
+  unsigned char *done; /* [K][AX_OP_KINDS][n * U] */
+  uint64_t *ctx;       /* one per unit */
   axp_batch *b;        /* [n] */
   int err;
   char msg[512];

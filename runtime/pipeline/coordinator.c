@@ -39,9 +39,8 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
   if (!o || !o->model || !o->agents || o->K < 1 || o->K > AX_PIPE_MAX_STAGES)
     return ax_seterr(AX_EINVAL, "pipeline: need a model, 1..%d stages and "
                      "their agents", AX_PIPE_MAX_STAGES);
-  if (o->mode < 0 || o->mode > AX_MODE_PIPEDREAM)
-    return ax_seterr(AX_EINVAL, "pipeline: unknown mode %d (%s)", o->mode,
-                     AX_PIPE_MODES);
+  if (!ax_pipe_mode_get(o->mode))
+    return AX_EINVAL;
   if (o->M < 1 || o->M > 1024)
     return ax_seterr(AX_EINVAL, "pipeline: %d micro-batches", o->M);
   if (!(*def = ax_model_find(o->model)))
@@ -211,15 +210,23 @@ void ax_pipe_get_stats(const ax_pipe *p, ax_pipe_stats *out) {
   *out = p->stats;
 }
 
-/* ---- evaluation: one batch at a time, forward through every stage ------- */
+/* ---- evaluation: forward stage to stage, like training ------------------- */
+/* Issues the forward of one evaluation batch on every stage at once: stage
+ * 0 gets the inputs, the last stage the labels, and the activations flow
+ * from stage to stage (each stage waits for its input in its inbox); the
+ * coordinator only waits for the answers. */
 static int eval_batch(ax_pipe *p, const ax_tlist *in, const ax_tlist *lab,
                       double *loss, int64_t *correct, int64_t *count) {
   long id = -(++p->eval_ids);
   ax_call_opts co = {.timeout_ms = timeout_of(p)};
-  for (int s = 0; s < p->K; s++) {
-    ax_values *a = ax_values_new(), *r = NULL;
-    if (!a)
-      return AX_ENOMEM;
+  ax_future *f[AX_PIPE_MAX_STAGES] = {NULL};
+  int err = AX_OK, bad = -1;
+  for (int s = 0; s < p->K && err == AX_OK; s++) {
+    ax_values *a = ax_values_new();
+    if (!a) {
+      err = AX_ENOMEM;
+      break;
+    }
     int64_t hdr[4] = {id, 0, 0, 0};
     for (int i = 0; i < 4; i++)
       ax_values_add_i64(a, hdr[i]);
@@ -233,19 +240,38 @@ static int eval_batch(ax_pipe *p, const ax_tlist *in, const ax_tlist *lab,
       for (int i = 0; i < lab->n; i++)
         ax_values_add_i64(a, 0);
     }
-    int err = ax_rref_rpc_sync(p->node, p->host[s], "fwd", a, &co, &r);
+    err = ax_rref_rpc_async(p->node, p->host[s], "fwd", a, &co, &f[s]);
     ax_values_free(a);
-    if (err == AX_OK && s == p->K - 1) {
-      err = ax_values_get_f64(r, 4, loss);
-      if (err == AX_OK)
-        err = ax_values_get_i64(r, 5, correct);
-      if (err == AX_OK)
-        err = ax_values_get_i64(r, 6, count);
-    }
-    ax_values_free(r);
-    AX_TRY(named(p, s, err));
+    if (err != AX_OK)
+      bad = s;
   }
-  return AX_OK;
+  for (int s = 0; s < p->K; s++) { /* every issued call is waited for */
+    if (!f[s])
+      continue;
+    int e = ax_future_wait(f[s], timeout_of(p) + 1000);
+    if (e == AX_OK)
+      e = ax_future_err(f[s]);
+    if (e != AX_OK && err == AX_OK) {
+      err = ax_seterr(e, "%s", ax_future_is_done(f[s])
+                                   ? ax_future_errmsg(f[s])
+                                   : "no answer in time");
+      bad = s;
+    }
+    if (e == AX_OK && s == p->K - 1) {
+      const ax_values *r = ax_future_values(f[s]);
+      e = ax_values_get_f64(r, 4, loss);
+      if (e == AX_OK)
+        e = ax_values_get_i64(r, 5, correct);
+      if (e == AX_OK)
+        e = ax_values_get_i64(r, 6, count);
+      if (e != AX_OK && err == AX_OK) {
+        err = e;
+        bad = s;
+      }
+    }
+    ax_future_release(f[s]);
+  }
+  return bad < 0 ? err : named(p, bad, err);
 }
 
 int ax_pipe_evaluate(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,

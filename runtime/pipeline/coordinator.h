@@ -29,7 +29,7 @@
 
 #include "rref/rref.h"
 #include "models/module.h"
-#include "runtime/pipeline/schedule.h"
+#include "runtime/pipeline/mode.h"
 #include "runtime/pipeline/trace.h"
 
 #ifdef __cplusplus

@@ -1,9 +1,9 @@
 /* Expected time per mini-batch of each pipeline mode: the yardstick the
  * synthetic-stage benchmark compares measured times with.
  *
- * Modes are named as on the command line: "sequential", "gpipe", "1f1b",
- * "ddg", "fr", "pipedream" (AX_PIPE_MODES). Stages are 0-based here (s in
- * [0, K)); the seed's 1-based k is s + 1 and d_k = K - k = K - 1 - s.
+ * Modes are named as on the command line (ax_pipe_mode_list, mode.h).
+ * Stages are 0-based here (s in [0, K)); the seed's 1-based k is s + 1 and
+ * d_k = K - k = K - 1 - s.
  *
  * Units. t_f[s] and t_b[s] are the forward and backward times of stage s for
  * ONE unit of work that flows through the pipeline: a micro-batch for gpipe
@@ -11,12 +11,13 @@
  * and pipedream (M is ignored there). Communication and optimizer time are
  * not modelled: fold them into t_f / t_b when they matter.
  *
- * How the time is computed. Every mode is a list of operations per stage in
- * a fixed order (the schedule), with dependencies: F(u, s) needs F(u, s-1),
- * B(u, s) needs F(u, s) and B(u, s+1). ax_formula_time simulates it exactly
- * (each operation starts when its stage is free and its dependencies have
- * finished), so unequal stages are handled. With equal stages the results
- * are the closed forms below (t_f, t_b per stage; T_F = K t_f, T_B = K t_b):
+ * How the time is computed. ax_formula_time simulates the mode's own action
+ * lists and dependencies (ax_pipe_plan, mode.h: no second copy of the
+ * schedules): each action starts when its stage is free and its
+ * dependencies have finished, so unequal stages are handled. With equal
+ * stages the results are the closed forms of the mode table
+ * (ax_pipe_mode_def.uniform_time; t_f, t_b per stage; T_F = K t_f,
+ * T_B = K t_b):
  *
  *  - sequential: one mini-batch goes forward through every stage, then
  *    backward; nothing overlaps: K (t_f + t_b) = T_F + T_B.
@@ -48,21 +49,11 @@
 #ifndef AX_PIPELINE_FORMULA_H
 #define AX_PIPELINE_FORMULA_H
 
+#include "runtime/pipeline/mode.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define AX_PIPE_MODES "sequential|gpipe|1f1b|ddg|fr|pipedream"
-
-/* GPipe recompute option (also used for the memory model in partition.h). */
-#define AX_RECOMPUTE_NEVER 0
-#define AX_RECOMPUTE_ALWAYS 1
-#define AX_RECOMPUTE_EXCEPT_LAST 2 /* every micro-batch but the last one */
-
-/* The index of a mode name in AX_PIPE_MODES order (0 = sequential ...
- * 5 = pipedream), or -1 with ax_errmsg naming the valid modes (AX_EINVAL).
- * NULL is invalid. */
-int ax_pipe_mode_index(const char *mode);
 
 /* Expected seconds per mini-batch of `mode` with K stages (1..64) and M
  * micro-batches (>= 1; ignored by the modes without micro-batches), stage

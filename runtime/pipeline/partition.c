@@ -8,8 +8,6 @@
 
 #include "kernels/error.h"
 
-enum { SEQ, GPIPE, F1B1, DDG, FR, PIPEDREAM };
-
 int ax_pipe_stash(const char *mode, int K, int k, int M, int recompute,
                   ax_stash_count *out) {
   int m = ax_pipe_mode_index(mode);
@@ -23,30 +21,17 @@ int ax_pipe_stash(const char *mode, int K, int k, int M, int recompute,
   if (recompute < AX_RECOMPUTE_NEVER || recompute > AX_RECOMPUTE_EXCEPT_LAST)
     return ax_seterr(AX_EINVAL, "stash count: recompute option %d unknown",
                      recompute);
-  int d = K - k;
-  ax_stash_count c = {1, 1, 1, 0};
-  switch (m) {
-  case SEQ:
-    break;
-  case GPIPE:
-    c.sets = M;
-    c.activation_sets = recompute == AX_RECOMPUTE_NEVER    ? M
-                        : recompute == AX_RECOMPUTE_ALWAYS ? 0
-                                                           : 1;
-    c.replay = recompute != AX_RECOMPUTE_NEVER && c.activation_sets < M;
-    break;
-  case F1B1:
-    c.sets = c.activation_sets = K - k + 1 < M ? K - k + 1 : M;
-    break;
-  case DDG:
-  case PIPEDREAM:
-    c.sets = c.activation_sets = c.weight_versions = d + 1;
-    break;
-  default: /* FR */
-    c.sets = d + 1;
-    c.activation_sets = 0;
-    c.replay = 1;
+  /* Everything from the mode table: the live bound, which of the units at
+   * the peak keep activations (the rest replay), the weight versions. */
+  int U = ax_pipe_units(m, M), sets = ax_pipe_live_bound(m, K, k - 1, M);
+  int kept = 0, replay = 0;
+  for (int u = 0; u < U; u++) {
+    int r = ax_pipe_replays(m, recompute, U, u);
+    kept += !r;
+    replay |= r;
   }
+  ax_stash_count c = {sets, !replay ? sets : kept < sets ? kept : sets,
+                      ax_pipe_version_bound(m, K, k - 1, M), replay};
   *out = c;
   return AX_OK;
 }

@@ -56,7 +56,7 @@ typedef struct ax_stash_count {
   int replay;          /* 1 when a backward first recomputes its forward */
 } ax_stash_count;
 
-/* Fills *out for `mode` (AX_PIPE_MODES), K >= 1, 1 <= k <= K, M >= 1 and
+/* Fills *out for `mode` (ax_pipe_mode_list()), K >= 1, 1 <= k <= K, M >= 1 and
  * the gpipe recompute option (ignored by the other modes). AX_EINVAL with a
  * message on a bad argument. */
 int ax_pipe_stash(const char *mode, int K, int k, int M, int recompute,
@@ -100,7 +100,7 @@ int ax_profile_blocks(const ax_model_def *def, const ax_config *cfg,
 /* ---- choosing split points ---------------------------------------------- */
 typedef struct ax_partition_opts {
   int K;                /* stages, 1 <= K <= n */
-  const char *mode;     /* AX_PIPE_MODES; NULL = "sequential" */
+  const char *mode;     /* a mode name (mode.h); NULL = "sequential" */
   int M;                /* micro-batches (gpipe, 1f1b); < 1 means 1 */
   int recompute;        /* gpipe recompute option (formula.h) */
   double bandwidth_Bps; /* stage-to-stage bytes/s; <= 0 ignores transfers */

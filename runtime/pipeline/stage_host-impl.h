@@ -5,6 +5,7 @@
 #define AX_PIPELINE_STAGE_HOST_IMPL_H
 
 #include "runtime/dist/stage-impl.h"
+#include "runtime/pipeline/mode.h"
 #include "runtime/pipeline/stage_inbox.h"
 #include "runtime/pipeline/trace.h"
 
@@ -12,6 +13,7 @@ typedef struct pstate { /* one unit between its forward and its backward */
   long batch;
   int micro;
   uint64_t seed;
+  uint64_t fn;       /* its held function in the unit's context */
   ax_slot *slot;     /* saved activations; NULL when replayed */
   ax_tlist input;    /* kept inputs (replay) */
   ax_tlist dlogits;  /* last stage: d loss / d logits */
@@ -19,12 +21,25 @@ typedef struct pstate { /* one unit between its forward and its backward */
   struct pstate *next;
 } pstate;
 
+typedef struct pgrad { /* a unit's parameter gradients, taken from its
+                         context after its backward, until its STEP */
+  long batch;
+  int micro;
+  ax_tensor *g;
+  struct pgrad *next;
+} pgrad;
+
 typedef struct phost {
   axd_stage *s;
   int mode, recompute, is_last;
+  const ax_pipe_mode_def *def; /* the mode's table entry */
   ax_rref *prev, *next;
   axp_inbox in;   /* its own lock; everything else under s->mu */
   pstate *states;
+  pgrad *grads;   /* taken, not yet summed (s->mu) */
+  ax_tensor *acc; /* sum of micro-batches 0 .. acc_next-1 of acc_batch */
+  long acc_batch;
+  int acc_next;
   ax_trace *tr;   /* stage-side events (stage_events.h); its own lock */
 } phost;
 
@@ -39,8 +54,12 @@ static inline int64_t axp_wait_ms(ax_call_ctx *cc) {
   int64_t left = ax_call_remaining_ms(cc);
   return left < 1 ? 1 : left > 600000 ? 600000 : left;
 }
-/* The "bwd" method (stage_host_bwd.c). */
+/* The "bwd" and "step" methods (stage_host_bwd.c). */
 int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                  ax_values *out);
+int axp_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
+                  ax_values *out);
+/* Drops the taken gradients and the running sum (s->mu held). */
+void axp_grads_clear(phost *h);
 
 #endif

@@ -8,7 +8,7 @@
 #include "kernels/backend-impl.h"
 #include "models/loss.h"
 #include "runtime/dist/autograd.h"
-#include "runtime/pipeline/schedule.h"
+#include "runtime/pipeline/mode.h"
 #include "runtime/pipeline/stage_events.h"
 #include "runtime/pipeline/stage_host-impl.h"
 #include "runtime/pipeline/stage_host.h"
@@ -32,6 +32,7 @@ static void host_clear(phost *h) {
     axp_state_free(st);
   }
   h->states = NULL;
+  axp_grads_clear(h);
   axp_inbox_close(&h->in);
 }
 
@@ -60,6 +61,7 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
   }
   h->s = s;
   h->mode = AX_MODE_SEQUENTIAL;
+  h->def = ax_pipe_mode_get(h->mode);
   h->tr = ax_trace_new(AXP_STAGE_EVENTS_MAX); /* NULL: no events */
   axp_inbox_init(&h->in, h->s->index, dev, h->tr);
   *obj = h;
@@ -84,8 +86,11 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   AX_TRY(ax_values_get_i64(args, 0, &mode));
   AX_TRY(ax_values_get_i64(args, 1, &rc));
   AX_TRY(ax_values_get_str(args, 2, &ocfg));
-  if (mode < 0 || mode > AX_MODE_PIPEDREAM)
-    return ax_seterr(AX_EINVAL, "pipe.stage: bad mode %lld", (long long)mode);
+  const ax_pipe_mode_def *def = ax_pipe_mode_get((int)mode);
+  if (mode < 0 || mode > 1000 || !def)
+    return ax_seterr(AX_EINVAL, "pipe.stage: bad mode %lld (valid: 0..%d, "
+                     "%s)", (long long)mode, AX_MODE_COUNT - 1,
+                     ax_pipe_mode_list());
   ax_rref *nb[2] = {NULL, NULL};
   for (int i = 0; i < 2; i++)
     if (ax_values_type(args, 3 + (size_t)i) == AX_VAL_EXT)
@@ -105,15 +110,14 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   pthread_mutex_lock(&s->mu);
   host_clear(h);
   h->mode = (int)mode;
+  h->def = def;
   h->recompute = (int)rc;
   h->prev = ax_rref_retain(nb[0]);
   h->next = ax_rref_retain(nb[1]);
   h->is_last = nb[1] == NULL;
   ax_optim_free(s->opt);
   s->opt = o;
-  int err = ax_net_zero_grad(s->net);
-  if (err == AX_OK)
-    err = axp_inbox_open(&h->in, (uint64_t)self_id);
+  int err = axp_inbox_open(&h->in, (uint64_t)self_id);
   pthread_mutex_unlock(&s->mu);
   return err;
 }
@@ -160,6 +164,40 @@ static int run_loss(phost *h, const ax_values *args, size_t at,
                       st ? &st->dlogits : NULL);
 }
 
+/* The unit's inputs: the coordinator's tensors (stage 0), or the
+ * activations prev pushed under the unit's context, whose receive edges are
+ * recorded in that context when training. */
+static int take_inputs(ax_call_ctx *cc, phost *h, const ax_values *args,
+                       int64_t nin, long batch, int micro, uint64_t ctx,
+                       ax_tlist *in) {
+  axd_stage *s = h->s;
+  if (nin > 0) {
+    for (int i = 0; i < nin; i++) {
+      ax_tensor *x;
+      AX_TRY(ax_values_get_tensor(args, 5 + (size_t)i, &x));
+      if (!(in->t[in->n++] = ax_tensor_to(x, s->dev)))
+        return AX_ENOMEM;
+    }
+    return AX_OK;
+  }
+  axp_received meta;
+  AX_TRY(axp_inbox_take(&h->in, s->node,
+                        h->prev ? ax_rref_owner(h->prev) : NULL,
+                        AXP_ACTIVATIONS, batch, micro, axp_wait_ms(cc), in,
+                        &meta));
+  int err = AX_OK;
+  if (meta.ctx != ctx)
+    err = ax_seterr(AX_ESTATE, "pipe.stage %d: activations of %ld/%d came "
+                    "under context %llx, the forward runs under %llx",
+                    s->index, batch, micro, (unsigned long long)meta.ctx,
+                    (unsigned long long)ctx);
+  else if (ctx)
+    err = ax_dist_recv_edges(s->node, ctx, meta.from, in, meta.desc,
+                             meta.len);
+  axp_received_clear(&meta);
+  return err;
+}
+
 static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                  ax_values *out) {
   phost *h = obj;
@@ -173,21 +211,14 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   if (nin < 0 || nin > AX_TLIST_MAX)
     return ax_seterr(AX_EBADARG, "pipe.stage: %lld inputs", (long long)nin);
   int train = (flags & AX_PIPE_FLAG_TRAIN) != 0;
+  uint64_t ctx = train ? ax_call_autograd_ctx(cc) : 0;
+  if (train && !ctx)
+    return ax_seterr(AX_ESTATE, "pipe.stage %d: a training forward runs "
+                     "under a distributed autograd context", s->index);
   ax_tlist in = {0}, y = {0};
   int err = axp_inbox_error(&h->in);
-  if (err == AX_OK && nin == 0) {
-    err = axp_inbox_take(&h->in, s->node,
-                         h->prev ? ax_rref_owner(h->prev) : NULL,
-                         AXP_ACTIVATIONS, (long)batch, (int)micro,
-                         axp_wait_ms(cc), &in);
-  } else if (err == AX_OK) {
-    for (int i = 0; err == AX_OK && i < nin; i++) {
-      ax_tensor *x;
-      err = ax_values_get_tensor(args, 5 + (size_t)i, &x);
-      if (err == AX_OK && !(in.t[in.n++] = ax_tensor_to(x, s->dev)))
-        err = AX_ENOMEM;
-    }
-  }
+  if (err == AX_OK)
+    err = take_inputs(cc, h, args, nin, (long)batch, (int)micro, ctx, &in);
   pstate *st = NULL;
   if (err == AX_OK && train) {
     if (!(st = calloc(1, sizeof *st)) || !(st->slot = ax_slot_new()))
@@ -209,10 +240,10 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     err = ax_forward(s->net->root, &ex, st ? st->slot : NULL, &in, &y);
   }
   if (err == AX_OK && st) {
-    if (h->mode == AX_MODE_DDG || h->mode == AX_MODE_PIPEDREAM)
+    if (h->def->bwd_weights == AX_WEIGHTS_STASHED)
       st->ver = ax_tensor_retain(s->net->params); /* copied on update */
-    if (h->mode == AX_MODE_FR || (flags & AX_PIPE_FLAG_RECOMPUTE)) {
-      ax_slot_free(st->slot); /* keep only the inputs */
+    if (flags & AX_PIPE_FLAG_RECOMPUTE) { /* keep only the inputs */
+      ax_slot_free(st->slot);
       st->slot = NULL;
       st->input.n = in.n;
       for (int i = 0; i < in.n; i++)
@@ -221,6 +252,13 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   }
   if (err == AX_OK && h->is_last)
     err = run_loss(h, args, 5 + (size_t)nin, &y, st, &r);
+  if (err == AX_OK && st) { /* the unit's function in its context */
+    ax_tlist none = {0};
+    err = ax_dist_record_held(s->node, ctx, &in, h->is_last ? &none : &y,
+                              &st->fn);
+    if (err == AX_OK) /* the function keeps the inputs' sources */
+      err = ax_dist_forget(s->node, ctx, &in);
+  }
   if (err == AX_OK && st) {
     st->next = h->states;
     h->states = st;
@@ -240,8 +278,10 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     ax_values_add_i64(out, r.correct[0]);
     err = ax_values_add_i64(out, r.count[0]);
   } else if (err == AX_OK) {
-    err = axp_push(s->node, &h->in, h->next, AXP_ACTIVATIONS, (long)batch,
-                   (int)micro, &y);
+    err = axp_push(s->node, &h->in, h->next, ctx, AXP_ACTIVATIONS,
+                   (long)batch, (int)micro, &y);
+    if (err == AX_OK && ctx) /* the send is counted; drop the reference */
+      err = ax_dist_forget(s->node, ctx, &y);
   }
   axp_state_free(st);
   ax_tlist_clear(&in);
@@ -271,7 +311,7 @@ static int m_trace(ax_call_ctx *cc, void *obj, const ax_values *args,
 
 static const ax_robj_method_def g_methods[] = {
     {"setup", m_setup}, {"fwd", m_fwd},
-    {"bwd", axp_host_bwd},
+    {"bwd", axp_host_bwd}, {"step", axp_host_step},
     {"state_save", m_state_save}, {"teardown", m_teardown},
     {"trace", m_trace},
     {NULL, NULL},

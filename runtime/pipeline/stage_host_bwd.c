@@ -6,7 +6,7 @@
 
 #include "kernels/backend-impl.h"
 #include "runtime/dist/autograd.h"
-#include "runtime/pipeline/schedule.h"
+#include "runtime/pipeline/mode.h"
 #include "runtime/pipeline/stage_events.h"
 #include "runtime/pipeline/stage_host-impl.h"
 
@@ -40,10 +40,75 @@ static int stash_live(phost *h) {
   return AX_OK;
 }
 
-/* mark: [start, replay done, backward done, update done] (us). */
+/* ---- taken gradients and their sum in micro-batch order ------------------- */
+void axp_grads_clear(phost *h) {
+  for (pgrad *g = h->grads, *nx; g; g = nx) {
+    nx = g->next;
+    ax_tensor_release(g->g);
+    free(g);
+  }
+  h->grads = NULL;
+  ax_tensor_release(h->acc);
+  h->acc = NULL;
+  h->acc_next = 0;
+}
+
+/* Adds the taken gradients of batch t to the running sum while the next
+ * micro-batch in order is there, so the sum is always 0, 1, ..., U-1 and a
+ * buffer goes back to the pool as soon as it is added. s->mu held. */
+static int fold(phost *h, long t) {
+  axd_stage *s = h->s;
+  if (h->acc && h->acc_batch != t)
+    return ax_seterr(AX_ESTATE, "pipe.stage %d: gradients of batch %ld not "
+                     "stepped before batch %ld", s->index, h->acc_batch, t);
+  for (;;) {
+    pgrad **pp = &h->grads;
+    while (*pp && !((*pp)->batch == t && (*pp)->micro == h->acc_next))
+      pp = &(*pp)->next;
+    if (!*pp)
+      return AX_OK;
+    pgrad *g = *pp;
+    *pp = g->next;
+    int err = AX_OK;
+    if (!h->acc) {
+      h->acc = g->g; /* micro-batch 0 starts the sum */
+      h->acc_batch = t;
+    } else {
+      err = AX_K(ax_backend_of(s->dev), axpby, s->net->n_params, 1.0f,
+                 ax_f32(g->g), 1.0f, ax_f32(h->acc));
+      ax_dist_grads_recycle(s->node, g->g);
+    }
+    free(g);
+    h->acc_next++;
+    AX_TRY(err);
+  }
+}
+
+/* STEP of batch t over `units` units: the sum of their gradients, in
+ * micro-batch order, updates the weights (states still using the live
+ * weights get their stashed copy first). s->mu held. */
+static int step_locked(phost *h, long t, int units) {
+  axd_stage *s = h->s;
+  if (!s->opt)
+    return ax_seterr(AX_ESTATE, "pipe.stage: no optimizer (setup)");
+  AX_TRY(fold(h, t));
+  if (!h->acc || h->acc_next != units)
+    return ax_seterr(AX_ESTATE, "pipe.stage %d: step of batch %ld with the "
+                     "gradients of %d of its %d units", s->index, t,
+                     h->acc ? h->acc_next : 0, units);
+  int err = stash_live(h);
+  if (err == AX_OK)
+    err = ax_optim_step(s->opt, s->net->params, h->acc);
+  ax_dist_grads_recycle(s->node, h->acc);
+  h->acc = NULL;
+  h->acc_next = 0;
+  return err;
+}
+
+/* The unit's backward into g, its parameter gradients (a buffer of its
+ * context). mark: [start, replay done, backward done] (us). s->mu held. */
 static int backward_locked(phost *h, pstate *st, const ax_tlist *dy,
-                           ax_tensor *g, int step, ax_tlist *din,
-                           int64_t mark[4]) {
+                           ax_tensor *g, ax_tlist *din, int64_t mark[3]) {
   axd_stage *s = h->s;
   ax_net *net = s->net;
   ax_exec ex = ax_net_exec(net, 1);
@@ -64,33 +129,50 @@ static int backward_locked(phost *h, pstate *st, const ax_tlist *dy,
   ex.need_dx = !s->is_first;
   if (err == AX_OK)
     err = ax_backward(net->root, &ex, st->slot, dy, din);
-  ax_backend *be = ax_backend_of(s->dev);
-  int async = ax_pipe_async_update(h->mode);
-  if (err == AX_OK && !async && g != net->grads)
-    err = AX_K(be, axpby, net->n_params, 1.0f, ax_f32(g), 1.0f,
-               ax_f32(net->grads));
-  mark[2] = mark[3] = ax_trace_now_us();
-  if (err == AX_OK && step) {
-    if (!s->opt)
-      return ax_seterr(AX_ESTATE, "pipe.stage: no optimizer (setup)");
-    err = stash_live(h);
-    if (err == AX_OK)
-      err = ax_optim_step(s->opt, net->params, async ? g : net->grads);
-    if (err == AX_OK && (!async || g == net->grads))
-      err = ax_net_zero_grad(net);
-    mark[3] = ax_trace_now_us();
-  }
+  mark[2] = ax_trace_now_us();
   return err;
+}
+
+/* The output gradients of the unit: the loss's on the last stage, else
+ * the ones the next stage sent back along the unit's context. */
+static int output_grads(ax_call_ctx *cc, phost *h, pstate *st, uint64_t ctx,
+                        ax_tlist *dy) {
+  if (h->is_last) {
+    dy->n = st->dlogits.n;
+    for (int i = 0; i < dy->n; i++)
+      dy->t[i] = ax_tensor_retain(st->dlogits.t[i]);
+    return AX_OK;
+  }
+  int64_t t0 = ax_trace_now_us();
+  AX_TRY(ax_dist_take_grads(h->s->node, ctx, st->fn, axp_wait_ms(cc), dy));
+  for (int i = 0; i < dy->n; i++) { /* onto the stage's device */
+    ax_tensor *x = dy->t[i] ? ax_tensor_to(dy->t[i], h->s->dev) : NULL;
+    if (dy->t[i] && !x)
+      return AX_ENOMEM;
+    ax_tensor_release(dy->t[i]);
+    dy->t[i] = x;
+  }
+  axp_event_xfer(h->tr, h->s->index, 0, AXP_GRADIENTS, st->batch, st->micro,
+                 h->s->index + 1, dy, t0, ax_trace_now_us());
+  return AX_OK;
 }
 
 int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                  ax_values *out) {
   phost *h = obj;
   axd_stage *s = h->s;
-  int64_t t0 = ax_trace_now_us(), batch, micro, step;
+  int64_t t0 = ax_trace_now_us(), batch, micro, step, units = 1;
   AX_TRY(ax_values_get_i64(args, 0, &batch));
   AX_TRY(ax_values_get_i64(args, 1, &micro));
   AX_TRY(ax_values_get_i64(args, 2, &step));
+  if (step && (ax_values_get_i64(args, 3, &units) != AX_OK || units < 1 ||
+               units > 1 << 20))
+    return ax_seterr(AX_EBADARG, "pipe.stage: a backward with a step needs "
+                     "the batch's unit count (argument 3)");
+  uint64_t ctx = ax_call_autograd_ctx(cc);
+  if (!ctx)
+    return ax_seterr(AX_ESTATE, "pipe.stage %d: a backward runs under its "
+                     "unit's distributed autograd context", s->index);
   AX_TRY(axp_inbox_error(&h->in));
   pthread_mutex_lock(&s->mu);
   pstate *st = state_take(h, batch, (int)micro);
@@ -100,29 +182,38 @@ int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                      "without its forward", s->index, (long long)batch,
                      (long long)micro);
   ax_tlist dy = {0}, din = {0};
-  int err = AX_OK;
-  if (h->is_last) {
-    dy.n = st->dlogits.n;
-    for (int i = 0; i < dy.n; i++)
-      dy.t[i] = ax_tensor_retain(st->dlogits.t[i]);
-  } else {
-    err = axp_inbox_take(&h->in, s->node,
-                         h->next ? ax_rref_owner(h->next) : NULL,
-                         AXP_GRADIENTS, (long)batch, (int)micro,
-                         axp_wait_ms(cc), &dy);
-  }
+  int err = output_grads(cc, h, st, ctx, &dy);
   int replay = st->slot == NULL;
   int64_t mark[4] = {0, 0, 0, 0};
   int live = 0;
-  uint64_t ctx = ax_autograd_ctx_current();
   ax_tensor *g = NULL;
-  if (err == AX_OK && ctx)
+  if (err == AX_OK)
     err = ax_dist_grads(s->node, ctx, s->key, s->net->n_params, s->dev, &g);
-  else if (err == AX_OK)
-    g = ax_tensor_retain(s->net->grads);
   pthread_mutex_lock(&s->mu);
   if (err == AX_OK)
-    err = backward_locked(h, st, &dy, g, step != 0, &din, mark);
+    err = backward_locked(h, st, &dy, g, &din, mark);
+  if (err == AX_OK) { /* the unit's gradients leave its context for the sum */
+    ax_tensor *taken = NULL;
+    pgrad *pg = calloc(1, sizeof *pg);
+    err = pg ? ax_dist_take_gradients(s->node, ctx, s->key, &taken)
+             : AX_ENOMEM;
+    if (err == AX_OK) {
+      pg->batch = batch;
+      pg->micro = (int)micro;
+      pg->g = taken;
+      pg->next = h->grads;
+      h->grads = pg;
+      err = fold(h, batch);
+    } else {
+      free(pg);
+    }
+  }
+  mark[3] = mark[2];
+  if (err == AX_OK && step) {
+    err = step_locked(h, batch, (int)units);
+    mark[3] = ax_trace_now_us();
+  }
+  uint64_t fn = st->fn;
   axp_state_free(st);
   if (err == AX_OK)
     err = axp_host_report(h, t0, out);
@@ -139,12 +230,40 @@ int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
       axp_event_compute(h->tr, s->index, "optim", (long)batch, (int)micro,
                         mark[2], mark[3], -1);
   }
-  if (err == AX_OK && !s->is_first)
-    err = axp_push(s->node, &h->in, h->prev, AXP_GRADIENTS, (long)batch,
-                   (int)micro, &din);
+  if (err == AX_OK && !s->is_first) { /* back along the receive edges */
+    int64_t ts = ax_trace_now_us();
+    ax_future *f = NULL;
+    err = ax_dist_pass_grads(s->node, ctx, fn, &din, &f);
+    if (err == AX_OK) {
+      err = ax_future_on_done(f, axp_on_pushed, (void *)(uintptr_t)h->in.id);
+      ax_future_release(f);
+    }
+    if (err == AX_OK)
+      axp_event_xfer(h->tr, s->index, 1, AXP_GRADIENTS, (long)batch,
+                     (int)micro, s->index - 1, &din, ts, ax_trace_now_us());
+  }
   ax_tensor_release(g);
   ax_tlist_clear(&dy);
   ax_tlist_clear(&din);
   return err;
 }
 
+int axp_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
+                  ax_values *out) {
+  phost *h = obj;
+  int64_t t0 = ax_trace_now_us(), batch, units;
+  AX_TRY(ax_values_get_i64(args, 0, &batch));
+  AX_TRY(ax_values_get_i64(args, 1, &units));
+  if (units < 1 || units > 1 << 20)
+    return ax_seterr(AX_EBADARG, "pipe.stage: step over %lld units",
+                     (long long)units);
+  pthread_mutex_lock(&h->s->mu);
+  int err = step_locked(h, (long)batch, (int)units);
+  if (err == AX_OK)
+    err = axp_host_report(h, t0, out);
+  pthread_mutex_unlock(&h->s->mu);
+  if (err == AX_OK)
+    axp_event_compute(h->tr, h->s->index, "optim", (long)batch, 0, t0,
+                      ax_trace_now_us(), -1);
+  return err;
+}

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/dist/autograd.h"
 #include "runtime/pipeline/stage_events.h"
 #include "runtime/pipeline/stage_inbox.h"
 
@@ -14,8 +15,20 @@ struct axp_ientry { /* a pushed tensor list waiting for its operation */
   long batch;
   int micro;
   ax_tlist t;
+  axp_received meta; /* context, sender and autograd descriptor */
   struct axp_ientry *next;
 };
+
+static void entry_free(axp_ientry *e) {
+  ax_tlist_clear(&e->t);
+  free(e->meta.desc);
+  free(e);
+}
+
+void axp_received_clear(axp_received *r) {
+  free(r->desc);
+  memset(r, 0, sizeof *r);
+}
 
 /* Every registered inbox of this process, by id. Lock order: g_mu, then an
  * inbox's mu. */
@@ -65,8 +78,7 @@ void axp_inbox_close(axp_inbox *ib) {
   pthread_mutex_unlock(&ib->mu);
   for (axp_ientry *nx; e; e = nx) {
     nx = e->next;
-    ax_tlist_clear(&e->t);
-    free(e);
+    entry_free(e);
   }
 }
 
@@ -101,25 +113,37 @@ int axp_inbox_open(axp_inbox *ib, uint64_t id) {
   return AX_OK;
 }
 
-/* "pipe.give" [id, kind, batch, micro, tensors or i64 0 ...], inline on
- * the transport thread: stores the list in the inbox and wakes its
+/* "pipe.give" [id, kind, batch, micro, desc, tensors or i64 0 ...], inline
+ * on the transport thread: stores the list (moved to the inbox's device),
+ * its context, sender and autograd descriptor in the inbox and wakes its
  * operation. */
 static int h_give(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
                   void *user) {
   int64_t id, kind, batch, micro;
+  const void *desc;
+  size_t dlen;
   AX_TRY(ax_values_get_i64(args, 0, &id));
   AX_TRY(ax_values_get_i64(args, 1, &kind));
   AX_TRY(ax_values_get_i64(args, 2, &batch));
   AX_TRY(ax_values_get_i64(args, 3, &micro));
-  size_t n = ax_values_count(args) - 4;
-  if (n > AX_TLIST_MAX)
-    return ax_seterr(AX_EBADARG, "pipe.give: %zu tensors", n);
+  AX_TRY(ax_values_get_bytes(args, 4, &desc, &dlen));
+  size_t n = ax_values_count(args) - 5;
+  if (n > AX_TLIST_MAX || dlen > 4096)
+    return ax_seterr(AX_EBADARG, "pipe.give: %zu tensors, %zu descriptor "
+                     "bytes", n, dlen);
   axp_ientry *e = calloc(1, sizeof *e);
-  if (!e)
+  if (!e || (dlen && !(e->meta.desc = malloc(dlen)))) {
+    free(e);
     return AX_ENOMEM;
+  }
   e->kind = (int)kind;
   e->batch = (long)batch;
   e->micro = (int)micro;
+  e->meta.ctx = ax_call_autograd_ctx(ctx);
+  snprintf(e->meta.from, sizeof e->meta.from, "%s", ax_call_caller(ctx));
+  if (dlen)
+    memcpy(e->meta.desc, desc, dlen);
+  e->meta.len = dlen;
   int err = AX_OK;
   pthread_mutex_lock(&g_mu);
   axp_inbox *ib = find_locked((uint64_t)id);
@@ -128,8 +152,8 @@ static int h_give(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
                     "node (torn down?)", (unsigned long long)id);
   for (size_t i = 0; err == AX_OK && i < n; i++) {
     ax_tensor *x = NULL;
-    if (ax_values_type(args, 4 + i) == AX_VAL_TENSOR) {
-      err = ax_values_get_tensor(args, 4 + i, &x);
+    if (ax_values_type(args, 5 + i) == AX_VAL_TENSOR) {
+      err = ax_values_get_tensor(args, 5 + i, &x);
       if (err == AX_OK && !(x = ax_tensor_to(x, ib->dev)))
         err = AX_ENOMEM;
     }
@@ -144,10 +168,8 @@ static int h_give(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
     e = NULL;
   }
   pthread_mutex_unlock(&g_mu);
-  if (e) {
-    ax_tlist_clear(&e->t);
-    free(e);
-  }
+  if (e)
+    entry_free(e);
   return err;
 }
 
@@ -156,7 +178,7 @@ int axp_inbox_register_rpc(ax_node *n) {
 }
 
 /* A push finished: a failure is kept by the producer (found by its id). */
-static void on_pushed(ax_future *f, void *user) {
+void axp_on_pushed(ax_future *f, void *user) {
   uint64_t self = (uint64_t)(uintptr_t)user;
   int err = ax_future_err(f);
   if (err == AX_OK)
@@ -167,7 +189,7 @@ static void on_pushed(ax_future *f, void *user) {
     pthread_mutex_lock(&ib->mu);
     if (ib->err == AX_OK) {
       ib->err = err;
-      snprintf(ib->msg, sizeof ib->msg, "sending to the next stage: %s",
+      snprintf(ib->msg, sizeof ib->msg, "sending to a neighbour: %s",
                ax_future_errmsg(f) ? ax_future_errmsg(f) : ax_strerror(err));
     }
     pthread_mutex_unlock(&ib->mu);
@@ -175,27 +197,35 @@ static void on_pushed(ax_future *f, void *user) {
   pthread_mutex_unlock(&g_mu);
 }
 
-int axp_push(ax_node *n, axp_inbox *self, ax_rref *to, int kind, long batch,
-             int micro, const ax_tlist *t) {
+int axp_push(ax_node *n, axp_inbox *self, ax_rref *to, uint64_t ctx,
+             int kind, long batch, int micro, const ax_tlist *t) {
   if (!to)
     return ax_seterr(AX_ESTATE, "pipe.stage %d: no neighbour to send to "
                      "(setup missing?)", self->stage);
   int64_t t0 = ax_trace_now_us();
-  ax_values *a = ax_values_new();
-  if (!a)
-    return AX_ENOMEM;
+  void *desc = NULL;
+  size_t dlen = 0;
+  int err = ctx ? ax_dist_send_edges(n, ctx, ax_rref_owner(to), t, &desc,
+                                     &dlen)
+                : AX_OK;
+  ax_values *a = err == AX_OK ? ax_values_new() : NULL;
+  if (err == AX_OK && !a)
+    err = AX_ENOMEM;
   int64_t hdr[4] = {(int64_t)ax_rref_id(to), kind, batch, micro};
-  int err = AX_OK;
   for (int i = 0; err == AX_OK && i < 4; i++)
     err = ax_values_add_i64(a, hdr[i]);
+  if (err == AX_OK)
+    err = ax_values_add_bytes(a, desc, dlen);
+  free(desc);
   for (int i = 0; err == AX_OK && i < t->n; i++)
     err = t->t[i] ? ax_values_add_tensor(a, t->t[i]) : ax_values_add_i64(a, 0);
   ax_future *f = NULL;
+  ax_call_opts co = {.autograd_ctx = ctx};
   if (err == AX_OK)
-    err = ax_rpc_async(n, ax_rref_owner(to), "pipe.give", a, NULL, &f);
+    err = ax_rpc_async(n, ax_rref_owner(to), "pipe.give", a, &co, &f);
   ax_values_free(a);
   if (err == AX_OK) {
-    err = ax_future_on_done(f, on_pushed, (void *)(uintptr_t)self->id);
+    err = ax_future_on_done(f, axp_on_pushed, (void *)(uintptr_t)self->id);
     ax_future_release(f);
   }
   if (err == AX_OK)
@@ -218,8 +248,10 @@ static axp_ientry *unlink_locked(axp_inbox *ib, int kind, long batch,
 }
 
 int axp_inbox_take(axp_inbox *ib, ax_node *n, const char *from, int kind,
-                   long batch, int micro, int64_t timeout_ms, ax_tlist *t) {
+                   long batch, int micro, int64_t timeout_ms, ax_tlist *t,
+                   axp_received *meta) {
   memset(t, 0, sizeof *t);
+  memset(meta, 0, sizeof *meta);
   int64_t t0 = ax_trace_now_us(), end = t0 + timeout_ms * 1000;
   const char *what = kind == AXP_GRADIENTS ? "input gradient" : "activation";
   int err = AX_OK;
@@ -262,6 +294,7 @@ int axp_inbox_take(axp_inbox *ib, ax_node *n, const char *from, int kind,
   if (!e)
     return err;
   *t = e->t; /* takes the references */
+  *meta = e->meta;
   free(e);
   axp_event_xfer(ib->tr, ib->stage, 0, kind, batch, micro,
                  kind == AXP_GRADIENTS ? ib->stage + 1 : ib->stage - 1, t, t0,

@@ -10,8 +10,12 @@
  *
  * Addressing: every host registers its inbox under the global id of its
  * own RRef (ax_rref_id, passed by the coordinator at setup); a producer
- * sends "pipe.give" [id, kind, batch, micro, tensors or i64 0 ...] to the
- * owner of its neighbour's RRef.
+ * sends "pipe.give" [id, kind, batch, micro, desc, tensors or i64 0 ...] to
+ * the owner of its neighbour's RRef, under the unit's distributed autograd
+ * context: desc is the sender's ax_dist_send_edges descriptor, which the
+ * consumer turns into receive edges (ax_dist_recv_edges) when it uses the
+ * tensors. Only activations travel this way; gradients go back along
+ * those edges ("ax.dist.grad", runtime/dist/autograd.h).
  *
  * Errors: a push that fails (peer down, no such inbox) is remembered by the
  * producer's inbox and returned by its next operation (axp_inbox_error);
@@ -33,6 +37,16 @@
 #define AXP_GRADIENTS 1
 
 typedef struct axp_ientry axp_ientry;
+
+/* What came with a pushed list: its context, the producing node and the
+ * autograd descriptor (malloc'd; axp_received_clear frees it). */
+typedef struct axp_received {
+  uint64_t ctx;
+  char from[64];
+  void *desc;
+  size_t len;
+} axp_received;
+void axp_received_clear(axp_received *r);
 
 typedef struct axp_inbox {
   pthread_mutex_t mu;
@@ -59,18 +73,23 @@ int axp_inbox_open(axp_inbox *ib, uint64_t id);
 /* Registers the inline "pipe.give" handler on n (once per node). */
 int axp_inbox_register_rpc(ax_node *n);
 
-/* Sends t (borrowed) to the inbox of the host `to` refers to, without
- * waiting for the answer; a failure is recorded in `self` (the producer's
- * inbox). Records a send event. AX_OK once queued. */
-int axp_push(ax_node *n, axp_inbox *self, ax_rref *to, int kind, long batch,
-             int micro, const ax_tlist *t);
+/* Sends t (borrowed) to the inbox of the host `to` refers to under ctx
+ * (0: none; else its send edges are recorded), without waiting for the
+ * answer; a failure is recorded in `self` (the producer's inbox). Records a
+ * send event. AX_OK once queued. */
+int axp_push(ax_node *n, axp_inbox *self, ax_rref *to, uint64_t ctx,
+             int kind, long batch, int micro, const ax_tlist *t);
+/* The completion callback of a send whose failure the producer keeps:
+ * user = (uintptr_t) the producer inbox's id. */
+void axp_on_pushed(ax_future *f, void *user);
 
-/* Takes (kind, batch, micro) from ib into *t (new references on ib->dev),
- * waiting until timeout_ms passes, the inbox is closed, or `from` (the
- * producer's node, may be NULL) is down. Records a recv event covering the
- * wait. */
+/* Takes (kind, batch, micro) from ib into *t (new references on ib->dev)
+ * and *meta (the caller clears it), waiting until timeout_ms passes, the
+ * inbox is closed, or `from` (the producer's node, may be NULL) is down.
+ * Records a recv event covering the wait. */
 int axp_inbox_take(axp_inbox *ib, ax_node *n, const char *from, int kind,
-                   long batch, int micro, int64_t timeout_ms, ax_tlist *t);
+                   long batch, int micro, int64_t timeout_ms, ax_tlist *t,
+                   axp_received *meta);
 
 /* The first failed push of this host, as an error (AX_OK if none). */
 int axp_inbox_error(axp_inbox *ib);

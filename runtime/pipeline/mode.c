@@ -1,0 +1,231 @@
+/* The pipeline mode table (mode.h): one entry per mode and its action
+ * generator. */
+#include "runtime/pipeline/mode.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/error.h"
+
+static ax_pipe_op op(int kind, int s, long t, int m) {
+  ax_pipe_op o = {kind, s, (int)t, m};
+  return o;
+}
+
+static int min_i(int a, int b) { return a < b ? a : b; }
+
+/* ---- action generators ------------------------------------------------------ */
+/* F(t) B(t) STEP(t). */
+static void act_sequential(int K, int s, int U, long n, ax_pipe_op *o,
+                           long *k) {
+  for (long t = 0; t < n; t++) {
+    o[(*k)++] = op(AX_OP_FWD, s, t, 0);
+    o[(*k)++] = op(AX_OP_BWD, s, t, 0);
+    o[(*k)++] = op(AX_OP_STEP, s, t, 0);
+  }
+}
+
+/* Per mini-batch: every forward, then the backwards in reverse, then STEP. */
+static void act_gpipe(int K, int s, int U, long n, ax_pipe_op *o, long *k) {
+  for (long t = 0; t < n; t++) {
+    for (int m = 0; m < U; m++)
+      o[(*k)++] = op(AX_OP_FWD, s, t, m);
+    for (int m = U - 1; m >= 0; m--)
+      o[(*k)++] = op(AX_OP_BWD, s, t, m);
+    o[(*k)++] = op(AX_OP_STEP, s, t, 0);
+  }
+}
+
+/* Per mini-batch: min(d, U) warm-up forwards, pairs F(w+i) B(i), the
+ * remaining backwards, then STEP (the flush). */
+static void act_1f1b(int K, int s, int U, long n, ax_pipe_op *o, long *k) {
+  int w = min_i(K - 1 - s, U);
+  for (long t = 0; t < n; t++) {
+    for (int m = 0; m < w; m++)
+      o[(*k)++] = op(AX_OP_FWD, s, t, m);
+    for (int i = 0; i < U - w; i++) {
+      o[(*k)++] = op(AX_OP_FWD, s, t, w + i);
+      o[(*k)++] = op(AX_OP_BWD, s, t, i);
+    }
+    for (int m = U - w; m < U; m++)
+      o[(*k)++] = op(AX_OP_BWD, s, t, m);
+    o[(*k)++] = op(AX_OP_STEP, s, t, 0);
+  }
+}
+
+/* F(t), then B(t - d) STEP(t - d) once t >= d; the rest at the end. No
+ * flush: ddg, fr and pipedream share it. */
+static void act_delayed(int K, int s, int U, long n, ax_pipe_op *o,
+                        long *k) {
+  int d = K - 1 - s;
+  for (long t = 0; t < n; t++) {
+    o[(*k)++] = op(AX_OP_FWD, s, t, 0);
+    if (t - d >= 0) {
+      o[(*k)++] = op(AX_OP_BWD, s, t - d, 0);
+      o[(*k)++] = op(AX_OP_STEP, s, t - d, 0);
+    }
+  }
+  for (long t = n - d > 0 ? n - d : 0; t < n; t++) {
+    o[(*k)++] = op(AX_OP_BWD, s, t, 0);
+    o[(*k)++] = op(AX_OP_STEP, s, t, 0);
+  }
+}
+
+/* ---- bounds -------------------------------------------------------------------- */
+static int live_one(int K, int s, int U) { return 1; }
+static int live_all(int K, int s, int U) { return U; }
+static int live_1f1b(int K, int s, int U) { return min_i(K - s, U); }
+static int live_delay(int K, int s, int U) { return K - s; }
+
+/* ---- closed forms of the timing model (formula.h) ------------------------ */
+static double t_seq(int K, int U, double f, double b, int rc) {
+  return K * (f + b);
+}
+static double t_gpipe(int K, int U, double f, double b, int rc) {
+  return (U + K - 1) * ((rc == AX_RECOMPUTE_ALWAYS ? 2 * f : f) + b);
+}
+static double t_1f1b(int K, int U, double f, double b, int rc) {
+  return (U + K - 1) * (f + b);
+}
+static double t_ddg(int K, int U, double f, double b, int rc) {
+  return K * f + b;
+}
+static double t_fr(int K, int U, double f, double b, int rc) {
+  return K * f + f + b;
+}
+static double t_pipedream(int K, int U, double f, double b, int rc) {
+  return f + b;
+}
+
+/* ---- the table ------------------------------------------------------------------ */
+static const ax_pipe_mode_def g_modes[AX_MODE_COUNT] = {
+    [AX_MODE_SEQUENTIAL] = {"sequential", "one mini-batch at a time",
+                            AX_UNIT_MINI, AX_UPDATE_FLUSH, AX_WEIGHTS_CURRENT,
+                            AX_KEEP_ACTIVATIONS, 0, 0, live_one,
+                            act_sequential, t_seq},
+    [AX_MODE_GPIPE] = {"gpipe",
+                       "M micro-batches forward, then backward; one update",
+                       AX_UNIT_MICRO, AX_UPDATE_FLUSH, AX_WEIGHTS_CURRENT,
+                       AX_KEEP_ACTIVATIONS, 1, 0, live_all, act_gpipe,
+                       t_gpipe},
+    [AX_MODE_1F1B] = {"1f1b", "PipeDream-Flush: one forward, one backward",
+                      AX_UNIT_MICRO, AX_UPDATE_FLUSH, AX_WEIGHTS_CURRENT,
+                      AX_KEEP_ACTIVATIONS, 0, 0, live_1f1b, act_1f1b,
+                      t_1f1b},
+    [AX_MODE_DDG] = {"ddg",
+                     "delayed gradients with the forward's weights, locked "
+                     "forwards",
+                     AX_UNIT_MINI, AX_UPDATE_PER_UNIT, AX_WEIGHTS_STASHED,
+                     AX_KEEP_ACTIVATIONS, 0, 1, live_delay, act_delayed,
+                     t_ddg},
+    [AX_MODE_FR] = {"fr",
+                    "features replay: inputs kept, forward replayed with the "
+                    "latest weights",
+                    AX_UNIT_MINI, AX_UPDATE_PER_UNIT, AX_WEIGHTS_LATEST,
+                    AX_KEEP_INPUTS, 0, 1, live_delay, act_delayed, t_fr},
+    [AX_MODE_PIPEDREAM] = {"pipedream", "1F1B without flush, weight stashing",
+                           AX_UNIT_MINI, AX_UPDATE_PER_UNIT,
+                           AX_WEIGHTS_STASHED, AX_KEEP_ACTIVATIONS, 0, 0,
+                           live_delay, act_delayed, t_pipedream},
+};
+
+const ax_pipe_mode_def *ax_pipe_mode_get(int mode) {
+  if (mode < 0 || mode >= AX_MODE_COUNT) {
+    ax_seterr(AX_EINVAL, "unknown pipeline mode %d (valid: %s)", mode,
+              ax_pipe_mode_list());
+    return NULL;
+  }
+  return &g_modes[mode];
+}
+
+static char g_list[256];
+static pthread_once_t g_list_once = PTHREAD_ONCE_INIT;
+
+static void list_build(void) {
+  size_t len = 0;
+  for (int i = 0; i < AX_MODE_COUNT && len < sizeof g_list; i++)
+    len += (size_t)snprintf(g_list + len, sizeof g_list - len, "%s%s",
+                            i ? "|" : "", g_modes[i].name);
+}
+
+const char *ax_pipe_mode_list(void) {
+  pthread_once(&g_list_once, list_build);
+  return g_list;
+}
+
+int ax_pipe_mode_index(const char *name) {
+  for (int i = 0; name && i < AX_MODE_COUNT; i++)
+    if (strcmp(name, g_modes[i].name) == 0)
+      return i;
+  ax_seterr(AX_EINVAL, "unknown pipeline mode '%s' (valid: %s)",
+            name ? name : "(null)", ax_pipe_mode_list());
+  return -1;
+}
+
+const char *ax_pipe_mode_name(int mode) {
+  return mode >= 0 && mode < AX_MODE_COUNT ? g_modes[mode].name : "?";
+}
+
+int ax_pipe_units(int mode, int M) {
+  return mode >= 0 && mode < AX_MODE_COUNT &&
+                 g_modes[mode].unit == AX_UNIT_MICRO && M > 1
+             ? M
+             : 1;
+}
+
+int ax_pipe_async_update(int mode) {
+  return mode >= 0 && mode < AX_MODE_COUNT &&
+         g_modes[mode].update == AX_UPDATE_PER_UNIT;
+}
+
+int ax_pipe_live_bound(int mode, int K, int s, int M) {
+  if (mode < 0 || mode >= AX_MODE_COUNT)
+    return 0;
+  return g_modes[mode].live_bound(K, s, ax_pipe_units(mode, M));
+}
+
+int ax_pipe_version_bound(int mode, int K, int s, int M) {
+  if (mode < 0 || mode >= AX_MODE_COUNT)
+    return 0;
+  return g_modes[mode].bwd_weights == AX_WEIGHTS_STASHED
+             ? ax_pipe_live_bound(mode, K, s, M)
+             : 1;
+}
+
+int ax_pipe_replays(int mode, int recompute, int U, int micro) {
+  if (mode < 0 || mode >= AX_MODE_COUNT)
+    return 0;
+  const ax_pipe_mode_def *m = &g_modes[mode];
+  if (m->keep == AX_KEEP_INPUTS)
+    return 1;
+  if (!m->recompute_ok)
+    return 0;
+  return recompute == AX_RECOMPUTE_ALWAYS ||
+         (recompute == AX_RECOMPUTE_EXCEPT_LAST && micro != U - 1);
+}
+
+long ax_pipe_nops(int mode, int M, long n) {
+  if (mode < 0 || mode >= AX_MODE_COUNT || n < 0)
+    return 0;
+  long U = ax_pipe_units(mode, M);
+  long steps = g_modes[mode].update == AX_UPDATE_PER_UNIT ? n * U : n;
+  return 2 * n * U + steps;
+}
+
+int ax_pipe_schedule(int mode, int K, int s, int M, long n, ax_pipe_op *ops,
+                     long cap) {
+  if (mode < 0 || mode >= AX_MODE_COUNT || K < 1 || s < 0 || s >= K ||
+      M < 1 || n < 0 || !ops)
+    return ax_seterr(AX_EINVAL, "schedule: bad arguments (mode %d, K %d, "
+                     "stage %d, M %d, n %ld)", mode, K, s, M, n);
+  if (cap < ax_pipe_nops(mode, M, n))
+    return ax_seterr(AX_EINVAL, "schedule: %ld actions do not fit in %ld",
+                     ax_pipe_nops(mode, M, n), cap);
+  long k = 0;
+  g_modes[mode].actions(K, s, ax_pipe_units(mode, M), n, ops, &k);
+  if (k != ax_pipe_nops(mode, M, n))
+    return ax_seterr(AX_EINTERNAL, "schedule: %s wrote %ld of %ld actions",
+                     g_modes[mode].name, k, ax_pipe_nops(mode, M, n));
+  return AX_OK;
+}

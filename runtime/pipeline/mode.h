@@ -1,0 +1,159 @@
+/* The pipeline mode table: every mode is defined here and nowhere else.
+ *
+ * A mode is one entry of the table (ax_pipe_mode_def): its name and unit,
+ * when it updates, which weights its backward uses, what it keeps per unit,
+ * its bounds, and the function that writes each stage's ordered list of
+ * actions. The coordinator walks those lists (coordinator.h), the stage
+ * host keeps and replays what the entry says (stage_host.h), the
+ * partitioner's memory model (partition.h) and the timing model
+ * (formula.h, a simulation of these same lists) read the entry; nothing
+ * else knows a mode by name.
+ *
+ * Adding a mode: an enum value below, its entry and action generator in
+ * mode.c, its reference in tests/pipe_testutil.h and a case in
+ * tests/test_pipe_oracle.c.
+ *
+ * Stages are 0-based: s in [0, K), d = K - 1 - s (the seed's d_k with
+ * k = s + 1). A UNIT is what one forward carries and what one distributed
+ * autograd context covers: a micro-batch (M per mini-batch) or a whole
+ * mini-batch (ax_pipe_units returns 1 for those modes).
+ *
+ * Actions. F (forward of one unit), B (its whole backward), I and W (the
+ * input-gradient and weight-gradient halves of B, for schedules that split
+ * it; no current mode emits them) and STEP (update the stage's weights with
+ * the gradients of mini-batch t's units, taken from their contexts and
+ * summed in micro-batch order 0..U-1).
+ *
+ * Dependencies (ax_pipe_plan_deps), derived from the lists, never written
+ * per mode: F(s,u) needs F(s-1,u); B or I (s,u) needs B or I (s+1,u); an
+ * action's own stage runs its list in order. A mode with forward_lock (the
+ * seed's ddg and fr) also makes stage 0's F(t) wait until every stage j
+ * finished the action its list puts right before its own F(t) (the round
+ * t-1 is over).
+ *
+ * Thread safety: the table is constant; every function is reentrant. */
+#ifndef AX_PIPELINE_MODE_H
+#define AX_PIPELINE_MODE_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Indices into the table. */
+typedef enum ax_pipe_mode {
+  AX_MODE_SEQUENTIAL = 0,
+  AX_MODE_GPIPE = 1,
+  AX_MODE_1F1B = 2,
+  AX_MODE_DDG = 3,
+  AX_MODE_FR = 4,
+  AX_MODE_PIPEDREAM = 5,
+  AX_MODE_COUNT
+} ax_pipe_mode;
+
+/* Action kinds. */
+enum {
+  AX_OP_FWD = 0,
+  AX_OP_BWD = 1,
+  AX_OP_INPUT_GRAD = 2,  /* I: the input-gradient half of B */
+  AX_OP_WEIGHT_GRAD = 3, /* W: the weight-gradient half of B */
+  AX_OP_STEP = 4,
+  AX_OP_KINDS
+};
+
+/* One action of a stage's list. STEP has micro 0. */
+typedef struct ax_pipe_op {
+  int kind;  /* AX_OP_* */
+  int stage; /* 0-based */
+  int batch; /* mini-batch t */
+  int micro; /* unit within t (0 when a unit is a mini-batch) */
+} ax_pipe_op;
+
+/* GPipe-style recompute option (--recompute), for modes with
+ * recompute_ok. */
+#define AX_RECOMPUTE_NEVER 0
+#define AX_RECOMPUTE_ALWAYS 1
+#define AX_RECOMPUTE_EXCEPT_LAST 2 /* every micro-batch but the last one */
+
+enum { AX_UNIT_MICRO = 0, AX_UNIT_MINI = 1 };
+enum {
+  AX_UPDATE_FLUSH = 0,   /* one STEP per mini-batch after its last B */
+  AX_UPDATE_PER_UNIT = 1 /* a STEP after every B, no flush */
+};
+enum {
+  AX_WEIGHTS_CURRENT = 0, /* the live weights (unchanged since the forward) */
+  AX_WEIGHTS_STASHED = 1, /* the version the unit's forward used */
+  AX_WEIGHTS_LATEST = 2   /* the latest weights, forward replayed first */
+};
+enum { AX_KEEP_ACTIVATIONS = 0, AX_KEEP_INPUTS = 1 };
+
+typedef struct ax_pipe_mode_def {
+  const char *name;    /* as on the command line */
+  const char *summary; /* one line for --help */
+  int unit;            /* AX_UNIT_* */
+  int update;          /* AX_UPDATE_* */
+  int bwd_weights;     /* AX_WEIGHTS_* */
+  int keep;            /* AX_KEEP_*: what a unit keeps between F and B */
+  int recompute_ok;    /* --recompute applies */
+  int forward_lock;    /* the seed's forward locking (see above) */
+  /* The most units stage s keeps at once (forwarded, not yet backwarded),
+   * with U units per mini-batch. */
+  int (*live_bound)(int K, int s, int U);
+  /* Writes stage s's actions for n mini-batches of U units at out[*k...],
+   * advancing *k (the caller sized out with ax_pipe_nops). */
+  void (*actions)(int K, int s, int U, long n, ax_pipe_op *out, long *k);
+  /* Seconds per mini-batch for K equal stages (t_f, t_b per unit), the
+   * closed form the timing simulation is checked against: the makespan of
+   * one mini-batch for flushed modes, the steady-state period otherwise. */
+  double (*uniform_time)(int K, int U, double t_f, double t_b, int recompute);
+} ax_pipe_mode_def;
+
+/* The entry of mode (NULL when out of range, with AX_EINVAL set). */
+const ax_pipe_mode_def *ax_pipe_mode_get(int mode);
+/* The index of a mode name, or -1 with ax_errmsg listing the valid modes
+ * (AX_EINVAL). NULL is invalid. */
+int ax_pipe_mode_index(const char *name);
+/* The mode's name ("pipedream"), or "?" when out of range. */
+const char *ax_pipe_mode_name(int mode);
+/* "sequential|gpipe|..." (static). */
+const char *ax_pipe_mode_list(void);
+
+/* Units per mini-batch: M for micro-batch modes (M > 1), else 1. */
+int ax_pipe_units(int mode, int M);
+/* Whether mode updates after every backward (AX_UPDATE_PER_UNIT). */
+int ax_pipe_async_update(int mode);
+/* The table's bound on the states stage s keeps (0 on a bad mode). */
+int ax_pipe_live_bound(int mode, int K, int s, int M);
+/* The bound on weight versions stage s holds (the live one included). */
+int ax_pipe_version_bound(int mode, int K, int s, int M);
+/* Whether B of unit `micro` (of U) replays its forward: the mode keeps only
+ * inputs, or the recompute option says so. */
+int ax_pipe_replays(int mode, int recompute, int U, int micro);
+
+/* Actions of one stage for n mini-batches. */
+long ax_pipe_nops(int mode, int M, long n);
+/* Fills ops[0 .. ax_pipe_nops) with stage s's list. AX_EINVAL on a bad
+ * mode, K < 1, s outside [0, K), M < 1, n < 0, or cap too small. */
+int ax_pipe_schedule(int mode, int K, int s, int M, long n, ax_pipe_op *ops,
+                     long cap);
+
+/* ---- plans: every stage's list plus the dependencies ----------------------- */
+typedef struct ax_pipe_plan ax_pipe_plan;
+/* The lists of K stages for n mini-batches. AX_EINVAL / AX_ENOMEM. */
+int ax_pipe_plan_new(int mode, int K, int M, long n, ax_pipe_plan **out);
+void ax_pipe_plan_free(ax_pipe_plan *p); /* NULL-safe */
+/* Stage s's list (borrowed) and its length. */
+const ax_pipe_op *ax_pipe_plan_actions(const ax_pipe_plan *p, int s,
+                                       long *n);
+/* The actions of OTHER stages that op waits for (at most K + 1) into deps;
+ * returns their count. op must be an action of the plan. */
+int ax_pipe_plan_deps(const ax_pipe_plan *p, const ax_pipe_op *op,
+                      ax_pipe_op *deps);
+/* The same without a plan (builds one for op's prefix; for tests and
+ * tools, O(op->batch)). Returns the count, or -1 on a bad argument. */
+int ax_pipe_deps(int mode, int K, int M, const ax_pipe_op *op,
+                 ax_pipe_op *deps);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
