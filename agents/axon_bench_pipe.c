@@ -100,8 +100,10 @@ static void overheads(ax_pipe *p, const bp_args *a, int mode, double *issue,
     for (long j = 0; j < n; j++) {
       const ax_pipe_event *f = &ev[j];
       int dep = f->op.stage == e->op.stage && f->t_done <= e->t_issue;
-      for (int k = 0; !dep && k < nd; k++)
-        dep = f->op.kind == deps[k].kind && f->op.stage == deps[k].stage &&
+      for (int k = 0; !dep && k < nd; k++) /* a STEP rides on its B */
+        dep = f->op.kind == (deps[k].kind == AX_OP_STEP ? AX_OP_BWD
+                                                        : deps[k].kind) &&
+              f->op.stage == deps[k].stage &&
               f->op.batch == deps[k].batch && f->op.micro == deps[k].micro;
       if (dep && f->t_done > ready)
         ready = f->t_done;
@@ -111,8 +113,11 @@ static void overheads(ax_pipe *p, const bp_args *a, int mode, double *issue,
       ni++;
     }
     sr += e->t_done - e->t_issue - e->busy_s;
-    double nominal = e->op.kind == AX_OP_FWD ? a->fwd_ms
-                     : a->bwd_ms + (mode == AX_MODE_FR ? a->fwd_ms : 0);
+    int replay = ax_pipe_replays(mode, AX_RECOMPUTE_NEVER,
+                                 ax_pipe_units(mode, M), e->op.micro);
+    double nominal = e->op.kind == AX_OP_FWD
+                         ? a->fwd_ms
+                         : a->bwd_ms + (replay ? a->fwd_ms : 0);
     ss += e->busy_s - 1e-3 * nominal;
   }
   *issue = ni ? 1e3 * si / (double)ni : 0;
@@ -128,7 +133,7 @@ static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
            "classes=10", a->K, a->fwd_ms, a->bwd_ms);
   ax_pipe_opts o = {"sleep", cfg, a->K, ag, NULL, mode, a->M,
                     AX_RECOMPUTE_NEVER, "opt=sgd,lr=0.01", 1, AX_CPU, 30000};
-  int flushed = ax_pipe_units(mode, a->M) > 1 || mode == AX_MODE_SEQUENTIAL;
+  int flushed = !ax_pipe_async_update(mode);
   /* Modes without a flush drain at the end (the last K - 1 mini-batches
    * finish faster than the steady state): measure before the drain. */
   long warm = flushed ? 1 : a->K + 1;

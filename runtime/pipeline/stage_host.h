@@ -16,27 +16,37 @@
  *    optimizer (models/optim.h keys).
  *  - "fwd" [batch, micro, seed, flags, n_in, inputs..., n_lab, labels...,
  *    norms (n_lab i64)]: flags bit 0 = training, bit 1 = keep only the
- *    inputs and recompute at backward (gpipe recompute). With n_in = 0 the
- *    inputs are the activations prev pushed (waited for in the inbox up to
- *    the call's deadline). A stage with a next pushes its outputs there
- *    right away (stage to stage, not through the caller). Training keeps a
- *    per-unit state until its backward: the saved activations (or only the
- *    inputs for fr and recompute) and, for ddg and pipedream, the weight
- *    version the forward used (copy-on-update: before an update, states that
- *    still use the live weights get one separate copy of the flat buffer).
- *    Returns [busy_us, live_states, weight_versions, state_bytes] and, on
- *    the last stage, [loss, correct, count] after them.
- *  - "bwd" [batch, micro, step]: the output gradient is the one next pushed,
- *    or from the loss on the last stage; the input gradients are pushed to
- *    prev. A replayed state first
+ *    inputs and replay the forward at backward (the mode table's
+ *    ax_pipe_replays). With n_in = 0 the inputs are the activations prev
+ *    pushed (waited for in the inbox up to the call's deadline). Training
+ *    runs under the unit's distributed autograd context (the call's;
+ *    AX_ESTATE without one): the receive edges of the pushed activations
+ *    and the unit's function are recorded in it (ax_dist_record_held), and
+ *    a stage with a next pushes its outputs there right away under the
+ *    context (stage to stage, not through the caller), recording the send.
+ *    Training keeps a per-unit state until its backward: the saved
+ *    activations (or only the inputs) and, when the mode's backward uses
+ *    stashed weights, the version the forward used (copy-on-update: before
+ *    an update, states that still use the live weights get one separate
+ *    copy of the flat buffer). Returns [busy_us, live_states,
+ *    weight_versions, state_bytes] and, on the last stage, [loss, correct,
+ *    count] after them.
+ *  - "bwd" [batch, micro, step, units]: under the unit's context. The
+ *    output gradient is the loss's on the last stage, else the one the next
+ *    stage sent back along the context's receive edge (ax_dist_take_grads,
+ *    waited for up to the call's deadline). A replayed state first
  *    recomputes its forward (update_stats = 0, same dropout seed) with the
- *    gpipe weights (unchanged since the forward) or, for fr, the latest
- *    ones. Parameter gradients go to the call's distributed autograd
- *    context (its gradient buffer for this stage); modes that update per
- *    mini-batch also sum them into the stage's accumulator. step = 1
- *    updates the weights: with this context's gradients for ddg, fr and
- *    pipedream, with the sum since the last update otherwise. Returns
- *    [busy_us, live_states, weight_versions, state_bytes].
+ *    forward's weights or, when the mode says "latest" (fr), the current
+ *    ones. Parameter gradients accumulate in the context's buffer for this
+ *    stage, which the stage then takes out of the context for the STEP;
+ *    the input gradient goes back to prev along the receive edge
+ *    (ax_dist_pass_grads), without waiting. step = 1 runs the STEP of
+ *    `batch` after it (see "step"). Returns [busy_us, live_states,
+ *    weight_versions, state_bytes].
+ *  - "step" [batch, units]: updates the weights with the sum, in
+ *    micro-batch order 0..units-1, of the gradients of batch's units
+ *    (AX_ESTATE unless every unit's backward ran). Returns the four
+ *    statistics.
  *  - "state_save" []: [params (P), buffers (Q) or an empty tensor].
  *  - "trace" []: [bytes] the events recorded since the last "trace"
  *    (stage_events.h), encoded by ax_trace_encode.
