@@ -310,9 +310,9 @@ static int run(const axr_pipe_args *a, ax_node *node) {
            st.seconds);
     printf("stages:");
     for (int s = 0; s < a->K; s++)
-      printf(" [%d %s busy %.0f%% peak states %d versions %d]", s,
-             a->agents[s], 100 * st.busy_frac[s], st.peak_live[s],
-             st.peak_versions[s]);
+      printf(" [%d %s busy %.0f%% peak states %d versions %d state %.1f MB]",
+             s, a->agents[s], 100 * st.busy_frac[s], st.peak_live[s],
+             st.peak_versions[s], (double)st.peak_bytes[s] / 1e6);
     printf("\n");
     if (a->trace)
       printf("trace: %s (open in https://ui.perfetto.dev)\n", a->trace);
