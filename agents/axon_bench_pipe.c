@@ -133,7 +133,7 @@ static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
            "classes=10", a->K, a->fwd_ms, a->bwd_ms);
   ax_pipe_opts o = {"sleep", cfg, a->K, ag, NULL, mode, a->M,
                     AX_RECOMPUTE_NEVER, "opt=sgd,lr=0.01", 1, AX_CPU, 30000};
-  int flushed = !ax_pipe_async_update(mode);
+  int flushed = ax_pipe_flushes(mode);
   /* Modes without a flush drain at the end (the last K - 1 mini-batches
    * finish faster than the steady state): measure before the drain. */
   long warm = flushed ? 1 : a->K + 1;

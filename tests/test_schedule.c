@@ -86,7 +86,7 @@ static void check_mode(int mode, int K, int M, long n) {
         /* every backward it sums ran before it */
         for (int m = 0; m < S->U; m++)
           assert_int_equal(seen[AX_OP_BWD][o->batch * S->U + m], 1);
-        if (!ax_pipe_async_update(mode)) /* the step ends the mini-batch */
+        if (ax_pipe_flushes(mode)) /* the step ends the mini-batch */
           for (long j = i + 1; j < S->nops; j++)
             assert_true(S->ops[s][j].batch > o->batch);
       }
@@ -133,6 +133,8 @@ static void test_orders(void **state) {
   expect(AX_MODE_1F1B, 4, 3, 4, 1, "F0 B0 F1 B1 F2 B2 F3 B3 S0");
   expect(AX_MODE_1F1B, 4, 0, 2, 1, "F0 F1 B0 B1 S0");
   expect(AX_MODE_SEQUENTIAL, 3, 2, 4, 2, "F0 B0 S0 F1 B1 S1");
+  /* 2bw: 1F1B over micro-batches, no flush, one STEP per mini-batch */
+  expect(AX_MODE_2BW, 3, 0, 2, 2, "F0 F1 F0 B0 F1 B1 S0 B0 B1 S1");
 }
 
 static void test_ddg_round(void **state) {

@@ -43,6 +43,10 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
     return AX_EINVAL;
   if (o->M < 1 || o->M > 1024)
     return ax_seterr(AX_EINVAL, "pipeline: %d micro-batches", o->M);
+  if (ax_pipe_units(o->mode, o->M) < ax_pipe_min_units(o->mode, o->K))
+    return ax_seterr(AX_EINVAL, "pipeline: %s with %d stages needs at least "
+                     "%d micro-batches (got %d)", ax_pipe_mode_name(o->mode),
+                     o->K, ax_pipe_min_units(o->mode, o->K), o->M);
   if (!(*def = ax_model_find(o->model)))
     return AX_ENOTFOUND;
   ax_config cfg;

@@ -110,7 +110,7 @@ int ax_formula_time(const char *mode, int K, int M, const double *t_f,
     if (!(t_f[s] >= 0) || !(t_b[s] >= 0))
       return ax_seterr(AX_EINVAL, "formula: stage %d times (%g, %g) must be "
                        ">= 0", s, t_f[s], t_b[s]);
-  int flushed = !ax_pipe_async_update(m);
+  int flushed = ax_pipe_flushes(m);
   /* Flushed modes: one mini-batch. Others: long enough for a steady state. */
   long n = flushed ? 1 : 8 * K + 32;
   ax_pipe_plan *plan = NULL;
@@ -134,9 +134,10 @@ int ax_formula_time(const char *mode, int K, int M, const double *t_f,
   }
   if (flushed) {
     *out = makespan;
-  } else { /* steady state: spacing of stage 0's forwards, second half */
+  } else { /* steady state: spacing of stage 0's forwards, second half,
+              * times the units of a mini-batch */
     long a = (long)S.units / 2, b = (long)S.units - 1;
-    *out = (S.start_f0[b] - S.start_f0[a]) / (double)(b - a);
+    *out = S.U * (S.start_f0[b] - S.start_f0[a]) / (double)(b - a);
   }
 done:
   free(S.fin);

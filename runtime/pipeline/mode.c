@@ -54,21 +54,21 @@ static void act_1f1b(int K, int s, int U, long n, ax_pipe_op *o, long *k) {
   }
 }
 
-/* F(t), then B(t - d) STEP(t - d) once t >= d; the rest at the end. No
- * flush: ddg, fr and pipedream share it. */
+/* Over the units g = t U + m in order: F(g), then B(g - d) once g >= d,
+ * and STEP(t) after the last unit of mini-batch t; the rest at the end. No
+ * flush: ddg, fr and pipedream (U = 1) and 2bw (U = M) share it. */
 static void act_delayed(int K, int s, int U, long n, ax_pipe_op *o,
                         long *k) {
-  int d = K - 1 - s;
-  for (long t = 0; t < n; t++) {
-    o[(*k)++] = op(AX_OP_FWD, s, t, 0);
-    if (t - d >= 0) {
-      o[(*k)++] = op(AX_OP_BWD, s, t - d, 0);
-      o[(*k)++] = op(AX_OP_STEP, s, t - d, 0);
-    }
-  }
-  for (long t = n - d > 0 ? n - d : 0; t < n; t++) {
-    o[(*k)++] = op(AX_OP_BWD, s, t, 0);
-    o[(*k)++] = op(AX_OP_STEP, s, t, 0);
+  long d = K - 1 - s, total = n * U;
+  for (long g = 0; g < total + d; g++) {
+    if (g < total)
+      o[(*k)++] = op(AX_OP_FWD, s, g / U, (int)(g % U));
+    long b = g - d;
+    if (b < 0)
+      continue;
+    o[(*k)++] = op(AX_OP_BWD, s, b / U, (int)(b % U));
+    if (b % U == U - 1)
+      o[(*k)++] = op(AX_OP_STEP, s, b / U, 0);
   }
 }
 
@@ -97,37 +97,48 @@ static double t_fr(int K, int U, double f, double b, int rc) {
 static double t_pipedream(int K, int U, double f, double b, int rc) {
   return f + b;
 }
+static double t_2bw(int K, int U, double f, double b, int rc) {
+  return U * (f + b);
+}
 
 /* ---- the table ------------------------------------------------------------------ */
+/* name, summary, unit, flush, forward weights, backward weights, keep,
+ * recompute_ok, forward_lock, live bound, actions, closed-form time. */
 static const ax_pipe_mode_def g_modes[AX_MODE_COUNT] = {
     [AX_MODE_SEQUENTIAL] = {"sequential", "one mini-batch at a time",
-                            AX_UNIT_MINI, AX_UPDATE_FLUSH, AX_WEIGHTS_CURRENT,
+                            AX_UNIT_MINI, 1, AX_FWD_LATEST, AX_WEIGHTS_CURRENT,
                             AX_KEEP_ACTIVATIONS, 0, 0, live_one,
                             act_sequential, t_seq},
     [AX_MODE_GPIPE] = {"gpipe",
                        "M micro-batches forward, then backward; one update",
-                       AX_UNIT_MICRO, AX_UPDATE_FLUSH, AX_WEIGHTS_CURRENT,
+                       AX_UNIT_MICRO, 1, AX_FWD_LATEST, AX_WEIGHTS_CURRENT,
                        AX_KEEP_ACTIVATIONS, 1, 0, live_all, act_gpipe,
                        t_gpipe},
     [AX_MODE_1F1B] = {"1f1b", "PipeDream-Flush: one forward, one backward",
-                      AX_UNIT_MICRO, AX_UPDATE_FLUSH, AX_WEIGHTS_CURRENT,
+                      AX_UNIT_MICRO, 1, AX_FWD_LATEST, AX_WEIGHTS_CURRENT,
                       AX_KEEP_ACTIVATIONS, 0, 0, live_1f1b, act_1f1b,
                       t_1f1b},
     [AX_MODE_DDG] = {"ddg",
                      "delayed gradients with the forward's weights, locked "
                      "forwards",
-                     AX_UNIT_MINI, AX_UPDATE_PER_UNIT, AX_WEIGHTS_STASHED,
+                     AX_UNIT_MINI, 0, AX_FWD_LATEST, AX_WEIGHTS_STASHED,
                      AX_KEEP_ACTIVATIONS, 0, 1, live_delay, act_delayed,
                      t_ddg},
     [AX_MODE_FR] = {"fr",
                     "features replay: inputs kept, forward replayed with the "
                     "latest weights",
-                    AX_UNIT_MINI, AX_UPDATE_PER_UNIT, AX_WEIGHTS_LATEST,
+                    AX_UNIT_MINI, 0, AX_FWD_LATEST, AX_WEIGHTS_LATEST,
                     AX_KEEP_INPUTS, 0, 1, live_delay, act_delayed, t_fr},
     [AX_MODE_PIPEDREAM] = {"pipedream", "1F1B without flush, weight stashing",
-                           AX_UNIT_MINI, AX_UPDATE_PER_UNIT,
-                           AX_WEIGHTS_STASHED, AX_KEEP_ACTIVATIONS, 0, 0,
-                           live_delay, act_delayed, t_pipedream},
+                           AX_UNIT_MINI, 0, AX_FWD_LATEST, AX_WEIGHTS_STASHED,
+                           AX_KEEP_ACTIVATIONS, 0, 0, live_delay, act_delayed,
+                           t_pipedream},
+    [AX_MODE_2BW] = {"2bw",
+                     "PipeDream-2BW: 1F1B over micro-batches without flush, "
+                     "two weight versions, one update per mini-batch",
+                     AX_UNIT_MICRO, 0, AX_FWD_DOUBLE_BUFFERED,
+                     AX_WEIGHTS_STASHED, AX_KEEP_ACTIVATIONS, 0, 0, live_delay,
+                     act_delayed, t_2bw},
 };
 
 const ax_pipe_mode_def *ax_pipe_mode_get(int mode) {
@@ -174,9 +185,15 @@ int ax_pipe_units(int mode, int M) {
              : 1;
 }
 
-int ax_pipe_async_update(int mode) {
+int ax_pipe_flushes(int mode) {
+  return mode >= 0 && mode < AX_MODE_COUNT && g_modes[mode].flush;
+}
+
+int ax_pipe_min_units(int mode, int K) {
   return mode >= 0 && mode < AX_MODE_COUNT &&
-         g_modes[mode].update == AX_UPDATE_PER_UNIT;
+                 g_modes[mode].fwd_weights == AX_FWD_DOUBLE_BUFFERED && K > 2
+             ? K - 1
+             : 1;
 }
 
 int ax_pipe_live_bound(int mode, int K, int s, int M) {
@@ -188,6 +205,8 @@ int ax_pipe_live_bound(int mode, int K, int s, int M) {
 int ax_pipe_version_bound(int mode, int K, int s, int M) {
   if (mode < 0 || mode >= AX_MODE_COUNT)
     return 0;
+  if (g_modes[mode].fwd_weights == AX_FWD_DOUBLE_BUFFERED)
+    return 2; /* the latest and the shadow */
   return g_modes[mode].bwd_weights == AX_WEIGHTS_STASHED
              ? ax_pipe_live_bound(mode, K, s, M)
              : 1;
@@ -209,8 +228,7 @@ long ax_pipe_nops(int mode, int M, long n) {
   if (mode < 0 || mode >= AX_MODE_COUNT || n < 0)
     return 0;
   long U = ax_pipe_units(mode, M);
-  long steps = g_modes[mode].update == AX_UPDATE_PER_UNIT ? n * U : n;
-  return 2 * n * U + steps;
+  return 2 * n * U + n; /* F and B of every unit, one STEP per mini-batch */
 }
 
 int ax_pipe_schedule(int mode, int K, int s, int M, long n, ax_pipe_op *ops,

@@ -22,7 +22,9 @@
  * input-gradient and weight-gradient halves of B, for schedules that split
  * it; no current mode emits them) and STEP (update the stage's weights with
  * the gradients of mini-batch t's units, taken from their contexts and
- * summed in micro-batch order 0..U-1).
+ * summed in micro-batch order 0..U-1). Every mode has one STEP per
+ * mini-batch on every stage; a flushed mode runs no action of mini-batch
+ * t+1 on a stage before its STEP(t).
  *
  * Dependencies (ax_pipe_plan_deps), derived from the lists, never written
  * per mode: F(s,u) needs F(s-1,u); B or I (s,u) needs B or I (s+1,u); an
@@ -47,6 +49,7 @@ typedef enum ax_pipe_mode {
   AX_MODE_DDG = 3,
   AX_MODE_FR = 4,
   AX_MODE_PIPEDREAM = 5,
+  AX_MODE_2BW = 6,
   AX_MODE_COUNT
 } ax_pipe_mode;
 
@@ -76,13 +79,15 @@ typedef struct ax_pipe_op {
 
 enum { AX_UNIT_MICRO = 0, AX_UNIT_MINI = 1 };
 enum {
-  AX_UPDATE_FLUSH = 0,   /* one STEP per mini-batch after its last B */
-  AX_UPDATE_PER_UNIT = 1 /* a STEP after every B, no flush */
-};
-enum {
   AX_WEIGHTS_CURRENT = 0, /* the live weights (unchanged since the forward) */
   AX_WEIGHTS_STASHED = 1, /* the version the unit's forward used */
   AX_WEIGHTS_LATEST = 2   /* the latest weights, forward replayed first */
+};
+enum {
+  AX_FWD_LATEST = 0,        /* a forward uses the weights as they are */
+  AX_FWD_DOUBLE_BUFFERED = 1 /* every unit of mini-batch t uses the weights
+                                before update t-1 (PipeDream-2BW): at most
+                                two versions live, the latest and a shadow */
 };
 enum { AX_KEEP_ACTIVATIONS = 0, AX_KEEP_INPUTS = 1 };
 
@@ -90,7 +95,8 @@ typedef struct ax_pipe_mode_def {
   const char *name;    /* as on the command line */
   const char *summary; /* one line for --help */
   int unit;            /* AX_UNIT_* */
-  int update;          /* AX_UPDATE_* */
+  int flush;           /* 1: the pipeline drains before each STEP */
+  int fwd_weights;     /* AX_FWD_* */
   int bwd_weights;     /* AX_WEIGHTS_* */
   int keep;            /* AX_KEEP_*: what a unit keeps between F and B */
   int recompute_ok;    /* --recompute applies */
@@ -119,8 +125,11 @@ const char *ax_pipe_mode_list(void);
 
 /* Units per mini-batch: M for micro-batch modes (M > 1), else 1. */
 int ax_pipe_units(int mode, int M);
-/* Whether mode updates after every backward (AX_UPDATE_PER_UNIT). */
-int ax_pipe_async_update(int mode);
+/* Whether the mode flushes (drains) the pipeline before each update. */
+int ax_pipe_flushes(int mode);
+/* The fewest micro-batches mode needs with K stages (2bw: K - 1, so the
+ * shadow weights of a mini-batch exist before its first forward), else 1. */
+int ax_pipe_min_units(int mode, int K);
 /* The table's bound on the states stage s keeps (0 on a bad mode). */
 int ax_pipe_live_bound(int mode, int K, int s, int M);
 /* The bound on weight versions stage s holds (the live one included). */

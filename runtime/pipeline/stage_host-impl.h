@@ -40,6 +40,10 @@ typedef struct phost {
   ax_tensor *acc; /* sum of micro-batches 0 .. acc_next-1 of acc_batch */
   long acc_batch;
   int acc_next;
+  long last_step;    /* batch of the last STEP, -1 before the first */
+  ax_tensor *shadow; /* double-buffered modes: weights before the last
+                        STEP, used by every forward of batch shadow_for */
+  long shadow_for;
   ax_trace *tr;   /* stage-side events (stage_events.h); its own lock */
 } phost;
 

@@ -33,6 +33,9 @@ static void host_clear(phost *h) {
   }
   h->states = NULL;
   axp_grads_clear(h);
+  ax_tensor_release(h->shadow);
+  h->shadow = NULL;
+  h->last_step = -1;
   axp_inbox_close(&h->in);
 }
 
@@ -62,6 +65,7 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
   h->s = s;
   h->mode = AX_MODE_SEQUENTIAL;
   h->def = ax_pipe_mode_get(h->mode);
+  h->last_step = -1;
   h->tr = ax_trace_new(AXP_STAGE_EVENTS_MAX); /* NULL: no events */
   axp_inbox_init(&h->in, h->s->index, dev, h->tr);
   *obj = h;
@@ -233,15 +237,27 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   memset(&r, 0, sizeof r);
   pthread_mutex_lock(&s->mu);
   int64_t tc = ax_trace_now_us();
+  ax_tensor *w = s->net->params; /* the weights this forward uses */
+  if (err == AX_OK && train &&
+      h->def->fwd_weights == AX_FWD_DOUBLE_BUFFERED) {
+    if (h->shadow && h->shadow_for == batch)
+      w = h->shadow; /* the live weights moved on: batch uses the shadow */
+    else if (batch - 2 > h->last_step)
+      err = ax_seterr(AX_ESTATE, "pipe.stage %d: %s forward of batch %lld "
+                      "before the update of batch %lld (too few "
+                      "micro-batches?)", s->index, h->def->name,
+                      (long long)batch, (long long)batch - 2);
+  }
   if (err == AX_OK) {
     ax_exec ex = ax_net_exec(s->net, train);
+    ex.params = w;
     ex.seed = (uint64_t)seed;
     ex.update_stats = train;
     err = ax_forward(s->net->root, &ex, st ? st->slot : NULL, &in, &y);
   }
   if (err == AX_OK && st) {
     if (h->def->bwd_weights == AX_WEIGHTS_STASHED)
-      st->ver = ax_tensor_retain(s->net->params); /* copied on update */
+      st->ver = ax_tensor_retain(w); /* live weights are copied on update */
     if (flags & AX_PIPE_FLAG_RECOMPUTE) { /* keep only the inputs */
       ax_slot_free(st->slot);
       st->slot = NULL;

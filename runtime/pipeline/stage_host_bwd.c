@@ -40,6 +40,29 @@ static int stash_live(phost *h) {
   return AX_OK;
 }
 
+/* Double-buffered modes: before STEP(t) changes the live weights, they
+ * become the shadow that every forward of batch t+1 uses (and the stash of
+ * the states that used them). s->mu held. */
+static int shadow_live(phost *h, long t) {
+  ax_tensor *live = h->s->net->params, *copy = ax_tensor_like(live);
+  if (!copy)
+    return AX_ENOMEM;
+  int err = ax_tensor_copy(copy, live);
+  if (err != AX_OK) {
+    ax_tensor_release(copy);
+    return err;
+  }
+  for (pstate *st = h->states; st; st = st->next)
+    if (st->ver == live) {
+      ax_tensor_release(st->ver);
+      st->ver = ax_tensor_retain(copy);
+    }
+  ax_tensor_release(h->shadow);
+  h->shadow = copy;
+  h->shadow_for = t + 1;
+  return AX_OK;
+}
+
 /* ---- taken gradients and their sum in micro-batch order ------------------- */
 void axp_grads_clear(phost *h) {
   for (pgrad *g = h->grads, *nx; g; g = nx) {
@@ -96,9 +119,12 @@ static int step_locked(phost *h, long t, int units) {
     return ax_seterr(AX_ESTATE, "pipe.stage %d: step of batch %ld with the "
                      "gradients of %d of its %d units", s->index, t,
                      h->acc ? h->acc_next : 0, units);
-  int err = stash_live(h);
+  int err = h->def->fwd_weights == AX_FWD_DOUBLE_BUFFERED ? shadow_live(h, t)
+                                                          : stash_live(h);
   if (err == AX_OK)
     err = ax_optim_step(s->opt, s->net->params, h->acc);
+  if (err == AX_OK)
+    h->last_step = t;
   ax_dist_grads_recycle(s->node, h->acc);
   h->acc = NULL;
   h->acc_next = 0;
