@@ -32,10 +32,14 @@
  * returns when every node has finished, and an error anywhere (including
  * AX_EPEERDOWN) is returned at the root. Each function runs its backward
  * once all its expected contributions arrived (one per local consumer, per
- * send and per root seed), with them summed. A contribution that never
- * comes (a tensor sent under ctx whose receiver makes no use of it in the
- * backward) keeps its producer from running: fetch values only needed for
- * display without a context.
+ * send and per root seed), with them summed; a consumer whose backward
+ * gives no gradient for an input (integer ids, a mask passed through)
+ * still reports an empty contribution, and a function none of whose
+ * outputs got a gradient does not run its backward (its inputs get empty
+ * contributions). A contribution that never comes (a tensor sent under ctx
+ * that its receiver neither records as an input nor sends on) keeps its
+ * producer from running: fetch values only needed for display without a
+ * context.
  *
  * Gradients accumulate per context in buffers keyed by the owner of the
  * parameters (ax_dist_grads), never in a net's own gradient buffer.
