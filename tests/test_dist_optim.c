@@ -29,61 +29,39 @@ static const char *const g_optims[] = {
 };
 #define NOPTIMS (int)(sizeof g_optims / sizeof g_optims[0])
 
-/* ---- 20 steps, MLP and BERT ------------------------------------------------
- */
+/* ---- 20 steps, MLP and BERT ----------------------------------------- */
 static void test_mlp_optimizers(void **state) {
   for (int i = 0; i < NOPTIMS; i++) {
     fprintf(stderr, "  mlp, %s\n", g_optims[i]);
-    dt_oracle_cfg c = {"mlp",
-                       "mlp.stage",
-                       "widths=784/64/32/10",
-                       "shape=1/28/28,classes=10,examples=640,seed=9",
-                       g_optims[i],
-                       20,
-                       32,
-                       1e-5};
+    dt_oracle_cfg c = {.model = "mlp",
+                       .kind = "mlp.stage",
+                       .model_cfg = "widths=784/64/32/10",
+                       .data_cfg = "shape=1/28/28,classes=10,examples=640,"
+                                   "seed=9",
+                       .optim = g_optims[i],
+                       .steps = 20,
+                       .batch = 32,
+                       .rtol = 1e-5};
     dt_run_oracle(g_drv, g_names, NAGENTS, NULL, &c);
   }
-}
-
-#define BERT_CFG "layers=2,hidden=16,heads=2,ff=32,vocab=50,seq=8,dropout=0"
-#define BERT_B 8
-#define BERT_T 8
-
-/* A deterministic BERT mini-batch t: ids, segments, mask (the last two
- * positions of odd sequences padded); MLM labels (B * T) with most
- * positions ignored; NSP labels (B). */
-static int bert_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
-  int64_t shape[2] = {BERT_B, BERT_T}, rows = BERT_B * BERT_T, b1 = BERT_B;
-  in->n = 3;
-  in->t[0] = ax_test_randint(100 + (uint64_t)t, 0, 50, 2, shape);
-  in->t[1] = ax_test_randint(200 + (uint64_t)t, 0, 2, 2, shape);
-  in->t[2] = ax_tensor_new(AX_F32, 2, shape, AX_CPU);
-  for (int b = 0; b < BERT_B; b++)
-    for (int s = 0; s < BERT_T; s++)
-      ax_f32(in->t[2])[b * BERT_T + s] = (b % 2 && s >= BERT_T - 2) ? 0.f : 1.f;
-  lab->n = 2;
-  lab->t[0] = ax_test_randint(300 + (uint64_t)t, 0, 50, 1, &rows);
-  int32_t *l = (int32_t *)lab->t[0]->data;
-  for (int64_t i = 0; i < rows; i++)
-    if ((i * 7 + t) % 4 != 0)
-      l[i] = -100;
-  lab->t[1] = ax_test_randint(400 + (uint64_t)t, 0, 2, 1, &b1);
-  return AX_OK;
 }
 
 static void test_bert_optimizers(void **state) {
   for (int i = 0; i < NOPTIMS; i++) {
     fprintf(stderr, "  bert, %s\n", g_optims[i]);
-    dt_oracle_cfg c = {"bert",      "bert.stage", BERT_CFG, NULL,
-                       g_optims[i], 20,           BERT_B,   1e-5};
-    c.batch_fn = bert_batch;
+    dt_oracle_cfg c = {.model = "bert",
+                       .kind = "bert.stage",
+                       .model_cfg = DT_BERT_CFG,
+                       .optim = g_optims[i],
+                       .steps = 20,
+                       .batch = DT_BERT_B,
+                       .rtol = 1e-5,
+                       .batch_fn = dt_bert_batch};
     dt_run_oracle(g_drv, g_names, NAGENTS, NULL, &c);
   }
 }
 
-/* ---- independent tiny models ------------------------------------------------
- */
+/* ---- independent tiny models ----------------------------------------- */
 #define TINY_CFG "widths=6/5/3"
 #define TINY_B 4
 
@@ -237,8 +215,7 @@ static void test_no_gradient_not_stepped(void **state) {
   AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
 }
 
-/* ---- bad arguments
- * ------------------------------------------------------------ */
+/* ---- bad arguments --------------------------------------------------- */
 static void test_bad_arguments(void **state) {
   static const char *const opt = "opt=sgd,lr=0.1,momentum=0.9";
   tiny_world w;

@@ -1,7 +1,8 @@
 /* Relay edges of distributed autograd, against single-process references
  * (3 steps of SGD with momentum, parameters within 1e-5):
  *  - the driver relay: the driver calls forward on stage 0 (agent w1), gets
- *    its output and passes it as the argument of stage 1's forward (w2);
+ *    its output and passes it as the argument of stage 1's forward (w2),
+ *    on the MLP and on a tiny BERT (whose mask gets no gradient);
  *  - a relay of several hops: stage 0 keeps its output as a value RRef on
  *    w1, a box on w3 (which neither produces nor consumes it) fetches it
  *    and returns it to the driver, the driver keeps it as a value of its
@@ -214,20 +215,36 @@ static void local_two_consumers(ax_net *net, ax_optim *opt, const ax_tlist *in,
 }
 
 static dt_oracle_cfg mlp_cfg(dt_dist_step_fn step) {
-  dt_oracle_cfg c = {"mlp",
-                     "mlp.stage",
-                     "widths=784/64/32/10",
-                     "shape=1/28/28,classes=10,examples=640,seed=9",
-                     "opt=sgd,lr=0.05,momentum=0.9",
-                     3,
-                     32,
-                     1e-5};
+  dt_oracle_cfg c = {.model = "mlp",
+                     .kind = "mlp.stage",
+                     .model_cfg = "widths=784/64/32/10",
+                     .data_cfg = "shape=1/28/28,classes=10,examples=640,seed=9",
+                     .optim = "opt=sgd,lr=0.05,momentum=0.9",
+                     .steps = 3,
+                     .batch = 32,
+                     .rtol = 1e-5};
   c.dist_step = step;
   return c;
 }
 
 static void test_driver_relay(void **state) {
   dt_oracle_cfg c = mlp_cfg(step_driver_relay);
+  dt_run_oracle(g_drv, g_names, 2, NULL, &c);
+  AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
+}
+
+/* The same with a tiny BERT: stage 0 also passes the attention mask on,
+ * which gets no gradient (an empty contribution through the relay). */
+static void test_driver_relay_bert(void **state) {
+  dt_oracle_cfg c = {.model = "bert",
+                     .kind = "bert.stage",
+                     .model_cfg = DT_BERT_CFG,
+                     .optim = "opt=sgd,lr=0.05,momentum=0.9",
+                     .steps = 3,
+                     .batch = DT_BERT_B,
+                     .rtol = 1e-5};
+  c.batch_fn = dt_bert_batch;
+  c.dist_step = step_driver_relay;
   dt_run_oracle(g_drv, g_names, 2, NULL, &c);
   AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
 }
@@ -269,6 +286,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_driver_relay),
+      cmocka_unit_test(test_driver_relay_bert),
       cmocka_unit_test(test_two_hop_relay),
       cmocka_unit_test(test_relay_two_consumers),
   };
