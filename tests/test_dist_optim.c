@@ -224,7 +224,12 @@ static void test_bad_arguments(void **state) {
   ax_dist_optim *o = NULL;
   ax_rref *dup[2] = {w.params[0], w.params[0]};
   AX_ASSERT_ERR(ax_dist_optim_new(g_drv, dup, 2, opt, &o), AX_EINVAL);
-  assert_non_null(strstr(ax_errmsg(), "twice"));
+  assert_non_null(strstr(ax_errmsg(), "same stage"));
+  ax_rref *again[2] = {w.params[0], NULL}; /* a second object, same stage */
+  AX_ASSERT_OK(ax_rmod_parameters(g_drv, w.stages[0], &again[1]));
+  AX_ASSERT_ERR(ax_dist_optim_new(g_drv, again, 2, opt, &o), AX_EINVAL);
+  assert_non_null(strstr(ax_errmsg(), "parameter sets 0 and 1 are the same"));
+  ax_rref_release(again[1]);
   ax_rref *hole[2] = {w.params[0], NULL};
   AX_ASSERT_ERR(ax_dist_optim_new(g_drv, hole, 2, opt, &o), AX_EINVAL);
   assert_non_null(strstr(ax_errmsg(), "parameter set 1 is NULL"));

@@ -17,7 +17,8 @@ static int params_create(ax_node *n, const char *cfg, ax_device dev,
 static void params_destroy(void *obj) { axd_stage_release(obj); }
 
 /* "optim_init" [config, (i64 check_only)]: creates (or replaces) the local
- * optimizer; with check_only = 1 only checks the configuration. */
+ * optimizer; with check_only = 1 only checks the configuration and answers
+ * [the stage's key] (two parameter-set objects of one stage share it). */
 static int p_optim_init(ax_call_ctx *cc, void *obj, const ax_values *args,
                         ax_values *out) {
   axd_stage *s = obj;
@@ -31,7 +32,7 @@ static int p_optim_init(ax_call_ctx *cc, void *obj, const ax_values *args,
   AX_TRY(ax_config_parse(&c, cfg_s));
   AX_TRY(ax_optim_cfg_parse(&c, &oc));
   if (check_only)
-    return AX_OK;
+    return ax_values_add_i64(out, (int64_t)s->key);
   ax_optim *o = ax_optim_new(&oc, s->net->n_params, s->dev);
   if (!o)
     return AX_ENOMEM;
@@ -90,11 +91,11 @@ struct ax_dist_optim {
 };
 
 /* Calls `method` on every parameter set in parallel (all issued, then all
- * awaited); returns the first error. stepped (may be NULL) counts the
- * replies [1]. */
+ * awaited); returns the first error, naming the entry. reply (may be NULL)
+ * receives the first i64 of each answer (-1 when none). */
 static int call_all(ax_node *n, ax_rref *const *params, int np,
                     const char *method, const ax_values *args, uint64_t ctx,
-                    int64_t timeout_ms, int *stepped) {
+                    int64_t timeout_ms, int64_t *reply) {
   ax_future **f = calloc(np ? (size_t)np : 1, sizeof *f);
   if (!f)
     return ax_seterr(AX_ENOMEM, "dist optim: no memory for %d calls", np);
@@ -112,57 +113,48 @@ static int call_all(ax_node *n, ax_rref *const *params, int np,
                       method, i, ax_rref_owner(params[i]),
                       ax_future_is_done(f[i]) ? ax_future_errmsg(f[i])
                                               : "timed out");
-    int64_t one = 0;
     const ax_values *v = e == AX_OK ? ax_future_values(f[i]) : NULL;
-    if (stepped && v && ax_values_get_i64(v, 0, &one) == AX_OK && one)
-      (*stepped)++;
+    if (reply && (!v || ax_values_get_i64(v, 0, &reply[i]) != AX_OK))
+      reply[i] = -1;
     ax_future_release(f[i]);
   }
   free(f);
   return err;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
+/* AX_EINVAL when an entry is NULL or a value RRef. */
+static int check_entries(ax_rref *const *params, int np) {
+  for (int i = 0; i < np; i++) {
+    if (!params[i])
+      return ax_seterr(AX_EINVAL, "dist optim: parameter set %d is NULL", i);
+    if (ax_rref_type_of(params[i]) != AX_RREF_OBJECT)
+      return ax_seterr(AX_EINVAL,
+                       "dist optim: parameter set %d is a value, not a "
+                       "parameter-set object",
+                       i);
+  }
+  return AX_OK;
 }
 
-/* AX_EINVAL when an entry is NULL, not an object, or names the same
- * object as another entry (it would be stepped twice). */
-static int check_params(ax_rref *const *params, int np) {
-  uint64_t *ids = calloc(np ? (size_t)np : 1, sizeof *ids);
-  if (!ids)
-    return ax_seterr(AX_ENOMEM, "dist optim: no memory");
-  int err = AX_OK;
-  for (int i = 0; err == AX_OK && i < np; i++) {
-    if (!params[i])
-      err = ax_seterr(AX_EINVAL, "dist optim: parameter set %d is NULL", i);
-    else if (ax_rref_type_of(params[i]) != AX_RREF_OBJECT)
-      err = ax_seterr(AX_EINVAL,
-                      "dist optim: parameter set %d is a value, "
-                      "not a parameter-set object",
-                      i);
-    else
-      ids[i] = ax_rref_id(params[i]);
-  }
-  if (err == AX_OK) {
-    qsort(ids, (size_t)np, sizeof *ids, cmp_u64);
-    for (int i = 1; err == AX_OK && i < np; i++)
-      if (ids[i] == ids[i - 1])
-        err = ax_seterr(AX_EINVAL,
-                        "dist optim: parameter set %llx given "
-                        "twice",
-                        (unsigned long long)ids[i]);
-  }
-  free(ids);
-  return err;
+/* AX_EINVAL when two entries are parameter sets of the same stage (same
+ * owner and key): it would be stepped twice. */
+static int check_distinct(ax_rref *const *params, int np, const int64_t *key) {
+  for (int i = 0; i < np; i++)
+    for (int j = 0; j < i; j++)
+      if (key[i] == key[j] &&
+          !strcmp(ax_rref_owner(params[i]), ax_rref_owner(params[j])))
+        return ax_seterr(AX_EINVAL,
+                         "dist optim: parameter sets %d and %d are the same "
+                         "stage's (on %s)",
+                         j, i, ax_rref_owner(params[i]));
+  return AX_OK;
 }
 
 int ax_dist_optim_new(ax_node *n, ax_rref *const *params, int nparams,
                       const char *optim_config, ax_dist_optim **out) {
   if (!n || (!params && nparams) || nparams < 0 || !out)
     return ax_seterr(AX_EINVAL, "dist optim: bad arguments");
-  AX_TRY(check_params(params, nparams));
+  AX_TRY(check_entries(params, nparams));
   ax_config cfg;
   ax_optim_cfg oc;
   const char *cs = optim_config ? optim_config : "";
@@ -191,10 +183,16 @@ int ax_dist_optim_new(ax_node *n, ax_rref *const *params, int nparams,
     err = ax_values_add_str(check, cs);
   if (err == AX_OK)
     err = ax_values_add_i64(check, 1);
+  int64_t *key = calloc((size_t)nparams + 1, sizeof *key);
+  if (err == AX_OK && !key)
+    err = ax_seterr(AX_ENOMEM, "dist optim: no memory");
   if (err == AX_OK)
-    err = call_all(n, o->params, o->n, "optim_init", check, 0, 60000, NULL);
+    err = call_all(n, o->params, o->n, "optim_init", check, 0, 60000, key);
+  if (err == AX_OK)
+    err = check_distinct(o->params, o->n, key);
   if (err == AX_OK)
     err = call_all(n, o->params, o->n, "optim_init", a, 0, 60000, NULL);
+  free(key);
   ax_values_free(check);
   ax_values_free(a);
   if (err != AX_OK) {
@@ -213,9 +211,15 @@ int ax_dist_optim_step_count(ax_dist_optim *o, uint64_t ctx, int64_t timeout_ms,
     ctx = ax_autograd_ctx_current();
   if (!ctx)
     return ax_seterr(AX_EINVAL, "dist optim: step outside a context");
-  int k = 0;
+  int64_t *r = calloc((size_t)o->n + 1, sizeof *r);
+  if (!r)
+    return ax_seterr(AX_ENOMEM, "dist optim: no memory");
   int err = call_all(o->node, o->params, o->n, "step", NULL, ctx,
-                     timeout_ms > 0 ? timeout_ms : 60000, &k);
+                     timeout_ms > 0 ? timeout_ms : 60000, r);
+  int k = 0;
+  for (int i = 0; i < o->n; i++)
+    k += r[i] == 1;
+  free(r);
   if (stepped)
     *stepped = k;
   return err;

@@ -63,10 +63,11 @@ typedef struct ax_dist_optim ax_dist_optim;
 /* One local optimizer (models/optim.h config string, e.g.
  * "opt=sgd,lr=0.05,momentum=0.9") per parameter-set RRef, created on its
  * owner (replacing any earlier one there). Any number of RRefs; they are
- * retained. AX_EINVAL, with nothing created, when an entry is NULL, a value
- * RRef, or the same parameter set as another entry; an owner's error (bad
- * configuration, an RRef that is not a parameter set) is returned with the
- * index and owner of the failing entry. */
+ * retained. Every entry is checked before any owner's optimizer is
+ * replaced: AX_EINVAL when an entry is NULL or a value RRef, when the
+ * configuration is bad, or when two entries are parameter sets of the same
+ * stage (it would be stepped twice); an owner's error (e.g. an RRef that
+ * is not a parameter set) is returned naming the failing entry and owner. */
 int ax_dist_optim_new(ax_node *n, ax_rref *const *params, int nparams,
                       const char *optim_config, ax_dist_optim **out);
 /* Steps every owner in parallel with the gradients of ctx (0: the thread's
