@@ -69,6 +69,38 @@ static inline void dt_dist_step(ax_node *drv, ax_rref **stages, int K,
     ax_rref_release(y[k]);
 }
 
+/* A tiny BERT (dropout off) and its deterministic mini-batch t: ids,
+ * segments, mask (the last two positions of odd sequences padded); MLM
+ * labels (B * T) with most positions ignored; NSP labels (B). */
+#define DT_BERT_CFG "layers=2,hidden=16,heads=2,ff=32,vocab=50,seq=8,dropout=0"
+#define DT_BERT_B 8
+#define DT_BERT_T 8
+static inline int dt_bert_batch(void *user, long t, ax_tlist *in,
+                                ax_tlist *lab) {
+  int64_t shape[2] = {DT_BERT_B, DT_BERT_T}, rows = DT_BERT_B * DT_BERT_T,
+          b1 = DT_BERT_B;
+  in->n = 3;
+  in->t[0] = ax_test_randint(100 + (uint64_t)t, 0, 50, 2, shape);
+  in->t[1] = ax_test_randint(200 + (uint64_t)t, 0, 2, 2, shape);
+  in->t[2] = ax_tensor_new(AX_F32, 2, shape, AX_CPU);
+  if (!in->t[0] || !in->t[1] || !in->t[2])
+    return AX_ENOMEM;
+  for (int b = 0; b < DT_BERT_B; b++)
+    for (int s = 0; s < DT_BERT_T; s++)
+      ax_f32(in->t[2])[b * DT_BERT_T + s] =
+          (b % 2 && s >= DT_BERT_T - 2) ? 0.f : 1.f;
+  lab->n = 2;
+  lab->t[0] = ax_test_randint(300 + (uint64_t)t, 0, 50, 1, &rows);
+  lab->t[1] = ax_test_randint(400 + (uint64_t)t, 0, 2, 1, &b1);
+  if (!lab->t[0] || !lab->t[1])
+    return AX_ENOMEM;
+  int32_t *l = (int32_t *)lab->t[0]->data;
+  for (int64_t i = 0; i < rows; i++)
+    if ((i * 7 + t) % 4 != 0)
+      l[i] = -100;
+  return AX_OK;
+}
+
 /* Fails unless every element of got (a CPU tensor of n floats) is within
  * rtol of want, relative to floor + |want|: floor is 1e-6 or, when
  * PT_FLOOR_RMS is defined (as for pipe_testutil.h's pt_worst), 1e-2 times
@@ -95,10 +127,26 @@ static inline void dt_compare(const ax_tensor *got, const float *want,
              worst, rtol);
 }
 
+/* The distributed step of an oracle (dt_dist_step's arguments plus the
+ * configuration's user pointer) and its single-process counterpart. */
+typedef void (*dt_dist_step_fn)(ax_node *drv, ax_rref **stages, int K,
+                                ax_dist_optim *opt, const ax_tlist *in,
+                                const ax_tlist *lab, uint64_t seed,
+                                void *user);
+typedef void (*dt_local_step_fn)(ax_net *net, ax_optim *opt,
+                                 const ax_tlist *in, const ax_tlist *lab,
+                                 int ignore, uint64_t seed, void *user);
+
 typedef struct dt_oracle_cfg {
   const char *model, *kind, *model_cfg, *data_cfg, *optim;
   int steps, batch;
   double rtol;
+  /* Optional: mini-batch t (NULL: the synthetic data set of data_cfg,
+   * batches of `batch`). */
+  int (*batch_fn)(void *user, long t, ax_tlist *in, ax_tlist *lab);
+  dt_dist_step_fn dist_step;   /* NULL: dt_dist_step */
+  dt_local_step_fn local_step; /* NULL: dt_local_step */
+  void *user;                  /* passed to the three above */
 } dt_oracle_cfg;
 
 /* The oracle: the model split uniformly into K stages of kind c->kind on
@@ -145,21 +193,32 @@ static inline void dt_run_oracle(ax_node *drv, const char *const *names, int K,
   AX_ASSERT_OK(ax_optim_cfg_parse(&ocfg, &oc));
   ax_optim *lopt = ax_optim_new(&oc, ref->n_params, AX_CPU);
   /* The same batches for both. */
-  ax_dataset *ds;
-  ax_loader *ld;
-  AX_ASSERT_OK(ax_config_parse(&dcfg, c->data_cfg));
-  AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &ds));
-  AX_ASSERT_OK(ax_loader_new(ds, c->batch, 1, 1, 5, &ld));
-  ax_loader_start(ld, 0);
+  ax_dataset *ds = NULL;
+  ax_loader *ld = NULL;
+  if (!c->batch_fn) {
+    AX_ASSERT_OK(ax_config_parse(&dcfg, c->data_cfg));
+    AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &ds));
+    AX_ASSERT_OK(ax_loader_new(ds, c->batch, 1, 1, 5, &ld));
+    ax_loader_start(ld, 0);
+  }
   double t_local = 0, t_dist = 0;
   for (int s = 0; s < c->steps; s++) {
     ax_tlist in = {0}, lab = {0};
-    AX_ASSERT_OK(ax_loader_next(ld, &in, &lab));
+    if (c->batch_fn)
+      AX_ASSERT_OK(c->batch_fn(c->user, s, &in, &lab));
+    else
+      AX_ASSERT_OK(ax_loader_next(ld, &in, &lab));
     uint64_t seed = 1000 + (uint64_t)s;
     double t0 = ax_now();
-    dt_local_step(ref, lopt, &in, &lab, info.ignore_index, seed);
+    if (c->local_step)
+      c->local_step(ref, lopt, &in, &lab, info.ignore_index, seed, c->user);
+    else
+      dt_local_step(ref, lopt, &in, &lab, info.ignore_index, seed);
     double t1 = ax_now();
-    dt_dist_step(drv, stages, K, dopt, &in, &lab, seed);
+    if (c->dist_step)
+      c->dist_step(drv, stages, K, dopt, &in, &lab, seed, c->user);
+    else
+      dt_dist_step(drv, stages, K, dopt, &in, &lab, seed);
     t_dist += ax_now() - t1;
     t_local += t1 - t0;
     ax_tlist_clear(&in);
@@ -187,8 +246,10 @@ static inline void dt_run_oracle(ax_node *drv, const char *const *names, int K,
   }
   assert_int_equal(poff, ref->n_params);
   assert_int_equal(boff, ref->n_buffers);
-  ax_loader_free(ld);
-  ax_dataset_close(ds);
+  if (ld)
+    ax_loader_free(ld);
+  if (ds)
+    ax_dataset_close(ds);
   ax_optim_free(lopt);
   ax_net_free(ref);
   ax_dist_optim_free(dopt);

@@ -201,6 +201,47 @@ typedef struct axd_desc {
   uint64_t fn;
 } axd_desc;
 
+/* The function a tensor received with autograd metadata gets on the
+ * receiving node (its RECV edge): every local use of the tensor (a recorded
+ * consumer, a send to another node, a backward root) is one expected
+ * contribution, and its backward passes their sum on, once, along the edge
+ * to the producer, which expects one contribution per send. A tensor that
+ * is passed on (a relay) thus sends its gradient back to where it came
+ * from, and relays several hops long chain these functions. */
+static int recv_backward(void *state, uint64_t ctx, const ax_tlist *dout,
+                         ax_tlist *din) {
+  din->n = 1;
+  din->t[0] = dout->n > 0 ? ax_tensor_retain(dout->t[0]) : NULL;
+  return AX_OK;
+}
+
+static const ax_dist_fn_ops g_recv_ops = {
+    /* .backward = */ recv_backward,
+    /* .release = */ NULL,
+};
+
+/* Records t's RECV edge from s (a remote source) in c: a function with
+ * input s and output t, to which the map points t. d->mu held. */
+static int recv_edge(axd_state *d, axd_ctx *c, ax_tensor *t, const axd_src *s) {
+  axd_fn *f = calloc(1, sizeof *f);
+  if (!f)
+    return ax_seterr(AX_ENOMEM, "dist: no memory for a receive edge");
+  f->id = __atomic_add_fetch(&d->fn_counter, 1, __ATOMIC_RELAXED);
+  f->ops = &g_recv_ops;
+  f->n_in = 1;
+  f->n_out = 1;
+  f->in[0] = *s;
+  axd_src out = {.kind = AXD_SRC_LOCAL, .fn = f, .k = 0};
+  int err = map_add(c, t, &out);
+  if (err != AX_OK) {
+    free(f);
+    return ax_seterr(err, "dist: no memory for a receive edge");
+  }
+  f->next = c->fns;
+  c->fns = f;
+  return AX_OK;
+}
+
 static int hook_send(ax_node *n, uint64_t ctx, const char *to,
                      const ax_values *vals, size_t first, void **desc,
                      size_t *len) {
@@ -229,8 +270,8 @@ static int hook_send(ax_node *n, uint64_t ctx, const char *to,
       continue;
     axd_map *m = axd_map_find(c, t);
     if (!m || m->s.kind != AXD_SRC_LOCAL)
-      continue; /* forwarding a received tensor records no edge */
-    m->s.fn->expected++;
+      continue; /* not differentiable in this context */
+    m->s.fn->expected++; /* received tensors: their RECV edge function */
     if (!m->s.fn->consumer[0])
       snprintf(m->s.fn->consumer, sizeof m->s.fn->consumer, "%s", to);
     out[nd].index = (uint32_t)(i - first);
@@ -276,7 +317,7 @@ static int hook_recv(ax_node *n, uint64_t ctx, const char *from,
     }
     axd_src s = {.kind = AXD_SRC_REMOTE, .k = (int)e.k, .rfn = e.fn};
     snprintf(s.from, sizeof s.from, "%s", from);
-    err = map_add(c, t, &s);
+    err = recv_edge(d, c, t, &s);
   }
   pthread_mutex_unlock(&d->mu);
   return err;

@@ -14,9 +14,16 @@
  * Edges. When tensors that are recorded outputs leave a node under a
  * context (arguments of calls through RRefs, results of such calls, values
  * fetched with to_here) the sender records a SEND (the producing function
- * expects one more gradient contribution) and the receiver records a RECV
- * (the tensor's remote source). Handlers of RRef calls run with the call's
- * context current, so nested calls inherit it.
+ * expects one more gradient contribution) and the receiver records a RECV:
+ * a pass-through function whose output is the received tensor and whose
+ * input is its remote source. Every local use of a received tensor (a
+ * recorded consumer, a backward root) and every send of it onwards is one
+ * contribution to that function, which sends their sum back to the source
+ * once. So a node that passes on a tensor it received (the driver relay
+ * y = B.forward(x); C.forward(y), or a value fetched and re-sent, over any
+ * number of hops) returns the tensor's gradient to its original producer.
+ * Handlers of RRef calls run with the call's context current, so nested
+ * calls inherit it.
  *
  * Backward. ax_dist_backward seeds the roots with ones, runs local
  * functions once all their expected contributions have arrived, and sends
@@ -24,8 +31,15 @@
  * is answered only after the receiving node finished its part, so the root
  * returns when every node has finished, and an error anywhere (including
  * AX_EPEERDOWN) is returned at the root. Each function runs its backward
- * once, with contributions summed (pipelines have one consumer per
- * activation).
+ * once all its expected contributions arrived (one per local consumer, per
+ * send and per root seed), with them summed; a consumer whose backward
+ * gives no gradient for an input (integer ids, a mask passed through)
+ * still reports an empty contribution, and a function none of whose
+ * outputs got a gradient does not run its backward (its inputs get empty
+ * contributions). A contribution that never comes (a tensor sent under ctx
+ * that its receiver neither records as an input nor sends on) keeps its
+ * producer from running: fetch values only needed for display without a
+ * context.
  *
  * Gradients accumulate per context in buffers keyed by the owner of the
  * parameters (ax_dist_grads), never in a net's own gradient buffer.
@@ -144,7 +158,8 @@ int ax_dist_record_held(ax_node *n, uint64_t ctx, const ax_tlist *inputs,
 int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fn,
                        int64_t timeout_ms, ax_tlist *dout);
 /* Sends din (borrowed; entry i is the gradient of fn's input i, NULL for
- * none) along fn's input edges without waiting: *done (may be NULL: then
+ * none, which still reports to that input's producer) along fn's input
+ * edges without waiting: *done (may be NULL: then
  * errors are dropped) completes once every receiver stored it, with the
  * first error. On error (returned, *done NULL) the gradients of earlier
  * inputs may have been sent. */

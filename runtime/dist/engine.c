@@ -74,6 +74,8 @@ static ax_future *agg_finish(agg *a, int err, const char *msg) {
 static int deliver(axd_state *d, uint64_t ctx, axd_fn *fn, int k,
                    ax_tensor *g, agg *a);
 
+/* Sends g (NULL: "no gradient", which still counts as the contribution)
+ * along a RECV edge: "ax.dist.grad" [fn, k, (g)]. */
 static int send_grad(axd_state *d, uint64_t ctx, const axd_src *s,
                      ax_tensor *g, agg *a) {
   ax_values *v = ax_values_new();
@@ -81,7 +83,8 @@ static int send_grad(axd_state *d, uint64_t ctx, const axd_src *s,
     return AX_ENOMEM;
   ax_values_add_i64(v, (int64_t)s->rfn);
   ax_values_add_i64(v, s->k);
-  ax_values_add_tensor(v, g);
+  if (g)
+    ax_values_add_tensor(v, g);
   ax_call_opts o = {.timeout_ms = AXD_CALL_MS, .autograd_ctx = ctx};
   ax_future *f = NULL;
   int err = ax_rpc_async(d->node, s->from, "ax.dist.grad", v, &o, &f);
@@ -92,20 +95,24 @@ static int send_grad(axd_state *d, uint64_t ctx, const axd_src *s,
 }
 
 /* Runs fn's backward (it is marked ran and its context busy) and passes
- * the input gradients on. */
+ * the input gradients on. Every input with a source gets its contribution,
+ * NULL where the backward gave none (integer ids, a mask passed through):
+ * the producer counts it and runs once all its consumers reported. */
 static int run_fn(axd_state *d, uint64_t ctx, axd_fn *fn, agg *a) {
   ax_tlist dout = {0}, din = {0};
+  int any = 0;
   dout.n = fn->n_out;
   for (int k = 0; k < fn->n_out; k++)
-    dout.t[k] = fn->dout[k];
-  int err = fn->ops->backward(fn->state, ctx, &dout, &din);
-  for (int i = 0; err == AX_OK && i < din.n && i < fn->n_in; i++) {
-    if (!din.t[i])
-      continue;
+    any |= (dout.t[k] = fn->dout[k]) != NULL;
+  /* No gradient reached any output: nothing to differentiate, and every
+   * input reports "no gradient" in turn. */
+  int err = any ? fn->ops->backward(fn->state, ctx, &dout, &din) : AX_OK;
+  for (int i = 0; err == AX_OK && i < fn->n_in; i++) {
+    ax_tensor *g = i < din.n ? din.t[i] : NULL;
     if (fn->in[i].kind == AXD_SRC_LOCAL)
-      err = deliver(d, ctx, fn->in[i].fn, fn->in[i].k, din.t[i], a);
+      err = deliver(d, ctx, fn->in[i].fn, fn->in[i].k, g, a);
     else if (fn->in[i].kind == AXD_SRC_REMOTE)
-      err = send_grad(d, ctx, &fn->in[i], din.t[i], a);
+      err = send_grad(d, ctx, &fn->in[i], g, a);
   }
   ax_tlist_clear(&din);
   if (fn->ops->release)
@@ -120,7 +127,8 @@ static int run_fn(axd_state *d, uint64_t ctx, axd_fn *fn, agg *a) {
   return err;
 }
 
-/* Adds g to fn's output k; runs fn when every expected contribution came. */
+/* Adds g to fn's output k (g NULL: a contribution without gradient); runs
+ * fn when every expected contribution came. */
 static int deliver(axd_state *d, uint64_t ctx, axd_fn *fn, int k,
                    ax_tensor *g, agg *a) {
   if (k < 0 || k >= fn->n_out)
@@ -132,6 +140,8 @@ static int deliver(axd_state *d, uint64_t ctx, axd_fn *fn, int k,
   c = axd_ctx_find(d, ctx, 0);
   if (!c || fn->ran) {
     err = ax_seterr(AX_ESTATE, "dist: function already ran or context gone");
+  } else if (!g) {
+    /* counted below, nothing to add */
   } else if (!fn->dout[k]) {
     fn->dout[k] = ax_tensor_retain(g);
   } else {
@@ -218,10 +228,11 @@ static int h_grad(ax_call_ctx *cc, const ax_values *args, ax_values *out,
                   void *user) {
   axd_state *d = axd_get();
   int64_t fid, k;
-  ax_tensor *g;
+  ax_tensor *g = NULL;
   AX_TRY(ax_values_get_i64(args, 0, &fid));
   AX_TRY(ax_values_get_i64(args, 1, &k));
-  AX_TRY(ax_values_get_tensor(args, 2, &g));
+  if (ax_values_count(args) > 2)
+    AX_TRY(ax_values_get_tensor(args, 2, &g));
   int64_t delay = __atomic_load_n(&d->grad_delay_ms, __ATOMIC_RELAXED);
   if (delay > 0) {
     struct timespec ts = {delay / 1000, (delay % 1000) * 1000000L};
@@ -521,13 +532,14 @@ int ax_dist_pass_grads(ax_node *n, uint64_t ctx, uint64_t fid,
                      (unsigned long long)fid, (unsigned long long)ctx);
   agg *a = agg_new(0);
   int err = a ? AX_OK : AX_ENOMEM;
-  for (int i = 0; err == AX_OK && i < din->n && i < n_in; i++) {
-    if (!din->t[i])
-      continue;
+  /* Every input with a source reports, NULL meaning "no gradient" (the
+   * producer counts it all the same; see run_fn). */
+  for (int i = 0; err == AX_OK && i < n_in; i++) {
+    ax_tensor *g = i < din->n ? din->t[i] : NULL;
     if (in[i].kind == AXD_SRC_LOCAL)
-      err = deliver(d, ctx, in[i].fn, in[i].k, din->t[i], a);
+      err = deliver(d, ctx, in[i].fn, in[i].k, g, a);
     else if (in[i].kind == AXD_SRC_REMOTE)
-      err = send_grad(d, ctx, &in[i], din->t[i], a);
+      err = send_grad(d, ctx, &in[i], g, a);
   }
   pthread_mutex_lock(&d->mu);
   int free_it = --c->busy == 0 && c->released;

@@ -19,7 +19,8 @@
  *    stage; without one it evaluates.
  *  - "parameters" []: [an object RRef to the stage's parameter set
  *    ("stage.params", methods "optim_init" [config] and "step" under a
- *    context)], used by the distributed optimizer.
+ *    context, answering [1] when it stepped and [0] when the context held
+ *    no gradient for it)], used by the distributed optimizer.
  *  - "state_save" []: [params (P), buffers (Q) or an empty tensor].
  *  - "state_load" [params, buffers]: copies them in (sizes must match).
  *  - "gradients" []: [the context's accumulated gradients (P)] under the
@@ -61,12 +62,27 @@ int ax_rmod_state_load(ax_node *n, ax_rref *mod, ax_tensor *params,
 typedef struct ax_dist_optim ax_dist_optim;
 /* One local optimizer (models/optim.h config string, e.g.
  * "opt=sgd,lr=0.05,momentum=0.9") per parameter-set RRef, created on its
- * owner. The RRefs are retained. */
+ * owner (replacing any earlier one there). Any number of RRefs; they are
+ * retained. Every entry is checked before any owner's optimizer is
+ * replaced: AX_EINVAL when an entry is NULL or a value RRef, when the
+ * configuration is bad, or when two entries are parameter sets of the same
+ * stage (it would be stepped twice); an owner's error (e.g. an RRef that
+ * is not a parameter set) is returned naming the failing entry and owner. */
 int ax_dist_optim_new(ax_node *n, ax_rref *const *params, int nparams,
                       const char *optim_config, ax_dist_optim **out);
-/* Steps every owner in parallel with the gradients of ctx (zero when a
- * parameter set got none) under the owner's lock; waits up to timeout_ms. */
+/* Steps every owner in parallel with the gradients of ctx (0: the thread's
+ * current context), each under its owner's lock; waits up to timeout_ms.
+ * A parameter set that got no gradient in ctx (no backward wrote its
+ * buffer: e.g. its stage ran no forward under ctx, or its output was not
+ * on the path of the roots) is NOT stepped: its parameters and its
+ * optimizer state (momentum, Adam moments, step count and so the
+ * learning-rate schedule) stay as they are, as in torch when a parameter's
+ * .grad is None. On error some owners may have stepped. */
 int ax_dist_optim_step(ax_dist_optim *o, uint64_t ctx, int64_t timeout_ms);
+/* The same; *stepped (may be NULL) receives the number of parameter sets
+ * that had gradients and were stepped. */
+int ax_dist_optim_step_count(ax_dist_optim *o, uint64_t ctx,
+                             int64_t timeout_ms, int *stepped);
 void ax_dist_optim_free(ax_dist_optim *o); /* NULL-safe */
 
 #ifdef __cplusplus
