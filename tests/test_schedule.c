@@ -101,6 +101,7 @@ static void check_mode(int mode, int K, int M, long n) {
 
 static void test_invariants(void **state) {
   for (int mode = 0; mode < AX_MODE_COUNT; mode++)
+    if (!ax_pipe_mode_get(mode)->chunked) /* test_interleaved_lists */
     for (int K = 1; K <= 6; K++)
       for (int M = 1; M <= 8; M += 3)
         for (long n = 1; n <= 7; n += 3)
@@ -137,6 +138,55 @@ static void test_orders(void **state) {
   expect(AX_MODE_2BW, 3, 0, 2, 2, "F0 F1 F0 B0 F1 B1 S0 B0 B1 S1");
 }
 
+/* Chunked modes: K ranks of v stages; every (stage, unit) forward and
+ * backward exactly once, on rank stage mod K, the backward after the
+ * forward, each stage's STEP once per mini-batch after all its backwards
+ * and before anything of the next mini-batch on that rank. */
+static void test_interleaved_lists(void **state) {
+  for (int K = 1; K <= 4; K++)
+    for (int v = 2; v <= 3; v++)
+      for (int M = K; M <= 3 * K; M += K) {
+        long n = 2;
+        ax_pipe_plan *p;
+        AX_ASSERT_OK(ax_pipe_plan_new(AX_MODE_INTERLEAVED, K, v, M, n, &p));
+        int S = ax_pipe_plan_stages(p), U = M;
+        assert_int_equal(S, K * v);
+        static int seen[16][AX_OP_KINDS][64];
+        memset(seen, 0, sizeof seen);
+        for (int r = 0; r < K; r++) {
+          long len;
+          const ax_pipe_op *l = ax_pipe_plan_actions(p, r, &len);
+          assert_int_equal(len, ax_pipe_nops_chunks(AX_MODE_INTERLEAVED, v,
+                                                    M, n));
+          for (long i = 0; i < len; i++) {
+            const ax_pipe_op *o = &l[i];
+            assert_int_equal(o->stage % K, r);
+            int u = o->batch * U + o->micro;
+            seen[o->stage][o->kind][u]++;
+            if (o->kind == AX_OP_BWD)
+              assert_int_equal(seen[o->stage][AX_OP_FWD][u], 1);
+            if (o->kind == AX_OP_STEP) {
+              for (int m = 0; m < U; m++)
+                assert_int_equal(seen[o->stage][AX_OP_BWD][o->batch * U + m],
+                                 1);
+              for (long j = i + 1; j < len; j++)
+                assert_true(l[j].batch > o->batch || l[j].kind == AX_OP_STEP);
+            }
+          }
+        }
+        for (int st = 0; st < S; st++)
+          for (int u = 0; u < n * U; u++) {
+            assert_int_equal(seen[st][AX_OP_FWD][u], 1);
+            assert_int_equal(seen[st][AX_OP_BWD][u], 1);
+          }
+        ax_pipe_plan_free(p);
+      }
+  ax_pipe_plan *p = NULL; /* micro-batches must be a multiple of K */
+  assert_int_equal(ax_pipe_plan_new(AX_MODE_INTERLEAVED, 4, 2, 6, 1, &p),
+                   AX_EINVAL);
+  assert_null(p);
+}
+
 static void test_ddg_round(void **state) {
   /* Stage 0's forward of t waits until round t-1 is over: every stage
    * finished what its list puts right before its own F(t), here the STEPs
@@ -165,6 +215,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_invariants),
       cmocka_unit_test(test_orders),
+      cmocka_unit_test(test_interleaved_lists),
       cmocka_unit_test(test_ddg_round),
   };
   return AX_TEST_MAIN(tests);

@@ -1,6 +1,6 @@
-/* ax_pipe_train: one driver thread per stage walks the stage's action list
- * (the mode table's plan, mode.h), issuing each action once its
- * dependencies completed. */
+/* ax_pipe_train: one driver thread per agent (rank) walks its action list
+ * (the mode table's plan, mode.h; the actions of every stage it holds),
+ * issuing each action once its dependencies completed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,7 +220,7 @@ static int wait_future(ax_pipe *p, ax_future *f) {
 
 typedef struct driver {
   ax_pipe *p;
-  int s;
+  int s; /* its rank (agent) */
 } driver;
 
 static const char *const g_methods[AX_OP_KINDS] = {"fwd", "bwd", NULL, NULL,
@@ -310,9 +310,11 @@ static void *driver_main(void *arg) {
   const ax_pipe_op *ops = ax_pipe_plan_actions(p->plan, d->s, &n_ops);
   int err = AX_OK;
   for (long i = 0; err == AX_OK && i < n_ops; i++) {
-    /* A STEP right after the same batch's backward rides on that call. */
+    /* A STEP right after the same stage's backward of that batch rides on
+     * that call. */
     int merged = ops[i].kind == AX_OP_BWD && i + 1 < n_ops &&
                  ops[i + 1].kind == AX_OP_STEP &&
+                 ops[i + 1].stage == ops[i].stage &&
                  ops[i + 1].batch == ops[i].batch;
     err = run_op(p, &ops[i], merged);
     i += merged;
@@ -326,7 +328,7 @@ int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
     return ax_seterr(AX_EINVAL, "pipeline: bad arguments to train");
   size_t units = (size_t)n * (size_t)p->U;
   p->n = n;
-  int perr = ax_pipe_plan_new(p->o.mode, p->K, p->o.M, n, &p->plan);
+  int perr = ax_pipe_plan_new(p->o.mode, p->R, p->v, p->o.M, n, &p->plan);
   if (perr != AX_OK)
     return perr;
   p->done = calloc((size_t)p->K * AX_OP_KINDS * units + 1, 1);
@@ -354,7 +356,7 @@ int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   pthread_t th[AX_PIPE_MAX_STAGES];
   driver d[AX_PIPE_MAX_STAGES];
   int started = 0;
-  for (int s = 0; s < p->K; s++) {
+  for (int s = 0; s < p->R; s++) {
     d[s] = (driver){p, s};
     if (pthread_create(&th[s], NULL, driver_main, &d[s]) != 0) {
       pthread_mutex_lock(&p->mu);

@@ -23,7 +23,8 @@ struct ax_pipe {
   ax_pipe_opts o;
   char agents[AX_PIPE_MAX_STAGES][AXP_NAME];
   char model[AXP_NAME];
-  int K, U, ignore_index;
+  int K, U, ignore_index; /* K: stages (agents x chunks) */
+  int R, v;               /* agents (ranks, one driver each), chunks */
   ax_rref *host[AX_PIPE_MAX_STAGES];
   long base;      /* global id of the next train call's first mini-batch */
   long eval_ids;  /* ids of evaluation batches (negative) */

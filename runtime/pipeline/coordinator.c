@@ -41,20 +41,30 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
                      "their agents", AX_PIPE_MAX_STAGES);
   if (!ax_pipe_mode_get(o->mode))
     return AX_EINVAL;
+  int S = o->K * ax_pipe_chunks(o->mode, o->chunks);
+  if (o->chunks < 0 || S > AX_PIPE_MAX_STAGES)
+    return ax_seterr(AX_EINVAL, "pipeline: %d agents x %d chunks: at most "
+                     "%d stages", o->K, ax_pipe_chunks(o->mode, o->chunks),
+                     AX_PIPE_MAX_STAGES);
   if (o->M < 1 || o->M > 1024)
     return ax_seterr(AX_EINVAL, "pipeline: %d micro-batches", o->M);
-  if (ax_pipe_units(o->mode, o->M) < ax_pipe_min_units(o->mode, o->K))
+  int U = ax_pipe_units(o->mode, o->M);
+  if (U < ax_pipe_min_units(o->mode, o->K))
     return ax_seterr(AX_EINVAL, "pipeline: %s with %d stages needs at least "
                      "%d micro-batches (got %d)", ax_pipe_mode_name(o->mode),
                      o->K, ax_pipe_min_units(o->mode, o->K), o->M);
+  if (ax_pipe_mode_get(o->mode)->chunked && U % o->K)
+    return ax_seterr(AX_EINVAL, "pipeline: %s needs a multiple of its %d "
+                     "agents as micro-batches (got %d)",
+                     ax_pipe_mode_name(o->mode), o->K, o->M);
   if (!(*def = ax_model_find(o->model)))
     return AX_ENOTFOUND;
   ax_config cfg;
   AX_TRY(ax_model_config(*def, o->model_config, &cfg));
   AX_TRY((*def)->describe(&cfg, info));
-  if (o->K > info->n_blocks)
+  if (S > info->n_blocks)
     return ax_seterr(AX_EINVAL, "pipeline: %d stages for %d blocks of %s",
-                     o->K, info->n_blocks, o->model);
+                     S, info->n_blocks, o->model);
   for (int s = 0; s < o->K; s++)
     if (!o->agents[s] || strlen(o->agents[s]) >= AXP_NAME)
       return ax_seterr(AX_EINVAL, "pipeline: bad agent name for stage %d", s);
@@ -110,17 +120,18 @@ int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   const ax_model_def *def;
   *out = NULL;
   AX_TRY(check_opts(o, &info, &def));
+  int v = ax_pipe_chunks(o->mode, o->chunks), S = o->K * v;
   int bounds[AX_PIPE_MAX_STAGES + 1];
   if (o->bounds) {
-    for (int s = 0; s <= o->K; s++)
+    for (int s = 0; s <= S; s++)
       bounds[s] = o->bounds[s];
-    for (int s = 0; s < o->K; s++)
+    for (int s = 0; s < S; s++)
       if (bounds[s] >= bounds[s + 1] || bounds[0] != 0 ||
-          bounds[o->K] != info.n_blocks)
+          bounds[S] != info.n_blocks)
         return ax_seterr(AX_EINVAL, "pipeline: bounds must rise from 0 to "
                          "%d", info.n_blocks);
   } else {
-    AX_TRY(ax_split_uniform(info.n_blocks, o->K, bounds));
+    AX_TRY(ax_split_uniform(info.n_blocks, S, bounds));
   }
   ax_pipe *p = calloc(1, sizeof *p);
   if (!p)
@@ -129,12 +140,14 @@ int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   p->o = *o;
   p->o.agents = NULL;
   p->o.bounds = NULL;
-  p->K = o->K;
+  p->R = o->K;
+  p->v = v;
+  p->K = S;
   p->U = ax_pipe_units(o->mode, o->M);
   p->ignore_index = info.ignore_index;
   snprintf(p->model, sizeof p->model, "%s", o->model);
-  for (int s = 0; s < o->K; s++)
-    snprintf(p->agents[s], AXP_NAME, "%s", o->agents[s]);
+  for (int s = 0; s < S; s++) /* stage s on agent s mod R */
+    snprintf(p->agents[s], AXP_NAME, "%s", o->agents[s % p->R]);
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   int err = create_hosts(p, bounds);
@@ -148,6 +161,8 @@ int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   *out = p;
   return AX_OK;
 }
+
+int ax_pipe_stages(const ax_pipe *p) { return p->K; }
 
 void ax_pipe_free(ax_pipe *p) {
   if (!p)

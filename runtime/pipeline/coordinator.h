@@ -53,6 +53,11 @@ typedef struct ax_pipe_opts {
   int64_t timeout_ms;       /* bound of every wait; default 60000 */
   const ax_device *devices; /* K devices, stage s on devices[s] (read by
                                ax_pipe_new only); NULL: all on `device` */
+  int chunks;               /* chunked modes (interleaved): stages per agent
+                               (0 = 2); K agents then hold K * chunks stages,
+                               stage i on agents[i mod K], and bounds and
+                               devices have K * chunks (+ 1) entries. Ignored
+                               by the other modes. */
 } ax_pipe_opts;
 
 typedef struct ax_pipe ax_pipe;
@@ -62,6 +67,8 @@ typedef struct ax_pipe ax_pipe;
 int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out);
 /* Tears the hosts down (neighbour links first, then the RRefs). NULL-safe. */
 void ax_pipe_free(ax_pipe *p);
+/* Its stage count: K, or K * chunks for chunked modes. */
+int ax_pipe_stages(const ax_pipe *p);
 
 /* Mini-batch t on the CPU: new references in *in and *lab (the coordinator
  * releases them). Dim 0 of every tensor is the example dimension times a

@@ -13,7 +13,7 @@
 
 typedef struct sim {
   const ax_pipe_plan *plan;
-  int mode, K, U, recompute;
+  int mode, K, S, U, recompute; /* ranks, stages, units */
   const double *t_f, *t_b;
   double *fin;      /* (AX_OP_KINDS, K, units): finish time, -1 until run */
   double *start_f0; /* (units) start of F(u) on stage 0 */
@@ -21,7 +21,7 @@ typedef struct sim {
 } sim;
 
 static double *fin_at(const sim *S, int kind, int s, long u) {
-  return &S->fin[((size_t)kind * S->K + (size_t)s) * S->units + (size_t)u];
+  return &S->fin[((size_t)kind * S->S + (size_t)s) * S->units + (size_t)u];
 }
 
 static long unit_of(const sim *S, const ax_pipe_op *o) {
@@ -57,34 +57,34 @@ static double cost(const sim *S, const ax_pipe_op *o) {
   }
 }
 
-/* Runs every stage's list in order; returns the makespan, or -1 on a
+/* Runs every rank's list in order; returns the makespan, or -1 on a
  * deadlock. */
 static double run(sim *S) {
   long pos[MAX_STAGES] = {0}, len[MAX_STAGES];
   const ax_pipe_op *lists[MAX_STAGES];
   double free_at[MAX_STAGES] = {0}, end = 0;
-  for (int s = 0; s < S->K; s++)
-    lists[s] = ax_pipe_plan_actions(S->plan, s, &len[s]);
+  for (int r = 0; r < S->K; r++)
+    lists[r] = ax_pipe_plan_actions(S->plan, r, &len[r]);
   for (;;) {
     int progress = 0, left = 0;
-    for (int s = 0; s < S->K; s++) {
-      while (pos[s] < len[s]) {
-        const ax_pipe_op *o = &lists[s][pos[s]];
+    for (int r = 0; r < S->K; r++) {
+      while (pos[r] < len[r]) {
+        const ax_pipe_op *o = &lists[r][pos[r]];
         double ready = ready_at(S, o);
         if (ready < 0)
           break;
-        double start = ready > free_at[s] ? ready : free_at[s];
+        double start = ready > free_at[r] ? ready : free_at[r];
         double fin = start + cost(S, o);
-        *fin_at(S, o->kind, s, unit_of(S, o)) = fin;
-        if (o->kind == AX_OP_FWD && s == 0)
+        *fin_at(S, o->kind, o->stage, unit_of(S, o)) = fin;
+        if (o->kind == AX_OP_FWD && o->stage == 0)
           S->start_f0[unit_of(S, o)] = start;
-        free_at[s] = fin;
+        free_at[r] = fin;
         if (fin > end)
           end = fin;
-        pos[s]++;
+        pos[r]++;
         progress = 1;
       }
-      left += pos[s] < len[s];
+      left += pos[r] < len[r];
     }
     if (!left)
       return end;
@@ -95,18 +95,25 @@ static double run(sim *S) {
 
 int ax_formula_time(const char *mode, int K, int M, const double *t_f,
                     const double *t_b, int recompute, double *out) {
+  return ax_formula_time_chunks(mode, K, 1, M, t_f, t_b, recompute, out);
+}
+
+int ax_formula_time_chunks(const char *mode, int K, int v, int M,
+                           const double *t_f, const double *t_b,
+                           int recompute, double *out) {
   int m = ax_pipe_mode_index(mode);
   if (m < 0)
     return AX_EINVAL;
-  if (K < 1 || K > MAX_STAGES || M < 1 || !t_f || !t_b || !out)
+  v = ax_pipe_chunks(m, v);
+  if (K < 1 || K * v > MAX_STAGES || M < 1 || !t_f || !t_b || !out)
     return ax_seterr(AX_EINVAL,
-                     "formula: need 1 <= K <= %d (got %d), M >= 1 (got %d) "
-                     "and stage time arrays",
-                     MAX_STAGES, K, M);
+                     "formula: need 1 <= K v <= %d (got %d x %d), M >= 1 "
+                     "(got %d) and stage time arrays",
+                     MAX_STAGES, K, v, M);
   if (recompute < AX_RECOMPUTE_NEVER || recompute > AX_RECOMPUTE_EXCEPT_LAST)
     return ax_seterr(AX_EINVAL, "formula: recompute option %d unknown",
                      recompute);
-  for (int s = 0; s < K; s++)
+  for (int s = 0; s < K * v; s++)
     if (!(t_f[s] >= 0) || !(t_b[s] >= 0))
       return ax_seterr(AX_EINVAL, "formula: stage %d times (%g, %g) must be "
                        ">= 0", s, t_f[s], t_b[s]);
@@ -114,18 +121,18 @@ int ax_formula_time(const char *mode, int K, int M, const double *t_f,
   /* Flushed modes: one mini-batch. Others: long enough for a steady state. */
   long n = flushed ? 1 : 8 * K + 32;
   ax_pipe_plan *plan = NULL;
-  AX_TRY(ax_pipe_plan_new(m, K, M, n, &plan));
-  sim S = {plan, m, K, ax_pipe_units(m, M), recompute, t_f, t_b, NULL, NULL,
-           0};
+  AX_TRY(ax_pipe_plan_new(m, K, v, M, n, &plan));
+  sim S = {plan, m, K, K * v, ax_pipe_units(m, M), recompute, t_f, t_b,
+           NULL, NULL, 0};
   S.units = (size_t)n * (size_t)S.U;
-  S.fin = malloc(sizeof(double) * AX_OP_KINDS * (size_t)K * S.units);
+  S.fin = malloc(sizeof(double) * AX_OP_KINDS * (size_t)S.S * S.units);
   S.start_f0 = calloc(S.units, sizeof(double));
   int rc = AX_OK;
   if (!S.fin || !S.start_f0) {
     rc = ax_seterr(AX_ENOMEM, "formula: out of memory");
     goto done;
   }
-  for (size_t i = 0; i < AX_OP_KINDS * (size_t)K * S.units; i++)
+  for (size_t i = 0; i < AX_OP_KINDS * (size_t)S.S * S.units; i++)
     S.fin[i] = -1;
   double makespan = run(&S);
   if (makespan < 0) {
@@ -148,11 +155,17 @@ done:
 
 double ax_formula_uniform(const char *mode, int K, int M, double t_f,
                           double t_b, int recompute) {
+  return ax_formula_uniform_chunks(mode, K, 1, M, t_f, t_b, recompute);
+}
+
+double ax_formula_uniform_chunks(const char *mode, int K, int v, int M,
+                                 double t_f, double t_b, int recompute) {
   int m = ax_pipe_mode_index(mode);
   if (m < 0 || K < 1 || M < 1) {
     ax_clearerr();
     return -1.0;
   }
-  return ax_pipe_mode_get(m)->uniform_time(K, ax_pipe_units(m, M), t_f, t_b,
+  return ax_pipe_mode_get(m)->uniform_time(K, ax_pipe_chunks(m, v),
+                                           ax_pipe_units(m, M), t_f, t_b,
                                            recompute);
 }

@@ -63,11 +63,20 @@ extern "C" {
 int ax_formula_time(const char *mode, int K, int M, const double *t_f,
                     const double *t_b, int recompute, double *out);
 
+/* The same with K ranks (agents) of v stages each (chunked modes, mode.h):
+ * t_f and t_b have K v entries, stage i on rank i mod K. */
+int ax_formula_time_chunks(const char *mode, int K, int v, int M,
+                           const double *t_f, const double *t_b,
+                           int recompute, double *out);
+
 /* The closed form for K equal stages (see above); -1.0 for an unknown mode
  * or K, M < 1. For gpipe, recompute ALWAYS is included, EXCEPT_LAST is not
  * (use ax_formula_time). */
 double ax_formula_uniform(const char *mode, int K, int M, double t_f,
                           double t_b, int recompute);
+/* ... and for K ranks of v equal stages (t_f, t_b per stage). */
+double ax_formula_uniform_chunks(const char *mode, int K, int v, int M,
+                                 double t_f, double t_b, int recompute);
 
 #ifdef __cplusplus
 }

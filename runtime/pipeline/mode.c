@@ -17,7 +17,7 @@ static int min_i(int a, int b) { return a < b ? a : b; }
 
 /* ---- action generators ------------------------------------------------------ */
 /* F(t) B(t) STEP(t). */
-static void act_sequential(int K, int s, int U, long n, ax_pipe_op *o,
+static void act_sequential(int K, int v, int s, int U, long n, ax_pipe_op *o,
                            long *k) {
   for (long t = 0; t < n; t++) {
     o[(*k)++] = op(AX_OP_FWD, s, t, 0);
@@ -27,7 +27,7 @@ static void act_sequential(int K, int s, int U, long n, ax_pipe_op *o,
 }
 
 /* Per mini-batch: every forward, then the backwards in reverse, then STEP. */
-static void act_gpipe(int K, int s, int U, long n, ax_pipe_op *o, long *k) {
+static void act_gpipe(int K, int v, int s, int U, long n, ax_pipe_op *o, long *k) {
   for (long t = 0; t < n; t++) {
     for (int m = 0; m < U; m++)
       o[(*k)++] = op(AX_OP_FWD, s, t, m);
@@ -39,7 +39,7 @@ static void act_gpipe(int K, int s, int U, long n, ax_pipe_op *o, long *k) {
 
 /* Per mini-batch: min(d, U) warm-up forwards, pairs F(w+i) B(i), the
  * remaining backwards, then STEP (the flush). */
-static void act_1f1b(int K, int s, int U, long n, ax_pipe_op *o, long *k) {
+static void act_1f1b(int K, int v, int s, int U, long n, ax_pipe_op *o, long *k) {
   int w = min_i(K - 1 - s, U);
   for (long t = 0; t < n; t++) {
     for (int m = 0; m < w; m++)
@@ -57,7 +57,7 @@ static void act_1f1b(int K, int s, int U, long n, ax_pipe_op *o, long *k) {
 /* Over the units g = t U + m in order: F(g), then B(g - d) once g >= d,
  * and STEP(t) after the last unit of mini-batch t; the rest at the end. No
  * flush: ddg, fr and pipedream (U = 1) and 2bw (U = M) share it. */
-static void act_delayed(int K, int s, int U, long n, ax_pipe_op *o,
+static void act_delayed(int K, int v, int s, int U, long n, ax_pipe_op *o,
                         long *k) {
   long d = K - 1 - s, total = n * U;
   for (long g = 0; g < total + d; g++) {
@@ -72,38 +72,79 @@ static void act_delayed(int K, int s, int U, long n, ax_pipe_op *o,
   }
 }
 
+/* Interleaved 1F1B (Narayanan et al. 2021, Megatron-LM's order): rank r
+ * of K holds the v stages c K + r (chunk c). Per mini-batch of U units (a
+ * multiple of K), rank r's k-th forward is chunk (k / K) mod v of unit
+ * (k / (K v)) K + k mod K, its k-th backward the same unit of chunk
+ * v - 1 - (k / K) mod v; (K - r - 1) 2 + (v - 1) K warm-up forwards (all of
+ * them when U = K), then one forward and one backward, then the remaining
+ * backwards, then the STEP of each of its stages (the flush). */
+static ax_pipe_op inter_op(int kind, int K, int v, int r, long t, long k) {
+  int c = (int)((k / K) % v), m = (int)((k / ((long)K * v)) * K + k % K);
+  if (kind == AX_OP_BWD)
+    c = v - 1 - c;
+  return op(kind, c * K + r, t, m);
+}
+
+static void act_interleaved(int K, int v, int r, int U, long n,
+                            ax_pipe_op *o, long *k) {
+  long total = (long)v * U;
+  long warm = U == K ? total : (long)(K - r - 1) * 2 + (long)(v - 1) * K;
+  if (warm > total)
+    warm = total;
+  for (long t = 0; t < n; t++) {
+    for (long i = 0; i < warm; i++)
+      o[(*k)++] = inter_op(AX_OP_FWD, K, v, r, t, i);
+    for (long i = 0; i < total - warm; i++) {
+      o[(*k)++] = inter_op(AX_OP_FWD, K, v, r, t, warm + i);
+      o[(*k)++] = inter_op(AX_OP_BWD, K, v, r, t, i);
+    }
+    for (long i = total - warm; i < total; i++)
+      o[(*k)++] = inter_op(AX_OP_BWD, K, v, r, t, i);
+    for (int c = 0; c < v; c++)
+      o[(*k)++] = op(AX_OP_STEP, c * K + r, t, 0);
+  }
+}
+
 /* ---- bounds -------------------------------------------------------------------- */
 static int live_one(int K, int s, int U) { return 1; }
 static int live_all(int K, int s, int U) { return U; }
 static int live_1f1b(int K, int s, int U) { return min_i(K - s, U); }
 static int live_delay(int K, int s, int U) { return K - s; }
+static int live_units(int K, int s, int U) { return U; }
 
 /* ---- closed forms of the timing model (formula.h) ------------------------ */
-static double t_seq(int K, int U, double f, double b, int rc) {
+static double t_seq(int K, int v, int U, double f, double b, int rc) {
   return K * (f + b);
 }
-static double t_gpipe(int K, int U, double f, double b, int rc) {
+static double t_gpipe(int K, int v, int U, double f, double b, int rc) {
   return (U + K - 1) * ((rc == AX_RECOMPUTE_ALWAYS ? 2 * f : f) + b);
 }
-static double t_1f1b(int K, int U, double f, double b, int rc) {
+static double t_1f1b(int K, int v, int U, double f, double b, int rc) {
   return (U + K - 1) * (f + b);
 }
-static double t_ddg(int K, int U, double f, double b, int rc) {
+static double t_ddg(int K, int v, int U, double f, double b, int rc) {
   return K * f + b;
 }
-static double t_fr(int K, int U, double f, double b, int rc) {
+static double t_fr(int K, int v, int U, double f, double b, int rc) {
   return K * f + f + b;
 }
-static double t_pipedream(int K, int U, double f, double b, int rc) {
+static double t_pipedream(int K, int v, int U, double f, double b, int rc) {
   return f + b;
 }
-static double t_2bw(int K, int U, double f, double b, int rc) {
+static double t_2bw(int K, int v, int U, double f, double b, int rc) {
   return U * (f + b);
+}
+/* K ranks of v chunks, f and b the times of one chunk: every rank works
+ * v U (f + b), plus the (K - 1) chunk steps of the fill and the drain. */
+static double t_inter(int K, int v, int U, double f, double b, int rc) {
+  return ((double)v * U + K - 1) * (f + b);
 }
 
 /* ---- the table ------------------------------------------------------------------ */
 /* name, summary, unit, flush, forward weights, backward weights, keep,
- * recompute_ok, forward_lock, live bound, actions, closed-form time. */
+ * recompute_ok, forward_lock, live bound, actions, closed-form time,
+ * chunked (several stages per agent, --chunks). */
 static const ax_pipe_mode_def g_modes[AX_MODE_COUNT] = {
     [AX_MODE_SEQUENTIAL] = {"sequential", "one mini-batch at a time",
                             AX_UNIT_MINI, 1, AX_FWD_LATEST, AX_WEIGHTS_CURRENT,
@@ -139,6 +180,12 @@ static const ax_pipe_mode_def g_modes[AX_MODE_COUNT] = {
                      AX_UNIT_MICRO, 0, AX_FWD_DOUBLE_BUFFERED,
                      AX_WEIGHTS_STASHED, AX_KEEP_ACTIVATIONS, 0, 0, live_delay,
                      act_delayed, t_2bw},
+    [AX_MODE_INTERLEAVED] = {"interleaved",
+                             "interleaved 1F1B: --chunks v stages per agent, "
+                             "bubble (K-1)/(v M)",
+                             AX_UNIT_MICRO, 1, AX_FWD_LATEST,
+                             AX_WEIGHTS_CURRENT, AX_KEEP_ACTIVATIONS, 0, 0,
+                             live_units, act_interleaved, t_inter, 1},
 };
 
 const ax_pipe_mode_def *ax_pipe_mode_get(int mode) {
@@ -224,26 +271,50 @@ int ax_pipe_replays(int mode, int recompute, int U, int micro) {
          (recompute == AX_RECOMPUTE_EXCEPT_LAST && micro != U - 1);
 }
 
-long ax_pipe_nops(int mode, int M, long n) {
+int ax_pipe_chunks(int mode, int chunks) {
+  if (mode < 0 || mode >= AX_MODE_COUNT)
+    return 1;
+  return g_modes[mode].chunked ? (chunks > 1 ? chunks : 2) : 1;
+}
+
+long ax_pipe_nops_chunks(int mode, int v, int M, long n) {
   if (mode < 0 || mode >= AX_MODE_COUNT || n < 0)
     return 0;
   long U = ax_pipe_units(mode, M);
-  return 2 * n * U + n; /* F and B of every unit, one STEP per mini-batch */
+  v = ax_pipe_chunks(mode, v);
+  /* F and B of every unit of each of its stages, one STEP per stage and
+   * mini-batch */
+  return v * (2 * n * U + n);
+}
+
+long ax_pipe_nops(int mode, int M, long n) {
+  return ax_pipe_nops_chunks(mode, 1, M, n);
+}
+
+int ax_pipe_schedule_chunks(int mode, int K, int v, int r, int M, long n,
+                            ax_pipe_op *ops, long cap) {
+  if (mode < 0 || mode >= AX_MODE_COUNT || K < 1 || r < 0 || r >= K ||
+      M < 1 || n < 0 || !ops)
+    return ax_seterr(AX_EINVAL, "schedule: bad arguments (mode %d, K %d, "
+                     "rank %d, M %d, n %ld)", mode, K, r, M, n);
+  v = ax_pipe_chunks(mode, v);
+  int U = ax_pipe_units(mode, M);
+  if (g_modes[mode].chunked && U % K)
+    return ax_seterr(AX_EINVAL, "schedule: %s needs a multiple of %d "
+                     "micro-batches (got %d)", g_modes[mode].name, K, U);
+  long want = ax_pipe_nops_chunks(mode, v, M, n);
+  if (cap < want)
+    return ax_seterr(AX_EINVAL, "schedule: %ld actions do not fit in %ld",
+                     want, cap);
+  long k = 0;
+  g_modes[mode].actions(K, v, r, U, n, ops, &k);
+  if (k != want)
+    return ax_seterr(AX_EINTERNAL, "schedule: %s wrote %ld of %ld actions",
+                     g_modes[mode].name, k, want);
+  return AX_OK;
 }
 
 int ax_pipe_schedule(int mode, int K, int s, int M, long n, ax_pipe_op *ops,
                      long cap) {
-  if (mode < 0 || mode >= AX_MODE_COUNT || K < 1 || s < 0 || s >= K ||
-      M < 1 || n < 0 || !ops)
-    return ax_seterr(AX_EINVAL, "schedule: bad arguments (mode %d, K %d, "
-                     "stage %d, M %d, n %ld)", mode, K, s, M, n);
-  if (cap < ax_pipe_nops(mode, M, n))
-    return ax_seterr(AX_EINVAL, "schedule: %ld actions do not fit in %ld",
-                     ax_pipe_nops(mode, M, n), cap);
-  long k = 0;
-  g_modes[mode].actions(K, s, ax_pipe_units(mode, M), n, ops, &k);
-  if (k != ax_pipe_nops(mode, M, n))
-    return ax_seterr(AX_EINTERNAL, "schedule: %s wrote %ld of %ld actions",
-                     g_modes[mode].name, k, ax_pipe_nops(mode, M, n));
-  return AX_OK;
+  return ax_pipe_schedule_chunks(mode, K, 1, s, M, n, ops, cap);
 }

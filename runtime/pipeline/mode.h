@@ -50,6 +50,7 @@ typedef enum ax_pipe_mode {
   AX_MODE_FR = 4,
   AX_MODE_PIPEDREAM = 5,
   AX_MODE_2BW = 6,
+  AX_MODE_INTERLEAVED = 7,
   AX_MODE_COUNT
 } ax_pipe_mode;
 
@@ -104,13 +105,21 @@ typedef struct ax_pipe_mode_def {
   /* The most units stage s keeps at once (forwarded, not yet backwarded),
    * with U units per mini-batch. */
   int (*live_bound)(int K, int s, int U);
-  /* Writes stage s's actions for n mini-batches of U units at out[*k...],
-   * advancing *k (the caller sized out with ax_pipe_nops). */
-  void (*actions)(int K, int s, int U, long n, ax_pipe_op *out, long *k);
-  /* Seconds per mini-batch for K equal stages (t_f, t_b per unit), the
-   * closed form the timing simulation is checked against: the makespan of
-   * one mini-batch for flushed modes, the steady-state period otherwise. */
-  double (*uniform_time)(int K, int U, double t_f, double t_b, int recompute);
+  /* Writes rank r's actions (of K ranks holding v stages each; v = 1 but
+   * for chunked modes, and then rank r is stage r) for n mini-batches of U
+   * units at out[*k...], advancing *k (the caller sized out with
+   * ax_pipe_nops_chunks). */
+  void (*actions)(int K, int v, int r, int U, long n, ax_pipe_op *out,
+                  long *k);
+  /* Seconds per mini-batch for K equal ranks of v stages (t_f, t_b per
+   * stage and unit), the closed form the timing simulation is checked
+   * against: the makespan of one mini-batch for flushed modes, the
+   * steady-state period otherwise. */
+  double (*uniform_time)(int K, int v, int U, double t_f, double t_b,
+                         int recompute);
+  /* 1: every agent holds v > 1 stages (--chunks); stage i is on agent
+   * i mod K. The number of units must be a multiple of K. */
+  int chunked;
 } ax_pipe_mode_def;
 
 /* The entry of mode (NULL when out of range, with AX_EINVAL set). */
@@ -138,21 +147,35 @@ int ax_pipe_version_bound(int mode, int K, int s, int M);
  * inputs, or the recompute option says so. */
 int ax_pipe_replays(int mode, int recompute, int U, int micro);
 
-/* Actions of one stage for n mini-batches. */
+/* The stages per agent of a run: `chunks` (>= 2, default 2) for chunked
+ * modes, 1 for the others. */
+int ax_pipe_chunks(int mode, int chunks);
+/* Actions of one agent (rank) holding v stages, for n mini-batches, and
+ * the same for v = 1. */
+long ax_pipe_nops_chunks(int mode, int v, int M, long n);
 long ax_pipe_nops(int mode, int M, long n);
-/* Fills ops[0 .. ax_pipe_nops) with stage s's list. AX_EINVAL on a bad
- * mode, K < 1, s outside [0, K), M < 1, n < 0, or cap too small. */
+/* Fills ops with rank r's list (K ranks, v stages each). AX_EINVAL on a
+ * bad mode, K < 1, r outside [0, K), M < 1, n < 0, a unit count a chunked
+ * mode cannot split, or cap too small. */
+int ax_pipe_schedule_chunks(int mode, int K, int v, int r, int M, long n,
+                            ax_pipe_op *ops, long cap);
+/* The same for single-chunk modes: stage s's list. */
 int ax_pipe_schedule(int mode, int K, int s, int M, long n, ax_pipe_op *ops,
                      long cap);
 
-/* ---- plans: every stage's list plus the dependencies ----------------------- */
+/* ---- plans: every rank's list plus the dependencies ------------------------ */
 typedef struct ax_pipe_plan ax_pipe_plan;
-/* The lists of K stages for n mini-batches. AX_EINVAL / AX_ENOMEM. */
-int ax_pipe_plan_new(int mode, int K, int M, long n, ax_pipe_plan **out);
+/* The lists of K ranks (agents) holding v stages each (ax_pipe_chunks) for
+ * n mini-batches; the stages are K v, stage i on rank i mod K. AX_EINVAL /
+ * AX_ENOMEM. */
+int ax_pipe_plan_new(int mode, int K, int v, int M, long n,
+                     ax_pipe_plan **out);
 void ax_pipe_plan_free(ax_pipe_plan *p); /* NULL-safe */
-/* Stage s's list (borrowed) and its length. */
-const ax_pipe_op *ax_pipe_plan_actions(const ax_pipe_plan *p, int s,
+/* Rank r's list (borrowed) and its length. */
+const ax_pipe_op *ax_pipe_plan_actions(const ax_pipe_plan *p, int r,
                                        long *n);
+/* Its stage count (K v). */
+int ax_pipe_plan_stages(const ax_pipe_plan *p);
 /* The actions of OTHER stages that op waits for (at most K + 1) into deps;
  * returns their count. op must be an action of the plan. */
 int ax_pipe_plan_deps(const ax_pipe_plan *p, const ax_pipe_op *op,

@@ -1,4 +1,4 @@
-/* Plans: every stage's action list for a run, and the dependencies derived
+/* Plans: every rank's action list for a run, and the dependencies derived
  * from them (mode.h). */
 #include <stdlib.h>
 
@@ -6,13 +6,15 @@
 #include "runtime/pipeline/mode.h"
 
 struct ax_pipe_plan {
-  int mode, K, U;
-  long n, per_stage;
-  ax_pipe_op *ops;  /* (K, per_stage) */
-  long *fwd_at;     /* (K, n * U): index of F(u) in its stage's list */
+  int mode, K, v, S, U; /* ranks, stages per rank, stages, units */
+  long n, per_rank;
+  ax_pipe_op *ops; /* (K, per_rank) */
+  ax_pipe_op **fwd_prev; /* (S, n * U): the action before F(s, u) on its
+                            rank's list, or NULL */
 };
 
-int ax_pipe_plan_new(int mode, int K, int M, long n, ax_pipe_plan **out) {
+int ax_pipe_plan_new(int mode, int K, int v, int M, long n,
+                     ax_pipe_plan **out) {
   *out = NULL;
   if (!ax_pipe_mode_get(mode))
     return AX_EINVAL;
@@ -24,27 +26,30 @@ int ax_pipe_plan_new(int mode, int K, int M, long n, ax_pipe_plan **out) {
     return AX_ENOMEM;
   p->mode = mode;
   p->K = K;
+  p->v = ax_pipe_chunks(mode, v);
+  p->S = K * p->v;
   p->U = ax_pipe_units(mode, M);
   p->n = n;
-  p->per_stage = ax_pipe_nops(mode, M, n);
+  p->per_rank = ax_pipe_nops_chunks(mode, p->v, M, n);
   size_t units = (size_t)n * (size_t)p->U;
-  p->ops = malloc(sizeof *p->ops * ((size_t)K * (size_t)p->per_stage + 1));
-  p->fwd_at = malloc(sizeof *p->fwd_at * ((size_t)K * units + 1));
-  if (!p->ops || !p->fwd_at) {
+  p->ops = malloc(sizeof *p->ops * ((size_t)K * (size_t)p->per_rank + 1));
+  p->fwd_prev = calloc((size_t)p->S * units + 1, sizeof *p->fwd_prev);
+  if (!p->ops || !p->fwd_prev) {
     ax_pipe_plan_free(p);
     return AX_ENOMEM;
   }
-  for (int s = 0; s < K; s++) {
-    ax_pipe_op *l = p->ops + (size_t)s * p->per_stage;
-    int err = ax_pipe_schedule(mode, K, s, M, n, l, p->per_stage);
+  for (int r = 0; r < K; r++) {
+    ax_pipe_op *l = p->ops + (size_t)r * p->per_rank;
+    int err = ax_pipe_schedule_chunks(mode, K, p->v, r, M, n, l, p->per_rank);
     if (err != AX_OK) {
       ax_pipe_plan_free(p);
       return err;
     }
-    for (long i = 0; i < p->per_stage; i++)
+    for (long i = 1; i < p->per_rank; i++)
       if (l[i].kind == AX_OP_FWD)
-        p->fwd_at[(size_t)s * units + (size_t)l[i].batch * p->U +
-                  (size_t)l[i].micro] = i;
+        p->fwd_prev[(size_t)l[i].stage * units +
+                    (size_t)l[i].batch * p->U + (size_t)l[i].micro] =
+            &l[i - 1];
   }
   *out = p;
   return AX_OK;
@@ -54,41 +59,43 @@ void ax_pipe_plan_free(ax_pipe_plan *p) {
   if (!p)
     return;
   free(p->ops);
-  free(p->fwd_at);
+  free(p->fwd_prev);
   free(p);
 }
 
-const ax_pipe_op *ax_pipe_plan_actions(const ax_pipe_plan *p, int s,
+const ax_pipe_op *ax_pipe_plan_actions(const ax_pipe_plan *p, int r,
                                        long *n) {
-  *n = p->per_stage;
-  return p->ops + (size_t)s * p->per_stage;
+  *n = p->per_rank;
+  return p->ops + (size_t)r * p->per_rank;
 }
+
+int ax_pipe_plan_stages(const ax_pipe_plan *p) { return p->S; }
 
 int ax_pipe_plan_deps(const ax_pipe_plan *p, const ax_pipe_op *o,
                       ax_pipe_op *deps) {
-  int nd = 0, s = o->stage, K = p->K;
+  int nd = 0, s = o->stage, S = p->S;
   switch (o->kind) {
   case AX_OP_FWD:
     if (s > 0)
       deps[nd++] = (ax_pipe_op){AX_OP_FWD, s - 1, o->batch, o->micro};
     if (s == 0 && o->batch > 0 && ax_pipe_mode_get(p->mode)->forward_lock) {
-      /* The round before is over: every stage finished what its list puts
-       * right before its own forward of this unit. */
+      /* The round before is over: every stage finished what its rank's
+       * list puts right before its own forward of this unit. */
       size_t units = (size_t)p->n * (size_t)p->U,
              u = (size_t)o->batch * p->U + (size_t)o->micro;
-      for (int j = 0; j < K; j++) {
-        long at = p->fwd_at[(size_t)j * units + u];
-        if (at > 0)
-          deps[nd++] = p->ops[(size_t)j * p->per_stage + (size_t)at - 1];
+      for (int j = 0; j < S; j++) {
+        const ax_pipe_op *prev = p->fwd_prev[(size_t)j * units + u];
+        if (prev)
+          deps[nd++] = *prev;
       }
     }
     break;
   case AX_OP_BWD:
   case AX_OP_INPUT_GRAD:
-    if (s < K - 1)
+    if (s < S - 1)
       deps[nd++] = (ax_pipe_op){o->kind, s + 1, o->batch, o->micro};
     break;
-  default: /* W and STEP follow their own stage's earlier actions only */
+  default: /* W and STEP follow their own rank's earlier actions only */
     break;
   }
   return nd;
@@ -98,7 +105,7 @@ int ax_pipe_deps(int mode, int K, int M, const ax_pipe_op *op,
                  ax_pipe_op *deps) {
   ax_pipe_plan *p = NULL;
   if (!op || op->batch < 0 || op->stage < 0 || op->stage >= K ||
-      ax_pipe_plan_new(mode, K, M, (long)op->batch + 1, &p) != AX_OK)
+      ax_pipe_plan_new(mode, K, 1, M, (long)op->batch + 1, &p) != AX_OK)
     return -1;
   int nd = ax_pipe_plan_deps(p, op, deps);
   ax_pipe_plan_free(p);
