@@ -65,7 +65,7 @@ static void run_case(const mcase *c, int mode, int K, int M, int steps) {
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   AX_ASSERT_OK(ax_pipe_train(p, steps, c->batch, NULL, c->data));
   double t1 = ax_now();
-  pt_check_events(p, mode, K, M, steps);
+  pt_check_events(p, mode, K, M, AX_RECOMPUTE_NEVER, steps);
   ax_tensor *want[NAGENTS], *wbuf[NAGENTS];
   pt_reference(def, &mcfg, bounds, K, ref_kind(mode), steps, c->batch,
                c->data, c->optim, 5, want, wbuf);
