@@ -1,10 +1,13 @@
 /* Helpers for the pipeline tests: a synthetic batch source, the
  * single-process reference simulators of the oracles, and the checks of the
- * coordinator's events (schedule invariants). Header-only.
+ * coordinator's events and of the stages' own events (schedule invariants
+ * and data dependencies, pipe_eventcheck.h). Header-only.
  *
  * The reference keeps K stage nets and every weight version per stage:
  *  - REF_SYNC: plain SGD on the whole mini-batch (sequential, gpipe and 1f1b
- *    must match it: micro-batch gradients sum to the mini-batch gradient);
+ *    must match it: micro-batch gradients sum to the mini-batch gradient),
+ *    or, with dropout, on its micro-batches (pt_ref_opts.units) each under
+ *    the coordinator's per-unit seed, gradients summed;
  *  - REF_STASH (ddg, pipedream): at stage k the gradient of mini-batch t is
  *    computed with the weights after update t - d_k - 1 (version
  *    max(0, t - d_k)), forward and backward alike, and applied to the
