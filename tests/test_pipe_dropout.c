@@ -113,6 +113,7 @@ static void test_fr_replays_masks(void **state) {
 
 int main(void) {
   static const char *const args[] = {"--threads", "2", NULL};
+  ax_cpu_set_threads(1); /* the references: no OpenMP spinning under load */
   if (mt_start("coord", g_names, NAGENTS, args, g_pids, &g_drv) != AX_OK)
     return 1;
   const struct CMUnitTest tests[] = {

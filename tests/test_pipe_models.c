@@ -107,6 +107,7 @@ static void test_bert_sync(void **state) {
 
 int main(void) {
   static const char *const args[] = {"--threads", "4", NULL};
+  ax_cpu_set_threads(1); /* the references: no OpenMP spinning under load */
   if (mt_start("coord", g_names, NAGENTS, args, g_pids, &g_drv) != AX_OK)
     return 1;
   const struct CMUnitTest tests[] = {
