@@ -1,10 +1,13 @@
 /* Helpers for the pipeline tests: a synthetic batch source, the
  * single-process reference simulators of the oracles, and the checks of the
- * coordinator's events (schedule invariants). Header-only.
+ * coordinator's events and of the stages' own events (schedule invariants
+ * and data dependencies, pipe_eventcheck.h). Header-only.
  *
  * The reference keeps K stage nets and every weight version per stage:
  *  - REF_SYNC: plain SGD on the whole mini-batch (sequential, gpipe and 1f1b
- *    must match it: micro-batch gradients sum to the mini-batch gradient);
+ *    must match it: micro-batch gradients sum to the mini-batch gradient),
+ *    or, with dropout, on its micro-batches (pt_ref_opts.units) each under
+ *    the coordinator's per-unit seed, gradients summed;
  *  - REF_STASH (ddg, pipedream): at stage k the gradient of mini-batch t is
  *    computed with the weights after update t - d_k - 1 (version
  *    max(0, t - d_k)), forward and backward alike, and applied to the
@@ -24,6 +27,7 @@
 #include "models/optim.h"
 #include "runtime/pipeline/coordinator.h"
 #include "tests/mp_testutil.h"
+#include "tests/pipe_eventcheck.h"
 
 enum { REF_SYNC = 0, REF_STASH = 1, REF_REPLAY = 2 };
 
@@ -47,13 +51,71 @@ static inline int pt_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
   return ax_dataset_batch(d->ds, idx, d->batch, in, lab);
 }
 
+/* Options of pt_reference_ex beyond pt_reference's. */
+typedef struct pt_ref_opts {
+  /* Micro-batches per mini-batch (REF_SYNC only; 0 or 1: the whole
+   * mini-batch in one unit). Unit m of mini-batch t holds the rows the
+   * coordinator sends (rows [B m / U, B (m + 1) / U) times each tensor's
+   * rows per example) and its loss is divided by the mini-batch's label
+   * counts, so the units' gradients sum to the mini-batch's. */
+  int units;
+  /* Nonzero: before every backward the stage's forward is replayed (with
+   * the same weights, or the latest for REF_REPLAY) under the unit's seed
+   * plus this delta: a negative control whose dropout masks at replay
+   * differ from the forward's. */
+  uint64_t replay_seed_delta;
+} pt_ref_opts;
+
+/* The dropout seed of unit m of mini-batch t (U units per mini-batch), as
+ * the coordinator derives it for the stages (runtime/pipeline/coord_run.c,
+ * make_args; base = 0, the pipe's first train). */
+static inline uint64_t pt_unit_seed(uint64_t seed, long t, int U, int m) {
+  return seed * 1000003u + (uint64_t)(t * U + m);
+}
+
+/* Unit m of U of the tensor list l of a mini-batch of B examples, as the
+ * coordinator cuts it (coord_run.c, unit_slice): rows [B m / U,
+ * B (m + 1) / U) times the tensor's rows per example. New references (views)
+ * in *out. */
+static inline void pt_unit_slice(const ax_tlist *l, int64_t B, int U, int m,
+                                 ax_tlist *out) {
+  memset(out, 0, sizeof *out);
+  for (int i = 0; i < l->n; i++) {
+    int64_t f = l->t[i]->shape[0] / B, lo = B * m / U, hi = B * (m + 1) / U;
+    out->t[out->n++] = ax_tensor_slice0(l->t[i], lo * f, (hi - lo) * f);
+    assert_non_null(out->t[out->n - 1]);
+  }
+}
+
+/* Labels other than ignore_index per label tensor (the loss divisors). */
+static inline void pt_label_counts(const ax_tlist *lab, int ignore,
+                                   int64_t *norm) {
+  for (int i = 0; i < lab->n; i++) {
+    const ax_tensor *l = lab->t[i];
+    int64_t k = 0, n = (int64_t)ax_tensor_numel(l);
+    for (int64_t j = 0; j < n; j++) {
+      int64_t v = l->dtype == AX_I64 ? ((const int64_t *)l->data)[j]
+                                     : ((const int32_t *)l->data)[j];
+      k += v != ignore;
+    }
+    norm[i] = k;
+  }
+}
+
 /* Runs the reference for T mini-batches; params[k] / bufs[k] receive new
- * references to the final flat buffers of stage k (bufs[k] NULL if none). */
-static inline void pt_reference(const ax_model_def *def, const ax_config *mcfg,
-                         const int *bounds, int K, int kind, int T,
-                         ax_pipe_batch_fn batch, void *data,
-                         const char *optim, uint64_t seed,
-                         ax_tensor **params, ax_tensor **bufs) {
+ * references to the final flat buffers of stage k (bufs[k] NULL if none).
+ * Dropout uses the coordinator's per-unit seeds (pt_unit_seed), forward
+ * and replay alike. ro may be NULL (one unit, no extra replay). */
+static inline void pt_reference_ex(const ax_model_def *def,
+                                   const ax_config *mcfg, const int *bounds,
+                                   int K, int kind, int T,
+                                   ax_pipe_batch_fn batch, void *data,
+                                   const char *optim, uint64_t seed,
+                                   const pt_ref_opts *ro, ax_tensor **params,
+                                   ax_tensor **bufs) {
+  int U = ro && ro->units > 1 ? ro->units : 1;
+  uint64_t delta = ro ? ro->replay_seed_delta : 0;
+  assert_true(U == 1 || kind == REF_SYNC);
   ax_net *net[8];
   ax_optim *opt[8];
   ax_tensor **ver[8];
@@ -72,51 +134,62 @@ static inline void pt_reference(const ax_model_def *def, const ax_config *mcfg,
     AX_ASSERT_OK(ax_tensor_copy(ver[k][0], net[k]->params));
   }
   for (int t = 0; t < T; t++) {
-    ax_tlist in = {0}, lab = {0}, x[9] = {{0}};
+    ax_tlist in = {0}, lab = {0};
     AX_ASSERT_OK(batch(data, t, &in, &lab));
-    uint64_t sd = seed * 1000003u + (uint64_t)t;
-    ax_slot *slot[8];
-    x[0] = in;
-    for (int k = 0; k < K; k++) {
-      int d = K - 1 - k, v = kind == REF_SYNC ? t : (t - d > 0 ? t - d : 0);
-      ax_exec ex = ax_net_exec(net[k], 1);
-      ex.params = ver[k][v];
-      ex.seed = sd;
-      slot[k] = ax_slot_new();
-      AX_ASSERT_OK(ax_forward(net[k]->root, &ex, slot[k], &x[k], &x[k + 1]));
-    }
-    ax_loss_result r;
-    ax_tlist dy = {0}, dx = {0};
-    AX_ASSERT_OK(ax_loss_xent(&x[K], &lab, info.ignore_index, NULL, 1.0f, &r,
-                              &dy));
-    for (int k = K - 1; k >= 0; k--) {
-      int d = K - 1 - k, v = kind == REF_STASH ? (t - d > 0 ? t - d : 0) : t;
-      ax_exec ex = ax_net_exec(net[k], 1);
-      ex.params = ver[k][v];
-      ex.seed = sd;
-      if (kind == REF_REPLAY) { /* recompute with the latest weights */
-        ax_tlist y = {0};
-        ax_slot_free(slot[k]);
-        slot[k] = ax_slot_new();
-        ex.update_stats = 0;
-        AX_ASSERT_OK(ax_forward(net[k]->root, &ex, slot[k], &x[k], &y));
-        ax_tlist_clear(&y);
-      }
+    int64_t norm[AX_TLIST_MAX] = {0};
+    pt_label_counts(&lab, info.ignore_index, norm);
+    for (int k = 0; k < K; k++)
       AX_ASSERT_OK(ax_net_zero_grad(net[k]));
-      ex.grads = net[k]->grads;
-      ex.need_dx = k > 0;
-      AX_ASSERT_OK(ax_backward(net[k]->root, &ex, slot[k], &dy, &dx));
+    for (int m = 0; m < U; m++) {
+      ax_tlist x[9] = {{0}}, ulab = {0};
+      pt_unit_slice(&in, in.t[0]->shape[0], U, m, &x[0]);
+      pt_unit_slice(&lab, in.t[0]->shape[0], U, m, &ulab);
+      uint64_t sd = pt_unit_seed(seed, t, U, m);
+      ax_slot *slot[8];
+      for (int k = 0; k < K; k++) {
+        int d = K - 1 - k, v = kind == REF_SYNC ? t : (t - d > 0 ? t - d : 0);
+        ax_exec ex = ax_net_exec(net[k], 1);
+        ex.params = ver[k][v];
+        ex.seed = sd;
+        slot[k] = ax_slot_new();
+        AX_ASSERT_OK(ax_forward(net[k]->root, &ex, slot[k], &x[k], &x[k + 1]));
+      }
+      ax_loss_result r;
+      ax_tlist dy = {0}, dx = {0};
+      AX_ASSERT_OK(
+          ax_loss_xent(&x[K], &ulab, info.ignore_index, norm, 1.0f, &r, &dy));
+      for (int k = K - 1; k >= 0; k--) {
+        int d = K - 1 - k, v = kind == REF_STASH ? (t - d > 0 ? t - d : 0) : t;
+        ax_exec ex = ax_net_exec(net[k], 1);
+        ex.params = ver[k][v];
+        ex.seed = sd;
+        if (kind == REF_REPLAY || delta) { /* recompute with version v */
+          ax_tlist y = {0};
+          ax_slot_free(slot[k]);
+          slot[k] = ax_slot_new();
+          ex.update_stats = 0;
+          ex.seed = sd + delta;
+          AX_ASSERT_OK(ax_forward(net[k]->root, &ex, slot[k], &x[k], &y));
+          ax_tlist_clear(&y);
+        }
+        ex.grads = net[k]->grads;
+        ex.need_dx = k > 0;
+        AX_ASSERT_OK(ax_backward(net[k]->root, &ex, slot[k], &dy, &dx));
+        ax_tlist_clear(&dy);
+        dy = dx;
+        memset(&dx, 0, sizeof dx);
+        ax_slot_free(slot[k]);
+      }
       ax_tlist_clear(&dy);
-      dy = dx;
-      memset(&dx, 0, sizeof dx);
-      ax_slot_free(slot[k]);
+      for (int k = 0; k <= K; k++)
+        ax_tlist_clear(&x[k]);
+      ax_tlist_clear(&ulab);
+    }
+    for (int k = 0; k < K; k++) {
       ver[k][t + 1] = ax_tensor_like(ver[k][t]);
       AX_ASSERT_OK(ax_tensor_copy(ver[k][t + 1], ver[k][t]));
       AX_ASSERT_OK(ax_optim_step(opt[k], ver[k][t + 1], net[k]->grads));
     }
-    ax_tlist_clear(&dy);
-    for (int k = 1; k <= K; k++)
-      ax_tlist_clear(&x[k]);
     ax_tlist_clear(&in);
     ax_tlist_clear(&lab);
   }
@@ -129,6 +202,16 @@ static inline void pt_reference(const ax_model_def *def, const ax_config *mcfg,
     ax_optim_free(opt[k]);
     ax_net_free(net[k]);
   }
+}
+
+/* pt_reference_ex with one unit per mini-batch and no extra replay. */
+static inline void pt_reference(const ax_model_def *def, const ax_config *mcfg,
+                                const int *bounds, int K, int kind, int T,
+                                ax_pipe_batch_fn batch, void *data,
+                                const char *optim, uint64_t seed,
+                                ax_tensor **params, ax_tensor **bufs) {
+  pt_reference_ex(def, mcfg, bounds, K, kind, T, batch, data, optim, seed, NULL,
+                  params, bufs);
 }
 
 /* Largest relative difference |a - b| / (floor + |b|), where floor is
@@ -175,40 +258,31 @@ static inline double pt_worst_stages(ax_pipe *p, int K, ax_tensor **want,
   return worst;
 }
 
-/* Oracle 4 on the coordinator's events: every (stage, unit, fwd/bwd) once,
- * dependencies completed before issue, live states within the table's
- * bound, and weight versions within d + 1 (1 without stashing). */
-static inline void pt_check_events(ax_pipe *p, int mode, int K, int M, long n) {
+/* Oracle 4: on the coordinator's events, every (stage, unit, fwd/bwd)
+ * exactly once, live states within the table's bound, and weight versions
+ * within d + 1 (1 without stashing); then the stages' own events
+ * (pt_check_stage_trace in pipe_eventcheck.h: each stage's order, data
+ * dependencies from send and receive events, forward locking). Call it
+ * once, after the pipe's first ax_pipe_train; recompute as in the pipe's
+ * options. */
+static inline void pt_check_events(ax_pipe *p, int mode, int K, int M,
+                                   int recompute, long n) {
   long ne;
   const ax_pipe_event *ev = ax_pipe_events(p, &ne);
   int U = ax_pipe_units(mode, M);
   assert_int_equal(ne, (long)K * 2 * n * U);
-  double *tdone = calloc((size_t)K * 2 * n * U, sizeof *tdone);
+  unsigned char *seen = calloc((size_t)K * 2 * n * U, 1);
   for (long i = 0; i < ne; i++) {
     const ax_pipe_op *o = &ev[i].op;
     long at = ((long)o->stage * 2 + o->kind) * n * U + o->batch * U + o->micro;
-    assert_true(tdone[at] == 0.0); /* exactly once */
-    tdone[at] = ev[i].t_done;
+    assert_false(seen[at]); /* exactly once */
+    seen[at] = 1;
     assert_true(ev[i].live <= ax_pipe_live_bound(mode, K, o->stage, M));
     assert_true(ev[i].versions <=
                 ax_pipe_version_bound(mode, K, o->stage, M));
   }
-  for (long i = 0; i < ne; i++) {
-    ax_pipe_op deps[32];
-    int nd = ax_pipe_deps(mode, K, M, &ev[i].op, deps);
-    for (int j = 0; j < nd; j++) {
-      const ax_pipe_op *o = &deps[j];
-      /* A STEP rides on its stage's backward of the batch (one unit per
-       * batch in the modes whose forwards wait for a STEP). */
-      ax_pipe_op b = {AX_OP_BWD, o->stage, o->batch, 0};
-      if (o->kind == AX_OP_STEP)
-        o = &b;
-      long at = ((long)o->stage * 2 + o->kind) * n * U + o->batch * U +
-                o->micro;
-      assert_true(tdone[at] > 0.0 && tdone[at] <= ev[i].t_issue);
-    }
-  }
-  free(tdone);
+  free(seen);
+  pt_check_stage_trace(p, mode, K, M, recompute, n);
 }
 
 #endif

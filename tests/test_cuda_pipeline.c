@@ -176,7 +176,7 @@ static ax_pipe *train_pipe(const ax_device *devs, int mode, int M, int steps) {
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   AX_ASSERT_OK(ax_pipe_train(p, steps, pt_batch, NULL, &data));
-  pt_check_events(p, mode, NAGENTS, M, steps);
+  pt_check_events(p, mode, NAGENTS, M, AX_RECOMPUTE_NEVER, steps);
   ax_dataset_close(data.ds);
   return p;
 }

@@ -3,7 +3,11 @@
  *  2. every mode with K = 1 equals plain single-process SGD;
  *  3. pipedream and ddg equal the weight-stashing reference, fr the replay
  *     reference (tests/pipe_testutil.h), K = 2, 3, 4, 12 steps;
- *  4. the schedule invariants hold on every run's events;
+ *  4. the schedule invariants hold on every run's events: the coordinator's
+ *     (each operation once, live-state and weight-version bounds) and the
+ *     stages' own (tests/pipe_eventcheck.h: each stage's order, data
+ *     dependencies from its send and receive events, forward locking),
+ *     every mode at K = 3 and 4 with M up to 4 included;
  * and every node ends with zero live RRefs, contexts, calls and futures. */
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +47,7 @@ static void run_case(const run_cfg *c, int mode, int K, int M, int steps,
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   AX_ASSERT_OK(ax_pipe_train(p, steps, pt_batch, NULL, &data));
-  pt_check_events(p, mode, K, M, steps);
+  pt_check_events(p, mode, K, M, recompute, steps);
   ax_pipe_stats st;
   ax_pipe_get_stats(p, &st);
   ax_tensor *want[NAGENTS], *wbuf[NAGENTS];
@@ -103,6 +107,15 @@ static void test_oracle3_async(void **state) {
   }
 }
 
+/* Every mode at K = 3 and K = 4 (M = 4 and 3 micro-batches for gpipe and
+ * 1f1b): the stages' events follow the mode's order and its data
+ * dependencies (run_case checks them, and the weights). */
+static void test_stage_events_every_mode(void **state) {
+  for (int K = 3; K <= 4; K++)
+    for (int mode = 0; mode <= AX_MODE_PIPEDREAM; mode++)
+      run_case(&g_mlp, mode, K, K == 3 ? 4 : 3, 3, AX_RECOMPUTE_NEVER);
+}
+
 static void test_bad_options(void **state) {
   ax_pipe_opts o = {"mlp", g_mlp.model_cfg, 9, g_names, NULL, AX_MODE_GPIPE,
                     2, 0, g_mlp.optim, 3, AX_CPU, 5000};
@@ -128,6 +141,7 @@ int main(void) {
       cmocka_unit_test(test_oracle2_one_stage),
       cmocka_unit_test(test_oracle1_sync_equals_full_batch),
       cmocka_unit_test(test_oracle3_async),
+      cmocka_unit_test(test_stage_events_every_mode),
   };
   int failed = AX_TEST_MAIN(tests);
   mt_end(g_drv, g_pids, NAGENTS);

@@ -37,7 +37,7 @@ static double run(int mode, int M, int recompute, int steps, int inputs_only) {
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   AX_ASSERT_OK(ax_pipe_train(p, steps, pt_batch, NULL, &data));
-  pt_check_events(p, mode, K, M, steps);
+  pt_check_events(p, mode, K, M, recompute, steps);
   int U = ax_pipe_units(mode, M);
   long ne;
   const ax_pipe_event *ev = ax_pipe_events(p, &ne);
