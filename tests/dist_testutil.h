@@ -77,28 +77,7 @@ static inline void dt_dist_step(ax_node *drv, ax_rref **stages, int K,
 #define DT_BERT_T 8
 static inline int dt_bert_batch(void *user, long t, ax_tlist *in,
                                 ax_tlist *lab) {
-  int64_t shape[2] = {DT_BERT_B, DT_BERT_T}, rows = DT_BERT_B * DT_BERT_T,
-          b1 = DT_BERT_B;
-  in->n = 3;
-  in->t[0] = ax_test_randint(100 + (uint64_t)t, 0, 50, 2, shape);
-  in->t[1] = ax_test_randint(200 + (uint64_t)t, 0, 2, 2, shape);
-  in->t[2] = ax_tensor_new(AX_F32, 2, shape, AX_CPU);
-  if (!in->t[0] || !in->t[1] || !in->t[2])
-    return AX_ENOMEM;
-  for (int b = 0; b < DT_BERT_B; b++)
-    for (int s = 0; s < DT_BERT_T; s++)
-      ax_f32(in->t[2])[b * DT_BERT_T + s] =
-          (b % 2 && s >= DT_BERT_T - 2) ? 0.f : 1.f;
-  lab->n = 2;
-  lab->t[0] = ax_test_randint(300 + (uint64_t)t, 0, 50, 1, &rows);
-  lab->t[1] = ax_test_randint(400 + (uint64_t)t, 0, 2, 1, &b1);
-  if (!lab->t[0] || !lab->t[1])
-    return AX_ENOMEM;
-  int32_t *l = (int32_t *)lab->t[0]->data;
-  for (int64_t i = 0; i < rows; i++)
-    if ((i * 7 + t) % 4 != 0)
-      l[i] = -100;
-  return AX_OK;
+  return ax_test_bert_batch(t, DT_BERT_B, DT_BERT_T, 2, in, lab);
 }
 
 /* Fails unless every element of got (a CPU tensor of n floats) is within

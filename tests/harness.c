@@ -208,3 +208,27 @@ void ax_test_gradcheck_on(ax_device dev, ax_module *m, const ax_tlist *host_in,
     fail_msg("gradcheck on %s: worst ratio %.3g at %s",
              dev.type == AX_DEV_CPU ? "cpu" : "cuda", worst, report);
 }
+
+int ax_test_bert_batch(long t, int B, int T, int pad, ax_tlist *in,
+                       ax_tlist *lab) {
+  int64_t shape[2] = {B, T}, rows = (int64_t)B * T, b1 = B;
+  in->n = 3;
+  in->t[0] = ax_test_randint(100 + (uint64_t)t, 0, 50, 2, shape);
+  in->t[1] = ax_test_randint(200 + (uint64_t)t, 0, 2, 2, shape);
+  in->t[2] = ax_tensor_new(AX_F32, 2, shape, AX_CPU);
+  if (!in->t[0] || !in->t[1] || !in->t[2])
+    return AX_ENOMEM;
+  for (int b = 0; b < B; b++)
+    for (int s = 0; s < T; s++)
+      ax_f32(in->t[2])[b * T + s] = (b % 2 && s >= T - pad) ? 0.f : 1.f;
+  lab->n = 2;
+  lab->t[0] = ax_test_randint(300 + (uint64_t)t, 0, 50, 1, &rows);
+  lab->t[1] = ax_test_randint(400 + (uint64_t)t, 0, 2, 1, &b1);
+  if (!lab->t[0] || !lab->t[1])
+    return AX_ENOMEM;
+  int32_t *l = (int32_t *)lab->t[0]->data;
+  for (int64_t i = 0; i < rows; i++)
+    if ((i * 7 + t) % 4 != 0)
+      l[i] = -100;
+  return AX_OK;
+}

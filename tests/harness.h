@@ -64,6 +64,13 @@ ax_tensor *ax_test_randn(uint64_t seed, float scale, int ndim,
 /* A new CPU tensor (i32) filled with values uniform in [lo, hi). */
 ax_tensor *ax_test_randint(uint64_t seed, int32_t lo, int32_t hi, int ndim,
                            const int64_t *shape);
+
+/* A deterministic BERT mini-batch t of B sequences of T tokens (vocab 50):
+ * ids, segments, mask (the last `pad` positions of odd sequences padded);
+ * MLM labels (B * T) with most positions ignored (-100); NSP labels (B).
+ * New references in *in and *lab; AX_ENOMEM. */
+int ax_test_bert_batch(long t, int B, int T, int pad, ax_tlist *in,
+                       ax_tlist *lab);
 /* Max |a - b| / (atol + rtol |b|) over all elements (<= 1 means close). */
 double ax_test_close_ratio(const float *a, const float *b, size_t n,
                            double atol, double rtol);

@@ -26,22 +26,7 @@ static ax_node *g_drv;
  * positions of odd sequences padded); MLM labels (B * T) with most
  * positions ignored; NSP labels (B). */
 static int bert_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
-  int64_t shape[2] = {BERT_B, BERT_T}, rows = BERT_B * BERT_T, b1 = BERT_B;
-  in->n = 3;
-  in->t[0] = ax_test_randint(100 + (uint64_t)t, 0, 50, 2, shape);
-  in->t[1] = ax_test_randint(200 + (uint64_t)t, 0, 2, 2, shape);
-  in->t[2] = ax_tensor_new(AX_F32, 2, shape, AX_CPU);
-  for (int b = 0; b < BERT_B; b++)
-    for (int s = 0; s < BERT_T; s++)
-      ax_f32(in->t[2])[b * BERT_T + s] = (b % 2 && s >= BERT_T - 2) ? 0.f : 1.f;
-  lab->n = 2;
-  lab->t[0] = ax_test_randint(300 + (uint64_t)t, 0, 50, 1, &rows);
-  int32_t *l = (int32_t *)lab->t[0]->data;
-  for (int64_t i = 0; i < rows; i++)
-    if ((i * 7 + t) % 4 != 0)
-      l[i] = -100;
-  lab->t[1] = ax_test_randint(400 + (uint64_t)t, 0, 2, 1, &b1);
-  return AX_OK;
+  return ax_test_bert_batch(t, BERT_B, BERT_T, 2, in, lab);
 }
 
 typedef struct mcase {
