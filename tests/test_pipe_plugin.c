@@ -210,12 +210,28 @@ static void example_program(void **state) {
   free(out);
 }
 
+/* axon-run loads the plugin, trains fmcnn and passes --plugin on to the
+ * agents it starts; they leave when told and exit. */
+static void axon_run_plugin(void **state) {
+  char *argv[] = {"axon-run",     "train", "--plugin",      g_cm,
+                  "--model",      "fmcnn", "--local",       "3",
+                  "--mode",       "1f1b",  "--steps",       "4",
+                  "--batch",      "16",    "--data-config", "limit=256",
+                  "--eval-limit", "100",   "--quiet",       NULL};
+  char *out = NULL;
+  int rc = et_run(argv, 120, &out);
+  if (rc != 0 || !strstr(out, "summary: model=fmcnn") ||
+      et_count(out, "the master ends the world, exiting") != 3 ||
+      et_count(out, ": exited") != 3)
+    fail_msg("exit %d:\n%s", rc, out);
+  free(out);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(every_mode),
-      cmocka_unit_test(kinds_functions),
-      cmocka_unit_test(agent_refuses),
-      cmocka_unit_test(example_program),
+      cmocka_unit_test(every_mode),      cmocka_unit_test(kinds_functions),
+      cmocka_unit_test(agent_refuses),   cmocka_unit_test(example_program),
+      cmocka_unit_test(axon_run_plugin),
   };
   if (setup() != 0)
     return 1;
