@@ -29,6 +29,7 @@ static void start(world *w) {
 static void finish(world *w, const int *clean) {
   int st[NAGENTS];
   int left = ax_local_reap(NAGENTS, w->pids, 15000, st);
+  AX_ASSERT_OK(dt_all_zero(w->drv, NULL, 0)); /* the agents are gone */
   dt_driver_end(w->drv);
   assert_int_equal(left, 0);
   for (int i = 0; i < NAGENTS; i++)
@@ -94,6 +95,7 @@ static void skips_down(void **state) {
   w.pids[2] = 0;
   for (int i = 0; i < 500 && !ax_node_peer_is_down(w.drv, "a3"); i++)
     rt_sleep_ms(20);
+  AX_ASSERT_OK(dt_all_zero(w.drv, g_names, NAGENTS - 1));
   ax_world_report rep;
   AX_ASSERT_OK(ax_node_shutdown_world(w.drv, 10000, &rep));
   assert_int_equal(rep.down, 1);

@@ -29,7 +29,8 @@
  *    node's object kinds and functions.
  * It returns AX_OK, or an error code with a message (ax_seterr), which the
  * loader reports prefixed with the file's path. It runs on the loading
- * thread; it must not create nodes, threads that outlive it, or block.
+ * thread, under the loader's lock: it must not call the loader
+ * (ax_plugin_*), create nodes or threads that outlive it, or block.
  *
  * Plugins are never unloaded: what they register (defs, kinds, handlers)
  * may be used until the process exits.
