@@ -39,16 +39,21 @@ static int check_def(const ax_model_def *def) {
   if (len == 0 || len >= AX_MODEL_NAME_MAX ||
       strspn(def->name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                         "0123456789_-") != len)
-    return ax_seterr(AX_EINVAL, "model register: bad name '%s' (1..%d "
-                     "characters of A-Z a-z 0-9 _ -)", def->name,
-                     AX_MODEL_NAME_MAX - 1);
+    return ax_seterr(AX_EINVAL,
+                     "model register: bad name '%s' (1..%d "
+                     "characters of A-Z a-z 0-9 _ -)",
+                     def->name, AX_MODEL_NAME_MAX - 1);
   if (!def->describe || !def->build_block)
-    return ax_seterr(AX_EINVAL, "model register: %s: describe and "
-                     "build_block are required", def->name);
+    return ax_seterr(AX_EINVAL,
+                     "model register: %s: describe and "
+                     "build_block are required",
+                     def->name);
   ax_config c;
   if (ax_config_parse(&c, def->default_config) != AX_OK)
-    return ax_seterr(AX_EINVAL, "model register: %s: bad default_config "
-                     "'%s'", def->name, def->default_config);
+    return ax_seterr(AX_EINVAL,
+                     "model register: %s: bad default_config "
+                     "'%s'",
+                     def->name, def->default_config);
   return AX_OK;
 }
 
@@ -63,8 +68,10 @@ int ax_model_register(const ax_model_def *def) {
     err = ax_seterr(AX_ESTATE, "model register: %s is already registered",
                     def->name);
   else if (g_nreg == MAX_REGISTERED)
-    err = ax_seterr(AX_ENOMEM, "model register: %s: registry full (%d "
-                    "models)", def->name, MAX_REGISTERED);
+    err = ax_seterr(AX_ENOMEM,
+                    "model register: %s: registry full (%d "
+                    "models)",
+                    def->name, MAX_REGISTERED);
   else
     g_reg[g_nreg++] = def;
   pthread_mutex_unlock(&g_mu);
@@ -80,13 +87,16 @@ int ax_model_unregister(const char *name) {
   pthread_mutex_lock(&g_mu);
   int i = reg_index(name);
   if (i >= 0) {
-    memmove(&g_reg[i], &g_reg[i + 1], sizeof g_reg[0] * (size_t)(g_nreg - i - 1));
+    memmove(&g_reg[i], &g_reg[i + 1],
+            sizeof g_reg[0] * (size_t)(g_nreg - i - 1));
     g_nreg--;
   }
   pthread_mutex_unlock(&g_mu);
   return i >= 0 ? AX_OK
-                : ax_seterr(AX_ENOTFOUND, "model unregister: %s is not "
-                            "registered", name);
+                : ax_seterr(AX_ENOTFOUND,
+                            "model unregister: %s is not "
+                            "registered",
+                            name);
 }
 
 int ax_model_names(const char **names, int cap) {
