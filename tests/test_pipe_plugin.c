@@ -205,7 +205,8 @@ static void example_program(void **state) {
   int rc = et_run(argv, 300, &out);
   int modes = et_count(out, "custom_model: mode=");
   if (rc != 0 || modes < 6 ||
-      !strstr(out, "custom_model: 3 agent(s) left and exited with 0"))
+      !strstr(out, "custom_model: 3 agent(s) left and exited with 0") ||
+      !strstr(out, "live at exit: rrefs 0, contexts 0, calls 0, futures 0"))
     fail_msg("exit %d, %d modes:\n%s", rc, modes, out);
   free(out);
 }

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "models/data/dataset.h"
@@ -325,6 +326,22 @@ int main(int argc, char **argv) {
       }
     if (!bad)
       printf("custom_model: %d agent(s) left and exited with 0\n", K);
+  }
+  if (n && dist) { /* nothing of the runs may be left here */
+    long owned = -1, users = -1, ctxs = -1, calls = -1, futs = -1;
+    for (int i = 0; i < 250; i++) { /* releases may still be on the way */
+      ax_rref_live(n, &owned, &users);
+      ctxs = ax_dist_live_contexts(n);
+      calls = ax_rpc_live_calls();
+      futs = ax_future_live_count();
+      if (owned + users + ctxs + calls + futs == 0)
+        break;
+      nanosleep(&(struct timespec){0, 20000000}, NULL);
+    }
+    printf("custom_model: live at exit: rrefs %ld, contexts %ld, calls %ld, "
+           "futures %ld\n",
+           owned + users, ctxs, calls, futs);
+    bad |= owned + users + ctxs + calls + futs != 0;
   }
   if (n) {
     ax_node_shutdown(n, 5000);
