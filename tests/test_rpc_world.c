@@ -105,11 +105,37 @@ static void skips_down(void **state) {
   finish(&w, clean);
 }
 
+/* ax_local_end_world's fallback: a2 cannot leave before its 20 s call ends,
+ * so after the (short) deadline it gets SIGTERM, then SIGKILL; the idle
+ * agents left on their own, and nothing is left running. */
+static void signals_fallback(void **state) {
+  world w;
+  start(&w);
+  ax_future *f = sleep_on(w.drv, "a2", 20000);
+  rt_sleep_ms(200); /* the call is running on a2 */
+  int st[NAGENTS];
+  int64_t t0 = rt_now_ms();
+  int rc = ax_local_end_world(w.drv, NAGENTS, w.pids, 1500, st, "test");
+  int64_t ms = rt_now_ms() - t0;
+  assert_int_equal(rc, AX_ETIMEOUT);
+  for (int i = 0; i < NAGENTS; i++)
+    assert_int_equal(w.pids[i], 0);
+  assert_true(mt_exit_clean(st[0]) && mt_exit_clean(st[2]));
+  assert_false(mt_exit_clean(st[1])); /* signalled: still in its call */
+  assert_true(ms < 15000); /* well before a2's call would have ended */
+  printf("ended in %lld ms, a2 status %d\n", (long long)ms, st[1]);
+  ax_future_wait(f, 10000);
+  ax_future_release(f);
+  const int clean[NAGENTS] = {0, 0, 0};
+  finish(&w, clean);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(drains_in_flight),
       cmocka_unit_test(reports_late),
       cmocka_unit_test(skips_down),
+      cmocka_unit_test(signals_fallback),
   };
   return AX_TEST_MAIN(tests);
 }
