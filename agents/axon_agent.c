@@ -1,6 +1,8 @@
 /* axon-agent: the daemon on each host. It joins the master, serves the
- * registered functions, answers /healthz and /metrics, and exits cleanly on
- * SIGINT or SIGTERM (or when the master goes away). */
+ * registered functions (and those of its --plugin files), answers /healthz
+ * and /metrics, and exits cleanly (0) when the master ends the world
+ * (ax_node_shutdown_world) or on SIGINT or SIGTERM, with 3 when the master
+ * goes away without ending it. */
 #include <event2/event.h>
 #include <getopt.h>
 #include <signal.h>
@@ -10,6 +12,7 @@
 
 #include "agents/axon_agent.h"
 #include "runtime/dist/autograd.h"
+#include "runtime/dist/plugin.h"
 #include "runtime/pipeline/pipeline.h"
 
 static void usage(FILE *f) {
@@ -40,6 +43,9 @@ static void usage(FILE *f) {
       "  --peer-timeout-ms T  silence before a peer is declared down\n"
       "                       (default 4000)\n"
       "  --max-msg-bytes N    largest tensor payload accepted (default 4 GiB)\n"
+      "  --plugin FILE.so     load a plugin: its models, object kinds and\n"
+      "                       functions are served here (repeatable;\n"
+      "                       runtime/dist/plugin.h)\n"
       "  --stay               keep serving when the master goes away\n"
       "  --help               this text\n");
 }
@@ -60,7 +66,17 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
 static void on_tick(evutil_socket_t fd, short what, void *arg) {
   agent *a = arg;
   const char *master = ax_node_master_name(a->node);
-  if (a->stay || !master)
+  if (!master)
+    return;
+  /* An agent only serves, so its own part is always done: this says so
+   * and looks whether the master ended the world (ax_node_shutdown_world). */
+  if (ax_node_wait_leave(a->node, 0) == AX_OK) {
+    fprintf(stderr, "axon-agent %s: the master ends the world, exiting\n",
+            ax_node_name(a->node));
+    event_base_loopbreak(a->base);
+    return;
+  }
+  if (a->stay)
     return;
   /* When the master is gone the world is over. */
   if (strcmp(master, ax_node_name(a->node)) &&
@@ -87,7 +103,8 @@ int main(int argc, char **argv) {
       {"join-timeout-ms", 1, 0, 'J'}, {"heartbeat-ms", 1, 0, 'H'},
       {"peer-timeout-ms", 1, 0, 'P'}, {"stay", 0, 0, 's'},
       {"max-msg-bytes", 1, 0, 'M'}, {"device-map", 1, 0, 'D'},
-      {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
+      {"plugin", 1, 0, 'L'},       {"help", 0, 0, 'h'},
+      {0, 0, 0, 0}};
   ax_node_opts_from_env(&o);
   int c;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -106,6 +123,12 @@ int main(int argc, char **argv) {
     case 'P': o.peer_timeout_ms = atoll(optarg); break;
     case 's': a.stay = 1; break;
     case 'M': o.max_msg_bytes = (size_t)atoll(optarg); break;
+    case 'L': /* models register now, before any node exists */
+      if (ax_plugin_load(optarg) != AX_OK) {
+        fprintf(stderr, "axon-agent: %s\n", ax_errmsg());
+        return 1;
+      }
+      break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -128,11 +151,18 @@ int main(int argc, char **argv) {
   int rc = ax_node_create(&o, &a.node);
   if (rc == AX_OK)
     rc = ax_agent_register_builtins(a.node);
+  int dist = 0;
   if (rc == AX_OK) /* RRefs, remote stages, dist autograd and optimizer */
-    rc = ax_pipe_init(a.node);
+    dist = (rc = ax_pipe_init(a.node)) == AX_OK;
+  if (rc == AX_OK) /* the plugins' kinds and functions */
+    rc = ax_plugin_attach(a.node);
   if (rc != AX_OK) {
     fprintf(stderr, "axon-agent %s: %s: %s\n", o.name, ax_strerror(rc),
             ax_errmsg());
+    if (dist) {
+      ax_node_shutdown(a.node, 1000);
+      ax_dist_fini(a.node);
+    }
     ax_node_destroy(a.node);
     return 1;
   }

@@ -324,8 +324,10 @@ int ax_bench_dist_main(int argc, char **argv) {
            "per edge  (local bwd %.1f us)\n", "edge mlp 4/4/4/4 b1", u3, u1,
            (u3 - u1) / 2, ul);
   fflush(stdout);
-  if (g_drv)
+  if (g_drv) { /* the agents leave when told to; signals as the fallback */
+    ax_local_end_world(g_drv, NAG, pids, 10000, NULL, "axon-bench dist");
     ax_node_shutdown(g_drv, 5000);
+  }
   ax_local_stop(NAG, pids, 10000, NULL);
   if (g_drv) {
     ax_dist_fini(g_drv);

@@ -251,7 +251,8 @@ int ax_bench_pipe_main(int argc, char **argv) {
     rc = bench(node, &a, ag);
   if (rc != AX_OK)
     fprintf(stderr, "axon-bench pipe: %s: %s\n", ax_strerror(rc), ax_errmsg());
-  if (node) {
+  if (node) { /* the agents leave when told to; signals as the fallback */
+    ax_local_end_world(node, a.K, pids, 10000, NULL, "axon-bench pipe");
     ax_node_shutdown(node, 5000);
     ax_dist_fini(node);
     ax_node_destroy(node);

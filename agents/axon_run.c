@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "agents/axon_run.h"
+#include "runtime/dist/plugin.h"
 #include "runtime/pipeline/coordinator.h"
 #include "runtime/pipeline/train.h"
 #include "kernels/error.h"
@@ -21,7 +22,8 @@ static void usage(FILE *f) {
 "Trains a model in this process, or split into pipeline stages over agents\n"
 "(--local / --stages), and reports test accuracy.\n"
 "\n"
-"  --model NAME          mlp | resnet20 | bert (default mlp)\n"
+"  --model NAME          mlp | resnet20 | bert, or a plugin's model\n"
+"                        (default mlp)\n"
 "  --model-config K=V,.. model settings, e.g. widths=784/256/10 or layers=3\n"
 "  --dataset NAME        fashion-mnist | cifar10 | gcide | synthetic\n"
 "                        (default fashion-mnist)\n"
@@ -39,6 +41,8 @@ static void usage(FILE *f) {
 "  --device DEV          cpu | cuda:N (default cpu)\n"
 "  --csv FILE            write the loss curve (step,epoch,loss,lr,samples_per_s)\n"
 "  --quiet               no progress bar\n"
+"  --plugin FILE.so      load a plugin (its models; repeatable); --local\n"
+"                        agents load it too (runtime/dist/plugin.h)\n"
 "\n"
 "Pipeline training over remote stages (one stage per agent):\n"
 "  --local K             start K axon-agent processes here (stage0..)\n"
@@ -94,7 +98,9 @@ int main(int argc, char **argv) {
       {"mode", 1, 0, 1004},      {"microbatches", 1, 0, 1005},
       {"recompute", 1, 0, 1006}, {"partition", 1, 0, 1007},
       {"trace", 1, 0, 1008},     {"agent-threads", 1, 0, 1009},
-      {0, 0, 0, 0}};
+      {"plugin", 1, 0, 1010},    {0, 0, 0, 0}};
+  static char plugin_path[AX_PLUGIN_MAX][4096];
+  static const char *plugins[AX_PLUGIN_MAX];
   optind = 2;
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -151,6 +157,18 @@ int main(int argc, char **argv) {
     case 1007: pa.partition = optarg; break;
     case 1008: pa.trace = optarg; break;
     case 1009: pa.agent_threads = atoi(optarg); break;
+    case 1010: /* --local agents get the absolute path */
+      if (ax_plugin_load(optarg) != AX_OK) {
+        fprintf(stderr, "axon-run: %s\n", ax_errmsg());
+        return 1;
+      }
+      if (pa.nplugins < AX_PLUGIN_MAX &&
+          realpath(optarg, plugin_path[pa.nplugins])) {
+        plugins[pa.nplugins] = plugin_path[pa.nplugins];
+        pa.plugins = plugins;
+        pa.nplugins++;
+      }
+      break;
     default: usage(stderr); return 2;
     }
   }

@@ -17,6 +17,8 @@ typedef struct axr_pipe_args {
   const char *const *agents; /* K names (--agents), or set by --local */
   const char *master;        /* --master HOST:PORT when joining agents */
   const char *partition, *trace, *csv;
+  const char *const *plugins; /* --plugin files (absolute), for --local */
+  int nplugins;
 } axr_pipe_args;
 
 /* Runs `axon-run train` in pipeline mode; returns the exit status. */

@@ -22,6 +22,7 @@
 #include "agents/axon_run.h"
 #include "models/data/dataset.h"
 #include "runtime/dist/autograd.h"
+#include "runtime/dist/plugin.h"
 #include "runtime/pipeline/coordinator.h"
 #include "runtime/pipeline/metrics.h"
 #include "runtime/pipeline/partition.h"
@@ -96,8 +97,11 @@ static void pin_child(int s) {
             cores[s % n], strerror(errno));
 }
 
-/* Starts K agents named stage0.. joining 127.0.0.1:port. */
-static int spawn_local(int K, int port, int threads, pid_t *pids) {
+/* Starts K agents named stage0.. joining 127.0.0.1:port, each loading
+ * the plugins. */
+static int spawn_local(int K, int port, int threads,
+                       const char *const *plugins, int nplugins,
+                       pid_t *pids) {
   char exe[4096], path[4200], master[64], th[16];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   exe[n > 0 ? n : 0] = 0;
@@ -115,8 +119,15 @@ static int spawn_local(int K, int port, int threads, pid_t *pids) {
     if (pids[s] == 0) {
       pin_child(s);
       setenv("AXON_THREADS", "1", 0); /* K agents share this machine */
-      execl(path, path, "--name", name, "--master", master, "--threads", th,
-            "--peer-timeout-ms", "3000", (char *)NULL);
+      const char *argv[16 + 2 * AX_PLUGIN_MAX] = {
+          path, "--name", name, "--master", master, "--threads", th,
+          "--peer-timeout-ms", "3000"};
+      int argc = 9;
+      for (int i = 0; i < nplugins && i < AX_PLUGIN_MAX; i++) {
+        argv[argc++] = "--plugin";
+        argv[argc++] = plugins[i];
+      }
+      execv(path, (char *const *)argv);
       fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
       _exit(127);
     }
@@ -343,7 +354,8 @@ int axr_pipe_main(axr_pipe_args *a) {
       agents[s] = names[s];
     }
     a->agents = agents;
-    if (spawn_local(a->K, port, a->agent_threads, pids) != 0) {
+    if (spawn_local(a->K, port, a->agent_threads, a->plugins, a->nplugins,
+                    pids) != 0) {
       close(reserved);
       return 1;
     }
@@ -369,12 +381,17 @@ int axr_pipe_main(axr_pipe_args *a) {
   if (rc == AX_OK)
     rc = ax_pipe_init(node);
   if (rc == AX_OK)
+    rc = ax_plugin_attach(node);
+  if (rc == AX_OK)
     rc = ax_node_join(node, 60000);
   if (rc == AX_OK)
     rc = run(a, node);
   if (rc != AX_OK)
     fprintf(stderr, "axon-run: %s: %s\n", ax_strerror(rc), ax_errmsg());
   if (node) {
+    /* The agents leave when told to (signals only as the fallback). */
+    if (a->local > 0)
+      ax_local_end_world(node, a->K, pids, 10000, NULL, "axon-run");
     ax_node_shutdown(node, 5000);
     ax_dist_fini(node);
     ax_node_destroy(node);

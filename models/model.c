@@ -1,25 +1,142 @@
 /* The model registry and stage construction. */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "models/model.h"
 
-static const ax_model_def *const models[] = {&ax_model_mlp, &ax_model_resnet20,
-                                             &ax_model_bert, &ax_model_sleep};
-static const char *const model_names[] = {"mlp", "resnet20", "bert", "sleep",
-                                          NULL};
+#define MAX_REGISTERED 64
 
-const ax_model_def *ax_model_find(const char *name) {
-  for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
-    if (name && strcmp(models[i]->name, name) == 0)
-      return models[i];
-  ax_seterr(AX_ENOTFOUND,
-            "unknown model '%s' (known: mlp, resnet20, bert, sleep)",
-            name ? name : "");
+static const ax_model_def *const builtins[] = {
+    &ax_model_mlp, &ax_model_resnet20, &ax_model_bert, &ax_model_sleep};
+#define N_BUILTIN (int)(sizeof builtins / sizeof builtins[0])
+
+/* Registered models in registration order, guarded by g_mu. */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static const ax_model_def *g_reg[MAX_REGISTERED];
+static int g_nreg;
+
+static const ax_model_def *builtin_find(const char *name) {
+  for (int i = 0; i < N_BUILTIN; i++)
+    if (!strcmp(builtins[i]->name, name))
+      return builtins[i];
   return NULL;
 }
 
-const char *const *ax_model_names(void) { return model_names; }
+/* The index of a registered model (g_mu held), or -1. */
+static int reg_index(const char *name) {
+  for (int i = 0; i < g_nreg; i++)
+    if (!strcmp(g_reg[i]->name, name))
+      return i;
+  return -1;
+}
+
+static int check_def(const ax_model_def *def) {
+  if (!def || !def->name)
+    return ax_seterr(AX_EINVAL, "model register: no def or no name");
+  size_t len = strlen(def->name);
+  if (len == 0 || len >= AX_MODEL_NAME_MAX ||
+      strspn(def->name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                        "0123456789_-") != len)
+    return ax_seterr(AX_EINVAL,
+                     "model register: bad name '%s' (1..%d "
+                     "characters of A-Z a-z 0-9 _ -)",
+                     def->name, AX_MODEL_NAME_MAX - 1);
+  if (!def->describe || !def->build_block)
+    return ax_seterr(AX_EINVAL,
+                     "model register: %s: describe and "
+                     "build_block are required",
+                     def->name);
+  ax_config c;
+  if (ax_config_parse(&c, def->default_config) != AX_OK)
+    return ax_seterr(AX_EINVAL,
+                     "model register: %s: bad default_config "
+                     "'%s'",
+                     def->name, def->default_config);
+  return AX_OK;
+}
+
+int ax_model_register(const ax_model_def *def) {
+  AX_TRY(check_def(def));
+  int err = AX_OK;
+  pthread_mutex_lock(&g_mu);
+  if (builtin_find(def->name))
+    err = ax_seterr(AX_ESTATE, "model register: %s is a built-in model",
+                    def->name);
+  else if (reg_index(def->name) >= 0)
+    err = ax_seterr(AX_ESTATE, "model register: %s is already registered",
+                    def->name);
+  else if (g_nreg == MAX_REGISTERED)
+    err = ax_seterr(AX_ENOMEM,
+                    "model register: %s: registry full (%d "
+                    "models)",
+                    def->name, MAX_REGISTERED);
+  else
+    g_reg[g_nreg++] = def;
+  pthread_mutex_unlock(&g_mu);
+  return err;
+}
+
+int ax_model_unregister(const char *name) {
+  if (!name)
+    return ax_seterr(AX_EINVAL, "model unregister: no name");
+  if (builtin_find(name))
+    return ax_seterr(AX_EINVAL, "model unregister: %s is a built-in model",
+                     name);
+  pthread_mutex_lock(&g_mu);
+  int i = reg_index(name);
+  if (i >= 0) {
+    memmove(&g_reg[i], &g_reg[i + 1],
+            sizeof g_reg[0] * (size_t)(g_nreg - i - 1));
+    g_nreg--;
+  }
+  pthread_mutex_unlock(&g_mu);
+  return i >= 0 ? AX_OK
+                : ax_seterr(AX_ENOTFOUND,
+                            "model unregister: %s is not "
+                            "registered",
+                            name);
+}
+
+int ax_model_names(const char **names, int cap) {
+  int n = 0;
+  for (int i = 0; i < N_BUILTIN; i++, n++)
+    if (names && n < cap)
+      names[n] = builtins[i]->name;
+  pthread_mutex_lock(&g_mu);
+  for (int i = 0; i < g_nreg; i++, n++)
+    if (names && n < cap)
+      names[n] = g_reg[i]->name;
+  pthread_mutex_unlock(&g_mu);
+  return n;
+}
+
+const ax_model_def *ax_model_find(const char *name) {
+  const ax_model_def *def = name ? builtin_find(name) : NULL;
+  if (def)
+    return def;
+  pthread_mutex_lock(&g_mu);
+  int i = name ? reg_index(name) : -1;
+  def = i >= 0 ? g_reg[i] : NULL;
+  pthread_mutex_unlock(&g_mu);
+  if (def)
+    return def;
+  const char *all[N_BUILTIN + MAX_REGISTERED];
+  int n = ax_model_names(all, N_BUILTIN + MAX_REGISTERED);
+  char known[1024] = "";
+  size_t len = 0;
+  for (int k = 0; k < n && k < N_BUILTIN + MAX_REGISTERED; k++) {
+    int w = snprintf(known + len, sizeof known - len, "%s%s", k ? ", " : "",
+                     all[k]);
+    if (w < 0 || (size_t)w >= sizeof known - len)
+      break;
+    len += (size_t)w;
+  }
+  ax_seterr(AX_ENOTFOUND, "unknown model '%s' (known: %s)", name ? name : "",
+            known);
+  return NULL;
+}
 
 int ax_model_config(const ax_model_def *def, const char *overrides,
                     ax_config *out) {

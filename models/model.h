@@ -1,8 +1,8 @@
 /* Models: ordered lists of blocks, the units at which a model is split into
  * pipeline stages.
  *
- * A model is registered by name ("mlp", "resnet20", "bert") with an
- * ax_model_def. Blocks are built from a configuration (models/config.h) and
+ * A model is known by name ("mlp", "resnet20", "bert", or one a program
+ * registered with ax_model_register) through its ax_model_def. Blocks are built from a configuration (models/config.h) and
  * a block index, so any process can build any stage on its own. Block i's
  * parameters are initialised from an rng seeded with (seed, i), so a stage
  * made of blocks [a, b) holds exactly the values those blocks have in the
@@ -30,6 +30,9 @@ typedef struct ax_model_info {
   int ignore_index; /* label value the loss skips (-100) */
 } ax_model_info;
 
+/* A model. Both functions may be called from several threads at once (an
+ * agent builds stages on its worker threads), so they must not keep state
+ * between calls. */
 typedef struct ax_model_def {
   const char *name;
   const char *default_config; /* documented defaults, "k=v,..." */
@@ -39,11 +42,43 @@ typedef struct ax_model_def {
   int (*build_block)(const ax_config *cfg, int index, ax_module **out);
 } ax_model_def;
 
-/* Looks a model up by name; NULL (with ax_errmsg listing the known names)
- * when unknown. */
+/* ---- the registry -------------------------------------------------------
+ * Holds the built-in models (mlp, resnet20, bert, sleep) and the models a
+ * program or a plugin (runtime/dist/plugin.h) registers. Every function here
+ * is thread-safe.
+ *
+ * Ownership: the registry stores the def pointer, not a copy. The def, its
+ * strings and the code its functions point to must stay valid and unchanged
+ * while the model is registered and while any net or stage built from it
+ * lives (ax_model_find hands the pointer out). A static def in the program or
+ * in a plugin (plugins are never unloaded) satisfies this. */
+
+/* Longest model name, including the terminating NUL. */
+#define AX_MODEL_NAME_MAX 32
+
+/* Registers def under def->name. The name is 1..31 characters of
+ * [A-Za-z0-9_-] (it becomes the remote kind "NAME.stage" and the value of
+ * "model=NAME"), describe and build_block are required and default_config
+ * (NULL: none) must parse. Errors, with a message naming the model:
+ * AX_EINVAL for a bad def, AX_ESTATE when the name is taken (built-in or
+ * registered; registering the same def again is also AX_ESTATE), AX_ENOMEM
+ * when the registry is full (64 models). Nothing changes on error. Nodes
+ * that ran ax_dist_init before or after this call serve "NAME.stage" for it
+ * (runtime/dist/stage.h). */
+int ax_model_register(const ax_model_def *def);
+/* Removes a registered model: AX_ENOTFOUND if no model of that name was
+ * registered, AX_EINVAL for a built-in. Stages built from it are not
+ * affected (they keep using the def, which must stay valid); new stages of
+ * it can no longer be created. */
+int ax_model_unregister(const char *name);
+
+/* Looks a model up by name, built-ins first; NULL (with ax_errmsg listing
+ * the known names) when unknown. */
 const ax_model_def *ax_model_find(const char *name);
-/* The known model names, NULL-terminated. */
-const char *const *ax_model_names(void);
+/* Writes up to cap known model names (built-ins first, then registered ones
+ * in registration order) into names and returns how many are known (may
+ * exceed cap). The strings are borrowed from the defs. */
+int ax_model_names(const char **names, int cap);
 
 /* The default configuration of the model merged with `overrides`. */
 int ax_model_config(const ax_model_def *def, const char *overrides,

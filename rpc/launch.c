@@ -30,12 +30,15 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int ax_local_reap(int n, pid_t *pids, int64_t timeout_ms, int *status) {
+/* Reaps children until none is left or timeout_ms passed; returns how many
+ * are still running. */
+static int wait_children(int n, pid_t *pids, int64_t timeout_ms,
+                         int *status) {
   int64_t end = now_ms() + timeout_ms;
   int left = 0;
   for (int i = 0; i < n; i++)
     left += pids[i] > 0;
-  while (left > 0 && now_ms() < end) {
+  while (left > 0) {
     for (int i = 0; i < n; i++) {
       int st;
       if (pids[i] > 0 && waitpid(pids[i], &st, WNOHANG) != 0) {
@@ -45,9 +48,15 @@ int ax_local_reap(int n, pid_t *pids, int64_t timeout_ms, int *status) {
         left--;
       }
     }
-    if (left > 0)
-      nanosleep(&(struct timespec){0, 10000000}, NULL);
+    if (left == 0 || now_ms() >= end)
+      break;
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
   }
+  return left;
+}
+
+int ax_local_reap(int n, pid_t *pids, int64_t timeout_ms, int *status) {
+  wait_children(n, pids, timeout_ms, status);
   int killed = 0;
   for (int i = 0; i < n; i++)
     if (pids[i] > 0) {
@@ -59,6 +68,26 @@ int ax_local_reap(int n, pid_t *pids, int64_t timeout_ms, int *status) {
       killed++;
     }
   return killed;
+}
+
+int ax_local_end_world(ax_node *master, int n, pid_t *pids,
+                       int64_t timeout_ms, int *status, const char *who) {
+  ax_world_report rep;
+  int rc = ax_node_shutdown_world(master, timeout_ms, &rep);
+  if (rc != AX_OK)
+    fprintf(stderr, "%s: %s\n", who, ax_errmsg());
+  /* Without a world (never joined) nobody was told to leave. */
+  if (rc != AX_ESTATE && rc != AX_EINVAL &&
+      wait_children(n, pids, timeout_ms, status) == 0)
+    return rc;
+  for (int i = 0; i < n; i++)
+    if (pids[i] > 0) {
+      fprintf(stderr, "%s: child %d still running: SIGTERM\n", who,
+              (int)pids[i]);
+      kill(pids[i], SIGTERM);
+    }
+  ax_local_reap(n, pids, timeout_ms, status);
+  return rc;
 }
 
 int ax_local_stop(int n, pid_t *pids, int64_t timeout_ms, int *status) {

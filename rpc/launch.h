@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "rpc/node.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,6 +31,17 @@ int ax_local_reap(int n, pid_t *pids, int64_t timeout_ms, int *status);
 
 /* Sends SIGTERM to every child with pids[i] > 0, then ax_local_reap. */
 int ax_local_stop(int n, pid_t *pids, int64_t timeout_ms, int *status);
+
+/* Ends a local world whose members are these children, from its master
+ * node (before the master's own ax_node_shutdown): ax_node_shutdown_world
+ * (master, timeout_ms) tells every member to leave (a failure is reported
+ * on stderr, prefixed with who), then the children get timeout_ms to exit;
+ * signals are the fallback: those still running get SIGTERM, and SIGKILL
+ * timeout_ms later (ax_local_reap). Without a joined world the wait is
+ * skipped. status as for ax_local_reap (may be NULL). Returns the code of
+ * ax_node_shutdown_world. */
+int ax_local_end_world(ax_node *master, int n, pid_t *pids,
+                       int64_t timeout_ms, int *status, const char *who);
 
 /* A child's body: runs in the forked process with its rank; its return
  * value is the child's exit status. */

@@ -138,6 +138,11 @@ struct ax_node {
   int timer_stop;
   ax_peer_down_cb down_cb;
   void *down_user;
+  /* ending the world (leave.c), under mu */
+  int leave_ready;         /* this node's program is done */
+  int leave_told;          /* the master told it to leave */
+  ax_future *leave_drain;  /* the deferred answer to a drain request */
+  int64_t leave_deadline_ms;
   /* stats (atomics) */
   uint64_t bytes_in, bytes_out, calls_in, calls_out, errors_in, malformed;
 };
@@ -193,6 +198,14 @@ int axi_stream_alive(axi_stream *s);
 void axi_stream_retain(axi_stream *s);
 void axi_stream_release(axi_stream *s);
 void axi_stream_cancel(axi_stream *s);
+
+/* leave.c: the "ax.node.leave" built-in of ax_node_shutdown_world. */
+int axi_leave_init(ax_node *n);
+/* Answers a pending drain request once drained or at its deadline (timer
+ * thread, every tick). */
+void axi_leave_tick(ax_node *n, int64_t now_ms);
+/* Fails a pending drain request (shutdown, after the timer stopped). */
+void axi_leave_close(ax_node *n);
 
 /* rendezvous.c */
 int axi_rendezvous_init(ax_node *n);

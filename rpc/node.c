@@ -203,6 +203,7 @@ static void *timer_main(void *arg) {
     pthread_mutex_unlock(&n->mu);
     int64_t now = axi_now_ms();
     axi_calls_expire(n, now);
+    axi_leave_tick(n, now);
     for (axi_peer *p = peers; p; p = p->next) {
       const char *why = NULL;
       axi_stream *ping = NULL;
@@ -269,6 +270,8 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
   if (rc == AX_OK) /* the built-ins exist before anyone can reach us */
     rc = axi_rendezvous_init(n);
   if (rc == AX_OK)
+    rc = axi_leave_init(n);
+  if (rc == AX_OK)
     rc = axi_grpc_start(n, n->listen, n->addr, sizeof n->addr);
   if (rc == AX_OK) {
     char host[128];
@@ -318,6 +321,7 @@ int ax_node_shutdown(ax_node *n, int64_t timeout_ms) {
     pthread_join(n->timer_thread, NULL);
     n->timer_thread = 0;
   }
+  axi_leave_close(n);
   axi_calls_fail(n, NULL, AX_ECLOSED, "node is shutting down");
   int64_t left = deadline - axi_now_ms();
   axi_calls_stop(n); /* joins the workers (bounded; leaks n on a stuck one) */

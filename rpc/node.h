@@ -84,6 +84,48 @@ int ax_node_shutdown(ax_node *n, int64_t timeout_ms);
 /* Shuts down (1 s grace) if needed and frees the node. NULL-safe. */
 void ax_node_destroy(ax_node *n);
 
+/* ---- ending a world (after torch's rpc.shutdown(graceful=True)) --------
+ * The master ends the world when its program is done; every other member
+ * says when its own program is done (ax_node_wait_leave; a serving agent
+ * says so as soon as it has joined), then waits to be told to leave.
+ *
+ * ax_node_shutdown_world runs two phases, each a call to every member that
+ * is not down, in parallel:
+ *  1. drain: a member answers once its program is done (it called
+ *     ax_node_wait_leave) and it has no call in flight, incoming or
+ *     outgoing. So no member leaves while another still works with it.
+ *  2. leave: the member's ax_node_wait_leave returns AX_OK; an agent then
+ *     stops as on SIGTERM and exits 0.
+ * Members that did not drain in time are still told to leave (their
+ * in-flight calls then fail as peers go). Nothing here shuts the nodes down:
+ * every process still calls ax_node_shutdown itself, the master last. */
+typedef struct ax_world_report {
+  int members; /* members asked: the world minus the calling node */
+  int left;    /* drained, then told to leave */
+  int down;    /* down before or during the shutdown (not counted late) */
+  int late;    /* did not drain before the deadline; told to leave anyway */
+  int failed;  /* answered the request with another error */
+} ax_world_report;
+
+/* Ends the world from its master (the rendezvous master; AX_ESTATE on any
+ * other node or before the join), within timeout_ms for the drain phase
+ * (the leave phase gets what is left, at least 1 s). Returns AX_OK when
+ * every member that was not down drained and left; otherwise AX_ETIMEOUT
+ * (some were late) or the first other error, with a message naming each
+ * late or failed member and why ("world shutdown: late: w2 (still busy: 1
+ * incoming, 0 outgoing call(s))"). rep (may be NULL) gets the counts.
+ * Blocks the calling thread; call it once. */
+int ax_node_shutdown_world(ax_node *master, int64_t timeout_ms,
+                           ax_world_report *rep);
+
+/* On a member: says this node's program is done (from the first call on,
+ * so a drain request can be answered once no call is in flight), then
+ * waits up to timeout_ms (0: just looks) until the master told it to leave
+ * (AX_OK), the master is down (AX_EPEERDOWN) or the node is shutting down
+ * (AX_ECLOSED); AX_ETIMEOUT otherwise. Once told, every later call returns
+ * AX_OK. AX_ESTATE on the master itself or before the join. */
+int ax_node_wait_leave(ax_node *n, int64_t timeout_ms);
+
 const char *ax_node_name(const ax_node *n);
 int ax_node_rank(const ax_node *n);       /* -1 before join */
 int ax_node_world_size(const ax_node *n); /* 0 before join */

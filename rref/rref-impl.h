@@ -123,6 +123,8 @@ typedef struct axi_rctx {
     const ax_robj_kind *k;
     struct axi_kindreg *next;
   } * kinds;
+  ax_robj_resolver resolver; /* kinds made on demand (mu) */
+  void *resolver_user;
 } axi_rctx;
 
 /* rref_table.c */
@@ -206,7 +208,12 @@ extern const ax_robj_kind axi_box_kind;
 
 /* rref_call.c */
 int axi_rref_register_calls(ax_node *n);
+/* The kind registered under name, else the one the resolver makes (then
+ * registered), else NULL. */
 const ax_robj_kind *axi_kind_find(axi_rctx *rc, const char *name);
+/* Runs the kind's constructor (create_kind or create). */
+int axi_kind_create(const ax_robj_kind *k, ax_node *n, const char *config,
+                    ax_device dev, void **obj);
 /* Copies v[first..] into a new list (tensors and ext objects shared). */
 ax_values *axi_values_tail(const ax_values *v, size_t first, size_t end);
 int axi_values_append(ax_values *dst, const ax_values *src, size_t first,

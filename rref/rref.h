@@ -163,14 +163,32 @@ typedef struct ax_robj_kind {
   int (*create)(ax_node *n, const char *config, ax_device dev, void **obj);
   void (*destroy)(void *obj);
   const ax_robj_method_def *methods; /* terminated by {NULL, NULL} */
+  /* Optional, used instead of create when set: the constructor also gets
+   * the kind, so one constructor can serve kinds made at run time (e.g.
+   * one per model, told apart through `user`). */
+  int (*create_kind)(const struct ax_robj_kind *kind, ax_node *n,
+                     const char *config, ax_device dev, void **obj);
+  void *user; /* for create_kind; the RRef layer never touches it */
 } ax_robj_kind;
 
 /* A method that answers later calls this instead of ax_call_defer (so the
  * call layer knows not to attach results itself), then returns AX_OK. */
 int ax_robj_defer(ax_call_ctx *ctx, ax_future *f);
 
-/* Registers a kind on n (kind must outlive the node). AX_ESTATE if taken. */
+/* Registers a kind on n (kind must outlive the node). AX_ESTATE if taken;
+ * AX_EINVAL without a name or without create and create_kind. */
 int ax_robj_register(ax_node *n, const ax_robj_kind *kind);
+/* Kinds made on demand. When an object of a kind that is not registered on
+ * n is to be created here, the resolver (if one is set) is asked for it
+ * with the kind's name; a kind it returns is registered as by
+ * ax_robj_register and used. It returns NULL when it has no such kind. It
+ * must return the same pointer for the same name, and the kind must outlive
+ * the node. It runs on a worker thread and must not block. One resolver per
+ * node (the distributed runtime sets one for "NAME.stage", stage.h); NULL
+ * removes it. */
+typedef const ax_robj_kind *(*ax_robj_resolver)(ax_node *n, const char *kind,
+                                                void *user);
+void ax_robj_set_resolver(ax_node *n, ax_robj_resolver fn, void *user);
 /* Creates an object of `kind` on node `to`; returns its RRef at once. */
 int ax_remote_object(ax_node *n, const char *to, const char *kind,
                      const char *config, ax_device dev,

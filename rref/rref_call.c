@@ -88,31 +88,76 @@ int axi_take_reply(axi_rctx *rc, ax_values *raw, uint64_t ctx,
 }
 
 /* ---- object kinds ------------------------------------------------------------ */
-const ax_robj_kind *axi_kind_find(axi_rctx *rc, const char *name) {
+static const ax_robj_kind *kind_lookup(axi_rctx *rc, const char *name) {
   const ax_robj_kind *k = NULL;
-  pthread_mutex_lock(&rc->mu);
   for (struct axi_kindreg *r = rc->kinds; r && !k; r = r->next)
     if (!strcmp(r->k->name, name))
       k = r->k;
-  pthread_mutex_unlock(&rc->mu);
   return k;
+}
+
+/* Registers kind unless the name is taken (mu not held); returns the kind
+ * registered under the name, or NULL without memory. */
+static const ax_robj_kind *kind_add(axi_rctx *rc, const ax_robj_kind *kind,
+                                    int *taken) {
+  struct axi_kindreg *r = calloc(1, sizeof *r);
+  pthread_mutex_lock(&rc->mu);
+  const ax_robj_kind *k = kind_lookup(rc, kind->name);
+  *taken = k != NULL;
+  if (!k && r) {
+    r->k = k = kind;
+    r->next = rc->kinds;
+    rc->kinds = r;
+    r = NULL;
+  }
+  pthread_mutex_unlock(&rc->mu);
+  free(r);
+  return k;
+}
+
+const ax_robj_kind *axi_kind_find(axi_rctx *rc, const char *name) {
+  pthread_mutex_lock(&rc->mu);
+  const ax_robj_kind *k = kind_lookup(rc, name);
+  ax_robj_resolver res = rc->resolver;
+  void *user = rc->resolver_user;
+  pthread_mutex_unlock(&rc->mu);
+  if (k || !res)
+    return k;
+  const ax_robj_kind *made = res(rc->node, name, user);
+  int taken;
+  if (!made || !made->name || strcmp(made->name, name) ||
+      (!made->create && !made->create_kind))
+    return NULL;
+  return kind_add(rc, made, &taken);
+}
+
+int axi_kind_create(const ax_robj_kind *k, ax_node *n, const char *config,
+                    ax_device dev, void **obj) {
+  return k->create_kind ? k->create_kind(k, n, config, dev, obj)
+                        : k->create(n, config, dev, obj);
 }
 
 int ax_robj_register(ax_node *n, const ax_robj_kind *kind) {
   axi_rctx *rc = axi_rctx_get();
-  if (!rc || rc->node != n || !kind || !kind->name || !kind->create)
+  if (!rc || rc->node != n || !kind || !kind->name ||
+      (!kind->create && !kind->create_kind))
     return ax_seterr(AX_EINVAL, "robj: node not initialised or bad kind");
-  if (axi_kind_find(rc, kind->name))
-    return ax_seterr(AX_ESTATE, "robj: kind %s already registered", kind->name);
-  struct axi_kindreg *r = calloc(1, sizeof *r);
-  if (!r)
+  int taken = 0;
+  if (!kind_add(rc, kind, &taken))
     return AX_ENOMEM;
-  r->k = kind;
+  return taken ? ax_seterr(AX_ESTATE, "robj: kind %s already registered",
+                           kind->name)
+               : AX_OK;
+}
+
+void ax_robj_set_resolver(ax_node *n, ax_robj_resolver fn, void *user) {
+  axi_rctx *rc = axi_rctx_get();
+  if (!rc || rc->node != n)
+    return;
   pthread_mutex_lock(&rc->mu);
-  r->next = rc->kinds;
-  rc->kinds = r;
+  rc->resolver = fn;
+  rc->resolver_user = user;
   pthread_mutex_unlock(&rc->mu);
-  return AX_OK;
 }
 
 /* A deferred method's reply travels like an immediate one: [results...,

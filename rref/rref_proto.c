@@ -161,7 +161,7 @@ static int h_create(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
       err = ax_seterr(AX_ENOTFOUND, "rref: no object kind %s on %s", fn,
                       rc->name);
     if (err == AX_OK)
-      err = k->create(rc->node, cfg, dev, &obj);
+      err = axi_kind_create(k, rc->node, cfg, dev, &obj);
     char msg[512];
     snprintf(msg, sizeof msg, "%s: %s", rc->name, err ? ax_errmsg() : "");
     axi_owned_settle(rc, e, err, err ? msg : NULL, NULL, err ? NULL : k, obj);

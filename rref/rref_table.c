@@ -314,6 +314,7 @@ void ax_rref_fini(ax_node *n) {
     free(k);
   }
   rc->kinds = NULL;
+  rc->resolver = NULL;
   if (survivors) /* handles or callbacks still point at rc: kept on purpose */
     return;
   pthread_cond_destroy(&rc->cv);

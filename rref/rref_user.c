@@ -59,7 +59,7 @@ static int create_local(axi_rctx *rc, int mode, const char *fn,
   if (mode) {
     const ax_robj_kind *k = axi_kind_find(rc, fn);
     void *obj = NULL;
-    err = k ? k->create(rc->node, cfg, dev, &obj)
+    err = k ? axi_kind_create(k, rc->node, cfg, dev, &obj)
             : ax_seterr(AX_ENOTFOUND, "rref: no object kind %s", fn);
     if (err)
       snprintf(msg, sizeof msg, "%s: %s", rc->name, ax_errmsg());

@@ -3,6 +3,8 @@
 #include "runtime/pipeline/pipeline.h"
 #include "tests/mp_testutil.h"
 
+#include "rpc/launch.h"
+
 int64_t rt_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -286,7 +288,9 @@ int mt_start_each(const char *drv_name, const char *const *names, int k,
 }
 
 void mt_end(ax_node *drv, const pid_t *pids, int k) {
-  for (int i = 0; i < k; i++)
-    rt_stop_agent(pids[i], SIGTERM, 15000);
+  pid_t left[MT_MAX_AGENTS];
+  int n = k < MT_MAX_AGENTS ? k : MT_MAX_AGENTS;
+  memcpy(left, pids, sizeof *left * (size_t)n);
+  ax_local_end_world(drv, n, left, 15000, NULL, "mt_end");
   dt_driver_end(drv);
 }

@@ -113,8 +113,9 @@ int mt_start(const char *drv_name, const char *const *names, int k,
 int mt_start_each(const char *drv_name, const char *const *names, int k,
                   const char *const *const *args, pid_t *pids, ax_node **drv);
 
-/* Ends such a world: stops every agent with SIGTERM (up to 15 s each,
- * exit status not checked), then ends the master node. */
+/* Ends such a world: tells every agent to leave (ax_local_end_world: the
+ * world shutdown, up to 15 s, then SIGTERM as the fallback; exit status not
+ * checked), then ends the master node. */
 void mt_end(ax_node *drv, const pid_t *pids, int k);
 
 #endif

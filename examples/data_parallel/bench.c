@@ -48,8 +48,8 @@ int dp_bench_allreduce(const dp_opts *o) {
            2.0 * (N - 1) / N * bytes / per / 1e6);
   if (rc != AX_OK)
     fprintf(stderr, "dp: bench: %s: %s\n", ax_errname(rc), ax_errmsg());
-  if (g) {
-    struct timespec ts = {1, 0};
+  if (g && (rc != AX_OK || dp_leave(n, o->rank) != AX_OK)) {
+    struct timespec ts = {1, 0}; /* see dp_state_close */
     nanosleep(&ts, NULL);
   }
   ax_coll_group_free(g);

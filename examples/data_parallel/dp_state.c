@@ -133,12 +133,32 @@ int dp_state_finish(dp_state *s, double *rate, double *total, double *acc) {
   return rc;
 }
 
+int dp_leave(ax_node *n, int rank) {
+  int rc;
+  if (rank == 0) {
+    ax_world_report rep;
+    rc = ax_node_shutdown_world(n, 60000, &rep);
+  } else { /* rank 0 evaluates first */
+    rc = ax_node_wait_leave(n, 600000);
+    if (rc == AX_EPEERDOWN) {
+      fprintf(stderr, "dp: rank %d: %s; leaving\n", rank, ax_errmsg());
+      rc = AX_OK;
+    }
+  }
+  if (rc != AX_OK)
+    fprintf(stderr, "dp: rank %d: leave: %s: %s\n", rank, ax_errname(rc),
+            ax_errmsg());
+  return rc;
+}
+
 void dp_state_close(dp_state *s) {
   if (s->group) {
-    /* The last collective completes on every member within a few message
-     * times; wait that long so no one sees this node leave mid-operation. */
+    /* Without an ended world (an error), the last collective completes on
+     * every member within a few message times: wait that long so no one
+     * sees this node leave mid-operation. */
     struct timespec ts = {1, 0};
-    nanosleep(&ts, NULL);
+    if (!s->left)
+      nanosleep(&ts, NULL);
     ax_coll_group_free(s->group);
   }
   if (s->node) {

@@ -35,6 +35,7 @@ typedef struct dp_state {
   ax_tensor *center;     /* EASGD centre variable, or NULL */
   ax_tensor *aux1, *aux2; /* (n_params) scratch */
   ax_tensor *sync;       /* (3): step, position, epoch */
+  int left;              /* the world ended (dp_leave) */
 } dp_state;
 
 /* Creates the node, joins, forms the ring and builds everything. */
@@ -44,6 +45,12 @@ int dp_state_open(dp_state *s, const dp_opts *o);
  * D-PSGD: the replicas' average; batch-norm statistics averaged), its test
  * accuracy on rank 0 (-1 elsewhere) and the parameter dump. */
 int dp_state_finish(dp_state *s, double *rate, double *total, double *acc);
+/* Ends the world once every replica is done: rank 0 (the rendezvous
+ * master) with ax_node_shutdown_world, which waits for the others' last
+ * messages; the others say they are done and wait to be told to leave (a
+ * master already gone leaves nobody to wait for). So no replica leaves while
+ * another still exchanges with it. */
+int dp_leave(ax_node *n, int rank);
 /* Frees everything, checking that no call, future, RRef or context is
  * left. NULL-safe parts. */
 void dp_state_close(dp_state *s);

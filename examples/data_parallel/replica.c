@@ -227,6 +227,8 @@ int dp_replica(const dp_opts *o) {
   }
   double rate = samples / secs, total = rate * s->world, acc = -1;
   rc = dp_state_finish(s, &rate, &total, &acc);
+  if (rc == AX_OK && (rc = dp_leave(s->node, o->rank)) == AX_OK)
+    s->left = 1;
   printf("dp: result rank=%d world=%d algo=%s model=%s steps=%ld "
          "loss_first=%.4f loss_last=%.4f acc=%.4f samples_per_s=%.1f "
          "replica_samples_per_s=%.1f reforms=%d",

@@ -343,6 +343,13 @@ int ps_server_main(const ps_opts *o) {
     fprintf(stderr, "server: %s: %s\n", ax_strerror(rc), ax_errmsg());
   ax_rref_release(g_model_rref);
   g_model_rref = NULL;
+  /* End the world: the trainers (all done or down by now) leave. */
+  ax_world_report rep;
+  int ended = n ? ax_node_shutdown_world(n, 20000, &rep) : AX_OK;
+  if (ended != AX_OK && rc == AX_OK)
+    fprintf(stderr, "server: %s\n", ax_errmsg());
+  else
+    ended = AX_OK; /* an earlier error is reported already */
   int leaks = n ? ps_check_leaks(n, "server") : 0;
   if (n)
     ax_node_shutdown(n, 5000);
@@ -353,5 +360,5 @@ int ps_server_main(const ps_opts *o) {
     ax_tensor_release(m.grad[r]);
   ax_optim_free(m.opt);
   ax_net_free(m.net);
-  return rc != AX_OK ? 1 : leaks;
+  return rc != AX_OK || ended != AX_OK ? 1 : leaks;
 }

@@ -126,6 +126,13 @@ int ps_trainer_main(const ps_opts *o) {
     rc = ax_node_join(n, 120000);
   if (rc == AX_OK)
     rc = train(o, n, net, ds, name);
+  /* Done: stay until the server ends the world (a failed trainer leaves at
+   * once; the server counts it as down). */
+  if (rc == AX_OK && (rc = ax_node_wait_leave(n, o->timeout_ms)) ==
+                         AX_EPEERDOWN) {
+    printf("%s: %s; leaving\n", name, ax_errmsg());
+    rc = AX_OK;
+  }
   if (rc != AX_OK)
     fprintf(stderr, "%s: %s: %s\n", name, ax_strerror(rc), ax_errmsg());
   int leaks = n ? ps_check_leaks(n, name) : 0;

@@ -331,17 +331,12 @@ int rl_agent_main(const rl_opts *o) {
     if (users)
       nanosleep(&(struct timespec){0, 20000000}, NULL);
   }
-  for (int i = 1; n && i <= o->observers; i++) {
-    char to[32];
-    snprintf(to, sizeof to, "observer%d", i);
-    if (ax_node_peer_is_down(n, to))
-      continue;
-    ax_values *r = NULL;
-    ax_call_opts co = {.timeout_ms = 10000};
-    if (ax_rpc_sync(n, to, "rl.finish", NULL, &co, &r) != AX_OK)
-      fprintf(stderr, "agent: %s: rl.finish: %s\n", to, ax_errmsg());
-    ax_values_free(r);
-  }
+  /* End the world: every observer finishes what it is doing, then leaves
+   * (those already down are skipped). */
+  ax_world_report rep;
+  int ended = n ? ax_node_shutdown_world(n, 20000, &rep) : AX_OK;
+  if (ended != AX_OK)
+    fprintf(stderr, "agent: %s\n", ax_errmsg());
   int leaks = n ? rl_check_leaks(n, "agent") : 0;
   if (n)
     ax_node_shutdown(n, 5000);
@@ -353,7 +348,7 @@ int rl_agent_main(const rl_opts *o) {
   }
   ax_optim_free(opt);
   ax_net_free(a.net);
-  if (rc != AX_OK || leaks)
+  if (rc != AX_OK || leaks || ended != AX_OK)
     return 1;
   return solved ? 0 : 3;
 }

@@ -6,7 +6,6 @@
  * whole episode on one of this node's worker threads (the observer serves
  * one episode at a time; its calls to the agent are bounded by their
  * deadlines). */
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,9 +15,6 @@
 #include "rl.h"
 
 static const rl_opts *g_o;
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
-static int g_finish;
 
 typedef struct observer {
   int id;
@@ -109,26 +105,6 @@ static const ax_robj_kind o_kind = {.name = "rl.observer", .create = o_create,
                                     .destroy = o_destroy,
                                     .methods = o_methods};
 
-/* "rl.finish" []: the agent is done with this observer. */
-static int fn_finish(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
-                     void *user) {
-  pthread_mutex_lock(&g_mu);
-  g_finish = 1;
-  pthread_cond_broadcast(&g_cv);
-  pthread_mutex_unlock(&g_mu);
-  return AX_OK;
-}
-
-static void on_peer_down(ax_node *n, const char *peer, void *user) {
-  ax_rref_peer_down(n, peer);
-  if (!strcmp(peer, "agent")) {
-    pthread_mutex_lock(&g_mu);
-    g_finish = 2;
-    pthread_cond_broadcast(&g_cv);
-    pthread_mutex_unlock(&g_mu);
-  }
-}
-
 int rl_observer_main(const rl_opts *o) {
   char name[32];
   snprintf(name, sizeof name, "observer%d", o->rank);
@@ -147,25 +123,15 @@ int rl_observer_main(const rl_opts *o) {
   if (rc == AX_OK)
     rc = ax_robj_register(n, &o_kind);
   if (rc == AX_OK)
-    rc = ax_rpc_register(n, "rl.finish", fn_finish, NULL);
-  if (rc == AX_OK) {
-    ax_node_on_peer_down(n, on_peer_down, NULL);
     rc = ax_node_join(n, 120000);
-  }
-  if (rc == AX_OK) {
-    struct timespec end;
-    clock_gettime(CLOCK_REALTIME, &end);
-    end.tv_sec += o->timeout_ms / 1000;
-    pthread_mutex_lock(&g_mu);
-    while (!g_finish &&
-           pthread_cond_timedwait(&g_cv, &g_mu, &end) == 0)
-      ;
-    if (!g_finish)
-      rc = ax_seterr(AX_ETIMEOUT, "the agent never finished");
-    else if (g_finish == 2)
-      rc = ax_seterr(AX_EPEERDOWN, "the agent went down");
-    pthread_mutex_unlock(&g_mu);
-  }
+  /* An observer only serves: its part is done from the start. It stays
+   * until the agent ends the world, which waits for the episodes in flight,
+   * so it never leaves while the agent still needs it, nor sees the agent
+   * leave first. */
+  if (rc == AX_OK && (rc = ax_node_wait_leave(n, o->timeout_ms)) != AX_OK)
+    rc = ax_seterr(rc, "%s", rc == AX_EPEERDOWN ? "the agent went down"
+                             : rc == AX_ETIMEOUT ? "the agent never finished"
+                                                 : ax_errmsg());
   if (rc != AX_OK)
     fprintf(stderr, "%s: %s: %s\n", name, ax_strerror(rc), ax_errmsg());
   int leaks = n ? rl_check_leaks(n, name) : 0;

@@ -1,5 +1,5 @@
-/* Model stages as remote module kinds ("mlp.stage", "resnet20.stage",
- * "bert.stage") and their parameter-set objects. */
+/* Model stages as remote module kinds ("NAME.stage" for every built-in or
+ * registered model) and their parameter-set objects. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -325,20 +325,57 @@ static const ax_robj_method_def g_stage_methods[] = {
     {"parameters", m_parameters}, {NULL, NULL},
 };
 
-#define STAGE_KIND(var, model, str)                                            \
-  static int var##_create(ax_node *n, const char *cfg, ax_device dev,          \
-                          void **obj) {                                        \
-    return axd_stage_create(n, model, cfg, dev, obj);                              \
-  }                                                                            \
-  static const ax_robj_kind var = {str, var##_create, stage_destroy,           \
-                                   g_stage_methods};
-STAGE_KIND(k_mlp, "mlp", "mlp.stage")
-STAGE_KIND(k_resnet, "resnet20", "resnet20.stage")
-STAGE_KIND(k_bert, "bert", "bert.stage")
+/* ---- kinds ------------------------------------------------------------------------ */
+/* One "NAME.stage" kind per model, made on first use by the RRef layer's
+ * resolver, so models registered before or after ax_dist_init are served
+ * alike. Kinds are process-wide and never freed (they must outlive every
+ * node; there is at most one per known model). */
+typedef struct stage_kind {
+  ax_robj_kind kind; /* first: create_kind gets &kind */
+  char name[AX_MODEL_NAME_MAX + 8];
+  char model[AX_MODEL_NAME_MAX];
+  struct stage_kind *next;
+} stage_kind;
+
+static pthread_mutex_t g_kinds_mu = PTHREAD_MUTEX_INITIALIZER;
+static stage_kind *g_kinds;
+
+static int stage_kind_create(const ax_robj_kind *kind, ax_node *n,
+                             const char *cfg, ax_device dev, void **obj) {
+  return axd_stage_create(n, ((const stage_kind *)kind)->model, cfg, dev, obj);
+}
+
+static const ax_robj_kind *resolve_stage_kind(ax_node *n, const char *kind,
+                                              void *user) {
+  static const char suffix[] = ".stage";
+  size_t len = strlen(kind), sl = sizeof suffix - 1;
+  if (len <= sl || len - sl >= AX_MODEL_NAME_MAX ||
+      strcmp(kind + len - sl, suffix))
+    return NULL;
+  char model[AX_MODEL_NAME_MAX];
+  memcpy(model, kind, len - sl);
+  model[len - sl] = 0;
+  if (!ax_model_find(model))
+    return NULL;
+  pthread_mutex_lock(&g_kinds_mu);
+  stage_kind *k = g_kinds;
+  while (k && strcmp(k->model, model))
+    k = k->next;
+  if (!k && (k = calloc(1, sizeof *k))) {
+    snprintf(k->model, sizeof k->model, "%s", model);
+    snprintf(k->name, sizeof k->name, "%s", kind);
+    k->kind = (ax_robj_kind){.name = k->name,
+                             .destroy = stage_destroy,
+                             .methods = g_stage_methods,
+                             .create_kind = stage_kind_create};
+    k->next = g_kinds;
+    g_kinds = k;
+  }
+  pthread_mutex_unlock(&g_kinds_mu);
+  return k ? &k->kind : NULL;
+}
 
 int axd_stages_register(ax_node *n) {
-  AX_TRY(ax_robj_register(n, &k_mlp));
-  AX_TRY(ax_robj_register(n, &k_resnet));
-  AX_TRY(ax_robj_register(n, &k_bert));
+  ax_robj_set_resolver(n, resolve_stage_kind, NULL);
   return ax_robj_register(n, &axd_params_kind);
 }

@@ -1,8 +1,12 @@
 /* Remote modules: model stages created by name on agents, and the
  * distributed optimizer over their parameters.
  *
- * Kinds "mlp.stage", "resnet20.stage" and "bert.stage" (registered by
- * ax_dist_init) build blocks [splits[stage], splits[stage+1]) of the model
+ * Kinds "NAME.stage", one for every model ax_model_find knows on the node
+ * that creates the object: the built-ins ("mlp.stage", "resnet20.stage",
+ * "bert.stage", "sleep.stage") and every model registered with
+ * ax_model_register (models/model.h), whether it was registered before or
+ * after ax_dist_init (ax_dist_init installs an RRef kind resolver,
+ * ax_robj_set_resolver, that makes the kind on first use). They build blocks [splits[stage], splits[stage+1]) of the model
  * with the same initialisation as the whole model. Configuration: stage=K,
  * splits=B0/B1/.../BK (block bounds; default: uniform over nstages=N,
  * default 1), seed=S (default 1); every other key overrides the model's
@@ -26,6 +30,37 @@
  *  - "gradients" []: [the context's accumulated gradients (P)] under the
  *    call's autograd context (AX_ENOTFOUND when none).
  * Calls on one stage are serialised by a lock (shared with its optimizer).
+ *
+ * Gradient buffers and their keys. A differentiable remote object
+ * accumulates its parameter gradients per distributed autograd context, in
+ * the buffer ax_dist_grads(node, ctx, key, n, dev) returns (autograd.h), and
+ * never in a net's own gradient buffer. The key names the owner of the
+ * parameters on its node: it must be the same for the object's backward
+ * (which writes the buffer) and its optimizer step (which reads it with
+ * ax_dist_get_gradients), and distinct from every other owner's key on that
+ * node. Model stages draw theirs from a process-wide counter starting at 1;
+ * an object of a user kind can take its own address, (uint64_t)(uintptr_t)
+ * obj, which never collides with those. A buffer lives as long as its
+ * context on that node (until ax_dist_context_release reaches it).
+ *
+ * The contract of a remote object the distributed optimizer steps. Any
+ * object kind (not only "stage.params") whose RRefs are passed to
+ * ax_dist_optim_new must provide two methods:
+ *  - "optim_init" [str config]: creates or replaces the object's local
+ *    optimizer from a models/optim.h configuration ("opt=sgd,lr=0.05").
+ *    Called once per object by ax_dist_optim_new, without an autograd
+ *    context; an error fails ax_dist_optim_new.
+ *  - "step" []: one update with the gradients of the call's autograd
+ *    context, which is current on the handler's thread
+ *    (ax_autograd_ctx_current). It reads them with ax_dist_get_gradients
+ *    under its key; AX_ENOTFOUND means the object got no gradient in that
+ *    context, and it must then leave its parameters and optimizer state
+ *    unchanged (issue 10; "stage.params" still steps with zeros there). It
+ *    answers [] or an error, which ax_dist_optim_step returns.
+ * Both may run on any worker thread, concurrently with the object's other
+ * methods (e.g. a backward of another context): the object serialises them
+ * with its own lock, as stages do. ax_dist_optim_step calls "step" on every
+ * object in parallel and waits for all of them.
  */
 #ifndef AX_DIST_STAGE_H
 #define AX_DIST_STAGE_H
