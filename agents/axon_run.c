@@ -50,7 +50,9 @@ static void usage(FILE *f) {
 "  --agents A,B,...      running agents, stage s on the s-th\n"
 "  --master HOST:PORT    the agents' master (joining running agents)\n"
 "  --mode MODE           %s (pipedream)\n"
-"  --microbatches M      micro-batches per mini-batch, gpipe/1f1b (4)\n"
+"  --microbatches M      micro-batches per mini-batch, gpipe/1f1b/2bw/\n"
+"                        interleaved (4)\n"
+"  --chunks V            interleaved: stages per agent (2)\n"
 "  --recompute R         gpipe: always|except-last|never (never)\n"
 "  --partition P         uniform|balanced (uniform)\n"
 "  --trace FILE          Chrome-trace JSON of every forward, backward, send\n"
@@ -96,6 +98,7 @@ int main(int argc, char **argv) {
       {"local", 1, 0, 1000},     {"stages", 1, 0, 1001},
       {"agents", 1, 0, 1002},    {"master", 1, 0, 1003},
       {"mode", 1, 0, 1004},      {"microbatches", 1, 0, 1005},
+      {"chunks", 1, 0, 1015},
       {"recompute", 1, 0, 1006}, {"partition", 1, 0, 1007},
       {"trace", 1, 0, 1008},     {"agent-threads", 1, 0, 1009},
       {"plugin", 1, 0, 1010},    {0, 0, 0, 0}};
@@ -148,6 +151,7 @@ int main(int argc, char **argv) {
       }
       break;
     case 1005: pa.M = atoi(optarg); break;
+    case 1015: pa.chunks = atoi(optarg); break;
     case 1006:
       if (ax_pipe_recompute_parse(optarg, &pa.recompute) != AX_OK) {
         fprintf(stderr, "axon-run: %s\n", ax_errmsg());
@@ -184,11 +188,13 @@ int main(int argc, char **argv) {
     o.progress = NULL;
   if (pipe) {
     if (pa.local < 0 || pa.local > AX_PIPE_MAX_STAGES || pa.M < 1 ||
+        pa.chunks < 0 || pa.chunks > AX_PIPE_MAX_STAGES ||
         (!pa.local && (pa.K < 1 || pa.K > AX_PIPE_MAX_STAGES || !pa.agents ||
                        !pa.master))) {
       fprintf(stderr, "axon-run: a pipeline needs --local K (1..%d), or "
               "--stages K --agents a,b,... --master HOST:PORT; "
-              "--microbatches >= 1\n", AX_PIPE_MAX_STAGES);
+              "--microbatches >= 1; --chunks 0..%d\n", AX_PIPE_MAX_STAGES,
+              AX_PIPE_MAX_STAGES);
       return 2;
     }
     if (strcmp(pa.partition, "uniform") && strcmp(pa.partition, "balanced")) {

@@ -14,6 +14,7 @@ typedef struct axr_pipe_args {
   uint64_t seed;
   ax_device device;
   int K, M, mode, recompute, local, agent_threads, quiet;
+  int chunks; /* stages per agent for chunked modes (--chunks) */
   const char *const *agents; /* K names (--agents), or set by --local */
   const char *master;        /* --master HOST:PORT when joining agents */
   const char *partition, *trace, *csv;

@@ -186,14 +186,19 @@ static void add_coordinator_view(const axr_pipe_args *a, ax_pipe *p,
   }
 }
 
+/* Stages of the run: the agents, times --chunks for chunked modes. */
+static int axr_stages(const axr_pipe_args *a) {
+  return a->K * ax_pipe_chunks(a->mode, a->chunks);
+}
+
 /* Trace (the stages' events) and per-step metrics. */
 static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
                           double t0) {
   ax_trace *tr = ax_trace_new(0);
   if (!tr)
     return;
-  for (int s = 0; s < a->K; s++) {
-    ax_trace_name_process(tr, s, a->agents[s]);
+  for (int s = 0; s < axr_stages(a); s++) {
+    ax_trace_name_process(tr, s, a->agents[s % a->K]);
     ax_trace_name_thread(tr, s, 0, "compute");
     ax_trace_name_thread(tr, s, 1, "recv");
     ax_trace_name_thread(tr, s, 2, "send");
@@ -205,7 +210,7 @@ static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
   if (a->trace && ax_trace_write(tr, a->trace) != AX_OK)
     fprintf(stderr, "axon-run: trace: %s\n", ax_errmsg());
   ax_metrics_csv *csv = NULL;
-  if (a->csv && ax_metrics_csv_open(a->csv, a->K, &csv) != AX_OK)
+  if (a->csv && ax_metrics_csv_open(a->csv, axr_stages(a), &csv) != AX_OK)
     fprintf(stderr, "axon-run: csv: %s\n", ax_errmsg());
   ax_trace_event *all = NULL;
   size_t n = 0;
@@ -214,7 +219,7 @@ static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
   ax_pipe_get_stats(p, &st);
   for (long t = 0; csv && t < f->steps; t++) {
     ax_step_metrics m;
-    ax_metrics_init(&m, t, a->K);
+    ax_metrics_init(&m, t, axr_stages(a));
     m.samples = f->batch;
     m.loss = f->loss[t];
     m.coord_bytes = (int64_t)(st.coord_bytes / (uint64_t)(f->steps ? f->steps : 1));
@@ -223,7 +228,7 @@ static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
     if (t1u <= t0u)
       t1u = t0u + 1;
     ax_metrics_from_events(&m, all, n, t0u, t1u);
-    for (int s = 0; s < a->K; s++)
+    for (int s = 0; s < axr_stages(a); s++)
       m.peak_mem[s] = (size_t)st.peak_bytes[s];
     ax_metrics_csv_row(csv, &m);
   }
@@ -250,13 +255,13 @@ static int run(const axr_pipe_args *a, ax_node *node) {
   ax_model_info info;
   if (rc == AX_OK)
     rc = def->describe(&mcfg, &info);
-  if (rc == AX_OK && a->K > info.n_blocks)
-    rc = ax_seterr(AX_EINVAL, "%d stages for %d blocks", a->K, info.n_blocks);
+  if (rc == AX_OK && axr_stages(a) > info.n_blocks)
+    rc = ax_seterr(AX_EINVAL, "%d stages for %d blocks", axr_stages(a), info.n_blocks);
   if (rc == AX_OK && a->partition && !strcmp(a->partition, "balanced")) {
     ax_tlist in = {0}, lab = {0};
     ax_loader_start(f.ld, 0);
     rc = ax_loader_next(f.ld, &in, &lab);
-    ax_partition_opts po = {a->K, ax_pipe_mode_name(a->mode), a->M,
+    ax_partition_opts po = {axr_stages(a), ax_pipe_mode_name(a->mode), a->M,
                             a->recompute, 0, 0, 0};
     ax_partition_report rep;
     if (rc == AX_OK)
@@ -265,19 +270,19 @@ static int run(const axr_pipe_args *a, ax_node *node) {
     ax_tlist_clear(&in);
     ax_tlist_clear(&lab);
   } else if (rc == AX_OK) {
-    rc = ax_split_uniform(info.n_blocks, a->K, bounds);
+    rc = ax_split_uniform(info.n_blocks, axr_stages(a), bounds);
   }
   char sb[256];
   if (rc == AX_OK)
     fprintf(stderr, "axon-run: %s on %s, %s, %d stages (blocks %s), %d "
             "micro-batches, batch %d\n", a->model, a->dataset,
-            ax_pipe_mode_name(a->mode), a->K,
-            ax_partition_format(bounds, a->K, sb, sizeof sb),
+            ax_pipe_mode_name(a->mode), axr_stages(a),
+            ax_partition_format(bounds, axr_stages(a), sb, sizeof sb),
             ax_pipe_units(a->mode, a->M), a->batch);
   ax_pipe *p = NULL;
   ax_pipe_opts o = {a->model, a->model_config, a->K, a->agents, bounds,
                     a->mode, a->M, a->recompute, a->optim, a->seed, a->device,
-                    120000};
+                    120000, NULL, a->chunks};
   if (rc == AX_OK)
     rc = ax_pipe_new(node, &o, &p);
   long per_epoch = f.ld ? ax_loader_batches(f.ld) : 0;
@@ -314,15 +319,15 @@ static int run(const axr_pipe_args *a, ax_node *node) {
     printf("summary: model=%s dataset=%s mode=%s stages=%d micro=%d steps=%ld"
            " final_loss=%.4f test_accuracy=%.2f%% samples_per_s=%.1f "
            "ms_per_step=%.1f coordinator_bytes_per_step=%.0f train_seconds="
-           "%.1f\n", a->model, a->dataset, ax_pipe_mode_name(a->mode), a->K,
+           "%.1f\n", a->model, a->dataset, ax_pipe_mode_name(a->mode), axr_stages(a),
            ax_pipe_units(a->mode, a->M), f.steps, f.steps ? f.loss[f.steps - 1] : 0.0, 100.0 * acc,
            (double)(f.steps * a->batch) / st.seconds,
            1e3 * st.seconds / (double)total, (double)st.coord_bytes / total,
            st.seconds);
     printf("stages:");
-    for (int s = 0; s < a->K; s++)
+    for (int s = 0; s < axr_stages(a); s++)
       printf(" [%d %s busy %.0f%% peak states %d versions %d state %.1f MB]",
-             s, a->agents[s], 100 * st.busy_frac[s], st.peak_live[s],
+             s, a->agents[s % a->K], 100 * st.busy_frac[s], st.peak_live[s],
              st.peak_versions[s], (double)st.peak_bytes[s] / 1e6);
     printf("\n");
     if (a->trace)
