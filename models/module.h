@@ -113,7 +113,8 @@ typedef struct ax_module_ops {
    * ex->grads from what forward and backward_input saved in slot, then
    * drops that state. It depends on nothing but the slot and ex (it may
    * run long after B, with other slots' forwards and backwards between).
-   * NULL: nothing to do (parameter-free layers). */
+   * The built-in layers' weight halves read no parameter, only the slot,
+   * and write only ex->grads. NULL: nothing to do (parameter-free layers). */
   int (*backward_weight)(ax_module *m, const ax_exec *ex, ax_slot *slot);
 } ax_module_ops;
 

@@ -14,7 +14,9 @@
  *    the input half alone leaves the gradient buffer zero;
  *  - W later: F(u1) F(u2) B(u1) B(u2) W(u2) W(u1) on two slots of the one
  *    module, each unit with its own gradient buffer, give each unit's fused
- *    gradients bit for bit, and leave both slots empty.
+ *    gradients bit for bit, and leave both slots empty. The weight halves
+ *    run with a parameter buffer full of NaN (the built-in layers' weight
+ *    halves read no parameter).
  * need_dx is passed to every backward. Fails the test on a mismatch,
  * naming the unit and the first differing gradient. */
 void ax_test_split_matches_fused(ax_module *m, const ax_tlist *u1,
