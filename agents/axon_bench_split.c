@@ -8,8 +8,9 @@
  * times: a training forward (not timed) then the fused backward
  * (ax_backward), and a training forward then the input half
  * (ax_backward_input) and the weight half (ax_backward_weight), each
- * timed; the two orders alternate. Prints per block the mean fused, B and
- * W times and (B + W) / fused, then the model's totals. */
+ * timed; the two orders alternate. Prints per block the median fused, B
+ * and W times (a loaded host gives outliers) and (B + W) / fused, then the
+ * model's totals (sums of the blocks' medians). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,10 +90,29 @@ static int ones_like(const ax_tlist *out, ax_tlist *dout) {
   return AX_OK;
 }
 
-/* Times one block: t[0] fused, t[1] input half, t[2] weight half (sums of
- * seconds over reps). *out receives the block's output for the next. */
+/* The median of n values (sorts v). */
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Times one block: med[0] fused, med[1] input half, med[2] weight half
+ * (median seconds over reps). *out receives the block's output for the
+ * next block. */
 static int time_block(const split_opts *o, ax_net *net, const ax_tlist *in,
-                      ax_tlist *out, double t[3]) {
+                      ax_tlist *out, double med[3]) {
+  double *t[3] = {0};
+  for (int i = 0; i < 3; i++)
+    if (!(t[i] = calloc((size_t)o->reps, sizeof(double)))) {
+      for (int j = 0; j < i; j++)
+        free(t[j]);
+      return ax_seterr(AX_ENOMEM, "bench split: no memory");
+    }
   ax_exec ex = ax_net_exec(net, 1);
   ex.update_stats = 0;
   ex.need_dx = 1;
@@ -126,15 +146,19 @@ static int time_block(const split_opts *o, ax_net *net, const ax_tlist *in,
       rc = ax_device_synchronize(o->dev);
     double t2 = now_s();
     if (split) {
-      t[1] += t1 - t0;
-      t[2] += t2 - t1;
+      t[1][r / 2] = t1 - t0;
+      t[2][r / 2] = t2 - t1;
     } else {
-      t[0] += t2 - t0;
+      t[0][r / 2] = t2 - t0;
     }
     ax_tlist_clear(&din);
   }
   ax_tlist_clear(&dout);
   ax_slot_free(slot);
+  for (int i = 0; i < 3; i++) {
+    med[i] = median(t[i], o->reps);
+    free(t[i]);
+  }
   return rc;
 }
 
@@ -166,16 +190,15 @@ static int run(const split_opts *o) {
       total[i] += t[i];
     printf("bench split: block=%s fused_ms=%.3f b_ms=%.3f w_ms=%.3f "
            "ratio=%.3f\n",
-           info.block_names[b], 1e3 * t[0] / o->reps, 1e3 * t[1] / o->reps,
-           1e3 * t[2] / o->reps, (t[1] + t[2]) / t[0]);
+           info.block_names[b], 1e3 * t[0], 1e3 * t[1], 1e3 * t[2],
+           (t[1] + t[2]) / t[0]);
   }
   ax_tlist_clear(&cur);
   if (rc == AX_OK)
     printf("bench split: model=%s batch=%d threads=%d reps=%d "
            "fused_ms=%.3f b_ms=%.3f w_ms=%.3f ratio=%.3f\n",
-           o->model, o->batch, ax_cpu_threads(), o->reps,
-           1e3 * total[0] / o->reps, 1e3 * total[1] / o->reps,
-           1e3 * total[2] / o->reps, (total[1] + total[2]) / total[0]);
+           o->model, o->batch, ax_cpu_threads(), o->reps, 1e3 * total[0],
+           1e3 * total[1], 1e3 * total[2], (total[1] + total[2]) / total[0]);
   return rc;
 }
 
