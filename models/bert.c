@@ -60,7 +60,11 @@ typedef struct embed_priv {
 } embed_priv;
 
 /* Own parameters: token (vocab, H), position (seq, H), segment (types, H).
- * Children: 0 layer norm, 1 dropout. Slot: 0 = ids, 1 = segments. */
+ * Children: 0 layer norm, 1 dropout. Slot: 0 = ids, 1 = segments from
+ * forward until the tables' gradients are made; between the halves also
+ * 2 = the gradient of the summed embeddings (B, S, H), which the tables'
+ * gradients scatter. */
+enum { SAVE_IDS = 0, SAVE_SEG = 1, SAVE_DE = 2 };
 
 static int embed_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                          const ax_tlist *in, ax_tlist *out) {
@@ -108,8 +112,9 @@ static int embed_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   if (rc != AX_OK)
     return rc;
   if (slot) {
-    ax_slot_put(slot, 0, ids);
-    ax_slot_put(slot, 1, seg);
+    ax_slot_put(slot, SAVE_IDS, ids);
+    ax_slot_put(slot, SAVE_SEG, seg);
+    ax_slot_put(slot, SAVE_DE, NULL);
   }
   out->n = 2;
   out->t[0] = y;
@@ -117,39 +122,73 @@ static int embed_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-static int embed_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                          const ax_tlist *dout, ax_tlist *din) {
+/* Accumulates the three tables' gradients from de (B, S, H) and drops the
+ * saved ids and segments. */
+static int embed_tables_grad(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                             ax_tensor *de) {
   embed_priv *p = m->priv;
-  ax_tensor *ids = ax_slot_get(slot, 0), *seg = ax_slot_get(slot, 1);
-  if (!ids || !seg)
-    return axi_tf_no_state("bert embed");
-  AX_TRY(axi_tf_check_in("bert embed", dout, 1));
+  ax_tensor *ids = ax_slot_get(slot, SAVE_IDS),
+            *seg = ax_slot_get(slot, SAVE_SEG);
   int B = (int)ids->shape[0], S = (int)ids->shape[1], H = p->hidden;
-  ax_tensor *dh = NULL, *de = NULL;
-  int rc = axi_tf_child_bwd(m, 1, ex, slot, 1, dout->t[0], &dh);
-  if (rc == AX_OK)
-    rc = axi_tf_child_bwd(m, 0, ex, slot, 1, dh, &de); // (B, S, H)
   ax_backend *be = ax_backend_of(ids->device);
   float *gtok = ax_grad(m, ex, 0);
   float *gpos = gtok + (size_t)p->vocab * H;
   float *gtyp = gpos + (size_t)p->seq * H;
-  if (rc == AX_OK)
-    rc = AX_K(be, embedding_bwd, B * S, H, ax_i32(ids), ax_f32(de), gtok);
-  if (rc == AX_OK)
-    rc = AX_K(be, embedding_bwd, B * S, H, ax_i32(seg), ax_f32(de), gtyp);
-  if (rc == AX_OK && B * S > 0)
-    rc = AX_K(be, bias_grad, ax_f32(de), gpos, B, S * H, 1);
+  AX_TRY(AX_K(be, embedding_bwd, B * S, H, ax_i32(ids), ax_f32(de), gtok));
+  AX_TRY(AX_K(be, embedding_bwd, B * S, H, ax_i32(seg), ax_f32(de), gtyp));
+  if (B * S > 0)
+    AX_TRY(AX_K(be, bias_grad, ax_f32(de), gpos, B, S * H, 1));
+  ax_slot_put(slot, SAVE_IDS, NULL); /* the state is consumed */
+  ax_slot_put(slot, SAVE_SEG, NULL);
+  ax_slot_put(slot, SAVE_DE, NULL);
+  return AX_OK;
+}
+
+/* The backward walk: the children whole or their input halves (`part`);
+ * the whole backward then makes the tables' gradients at once, the input
+ * half keeps de for the weight half. */
+static int embed_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                      ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
+  if (!ax_slot_get(slot, SAVE_IDS) || !ax_slot_get(slot, SAVE_SEG) ||
+      ax_slot_get(slot, SAVE_DE))
+    return ax_slot_get(slot, SAVE_DE)
+               ? ax_seterr(AX_ESTATE, "bert embed: input half ran twice")
+               : axi_tf_no_state("bert embed");
+  AX_TRY(axi_tf_check_in("bert embed", dout, 1));
+  ax_tensor *dh = NULL, *de = NULL;
+  int rc = axi_tf_child_bwd(part, m, 1, ex, slot, 1, dout->t[0], &dh);
+  if (rc == AX_OK) // (B, S, H)
+    rc = axi_tf_child_bwd(part, m, 0, ex, slot, 1, dh, &de);
+  if (rc == AX_OK && part == AX_BWD_FULL)
+    rc = embed_tables_grad(m, ex, slot, de);
+  else if (rc == AX_OK)
+    ax_slot_put(slot, SAVE_DE, de);
   ax_tensor_release(dh);
   ax_tensor_release(de);
-  if (rc == AX_OK) { /* backward consumes the saved state */
-    ax_slot_put(slot, 0, NULL);
-    ax_slot_put(slot, 1, NULL);
-  }
   if (rc == AX_OK && ex->need_dx) { /* integer ids and the mask: no grads */
     din->n = 3;
     din->t[0] = din->t[1] = din->t[2] = NULL;
   }
   return rc;
+}
+
+static int embed_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                          const ax_tlist *dout, ax_tlist *din) {
+  return embed_walk(AX_BWD_FULL, m, ex, slot, dout, din);
+}
+
+static int embed_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                                const ax_tlist *dout, ax_tlist *din) {
+  return embed_walk(AX_BWD_INPUT, m, ex, slot, dout, din);
+}
+
+static int embed_backward_weight(ax_module *m, const ax_exec *ex,
+                                 ax_slot *slot) {
+  ax_tensor *de = ax_slot_get(slot, SAVE_DE);
+  if (!de || !ax_slot_get(slot, SAVE_IDS) || !ax_slot_get(slot, SAVE_SEG))
+    return ax_seterr(AX_ESTATE, "bert embed: weight half without input half");
+  AX_TRY(embed_tables_grad(m, ex, slot, de));
+  return ax_backward_weight_children(m, ex, slot);
 }
 
 static void embed_init(ax_module *m, float *params, float *buffers,
@@ -163,6 +202,8 @@ static const ax_module_ops embed_ops = {
     /* .backward = */ embed_backward,
     /* .init = */ embed_init,
     /* .destroy = */ NULL,
+    /* .backward_input = */ embed_backward_input,
+    /* .backward_weight = */ embed_backward_weight,
 };
 
 static ax_module *embed_new(const bert_cfg *c) {

@@ -49,14 +49,16 @@ static int chain_fwd(ax_module *m, const ax_exec *ex, ax_slot *slot, int first,
   return AX_OK;
 }
 
-/* Runs children last..first backward; the first child produces *dx only
- * when need_dx. */
-static int chain_bwd(ax_module *m, const ax_exec *ex, ax_slot *slot, int first,
-                     int last, int need_dx, ax_tensor *dy, ax_tensor **dx) {
+/* Runs children last..first backward (whole, or their input halves:
+ * `part`); the first child produces *dx only when need_dx. */
+static int chain_bwd(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                     ax_slot *slot, int first, int last, int need_dx,
+                     ax_tensor *dy, ax_tensor **dx) {
   ax_tensor *cur = ax_tensor_retain(dy);
   for (int i = last; i >= first; i--) {
     ax_tensor *next = NULL;
-    int rc = axi_tf_child_bwd(m, i, ex, slot, i > first || need_dx, cur, &next);
+    int rc = axi_tf_child_bwd(part, m, i, ex, slot, i > first || need_dx, cur,
+                              &next);
     ax_tensor_release(cur);
     if (rc != AX_OK)
       return rc;
@@ -125,8 +127,9 @@ static int heads_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-static int heads_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                          const ax_tlist *dout, ax_tlist *din) {
+/* The backward walk, each child whole or only its input half (`part`). */
+static int heads_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                      ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
   heads_priv *p = m->priv;
   ax_tensor *idx = ax_slot_get(slot, 0), *x = ax_slot_get(slot, 1);
   if (!idx || !x)
@@ -135,10 +138,10 @@ static int heads_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     return ax_seterr(AX_EINVAL, "bert heads: expected {dmlm, dnsp}");
   int B = (int)x->shape[0], H = p->hidden;
   ax_tensor *dxf = NULL, *dcls = NULL, *dx = NULL;
-  int rc = chain_bwd(m, ex, slot, C_MLM_DENSE, C_MLM_DEC, ex->need_dx,
+  int rc = chain_bwd(part, m, ex, slot, C_MLM_DENSE, C_MLM_DEC, ex->need_dx,
                      dout->t[0], &dxf); // (B S, H)
   if (rc == AX_OK)
-    rc = chain_bwd(m, ex, slot, C_POOL, C_NSP, ex->need_dx, dout->t[1],
+    rc = chain_bwd(part, m, ex, slot, C_POOL, C_NSP, ex->need_dx, dout->t[1],
                    &dcls); // (B, H)
   /* dxf is the fresh output of the dense backward, so the [CLS] gradient
    * can be added into it in place. */
@@ -161,12 +164,26 @@ static int heads_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
+static int heads_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                          const ax_tlist *dout, ax_tlist *din) {
+  return heads_walk(AX_BWD_FULL, m, ex, slot, dout, din);
+}
+
+/* The input half keeps nothing of its own: the dense layers keep their
+ * inputs and output gradients, the layer norm its (2, H) sums. */
+static int heads_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                                const ax_tlist *dout, ax_tlist *din) {
+  return heads_walk(AX_BWD_INPUT, m, ex, slot, dout, din);
+}
+
 static const ax_module_ops heads_ops = {
     /* .kind = */ "bert_heads",
     /* .forward = */ heads_forward,
     /* .backward = */ heads_backward,
     /* .init = */ NULL,
     /* .destroy = */ NULL,
+    /* .backward_input = */ heads_backward_input,
+    /* .backward_weight = */ ax_backward_weight_children,
 };
 
 ax_module *axi_bert_heads_new(int hidden, int vocab) {

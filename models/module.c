@@ -72,8 +72,8 @@ void ax_module_layout(ax_module *m, size_t param_base, size_t buf_base,
 
 void ax_module_init(ax_module *m, float *params, float *buffers, ax_rng *rng) {
   if (m->ops->init)
-    m->ops->init(m, params + m->param_off, buffers ? buffers + m->buf_off : NULL,
-                 rng);
+    m->ops->init(m, params + m->param_off,
+                 buffers ? buffers + m->buf_off : NULL, rng);
   for (int i = 0; i < m->n_children; i++)
     ax_module_init(m->children[i], params, buffers, rng);
 }
@@ -170,9 +170,11 @@ static int same_device(const ax_module *m, const ax_exec *ex, const char *call,
                        ax_device_str(dev, b, sizeof b));
   for (int i = 0; l && i < l->n; i++)
     if (l->t[i] && !ax_device_eq(l->t[i]->device, dev))
-      return ax_seterr(AX_EDEVICE, "%s(%s): %s %d on %s, parameters on %s "
-                       "(move it with ax_tensor_to)", call, m->ops->kind, what,
-                       i, ax_device_str(l->t[i]->device, a, sizeof a),
+      return ax_seterr(AX_EDEVICE,
+                       "%s(%s): %s %d on %s, parameters on %s "
+                       "(move it with ax_tensor_to)",
+                       call, m->ops->kind, what, i,
+                       ax_device_str(l->t[i]->device, a, sizeof a),
                        ax_device_str(dev, b, sizeof b));
   return AX_OK;
 }
@@ -192,18 +194,111 @@ int ax_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return rc;
 }
 
+/* The checks shared by the backward entry points (dout NULL for W). */
+static int bwd_check(const char *call, ax_module *m, const ax_exec *ex,
+                     ax_slot *slot, const ax_tlist *dout, int want_dout) {
+  if (!m || !ex || !ex->params || !ex->grads || !slot || (want_dout && !dout))
+    return ax_seterr(AX_EINVAL, "%s: missing module, exec, slot or grad", call);
+  return same_device(m, ex, call, "output gradient", dout);
+}
+
+static int no_split(const ax_module *m) {
+  return ax_seterr(AX_EUNSUPPORTED, "%s has no split backward (no input half)",
+                   m->ops->kind);
+}
+
 int ax_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                 const ax_tlist *dout, ax_tlist *din) {
   din->n = 0;
-  if (!m || !ex || !ex->params || !ex->grads || !slot || !dout)
-    return ax_seterr(AX_EINVAL, "backward: missing module, exec, slot or grad");
-  if (!m->ops->backward)
-    return ax_seterr(AX_EUNSUPPORTED, "backward: %s has none", m->ops->kind);
-  AX_TRY(same_device(m, ex, "backward", "output gradient", dout));
-  int rc = m->ops->backward(m, ex, slot, dout, din);
+  AX_TRY(bwd_check("backward", m, ex, slot, dout, 1));
+  const ax_module_ops *o = m->ops;
+  if (!o->backward && !o->backward_input)
+    return ax_seterr(AX_EUNSUPPORTED, "backward: %s has none", o->kind);
+  int rc;
+  if (o->backward) {
+    rc = o->backward(m, ex, slot, dout, din);
+  } else { /* the two halves back to back */
+    rc = o->backward_input(m, ex, slot, dout, din);
+    if (rc == AX_OK && o->backward_weight)
+      rc = o->backward_weight(m, ex, slot);
+  }
   if (rc != AX_OK)
     ax_tlist_clear(din);
   return rc;
+}
+
+int ax_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                      const ax_tlist *dout, ax_tlist *din) {
+  din->n = 0;
+  AX_TRY(bwd_check("backward_input", m, ex, slot, dout, 1));
+  if (!m->ops->backward_input)
+    return no_split(m);
+  int rc = m->ops->backward_input(m, ex, slot, dout, din);
+  if (rc != AX_OK)
+    ax_tlist_clear(din);
+  return rc;
+}
+
+int ax_backward_weight(ax_module *m, const ax_exec *ex, ax_slot *slot) {
+  AX_TRY(bwd_check("backward_weight", m, ex, slot, NULL, 0));
+  if (!m->ops->backward_input)
+    return no_split(m);
+  return m->ops->backward_weight ? m->ops->backward_weight(m, ex, slot) : AX_OK;
+}
+
+int ax_module_can_split(const ax_module *m) {
+  if (!m || !m->ops->backward_input)
+    return 0;
+  for (int i = 0; i < m->n_children; i++)
+    if (!ax_module_can_split(m->children[i]))
+      return 0;
+  return 1;
+}
+
+int ax_backward_part(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                     ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
+  return part == AX_BWD_INPUT ? ax_backward_input(m, ex, slot, dout, din)
+                              : ax_backward(m, ex, slot, dout, din);
+}
+
+/* Trainable floats of a subtree (the module's own plus its children's). */
+static size_t subtree_params(const ax_module *m) {
+  size_t n = m->n_params;
+  for (int i = 0; i < m->n_children; i++)
+    n += subtree_params(m->children[i]);
+  return n;
+}
+
+/* Reports child i's whole parameter range to ex->grad_ready, if any. */
+static void report_ready(const ax_module *m, int i, const ax_exec *ex) {
+  if (!ex->grad_ready)
+    return;
+  size_t n = subtree_params(m->children[i]);
+  if (n > 0)
+    ex->grad_ready(ex->grad_ready_user, m->children[i]->param_off, n);
+}
+
+/* Every child's weight half, last child first; with `report`, each child's
+ * range goes to ex->grad_ready once its weight half is done. */
+static int children_weight(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                           int report) {
+  ax_exec cex = *ex;
+  cex.grad_ready = NULL; /* only the caller reports */
+  cex.grad_ready_user = NULL;
+  for (int i = m->n_children - 1; i >= 0; i--) {
+    ax_slot *cs = ax_slot_child(slot, i);
+    if (!cs)
+      return ax_seterr(AX_ENOMEM, "%s: out of memory", m->ops->kind);
+    AX_TRY(ax_backward_weight(m->children[i], &cex, cs));
+    if (report)
+      report_ready(m, i, ex);
+  }
+  return AX_OK;
+}
+
+int ax_backward_weight_children(ax_module *m, const ax_exec *ex,
+                                ax_slot *slot) {
+  return children_weight(m, ex, slot, 0);
 }
 
 /* ---- sequential ---- */
@@ -233,16 +328,10 @@ static int seq_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-/* Trainable floats of a subtree (the module's own plus its children's). */
-static size_t subtree_params(const ax_module *m) {
-  size_t n = m->n_params;
-  for (int i = 0; i < m->n_children; i++)
-    n += subtree_params(m->children[i]);
-  return n;
-}
-
-static int seq_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                        const ax_tlist *dout, ax_tlist *din) {
+/* The backward walk: each child's whole backward (reported to grad_ready)
+ * or its input half, last child first, threading the gradients. */
+static int seq_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                    ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
   ax_tlist cur = *dout;
   int owned = 0;
   for (int i = m->n_children - 1; i >= 0; i--) {
@@ -251,17 +340,14 @@ static int seq_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     cex.grad_ready = NULL; /* only the outermost container reports */
     cex.grad_ready_user = NULL;
     ax_tlist next = {0};
-    int rc = ax_backward(m->children[i], &cex, ax_slot_child(slot, i), &cur,
-                         &next);
+    int rc = ax_backward_part(part, m->children[i], &cex,
+                              ax_slot_child(slot, i), &cur, &next);
     if (owned)
       ax_tlist_clear(&cur);
     if (rc != AX_OK)
       return rc;
-    if (ex->grad_ready) {
-      size_t n = subtree_params(m->children[i]);
-      if (n > 0)
-        ex->grad_ready(ex->grad_ready_user, m->children[i]->param_off, n);
-    }
+    if (part == AX_BWD_FULL)
+      report_ready(m, i, ex);
     cur = next;
     owned = 1;
   }
@@ -273,12 +359,28 @@ static int seq_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
+static int seq_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                        const ax_tlist *dout, ax_tlist *din) {
+  return seq_walk(AX_BWD_FULL, m, ex, slot, dout, din);
+}
+
+static int seq_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                              const ax_tlist *dout, ax_tlist *din) {
+  return seq_walk(AX_BWD_INPUT, m, ex, slot, dout, din);
+}
+
+static int seq_backward_weight(ax_module *m, const ax_exec *ex, ax_slot *slot) {
+  return children_weight(m, ex, slot, 1);
+}
+
 static const ax_module_ops seq_ops = {
     /* .kind = */ "sequential",
     /* .forward = */ seq_forward,
     /* .backward = */ seq_backward,
     /* .init = */ NULL,
     /* .destroy = */ NULL,
+    /* .backward_input = */ seq_backward_input,
+    /* .backward_weight = */ seq_backward_weight,
 };
 
 ax_module *ax_sequential_new(void) { return ax_module_new(&seq_ops, 0); }

@@ -15,6 +15,13 @@
  * from different threads as long as they do not write the same gradient
  * buffer at the same time.
  *
+ * The backward may run whole (ax_backward) or as two halves, so that a
+ * pipeline schedule can defer the weight gradients (zero bubble, Qi et al.
+ * 2024): the input half B (ax_backward_input) computes the input gradients
+ * and saves in the slot what the weight half needs; the weight half W
+ * (ax_backward_weight) later accumulates the parameter gradients from the
+ * slot alone. Several slots may sit between their B and their W at once.
+ *
  * Values between modules are tensor lists (ax_tlist): most layers take and
  * return one tensor; transformer blocks carry (hidden, mask). */
 #ifndef AX_MODULE_H
@@ -54,12 +61,13 @@ typedef struct ax_exec {
   int need_dx;        /* backward must produce input gradients */
   uint64_t seed;      /* dropout seed of this micro-batch */
   /* Optional "gradients ready" hook (data-parallel all-reduce overlap). The
-   * sequential container calls it after each child finished its backward,
-   * with the child's whole parameter range [off, off + n) in the flat
-   * gradient buffer, whose gradients are then final for this call. Children
-   * run with the hook cleared, so only the outermost sequential reports
-   * (ranges arrive in descending order, one per block). It runs on the
-   * backward's thread and should return quickly. NULL: not called. */
+   * sequential container calls it after each child finished its backward
+   * (whole, or its weight half), with the child's whole parameter range
+   * [off, off + n) in the flat gradient buffer, whose gradients are then
+   * final for this call. Children run with the hook cleared, so only the
+   * outermost sequential reports (ranges arrive in descending order, one per
+   * block). It runs on the backward's thread and should return quickly.
+   * NULL: not called. */
   void (*grad_ready)(void *user, size_t off, size_t n);
   void *grad_ready_user;
 } ax_exec;
@@ -74,10 +82,15 @@ typedef struct ax_module_ops {
    * ex->training; may be NULL for inference). On error out is empty. */
   int (*forward)(ax_module *m, const ax_exec *ex, ax_slot *slot,
                  const ax_tlist *in, ax_tlist *out);
-  /* Consumes the state forward saved in slot. Accumulates (+=) parameter
-   * gradients into ex->grads at this module's offsets; when ex->need_dx,
-   * din receives new references to the input gradients (NULL entries for
-   * inputs without gradient). dout is borrowed. */
+  /* The fused backward. Consumes the state forward saved in slot.
+   * Accumulates (+=) parameter gradients into ex->grads at this module's
+   * offsets; when ex->need_dx, din receives new references to the input
+   * gradients (NULL entries for inputs without gradient). dout is borrowed.
+   * May be NULL when backward_input is given: ax_backward then runs the two
+   * halves back to back. A module keeps a fused backward only where it is
+   * cheaper than the halves (composites, whose fused backward runs each
+   * child's whole backward in turn and so frees each child's state at
+   * once); it must give the same values as the halves. */
   int (*backward)(ax_module *m, const ax_exec *ex, ax_slot *slot,
                   const ax_tlist *dout, ax_tlist *din);
   /* Writes initial values of this module's OWN parameters and buffers
@@ -86,17 +99,34 @@ typedef struct ax_module_ops {
   void (*init)(ax_module *m, float *params, float *buffers, ax_rng *rng);
   /* Frees the module's private data (not its children). May be NULL. */
   void (*destroy)(ax_module *m);
+  /* The input half B of the split backward; NULL when the module has no
+   * split backward (ax_backward_input then fails with AX_EUNSUPPORTED).
+   * Consumes the state forward saved in slot, computes the input gradients
+   * into din exactly as backward does when ex->need_dx (with need_dx = 0 it
+   * computes none), and saves into slot what backward_weight needs: the
+   * output gradient (B retains dout's tensors), or reductions of it (batch
+   * and layer norm keep their per-feature sums). It writes no parameter
+   * gradient and never touches ex->grads. */
+  int (*backward_input)(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                        const ax_tlist *dout, ax_tlist *din);
+  /* The weight half W: accumulates (+=) the parameter gradients into
+   * ex->grads from what forward and backward_input saved in slot, then
+   * drops that state. It depends on nothing but the slot and ex (it may
+   * run long after B, with other slots' forwards and backwards between).
+   * The built-in layers' weight halves read no parameter, only the slot,
+   * and write only ex->grads. NULL: nothing to do (parameter-free layers). */
+  int (*backward_weight)(ax_module *m, const ax_exec *ex, ax_slot *slot);
 } ax_module_ops;
 
 struct ax_module {
   const ax_module_ops *ops;
-  size_t n_params;   /* own trainable floats (children excluded) */
-  size_t n_buffers;  /* own buffer floats (children excluded) */
-  size_t param_off;  /* set by ax_module_layout */
-  size_t buf_off;    /* set by ax_module_layout */
+  size_t n_params;  /* own trainable floats (children excluded) */
+  size_t n_buffers; /* own buffer floats (children excluded) */
+  size_t param_off; /* set by ax_module_layout */
+  size_t buf_off;   /* set by ax_module_layout */
   ax_module **children;
   int n_children;
-  void *priv;        /* layer-specific configuration */
+  void *priv; /* layer-specific configuration */
 };
 
 /* Allocates a module with priv_size zeroed bytes of private data. */
@@ -135,8 +165,8 @@ static inline float *ax_buffer(const ax_module *m, const ax_exec *ex,
  * and child slots for composite modules. Not thread-safe: one slot is used
  * by one call at a time. */
 ax_slot *ax_slot_new(void);
-void ax_slot_free(ax_slot *s);   /* NULL-safe; frees children */
-void ax_slot_reset(ax_slot *s);  /* drops saved state, keeps memory */
+void ax_slot_free(ax_slot *s);  /* NULL-safe; frees children */
+void ax_slot_reset(ax_slot *s); /* drops saved state, keeps memory */
 /* The i-th child slot, created on first use (NULL on out-of-memory). */
 ax_slot *ax_slot_child(ax_slot *s, int i);
 /* Saves t in position i (retains it; a previous tensor there is released). */
@@ -151,7 +181,14 @@ size_t ax_slot_bytes(const ax_slot *s);
 
 /* ---- the sequential container ---- */
 /* Runs its children in order; backward in reverse. ex->need_dx applies to
- * the first child only (later children always produce input gradients). */
+ * the first child only (later children always produce input gradients).
+ * Its fused backward runs each child's whole backward, last child first,
+ * and reports each child's range to ex->grad_ready as it completes. Its
+ * input half runs the children's input halves, last child first, threading
+ * the gradients; its weight half runs the children's weight halves in the
+ * same order (last child first, so gradient ranges still arrive in
+ * descending order) and reports each child's range to ex->grad_ready after
+ * its weight half. */
 ax_module *ax_sequential_new(void);
 
 /* Calls a module's forward / backward with argument checks. Every tensor
@@ -163,6 +200,38 @@ int ax_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                const ax_tlist *in, ax_tlist *out);
 int ax_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                 const ax_tlist *dout, ax_tlist *din);
+
+/* The split backward (see backward_input / backward_weight above), with
+ * the argument and device checks of ax_backward. For one slot the calls go
+ * forward, ax_backward_input, ax_backward_weight; both halves get the same
+ * ex->params (the weight version the forward used) and, for one unit, the
+ * same ex->grads. B retains the dout tensors until W: the caller may
+ * release its references but must not write into them before W ran.
+ * Errors: AX_EUNSUPPORTED when m has no split backward (a module whose
+ * ops lack backward_input, or a composite with such a child), AX_ESTATE
+ * when the slot holds no state for the half (W before B, B twice, B
+ * without a training forward). On error din is empty and the slot's state
+ * is unspecified (run a new forward on it). */
+int ax_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                      const ax_tlist *dout, ax_tlist *din);
+int ax_backward_weight(ax_module *m, const ax_exec *ex, ax_slot *slot);
+
+/* 1 when m and every module below it implement the split backward (so
+ * ax_backward_input cannot fail with AX_EUNSUPPORTED), else 0. */
+int ax_module_can_split(const ax_module *m);
+
+/* ---- helpers for composite modules ---- */
+/* Which backward a composite's walk over its children runs: each child's
+ * whole backward (the composite's fused backward) or each child's input
+ * half (the composite's input half). One walk then serves both. */
+typedef enum ax_bwd_part { AX_BWD_FULL = 0, AX_BWD_INPUT = 1 } ax_bwd_part;
+/* ax_backward (AX_BWD_FULL) or ax_backward_input (AX_BWD_INPUT). */
+int ax_backward_part(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                     ax_slot *slot, const ax_tlist *dout, ax_tlist *din);
+/* The weight half of a composite that keeps child i's state in child slot
+ * i: runs every child's weight half, last child first, with ex->grad_ready
+ * cleared. */
+int ax_backward_weight_children(ax_module *m, const ax_exec *ex, ax_slot *slot);
 
 #ifdef __cplusplus
 }

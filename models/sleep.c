@@ -2,15 +2,17 @@
  * the pipeline runtime's own overhead against the schedule formulas
  * (runtime/pipeline/formula.h).
  *
- * Config: blocks=4 (K), fwd_ms=20, bwd_ms=40 (per block), width=16,
+ * Config: blocks=4 (K), fwd_ms=20, bwd_ms=40 (per block), w_ms (the part
+ * of bwd_ms that is the weight half; default bwd_ms / 2), width=16,
  * classes=10. Every block is a "sleep" module: its forward waits fwd_ms and
  * returns a copy of its input (any shape, any device); its backward waits
  * bwd_ms and, when input gradients are wanted, returns a copy of the output
- * gradient. The last block is followed (inside the same block) by Flatten +
- * Linear(width, classes), so the cross-entropy loss works: inputs are
- * (B, width), or any (B, ...) with width elements per row (the "synthetic"
- * data set with shape=16 fits the defaults). The time of that head is
- * negligible next to the sleeps for small widths.
+ * gradient. Split, its input half waits bwd_ms - w_ms and returns the copy,
+ * its weight half waits w_ms. The last block is followed (inside the same
+ * block) by Flatten + Linear(width, classes), so the cross-entropy loss works:
+ * inputs are (B, width), or any (B, ...) with width elements per row (the
+ * "synthetic" data set with shape=16 fits the defaults). The time of that head
+ * is negligible next to the sleeps for small widths.
  *
  * Why nanosleep and not a busy-wait: the pipeline benchmark runs K stage
  * agents on a machine with few (here 2) shared cores. A spinning stage
@@ -32,11 +34,11 @@
 
 typedef struct sleep_cfg {
   int blocks, width, classes;
-  double fwd_ms, bwd_ms;
+  double fwd_ms, bwd_ms, w_ms;
 } sleep_cfg;
 
 typedef struct sleep_priv {
-  double fwd_ms, bwd_ms;
+  double fwd_ms, bwd_ms, w_ms;
 } sleep_priv;
 
 static int sleep_parse(const ax_config *cfg, sleep_cfg *c) {
@@ -46,6 +48,7 @@ static int sleep_parse(const ax_config *cfg, sleep_cfg *c) {
   c->classes = (int)ax_config_int(cfg, "classes", 10, &err);
   c->fwd_ms = ax_config_float(cfg, "fwd_ms", 20, &err);
   c->bwd_ms = ax_config_float(cfg, "bwd_ms", 40, &err);
+  c->w_ms = ax_config_float(cfg, "w_ms", c->bwd_ms / 2, &err);
   if (err != AX_OK)
     return ax_seterr(AX_EINVAL, "sleep: a configuration value does not parse");
   if (c->blocks < 1 || c->blocks > AX_MODEL_MAX_BLOCKS)
@@ -59,6 +62,9 @@ static int sleep_parse(const ax_config *cfg, sleep_cfg *c) {
     return ax_seterr(AX_EINVAL,
                      "sleep: fwd_ms=%g and bwd_ms=%g must be in [0, 60000]",
                      c->fwd_ms, c->bwd_ms);
+  if (!(c->w_ms >= 0 && c->w_ms <= c->bwd_ms))
+    return ax_seterr(AX_EINVAL, "sleep: w_ms=%g must be in [0, bwd_ms=%g]",
+                     c->w_ms, c->bwd_ms);
   return AX_OK;
 }
 
@@ -109,10 +115,10 @@ static int sleep_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return copy_list(in, out);
 }
 
-static int sleep_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                          const ax_tlist *dout, ax_tlist *din) {
-  sleep_priv *p = m->priv;
-  sleep_ms(p->bwd_ms);
+/* A backward (whole or its input half) that waits ms. */
+static int sleep_bwd(double ms, const ax_exec *ex, ax_slot *slot,
+                     const ax_tlist *dout, ax_tlist *din) {
+  sleep_ms(ms);
   if (slot)
     ax_slot_reset(slot);
   if (!ex->need_dx) {
@@ -122,12 +128,31 @@ static int sleep_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return copy_list(dout, din);
 }
 
+static int sleep_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                          const ax_tlist *dout, ax_tlist *din) {
+  return sleep_bwd(((sleep_priv *)m->priv)->bwd_ms, ex, slot, dout, din);
+}
+
+static int sleep_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                                const ax_tlist *dout, ax_tlist *din) {
+  sleep_priv *p = m->priv;
+  return sleep_bwd(p->bwd_ms - p->w_ms, ex, slot, dout, din);
+}
+
+static int sleep_backward_weight(ax_module *m, const ax_exec *ex,
+                                 ax_slot *slot) {
+  sleep_ms(((sleep_priv *)m->priv)->w_ms);
+  return AX_OK;
+}
+
 static const ax_module_ops sleep_ops = {
     /* .kind = */ "sleep",
     /* .forward = */ sleep_forward,
     /* .backward = */ sleep_backward,
     /* .init = */ NULL,
     /* .destroy = */ NULL,
+    /* .backward_input = */ sleep_backward_input,
+    /* .backward_weight = */ sleep_backward_weight,
 };
 
 static int sleep_describe(const ax_config *cfg, ax_model_info *info) {
@@ -142,8 +167,7 @@ static int sleep_describe(const ax_config *cfg, ax_model_info *info) {
   return AX_OK;
 }
 
-static int sleep_build_block(const ax_config *cfg, int index,
-                             ax_module **out) {
+static int sleep_build_block(const ax_config *cfg, int index, ax_module **out) {
   sleep_cfg c;
   *out = NULL;
   AX_TRY(sleep_parse(cfg, &c));
@@ -156,6 +180,7 @@ static int sleep_build_block(const ax_config *cfg, int index,
   sleep_priv *p = s->priv;
   p->fwd_ms = c.fwd_ms;
   p->bwd_ms = c.bwd_ms;
+  p->w_ms = c.w_ms;
   if (index < c.blocks - 1) {
     *out = s;
     return AX_OK;

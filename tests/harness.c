@@ -124,16 +124,60 @@ static void check_coord(ax_tensor *x, size_t i, float analytic, ax_net *net,
   }
 }
 
+/* 1 when every element of the f32 tensor x (any device) is zero. */
+static int all_zero(const ax_tensor *x) {
+  ax_tensor *h = ax_tensor_to(x, AX_CPU);
+  assert_non_null(h);
+  int zero = 1;
+  for (size_t i = 0; i < ax_tensor_numel(h) && zero; i++)
+    zero = ax_f32(h)[i] == 0.0f;
+  ax_tensor_release(h);
+  return zero;
+}
+
+/* The analytic gradients: ax_backward, or (split) the input half then the
+ * weight half, with the split's own contract checked in between. */
+static void analytic_backward(ax_net *net, const ax_exec *ex, ax_slot *slot,
+                              const ax_tlist *dout, ax_tlist *din, int split) {
+  if (!split) {
+    AX_ASSERT_OK(ax_backward(net->root, ex, slot, dout, din));
+    return;
+  }
+  AX_ASSERT_OK(ax_backward_input(net->root, ex, slot, dout, din));
+  if (!all_zero(net->grads))
+    fail_msg("the input half of %s wrote parameter gradients",
+             net->root->ops->kind);
+  AX_ASSERT_OK(ax_backward_weight(net->root, ex, slot));
+  if (ax_slot_bytes(slot) != 0)
+    fail_msg("%s still holds %zu bytes after its weight half",
+             net->root->ops->kind, ax_slot_bytes(slot));
+}
+
+static void gradcheck(ax_device dev, ax_module *m, const ax_tlist *host_in,
+                      unsigned input_mask, int samples, double eps, double atol,
+                      double rtol, int split);
+
 void ax_test_gradcheck(ax_module *m, const ax_tlist *inputs,
                        unsigned input_mask, int samples, double eps,
                        double atol, double rtol) {
-  ax_test_gradcheck_on(AX_CPU, m, inputs, input_mask, samples, eps, atol,
-                       rtol);
+  gradcheck(AX_CPU, m, inputs, input_mask, samples, eps, atol, rtol, 0);
 }
 
-void ax_test_gradcheck_on(ax_device dev, ax_module *m, const ax_tlist *host_in,
+void ax_test_gradcheck_on(ax_device dev, ax_module *m, const ax_tlist *inputs,
                           unsigned input_mask, int samples, double eps,
                           double atol, double rtol) {
+  gradcheck(dev, m, inputs, input_mask, samples, eps, atol, rtol, 0);
+}
+
+void ax_test_gradcheck_split(ax_module *m, const ax_tlist *inputs,
+                             unsigned input_mask, int samples, double eps,
+                             double atol, double rtol) {
+  gradcheck(AX_CPU, m, inputs, input_mask, samples, eps, atol, rtol, 1);
+}
+
+static void gradcheck(ax_device dev, ax_module *m, const ax_tlist *host_in,
+                      unsigned input_mask, int samples, double eps, double atol,
+                      double rtol, int split) {
   ax_net *net = ax_net_new(m, dev, 7);
   assert_non_null(net);
   ax_tlist in = {0}; /* the inputs on dev (references when already there) */
@@ -165,7 +209,7 @@ void ax_test_gradcheck_on(ax_device dev, ax_module *m, const ax_tlist *host_in,
   }
   AX_ASSERT_OK(ax_net_zero_grad(net));
   ex.need_dx = input_mask != 0;
-  AX_ASSERT_OK(ax_backward(net->root, &ex, slot, &dout, &din));
+  analytic_backward(net, &ex, slot, &dout, &din, split);
   ax_tlist_clear(&out);
   ax_tlist_clear(&dout);
   ax_slot_free(slot);
@@ -205,7 +249,8 @@ void ax_test_gradcheck_on(ax_device dev, ax_module *m, const ax_tlist *host_in,
   ax_tlist_clear(&in);
   ax_net_free(net);
   if (worst > 1.0)
-    fail_msg("gradcheck on %s: worst ratio %.3g at %s",
+    fail_msg("gradcheck%s on %s: worst ratio %.3g at %s",
+             split ? " (split backward)" : "",
              dev.type == AX_DEV_CPU ? "cpu" : "cuda", worst, report);
 }
 

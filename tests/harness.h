@@ -93,5 +93,13 @@ void ax_test_gradcheck(ax_module *m, const ax_tlist *inputs,
 void ax_test_gradcheck_on(ax_device dev, ax_module *m, const ax_tlist *inputs,
                           unsigned input_mask, int samples, double eps,
                           double atol, double rtol);
+/* The same check of the split backward: the analytic input gradients come
+ * from ax_backward_input alone, the parameter gradients from
+ * ax_backward_weight alone. Also fails when the input half writes any
+ * parameter gradient or when the slot still holds tensors after the
+ * weight half. */
+void ax_test_gradcheck_split(ax_module *m, const ax_tlist *inputs,
+                             unsigned input_mask, int samples, double eps,
+                             double atol, double rtol);
 
 #endif

@@ -1,5 +1,9 @@
 /* Basic layers: Linear, ReLU, Flatten. Constructors return NULL with
- * ax_errmsg set on a bad configuration or out-of-memory. */
+ * ax_errmsg set on a bad configuration or out-of-memory.
+ *
+ * All implement the split backward (models/module.h). Between its input
+ * half and its weight half a Linear keeps its input x and the output
+ * gradient dy (dW = dy^T x, db = sum dy); ReLU and Flatten keep nothing. */
 #ifndef AX_LAYERS_BASIC_H
 #define AX_LAYERS_BASIC_H
 

@@ -13,8 +13,11 @@ typedef struct batchnorm {
   int relu; /* a ReLU follows the normalisation */
 } batchnorm;
 
-/* Saved tensors (the output only with relu), and integer flags in the slot. */
-enum { SAVE_X = 0, SAVE_STATS = 1, SAVE_Y = 2 };
+/* Saved tensors (the output only with relu), and integer flags in the slot.
+ * Forward saves x, the batch statistics and (with relu) y; the input half
+ * drops them and keeps only the per-channel sums (2, C) that ARE the
+ * parameter gradients, {sum dy * xhat, sum dy}, for the weight half. */
+enum { SAVE_X = 0, SAVE_STATS = 1, SAVE_Y = 2, SAVE_DSUM = 3 };
 enum { FLAG_EVAL = 0 };
 
 /* Checks x and returns its batch size n and plane size hw. */
@@ -59,6 +62,7 @@ static int bn_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
       ax_slot_put(slot, SAVE_X, NULL);
       ax_slot_put(slot, SAVE_STATS, NULL);
       ax_slot_put(slot, SAVE_Y, NULL);
+      ax_slot_put(slot, SAVE_DSUM, NULL);
       ax_slot_set_int(slot, FLAG_EVAL, 1);
     }
   } else {
@@ -86,6 +90,7 @@ static int bn_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
       ax_slot_put(slot, SAVE_X, x);
       ax_slot_put(slot, SAVE_STATS, stats);
       ax_slot_put(slot, SAVE_Y, L->relu ? y : NULL);
+      ax_slot_put(slot, SAVE_DSUM, NULL);
       ax_slot_set_int(slot, FLAG_EVAL, 0);
     }
     ax_tensor_release(stats);
@@ -103,8 +108,8 @@ static int bn_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-static int bn_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                       const ax_tlist *dout, ax_tlist *din) {
+static int bn_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                             const ax_tlist *dout, ax_tlist *din) {
   batchnorm *L = m->priv;
   ax_tensor *x = ax_slot_get(slot, SAVE_X);         // (N, C, H, W)
   ax_tensor *stats = ax_slot_get(slot, SAVE_STATS); // (2, C)
@@ -116,8 +121,9 @@ static int bn_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                        "batchnorm2d(%d): no backward after an eval-mode "
                        "forward",
                        L->c);
-    return ax_seterr(AX_ESTATE, "batchnorm2d(%d): backward without forward",
-                     L->c);
+    return ax_seterr(AX_ESTATE, "batchnorm2d(%d): %s", L->c,
+                     ax_slot_get(slot, SAVE_DSUM) ? "input half ran twice"
+                                                  : "backward without forward");
   }
   char b[64], b2[64];
   if (!dy || dy->dtype != AX_F32 || !ax_tensor_same_shape(dy, x))
@@ -127,16 +133,20 @@ static int bn_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   int n, hw;
   AX_TRY(bn_shape(L, x, &n, &hw));
   ax_backend *be = ax_backend_of(x->device);
-  /* The kernel always writes dx; it is dropped when not needed. */
+  /* The kernel always writes dx (dropped when not needed) and accumulates
+   * the parameter gradients, here into zeroed sums of this slot. */
+  int64_t sshape[2] = {2, L->c};
   ax_tensor *dx = ax_tensor_like(x);
-  if (!dx)
-    return AX_ENOMEM;
-  int rc;
-  if (L->relu && be->iface.bn_relu_bwd) {
+  ax_tensor *dsum = ax_tensor_new(AX_F32, 2, sshape, x->device); // (2, C)
+  int rc = dx && dsum ? AX_OK : AX_ENOMEM;
+  if (rc == AX_OK)
+    rc = AX_K(be, fill, ax_f32(dsum), 2 * (size_t)L->c, 0.0f);
+  float *dgamma = ax_f32(dsum), *dbeta = dgamma + L->c;
+  if (rc == AX_OK && L->relu && be->iface.bn_relu_bwd) {
     rc = AX_K(be, bn_relu_bwd, n, L->c, hw, ax_f32(x), ax_f32(y), ax_f32(dy),
               ax_param(m, ex, 0), ax_f32(stats), ax_f32(stats) + L->c,
-              ax_f32(dx), ax_grad(m, ex, 0), ax_grad(m, ex, L->c));
-  } else {
+              ax_f32(dx), dgamma, dbeta);
+  } else if (rc == AX_OK) {
     /* Unfused: the ReLU's gradient goes to a temporary g first. */
     ax_tensor *g = L->relu ? ax_tensor_like(x) : NULL;
     rc = L->relu && !g ? AX_ENOMEM : AX_OK;
@@ -146,9 +156,16 @@ static int bn_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     if (rc == AX_OK)
       rc = AX_K(be, bn_bwd, n, L->c, hw, ax_f32(x), ax_f32(g ? g : dy),
                 ax_param(m, ex, 0), ax_f32(stats), ax_f32(stats) + L->c,
-                ax_f32(dx), ax_grad(m, ex, 0), ax_grad(m, ex, L->c));
+                ax_f32(dx), dgamma, dbeta);
     ax_tensor_release(g);
   }
+  if (rc == AX_OK) {
+    ax_slot_put(slot, SAVE_X, NULL);
+    ax_slot_put(slot, SAVE_STATS, NULL);
+    ax_slot_put(slot, SAVE_Y, NULL);
+    ax_slot_put(slot, SAVE_DSUM, dsum);
+  }
+  ax_tensor_release(dsum);
   if (rc != AX_OK) {
     ax_tensor_release(dx);
     return rc;
@@ -159,9 +176,21 @@ static int bn_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     din->t[0] = dx;
   else
     ax_tensor_release(dx);
-  ax_slot_put(slot, SAVE_X, NULL);
-  ax_slot_put(slot, SAVE_STATS, NULL);
-  ax_slot_put(slot, SAVE_Y, NULL);
+  return AX_OK;
+}
+
+/* gamma's and beta's gradients lie side by side, as the sums do. */
+static int bn_backward_weight(ax_module *m, const ax_exec *ex, ax_slot *slot) {
+  batchnorm *L = m->priv;
+  ax_tensor *dsum = ax_slot_get(slot, SAVE_DSUM); // (2, C)
+  if (!dsum)
+    return ax_seterr(AX_ESTATE,
+                     "batchnorm2d(%d): weight half without input "
+                     "half",
+                     L->c);
+  AX_TRY(AX_K(ax_backend_of(dsum->device), axpby, 2 * (size_t)L->c, 1.0f,
+              ax_f32(dsum), 1.0f, ax_grad(m, ex, 0)));
+  ax_slot_put(slot, SAVE_DSUM, NULL);
   return AX_OK;
 }
 
@@ -182,9 +211,11 @@ static void bn_init(ax_module *m, float *params, float *buffers, ax_rng *rng) {
 static const ax_module_ops bn_ops = {
     /* .kind = */ "batchnorm2d",
     /* .forward = */ bn_forward,
-    /* .backward = */ bn_backward,
+    /* .backward = */ NULL, /* the halves back to back */
     /* .init = */ bn_init,
     /* .destroy = */ NULL,
+    /* .backward_input = */ bn_backward_input,
+    /* .backward_weight = */ bn_backward_weight,
 };
 
 static ax_module *bn_new(int channels, float momentum, float eps, int relu) {

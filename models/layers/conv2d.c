@@ -8,7 +8,10 @@ typedef struct conv2d {
   int in, out, k, stride, pad, bias;
 } conv2d;
 
-enum { SAVE_X = 0 };
+/* Slot: the input x from forward until the weight half, and the output
+ * gradient dy from the input half until the weight half (the filter and
+ * bias gradients need both). */
+enum { SAVE_X = 0, SAVE_DY = 1 };
 
 /* Fills the kernel geometry for input x; AX_ESHAPE when x does not fit. */
 static int conv_desc(const conv2d *L, const ax_tensor *x, ax_conv_desc *d) {
@@ -60,21 +63,34 @@ static int conv_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     ax_tensor_release(y);
     return rc;
   }
-  if (slot)
+  if (slot) {
     ax_slot_put(slot, SAVE_X, x);
+    ax_slot_put(slot, SAVE_DY, NULL);
+  }
   *out = ax_tlist1(y);
   return AX_OK;
 }
 
-static int conv_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                         const ax_tlist *dout, ax_tlist *din) {
+/* The saved input and its geometry; AX_ESTATE unless the slot is between
+ * forward and the input half (want_dy = 0) or between the halves (1). */
+static int conv_state(const conv2d *L, ax_slot *slot, int want_dy,
+                      ax_tensor **x, ax_conv_desc *d) {
+  *x = ax_slot_get(slot, SAVE_X); // (N, in, H, W)
+  int has_dy = ax_slot_get(slot, SAVE_DY) != NULL;
+  if (!*x || has_dy != want_dy)
+    return ax_seterr(AX_ESTATE, "conv2d(%d->%d): %s", L->in, L->out,
+                     !*x       ? "backward without forward"
+                     : want_dy ? "weight half without input half"
+                               : "input half ran twice");
+  return conv_desc(L, *x, d);
+}
+
+static int conv_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                               const ax_tlist *dout, ax_tlist *din) {
   conv2d *L = m->priv;
-  ax_tensor *x = ax_slot_get(slot, SAVE_X);        // (N, in, H, W)
-  ax_tensor *dy = dout->n > 0 ? dout->t[0] : NULL; // (N, out, OH, OW)
-  if (!x)
-    return ax_seterr(AX_ESTATE, "conv2d: backward without forward");
+  ax_tensor *x, *dy = dout->n > 0 ? dout->t[0] : NULL; // (N, out, OH, OW)
   ax_conv_desc d;
-  AX_TRY(conv_desc(L, x, &d));
+  AX_TRY(conv_state(L, slot, 0, &x, &d));
   char b[64];
   if (!dy || dy->dtype != AX_F32 || dy->ndim != 4 || dy->shape[0] != d.n ||
       dy->shape[1] != d.k || dy->shape[2] != d.oh || dy->shape[3] != d.ow)
@@ -83,6 +99,30 @@ static int conv_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                      "got %s",
                      L->in, L->out, d.n, d.k, d.oh, d.ow,
                      dy ? ax_tensor_shape_str(dy, b, sizeof b) : "none");
+  din->n = 1;
+  din->t[0] = NULL;
+  if (ex->need_dx) {
+    ax_tensor *dx = ax_tensor_like(x);
+    if (!dx)
+      return AX_ENOMEM;
+    int rc = AX_K(ax_backend_of(x->device), conv2d_bwd_data, &d, ax_f32(dy),
+                  ax_param(m, ex, 0), ax_f32(dx));
+    if (rc != AX_OK) {
+      ax_tensor_release(dx);
+      return rc;
+    }
+    din->t[0] = dx;
+  }
+  ax_slot_put(slot, SAVE_DY, dy);
+  return AX_OK;
+}
+
+static int conv_backward_weight(ax_module *m, const ax_exec *ex,
+                                ax_slot *slot) {
+  conv2d *L = m->priv;
+  ax_tensor *x, *dy = ax_slot_get(slot, SAVE_DY); // (N, out, OH, OW)
+  ax_conv_desc d;
+  AX_TRY(conv_state(L, slot, 1, &x, &d));
   ax_backend *be = ax_backend_of(x->device);
   AX_TRY(AX_K(be, conv2d_bwd_filter, &d, ax_f32(x), ax_f32(dy),
               ax_grad(m, ex, 0)));
@@ -90,21 +130,8 @@ static int conv_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     AX_TRY(AX_K(be, bias_grad, ax_f32(dy),
                 ax_grad(m, ex, (size_t)L->out * L->in * L->k * L->k), d.n, d.k,
                 d.oh * d.ow));
-  din->n = 1;
-  din->t[0] = NULL;
-  if (ex->need_dx) {
-    ax_tensor *dx = ax_tensor_like(x);
-    if (!dx)
-      return AX_ENOMEM;
-    int rc = AX_K(be, conv2d_bwd_data, &d, ax_f32(dy), ax_param(m, ex, 0),
-                  ax_f32(dx));
-    if (rc != AX_OK) {
-      ax_tensor_release(dx);
-      return rc;
-    }
-    din->t[0] = dx;
-  }
   ax_slot_put(slot, SAVE_X, NULL);
+  ax_slot_put(slot, SAVE_DY, NULL);
   return AX_OK;
 }
 
@@ -126,9 +153,11 @@ static void conv_init(ax_module *m, float *params, float *buffers,
 static const ax_module_ops conv_ops = {
     /* .kind = */ "conv2d",
     /* .forward = */ conv_forward,
-    /* .backward = */ conv_backward,
+    /* .backward = */ NULL, /* the halves back to back */
     /* .init = */ conv_init,
     /* .destroy = */ NULL,
+    /* .backward_input = */ conv_backward_input,
+    /* .backward_weight = */ conv_backward_weight,
 };
 
 ax_module *ax_conv2d_new(int in, int out, int kernel, int stride, int padding,

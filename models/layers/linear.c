@@ -10,18 +10,20 @@ typedef struct linear {
   float init_std;
 } linear;
 
-enum { SAVE_X = 0 };
+/* Slot: the input x from forward until the weight half, and the output
+ * gradient dy from the input half until the weight half (dW = dy^T x and
+ * db = sum dy need both). */
+enum { SAVE_X = 0, SAVE_DY = 1 };
 
 static int linear_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                           const ax_tlist *in, ax_tlist *out) {
   linear *L = m->priv;
   ax_tensor *x = in->t[0]; // (..., in)
   char b[64];
-  if (!x || x->dtype != AX_F32 || x->ndim < 1 ||
-      x->shape[x->ndim - 1] != L->in)
+  if (!x || x->dtype != AX_F32 || x->ndim < 1 || x->shape[x->ndim - 1] != L->in)
     return ax_seterr(AX_ESHAPE, "linear(%d->%d): input %s does not end in %d",
-                     L->in, L->out, x ? ax_tensor_shape_str(x, b, sizeof b) : "?",
-                     L->in);
+                     L->in, L->out,
+                     x ? ax_tensor_shape_str(x, b, sizeof b) : "?", L->in);
   int rows = (int)(ax_tensor_numel(x) / (size_t)L->in);
   int64_t shape[AX_MAX_DIMS];
   for (int i = 0; i < x->ndim; i++)
@@ -32,8 +34,8 @@ static int linear_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     return AX_ENOMEM;
   ax_backend *be = ax_backend_of(x->device);
   const float *W = ax_param(m, ex, 0);
-  int rc = AX_K(be, gemm, 0, 1, rows, L->out, L->in, 1.0f, ax_f32(x), L->in,
-                0, W, L->in, 0, 0.0f, ax_f32(y), L->out, 0, 1);
+  int rc = AX_K(be, gemm, 0, 1, rows, L->out, L->in, 1.0f, ax_f32(x), L->in, 0,
+                W, L->in, 0, 0.0f, ax_f32(y), L->out, 0, 1);
   if (rc == AX_OK && L->bias)
     rc = AX_K(be, bias_add, ax_f32(y), ax_param(m, ex, (size_t)L->in * L->out),
               rows, L->out, 1);
@@ -41,32 +43,43 @@ static int linear_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     ax_tensor_release(y);
     return rc;
   }
-  if (slot)
+  if (slot) {
     ax_slot_put(slot, SAVE_X, x);
+    ax_slot_put(slot, SAVE_DY, NULL);
+  }
   out->n = 1;
   out->t[0] = y;
   return AX_OK;
 }
 
-static int linear_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                           const ax_tlist *dout, ax_tlist *din) {
+/* The saved input and its row count; AX_ESTATE unless the slot is between
+ * forward and the input half (want_dy = 0) or between the halves (1). */
+static int linear_state(const linear *L, ax_slot *slot, int want_dy,
+                        ax_tensor **x, int *rows) {
+  *x = ax_slot_get(slot, SAVE_X); // (..., in)
+  int has_dy = ax_slot_get(slot, SAVE_DY) != NULL;
+  if (!*x || has_dy != want_dy)
+    return ax_seterr(AX_ESTATE, "linear(%d->%d): %s", L->in, L->out,
+                     !*x       ? "backward without forward"
+                     : want_dy ? "weight half without input half"
+                               : "input half ran twice");
+  *rows = (int)(ax_tensor_numel(*x) / (size_t)L->in);
+  return AX_OK;
+}
+
+static int linear_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                                 const ax_tlist *dout, ax_tlist *din) {
   linear *L = m->priv;
-  ax_tensor *x = ax_slot_get(slot, SAVE_X); // (..., in)
-  ax_tensor *dy = dout->t[0];               // (..., out)
-  if (!x)
-    return ax_seterr(AX_ESTATE, "linear: backward without forward");
-  int rows = (int)(ax_tensor_numel(x) / (size_t)L->in);
-  if (!dy || ax_tensor_numel(dy) != (size_t)rows * L->out)
-    return ax_seterr(AX_ESHAPE, "linear(%d->%d): gradient has %zu elements, "
-                     "expected %d", L->in, L->out, dy ? ax_tensor_numel(dy) : 0,
+  ax_tensor *x, *dy = dout->n > 0 ? dout->t[0] : NULL; // (..., out)
+  int rows;
+  AX_TRY(linear_state(L, slot, 0, &x, &rows));
+  if (!dy || dy->dtype != AX_F32 ||
+      ax_tensor_numel(dy) != (size_t)rows * L->out)
+    return ax_seterr(AX_ESHAPE,
+                     "linear(%d->%d): gradient has %zu elements, "
+                     "expected %d",
+                     L->in, L->out, dy ? ax_tensor_numel(dy) : 0,
                      rows * L->out);
-  ax_backend *be = ax_backend_of(x->device);
-  /* dW (out, in) += dy^T (out, rows) x (rows, in) */
-  AX_TRY(AX_K(be, gemm, 1, 0, L->out, L->in, rows, 1.0f, ax_f32(dy), L->out,
-              0, ax_f32(x), L->in, 0, 1.0f, ax_grad(m, ex, 0), L->in, 0, 1));
-  if (L->bias)
-    AX_TRY(AX_K(be, bias_grad, ax_f32(dy),
-                ax_grad(m, ex, (size_t)L->in * L->out), rows, L->out, 1));
   din->n = 1;
   din->t[0] = NULL;
   if (ex->need_dx) {
@@ -74,16 +87,34 @@ static int linear_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     if (!dx)
       return AX_ENOMEM;
     /* dx (rows, in) = dy (rows, out) W (out, in) */
-    int rc = AX_K(be, gemm, 0, 0, rows, L->in, L->out, 1.0f, ax_f32(dy),
-                  L->out, 0, ax_param(m, ex, 0), L->in, 0, 0.0f, ax_f32(dx),
-                  L->in, 0, 1);
+    int rc = AX_K(ax_backend_of(x->device), gemm, 0, 0, rows, L->in, L->out,
+                  1.0f, ax_f32(dy), L->out, 0, ax_param(m, ex, 0), L->in, 0,
+                  0.0f, ax_f32(dx), L->in, 0, 1);
     if (rc != AX_OK) {
       ax_tensor_release(dx);
       return rc;
     }
     din->t[0] = dx;
   }
+  ax_slot_put(slot, SAVE_DY, dy);
+  return AX_OK;
+}
+
+static int linear_backward_weight(ax_module *m, const ax_exec *ex,
+                                  ax_slot *slot) {
+  linear *L = m->priv;
+  ax_tensor *x, *dy = ax_slot_get(slot, SAVE_DY); // (..., out)
+  int rows;
+  AX_TRY(linear_state(L, slot, 1, &x, &rows));
+  ax_backend *be = ax_backend_of(x->device);
+  /* dW (out, in) += dy^T (out, rows) x (rows, in) */
+  AX_TRY(AX_K(be, gemm, 1, 0, L->out, L->in, rows, 1.0f, ax_f32(dy), L->out, 0,
+              ax_f32(x), L->in, 0, 1.0f, ax_grad(m, ex, 0), L->in, 0, 1));
+  if (L->bias)
+    AX_TRY(AX_K(be, bias_grad, ax_f32(dy),
+                ax_grad(m, ex, (size_t)L->in * L->out), rows, L->out, 1));
   ax_slot_put(slot, SAVE_X, NULL);
+  ax_slot_put(slot, SAVE_DY, NULL);
   return AX_OK;
 }
 
@@ -106,9 +137,11 @@ static void linear_init(ax_module *m, float *params, float *buffers,
 static const ax_module_ops linear_ops = {
     /* .kind = */ "linear",
     /* .forward = */ linear_forward,
-    /* .backward = */ linear_backward,
+    /* .backward = */ NULL, /* the halves back to back */
     /* .init = */ linear_init,
     /* .destroy = */ NULL,
+    /* .backward_input = */ linear_backward_input,
+    /* .backward_weight = */ linear_backward_weight,
 };
 
 ax_module *ax_linear_new_std(int in, int out, int bias, float init_std) {

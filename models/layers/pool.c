@@ -83,8 +83,8 @@ static int pool_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-static int pool_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                         const ax_tlist *dout, ax_tlist *din) {
+static int pool_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                               const ax_tlist *dout, ax_tlist *din) {
   pool2d *P = m->priv;
   ax_tensor *dy = dout->n > 0 ? dout->t[0] : NULL; // like the output
   ax_tensor *am = ax_slot_get(slot, SAVE_ARGMAX);
@@ -126,25 +126,31 @@ static int pool_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
 static const ax_module_ops maxpool_ops = {
     /* .kind = */ "maxpool2d",
     /* .forward = */ pool_forward,
-    /* .backward = */ pool_backward,
+    /* .backward = */ NULL, /* the input half alone */
     /* .init = */ NULL,
     /* .destroy = */ NULL,
+    /* .backward_input = */ pool_backward_input,
+    /* .backward_weight = */ NULL, /* no parameters */
 };
 
 static const ax_module_ops avgpool_ops = {
     /* .kind = */ "avgpool2d",
     /* .forward = */ pool_forward,
-    /* .backward = */ pool_backward,
+    /* .backward = */ NULL, /* the input half alone */
     /* .init = */ NULL,
     /* .destroy = */ NULL,
+    /* .backward_input = */ pool_backward_input,
+    /* .backward_weight = */ NULL, /* no parameters */
 };
 
 static const ax_module_ops global_avgpool_ops = {
     /* .kind = */ "global_avgpool",
     /* .forward = */ pool_forward,
-    /* .backward = */ pool_backward,
+    /* .backward = */ NULL, /* the input half alone */
     /* .init = */ NULL,
     /* .destroy = */ NULL,
+    /* .backward_input = */ pool_backward_input,
+    /* .backward_weight = */ NULL, /* no parameters */
 };
 
 static ax_module *pool_new(const ax_module_ops *ops, pool2d cfg) {

@@ -24,8 +24,8 @@ static int relu_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-static int relu_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                         const ax_tlist *dout, ax_tlist *din) {
+static int relu_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                               const ax_tlist *dout, ax_tlist *din) {
   ax_tensor *y = ax_slot_get(slot, SAVE_Y), *dy = dout->t[0];
   if (!y)
     return ax_seterr(AX_ESTATE, "relu: backward without forward");
@@ -52,9 +52,11 @@ static int relu_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
 static const ax_module_ops relu_ops = {
     /* .kind = */ "relu",
     /* .forward = */ relu_forward,
-    /* .backward = */ relu_backward,
+    /* .backward = */ NULL, /* the input half alone */
     /* .init = */ NULL,
     /* .destroy = */ NULL,
+    /* .backward_input = */ relu_backward_input,
+    /* .backward_weight = */ NULL, /* no parameters */
 };
 
 ax_module *ax_relu_new(void) { return ax_module_new(&relu_ops, 0); }
@@ -62,8 +64,8 @@ ax_module *ax_relu_new(void) { return ax_module_new(&relu_ops, 0); }
 /* ---- flatten ---- */
 
 static ax_tensor *reshape2(const ax_tensor *x, int64_t rows) {
-  int64_t shape[2] = {rows, rows ? (int64_t)(ax_tensor_numel(x) / (size_t)rows)
-                                 : 0};
+  int64_t shape[2] = {rows,
+                      rows ? (int64_t)(ax_tensor_numel(x) / (size_t)rows) : 0};
   return ax_tensor_reshape(x, 2, shape);
 }
 
@@ -84,8 +86,9 @@ static int flatten_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-static int flatten_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                            const ax_tlist *dout, ax_tlist *din) {
+static int flatten_backward_input(ax_module *m, const ax_exec *ex,
+                                  ax_slot *slot, const ax_tlist *dout,
+                                  ax_tlist *din) {
   ax_tensor *dy = dout->t[0];
   int ndim = (int)ax_slot_int(slot, 0);
   if (ndim < 1 || !dy)
@@ -106,9 +109,11 @@ static int flatten_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
 static const ax_module_ops flatten_ops = {
     /* .kind = */ "flatten",
     /* .forward = */ flatten_forward,
-    /* .backward = */ flatten_backward,
+    /* .backward = */ NULL, /* the input half alone */
     /* .init = */ NULL,
     /* .destroy = */ NULL,
+    /* .backward_input = */ flatten_backward_input,
+    /* .backward_weight = */ NULL, /* no parameters */
 };
 
 ax_module *ax_flatten_new(void) { return ax_module_new(&flatten_ops, 0); }

@@ -30,15 +30,16 @@ static int child_fwd(ax_module *m, int i, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-/* Runs child i backward on one gradient; *dx receives a new reference (NULL
- * when need_dx is 0). */
-static int child_bwd(ax_module *m, int i, const ax_exec *ex, int need_dx,
-                     ax_slot *slot, ax_tensor *dy, ax_tensor **dx) {
+/* Runs child i backward (whole, or its input half: `part`) on one
+ * gradient; *dx receives a new reference (NULL when need_dx is 0). */
+static int child_bwd(ax_bwd_part part, ax_module *m, int i, const ax_exec *ex,
+                     int need_dx, ax_slot *slot, ax_tensor *dy,
+                     ax_tensor **dx) {
   ax_exec cex = *ex;
   cex.need_dx = need_dx;
   ax_tlist dout = ax_tlist1(dy), din = {0};
-  AX_TRY(
-      ax_backward(m->children[i], &cex, ax_slot_child(slot, i), &dout, &din));
+  AX_TRY(ax_backward_part(part, m->children[i], &cex, ax_slot_child(slot, i),
+                          &dout, &din));
   *dx = din.n > 0 ? din.t[0] : NULL;
   return AX_OK;
 }
@@ -102,8 +103,9 @@ static int bb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-static int bb_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                       const ax_tlist *dout, ax_tlist *din) {
+/* The backward walk, each child whole or only its input half (`part`). */
+static int bb_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                   ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
   basic_block *B = m->priv;
   ax_tensor *y = ax_slot_get(slot, SAVE_Y);        // (N, out, OH, OW)
   ax_tensor *dy = dout->n > 0 ? dout->t[0] : NULL; // like y
@@ -124,22 +126,22 @@ static int bb_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   int rc =
       AX_K(be, relu_bwd, ax_tensor_numel(y), ax_f32(y), ax_f32(dy), ax_f32(g));
   if (rc == AX_OK)
-    rc = child_bwd(m, BN2, ex, 1, slot, g, &d1);
+    rc = child_bwd(part, m, BN2, ex, 1, slot, g, &d1);
   if (rc == AX_OK)
-    rc = child_bwd(m, CONV2, ex, 1, slot, d1, &d2);
+    rc = child_bwd(part, m, CONV2, ex, 1, slot, d1, &d2);
   ax_tensor_release(d1);
   d1 = NULL;
   if (rc == AX_OK) /* bn1 applies its ReLU's gradient itself */
-    rc = child_bwd(m, BN1, ex, 1, slot, d2, &d1);
+    rc = child_bwd(part, m, BN1, ex, 1, slot, d2, &d1);
   ax_tensor_release(d2);
   if (rc == AX_OK)
-    rc = child_bwd(m, CONV1, ex, ex->need_dx, slot, d1, &dx);
+    rc = child_bwd(part, m, CONV1, ex, ex->need_dx, slot, d1, &dx);
   ax_tensor_release(d1);
   d1 = NULL;
   if (rc == AX_OK && B->proj) {
-    rc = child_bwd(m, SC_BN, ex, 1, slot, g, &d1);
+    rc = child_bwd(part, m, SC_BN, ex, 1, slot, g, &d1);
     if (rc == AX_OK)
-      rc = child_bwd(m, SC_CONV, ex, ex->need_dx, slot, d1, &ds);
+      rc = child_bwd(part, m, SC_CONV, ex, ex->need_dx, slot, d1, &ds);
     ax_tensor_release(d1);
   }
   if (rc == AX_OK && dx)
@@ -159,12 +161,27 @@ static int bb_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
+static int bb_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                       const ax_tlist *dout, ax_tlist *din) {
+  return bb_walk(AX_BWD_FULL, m, ex, slot, dout, din);
+}
+
+/* The input half keeps nothing of its own: the convolutions keep their
+ * inputs and output gradients, the batch norms their (2, C) sums, for
+ * their weight halves. */
+static int bb_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                             const ax_tlist *dout, ax_tlist *din) {
+  return bb_walk(AX_BWD_INPUT, m, ex, slot, dout, din);
+}
+
 static const ax_module_ops bb_ops = {
     /* .kind = */ "basic_block",
     /* .forward = */ bb_forward,
     /* .backward = */ bb_backward,
     /* .init = */ NULL,
     /* .destroy = */ NULL,
+    /* .backward_input = */ bb_backward_input,
+    /* .backward_weight = */ ax_backward_weight_children,
 };
 
 ax_module *ax_basic_block_new(int in, int out, int stride) {

@@ -4,9 +4,9 @@
 #define AX_LAYERS_TF_IMPL_H
 
 #include "kernels/backend-impl.h"
+#include "kernels/rng.h"
 #include "models/layers/basic.h"
 #include "models/layers/transformer.h"
-#include "kernels/rng.h"
 
 /* Fills n floats with N(0, std^2) values from rng. */
 void axi_tf_normal(float *p, size_t n, float std, ax_rng *rng);
@@ -31,10 +31,11 @@ int axi_tf_add(const ax_tensor *a, const ax_tensor *b, ax_tensor **out);
 int axi_tf_child_fwd(ax_module *m, int i, const ax_exec *ex, ax_slot *slot,
                      ax_tensor *x, ax_tensor **y);
 
-/* Runs child `i` of m backward on dy; *dx receives a new reference to the
- * first input gradient when need_dx (else NULL). */
-int axi_tf_child_bwd(ax_module *m, int i, const ax_exec *ex, ax_slot *slot,
-                     int need_dx, ax_tensor *dy, ax_tensor **dx);
+/* Runs child `i` of m backward on dy, whole or only its input half
+ * (`part`); *dx receives a new reference to the first input gradient when
+ * need_dx (else NULL). */
+int axi_tf_child_bwd(ax_bwd_part part, ax_module *m, int i, const ax_exec *ex,
+                     ax_slot *slot, int need_dx, ax_tensor *dy, ax_tensor **dx);
 
 /* The dropout seed of one layer: the micro-batch seed mixed with the salt. */
 static inline uint64_t axi_tf_dropout_seed(uint64_t seed, uint64_t salt) {

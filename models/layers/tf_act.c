@@ -35,8 +35,8 @@ static int act_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-static int act_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                        const ax_tlist *dout, ax_tlist *din) {
+static int act_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                              const ax_tlist *dout, ax_tlist *din) {
   act_priv *p = m->priv;
   ax_tensor *saved = ax_slot_get(slot, 0);
   if (!saved)
@@ -70,17 +70,21 @@ static int act_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
 static const ax_module_ops gelu_ops = {
     /* .kind = */ "gelu",
     /* .forward = */ act_forward,
-    /* .backward = */ act_backward,
+    /* .backward = */ NULL, /* the input half alone */
     /* .init = */ NULL,
     /* .destroy = */ NULL,
+    /* .backward_input = */ act_backward_input,
+    /* .backward_weight = */ NULL, /* no parameters */
 };
 
 static const ax_module_ops tanh_ops = {
     /* .kind = */ "tanh",
     /* .forward = */ act_forward,
-    /* .backward = */ act_backward,
+    /* .backward = */ NULL, /* the input half alone */
     /* .init = */ NULL,
     /* .destroy = */ NULL,
+    /* .backward_input = */ act_backward_input,
+    /* .backward_weight = */ NULL, /* no parameters */
 };
 
 static ax_module *act_new(const ax_module_ops *ops, int kind) {
@@ -135,8 +139,8 @@ static int drop_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-static int drop_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                         const ax_tlist *dout, ax_tlist *din) {
+static int drop_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                               const ax_tlist *dout, ax_tlist *din) {
   drop_priv *p = m->priv;
   if (!ax_slot_int(slot, 2))
     return axi_tf_no_state("dropout");
@@ -165,9 +169,11 @@ static int drop_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
 static const ax_module_ops drop_ops = {
     /* .kind = */ "dropout",
     /* .forward = */ drop_forward,
-    /* .backward = */ drop_backward,
+    /* .backward = */ NULL, /* the input half alone */
     /* .init = */ NULL,
     /* .destroy = */ NULL,
+    /* .backward_input = */ drop_backward_input,
+    /* .backward_weight = */ NULL, /* no parameters */
 };
 
 ax_module *ax_dropout_new(float p, uint64_t salt) {

@@ -125,8 +125,9 @@ static int mhsa_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-static int mhsa_grad(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                     ax_tensor *dy, tmp_set *t, ax_tensor **dx) {
+/* The backward walk, each child whole or only its input half (`part`). */
+static int mhsa_grad(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                     ax_slot *slot, ax_tensor *dy, tmp_set *t, ax_tensor **dx) {
   mhsa_priv *p = m->priv;
   ax_tensor *qkvp = ax_slot_get(slot, SAVE_QKV);
   ax_tensor *probs = ax_slot_get(slot, SAVE_PROBS);
@@ -147,7 +148,7 @@ static int mhsa_grad(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor **dctxp = &t->t[0], **dctx = &t->t[1], **dpd = &t->t[2],
             **dqkvp = &t->t[3], **dprobs = &t->t[4], **dscores = &t->t[5];
 
-  AX_TRY(axi_tf_child_bwd(m, 2, ex, slot, 1, dy, dctxp)); // (B, S, H)
+  AX_TRY(axi_tf_child_bwd(part, m, 2, ex, slot, 1, dy, dctxp)); // (B, S, H)
   int64_t pshape[4] = {B, A, S, S};
   if (!(*dctx = new3((int64_t)B * A, S, dh, dev)) ||
       !(*dpd = axi_tf_new(4, pshape, dev)) ||
@@ -160,7 +161,7 @@ static int mhsa_grad(ax_module *m, const ax_exec *ex, ax_slot *slot,
               0.0f, ax_f32(*dpd), S, ss, B * A));
   AX_TRY(AX_K(be, gemm, 1, 0, S, dh, S, 1.0f, ax_f32(pd), S, ss, ax_f32(*dctx),
               dh, sd, 0.0f, dv, dh, sd, B * A));
-  AX_TRY(axi_tf_child_bwd(m, 1, ex, slot, 1, *dpd, dprobs));
+  AX_TRY(axi_tf_child_bwd(part, m, 1, ex, slot, 1, *dpd, dprobs));
   if (!(*dscores = axi_tf_new(4, pshape, dev)))
     return AX_ENOMEM;
   float scale = 1.0f / sqrtf((float)dh);
@@ -183,15 +184,15 @@ static int mhsa_grad(ax_module *m, const ax_exec *ex, ax_slot *slot,
     return AX_ENOMEM;
   AX_TRY(AX_K(be, permute0213, 3 * B, A, S, dh, dq, ax_f32(*dctx)));
   AX_TRY(AX_K(be, permute0213, 1, 3, B * S, H, ax_f32(*dctx), ax_f32(*dpd)));
-  return axi_tf_child_bwd(m, 0, ex, slot, ex->need_dx, *dpd, dx);
+  return axi_tf_child_bwd(part, m, 0, ex, slot, ex->need_dx, *dpd, dx);
 }
 
-static int mhsa_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                         const ax_tlist *dout, ax_tlist *din) {
+static int mhsa_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                     ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
   AX_TRY(axi_tf_check_in("attention", dout, 1));
   tmp_set t = {{0}};
   ax_tensor *dx = NULL;
-  int rc = mhsa_grad(m, ex, slot, dout->t[0], &t, &dx);
+  int rc = mhsa_grad(part, m, ex, slot, dout->t[0], &t, &dx);
   tmp_free(&t);
   if (rc == AX_OK) /* backward consumes the saved state */
     for (int i = SAVE_QKV; i <= SAVE_PROBS_D; i++)
@@ -206,12 +207,26 @@ static int mhsa_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
+static int mhsa_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                         const ax_tlist *dout, ax_tlist *din) {
+  return mhsa_walk(AX_BWD_FULL, m, ex, slot, dout, din);
+}
+
+/* The input half keeps nothing of its own: the projections keep their
+ * inputs and output gradients for their weight halves. */
+static int mhsa_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                               const ax_tlist *dout, ax_tlist *din) {
+  return mhsa_walk(AX_BWD_INPUT, m, ex, slot, dout, din);
+}
+
 static const ax_module_ops mhsa_ops = {
     /* .kind = */ "attention",
     /* .forward = */ mhsa_forward,
     /* .backward = */ mhsa_backward,
     /* .init = */ NULL,
     /* .destroy = */ NULL,
+    /* .backward_input = */ mhsa_backward_input,
+    /* .backward_weight = */ ax_backward_weight_children,
 };
 
 ax_module *ax_mhsa_new(int hidden, int heads, float dropout, uint64_t salt) {

@@ -35,18 +35,24 @@ static int emb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     ax_tensor_release(y);
     return rc;
   }
-  if (slot)
+  if (slot) {
     ax_slot_put(slot, 0, ids);
+    ax_slot_put(slot, 1, NULL);
+  }
   *out = ax_tlist1(y);
   return AX_OK;
 }
 
-static int emb_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                        const ax_tlist *dout, ax_tlist *din) {
+/* Slot: 0 = ids from forward until the weight half, 1 = the output
+ * gradient from the input half until the weight half (the table's gradient
+ * is a scatter-add of it at the ids). */
+static int emb_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                              const ax_tlist *dout, ax_tlist *din) {
   emb_priv *p = m->priv;
   ax_tensor *ids = ax_slot_get(slot, 0);
-  if (!ids)
-    return axi_tf_no_state("embedding");
+  if (!ids || ax_slot_get(slot, 1))
+    return ids ? ax_seterr(AX_ESTATE, "embedding: input half ran twice")
+               : axi_tf_no_state("embedding");
   AX_TRY(axi_tf_check_in("embedding", dout, 1));
   ax_tensor *dy = dout->t[0]; // (..., dim)
   size_t n = ax_tensor_numel(ids);
@@ -55,14 +61,24 @@ static int emb_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                      "embedding: gradient has %zu elements, "
                      "expected %zu x %d",
                      ax_tensor_numel(dy), n, p->dim);
-  ax_backend *be = ax_backend_of(dy->device);
-  AX_TRY(AX_K(be, embedding_bwd, (int)n, p->dim, ax_i32(ids), ax_f32(dy),
-              ax_grad(m, ex, 0)));
-  ax_slot_put(slot, 0, NULL); /* backward consumes the saved state */
-  if (ex->need_dx) {          /* integer ids have no gradient: one NULL entry */
+  ax_slot_put(slot, 1, dy);
+  if (ex->need_dx) { /* integer ids have no gradient: one NULL entry */
     din->n = 1;
     din->t[0] = NULL;
   }
+  return AX_OK;
+}
+
+static int emb_backward_weight(ax_module *m, const ax_exec *ex, ax_slot *slot) {
+  emb_priv *p = m->priv;
+  ax_tensor *ids = ax_slot_get(slot, 0), *dy = ax_slot_get(slot, 1);
+  if (!ids || !dy)
+    return ax_seterr(AX_ESTATE, "embedding: weight half without input half");
+  AX_TRY(AX_K(ax_backend_of(dy->device), embedding_bwd,
+              (int)ax_tensor_numel(ids), p->dim, ax_i32(ids), ax_f32(dy),
+              ax_grad(m, ex, 0)));
+  ax_slot_put(slot, 0, NULL); /* the weight half consumes the saved state */
+  ax_slot_put(slot, 1, NULL);
   return AX_OK;
 }
 
@@ -73,9 +89,11 @@ static void emb_init(ax_module *m, float *params, float *buffers, ax_rng *rng) {
 static const ax_module_ops emb_ops = {
     /* .kind = */ "embedding",
     /* .forward = */ emb_forward,
-    /* .backward = */ emb_backward,
+    /* .backward = */ NULL, /* the halves back to back */
     /* .init = */ emb_init,
     /* .destroy = */ NULL,
+    /* .backward_input = */ emb_backward_input,
+    /* .backward_weight = */ emb_backward_weight,
 };
 
 ax_module *ax_embedding_new(int rows, int dim) {
@@ -103,7 +121,10 @@ typedef struct ln_priv {
 } ln_priv;
 
 /* Parameter layout: gamma (dim) at 0, beta (dim) at dim. Slot: 0 = x,
- * 1 = mean (rows), 2 = rstd (rows). */
+ * 1 = mean (rows), 2 = rstd (rows) from forward until the input half, which
+ * drops them and keeps 3 = the sums (2, dim) {sum dy * xhat, sum dy} that
+ * ARE the parameter gradients, for the weight half. */
+enum { LN_X = 0, LN_MEAN = 1, LN_RSTD = 2, LN_DSUM = 3 };
 
 static int ln_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                       const ax_tlist *in, ax_tlist *out) {
@@ -126,9 +147,10 @@ static int ln_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
               ax_f32(y), ax_f32(mean), ax_f32(rstd));
   }
   if (rc == AX_OK && slot) {
-    ax_slot_put(slot, 0, x);
-    ax_slot_put(slot, 1, mean);
-    ax_slot_put(slot, 2, rstd);
+    ax_slot_put(slot, LN_X, x);
+    ax_slot_put(slot, LN_MEAN, mean);
+    ax_slot_put(slot, LN_RSTD, rstd);
+    ax_slot_put(slot, LN_DSUM, NULL);
   }
   ax_tensor_release(mean);
   ax_tensor_release(rstd);
@@ -140,13 +162,15 @@ static int ln_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-static int ln_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                       const ax_tlist *dout, ax_tlist *din) {
+static int ln_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                             const ax_tlist *dout, ax_tlist *din) {
   ln_priv *p = m->priv;
-  ax_tensor *x = ax_slot_get(slot, 0), *mean = ax_slot_get(slot, 1),
-            *rstd = ax_slot_get(slot, 2);
+  ax_tensor *x = ax_slot_get(slot, LN_X), *mean = ax_slot_get(slot, LN_MEAN),
+            *rstd = ax_slot_get(slot, LN_RSTD);
   if (!x || !mean || !rstd)
-    return axi_tf_no_state("layernorm");
+    return ax_slot_get(slot, LN_DSUM)
+               ? ax_seterr(AX_ESTATE, "layernorm: input half ran twice")
+               : axi_tf_no_state("layernorm");
   AX_TRY(axi_tf_check_in("layernorm", dout, 1));
   ax_tensor *dy = dout->t[0]; // (..., dim)
   if (ax_tensor_numel(dy) != ax_tensor_numel(x))
@@ -154,24 +178,43 @@ static int ln_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                      "layernorm: gradient has %zu elements, "
                      "expected %zu",
                      ax_tensor_numel(dy), ax_tensor_numel(x));
-  /* The kernel computes dx alongside the parameter gradients, so dx is
-   * always made and dropped when the caller does not want it. */
+  /* One pass makes dx and the parameter sums (into zeroed sums of this
+   * slot); dx is dropped when the caller does not want it. */
+  int64_t sshape[2] = {2, p->dim};
   ax_tensor *dx = ax_tensor_like(x);
-  if (!dx)
-    return AX_ENOMEM;
+  ax_tensor *dsum = axi_tf_new(2, sshape, x->device); // (2, dim)
+  int rc = dx && dsum ? AX_OK : AX_ENOMEM;
   ax_backend *be = ax_backend_of(x->device);
-  int rc =
-      AX_K(be, layernorm_bwd, (int)ax_tensor_numel(mean), p->dim, ax_f32(x),
-           ax_f32(dy), ax_param(m, ex, 0), ax_f32(mean), ax_f32(rstd),
-           ax_f32(dx), ax_grad(m, ex, 0), ax_grad(m, ex, (size_t)p->dim));
-  if (rc == AX_OK) /* backward consumes the saved state */
-    for (int i = 0; i < 3; i++)
-      ax_slot_put(slot, i, NULL);
+  if (rc == AX_OK)
+    rc = AX_K(be, fill, ax_f32(dsum), 2 * (size_t)p->dim, 0.0f);
+  if (rc == AX_OK)
+    rc = AX_K(be, layernorm_bwd, (int)ax_tensor_numel(mean), p->dim, ax_f32(x),
+              ax_f32(dy), ax_param(m, ex, 0), ax_f32(mean), ax_f32(rstd),
+              ax_f32(dx), ax_f32(dsum), ax_f32(dsum) + p->dim);
+  if (rc == AX_OK) { /* the sums replace the forward's state */
+    ax_slot_put(slot, LN_X, NULL);
+    ax_slot_put(slot, LN_MEAN, NULL);
+    ax_slot_put(slot, LN_RSTD, NULL);
+    ax_slot_put(slot, LN_DSUM, dsum);
+  }
+  ax_tensor_release(dsum);
   if (rc != AX_OK || !ex->need_dx) {
     ax_tensor_release(dx);
     return rc;
   }
   *din = ax_tlist1(dx);
+  return AX_OK;
+}
+
+/* gamma's and beta's gradients lie side by side, as the sums do. */
+static int ln_backward_weight(ax_module *m, const ax_exec *ex, ax_slot *slot) {
+  ln_priv *p = m->priv;
+  ax_tensor *dsum = ax_slot_get(slot, LN_DSUM); // (2, dim)
+  if (!dsum)
+    return ax_seterr(AX_ESTATE, "layernorm: weight half without input half");
+  AX_TRY(AX_K(ax_backend_of(dsum->device), axpby, 2 * (size_t)p->dim, 1.0f,
+              ax_f32(dsum), 1.0f, ax_grad(m, ex, 0)));
+  ax_slot_put(slot, LN_DSUM, NULL);
   return AX_OK;
 }
 
@@ -186,9 +229,11 @@ static void ln_init(ax_module *m, float *params, float *buffers, ax_rng *rng) {
 static const ax_module_ops ln_ops = {
     /* .kind = */ "layernorm",
     /* .forward = */ ln_forward,
-    /* .backward = */ ln_backward,
+    /* .backward = */ NULL, /* the halves back to back */
     /* .init = */ ln_init,
     /* .destroy = */ NULL,
+    /* .backward_input = */ ln_backward_input,
+    /* .backward_weight = */ ln_backward_weight,
 };
 
 ax_module *ax_layernorm_new(int dim, float eps) {

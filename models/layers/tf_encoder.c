@@ -75,24 +75,26 @@ static int enc_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-static int enc_grad(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                    ax_tensor *dy, ax_tensor **t, ax_tensor **dx) {
+/* The backward walk, each child whole or only its input half (`part`). */
+static int enc_grad(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                    ax_slot *slot, ax_tensor *dy, ax_tensor **t,
+                    ax_tensor **dx) {
   /* Feed-forward half: the residual adds the LN2 input gradient to x1's. */
-  AX_TRY(axi_tf_child_bwd(m, C_LN2, ex, slot, 1, dy, &t[0]));
-  AX_TRY(axi_tf_child_bwd(m, C_DROP2, ex, slot, 1, t[0], &t[1]));
-  AX_TRY(axi_tf_child_bwd(m, C_FF2, ex, slot, 1, t[1], &t[2]));
-  AX_TRY(axi_tf_child_bwd(m, C_GELU, ex, slot, 1, t[2], &t[3]));
-  AX_TRY(axi_tf_child_bwd(m, C_FF1, ex, slot, 1, t[3], &t[4]));
+  AX_TRY(axi_tf_child_bwd(part, m, C_LN2, ex, slot, 1, dy, &t[0]));
+  AX_TRY(axi_tf_child_bwd(part, m, C_DROP2, ex, slot, 1, t[0], &t[1]));
+  AX_TRY(axi_tf_child_bwd(part, m, C_FF2, ex, slot, 1, t[1], &t[2]));
+  AX_TRY(axi_tf_child_bwd(part, m, C_GELU, ex, slot, 1, t[2], &t[3]));
+  AX_TRY(axi_tf_child_bwd(part, m, C_FF1, ex, slot, 1, t[3], &t[4]));
   AX_TRY(axi_tf_add(t[0], t[4], &t[5]));
   /* Attention half. */
-  AX_TRY(axi_tf_child_bwd(m, C_LN1, ex, slot, 1, t[5], &t[6]));
-  AX_TRY(axi_tf_child_bwd(m, C_DROP1, ex, slot, 1, t[6], &t[7]));
+  AX_TRY(axi_tf_child_bwd(part, m, C_LN1, ex, slot, 1, t[5], &t[6]));
+  AX_TRY(axi_tf_child_bwd(part, m, C_DROP1, ex, slot, 1, t[6], &t[7]));
   ax_slot *cs = ax_slot_child(slot, C_ATTN);
   if (!cs)
     return AX_ENOMEM;
   ax_exec cex = *ex;
   ax_tlist dout = ax_tlist1(t[7]), din = {0};
-  AX_TRY(ax_backward(m->children[C_ATTN], &cex, cs, &dout, &din));
+  AX_TRY(ax_backward_part(part, m->children[C_ATTN], &cex, cs, &dout, &din));
   int rc = AX_OK;
   if (ex->need_dx) {
     if (din.n < 1 || !din.t[0])
@@ -104,11 +106,11 @@ static int enc_grad(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return rc;
 }
 
-static int enc_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                        const ax_tlist *dout, ax_tlist *din) {
+static int enc_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                    ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
   AX_TRY(axi_tf_check_in("encoder", dout, 1));
   ax_tensor *t[ENC_TMP] = {0}, *dx = NULL;
-  int rc = enc_grad(m, ex, slot, dout->t[0], t, &dx);
+  int rc = enc_grad(part, m, ex, slot, dout->t[0], t, &dx);
   tmp_free(t);
   if (rc != AX_OK || !ex->need_dx) {
     ax_tensor_release(dx);
@@ -120,12 +122,24 @@ static int enc_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
+static int enc_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                        const ax_tlist *dout, ax_tlist *din) {
+  return enc_walk(AX_BWD_FULL, m, ex, slot, dout, din);
+}
+
+static int enc_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                              const ax_tlist *dout, ax_tlist *din) {
+  return enc_walk(AX_BWD_INPUT, m, ex, slot, dout, din);
+}
+
 static const ax_module_ops enc_ops = {
     /* .kind = */ "encoder",
     /* .forward = */ enc_forward,
     /* .backward = */ enc_backward,
     /* .init = */ NULL,
     /* .destroy = */ NULL,
+    /* .backward_input = */ enc_backward_input,
+    /* .backward_weight = */ ax_backward_weight_children,
 };
 
 ax_module *ax_encoder_layer_new(int hidden, int heads, int ff, float dropout,

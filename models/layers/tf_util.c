@@ -70,8 +70,9 @@ int axi_tf_child_fwd(ax_module *m, int i, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-int axi_tf_child_bwd(ax_module *m, int i, const ax_exec *ex, ax_slot *slot,
-                     int need_dx, ax_tensor *dy, ax_tensor **dx) {
+int axi_tf_child_bwd(ax_bwd_part part, ax_module *m, int i, const ax_exec *ex,
+                     ax_slot *slot, int need_dx, ax_tensor *dy,
+                     ax_tensor **dx) {
   *dx = NULL;
   ax_slot *cs = ax_slot_child(slot, i);
   if (!cs)
@@ -79,7 +80,7 @@ int axi_tf_child_bwd(ax_module *m, int i, const ax_exec *ex, ax_slot *slot,
   ax_exec cex = *ex;
   cex.need_dx = need_dx;
   ax_tlist dout = ax_tlist1(dy), din = {0};
-  AX_TRY(ax_backward(m->children[i], &cex, cs, &dout, &din));
+  AX_TRY(ax_backward_part(part, m->children[i], &cex, cs, &dout, &din));
   if (need_dx && din.n >= 1) {
     *dx = din.t[0];
     din.t[0] = NULL;

@@ -21,7 +21,14 @@
  * Unless stated otherwise a layer takes and returns a list of one f32
  * tensor, and backward returns the input gradient only when
  * ax_exec.need_dx (an empty list otherwise). Shape or dtype errors in
- * forward give AX_ESHAPE / AX_EDTYPE naming the layer. */
+ * forward give AX_ESHAPE / AX_EDTYPE naming the layer.
+ *
+ * Every layer implements the split backward (models/module.h). Between
+ * the input half and the weight half a slot keeps: the embedding its ids
+ * and output gradient; layer norm only its (2, dim) parameter-gradient
+ * sums; GELU, tanh and dropout nothing; attention and the encoder layer
+ * what their projections (input and output gradient each) and layer norms
+ * keep, nothing of their own. */
 #ifndef AX_LAYERS_TRANSFORMER_H
 #define AX_LAYERS_TRANSFORMER_H
 

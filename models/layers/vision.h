@@ -5,7 +5,12 @@
  *
  * Forward checks the input shape and fails with AX_ESHAPE naming the layer,
  * the expected and the actual shape. All arithmetic runs through the kernel
- * backend of the input's device. */
+ * backend of the input's device.
+ *
+ * Every layer implements the split backward (models/module.h). Between
+ * its input half and its weight half a slot keeps: conv2d its input and
+ * output gradient; batch norm only its (2, C) parameter-gradient sums;
+ * pooling nothing; the BasicBlock what its children keep. */
 #ifndef AX_LAYERS_VISION_H
 #define AX_LAYERS_VISION_H
 
