@@ -14,6 +14,8 @@ static void uniform_matches_closed_form(void **state) {
           const char *name = ax_pipe_mode_name(m);
           if (ax_pipe_mode_get(m)->chunked && ax_pipe_units(m, M) % K)
             continue; /* see interleaved_closed_form */
+          if (!ax_pipe_mode_get(m)->uniform_time)
+            continue; /* no closed form: see zbh1_bubble */
           for (int s = 0; s < 2 * K; s++)
             tf[s] = 0.020, tb[s] = 0.040;
           double got = -1;
@@ -49,6 +51,28 @@ static void interleaved_closed_form(void **state) {
   assert_int_equal(ax_formula_time_chunks("interleaved", 4, 2, 6, tf, tb, 0,
                                           &t),
                    AX_EINVAL);
+}
+
+/* ZB-H1 with F = I = W: the bubble is (K - 1)(F + I - W), a third of
+ * 1F1B's (K - 1)(F + I + W), at 1F1B's memory (K units in flight). */
+static void zbh1_bubble(void **state) {
+  double tf[8], ti[8], tw[8], tb[8];
+  for (int s = 0; s < 8; s++)
+    tf[s] = ti[s] = tw[s] = 0.020, tb[s] = 0.040;
+  for (int K = 2; K <= 8; K++)
+    for (int M = 1; M <= 12; M++) {
+      double zb = 0, fb = 0;
+      AX_ASSERT_OK(ax_formula_time_split("zb-h1", K, 1, M, tf, ti, tw, 0, &zb));
+      AX_ASSERT_OK(ax_formula_time("1f1b", K, M, tf, tb, 0, &fb));
+      double work = M * 0.060, want = work + (K - 1) * 0.020;
+      if (M >= K && !(fabs(zb - want) <= 1e-9))
+        fail_msg("zb-h1 K=%d M=%d: %.6f s, want %.6f", K, M, zb, want);
+      if (M >= K) /* the issue's goal (at most half of 1F1B's bubble) */
+        assert_true(zb - work <= (fb - work) / 2 + 1e-9);
+      for (int s = 0; s < K; s++)
+        assert_true(ax_pipe_live_bound(AX_MODE_ZBH1, K, s, M) <=
+                    ax_pipe_live_bound(AX_MODE_1F1B, K, 0, M));
+    }
 }
 
 static void issue_benchmark_numbers(void **state) {
@@ -115,6 +139,7 @@ int main(void) {
   const struct CMUnitTest t[] = {
       cmocka_unit_test(uniform_matches_closed_form),
       cmocka_unit_test(interleaved_closed_form),
+      cmocka_unit_test(zbh1_bubble),
       cmocka_unit_test(issue_benchmark_numbers),
       cmocka_unit_test(unequal_stages),
       cmocka_unit_test(bad_arguments),

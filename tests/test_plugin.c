@@ -35,6 +35,8 @@ static void prelu_gradcheck(void **state) {
   ax_tensor *x = ax_test_randn(11, 1.0f, 4, s4);
   ax_tlist in = ax_tlist1(x);
   ax_test_gradcheck(cm_prelu_new(3), &in, 1, 60, 1e-3, 1e-3, 1e-2);
+  /* the layer's split backward: each half against finite differences */
+  ax_test_gradcheck_split(cm_prelu_new(3), &in, 1, 60, 1e-3, 1e-3, 1e-2);
   ax_tensor_release(x);
   x = ax_test_randn(12, 1.0f, 2, s2);
   in = ax_tlist1(x);

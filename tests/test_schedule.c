@@ -43,7 +43,8 @@ static long simulate(sim *S) {
       if (o->kind == AX_OP_BWD)
         ok &= S->done[s][AX_OP_FWD][o->batch * S->U + o->micro];
       for (int m = 0; o->kind == AX_OP_STEP && m < S->U; m++)
-        ok &= S->done[s][AX_OP_BWD][o->batch * S->U + m];
+        ok &= S->done[s][AX_OP_BWD][o->batch * S->U + m] |
+              S->done[s][AX_OP_WEIGHT_GRAD][o->batch * S->U + m];
       if (ok)
         run[nrun++] = *o;
     }
@@ -53,9 +54,11 @@ static long simulate(sim *S) {
       ax_pipe_op *o = &run[i];
       S->done[o->stage][o->kind][o->batch * S->U + o->micro] = 1;
       S->pc[o->stage]++;
-      live[o->stage] += o->kind == AX_OP_FWD   ? 1
-                        : o->kind == AX_OP_BWD ? -1
-                                               : 0;
+      /* a unit is live from its forward to its last backward action */
+      live[o->stage] += o->kind == AX_OP_FWD ? 1
+                        : o->kind == AX_OP_BWD || o->kind == AX_OP_WEIGHT_GRAD
+                            ? -1
+                            : 0;
       assert_true(live[o->stage] <=
                   ax_pipe_live_bound(S->mode, S->K, o->stage, S->M));
       left--;
@@ -78,21 +81,30 @@ static void check_mode(int mode, int K, int M, long n) {
       assert_int_equal(o->stage, s);
       int u = o->batch * S->U + o->micro;
       seen[o->kind][u]++;
-      if (o->kind == AX_OP_BWD)
+      if (o->kind == AX_OP_BWD || o->kind == AX_OP_INPUT_GRAD)
         assert_int_equal(seen[AX_OP_FWD][u], 1); /* forward came first */
+      if (o->kind == AX_OP_WEIGHT_GRAD) /* W after its I */
+        assert_int_equal(seen[AX_OP_INPUT_GRAD][u], 1);
       if (o->kind == AX_OP_STEP) {
         steps++;
         assert_int_equal(o->micro, 0);
         /* every backward it sums ran before it */
         for (int m = 0; m < S->U; m++)
-          assert_int_equal(seen[AX_OP_BWD][o->batch * S->U + m], 1);
+          assert_int_equal(seen[AX_OP_BWD][o->batch * S->U + m] +
+                               seen[AX_OP_WEIGHT_GRAD][o->batch * S->U + m],
+                           1);
         if (ax_pipe_flushes(mode)) /* the step ends the mini-batch */
           for (long j = i + 1; j < S->nops; j++)
             assert_true(S->ops[s][j].batch > o->batch);
       }
     }
-    for (int u = 0; u < n * S->U; u++)
-      assert_true(seen[AX_OP_FWD][u] == 1 && seen[AX_OP_BWD][u] == 1);
+    int split = ax_pipe_mode_get(mode)->split;
+    for (int u = 0; u < n * S->U; u++) {
+      assert_int_equal(seen[AX_OP_FWD][u], 1);
+      assert_int_equal(seen[AX_OP_BWD][u], !split);
+      assert_int_equal(seen[AX_OP_INPUT_GRAD][u], split);
+      assert_int_equal(seen[AX_OP_WEIGHT_GRAD][u], split);
+    }
     assert_int_equal(steps, n); /* one STEP per mini-batch */
   }
   assert_true(simulate(S) > 0);
@@ -134,6 +146,9 @@ static void test_orders(void **state) {
   expect(AX_MODE_1F1B, 4, 3, 4, 1, "F0 B0 F1 B1 F2 B2 F3 B3 S0");
   expect(AX_MODE_1F1B, 4, 0, 2, 1, "F0 F1 B0 B1 S0");
   expect(AX_MODE_SEQUENTIAL, 3, 2, 4, 2, "F0 B0 S0 F1 B1 S1");
+  /* zb-h1: stage 0 of 3 holds W back by 0, stage 2 by 2 */
+  expect(AX_MODE_ZBH1, 3, 0, 4, 1, "F0 F1 F2 I0 W0 F3 I1 W1 I2 W2 I3 W3 S0");
+  expect(AX_MODE_ZBH1, 3, 2, 4, 1, "F0 I0 F1 I1 F2 I2 W0 F3 I3 W1 W2 W3 S0");
   /* 2bw: 1F1B over micro-batches, no flush, one STEP per mini-batch */
   expect(AX_MODE_2BW, 3, 0, 2, 2, "F0 F1 F0 B0 F1 B1 S0 B0 B1 S1");
 }

@@ -81,7 +81,11 @@ static int make_args(ax_pipe *p, const ax_pipe_op *o, int step,
     ax_values_add_i64(a, gid);
     return ax_values_add_i64(a, p->U);
   }
-  if (o->kind == AX_OP_BWD) {
+  if (o->kind == AX_OP_INPUT_GRAD) {
+    ax_values_add_i64(a, gid);
+    return ax_values_add_i64(a, o->micro);
+  }
+  if (o->kind == AX_OP_BWD || o->kind == AX_OP_WEIGHT_GRAD) {
     ax_values_add_i64(a, gid);
     ax_values_add_i64(a, o->micro);
     ax_values_add_i64(a, step);
@@ -160,10 +164,11 @@ static void event_add(ax_pipe *p, const ax_pipe_op *o, double t_issue,
 }
 
 /* Bookkeeping after op (and the STEP merged into it) completed (mu held).
- * A unit's context is finished once stage 0's backward of it is (every
- * stage took its gradients out by then): it goes to the background
- * releaser; returns the context the caller must release itself (0: none,
- * or queued) and whether the mini-batch is finished. */
+ * A unit's context is finished once every stage ran its last backward
+ * action of it (B, or W for split modes; each took its gradients out): it
+ * goes to the background releaser; returns the context the caller must
+ * release itself (0: none, or queued) and whether the mini-batch is
+ * finished. */
 static uint64_t op_finished(ax_pipe *p, const ax_pipe_op *o, int merged,
                             const ax_values *r, double t_issue,
                             int *batch_done) {
@@ -190,9 +195,10 @@ static uint64_t op_finished(ax_pipe *p, const ax_pipe_op *o, int merged,
     b->count += k;
   }
   uint64_t rel = 0;
-  if (o->kind == AX_OP_BWD && o->stage == 0) {
+  long ci = ctx_index(p, o);
+  if ((o->kind == AX_OP_BWD || o->kind == AX_OP_WEIGHT_GRAD) &&
+      --p->stages_left[ci] == 0) { /* every stage is done with the unit */
     b->units_left--;
-    long ci = ctx_index(p, o);
     rel = p->ctx[ci];
     p->ctx[ci] = 0;
     if (axp_release_push(p, rel))
@@ -223,8 +229,8 @@ typedef struct driver {
   int s; /* its rank (agent) */
 } driver;
 
-static const char *const g_methods[AX_OP_KINDS] = {"fwd", "bwd", NULL, NULL,
-                                                   "step"};
+static const char *const g_methods[AX_OP_KINDS] = {"fwd", "bwd", "bwdi",
+                                                   "bwdw", "step"};
 static const char *const g_what[AX_OP_KINDS] = {"forward", "backward",
                                                 "input gradient",
                                                 "weight gradient", "step"};
@@ -310,9 +316,11 @@ static void *driver_main(void *arg) {
   const ax_pipe_op *ops = ax_pipe_plan_actions(p->plan, d->s, &n_ops);
   int err = AX_OK;
   for (long i = 0; err == AX_OK && i < n_ops; i++) {
-    /* A STEP right after the same stage's backward of that batch rides on
-     * that call. */
-    int merged = ops[i].kind == AX_OP_BWD && i + 1 < n_ops &&
+    /* A STEP right after the same stage's backward (or weight half) of that
+     * batch rides on that call. */
+    int merged = (ops[i].kind == AX_OP_BWD ||
+                  ops[i].kind == AX_OP_WEIGHT_GRAD) &&
+                 i + 1 < n_ops &&
                  ops[i + 1].kind == AX_OP_STEP &&
                  ops[i + 1].stage == ops[i].stage &&
                  ops[i + 1].batch == ops[i].batch;
@@ -333,6 +341,9 @@ int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
     return perr;
   p->done = calloc((size_t)p->K * AX_OP_KINDS * units + 1, 1);
   p->ctx = calloc(units + 1, sizeof *p->ctx);
+  p->stages_left = malloc((units + 1) * sizeof *p->stages_left);
+  for (size_t i = 0; p->stages_left && i < units; i++)
+    p->stages_left[i] = p->K;
   p->b = calloc((size_t)n + 1, sizeof *p->b);
   p->err = AX_OK;
   p->msg[0] = 0;
@@ -341,8 +352,8 @@ int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   p->user = user;
   p->nev = 0;
   memset(&p->stats, 0, sizeof p->stats);
-  if (!p->done || !p->ctx || !p->b) {
-    free(p->done), free(p->ctx), free(p->b);
+  if (!p->done || !p->ctx || !p->b || !p->stages_left) {
+    free(p->done), free(p->ctx), free(p->b), free(p->stages_left);
     ax_pipe_plan_free(p->plan);
     p->plan = NULL;
     return AX_ENOMEM;
@@ -385,8 +396,8 @@ int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
     ax_tlist_clear(&p->b[t].in);
     ax_tlist_clear(&p->b[t].lab);
   }
-  free(p->done), free(p->ctx), free(p->b);
-  p->done = NULL, p->ctx = NULL, p->b = NULL;
+  free(p->done), free(p->ctx), free(p->b), free(p->stages_left);
+  p->done = NULL, p->ctx = NULL, p->b = NULL, p->stages_left = NULL;
   ax_pipe_plan_free(p->plan);
   p->plan = NULL;
   p->base += n;

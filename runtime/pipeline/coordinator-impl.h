@@ -35,6 +35,7 @@ struct ax_pipe {
   ax_pipe_plan *plan;  /* every stage's actions (mode.h) */
   unsigned char *done; /* [K][AX_OP_KINDS][n * U] */
   uint64_t *ctx;       /* one per unit */
+  int *stages_left;    /* per unit: stages still to finish its backward */
   axp_batch *b;        /* [n] */
   int err;
   char msg[512];

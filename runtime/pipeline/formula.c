@@ -14,7 +14,7 @@
 typedef struct sim {
   const ax_pipe_plan *plan;
   int mode, K, S, U, recompute; /* ranks, stages, units */
-  const double *t_f, *t_b;
+  const double *t_f, *t_b, *t_w; /* t_w NULL: no weight half apart */
   double *fin;      /* (AX_OP_KINDS, K, units): finish time, -1 until run */
   double *start_f0; /* (units) start of F(u) on stage 0 */
   size_t units;
@@ -44,14 +44,20 @@ static double ready_at(const sim *S, const ax_pipe_op *o) {
 }
 
 static double cost(const sim *S, const ax_pipe_op *o) {
+  int st = o->stage;
+  double w = S->t_w ? S->t_w[st] : 0.0,
+         replay = ax_pipe_replays(S->mode, S->recompute, S->U, o->micro)
+                      ? S->t_f[st]
+                      : 0.0;
   switch (o->kind) {
   case AX_OP_FWD:
-    return S->t_f[o->stage];
-  case AX_OP_BWD:
-    return S->t_b[o->stage] +
-           (ax_pipe_replays(S->mode, S->recompute, S->U, o->micro)
-                ? S->t_f[o->stage]
-                : 0.0);
+    return S->t_f[st];
+  case AX_OP_BWD: /* the whole backward: both halves */
+    return replay + S->t_b[st] + w;
+  case AX_OP_INPUT_GRAD:
+    return replay + S->t_b[st];
+  case AX_OP_WEIGHT_GRAD:
+    return w;
   default: /* STEP (optimizer time is not modelled) */
     return 0.0;
   }
@@ -101,6 +107,12 @@ int ax_formula_time(const char *mode, int K, int M, const double *t_f,
 int ax_formula_time_chunks(const char *mode, int K, int v, int M,
                            const double *t_f, const double *t_b,
                            int recompute, double *out) {
+  return ax_formula_time_split(mode, K, v, M, t_f, t_b, NULL, recompute, out);
+}
+
+int ax_formula_time_split(const char *mode, int K, int v, int M,
+                          const double *t_f, const double *t_b,
+                          const double *t_w, int recompute, double *out) {
   int m = ax_pipe_mode_index(mode);
   if (m < 0)
     return AX_EINVAL;
@@ -114,7 +126,7 @@ int ax_formula_time_chunks(const char *mode, int K, int v, int M,
     return ax_seterr(AX_EINVAL, "formula: recompute option %d unknown",
                      recompute);
   for (int s = 0; s < K * v; s++)
-    if (!(t_f[s] >= 0) || !(t_b[s] >= 0))
+    if (!(t_f[s] >= 0) || !(t_b[s] >= 0) || (t_w && !(t_w[s] >= 0)))
       return ax_seterr(AX_EINVAL, "formula: stage %d times (%g, %g) must be "
                        ">= 0", s, t_f[s], t_b[s]);
   int flushed = ax_pipe_flushes(m);
@@ -123,7 +135,7 @@ int ax_formula_time_chunks(const char *mode, int K, int v, int M,
   ax_pipe_plan *plan = NULL;
   AX_TRY(ax_pipe_plan_new(m, K, v, M, n, &plan));
   sim S = {plan, m, K, K * v, ax_pipe_units(m, M), recompute, t_f, t_b,
-           NULL, NULL, 0};
+           t_w, NULL, NULL, 0};
   S.units = (size_t)n * (size_t)S.U;
   S.fin = malloc(sizeof(double) * AX_OP_KINDS * (size_t)S.S * S.units);
   S.start_f0 = calloc(S.units, sizeof(double));
@@ -165,6 +177,8 @@ double ax_formula_uniform_chunks(const char *mode, int K, int v, int M,
     ax_clearerr();
     return -1.0;
   }
+  if (!ax_pipe_mode_get(m)->uniform_time)
+    return -1.0;
   return ax_pipe_mode_get(m)->uniform_time(K, ax_pipe_chunks(m, v),
                                            ax_pipe_units(m, M), t_f, t_b,
                                            recompute);

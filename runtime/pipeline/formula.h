@@ -69,8 +69,15 @@ int ax_formula_time_chunks(const char *mode, int K, int v, int M,
                            const double *t_f, const double *t_b,
                            int recompute, double *out);
 
+/* The same with the backward's two halves timed apart: t_b[s] is the input
+ * half, t_w[s] the weight half (NULL: none), so a whole backward costs
+ * t_b + t_w and split modes run I (t_b) and W (t_w) as separate actions. */
+int ax_formula_time_split(const char *mode, int K, int v, int M,
+                          const double *t_f, const double *t_b,
+                          const double *t_w, int recompute, double *out);
+
 /* The closed form for K equal stages (see above); -1.0 for an unknown mode
- * or K, M < 1. For gpipe, recompute ALWAYS is included, EXCEPT_LAST is not
+ * or K, M < 1, or a mode without one. For gpipe, recompute ALWAYS is included, EXCEPT_LAST is not
  * (use ax_formula_time). */
 double ax_formula_uniform(const char *mode, int K, int M, double t_f,
                           double t_b, int recompute);

@@ -24,7 +24,7 @@ int ax_metrics_init(ax_step_metrics *m, long step, int K) {
 
 static int is_compute(const char *cat) {
   return strcmp(cat, "forward") == 0 || strcmp(cat, "backward") == 0 ||
-         strcmp(cat, "recompute") == 0;
+         strcmp(cat, "recompute") == 0 || strcmp(cat, "weight") == 0;
 }
 
 typedef struct span {

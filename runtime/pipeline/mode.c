@@ -106,10 +106,43 @@ static void act_interleaved(int K, int v, int r, int U, long n,
   }
 }
 
+/* ZB-H1 (Qi et al. 2024): 1F1B's order with the backward split into its
+ * input half I, on the critical path, and its weight half W. Every stage
+ * keeps the same number of units in flight as stage 0 does in 1F1B (K): a
+ * stage with d = K - 1 - s warm-up forwards holds its W back by s, so I
+ * starts as early as the gradient allows and the held-back W fill the
+ * waits of the cool-down (one W after each cool-down I), then the rest,
+ * then STEP. With F = I = W the bubble is (K - 1)(F + I - W), a third of
+ * 1F1B's (K - 1)(F + I + W). */
+static void act_zbh1(int K, int v, int s, int U, long n, ax_pipe_op *o,
+                     long *k) {
+  int w = min_i(K - 1 - s, U), lag = s;
+  for (long t = 0; t < n; t++) {
+    int next_w = 0;
+    for (int m = 0; m < w; m++)
+      o[(*k)++] = op(AX_OP_FWD, s, t, m);
+    for (int i = 0; i < U - w; i++) {
+      o[(*k)++] = op(AX_OP_FWD, s, t, w + i);
+      o[(*k)++] = op(AX_OP_INPUT_GRAD, s, t, i);
+      if (i - lag >= next_w)
+        o[(*k)++] = op(AX_OP_WEIGHT_GRAD, s, t, next_w++);
+    }
+    for (int m = U - w; m < U; m++) {
+      o[(*k)++] = op(AX_OP_INPUT_GRAD, s, t, m);
+      if (next_w <= m)
+        o[(*k)++] = op(AX_OP_WEIGHT_GRAD, s, t, next_w++);
+    }
+    while (next_w < U)
+      o[(*k)++] = op(AX_OP_WEIGHT_GRAD, s, t, next_w++);
+    o[(*k)++] = op(AX_OP_STEP, s, t, 0);
+  }
+}
+
 /* ---- bounds -------------------------------------------------------------------- */
 static int live_one(int K, int s, int U) { return 1; }
 static int live_all(int K, int s, int U) { return U; }
 static int live_1f1b(int K, int s, int U) { return min_i(K - s, U); }
+static int live_zbh1(int K, int s, int U) { return min_i(K, U); }
 static int live_delay(int K, int s, int U) { return K - s; }
 static int live_units(int K, int s, int U) { return U; }
 
@@ -143,8 +176,9 @@ static double t_inter(int K, int v, int U, double f, double b, int rc) {
 
 /* ---- the table ------------------------------------------------------------------ */
 /* name, summary, unit, flush, forward weights, backward weights, keep,
- * recompute_ok, forward_lock, live bound, actions, closed-form time,
- * chunked (several stages per agent, --chunks). */
+ * recompute_ok, forward_lock, live bound, actions, closed-form time (NULL:
+ * the simulation is the model), chunked (several stages per agent,
+ * --chunks), split (the backward runs as I and W). */
 static const ax_pipe_mode_def g_modes[AX_MODE_COUNT] = {
     [AX_MODE_SEQUENTIAL] = {"sequential", "one mini-batch at a time",
                             AX_UNIT_MINI, 1, AX_FWD_LATEST, AX_WEIGHTS_CURRENT,
@@ -186,6 +220,12 @@ static const ax_pipe_mode_def g_modes[AX_MODE_COUNT] = {
                              AX_UNIT_MICRO, 1, AX_FWD_LATEST,
                              AX_WEIGHTS_CURRENT, AX_KEEP_ACTIVATIONS, 0, 0,
                              live_units, act_interleaved, t_inter, 1},
+    [AX_MODE_ZBH1] = {"zb-h1",
+                      "zero bubble H1: 1F1B with the backward split into "
+                      "input and weight halves, W filling the bubbles",
+                      AX_UNIT_MICRO, 1, AX_FWD_LATEST, AX_WEIGHTS_CURRENT,
+                      AX_KEEP_ACTIVATIONS, 0, 0, live_zbh1, act_zbh1, NULL, 0,
+                      1},
 };
 
 const ax_pipe_mode_def *ax_pipe_mode_get(int mode) {
@@ -282,9 +322,9 @@ long ax_pipe_nops_chunks(int mode, int v, int M, long n) {
     return 0;
   long U = ax_pipe_units(mode, M);
   v = ax_pipe_chunks(mode, v);
-  /* F and B of every unit of each of its stages, one STEP per stage and
-   * mini-batch */
-  return v * (2 * n * U + n);
+  /* F and B (or I and W) of every unit of each of its stages, one STEP per
+   * stage and mini-batch */
+  return v * ((g_modes[mode].split ? 3 : 2) * n * U + n);
 }
 
 long ax_pipe_nops(int mode, int M, long n) {

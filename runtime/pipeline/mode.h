@@ -51,6 +51,7 @@ typedef enum ax_pipe_mode {
   AX_MODE_PIPEDREAM = 5,
   AX_MODE_2BW = 6,
   AX_MODE_INTERLEAVED = 7,
+  AX_MODE_ZBH1 = 8,
   AX_MODE_COUNT
 } ax_pipe_mode;
 
@@ -114,12 +115,16 @@ typedef struct ax_pipe_mode_def {
   /* Seconds per mini-batch for K equal ranks of v stages (t_f, t_b per
    * stage and unit), the closed form the timing simulation is checked
    * against: the makespan of one mini-batch for flushed modes, the
-   * steady-state period otherwise. */
+   * steady-state period otherwise. NULL: no closed form (the simulation
+   * is the model). */
   double (*uniform_time)(int K, int v, int U, double t_f, double t_b,
                          int recompute);
   /* 1: every agent holds v > 1 stages (--chunks); stage i is on agent
    * i mod K. The number of units must be a multiple of K. */
   int chunked;
+  /* 1: the backward runs as its input half I and weight half W (the layers'
+   * split backward, models/module.h); the lists have I and W, not B. */
+  int split;
 } ax_pipe_mode_def;
 
 /* The entry of mode (NULL when out of range, with AX_EINVAL set). */

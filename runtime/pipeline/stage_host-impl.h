@@ -14,6 +14,7 @@ typedef struct pstate { /* one unit between its forward and its backward */
   int micro;
   uint64_t seed;
   uint64_t fn;       /* its held function in the unit's context */
+  int input_done;    /* split modes: I ran, W has not */
   ax_slot *slot;     /* saved activations; NULL when replayed */
   ax_tlist input;    /* kept inputs (replay) */
   ax_tlist dlogits;  /* last stage: d loss / d logits */
@@ -58,9 +59,13 @@ static inline int64_t axp_wait_ms(ax_call_ctx *cc) {
   int64_t left = ax_call_remaining_ms(cc);
   return left < 1 ? 1 : left > 600000 ? 600000 : left;
 }
-/* The "bwd" and "step" methods (stage_host_bwd.c). */
+/* The "bwd", "bwdi", "bwdw" and "step" methods (stage_host_bwd.c). */
 int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                  ax_values *out);
+int axp_host_bwd_input(ax_call_ctx *cc, void *obj, const ax_values *args,
+                       ax_values *out);
+int axp_host_bwd_weight(ax_call_ctx *cc, void *obj, const ax_values *args,
+                        ax_values *out);
 int axp_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
                   ax_values *out);
 /* Drops the taken gradients and the running sum (s->mu held). */

@@ -108,6 +108,10 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   ax_optim_cfg oc;
   AX_TRY(ax_config_parse(&c, ocfg));
   AX_TRY(ax_optim_cfg_parse(&c, &oc));
+  if (def->split && !ax_module_can_split(s->net->root))
+    return ax_seterr(AX_EUNSUPPORTED, "pipe.stage %d: %s splits the backward "
+                     "but a layer of this stage has no split backward "
+                     "(models/module.h)", s->index, def->name);
   ax_optim *o = ax_optim_new(&oc, s->net->n_params, s->dev);
   if (!o)
     return AX_ENOMEM;
@@ -327,7 +331,8 @@ static int m_trace(ax_call_ctx *cc, void *obj, const ax_values *args,
 
 static const ax_robj_method_def g_methods[] = {
     {"setup", m_setup}, {"fwd", m_fwd},
-    {"bwd", axp_host_bwd}, {"step", axp_host_step},
+    {"bwd", axp_host_bwd}, {"bwdi", axp_host_bwd_input},
+    {"bwdw", axp_host_bwd_weight}, {"step", axp_host_step},
     {"state_save", m_state_save}, {"teardown", m_teardown},
     {"trace", m_trace},
     {NULL, NULL},

@@ -11,15 +11,6 @@
 #include "runtime/pipeline/stage_host-impl.h"
 
 /* ---- backward and update ------------------------------------------------------- */
-static pstate *state_take(phost *h, long batch, int micro) {
-  for (pstate **pp = &h->states; *pp; pp = &(*pp)->next)
-    if ((*pp)->batch == batch && (*pp)->micro == micro) {
-      pstate *st = *pp;
-      *pp = st->next;
-      return st;
-    }
-  return NULL;
-}
 
 /* Before the live weights change, states whose forward used them move to
  * one separate copy (the stashed version). s->mu held. */
@@ -131,10 +122,16 @@ static int step_locked(phost *h, long t, int units) {
   return err;
 }
 
-/* The unit's backward into g, its parameter gradients (a buffer of its
- * context). mark: [start, replay done, backward done] (us). s->mu held. */
-static int backward_locked(phost *h, pstate *st, const ax_tlist *dy,
-                           ax_tensor *g, ax_tlist *din, int64_t mark[3]) {
+/* Which part of a unit's backward an action runs. */
+enum { PART_FULL = 0, PART_INPUT = 1, PART_WEIGHT = 2 };
+
+/* Part `part` of the unit's backward: the input gradients (FULL, INPUT)
+ * into din and the parameter gradients (FULL, WEIGHT) into g, a buffer of
+ * the unit's context. A replayed state recomputes its forward first (FULL,
+ * INPUT). mark: [start, replay done, backward done] (us). s->mu held. */
+static int backward_locked(phost *h, pstate *st, int part,
+                           const ax_tlist *dy, ax_tensor *g, ax_tlist *din,
+                           int64_t mark[3]) {
   axd_stage *s = h->s;
   ax_net *net = s->net;
   ax_exec ex = ax_net_exec(net, 1);
@@ -142,7 +139,7 @@ static int backward_locked(phost *h, pstate *st, const ax_tlist *dy,
   ex.seed = st->seed;
   int err = AX_OK;
   mark[0] = ax_trace_now_us();
-  if (!st->slot) { /* replay: recompute the forward without new statistics */
+  if (!st->slot && part != PART_WEIGHT) { /* replay: no new statistics */
     ax_tlist y = {0};
     if (!(st->slot = ax_slot_new()))
       return AX_ENOMEM;
@@ -153,8 +150,12 @@ static int backward_locked(phost *h, pstate *st, const ax_tlist *dy,
   mark[1] = ax_trace_now_us();
   ex.grads = g;
   ex.need_dx = !s->is_first;
-  if (err == AX_OK)
+  if (err == AX_OK && part == PART_FULL)
     err = ax_backward(net->root, &ex, st->slot, dy, din);
+  else if (err == AX_OK && part == PART_INPUT)
+    err = ax_backward_input(net->root, &ex, st->slot, dy, din);
+  else if (err == AX_OK)
+    err = ax_backward_weight(net->root, &ex, st->slot);
   mark[2] = ax_trace_now_us();
   return err;
 }
@@ -183,14 +184,57 @@ static int output_grads(ax_call_ctx *cc, phost *h, pstate *st, uint64_t ctx,
   return AX_OK;
 }
 
-int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
-                 ax_values *out) {
-  phost *h = obj;
+/* The unit's parameter gradients leave its context for the sum in
+ * micro-batch order (s->mu held). */
+static int collect_grads(phost *h, uint64_t ctx, long batch, int micro) {
   axd_stage *s = h->s;
-  int64_t t0 = ax_trace_now_us(), batch, micro, step, units = 1;
+  ax_tensor *taken = NULL;
+  pgrad *pg = calloc(1, sizeof *pg);
+  int err = pg ? ax_dist_take_gradients(s->node, ctx, s->key, &taken)
+               : AX_ENOMEM;
+  if (err != AX_OK) {
+    free(pg);
+    return err;
+  }
+  pg->batch = batch;
+  pg->micro = micro;
+  pg->g = taken;
+  pg->next = h->grads;
+  h->grads = pg;
+  return fold(h, batch);
+}
+
+/* The state of (batch, micro): taken out of the list for FULL and WEIGHT
+ * (the unit's last action), left in it for INPUT (W follows). s->mu held. */
+static pstate *state_for(phost *h, long batch, int micro, int part,
+                         const char **why) {
+  for (pstate **pp = &h->states; *pp; pp = &(*pp)->next) {
+    pstate *st = *pp;
+    if (st->batch != batch || st->micro != micro)
+      continue;
+    if ((part == PART_WEIGHT) != (st->input_done != 0)) {
+      *why = part == PART_WEIGHT ? "a weight half before its input half"
+                                 : "a backward after its input half";
+      return NULL;
+    }
+    if (part != PART_INPUT)
+      *pp = st->next;
+    return st;
+  }
+  *why = "a backward without its forward";
+  return NULL;
+}
+
+/* The "bwd", "bwdi" and "bwdw" methods: [batch, micro] and, for bwd and
+ * bwdw, [step, units]. */
+static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
+                         int part, ax_values *out) {
+  axd_stage *s = h->s;
+  int64_t t0 = ax_trace_now_us(), batch, micro, step = 0, units = 1;
   AX_TRY(ax_values_get_i64(args, 0, &batch));
   AX_TRY(ax_values_get_i64(args, 1, &micro));
-  AX_TRY(ax_values_get_i64(args, 2, &step));
+  if (part != PART_INPUT)
+    AX_TRY(ax_values_get_i64(args, 2, &step));
   if (step && (ax_values_get_i64(args, 3, &units) != AX_OK || units < 1 ||
                units > 1 << 20))
     return ax_seterr(AX_EBADARG, "pipe.stage: a backward with a step needs "
@@ -200,47 +244,45 @@ int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     return ax_seterr(AX_ESTATE, "pipe.stage %d: a backward runs under its "
                      "unit's distributed autograd context", s->index);
   AX_TRY(axp_inbox_error(&h->in));
+  const char *why = NULL;
   pthread_mutex_lock(&s->mu);
-  pstate *st = state_take(h, batch, (int)micro);
+  pstate *st = state_for(h, batch, (int)micro, part, &why);
   pthread_mutex_unlock(&s->mu);
   if (!st)
-    return ax_seterr(AX_ENOTFOUND, "pipe.stage %d: backward of batch %lld/%lld "
-                     "without its forward", s->index, (long long)batch,
-                     (long long)micro);
+    return ax_seterr(AX_ENOTFOUND, "pipe.stage %d: batch %lld/%lld: %s",
+                     s->index, (long long)batch, (long long)micro, why);
   ax_tlist dy = {0}, din = {0};
-  int err = output_grads(cc, h, st, ctx, &dy);
-  int replay = st->slot == NULL;
+  int err = part == PART_WEIGHT ? AX_OK : output_grads(cc, h, st, ctx, &dy);
+  int replay = st->slot == NULL && part != PART_WEIGHT;
   int64_t mark[4] = {0, 0, 0, 0};
   int live = 0;
+  uint64_t fn = st->fn;
   ax_tensor *g = NULL;
   if (err == AX_OK)
     err = ax_dist_grads(s->node, ctx, s->key, s->net->n_params, s->dev, &g);
   pthread_mutex_lock(&s->mu);
   if (err == AX_OK)
-    err = backward_locked(h, st, &dy, g, &din, mark);
-  if (err == AX_OK) { /* the unit's gradients leave its context for the sum */
-    ax_tensor *taken = NULL;
-    pgrad *pg = calloc(1, sizeof *pg);
-    err = pg ? ax_dist_take_gradients(s->node, ctx, s->key, &taken)
-             : AX_ENOMEM;
-    if (err == AX_OK) {
-      pg->batch = batch;
-      pg->micro = (int)micro;
-      pg->g = taken;
-      pg->next = h->grads;
-      h->grads = pg;
-      err = fold(h, batch);
-    } else {
-      free(pg);
-    }
-  }
+    err = backward_locked(h, st, part, &dy, g, &din, mark);
+  if (err == AX_OK && part != PART_INPUT)
+    err = collect_grads(h, ctx, (long)batch, (int)micro);
   mark[3] = mark[2];
   if (err == AX_OK && step) {
     err = step_locked(h, batch, (int)units);
     mark[3] = ax_trace_now_us();
   }
-  uint64_t fn = st->fn;
-  axp_state_free(st);
+  if (part == PART_INPUT) {
+    st->input_done = err == AX_OK;
+    if (err != AX_OK) { /* the unit cannot finish: drop its state */
+      for (pstate **pp = &h->states; *pp; pp = &(*pp)->next)
+        if (*pp == st) {
+          *pp = st->next;
+          break;
+        }
+      axp_state_free(st);
+    }
+  } else {
+    axp_state_free(st);
+  }
   if (err == AX_OK)
     err = axp_host_report(h, t0, out);
   for (pstate *o = h->states; o; o = o->next)
@@ -250,13 +292,15 @@ int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     if (replay)
       axp_event_compute(h->tr, s->index, "recompute", (long)batch, (int)micro,
                         mark[0], mark[1], -1);
-    axp_event_compute(h->tr, s->index, "backward", (long)batch, (int)micro,
-                      mark[1], mark[2], live);
+    axp_event_compute(h->tr, s->index,
+                      part == PART_WEIGHT ? "weight" : "backward",
+                      (long)batch, (int)micro, mark[1], mark[2], live);
     if (step)
       axp_event_compute(h->tr, s->index, "optim", (long)batch, (int)micro,
                         mark[2], mark[3], -1);
   }
-  if (err == AX_OK && !s->is_first) { /* back along the receive edges */
+  if (err == AX_OK && part != PART_WEIGHT && !s->is_first) {
+    /* back along the receive edges */
     int64_t ts = ax_trace_now_us();
     ax_future *f = NULL;
     err = ax_dist_pass_grads(s->node, ctx, fn, &din, &f);
@@ -272,6 +316,21 @@ int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   ax_tlist_clear(&dy);
   ax_tlist_clear(&din);
   return err;
+}
+
+int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
+                 ax_values *out) {
+  return host_backward(cc, obj, args, PART_FULL, out);
+}
+
+int axp_host_bwd_input(ax_call_ctx *cc, void *obj, const ax_values *args,
+                       ax_values *out) {
+  return host_backward(cc, obj, args, PART_INPUT, out);
+}
+
+int axp_host_bwd_weight(ax_call_ctx *cc, void *obj, const ax_values *args,
+                        ax_values *out) {
+  return host_backward(cc, obj, args, PART_WEIGHT, out);
 }
 
 int axp_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,

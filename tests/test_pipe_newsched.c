@@ -1,10 +1,10 @@
-/* Interleaved 1F1B over real agent processes on loopback: K agents hold v
- * stages each (stage i on agent i mod K), and the parameters after each
- * flushed mini-batch equal one single-process full-batch SGD step
- * (relative <= 1e-5) on an 8-block MLP, for K <= 4 and M <= 8; every
- * (stage, unit) runs its forward and backward once; a micro-batch count
- * that is not a multiple of K is refused; zero live RRefs, contexts and
- * calls after every case. */
+/* The schedules beyond 1F1B over real agent processes on loopback:
+ * interleaved 1F1B (K agents hold v stages each, stage i on agent i mod K)
+ * and zero bubble H1 (the backward split into I and W). The parameters
+ * after each flushed mini-batch equal one single-process full-batch SGD
+ * step (relative <= 1e-5) on an 8-block MLP, for K <= 4 and M <= 8; every
+ * (stage, unit) runs each of its actions once; bad micro-batch counts are
+ * refused; zero live RRefs, contexts and calls after every case. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +19,7 @@ static const char *g_model_cfg = "widths=48/44/40/36/32/28/24/20/10";
 static const char *g_data_cfg = "shape=48,classes=10,examples=256,seed=7";
 static const char *g_optim = "opt=sgd,lr=0.05,momentum=0.9";
 
-static void run_case(int K, int v, int M, int T) {
+static void run_case_mode(int mode, int K, int v, int M, int T) {
   const ax_model_def *def = ax_model_find("mlp");
   ax_config mcfg, dcfg;
   ax_model_info info;
@@ -31,7 +31,7 @@ static void run_case(int K, int v, int M, int T) {
   AX_ASSERT_OK(ax_config_parse(&dcfg, g_data_cfg));
   AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
   ax_pipe_opts o = {"mlp", g_model_cfg, K, g_names, bounds,
-                    AX_MODE_INTERLEAVED, M, AX_RECOMPUTE_NEVER, g_optim, 3,
+                    mode, M, AX_RECOMPUTE_NEVER, g_optim, 3,
                     AX_CPU, 30000, NULL, v};
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
@@ -39,26 +39,40 @@ static void run_case(int K, int v, int M, int T) {
   AX_ASSERT_OK(ax_pipe_train(p, T, pt_batch, NULL, &data));
   long ne;
   const ax_pipe_event *ev = ax_pipe_events(p, &ne);
-  assert_int_equal(ne, (long)S * 2 * T * M);
-  static unsigned char once[16][2][64];
+  int split = ax_pipe_mode_get(mode)->split;
+  assert_int_equal(ne, (long)S * (split ? 3 : 2) * T * M);
+  static unsigned char once[16][AX_OP_KINDS][64];
   memset(once, 0, sizeof once);
   for (long i = 0; i < ne; i++) {
     const ax_pipe_op *e = &ev[i].op;
     assert_true(once[e->stage][e->kind][e->batch * M + e->micro]++ == 0);
-    assert_true(ev[i].live <= M);
+    assert_true(e->kind == AX_OP_FWD || (split ? e->kind != AX_OP_BWD
+                                               : e->kind == AX_OP_BWD));
+    assert_true(ev[i].live <= ax_pipe_live_bound(mode, S, e->stage, M));
   }
   ax_tensor *want[16], *wbuf[16];
   pt_reference(def, &mcfg, bounds, S, REF_SYNC, T, pt_batch, &data, g_optim,
                3, want, wbuf);
   double worst = pt_worst_stages(p, S, want, wbuf);
-  fprintf(stderr, "  interleaved K=%d v=%d M=%d: %d steps, worst relative "
-          "difference %.2g\n", K, v, M, T, worst);
+  fprintf(stderr, "  %-11s K=%d v=%d M=%d: %d steps, worst relative "
+          "difference %.2g\n", ax_pipe_mode_name(mode), K, v, M, T, worst);
   if (worst > 1e-5)
-    fail_msg("interleaved K=%d v=%d M=%d: relative difference %.3g > 1e-5",
-             K, v, M, worst);
+    fail_msg("%s K=%d v=%d M=%d: relative difference %.3g > 1e-5",
+             ax_pipe_mode_name(mode), K, v, M, worst);
   ax_pipe_free(p);
   ax_dataset_close(data.ds);
   AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
+}
+
+static void run_case(int K, int v, int M, int T) {
+  run_case_mode(AX_MODE_INTERLEAVED, K, v, M, T);
+}
+
+static void test_zbh1_equals_full_batch(void **state) {
+  static const int km[][2] = {{1, 2}, {2, 2}, {2, 8}, {3, 4}, {4, 4},
+                              {4, 8}, {4, 1}};
+  for (size_t i = 0; i < sizeof km / sizeof km[0]; i++)
+    run_case_mode(AX_MODE_ZBH1, km[i][0], 1, km[i][1], 2);
 }
 
 static void test_interleaved_equals_full_batch(void **state) {
@@ -91,6 +105,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_interleaved_refuses),
       cmocka_unit_test(test_interleaved_equals_full_batch),
+      cmocka_unit_test(test_zbh1_equals_full_batch),
   };
   int failed = AX_TEST_MAIN(tests);
   mt_end(g_drv, g_pids, NAGENTS);
