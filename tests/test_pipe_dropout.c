@@ -95,6 +95,49 @@ static void test_fr_replays_masks(void **state) {
   run_case(AX_MODE_FR, 4, 1, AX_RECOMPUTE_NEVER, 12);
 }
 
+/* Interleaved and zb-h1 (K agents, v stages each) against the
+ * micro-batched reference with the coordinator's per-unit dropout seeds;
+ * the whole-batch reference (other masks) must be off. */
+static void run_case_v(int mode, int K, int v, int M, int steps) {
+  const ax_model_def *def = ax_model_find("bert");
+  ax_config mcfg;
+  ax_model_info info;
+  AX_ASSERT_OK(ax_model_config(def, BERT_CFG, &mcfg));
+  AX_ASSERT_OK(def->describe(&mcfg, &info));
+  int S = K * v, bounds[16 + 1];
+  AX_ASSERT_OK(ax_split_uniform(info.n_blocks, S, bounds));
+  ax_pipe_opts o = {"bert", BERT_CFG, K,    g_names, bounds, mode,  M,
+                    AX_RECOMPUTE_NEVER, OPTIM, SEED, AX_CPU, 30000, NULL,
+                    v};
+  ax_pipe *p;
+  AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
+  AX_ASSERT_OK(ax_pipe_train(p, steps, bert_batch, NULL, NULL));
+  pt_ref_opts ro = {M, 0};
+  ax_tensor *want[16], *wbuf[16], *off[16], *obuf[16];
+  pt_reference_ex(def, &mcfg, bounds, S, REF_SYNC, steps, bert_batch, NULL,
+                  OPTIM, SEED, &ro, want, wbuf);
+  ro.units = 1; /* one unit per mini-batch: other dropout masks */
+  pt_reference_ex(def, &mcfg, bounds, S, REF_SYNC, steps, bert_batch, NULL,
+                  OPTIM, SEED, &ro, off, obuf);
+  double worst_off = pt_worst_stages(p, S, off, obuf);
+  double worst = pt_worst_stages(p, S, want, wbuf);
+  fprintf(stderr, "  bert %-11s K=%d v=%d M=%d: worst relative difference "
+          "%.2g (%.2g against other masks)\n", ax_pipe_mode_name(mode), K, v,
+          M, worst, worst_off);
+  if (worst > 1e-5)
+    fail_msg("bert %s K=%d M=%d: relative difference %.3g > 1e-5",
+             ax_pipe_mode_name(mode), K, M, worst);
+  assert_true(worst_off > 1e-3);
+  ax_pipe_free(p);
+  AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
+}
+
+static void test_new_schedules_masks(void **state) {
+  run_case_v(AX_MODE_INTERLEAVED, 2, 2, 4, 3);
+  run_case_v(AX_MODE_ZBH1, 3, 1, 4, 3);
+  run_case_v(AX_MODE_ZBH1, 4, 1, 8, 3);
+}
+
 int main(void) {
   static const char *const args[] = {"--threads", "2", NULL};
   ax_cpu_set_threads(1); /* the references: no OpenMP spinning under load */
@@ -103,6 +146,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gpipe_recompute_replays_masks),
       cmocka_unit_test(test_fr_replays_masks),
+      cmocka_unit_test(test_new_schedules_masks),
   };
   int failed = AX_TEST_MAIN(tests);
   mt_end(g_drv, g_pids, NAGENTS);
