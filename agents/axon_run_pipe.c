@@ -198,7 +198,7 @@ static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
   if (!tr)
     return;
   for (int s = 0; s < axr_stages(a); s++) {
-    ax_trace_name_process(tr, s, a->agents[s % a->K]);
+    ax_trace_name_process(tr, s, a->agents[ax_pipe_stage_rank(a->mode, a->K, s)]);
     ax_trace_name_thread(tr, s, 0, "compute");
     ax_trace_name_thread(tr, s, 1, "recv");
     ax_trace_name_thread(tr, s, 2, "send");
@@ -327,7 +327,7 @@ static int run(const axr_pipe_args *a, ax_node *node) {
     printf("stages:");
     for (int s = 0; s < axr_stages(a); s++)
       printf(" [%d %s busy %.0f%% peak states %d versions %d state %.1f MB]",
-             s, a->agents[s % a->K], 100 * st.busy_frac[s], st.peak_live[s],
+             s, a->agents[ax_pipe_stage_rank(a->mode, a->K, s)], 100 * st.busy_frac[s], st.peak_live[s],
              st.peak_versions[s], (double)st.peak_bytes[s] / 1e6);
     printf("\n");
     if (a->trace)

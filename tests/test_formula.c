@@ -75,6 +75,28 @@ static void zbh1_bubble(void **state) {
     }
 }
 
+/* ZB-V: K agents of two half-size stages in a V; per stage F = I = W =
+ * 10 ms against 1F1B's per agent F = 20, B = 40: the bubble is at most a
+ * quarter of 1F1B's for K <= 4 (the issue's goal; the greedy order gives
+ * a sixth at M >= 2K), a third up to K = 8. */
+static void zbv_bubble(void **state) {
+  double f[16], h[16], tf[8], tb[8];
+  for (int s = 0; s < 16; s++)
+    f[s] = h[s] = 0.010;
+  for (int s = 0; s < 8; s++)
+    tf[s] = 0.020, tb[s] = 0.040;
+  for (int K = 1; K <= 8; K++)
+    for (int M = K; M <= 12; M++) {
+      double zv = 0, fb = 0, work = M * 0.060;
+      AX_ASSERT_OK(ax_formula_time_split("zbv", K, 2, M, f, h, h, 0, &zv));
+      AX_ASSERT_OK(ax_formula_time("1f1b", K, M, tf, tb, 0, &fb));
+      double frac = K <= 4 ? 4 : 3; /* the greedy order's margin shrinks */
+      if (!(zv - work <= (fb - work) / frac + 1e-9))
+        fail_msg("zbv K=%d M=%d: bubble %.4f s, 1f1b's %.4f s", K, M,
+                 zv - work, fb - work);
+    }
+}
+
 static void issue_benchmark_numbers(void **state) {
   (void)state;
   /* K = 4, M = 8, 20 ms / 40 ms: the issue's benchmark setting. */
@@ -140,6 +162,7 @@ int main(void) {
       cmocka_unit_test(uniform_matches_closed_form),
       cmocka_unit_test(interleaved_closed_form),
       cmocka_unit_test(zbh1_bubble),
+      cmocka_unit_test(zbv_bubble),
       cmocka_unit_test(issue_benchmark_numbers),
       cmocka_unit_test(unequal_stages),
       cmocka_unit_test(bad_arguments),

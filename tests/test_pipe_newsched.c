@@ -75,6 +75,13 @@ static void test_zbh1_equals_full_batch(void **state) {
     run_case_mode(AX_MODE_ZBH1, km[i][0], 1, km[i][1], 2);
 }
 
+static void test_zbv_equals_full_batch(void **state) {
+  static const int km[][2] = {{1, 2}, {2, 2}, {2, 5}, {3, 4}, {4, 4},
+                              {4, 8}, {4, 1}};
+  for (size_t i = 0; i < sizeof km / sizeof km[0]; i++)
+    run_case_mode(AX_MODE_ZBV, km[i][0], 2, km[i][1], 2);
+}
+
 static void test_interleaved_equals_full_batch(void **state) {
   run_case(1, 2, 2, 2);
   run_case(2, 2, 2, 2);
@@ -106,6 +113,7 @@ int main(void) {
       cmocka_unit_test(test_interleaved_refuses),
       cmocka_unit_test(test_interleaved_equals_full_batch),
       cmocka_unit_test(test_zbh1_equals_full_batch),
+      cmocka_unit_test(test_zbv_equals_full_batch),
   };
   int failed = AX_TEST_MAIN(tests);
   mt_end(g_drv, g_pids, NAGENTS);

@@ -196,6 +196,36 @@ static void test_interleaved_lists(void **state) {
           }
         ax_pipe_plan_free(p);
       }
+  /* zbv: two stages per agent in a V (agent r: r and 2K-1-r), I and W */
+  for (int K = 1; K <= 4; K++)
+    for (int M = 1; M <= 8; M++) {
+      ax_pipe_plan *p;
+      AX_ASSERT_OK(ax_pipe_plan_new(AX_MODE_ZBV, K, 0, M, 2, &p));
+      static int seen[16][AX_OP_KINDS][64];
+      memset(seen, 0, sizeof seen);
+      for (int r = 0; r < K; r++) {
+        long len;
+        const ax_pipe_op *l = ax_pipe_plan_actions(p, r, &len);
+        for (long i = 0; i < len; i++) {
+          const ax_pipe_op *o = &l[i];
+          assert_true(o->stage == r || o->stage == 2 * K - 1 - r);
+          assert_int_equal(ax_pipe_stage_rank(AX_MODE_ZBV, K, o->stage), r);
+          int u = o->batch * M + o->micro;
+          seen[o->stage][o->kind][u]++;
+          if (o->kind == AX_OP_WEIGHT_GRAD)
+            assert_int_equal(seen[o->stage][AX_OP_INPUT_GRAD][u], 1);
+          if (o->kind == AX_OP_INPUT_GRAD)
+            assert_int_equal(seen[o->stage][AX_OP_FWD][u], 1);
+        }
+      }
+      for (int st = 0; st < 2 * K; st++)
+        for (int u = 0; u < 2 * M; u++)
+          assert_true(seen[st][AX_OP_FWD][u] == 1 &&
+                      seen[st][AX_OP_INPUT_GRAD][u] == 1 &&
+                      seen[st][AX_OP_WEIGHT_GRAD][u] == 1 &&
+                      seen[st][AX_OP_BWD][u] == 0);
+      ax_pipe_plan_free(p);
+    }
   ax_pipe_plan *p = NULL; /* micro-batches must be a multiple of K */
   assert_int_equal(ax_pipe_plan_new(AX_MODE_INTERLEAVED, 4, 2, 6, 1, &p),
                    AX_EINVAL);

@@ -53,7 +53,8 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
     return ax_seterr(AX_EINVAL, "pipeline: %s with %d stages needs at least "
                      "%d micro-batches (got %d)", ax_pipe_mode_name(o->mode),
                      o->K, ax_pipe_min_units(o->mode, o->K), o->M);
-  if (ax_pipe_mode_get(o->mode)->chunked && U % o->K)
+  if (ax_pipe_mode_get(o->mode)->chunked &&
+      ax_pipe_mode_get(o->mode)->placement == AX_PLACE_LOOP && U % o->K)
     return ax_seterr(AX_EINVAL, "pipeline: %s needs a multiple of its %d "
                      "agents as micro-batches (got %d)",
                      ax_pipe_mode_name(o->mode), o->K, o->M);
@@ -146,8 +147,9 @@ int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   p->U = ax_pipe_units(o->mode, o->M);
   p->ignore_index = info.ignore_index;
   snprintf(p->model, sizeof p->model, "%s", o->model);
-  for (int s = 0; s < S; s++) /* stage s on agent s mod R */
-    snprintf(p->agents[s], AXP_NAME, "%s", o->agents[s % p->R]);
+  for (int s = 0; s < S; s++) /* the mode's placement */
+    snprintf(p->agents[s], AXP_NAME, "%s",
+             o->agents[ax_pipe_stage_rank(o->mode, p->R, s)]);
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   int err = create_hosts(p, bounds);

@@ -54,10 +54,11 @@ typedef struct ax_pipe_opts {
   const ax_device *devices; /* K devices, stage s on devices[s] (read by
                                ax_pipe_new only); NULL: all on `device` */
   int chunks;               /* chunked modes (interleaved): stages per agent
-                               (0 = 2); K agents then hold K * chunks stages,
-                               stage i on agents[i mod K], and bounds and
-                               devices have K * chunks (+ 1) entries. Ignored
-                               by the other modes. */
+                               (0 = 2; zbv: always 2); K agents then hold
+                               K * chunks stages, placed as the mode says
+                               (ax_pipe_stage_rank), and bounds and devices
+                               have K * chunks (+ 1) entries. Ignored by the
+                               other modes. */
 } ax_pipe_opts;
 
 typedef struct ax_pipe ax_pipe;

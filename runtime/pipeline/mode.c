@@ -3,6 +3,7 @@
 #include "runtime/pipeline/mode.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -138,6 +139,89 @@ static void act_zbh1(int K, int v, int s, int U, long n, ax_pipe_op *o,
   }
 }
 
+/* ZB-V (Qi et al. 2024): every agent holds two stages in a V (agent r has
+ * stages r and 2K - 1 - r, so the first and the last stage share agent
+ * 0), and the backward runs as I and W. The order comes from a greedy
+ * simulation with unit costs (F = I = W = 1 per stage): at every step each
+ * free agent runs a ready I (the critical path) first, else a ready F while
+ * it keeps fewer than 2K units of a stage's activations in flight (1F1B's
+ * peak: K units of twice the size), else a ready W; the oldest unit first,
+ * the later stage first. Within a stage and kind the units go in order,
+ * so one cursor per (stage, kind) holds the simulation's state. The
+ * bubble is then K - 1 unit steps per mini-batch against 1F1B's 6 (K - 1).
+ * One mini-batch is scheduled and repeated, each ending with the STEPs of
+ * the agent's two stages. */
+static int zbv_rank(int K, int s) { return s < K ? s : 2 * K - 1 - s; }
+
+static void act_zbv(int K, int v, int r, int U, long n, ax_pipe_op *o,
+                    long *k) {
+  int S = 2 * K, cap = 2 * K;
+  enum { F_ = 0, I_ = 1, W_ = 2 };
+  static const int kinds[3] = {AX_OP_FWD, AX_OP_INPUT_GRAD,
+                               AX_OP_WEIGHT_GRAD};
+  /* next[s][kind]: the next unit; done[s][kind][u]: finish time + 1 */
+  int (*next)[3] = calloc((size_t)S, sizeof *next);
+  long *done = calloc((size_t)S * 3 * (size_t)U, sizeof *done);
+  int *inflight = calloc((size_t)K, sizeof *inflight);
+  long *busy = calloc((size_t)K, sizeof *busy);
+  ax_pipe_op *mine = malloc(sizeof *mine * (size_t)(6 * U + 1));
+  long nmine = 0, left = (long)S * 3 * U;
+  if (!next || !done || !inflight || !busy || !mine) {
+    free(next), free(done), free(inflight), free(busy), free(mine);
+    return; /* the caller sees a short list (AX_EINTERNAL) */
+  }
+#define DONE(s, q, u) done[((size_t)(s) * 3 + (q)) * (size_t)U + (u)]
+  for (long t = 0; left > 0; t++) {
+    for (int a = 0; a < K; a++) {
+      if (busy[a] > t)
+        continue;
+      int stages[2] = {2 * K - 1 - a, a}; /* the later stage first */
+      int best_s = -1, best_q = -1, best_u = 0;
+      for (int q = 0; q < 3 && best_s < 0; q++) /* I, F, W in that order */
+        for (int j = 0; j < 2; j++) {
+          int kind = q == 0 ? I_ : q == 1 ? F_ : W_, st = stages[j];
+          int u = next[st][kind];
+          if (u >= U)
+            continue;
+          int ready;
+          if (kind == F_)
+            ready = inflight[a] < cap &&
+                    (st == 0 || (DONE(st - 1, F_, u) && DONE(st - 1, F_, u) <= t));
+          else if (kind == I_)
+            ready = DONE(st, F_, u) && DONE(st, F_, u) <= t &&
+                    (st == S - 1 ||
+                     (DONE(st + 1, I_, u) && DONE(st + 1, I_, u) <= t));
+          else
+            ready = DONE(st, I_, u) && DONE(st, I_, u) <= t;
+          if (ready && (best_s < 0 || u < best_u)) {
+            best_s = st;
+            best_q = kind;
+            best_u = u;
+          }
+        }
+      if (best_s < 0)
+        continue;
+      DONE(best_s, best_q, best_u) = t + 1; /* finishes at t + 1 */
+      next[best_s][best_q]++;
+      busy[a] = t + 1;
+      inflight[a] += best_q == F_ ? 1 : best_q == W_ ? -1 : 0;
+      left--;
+      if (a == r)
+        mine[nmine++] = op(kinds[best_q], best_s, 0, best_u);
+    }
+  }
+#undef DONE
+  for (long t = 0; t < n; t++) {
+    for (long i = 0; i < nmine; i++) {
+      o[*k] = mine[i];
+      o[(*k)++].batch = (int)t;
+    }
+    o[(*k)++] = op(AX_OP_STEP, r, t, 0);
+    o[(*k)++] = op(AX_OP_STEP, 2 * K - 1 - r, t, 0);
+  }
+  free(next), free(done), free(inflight), free(busy), free(mine);
+}
+
 /* ---- bounds -------------------------------------------------------------------- */
 static int live_one(int K, int s, int U) { return 1; }
 static int live_all(int K, int s, int U) { return U; }
@@ -226,6 +310,12 @@ static const ax_pipe_mode_def g_modes[AX_MODE_COUNT] = {
                       AX_UNIT_MICRO, 1, AX_FWD_LATEST, AX_WEIGHTS_CURRENT,
                       AX_KEEP_ACTIVATIONS, 0, 0, live_zbh1, act_zbh1, NULL, 0,
                       1},
+    [AX_MODE_ZBV] = {"zbv",
+                     "zero bubble V: two stages per agent in a V, the "
+                     "backward split into I and W",
+                     AX_UNIT_MICRO, 1, AX_FWD_LATEST, AX_WEIGHTS_CURRENT,
+                     AX_KEEP_ACTIVATIONS, 0, 0, live_units, act_zbv, NULL,
+                     1, 1, AX_PLACE_V},
 };
 
 const ax_pipe_mode_def *ax_pipe_mode_get(int mode) {
@@ -312,9 +402,18 @@ int ax_pipe_replays(int mode, int recompute, int U, int micro) {
 }
 
 int ax_pipe_chunks(int mode, int chunks) {
-  if (mode < 0 || mode >= AX_MODE_COUNT)
+  if (mode < 0 || mode >= AX_MODE_COUNT || !g_modes[mode].chunked)
     return 1;
-  return g_modes[mode].chunked ? (chunks > 1 ? chunks : 2) : 1;
+  if (g_modes[mode].placement == AX_PLACE_V)
+    return 2; /* a V has two arms */
+  return chunks > 1 ? chunks : 2;
+}
+
+int ax_pipe_stage_rank(int mode, int K, int s) {
+  if (mode >= 0 && mode < AX_MODE_COUNT &&
+      g_modes[mode].placement == AX_PLACE_V)
+    return zbv_rank(K, s);
+  return s % K;
 }
 
 long ax_pipe_nops_chunks(int mode, int v, int M, long n) {
@@ -339,7 +438,8 @@ int ax_pipe_schedule_chunks(int mode, int K, int v, int r, int M, long n,
                      "rank %d, M %d, n %ld)", mode, K, r, M, n);
   v = ax_pipe_chunks(mode, v);
   int U = ax_pipe_units(mode, M);
-  if (g_modes[mode].chunked && U % K)
+  if (g_modes[mode].chunked && g_modes[mode].placement == AX_PLACE_LOOP &&
+      U % K)
     return ax_seterr(AX_EINVAL, "schedule: %s needs a multiple of %d "
                      "micro-batches (got %d)", g_modes[mode].name, K, U);
   long want = ax_pipe_nops_chunks(mode, v, M, n);

@@ -52,6 +52,7 @@ typedef enum ax_pipe_mode {
   AX_MODE_2BW = 6,
   AX_MODE_INTERLEAVED = 7,
   AX_MODE_ZBH1 = 8,
+  AX_MODE_ZBV = 9,
   AX_MODE_COUNT
 } ax_pipe_mode;
 
@@ -92,6 +93,10 @@ enum {
                                 two versions live, the latest and a shadow */
 };
 enum { AX_KEEP_ACTIVATIONS = 0, AX_KEEP_INPUTS = 1 };
+enum {
+  AX_PLACE_LOOP = 0, /* stage i on agent i mod K */
+  AX_PLACE_V = 1     /* two stages per agent: agent r has r and 2K-1-r */
+};
 
 typedef struct ax_pipe_mode_def {
   const char *name;    /* as on the command line */
@@ -119,12 +124,15 @@ typedef struct ax_pipe_mode_def {
    * is the model). */
   double (*uniform_time)(int K, int v, int U, double t_f, double t_b,
                          int recompute);
-  /* 1: every agent holds v > 1 stages (--chunks); stage i is on agent
-   * i mod K. The number of units must be a multiple of K. */
+  /* 1: every agent holds v > 1 stages (--chunks; 2 for a V); where stage
+   * i goes is `placement`. The units must be a multiple of K when the
+   * placement is a loop. */
   int chunked;
   /* 1: the backward runs as its input half I and weight half W (the layers'
    * split backward, models/module.h); the lists have I and W, not B. */
   int split;
+  /* Chunked modes: which agent holds stage i (AX_PLACE_*). */
+  int placement;
 } ax_pipe_mode_def;
 
 /* The entry of mode (NULL when out of range, with AX_EINVAL set). */
@@ -155,6 +163,8 @@ int ax_pipe_replays(int mode, int recompute, int U, int micro);
 /* The stages per agent of a run: `chunks` (>= 2, default 2) for chunked
  * modes, 1 for the others. */
 int ax_pipe_chunks(int mode, int chunks);
+/* The agent (rank) of K that holds stage s in mode's placement. */
+int ax_pipe_stage_rank(int mode, int K, int s);
 /* Actions of one agent (rank) holding v stages, for n mini-batches, and
  * the same for v = 1. */
 long ax_pipe_nops_chunks(int mode, int v, int M, long n);
