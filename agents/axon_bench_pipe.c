@@ -2,20 +2,22 @@
  * measured on synthetic stages whose forward and backward take a fixed time.
  *
  *   axon-bench pipe [--stages K] [--micro M] [--fwd-ms F] [--bwd-ms B]
- *                   [--repeat R] [--modes a,b,..] [--agent-threads N]
- *                   [--batch N]
+ *                   [--w-ms W] [--repeat R] [--modes a,b,..]
+ *                   [--agent-threads N] [--batch N]
  *
  * K local agents (axon-agent next to this binary, forked and exec'ed before
- * gRPC starts here; default K = 4) each host one stage of the "sleep" model
- * (models/sleep.c: blocks=K, one block per stage, forward fwd_ms and
- * backward bwd_ms per call; defaults 20 and 40 ms). For every mode the
- * coordinator (ax_pipe_new / ax_pipe_train, runtime/pipeline/coordinator.h)
- * trains a fixed number of mini-batches; the time per mini-batch in steady
- * state is the spacing of the mini-batch completions after a warm-up:
- * (done[n-1] - done[w-1]) / (n - w). It is printed next to the schedule's
- * formula (ax_formula_time with t_f = fwd_ms, t_b = bwd_ms per stage and
- * unit), with their ratio; the goal is a ratio within 1.05. Each mode runs
- * --repeat times (default 3) and the medians are printed.
+ * gRPC starts here; default K = 4) host the stages of the "sleep" model
+ * (models/sleep.c): per agent and unit a forward takes F ms and a backward
+ * B ms, of which the weight half takes W (defaults 20, 40, B / 2); a
+ * chunked mode's v stages per agent take 1/v of that each. For every mode
+ * of the table (or --modes) the coordinator trains a fixed number of
+ * mini-batches; the time per mini-batch in steady state is the spacing of
+ * the mini-batch completions after a warm-up: (done[n-1] - done[w-1]) /
+ * (n - w). It is printed next to the timing model (ax_formula_time_split:
+ * a simulation of the mode's own action lists), with their ratio (goal:
+ * within 1.05), and the bubble fraction both imply (1 - one agent's
+ * compute per mini-batch / time per mini-batch). Each mode runs --repeat
+ * times (default 3) and the medians are printed.
  *
  * The last columns break the overhead down from the coordinator's events:
  * "issue" is the mean time from the moment an operation could start (its
@@ -25,8 +27,8 @@
  * the call itself; "in_stage" is the mean of (the compute time the stage
  * reported - the nominal sleep), i.e. the wait for activations or gradients
  * the neighbour pushed (when they are still on the wire), the copies, the
- * push of the outputs and the timer slack. For flushed modes (sequential, gpipe, 1f1b) the warm-up
- * is one mini-batch; for the others K + 1 mini-batches, and the last K - 1
+ * push of the outputs and the timer slack. For flushed modes the warm-up is
+ * one mini-batch; for the others K + 1 mini-batches, and the last K - 1
  * (the drain, faster than the steady state) are not measured. */
 #include <getopt.h>
 #include <signal.h>
@@ -47,8 +49,8 @@
 
 typedef struct bp_args {
   int K, M, repeat, agent_threads, batch;
-  double fwd_ms, bwd_ms;
-  const char *modes;
+  double fwd_ms, bwd_ms, w_ms; /* per agent; w_ms: the weight half of bwd */
+  const char *modes;           /* NULL: every mode of the table */
 } bp_args;
 
 typedef struct bp_run { /* one training run of one mode */
@@ -85,10 +87,11 @@ static void bp_step(void *user, const ax_pipe_step_info *s) {
 }
 
 /* Mean issue latency and mean call overhead of the run's operations (ms). */
-static void overheads(ax_pipe *p, const bp_args *a, int mode, double *issue,
-                      double *rpc, double *stage) {
+static void overheads(ax_pipe *p, const bp_args *a, int mode,
+                      const ax_pipe_plan *plan, double *issue, double *rpc,
+                      double *stage) {
   long n;
-  int K = a->K, M = a->M;
+  int M = a->M, v = ax_pipe_stages(p) / a->K;
   const ax_pipe_event *ev = ax_pipe_events(p, &n);
   double si = 0, sr = 0, ss = 0;
   long ni = 0;
@@ -96,10 +99,14 @@ static void overheads(ax_pipe *p, const bp_args *a, int mode, double *issue,
     const ax_pipe_event *e = &ev[i];
     double ready = 0;
     ax_pipe_op deps[AX_PIPE_MAX_STAGES + 2];
-    int nd = ax_pipe_deps(mode, K, M, &e->op, deps);
+    int nd = ax_pipe_plan_deps(plan, &e->op, deps);
     for (long j = 0; j < n; j++) {
       const ax_pipe_event *f = &ev[j];
-      int dep = f->op.stage == e->op.stage && f->t_done <= e->t_issue;
+      /* its agent's previous action (agents hold several stages in the
+       * chunked modes) */
+      int dep = ax_pipe_stage_rank(mode, a->K, f->op.stage) ==
+                    ax_pipe_stage_rank(mode, a->K, e->op.stage) &&
+                f->t_done <= e->t_issue;
       for (int k = 0; !dep && k < nd; k++) /* a STEP rides on its B */
         dep = f->op.kind == (deps[k].kind == AX_OP_STEP ? AX_OP_BWD
                                                         : deps[k].kind) &&
@@ -115,9 +122,11 @@ static void overheads(ax_pipe *p, const bp_args *a, int mode, double *issue,
     sr += e->t_done - e->t_issue - e->busy_s;
     int replay = ax_pipe_replays(mode, AX_RECOMPUTE_NEVER,
                                  ax_pipe_units(mode, M), e->op.micro);
-    double nominal = e->op.kind == AX_OP_FWD
-                         ? a->fwd_ms
-                         : a->bwd_ms + (replay ? a->fwd_ms : 0);
+    double f = a->fwd_ms / v, b = a->bwd_ms / v, w = a->w_ms / v;
+    double nominal = e->op.kind == AX_OP_FWD           ? f
+                     : e->op.kind == AX_OP_INPUT_GRAD  ? b - w + (replay ? f : 0)
+                     : e->op.kind == AX_OP_WEIGHT_GRAD ? w
+                                                       : b + (replay ? f : 0);
     ss += e->busy_s - 1e-3 * nominal;
   }
   *issue = ni ? 1e3 * si / (double)ni : 0;
@@ -128,11 +137,15 @@ static void overheads(ax_pipe *p, const bp_args *a, int mode, double *issue,
 static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
                     int mode, double *per_batch, double *issue, double *rpc,
                     double *stage) {
-  char cfg[128];
-  snprintf(cfg, sizeof cfg, "blocks=%d,fwd_ms=%g,bwd_ms=%g,width=16,"
-           "classes=10", a->K, a->fwd_ms, a->bwd_ms);
+  /* Chunked modes split each agent's work into v stages of 1/v the time. */
+  int v = ax_pipe_chunks(mode, 0);
+  char cfg[160];
+  snprintf(cfg, sizeof cfg, "blocks=%d,fwd_ms=%g,bwd_ms=%g,w_ms=%g,"
+           "width=16,classes=10", a->K * v, a->fwd_ms / v, a->bwd_ms / v,
+           a->w_ms / v);
   ax_pipe_opts o = {"sleep", cfg, a->K, ag, NULL, mode, a->M,
-                    AX_RECOMPUTE_NEVER, "opt=sgd,lr=0.01", 1, AX_CPU, 30000};
+                    AX_RECOMPUTE_NEVER, "opt=sgd,lr=0.01", 1, AX_CPU, 30000,
+                    NULL, v};
   int flushed = ax_pipe_flushes(mode);
   /* Modes without a flush drain at the end (the last K - 1 mini-batches
    * finish faster than the steady state): measure before the drain. */
@@ -140,16 +153,20 @@ static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
   long n = flushed ? warm + 4 : warm + 12 + a->K - 1;
   long last = flushed ? n - 1 : n - a->K;
   ax_pipe *p = NULL;
-  AX_TRY(ax_pipe_new(node, &o, &p));
+  ax_pipe_plan *plan = NULL;
+  AX_TRY(ax_pipe_plan_new(mode, a->K, v, a->M, n, &plan));
+  int err = ax_pipe_new(node, &o, &p);
   bp_run r = {a, {0}, 0};
-  int err = ax_pipe_train(p, n, bp_batch, bp_step, &r);
+  if (err == AX_OK)
+    err = ax_pipe_train(p, n, bp_batch, bp_step, &r);
   if (err == AX_OK && r.steps != n)
     err = ax_seterr(AX_ESTATE, "%ld of %ld mini-batches reported", r.steps, n);
   if (err == AX_OK) {
     *per_batch = (r.done[last] - r.done[warm - 1]) / (double)(last - warm + 1);
-    overheads(p, a, mode, issue, rpc, stage);
+    overheads(p, a, mode, plan, issue, rpc, stage);
   }
   ax_pipe_free(p);
+  ax_pipe_plan_free(plan);
   return err;
 }
 
@@ -157,10 +174,11 @@ static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
 static int parse(int argc, char **argv, bp_args *a) {
   static const struct option lo[] = {
       {"stages", 1, 0, 'K'}, {"micro", 1, 0, 'M'},  {"fwd-ms", 1, 0, 'f'},
-      {"bwd-ms", 1, 0, 'b'}, {"repeat", 1, 0, 'r'}, {"modes", 1, 0, 'm'},
+      {"bwd-ms", 1, 0, 'b'}, {"w-ms", 1, 0, 'w'},
+      {"repeat", 1, 0, 'r'}, {"modes", 1, 0, 'm'},
       {"agent-threads", 1, 0, 't'}, {"batch", 1, 0, 'B'},
       {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
-  *a = (bp_args){4, 8, 3, 4, 16, 20, 40, "sequential,gpipe,1f1b,ddg,fr,pipedream"};
+  *a = (bp_args){4, 8, 3, 4, 16, 20, 40, -1, NULL};
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -169,51 +187,70 @@ static int parse(int argc, char **argv, bp_args *a) {
     case 'M': a->M = atoi(optarg); break;
     case 'f': a->fwd_ms = atof(optarg); break;
     case 'b': a->bwd_ms = atof(optarg); break;
+    case 'w': a->w_ms = atof(optarg); break;
     case 'r': a->repeat = atoi(optarg); break;
     case 'm': a->modes = optarg; break;
     case 't': a->agent_threads = atoi(optarg); break;
     case 'B': a->batch = atoi(optarg); break;
     case 'h':
       printf("usage: axon-bench pipe [--stages K] [--micro M] [--fwd-ms F] "
-             "[--bwd-ms B] [--repeat R] [--modes a,b,..] [--agent-threads N]"
-             " [--batch N]\n");
+             "[--bwd-ms B] [--w-ms W] [--repeat R] [--modes a,b,..] "
+             "[--agent-threads N] [--batch N]\n");
       return 1;
     default: return 2;
     }
   }
+  if (a->w_ms < 0)
+    a->w_ms = a->bwd_ms / 2; /* the split modes' weight half */
   if (a->K < 1 || a->K > AX_PIPE_MAX_STAGES || a->M < 1 || a->repeat < 1 ||
-      a->repeat > MAXR || a->batch < a->M) {
+      a->repeat > MAXR || a->batch < a->M || a->w_ms > a->bwd_ms ||
+      2 * a->K > AX_PIPE_MAX_STAGES) {
     fprintf(stderr, "axon-bench pipe: need 1 <= K <= %d, M >= 1, batch >= M,"
-            " 1 <= repeat <= %d\n", AX_PIPE_MAX_STAGES, MAXR);
+            " 0 <= w-ms <= bwd-ms, 1 <= repeat <= %d\n",
+            AX_PIPE_MAX_STAGES / 2, MAXR);
     return 2;
   }
   return 0;
 }
 
 static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
-  printf("# axon-bench pipe: K=%d M=%d t_f=%g ms t_b=%g ms per stage, sleep "
-         "model, batch %d, median of %d runs\n", a->K, a->M, a->fwd_ms,
-         a->bwd_ms, a->batch, a->repeat);
-  printf("%-11s %11s %12s %7s %9s %7s %9s\n", "mode", "formula_ms",
-         "measured_ms", "ratio", "issue_ms", "rpc_ms", "in_stage");
-  double tf[AX_PIPE_MAX_STAGES], tb[AX_PIPE_MAX_STAGES];
-  for (int s = 0; s < a->K; s++)
-    tf[s] = a->fwd_ms * 1e-3, tb[s] = a->bwd_ms * 1e-3;
-  char list[128];
-  snprintf(list, sizeof list, "%s", a->modes);
+  printf("# axon-bench pipe: K=%d agents, M=%d, per agent and unit t_f=%g "
+         "t_b=%g ms (weight half %g), sleep model, batch %d, median of %d "
+         "runs\n", a->K, a->M, a->fwd_ms, a->bwd_ms, a->w_ms, a->batch,
+         a->repeat);
+  printf("%-11s %11s %12s %7s %10s %10s %9s %7s %9s\n", "mode", "formula_ms",
+         "measured_ms", "ratio", "bubble_f", "bubble_m", "issue_ms", "rpc_ms",
+         "in_stage");
+  char list[256];
+  snprintf(list, sizeof list, "%s", a->modes ? a->modes : ax_pipe_mode_list());
+  for (char *c = list; *c; c++)
+    *c = *c == '|' ? ',' : *c;
   int worst = 0;
   for (char *sv = NULL, *m = strtok_r(list, ",", &sv); m;
        m = strtok_r(NULL, ",", &sv)) {
     int mode = ax_pipe_mode_index(m);
     if (mode < 0)
       return AX_EINVAL;
+    int v = ax_pipe_chunks(mode, 0), S = a->K * v;
+    double tf[AX_PIPE_MAX_STAGES], ti[AX_PIPE_MAX_STAGES],
+        tw[AX_PIPE_MAX_STAGES];
+    for (int s = 0; s < S; s++) /* per stage: 1/v of an agent's work */
+      tf[s] = a->fwd_ms * 1e-3 / v, ti[s] = (a->bwd_ms - a->w_ms) * 1e-3 / v,
+      tw[s] = a->w_ms * 1e-3 / v;
     double f = 0, t[MAXR], is[MAXR], rp[MAXR], st[MAXR];
-    AX_TRY(ax_formula_time(m, a->K, a->M, tf, tb, AX_RECOMPUTE_NEVER, &f));
+    AX_TRY(ax_formula_time_split(m, a->K, v, a->M, tf, ti, tw,
+                                 AX_RECOMPUTE_NEVER, &f));
     for (int r = 0; r < a->repeat; r++)
       AX_TRY(run_mode(node, a, ag, mode, &t[r], &is[r], &rp[r], &st[r]));
+    /* One agent's compute per mini-batch (a replay adds a forward). */
+    int U = ax_pipe_units(mode, a->M);
+    double work = 1e-3 * U *
+                  (a->fwd_ms * (1 + ax_pipe_replays(mode, 0, U, 0)) +
+                   a->bwd_ms);
     double mt = axi_bench_median(t, a->repeat), ratio = mt / f;
-    printf("%-11s %11.1f %12.1f %7.3f %9.3f %7.3f %9.3f\n", m, 1e3 * f,
-           1e3 * mt, ratio, axi_bench_median(is, a->repeat), axi_bench_median(rp, a->repeat),
+    printf("%-11s %11.1f %12.1f %7.3f %10.3f %10.3f %9.3f %7.3f %9.3f\n", m,
+           1e3 * f, 1e3 * mt, ratio, 1 - work / f, 1 - work / mt,
+           axi_bench_median(is, a->repeat), axi_bench_median(rp, a->repeat),
            axi_bench_median(st, a->repeat));
     fflush(stdout);
     worst |= ratio > 1.05 || ratio < 0.95;
@@ -240,7 +277,7 @@ int ax_bench_pipe_main(int argc, char **argv) {
   snprintf(th, sizeof th, "%d", a.agent_threads);
   const char *args[] = {"--threads", th, "--peer-timeout-ms", "3000", NULL};
   for (int s = 0; s < a.K; s++) {
-    snprintf(names[s], sizeof names[s], "stage%d", s);
+    snprintf(names[s], sizeof names[s], "agent%d", s);
     ag[s] = names[s];
     pids[s] = axi_bench_spawn_agent(names[s], port, "AXON_THREADS", "1", 0,
                                     args);

@@ -136,6 +136,7 @@ static void test_new_schedules_masks(void **state) {
   run_case_v(AX_MODE_INTERLEAVED, 2, 2, 4, 3);
   run_case_v(AX_MODE_ZBH1, 3, 1, 4, 3);
   run_case_v(AX_MODE_ZBH1, 4, 1, 8, 3);
+  run_case_v(AX_MODE_ZBV, 2, 2, 4, 3);
 }
 
 int main(void) {
