@@ -14,7 +14,11 @@
  *    latest weights;
  *  - REF_REPLAY (fr): the forward uses those same stale weights, but the
  *    backward recomputes the stage from its stashed input with the latest
- *    weights (version t), without updating running statistics. */
+ *    weights (version t), without updating running statistics;
+ *  - REF_2BW (2bw): every stage computes the gradient of mini-batch t (or
+ *    of its micro-batches, summed) with the weights before update t - 1
+ *    (version max(0, t - 1)) and applies it to the latest weights:
+ *    w(t+1) = w(t) - lr grad f(w(t-1)). */
 #ifndef AX_PIPE_TESTUTIL_H
 #define AX_PIPE_TESTUTIL_H
 
@@ -29,12 +33,31 @@
 #include "tests/mp_testutil.h"
 #include "tests/pipe_eventcheck.h"
 
-enum { REF_SYNC = 0, REF_STASH = 1, REF_REPLAY = 2 };
+enum { REF_SYNC = 0, REF_STASH = 1, REF_REPLAY = 2, REF_2BW = 3 };
 
 static inline int ref_kind(int mode) {
   return mode == AX_MODE_DDG || mode == AX_MODE_PIPEDREAM ? REF_STASH
          : mode == AX_MODE_FR                             ? REF_REPLAY
+         : mode == AX_MODE_2BW                            ? REF_2BW
                                                           : REF_SYNC;
+}
+
+/* The weight version stage k (d = K - 1 - k) uses for mini-batch t: its
+ * forward, or its backward (bwd). REF_STASH: the one after update t - d
+ * - 1 for both; REF_REPLAY: that one forward, the latest backward (after
+ * the replay); REF_2BW: the one before update t - 1 for both (every
+ * stage); REF_SYNC: the latest. */
+static inline int ref_version(int kind, int t, int d, int bwd) {
+  switch (kind) {
+  case REF_STASH:
+    return t - d > 0 ? t - d : 0;
+  case REF_REPLAY:
+    return bwd ? t : (t - d > 0 ? t - d : 0);
+  case REF_2BW:
+    return t - 1 > 0 ? t - 1 : 0;
+  default:
+    return t;
+  }
 }
 
 typedef struct pt_data {
@@ -115,7 +138,7 @@ static inline void pt_reference_ex(const ax_model_def *def,
                                    ax_tensor **bufs) {
   int U = ro && ro->units > 1 ? ro->units : 1;
   uint64_t delta = ro ? ro->replay_seed_delta : 0;
-  assert_true(U == 1 || kind == REF_SYNC);
+  assert_true(U == 1 || kind == REF_SYNC || kind == REF_2BW);
   ax_net *net[8];
   ax_optim *opt[8];
   ax_tensor **ver[8];
@@ -147,7 +170,7 @@ static inline void pt_reference_ex(const ax_model_def *def,
       uint64_t sd = pt_unit_seed(seed, t, U, m);
       ax_slot *slot[8];
       for (int k = 0; k < K; k++) {
-        int d = K - 1 - k, v = kind == REF_SYNC ? t : (t - d > 0 ? t - d : 0);
+        int v = ref_version(kind, t, K - 1 - k, 0);
         ax_exec ex = ax_net_exec(net[k], 1);
         ex.params = ver[k][v];
         ex.seed = sd;
@@ -159,7 +182,7 @@ static inline void pt_reference_ex(const ax_model_def *def,
       AX_ASSERT_OK(
           ax_loss_xent(&x[K], &ulab, info.ignore_index, norm, 1.0f, &r, &dy));
       for (int k = K - 1; k >= 0; k--) {
-        int d = K - 1 - k, v = kind == REF_STASH ? (t - d > 0 ? t - d : 0) : t;
+        int v = ref_version(kind, t, K - 1 - k, 1);
         ax_exec ex = ax_net_exec(net[k], 1);
         ex.params = ver[k][v];
         ex.seed = sd;
