@@ -308,19 +308,53 @@ static int release_local(axd_state *d, uint64_t ctx, axd_peer **peers) {
   return AX_OK;
 }
 
+/* Whether `name` is among the names of v (the nodes a release covers). */
+static int covered(const ax_values *v, const char *name) {
+  for (size_t i = 0; v && i < ax_values_count(v); i++) {
+    const char *s;
+    if (ax_values_get_str(v, i, &s) == AX_OK && !strcmp(s, name))
+      return 1;
+  }
+  return 0;
+}
+
+/* Sends "ax.dist.release" [the nodes this release covers...] to every peer
+ * not covered yet (by the release that reached us: `cover`, its caller
+ * `skip`). Each receiver then forwards only to peers nobody covers: when
+ * the context's creator saw every node (a pipeline's coordinator), one
+ * round reaches them all, without node-to-node repeats. Frees peers. */
 static void release_peers(axd_state *d, uint64_t ctx, axd_peer *peers,
-                          const char *skip, agg *a) {
+                          const char *skip, const ax_values *cover, agg *a) {
+  ax_values *list = ax_values_new();
+  for (size_t i = 0; list && cover && i < ax_values_count(cover); i++) {
+    const char *s;
+    if (ax_values_get_str(cover, i, &s) == AX_OK)
+      ax_values_add_str(list, s);
+  }
+  axd_peer *todo = NULL;
   for (axd_peer *p = peers, *nx; p; p = nx) {
     nx = p->next;
-    if (!skip || strcmp(p->name, skip)) {
-      ax_call_opts o = {.timeout_ms = 10000, .autograd_ctx = ctx};
-      ax_future *f = NULL;
-      if (ax_rpc_async(d->node, p->name, "ax.dist.release", NULL, &o, &f) ==
-          AX_OK)
-        agg_add(a, f);
+    if ((skip && !strcmp(p->name, skip)) || covered(cover, p->name)) {
+      free(p);
+      continue;
     }
+    if (list)
+      ax_values_add_str(list, p->name);
+    p->next = todo;
+    todo = p;
+  }
+  if (list)
+    ax_values_add_str(list, d->name);
+  for (axd_peer *p = todo, *nx; p; p = nx) {
+    nx = p->next;
+    ax_call_opts o = {.timeout_ms = 10000, .autograd_ctx = ctx};
+    ax_future *f = NULL;
+    if (ax_rpc_async(d->node, p->name, "ax.dist.release", list, &o, &f) ==
+        AX_OK)
+      agg_add(a, f);
     free(p);
   }
+  ax_values_free(list);
 }
 
 static int h_release(ax_call_ctx *cc, const ax_values *args, ax_values *out,
@@ -333,7 +367,7 @@ static int h_release(ax_call_ctx *cc, const ax_values *args, ax_values *out,
   agg *a = agg_new(1);
   if (!a)
     return AX_ENOMEM;
-  release_peers(d, ctx, peers, ax_call_caller(cc), a);
+  release_peers(d, ctx, peers, ax_call_caller(cc), args, a);
   ax_future *f = agg_finish(a, AX_OK, NULL);
   ax_call_defer(cc, f);
   ax_future_release(f);
@@ -431,7 +465,7 @@ int ax_dist_context_release(ax_node *n, uint64_t ctx, int64_t timeout_ms) {
   agg *a = agg_new(1);
   if (!a)
     return AX_ENOMEM;
-  release_peers(d, ctx, peers, NULL, a);
+  release_peers(d, ctx, peers, NULL, NULL, a);
   return wait_agg(agg_finish(a, AX_OK, NULL),
                   timeout_ms > 0 ? timeout_ms : 10000);
 }
