@@ -16,6 +16,9 @@
 #define AXI_BULK_STEP (4u << 20) /* largest single read */
 #define AXI_BULK_RBUF (64u << 10) /* read-ahead buffer for small frames */
 #define AXI_BULK_WIOV 64          /* iovecs per sendmsg, across frames */
+/* Bytes of a tensor that must have arrived before its storage is
+ * allocated (they wait in the connection's stage buffer). */
+#define AXI_BULK_LAZY (1u << 20)
 
 /* An outgoing frame: head bytes then the bytes of each tensor in vals. */
 typedef struct bframe {
@@ -45,7 +48,10 @@ typedef struct bconn {
   int mrc;
   size_t vi, toff;
   uint64_t left;
-  uint8_t *stage; /* pooled receive buffer: non-CPU tensors, skipped bytes */
+  uint64_t charged; /* bytes counted in peer->rx_inflight for this frame */
+  /* Receive buffer: the first bytes of a tensor before its storage exists,
+   * whole device tensors, skipped bytes. Freed when the connection closes. */
+  uint8_t *stage;
   size_t stage_cap;
   /* Read-ahead: small reads (prefixes, headers, small tensors) are served
    * from one large read, so a small frame costs about one system call and

@@ -4,6 +4,7 @@
  * socket and tensor storage in large steps (bufferevents would copy through
  * 4 KiB reads). Connections are closed only on the I/O thread and freed
  * only when the channel stops, so a pointer held by a sender stays valid. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/listener.h>
@@ -12,7 +13,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +50,13 @@ static void conn_close(bconn *c, const char *why) {
   pthread_mutex_unlock(&c->mu);
   axi_bulk_frames_free(q);
   axi_bulk_recv_reset(c);
+  /* Receive buffers go now: a peer that left costs no memory. */
+  free(c->stage);
+  c->stage = NULL;
+  c->stage_cap = 0;
+  free(c->rbuf);
+  c->rbuf = NULL;
+  c->rpos = c->rlen = 0;
   if (c->outgoing && c->peer && why)
     axi_peer_down(c->peer, NULL, why);
 }
@@ -140,9 +147,41 @@ static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing) {
   return c;
 }
 
+static void conn_free(bconn *c) {
+  event_free(c->rev);
+  event_free(c->wev);
+  pthread_mutex_destroy(&c->mu);
+  free(c->stage);
+  free(c->rbuf);
+  free(c);
+}
+
+/* Frees the closed incoming connections (I/O thread): nothing but the list
+ * refers to them (senders hold outgoing ones only). */
+static void sweep_dead(axi_bulk *b) {
+  bconn *dead = NULL;
+  pthread_mutex_lock(&b->mu);
+  for (bconn **pp = &b->conns; *pp;) {
+    bconn *c = *pp;
+    if (c->dead && !c->outgoing) {
+      *pp = c->next;
+      c->next = dead;
+      dead = c;
+    } else {
+      pp = &c->next;
+    }
+  }
+  pthread_mutex_unlock(&b->mu);
+  for (bconn *nx; dead; dead = nx) {
+    nx = dead->next;
+    conn_free(dead);
+  }
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
                       struct sockaddr *sa, int len, void *arg) {
   axi_bulk *b = arg;
+  sweep_dead(b);
   set_sock_opts(fd);
   if (!conn_new(b, fd, NULL, 0))
     close(fd);
@@ -296,12 +335,7 @@ static void tcp_stop(axi_bulk *b) {
     nx = c->next;
     c->peer = NULL; /* no peer-down reports while stopping */
     conn_close(c, NULL);
-    event_free(c->rev);
-    event_free(c->wev);
-    pthread_mutex_destroy(&c->mu);
-    free(c->stage);
-    free(c->rbuf);
-    free(c);
+    conn_free(c);
   }
   for (axi_peer *p = b->node->peers; p; p = p->next)
     p->bulk_conn = NULL;

@@ -77,18 +77,88 @@ static void pcall_finish(axi_pcall *c, int err, ax_values *vals,
   axi_live_calls_add(-1);
 }
 
-static axi_pcall *pcall_take(ax_node *n, uint64_t id) {
+axi_pcall *axi_pcall_add(ax_node *n, axi_peer *p, const char *fn, ax_future *f,
+                         int64_t deadline_ms) {
+  axi_pcall *c = calloc(1, sizeof *c);
+  char *fname = strdup(fn);
+  if (!c || !fname) {
+    free(c);
+    free(fname);
+    return NULL;
+  }
+  c->peer = p;
+  c->f = ax_future_retain(f); /* the table's reference */
+  c->fn = fname;
+  c->deadline_ms = deadline_ms;
+  axi_live_calls_add(1);
+  pthread_mutex_lock(&n->calls_mu);
+  c->id = ++n->next_id;
+  c->next = n->calls[c->id % AXI_CALL_BUCKETS];
+  n->calls[c->id % AXI_CALL_BUCKETS] = c;
+  n->ncalls++;
+  pthread_mutex_unlock(&n->calls_mu);
+  return c;
+}
+
+/* The same member: the peer object itself, or the provisional "@HOST:PORT"
+ * peer of the master before the membership names it (only joins go there),
+ * or a peer under the same (real) name. */
+static int same_peer(const axi_peer *want, const axi_peer *from) {
+  if (want == from)
+    return 1;
+  if (!want || !from)
+    return 0;
+  if (want->name[0] == '@' && !want->alias)
+    return 1;
+  return !strcmp(AXI_PNAME(want), AXI_PNAME(from));
+}
+
+/* Unlinks the call id if it went to p; a reply to a call that went to
+ * another peer is counted and logged as forged. */
+static axi_pcall *pcall_take(ax_node *n, axi_peer *p, uint64_t id) {
   pthread_mutex_lock(&n->calls_mu);
   axi_pcall **pp = &n->calls[id % AXI_CALL_BUCKETS];
   while (*pp && (*pp)->id != id)
     pp = &(*pp)->next;
   axi_pcall *c = *pp;
-  if (c) {
+  const char *want = NULL;
+  if (c && !same_peer(c->peer, p)) {
+    want = c->peer ? AXI_PNAME(c->peer) : n->name;
+    c = NULL;
+  } else if (c) {
     *pp = c->next;
     n->ncalls--;
   }
   pthread_mutex_unlock(&n->calls_mu);
+  if (want) {
+    uint64_t k = __atomic_add_fetch(&n->forged, 1, __ATOMIC_RELAXED);
+    if (k <= 10 || k % 1000 == 0)
+      fprintf(stderr,
+              "axon: %s: dropped a reply to call %llu from %s: the call went "
+              "to %s (%llu such replies)\n",
+              n->name, (unsigned long long)id, p ? AXI_PNAME(p) : n->name, want,
+              (unsigned long long)k);
+  }
   return c;
+}
+
+int axi_pcall_complete(ax_node *n, axi_peer *p, uint64_t id, int err,
+                       ax_values *vals, const char *msg) {
+  axi_pcall *c = pcall_take(n, p, id);
+  if (!c) {
+    ax_values_free(vals); /* late (the call timed out) or forged */
+    return 0;
+  }
+  pcall_finish(c, err, vals, msg);
+  return 1;
+}
+
+void axi_limit_log(ax_node *n, const char *peer, const char *what,
+                   int closing) {
+  uint64_t k = __atomic_add_fetch(&n->limit_drops, 1, __ATOMIC_RELAXED);
+  if (k <= 20 || k % 1000 == 0)
+    fprintf(stderr, "axon: %s: %s from %s: %s\n", n->name,
+            closing ? "closing the connection" : "refused a frame", peer, what);
 }
 
 /* Unlinks every call matching (peer p or any; deadline passed or any). */
@@ -125,12 +195,16 @@ void axi_calls_expire(ax_node *n, int64_t now_ms) {
     nx = c->next;
     char msg[256];
     snprintf(msg, sizeof msg, "%s: %s: deadline exceeded",
-             c->peer ? AXI_PNAME(c->peer) : "?", c->fn);
+             c->peer ? AXI_PNAME(c->peer) : n->name, c->fn);
     pcall_finish(c, AX_ETIMEOUT, NULL, msg);
   }
 }
 
 /* ---- incoming calls ---------------------------------------------------- */
+static __thread ax_call_ctx *t_cur;
+
+ax_call_ctx *axi_call_current(void) { return t_cur; }
+
 static void ctx_free(ax_call_ctx *c) {
   ax_node *n = c->node;
   axi_stream_release(c->stream);
@@ -174,9 +248,9 @@ static void reply(ax_call_ctx *c, int err, ax_values *vals, const char *msg) {
     vals = NULL;
   }
   record(c->fn, err, c->t0_us);
-  if (c->local) {
-    ax_future_complete(c->local, err, vals, full);
-    ax_future_release(c->local);
+  if (c->local_id) {
+    axi_pcall_complete(n, NULL, c->local_id, err, vals, full);
+    vals = NULL;
   } else if (c->peer) {
     axi_msg m = {.kind = AXI_RESPONSE, .call_id = c->msg.call_id,
                  .values = vals, .err = err, .errmsg = full,
@@ -215,7 +289,10 @@ static void run_call(ax_call_ctx *c) {
   }
   ax_values *out = ax_values_new();
   ax_clearerr();
+  ax_call_ctx *outer = t_cur; /* an inline handler may run inside another */
+  t_cur = c;
   int rc = out ? c->fn->h(c, c->msg.values, out, c->fn->user) : AX_ENOMEM;
+  t_cur = outer;
   if (rc != AX_OK) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", ax_errmsg());
@@ -287,22 +364,15 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
     __atomic_add_fetch(&n->malformed, 1, __ATOMIC_RELAXED);
     if (m->kind == AXI_REQUEST && m->call_id)
       reply_error(n, p, s, m->call_id, "?", rc, ax_errmsg());
-    else if (m->kind == AXI_RESPONSE) {
-      axi_pcall *c = pcall_take(n, m->call_id);
-      if (c)
-        pcall_finish(c, rc, NULL, ax_errmsg());
-    }
+    else if (m->kind == AXI_RESPONSE)
+      axi_pcall_complete(n, p, m->call_id, rc, NULL, ax_errmsg());
     axi_msg_clear(m);
     return;
   }
   if (m->kind == AXI_RESPONSE) {
-    axi_pcall *c = pcall_take(n, m->call_id);
     ax_values *v = m->values;
     m->values = NULL;
-    if (c)
-      pcall_finish(c, m->err, v, m->errmsg);
-    else
-      ax_values_free(v); /* late: the call already timed out */
+    axi_pcall_complete(n, p, m->call_id, m->err, v, m->errmsg);
     axi_msg_clear(m);
     return;
   }
@@ -311,6 +381,15 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
     return;
   }
   __atomic_add_fetch(&n->calls_in, 1, __ATOMIC_RELAXED);
+  if ((int64_t)m->depth > n->o.max_call_depth) {
+    char why[160];
+    snprintf(why, sizeof why,
+             "call depth %u over the limit of %d (a call chain to itself?)",
+             m->depth, n->o.max_call_depth);
+    reply_error(n, p, s, m->call_id, m->fn, AX_EINVAL, why);
+    axi_msg_clear(m);
+    return;
+  }
   axi_fn *f = fn_find(n, m->fn);
   if (!f || n->closing) {
     reply_error(n, p, s, m->call_id, m->fn, f ? AX_ECLOSED : AX_ENOFUNC,
@@ -332,7 +411,7 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
   memset(m, 0, sizeof *m);
   c->fn = f;
   if (c->msg.timeout_ms > 0)
-    c->deadline_ms = axi_now_ms() + c->msg.timeout_ms;
+    c->deadline_ms = axi_add_sat(axi_now_ms(), c->msg.timeout_ms);
   if (hold_until_joined(n, c))
     return;
   if (f->inline_)

@@ -199,8 +199,9 @@ static void send_server_status(axi_stream *s) {
 static void on_one_frame(axi_stream *s, const uint8_t *p, size_t len) {
   ax_node *n = s->node;
   axi_msg m;
-  int rc = axi_frame_decode(p, len, n->o.device, &n->o.device_map,
-                            n->o.max_msg_bytes, &m);
+  axi_limits lim = {n->o.max_hdr_bytes, n->o.max_values, n->o.max_msg_bytes};
+  int rc =
+      axi_frame_decode_lim(p, len, n->o.device, &n->o.device_map, &lim, &m);
   if (rc == AX_OK && m.kind == AXI_HELLO) {
     axi_peer *pe = axi_peer_get(n, m.node, m.addr, m.bulk_addr);
     if (pe && !s->client) {
@@ -364,7 +365,7 @@ int axi_stream_open(ax_node *n, axi_peer *p, axi_stream **out) {
                          GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
                          GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
                          GRPC_ARG_ENABLE_RETRIES};
-  int vals[4] = {-1, -1, 1, 0};
+  int vals[4] = {axi_grpc_limit(n), -1, 1, 0};
   for (int i = 0; i < 4; i++) {
     args[i].type = GRPC_ARG_INTEGER;
     args[i].key = (char *)keys[i];

@@ -37,6 +37,11 @@ void ax_node_opts_init(ax_node_opts *o) {
   o->peer_timeout_ms = 4000;
   o->bulk_threshold = 1u << 20;
   o->max_msg_bytes = (size_t)4 << 30;
+  o->max_hdr_bytes = AXI_MAX_HDR;
+  o->max_values = 65536;
+  o->max_inflight_bytes = (size_t)4 << 30;
+  o->max_grpc_msg_bytes = (size_t)64 << 20;
+  o->max_call_depth = 32;
 }
 
 void ax_node_opts_from_env(ax_node_opts *o) {
@@ -254,6 +259,23 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
   n->o = *o;
   if (n->o.threads < 1)
     n->o.threads = 1;
+  /* Limits left at zero (options not from ax_node_opts_init) get defaults. */
+  ax_node_opts d;
+  ax_node_opts_init(&d);
+  if (!n->o.max_msg_bytes)
+    n->o.max_msg_bytes = d.max_msg_bytes;
+  if (!n->o.max_hdr_bytes)
+    n->o.max_hdr_bytes = d.max_hdr_bytes;
+  if (!n->o.max_values)
+    n->o.max_values = d.max_values;
+  if (!n->o.max_inflight_bytes)
+    n->o.max_inflight_bytes = d.max_inflight_bytes;
+  if (!n->o.max_grpc_msg_bytes)
+    n->o.max_grpc_msg_bytes = d.max_grpc_msg_bytes;
+  if (n->o.max_call_depth <= 0)
+    n->o.max_call_depth = d.max_call_depth;
+  if (n->o.timeout_ms <= 0)
+    n->o.timeout_ms = d.timeout_ms;
   n->name = strdup(o->name);
   n->listen = strdup(o->listen ? o->listen : "127.0.0.1:0");
   n->master = o->master ? strdup(o->master) : NULL;
