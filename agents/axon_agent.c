@@ -164,6 +164,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "axon-agent: bad --device %s\n", device);
     return 2;
   }
+  if (ax_device_check(o.device) != AX_OK) {
+    fprintf(stderr, "axon-agent: --device %s does not exist here: %s\n",
+            device, ax_errmsg());
+    return 2;
+  }
   if (ax_device_map_parse(device_map, &o.device_map) != AX_OK) {
     fprintf(stderr, "axon-agent: bad --device-map: %s\n", ax_errmsg());
     return 2;
