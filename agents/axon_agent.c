@@ -53,6 +53,9 @@ static void usage(FILE *f) {
       "  --max-grpc-msg-bytes N  control-plane (gRPC) receive limit (64M)\n"
       "  --max-call-depth N   deepest chain of nested calls (default 32)\n"
       "  (limits: docs/SECURITY.md)\n"
+      "  --token-file FILE    shared secret (16..256 bytes): peers must prove\n"
+      "                       they hold it (default: AXON_TOKEN_FILE, else\n"
+      "                       no authentication)\n"
       "  --stay               keep serving when the master goes away\n"
       "  --help               this text\n");
 }
@@ -103,6 +106,7 @@ int main(int argc, char **argv) {
       {"max-hdr-bytes", 1, 0, 'B'}, {"max-values", 1, 0, 'V'},
       {"max-inflight-bytes", 1, 0, 'I'}, {"max-grpc-msg-bytes", 1, 0, 'G'},
       {"max-call-depth", 1, 0, 'C'}, {"join-timeout", 1, 0, 'J'},
+      {"token-file", 1, 0, 'T'},
       {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
   ax_node_opts_from_env(&o);
   int c, ok = 1;
@@ -136,6 +140,7 @@ int main(int argc, char **argv) {
                    &o.peer_timeout_ms);
       break;
     case 's': a.stay = 1; break;
+    case 'T': o.token_file = optarg; break;
     case 'M': ok = size_flag("--max-msg-bytes", &o.max_msg_bytes); break;
     case 'B': ok = size_flag("--max-hdr-bytes", &o.max_hdr_bytes); break;
     case 'V': ok = size_flag("--max-values", &o.max_values); break;

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "rpc/auth-impl.h"
 #include "rpc/bulk-impl.h"
 #include "rpc/value-impl.h"
 
@@ -54,20 +55,22 @@ bframe *axi_bulk_frame_new(uint8_t *head, size_t head_len, ax_values *vals) {
 }
 
 bframe *axi_bulk_hello(const char *name, const char *addr,
-                       const char *bulk_addr) {
+                       const char *bulk_addr, const uint8_t *mac) {
   /* "name\naddr\nbulk_addr": the receiver learns how to answer (calls
    * arriving here are answered over this node's own channel to us). */
   size_t nl = strlen(name) + strlen(addr) + strlen(bulk_addr) + 2;
   if (nl > AXI_BULK_HELLO_MAX)
     return NULL;
-  uint8_t *p = malloc(8 + nl + 1);
+  uint8_t *p = malloc(8 + nl + 1 + AXI_MAC_LEN);
   if (!p)
     return NULL;
   uint32_t magic = AXI_BULK_HELLO_MAGIC, l = (uint32_t)nl;
   memcpy(p, &magic, 4);
   memcpy(p + 4, &l, 4);
   snprintf((char *)p + 8, nl + 1, "%s\n%s\n%s", name, addr, bulk_addr);
-  return axi_bulk_frame_new(p, 8 + nl, NULL);
+  if (mac)
+    memcpy(p + 8 + nl, mac, AXI_MAC_LEN);
+  return axi_bulk_frame_new(p, 8 + nl + (mac ? AXI_MAC_LEN : 0), NULL);
 }
 
 void axi_bulk_frames_free(bframe *f) {
@@ -143,6 +146,12 @@ static ssize_t rd_sock(bconn *c, void *dst, size_t n) {
  * later wake it again), so the state machine never sleeps on bytes it
  * already holds and a small frame costs one read. */
 static ssize_t rd(bconn *c, void *dst, size_t n) {
+  if (!c->peer && c->rpos == c->rlen) { /* no read-ahead buffer before the
+                                           hello: a stranger costs nothing */
+    ssize_t r = c->rdry ? 0 : rd_sock(c, dst, n);
+    c->rdry = r > 0 && (size_t)r < n;
+    return r;
+  }
   if (c->rpos == c->rlen) {
     if (c->rdry) /* drained by a short read: epoll will tell us */
       return 0;
@@ -249,6 +258,27 @@ static int tensor_arrived(bconn *c, size_t i, size_t nb) {
   return AX_OK;
 }
 
+/* With authentication: the hello's proof over our challenge, under a name
+ * no other member has. Logs and counts a refusal. */
+static int hello_ok(bconn *c, const char *name, const char *addr,
+                    const char *bulk, const uint8_t *mac) {
+  ax_node *n = c->b->node;
+  const char *why = NULL;
+  if (!addr || !bulk ||
+      !axi_auth_verify(n, AXI_AUTH_BULK, c->nonce, name, addr, bulk, mac,
+                       AXI_MAC_LEN))
+    why = "no valid proof of the shared secret";
+  else if (!axi_auth_name_ok(n, name, addr))
+    why = "a hello under another member's name";
+  if (!why)
+    return 1;
+  uint64_t k = __atomic_add_fetch(&n->auth_refused, 1, __ATOMIC_RELAXED);
+  if (k <= 20 || k % 1000 == 0)
+    fprintf(stderr, "axon: %s: closing an unauthenticated data connection "
+            "(hello as %s): %s\n", n->name, name, why);
+  return 0;
+}
+
 int axi_bulk_recv(bconn *c) {
   ax_node *n = c->b->node;
   c->rdry = 0;
@@ -273,15 +303,21 @@ int axi_bulk_recv(bconn *c) {
           return AX_EMALFORMED;
         c->rstate = R_NAME;
         c->have = 0;
-        c->need = nl;
+        c->need = nl + (n->token_len ? AXI_MAC_LEN : 0);
       } else if (c->rstate == R_NAME) {
-        c->small[c->have] = 0;
+        uint8_t mac[AXI_MAC_LEN];
+        size_t nl = c->need - (n->token_len ? AXI_MAC_LEN : 0);
+        if (n->token_len)
+          memcpy(mac, c->small + nl, AXI_MAC_LEN);
+        c->small[nl] = 0;
         char *name = (char *)c->small, *addr = strchr(name, '\n');
         char *bulk = addr ? strchr(addr + 1, '\n') : NULL;
         if (addr)
           *addr++ = 0;
         if (bulk)
           *bulk++ = 0;
+        if (n->token_len && !hello_ok(c, name, addr, bulk, mac))
+          return AX_EMALFORMED; /* closed before anything else is read */
         c->peer = axi_peer_get(n, name, addr, bulk);
         if (!c->peer)
           return AX_ENOMEM;

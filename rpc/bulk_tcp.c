@@ -21,6 +21,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "rpc/auth-impl.h"
 #include "rpc/bulk-impl.h"
 
 static pthread_once_t g_evthread_once = PTHREAD_ONCE_INIT;
@@ -183,8 +184,57 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
   axi_bulk *b = arg;
   sweep_dead(b);
   set_sock_opts(fd);
-  if (!conn_new(b, fd, NULL, 0))
+  uint8_t chal[4 + AXI_NONCE_LEN];
+  uint32_t magic = AXI_BULK_CHAL_MAGIC;
+  memcpy(chal, &magic, 4);
+  /* With authentication the challenge goes first (a fresh socket takes
+   * these few bytes at once). */
+  if (b->node->token_len &&
+      (axi_auth_nonce(chal + 4) != AX_OK ||
+       write(fd, chal, sizeof chal) != (ssize_t)sizeof chal)) {
     close(fd);
+    return;
+  }
+  bconn *c = conn_new(b, fd, NULL, 0);
+  if (!c)
+    close(fd);
+  else if (b->node->token_len)
+    memcpy(c->nonce, chal + 4, AXI_NONCE_LEN);
+}
+
+/* Reads the accepting side's challenge on a fresh connection (bounded
+ * wait) and returns the hello answering it, or NULL with the error set. */
+static bframe *answer_challenge(ax_node *n, int fd, const char *addr) {
+  uint8_t chal[4 + AXI_NONCE_LEN];
+  size_t have = 0;
+  int64_t end = axi_now_ms() + 5000;
+  while (have < sizeof chal) {
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    int64_t left = end - axi_now_ms();
+    if (left <= 0 || poll(&pf, 1, (int)left) != 1)
+      break;
+    ssize_t r = read(fd, chal + have, sizeof chal - have);
+    if (r <= 0 && !(r < 0 && (errno == EAGAIN || errno == EINTR)))
+      break;
+    if (r > 0)
+      have += (size_t)r;
+  }
+  uint32_t magic = 0;
+  memcpy(&magic, chal, 4);
+  if (have < sizeof chal || magic != AXI_BULK_CHAL_MAGIC) {
+    ax_seterr(AX_EPEERDOWN,
+              "bulk: no authentication challenge from %s (does it run with "
+              "the same token?)",
+              addr);
+    return NULL;
+  }
+  uint8_t mac[AXI_MAC_LEN];
+  axi_auth_mac(n, AXI_AUTH_BULK, chal + 4, n->name, n->addr, n->bulk_addr,
+               mac);
+  bframe *h = axi_bulk_hello(n->name, n->addr, n->bulk_addr, mac);
+  if (!h)
+    ax_seterr(AX_ENOMEM, "bulk: no memory");
+  return h;
 }
 
 static int parse_hostport(const char *addr, char *host, size_t hl, int *port) {
@@ -242,17 +292,25 @@ static int tcp_send(axi_bulk *b, axi_peer *p, uint8_t *head, size_t head_len,
   if (!c || c->dead) {
     const char *addr = p->bulk_addr;
     int fd = -1, rc = dial(addr, &fd);
+    bframe *h = NULL;
+    if (rc == AX_OK && b->node->token_len &&
+        !(h = answer_challenge(b->node, fd, addr))) {
+      close(fd);
+      rc = AX_EPEERDOWN;
+    }
     if (rc == AX_OK && !(c = conn_new(b, fd, p, 1))) {
       close(fd);
       rc = ax_seterr(AX_ENOMEM, "bulk: no memory");
     }
     if (rc != AX_OK) {
       pthread_mutex_unlock(&b->dial_mu);
+      axi_bulk_frames_free(h);
       axi_bulk_frames_free(f);
       return rc;
     }
-    bframe *h = axi_bulk_hello(b->node->name, b->node->addr,
-                                b->node->bulk_addr);
+    if (!h)
+      h = axi_bulk_hello(b->node->name, b->node->addr, b->node->bulk_addr,
+                         NULL);
     if (h)
       axi_bulk_queue(c, h);
     p->bulk_conn = c;

@@ -22,6 +22,7 @@ enum axi_kind {
   AXI_PING = 3,
   AXI_PONG = 4,
   AXI_HELLO = 5,
+  AXI_CHALLENGE = 6, /* authentication: the accepting side's nonce */
 };
 
 #define AXI_PREFIX_LEN 24
@@ -49,6 +50,8 @@ typedef struct axi_msg {
   const char *node, *addr, *bulk_addr;
   uint64_t autograd_ctx;
   uint32_t depth; /* REQUEST: nesting depth (0: not nested) */
+  const uint8_t *auth; /* CHALLENGE: nonce; HELLO: proof (rpc/auth-impl.h) */
+  size_t auth_len;
   int nmeta;
   const char *meta_key[AXI_MAX_META];
   int64_t meta_val[AXI_MAX_META];

@@ -27,7 +27,7 @@ int axi_prefix_get(const uint8_t *p, axi_prefix *x) {
   x->hdr_len = get32(p + 4);
   x->call_id = get64(p + 8);
   x->blob_len = get64(p + 16);
-  if (x->kind < AXI_REQUEST || x->kind > AXI_HELLO)
+  if (x->kind < AXI_REQUEST || x->kind > AXI_CHALLENGE)
     return ax_seterr(AX_EMALFORMED, "frame: unknown kind %u", x->kind);
   if (x->hdr_len > AXI_MAX_HDR)
     return ax_seterr(AX_EMALFORMED, "frame: header of %u bytes", x->hdr_len);
@@ -58,6 +58,8 @@ static int build_body(const axi_msg *m, Axon__FrameBody *b, void **arena,
   b->bulk_addr = nz(m->bulk_addr);
   b->autograd_ctx = m->autograd_ctx;
   b->depth = m->depth;
+  b->auth.data = (uint8_t *)m->auth;
+  b->auth.len = m->auth ? m->auth_len : 0;
   Axon__Value **vp = (Axon__Value **)a;
   Axon__Value *vals = (Axon__Value *)(vp + n);
   Axon__TensorDesc *td = (Axon__TensorDesc *)(vals + n);
@@ -317,6 +319,8 @@ int axi_frame_decode_body(const axi_prefix *x, const uint8_t *hdr,
   m->bulk_addr = b->bulk_addr;
   m->autograd_ctx = b->autograd_ctx;
   m->depth = b->depth;
+  m->auth = b->auth.data;
+  m->auth_len = b->auth.len;
   for (size_t i = 0; i < b->n_meta && i < AXI_MAX_META; i++) {
     m->meta_key[i] = b->meta[i]->key;
     m->meta_val[i] = b->meta[i]->val;

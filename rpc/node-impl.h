@@ -96,6 +96,7 @@ struct ax_call_ctx { /* an incoming call */
 };
 
 #define AXI_CALL_BUCKETS 4096
+#define AXI_TOKEN_MAX 256
 
 struct ax_node {
   ax_node_opts o;
@@ -145,6 +146,10 @@ struct ax_node {
   /* stats (atomics) */
   uint64_t bytes_in, bytes_out, calls_in, calls_out, errors_in, malformed;
   uint64_t forged, limit_drops;
+  /* the shared secret (rpc/auth.c); token_len 0: no authentication */
+  uint8_t token[AXI_TOKEN_MAX];
+  size_t token_len;
+  uint64_t auth_refused; /* connections refused for a bad proof (atomic) */
 };
 
 /* a + b for deadlines, saturating at INT64_MAX (b >= 0 assumed). */

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "rpc/auth-impl.h"
 #include "rpc/node-impl.h"
 #include "rpc/pool-impl.h"
 
@@ -287,7 +288,10 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
   pthread_cond_init(&n->cv, NULL);
   pthread_mutex_init(&n->calls_mu, NULL);
   pthread_rwlock_init(&n->bulk_lk, NULL);
-  int rc = axi_calls_start(n);
+  int rc = axi_auth_load(n);
+  n->o.token_file = NULL; /* borrowed: read once */
+  if (rc == AX_OK)
+    rc = axi_calls_start(n);
   if (rc == AX_OK) /* the built-ins exist before anyone can reach us */
     rc = axi_rendezvous_init(n);
   if (rc == AX_OK)
@@ -395,6 +399,7 @@ void ax_node_destroy(ax_node *n) {
   free(n->name);
   free(n->listen);
   free(n->master);
+  memset(n->token, 0, sizeof n->token);
   pthread_mutex_destroy(&n->mu);
   pthread_cond_destroy(&n->cv);
   pthread_mutex_destroy(&n->calls_mu);

@@ -65,6 +65,11 @@ typedef struct ax_node_opts {
   /* Deepest chain of nested calls (a handler calling on, each hop adding
    * one); deeper calls fail with AX_EINVAL. Carried in each request. 32. */
   int max_call_depth;
+  /* Shared-secret authentication: a file holding the secret (16 to 256
+   * bytes). NULL: AXON_TOKEN_FILE if set, else none. With a secret, both
+   * channels accept a peer only after it proved, by an HMAC-SHA256 over a
+   * fresh nonce, that it holds the same secret (docs/SECURITY.md). */
+  const char *token_file;
   /* Which path small calls and replies take. 0 (default): the framed TCP
    * channel, once the peer's channel address is known (from its hello or
    * the membership); the gRPC stream then carries hellos, heartbeats and
@@ -140,6 +145,8 @@ typedef struct ax_node_stats {
   uint64_t forged;                /* replies dropped: not from the callee */
   uint64_t limit_drops;           /* frames refused or connections closed
                                      over a limit (ax_node_opts) */
+  uint64_t auth_refused;          /* connections closed without a valid
+                                     proof of the shared secret */
   long live_calls;                /* process-wide, see ax_rpc_live_calls */
   long live_futures;              /* process-wide */
   int peers_up, peers_down;

@@ -259,6 +259,7 @@ void ax_node_stats_get(ax_node *n, ax_node_stats *s) {
   s->malformed = __atomic_load_n(&n->malformed, __ATOMIC_RELAXED);
   s->forged = __atomic_load_n(&n->forged, __ATOMIC_RELAXED);
   s->limit_drops = __atomic_load_n(&n->limit_drops, __ATOMIC_RELAXED);
+  s->auth_refused = __atomic_load_n(&n->auth_refused, __ATOMIC_RELAXED);
   s->live_calls = ax_rpc_live_calls();
   s->live_futures = ax_future_live_count();
   pthread_mutex_lock(&n->mu);
