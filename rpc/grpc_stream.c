@@ -239,6 +239,8 @@ static int check_hello(axi_stream *s, const uint8_t *p, size_t len) {
   return ok;
 }
 
+static void stream_up(axi_stream *s);
+
 /* A client stream got the server's challenge: the HELLO with our proof
  * leaves first, then everything held back. */
 static void answer_challenge(axi_stream *s, const axi_msg *c) {
@@ -265,9 +267,11 @@ static void answer_challenge(axi_stream *s, const axi_msg *c) {
   if (!s->q_head)
     s->q_tail = &b->next;
   s->q_head = b;
-  s->hold = 0;
+  __atomic_store_n(&s->hold, 0, __ATOMIC_RELEASE);
   send_next_locked(s);
   pthread_mutex_unlock(&s->mu);
+  if (s->peer)
+    stream_up(s);
 }
 
 /* Handles one frame that arrived on s. */
@@ -358,17 +362,24 @@ static void on_recv(axi_op *op, int ok) {
   stream_put(s, 1);
 }
 
+/* A client stream is up once the server answered, and, with
+ * authentication, once its challenge was answered: a server without the
+ * same setting leaves the peer connecting until the connect timeout. */
+static void stream_up(axi_stream *s) {
+  axi_peer *p = s->peer;
+  pthread_mutex_lock(&p->mu);
+  if (p->out == s && p->state == AXI_PEER_CONNECTING)
+    p->state = AXI_PEER_UP;
+  p->last_recv_ms = axi_now_ms();
+  pthread_mutex_unlock(&p->mu);
+  s->established = 1;
+}
+
 static void on_start(axi_op *op, int ok) {
   axi_stream *s = of(op, offsetof(axi_stream, op_start));
-  if (ok && s->client && s->peer) {
-    axi_peer *p = s->peer;
-    pthread_mutex_lock(&p->mu);
-    if (p->out == s && p->state == AXI_PEER_CONNECTING)
-      p->state = AXI_PEER_UP;
-    p->last_recv_ms = axi_now_ms();
-    pthread_mutex_unlock(&p->mu);
-    s->established = 1;
-  }
+  if (ok && s->client && s->peer &&
+      !__atomic_load_n(&s->hold, __ATOMIC_ACQUIRE))
+    stream_up(s);
   stream_put(s, 1);
 }
 

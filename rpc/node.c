@@ -154,9 +154,11 @@ int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via) {
   /* Held until the frame is queued, so that the channel cannot stop
    * under us (ax_node_shutdown takes it exclusively). */
   pthread_rwlock_rdlock(&n->bulk_lk);
-  int bulk = n->bulk && p->bulk_addr &&
-             (!n->o.small_over_grpc ||
-              ax_values_tensor_bytes(m->values) >= n->o.bulk_threshold);
+  /* A small reply to a call that came over a stream goes back on it: it
+   * then stays ahead of that stream's end (a join refused at shutdown). */
+  int small = ax_values_tensor_bytes(m->values) < n->o.bulk_threshold;
+  int bulk = n->bulk && p->bulk_addr && (!n->o.small_over_grpc || !small) &&
+             !(small && m->kind == AXI_RESPONSE && axi_stream_alive(via));
   axi_stream *s = NULL;
   if (!bulk) {
     pthread_rwlock_unlock(&n->bulk_lk);
