@@ -184,6 +184,7 @@ int axi_calls_start(ax_node *n);
 void axi_calls_stop(ax_node *n);
 /* Marks n joined and hands the calls held until then to the workers. */
 void axi_calls_joined(ax_node *n);
+/* rpc/pcall.c, the pending-call table: */
 /* Fails calls on peer p (NULL: all) with err; expired ones with timeout. */
 void axi_calls_fail(ax_node *n, axi_peer *p, int err, const char *why);
 void axi_calls_expire(ax_node *n, int64_t now_ms);
@@ -200,6 +201,9 @@ axi_pcall *axi_pcall_add(ax_node *n, axi_peer *p, const char *fn,
  * forged. Returns 1 if a call was completed. */
 int axi_pcall_complete(ax_node *n, axi_peer *p, uint64_t id, int err,
                        ax_values *vals, const char *msg);
+/* Unlinks c (whose id is id) and frees it, unless something (peer down)
+ * completed it already; for a call whose request could not be sent. */
+void axi_pcall_drop(ax_node *n, axi_pcall *c, uint64_t id);
 /* Logs a limit a peer broke (rate-limited) and counts it; closing: its
  * connection is being closed (else the frame was refused and answered). */
 void axi_limit_log(ax_node *n, const char *peer, const char *what,

@@ -88,24 +88,8 @@ int ax_rpc_async(ax_node *n, const char *to, const char *fn,
   }
   int rc = axi_peer_send(p, &m, NULL);
   if (rc != AX_OK) {
-    /* Unlink the call unless someone (peer down) completed it already; the
-     * future is not handed out either way, so no callback can run. */
-    pthread_mutex_lock(&n->calls_mu);
-    axi_pcall **pp = &n->calls[id % AXI_CALL_BUCKETS];
-    while (*pp && *pp != c)
-      pp = &(*pp)->next;
-    int mine = *pp == c;
-    if (mine) {
-      *pp = c->next;
-      n->ncalls--;
-    }
-    pthread_mutex_unlock(&n->calls_mu);
-    if (mine) {
-      ax_future_release(c->f);
-      free(c->fn);
-      free(c);
-      axi_live_calls_add(-1);
-    }
+    /* The future is not handed out either way, so no callback can run. */
+    axi_pcall_drop(n, c, id);
     ax_future_release(f);
     return rc;
   }
