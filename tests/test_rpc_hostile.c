@@ -524,7 +524,7 @@ int main(void) {
       cmocka_unit_test(test_oversized_grpc),
   };
   int failed = AX_TEST_MAIN(tests);
-  for (int i = 0; i < NAG; i++)
+  for (int i = NAG - 1; i >= 0; i--) /* the master (boss) last */
     if (g_pids[i])
       failed += mt_stop_checked(g_names[i], g_pids[i]);
   ax_node_destroy(g_drv);
