@@ -11,6 +11,9 @@
 #include <string.h>
 
 #include "agents/axon_agent.h"
+#include "agents/axon_cli.h"
+
+#define P "axon-agent"
 #include "runtime/dist/autograd.h"
 #include "runtime/dist/plugin.h"
 #include "runtime/pipeline/pipeline.h"
@@ -38,11 +41,24 @@ static void usage(FILE *f) {
       "  --world-size N       nodes in the world, for the master (default 1)\n"
       "  --rank R             this node's rank (default: SLURM_PROCID or\n"
       "                       OMPI_COMM_WORLD_RANK, else assigned by the master)\n"
-      "  --join-timeout-ms T  give up joining after T ms (default 60000)\n"
+      "  --join-timeout-ms T  give up joining after T ms (default 60000); the\n"
+      "                       retries while the master is unreachable are\n"
+      "                       reported (--join-timeout is the same flag)\n"
       "  --heartbeat-ms T     ping interval to peers (default 500)\n"
       "  --peer-timeout-ms T  silence before a peer is declared down\n"
       "                       (default 4000)\n"
-      "  --max-msg-bytes N    largest tensor payload accepted (default 4 GiB)\n"
+      "  --max-msg-bytes N    largest tensor payload of one message (default\n"
+      "                       4G; sizes take a K, M or G suffix)\n"
+      "  --max-hdr-bytes N    largest frame header (default 16M)\n"
+      "  --max-values N       most values in one message (default 65536)\n"
+      "  --max-inflight-bytes N  tensor bytes one peer may have in frames\n"
+      "                       being received (default 4G)\n"
+      "  --max-grpc-msg-bytes N  control-plane (gRPC) receive limit (64M)\n"
+      "  --max-call-depth N   deepest chain of nested calls (default 32)\n"
+      "  (limits: docs/SECURITY.md)\n"
+      "  --token-file FILE    shared secret (16..256 bytes): peers must prove\n"
+      "                       they hold it (default: AXON_TOKEN_FILE, else\n"
+      "                       no authentication)\n"
       "  --plugin FILE.so     load a plugin: its models, object kinds and\n"
       "                       functions are served here (repeatable;\n"
       "                       runtime/dist/plugin.h)\n"
@@ -103,42 +119,81 @@ int main(int argc, char **argv) {
       {"join-timeout-ms", 1, 0, 'J'}, {"heartbeat-ms", 1, 0, 'H'},
       {"peer-timeout-ms", 1, 0, 'P'}, {"stay", 0, 0, 's'},
       {"max-msg-bytes", 1, 0, 'M'}, {"device-map", 1, 0, 'D'},
-      {"plugin", 1, 0, 'L'},       {"help", 0, 0, 'h'},
-      {0, 0, 0, 0}};
+      {"max-hdr-bytes", 1, 0, 'B'}, {"max-values", 1, 0, 'V'},
+      {"max-inflight-bytes", 1, 0, 'I'}, {"max-grpc-msg-bytes", 1, 0, 'G'},
+      {"max-call-depth", 1, 0, 'C'}, {"join-timeout", 1, 0, 'J'},
+      {"token-file", 1, 0, 'T'},   {"plugin", 1, 0, 'L'},
+      {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
   ax_node_opts_from_env(&o);
-  int c;
-  while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+  int c, ok = 1;
+#define size_flag(flag, dst)                                                   \
+  (axc_int(P, flag, optarg, 1, INT64_MAX, 1, &v64) ? (*(dst) = (size_t)v64, 1) \
+                                                   : 0)
+  int64_t v64;
+  while (ok && (c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (c) {
     case 'n': o.name = optarg; break;
     case 'm': o.master = optarg; break;
     case 'l': o.listen = optarg; break;
     case 'd': device = optarg; break;
     case 'D': device_map = optarg; break;
-    case 't': o.threads = atoi(optarg); break;
-    case 'p': metrics_port = atoi(optarg); break;
-    case 'w': o.world_size = atoi(optarg); break;
-    case 'r': o.rank = atoi(optarg); break;
-    case 'J': join_ms = atoll(optarg); break;
-    case 'H': o.heartbeat_ms = atoll(optarg); break;
-    case 'P': o.peer_timeout_ms = atoll(optarg); break;
+    case 't': ok = axc_i32(P, "--threads", optarg, 1, 1024, &o.threads); break;
+    case 'p':
+      ok = axc_i32(P, "--metrics-port", optarg, 1, 65535, &metrics_port);
+      break;
+    case 'w':
+      ok = axc_i32(P, "--world-size", optarg, 1, 1 << 16, &o.world_size);
+      break;
+    case 'r': ok = axc_i32(P, "--rank", optarg, -1, (1 << 16) - 1, &o.rank); break;
+    case 'J':
+      ok = axc_int(P, "--join-timeout-ms", optarg, 1, INT64_MAX, 0, &join_ms);
+      break;
+    case 'H':
+      ok = axc_int(P, "--heartbeat-ms", optarg, 1, 3600000, 0, &o.heartbeat_ms);
+      break;
+    case 'P':
+      ok = axc_int(P, "--peer-timeout-ms", optarg, 1, INT64_MAX, 0,
+                   &o.peer_timeout_ms);
+      break;
     case 's': a.stay = 1; break;
-    case 'M': o.max_msg_bytes = (size_t)atoll(optarg); break;
     case 'L': /* models register now, before any node exists */
       if (ax_plugin_load(optarg) != AX_OK) {
         fprintf(stderr, "axon-agent: %s\n", ax_errmsg());
         return 1;
       }
       break;
+    case 'T': o.token_file = optarg; break;
+    case 'M': ok = size_flag("--max-msg-bytes", &o.max_msg_bytes); break;
+    case 'B': ok = size_flag("--max-hdr-bytes", &o.max_hdr_bytes); break;
+    case 'V': ok = size_flag("--max-values", &o.max_values); break;
+    case 'I': ok = size_flag("--max-inflight-bytes", &o.max_inflight_bytes); break;
+    case 'G':
+      ok = size_flag("--max-grpc-msg-bytes", &o.max_grpc_msg_bytes);
+      break;
+    case 'C':
+      ok = axc_i32(P, "--max-call-depth", optarg, 1, 1 << 20, &o.max_call_depth);
+      break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
   }
+#undef size_flag
+  if (!ok)
+    return 2;
   if (!o.name || optind != argc) {
     usage(stderr);
     return 2;
   }
+  if (!axc_hostport(P, "--listen", o.listen, 0) ||
+      (o.master && !axc_hostport(P, "--master", o.master, 1)))
+    return 2;
   if (ax_device_parse(device, &o.device) != AX_OK) {
     fprintf(stderr, "axon-agent: bad --device %s\n", device);
+    return 2;
+  }
+  if (ax_device_check(o.device) != AX_OK) {
+    fprintf(stderr, "axon-agent: --device %s does not exist here: %s\n",
+            device, ax_errmsg());
     return 2;
   }
   if (ax_device_map_parse(device_map, &o.device_map) != AX_OK) {

@@ -9,8 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <limits.h>
+
+#include "agents/axon_cli.h"
 #include "agents/axon_run.h"
 #include "runtime/dist/plugin.h"
+
+#define P "axon-run"
 #include "runtime/pipeline/coordinator.h"
 #include "runtime/pipeline/train.h"
 #include "kernels/error.h"
@@ -32,12 +37,12 @@ static void usage(FILE *f) {
 "                        const|step|cosine, warmup, ... (default\n"
 "                        opt=adamw,lr=2e-3,wd=0,sched=cosine)\n"
 "  --epochs N            epochs (default 1)\n"
-"  --steps N             stop after N steps (default: no limit)\n"
+"  --steps N             stop after N >= 1 steps (default: no limit)\n"
 "  --batch N             mini-batch size (default 64)\n"
 "  --eval-batch N        evaluation batch size (default 500)\n"
 "  --eval-limit N        evaluate on at most N test examples (default all)\n"
 "  --seed N              seed for initialisation, shuffling, dropout (1)\n"
-"  --threads N           CPU threads (default: all cores)\n"
+"  --threads N           CPU threads, 1..1024 (default: all cores)\n"
 "  --device DEV          cpu | cuda:N (default cpu)\n"
 "  --csv FILE            write the loss curve (step,epoch,loss,lr,samples_per_s)\n"
 "  --quiet               no progress bar\n"
@@ -105,32 +110,38 @@ int main(int argc, char **argv) {
   static char plugin_path[AX_PLUGIN_MAX][4096];
   static const char *plugins[AX_PLUGIN_MAX];
   optind = 2;
-  int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  int c, ok = 1;
+  int64_t v;
+  while (ok && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
     case 'm': o.model = optarg; break;
     case 'M': o.model_config = optarg; break;
     case 'd': o.dataset = optarg; break;
     case 'D': o.data_config = optarg; break;
     case 'o': o.optim_config = optarg; break;
-    case 'e': o.epochs = atoi(optarg); break;
-    case 's': o.max_steps = atol(optarg); break;
-    case 'b': o.batch = atoi(optarg); break;
-    case 'E': o.eval_batch = atoi(optarg); break;
-    case 'L': o.eval_limit = atol(optarg); break;
-    case 'S': o.seed = strtoull(optarg, NULL, 10); break;
-    case 't': threads = atoi(optarg); break;
+    case 'e': ok = axc_i32(P, "--epochs", optarg, 1, 1000000, &o.epochs); break;
+    case 's': ok = axc_int(P, "--steps", optarg, 1, LONG_MAX, 0, &v); o.max_steps = (long)v; break;
+    case 'b': ok = axc_i32(P, "--batch", optarg, 1, 1 << 20, &o.batch); break;
+    case 'E': ok = axc_i32(P, "--eval-batch", optarg, 1, 1 << 20, &o.eval_batch); break;
+    case 'L': ok = axc_int(P, "--eval-limit", optarg, 1, LONG_MAX, 0, &v); o.eval_limit = (long)v; break;
+    case 'S': ok = axc_int(P, "--seed", optarg, 0, INT64_MAX, 0, &v); o.seed = (uint64_t)v; break;
+    case 't': ok = axc_i32(P, "--threads", optarg, 1, 1024, &threads); break;
     case 'v':
       if (ax_device_parse(optarg, &o.device) != AX_OK) {
         fprintf(stderr, "axon-run: %s\n", ax_errmsg());
+        return 2;
+      }
+      if (ax_device_check(o.device) != AX_OK) {
+        fprintf(stderr, "axon-run: --device %s does not exist here: %s\n",
+                optarg, ax_errmsg());
         return 2;
       }
       break;
     case 'c': o.csv_path = optarg; break;
     case 'q': quiet = 1; break;
     case 'h': usage(stdout); return 0;
-    case 1000: pa.local = atoi(optarg); pipe = 1; break;
-    case 1001: pa.K = atoi(optarg); pipe = 1; break;
+    case 1000: ok = axc_i32(P, "--local", optarg, 1, AX_PIPE_MAX_STAGES, &pa.local); pipe = 1; break;
+    case 1001: ok = axc_i32(P, "--stages", optarg, 1, AX_PIPE_MAX_STAGES, &pa.K); pipe = 1; break;
     case 1002: {
       snprintf(agent_buf, sizeof agent_buf, "%s", optarg);
       int k = 0;
@@ -143,15 +154,17 @@ int main(int argc, char **argv) {
       pipe = 1;
       break;
     }
-    case 1003: pa.master = optarg; break;
+    case 1003: pa.master = optarg; ok = axc_hostport(P, "--master", optarg, 1); break;
     case 1004:
       if ((pa.mode = ax_pipe_mode_index(optarg)) < 0) {
         fprintf(stderr, "axon-run: %s\n", ax_errmsg());
         return 2;
       }
       break;
-    case 1005: pa.M = atoi(optarg); break;
-    case 1015: pa.chunks = atoi(optarg); break;
+    case 1005: ok = axc_i32(P, "--microbatches", optarg, 1, 1 << 16, &pa.M); break;
+    case 1015:
+      ok = axc_i32(P, "--chunks", optarg, 0, AX_PIPE_MAX_STAGES, &pa.chunks);
+      break;
     case 1006:
       if (ax_pipe_recompute_parse(optarg, &pa.recompute) != AX_OK) {
         fprintf(stderr, "axon-run: %s\n", ax_errmsg());
@@ -160,7 +173,7 @@ int main(int argc, char **argv) {
       break;
     case 1007: pa.partition = optarg; break;
     case 1008: pa.trace = optarg; break;
-    case 1009: pa.agent_threads = atoi(optarg); break;
+    case 1009: ok = axc_i32(P, "--agent-threads", optarg, 1, 1024, &pa.agent_threads); break;
     case 1010: /* --local agents get the absolute path */
       if (ax_plugin_load(optarg) != AX_OK) {
         fprintf(stderr, "axon-run: %s\n", ax_errmsg());
@@ -176,6 +189,13 @@ int main(int argc, char **argv) {
     default: usage(stderr); return 2;
     }
   }
+  if (!ok)
+    return 2;
+  if (optind != argc) {
+    fprintf(stderr, "axon-run: unexpected argument '%s' (try --help)\n",
+            argv[optind]);
+    return 2;
+  }
   if (o.epochs < 1 || o.batch < 1 || o.eval_batch < 1) {
     fprintf(stderr, "axon-run: --epochs, --batch and --eval-batch must be "
                     "positive\n");
@@ -186,6 +206,10 @@ int main(int argc, char **argv) {
     o.data_config = "pad=1";
   if (quiet)
     o.progress = NULL;
+  if (axr_check_configs(&o) != AX_OK) {
+    fprintf(stderr, "axon-run: %s\n", ax_errmsg());
+    return 2;
+  }
   if (pipe) {
     if (pa.local < 0 || pa.local > AX_PIPE_MAX_STAGES || pa.M < 1 ||
         pa.chunks < 0 || pa.chunks > AX_PIPE_MAX_STAGES ||

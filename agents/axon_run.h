@@ -22,6 +22,11 @@ typedef struct axr_pipe_args {
   int nplugins;
 } axr_pipe_args;
 
+/* AX_EINVAL naming the first --model-config, --optim or --data-config key
+ * that the model, optimizer or data set does not read, with the keys it
+ * does (axon_run_check.c). */
+int axr_check_configs(const ax_train_opts *o);
+
 /* Runs `axon-run train` in pipeline mode; returns the exit status. */
 int axr_pipe_main(axr_pipe_args *a);
 

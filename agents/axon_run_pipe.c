@@ -112,6 +112,8 @@ static int spawn_local(int K, int port, int threads,
   }
   snprintf(master, sizeof master, "127.0.0.1:%d", port);
   snprintf(th, sizeof th, "%d", threads);
+  if (ax_local_token() != 0) /* the local world authenticates */
+    return -1;
   for (int s = 0; s < K; s++) {
     char name[32];
     snprintf(name, sizeof name, "stage%d", s);

@@ -51,8 +51,43 @@ int ax_config_merge(ax_config *dst, const ax_config *src) {
   return AX_OK;
 }
 
+static __thread ax_config_keys *t_rec;
+
+void ax_config_record(ax_config_keys *rec) { t_rec = rec; }
+
+static void note(const char *key) {
+  ax_config_keys *r = t_rec;
+  if (!r || strlen(key) >= sizeof r->key[0])
+    return;
+  for (int i = 0; i < r->n; i++)
+    if (!strcmp(r->key[i], key))
+      return;
+  if (r->n < (int)(sizeof r->key / sizeof r->key[0]))
+    strcpy(r->key[r->n++], key);
+}
+
+int ax_config_check_known(const ax_config *c, const ax_config_keys *rec,
+                          const char *what) {
+  for (int i = 0; i < c->n; i++) {
+    int known = 0;
+    for (int k = 0; k < rec->n && !known; k++)
+      known = !strcmp(c->key[i], rec->key[k]);
+    if (known)
+      continue;
+    char list[1024] = "";
+    size_t len = 0;
+    for (int k = 0; k < rec->n && len < sizeof list; k++)
+      len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
+                              k ? ", " : "", rec->key[k]);
+    return ax_seterr(AX_EINVAL, "unknown %s key '%s' (known: %s)", what,
+                     c->key[i], rec->n ? list : "none");
+  }
+  return AX_OK;
+}
+
 const char *ax_config_str(const ax_config *c, const char *key,
                           const char *dflt) {
+  note(key);
   for (int i = 0; c && i < c->n; i++)
     if (strcmp(c->key[i], key) == 0)
       return c->val[i];

@@ -36,6 +36,20 @@ double ax_config_float(const ax_config *c, const char *key, double dflt,
  * AX_EINVAL in *err on a bad entry. Absent key: 0. */
 int ax_config_ints(const ax_config *c, const char *key, int64_t *out, int max,
                    int *err);
+/* Known keys: while a recorder is set on this thread, every key a getter
+ * asks for (present or not) is noted in it, so that a program can run a
+ * parser once and then refuse keys it never asked for. */
+typedef struct ax_config_keys {
+  int n;
+  char key[64][32];
+} ax_config_keys;
+/* Sets (or, with NULL, clears) this thread's recorder. */
+void ax_config_record(ax_config_keys *rec);
+/* AX_EINVAL, naming `what`, the first key of c the recorder never saw and
+ * every key it did ("unknown model-config key 'x' (known: a, b)"). */
+int ax_config_check_known(const ax_config *c, const ax_config_keys *rec,
+                          const char *what);
+
 /* Writes "k=v,k=v" into buf; returns buf. */
 char *ax_config_format(const ax_config *c, char *buf, size_t len);
 

@@ -11,11 +11,15 @@
 #include "rpc/node-impl.h"
 
 #define AXI_BULK_HELLO_MAGIC 0x48425841u /* "AXBH" */
+#define AXI_BULK_CHAL_MAGIC 0x43425841u  /* "AXBC": magic, 16-byte nonce */
 #define AXI_BULK_HELLO_MAX 300          /* "name\naddr\nbulk_addr" bytes */
 #define AXI_BULK_IOV 16
 #define AXI_BULK_STEP (4u << 20) /* largest single read */
 #define AXI_BULK_RBUF (64u << 10) /* read-ahead buffer for small frames */
 #define AXI_BULK_WIOV 64          /* iovecs per sendmsg, across frames */
+/* Bytes of a tensor that must have arrived before its storage is
+ * allocated (they wait in the connection's stage buffer). */
+#define AXI_BULK_LAZY (1u << 20)
 
 /* An outgoing frame: head bytes then the bytes of each tensor in vals. */
 typedef struct bframe {
@@ -37,7 +41,8 @@ typedef struct bconn {
   bframe *q_head, **q_tail;
   /* receive state (I/O thread only) */
   int rstate;
-  uint8_t small[4 + AXI_PREFIX_LEN + AXI_BULK_HELLO_MAX + 1];
+  uint8_t small[4 + AXI_PREFIX_LEN + AXI_BULK_HELLO_MAX + 32 + 1];
+  uint8_t nonce[16]; /* incoming, with authentication: our challenge */
   size_t have, need;
   axi_prefix px;
   uint8_t *hdr;
@@ -45,7 +50,10 @@ typedef struct bconn {
   int mrc;
   size_t vi, toff;
   uint64_t left;
-  uint8_t *stage; /* pooled receive buffer: non-CPU tensors, skipped bytes */
+  uint64_t charged; /* bytes counted in peer->rx_inflight for this frame */
+  /* Receive buffer: the first bytes of a tensor before its storage exists,
+   * whole device tensors, skipped bytes. Freed when the connection closes. */
+  uint8_t *stage;
   size_t stage_cap;
   /* Read-ahead: small reads (prefixes, headers, small tensors) are served
    * from one large read, so a small frame costs about one system call and
@@ -71,9 +79,11 @@ struct axi_bulk {
 
 /* bulk_frame.c */
 bframe *axi_bulk_frame_new(uint8_t *head, size_t head_len, ax_values *vals);
-/* The first frame on a connection: the sender's name and addresses. */
+/* The first frame on a connection: the sender's name and addresses, then,
+ * with authentication, mac (32 bytes: the proof over the receiver's
+ * challenge; NULL without). */
 bframe *axi_bulk_hello(const char *name, const char *addr,
-                       const char *bulk_addr);
+                       const char *bulk_addr, const uint8_t *mac);
 void axi_bulk_frames_free(bframe *f); /* frees the whole list */
 /* Fills iov with what is left of f; returns the count. */
 int axi_bulk_frame_iov(bframe *f, struct iovec *iov, int max);

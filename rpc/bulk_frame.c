@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "rpc/auth-impl.h"
 #include "rpc/bulk-impl.h"
 #include "rpc/value-impl.h"
 
@@ -54,20 +55,22 @@ bframe *axi_bulk_frame_new(uint8_t *head, size_t head_len, ax_values *vals) {
 }
 
 bframe *axi_bulk_hello(const char *name, const char *addr,
-                       const char *bulk_addr) {
+                       const char *bulk_addr, const uint8_t *mac) {
   /* "name\naddr\nbulk_addr": the receiver learns how to answer (calls
    * arriving here are answered over this node's own channel to us). */
   size_t nl = strlen(name) + strlen(addr) + strlen(bulk_addr) + 2;
   if (nl > AXI_BULK_HELLO_MAX)
     return NULL;
-  uint8_t *p = malloc(8 + nl + 1);
+  uint8_t *p = malloc(8 + nl + 1 + AXI_MAC_LEN);
   if (!p)
     return NULL;
   uint32_t magic = AXI_BULK_HELLO_MAGIC, l = (uint32_t)nl;
   memcpy(p, &magic, 4);
   memcpy(p + 4, &l, 4);
   snprintf((char *)p + 8, nl + 1, "%s\n%s\n%s", name, addr, bulk_addr);
-  return axi_bulk_frame_new(p, 8 + nl, NULL);
+  if (mac)
+    memcpy(p + 8 + nl, mac, AXI_MAC_LEN);
+  return axi_bulk_frame_new(p, 8 + nl + (mac ? AXI_MAC_LEN : 0), NULL);
 }
 
 void axi_bulk_frames_free(bframe *f) {
@@ -106,10 +109,13 @@ int axi_bulk_frame_advance(bframe *f, size_t n) {
 }
 
 /* ---- receiving ---------------------------------------------------------- */
+static void uncharge(bconn *c);
+
 void axi_bulk_recv_reset(bconn *c) {
   free(c->hdr);
   c->hdr = NULL;
   axi_msg_clear(&c->m);
+  uncharge(c);
   c->rstate = c->peer ? R_PREFIX : R_HELLO;
   c->have = 0;
   c->need = c->peer ? 4 + AXI_PREFIX_LEN : 8;
@@ -140,6 +146,12 @@ static ssize_t rd_sock(bconn *c, void *dst, size_t n) {
  * later wake it again), so the state machine never sleeps on bytes it
  * already holds and a small frame costs one read. */
 static ssize_t rd(bconn *c, void *dst, size_t n) {
+  if (!c->peer && c->rpos == c->rlen) { /* no read-ahead buffer before the
+                                           hello: a stranger costs nothing */
+    ssize_t r = c->rdry ? 0 : rd_sock(c, dst, n);
+    c->rdry = r > 0 && (size_t)r < n;
+    return r;
+  }
   if (c->rpos == c->rlen) {
     if (c->rdry) /* drained by a short read: epoll will tell us */
       return 0;
@@ -173,17 +185,25 @@ static int stage_grow(bconn *c, size_t n) {
   return AX_OK;
 }
 
-/* Finds the next tensor value at or after c->vi; NULL when none is left. */
-static ax_tensor *cur_tensor(bconn *c) {
+/* Finds the next tensor value at or after c->vi; -1 when none is left. */
+static long cur_tensor(bconn *c) {
   ax_values *v = c->m.values;
   while (v && c->vi < v->n && v->v[c->vi].type != AX_VAL_TENSOR)
     c->vi++;
-  return (v && c->vi < v->n) ? v->v[c->vi].u.t : NULL;
+  return (v && c->vi < v->n) ? (long)c->vi : -1;
+}
+
+/* Gives the peer's in-flight budget back. */
+static void uncharge(bconn *c) {
+  if (c->charged && c->peer)
+    __atomic_sub_fetch(&c->peer->rx_inflight, c->charged, __ATOMIC_RELAXED);
+  c->charged = 0;
 }
 
 static void dispatch(bconn *c) {
   axi_msg m = c->m;
   memset(&c->m, 0, sizeof c->m);
+  uncharge(c); /* the tensors now belong to the call */
   axi_on_frame(c->b->node, c->peer, NULL, &m, c->mrc);
   axi_msg_clear(&m);
   c->rstate = R_PREFIX;
@@ -191,18 +211,72 @@ static void dispatch(bconn *c) {
   c->need = 4 + AXI_PREFIX_LEN;
 }
 
+/* Closes the connection over a broken limit: the reason is logged. */
+static int over_limit(bconn *c, const char *what) {
+  axi_limit_log(c->b->node, c->peer ? AXI_PNAME(c->peer) : "?", what, 1);
+  return AX_ETOOBIG;
+}
+
 static int header_done(bconn *c) {
   ax_node *n = c->b->node;
-  c->mrc = axi_frame_decode_body(&c->px, c->hdr, n->o.device,
-                                 &n->o.device_map, n->o.max_msg_bytes, &c->m);
+  axi_limits lim = {n->o.max_hdr_bytes, n->o.max_values, n->o.max_msg_bytes};
+  c->mrc = axi_frame_decode_body(&c->px, c->hdr, n->o.device, &n->o.device_map,
+                                 &lim, 1, &c->m);
   free(c->hdr);
   c->hdr = NULL;
+  if (c->mrc == AX_ETOOBIG) /* skipped without storage, and answered */
+    axi_limit_log(n, c->peer ? AXI_PNAME(c->peer) : "?", ax_errmsg(), 0);
   c->vi = c->toff = 0;
   c->left = c->px.blob_len;
   c->rstate = c->mrc == AX_OK ? R_BLOB : R_SKIP;
   if (c->mrc != AX_OK)
     return stage_grow(c, AXI_BULK_STEP);
   return AX_OK;
+}
+
+/* Gives tensor slot i its storage once `have` of its nb bytes sit in the
+ * stage buffer (all of them, or AXI_BULK_LAZY for a large CPU tensor),
+ * within the peer's in-flight budget, and copies them in. */
+static int tensor_arrived(bconn *c, size_t i, size_t nb) {
+  ax_node *n = c->b->node;
+  uint64_t now =
+      c->peer ? __atomic_add_fetch(&c->peer->rx_inflight, nb, __ATOMIC_RELAXED)
+              : nb;
+  c->charged += nb;
+  if (now > n->o.max_inflight_bytes) {
+    char why[160];
+    snprintf(why, sizeof why, "%llu tensor bytes in flight over the %zu limit",
+             (unsigned long long)now, n->o.max_inflight_bytes);
+    return over_limit(c, why);
+  }
+  AX_TRY(axi_frame_alloc_tensor(&c->m, i, n->o.device, &n->o.device_map));
+  ax_tensor *t = c->m.values->v[i].u.t;
+  if (t->device.type != AX_DEV_CPU)
+    return c->toff == nb ? ax_tensor_write(t, c->stage, nb) : AX_OK;
+  if (c->toff)
+    memcpy(t->data, c->stage, c->toff);
+  return AX_OK;
+}
+
+/* With authentication: the hello's proof over our challenge, under a name
+ * no other member has. Logs and counts a refusal. */
+static int hello_ok(bconn *c, const char *name, const char *addr,
+                    const char *bulk, const uint8_t *mac) {
+  ax_node *n = c->b->node;
+  const char *why = NULL;
+  if (!addr || !bulk ||
+      !axi_auth_verify(n, AXI_AUTH_BULK, c->nonce, name, addr, bulk, mac,
+                       AXI_MAC_LEN))
+    why = "no valid proof of the shared secret";
+  else if (!axi_auth_name_ok(n, name, addr))
+    why = "a hello under another member's name";
+  if (!why)
+    return 1;
+  uint64_t k = __atomic_add_fetch(&n->auth_refused, 1, __ATOMIC_RELAXED);
+  if (k <= 20 || k % 1000 == 0)
+    fprintf(stderr, "axon: %s: closing an unauthenticated data connection "
+            "(hello as %s): %s\n", n->name, name, why);
+  return 0;
 }
 
 int axi_bulk_recv(bconn *c) {
@@ -229,15 +303,21 @@ int axi_bulk_recv(bconn *c) {
           return AX_EMALFORMED;
         c->rstate = R_NAME;
         c->have = 0;
-        c->need = nl;
+        c->need = nl + (n->token_len ? AXI_MAC_LEN : 0);
       } else if (c->rstate == R_NAME) {
-        c->small[c->have] = 0;
+        uint8_t mac[AXI_MAC_LEN];
+        size_t nl = c->need - (n->token_len ? AXI_MAC_LEN : 0);
+        if (n->token_len)
+          memcpy(mac, c->small + nl, AXI_MAC_LEN);
+        c->small[nl] = 0;
         char *name = (char *)c->small, *addr = strchr(name, '\n');
         char *bulk = addr ? strchr(addr + 1, '\n') : NULL;
         if (addr)
           *addr++ = 0;
         if (bulk)
           *bulk++ = 0;
+        if (n->token_len && !hello_ok(c, name, addr, bulk, mac))
+          return AX_EMALFORMED; /* closed before anything else is read */
         c->peer = axi_peer_get(n, name, addr, bulk);
         if (!c->peer)
           return AX_ENOMEM;
@@ -249,6 +329,13 @@ int axi_bulk_recv(bconn *c) {
         memcpy(&magic, c->small, 4);
         if (magic != AXI_BULK_MAGIC || axi_prefix_get(c->small + 4, &c->px))
           return AX_EMALFORMED; /* cannot resynchronise: close */
+        if (c->px.hdr_len > n->o.max_hdr_bytes) { /* too big to skip */
+          char why[160];
+          snprintf(why, sizeof why,
+                   "frame header of %u bytes over the %zu limit", c->px.hdr_len,
+                   n->o.max_hdr_bytes);
+          return over_limit(c, why);
+        }
         if (!(c->hdr = malloc(c->px.hdr_len ? c->px.hdr_len : 1)))
           return AX_ENOMEM;
         c->rstate = R_HDR;
@@ -268,25 +355,35 @@ int axi_bulk_recv(bconn *c) {
         return AX_OK;
       break;
     case R_BLOB: {
-      ax_tensor *t = cur_tensor(c);
-      if (!t) {
+      long i = cur_tensor(c);
+      if (i < 0) {
         dispatch(c);
         break;
       }
-      size_t nb = ax_tensor_nbytes(t);
-      int cpu = t->device.type == AX_DEV_CPU;
-      /* CPU tensors come from the receive pool (rpc/pool.c), already
-       * faulted in and backed by huge pages where possible. */
-      if (!cpu)
-        AX_TRY(stage_grow(c, nb));
-      uint8_t *dst = (cpu ? (uint8_t *)t->data : c->stage) + c->toff;
-      size_t want = nb - c->toff;
+      ax_tensor *t = c->m.values->v[i].u.t;
+      size_t nb = axi_frame_tensor_bytes(&c->m, (size_t)i);
+      /* Until the tensor has storage, its first bytes (all of them for a
+       * small or device tensor) gather in the stage buffer: storage is
+       * allocated only for bytes that arrived, so a header announcing a
+       * huge tensor costs nothing until its data comes. CPU tensors then
+       * come from the receive pool (rpc/pool.c) and take the rest of their
+       * bytes directly. */
+      int direct = t && t->device.type == AX_DEV_CPU;
+      size_t lazy = nb < AXI_BULK_LAZY ? nb : AXI_BULK_LAZY;
+      if (!direct)
+        AX_TRY(stage_grow(c, t ? nb : lazy));
+      uint8_t *dst = (direct ? (uint8_t *)t->data : c->stage) + c->toff;
+      size_t want = (direct || t ? nb : lazy) - c->toff;
       r = want ? rd(c, dst, want < AXI_BULK_STEP ? want : AXI_BULK_STEP) : 0;
       if (r < 0)
         return AX_ECLOSED;
       c->toff += r;
+      if (!t && c->toff == lazy) {
+        AX_TRY(tensor_arrived(c, (size_t)i, nb));
+        t = c->m.values->v[i].u.t;
+      }
       if (c->toff == nb) {
-        if (!cpu)
+        if (t->device.type != AX_DEV_CPU && lazy != nb)
           AX_TRY(ax_tensor_write(t, c->stage, nb));
         c->vi++;
         c->toff = 0;

@@ -4,6 +4,7 @@
  * socket and tensor storage in large steps (bufferevents would copy through
  * 4 KiB reads). Connections are closed only on the I/O thread and freed
  * only when the channel stops, so a pointer held by a sender stays valid. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/listener.h>
@@ -12,7 +13,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +21,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "rpc/auth-impl.h"
 #include "rpc/bulk-impl.h"
 
 static pthread_once_t g_evthread_once = PTHREAD_ONCE_INIT;
@@ -50,6 +51,13 @@ static void conn_close(bconn *c, const char *why) {
   pthread_mutex_unlock(&c->mu);
   axi_bulk_frames_free(q);
   axi_bulk_recv_reset(c);
+  /* Receive buffers go now: a peer that left costs no memory. */
+  free(c->stage);
+  c->stage = NULL;
+  c->stage_cap = 0;
+  free(c->rbuf);
+  c->rbuf = NULL;
+  c->rpos = c->rlen = 0;
   if (c->outgoing && c->peer && why)
     axi_peer_down(c->peer, NULL, why);
 }
@@ -140,12 +148,93 @@ static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing) {
   return c;
 }
 
+static void conn_free(bconn *c) {
+  event_free(c->rev);
+  event_free(c->wev);
+  pthread_mutex_destroy(&c->mu);
+  free(c->stage);
+  free(c->rbuf);
+  free(c);
+}
+
+/* Frees the closed incoming connections (I/O thread): nothing but the list
+ * refers to them (senders hold outgoing ones only). */
+static void sweep_dead(axi_bulk *b) {
+  bconn *dead = NULL;
+  pthread_mutex_lock(&b->mu);
+  for (bconn **pp = &b->conns; *pp;) {
+    bconn *c = *pp;
+    if (c->dead && !c->outgoing) {
+      *pp = c->next;
+      c->next = dead;
+      dead = c;
+    } else {
+      pp = &c->next;
+    }
+  }
+  pthread_mutex_unlock(&b->mu);
+  for (bconn *nx; dead; dead = nx) {
+    nx = dead->next;
+    conn_free(dead);
+  }
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
                       struct sockaddr *sa, int len, void *arg) {
   axi_bulk *b = arg;
+  sweep_dead(b);
   set_sock_opts(fd);
-  if (!conn_new(b, fd, NULL, 0))
+  uint8_t chal[4 + AXI_NONCE_LEN];
+  uint32_t magic = AXI_BULK_CHAL_MAGIC;
+  memcpy(chal, &magic, 4);
+  /* With authentication the challenge goes first (a fresh socket takes
+   * these few bytes at once). */
+  if (b->node->token_len &&
+      (axi_auth_nonce(chal + 4) != AX_OK ||
+       write(fd, chal, sizeof chal) != (ssize_t)sizeof chal)) {
     close(fd);
+    return;
+  }
+  bconn *c = conn_new(b, fd, NULL, 0);
+  if (!c)
+    close(fd);
+  else if (b->node->token_len)
+    memcpy(c->nonce, chal + 4, AXI_NONCE_LEN);
+}
+
+/* Reads the accepting side's challenge on a fresh connection (bounded
+ * wait) and returns the hello answering it, or NULL with the error set. */
+static bframe *answer_challenge(ax_node *n, int fd, const char *addr) {
+  uint8_t chal[4 + AXI_NONCE_LEN];
+  size_t have = 0;
+  int64_t end = axi_now_ms() + 5000;
+  while (have < sizeof chal) {
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    int64_t left = end - axi_now_ms();
+    if (left <= 0 || poll(&pf, 1, (int)left) != 1)
+      break;
+    ssize_t r = read(fd, chal + have, sizeof chal - have);
+    if (r <= 0 && !(r < 0 && (errno == EAGAIN || errno == EINTR)))
+      break;
+    if (r > 0)
+      have += (size_t)r;
+  }
+  uint32_t magic = 0;
+  memcpy(&magic, chal, 4);
+  if (have < sizeof chal || magic != AXI_BULK_CHAL_MAGIC) {
+    ax_seterr(AX_EPEERDOWN,
+              "bulk: no authentication challenge from %s (does it run with "
+              "the same token?)",
+              addr);
+    return NULL;
+  }
+  uint8_t mac[AXI_MAC_LEN];
+  axi_auth_mac(n, AXI_AUTH_BULK, chal + 4, n->name, n->addr, n->bulk_addr,
+               mac);
+  bframe *h = axi_bulk_hello(n->name, n->addr, n->bulk_addr, mac);
+  if (!h)
+    ax_seterr(AX_ENOMEM, "bulk: no memory");
+  return h;
 }
 
 static int parse_hostport(const char *addr, char *host, size_t hl, int *port) {
@@ -203,17 +292,25 @@ static int tcp_send(axi_bulk *b, axi_peer *p, uint8_t *head, size_t head_len,
   if (!c || c->dead) {
     const char *addr = p->bulk_addr;
     int fd = -1, rc = dial(addr, &fd);
+    bframe *h = NULL;
+    if (rc == AX_OK && b->node->token_len &&
+        !(h = answer_challenge(b->node, fd, addr))) {
+      close(fd);
+      rc = AX_EPEERDOWN;
+    }
     if (rc == AX_OK && !(c = conn_new(b, fd, p, 1))) {
       close(fd);
       rc = ax_seterr(AX_ENOMEM, "bulk: no memory");
     }
     if (rc != AX_OK) {
       pthread_mutex_unlock(&b->dial_mu);
+      axi_bulk_frames_free(h);
       axi_bulk_frames_free(f);
       return rc;
     }
-    bframe *h = axi_bulk_hello(b->node->name, b->node->addr,
-                                b->node->bulk_addr);
+    if (!h)
+      h = axi_bulk_hello(b->node->name, b->node->addr, b->node->bulk_addr,
+                         NULL);
     if (h)
       axi_bulk_queue(c, h);
     p->bulk_conn = c;
@@ -296,12 +393,7 @@ static void tcp_stop(axi_bulk *b) {
     nx = c->next;
     c->peer = NULL; /* no peer-down reports while stopping */
     conn_close(c, NULL);
-    event_free(c->rev);
-    event_free(c->wev);
-    pthread_mutex_destroy(&c->mu);
-    free(c->stage);
-    free(c->rbuf);
-    free(c);
+    conn_free(c);
   }
   for (axi_peer *p = b->node->peers; p; p = p->next)
     p->bulk_conn = NULL;

@@ -1,5 +1,5 @@
-/* Calls: the function registry, outgoing calls and their deadlines,
- * incoming calls and the worker pool that runs handlers. */
+/* Calls: the function registry, incoming calls and the worker pool that
+ * runs handlers (outgoing calls wait in rpc/pcall.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,70 +67,19 @@ static axi_fn *fn_find(ax_node *n, const char *fn) {
   return f;
 }
 
-/* ---- outgoing calls ---------------------------------------------------- */
-static void pcall_finish(axi_pcall *c, int err, ax_values *vals,
-                         const char *msg) {
-  ax_future_complete(c->f, err, vals, msg);
-  ax_future_release(c->f);
-  free(c->fn);
-  free(c);
-  axi_live_calls_add(-1);
-}
-
-static axi_pcall *pcall_take(ax_node *n, uint64_t id) {
-  pthread_mutex_lock(&n->calls_mu);
-  axi_pcall **pp = &n->calls[id % AXI_CALL_BUCKETS];
-  while (*pp && (*pp)->id != id)
-    pp = &(*pp)->next;
-  axi_pcall *c = *pp;
-  if (c) {
-    *pp = c->next;
-    n->ncalls--;
-  }
-  pthread_mutex_unlock(&n->calls_mu);
-  return c;
-}
-
-/* Unlinks every call matching (peer p or any; deadline passed or any). */
-static axi_pcall *pcall_take_all(ax_node *n, axi_peer *p, int64_t now) {
-  axi_pcall *list = NULL;
-  pthread_mutex_lock(&n->calls_mu);
-  for (int b = 0; b < AXI_CALL_BUCKETS && n->ncalls > 0; b++) {
-    axi_pcall **pp = &n->calls[b];
-    while (*pp) {
-      axi_pcall *c = *pp;
-      if ((!p || c->peer == p) && (now < 0 || c->deadline_ms <= now)) {
-        *pp = c->next;
-        n->ncalls--;
-        c->next = list;
-        list = c;
-      } else {
-        pp = &c->next;
-      }
-    }
-  }
-  pthread_mutex_unlock(&n->calls_mu);
-  return list;
-}
-
-void axi_calls_fail(ax_node *n, axi_peer *p, int err, const char *why) {
-  for (axi_pcall *c = pcall_take_all(n, p, -1), *nx; c; c = nx) {
-    nx = c->next;
-    pcall_finish(c, err, NULL, why);
-  }
-}
-
-void axi_calls_expire(ax_node *n, int64_t now_ms) {
-  for (axi_pcall *c = pcall_take_all(n, NULL, now_ms), *nx; c; c = nx) {
-    nx = c->next;
-    char msg[256];
-    snprintf(msg, sizeof msg, "%s: %s: deadline exceeded",
-             c->peer ? AXI_PNAME(c->peer) : "?", c->fn);
-    pcall_finish(c, AX_ETIMEOUT, NULL, msg);
-  }
+void axi_limit_log(ax_node *n, const char *peer, const char *what,
+                   int closing) {
+  uint64_t k = __atomic_add_fetch(&n->limit_drops, 1, __ATOMIC_RELAXED);
+  if (k <= 20 || k % 1000 == 0)
+    fprintf(stderr, "axon: %s: %s from %s: %s\n", n->name,
+            closing ? "closing the connection" : "refused a frame", peer, what);
 }
 
 /* ---- incoming calls ---------------------------------------------------- */
+static __thread ax_call_ctx *t_cur;
+
+ax_call_ctx *axi_call_current(void) { return t_cur; }
+
 static void ctx_free(ax_call_ctx *c) {
   ax_node *n = c->node;
   axi_stream_release(c->stream);
@@ -174,9 +123,9 @@ static void reply(ax_call_ctx *c, int err, ax_values *vals, const char *msg) {
     vals = NULL;
   }
   record(c->fn, err, c->t0_us);
-  if (c->local) {
-    ax_future_complete(c->local, err, vals, full);
-    ax_future_release(c->local);
+  if (c->local_id) {
+    axi_pcall_complete(n, NULL, c->local_id, err, vals, full);
+    vals = NULL;
   } else if (c->peer) {
     axi_msg m = {.kind = AXI_RESPONSE, .call_id = c->msg.call_id,
                  .values = vals, .err = err, .errmsg = full,
@@ -215,7 +164,10 @@ static void run_call(ax_call_ctx *c) {
   }
   ax_values *out = ax_values_new();
   ax_clearerr();
+  ax_call_ctx *outer = t_cur; /* an inline handler may run inside another */
+  t_cur = c;
   int rc = out ? c->fn->h(c, c->msg.values, out, c->fn->user) : AX_ENOMEM;
+  t_cur = outer;
   if (rc != AX_OK) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", ax_errmsg());
@@ -287,22 +239,15 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
     __atomic_add_fetch(&n->malformed, 1, __ATOMIC_RELAXED);
     if (m->kind == AXI_REQUEST && m->call_id)
       reply_error(n, p, s, m->call_id, "?", rc, ax_errmsg());
-    else if (m->kind == AXI_RESPONSE) {
-      axi_pcall *c = pcall_take(n, m->call_id);
-      if (c)
-        pcall_finish(c, rc, NULL, ax_errmsg());
-    }
+    else if (m->kind == AXI_RESPONSE)
+      axi_pcall_complete(n, p, m->call_id, rc, NULL, ax_errmsg());
     axi_msg_clear(m);
     return;
   }
   if (m->kind == AXI_RESPONSE) {
-    axi_pcall *c = pcall_take(n, m->call_id);
     ax_values *v = m->values;
     m->values = NULL;
-    if (c)
-      pcall_finish(c, m->err, v, m->errmsg);
-    else
-      ax_values_free(v); /* late: the call already timed out */
+    axi_pcall_complete(n, p, m->call_id, m->err, v, m->errmsg);
     axi_msg_clear(m);
     return;
   }
@@ -311,6 +256,15 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
     return;
   }
   __atomic_add_fetch(&n->calls_in, 1, __ATOMIC_RELAXED);
+  if ((int64_t)m->depth > n->o.max_call_depth) {
+    char why[160];
+    snprintf(why, sizeof why,
+             "call depth %u over the limit of %d (a call chain to itself?)",
+             m->depth, n->o.max_call_depth);
+    reply_error(n, p, s, m->call_id, m->fn, AX_EINVAL, why);
+    axi_msg_clear(m);
+    return;
+  }
   axi_fn *f = fn_find(n, m->fn);
   if (!f || n->closing) {
     reply_error(n, p, s, m->call_id, m->fn, f ? AX_ECLOSED : AX_ENOFUNC,
@@ -332,7 +286,7 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
   memset(m, 0, sizeof *m);
   c->fn = f;
   if (c->msg.timeout_ms > 0)
-    c->deadline_ms = axi_now_ms() + c->msg.timeout_ms;
+    c->deadline_ms = axi_add_sat(axi_now_ms(), c->msg.timeout_ms);
   if (hold_until_joined(n, c))
     return;
   if (f->inline_)

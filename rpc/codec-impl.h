@@ -22,6 +22,7 @@ enum axi_kind {
   AXI_PING = 3,
   AXI_PONG = 4,
   AXI_HELLO = 5,
+  AXI_CHALLENGE = 6, /* authentication: the accepting side's nonce */
 };
 
 #define AXI_PREFIX_LEN 24
@@ -48,11 +49,21 @@ typedef struct axi_msg {
   const char *errmsg;
   const char *node, *addr, *bulk_addr;
   uint64_t autograd_ctx;
+  uint32_t depth; /* REQUEST: nesting depth (0: not nested) */
+  const uint8_t *auth; /* CHALLENGE: nonce; HELLO: proof (rpc/auth-impl.h) */
+  size_t auth_len;
   int nmeta;
   const char *meta_key[AXI_MAX_META];
   int64_t meta_val[AXI_MAX_META];
   void *pb_; /* decoded protobuf body owning the strings */
 } axi_msg;
+
+/* What a received frame may hold (from ax_node_opts). */
+typedef struct axi_limits {
+  size_t max_hdr;    /* header (protobuf body) bytes */
+  size_t max_values; /* values in one message */
+  size_t max_tensor; /* sum of tensor bytes */
+} axi_limits;
 
 void axi_prefix_put(uint8_t *p, const axi_prefix *x);
 /* Parses and validates a prefix (kind known, hdr_len within AXI_MAX_HDR).
@@ -68,19 +79,34 @@ int axi_frame_encode(const axi_msg *m, size_t lead, int with_blob,
                      uint8_t **out, size_t *len, size_t *blob_len);
 
 /* Decodes the body of a frame whose prefix is x: fills m (kind, call id,
- * strings, values) and allocates every tensor, uninitialised, on
- * ax_device_map_lookup(map, the sender's device of that tensor, dev) (map
- * may be NULL: every tensor on dev), checking that tensor sizes add up to
- * x->blob_len and none exceeds max_bytes. AX_EMALFORMED / AX_ETOOBIG on bad
- * input, with m left empty. Free with axi_msg_clear. */
+ * strings, values) checking it against lim (a header over lim->max_hdr or
+ * with more than lim->max_values values is refused before protobuf unpacks
+ * it) and that tensor sizes add up to x->blob_len, none over
+ * lim->max_tensor. With lazy set, tensors get no storage yet: their value
+ * slots hold NULL until axi_frame_alloc_tensor; otherwise every tensor is
+ * allocated, uninitialised, on ax_device_map_lookup(map, the sender's device
+ * of that tensor, dev) (map may be NULL: every tensor on dev).
+ * AX_EMALFORMED / AX_ETOOBIG on bad input, with m left empty. Free with
+ * axi_msg_clear. */
 int axi_frame_decode_body(const axi_prefix *x, const uint8_t *hdr,
                           ax_device dev, const ax_device_map *map,
-                          size_t max_bytes, axi_msg *m);
+                          const axi_limits *lim, int lazy, axi_msg *m);
+/* Allocates the storage of the lazily decoded tensor value i of m (see
+ * axi_frame_decode_body) and stores it in its slot. */
+int axi_frame_alloc_tensor(axi_msg *m, size_t i, ax_device dev,
+                           const ax_device_map *map);
+/* Bytes of the lazily decoded tensor value i of m. */
+size_t axi_frame_tensor_bytes(const axi_msg *m, size_t i);
 
 /* Decodes a whole frame held in memory (prefix, body, blob), copying each
  * tensor's bytes to its device. */
 int axi_frame_decode(const uint8_t *p, size_t len, ax_device dev,
                      const ax_device_map *map, size_t max_bytes, axi_msg *m);
+/* The same with every limit of lim (max_bytes above: the default header and
+ * value limits). */
+int axi_frame_decode_lim(const uint8_t *p, size_t len, ax_device dev,
+                         const ax_device_map *map, const axi_limits *lim,
+                         axi_msg *m);
 
 void axi_msg_clear(axi_msg *m);
 

@@ -27,7 +27,7 @@ int axi_prefix_get(const uint8_t *p, axi_prefix *x) {
   x->hdr_len = get32(p + 4);
   x->call_id = get64(p + 8);
   x->blob_len = get64(p + 16);
-  if (x->kind < AXI_REQUEST || x->kind > AXI_HELLO)
+  if (x->kind < AXI_REQUEST || x->kind > AXI_CHALLENGE)
     return ax_seterr(AX_EMALFORMED, "frame: unknown kind %u", x->kind);
   if (x->hdr_len > AXI_MAX_HDR)
     return ax_seterr(AX_EMALFORMED, "frame: header of %u bytes", x->hdr_len);
@@ -57,6 +57,9 @@ static int build_body(const axi_msg *m, Axon__FrameBody *b, void **arena,
   b->addr = nz(m->addr);
   b->bulk_addr = nz(m->bulk_addr);
   b->autograd_ctx = m->autograd_ctx;
+  b->depth = m->depth;
+  b->auth.data = (uint8_t *)m->auth;
+  b->auth.len = m->auth ? m->auth_len : 0;
   Axon__Value **vp = (Axon__Value **)a;
   Axon__Value *vals = (Axon__Value *)(vp + n);
   Axon__TensorDesc *td = (Axon__TensorDesc *)(vals + n);
@@ -189,7 +192,7 @@ static ax_device sender_device(const Axon__TensorDesc *t) {
 }
 
 static int decode_value(const Axon__Value *pv, ax_device dev,
-                        const ax_device_map *map, size_t max_bytes,
+                        const ax_device_map *map, size_t max_bytes, int lazy,
                         const char *from, ax_values *vals, uint64_t *sum) {
   switch (pv->v_case) {
   case AXON__VALUE__V_I: return ax_values_add_i64(vals, pv->i);
@@ -212,6 +215,14 @@ static int decode_value(const Axon__Value *pv, ax_device dev,
       return ax_seterr(AX_ETOOBIG, "frame: tensor of %llu bytes over the limit",
                        (unsigned long long)t->nbytes);
     *sum += t->nbytes;
+    if (lazy) { /* storage comes with the bytes (axi_frame_alloc_tensor) */
+      axi_value *slot = axi_values_push(vals);
+      if (!slot)
+        return ax_seterr(AX_ENOMEM, "frame: no memory");
+      slot->type = AX_VAL_TENSOR;
+      slot->u.t = NULL;
+      return AX_OK;
+    }
     ax_device at = ax_device_map_lookup(map, sender_device(t), dev);
     ax_tensor *x = axi_pool_tensor(t->dtype, (int)t->n_shape, t->shape, at);
     if (!x)
@@ -236,12 +247,65 @@ static int decode_value(const Axon__Value *pv, ax_device dev,
   }
 }
 
+/* Reads a protobuf varint; 0 when it runs past the end. */
+static size_t varint(const uint8_t *p, size_t n, uint64_t *v) {
+  *v = 0;
+  for (size_t i = 0; i < n && i < 10; i++) {
+    *v |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+    if (!(p[i] & 0x80))
+      return i + 1;
+  }
+  return 0;
+}
+
+/* Counts the repeated fields (values, meta) of a FrameBody on the wire, so
+ * that a header holding millions of tiny values is refused before protobuf
+ * allocates tens of bytes per value. Malformed input is left to protobuf. */
+static int check_counts(const uint8_t *p, size_t n, size_t max) {
+  size_t count = 0, i = 0;
+  while (i < n) {
+    uint64_t key, len;
+    size_t k = varint(p + i, n - i, &key);
+    if (!k)
+      return AX_OK;
+    i += k;
+    unsigned field = (unsigned)(key >> 3), wt = (unsigned)(key & 7);
+    if (wt == 0) {
+      if (!(k = varint(p + i, n - i, &len)))
+        return AX_OK;
+      i += k;
+    } else if (wt == 1 || wt == 5) {
+      i += wt == 1 ? 8 : 4;
+    } else if (wt == 2) {
+      if (!(k = varint(p + i, n - i, &len)) || len > n - i - k)
+        return AX_OK;
+      i += k + len;
+    } else {
+      return AX_OK;
+    }
+    if ((field == 3 || field == 9) && ++count > max)
+      return ax_seterr(AX_ETOOBIG, "frame: more than %zu values", max);
+  }
+  return AX_OK;
+}
+
+static const axi_limits g_dflt_limits = {AXI_MAX_HDR, 65536, (size_t)4 << 30};
+
 int axi_frame_decode_body(const axi_prefix *x, const uint8_t *hdr,
                           ax_device dev, const ax_device_map *map,
-                          size_t max_bytes, axi_msg *m) {
+                          const axi_limits *lim, int lazy, axi_msg *m) {
   memset(m, 0, sizeof *m);
   m->kind = x->kind; /* kept on error so that the call can be answered */
   m->call_id = x->call_id;
+  if (!lim)
+    lim = &g_dflt_limits;
+  if (x->hdr_len > lim->max_hdr)
+    return ax_seterr(AX_ETOOBIG, "frame: header of %u bytes over the %zu limit",
+                     x->hdr_len, lim->max_hdr);
+  if (x->blob_len > lim->max_tensor)
+    return ax_seterr(AX_ETOOBIG, "frame: %llu tensor bytes over the %zu limit",
+                     (unsigned long long)x->blob_len, lim->max_tensor);
+  AX_TRY(check_counts(hdr, x->hdr_len, lim->max_values));
   Axon__FrameBody *b = axon__frame_body__unpack(NULL, x->hdr_len, hdr);
   if (!b)
     return ax_seterr(AX_EMALFORMED, "frame: undecodable header");
@@ -254,6 +318,9 @@ int axi_frame_decode_body(const axi_prefix *x, const uint8_t *hdr,
   m->addr = b->addr;
   m->bulk_addr = b->bulk_addr;
   m->autograd_ctx = b->autograd_ctx;
+  m->depth = b->depth;
+  m->auth = b->auth.data;
+  m->auth_len = b->auth.len;
   for (size_t i = 0; i < b->n_meta && i < AXI_MAX_META; i++) {
     m->meta_key[i] = b->meta[i]->key;
     m->meta_val[i] = b->meta[i]->val;
@@ -264,8 +331,8 @@ int axi_frame_decode_body(const axi_prefix *x, const uint8_t *hdr,
   if (b->n_values && !(m->values = ax_values_new()))
     rc = AX_ENOMEM;
   for (size_t i = 0; rc == AX_OK && i < b->n_values; i++)
-    rc = decode_value(b->values[i], dev, map, max_bytes, b->node, m->values,
-                      &sum);
+    rc = decode_value(b->values[i], dev, map, lim->max_tensor, lazy, b->node,
+                      m->values, &sum);
   if (rc == AX_OK && sum != x->blob_len)
     rc = ax_seterr(AX_EMALFORMED, "frame: blob of %llu bytes, tensors need %llu",
                    (unsigned long long)x->blob_len, (unsigned long long)sum);
@@ -279,8 +346,33 @@ int axi_frame_decode_body(const axi_prefix *x, const uint8_t *hdr,
   return rc;
 }
 
+int axi_frame_alloc_tensor(axi_msg *m, size_t i, ax_device dev,
+                           const ax_device_map *map) {
+  const Axon__FrameBody *b = m->pb_;
+  const Axon__TensorDesc *t = b->values[i]->t;
+  ax_device at = ax_device_map_lookup(map, sender_device(t), dev);
+  ax_tensor *x = axi_pool_tensor(t->dtype, (int)t->n_shape, t->shape, at);
+  if (!x)
+    return AX_ENOMEM;
+  m->values->v[i].u.t = x;
+  return AX_OK;
+}
+
+size_t axi_frame_tensor_bytes(const axi_msg *m, size_t i) {
+  const Axon__FrameBody *b = m->pb_;
+  return (size_t)b->values[i]->t->nbytes;
+}
+
 int axi_frame_decode(const uint8_t *p, size_t len, ax_device dev,
                      const ax_device_map *map, size_t max_bytes, axi_msg *m) {
+  axi_limits lim = g_dflt_limits;
+  lim.max_tensor = max_bytes;
+  return axi_frame_decode_lim(p, len, dev, map, &lim, m);
+}
+
+int axi_frame_decode_lim(const uint8_t *p, size_t len, ax_device dev,
+                         const ax_device_map *map, const axi_limits *lim,
+                         axi_msg *m) {
   axi_prefix x;
   memset(m, 0, sizeof *m);
   if (len < AXI_PREFIX_LEN)
@@ -292,8 +384,7 @@ int axi_frame_decode(const uint8_t *p, size_t len, ax_device dev,
       (uint64_t)len - AXI_PREFIX_LEN != (uint64_t)x.hdr_len + x.blob_len)
     return ax_seterr(AX_EMALFORMED, "frame: length %zu does not match prefix",
                      len);
-  AX_TRY(axi_frame_decode_body(&x, p + AXI_PREFIX_LEN, dev, map, max_bytes,
-                               m));
+  AX_TRY(axi_frame_decode_body(&x, p + AXI_PREFIX_LEN, dev, map, lim, 0, m));
   const uint8_t *q = p + AXI_PREFIX_LEN + x.hdr_len;
   for (size_t i = 0; i < ax_values_count(m->values); i++) {
     axi_value *v = &m->values->v[i];

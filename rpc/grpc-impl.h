@@ -38,6 +38,11 @@ struct axi_stream {
   int ops;  /* batches in flight; guarded by g->mu */
   int dead; /* no more sends or receives */
   int established;
+  /* Authentication (rpc/auth-impl.h). Server streams: need_auth until the
+   * HELLO's proof checked out against nonce; rejected once it did not.
+   * Client streams: hold (nothing leaves) until the CHALLENGE came. */
+  int need_auth, rejected, hold;
+  uint8_t nonce[16];
   axi_sbuf *q_head, **q_tail;
   int sending;
   grpc_byte_buffer *send_bb, *recv_bb;

@@ -96,16 +96,29 @@ int axi_grpc_start(ax_node *n, const char *listen, char *addr, size_t len) {
   grpc_arg args[3];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  args[0].value.integer = -1;
+  args[0].value.integer = axi_grpc_limit(n);
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
   args[1].value.integer = -1;
   args[2].type = GRPC_ARG_INTEGER;
   args[2].key = GRPC_ARG_ALLOW_REUSEPORT; /* a taken port must fail */
   args[2].value.integer = 0;
-  grpc_channel_args ca = {3, args};
+  /* The receive limit alone is checked only once a whole message has been
+   * buffered (gRPC core's chttp2 transport, grpc/grpc#43012); a resource
+   * quota bounds the memory the transport may take for reading. */
+  grpc_arg args_q[4];
+  memcpy(args_q, args, sizeof args);
+  grpc_resource_quota *q = grpc_resource_quota_create("axon");
+  size_t qb = 2 * n->o.max_grpc_msg_bytes;
+  grpc_resource_quota_resize(q, qb < (16u << 20) ? (16u << 20) : qb);
+  args_q[3].type = GRPC_ARG_POINTER;
+  args_q[3].key = GRPC_ARG_RESOURCE_QUOTA;
+  args_q[3].value.pointer.p = q;
+  args_q[3].value.pointer.vtable = grpc_resource_quota_arg_vtable();
+  grpc_channel_args ca = {4, args_q};
   g->cq = grpc_completion_queue_create_for_next(NULL);
   g->server = grpc_server_create(&ca, NULL);
+  grpc_resource_quota_unref(q); /* the server holds its own reference */
   grpc_server_register_completion_queue(g->server, g->cq, NULL);
   grpc_server_credentials *cr = grpc_insecure_server_credentials_create();
   int port = grpc_server_add_http2_port(g->server, listen, cr);

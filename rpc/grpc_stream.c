@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rpc/auth-impl.h"
 #include "rpc/grpc-impl.h"
 
 #define STREAM_BATCH_MAX (8u << 20) /* bytes per gRPC message */
@@ -109,7 +110,7 @@ void axi_stream_cancel(axi_stream *s) {
 
 /* Starts the next send with everything queued (s->mu held). */
 static void send_next_locked(axi_stream *s) {
-  if (s->sending || !s->q_head || s->dead)
+  if (s->sending || !s->q_head || s->dead || s->hold)
     return;
   grpc_slice slices[64];
   size_t ns = 0, bytes = 0;
@@ -195,12 +196,93 @@ static void send_server_status(axi_stream *s) {
   axi_stream_batch(s, &op, 1, &s->op_status);
 }
 
+/* Closes a server stream whose first frame is not a valid proof of the
+ * shared secret, before anything it sent is decoded further. */
+static void reject(axi_stream *s, const char *why) {
+  ax_node *n = s->node;
+  s->rejected = 1;
+  uint64_t k = __atomic_add_fetch(&n->auth_refused, 1, __ATOMIC_RELAXED);
+  if (k <= 20 || k % 1000 == 0)
+    fprintf(stderr, "axon: %s: closing an unauthenticated control stream: "
+            "%s\n", n->name, why);
+  axi_stream_cancel(s);
+}
+
+/* The first frame of a server stream under authentication: a small HELLO
+ * (checked from its prefix before decoding) whose proof matches our nonce,
+ * under a name no other member has. Returns 1 if s may go on. */
+static int check_hello(axi_stream *s, const uint8_t *p, size_t len) {
+  ax_node *n = s->node;
+  axi_prefix x;
+  if (len < AXI_PREFIX_LEN || axi_prefix_get(p, &x) != AX_OK ||
+      x.kind != AXI_HELLO || x.blob_len || x.hdr_len > 2048 ||
+      len != AXI_PREFIX_LEN + x.hdr_len) {
+    reject(s, "the first frame is not a hello");
+    return 0;
+  }
+  axi_msg m;
+  int ok = axi_frame_decode(p, len, AX_CPU, NULL, 0, &m) == AX_OK &&
+           axi_auth_verify(n, AXI_AUTH_HELLO, s->nonce, m.node, m.addr,
+                           m.bulk_addr, m.auth, m.auth_len);
+  if (!ok)
+    reject(s, "no valid proof of the shared secret");
+  else if (!axi_auth_name_ok(n, m.node, m.addr)) {
+    char why[200];
+    snprintf(why, sizeof why, "a hello under the name of member %s from %s",
+             m.node, m.addr);
+    reject(s, why);
+    ok = 0;
+  }
+  axi_msg_clear(&m);
+  if (ok)
+    s->need_auth = 0;
+  return ok;
+}
+
+static void stream_up(axi_stream *s);
+
+/* A client stream got the server's challenge: the HELLO with our proof
+ * leaves first, then everything held back. */
+static void answer_challenge(axi_stream *s, const axi_msg *c) {
+  ax_node *n = s->node;
+  if (!s->hold || c->auth_len != AXI_NONCE_LEN)
+    return;
+  uint8_t mac[AXI_MAC_LEN];
+  axi_auth_mac(n, AXI_AUTH_HELLO, c->auth, n->name, n->addr, n->bulk_addr,
+               mac);
+  axi_msg hello = {.kind = AXI_HELLO, .node = n->name, .addr = n->addr,
+                   .bulk_addr = n->bulk_addr, .auth = mac,
+                   .auth_len = AXI_MAC_LEN};
+  uint8_t *buf;
+  size_t blen, bl;
+  axi_sbuf *b = malloc(sizeof *b);
+  if (!b || axi_frame_encode(&hello, 4, 1, &buf, &blen, &bl) != AX_OK) {
+    free(b);
+    return;
+  }
+  b->p = buf;
+  b->len = blen;
+  pthread_mutex_lock(&s->mu);
+  b->next = s->q_head; /* ahead of whatever was held */
+  if (!s->q_head)
+    s->q_tail = &b->next;
+  s->q_head = b;
+  __atomic_store_n(&s->hold, 0, __ATOMIC_RELEASE);
+  send_next_locked(s);
+  pthread_mutex_unlock(&s->mu);
+  if (s->peer)
+    stream_up(s);
+}
+
 /* Handles one frame that arrived on s. */
 static void on_one_frame(axi_stream *s, const uint8_t *p, size_t len) {
   ax_node *n = s->node;
   axi_msg m;
-  int rc = axi_frame_decode(p, len, n->o.device, &n->o.device_map,
-                            n->o.max_msg_bytes, &m);
+  if (s->rejected || (s->need_auth && !check_hello(s, p, len)))
+    return;
+  axi_limits lim = {n->o.max_hdr_bytes, n->o.max_values, n->o.max_msg_bytes};
+  int rc =
+      axi_frame_decode_lim(p, len, n->o.device, &n->o.device_map, &lim, &m);
   if (rc == AX_OK && m.kind == AXI_HELLO) {
     axi_peer *pe = axi_peer_get(n, m.node, m.addr, m.bulk_addr);
     if (pe && !s->client) {
@@ -228,6 +310,12 @@ static void on_one_frame(axi_stream *s, const uint8_t *p, size_t len) {
     axi_msg_clear(&m);
     return;
   }
+  if (rc == AX_OK && m.kind == AXI_CHALLENGE) {
+    if (s->client)
+      answer_challenge(s, &m);
+    axi_msg_clear(&m);
+    return;
+  }
   if (!s->peer) { /* nothing before HELLO is acceptable */
     axi_msg_clear(&m);
     return;
@@ -250,7 +338,7 @@ static void on_recv(axi_op *op, int ok) {
     const uint8_t *p = GRPC_SLICE_START_PTR(sl);
     size_t len = GRPC_SLICE_LENGTH(sl);
     __atomic_add_fetch(&s->node->bytes_in, len, __ATOMIC_RELAXED);
-    while (len >= 4) {
+    while (len >= 4 && !s->rejected) {
       uint32_t fl;
       memcpy(&fl, p, 4);
       if (fl > len - 4) {
@@ -274,17 +362,24 @@ static void on_recv(axi_op *op, int ok) {
   stream_put(s, 1);
 }
 
+/* A client stream is up once the server answered, and, with
+ * authentication, once its challenge was answered: a server without the
+ * same setting leaves the peer connecting until the connect timeout. */
+static void stream_up(axi_stream *s) {
+  axi_peer *p = s->peer;
+  pthread_mutex_lock(&p->mu);
+  if (p->out == s && p->state == AXI_PEER_CONNECTING)
+    p->state = AXI_PEER_UP;
+  p->last_recv_ms = axi_now_ms();
+  pthread_mutex_unlock(&p->mu);
+  s->established = 1;
+}
+
 static void on_start(axi_op *op, int ok) {
   axi_stream *s = of(op, offsetof(axi_stream, op_start));
-  if (ok && s->client && s->peer) {
-    axi_peer *p = s->peer;
-    pthread_mutex_lock(&p->mu);
-    if (p->out == s && p->state == AXI_PEER_CONNECTING)
-      p->state = AXI_PEER_UP;
-    p->last_recv_ms = axi_now_ms();
-    pthread_mutex_unlock(&p->mu);
-    s->established = 1;
-  }
+  if (ok && s->client && s->peer &&
+      !__atomic_load_n(&s->hold, __ATOMIC_ACQUIRE))
+    stream_up(s);
   stream_put(s, 1);
 }
 
@@ -349,6 +444,17 @@ void axi_stream_accept(ax_node *n, grpc_call *call) {
   ops[0].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   ops[0].data.recv_close_on_server.cancelled = &s->cancelled;
   axi_stream_batch(s, ops, 1, &s->op_end);
+  if (n->token_len) { /* the challenge: nothing is read before its answer */
+    s->need_auth = 1;
+    axi_msg c = {.kind = AXI_CHALLENGE, .auth = s->nonce,
+                 .auth_len = AXI_NONCE_LEN};
+    uint8_t *buf;
+    size_t len, bl;
+    if (axi_auth_nonce(s->nonce) != AX_OK ||
+        axi_frame_encode(&c, 4, 1, &buf, &len, &bl) != AX_OK ||
+        axi_stream_send(s, buf, len) != AX_OK)
+      s->rejected = 1; /* every frame is dropped; the peer times out */
+  }
   start_recv(s);
   axi_stream_release(s); /* lives on through its ops and peer->in */
 }
@@ -364,7 +470,7 @@ int axi_stream_open(ax_node *n, axi_peer *p, axi_stream **out) {
                          GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
                          GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
                          GRPC_ARG_ENABLE_RETRIES};
-  int vals[4] = {-1, -1, 1, 0};
+  int vals[4] = {axi_grpc_limit(n), -1, 1, 0};
   for (int i = 0; i < 4; i++) {
     args[i].type = GRPC_ARG_INTEGER;
     args[i].key = (char *)keys[i];
@@ -403,7 +509,9 @@ int axi_stream_open(ax_node *n, axi_peer *p, axi_stream **out) {
                    .bulk_addr = n->bulk_addr};
   uint8_t *buf;
   size_t len, bl;
-  if (axi_frame_encode(&hello, 4, 1, &buf, &len, &bl) == AX_OK)
+  if (n->token_len) /* the HELLO answers the server's challenge */
+    s->hold = 1;
+  else if (axi_frame_encode(&hello, 4, 1, &buf, &len, &bl) == AX_OK)
     axi_stream_send(s, buf, len);
   start_recv(s);
   *out = s; /* the creator's reference goes to p->out */

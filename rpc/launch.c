@@ -1,6 +1,7 @@
 #include "rpc/launch.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <netinet/in.h>
@@ -97,8 +98,47 @@ int ax_local_stop(int n, pid_t *pids, int64_t timeout_ms, int *status) {
   return ax_local_reap(n, pids, timeout_ms, status);
 }
 
+static char g_token_path[64];
+static pid_t g_token_owner;
+
+static void token_unlink(void) {
+  if (g_token_path[0] && getpid() == g_token_owner) /* not from children */
+    unlink(g_token_path);
+}
+
+int ax_local_token(void) {
+  if (getenv("AXON_TOKEN_FILE"))
+    return 0;
+  snprintf(g_token_path, sizeof g_token_path, "/tmp/axon-token-XXXXXX");
+  int fd = mkstemp(g_token_path); /* mode 0600 */
+  uint8_t r[32];
+  int u = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  int ok = fd >= 0 && u >= 0 && read(u, r, sizeof r) == (ssize_t)sizeof r;
+  char hex[65];
+  for (int i = 0; ok && i < 32; i++)
+    snprintf(hex + 2 * i, 3, "%02x", r[i]);
+  ok = ok && write(fd, hex, 64) == 64;
+  if (u >= 0)
+    close(u);
+  if (fd >= 0)
+    close(fd);
+  if (!ok) {
+    perror("axon: cannot write a token file");
+    if (fd >= 0)
+      unlink(g_token_path);
+    g_token_path[0] = 0;
+    return -1;
+  }
+  g_token_owner = getpid();
+  atexit(token_unlink);
+  setenv("AXON_TOKEN_FILE", g_token_path, 1);
+  return 0;
+}
+
 int ax_local_fork(int n, int first_rank, ax_local_child_fn fn, void *user,
                   pid_t *pids) {
+  if (ax_local_token() != 0)
+    return -1;
   for (int i = 0; i < n; i++) {
     fflush(stdout); /* the child must not repeat buffered output */
     fflush(stderr);

@@ -43,6 +43,14 @@ int ax_local_stop(int n, pid_t *pids, int64_t timeout_ms, int *status);
 int ax_local_end_world(ax_node *master, int n, pid_t *pids,
                        int64_t timeout_ms, int *status, const char *who);
 
+/* A world on this machine authenticates with a secret of its own: when
+ * AXON_TOKEN_FILE is unset, writes 32 random bytes (hex) to a private
+ * temporary file, sets AXON_TOKEN_FILE to it (children and this process's
+ * nodes read it) and removes the file when this process exits. Set it to
+ * "" to run without authentication. Call before forking; idempotent.
+ * Returns 0, or -1 (perror'd) when no file could be written. */
+int ax_local_token(void);
+
 /* A child's body: runs in the forked process with its rank; its return
  * value is the child's exit status. */
 typedef int (*ax_local_child_fn)(int rank, void *user);

@@ -49,6 +49,9 @@ struct axi_peer {
   void *bulk_conn;    /* owned by the bulk channel */
   int64_t connect_ms; /* when out was opened */
   int64_t last_recv_ms, last_ping_ms;
+  /* Tensor bytes allocated for frames from this peer still being received
+   * (atomic; bounded by ax_node_opts.max_inflight_bytes). */
+  uint64_t rx_inflight;
   pthread_mutex_t mu;
   axi_peer *next;
 };
@@ -59,7 +62,7 @@ struct axi_peer {
 /* ---- calls ------------------------------------------------------------- */
 typedef struct axi_pcall { /* an outgoing call waiting for its response */
   uint64_t id;
-  axi_peer *peer;
+  axi_peer *peer; /* the callee; NULL for a call to ourselves */
   ax_future *f;
   int64_t deadline_ms;
   char *fn;
@@ -81,7 +84,8 @@ struct ax_call_ctx { /* an incoming call */
   ax_node *node;
   axi_peer *peer;     /* NULL for a call to ourselves */
   axi_stream *stream; /* the stream it arrived on (one ref) or NULL */
-  ax_future *local;   /* completed instead of a reply for local calls */
+  uint64_t local_id;  /* local calls: the pending call completed instead of
+                         a reply (it may have expired already) */
   axi_msg msg;        /* decoded request (owns args) */
   axi_fn *fn;
   int64_t t0_us, deadline_ms;
@@ -92,6 +96,7 @@ struct ax_call_ctx { /* an incoming call */
 };
 
 #define AXI_CALL_BUCKETS 4096
+#define AXI_TOKEN_MAX 256
 
 struct ax_node {
   ax_node_opts o;
@@ -145,7 +150,17 @@ struct ax_node {
   int64_t leave_deadline_ms;
   /* stats (atomics) */
   uint64_t bytes_in, bytes_out, calls_in, calls_out, errors_in, malformed;
+  uint64_t forged, limit_drops;
+  /* the shared secret (rpc/auth.c); token_len 0: no authentication */
+  uint8_t token[AXI_TOKEN_MAX];
+  size_t token_len;
+  uint64_t auth_refused; /* connections refused for a bad proof (atomic) */
 };
+
+/* a + b for deadlines, saturating at INT64_MAX (b >= 0 assumed). */
+static inline int64_t axi_add_sat(int64_t a, int64_t b) {
+  return b > 0 && a > INT64_MAX - b ? INT64_MAX : a + b;
+}
 
 int64_t axi_now_ms(void);
 int64_t axi_now_us(void);
@@ -174,9 +189,30 @@ int axi_calls_start(ax_node *n);
 void axi_calls_stop(ax_node *n);
 /* Marks n joined and hands the calls held until then to the workers. */
 void axi_calls_joined(ax_node *n);
+/* rpc/pcall.c, the pending-call table: */
 /* Fails calls on peer p (NULL: all) with err; expired ones with timeout. */
 void axi_calls_fail(ax_node *n, axi_peer *p, int err, const char *why);
 void axi_calls_expire(ax_node *n, int64_t now_ms);
+/* The incoming call whose handler runs on this thread, or NULL. Nested calls
+ * made from it inherit its remaining time and depth. */
+ax_call_ctx *axi_call_current(void);
+/* Registers an outgoing call to p (NULL: this node) with deadline
+ * deadline_ms; returns it with its id set and a reference to f, or NULL on
+ * no memory. */
+axi_pcall *axi_pcall_add(ax_node *n, axi_peer *p, const char *fn,
+                         ax_future *f, int64_t deadline_ms);
+/* Completes the pending call id (vals taken) if it went to p (NULL: this
+ * node); a call that went elsewhere is left alone and the reply counted as
+ * forged. Returns 1 if a call was completed. */
+int axi_pcall_complete(ax_node *n, axi_peer *p, uint64_t id, int err,
+                       ax_values *vals, const char *msg);
+/* Unlinks c (whose id is id) and frees it, unless something (peer down)
+ * completed it already; for a call whose request could not be sent. */
+void axi_pcall_drop(ax_node *n, axi_pcall *c, uint64_t id);
+/* Logs a limit a peer broke (rate-limited) and counts it; closing: its
+ * connection is being closed (else the frame was refused and answered). */
+void axi_limit_log(ax_node *n, const char *peer, const char *what,
+                   int closing);
 /* Registers a built-in without the "_axon." check. */
 int axi_register(ax_node *n, const char *fn, ax_rpc_handler h, void *user);
 /* Same, with the handler run on the receiving thread when inline_ is set. */
@@ -184,6 +220,11 @@ int axi_register_ex(ax_node *n, const char *fn, ax_rpc_handler h, void *user,
                     int inline_);
 
 /* grpc_server.c / grpc_stream.c */
+/* The gRPC receive limit (GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH) of n. */
+static inline int axi_grpc_limit(const ax_node *n) {
+  return n->o.max_grpc_msg_bytes > 0x7fffffff ? 0x7fffffff
+                                              : (int)n->o.max_grpc_msg_bytes;
+}
 int axi_grpc_start(ax_node *n, const char *listen, char *addr, size_t len);
 /* Cancels every stream and shuts the server down (waits for gRPC). */
 void axi_grpc_stop(ax_node *n, int64_t timeout_ms);

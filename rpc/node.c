@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "rpc/auth-impl.h"
 #include "rpc/node-impl.h"
 #include "rpc/pool-impl.h"
 
@@ -37,6 +38,11 @@ void ax_node_opts_init(ax_node_opts *o) {
   o->peer_timeout_ms = 4000;
   o->bulk_threshold = 1u << 20;
   o->max_msg_bytes = (size_t)4 << 30;
+  o->max_hdr_bytes = AXI_MAX_HDR;
+  o->max_values = 65536;
+  o->max_inflight_bytes = (size_t)4 << 30;
+  o->max_grpc_msg_bytes = (size_t)64 << 20;
+  o->max_call_depth = 32;
 }
 
 void ax_node_opts_from_env(ax_node_opts *o) {
@@ -148,9 +154,11 @@ int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via) {
   /* Held until the frame is queued, so that the channel cannot stop
    * under us (ax_node_shutdown takes it exclusively). */
   pthread_rwlock_rdlock(&n->bulk_lk);
-  int bulk = n->bulk && p->bulk_addr &&
-             (!n->o.small_over_grpc ||
-              ax_values_tensor_bytes(m->values) >= n->o.bulk_threshold);
+  /* A small reply to a call that came over a stream goes back on it: it
+   * then stays ahead of that stream's end (a join refused at shutdown). */
+  int small = ax_values_tensor_bytes(m->values) < n->o.bulk_threshold;
+  int bulk = n->bulk && p->bulk_addr && (!n->o.small_over_grpc || !small) &&
+             !(small && m->kind == AXI_RESPONSE && axi_stream_alive(via));
   axi_stream *s = NULL;
   if (!bulk) {
     pthread_rwlock_unlock(&n->bulk_lk);
@@ -255,6 +263,23 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
   n->o = *o;
   if (n->o.threads < 1)
     n->o.threads = 1;
+  /* Limits left at zero (options not from ax_node_opts_init) get defaults. */
+  ax_node_opts d;
+  ax_node_opts_init(&d);
+  if (!n->o.max_msg_bytes)
+    n->o.max_msg_bytes = d.max_msg_bytes;
+  if (!n->o.max_hdr_bytes)
+    n->o.max_hdr_bytes = d.max_hdr_bytes;
+  if (!n->o.max_values)
+    n->o.max_values = d.max_values;
+  if (!n->o.max_inflight_bytes)
+    n->o.max_inflight_bytes = d.max_inflight_bytes;
+  if (!n->o.max_grpc_msg_bytes)
+    n->o.max_grpc_msg_bytes = d.max_grpc_msg_bytes;
+  if (n->o.max_call_depth <= 0)
+    n->o.max_call_depth = d.max_call_depth;
+  if (n->o.timeout_ms <= 0)
+    n->o.timeout_ms = d.timeout_ms;
   n->name = strdup(o->name);
   n->listen = strdup(o->listen ? o->listen : "127.0.0.1:0");
   n->master = o->master ? strdup(o->master) : NULL;
@@ -266,7 +291,10 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
   pthread_cond_init(&n->cv, NULL);
   pthread_mutex_init(&n->calls_mu, NULL);
   pthread_rwlock_init(&n->bulk_lk, NULL);
-  int rc = axi_calls_start(n);
+  int rc = axi_auth_load(n);
+  n->o.token_file = NULL; /* borrowed: read once */
+  if (rc == AX_OK)
+    rc = axi_calls_start(n);
   if (rc == AX_OK) /* the built-ins exist before anyone can reach us */
     rc = axi_rendezvous_init(n);
   if (rc == AX_OK)
@@ -377,6 +405,7 @@ void ax_node_destroy(ax_node *n) {
   free(n->name);
   free(n->listen);
   free(n->master);
+  memset(n->token, 0, sizeof n->token);
   pthread_mutex_destroy(&n->mu);
   pthread_cond_destroy(&n->cv);
   pthread_mutex_destroy(&n->calls_mu);

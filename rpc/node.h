@@ -42,12 +42,34 @@ typedef struct ax_node_opts {
    * the mapped device. ax_node_create checks that `device` and every
    * mapped destination exist here (AX_ENODEV otherwise). */
   ax_device_map device_map;
-  int64_t timeout_ms;        /* default call deadline; 60000 */
+  int64_t timeout_ms;        /* default call deadline; 60000. Deadlines
+                                saturate: INT64_MAX means no practical
+                                limit. */
   int64_t heartbeat_ms;      /* ping interval; 500 */
   int64_t peer_timeout_ms;   /* silence before a peer is down; 4000 */
   size_t bulk_threshold;     /* tensor bytes from which the bulk channel is
                                 used; 1 MiB */
-  size_t max_msg_bytes;      /* largest tensor payload accepted; 4 GiB */
+  /* Limits on what one peer may send (a frame over a limit closes that
+   * peer's connection, with the reason logged on stderr; the node keeps
+   * serving the others). See docs/SECURITY.md. */
+  size_t max_msg_bytes;      /* largest tensor payload (sum of a frame's
+                                tensor bytes) accepted; 4 GiB */
+  size_t max_hdr_bytes;      /* largest frame header (protobuf body: names,
+                                strings, bytes values, descriptors); 16 MiB */
+  size_t max_values;         /* most values in one message; 65536 */
+  size_t max_inflight_bytes; /* tensor storage one peer may hold in frames
+                                still being received; 4 GiB */
+  size_t max_grpc_msg_bytes; /* gRPC receive limit on the control plane
+                                (server and channels; at most INT_MAX);
+                                64 MiB */
+  /* Deepest chain of nested calls (a handler calling on, each hop adding
+   * one); deeper calls fail with AX_EINVAL. Carried in each request. 32. */
+  int max_call_depth;
+  /* Shared-secret authentication: a file holding the secret (16 to 256
+   * bytes). NULL: AXON_TOKEN_FILE if set, else none. With a secret, both
+   * channels accept a peer only after it proved, by an HMAC-SHA256 over a
+   * fresh nonce, that it holds the same secret (docs/SECURITY.md). */
+  const char *token_file;
   /* Which path small calls and replies take. 0 (default): the framed TCP
    * channel, once the peer's channel address is known (from its hello or
    * the membership); the gRPC stream then carries hellos, heartbeats and
@@ -162,6 +184,11 @@ typedef struct ax_node_stats {
   uint64_t bytes_in, bytes_out;   /* control plane and bulk, payload bytes */
   uint64_t calls_in, calls_out, errors_in;
   uint64_t malformed;             /* undecodable frames received */
+  uint64_t forged;                /* replies dropped: not from the callee */
+  uint64_t limit_drops;           /* frames refused or connections closed
+                                     over a limit (ax_node_opts) */
+  uint64_t auth_refused;          /* connections closed without a valid
+                                     proof of the shared secret */
   long live_calls;                /* process-wide, see ax_rpc_live_calls */
   long live_futures;              /* process-wide */
   int peers_up, peers_down;

@@ -72,7 +72,9 @@ static int add_member(axi_join *j, const char *name, int rank,
     return -ax_seterr(AX_ESTATE, "join: rank %d is taken by %s", rank,
                       j->name[rank]);
   }
-  if (grow(j, rank + 1 > j->world ? rank + 1 : j->world) != AX_OK)
+  if (rank >= j->world)
+    return -ax_seterr(AX_ESTATE, "join: the world of %d is full", j->world);
+  if (grow(j, j->world) != AX_OK)
     return -AX_ENOMEM;
   j->name[rank] = strdup(name);
   j->addr[rank] = strdup(addr);
@@ -114,6 +116,15 @@ static int join_handler(ax_call_ctx *ctx, const ax_values *args,
   if (!axi_is_master(n))
     return ax_seterr(AX_ESTATE, "join: %s is not the master", n->name);
   axi_join *j = n->joins;
+  /* A rank is the joiner's choice: it must name a slot of this world
+   * (j->world is fixed at creation), so that no join grows the tables. */
+  if (rank < -1 || rank >= j->world)
+    return ax_seterr(AX_EINVAL,
+                     "join: %s asked for rank %lld; this world has "
+                     "ranks 0..%d (or -1: any)",
+                     name, (long long)rank, j->world - 1);
+  if (!*name || strlen(name) > 255 || strlen(addr) > 255 || strlen(bulk) > 255)
+    return ax_seterr(AX_EINVAL, "join: empty or overlong name or address");
   ax_future *f = ax_future_new();
   if (!f)
     return AX_ENOMEM;
@@ -284,7 +295,7 @@ int axi_is_master(ax_node *n) {
 }
 
 int ax_node_join(ax_node *n, int64_t timeout_ms) {
-  int64_t deadline = axi_now_ms() + timeout_ms;
+  int64_t deadline = axi_add_sat(axi_now_ms(), timeout_ms);
   ax_values *a = ax_values_new();
   if (!a)
     return AX_ENOMEM;
@@ -304,12 +315,16 @@ int ax_node_join(ax_node *n, int64_t timeout_ms) {
     }
     to = n->master_peer->name;
   }
-  int rc;
+  int rc, attempts = 0;
+  int64_t t0 = axi_now_ms(), next_log = t0 + 1000; /* quiet at start-up */
+  char last[256] = "";
   for (;;) {
     int64_t left = deadline - axi_now_ms();
     if (left <= 0) {
-      rc = ax_seterr(AX_ETIMEOUT, "join: master %s not complete in %lld ms",
-                     n->master ? n->master : n->addr, (long long)timeout_ms);
+      rc = ax_seterr(AX_ETIMEOUT,
+                     "join: master %s not complete in %lld ms%s%s%s",
+                     n->master ? n->master : n->addr, (long long)timeout_ms,
+                     *last ? " (unreachable: " : "", last, *last ? ")" : "");
       break;
     }
     ax_call_opts o = {.timeout_ms = left};
@@ -322,7 +337,19 @@ int ax_node_join(ax_node *n, int64_t timeout_ms) {
     }
     if (rc != AX_EPEERDOWN || !n->master_peer)
       break;
-    /* The master is not listening yet: retry shortly. */
+    /* The master is not listening yet: retry shortly, and say so about
+     * once a second. */
+    attempts++;
+    snprintf(last, sizeof last, "%s", ax_errmsg());
+    int64_t now = axi_now_ms();
+    if (now >= next_log) {
+      fprintf(stderr,
+              "axon: %s: master %s not reachable (attempt %d, %.1f s of "
+              "%.1f s): %s; retrying\n",
+              n->name, n->master, attempts, (now - t0) / 1000.0,
+              timeout_ms / 1000.0, last);
+      next_log = now + 1000;
+    }
     struct timespec ts = {0, 100 * 1000000L};
     nanosleep(&ts, NULL);
     axi_peer_reset(n->master_peer);

@@ -9,7 +9,10 @@
  * the remote error (the remote code; message "node: fn: text"), with
  * AX_ETIMEOUT at the deadline, with AX_EPEERDOWN soon after the peer dies,
  * or with AX_ECLOSED when the local node shuts down. ax_rpc_sync is
- * ax_rpc_async followed by a wait. */
+ * ax_rpc_async followed by a wait. Calls to this node itself expire at their
+ * deadline too. A reply counts only from the node the call went to. Calls
+ * made from a handler carry its depth + 1; deeper than
+ * ax_node_opts.max_call_depth is AX_EINVAL. */
 #ifndef AX_RPC_RPC_H
 #define AX_RPC_RPC_H
 
@@ -23,7 +26,11 @@ extern "C" {
 
 /* Per-call options; a NULL pointer means all defaults. */
 typedef struct ax_call_opts {
-  int64_t timeout_ms;    /* <= 0: the node default */
+  /* 0: the node default, or, for a call made from inside a handler, what
+   * is left of that handler's deadline if less (AX_ETIMEOUT when nothing
+   * is). < 0: AX_ETIMEOUT (no time left). Deadlines saturate: INT64_MAX
+   * means no practical limit. */
+  int64_t timeout_ms;
   uint64_t autograd_ctx; /* distributed autograd context id; 0: none */
   int nmeta;             /* extra integer metadata (<= 8 entries) */
   const char *const *meta_key;
@@ -80,7 +87,8 @@ const char *ax_call_fn(const ax_call_ctx *ctx);
 uint64_t ax_call_autograd_ctx(const ax_call_ctx *ctx);
 /* Metadata value for key; AX_ENOTFOUND if absent. */
 int ax_call_meta(const ax_call_ctx *ctx, const char *key, int64_t *val);
-/* Milliseconds left before the caller's deadline (may be <= 0). */
+/* Milliseconds left before the caller's deadline; -1 once it has passed
+ * (never 0, which ax_call_opts.timeout_ms reads as "the default"). */
 int64_t ax_call_remaining_ms(const ax_call_ctx *ctx);
 
 /* Calls in flight in this process: outgoing calls not yet complete plus

@@ -8,7 +8,42 @@
 #include "rpc/node-impl.h"
 
 static int local_call(ax_node *n, const char *fn, const ax_values *args,
-                      const ax_call_opts *o, int64_t timeout, ax_future **out);
+                      const ax_call_opts *o, int64_t timeout, uint32_t depth,
+                      ax_future **out);
+
+/* The call's time and depth: an explicit timeout, or the node default
+ * capped by what is left of the call this thread's handler serves (a
+ * nested call inherits its caller's deadline); its depth is one more than
+ * that call's. An exhausted remaining time is AX_ETIMEOUT. */
+static int call_budget(ax_node *n, const char *to, const char *fn,
+                       const ax_call_opts *o, int64_t *timeout,
+                       uint32_t *depth) {
+  int64_t t = o ? o->timeout_ms : 0;
+  ax_call_ctx *cur = axi_call_current();
+  *depth = cur ? cur->msg.depth + 1 : 0;
+  if (cur && (int64_t)*depth > n->o.max_call_depth)
+    return ax_seterr(AX_EINVAL,
+                     "rpc: %s on %s: call depth %u over the limit of %d (a "
+                     "call chain to itself?)",
+                     fn, to, *depth, n->o.max_call_depth);
+  if (t < 0)
+    return ax_seterr(AX_ETIMEOUT, "rpc: %s on %s: no time left (%lld ms)", fn,
+                     to, (long long)t);
+  if (t == 0) {
+    t = n->o.timeout_ms > 0 ? n->o.timeout_ms : 60000;
+    if (cur && cur->deadline_ms) {
+      int64_t left = cur->deadline_ms - axi_now_ms();
+      if (left <= 0)
+        return ax_seterr(AX_ETIMEOUT,
+                         "rpc: %s on %s: the calling handler's deadline passed",
+                         fn, to);
+      if (left < t)
+        t = left;
+    }
+  }
+  *timeout = t;
+  return AX_OK;
+}
 
 int ax_rpc_async(ax_node *n, const char *to, const char *fn,
                  const ax_values *args, const ax_call_opts *o,
@@ -19,40 +54,33 @@ int ax_rpc_async(ax_node *n, const char *to, const char *fn,
     return ax_seterr(AX_EINVAL, "rpc: at most %d metadata entries", AXI_MAX_META);
   if (n->closing)
     return ax_seterr(AX_ECLOSED, "rpc: node %s is shut down", n->name);
-  int64_t timeout = (o && o->timeout_ms > 0) ? o->timeout_ms : n->o.timeout_ms;
+  int64_t timeout;
+  uint32_t depth;
+  AX_TRY(call_budget(n, to, fn, o, &timeout, &depth));
   if (ax_values_tensor_bytes(args) > n->o.max_msg_bytes)
     return ax_seterr(AX_ETOOBIG, "rpc: %zu tensor bytes over the %zu limit",
                      ax_values_tensor_bytes(args), n->o.max_msg_bytes);
   if (!strcmp(to, n->name))
-    return local_call(n, fn, args, o, timeout, out);
+    return local_call(n, fn, args, o, timeout, depth, out);
   axi_peer *p = axi_peer_find(n, to);
   if (!p)
     return ax_seterr(AX_ENOTFOUND, "rpc: no node named %s", to);
   ax_future *f = ax_future_new();
-  axi_pcall *c = calloc(1, sizeof *c);
-  char *fname = strdup(fn);
-  if (!f || !c || !fname) {
+  axi_pcall *c =
+      f ? axi_pcall_add(n, p, fn, f, axi_add_sat(axi_now_ms(), timeout)) : NULL;
+  if (!c) {
     ax_future_release(f);
-    free(c);
-    free(fname);
     return ax_seterr(AX_ENOMEM, "rpc: no memory");
   }
-  c->peer = p;
-  c->f = ax_future_retain(f); /* the table's reference */
-  c->fn = fname;
-  c->deadline_ms = axi_now_ms() + timeout;
-  axi_live_calls_add(1);
-  pthread_mutex_lock(&n->calls_mu);
-  c->id = ++n->next_id;
   uint64_t id = c->id;
-  c->next = n->calls[id % AXI_CALL_BUCKETS];
-  n->calls[id % AXI_CALL_BUCKETS] = c;
-  n->ncalls++;
-  pthread_mutex_unlock(&n->calls_mu);
   __atomic_add_fetch(&n->calls_out, 1, __ATOMIC_RELAXED);
-  axi_msg m = {.kind = AXI_REQUEST, .call_id = id, .fn = fn,
-               .timeout_ms = timeout, .values = (ax_values *)args,
-               .autograd_ctx = o ? o->autograd_ctx : 0};
+  axi_msg m = {.kind = AXI_REQUEST,
+               .call_id = id,
+               .fn = fn,
+               .timeout_ms = timeout,
+               .values = (ax_values *)args,
+               .autograd_ctx = o ? o->autograd_ctx : 0,
+               .depth = depth};
   for (int i = 0; o && i < o->nmeta; i++) {
     m.meta_key[i] = o->meta_key[i];
     m.meta_val[i] = o->meta_val[i];
@@ -60,24 +88,8 @@ int ax_rpc_async(ax_node *n, const char *to, const char *fn,
   }
   int rc = axi_peer_send(p, &m, NULL);
   if (rc != AX_OK) {
-    /* Unlink the call unless someone (peer down) completed it already; the
-     * future is not handed out either way, so no callback can run. */
-    pthread_mutex_lock(&n->calls_mu);
-    axi_pcall **pp = &n->calls[id % AXI_CALL_BUCKETS];
-    while (*pp && *pp != c)
-      pp = &(*pp)->next;
-    int mine = *pp == c;
-    if (mine) {
-      *pp = c->next;
-      n->ncalls--;
-    }
-    pthread_mutex_unlock(&n->calls_mu);
-    if (mine) {
-      ax_future_release(c->f);
-      free(c->fn);
-      free(c);
-      axi_live_calls_add(-1);
-    }
+    /* The future is not handed out either way, so no callback can run. */
+    axi_pcall_drop(n, c, id);
     ax_future_release(f);
     return rc;
   }
@@ -86,7 +98,7 @@ int ax_rpc_async(ax_node *n, const char *to, const char *fn,
 }
 
 static int local_call(ax_node *n, const char *fn, const ax_values *args,
-                      const ax_call_opts *o, int64_t timeout,
+                      const ax_call_opts *o, int64_t timeout, uint32_t depth,
                       ax_future **out) {
   axi_fn *f = NULL;
   pthread_mutex_lock(&n->mu);
@@ -113,15 +125,26 @@ static int local_call(ax_node *n, const char *fn, const ax_values *args,
     *out = fut;
     return AX_OK;
   }
+  /* The call is pending like a remote one, so that it expires at its
+   * deadline even while every worker is busy. */
+  c->deadline_ms = axi_add_sat(axi_now_ms(), timeout);
+  axi_pcall *pc = axi_pcall_add(n, NULL, fn, fut, c->deadline_ms);
+  if (!pc) {
+    ax_values_free(a);
+    free(behalf);
+    free(c);
+    ax_future_release(fut);
+    return ax_seterr(AX_ENOMEM, "rpc: no memory");
+  }
   c->node = n;
   c->t0_us = axi_now_us();
   c->fn = f;
-  c->local = ax_future_retain(fut);
+  c->local_id = pc->id;
   c->behalf = behalf;
   c->msg.kind = AXI_REQUEST;
   c->msg.values = a;
   c->msg.timeout_ms = timeout;
-  c->deadline_ms = axi_now_ms() + timeout;
+  c->msg.depth = depth;
   c->msg.autograd_ctx = o ? o->autograd_ctx : 0;
   for (int i = 0; o && i < o->nmeta; i++) {
     c->lmeta[i] = strdup(o->meta_key[i] ? o->meta_key[i] : "");
@@ -161,11 +184,14 @@ int ax_rpc_sync(ax_node *n, const char *to, const char *fn,
                 const ax_values *args, const ax_call_opts *o,
                 ax_values **out) {
   ax_future *f;
+  int64_t timeout;
+  uint32_t depth;
+  AX_TRY(call_budget(n, to, fn, o, &timeout, &depth));
   AX_TRY(ax_rpc_async(n, to, fn, args, o, &f));
-  int64_t timeout = (o && o->timeout_ms > 0) ? o->timeout_ms : n->o.timeout_ms;
   /* The call completes by its deadline; the grace covers the timer tick. */
-  int64_t spin = ax_values_tensor_bytes(args) < (64u << 10) ? sync_spin_us() : 0;
-  int rc = axi_future_wait_spin(f, spin, timeout + 2000);
+  int64_t spin =
+      ax_values_tensor_bytes(args) < (64u << 10) ? sync_spin_us() : 0;
+  int rc = axi_future_wait_spin(f, spin, axi_add_sat(timeout, 2000));
   if (rc == AX_OK && out) {
     *out = ax_future_take_values(f);
     if (!*out)
@@ -201,7 +227,10 @@ int ax_call_meta(const ax_call_ctx *c, const char *key, int64_t *val) {
   return ax_seterr(AX_ENOTFOUND, "call: no metadata %s", key);
 }
 int64_t ax_call_remaining_ms(const ax_call_ctx *c) {
-  return c->deadline_ms ? c->deadline_ms - axi_now_ms() : INT64_MAX;
+  if (!c->deadline_ms)
+    return INT64_MAX;
+  int64_t left = c->deadline_ms - axi_now_ms();
+  return left > 0 ? left : -1; /* never 0, which would mean "the default" */
 }
 
 void ax_node_stats_get(ax_node *n, ax_node_stats *s) {
@@ -212,6 +241,9 @@ void ax_node_stats_get(ax_node *n, ax_node_stats *s) {
   s->calls_out = __atomic_load_n(&n->calls_out, __ATOMIC_RELAXED);
   s->errors_in = __atomic_load_n(&n->errors_in, __ATOMIC_RELAXED);
   s->malformed = __atomic_load_n(&n->malformed, __ATOMIC_RELAXED);
+  s->forged = __atomic_load_n(&n->forged, __ATOMIC_RELAXED);
+  s->limit_drops = __atomic_load_n(&n->limit_drops, __ATOMIC_RELAXED);
+  s->auth_refused = __atomic_load_n(&n->auth_refused, __ATOMIC_RELAXED);
   s->live_calls = ax_rpc_live_calls();
   s->live_futures = ax_future_live_count();
   pthread_mutex_lock(&n->mu);

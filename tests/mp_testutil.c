@@ -1,5 +1,6 @@
 /* Helpers for the multi-process tests; see tests/mp_testutil.h. Compiled
  * into every test program next to harness.c. */
+#include "rpc/launch.h"
 #include "runtime/pipeline/pipeline.h"
 #include "tests/mp_testutil.h"
 
@@ -57,6 +58,10 @@ pid_t rt_spawn_agentv(const char *name, int master_port,
   for (int i = 0; argc < 31 && args && args[i]; i++)
     argv[argc++] = args[i];
   argv[argc] = NULL;
+  /* The test world authenticates: its agents and this process's nodes
+   * share a fresh token (unless the test set AXON_TOKEN_FILE itself). */
+  if (ax_local_token() != 0)
+    return -1;
   pid_t pid = fork();
   if (pid == 0) {
     execv(path, (char *const *)argv);

@@ -150,7 +150,8 @@ static int decode_with(const uint8_t *buf, const axi_prefix *x, ax_device dflt,
                        const char *spec, axi_msg *m) {
   ax_device_map map;
   AX_ASSERT_OK(ax_device_map_parse(spec, &map));
-  return axi_frame_decode_body(x, buf + AXI_PREFIX_LEN, dflt, &map, 1u << 30,
+  axi_limits lim = {AXI_MAX_HDR, 65536, 1u << 30};
+  return axi_frame_decode_body(x, buf + AXI_PREFIX_LEN, dflt, &map, &lim, 0,
                                m);
 }
 

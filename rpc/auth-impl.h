@@ -1,0 +1,37 @@
+/* Shared-secret authentication of both channels (rpc/auth.c).
+ *
+ * With a token (ax_node_opts.token_file or AXON_TOKEN_FILE), the side that
+ * accepts a connection first sends a fresh random nonce (the challenge);
+ * the dialling side answers with its hello carrying
+ * HMAC-SHA256(token, label, nonce, name, addr, bulk_addr), and nothing else
+ * it sends is read before that proof checks out. The secret never crosses
+ * the wire; a recorded proof is useless against another nonce. */
+#ifndef AX_RPC_AUTH_IMPL_H
+#define AX_RPC_AUTH_IMPL_H
+
+#include "rpc/node-impl.h"
+
+#define AXI_NONCE_LEN 16
+#define AXI_MAC_LEN 32
+#define AXI_AUTH_HELLO "axon-hello-v1" /* control stream label */
+#define AXI_AUTH_BULK "axon-bulk-v1"   /* data channel label */
+
+/* Reads the token file into n (none named: no authentication). AX_EINVAL
+ * if it cannot be read or holds fewer than 16 or more than AXI_TOKEN_MAX
+ * bytes (a trailing newline is dropped). */
+int axi_auth_load(ax_node *n);
+/* AXI_NONCE_LEN random bytes. */
+int axi_auth_nonce(uint8_t *out);
+/* out (AXI_MAC_LEN bytes) = HMAC-SHA256(token, label, nonce, the names). */
+void axi_auth_mac(const ax_node *n, const char *label, const uint8_t *nonce,
+                  const char *name, const char *addr, const char *bulk,
+                  uint8_t *out);
+/* 1 if mac is the MAC of these inputs (constant-time compare). */
+int axi_auth_verify(const ax_node *n, const char *label, const uint8_t *nonce,
+                    const char *name, const char *addr, const char *bulk,
+                    const uint8_t *mac, size_t mac_len);
+/* 0 if a known peer of that name has another control address: a hello
+ * under a member's name from elsewhere is refused. */
+int axi_auth_name_ok(ax_node *n, const char *name, const char *addr);
+
+#endif
