@@ -15,6 +15,12 @@
 #include "rpc/rpc-debug.h"
 #include "tests/mp_testutil.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define RSS_SLACK_KIB(kib) (64 * 1024)
+#else
+#define RSS_SLACK_KIB(kib) (kib)
+#endif
+
 /* "boss" is the master (an agent), with small limits; w1 and w2 join it, and
  * so does this process's node "driver". */
 enum { BOSS, W1, W2, NAG };
@@ -216,8 +222,11 @@ static void test_partial_frames(void **state) {
   fprintf(stderr, "virtual size %ld -> %ld KiB while open\n", vm_before,
           vm_open);
   assert_true(vm_open - vm_before < 1024 * 1024); /* not 100 x 256 MiB */
-  assert_true(open_kib - before < 32 * 1024);     /* bound: 32 MiB while open */
-  assert_true(after - before < 16 * 1024);        /* bound: 16 MiB after */
+  /* Bounds: 32 MiB while open, 16 MiB after close; under ASan (the RPC
+   * tests also run there) its quarantine holds freed blocks back, so 64
+   * MiB (the eager allocation cost +186 MiB). */
+  assert_true(open_kib - before < RSS_SLACK_KIB(32 * 1024));
+  assert_true(after - before < RSS_SLACK_KIB(16 * 1024));
 }
 
 /* A header over --max-hdr-bytes (1 MiB) closes the connection at once. */
@@ -304,6 +313,12 @@ static void *spray(void *arg) {
         free(p);
       }
       put_all(fd, buf, off);
+      /* A steady stream, not a flood: the test is about which replies
+       * complete calls, not about out-receiving the driver (which, on 2
+       * loaded cores or under ASan, would delay the real replies past
+       * their deadline). */
+      struct timespec ts = {0, 2000000};
+      nanosleep(&ts, NULL);
     }
   }
   close(fd);
