@@ -17,7 +17,7 @@ run_one() { # build, args -> "samples/s rss0 rss1 ..." (MiB)
   local log
   log=$(mktemp)
   AXON_PIN_AGENTS=${AXON_PIN_AGENTS:-1} "$build/axon-run" train "$@" \
-    --eval-limit 250 --quiet >"$log" 2>&1 &
+    --eval-limit "${PIPE_AB_EVAL:-250}" --quiet >"$log" 2>&1 &
   local pid=$! peaks=""
   declare -A peak=()
   while kill -0 "$pid" 2>/dev/null; do
