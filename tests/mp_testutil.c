@@ -299,3 +299,44 @@ void mt_end(ax_node *drv, const pid_t *pids, int k) {
   ax_local_end_world(drv, n, left, 15000, NULL, "mt_end");
   dt_driver_end(drv);
 }
+
+int rt_alive(ax_node *n, const char *name) {
+  ax_values *a = ax_values_new(), *r = NULL;
+  ax_values_add_i64(a, 20);
+  ax_values_add_i64(a, 22);
+  ax_call_opts o = {.timeout_ms = 20000};
+  int err = ax_rpc_sync(n, name, "add", a, &o, &r);
+  int64_t x = 0;
+  if (err == AX_OK)
+    err = ax_values_get_i64(r, 0, &x);
+  if (err == AX_OK && x != 42)
+    err = ax_seterr(AX_ESTATE, "%s: add(20, 22) = %lld", name, (long long)x);
+  ax_values_free(r);
+  ax_values_free(a);
+  return err;
+}
+
+int rt_dial(const char *hostport) {
+  const char *c = hostport ? strrchr(hostport, ':') : NULL;
+  int fd = c ? socket(AF_INET, SOCK_STREAM, 0) : -1;
+  if (fd < 0)
+    return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)atoi(c + 1))};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int rt_closed_by_peer(int fd) {
+  struct timeval tv = {10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[256];
+  ssize_t r;
+  while ((r = read(fd, buf, sizeof buf)) > 0)
+    ;
+  return r == 0 || (r < 0 && errno == ECONNRESET);
+}

@@ -79,6 +79,17 @@ int rt_remote_zero(ax_node *n, const char *to);
 /* Waits (up to 10 s) for this process to have zero live calls/futures. */
 int rt_local_zero(void);
 
+/* Agent `name` answers the built-in "add" (20 + 22 = 42) within 20 s:
+ * AX_OK, or the call's error (AX_ESTATE for a wrong sum). */
+int rt_alive(ax_node *n, const char *name);
+
+/* A raw TCP connection to loopback at the port of "host:port" (a peer's
+ * data channel, for hostile-peer tests), or -1. */
+int rt_dial(const char *hostport);
+
+/* Reads fd until EOF (10 s at most): 1 when the peer closed it. */
+int rt_closed_by_peer(int fd);
+
 /* The master node of a test with RRefs and distributed autograd. */
 int dt_driver(const char *name, int port, int world, ax_node **out);
 

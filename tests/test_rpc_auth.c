@@ -38,17 +38,9 @@ static int make_token(char *path) {
   return ok ? 0 : -1;
 }
 
+/* The agent answers a trivial call. */
 static void assert_alive(const char *name) {
-  ax_values *a = ax_values_new(), *r = NULL;
-  ax_values_add_i64(a, 20);
-  ax_values_add_i64(a, 22);
-  ax_call_opts o = {.timeout_ms = 20000};
-  AX_ASSERT_OK(ax_rpc_sync(g_drv, name, "add", a, &o, &r));
-  int64_t x;
-  AX_ASSERT_OK(ax_values_get_i64(r, 0, &x));
-  assert_int_equal(x, 42);
-  ax_values_free(r);
-  ax_values_free(a);
+  AX_ASSERT_OK(rt_alive(g_drv, name));
 }
 
 static void test_members_work(void **state) {
@@ -118,26 +110,11 @@ static void test_name_of_a_member_refused(void **state) {
 }
 
 static int dial(const char *addr) {
-  const char *c = strrchr(addr, ':');
-  assert_non_null(c);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons(atoi(c + 1))};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  int fd = rt_dial(addr);
+  assert_true(fd >= 0);
   return fd;
 }
 
-/* Reads until EOF (10 s at most); 1 if the peer closed. */
-static int closed_by_peer(int fd) {
-  struct timeval tv = {10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  char buf[256];
-  ssize_t r;
-  while ((r = read(fd, buf, sizeof buf)) > 0)
-    ;
-  return r == 0 || (r < 0 && errno == ECONNRESET);
-}
 
 /* A raw data connection: a hello with a wrong proof, then a request and a
  * burst of forged replies. The agent closes it after the hello; the
@@ -178,7 +155,7 @@ static void test_stranger_cannot_call_or_forge(void **state) {
       if (id % 200 == 0)
         assert_alive("w1");
     }
-    assert_true(closed_by_peer(fd));
+    assert_true(rt_closed_by_peer(fd));
     close(fd);
   }
   ax_node_stats s;

@@ -49,27 +49,13 @@ static long rss_kib(pid_t pid) { return status_kib(pid, "VmRSS:"); }
 
 /* The agent answers a trivial call. */
 static void assert_alive(const char *name) {
-  ax_values *a = ax_values_new(), *r = NULL;
-  ax_values_add_i64(a, 20);
-  ax_values_add_i64(a, 22);
-  ax_call_opts o = {.timeout_ms = 20000};
-  AX_ASSERT_OK(ax_rpc_sync(g_drv, name, "add", a, &o, &r));
-  int64_t x;
-  AX_ASSERT_OK(ax_values_get_i64(r, 0, &x));
-  assert_int_equal(x, 42);
-  ax_values_free(r);
-  ax_values_free(a);
+  AX_ASSERT_OK(rt_alive(g_drv, name));
 }
 
 /* ---- raw connections to an agent's bulk port --------------------------- */
 static int dial(const char *addr) {
-  const char *c = strrchr(addr, ':');
-  assert_non_null(c);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons(atoi(c + 1))};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  int fd = rt_dial(addr);
+  assert_true(fd >= 0);
   return fd;
 }
 
@@ -121,16 +107,6 @@ static uint8_t *tensor_head(int64_t elems, uint64_t id, size_t *len) {
   return buf;
 }
 
-/* Whether the agent closes fd within 10 s (reads until EOF). */
-static int closed_by_peer(int fd) {
-  struct timeval tv = {10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  char buf[256];
-  ssize_t r;
-  while ((r = read(fd, buf, sizeof buf)) > 0)
-    ;
-  return r == 0 || (r < 0 && errno == ECONNRESET);
-}
 
 static void bulk_addr_of(const char *name, char *bulk) {
   char ctl[128];
@@ -241,7 +217,7 @@ static void test_oversized_header(void **state) {
   axi_prefix x = {.kind = AXI_REQUEST, .hdr_len = 8u << 20, .call_id = 1};
   axi_prefix_put(f + 4, &x);
   put_all(fd, f, sizeof f);
-  assert_true(closed_by_peer(fd));
+  assert_true(rt_closed_by_peer(fd));
   close(fd);
   assert_alive("boss");
 }
@@ -273,7 +249,7 @@ static void test_inflight_budget(void **state) {
   free(head);
   static uint8_t chunk[2 << 20];
   put_all(fd, chunk, sizeof chunk);
-  assert_true(closed_by_peer(fd));
+  assert_true(rt_closed_by_peer(fd));
   close(fd);
   assert_alive("boss");
   long after = rss_kib(g_pids[BOSS]);
