@@ -32,7 +32,7 @@ typedef struct pgrad { /* a unit's parameter gradients, taken from its
 
 typedef struct phost {
   axd_stage *s;
-  int mode, recompute, is_last;
+  int is_last;
   const ax_pipe_mode_def *def; /* the mode's table entry */
   ax_rref *prev, *next;
   axp_inbox in;   /* its own lock; everything else under s->mu */

@@ -63,8 +63,7 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
     return err;
   }
   h->s = s;
-  h->mode = AX_MODE_SEQUENTIAL;
-  h->def = ax_pipe_mode_get(h->mode);
+  h->def = ax_pipe_mode_get(AX_MODE_SEQUENTIAL);
   h->last_step = -1;
   h->tr = ax_trace_new(AXP_STAGE_EVENTS_MAX); /* NULL: no events */
   axp_inbox_init(&h->in, h->s->index, dev, h->tr);
@@ -90,8 +89,9 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   AX_TRY(ax_values_get_i64(args, 0, &mode));
   AX_TRY(ax_values_get_i64(args, 1, &rc));
   AX_TRY(ax_values_get_str(args, 2, &ocfg));
-  const ax_pipe_mode_def *def = ax_pipe_mode_get((int)mode);
-  if (mode < 0 || mode > 1000 || !def)
+  const ax_pipe_mode_def *def =
+      mode >= 0 && mode < AX_MODE_COUNT ? ax_pipe_mode_get((int)mode) : NULL;
+  if (!def)
     return ax_seterr(AX_EINVAL, "pipe.stage: bad mode %lld (valid: 0..%d, "
                      "%s)", (long long)mode, AX_MODE_COUNT - 1,
                      ax_pipe_mode_list());
@@ -117,9 +117,8 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
     return AX_ENOMEM;
   pthread_mutex_lock(&s->mu);
   host_clear(h);
-  h->mode = (int)mode;
   h->def = def;
-  h->recompute = (int)rc;
+  (void)rc; /* what to keep comes with each forward (its flags) */
   h->prev = ax_rref_retain(nb[0]);
   h->next = ax_rref_retain(nb[1]);
   h->is_last = nb[1] == NULL;
@@ -191,7 +190,7 @@ static int take_inputs(ax_call_ctx *cc, phost *h, const ax_values *args,
   axp_received meta;
   AX_TRY(axp_inbox_take(&h->in, s->node,
                         h->prev ? ax_rref_owner(h->prev) : NULL,
-                        AXP_ACTIVATIONS, batch, micro, axp_wait_ms(cc), in,
+                        batch, micro, axp_wait_ms(cc), in,
                         &meta));
   int err = AX_OK;
   if (meta.ctx != ctx)
@@ -298,8 +297,8 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     ax_values_add_i64(out, r.correct[0]);
     err = ax_values_add_i64(out, r.count[0]);
   } else if (err == AX_OK) {
-    err = axp_push(s->node, &h->in, h->next, ctx, AXP_ACTIVATIONS,
-                   (long)batch, (int)micro, &y);
+    err = axp_push(s->node, &h->in, h->next, ctx, (long)batch, (int)micro,
+                   &y);
     if (err == AX_OK && ctx) /* the send is counted; drop the reference */
       err = ax_dist_forget(s->node, ctx, &y);
   }

@@ -10,7 +10,9 @@
  * the coordinator issues at most one fwd/bwd per host at a time). A push
  * that failed makes the next fwd/bwd fail with its error.
  *  - "setup" [mode, recompute, optim config (str), prev, next, self id]:
- *    prev/next are the neighbours' object RRefs, or i64 0 at the ends;
+ *    the recompute option is informational (each "fwd" says in its flags
+ *    whether the unit keeps only its inputs); prev/next are the
+ *    neighbours' object RRefs, or i64 0 at the ends;
  *    self id is ax_rref_id of this host's own RRef, under which its inbox
  *    receives the neighbours' pushes (stage_inbox.h). Creates the local
  *    optimizer (models/optim.h keys).

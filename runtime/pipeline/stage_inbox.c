@@ -10,8 +10,7 @@
 #include "runtime/pipeline/stage_events.h"
 #include "runtime/pipeline/stage_inbox.h"
 
-struct axp_ientry { /* a pushed tensor list waiting for its operation */
-  int kind;
+struct axp_ientry { /* pushed activations waiting for their forward */
   long batch;
   int micro;
   ax_tlist t;
@@ -113,21 +112,20 @@ int axp_inbox_open(axp_inbox *ib, uint64_t id) {
   return AX_OK;
 }
 
-/* "pipe.give" [id, kind, batch, micro, desc, tensors or i64 0 ...], inline
+/* "pipe.give" [id, batch, micro, desc, tensors or i64 0 ...], inline
  * on the transport thread: stores the list (moved to the inbox's device),
  * its context, sender and autograd descriptor in the inbox and wakes its
  * operation. */
 static int h_give(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
                   void *user) {
-  int64_t id, kind, batch, micro;
+  int64_t id, batch, micro;
   const void *desc;
   size_t dlen;
   AX_TRY(ax_values_get_i64(args, 0, &id));
-  AX_TRY(ax_values_get_i64(args, 1, &kind));
-  AX_TRY(ax_values_get_i64(args, 2, &batch));
-  AX_TRY(ax_values_get_i64(args, 3, &micro));
-  AX_TRY(ax_values_get_bytes(args, 4, &desc, &dlen));
-  size_t n = ax_values_count(args) - 5;
+  AX_TRY(ax_values_get_i64(args, 1, &batch));
+  AX_TRY(ax_values_get_i64(args, 2, &micro));
+  AX_TRY(ax_values_get_bytes(args, 3, &desc, &dlen));
+  size_t n = ax_values_count(args) - 4;
   if (n > AX_TLIST_MAX || dlen > 4096)
     return ax_seterr(AX_EBADARG, "pipe.give: %zu tensors, %zu descriptor "
                      "bytes", n, dlen);
@@ -136,7 +134,6 @@ static int h_give(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
     free(e);
     return AX_ENOMEM;
   }
-  e->kind = (int)kind;
   e->batch = (long)batch;
   e->micro = (int)micro;
   e->meta.ctx = ax_call_autograd_ctx(ctx);
@@ -152,8 +149,8 @@ static int h_give(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
                     "node (torn down?)", (unsigned long long)id);
   for (size_t i = 0; err == AX_OK && i < n; i++) {
     ax_tensor *x = NULL;
-    if (ax_values_type(args, 5 + i) == AX_VAL_TENSOR) {
-      err = ax_values_get_tensor(args, 5 + i, &x);
+    if (ax_values_type(args, 4 + i) == AX_VAL_TENSOR) {
+      err = ax_values_get_tensor(args, 4 + i, &x);
       if (err == AX_OK && !(x = ax_tensor_to(x, ib->dev)))
         err = AX_ENOMEM;
     }
@@ -198,7 +195,7 @@ void axp_on_pushed(ax_future *f, void *user) {
 }
 
 int axp_push(ax_node *n, axp_inbox *self, ax_rref *to, uint64_t ctx,
-             int kind, long batch, int micro, const ax_tlist *t) {
+             long batch, int micro, const ax_tlist *t) {
   if (!to)
     return ax_seterr(AX_ESTATE, "pipe.stage %d: no neighbour to send to "
                      "(setup missing?)", self->stage);
@@ -211,8 +208,8 @@ int axp_push(ax_node *n, axp_inbox *self, ax_rref *to, uint64_t ctx,
   ax_values *a = err == AX_OK ? ax_values_new() : NULL;
   if (err == AX_OK && !a)
     err = AX_ENOMEM;
-  int64_t hdr[4] = {(int64_t)ax_rref_id(to), kind, batch, micro};
-  for (int i = 0; err == AX_OK && i < 4; i++)
+  int64_t hdr[3] = {(int64_t)ax_rref_id(to), batch, micro};
+  for (int i = 0; err == AX_OK && i < 3; i++)
     err = ax_values_add_i64(a, hdr[i]);
   if (err == AX_OK)
     err = ax_values_add_bytes(a, desc, dlen);
@@ -229,16 +226,14 @@ int axp_push(ax_node *n, axp_inbox *self, ax_rref *to, uint64_t ctx,
     ax_future_release(f);
   }
   if (err == AX_OK)
-    axp_event_xfer(self->tr, self->stage, 1, kind, batch, micro,
-                   kind == AXP_GRADIENTS ? self->stage - 1 : self->stage + 1,
-                   t, t0, ax_trace_now_us());
+    axp_event_xfer(self->tr, self->stage, 1, AXP_ACTIVATIONS, batch, micro,
+                   self->stage + 1, t, t0, ax_trace_now_us());
   return err;
 }
 
-static axp_ientry *unlink_locked(axp_inbox *ib, int kind, long batch,
-                                 int micro) {
+static axp_ientry *unlink_locked(axp_inbox *ib, long batch, int micro) {
   for (axp_ientry **pp = &ib->head; *pp; pp = &(*pp)->next)
-    if ((*pp)->kind == kind && (*pp)->batch == batch &&
+    if ((*pp)->batch == batch &&
         (*pp)->micro == micro) {
       axp_ientry *e = *pp;
       *pp = e->next;
@@ -247,17 +242,16 @@ static axp_ientry *unlink_locked(axp_inbox *ib, int kind, long batch,
   return NULL;
 }
 
-int axp_inbox_take(axp_inbox *ib, ax_node *n, const char *from, int kind,
-                   long batch, int micro, int64_t timeout_ms, ax_tlist *t,
+int axp_inbox_take(axp_inbox *ib, ax_node *n, const char *from, long batch, int micro, int64_t timeout_ms, ax_tlist *t,
                    axp_received *meta) {
   memset(t, 0, sizeof *t);
   memset(meta, 0, sizeof *meta);
   int64_t t0 = ax_trace_now_us(), end = t0 + timeout_ms * 1000;
-  const char *what = kind == AXP_GRADIENTS ? "input gradient" : "activation";
+  const char *what = "activation";
   int err = AX_OK;
   axp_ientry *e = NULL;
   pthread_mutex_lock(&ib->mu);
-  while (!(e = unlink_locked(ib, kind, batch, micro))) {
+  while (!(e = unlink_locked(ib, batch, micro))) {
     if (ib->closed) {
       err = ax_seterr(AX_ECLOSED, "pipe.stage %d: torn down while waiting for "
                       "the %s of batch %ld/%d", ib->stage, what, batch, micro);
@@ -273,14 +267,14 @@ int axp_inbox_take(axp_inbox *ib, ax_node *n, const char *from, int kind,
     pthread_mutex_unlock(&ib->mu);
     if (from && ax_node_peer_is_down(n, from)) {
       pthread_mutex_lock(&ib->mu);
-      if ((e = unlink_locked(ib, kind, batch, micro)))
+      if ((e = unlink_locked(ib, batch, micro)))
         break; /* it arrived after all */
       err = ax_seterr(AX_EPEERDOWN, "pipe.stage %d: %s is down; no %s of "
                       "batch %ld/%d", ib->stage, from, what, batch, micro);
       break;
     }
     pthread_mutex_lock(&ib->mu);
-    if ((e = unlink_locked(ib, kind, batch, micro)))
+    if ((e = unlink_locked(ib, batch, micro)))
       break; /* arrived while the lock was free */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -296,8 +290,8 @@ int axp_inbox_take(axp_inbox *ib, ax_node *n, const char *from, int kind,
   *t = e->t; /* takes the references */
   *meta = e->meta;
   free(e);
-  axp_event_xfer(ib->tr, ib->stage, 0, kind, batch, micro,
-                 kind == AXP_GRADIENTS ? ib->stage + 1 : ib->stage - 1, t, t0,
+  axp_event_xfer(ib->tr, ib->stage, 0, AXP_ACTIVATIONS, batch, micro,
+                 ib->stage - 1, t, t0,
                  ax_trace_now_us());
   return AX_OK;
 }

@@ -1,6 +1,5 @@
 /* Stage to stage transfer of the pipeline stage host (stage_host.c): a
- * stage PUSHES what it produced (activations after a forward, input
- * gradients after a backward) to the neighbour that needs them as soon as
+ * stage PUSHES the activations of a forward to the next stage as soon as
  * they exist, without waiting for an answer; the neighbour's operation
  * takes them from its inbox, waiting if they are still on the wire. The
  * producer's thread writes the bytes, and the consumer's transport thread
@@ -10,7 +9,7 @@
  *
  * Addressing: every host registers its inbox under the global id of its
  * own RRef (ax_rref_id, passed by the coordinator at setup); a producer
- * sends "pipe.give" [id, kind, batch, micro, desc, tensors or i64 0 ...] to
+ * sends "pipe.give" [id, batch, micro, desc, tensors or i64 0 ...] to
  * the owner of its neighbour's RRef, under the unit's distributed autograd
  * context: desc is the sender's ax_dist_send_edges descriptor, which the
  * consumer turns into receive edges (ax_dist_recv_edges) when it uses the
@@ -78,7 +77,7 @@ int axp_inbox_register_rpc(ax_node *n);
  * answer; a failure is recorded in `self` (the producer's inbox). Records a
  * send event. AX_OK once queued. */
 int axp_push(ax_node *n, axp_inbox *self, ax_rref *to, uint64_t ctx,
-             int kind, long batch, int micro, const ax_tlist *t);
+             long batch, int micro, const ax_tlist *t);
 /* The completion callback of a send whose failure the producer keeps:
  * user = (uintptr_t) the producer inbox's id. */
 void axp_on_pushed(ax_future *f, void *user);
@@ -87,8 +86,8 @@ void axp_on_pushed(ax_future *f, void *user);
  * and *meta (the caller clears it), waiting until timeout_ms passes, the
  * inbox is closed, or `from` (the producer's node, may be NULL) is down.
  * Records a recv event covering the wait. */
-int axp_inbox_take(axp_inbox *ib, ax_node *n, const char *from, int kind,
-                   long batch, int micro, int64_t timeout_ms, ax_tlist *t,
+int axp_inbox_take(axp_inbox *ib, ax_node *n, const char *from, long batch,
+                   int micro, int64_t timeout_ms, ax_tlist *t,
                    axp_received *meta);
 
 /* The first failed push of this host, as an error (AX_OK if none). */
