@@ -166,7 +166,9 @@ int64_t axi_now_ms(void);
 int64_t axi_now_us(void);
 void axi_live_calls_add(long d);
 
-/* node.c */
+/* peer.c */
+/* The timer thread: heartbeats, connect timeouts and call deadlines. */
+void *axi_timer_main(void *arg);
 axi_peer *axi_peer_find(ax_node *n, const char *name);
 /* Finds or creates the peer `name` (addresses may be NULL/empty; known
  * addresses are updated). NULL on no memory. */
