@@ -68,14 +68,15 @@ typedef struct bconn {
   struct bconn *next;
 } bconn;
 
-struct axi_bulk {
+typedef struct axi_bulk {
+  axi_transport t; /* the node's n->data */
   ax_node *node;
   struct event_base *base;
   struct evconnlistener *listener;
   pthread_t thread;
   pthread_mutex_t mu, dial_mu;
   bconn *conns;
-};
+} axi_bulk;
 
 /* bulk_frame.c */
 bframe *axi_bulk_frame_new(uint8_t *head, size_t head_len, ax_values *vals);

@@ -1,5 +1,4 @@
 /* Nodes: options, creation, shutdown and the membership accessors. */
-#include <grpc/grpc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +59,32 @@ void ax_node_opts_from_env(ax_node_opts *o) {
 }
 
 
+/* The control transport, then the data transport on the same host (any
+ * port). Without a data transport (it could not start) every message
+ * travels over the control transport. */
+static int start_transports(ax_node *n) {
+  static const axi_rx rx = {axi_on_frame};
+  const axi_transport_ops *ctl =
+      axi_transport_find("grpc", AXI_TRANSPORT_CONTROL);
+  const char *dname = n->o.data_transport ? n->o.data_transport : "tcp";
+  const axi_transport_ops *data = axi_transport_find(dname, AXI_TRANSPORT_DATA);
+  if (!data)
+    return ax_seterr(AX_EINVAL, "node %s: no data transport named '%s' (known: %s)",
+                     n->name, dname, axi_transport_names(AXI_TRANSPORT_DATA));
+  AX_TRY(ctl->start(n, n->listen, &rx, &n->ctl, n->addr, sizeof n->addr));
+  char listen[160];
+  snprintf(listen, sizeof listen, "%s", n->addr);
+  char *c = strrchr(listen, ':');
+  if (c)
+    snprintf(c, sizeof listen - (size_t)(c - listen), ":0");
+  if (data->start(n, listen, &rx, &n->data, n->bulk_addr,
+                  sizeof n->bulk_addr) != AX_OK) {
+    n->data = NULL;
+    n->bulk_addr[0] = 0;
+  }
+  return AX_OK;
+}
+
 int ax_node_create(const ax_node_opts *o, ax_node **out) {
   if (!o || !o->name || !*o->name || strchr(o->name, '@') || !out)
     return ax_seterr(AX_EINVAL, "node: a name (without '@') is required");
@@ -72,7 +97,6 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
   ax_node *n = calloc(1, sizeof *n);
   if (!n)
     return ax_seterr(AX_ENOMEM, "node: no memory");
-  grpc_init();
   __atomic_add_fetch(&g_nodes, 1, __ATOMIC_RELAXED);
   n->o = *o;
   if (n->o.threads < 1)
@@ -103,10 +127,11 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
   n->rank = -1;
   pthread_mutex_init(&n->mu, NULL);
   pthread_cond_init(&n->cv, NULL);
-  pthread_mutex_init(&n->calls_mu, NULL);
-  pthread_rwlock_init(&n->bulk_lk, NULL);
+  pthread_rwlock_init(&n->data_lk, NULL);
   int rc = axi_auth_load(n);
   n->o.token_file = NULL; /* borrowed: read once */
+  if (rc == AX_OK)
+    rc = axi_pcalls_init(n);
   if (rc == AX_OK)
     rc = axi_calls_start(n);
   if (rc == AX_OK) /* the built-ins exist before anyone can reach us */
@@ -114,20 +139,8 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
   if (rc == AX_OK)
     rc = axi_leave_init(n);
   if (rc == AX_OK)
-    rc = axi_grpc_start(n, n->listen, n->addr, sizeof n->addr);
-  if (rc == AX_OK) {
-    char host[128];
-    snprintf(host, sizeof host, "%s", n->addr);
-    char *c = strrchr(host, ':');
-    if (c)
-      *c = 0;
-    n->bulk_ops = &axi_bulk_tcp_ops;
-    if (n->bulk_ops->start(n, host, &n->bulk, n->bulk_addr,
-                           sizeof n->bulk_addr) != AX_OK) {
-      n->bulk = NULL; /* large tensors then travel inline */
-      n->bulk_addr[0] = 0;
-    }
-  }
+    rc = start_transports(n);
+  n->o.data_transport = NULL; /* borrowed: read once */
   if (rc == AX_OK && pthread_create(&n->timer_thread, NULL, axi_timer_main, n))
     rc = ax_seterr(AX_ENOMEM, "node: cannot start the timer thread");
   if (rc != AX_OK) {
@@ -167,21 +180,16 @@ int ax_node_shutdown(ax_node *n, int64_t timeout_ms) {
   axi_calls_fail(n, NULL, AX_ECLOSED, "node is shutting down");
   int64_t left = deadline - axi_now_ms();
   axi_calls_stop(n); /* joins the workers (bounded; leaks n on a stuck one) */
-  pthread_rwlock_wrlock(&n->bulk_lk); /* no sender or dropper inside */
-  axi_bulk *b = n->bulk;
-  n->bulk = NULL;
-  pthread_rwlock_unlock(&n->bulk_lk);
-  if (b)
-    n->bulk_ops->stop(b);
-  axi_grpc_stop(n, left > 1000 ? left : 1000);
-  for (axi_peer *p = n->peers; p; p = p->next) {
-    pthread_mutex_lock(&p->mu);
-    axi_stream *a = p->out, *b = p->in;
-    p->out = p->in = NULL;
-    pthread_mutex_unlock(&p->mu);
-    axi_stream_release(a);
-    axi_stream_release(b);
+  pthread_rwlock_wrlock(&n->data_lk); /* no sender or dropper inside */
+  axi_transport *data = n->data;
+  n->data = NULL;
+  pthread_rwlock_unlock(&n->data_lk);
+  if (data) {
+    data->ops->stop(data, left > 1000 ? left : 1000);
+    data->ops->free(data);
   }
+  if (n->ctl) /* its connections are released too */
+    n->ctl->ops->stop(n->ctl, left > 1000 ? left : 1000);
   axi_calls_fail(n, NULL, AX_ECLOSED, "node is shutting down");
   n->closed = 1;
   return AX_OK;
@@ -193,7 +201,9 @@ void ax_node_destroy(ax_node *n) {
   ax_node_shutdown(n, 1000);
   if (n->leaked)
     return; /* a handler never returned; freeing would crash it */
-  axi_grpc_free(n);
+  if (n->ctl)
+    n->ctl->ops->free(n->ctl);
+  n->ctl = NULL;
   axi_rendezvous_fini(n);
   for (axi_peer *p = n->peers, *nx; p; p = nx) {
     nx = p->next;
@@ -222,10 +232,9 @@ void ax_node_destroy(ax_node *n) {
   memset(n->token, 0, sizeof n->token);
   pthread_mutex_destroy(&n->mu);
   pthread_cond_destroy(&n->cv);
-  pthread_mutex_destroy(&n->calls_mu);
-  pthread_rwlock_destroy(&n->bulk_lk);
+  axi_pcalls_free(n);
+  pthread_rwlock_destroy(&n->data_lk);
   free(n);
-  grpc_shutdown();
   /* The last node gone: cached receive buffers are no longer needed. */
   if (__atomic_sub_fetch(&g_nodes, 1, __ATOMIC_RELAXED) == 0)
     axi_pool_trim();

@@ -76,6 +76,10 @@ typedef struct ax_node_opts {
    * messages sent before that. It costs about half of gRPC's per-message
    * overhead. 1: the gRPC stream, for everything under bulk_threshold. */
   int small_over_grpc;
+  /* The data transport, by its name in the transport table
+   * (rpc/transport.h): NULL or "tcp" for framed TCP. An unknown name is
+   * AX_EINVAL, with the known names listed. */
+  const char *data_transport;
 } ax_node_opts;
 
 /* Fills defaults. */

@@ -55,17 +55,12 @@ void axi_peer_down(axi_peer *p, axi_stream *s, const char *why) {
     return;
   }
   p->state = AXI_PEER_DOWN;
-  axi_stream *out = p->out, *in = p->in;
-  p->out = p->in = NULL;
   pthread_mutex_unlock(&p->mu);
-  axi_stream_cancel(out);
-  axi_stream_cancel(in);
-  axi_stream_release(out);
-  axi_stream_release(in);
-  pthread_rwlock_rdlock(&n->bulk_lk);
-  if (n->bulk)
-    n->bulk_ops->drop_peer(n->bulk, p);
-  pthread_rwlock_unlock(&n->bulk_lk);
+  n->ctl->ops->drop_peer(n->ctl, p);
+  pthread_rwlock_rdlock(&n->data_lk);
+  if (n->data)
+    n->data->ops->drop_peer(n->data, p);
+  pthread_rwlock_unlock(&n->data_lk);
   char msg[256];
   snprintf(msg, sizeof msg, "%s: peer down: %s", AXI_PNAME(p), why);
   axi_calls_fail(n, p, AX_EPEERDOWN, msg);
@@ -83,13 +78,16 @@ void axi_peer_reset(axi_peer *p) {
 
 int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via) {
   ax_node *n = p->node;
+  const axi_transport_ops *ctl = n->ctl->ops;
   pthread_mutex_lock(&p->mu);
   if (p->state == AXI_PEER_DOWN) {
     pthread_mutex_unlock(&p->mu);
     return ax_seterr(AX_EPEERDOWN, "%s: peer is down", AXI_PNAME(p));
   }
+  /* The control connection carries hellos and heartbeats: it exists
+   * whichever way this message goes. */
   if (!p->out) {
-    int rc = axi_stream_open(n, p, &p->out);
+    int rc = ctl->connect(n->ctl, p);
     if (rc != AX_OK) {
       pthread_mutex_unlock(&p->mu);
       return rc;
@@ -97,49 +95,25 @@ int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via) {
     p->state = AXI_PEER_CONNECTING;
     p->connect_ms = p->last_ping_ms = axi_now_ms();
   }
-  /* Calls and replies take the TCP channel when it is known: always by
-   * default, or from bulk_threshold tensor bytes with small_over_grpc. */
-  /* Held until the frame is queued, so that the channel cannot stop
-   * under us (ax_node_shutdown takes it exclusively). */
-  pthread_rwlock_rdlock(&n->bulk_lk);
-  /* A small reply to a call that came over a stream goes back on it: it
-   * then stays ahead of that stream's end (a join refused at shutdown). */
-  int small = ax_values_tensor_bytes(m->values) < n->o.bulk_threshold;
-  int bulk = n->bulk && p->bulk_addr && (!n->o.small_over_grpc || !small) &&
-             !(small && m->kind == AXI_RESPONSE && axi_stream_alive(via));
-  axi_stream *s = NULL;
-  if (!bulk) {
-    pthread_rwlock_unlock(&n->bulk_lk);
-    s = axi_stream_alive(via) ? via : axi_stream_alive(p->in) && m->kind == AXI_RESPONSE ? p->in : p->out;
-    axi_stream_retain(s);
-  }
+  int has_data_addr = p->bulk_addr != NULL;
   pthread_mutex_unlock(&p->mu);
-  uint8_t *buf;
-  size_t len, blob;
-  int rc;
-  if (bulk) {
-    rc = axi_frame_encode(m, 4, 0, &buf, &len, &blob);
-    ax_values *vals = NULL;
-    if (rc == AX_OK && !(vals = ax_values_clone(m->values))) {
-      free(buf);
-      rc = ax_seterr(AX_ENOMEM, "send: no memory");
-    }
-    if (rc == AX_OK) {
-      uint32_t magic = AXI_BULK_MAGIC;
-      memcpy(buf, &magic, 4);
-      __atomic_add_fetch(&n->bytes_out, len + blob, __ATOMIC_RELAXED);
-      rc = n->bulk_ops->send(n->bulk, p, buf, len, vals);
-    }
-    pthread_rwlock_unlock(&n->bulk_lk);
+  /* Calls and replies take the data transport when it is known: always by
+   * default, or from bulk_threshold tensor bytes with small_over_grpc. A
+   * small reply to a request that came over a control connection goes back
+   * on it: it then stays ahead of that connection's end (a join refused at
+   * shutdown). The lock is held until the frame is queued, so that the
+   * transport cannot stop under us (ax_node_shutdown takes it
+   * exclusively). */
+  int small = ax_values_tensor_bytes(m->values) < n->o.bulk_threshold;
+  pthread_rwlock_rdlock(&n->data_lk);
+  if (n->data && has_data_addr && (!n->o.small_over_grpc || !small) &&
+      !(small && m->kind == AXI_RESPONSE && ctl->alive(via))) {
+    int rc = n->data->ops->send(n->data, p, m, NULL);
+    pthread_rwlock_unlock(&n->data_lk);
     return rc;
   }
-  rc = axi_frame_encode(m, 4, 1, &buf, &len, &blob);
-  if (rc == AX_OK)
-    rc = axi_stream_send(s, buf, len);
-  axi_stream_release(s);
-  if (rc == AX_ECLOSED)
-    rc = ax_seterr(AX_EPEERDOWN, "%s: stream closed", AXI_PNAME(p));
-  return rc;
+  pthread_rwlock_unlock(&n->data_lk);
+  return ctl->send(n->ctl, p, m, via);
 }
 
 /* Heartbeats, connect timeouts and call deadlines, every 20 ms. */
@@ -162,7 +136,7 @@ void *axi_timer_main(void *arg) {
     axi_leave_tick(n, now);
     for (axi_peer *p = peers; p; p = p->next) {
       const char *why = NULL;
-      axi_stream *ping = NULL;
+      int ping = 0;
       pthread_mutex_lock(&p->mu);
       int64_t last = __atomic_load_n(&p->last_recv_ms, __ATOMIC_RELAXED);
       int64_t conn_to = n->o.peer_timeout_ms > 5000 ? n->o.peer_timeout_ms : 5000;
@@ -172,8 +146,7 @@ void *axi_timer_main(void *arg) {
         why = "connect timed out";
       else if (p->state == AXI_PEER_UP && now - p->last_ping_ms >= n->o.heartbeat_ms) {
         p->last_ping_ms = now;
-        ping = p->out;
-        axi_stream_retain(ping);
+        ping = 1;
       }
       axi_stream *cur = p->out;
       pthread_mutex_unlock(&p->mu);
@@ -181,11 +154,7 @@ void *axi_timer_main(void *arg) {
         axi_peer_down(p, cur, why);
       if (ping) {
         axi_msg m = {.kind = AXI_PING};
-        uint8_t *buf;
-        size_t len, bl;
-        if (axi_frame_encode(&m, 4, 1, &buf, &len, &bl) == AX_OK)
-          axi_stream_send(ping, buf, len);
-        axi_stream_release(ping);
+        n->ctl->ops->send(n->ctl, p, &m, NULL);
       }
     }
     pthread_mutex_lock(&n->mu);
