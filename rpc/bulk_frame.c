@@ -56,8 +56,9 @@ bframe *axi_bulk_frame_new(uint8_t *head, size_t head_len, ax_values *vals) {
 
 bframe *axi_bulk_hello(const char *name, const char *addr,
                        const char *bulk_addr, const uint8_t *mac) {
-  /* "name\naddr\nbulk_addr": the receiver learns how to answer (calls
-   * arriving here are answered over this node's own channel to us). */
+  /* "name\naddr\nbulk_addr": who is calling. The receiver checks a known
+   * member's control address against the membership, and dials only the
+   * addresses the membership gives (never these). */
   size_t nl = strlen(name) + strlen(addr) + strlen(bulk_addr) + 2;
   if (nl > AXI_BULK_HELLO_MAX)
     return NULL;
@@ -318,7 +319,7 @@ int axi_bulk_recv(bconn *c) {
           *bulk++ = 0;
         if (n->token_len && !hello_ok(c, name, addr, bulk, mac))
           return AX_EMALFORMED; /* closed before anything else is read */
-        c->peer = axi_peer_get(n, name, addr, bulk);
+        c->peer = axi_peer_get(n, name, NULL, NULL); /* see grpc_stream.c */
         if (!c->peer)
           return AX_ENOMEM;
         c->rstate = R_PREFIX;

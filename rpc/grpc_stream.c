@@ -284,7 +284,9 @@ static void on_one_frame(axi_stream *s, const uint8_t *p, size_t len) {
   int rc =
       axi_frame_decode_lim(p, len, n->o.device, &n->o.device_map, &lim, &m);
   if (rc == AX_OK && m.kind == AXI_HELLO) {
-    axi_peer *pe = axi_peer_get(n, m.node, m.addr, m.bulk_addr);
+    /* Addresses come from the membership only (rpc/rendezvous.c): a hello
+     * names who is calling, never where this node will dial. */
+    axi_peer *pe = axi_peer_get(n, m.node, NULL, NULL);
     if (pe && !s->client) {
       axi_stream_retain(s);
       pthread_mutex_lock(&pe->mu);
