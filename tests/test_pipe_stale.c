@@ -13,7 +13,7 @@
  *  - the delays the stages get (ax_pipe_delay, derived from the action
  *    lists) are the reference's lags; pipemare stashes no version;
  *  - bad options get AX_EINVAL with a message, and a flushed mode refuses a
- *    correction;
+ *    correction, in ax_pipe_new and in a stage host's own setup;
  * and every node ends with zero live RRefs, contexts, calls and futures. */
 #include <stdlib.h>
 #include <string.h>
@@ -236,6 +236,55 @@ static void test_bad_options(void **state) {
   AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
 }
 
+/* A stage host checks the correction of its setup message itself. */
+static int setup_with(ax_rref *h, int mode, int64_t kind, int64_t delay,
+                      double gamma, int64_t warmup) {
+  ax_values *a = ax_values_new();
+  assert_non_null(a);
+  ax_values_add_i64(a, mode);
+  ax_values_add_i64(a, AX_RECOMPUTE_NEVER);
+  ax_values_add_str(a, g_optim);
+  ax_values_add_i64(a, 0);
+  ax_values_add_i64(a, 0);
+  ax_values_add_i64(a, (int64_t)ax_rref_id(h));
+  ax_values_add_i64(a, kind);
+  ax_values_add_i64(a, delay);
+  ax_values_add_f64(a, gamma);
+  ax_values_add_i64(a, warmup);
+  ax_values *r = NULL;
+  ax_call_opts co = {.timeout_ms = 10000};
+  int err = ax_rref_rpc_sync(g_drv, h, "setup", a, &co, &r);
+  ax_values_free(a);
+  ax_values_free(r);
+  return err;
+}
+
+static void test_host_refuses_bad_setup(void **state) {
+  ax_rref *h = NULL;
+  ax_call_opts co = {.timeout_ms = 10000};
+  char cfg[128];
+  snprintf(cfg, sizeof cfg, "model=mlp,stage=0,splits=0/4,seed=3,%s",
+           g_model_cfg);
+  AX_ASSERT_OK(
+      ax_remote_object(g_drv, g_names[0], "pipe.stage", cfg, AX_CPU, &co, &h));
+  AX_ASSERT_OK(setup_with(h, AX_MODE_PIPEDREAM, AX_STALE_PREDICT, 2, -1, 0));
+  assert_int_equal(setup_with(h, AX_MODE_1F1B, AX_STALE_PREDICT, 0, -1, 0),
+                   AX_EINVAL);
+  assert_non_null(strstr(ax_errmsg(), "asynchronous"));
+  assert_int_equal(setup_with(h, AX_MODE_DDG, 7, 2, -1, 0), AX_EINVAL);
+  assert_int_equal(setup_with(h, AX_MODE_DDG, AX_STALE_PIPEMARE, -3, -1, 0),
+                   AX_EINVAL);
+  assert_int_equal(setup_with(h, AX_MODE_DDG, AX_STALE_PIPEMARE, 2, 1.0, 0),
+                   AX_EINVAL);
+  assert_int_equal(setup_with(h, AX_MODE_FR, AX_STALE_PIPEMARE, 2, -1, -4),
+                   AX_EINVAL);
+  ax_values *r = NULL;
+  AX_ASSERT_OK(ax_rref_rpc_sync(g_drv, h, "teardown", NULL, &co, &r));
+  ax_values_free(r);
+  ax_rref_release(h);
+  AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
+}
+
 int main(void) {
   static const char *const args[] = {"--threads", "4", NULL};
   if (mt_start("coordz", g_names, NAGENTS, args, g_pids, &g_drv) != AX_OK)
@@ -243,6 +292,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_options),
       cmocka_unit_test(test_delays),
+      cmocka_unit_test(test_host_refuses_bad_setup),
       cmocka_unit_test(test_none_is_the_mode),
       cmocka_unit_test(test_predict_equals_reference),
       cmocka_unit_test(test_pipemare_equals_reference),
