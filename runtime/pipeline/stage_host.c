@@ -168,6 +168,14 @@ int axp_host_report(phost *h, int64_t t0, ax_values *out) {
       bytes += ax_tensor_nbytes(st->ver);
     }
   }
+  ax_tensor *pred = h->stale.pred; /* a prediction no state uses yet */
+  int seen = pred == NULL || pred == h->s->net->params;
+  for (pstate *o = h->states; !seen && o; o = o->next)
+    seen = o->ver == pred;
+  if (!seen) {
+    vers++;
+    bytes += ax_tensor_nbytes(pred);
+  }
   AX_TRY(ax_values_add_i64(out, ax_trace_now_us() - t0));
   AX_TRY(ax_values_add_i64(out, live));
   AX_TRY(ax_values_add_i64(out, vers));

@@ -111,7 +111,11 @@ static int step_locked(phost *h, long t, int units) {
                      "gradients of %d of its %d units", s->index, t,
                      h->acc ? h->acc_next : 0, units);
   int dbuf = h->def->fwd_weights == AX_FWD_DOUBLE_BUFFERED;
-  int err = dbuf ? shadow_live(h, t) : stash_live(h);
+  /* Under predict the forwards of t + 1 use their prediction, made from
+   * the live weights before this update (axi_stale_before_step): no
+   * shadow. */
+  int err = dbuf && h->stale.kind != AX_STALE_PREDICT ? shadow_live(h, t)
+                                                       : stash_live(h);
   if (err == AX_OK) /* the correction's view of the update (staleness.h) */
     err = axi_stale_before_step(&h->stale, s->opt, s->net->params,
                                 dbuf ? t + 1 : -1);

@@ -19,7 +19,9 @@
  *    weights (ddg, pipedream, 2bw: w_hat is the stash); fr keeps its rule
  *    and replays with the latest weights, the version the prediction aims
  *    at. Memory: one more weight version per stage than the mode's bound
- *    (ax_pipe_version_bound), the live one besides the predicted ones.
+ *    (ax_pipe_version_bound), the live one besides the predicted ones
+ *    (2bw then keeps no shadow: the prediction of mini-batch t + 1 is made
+ *    from the live weights before update t).
  *  - AX_STALE_PIPEMARE (PipeMare, Yang et al. 2021), two parts:
  *    learning-rate rescheduling: stage i steps with lr * tau^-p(k) at its
  *    k-th update (0-based), tau = max(delay, 1), p(k) = 1 - min(k / W, 1)
