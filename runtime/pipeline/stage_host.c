@@ -168,13 +168,19 @@ int axp_host_report(phost *h, int64_t t0, ax_values *out) {
       bytes += ax_tensor_nbytes(st->ver);
     }
   }
-  ax_tensor *pred = h->stale.pred; /* a prediction no state uses yet */
-  int seen = pred == NULL || pred == h->s->net->params;
-  for (pstate *o = h->states; !seen && o; o = o->next)
-    seen = o->ver == pred;
-  if (!seen) {
-    vers++;
-    bytes += ax_tensor_nbytes(pred);
+  /* Under a correction, a prediction no state uses yet and pipemare's
+   * shadow (2bw; its states stash nothing) count too. */
+  ax_tensor *extra[2] = {h->stale.pred,
+                         h->stale.kind == AX_STALE_PIPEMARE ? h->shadow
+                                                            : NULL};
+  for (int i = 0; i < 2; i++) {
+    int seen = !extra[i] || extra[i] == h->s->net->params;
+    for (pstate *o = h->states; !seen && o; o = o->next)
+      seen = o->ver == extra[i];
+    if (!seen) {
+      vers++;
+      bytes += ax_tensor_nbytes(extra[i]);
+    }
   }
   AX_TRY(ax_values_add_i64(out, ax_trace_now_us() - t0));
   AX_TRY(ax_values_add_i64(out, live));
