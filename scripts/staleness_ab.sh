@@ -2,7 +2,8 @@
 # Compares the staleness corrections (--staleness none|predict|pipemare,
 # runtime/pipeline/staleness.h) on one seed: the same pipeline run three
 # times on Fashion-MNIST, printing a Markdown table of the mean training
-# loss of the last 100 steps and the test accuracy.
+# loss of the last 100 steps, the test accuracy and the throughput (noisy
+# on a shared machine).
 #
 #   scripts/staleness_ab.sh [BUILD_DIR]
 #
@@ -26,8 +27,8 @@ extra=()
 [ -n "$mcfg" ] && extra+=(--model-config "$mcfg")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "| $mode K=$K, $model${mcfg:+ ($mcfg)}, fashion-mnist, $steps steps, batch 32, sgd lr=$lr momentum=0.9, seed $seed | loss (last 100 steps) | test accuracy |"
-echo "|---|---|---|"
+echo "| $mode K=$K, $model${mcfg:+ ($mcfg)}, fashion-mnist, $steps steps, batch 32, sgd lr=$lr momentum=0.9, seed $seed | loss (last 100 steps) | test accuracy | samples/s |"
+echo "|---|---|---|---|"
 for s in none predict pipemare; do
   out=$("$build/axon-run" train --model "$model" --dataset fashion-mnist \
     --local "$K" --mode "$mode" --staleness "$s" --steps "$steps" \
@@ -37,5 +38,6 @@ for s in none predict pipemare; do
     for (i = NR - 99; i <= NR; i++) if (i > 1) { s += l[i]; n++ }
     printf "%.4f", s / n }' "$tmp/$s.csv")
   acc=$(sed -n 's/.*test_accuracy=\([^ ]*\).*/\1/p' <<<"$out")
-  echo "| $s | $loss | $acc |"
+  sps=$(sed -n 's/.*samples_per_s=\([^ ]*\).*/\1/p' <<<"$out")
+  echo "| $s | $loss | $acc | $sps |"
 done

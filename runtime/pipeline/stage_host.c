@@ -113,11 +113,11 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
     AX_TRY(ax_values_get_i64(args, 7, &sdelay));
     AX_TRY(ax_values_get_f64(args, 8, &sgamma));
     AX_TRY(ax_values_get_i64(args, 9, &swarm));
-    if (skind < 0 || skind >= AX_STALE_COUNT || swarm < 0 ||
-        swarm > 1 << 30)
+    if (skind < 0 || skind >= AX_STALE_COUNT || sdelay < 0 ||
+        sdelay > 1 << 20 || swarm < 0 || swarm > 1 << 30)
       return ax_seterr(AX_EINVAL, "pipe.stage %d: bad staleness correction "
-                       "%lld (warm-up %lld)", s->index, (long long)skind,
-                       (long long)swarm);
+                       "%lld (delay %lld, warm-up %lld)", s->index,
+                       (long long)skind, (long long)sdelay, (long long)swarm);
     AX_TRY(ax_staleness_check((int)mode, (int)skind,
                               sgamma < 0 ? AX_PIPEMARE_GAMMA : sgamma,
                               (int)swarm));
