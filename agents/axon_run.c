@@ -17,6 +17,7 @@
 
 #define P "axon-run"
 #include "runtime/pipeline/coordinator.h"
+#include "runtime/pipeline/staleness.h"
 #include "runtime/pipeline/train.h"
 #include "kernels/error.h"
 
@@ -59,6 +60,11 @@ static void usage(FILE *f) {
 "                        interleaved (4)\n"
 "  --chunks V            interleaved: stages per agent (2)\n"
 "  --recompute R         gpipe: always|except-last|never (never)\n"
+"  --staleness S         ddg/fr/pipedream/2bw: none|predict|pipemare (none;\n"
+"                        runtime/pipeline/staleness.h)\n"
+"  --pipemare-gamma G    pipemare: decay of the update average (0.9)\n"
+"  --pipemare-warmup N   pipemare: updates until the step size is lr (0:\n"
+"                        lr / delay throughout)\n"
 "  --partition P         uniform|balanced (uniform)\n"
 "  --trace FILE          Chrome-trace JSON of every forward, backward, send\n"
 "                        and receive of every stage\n"
@@ -106,7 +112,9 @@ int main(int argc, char **argv) {
       {"chunks", 1, 0, 1015},
       {"recompute", 1, 0, 1006}, {"partition", 1, 0, 1007},
       {"trace", 1, 0, 1008},     {"agent-threads", 1, 0, 1009},
-      {"plugin", 1, 0, 1010},    {0, 0, 0, 0}};
+      {"plugin", 1, 0, 1010},    {"staleness", 1, 0, 1016},
+      {"pipemare-gamma", 1, 0, 1017}, {"pipemare-warmup", 1, 0, 1018},
+      {0, 0, 0, 0}};
   static char plugin_path[AX_PLUGIN_MAX][4096];
   static const char *plugins[AX_PLUGIN_MAX];
   optind = 2;
@@ -171,6 +179,23 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
+    case 1016:
+      if (ax_staleness_parse(optarg, &pa.staleness) != AX_OK) {
+        fprintf(stderr, "axon-run: %s\n", ax_errmsg());
+        return 2;
+      }
+      break;
+    case 1017: {
+      char *end;
+      pa.stale_gamma = strtod(optarg, &end);
+      if (*end || end == optarg || !(pa.stale_gamma > 0 && pa.stale_gamma < 1)) {
+        fprintf(stderr, "axon-run: --pipemare-gamma '%s': expected a number "
+                "in (0, 1)\n", optarg);
+        return 2;
+      }
+      break;
+    }
+    case 1018: ok = axc_i32(P, "--pipemare-warmup", optarg, 0, 1 << 30, &pa.stale_warmup); break;
     case 1007: pa.partition = optarg; break;
     case 1008: pa.trace = optarg; break;
     case 1009: ok = axc_i32(P, "--agent-threads", optarg, 1, 1024, &pa.agent_threads); break;
@@ -219,6 +244,12 @@ int main(int argc, char **argv) {
               "--stages K --agents a,b,... --master HOST:PORT; "
               "--microbatches >= 1; --chunks 0..%d\n", AX_PIPE_MAX_STAGES,
               AX_PIPE_MAX_STAGES);
+      return 2;
+    }
+    if (ax_staleness_check(pa.mode, pa.staleness,
+                           pa.stale_gamma ? pa.stale_gamma : AX_PIPEMARE_GAMMA,
+                           pa.stale_warmup) != AX_OK) {
+      fprintf(stderr, "axon-run: %s\n", ax_errmsg());
       return 2;
     }
     if (strcmp(pa.partition, "uniform") && strcmp(pa.partition, "balanced")) {

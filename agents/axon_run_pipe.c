@@ -21,6 +21,7 @@
 #include "rpc/launch.h"
 #include "agents/axon_run.h"
 #include "models/data/dataset.h"
+#include "runtime/pipeline/staleness.h"
 #include "runtime/dist/autograd.h"
 #include "runtime/dist/plugin.h"
 #include "runtime/pipeline/coordinator.h"
@@ -276,15 +277,18 @@ static int run(const axr_pipe_args *a, ax_node *node) {
   }
   char sb[256];
   if (rc == AX_OK)
-    fprintf(stderr, "axon-run: %s on %s, %s, %d stages (blocks %s), %d "
+    fprintf(stderr, "axon-run: %s on %s, %s%s%s, %d stages (blocks %s), %d "
             "micro-batches, batch %d\n", a->model, a->dataset,
-            ax_pipe_mode_name(a->mode), axr_stages(a),
+            ax_pipe_mode_name(a->mode),
+            a->staleness ? " with staleness " : "",
+            a->staleness ? ax_staleness_name(a->staleness) : "", axr_stages(a),
             ax_partition_format(bounds, axr_stages(a), sb, sizeof sb),
             ax_pipe_units(a->mode, a->M), a->batch);
   ax_pipe *p = NULL;
   ax_pipe_opts o = {a->model, a->model_config, a->K, a->agents, bounds,
                     a->mode, a->M, a->recompute, a->optim, a->seed, a->device,
-                    120000, NULL, a->chunks};
+                    120000, NULL, a->chunks, a->staleness, a->stale_gamma,
+                    a->stale_warmup};
   if (rc == AX_OK)
     rc = ax_pipe_new(node, &o, &p);
   long per_epoch = f.ld ? ax_loader_batches(f.ld) : 0;

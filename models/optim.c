@@ -13,6 +13,7 @@ struct ax_optim {
   ax_tensor *m; /* momentum buffer (SGD) or first moment (AdamW) */
   ax_tensor *v; /* second moment (AdamW) */
   long step;
+  float lr_scale; /* ax_optim_set_lr_scale; 1 by default */
 };
 
 ax_optim_cfg ax_optim_defaults(ax_optim_kind kind) {
@@ -99,6 +100,7 @@ ax_optim *ax_optim_new(const ax_optim_cfg *cfg, size_t n, ax_device dev) {
   o->cfg = *cfg;
   o->n = n;
   o->dev = dev;
+  o->lr_scale = 1.0f;
   int64_t shape = (int64_t)n;
   int need_m = cfg->kind == AX_OPT_ADAMW || cfg->momentum != 0.0f;
   if (need_m && !(o->m = ax_tensor_zeros(AX_F32, 1, &shape, dev)))
@@ -135,7 +137,7 @@ int ax_optim_step(ax_optim *o, ax_tensor *params, const ax_tensor *grads) {
                      ax_device_str(grads->device, b, sizeof b));
   }
   ax_backend *be = ax_backend_of(o->dev);
-  float lr = ax_lr_at(&o->cfg, o->step);
+  float lr = ax_lr_at(&o->cfg, o->step) * o->lr_scale;
   const ax_optim_cfg *c = &o->cfg;
   int rc;
   if (c->kind == AX_OPT_SGD)
@@ -152,5 +154,13 @@ int ax_optim_step(ax_optim *o, ax_tensor *params, const ax_tensor *grads) {
 }
 
 long ax_optim_steps(const ax_optim *o) { return o->step; }
+
+int ax_optim_set_lr_scale(ax_optim *o, float scale) {
+  if (!(scale > 0.0f) || !isfinite(scale))
+    return ax_seterr(AX_EINVAL, "optimizer: learning-rate scale %g (must be "
+                     "positive and finite)", (double)scale);
+  o->lr_scale = scale;
+  return AX_OK;
+}
 
 const ax_optim_cfg *ax_optim_config(const ax_optim *o) { return &o->cfg; }

@@ -49,6 +49,11 @@ void ax_optim_free(ax_optim *o);
  * at the scheduled learning rate; advances the step counter. */
 int ax_optim_step(ax_optim *o, ax_tensor *params, const ax_tensor *grads);
 long ax_optim_steps(const ax_optim *o);
+/* Multiplies the scheduled learning rate of the following steps by scale
+ * (> 0, finite; 1 when created): a per-stage step size such as PipeMare's
+ * learning-rate rescheduling (runtime/pipeline/staleness.h). AX_EINVAL on a
+ * bad scale, which leaves the optimizer unchanged. */
+int ax_optim_set_lr_scale(ax_optim *o, float scale);
 const ax_optim_cfg *ax_optim_config(const ax_optim *o);
 
 #endif

@@ -18,7 +18,20 @@
  *  - REF_2BW (2bw): every stage computes the gradient of mini-batch t (or
  *    of its micro-batches, summed) with the weights before update t - 1
  *    (version max(0, t - 1)) and applies it to the latest weights:
- *    w(t+1) = w(t) - lr grad f(w(t-1)). */
+ *    w(t+1) = w(t) - lr grad f(w(t-1)).
+ * With a staleness correction (pt_ref_opts.staleness, the asynchronous
+ * kinds only; SGD with or without momentum, no Nesterov), the reference
+ * steps with its own SGD and keeps, per stage and version v, the momentum
+ * buffer m(v) and the learning rate l(v) of the update that produced v, and
+ * the average D(v) of the updates. With s the stage's delay (t minus the
+ * forward's version in the steady state, from ref_version):
+ *  - predict: the forward of mini-batch t uses p = w(f) - s l(f) m(f), f
+ *    the forward's version; the backward uses p too (REF_REPLAY: replays
+ *    with the latest version t, as without a correction);
+ *  - pipemare: the forward uses w(f); the backward (REF_REPLAY: its replay)
+ *    uses w(t) - min(s, t) D(t), D(v+1) = gamma D(v) + (1 - gamma) (w(v+1)
+ *    - w(v)), D(0) = 0; update t runs with lr(t) max(s, 1)^-e, e = 1 -
+ *    min(t / warmup, 1) (e = 1 without a warm-up). */
 #ifndef AX_PIPE_TESTUTIL_H
 #define AX_PIPE_TESTUTIL_H
 
@@ -30,8 +43,10 @@
 #include "models/model.h"
 #include "models/optim.h"
 #include "runtime/pipeline/coordinator.h"
+#include "runtime/pipeline/staleness.h"
 #include "tests/mp_testutil.h"
 #include "tests/pipe_eventcheck.h"
+#include "tests/pipe_staleref.h"
 
 enum { REF_SYNC = 0, REF_STASH = 1, REF_REPLAY = 2, REF_2BW = 3 };
 
@@ -87,7 +102,18 @@ typedef struct pt_ref_opts {
    * plus this delta: a negative control whose dropout masks at replay
    * differ from the forward's. */
   uint64_t replay_seed_delta;
+  /* The staleness correction (AX_STALE_*, runtime/pipeline/staleness.h),
+   * PipeMare's gamma and learning-rate warm-up (see the top). */
+  int staleness;
+  double gamma;
+  int warmup;
 } pt_ref_opts;
+
+/* The delay of stage d = K - 1 - k in a reference kind: how many versions
+ * the forward of a late mini-batch lags behind it. */
+static inline int ref_delay(int kind, int d) {
+  return 1000 - ref_version(kind, 1000, d, 0);
+}
 
 /* The dropout seed of unit m of mini-batch t (U units per mini-batch), as
  * the coordinator derives it for the stages (runtime/pipeline/coord_run.c,
@@ -138,7 +164,11 @@ static inline void pt_reference_ex(const ax_model_def *def,
                                    ax_tensor **bufs) {
   int U = ro && ro->units > 1 ? ro->units : 1;
   uint64_t delta = ro ? ro->replay_seed_delta : 0;
+  int stale = ro ? ro->staleness : AX_STALE_NONE;
   assert_true(U == 1 || kind == REF_SYNC || kind == REF_2BW);
+  assert_true(stale == AX_STALE_NONE || kind != REF_SYNC);
+  pt_stale_hist hist[8];
+  ax_tensor *fwd_w[8] = {NULL}, *bwd_w[8] = {NULL};
   ax_net *net[8];
   ax_optim *opt[8];
   ax_tensor **ver[8];
@@ -155,14 +185,41 @@ static inline void pt_reference_ex(const ax_model_def *def,
     ver[k] = calloc((size_t)T + 1, sizeof *ver[k]);
     ver[k][0] = ax_tensor_like(net[k]->params);
     AX_ASSERT_OK(ax_tensor_copy(ver[k][0], net[k]->params));
+    hist[k].n = net[k]->n_params;
+    hist[k].mom = calloc((size_t)T + 1, sizeof(float *));
+    hist[k].avg = calloc((size_t)T + 1, sizeof(float *));
+    hist[k].lr = calloc((size_t)T + 1, sizeof(float));
+    hist[k].mom[0] = calloc(hist[k].n, sizeof(float));
+    hist[k].avg[0] = calloc(hist[k].n, sizeof(float));
   }
   for (int t = 0; t < T; t++) {
     ax_tlist in = {0}, lab = {0};
     AX_ASSERT_OK(batch(data, t, &in, &lab));
     int64_t norm[AX_TLIST_MAX] = {0};
     pt_label_counts(&lab, info.ignore_index, norm);
-    for (int k = 0; k < K; k++)
+    for (int k = 0; k < K; k++) {
       AX_ASSERT_OK(ax_net_zero_grad(net[k]));
+      /* the weights of mini-batch t's forwards and backwards */
+      int d = K - 1 - k, sk = ref_delay(kind, d);
+      int vf = ref_version(kind, t, d, 0), vb = ref_version(kind, t, d, 1);
+      ax_tensor_release(fwd_w[k]);
+      ax_tensor_release(bwd_w[k]);
+      fwd_w[k] = ax_tensor_retain(ver[k][vf]);
+      bwd_w[k] = ax_tensor_retain(ver[k][vb]);
+      if (stale == AX_STALE_PREDICT) {
+        ax_tensor_release(fwd_w[k]);
+        fwd_w[k] = pt_shift(ver[k][vf], -(double)sk * hist[k].lr[vf],
+                            hist[k].mom[vf]);
+        if (kind != REF_REPLAY) {
+          ax_tensor_release(bwd_w[k]);
+          bwd_w[k] = ax_tensor_retain(fwd_w[k]);
+        }
+      } else if (stale == AX_STALE_PIPEMARE) {
+        ax_tensor_release(bwd_w[k]);
+        bwd_w[k] = pt_shift(ver[k][t], -(double)(t < sk ? t : sk),
+                            hist[k].avg[t]);
+      }
+    }
     for (int m = 0; m < U; m++) {
       ax_tlist x[9] = {{0}}, ulab = {0};
       pt_unit_slice(&in, in.t[0]->shape[0], U, m, &x[0]);
@@ -170,9 +227,8 @@ static inline void pt_reference_ex(const ax_model_def *def,
       uint64_t sd = pt_unit_seed(seed, t, U, m);
       ax_slot *slot[8];
       for (int k = 0; k < K; k++) {
-        int v = ref_version(kind, t, K - 1 - k, 0);
         ax_exec ex = ax_net_exec(net[k], 1);
-        ex.params = ver[k][v];
+        ex.params = fwd_w[k];
         ex.seed = sd;
         slot[k] = ax_slot_new();
         AX_ASSERT_OK(ax_forward(net[k]->root, &ex, slot[k], &x[k], &x[k + 1]));
@@ -182,11 +238,10 @@ static inline void pt_reference_ex(const ax_model_def *def,
       AX_ASSERT_OK(
           ax_loss_xent(&x[K], &ulab, info.ignore_index, norm, 1.0f, &r, &dy));
       for (int k = K - 1; k >= 0; k--) {
-        int v = ref_version(kind, t, K - 1 - k, 1);
         ax_exec ex = ax_net_exec(net[k], 1);
-        ex.params = ver[k][v];
+        ex.params = bwd_w[k];
         ex.seed = sd;
-        if (kind == REF_REPLAY || delta) { /* recompute with version v */
+        if (kind == REF_REPLAY || delta) { /* recompute with bwd_w */
           ax_tlist y = {0};
           ax_slot_free(slot[k]);
           slot[k] = ax_slot_new();
@@ -211,7 +266,20 @@ static inline void pt_reference_ex(const ax_model_def *def,
     for (int k = 0; k < K; k++) {
       ver[k][t + 1] = ax_tensor_like(ver[k][t]);
       AX_ASSERT_OK(ax_tensor_copy(ver[k][t + 1], ver[k][t]));
-      AX_ASSERT_OK(ax_optim_step(opt[k], ver[k][t + 1], net[k]->grads));
+      if (stale == AX_STALE_NONE) {
+        AX_ASSERT_OK(ax_optim_step(opt[k], ver[k][t + 1], net[k]->grads));
+        continue;
+      }
+      double scale = 1, tau = ref_delay(kind, K - 1 - k);
+      if (stale == AX_STALE_PIPEMARE && tau > 1) {
+        double e = ro->warmup > 0 && t < ro->warmup
+                       ? 1.0 - (double)t / ro->warmup
+                       : ro->warmup > 0 ? 0.0 : 1.0;
+        scale = pow(tau, -e);
+      }
+      pt_stale_step(&ocfg, &hist[k], ver[k][t], net[k]->grads, t, scale,
+                    stale == AX_STALE_PIPEMARE ? ro->gamma : 0.0,
+                    ver[k][t + 1]);
     }
     ax_tlist_clear(&in);
     ax_tlist_clear(&lab);
@@ -219,8 +287,16 @@ static inline void pt_reference_ex(const ax_model_def *def,
   for (int k = 0; k < K; k++) {
     params[k] = ax_tensor_retain(ver[k][T]);
     bufs[k] = net[k]->buffers ? ax_tensor_retain(net[k]->buffers) : NULL;
-    for (int v = 0; v <= T; v++)
+    for (int v = 0; v <= T; v++) {
       ax_tensor_release(ver[k][v]);
+      free(hist[k].mom[v]);
+      free(hist[k].avg[v]);
+    }
+    free(hist[k].mom);
+    free(hist[k].avg);
+    free(hist[k].lr);
+    ax_tensor_release(fwd_w[k]);
+    ax_tensor_release(bwd_w[k]);
     free(ver[k]);
     ax_optim_free(opt[k]);
     ax_net_free(net[k]);

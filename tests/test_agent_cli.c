@@ -136,6 +136,19 @@ static void test_run_numbers(void **state) {
   expect("axon-run", dev, 2, "cuda:7 does not exist");
 }
 
+/* --staleness and PipeMare's settings: checked before any agent starts. */
+static void test_run_staleness(void **state) {
+  const char *bad[] = {"train", "--staleness", "sometimes", NULL};
+  expect("axon-run", bad, 2, "expected none, predict or pipemare");
+  const char *flushed[] = {"train", "--local", "2", "--mode", "gpipe",
+                           "--staleness", "predict", NULL};
+  expect("axon-run", flushed, 2, "asynchronous modes");
+  const char *gamma[] = {"train", "--pipemare-gamma", "1.5", NULL};
+  expect("axon-run", gamma, 2, "--pipemare-gamma");
+  const char *warm[] = {"train", "--pipemare-warmup", "-1", NULL};
+  expect("axon-run", warm, 2, "--pipemare-warmup");
+}
+
 static void test_run_unknown_keys(void **state) {
   const char *m[] = {
       "train", "--model-config", "widths=784/10,bogus=1", "--steps", "1", NULL};
@@ -168,6 +181,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_agent_numbers),
       cmocka_unit_test(test_agent_device),
+      cmocka_unit_test(test_run_staleness),
       cmocka_unit_test(test_agent_unreachable_master),
       cmocka_unit_test(test_run_numbers),
       cmocka_unit_test(test_run_unknown_keys),

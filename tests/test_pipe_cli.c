@@ -2,7 +2,7 @@
  *  - --partition balanced with --local K on a small MLP and a small
  *    ResNet20: the split printed is contiguous (rising from 0 to the number
  *    of blocks, every stage non-empty), the run exits 0 with a summary, and
- *    the loss goes down;
+ *    the loss goes down; the same with --staleness predict on 2bw;
  *  - --stages K --agents a,b,c --master HOST:PORT against agents this test
  *    starts separately (this process is their master): the run trains and
  *    exits 0, and the agents end with zero live RRefs, contexts, calls and
@@ -184,6 +184,18 @@ static void test_balanced_mlp(void **state) {
   run_balanced("mlp", av, 3, 5);
 }
 
+/* --staleness end to end: a corrected asynchronous mode trains. */
+static void test_staleness_mlp(void **state) {
+  const char *av[] = {"--model", "mlp", "--model-config",
+                      "widths=64/256/32/32/32/10", "--dataset", "synthetic",
+                      "--data-config", "shape=64,classes=4,examples=256,seed=3",
+                      "--optim", "opt=sgd,lr=0.05,momentum=0.9", "--batch",
+                      "32", "--eval-limit", "64", "--local", "3", "--mode",
+                      "2bw", "--microbatches", "2", "--staleness", "predict",
+                      "--steps", "24", NULL};
+  run_balanced("stale", av, 3, 5);
+}
+
 static void test_balanced_resnet20(void **state) {
   const ax_model_def *def = ax_model_find("resnet20");
   ax_config cfg;
@@ -278,6 +290,7 @@ static void test_agents_and_master(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_balanced_mlp),
+      cmocka_unit_test(test_staleness_mlp),
       cmocka_unit_test(test_balanced_resnet20),
       cmocka_unit_test(test_agents_and_master), /* last: starts gRPC */
   };

@@ -7,6 +7,7 @@
 #include "models/model.h"
 #include "runtime/pipeline/coordinator-impl.h"
 #include "runtime/pipeline/stage_host.h"
+#include "runtime/pipeline/staleness.h"
 #include "runtime/pipeline/train.h"
 
 int ax_pipe_recompute_parse(const char *s, int *out) {
@@ -58,6 +59,10 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
     return ax_seterr(AX_EINVAL, "pipeline: %s needs a multiple of its %d "
                      "agents as micro-batches (got %d)",
                      ax_pipe_mode_name(o->mode), o->K, o->M);
+  AX_TRY(ax_staleness_check(o->mode, o->staleness,
+                            o->stale_gamma ? o->stale_gamma
+                                           : AX_PIPEMARE_GAMMA,
+                            o->stale_warmup));
   if (!(*def = ax_model_find(o->model)))
     return AX_ENOTFOUND;
   ax_config cfg;
@@ -107,6 +112,12 @@ static int create_hosts(ax_pipe *p, const int *bounds) {
     else
       ax_values_add_i64(a, 0);
     ax_values_add_i64(a, (int64_t)ax_rref_id(p->host[s])); /* its inbox */
+    if (p->o.staleness != AX_STALE_NONE) { /* staleness.h; else none */
+      ax_values_add_i64(a, p->o.staleness);
+      ax_values_add_i64(a, ax_pipe_delay(p->o.mode, p->K, s, p->o.M));
+      ax_values_add_f64(a, p->o.stale_gamma ? p->o.stale_gamma : -1.0);
+      ax_values_add_i64(a, p->o.stale_warmup);
+    }
     ax_values *r = NULL;
     int err = ax_rref_rpc_sync(p->node, p->host[s], "setup", a, &co, &r);
     ax_values_free(a);

@@ -59,6 +59,15 @@ typedef struct ax_pipe_opts {
                                (ax_pipe_stage_rank), and bounds and devices
                                have K * chunks (+ 1) entries. Ignored by the
                                other modes. */
+  /* The staleness correction of the asynchronous modes (staleness.h:
+   * AX_STALE_NONE, the default, PREDICT or PIPEMARE; anything but none in a
+   * flushed mode is AX_EINVAL), carried to every stage with its delay
+   * (ax_pipe_delay). */
+  int staleness;
+  double stale_gamma; /* pipemare: decay of the update average, in (0, 1);
+                         0: AX_PIPEMARE_GAMMA */
+  int stale_warmup;   /* pipemare: learning-rate warm-up in updates (0: the
+                         step size stays lr / delay) */
 } ax_pipe_opts;
 
 typedef struct ax_pipe ax_pipe;

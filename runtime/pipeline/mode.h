@@ -178,6 +178,19 @@ int ax_pipe_schedule_chunks(int mode, int K, int v, int r, int M, long n,
 int ax_pipe_schedule(int mode, int K, int s, int M, long n, ax_pipe_op *ops,
                      long cap);
 
+/* The delay of stage s (of K, single-chunk modes) with M micro-batches:
+ * the updates of the stage's weights between the version a unit's forward
+ * uses and the update its gradient goes into, in the steady state (a unit
+ * of mini-batch t whose forward uses version t - delay). Derived from the
+ * stage's action list (the STEPs before a steady-state F) and the entry's
+ * forward weights (double-buffered: version t - 1): pipedream, ddg and fr
+ * d = K - 1 - s, 2bw 1, flushed modes 0. In these modes the backward of
+ * the unit runs on version t, so the delay is also the number of updates
+ * between its forward and its backward. The first units see
+ * min(delay, t). -1 with AX_EINVAL on a bad argument. The staleness
+ * corrections (staleness.h) read it. */
+int ax_pipe_delay(int mode, int K, int s, int M);
+
 /* ---- plans: every rank's list plus the dependencies ------------------------ */
 typedef struct ax_pipe_plan ax_pipe_plan;
 /* The lists of K ranks (agents) holding v stages each (ax_pipe_chunks) for

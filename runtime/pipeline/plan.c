@@ -111,3 +111,38 @@ int ax_pipe_deps(int mode, int K, int M, const ax_pipe_op *op,
   ax_pipe_plan_free(p);
   return nd;
 }
+
+int ax_pipe_delay(int mode, int K, int s, int M) {
+  const ax_pipe_mode_def *def = ax_pipe_mode_get(mode);
+  if (!def)
+    return -1;
+  if (K < 1 || s < 0 || s >= K || M < 1) {
+    ax_seterr(AX_EINVAL, "delay: bad arguments (K %d, stage %d, M %d)", K, s,
+              M);
+    return -1;
+  }
+  if (def->chunked) /* chunked modes flush: a forward sees every update */
+    return 0;
+  /* A steady-state mini-batch t: the version its first forward uses is the
+   * number of STEPs before that forward in the stage's list (or t - 1 at
+   * most when the forward weights are double-buffered). */
+  long t = K + 1, n = t + 1, cap = ax_pipe_nops(mode, M, n), version = 0;
+  ax_pipe_op *ops = malloc(sizeof *ops * (size_t)cap);
+  if (!ops) {
+    ax_seterr(AX_ENOMEM, "delay: out of memory");
+    return -1;
+  }
+  if (ax_pipe_schedule(mode, K, s, M, n, ops, cap) != AX_OK) {
+    free(ops);
+    return -1;
+  }
+  for (long i = 0; i < cap; i++) {
+    if (ops[i].kind == AX_OP_FWD && ops[i].batch == t)
+      break;
+    version += ops[i].kind == AX_OP_STEP;
+  }
+  free(ops);
+  if (def->fwd_weights == AX_FWD_DOUBLE_BUFFERED && version > t - 1)
+    version = t - 1;
+  return (int)(t - version);
+}

@@ -7,6 +7,7 @@
 #include "runtime/dist/stage-impl.h"
 #include "runtime/pipeline/mode.h"
 #include "runtime/pipeline/stage_inbox.h"
+#include "runtime/pipeline/staleness-impl.h"
 #include "runtime/pipeline/trace.h"
 
 typedef struct pstate { /* one unit between its forward and its backward */
@@ -45,6 +46,7 @@ typedef struct phost {
   ax_tensor *shadow; /* double-buffered modes: weights before the last
                         STEP, used by every forward of batch shadow_for */
   long shadow_for;
+  axi_stale stale; /* the staleness correction (staleness.h; s->mu) */
   ax_trace *tr;   /* stage-side events (stage_events.h); its own lock */
 } phost;
 

@@ -36,6 +36,7 @@ static void host_clear(phost *h) {
   ax_tensor_release(h->shadow);
   h->shadow = NULL;
   h->last_step = -1;
+  axi_stale_clear(&h->stale);
   axp_inbox_close(&h->in);
 }
 
@@ -65,6 +66,7 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
   h->s = s;
   h->def = ax_pipe_mode_get(AX_MODE_SEQUENTIAL);
   h->last_step = -1;
+  axi_stale_clear(&h->stale);
   h->tr = ax_trace_new(AXP_STAGE_EVENTS_MAX); /* NULL: no events */
   axp_inbox_init(&h->in, h->s->index, dev, h->tr);
   *obj = h;
@@ -104,6 +106,25 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
       ax_values_get_i64(args, 5, &self_id) != AX_OK || self_id == 0)
     return ax_seterr(AX_EBADARG, "pipe.stage: setup needs the id of the "
                      "host's own RRef (argument 5)");
+  int64_t skind = AX_STALE_NONE, sdelay = 0, swarm = 0;
+  double sgamma = -1;
+  if (ax_values_count(args) > 6) { /* the staleness correction */
+    AX_TRY(ax_values_get_i64(args, 6, &skind));
+    AX_TRY(ax_values_get_i64(args, 7, &sdelay));
+    AX_TRY(ax_values_get_f64(args, 8, &sgamma));
+    AX_TRY(ax_values_get_i64(args, 9, &swarm));
+    if (skind < 0 || skind >= AX_STALE_COUNT || sdelay < 0 ||
+        sdelay > 1 << 20 || swarm < 0 || swarm > 1 << 30)
+      return ax_seterr(AX_EINVAL, "pipe.stage %d: bad staleness correction "
+                       "%lld (delay %lld, warm-up %lld)", s->index,
+                       (long long)skind, (long long)sdelay, (long long)swarm);
+    AX_TRY(ax_staleness_check((int)mode, (int)skind,
+                              sgamma < 0 ? AX_PIPEMARE_GAMMA : sgamma,
+                              (int)swarm));
+  }
+  axi_stale stale;
+  memset(&stale, 0, sizeof stale);
+  AX_TRY(axi_stale_init(&stale, (int)skind, (int)sdelay, sgamma, (int)swarm));
   ax_config c;
   ax_optim_cfg oc;
   AX_TRY(ax_config_parse(&c, ocfg));
@@ -122,6 +143,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   h->prev = ax_rref_retain(nb[0]);
   h->next = ax_rref_retain(nb[1]);
   h->is_last = nb[1] == NULL;
+  h->stale = stale;
   ax_optim_free(s->opt);
   s->opt = o;
   int err = axp_inbox_open(&h->in, (uint64_t)self_id);
@@ -144,6 +166,20 @@ int axp_host_report(phost *h, int64_t t0, ax_values *out) {
     if (!seen) {
       vers++;
       bytes += ax_tensor_nbytes(st->ver);
+    }
+  }
+  /* Under a correction, a prediction no state uses yet and pipemare's
+   * shadow (2bw; its states stash nothing) count too. */
+  ax_tensor *extra[2] = {h->stale.pred,
+                         h->stale.kind == AX_STALE_PIPEMARE ? h->shadow
+                                                            : NULL};
+  for (int i = 0; i < 2; i++) {
+    int seen = !extra[i] || extra[i] == h->s->net->params;
+    for (pstate *o = h->states; !seen && o; o = o->next)
+      seen = o->ver == extra[i];
+    if (!seen) {
+      vers++;
+      bytes += ax_tensor_nbytes(extra[i]);
     }
   }
   AX_TRY(ax_values_add_i64(out, ax_trace_now_us() - t0));
@@ -251,6 +287,12 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                       "micro-batches?)", s->index, h->def->name,
                       (long long)batch, (long long)batch - 2);
   }
+  ax_tensor *wf = NULL; /* w, or its prediction (staleness.h) */
+  if (err == AX_OK)
+    err = train ? axi_stale_forward(&h->stale, w, (long)batch, &wf)
+                : AX_OK;
+  if (err == AX_OK && wf)
+    w = wf;
   if (err == AX_OK) {
     ax_exec ex = ax_net_exec(s->net, train);
     ex.params = w;
@@ -259,7 +301,8 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     err = ax_forward(s->net->root, &ex, st ? st->slot : NULL, &in, &y);
   }
   if (err == AX_OK && st) {
-    if (h->def->bwd_weights == AX_WEIGHTS_STASHED)
+    if (h->def->bwd_weights == AX_WEIGHTS_STASHED &&
+        axi_stale_stashes(&h->stale))
       st->ver = ax_tensor_retain(w); /* live weights are copied on update */
     if (flags & AX_PIPE_FLAG_RECOMPUTE) { /* keep only the inputs */
       ax_slot_free(st->slot);
@@ -283,6 +326,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     h->states = st;
     st = NULL;
   }
+  ax_tensor_release(wf);
   if (err == AX_OK)
     err = axp_host_report(h, t0, out);
   int live = 0;

@@ -9,13 +9,18 @@
  * Methods (every call on one host runs one at a time under the stage lock;
  * the coordinator issues at most one fwd/bwd per host at a time). A push
  * that failed makes the next fwd/bwd fail with its error.
- *  - "setup" [mode, recompute, optim config (str), prev, next, self id]:
+ *  - "setup" [mode, recompute, optim config (str), prev, next, self id,
+ *    and optionally staleness, delay, gamma (f64; < 0: the default),
+ *    warm-up]:
  *    the recompute option is informational (each "fwd" says in its flags
  *    whether the unit keeps only its inputs); prev/next are the
  *    neighbours' object RRefs, or i64 0 at the ends;
  *    self id is ax_rref_id of this host's own RRef, under which its inbox
  *    receives the neighbours' pushes (stage_inbox.h). Creates the local
- *    optimizer (models/optim.h keys).
+ *    optimizer (models/optim.h keys). The staleness correction
+ *    (staleness.h; absent: none) with the stage's delay (ax_pipe_delay)
+ *    changes the weights a training forward and a backward use and the
+ *    step size; AX_EINVAL for a bad one or any but none in a flushed mode.
  *  - "fwd" [batch, micro, seed, flags, n_in, inputs..., n_lab, labels...,
  *    norms (n_lab i64)]: flags bit 0 = training, bit 1 = keep only the
  *    inputs and replay the forward at backward (the mode table's

@@ -110,10 +110,19 @@ static int step_locked(phost *h, long t, int units) {
     return ax_seterr(AX_ESTATE, "pipe.stage %d: step of batch %ld with the "
                      "gradients of %d of its %d units", s->index, t,
                      h->acc ? h->acc_next : 0, units);
-  int err = h->def->fwd_weights == AX_FWD_DOUBLE_BUFFERED ? shadow_live(h, t)
-                                                          : stash_live(h);
+  int dbuf = h->def->fwd_weights == AX_FWD_DOUBLE_BUFFERED;
+  /* Under predict the forwards of t + 1 use their prediction, made from
+   * the live weights before this update (axi_stale_before_step): no
+   * shadow. */
+  int err = dbuf && h->stale.kind != AX_STALE_PREDICT ? shadow_live(h, t)
+                                                       : stash_live(h);
+  if (err == AX_OK) /* the correction's view of the update (staleness.h) */
+    err = axi_stale_before_step(&h->stale, s->opt, s->net->params,
+                                dbuf ? t + 1 : -1);
   if (err == AX_OK)
     err = ax_optim_step(s->opt, s->net->params, h->acc);
+  if (err == AX_OK)
+    err = axi_stale_after_step(&h->stale, s->net->params, t);
   if (err == AX_OK)
     h->last_step = t;
   ax_dist_grads_recycle(s->node, h->acc);
@@ -137,12 +146,22 @@ static int backward_locked(phost *h, pstate *st, int part,
   ax_exec ex = ax_net_exec(net, 1);
   ex.params = st->ver ? st->ver : net->params;
   ex.seed = st->seed;
-  int err = AX_OK;
+  ax_tensor *wb = NULL; /* pipemare's corrected weights (staleness.h) */
+  int err = st->ver ? AX_OK
+                    : axi_stale_backward(&h->stale, net->params,
+                                         s->opt ? ax_optim_steps(s->opt) : 0,
+                                         &wb);
+  if (err != AX_OK)
+    return err;
+  if (wb)
+    ex.params = wb;
   mark[0] = ax_trace_now_us();
   if (!st->slot && part != PART_WEIGHT) { /* replay: no new statistics */
     ax_tlist y = {0};
-    if (!(st->slot = ax_slot_new()))
+    if (!(st->slot = ax_slot_new())) {
+      ax_tensor_release(wb);
       return AX_ENOMEM;
+    }
     ex.update_stats = 0;
     err = ax_forward(net->root, &ex, st->slot, &st->input, &y);
     ax_tlist_clear(&y);
@@ -157,6 +176,7 @@ static int backward_locked(phost *h, pstate *st, int part,
   else if (err == AX_OK)
     err = ax_backward_weight(net->root, &ex, st->slot);
   mark[2] = ax_trace_now_us();
+  ax_tensor_release(wb);
   return err;
 }
 
