@@ -4,8 +4,12 @@
  * accepts a connection first sends a fresh random nonce (the challenge);
  * the dialling side answers with its hello carrying
  * HMAC-SHA256(token, label, nonce, name, addr, bulk_addr), and nothing else
- * it sends is read before that proof checks out. The secret never crosses
- * the wire; a recorded proof is useless against another nonce. */
+ * it sends is read before that proof checks out. The hello also carries a
+ * fresh nonce of the dialling side, and the accepting side answers with
+ * its own proof over that nonce (under its own label) before the dialling
+ * side sends or accepts anything else: both ends hold the secret, or
+ * nothing but the proofs crosses. The secret never crosses the wire; a
+ * recorded proof is useless against another nonce. */
 #ifndef AX_RPC_AUTH_IMPL_H
 #define AX_RPC_AUTH_IMPL_H
 
@@ -15,6 +19,10 @@
 #define AXI_MAC_LEN 32
 #define AXI_AUTH_HELLO "axon-hello-v1" /* control stream label */
 #define AXI_AUTH_BULK "axon-bulk-v1"   /* data channel label */
+/* The accepting side's answers (distinct labels: a dialler's proof is never
+ * a valid acceptor's proof). */
+#define AXI_AUTH_HELLO_ACK "axon-hello-ack-v1"
+#define AXI_AUTH_BULK_ACK "axon-bulk-ack-v1"
 
 /* Reads the token file into n (none named: no authentication). AX_EINVAL
  * if it cannot be read or holds fewer than 16 or more than AXI_TOKEN_MAX

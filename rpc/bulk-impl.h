@@ -12,6 +12,8 @@
 
 #define AXI_BULK_HELLO_MAGIC 0x48425841u /* "AXBH" */
 #define AXI_BULK_CHAL_MAGIC 0x43425841u  /* "AXBC": magic, 16-byte nonce */
+#define AXI_BULK_ACK_MAGIC 0x50425841u   /* "AXBP": magic, the acceptor's
+                                            32-byte proof */
 #define AXI_BULK_HELLO_MAX 300          /* "name\naddr\nbulk_addr" bytes */
 #define AXI_BULK_IOV 16
 #define AXI_BULK_STEP (4u << 20) /* largest single read */
@@ -41,7 +43,7 @@ typedef struct bconn {
   bframe *q_head, **q_tail;
   /* receive state (I/O thread only) */
   int rstate;
-  uint8_t small[4 + AXI_PREFIX_LEN + AXI_BULK_HELLO_MAX + 32 + 1];
+  uint8_t small[4 + AXI_PREFIX_LEN + AXI_BULK_HELLO_MAX + 32 + 16 + 1];
   uint8_t nonce[16]; /* incoming, with authentication: our challenge */
   size_t have, need;
   axi_prefix px;
@@ -82,9 +84,11 @@ typedef struct axi_bulk {
 bframe *axi_bulk_frame_new(uint8_t *head, size_t head_len, ax_values *vals);
 /* The first frame on a connection: the sender's name and addresses, then,
  * with authentication, mac (32 bytes: the proof over the receiver's
- * challenge; NULL without). */
+ * challenge) and the sender's own nonce (16 bytes) for the receiver's
+ * answer; both NULL without. */
 bframe *axi_bulk_hello(const char *name, const char *addr,
-                       const char *bulk_addr, const uint8_t *mac);
+                       const char *bulk_addr, const uint8_t *mac,
+                       const uint8_t *nonce);
 void axi_bulk_frames_free(bframe *f); /* frees the whole list */
 /* Fills iov with what is left of f; returns the count. */
 int axi_bulk_frame_iov(bframe *f, struct iovec *iov, int max);

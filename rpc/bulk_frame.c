@@ -55,23 +55,27 @@ bframe *axi_bulk_frame_new(uint8_t *head, size_t head_len, ax_values *vals) {
 }
 
 bframe *axi_bulk_hello(const char *name, const char *addr,
-                       const char *bulk_addr, const uint8_t *mac) {
+                       const char *bulk_addr, const uint8_t *mac,
+                       const uint8_t *nonce) {
   /* "name\naddr\nbulk_addr": who is calling. The receiver checks a known
    * member's control address against the membership, and dials only the
    * addresses the membership gives (never these). */
   size_t nl = strlen(name) + strlen(addr) + strlen(bulk_addr) + 2;
   if (nl > AXI_BULK_HELLO_MAX)
     return NULL;
-  uint8_t *p = malloc(8 + nl + 1 + AXI_MAC_LEN);
+  uint8_t *p = malloc(8 + nl + 1 + AXI_MAC_LEN + AXI_NONCE_LEN);
   if (!p)
     return NULL;
   uint32_t magic = AXI_BULK_HELLO_MAGIC, l = (uint32_t)nl;
   memcpy(p, &magic, 4);
   memcpy(p + 4, &l, 4);
   snprintf((char *)p + 8, nl + 1, "%s\n%s\n%s", name, addr, bulk_addr);
-  if (mac)
+  if (mac) {
     memcpy(p + 8 + nl, mac, AXI_MAC_LEN);
-  return axi_bulk_frame_new(p, 8 + nl + (mac ? AXI_MAC_LEN : 0), NULL);
+    memcpy(p + 8 + nl + AXI_MAC_LEN, nonce, AXI_NONCE_LEN);
+  }
+  return axi_bulk_frame_new(
+      p, 8 + nl + (mac ? AXI_MAC_LEN + AXI_NONCE_LEN : 0), NULL);
 }
 
 void axi_bulk_frames_free(bframe *f) {
@@ -280,6 +284,21 @@ static int hello_ok(bconn *c, const char *name, const char *addr,
   return 0;
 }
 
+/* Answers an authenticated hello with this node's own proof over the
+ * dialler's nonce, written straight to the fresh socket (nothing else was
+ * ever written to an incoming connection, so its few bytes fit). */
+static int prove(bconn *c, const uint8_t *theirs) {
+  uint8_t ack[4 + AXI_MAC_LEN];
+  uint32_t magic = AXI_BULK_ACK_MAGIC;
+  memcpy(ack, &magic, 4);
+  axi_auth_mac(c->b->node, AXI_AUTH_BULK_ACK, theirs, "", "", "", ack + 4);
+  ssize_t w;
+  do
+    w = write(c->fd, ack, sizeof ack);
+  while (w < 0 && errno == EINTR);
+  return w == (ssize_t)sizeof ack ? AX_OK : AX_ECLOSED;
+}
+
 int axi_bulk_recv(bconn *c) {
   ax_node *n = c->b->node;
   c->rdry = 0;
@@ -304,12 +323,14 @@ int axi_bulk_recv(bconn *c) {
           return AX_EMALFORMED;
         c->rstate = R_NAME;
         c->have = 0;
-        c->need = nl + (n->token_len ? AXI_MAC_LEN : 0);
+        c->need = nl + (n->token_len ? AXI_MAC_LEN + AXI_NONCE_LEN : 0);
       } else if (c->rstate == R_NAME) {
-        uint8_t mac[AXI_MAC_LEN];
-        size_t nl = c->need - (n->token_len ? AXI_MAC_LEN : 0);
-        if (n->token_len)
+        uint8_t mac[AXI_MAC_LEN], theirs[AXI_NONCE_LEN];
+        size_t nl = c->need - (n->token_len ? AXI_MAC_LEN + AXI_NONCE_LEN : 0);
+        if (n->token_len) {
           memcpy(mac, c->small + nl, AXI_MAC_LEN);
+          memcpy(theirs, c->small + nl + AXI_MAC_LEN, AXI_NONCE_LEN);
+        }
         c->small[nl] = 0;
         char *name = (char *)c->small, *addr = strchr(name, '\n');
         char *bulk = addr ? strchr(addr + 1, '\n') : NULL;
@@ -319,6 +340,8 @@ int axi_bulk_recv(bconn *c) {
           *bulk++ = 0;
         if (n->token_len && !hello_ok(c, name, addr, bulk, mac))
           return AX_EMALFORMED; /* closed before anything else is read */
+        if (n->token_len && prove(c, theirs) != AX_OK)
+          return AX_ECLOSED;
         c->peer = axi_peer_get(n, name, NULL, NULL); /* see grpc_stream.c */
         if (!c->peer)
           return AX_ENOMEM;

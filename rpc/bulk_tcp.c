@@ -202,39 +202,79 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
     memcpy(c->nonce, chal + 4, AXI_NONCE_LEN);
 }
 
-/* Reads the accepting side's challenge on a fresh connection (bounded
- * wait) and returns the hello answering it, or NULL with the error set. */
-static bframe *answer_challenge(ax_node *n, int fd, const char *addr) {
-  uint8_t chal[4 + AXI_NONCE_LEN];
+/* Reads exactly len bytes from fd before end_ms (poll-bounded). */
+static int read_full(int fd, uint8_t *buf, size_t len, int64_t end_ms) {
   size_t have = 0;
-  int64_t end = axi_now_ms() + 5000;
-  while (have < sizeof chal) {
+  while (have < len) {
     struct pollfd pf = {.fd = fd, .events = POLLIN};
-    int64_t left = end - axi_now_ms();
+    int64_t left = end_ms - axi_now_ms();
     if (left <= 0 || poll(&pf, 1, (int)left) != 1)
-      break;
-    ssize_t r = read(fd, chal + have, sizeof chal - have);
+      return -1;
+    ssize_t r = read(fd, buf + have, len - have);
     if (r <= 0 && !(r < 0 && (errno == EAGAIN || errno == EINTR)))
-      break;
+      return -1;
     if (r > 0)
       have += (size_t)r;
   }
-  uint32_t magic = 0;
-  memcpy(&magic, chal, 4);
-  if (have < sizeof chal || magic != AXI_BULK_CHAL_MAGIC) {
-    ax_seterr(AX_EPEERDOWN,
-              "bulk: no authentication challenge from %s (does it run with "
-              "the same token?)",
-              addr);
-    return NULL;
+  return 0;
+}
+
+/* Writes all of buf to fd before end_ms (poll-bounded). */
+static int write_full(int fd, const uint8_t *buf, size_t len, int64_t end_ms) {
+  size_t done = 0;
+  while (done < len) {
+    struct pollfd pf = {.fd = fd, .events = POLLOUT};
+    int64_t left = end_ms - axi_now_ms();
+    if (left <= 0 || poll(&pf, 1, (int)left) != 1)
+      return -1;
+    ssize_t w = write(fd, buf + done, len - done);
+    if (w < 0 && errno != EAGAIN && errno != EINTR)
+      return -1;
+    if (w > 0)
+      done += (size_t)w;
   }
-  uint8_t mac[AXI_MAC_LEN];
+  return 0;
+}
+
+/* Mutual authentication on a fresh connection (bounded wait, 5 s): reads
+ * the accepting side's challenge, writes the hello answering it with this
+ * node's own nonce, and reads the acceptor's proof over that nonce. Nothing
+ * else is sent before the acceptor proved it holds the secret. */
+static int authenticate(ax_node *n, int fd, const char *addr) {
+  int64_t end = axi_now_ms() + 5000;
+  uint8_t chal[4 + AXI_NONCE_LEN];
+  uint32_t magic = 0;
+  if (read_full(fd, chal, sizeof chal, end) == 0)
+    memcpy(&magic, chal, 4);
+  if (magic != AXI_BULK_CHAL_MAGIC)
+    return ax_seterr(AX_EPEERDOWN,
+                     "bulk: no authentication challenge from %s (does it run "
+                     "with the same token?)",
+                     addr);
+  uint8_t mac[AXI_MAC_LEN], mine[AXI_NONCE_LEN];
+  AX_TRY(axi_auth_nonce(mine));
   axi_auth_mac(n, AXI_AUTH_BULK, chal + 4, n->name, n->addr, n->bulk_addr,
                mac);
-  bframe *h = axi_bulk_hello(n->name, n->addr, n->bulk_addr, mac);
+  bframe *h = axi_bulk_hello(n->name, n->addr, n->bulk_addr, mac, mine);
   if (!h)
-    ax_seterr(AX_ENOMEM, "bulk: no memory");
-  return h;
+    return ax_seterr(AX_ENOMEM, "bulk: no memory");
+  int wrc = write_full(fd, h->head, h->head_len, end);
+  axi_bulk_frames_free(h);
+  uint8_t ack[4 + AXI_MAC_LEN];
+  magic = 0;
+  if (wrc == 0 && read_full(fd, ack, sizeof ack, end) == 0)
+    memcpy(&magic, ack, 4);
+  if (magic != AXI_BULK_ACK_MAGIC ||
+      !axi_auth_verify(n, AXI_AUTH_BULK_ACK, mine, "", "", "", ack + 4,
+                       AXI_MAC_LEN)) {
+    uint64_t k = __atomic_add_fetch(&n->auth_refused, 1, __ATOMIC_RELAXED);
+    if (k <= 20 || k % 1000 == 0)
+      fprintf(stderr, "axon: %s: %s did not prove the shared secret on the "
+              "data channel\n", n->name, addr);
+    return ax_seterr(AX_EPEERDOWN,
+                     "bulk: %s did not prove the shared secret", addr);
+  }
+  return AX_OK;
 }
 
 static int parse_hostport(const char *addr, char *host, size_t hl, int *port) {
@@ -316,10 +356,8 @@ static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
     int fd = -1, rc = dial(addr, &fd);
     bframe *h = NULL;
     if (rc == AX_OK && b->node->token_len &&
-        !(h = answer_challenge(b->node, fd, addr))) {
+        (rc = authenticate(b->node, fd, addr)) != AX_OK)
       close(fd);
-      rc = AX_EPEERDOWN;
-    }
     if (rc == AX_OK && !(c = conn_new(b, fd, p, 1))) {
       close(fd);
       rc = ax_seterr(AX_ENOMEM, "bulk: no memory");
@@ -330,9 +368,9 @@ static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
       axi_bulk_frames_free(f);
       return rc;
     }
-    if (!h)
+    if (!b->node->token_len) /* with a token the hello went already */
       h = axi_bulk_hello(b->node->name, b->node->addr, b->node->bulk_addr,
-                         NULL);
+                         NULL, NULL);
     if (h)
       axi_bulk_queue(c, h);
     p->bulk_conn = c;
@@ -347,6 +385,14 @@ static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
   }
   axi_bulk_queue(c, f);
   return AX_OK;
+}
+
+static int tcp_probe(axi_transport *t, const char *addr) {
+  int fd = -1;
+  AX_TRY(dial(addr, &fd));
+  int rc = t->node->token_len ? authenticate(t->node, fd, addr) : AX_OK;
+  close(fd);
+  return rc;
 }
 
 static void tcp_drop_peer(axi_transport *t, axi_peer *p) {
@@ -448,4 +494,5 @@ const axi_transport_ops axi_tcp_transport = {
     .drop_peer = tcp_drop_peer,
     .stop = tcp_stop,
     .free = tcp_free,
+    .probe = tcp_probe,
 };

@@ -59,4 +59,13 @@ int ax_rpc_debug_peer_addrs(ax_node *n, const char *name, char *ctl,
   return AX_OK;
 }
 
+int ax_rpc_debug_data_handshake(ax_node *n, const char *addr) {
+  pthread_rwlock_rdlock(&n->data_lk);
+  int rc = n->data && n->data->ops->probe
+               ? n->data->ops->probe(n->data, addr)
+               : ax_seterr(AX_EUNSUPPORTED, "debug: no data transport");
+  pthread_rwlock_unlock(&n->data_lk);
+  return rc;
+}
+
 const char *ax_rpc_debug_bulk_addr(const ax_node *n) { return n->bulk_addr; }

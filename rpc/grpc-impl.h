@@ -40,9 +40,12 @@ struct axi_stream {
   int established;
   /* Authentication (rpc/auth-impl.h). Server streams: need_auth until the
    * HELLO's proof checked out against nonce; rejected once it did not.
-   * Client streams: hold (nothing leaves) until the CHALLENGE came. */
+   * Client streams: hold until the server proved the secret: 1, nothing
+   * leaves (until the CHALLENGE came); 2, only the HELLO at the head of the
+   * queue may leave; then 1 again until the server's answering HELLO
+   * carried a proof over mine (our nonce). */
   int need_auth, rejected, hold;
-  uint8_t nonce[16];
+  uint8_t nonce[16], mine[16];
   axi_sbuf *q_head, **q_tail;
   int sending;
   grpc_byte_buffer *send_bb, *recv_bb;

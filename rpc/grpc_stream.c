@@ -110,11 +110,14 @@ void axi_stream_cancel(axi_stream *s) {
 
 /* Starts the next send with everything queued (s->mu held). */
 static void send_next_locked(axi_stream *s) {
-  if (s->sending || !s->q_head || s->dead || s->hold)
+  if (s->sending || !s->q_head || s->dead || s->hold == 1)
     return;
+  size_t max = s->hold == 2 ? 1 : 64; /* 2: the HELLO alone */
+  if (s->hold == 2)
+    s->hold = 1;
   grpc_slice slices[64];
   size_t ns = 0, bytes = 0;
-  while (s->q_head && ns < 64 && (ns == 0 || bytes < STREAM_BATCH_MAX)) {
+  while (s->q_head && ns < max && (ns == 0 || bytes < STREAM_BATCH_MAX)) {
     axi_sbuf *b = s->q_head;
     s->q_head = b->next;
     uint32_t fl = (uint32_t)(b->len - 4);
@@ -222,8 +225,9 @@ static int check_hello(axi_stream *s, const uint8_t *p, size_t len) {
   }
   axi_msg m;
   int ok = axi_frame_decode(p, len, AX_CPU, NULL, 0, &m) == AX_OK &&
+           m.auth_len == AXI_MAC_LEN + AXI_NONCE_LEN &&
            axi_auth_verify(n, AXI_AUTH_HELLO, s->nonce, m.node, m.addr,
-                           m.bulk_addr, m.auth, m.auth_len);
+                           m.bulk_addr, m.auth, AXI_MAC_LEN);
   if (!ok)
     reject(s, "no valid proof of the shared secret");
   else if (!axi_auth_name_ok(n, m.node, m.addr)) {
@@ -233,6 +237,18 @@ static int check_hello(axi_stream *s, const uint8_t *p, size_t len) {
     reject(s, why);
     ok = 0;
   }
+  if (ok) { /* our own proof, over the caller's nonce */
+    uint8_t mac[AXI_MAC_LEN], *buf;
+    size_t blen, bl;
+    axi_auth_mac(n, AXI_AUTH_HELLO_ACK, m.auth + AXI_MAC_LEN, n->name, n->addr,
+                 n->bulk_addr, mac);
+    axi_msg ack = {.kind = AXI_HELLO, .node = n->name, .addr = n->addr,
+                   .bulk_addr = n->bulk_addr, .auth = mac,
+                   .auth_len = AXI_MAC_LEN};
+    if (axi_frame_encode(&ack, 4, 1, &buf, &blen, &bl) != AX_OK ||
+        axi_stream_send(s, buf, blen) != AX_OK)
+      ok = 0;
+  }
   axi_msg_clear(&m);
   if (ok)
     s->need_auth = 0;
@@ -241,18 +257,40 @@ static int check_hello(axi_stream *s, const uint8_t *p, size_t len) {
 
 static void stream_up(axi_stream *s);
 
+/* A client stream's HELLO from the server: its proof over our nonce. Only
+ * then does anything held back leave. */
+static void check_server_proof(axi_stream *s, const axi_msg *m) {
+  ax_node *n = s->node;
+  if (__atomic_load_n(&s->hold, __ATOMIC_ACQUIRE) != 1)
+    return;
+  if (!axi_auth_verify(n, AXI_AUTH_HELLO_ACK, s->mine, m->node, m->addr,
+                       m->bulk_addr, m->auth, m->auth_len)) {
+    reject(s, "the server did not prove the shared secret");
+    return;
+  }
+  pthread_mutex_lock(&s->mu);
+  __atomic_store_n(&s->hold, 0, __ATOMIC_RELEASE);
+  send_next_locked(s);
+  pthread_mutex_unlock(&s->mu);
+  if (s->peer)
+    stream_up(s);
+}
+
 /* A client stream got the server's challenge: the HELLO with our proof
  * leaves first, then everything held back. */
 static void answer_challenge(axi_stream *s, const axi_msg *c) {
   ax_node *n = s->node;
   if (!s->hold || c->auth_len != AXI_NONCE_LEN)
     return;
-  uint8_t mac[AXI_MAC_LEN];
+  uint8_t proof[AXI_MAC_LEN + AXI_NONCE_LEN];
+  if (axi_auth_nonce(s->mine) != AX_OK)
+    return;
   axi_auth_mac(n, AXI_AUTH_HELLO, c->auth, n->name, n->addr, n->bulk_addr,
-               mac);
+               proof);
+  memcpy(proof + AXI_MAC_LEN, s->mine, AXI_NONCE_LEN);
   axi_msg hello = {.kind = AXI_HELLO, .node = n->name, .addr = n->addr,
-                   .bulk_addr = n->bulk_addr, .auth = mac,
-                   .auth_len = AXI_MAC_LEN};
+                   .bulk_addr = n->bulk_addr, .auth = proof,
+                   .auth_len = sizeof proof};
   uint8_t *buf;
   size_t blen, bl;
   axi_sbuf *b = malloc(sizeof *b);
@@ -267,11 +305,9 @@ static void answer_challenge(axi_stream *s, const axi_msg *c) {
   if (!s->q_head)
     s->q_tail = &b->next;
   s->q_head = b;
-  __atomic_store_n(&s->hold, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&s->hold, 2, __ATOMIC_RELEASE); /* the HELLO alone */
   send_next_locked(s);
   pthread_mutex_unlock(&s->mu);
-  if (s->peer)
-    stream_up(s);
 }
 
 /* Handles one frame that arrived on s. */
@@ -283,6 +319,18 @@ static void on_one_frame(axi_stream *s, const uint8_t *p, size_t len) {
   axi_limits lim = {n->o.max_hdr_bytes, n->o.max_values, n->o.max_msg_bytes};
   int rc =
       axi_frame_decode_lim(p, len, n->o.device, &n->o.device_map, &lim, &m);
+  if (s->client && n->token_len &&
+      __atomic_load_n(&s->hold, __ATOMIC_ACQUIRE) &&
+      !(rc == AX_OK && (m.kind == AXI_CHALLENGE || m.kind == AXI_HELLO))) {
+    axi_msg_clear(&m); /* nothing but the handshake before the server's proof */
+    return;
+  }
+  if (rc == AX_OK && m.kind == AXI_HELLO && s->client) {
+    if (n->token_len)
+      check_server_proof(s, &m);
+    axi_msg_clear(&m);
+    return;
+  }
   if (rc == AX_OK && m.kind == AXI_HELLO) {
     /* Addresses come from the membership only (rpc/rendezvous.c): a hello
      * names who is calling, never where this node will dial. */

@@ -22,6 +22,12 @@ int ax_rpc_debug_send_raw(ax_node *n, const char *to, const void *frame,
 int ax_rpc_debug_peer_addrs(ax_node *n, const char *name, char *ctl,
                             size_t ctl_len, char *bulk, size_t bulk_len);
 
+/* Opens a data connection to addr the way a send would (with this node's
+ * authentication), then closes it: AX_OK when the handshake completed, or
+ * the error a send would get (a peer that does not prove the secret is
+ * AX_EPEERDOWN). */
+int ax_rpc_debug_data_handshake(ax_node *n, const char *addr);
+
 /* The bulk channel address of this node ("" when it has none). */
 const char *ax_rpc_debug_bulk_addr(const ax_node *n);
 

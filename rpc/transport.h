@@ -62,6 +62,9 @@ typedef struct axi_transport_ops {
   void (*stop)(axi_transport *t, int64_t timeout_ms);
   /* Frees t after stop, once nothing holds its connections. */
   void (*free)(axi_transport *t);
+  /* Test hook (rpc/rpc-debug.h), data transports: opens a connection to
+   * addr with the handshake a send does, then closes it. */
+  int (*probe)(axi_transport *t, const char *addr);
 
   /* Control transports only (NULL for data transports): */
   /* Opens p's outgoing control connection p->out, hello first (p->mu

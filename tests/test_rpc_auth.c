@@ -3,10 +3,17 @@
  * a stranger without it cannot join, call or forge replies, and its
  * connection is closed right after the hello; a member's name claimed from
  * another address is refused even with the token; the address a hello
- * names is never dialled (addresses come from the membership). */
+ * names is never dialled (addresses come from the membership); the
+ * dialling side sends nothing past its hello to an acceptor that does not
+ * prove the secret in turn. */
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "rpc/codec-impl.h"
@@ -130,6 +137,92 @@ static void test_hello_address_not_dialled(void **state) {
   assert_alive("w1");
 }
 
+/* A fake data-channel acceptor that does not hold the secret: it sends a
+ * challenge, takes the hello, answers with garbage where its proof goes,
+ * and then counts what else the dialler sends. */
+typedef struct fake_acceptor {
+  int lfd, port;
+  int mode; /* 0: a bad proof; 1: no challenge at all */
+  size_t after; /* bytes received after the hello */
+  int got_hello;
+} fake_acceptor;
+
+static void *fake_main(void *arg) {
+  fake_acceptor *f = arg;
+  int fd = accept(f->lfd, NULL, NULL);
+  if (fd < 0)
+    return NULL;
+  uint8_t buf[4096];
+  if (f->mode == 0) {
+    uint8_t chal[20] = {'A', 'X', 'B', 'C'};
+    for (int i = 4; i < 20; i++)
+      chal[i] = (uint8_t)(i * 37);
+    if (write(fd, chal, sizeof chal) != (ssize_t)sizeof chal)
+      goto out;
+    uint8_t hdr[8];
+    if (read(fd, hdr, 8) != 8)
+      goto out;
+    uint32_t nl;
+    memcpy(&nl, hdr + 4, 4);
+    size_t want = nl + 32 + 16, have = 0;
+    while (have < want) {
+      ssize_t r = read(fd, buf, want - have < sizeof buf ? want - have : sizeof buf);
+      if (r <= 0)
+        goto out;
+      have += (size_t)r;
+    }
+    f->got_hello = 1;
+    uint8_t ack[36] = {'A', 'X', 'B', 'P'}; /* a proof of nothing */
+    if (write(fd, ack, sizeof ack) != (ssize_t)sizeof ack)
+      goto out;
+  }
+  for (ssize_t r; (r = read(fd, buf, sizeof buf)) > 0;)
+    f->after += (size_t)r;
+out:
+  close(fd);
+  return NULL;
+}
+
+static void fake_start(fake_acceptor *f, int mode, pthread_t *th) {
+  memset(f, 0, sizeof *f);
+  f->mode = mode;
+  f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t al = sizeof a;
+  assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(f->lfd, 4), 0);
+  getsockname(f->lfd, (struct sockaddr *)&a, &al);
+  f->port = ntohs(a.sin_port);
+  assert_int_equal(pthread_create(th, NULL, fake_main, f), 0);
+}
+
+/* The dialling side checks the acceptor too: an acceptor that cannot prove
+ * the secret (or sends no challenge) gets the hello at most, never a
+ * frame; a real member's acceptor proves it. */
+static void test_acceptor_must_prove(void **state) {
+  for (int mode = 0; mode < 2; mode++) {
+    fake_acceptor f;
+    pthread_t th;
+    fake_start(&f, mode, &th);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", f.port);
+    int64_t t0 = rt_now_ms();
+    assert_int_equal(ax_rpc_debug_data_handshake(g_drv, addr), AX_EPEERDOWN);
+    fprintf(stderr, "fake acceptor %d: %s (%lld ms)\n", mode, ax_errmsg(),
+            (long long)(rt_now_ms() - t0));
+    pthread_join(th, NULL);
+    close(f.lfd);
+    assert_int_equal(f.got_hello, mode == 0);
+    assert_int_equal(f.after, 0);
+  }
+  char ctl[128], bulk[128];
+  AX_ASSERT_OK(
+      ax_rpc_debug_peer_addrs(g_drv, "w1", ctl, sizeof ctl, bulk, sizeof bulk));
+  AX_ASSERT_OK(ax_rpc_debug_data_handshake(g_drv, bulk));
+  assert_alive("w1");
+}
+
 static int dial(const char *addr) {
   int fd = rt_dial(addr);
   assert_true(fd >= 0);
@@ -215,6 +308,7 @@ int main(void) {
       cmocka_unit_test(test_stranger_cannot_join),
       cmocka_unit_test(test_name_of_a_member_refused),
       cmocka_unit_test(test_hello_address_not_dialled),
+      cmocka_unit_test(test_acceptor_must_prove),
       cmocka_unit_test(test_stranger_cannot_call_or_forge),
       cmocka_unit_test(test_zero_live),
   };
