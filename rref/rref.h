@@ -111,7 +111,8 @@ int ax_rref_wait_created(ax_rref *r, int64_t timeout_ms);
 
 /* ---- values ---------------------------------------------------------------- */
 /* A copy of the value (tensors shared) fetched from the owner within
- * timeout_ms (<= 0: the node default). Returns the creation error if it
+ * timeout_ms (0: 60 s; negative: AX_ETIMEOUT at once, an exhausted
+ * remaining time; INT64_MAX: no practical limit). Returns the creation error if it
  * failed, AX_ETIMEOUT past the deadline, AX_EUNSUPPORTED for objects. Under
  * a distributed autograd context (current or autograd_ctx) the transfer is
  * recorded as a send on the owner and a recv here. */

@@ -1,5 +1,6 @@
 /* The user side of RRefs: creation (remote and local), waiting for it,
  * local values, to_here and calls through an RRef. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,9 +239,12 @@ int ax_rref_to_here(ax_node *n, ax_rref *r, int64_t timeout_ms,
   axi_rctx *rc = axi_rctx_get();
   if (!rc || rc->node != n || !r || !out)
     return ax_seterr(AX_EINVAL, "rref: bad arguments");
-  if (timeout_ms <= 0)
+  if (timeout_ms < 0)
+    return ax_seterr(AX_ETIMEOUT, "rref: to_here with no time left");
+  if (timeout_ms == 0)
     timeout_ms = 60000;
-  int64_t end = axi_rnow_ms() + timeout_ms;
+  int64_t end = axi_rnow_ms();
+  end = end > INT64_MAX - timeout_ms ? INT64_MAX : end + timeout_ms;
   if (!r->is_owner && r->created) {
     AX_TRY(ax_rref_wait_created(r, timeout_ms));
   }

@@ -43,6 +43,13 @@ static void test_remote_value(void **state) {
   check_tensor(v, 5, 7);
   assert_true(ax_rref_confirmed(r));
   ax_values_free(v);
+  /* No time left is an error at once; INT64_MAX is no practical limit. */
+  v = NULL;
+  AX_ASSERT_ERR(ax_rref_to_here(g_drv, r, -1, 0, &v), AX_ETIMEOUT);
+  assert_null(v);
+  AX_ASSERT_OK(ax_rref_to_here(g_drv, r, INT64_MAX, 0, &v));
+  check_tensor(v, 5, 7);
+  ax_values_free(v);
   AX_ASSERT_OK(dt_wait_counts(g_drv, "w1", 1, 0, 0));
   ax_rref_release(r);
   zero_all();

@@ -211,6 +211,8 @@ int ax_dist_optim_step_count(ax_dist_optim *o, uint64_t ctx, int64_t timeout_ms,
     ctx = ax_autograd_ctx_current();
   if (!ctx)
     return ax_seterr(AX_EINVAL, "dist optim: step outside a context");
+  if (timeout_ms < 0)
+    return ax_seterr(AX_ETIMEOUT, "dist optim: step with no time left");
   int64_t *r = calloc((size_t)o->n + 1, sizeof *r);
   if (!r)
     return ax_seterr(AX_ENOMEM, "dist optim: no memory");

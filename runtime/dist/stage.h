@@ -112,7 +112,8 @@ int ax_dist_optim_new(ax_node *n, ax_rref *const *params, int nparams,
  * on the path of the roots) is NOT stepped: its parameters and its
  * optimizer state (momentum, Adam moments, step count and so the
  * learning-rate schedule) stay as they are, as in torch when a parameter's
- * .grad is None. On error some owners may have stepped. */
+ * .grad is None. On error some owners may have stepped. timeout_ms: 0 means
+ * 60 s; negative (an exhausted remaining time) is AX_ETIMEOUT at once. */
 int ax_dist_optim_step(ax_dist_optim *o, uint64_t ctx, int64_t timeout_ms);
 /* The same; *stepped (may be NULL) receives the number of parameter sets
  * that had gradients and were stepped. */
