@@ -95,6 +95,10 @@ void axi_grpc_stop(axi_transport *t, int64_t timeout_ms);
 /* Shuts the completion queue down and frees it, once no stream is held. */
 void axi_grpc_free(axi_transport *t);
 
+/* grpc_transport.c: takes p's streams (p->out, p->in) and lets go of them,
+ * cancelling them first when `cancel` is set. */
+void axi_grpc_let_go(axi_peer *p, int cancel);
+
 /* grpc_stream.c */
 /* Opens our client stream to p (p->mu held); sends HELLO first. */
 int axi_stream_open(ax_node *n, axi_peer *p, axi_stream **out);

@@ -192,14 +192,8 @@ void axi_grpc_stop(axi_transport *t, int64_t timeout_ms) {
   pthread_mutex_unlock(&g->mu);
   grpc_server_destroy(g->server);
   g->server = NULL;
-  for (axi_peer *p = n->peers; p; p = p->next) {
-    pthread_mutex_lock(&p->mu);
-    axi_stream *a = p->out, *b = p->in;
-    p->out = p->in = NULL;
-    pthread_mutex_unlock(&p->mu);
-    axi_stream_release(a);
-    axi_stream_release(b);
-  }
+  for (axi_peer *p = n->peers; p; p = p->next)
+    axi_grpc_let_go(p, 0); /* cancelled above */
 }
 
 /* Called by node destroy once every stream holder is released. */

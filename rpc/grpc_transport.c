@@ -50,16 +50,22 @@ static int grpc_send_raw(axi_transport *t, axi_peer *p, uint8_t *buf,
   return rc;
 }
 
-static void grpc_drop_peer(axi_transport *t, axi_peer *p) {
-  (void)t;
+void axi_grpc_let_go(axi_peer *p, int cancel) {
   pthread_mutex_lock(&p->mu);
   axi_stream *out = p->out, *in = p->in;
   p->out = p->in = NULL;
   pthread_mutex_unlock(&p->mu);
-  axi_stream_cancel(out);
-  axi_stream_cancel(in);
+  if (cancel) {
+    axi_stream_cancel(out);
+    axi_stream_cancel(in);
+  }
   axi_stream_release(out);
   axi_stream_release(in);
+}
+
+static void grpc_drop_peer(axi_transport *t, axi_peer *p) {
+  (void)t;
+  axi_grpc_let_go(p, 1);
 }
 
 static void grpc_ref(axi_stream *s, int delta) {
