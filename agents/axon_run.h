@@ -15,6 +15,8 @@ typedef struct axr_pipe_args {
   ax_device device;
   int K, M, mode, recompute, local, agent_threads, quiet;
   int chunks; /* stages per agent for chunked modes (--chunks) */
+  int emulate;    /* --emulate: every stage in this process (emulate.h) */
+  int epoch_eval; /* --eval-every-epoch: test accuracy after each epoch */
   const char *const *agents; /* K names (--agents), or set by --local */
   const char *master;        /* --master HOST:PORT when joining agents */
   const char *partition, *trace, *csv;

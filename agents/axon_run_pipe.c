@@ -3,7 +3,9 @@
  * With --local K the K stage agents are started here as child processes
  * (fork/exec of the axon-agent next to this binary, BEFORE any gRPC
  * initialisation in this process) and this process is the master; with
- * --agents a,b,c --master HOST:PORT it joins running agents. */
+ * --agents a,b,c --master HOST:PORT it joins running agents; with
+ * --emulate this process is a world of one that hosts every stage itself
+ * (runtime/pipeline/emulate.h). */
 #include <arpa/inet.h>
 #include <sched.h>
 #include <errno.h>
@@ -24,6 +26,7 @@
 #include "runtime/dist/autograd.h"
 #include "runtime/dist/plugin.h"
 #include "runtime/pipeline/coordinator.h"
+#include "runtime/pipeline/emulate.h"
 #include "runtime/pipeline/metrics.h"
 #include "runtime/pipeline/partition.h"
 #include "runtime/pipeline/pipeline.h"
@@ -239,6 +242,51 @@ static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
   ax_trace_free(tr);
 }
 
+/* Test accuracy and mean loss over --eval-limit examples (all without). */
+static int evaluate(const axr_pipe_args *a, ax_pipe *p, ax_dataset *test,
+                    double *acc, double *loss) {
+  ax_loader *el = NULL;
+  int rc = ax_loader_new(test, a->eval_batch, 0, 0, 0, &el);
+  if (rc == AX_OK) {
+    ax_loader_start(el, 0);
+    long nb = a->eval_limit > 0
+                  ? (a->eval_limit + a->eval_batch - 1) / a->eval_batch
+                  : ax_loader_batches(el) + 1;
+    rc = ax_pipe_evaluate(p, nb, eval_batch, el, acc, loss);
+  }
+  ax_loader_free(el);
+  return rc;
+}
+
+/* Trains `total` mini-batches: in one call, or with --eval-every-epoch one
+ * call per epoch followed by an evaluation, printed as an "epoch:" line
+ * with the modelled time so far. *seconds: the training calls' wall time. */
+static int train_all(const axr_pipe_args *a, ax_pipe *p, ax_dataset *test,
+                 long total, long per_epoch, feed *f, ax_pipe_costs *costs,
+                 double *seconds) {
+  long chunk = a->epoch_eval && per_epoch > 0 ? per_epoch : total;
+  *seconds = 0;
+  for (long done = 0, e = 1; done < total; done += chunk, e++) {
+    long n = total - done < chunk ? total - done : chunk;
+    AX_TRY(ax_pipe_train(p, n, feed_batch, feed_step, f));
+    ax_pipe_stats st;
+    ax_pipe_get_stats(p, &st);
+    *seconds += st.seconds;
+    ax_pipe_costs_add(costs, p);
+    if (!a->epoch_eval)
+      continue;
+    double acc = 0, loss = 0, spb = 0;
+    AX_TRY(evaluate(a, p, test, &acc, &loss));
+    int m = ax_pipe_costs_model(costs, &spb) == AX_OK;
+    printf("epoch: %ld steps=%ld train_loss=%.4f test_loss=%.4f "
+           "test_accuracy=%.2f%% train_seconds=%.2f modelled_seconds=%.3f\n",
+           e, done + n, f->loss[done + n - 1], loss, 100.0 * acc, *seconds,
+           m ? spb * (double)(done + n) : -1.0);
+    fflush(stdout);
+  }
+  return AX_OK;
+}
+
 static int run(const axr_pipe_args *a, ax_node *node) {
   const ax_model_def *def = ax_model_find(a->model);
   if (!def)
@@ -294,38 +342,38 @@ static int run(const axr_pipe_args *a, ax_node *node) {
   if (rc == AX_OK && (!(f.done_at = calloc((size_t)total, sizeof(double))) ||
                       !(f.loss = calloc((size_t)total, sizeof(double)))))
     rc = AX_ENOMEM;
-  double t0 = ax_now();
+  double t0 = ax_now(), busy = 0;
+  ax_pipe_stats st = {0};
+  ax_pipe_costs costs;
+  ax_pipe_costs_init(&costs, &o);
   if (rc == AX_OK) {
     ax_loader_start(f.ld, 0);
     ax_progress_start(&f.bar, a->quiet ? NULL : stderr, total);
-    rc = ax_pipe_train(p, total, feed_batch, feed_step, &f);
+    rc = train_all(a, p, test, total, per_epoch, &f, &costs, &busy);
     ax_progress_end(&f.bar);
-  }
-  double acc = 0, tl = 0;
-  ax_pipe_stats st;
-  if (rc == AX_OK) {
     ax_pipe_get_stats(p, &st);
-    write_outputs(a, p, &f, t0);
-    ax_loader *el = NULL;
-    rc = ax_loader_new(test, a->eval_batch, 0, 0, 0, &el);
-    if (rc == AX_OK) {
-      ax_loader_start(el, 0);
-      long nb = a->eval_limit > 0 ? (a->eval_limit + a->eval_batch - 1) /
-                                        a->eval_batch
-                                  : ax_loader_batches(el) + 1;
-      rc = ax_pipe_evaluate(p, nb, eval_batch, el, &acc, &tl);
-    }
-    ax_loader_free(el);
+    st.seconds = busy;
   }
+  double acc = 0, tl = 0, spb = 0;
+  if (rc == AX_OK) {
+    write_outputs(a, p, &f, t0);
+    rc = evaluate(a, p, test, &acc, &tl);
+  }
+  /* The modelled time: the timing model fed with the measured costs. */
+  int modelled = rc == AX_OK && ax_pipe_costs_model(&costs, &spb) == AX_OK;
   if (rc == AX_OK) {
     printf("summary: model=%s dataset=%s mode=%s stages=%d micro=%d steps=%ld"
            " final_loss=%.4f test_accuracy=%.2f%% samples_per_s=%.1f "
            "ms_per_step=%.1f coordinator_bytes_per_step=%.0f train_seconds="
-           "%.1f\n", a->model, a->dataset, ax_pipe_mode_name(a->mode), axr_stages(a),
+           "%.1f", a->model, a->dataset, ax_pipe_mode_name(a->mode), axr_stages(a),
            ax_pipe_units(a->mode, a->M), f.steps, f.steps ? f.loss[f.steps - 1] : 0.0, 100.0 * acc,
            (double)(f.steps * a->batch) / st.seconds,
            1e3 * st.seconds / (double)total, (double)st.coord_bytes / total,
            st.seconds);
+    if (modelled)
+      printf(" modelled_seconds=%.3f modelled_ms_per_step=%.2f",
+             spb * (double)f.steps, 1e3 * spb);
+    printf("%s\n", a->emulate ? " emulated=1" : "");
     printf("stages:");
     for (int s = 0; s < axr_stages(a); s++)
       printf(" [%d %s busy %.0f%% peak states %d versions %d state %.1f MB]",
@@ -382,7 +430,20 @@ int axr_pipe_main(axr_pipe_args *a) {
     no.master = a->master;
   }
   ax_node *node = NULL;
-  int rc = ax_node_create(&no, &node);
+  int rc;
+  if (a->emulate) { /* every stage on this node, the world's only member */
+    rc = ax_pipe_emulator_new("emulator", 0, &node);
+    for (int s = 0; s < a->K && rc == AX_OK; s++)
+      agents[s] = ax_node_name(node);
+    a->agents = agents;
+    if (rc == AX_OK)
+      rc = run(a, node);
+    if (rc != AX_OK)
+      fprintf(stderr, "axon-run: %s: %s\n", ax_strerror(rc), ax_errmsg());
+    ax_pipe_emulator_free(node);
+    return rc == AX_OK ? 0 : 1;
+  }
+  rc = ax_node_create(&no, &node);
   if (reserved >= 0)
     close(reserved); /* the node listens on the port now (or failed) */
   if (rc == AX_OK)
