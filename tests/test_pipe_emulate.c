@@ -9,7 +9,8 @@
  * every mode again, again equal to the bit to phase 1's distributed run.
  * The modelled time is the timing model of the measured mean costs
  * (sequential: the sum of every stage's forward and backward). The CLI
- * refuses --emulate with agents and runs it without. Zero live RRefs,
+ * refuses --emulate with agents and runs it without. A node with 2
+ * workers hosts 8 stages through training and evaluation. Zero live RRefs,
  * contexts and calls after every run, on every node. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,6 +198,39 @@ static void test_emulator_equals_distributed(void **state) {
   assert_int_equal(ax_pipe_costs_model(&none, &spb), AX_ESTATE);
 }
 
+/* More stages than workers: 8 stages on a node with 2 handler threads.
+ * Evaluation issues every stage's forward at once, so most of them wait
+ * for their inputs on the workers; the pushes that deliver the inputs run
+ * on the pushing thread (a local call of an inline handler), never queued
+ * behind those waiting forwards. */
+static void test_more_stages_than_workers(void **state) {
+  static const char *wide = "widths=512/512/512/512/512/512/512/512/10";
+  const char *self[8];
+  for (int s = 0; s < 8; s++)
+    self[s] = ax_node_name(g_drv);
+  ax_config dcfg;
+  pt_data data = {NULL, 128};
+  AX_ASSERT_OK(ax_config_parse(&dcfg, "shape=512,classes=10,examples=512"));
+  AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
+  ax_pipe_opts o = {"mlp",   wide,
+                    8,       self,
+                    NULL,    AX_MODE_PIPEDREAM,
+                    1,       AX_RECOMPUTE_NEVER,
+                    g_optim, 3,
+                    AX_CPU,  20000,
+                    NULL,    0};
+  ax_pipe *p = NULL;
+  AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
+  AX_ASSERT_OK(ax_pipe_train(p, 3, pt_batch, NULL, &data));
+  double acc = -1, loss = -1;
+  AX_ASSERT_OK(ax_pipe_evaluate(p, 4, pt_batch, &data, &acc, &loss));
+  assert_true(acc >= 0 && acc <= 1 && loss > 0);
+  ax_pipe_free(p);
+  ax_dataset_close(data.ds);
+  AX_ASSERT_OK(dt_wait_counts(g_drv, NULL, 0, 0, 0));
+  AX_ASSERT_OK(rt_local_zero());
+}
+
 /* The CLI: --emulate with agents is refused; without, it trains and
  * reports the modelled time. */
 static int run_cli(const char *args, char *out, size_t len) {
@@ -247,6 +281,17 @@ static int emulator_start(void **state) {
     fprintf(stderr, "emulator: %s\n", ax_errmsg());
   return err;
 }
+static int emulator2_start(void **state) {
+  int err = ax_pipe_emulator_new("emu2", 2, &g_drv);
+  if (err != AX_OK)
+    fprintf(stderr, "emulator: %s\n", ax_errmsg());
+  return err;
+}
+static int emulator2_end(void **state) {
+  ax_pipe_emulator_free(g_drv);
+  g_drv = NULL;
+  return 0;
+}
 static int emulator_end(void **state) {
   ax_pipe_emulator_free(g_drv);
   g_drv = NULL;
@@ -264,6 +309,8 @@ int main(void) {
                                       world_start, world_end),
       cmocka_unit_test_setup_teardown(test_emulator_equals_distributed,
                                       emulator_start, emulator_end),
+      cmocka_unit_test_setup_teardown(test_more_stages_than_workers,
+                                      emulator2_start, emulator2_end),
   };
   return AX_TEST_MAIN(tests);
 }

@@ -16,10 +16,11 @@ int ax_pipe_emulator_new(const char *name, int threads, ax_node **out) {
   ax_node_opts no;
   ax_node_opts_init(&no);
   no.name = name ? name : "emulator";
-  /* A forward waits for its input on a worker; every stage may wait at
-   * once (evaluation issues all forwards together), so one worker per
-   * stage plus the default pool never runs out. */
-  no.threads = threads ? threads : 4 + AX_PIPE_MAX_STAGES;
+  /* Stages' forwards wait for their inputs on workers, but the pushes
+   * that deliver them run on the pushing thread (an inline handler's call
+   * to its own node, rpc.h), so the default pool serves any number of
+   * stages. */
+  no.threads = threads ? threads : 4;
   no.master = NULL;
   no.world_size = 1;
   no.rank = 0;

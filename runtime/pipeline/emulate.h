@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 /* Creates a node named `name` (NULL: "emulator") with `threads` handler
- * threads (0: 4 + one per possible stage), the only member of its world
+ * threads (0: 4, enough for any number of stages), the only member of its world
  * (it is its own master, listening on a loopback port no stage uses),
  * ax_pipe_init's it, attaches the loaded plugins (plugin.h) and joins.
  * On error nothing is left running. Free with ax_pipe_emulator_free. */
