@@ -176,18 +176,27 @@ static void test_emulator_equals_distributed(void **state) {
     ax_pipe_costs costs;
     run_case(g_drv, self, c, &r, &costs);
     assert_same_bits(c, "emulated (world of one)", &r, &g_dist[c]);
+    int S = r.S, split = ax_pipe_mode_get(g_cases[c][0])->split;
     result_clear(&r);
     double spb = 0;
     AX_ASSERT_OK(ax_pipe_costs_model(&costs, &spb));
     assert_true(spb > 0);
+    double tf[AX_PIPE_MAX_STAGES], tb[AX_PIPE_MAX_STAGES],
+        tw[AX_PIPE_MAX_STAGES];
+    AX_ASSERT_OK(ax_pipe_costs_times(&costs, tf, tb, tw));
+    for (int s = 0; s < S; s++) /* weight halves only where split */
+      assert_true(tf[s] > 0 && tb[s] >= 0 && (split ? tw[s] > 0 : !tw[s]));
     if (g_cases[c][0] == AX_MODE_SEQUENTIAL) {
-      /* Nothing overlaps: the sum of the stages' mean costs. */
+      /* Nothing overlaps: the sum of the stages' costs. */
       double sum = 0;
       for (int s = 0; s < g_cases[c][1]; s++)
-        sum +=
-            costs.f[s] / (double)costs.nf[s] + costs.b[s] / (double)costs.nb[s];
+        sum += tf[s] + tb[s];
       assert_true(fabs(spb - sum) <= 1e-9 * sum);
     }
+    if (g_cases[c][0] == AX_MODE_FR) /* every backward replays */
+      for (int s = 0; s < S; s++)
+        assert_true(costs.b[s] < 0 && costs.br[s] > 0 &&
+                    tb[s] == (costs.br[s] > tf[s] ? costs.br[s] - tf[s] : 0));
     AX_ASSERT_OK(dt_wait_counts(g_drv, NULL, 0, 0, 0));
     AX_ASSERT_OK(rt_local_zero());
   }

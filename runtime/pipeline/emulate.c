@@ -60,6 +60,13 @@ void ax_pipe_costs_init(ax_pipe_costs *c, const ax_pipe_opts *o) {
   c->v = ax_pipe_chunks(o->mode, o->chunks);
   c->M = o->M;
   c->recompute = o->recompute;
+  for (int s = 0; s < AX_PIPE_MAX_STAGES; s++)
+    c->f[s] = c->b[s] = c->br[s] = c->w[s] = -1.0;
+}
+
+static void keep_min(double *m, double x) {
+  if (*m < 0 || x < *m)
+    *m = x;
 }
 
 void ax_pipe_costs_add(ax_pipe_costs *c, const ax_pipe *p) {
@@ -73,18 +80,16 @@ void ax_pipe_costs_add(ax_pipe_costs *c, const ax_pipe *p) {
       continue;
     switch (o->kind) {
     case AX_OP_FWD:
-      c->f[s] += ev[i].busy_s;
-      c->nf[s]++;
+      keep_min(&c->f[s], ev[i].busy_s);
       break;
     case AX_OP_BWD:
     case AX_OP_INPUT_GRAD:
-      c->b[s] += ev[i].busy_s;
-      c->nb[s]++;
-      c->nreplay[s] += ax_pipe_replays(c->mode, c->recompute, U, o->micro);
+      keep_min(ax_pipe_replays(c->mode, c->recompute, U, o->micro) ? &c->br[s]
+                                                                   : &c->b[s],
+               ev[i].busy_s);
       break;
     case AX_OP_WEIGHT_GRAD:
-      c->w[s] += ev[i].busy_s;
-      c->nw[s]++;
+      keep_min(&c->w[s], ev[i].busy_s);
       break;
     default:
       break;
@@ -92,21 +97,25 @@ void ax_pipe_costs_add(ax_pipe_costs *c, const ax_pipe *p) {
   }
 }
 
-int ax_pipe_costs_model(const ax_pipe_costs *c, double *seconds_per_batch) {
-  int S = c->R * c->v;
-  double tf[AX_PIPE_MAX_STAGES], tb[AX_PIPE_MAX_STAGES], tw[AX_PIPE_MAX_STAGES];
-  for (int s = 0; s < S; s++) {
-    if (!c->nf[s] || !c->nb[s])
+int ax_pipe_costs_times(const ax_pipe_costs *c, double *t_f, double *t_b,
+                        double *t_w) {
+  for (int s = 0; s < c->R * c->v; s++) {
+    if (c->f[s] < 0 || (c->b[s] < 0 && c->br[s] < 0))
       return ax_seterr(AX_ESTATE,
                        "modelled time: stage %d has no measured "
                        "forward or backward yet",
                        s);
-    tf[s] = c->f[s] / (double)c->nf[s];
-    /* The model adds a replayed forward to the backwards that replay. */
-    double b = c->b[s] - tf[s] * (double)c->nreplay[s];
-    tb[s] = b > 0 ? b / (double)c->nb[s] : 0.0;
-    tw[s] = c->nw[s] ? c->w[s] / (double)c->nw[s] : 0.0;
+    t_f[s] = c->f[s];
+    double replayed = c->br[s] - c->f[s];
+    t_b[s] = c->b[s] >= 0 ? c->b[s] : (replayed > 0 ? replayed : 0.0);
+    t_w[s] = c->w[s] >= 0 ? c->w[s] : 0.0;
   }
+  return AX_OK;
+}
+
+int ax_pipe_costs_model(const ax_pipe_costs *c, double *seconds_per_batch) {
+  double tf[AX_PIPE_MAX_STAGES], tb[AX_PIPE_MAX_STAGES], tw[AX_PIPE_MAX_STAGES];
+  AX_TRY(ax_pipe_costs_times(c, tf, tb, tw));
   return ax_formula_time_split(ax_pipe_mode_name(c->mode), c->R, c->v, c->M, tf,
                                tb, tw, c->recompute, seconds_per_batch);
 }

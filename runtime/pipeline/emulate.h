@@ -14,12 +14,13 @@
  * bit (tests/test_pipe_emulate.c).
  *
  * Modelled time. The stages' measured compute times per action (the
- * coordinator's events, ax_pipe_events) are averaged per stage and kind and
+ * coordinator's events, ax_pipe_events), the fastest per stage and kind, are
  * fed to the timing model (formula.h: a simulation of the same lists), which
  * gives the seconds per mini-batch the mode would take with one device per
  * agent and free communication. Stages that share this machine's cores in
- * an emulation run slower than alone, so the averages are upper bounds of
- * a dedicated device's times.
+ * an emulation still run slower than alone when every run of an action
+ * overlapped others, so the times are upper bounds of a dedicated
+ * device's.
  *
  * Threads: an emulator node is used like any node (node.h); an
  * ax_pipe_costs is used by one thread at a time. */
@@ -41,24 +42,34 @@ int ax_pipe_emulator_new(const char *name, int threads, ax_node **out);
 /* Shuts the node down and destroys it. NULL-safe. */
 void ax_pipe_emulator_free(ax_node *n);
 
-/* Measured per-stage costs of a run (sums over every action so far). */
+/* Measured per-stage costs of a run: the fastest run of each action kind
+ * per stage so far. Other work on the same cores (the other stages of an
+ * emulation, other programs) only adds to an action's measured time, so
+ * the fastest run is the estimate of a dedicated device's time; a mean
+ * would follow the machine's load. */
 typedef struct ax_pipe_costs {
   int mode, R, v, M, recompute; /* the run's options (R agents, v chunks) */
-  double f[AX_PIPE_MAX_STAGES], b[AX_PIPE_MAX_STAGES], w[AX_PIPE_MAX_STAGES];
-  long nf[AX_PIPE_MAX_STAGES], nb[AX_PIPE_MAX_STAGES], nw[AX_PIPE_MAX_STAGES];
-  long nreplay[AX_PIPE_MAX_STAGES]; /* backwards that replayed a forward */
+  /* Seconds: forwards, backwards that did not replay a forward, backwards
+   * that did (the replay included), weight halves; < 0: none measured. */
+  double f[AX_PIPE_MAX_STAGES], b[AX_PIPE_MAX_STAGES], br[AX_PIPE_MAX_STAGES],
+      w[AX_PIPE_MAX_STAGES];
 } ax_pipe_costs;
 
-/* Starts empty sums for a run with options o (mode, K agents, M, chunks,
- * recompute). */
+/* Starts with nothing measured, for a run with options o (mode, K agents,
+ * M, chunks, recompute). */
 void ax_pipe_costs_init(ax_pipe_costs *c, const ax_pipe_opts *o);
 /* Adds the events of p's last ax_pipe_train. */
 void ax_pipe_costs_add(ax_pipe_costs *c, const ax_pipe *p);
-/* The timing model's seconds per mini-batch with the mean measured costs:
- * t_f per forward, t_b per backward without its replayed forward (the model
- * adds the replay itself) or, for split modes, per input half, and t_w per
- * weight half. AX_ESTATE when a stage has no measured forward or backward
- * yet; the model's errors otherwise. */
+/* The stage times the model is fed (per stage, K v entries): t_f per
+ * forward, t_b per backward without a replayed forward (the model adds the
+ * replay itself; from a replaying backward minus t_f when no other was
+ * measured) or, for split modes, per input half, and t_w per weight half
+ * (0 if none). AX_ESTATE when a stage has no measured forward or backward
+ * yet. */
+int ax_pipe_costs_times(const ax_pipe_costs *c, double *t_f, double *t_b,
+                        double *t_w);
+/* The timing model's seconds per mini-batch with those times (formula.h);
+ * ax_pipe_costs_times' errors, or the model's. */
 int ax_pipe_costs_model(const ax_pipe_costs *c, double *seconds_per_batch);
 
 #ifdef __cplusplus
