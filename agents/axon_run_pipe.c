@@ -6,13 +6,8 @@
  * --agents a,b,c --master HOST:PORT it joins running agents; with
  * --emulate this process is a world of one that hosts every stage itself
  * (runtime/pipeline/emulate.h). */
-#include <arpa/inet.h>
-#include <sched.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <getopt.h>
-#include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,101 +61,6 @@ static void feed_step(void *user, const ax_pipe_step_info *s) {
 
 static int eval_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
   return ax_loader_next(user, in, lab);
-}
-
-/* AXON_PIN_AGENTS pins local agent s to one core: "1" = core s modulo the
- * cores this process may use, "a,b,c" = the s-th listed core (modulo the
- * list), with AXON_THREADS=1 unless set. Called in the child before exec;
- * failures are reported and the agent runs unpinned. */
-static void pin_child(int s) {
-  const char *env = getenv("AXON_PIN_AGENTS");
-  if (!env || !*env || !strcmp(env, "0"))
-    return;
-  int cores[CPU_SETSIZE], n = 0;
-  cpu_set_t set;
-  if (strcmp(env, "1")) {
-    for (const char *c = env; c && n < CPU_SETSIZE; c = strchr(c, ',')) {
-      c += *c == ',';
-      cores[n++] = atoi(c);
-    }
-  } else if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    for (int i = 0; i < CPU_SETSIZE; i++)
-      if (CPU_ISSET(i, &set))
-        cores[n++] = i;
-  }
-  if (n == 0)
-    return;
-  /* One core: one compute thread (the default is one per online core, and
-   * two OpenMP threads spinning on one core slow every kernel down). */
-  setenv("AXON_THREADS", "1", 0);
-  CPU_ZERO(&set);
-  CPU_SET(cores[s % n], &set);
-  if (sched_setaffinity(0, sizeof set, &set) != 0)
-    fprintf(stderr, "axon-run: cannot pin stage%d to core %d: %s\n", s,
-            cores[s % n], strerror(errno));
-}
-
-/* Starts K agents named stage0.. joining 127.0.0.1:port, each loading
- * the plugins. */
-static int spawn_local(int K, int port, int threads,
-                       const char *const *plugins, int nplugins,
-                       pid_t *pids) {
-  char exe[4096], path[4200], master[64], th[16];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  exe[n > 0 ? n : 0] = 0;
-  snprintf(path, sizeof path, "%s/axon-agent", dirname(exe));
-  if (access(path, X_OK) != 0) {
-    fprintf(stderr, "axon-run: no axon-agent next to axon-run (%s)\n", path);
-    return -1;
-  }
-  snprintf(master, sizeof master, "127.0.0.1:%d", port);
-  snprintf(th, sizeof th, "%d", threads);
-  if (ax_local_token() != 0) /* the local world authenticates */
-    return -1;
-  for (int s = 0; s < K; s++) {
-    char name[32];
-    snprintf(name, sizeof name, "stage%d", s);
-    pids[s] = fork();
-    if (pids[s] == 0) {
-      pin_child(s);
-      setenv("AXON_THREADS", "1", 0); /* K agents share this machine */
-      const char *argv[16 + 2 * AX_PLUGIN_MAX] = {
-          path, "--name", name, "--master", master, "--threads", th,
-          "--peer-timeout-ms", "3000"};
-      int argc = 9;
-      for (int i = 0; i < nplugins && i < AX_PLUGIN_MAX; i++) {
-        argv[argc++] = "--plugin";
-        argv[argc++] = plugins[i];
-      }
-      execv(path, (char *const *)argv);
-      fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
-      _exit(127);
-    }
-  }
-  return 0;
-}
-
-/* Reserves a loopback port: a socket bound to it (SO_REUSEADDR, never
- * listening) that *fd keeps open. While it is open no other bind(0) or
- * outgoing connection of any process on this host gets the port, so the
- * agents started with it cannot meet another program there; our own gRPC
- * listener (SO_REUSEADDR too) can still bind it. Close *fd once the node
- * listens. Returns the port, or -1. */
-static int reserve_port(int *fd) {
-  int one = 1;
-  *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof sa;
-  if (*fd >= 0 &&
-      !setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) &&
-      !bind(*fd, (struct sockaddr *)&sa, sizeof sa) &&
-      !getsockname(*fd, (struct sockaddr *)&sa, &l))
-    return ntohs(sa.sin_port);
-  if (*fd >= 0)
-    close(*fd);
-  *fd = -1;
-  return -1;
 }
 
 /* Trace events as the coordinator saw them (issue, completion, busy). */
@@ -260,18 +160,20 @@ static int evaluate(const axr_pipe_args *a, ax_pipe *p, ax_dataset *test,
 
 /* Trains `total` mini-batches: in one call, or with --eval-every-epoch one
  * call per epoch followed by an evaluation, printed as an "epoch:" line
- * with the modelled time so far. *seconds: the training calls' wall time. */
+ * with the modelled time so far. *sum receives the calls' wall time and
+ * coordinator bytes (the rest of the stats: ax_pipe_get_stats, last call). */
 static int train_all(const axr_pipe_args *a, ax_pipe *p, ax_dataset *test,
-                 long total, long per_epoch, feed *f, ax_pipe_costs *costs,
-                 double *seconds) {
+                     long total, long per_epoch, feed *f,
+                     ax_pipe_costs *costs, ax_pipe_stats *sum) {
   long chunk = a->epoch_eval && per_epoch > 0 ? per_epoch : total;
-  *seconds = 0;
+  double *seconds = &sum->seconds;
   for (long done = 0, e = 1; done < total; done += chunk, e++) {
     long n = total - done < chunk ? total - done : chunk;
     AX_TRY(ax_pipe_train(p, n, feed_batch, feed_step, f));
     ax_pipe_stats st;
     ax_pipe_get_stats(p, &st);
     *seconds += st.seconds;
+    sum->coord_bytes += st.coord_bytes;
     ax_pipe_costs_add(costs, p);
     if (!a->epoch_eval)
       continue;
@@ -342,17 +244,18 @@ static int run(const axr_pipe_args *a, ax_node *node) {
   if (rc == AX_OK && (!(f.done_at = calloc((size_t)total, sizeof(double))) ||
                       !(f.loss = calloc((size_t)total, sizeof(double)))))
     rc = AX_ENOMEM;
-  double t0 = ax_now(), busy = 0;
-  ax_pipe_stats st = {0};
+  double t0 = ax_now();
+  ax_pipe_stats st = {0}, sum = {0};
   ax_pipe_costs costs;
   ax_pipe_costs_init(&costs, &o);
   if (rc == AX_OK) {
     ax_loader_start(f.ld, 0);
     ax_progress_start(&f.bar, a->quiet ? NULL : stderr, total);
-    rc = train_all(a, p, test, total, per_epoch, &f, &costs, &busy);
+    rc = train_all(a, p, test, total, per_epoch, &f, &costs, &sum);
     ax_progress_end(&f.bar);
     ax_pipe_get_stats(p, &st);
-    st.seconds = busy;
+    st.seconds = sum.seconds;
+    st.coord_bytes = sum.coord_bytes;
   }
   double acc = 0, tl = 0, spb = 0;
   if (rc == AX_OK) {
@@ -400,7 +303,7 @@ int axr_pipe_main(axr_pipe_args *a) {
   char listen[64];
   if (a->local > 0) {
     a->K = a->local;
-    if ((port = reserve_port(&reserved)) < 0) {
+    if ((port = axr_reserve_port(&reserved)) < 0) {
       fprintf(stderr, "axon-run: no free port for the coordinator\n");
       return 1;
     }
@@ -409,7 +312,7 @@ int axr_pipe_main(axr_pipe_args *a) {
       agents[s] = names[s];
     }
     a->agents = agents;
-    if (spawn_local(a->K, port, a->agent_threads, a->plugins, a->nplugins,
+    if (axr_spawn_local(a->K, port, a->agent_threads, a->plugins, a->nplugins,
                     pids) != 0) {
       close(reserved);
       return 1;
