@@ -69,6 +69,13 @@ static void usage(FILE *f) {
 "  --trace FILE          Chrome-trace JSON of every forward, backward, send\n"
 "                        and receive of every stage\n"
 "  --agent-threads N     handler threads of --local agents (4)\n"
+"  --emulate             with --stages K: no agents; this process hosts\n"
+"                        every stage and runs the mode's exact math (the\n"
+"                        same action lists and weight versions), and\n"
+"                        reports the modelled time (the timing model fed\n"
+"                        with the measured per-stage costs)\n"
+"  --eval-every-epoch    evaluate after every epoch (one train call per\n"
+"                        epoch: asynchronous modes drain at epoch ends)\n"
 "  With a pipeline, --csv writes the per-step metrics (busy, bubble, ...).\n"
 "  -h, --help            this text\n"
 "\n"
@@ -114,6 +121,7 @@ int main(int argc, char **argv) {
       {"trace", 1, 0, 1008},     {"agent-threads", 1, 0, 1009},
       {"plugin", 1, 0, 1010},    {"staleness", 1, 0, 1016},
       {"pipemare-gamma", 1, 0, 1017}, {"pipemare-warmup", 1, 0, 1018},
+      {"emulate", 0, 0, 1011},   {"eval-every-epoch", 0, 0, 1012},
       {0, 0, 0, 0}};
   static char plugin_path[AX_PLUGIN_MAX][4096];
   static const char *plugins[AX_PLUGIN_MAX];
@@ -211,6 +219,8 @@ int main(int argc, char **argv) {
         pa.nplugins++;
       }
       break;
+    case 1011: pa.emulate = 1; pipe = 1; break;
+    case 1012: pa.epoch_eval = 1; break;
     default: usage(stderr); return 2;
     }
   }
@@ -235,11 +245,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "axon-run: %s\n", ax_errmsg());
     return 2;
   }
+  if (pipe && pa.emulate && (pa.local || pa.agents || pa.master || pa.K < 1)) {
+    fprintf(stderr, "axon-run: --emulate needs --stages K and no --local, "
+            "--agents or --master (no agents take part)\n");
+    return 2;
+  }
   if (pipe) {
     if (pa.local < 0 || pa.local > AX_PIPE_MAX_STAGES || pa.M < 1 ||
         pa.chunks < 0 || pa.chunks > AX_PIPE_MAX_STAGES ||
-        (!pa.local && (pa.K < 1 || pa.K > AX_PIPE_MAX_STAGES || !pa.agents ||
-                       !pa.master))) {
+        (!pa.local && !pa.emulate &&
+         (pa.K < 1 || pa.K > AX_PIPE_MAX_STAGES || !pa.agents ||
+          !pa.master))) {
       fprintf(stderr, "axon-run: a pipeline needs --local K (1..%d), or "
               "--stages K --agents a,b,... --master HOST:PORT; "
               "--microbatches >= 1; --chunks 0..%d\n", AX_PIPE_MAX_STAGES,

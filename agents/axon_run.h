@@ -3,6 +3,7 @@
 #define AX_AXON_RUN_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "kernels/device.h"
 #include "runtime/pipeline/train.h"
@@ -17,6 +18,8 @@ typedef struct axr_pipe_args {
   int chunks; /* stages per agent for chunked modes (--chunks) */
   int staleness, stale_warmup; /* --staleness, --pipemare-warmup */
   double stale_gamma;          /* --pipemare-gamma (0: the default) */
+  int emulate;    /* --emulate: every stage in this process (emulate.h) */
+  int epoch_eval; /* --eval-every-epoch: test accuracy after each epoch */
   const char *const *agents; /* K names (--agents), or set by --local */
   const char *master;        /* --master HOST:PORT when joining agents */
   const char *partition, *trace, *csv;
@@ -28,6 +31,16 @@ typedef struct axr_pipe_args {
  * that the model, optimizer or data set does not read, with the keys it
  * does (axon_run_check.c). */
 int axr_check_configs(const ax_train_opts *o);
+
+/* Starts K agents named stage0.. joining 127.0.0.1:port with `threads`
+ * handler threads, each loading the plugins; pids[s] receives their pids.
+ * AXON_PIN_AGENTS pins agent s to a core (axon_run_local.c). 0, or -1 with
+ * a message on stderr. */
+int axr_spawn_local(int K, int port, int threads, const char *const *plugins,
+                    int nplugins, pid_t *pids);
+/* Reserves a loopback port (a bound socket kept open in *fd; close it once
+ * the node listens). The port, or -1. */
+int axr_reserve_port(int *fd);
 
 /* Runs `axon-run train` in pipeline mode; returns the exit status. */
 int axr_pipe_main(axr_pipe_args *a);

@@ -3,14 +3,11 @@
  * With --local K the K stage agents are started here as child processes
  * (fork/exec of the axon-agent next to this binary, BEFORE any gRPC
  * initialisation in this process) and this process is the master; with
- * --agents a,b,c --master HOST:PORT it joins running agents. */
-#include <arpa/inet.h>
-#include <sched.h>
+ * --agents a,b,c --master HOST:PORT it joins running agents; with
+ * --emulate this process is a world of one that hosts every stage itself
+ * (runtime/pipeline/emulate.h). */
 #include <errno.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <getopt.h>
-#include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +22,7 @@
 #include "runtime/dist/autograd.h"
 #include "runtime/dist/plugin.h"
 #include "runtime/pipeline/coordinator.h"
+#include "runtime/pipeline/emulate.h"
 #include "runtime/pipeline/metrics.h"
 #include "runtime/pipeline/partition.h"
 #include "runtime/pipeline/pipeline.h"
@@ -64,101 +62,6 @@ static void feed_step(void *user, const ax_pipe_step_info *s) {
 
 static int eval_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
   return ax_loader_next(user, in, lab);
-}
-
-/* AXON_PIN_AGENTS pins local agent s to one core: "1" = core s modulo the
- * cores this process may use, "a,b,c" = the s-th listed core (modulo the
- * list), with AXON_THREADS=1 unless set. Called in the child before exec;
- * failures are reported and the agent runs unpinned. */
-static void pin_child(int s) {
-  const char *env = getenv("AXON_PIN_AGENTS");
-  if (!env || !*env || !strcmp(env, "0"))
-    return;
-  int cores[CPU_SETSIZE], n = 0;
-  cpu_set_t set;
-  if (strcmp(env, "1")) {
-    for (const char *c = env; c && n < CPU_SETSIZE; c = strchr(c, ',')) {
-      c += *c == ',';
-      cores[n++] = atoi(c);
-    }
-  } else if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    for (int i = 0; i < CPU_SETSIZE; i++)
-      if (CPU_ISSET(i, &set))
-        cores[n++] = i;
-  }
-  if (n == 0)
-    return;
-  /* One core: one compute thread (the default is one per online core, and
-   * two OpenMP threads spinning on one core slow every kernel down). */
-  setenv("AXON_THREADS", "1", 0);
-  CPU_ZERO(&set);
-  CPU_SET(cores[s % n], &set);
-  if (sched_setaffinity(0, sizeof set, &set) != 0)
-    fprintf(stderr, "axon-run: cannot pin stage%d to core %d: %s\n", s,
-            cores[s % n], strerror(errno));
-}
-
-/* Starts K agents named stage0.. joining 127.0.0.1:port, each loading
- * the plugins. */
-static int spawn_local(int K, int port, int threads,
-                       const char *const *plugins, int nplugins,
-                       pid_t *pids) {
-  char exe[4096], path[4200], master[64], th[16];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  exe[n > 0 ? n : 0] = 0;
-  snprintf(path, sizeof path, "%s/axon-agent", dirname(exe));
-  if (access(path, X_OK) != 0) {
-    fprintf(stderr, "axon-run: no axon-agent next to axon-run (%s)\n", path);
-    return -1;
-  }
-  snprintf(master, sizeof master, "127.0.0.1:%d", port);
-  snprintf(th, sizeof th, "%d", threads);
-  if (ax_local_token() != 0) /* the local world authenticates */
-    return -1;
-  for (int s = 0; s < K; s++) {
-    char name[32];
-    snprintf(name, sizeof name, "stage%d", s);
-    pids[s] = fork();
-    if (pids[s] == 0) {
-      pin_child(s);
-      setenv("AXON_THREADS", "1", 0); /* K agents share this machine */
-      const char *argv[16 + 2 * AX_PLUGIN_MAX] = {
-          path, "--name", name, "--master", master, "--threads", th,
-          "--peer-timeout-ms", "3000"};
-      int argc = 9;
-      for (int i = 0; i < nplugins && i < AX_PLUGIN_MAX; i++) {
-        argv[argc++] = "--plugin";
-        argv[argc++] = plugins[i];
-      }
-      execv(path, (char *const *)argv);
-      fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
-      _exit(127);
-    }
-  }
-  return 0;
-}
-
-/* Reserves a loopback port: a socket bound to it (SO_REUSEADDR, never
- * listening) that *fd keeps open. While it is open no other bind(0) or
- * outgoing connection of any process on this host gets the port, so the
- * agents started with it cannot meet another program there; our own gRPC
- * listener (SO_REUSEADDR too) can still bind it. Close *fd once the node
- * listens. Returns the port, or -1. */
-static int reserve_port(int *fd) {
-  int one = 1;
-  *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof sa;
-  if (*fd >= 0 &&
-      !setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) &&
-      !bind(*fd, (struct sockaddr *)&sa, sizeof sa) &&
-      !getsockname(*fd, (struct sockaddr *)&sa, &l))
-    return ntohs(sa.sin_port);
-  if (*fd >= 0)
-    close(*fd);
-  *fd = -1;
-  return -1;
 }
 
 /* Trace events as the coordinator saw them (issue, completion, busy). */
@@ -240,6 +143,53 @@ static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
   ax_trace_free(tr);
 }
 
+/* Test accuracy and mean loss over --eval-limit examples (all without). */
+static int evaluate(const axr_pipe_args *a, ax_pipe *p, ax_dataset *test,
+                    double *acc, double *loss) {
+  ax_loader *el = NULL;
+  int rc = ax_loader_new(test, a->eval_batch, 0, 0, 0, &el);
+  if (rc == AX_OK) {
+    ax_loader_start(el, 0);
+    long nb = a->eval_limit > 0
+                  ? (a->eval_limit + a->eval_batch - 1) / a->eval_batch
+                  : ax_loader_batches(el) + 1;
+    rc = ax_pipe_evaluate(p, nb, eval_batch, el, acc, loss);
+  }
+  ax_loader_free(el);
+  return rc;
+}
+
+/* Trains `total` mini-batches: in one call, or with --eval-every-epoch one
+ * call per epoch followed by an evaluation, printed as an "epoch:" line
+ * with the modelled time so far. *sum receives the calls' wall time and
+ * coordinator bytes (the rest of the stats: ax_pipe_get_stats, last call). */
+static int train_all(const axr_pipe_args *a, ax_pipe *p, ax_dataset *test,
+                     long total, long per_epoch, feed *f,
+                     ax_pipe_costs *costs, ax_pipe_stats *sum) {
+  long chunk = a->epoch_eval && per_epoch > 0 ? per_epoch : total;
+  double *seconds = &sum->seconds;
+  for (long done = 0, e = 1; done < total; done += chunk, e++) {
+    long n = total - done < chunk ? total - done : chunk;
+    AX_TRY(ax_pipe_train(p, n, feed_batch, feed_step, f));
+    ax_pipe_stats st;
+    ax_pipe_get_stats(p, &st);
+    *seconds += st.seconds;
+    sum->coord_bytes += st.coord_bytes;
+    ax_pipe_costs_add(costs, p);
+    if (!a->epoch_eval)
+      continue;
+    double acc = 0, loss = 0, spb = 0;
+    AX_TRY(evaluate(a, p, test, &acc, &loss));
+    int m = ax_pipe_costs_model(costs, &spb) == AX_OK;
+    printf("epoch: %ld steps=%ld train_loss=%.4f test_loss=%.4f "
+           "test_accuracy=%.2f%% train_seconds=%.2f modelled_seconds=%.3f\n",
+           e, done + n, f->loss[done + n - 1], loss, 100.0 * acc, *seconds,
+           m ? spb * (double)(done + n) : -1.0);
+    fflush(stdout);
+  }
+  return AX_OK;
+}
+
 static int run(const axr_pipe_args *a, ax_node *node) {
   const ax_model_def *def = ax_model_find(a->model);
   if (!def)
@@ -299,37 +249,38 @@ static int run(const axr_pipe_args *a, ax_node *node) {
                       !(f.loss = calloc((size_t)total, sizeof(double)))))
     rc = AX_ENOMEM;
   double t0 = ax_now();
+  ax_pipe_stats st = {0}, sum = {0};
+  ax_pipe_costs costs;
+  ax_pipe_costs_init(&costs, &o);
   if (rc == AX_OK) {
     ax_loader_start(f.ld, 0);
     ax_progress_start(&f.bar, a->quiet ? NULL : stderr, total);
-    rc = ax_pipe_train(p, total, feed_batch, feed_step, &f);
+    rc = train_all(a, p, test, total, per_epoch, &f, &costs, &sum);
     ax_progress_end(&f.bar);
-  }
-  double acc = 0, tl = 0;
-  ax_pipe_stats st;
-  if (rc == AX_OK) {
     ax_pipe_get_stats(p, &st);
-    write_outputs(a, p, &f, t0);
-    ax_loader *el = NULL;
-    rc = ax_loader_new(test, a->eval_batch, 0, 0, 0, &el);
-    if (rc == AX_OK) {
-      ax_loader_start(el, 0);
-      long nb = a->eval_limit > 0 ? (a->eval_limit + a->eval_batch - 1) /
-                                        a->eval_batch
-                                  : ax_loader_batches(el) + 1;
-      rc = ax_pipe_evaluate(p, nb, eval_batch, el, &acc, &tl);
-    }
-    ax_loader_free(el);
+    st.seconds = sum.seconds;
+    st.coord_bytes = sum.coord_bytes;
   }
+  double acc = 0, tl = 0, spb = 0;
+  if (rc == AX_OK) {
+    write_outputs(a, p, &f, t0);
+    rc = evaluate(a, p, test, &acc, &tl);
+  }
+  /* The modelled time: the timing model fed with the measured costs. */
+  int modelled = rc == AX_OK && ax_pipe_costs_model(&costs, &spb) == AX_OK;
   if (rc == AX_OK) {
     printf("summary: model=%s dataset=%s mode=%s stages=%d micro=%d steps=%ld"
            " final_loss=%.4f test_accuracy=%.2f%% samples_per_s=%.1f "
            "ms_per_step=%.1f coordinator_bytes_per_step=%.0f train_seconds="
-           "%.1f\n", a->model, a->dataset, ax_pipe_mode_name(a->mode), axr_stages(a),
+           "%.1f", a->model, a->dataset, ax_pipe_mode_name(a->mode), axr_stages(a),
            ax_pipe_units(a->mode, a->M), f.steps, f.steps ? f.loss[f.steps - 1] : 0.0, 100.0 * acc,
            (double)(f.steps * a->batch) / st.seconds,
            1e3 * st.seconds / (double)total, (double)st.coord_bytes / total,
            st.seconds);
+    if (modelled)
+      printf(" modelled_seconds=%.3f modelled_ms_per_step=%.2f",
+             spb * (double)f.steps, 1e3 * spb);
+    printf("%s\n", a->emulate ? " emulated=1" : "");
     printf("stages:");
     for (int s = 0; s < axr_stages(a); s++)
       printf(" [%d %s busy %.0f%% peak states %d versions %d state %.1f MB]",
@@ -356,7 +307,7 @@ int axr_pipe_main(axr_pipe_args *a) {
   char listen[64];
   if (a->local > 0) {
     a->K = a->local;
-    if ((port = reserve_port(&reserved)) < 0) {
+    if ((port = axr_reserve_port(&reserved)) < 0) {
       fprintf(stderr, "axon-run: no free port for the coordinator\n");
       return 1;
     }
@@ -365,7 +316,7 @@ int axr_pipe_main(axr_pipe_args *a) {
       agents[s] = names[s];
     }
     a->agents = agents;
-    if (spawn_local(a->K, port, a->agent_threads, a->plugins, a->nplugins,
+    if (axr_spawn_local(a->K, port, a->agent_threads, a->plugins, a->nplugins,
                     pids) != 0) {
       close(reserved);
       return 1;
@@ -386,7 +337,20 @@ int axr_pipe_main(axr_pipe_args *a) {
     no.master = a->master;
   }
   ax_node *node = NULL;
-  int rc = ax_node_create(&no, &node);
+  int rc;
+  if (a->emulate) { /* every stage on this node, the world's only member */
+    rc = ax_pipe_emulator_new("emulator", 0, &node);
+    for (int s = 0; s < a->K && rc == AX_OK; s++)
+      agents[s] = ax_node_name(node);
+    a->agents = agents;
+    if (rc == AX_OK)
+      rc = run(a, node);
+    if (rc != AX_OK)
+      fprintf(stderr, "axon-run: %s: %s\n", ax_strerror(rc), ax_errmsg());
+    ax_pipe_emulator_free(node);
+    return rc == AX_OK ? 0 : 1;
+  }
+  rc = ax_node_create(&no, &node);
   if (reserved >= 0)
     close(reserved); /* the node listens on the port now (or failed) */
   if (rc == AX_OK)

@@ -153,7 +153,7 @@ static void deferred_done(ax_future *f, void *user) {
         ax_future_errmsg(f));
 }
 
-static void run_call(ax_call_ctx *c) {
+void axi_call_run(ax_call_ctx *c) {
   ax_node *n = c->node;
   if (n->closing) {
     reply(c, AX_ECLOSED, NULL, "node is shutting down");
@@ -198,7 +198,7 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&n->mu);
     if (!c)
       return NULL;
-    run_call(c);
+    axi_call_run(c);
   }
 }
 
@@ -291,7 +291,7 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
   if (hold_until_joined(n, c))
     return;
   if (f->inline_)
-    run_call(c); /* on this transport thread: no hand-off */
+    axi_call_run(c); /* on this transport thread: no hand-off */
   else
     enqueue(n, c);
 }

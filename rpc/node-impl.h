@@ -166,6 +166,9 @@ int axi_calls_start(ax_node *n);
 void axi_calls_stop(ax_node *n);
 /* Marks n joined and hands the calls held until then to the workers. */
 void axi_calls_joined(ax_node *n);
+/* Runs a call on the calling thread (an inline handler's call, from a
+ * remote peer or from this node itself) and answers it. */
+void axi_call_run(ax_call_ctx *c);
 /* rpc/pcall.c, the pending-call table: */
 int axi_pcalls_init(ax_node *n);
 void axi_pcalls_free(ax_node *n);

@@ -64,7 +64,8 @@ int ax_rpc_register(ax_node *n, const char *fn, ax_rpc_handler h, void *user);
  * (one wake-up, tens of microseconds on a loaded machine) per call. A
  * blocking handler registered this way stalls every call on the node, and
  * its reply may be sent from that thread too. Calls a node makes to itself
- * still run on a worker. */
+ * run on the calling thread (the future is complete when ax_rpc_async
+ * returns), so the caller must not hold a lock the handler takes. */
 int ax_rpc_register_inline(ax_node *n, const char *fn, ax_rpc_handler h,
                            void *user);
 

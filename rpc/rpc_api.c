@@ -154,13 +154,22 @@ static int local_call(ax_node *n, const char *fn, const ax_values *args,
   }
   __atomic_add_fetch(&n->incalls, 1, __ATOMIC_RELAXED);
   axi_live_calls_add(1);
+  *out = fut;
+  if (f->inline_) {
+    /* An inline handler never blocks, so it runs here, as it would on a
+     * transport thread: queued behind calls that wait for it (a stage's
+     * forward waiting for the push "pipe.give" delivers), it could wait
+     * for a worker that never comes free. The future is complete when
+     * this returns. */
+    axi_call_run(c);
+    return AX_OK;
+  }
   c->next = NULL;
   pthread_mutex_lock(&n->mu);
   *n->q_tail = c;
   n->q_tail = &c->next;
   pthread_cond_signal(&n->q_cv);
   pthread_mutex_unlock(&n->mu);
-  *out = fut;
   return AX_OK;
 }
 

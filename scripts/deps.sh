@@ -2,9 +2,10 @@
 # Installs the Debian packages axon needs, only when some are missing
 # (idempotent; run as root on Debian 12).
 set -euo pipefail
+# gnuplot-nox draws the plots of scripts/convergence.sh.
 pkgs=(build-essential cmake pkg-config zlib1g-dev libgrpc-dev protobuf-c-compiler
       libprotobuf-c-dev libevent-dev libcmocka-dev libopenblas-dev libssl-dev
-      dataset-fashion-mnist dict-gcide)
+      dataset-fashion-mnist dict-gcide gnuplot-nox)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

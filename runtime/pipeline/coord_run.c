@@ -214,8 +214,10 @@ static int wait_future(ax_pipe *p, ax_future *f) {
   int64_t end = (int64_t)(ax_now() * 1e3) + timeout_of(p) + 1000;
   for (;;) {
     int err = ax_future_wait(f, POLL_MS);
-    if (err != AX_ETIMEOUT || ax_future_is_done(f))
+    if (err != AX_ETIMEOUT)
       return err;
+    if (ax_future_is_done(f)) /* it completed as the poll ran out */
+      return ax_future_err(f);
     if (__atomic_load_n(&p->err, __ATOMIC_ACQUIRE) != AX_OK)
       return AX_ECANCELLED;
     if ((int64_t)(ax_now() * 1e3) > end)
