@@ -49,6 +49,12 @@ void ax_optim_free(ax_optim *o);
  * at the scheduled learning rate; advances the step counter. */
 int ax_optim_step(ax_optim *o, ax_tensor *params, const ax_tensor *grads);
 long ax_optim_steps(const ax_optim *o);
+/* Checkpoints: the optimizer's state buffer i (0: SGD momentum or AdamW
+ * first moment, 1: AdamW second moment), borrowed, or NULL when it has none;
+ * and setting the step counter (the learning-rate schedule's position, and
+ * whether the next SGD step initialises its momentum). */
+ax_tensor *ax_optim_state(ax_optim *o, int i);
+void ax_optim_set_steps(ax_optim *o, long steps);
 const ax_optim_cfg *ax_optim_config(const ax_optim *o);
 
 #endif
