@@ -23,6 +23,7 @@
 static void usage(FILE *f) {
   fprintf(f,
 "usage: axon-run train [options]\n"
+"       axon-run eval|export --checkpoint DIR ...\n"
 "\n"
 "Trains a model in this process, or split into pipeline stages over agents\n"
 "(--local / --stages), and reports test accuracy.\n"
@@ -64,6 +65,20 @@ static void usage(FILE *f) {
 "                        and receive of every stage\n"
 "  --agent-threads N     handler threads of --local agents (4)\n"
 "  With a pipeline, --csv writes the per-step metrics (busy, bubble, ...).\n"
+"\n"
+"Checkpoints (pipeline training; docs/CHECKPOINTS.md):\n"
+"  --checkpoint-dir DIR  save checkpoints under DIR (each stage on its own\n"
+"                        agent's disk, same path); one after the last step\n"
+"  --checkpoint-every N  also every N steps (async modes drain there: the\n"
+"                        cut changes their trajectory at those steps)\n"
+"  --resume DIR          continue from the newest checkpoint in DIR (or\n"
+"                        DIR/ckpt-N) with the same command line; --steps\n"
+"                        and --epochs count from the start of the run\n"
+"  --loss-log FILE       'step loss' per step, every bit (appends on resume)\n"
+"\n"
+"  axon-run eval --checkpoint DIR|FILE [--eval-batch N] [--eval-limit N]\n"
+"                [--threads N] [--device DEV]: test accuracy in one process\n"
+"  axon-run export --checkpoint DIR --out FILE: the whole model in one file\n"
 "  -h, --help            this text\n"
 "\n"
 "ResNet20 on Fashion-MNIST needs --data-config pad=1 (32x32 inputs); the\n"
@@ -76,6 +91,8 @@ int main(int argc, char **argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  if (!strcmp(argv[1], "eval") || !strcmp(argv[1], "export"))
+    return axr_use_main(argc, argv);
   if (strcmp(argv[1], "train") != 0) {
     fprintf(stderr, "axon-run: unknown command '%s' (try --help)\n", argv[1]);
     return 2;
@@ -106,7 +123,10 @@ int main(int argc, char **argv) {
       {"chunks", 1, 0, 1015},
       {"recompute", 1, 0, 1006}, {"partition", 1, 0, 1007},
       {"trace", 1, 0, 1008},     {"agent-threads", 1, 0, 1009},
-      {"plugin", 1, 0, 1010},    {0, 0, 0, 0}};
+      {"plugin", 1, 0, 1010},
+      {"checkpoint-dir", 1, 0, 1020}, {"checkpoint-every", 1, 0, 1021},
+      {"resume", 1, 0, 1022},    {"loss-log", 1, 0, 1023},
+      {0, 0, 0, 0}};
   static char plugin_path[AX_PLUGIN_MAX][4096];
   static const char *plugins[AX_PLUGIN_MAX];
   optind = 2;
@@ -186,6 +206,10 @@ int main(int argc, char **argv) {
         pa.nplugins++;
       }
       break;
+    case 1020: pa.ckpt_dir = optarg; break;
+    case 1021: ok = axc_int(P, "--checkpoint-every", optarg, 1, LONG_MAX, 0, &v); pa.ckpt_every = (long)v; break;
+    case 1022: pa.resume = optarg; break;
+    case 1023: pa.loss_log = optarg; break;
     default: usage(stderr); return 2;
     }
   }
@@ -208,6 +232,15 @@ int main(int argc, char **argv) {
     o.progress = NULL;
   if (axr_check_configs(&o) != AX_OK) {
     fprintf(stderr, "axon-run: %s\n", ax_errmsg());
+    return 2;
+  }
+  if ((pa.ckpt_dir || pa.resume || pa.ckpt_every) && !pipe) {
+    fprintf(stderr, "axon-run: checkpoints are for pipeline training "
+            "(--local K or --stages K)\n");
+    return 2;
+  }
+  if (pa.ckpt_every && !pa.ckpt_dir) {
+    fprintf(stderr, "axon-run: --checkpoint-every needs --checkpoint-dir\n");
     return 2;
   }
   if (pipe) {

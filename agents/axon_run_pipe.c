@@ -61,6 +61,30 @@ static void feed_step(void *user, const ax_pipe_step_info *s) {
                      "pipeline");
 }
 
+/* The data position of global step `step` and, with apply, the loader
+ * moved there (the epoch's shuffle, then its first batches skipped). */
+static int feed_seek(void *user, long step, int apply, long *epoch,
+                     long *in_epoch) {
+  feed *f = user;
+  long per = (long)ax_loader_batches(f->ld);
+  if (per < 1)
+    return ax_seterr(AX_EINVAL, "the training set has no full batch");
+  *epoch = step / per;
+  *in_epoch = step % per;
+  if (!apply)
+    return AX_OK;
+  f->epoch = (int)*epoch;
+  ax_loader_start(f->ld, f->epoch);
+  for (long i = 0; i < *in_epoch; i++) {
+    ax_tlist in = {0}, lab = {0};
+    int rc = ax_loader_next(f->ld, &in, &lab);
+    ax_tlist_clear(&in);
+    ax_tlist_clear(&lab);
+    AX_TRY(rc);
+  }
+  return AX_OK;
+}
+
 static int eval_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
   return ax_loader_next(user, in, lab);
 }
@@ -294,17 +318,23 @@ static int run(const axr_pipe_args *a, ax_node *node) {
   if (rc == AX_OK && (!(f.done_at = calloc((size_t)total, sizeof(double))) ||
                       !(f.loss = calloc((size_t)total, sizeof(double)))))
     rc = AX_ENOMEM;
-  double t0 = ax_now();
+  double t0 = ax_now(), train_s = 0, ckpt_s = 0;
+  long start = 0;
   if (rc == AX_OK) {
-    ax_loader_start(f.ld, 0);
+    axr_feed fd = {feed_batch, feed_step, feed_seek, &f};
     ax_progress_start(&f.bar, a->quiet ? NULL : stderr, total);
-    rc = ax_pipe_train(p, total, feed_batch, feed_step, &f);
+    rc = axr_train(a, p, total, &fd, &start, &train_s, &ckpt_s);
     ax_progress_end(&f.bar);
   }
   double acc = 0, tl = 0;
   ax_pipe_stats st;
   if (rc == AX_OK) {
     ax_pipe_get_stats(p, &st);
+    st.seconds = train_s; /* every segment's, not only the last one's */
+    total -= start;
+    if (ckpt_s > 0)
+      fprintf(stderr, "axon-run: checkpoints took %.2f s (%.2f%% of the "
+              "training time)\n", ckpt_s, 100.0 * ckpt_s / train_s);
     write_outputs(a, p, &f, t0);
     ax_loader *el = NULL;
     rc = ax_loader_new(test, a->eval_batch, 0, 0, 0, &el);
@@ -321,11 +351,11 @@ static int run(const axr_pipe_args *a, ax_node *node) {
     printf("summary: model=%s dataset=%s mode=%s stages=%d micro=%d steps=%ld"
            " final_loss=%.4f test_accuracy=%.2f%% samples_per_s=%.1f "
            "ms_per_step=%.1f coordinator_bytes_per_step=%.0f train_seconds="
-           "%.1f\n", a->model, a->dataset, ax_pipe_mode_name(a->mode), axr_stages(a),
+           "%.1f test_loss=%.9g\n", a->model, a->dataset, ax_pipe_mode_name(a->mode), axr_stages(a),
            ax_pipe_units(a->mode, a->M), f.steps, f.steps ? f.loss[f.steps - 1] : 0.0, 100.0 * acc,
            (double)(f.steps * a->batch) / st.seconds,
            1e3 * st.seconds / (double)total, (double)st.coord_bytes / total,
-           st.seconds);
+           st.seconds, tl);
     printf("stages:");
     for (int s = 0; s < axr_stages(a); s++)
       printf(" [%d %s busy %.0f%% peak states %d versions %d state %.1f MB]",
