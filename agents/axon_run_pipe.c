@@ -333,8 +333,9 @@ static int run(const axr_pipe_args *a, ax_node *node) {
     st.seconds = train_s; /* every segment's, not only the last one's */
     total -= start;
     if (ckpt_s > 0)
-      fprintf(stderr, "axon-run: checkpoints took %.2f s (%.2f%% of the "
-              "training time)\n", ckpt_s, 100.0 * ckpt_s / train_s);
+      fprintf(stderr, "axon-run: checkpoints took %.3f s, %.3f ms per step "
+              "(%.2f%% of the training time)\n", ckpt_s,
+              1e3 * ckpt_s / (double)total, 100.0 * ckpt_s / train_s);
     write_outputs(a, p, &f, t0);
     ax_loader *el = NULL;
     rc = ax_loader_new(test, a->eval_batch, 0, 0, 0, &el);
