@@ -71,6 +71,8 @@ static void usage(FILE *f) {
 "                        agent's disk, same path); one after the last step\n"
 "  --checkpoint-every N  also every N steps (async modes drain there: the\n"
 "                        cut changes their trajectory at those steps)\n"
+"  --checkpoint-to W     stages (default: each on its agent's disk) or\n"
+"                        coordinator (streamed to this host's DIR)\n"
 "  --resume DIR          continue from the newest checkpoint in DIR (or\n"
 "                        DIR/ckpt-N) with the same command line; --steps\n"
 "                        and --epochs count from the start of the run\n"
@@ -126,6 +128,7 @@ int main(int argc, char **argv) {
       {"plugin", 1, 0, 1010},
       {"checkpoint-dir", 1, 0, 1020}, {"checkpoint-every", 1, 0, 1021},
       {"resume", 1, 0, 1022},    {"loss-log", 1, 0, 1023},
+      {"checkpoint-to", 1, 0, 1024},
       {0, 0, 0, 0}};
   static char plugin_path[AX_PLUGIN_MAX][4096];
   static const char *plugins[AX_PLUGIN_MAX];
@@ -210,6 +213,13 @@ int main(int argc, char **argv) {
     case 1021: ok = axc_int(P, "--checkpoint-every", optarg, 1, LONG_MAX, 0, &v); pa.ckpt_every = (long)v; break;
     case 1022: pa.resume = optarg; break;
     case 1023: pa.loss_log = optarg; break;
+    case 1024:
+      if (strcmp(optarg, "stages") && strcmp(optarg, "coordinator")) {
+        fprintf(stderr, "axon-run: --checkpoint-to stages|coordinator\n");
+        return 2;
+      }
+      pa.ckpt_to_coord = !strcmp(optarg, "coordinator");
+      break;
     default: usage(stderr); return 2;
     }
   }

@@ -22,9 +22,10 @@ typedef struct axr_pipe_args {
   const char *const *plugins; /* --plugin files (absolute), for --local */
   int nplugins;
   /* Checkpoints (axon_run_ckpt.c): --checkpoint-dir, --checkpoint-every,
-   * --resume, --loss-log. */
+   * --checkpoint-to, --resume, --loss-log. */
   const char *ckpt_dir, *resume, *loss_log;
   long ckpt_every;
+  int ckpt_to_coord; /* --checkpoint-to coordinator */
 } axr_pipe_args;
 
 /* The training batches as axon_run_pipe.c feeds them: batch and step are

@@ -111,7 +111,8 @@ static int save(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
   snprintf(in.data_config, sizeof in.data_config, "%s",
            a->data_config ? a->data_config : "");
   run_config(a, in.config, sizeof in.config);
-  return ax_pipe_checkpoint(p, a->ckpt_dir, &in, 2);
+  return ax_pipe_checkpoint(p, a->ckpt_dir, &in, 2,
+                            a->ckpt_to_coord ? AX_CKPT_TO_COORDINATOR : 0);
 }
 
 int axr_train(const axr_pipe_args *a, ax_pipe *p, long total,

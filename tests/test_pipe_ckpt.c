@@ -13,10 +13,13 @@
  *    offsets of the manifest, the coordinator's file and a stage's file,
  *    is refused with AX_EFORMAT naming that file; after each refusal the
  *    previous checkpoint still restores and trains exactly;
+ *  - the same with the stages' files streamed to the coordinator
+ *    (AX_CKPT_TO_COORDINATOR) and back on restore;
  *  - zero live RRefs, contexts and calls on every node after each test. */
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "runtime/pipeline/checkpoint.h"
@@ -29,6 +32,7 @@ static const char *g_names[K] = {"c1", "c2", "c3"};
 static pid_t g_pids[K];
 static ax_node *g_drv;
 static char g_root[64];
+static int g_flags; /* of ax_pipe_checkpoint */
 
 typedef struct run {
   pt_data d;
@@ -82,7 +86,24 @@ static void train(ax_pipe *p, run *r, long from, long to, int cut, int ckpt) {
       in.seed = 7;
       snprintf(in.model, sizeof in.model, "mlp");
       snprintf(in.config, sizeof in.config, "test");
-      AX_ASSERT_OK(ax_pipe_checkpoint(p, g_root, &in, 2));
+      ax_node_stats s0, s1;
+      ax_node_stats_get(g_drv, &s0);
+      AX_ASSERT_OK(ax_pipe_checkpoint(p, g_root, &in, 2, g_flags));
+      ax_node_stats_get(g_drv, &s1);
+      /* The stages' files came through the coordinator, or did not. */
+      uint64_t files = 0;
+      for (int s = 0; s < K; s++) {
+        char path[256];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/ckpt-%08ld/stage-%02d.axck", g_root,
+                 from, s);
+        assert_int_equal(stat(path, &sb), 0);
+        files += (uint64_t)sb.st_size;
+      }
+      if (g_flags & AX_CKPT_TO_COORDINATOR)
+        assert_true(s1.bytes_in - s0.bytes_in >= files);
+      else
+        assert_true(s1.bytes_in - s0.bytes_in < files / 2);
     }
   }
 }
@@ -173,6 +194,12 @@ static void test_resume_pipedream(void **state) {
   run_resume(AX_MODE_PIPEDREAM);
 }
 static void test_resume_2bw(void **state) { run_resume(AX_MODE_2BW); }
+/* The stages' files streamed to the coordinator's directory and back. */
+static void test_resume_to_coordinator(void **state) {
+  g_flags = AX_CKPT_TO_COORDINATOR;
+  run_resume(AX_MODE_1F1B);
+  g_flags = 0;
+}
 
 static long file_size(const char *path) {
   FILE *f = fopen(path, "rb");
@@ -211,7 +238,7 @@ static void expect_refused(const char *dir, const char *file, const char *how) {
   assert_non_null(strstr(msg, file));
 }
 
-static void test_damaged(void **state) {
+static void run_damaged(void) {
   rm_root();
   run ref, a, b;
   ax_tensor *pref[K], *pres[K];
@@ -270,6 +297,13 @@ static void test_damaged(void **state) {
   AX_ASSERT_OK(dt_all_zero(g_drv, g_names, K));
 }
 
+static void test_damaged(void **state) { run_damaged(); }
+static void test_damaged_to_coordinator(void **state) {
+  g_flags = AX_CKPT_TO_COORDINATOR;
+  run_damaged();
+  g_flags = 0;
+}
+
 int main(void) {
   snprintf(g_root, sizeof g_root, "/tmp/axon-ckpt-test-%d", (int)getpid());
   static const char *const args[] = {"--threads", "4", NULL};
@@ -281,6 +315,8 @@ int main(void) {
       cmocka_unit_test(test_resume_pipedream),
       cmocka_unit_test(test_resume_2bw),
       cmocka_unit_test(test_damaged),
+      cmocka_unit_test(test_resume_to_coordinator),
+      cmocka_unit_test(test_damaged_to_coordinator),
   };
   int failed = AX_TEST_MAIN(tests);
   rm_root();

@@ -29,7 +29,7 @@ static int named(ax_pipe *p, int s, int err) {
 
 /* Calls method on every stage at once: args(s) builds stage s's
  * arguments, reply (NULL: none) reads its answer. */
-typedef ax_values *(*args_fn)(void *user, int s);
+typedef int (*args_fn)(void *user, int s, ax_values **out);
 typedef int (*reply_fn)(void *user, int s, const ax_values *r);
 static int all_stages(ax_pipe *p, const char *method, args_fn args,
                       reply_fn reply, void *user) {
@@ -37,9 +37,10 @@ static int all_stages(ax_pipe *p, const char *method, args_fn args,
   ax_call_opts co = {.timeout_ms = timeout_of(p)};
   int err = AX_OK, bad = -1;
   for (int s = 0; s < p->K && err == AX_OK; s++) {
-    ax_values *a = args(user, s);
-    err = a ? ax_rref_rpc_async(p->node, p->host[s], method, a, &co, &f[s])
-            : AX_ENOMEM;
+    ax_values *a = NULL;
+    err = args(user, s, &a);
+    if (err == AX_OK)
+      err = ax_rref_rpc_async(p->node, p->host[s], method, a, &co, &f[s]);
     ax_values_free(a);
     bad = err != AX_OK ? s : bad;
   }
@@ -68,33 +69,56 @@ static int all_stages(ax_pipe *p, const char *method, args_fn args,
 typedef struct save_args {
   char dir[1024];
   axi_manifest *m; /* file s + 1 is stage s's */
+  int send;        /* the stages send their files here */
 } save_args;
+
+/* Writes the file stage s sent (after checking it is what it says). */
+static int save_here(save_args *a, int s, const ax_values *r) {
+  ax_tensor *t;
+  uint8_t *buf;
+  char hex[2 * AX_SHA256_LEN + 1], path[1200];
+  size_t len = (size_t)a->m->f[s + 1].size;
+  AX_TRY(ax_values_get_tensor(r, 2, &t));
+  AX_TRY(axi_ck_unpack(t, len, &buf));
+  int err = ax_sha256_hex(buf, len, hex);
+  if (err == AX_OK && strcmp(hex, a->m->f[s + 1].sha))
+    err = ax_seterr(AX_EMALFORMED,
+                    "checkpoint: the file of stage %d "
+                    "arrived damaged",
+                    s);
+  snprintf(path, sizeof path, "%s/%s", a->dir, a->m->f[s + 1].name);
+  if (err == AX_OK)
+    err = axi_write_atomic(path, buf, len);
+  free(buf);
+  return err;
+}
 
 static int save_reply(void *user, int s, const ax_values *r) {
   save_args *a = user;
   const char *sha;
   AX_TRY(ax_values_get_i64(r, 0, &a->m->f[s + 1].size));
   AX_TRY(ax_values_get_str(r, 1, &sha));
-  if (strlen(sha) != 2 * AX_SHA256_LEN)
-    return ax_seterr(AX_EMALFORMED, "checkpoint: a bad checksum");
+  if (strlen(sha) != 2 * AX_SHA256_LEN || a->m->f[s + 1].size < 0)
+    return ax_seterr(AX_EMALFORMED, "checkpoint: a bad checksum or size");
   snprintf(a->m->f[s + 1].sha, sizeof a->m->f[s + 1].sha, "%s", sha);
-  return AX_OK;
+  return a->send ? save_here(a, s, r) : AX_OK;
 }
 
-static ax_values *save_args_of(void *user, int s) {
+static int save_args_of(void *user, int s, ax_values **out) {
   save_args *a = user;
   char name[64];
   stage_file(s, name, sizeof name);
-  ax_values *v = ax_values_new();
-  if (v) {
-    ax_values_add_str(v, a->dir);
-    ax_values_add_str(v, name);
-  }
-  return v;
+  ax_values *v = *out = ax_values_new();
+  if (!v)
+    return AX_ENOMEM;
+  ax_values_add_str(v, a->dir);
+  ax_values_add_str(v, name);
+  return ax_values_add_i64(v, a->send);
 }
 
-static void coord_records(const ax_pipe *p, const ax_ckpt_info *in,
+static void coord_records(const ax_pipe *p, const ax_ckpt_info *in, int flags,
                           axi_ckw *w) {
+  axi_ckw_i64(w, "stage_files", (flags & AX_CKPT_TO_COORDINATOR) != 0);
   axi_ckw_i64(w, "step", in->step);
   axi_ckw_i64(w, "lr_step", in->step); /* one update per mini-batch */
   axi_ckw_i64(w, "data.epoch", in->data_epoch);
@@ -124,7 +148,7 @@ static void prune(ax_pipe *p, const char *root, int keep) {
 }
 
 int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
-                       int keep) {
+                       int keep, int flags) {
   if (!p || !root || !*root || !in || in->step < 0)
     return ax_seterr(AX_EINVAL, "checkpoint: bad arguments");
   if (p->plan)
@@ -135,7 +159,7 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
   axi_manifest m;
   memset(&m, 0, sizeof m);
   m.step = in->step;
-  save_args a = {.m = &m};
+  save_args a = {.m = &m, .send = (flags & AX_CKPT_TO_COORDINATOR) != 0};
   axi_ckpt_dirname(root, in->step, a.dir, sizeof a.dir);
   AX_TRY(axi_mkdirs(a.dir));
   /* An earlier attempt at this step (or a run that got this far before a
@@ -145,7 +169,7 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
   remove(mpath);
   axi_ckw w;
   axi_ckw_init(&w, AXI_CK_COORD);
-  coord_records(p, in, &w);
+  coord_records(p, in, flags, &w);
   char path[1200];
   snprintf(path, sizeof path, "%s/" AXI_CK_COORD_FILE, a.dir);
   snprintf(m.f[0].name, sizeof m.f[0].name, AXI_CK_COORD_FILE);
@@ -260,9 +284,10 @@ int ax_ckpt_read_info(const char *dir, ax_ckpt_info *info) {
 typedef struct load_args {
   const char *dir;
   const axi_manifest *m;
+  int here; /* the stage files are on this host: send them */
 } load_args;
 
-static ax_values *load_args_of(void *user, int s) {
+static int load_args_of(void *user, int s, ax_values **out) {
   load_args *a = user;
   char name[64], path[1200];
   int64_t size = -1;
@@ -270,13 +295,21 @@ static ax_values *load_args_of(void *user, int s) {
   stage_file(s, name, sizeof name);
   axi_manifest_find(a->m, name, &size, &sha);
   snprintf(path, sizeof path, "%s/%s", a->dir, name);
-  ax_values *v = ax_values_new();
-  if (v) {
-    ax_values_add_str(v, path);
-    ax_values_add_i64(v, size);
-    ax_values_add_str(v, sha);
+  ax_values *v = *out = ax_values_new();
+  if (!v)
+    return AX_ENOMEM;
+  ax_values_add_str(v, path);
+  ax_values_add_i64(v, size);
+  int err = ax_values_add_str(v, sha);
+  if (err == AX_OK && a->here) { /* the stage checks it again */
+    axi_ckr r;
+    AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
+    ax_tensor *t = axi_ck_pack(r.buf, r.len);
+    axi_ckr_close(&r);
+    err = t ? ax_values_add_tensor(v, t) : AX_ENOMEM;
+    ax_tensor_release(t);
   }
-  return v;
+  return err;
 }
 
 int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
@@ -289,8 +322,10 @@ int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
   axi_ckr r;
   AX_TRY(axi_manifest_read(dir, &m));
   AX_TRY(read_coord(dir, &m, info, &r));
-  int64_t mode = -1, K = -1, U = -1;
+  int64_t mode = -1, K = -1, U = -1, here = 0;
   int err = axi_ckr_i64(&r, "mode", &mode);
+  if (err == AX_OK)
+    err = axi_ckr_i64(&r, "stage_files", &here);
   if (err == AX_OK)
     err = axi_ckr_i64(&r, "stages", &K);
   if (err == AX_OK)
@@ -314,7 +349,7 @@ int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
                        " is damaged: it lists no %s",
                        dir, name);
   }
-  load_args a = {dir, &m};
+  load_args a = {dir, &m, here != 0};
   AX_TRY(all_stages(p, "ckpt_load", load_args_of, NULL, &a));
   p->base = info->step;
   return AX_OK;

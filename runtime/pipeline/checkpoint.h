@@ -58,13 +58,20 @@ typedef struct ax_ckpt_info {
   char config[2048]; /* the whole run's configuration, compared on resume */
 } ax_ckpt_info;
 
+/* Flags of ax_pipe_checkpoint. */
+#define AX_CKPT_TO_COORDINATOR                                                 \
+  1 /* the stages send their files to the                                      \
+       coordinator, which writes them under its                                \
+       root (and sends them back on restore) */
+
 /* Saves a checkpoint of p at info->step under root (root/ckpt-NNNNNNNN/:
- * stage-SS.axck on each stage's agent, coordinator.axck and MANIFEST
- * here), then removes all but the newest `keep` (>= 2) complete ones.
- * Between ax_pipe_train calls only. Errors name the stage, agent and file;
- * a failed checkpoint leaves the previous ones as they were. */
+ * stage-SS.axck on each stage's agent, or here with
+ * AX_CKPT_TO_COORDINATOR; coordinator.axck and MANIFEST here), then
+ * removes all but the newest `keep` (>= 2) complete ones. Between
+ * ax_pipe_train calls only. Errors name the stage, agent and file; a
+ * failed checkpoint leaves the previous ones as they were. */
 int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *info,
-                       int keep);
+                       int keep, int flags);
 
 /* The checkpoint directory `path` names: path itself when it holds a
  * MANIFEST, else the newest root/ckpt-N with one. AX_ENOTFOUND when none. */

@@ -119,15 +119,14 @@ static void fsync_dir_of(const char *path) {
   }
 }
 
-/* Writes buf to path through path.tmp, fsync and rename. */
-static int write_atomic(const char *path, const uint8_t *buf, size_t len) {
+int axi_write_atomic(const char *path, const void *buf, size_t len) {
   char tmp[1100];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     return ax_seterr(AX_EIO, "checkpoint: cannot create %s: %s", tmp,
                      strerror(errno));
-  int bad = write_all(fd, buf, len) != 0 || fsync(fd) != 0;
+  int bad = write_all(fd, (const uint8_t *)buf, len) != 0 || fsync(fd) != 0;
   int e = errno;
   bad |= close(fd) != 0;
   if (bad || rename(tmp, path) != 0) {
@@ -140,10 +139,11 @@ static int write_atomic(const char *path, const uint8_t *buf, size_t len) {
   return AX_OK;
 }
 
-int axi_ckw_commit(axi_ckw *w, const char *path, int64_t *size,
+int axi_ckw_finish(axi_ckw *w, uint8_t **buf, size_t *len,
                    char sha[2 * AX_SHA256_LEN + 1]) {
   int err = w->err;
   uint8_t d[AX_SHA256_LEN];
+  *buf = NULL;
   if (err == AX_OK) {
     for (int i = 0; i < 4; i++)
       w->buf[12 + i] = (uint8_t)(w->nrec >> (8 * i));
@@ -153,14 +153,57 @@ int axi_ckw_commit(axi_ckw *w, const char *path, int64_t *size,
     put(w, d, sizeof d);
     err = w->err;
   }
-  if (err == AX_OK)
-    err = write_atomic(path, w->buf, w->len);
-  if (err == AX_OK && size)
-    *size = (int64_t)w->len;
   if (err == AX_OK && sha)
     err = ax_sha256_hex(w->buf, w->len, sha);
-  axi_ckw_free(w);
+  if (err != AX_OK) {
+    axi_ckw_free(w);
+    return err;
+  }
+  *buf = w->buf;
+  *len = w->len;
+  w->buf = NULL;
+  w->len = w->cap = 0;
+  return AX_OK;
+}
+
+int axi_ckw_commit(axi_ckw *w, const char *path, int64_t *size,
+                   char sha[2 * AX_SHA256_LEN + 1]) {
+  uint8_t *buf;
+  size_t len;
+  AX_TRY(axi_ckw_finish(w, &buf, &len, sha));
+  int err = axi_write_atomic(path, buf, len);
+  if (err == AX_OK && size)
+    *size = (int64_t)len;
+  free(buf);
   return err;
+}
+
+ax_tensor *axi_ck_pack(const void *buf, size_t len) {
+  int64_t n = (int64_t)((len + 3) / 4);
+  ax_tensor *t = ax_tensor_zeros(AX_I32, 1, &n, AX_CPU);
+  if (t && len)
+    memcpy(t->data, buf, len);
+  return t;
+}
+
+int axi_ck_unpack(const ax_tensor *t, size_t len, uint8_t **out) {
+  size_t nb = t ? ax_tensor_nbytes(t) : 0;
+  *out = NULL;
+  if (!t || t->dtype != AX_I32 || nb < len || nb >= len + 4)
+    return ax_seterr(AX_EBADARG,
+                     "checkpoint: a file of %zu bytes came in "
+                     "a tensor of %zu",
+                     len, nb);
+  uint8_t *b = malloc(nb + 1);
+  if (!b)
+    return AX_ENOMEM;
+  int err = ax_tensor_read(t, b, nb);
+  if (err != AX_OK) {
+    free(b);
+    return err;
+  }
+  *out = b;
+  return AX_OK;
 }
 
 /* ---- reading ---------------------------------------------------------------
@@ -213,6 +256,36 @@ static int walk(const axi_ckr *r, const char *name, size_t *at, int *type,
   return p == end ? AX_OK : bad(r, "bytes after the last record");
 }
 
+/* Checks r->buf (r->len bytes) as a file of `kind` (see axi_ckr_open). */
+static int check(axi_ckr *r, int kind, int64_t size, const char *sha) {
+  int err = AX_OK;
+  char hex[2 * AX_SHA256_LEN + 1];
+  uint8_t d[AX_SHA256_LEN];
+  if (size >= 0 && (int64_t)r->len != size) {
+    char m[96];
+    snprintf(m, sizeof m, "%zu bytes, the manifest says %lld", r->len,
+             (long long)size);
+    err = bad(r, m);
+  } else if (r->len < HDR + AX_SHA256_LEN || memcmp(r->buf, MAGIC, 8)) {
+    err = bad(r, "too short or not a checkpoint file (magic)");
+  } else if ((err = ax_sha256(r->buf, r->len - AX_SHA256_LEN, d)) != AX_OK) {
+  } else if (memcmp(d, r->buf + r->len - AX_SHA256_LEN, AX_SHA256_LEN)) {
+    err = bad(r, "its SHA-256 does not match its content");
+  } else if (sha && ((err = ax_sha256_hex(r->buf, r->len, hex)) != AX_OK ||
+                     strcmp(hex, sha))) {
+    err =
+        err != AX_OK ? err : bad(r, "its SHA-256 differs from the manifest's");
+  } else if ((int)get_u(r->buf + 8, 4) != kind) {
+    err = bad(r, "a file of another kind");
+  } else {
+    r->kind = kind;
+    err = walk(r, NULL, NULL, NULL, NULL);
+  }
+  if (err != AX_OK)
+    axi_ckr_close(r);
+  return err;
+}
+
 int axi_ckr_open(axi_ckr *r, const char *path, int kind, int64_t size,
                  const char *sha) {
   memset(r, 0, sizeof *r);
@@ -230,33 +303,16 @@ int axi_ckr_open(axi_ckr *r, const char *path, int kind, int64_t size,
   }
   r->len = fread(r->buf, 1, (size_t)n, f);
   fclose(f);
-  int err = AX_OK;
-  char hex[2 * AX_SHA256_LEN + 1];
-  uint8_t d[AX_SHA256_LEN];
-  if (size >= 0 && (int64_t)r->len != size) {
-    char m[96];
-    snprintf(m, sizeof m, "%zu bytes, the manifest says %lld", r->len,
-             (long long)size);
-    err = bad(r, m);
-  } else if (r->len < HDR + AX_SHA256_LEN || memcmp(r->buf, MAGIC, 8)) {
-    err = bad(r, "too short or not a checkpoint file (magic)");
-  } else if ((err = ax_sha256(r->buf, r->len - AX_SHA256_LEN, d)) != AX_OK) {
-  } else if (memcmp(d, r->buf + r->len - AX_SHA256_LEN, AX_SHA256_LEN)) {
-    err = bad(r, "its SHA-256 does not match its content");
-  } else if (sha && ((err = ax_sha256_hex(r->buf, r->len, hex)) != AX_OK ||
-                     strcmp(hex, sha))) {
-    err = err != AX_OK ? err
-                       : bad(r, "its SHA-256 differs from the "
-                                "manifest's");
-  } else if ((int)get_u(r->buf + 8, 4) != kind) {
-    err = bad(r, "a file of another kind");
-  } else {
-    r->kind = kind;
-    err = walk(r, NULL, NULL, NULL, NULL);
-  }
-  if (err != AX_OK)
-    axi_ckr_close(r);
-  return err;
+  return check(r, kind, size, sha);
+}
+
+int axi_ckr_mem(axi_ckr *r, const char *name, uint8_t *buf, size_t len,
+                int kind, int64_t size, const char *sha) {
+  memset(r, 0, sizeof *r);
+  snprintf(r->path, sizeof r->path, "%s", name);
+  r->buf = buf;
+  r->len = len;
+  return check(r, kind, size, sha);
 }
 
 void axi_ckr_close(axi_ckr *r) {

@@ -52,6 +52,17 @@ void axi_ckw_tensor(axi_ckw *w, const char *name, const ax_tensor *t);
 int axi_ckw_commit(axi_ckw *w, const char *path, int64_t *size,
                    char sha[2 * AX_SHA256_LEN + 1]);
 void axi_ckw_free(axi_ckw *w);
+/* The same without writing: the finished file in *buf (malloc'd, the
+ * caller frees) and *len. */
+int axi_ckw_finish(axi_ckw *w, uint8_t **buf, size_t *len,
+                   char sha[2 * AX_SHA256_LEN + 1]);
+/* buf to path through path.tmp, fsync, rename and a directory fsync. */
+int axi_write_atomic(const char *path, const void *buf, size_t len);
+/* A file's bytes as a tensor (i32, zero-padded to 4 bytes; tensors travel
+ * on the data channel, unlike bytes values), and back: *out malloc'd,
+ * AX_EBADARG unless t holds len bytes. */
+ax_tensor *axi_ck_pack(const void *buf, size_t len);
+int axi_ck_unpack(const ax_tensor *t, size_t len, uint8_t **out);
 
 typedef struct axi_ckr {
   uint8_t *buf;
@@ -64,6 +75,10 @@ typedef struct axi_ckr {
  * non-NULL: what the manifest says). */
 int axi_ckr_open(axi_ckr *r, const char *path, int kind, int64_t size,
                  const char *sha);
+/* The same checks on a file held in memory (name for messages); takes buf
+ * (malloc'd) in every case. */
+int axi_ckr_mem(axi_ckr *r, const char *name, uint8_t *buf, size_t len,
+                int kind, int64_t size, const char *sha);
 void axi_ckr_close(axi_ckr *r);
 /* A record by name: AX_EFORMAT naming the file when it is missing or of
  * another type. f32 pointers borrow the reader's buffer (f32 data may be

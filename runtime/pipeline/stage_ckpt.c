@@ -4,6 +4,7 @@
  * so its state is the weights, buffers, optimizer and update position (and
  * for 2bw the shadow weights the next batch's forwards use). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -56,18 +57,23 @@ static int quiet_stage(phost *h) {
   return AX_OK;
 }
 
-/* "ckpt_save" [dir, file name]: writes dir/name on this host (creating
- * dir); returns [size, sha256 hex]. */
+/* "ckpt_save" [dir, file name, send (optional)]: writes dir/name on this
+ * host (creating dir), or with send = 1 returns the file instead; returns
+ * [size, sha256 hex] and then the file's bytes (axi_ck_pack). */
 int axp_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out) {
   phost *h = obj;
   char dir[900], name[64], path[1000];
+  int64_t send = 0;
   AX_TRY(path_arg(args, 0, dir, sizeof dir));
   AX_TRY(path_arg(args, 1, name, sizeof name));
+  if (ax_values_count(args) > 2)
+    AX_TRY(ax_values_get_i64(args, 2, &send));
   if (strchr(name, '/'))
     return ax_seterr(AX_EINVAL, "pipe.stage: bad file name '%s'", name);
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  AX_TRY(axi_mkdirs(dir));
+  if (!send)
+    AX_TRY(axi_mkdirs(dir));
   axi_ckw w;
   axi_ckw_init(&w, AXI_CK_STAGE);
   pthread_mutex_lock(&h->s->mu);
@@ -75,15 +81,26 @@ int axp_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
   if (err == AX_OK)
     put_state(h, &w);
   pthread_mutex_unlock(&h->s->mu);
-  int64_t size = 0;
   char sha[2 * AX_SHA256_LEN + 1];
-  if (err != AX_OK) {
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  if (err == AX_OK)
+    err = axi_ckw_finish(&w, &buf, &len, sha);
+  else
     axi_ckw_free(&w);
-    return err;
+  if (err == AX_OK && !send)
+    err = axi_write_atomic(path, buf, len);
+  if (err == AX_OK)
+    err = ax_values_add_i64(out, (int64_t)len);
+  if (err == AX_OK)
+    err = ax_values_add_str(out, sha);
+  if (err == AX_OK && send) {
+    ax_tensor *t = axi_ck_pack(buf, len);
+    err = t ? ax_values_add_tensor(out, t) : AX_ENOMEM;
+    ax_tensor_release(t);
   }
-  AX_TRY(axi_ckw_commit(&w, path, &size, sha));
-  AX_TRY(ax_values_add_i64(out, size));
-  return ax_values_add_str(out, sha);
+  free(buf);
+  return err;
 }
 
 static int want_i64(const axi_ckr *r, const char *name, int64_t v) {
@@ -150,9 +167,10 @@ static int load_state(phost *h, const axi_ckr *r, int64_t shadow_for) {
   return AX_OK;
 }
 
-/* "ckpt_load" [path, size, sha256 hex]: checks the file (its checksum and
- * the manifest's, this stage's split, mode and optimizer) and only then
- * loads it. */
+/* "ckpt_load" [path, size, sha256 hex, file (optional)]: the file at path on
+ * this host, or the one given (axi_ck_pack; path names it). Checks it (its
+ * checksum and the manifest's, this stage's split, mode and optimizer) and only
+ * then loads it. */
 int axp_host_ckpt_load(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out) {
   phost *h = obj;
@@ -163,7 +181,15 @@ int axp_host_ckpt_load(ax_call_ctx *cc, void *obj, const ax_values *args,
   AX_TRY(ax_values_get_i64(args, 1, &size));
   AX_TRY(ax_values_get_str(args, 2, &sha));
   axi_ckr r;
-  AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
+  if (ax_values_count(args) > 3) { /* the file itself, from the caller */
+    ax_tensor *t;
+    uint8_t *buf;
+    AX_TRY(ax_values_get_tensor(args, 3, &t));
+    AX_TRY(axi_ck_unpack(t, size < 0 ? 0 : (size_t)size, &buf));
+    AX_TRY(axi_ckr_mem(&r, path, buf, (size_t)size, AXI_CK_STAGE, size, sha));
+  } else {
+    AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
+  }
   pthread_mutex_lock(&h->s->mu);
   int64_t shadow_for = -1;
   int err = quiet_stage(h);
