@@ -28,12 +28,18 @@ run() { # mode, with (0/1) -> prints "ms_per_step ckpt_ms_per_step"
   echo "$ms ${ck:-0}"
 }
 for mode in $MODES; do
-  sum0=0; sum1=0
+  : >"$DIR/rounds"
   for r in $(seq "$ROUNDS"); do
     set -- $(run "$mode" 0); t0=$1
     set -- $(run "$mode" 1); t1=$1; c1=$2
     echo "$mode round $r: without $t0 ms/step; with $t1 ms/step + $c1 ms/step of checkpoints"
-    sum0=$(echo "$sum0 + $t0" | bc -l); sum1=$(echo "$sum1 + $t1 + $c1" | bc -l)
+    echo "$t0 $t1 $c1" >>"$DIR/rounds"
   done
-  echo "$mode: $(echo "scale=2; $sum0 / $ROUNDS" | bc -l) ms/step without, $(echo "scale=2; $sum1 / $ROUNDS" | bc -l) with; overhead $(echo "scale=2; 100 * ($sum1 - $sum0) / $sum0" | bc -l)%"
+  # Means, and the median of the rounds' overheads (robust to a round that
+  # another program on the machine slowed down).
+  med=$(awk '{ print 100 * ($2 + $3 - $1) / $1 }' "$DIR/rounds" | sort -g |
+        awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+  awk -v m="$mode" -v med="$med" '{ a += $1; b += $2 + $3; c += $3 }
+    END { printf "%s: %.1f ms/step without, %.1f with (%.2f of it writing checkpoints, %.2f%%); overhead: mean %.2f%%, median %.2f%%\n",
+                 m, a / NR, b / NR, c / NR, 100 * c / a, 100 * (b - a) / a, med }' "$DIR/rounds"
 done
