@@ -24,6 +24,7 @@
 static void usage(FILE *f) {
   fprintf(f,
 "usage: axon-run train [options]\n"
+"       axon-run eval|export --checkpoint DIR ...\n"
 "\n"
 "Trains a model in this process, or split into pipeline stages over agents\n"
 "(--local / --stages), and reports test accuracy.\n"
@@ -77,6 +78,22 @@ static void usage(FILE *f) {
 "  --eval-every-epoch    evaluate after every epoch (one train call per\n"
 "                        epoch: asynchronous modes drain at epoch ends)\n"
 "  With a pipeline, --csv writes the per-step metrics (busy, bubble, ...).\n"
+"\n"
+"Checkpoints (pipeline training; docs/CHECKPOINTS.md):\n"
+"  --checkpoint-dir DIR  save checkpoints under DIR (each stage on its own\n"
+"                        agent's disk, same path); one after the last step\n"
+"  --checkpoint-every N  also every N steps (async modes drain there: the\n"
+"                        cut changes their trajectory at those steps)\n"
+"  --checkpoint-to W     stages (default: each on its agent's disk) or\n"
+"                        coordinator (streamed to this host's DIR)\n"
+"  --resume DIR          continue from the newest checkpoint in DIR (or\n"
+"                        DIR/ckpt-N) with the same command line; --steps\n"
+"                        and --epochs count from the start of the run\n"
+"  --loss-log FILE       'step loss' per step, every bit (appends on resume)\n"
+"\n"
+"  axon-run eval --checkpoint DIR|FILE [--eval-batch N] [--eval-limit N]\n"
+"                [--threads N] [--device DEV]: test accuracy in one process\n"
+"  axon-run export --checkpoint DIR --out FILE: the whole model in one file\n"
 "  -h, --help            this text\n"
 "\n"
 "ResNet20 on Fashion-MNIST needs --data-config pad=1 (32x32 inputs); the\n"
@@ -89,6 +106,8 @@ int main(int argc, char **argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  if (!strcmp(argv[1], "eval") || !strcmp(argv[1], "export"))
+    return axr_use_main(argc, argv);
   if (strcmp(argv[1], "train") != 0) {
     fprintf(stderr, "axon-run: unknown command '%s' (try --help)\n", argv[1]);
     return 2;
@@ -122,6 +141,9 @@ int main(int argc, char **argv) {
       {"plugin", 1, 0, 1010},    {"staleness", 1, 0, 1016},
       {"pipemare-gamma", 1, 0, 1017}, {"pipemare-warmup", 1, 0, 1018},
       {"emulate", 0, 0, 1011},   {"eval-every-epoch", 0, 0, 1012},
+      {"checkpoint-dir", 1, 0, 1020}, {"checkpoint-every", 1, 0, 1021},
+      {"resume", 1, 0, 1022},    {"loss-log", 1, 0, 1023},
+      {"checkpoint-to", 1, 0, 1024},
       {0, 0, 0, 0}};
   static char plugin_path[AX_PLUGIN_MAX][4096];
   static const char *plugins[AX_PLUGIN_MAX];
@@ -221,6 +243,17 @@ int main(int argc, char **argv) {
       break;
     case 1011: pa.emulate = 1; pipe = 1; break;
     case 1012: pa.epoch_eval = 1; break;
+    case 1020: pa.ckpt_dir = optarg; break;
+    case 1021: ok = axc_int(P, "--checkpoint-every", optarg, 1, LONG_MAX, 0, &v); pa.ckpt_every = (long)v; break;
+    case 1022: pa.resume = optarg; break;
+    case 1023: pa.loss_log = optarg; break;
+    case 1024:
+      if (strcmp(optarg, "stages") && strcmp(optarg, "coordinator")) {
+        fprintf(stderr, "axon-run: --checkpoint-to stages|coordinator\n");
+        return 2;
+      }
+      pa.ckpt_to_coord = !strcmp(optarg, "coordinator");
+      break;
     default: usage(stderr); return 2;
     }
   }
@@ -248,6 +281,15 @@ int main(int argc, char **argv) {
   if (pipe && pa.emulate && (pa.local || pa.agents || pa.master || pa.K < 1)) {
     fprintf(stderr, "axon-run: --emulate needs --stages K and no --local, "
             "--agents or --master (no agents take part)\n");
+    return 2;
+  }
+  if ((pa.ckpt_dir || pa.resume || pa.ckpt_every) && !pipe) {
+    fprintf(stderr, "axon-run: checkpoints are for pipeline training "
+            "(--local K or --stages K)\n");
+    return 2;
+  }
+  if (pa.ckpt_every && !pa.ckpt_dir) {
+    fprintf(stderr, "axon-run: --checkpoint-every needs --checkpoint-dir\n");
     return 2;
   }
   if (pipe) {

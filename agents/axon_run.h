@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include "kernels/device.h"
+#include "runtime/pipeline/coordinator.h"
 #include "runtime/pipeline/train.h"
 
 typedef struct axr_pipe_args {
@@ -25,7 +26,40 @@ typedef struct axr_pipe_args {
   const char *partition, *trace, *csv;
   const char *const *plugins; /* --plugin files (absolute), for --local */
   int nplugins;
+  /* Checkpoints (axon_run_ckpt.c): --checkpoint-dir, --checkpoint-every,
+   * --checkpoint-to, --resume, --loss-log. */
+  const char *ckpt_dir, *resume, *loss_log;
+  long ckpt_every;
+  int ckpt_to_coord; /* --checkpoint-to coordinator */
 } axr_pipe_args;
+
+/* The training batches as axon_run_pipe.c feeds them: batch and step are
+ * ax_pipe_train's callbacks; seek gives the data position of global step
+ * `step` (its epoch and the batches of it already used) and, with apply,
+ * moves the data there. */
+typedef struct axr_feed {
+  ax_pipe_batch_fn batch;
+  ax_pipe_step_fn step;
+  int (*seek)(void *user, long step, int apply, long *epoch, long *in_epoch);
+  void *user;
+  /* Called after each training call with the run's steps done so far (may
+   * be NULL); an error ends the run. */
+  int (*segment)(void *user, long done);
+  long every; /* also end a call at the multiples of this (0: none), e.g.
+                 the epochs of --eval-every-epoch */
+} axr_feed;
+
+/* Trains steps [start, total) of the run (axon_run_ckpt.c): from 0, or
+ * after --resume from the checkpoint's step (*start), in segments that end
+ * at the multiples of --checkpoint-every with a checkpoint after each and
+ * after the last step, and at the multiples of feed->every; writes
+ * --loss-log. *seconds: training time without
+ * the checkpoints, *ckpt_s: the checkpoints' time. */
+int axr_train(const axr_pipe_args *a, ax_pipe *p, long total,
+              const axr_feed *feed, long *start, double *seconds,
+              double *ckpt_s);
+/* `axon-run eval` and `axon-run export` (axon_run_use.c): exit status. */
+int axr_use_main(int argc, char **argv);
 
 /* AX_EINVAL naming the first --model-config, --optim or --data-config key
  * that the model, optimizer or data set does not read, with the keys it

@@ -37,6 +37,14 @@ typedef struct feed { /* the training batches, epoch after epoch */
   long steps;
   double *done_at; /* completion time per step */
   double *loss;
+  /* after each training call (feed_segment) */
+  const struct axr_pipe_args *a;
+  ax_pipe *p;
+  ax_dataset *test;
+  ax_pipe_costs *costs;
+  long total;           /* the run's last step */
+  double train_s;       /* the calls' own seconds */
+  uint64_t coord_bytes; /* the calls' coordinator bytes */
 } feed;
 
 static int feed_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
@@ -58,6 +66,30 @@ static void feed_step(void *user, const ax_pipe_step_info *s) {
   double sps = s->seconds > 0 ? (double)(f->steps * f->batch) / s->seconds : 0;
   ax_progress_update(&f->bar, f->steps, sps, f->loss_sum / (double)f->steps,
                      "pipeline");
+}
+
+/* The data position of global step `step` and, with apply, the loader
+ * moved there (the epoch's shuffle, then its first batches skipped). */
+static int feed_seek(void *user, long step, int apply, long *epoch,
+                     long *in_epoch) {
+  feed *f = user;
+  long per = (long)ax_loader_batches(f->ld);
+  if (per < 1)
+    return ax_seterr(AX_EINVAL, "the training set has no full batch");
+  *epoch = step / per;
+  *in_epoch = step % per;
+  if (!apply)
+    return AX_OK;
+  f->epoch = (int)*epoch;
+  ax_loader_start(f->ld, f->epoch);
+  for (long i = 0; i < *in_epoch; i++) {
+    ax_tlist in = {0}, lab = {0};
+    int rc = ax_loader_next(f->ld, &in, &lab);
+    ax_tlist_clear(&in);
+    ax_tlist_clear(&lab);
+    AX_TRY(rc);
+  }
+  return AX_OK;
 }
 
 static int eval_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
@@ -159,34 +191,29 @@ static int evaluate(const axr_pipe_args *a, ax_pipe *p, ax_dataset *test,
   return rc;
 }
 
-/* Trains `total` mini-batches: in one call, or with --eval-every-epoch one
- * call per epoch followed by an evaluation, printed as an "epoch:" line
- * with the modelled time so far. *sum receives the calls' wall time and
- * coordinator bytes (the rest of the stats: ax_pipe_get_stats, last call). */
-static int train_all(const axr_pipe_args *a, ax_pipe *p, ax_dataset *test,
-                     long total, long per_epoch, feed *f,
-                     ax_pipe_costs *costs, ax_pipe_stats *sum) {
-  long chunk = a->epoch_eval && per_epoch > 0 ? per_epoch : total;
-  double *seconds = &sum->seconds;
-  for (long done = 0, e = 1; done < total; done += chunk, e++) {
-    long n = total - done < chunk ? total - done : chunk;
-    AX_TRY(ax_pipe_train(p, n, feed_batch, feed_step, f));
-    ax_pipe_stats st;
-    ax_pipe_get_stats(p, &st);
-    *seconds += st.seconds;
-    sum->coord_bytes += st.coord_bytes;
-    ax_pipe_costs_add(costs, p);
-    if (!a->epoch_eval)
-      continue;
-    double acc = 0, loss = 0, spb = 0;
-    AX_TRY(evaluate(a, p, test, &acc, &loss));
-    int m = ax_pipe_costs_model(costs, &spb) == AX_OK;
-    printf("epoch: %ld steps=%ld train_loss=%.4f test_loss=%.4f "
-           "test_accuracy=%.2f%% train_seconds=%.2f modelled_seconds=%.3f\n",
-           e, done + n, f->loss[done + n - 1], loss, 100.0 * acc, *seconds,
-           m ? spb * (double)(done + n) : -1.0);
-    fflush(stdout);
-  }
+/* After each training call (axr_train): sums its seconds and coordinator
+ * bytes, feeds the timing model, and with --eval-every-epoch, at an epoch's
+ * end, evaluates and prints an "epoch:" line with the modelled time so
+ * far. */
+static int feed_segment(void *user, long done) {
+  feed *f = user;
+  ax_pipe_stats st;
+  ax_pipe_get_stats(f->p, &st);
+  f->train_s += st.seconds;
+  f->coord_bytes += st.coord_bytes;
+  ax_pipe_costs_add(f->costs, f->p);
+  if (!f->a->epoch_eval || f->per_epoch <= 0 || !f->steps ||
+      (done % f->per_epoch && done != f->total))
+    return AX_OK; /* not an epoch's end (a checkpoint's cut) */
+  double acc = 0, loss = 0, spb = 0;
+  AX_TRY(evaluate(f->a, f->p, f->test, &acc, &loss));
+  int m = ax_pipe_costs_model(f->costs, &spb) == AX_OK;
+  printf("epoch: %ld steps=%ld train_loss=%.4f test_loss=%.4f "
+         "test_accuracy=%.2f%% train_seconds=%.2f modelled_seconds=%.3f\n",
+         (done + f->per_epoch - 1) / f->per_epoch, done,
+         f->loss[f->steps - 1], loss, 100.0 * acc, f->train_s,
+         m ? spb * (double)done : -1.0);
+  fflush(stdout);
   return AX_OK;
 }
 
@@ -248,18 +275,31 @@ static int run(const axr_pipe_args *a, ax_node *node) {
   if (rc == AX_OK && (!(f.done_at = calloc((size_t)total, sizeof(double))) ||
                       !(f.loss = calloc((size_t)total, sizeof(double)))))
     rc = AX_ENOMEM;
-  double t0 = ax_now();
-  ax_pipe_stats st = {0}, sum = {0};
+  double t0 = ax_now(), train_s = 0, ckpt_s = 0;
+  long start = 0;
+  ax_pipe_stats st = {0};
   ax_pipe_costs costs;
   ax_pipe_costs_init(&costs, &o);
+  f.a = a;
+  f.p = p;
+  f.test = test;
+  f.costs = &costs;
+  f.per_epoch = per_epoch;
+  f.total = total;
   if (rc == AX_OK) {
-    ax_loader_start(f.ld, 0);
+    axr_feed fd = {feed_batch, feed_step, feed_seek, &f, feed_segment,
+                   a->epoch_eval ? per_epoch : 0};
     ax_progress_start(&f.bar, a->quiet ? NULL : stderr, total);
-    rc = train_all(a, p, test, total, per_epoch, &f, &costs, &sum);
+    rc = axr_train(a, p, total, &fd, &start, &train_s, &ckpt_s);
     ax_progress_end(&f.bar);
     ax_pipe_get_stats(p, &st);
-    st.seconds = sum.seconds;
-    st.coord_bytes = sum.coord_bytes;
+    st.seconds = train_s; /* every call's, not only the last one's */
+    st.coord_bytes = f.coord_bytes;
+    total -= start;
+    if (ckpt_s > 0)
+      fprintf(stderr, "axon-run: checkpoints took %.3f s, %.3f ms per step "
+              "(%.2f%% of the training time)\n", ckpt_s,
+              1e3 * ckpt_s / (double)total, 100.0 * ckpt_s / train_s);
   }
   double acc = 0, tl = 0, spb = 0;
   if (rc == AX_OK) {
@@ -272,11 +312,11 @@ static int run(const axr_pipe_args *a, ax_node *node) {
     printf("summary: model=%s dataset=%s mode=%s stages=%d micro=%d steps=%ld"
            " final_loss=%.4f test_accuracy=%.2f%% samples_per_s=%.1f "
            "ms_per_step=%.1f coordinator_bytes_per_step=%.0f train_seconds="
-           "%.1f", a->model, a->dataset, ax_pipe_mode_name(a->mode), axr_stages(a),
+           "%.1f test_loss=%.9g", a->model, a->dataset, ax_pipe_mode_name(a->mode), axr_stages(a),
            ax_pipe_units(a->mode, a->M), f.steps, f.steps ? f.loss[f.steps - 1] : 0.0, 100.0 * acc,
            (double)(f.steps * a->batch) / st.seconds,
            1e3 * st.seconds / (double)total, (double)st.coord_bytes / total,
-           st.seconds);
+           st.seconds, tl);
     if (modelled)
       printf(" modelled_seconds=%.3f modelled_ms_per_step=%.2f",
              spb * (double)f.steps, 1e3 * spb);

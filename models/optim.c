@@ -163,4 +163,10 @@ int ax_optim_set_lr_scale(ax_optim *o, float scale) {
   return AX_OK;
 }
 
+ax_tensor *ax_optim_state(ax_optim *o, int i) {
+  return i == 0 ? o->m : i == 1 ? o->v : NULL;
+}
+
+void ax_optim_set_steps(ax_optim *o, long steps) { o->step = steps; }
+
 const ax_optim_cfg *ax_optim_config(const ax_optim *o) { return &o->cfg; }

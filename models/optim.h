@@ -54,6 +54,12 @@ long ax_optim_steps(const ax_optim *o);
  * learning-rate rescheduling (runtime/pipeline/staleness.h). AX_EINVAL on a
  * bad scale, which leaves the optimizer unchanged. */
 int ax_optim_set_lr_scale(ax_optim *o, float scale);
+/* Checkpoints: the optimizer's state buffer i (0: SGD momentum or AdamW
+ * first moment, 1: AdamW second moment), borrowed, or NULL when it has none;
+ * and setting the step counter (the learning-rate schedule's position, and
+ * whether the next SGD step initialises its momentum). */
+ax_tensor *ax_optim_state(ax_optim *o, int i);
+void ax_optim_set_steps(ax_optim *o, long steps);
 const ax_optim_cfg *ax_optim_config(const ax_optim *o);
 
 #endif

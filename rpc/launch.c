@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -31,28 +32,59 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* How long a stopped (SIGSTOPped) child gets, after SIGCONT and SIGTERM, to
+ * exit before SIGKILL: it cannot exit by itself while stopped, so waiting
+ * out the caller's whole timeout on it would only delay the end. */
+#define STOPPED_GRACE_MS 500
+
+/* Ends a child seen stopped: SIGTERM then SIGCONT (it may exit cleanly), and
+ * the time after which it is SIGKILLed. */
+static int64_t end_stopped(pid_t pid, const char *why) {
+  fprintf(stderr, "axon: child %d is stopped (%s): SIGTERM + SIGCONT, "
+          "SIGKILL in %d ms\n", (int)pid, why, STOPPED_GRACE_MS);
+  kill(pid, SIGTERM);
+  kill(pid, SIGCONT);
+  return now_ms() + STOPPED_GRACE_MS;
+}
+
 /* Reaps children until none is left or timeout_ms passed; returns how many
- * are still running. */
+ * are still running. A child that is stopped (reported by WUNTRACED) is
+ * ended within STOPPED_GRACE_MS instead (see end_stopped). */
 static int wait_children(int n, pid_t *pids, int64_t timeout_ms,
                          int *status) {
   int64_t end = now_ms() + timeout_ms;
+  int64_t *kill_at = calloc((size_t)(n > 0 ? n : 1), sizeof *kill_at);
   int left = 0;
   for (int i = 0; i < n; i++)
     left += pids[i] > 0;
   while (left > 0) {
     for (int i = 0; i < n; i++) {
-      int st;
-      if (pids[i] > 0 && waitpid(pids[i], &st, WNOHANG) != 0) {
+      int st = 0;
+      pid_t r = pids[i] > 0 ? waitpid(pids[i], &st, WNOHANG | WUNTRACED) : 0;
+      if (r > 0 && WIFSTOPPED(st)) {
+        if (kill_at && !kill_at[i])
+          kill_at[i] = end_stopped(pids[i], strsignal(WSTOPSIG(st)));
+        else if (!kill_at)
+          kill(pids[i], SIGKILL);
+        continue;
+      }
+      if (r != 0) {
         if (status)
           status[i] = st;
         pids[i] = 0;
         left--;
+        continue;
+      }
+      if (pids[i] > 0 && kill_at && kill_at[i] > 0 && now_ms() >= kill_at[i]) {
+        kill(pids[i], SIGKILL); /* reaped by a later waitpid */
+        kill_at[i] = -1;
       }
     }
     if (left == 0 || now_ms() >= end)
       break;
     nanosleep(&(struct timespec){0, 10000000}, NULL);
   }
+  free(kill_at);
   return left;
 }
 

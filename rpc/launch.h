@@ -23,7 +23,11 @@ extern "C" {
  * released), or -1. Another process may take it before it is used. */
 int ax_local_free_port(void);
 
-/* Waits, until one deadline timeout_ms from now, for every child whose
+/* Every wait below ends a child that is stopped (SIGSTOP, SIGTSTP: it
+ * cannot exit by itself) within about half a second: SIGTERM and SIGCONT,
+ * then SIGKILL 500 ms later, whatever the timeout (reported on stderr).
+ *
+ * Waits, until one deadline timeout_ms from now, for every child whose
  * pids[i] > 0. A reaped child gets pids[i] = 0 and status[i] = its
  * waitpid status; one still running at the deadline is SIGKILLed, reaped,
  * and gets status[i] = -1. status may be NULL. Returns the number killed. */

@@ -70,6 +70,13 @@ int axp_host_bwd_weight(ax_call_ctx *cc, void *obj, const ax_values *args,
                         ax_values *out);
 int axp_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
                   ax_values *out);
+/* "ckpt_save", "ckpt_load", "ckpt_drop" (stage_ckpt.c). */
+int axp_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
+                       ax_values *out);
+int axp_host_ckpt_load(ax_call_ctx *cc, void *obj, const ax_values *args,
+                       ax_values *out);
+int axp_host_ckpt_drop(ax_call_ctx *cc, void *obj, const ax_values *args,
+                       ax_values *out);
 /* Drops the taken gradients and the running sum (s->mu held). */
 void axp_grads_clear(phost *h);
 

@@ -377,7 +377,8 @@ static const ax_robj_method_def g_methods[] = {
     {"bwd", axp_host_bwd}, {"bwdi", axp_host_bwd_input},
     {"bwdw", axp_host_bwd_weight}, {"step", axp_host_step},
     {"state_save", m_state_save}, {"teardown", m_teardown},
-    {"trace", m_trace},
+    {"trace", m_trace}, {"ckpt_save", axp_host_ckpt_save},
+    {"ckpt_load", axp_host_ckpt_load}, {"ckpt_drop", axp_host_ckpt_drop},
     {NULL, NULL},
 };
 

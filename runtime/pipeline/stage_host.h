@@ -57,6 +57,21 @@
  *  - "state_save" []: [params (P), buffers (Q) or an empty tensor].
  *  - "trace" []: [bytes] the events recorded since the last "trace"
  *    (stage_events.h), encoded by ax_trace_encode.
+ *  - "ckpt_save" [dir, name, send (optional i64)]: writes the stage's
+ *    state (parameters, buffers, optimizer state and steps, update
+ *    position, 2bw's shadow) to dir/name on this agent's disk (temporary
+ *    file, fsync, rename; dir is created), or with send = 1 returns the
+ *    file to the caller instead; [size, sha256 hex] and with send the file
+ *    (an i32 tensor of its bytes, zero-padded). AX_ESTATE while a unit is
+ *    in flight (checkpoints are taken at a consistent cut).
+ *    docs/CHECKPOINTS.md.
+ *  - "ckpt_load" [path, size, sha256 hex, file (optional)]: the file at
+ *    path on this agent, or the one given (path then only names it);
+ *    checks it against the manifest's size and checksum and against this
+ *    stage (split, mode, optimizer) and only then loads it; AX_EFORMAT
+ *    naming the file when it is damaged, AX_EINVAL when it belongs to
+ *    another run.
+ *  - "ckpt_drop" [dir, name]: removes that file of an old checkpoint.
  *  - "teardown" []: drops the neighbours' RRefs and every state (breaks the
  *    reference cycle between neighbours; call before releasing the host). */
 #ifndef AX_PIPELINE_STAGE_HOST_H

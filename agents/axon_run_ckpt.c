@@ -1,0 +1,161 @@
+/* axon-run train with checkpoints: --checkpoint-dir DIR, --checkpoint-every
+ * N, --resume DIR and --loss-log FILE (runtime/pipeline/checkpoint.h has
+ * what is saved and the consistent cut; docs/CHECKPOINTS.md the files). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agents/axon_run.h"
+#include "runtime/pipeline/checkpoint.h"
+#include "runtime/pipeline/partition.h"
+
+/* The run's configuration as "key=value;..." : what a resume must repeat
+ * (--steps, --epochs and the checkpoint options may change). */
+static void run_config(const axr_pipe_args *a, char *out, size_t len) {
+  snprintf(out, len,
+           "model=%s;model_config=%s;dataset=%s;data_config=%s;optim=%s;"
+           "mode=%s;agents=%d;chunks=%d;micro=%d;recompute=%d;batch=%d;"
+           "seed=%llu;partition=%s",
+           a->model, a->model_config ? a->model_config : "", a->dataset,
+           a->data_config ? a->data_config : "", a->optim ? a->optim : "",
+           ax_pipe_mode_name(a->mode), a->K, a->chunks, a->M, a->recompute,
+           a->batch, (unsigned long long)a->seed,
+           a->partition ? a->partition : "uniform");
+}
+
+/* AX_EINVAL naming the first key whose value differs. */
+static int same_config(const char *dir, const char *saved, const char *now) {
+  if (!strcmp(saved, now))
+    return AX_OK;
+  const char *x = saved, *y = now;
+  while (*x && *y) {
+    size_t lx = strcspn(x, ";"), ly = strcspn(y, ";");
+    if (lx != ly || strncmp(x, y, lx))
+      return ax_seterr(AX_EINVAL,
+                       "--resume %s: the checkpoint's run had "
+                       "%.*s, this one has %.*s (resume with the same "
+                       "command line)",
+                       dir, (int)lx, x, (int)ly, y);
+    x += lx + (x[lx] == ';');
+    y += ly + (y[ly] == ';');
+  }
+  return ax_seterr(AX_EINVAL,
+                   "--resume %s: the checkpoint's run was "
+                   "configured as '%s', this one as '%s'",
+                   dir, saved, now);
+}
+
+typedef struct wrap { /* ax_pipe_train's callbacks around the feed's */
+  const axr_feed *feed;
+  FILE *loss_log;
+} wrap;
+
+static int w_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
+  wrap *w = user;
+  return w->feed->batch(w->feed->user, t, in, lab);
+}
+
+static void w_step(void *user, const ax_pipe_step_info *s) {
+  wrap *w = user;
+  if (w->loss_log) /* every bit of the loss, to compare runs */
+    fprintf(w->loss_log, "%ld %.17g\n", s->batch, s->loss);
+  w->feed->step(w->feed->user, s);
+}
+
+static int resume(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
+                  long *start) {
+  char dir[1024], cfg[2048];
+  ax_ckpt_info info;
+  AX_TRY(ax_ckpt_find(a->resume, dir, sizeof dir));
+  run_config(a, cfg, sizeof cfg);
+  int err = ax_ckpt_read_info(dir, &info);
+  if (err == AX_OK)
+    err = same_config(dir, info.config, cfg);
+  if (err == AX_OK)
+    err = ax_pipe_restore(p, dir, &info);
+  if (err != AX_OK) {
+    char m[1500], prev[1024];
+    snprintf(m, sizeof m, "%s", ax_errmsg());
+    ax_ckpt_previous(dir, prev, sizeof prev);
+    if (prev[0] && (err == AX_EFORMAT || err == AX_EIO))
+      return ax_seterr(err,
+                       "%s (the previous checkpoint %s is complete: "
+                       "--resume %s)",
+                       m, prev, prev);
+    return ax_seterr(err, "%s", m);
+  }
+  long e, b;
+  AX_TRY(feed->seek(feed->user, info.step, 1, &e, &b));
+  if (e != info.data_epoch || b != info.data_batch)
+    return ax_seterr(AX_EINVAL,
+                     "--resume %s: step %ld is batch %ld of "
+                     "epoch %ld here, batch %ld of epoch %ld in the "
+                     "checkpoint's run",
+                     dir, info.step, b, e, info.data_batch, info.data_epoch);
+  fprintf(stderr, "axon-run: resumed from %s at step %ld\n", dir, info.step);
+  *start = info.step;
+  return AX_OK;
+}
+
+static int save(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
+                long step) {
+  ax_ckpt_info in;
+  memset(&in, 0, sizeof in);
+  in.step = step;
+  in.seed = a->seed;
+  AX_TRY(feed->seek(feed->user, step, 0, &in.data_epoch, &in.data_batch));
+  snprintf(in.model, sizeof in.model, "%s", a->model);
+  snprintf(in.model_config, sizeof in.model_config, "%s",
+           a->model_config ? a->model_config : "");
+  snprintf(in.dataset, sizeof in.dataset, "%s", a->dataset);
+  snprintf(in.data_config, sizeof in.data_config, "%s",
+           a->data_config ? a->data_config : "");
+  run_config(a, in.config, sizeof in.config);
+  return ax_pipe_checkpoint(p, a->ckpt_dir, &in, 2,
+                            a->ckpt_to_coord ? AX_CKPT_TO_COORDINATOR : 0);
+}
+
+int axr_train(const axr_pipe_args *a, ax_pipe *p, long total,
+              const axr_feed *feed, long *start, double *seconds,
+              double *ckpt_s) {
+  wrap w = {feed, NULL};
+  *start = 0;
+  *seconds = *ckpt_s = 0;
+  if (a->resume)
+    AX_TRY(resume(a, p, feed, start));
+  else
+    AX_TRY(feed->seek(feed->user, 0, 1, &(long){0}, &(long){0}));
+  if (*start >= total)
+    return ax_seterr(AX_EINVAL,
+                     "--resume: the checkpoint is at step %ld, "
+                     "the run ends at step %ld",
+                     *start, total);
+  if (a->loss_log && !(w.loss_log = fopen(a->loss_log, *start ? "a" : "w")))
+    return ax_seterr(AX_EIO, "--loss-log %s: cannot open", a->loss_log);
+  long N = a->ckpt_dir && a->ckpt_every > 0 ? a->ckpt_every : 0;
+  int err = AX_OK;
+  for (long t = *start; err == AX_OK && t < total;) {
+    long end = N ? (t / N + 1) * N : total; /* the next cut */
+    long E = feed->every;
+    if (E > 0 && (t / E + 1) * E < end)
+      end = (t / E + 1) * E;
+    end = end < total ? end : total;
+    double t0 = ax_now();
+    err = ax_pipe_train(p, end - t, w_batch, w_step, &w);
+    *seconds += ax_now() - t0;
+    t = end;
+    if (w.loss_log)
+      fflush(w.loss_log);
+    if (err == AX_OK && feed->segment)
+      err = feed->segment(feed->user, t);
+    if (err == AX_OK && a->ckpt_dir &&
+        (N ? t % N == 0 || t == total : t == total)) {
+      t0 = ax_now();
+      err = save(a, p, feed, t);
+      *ckpt_s += ax_now() - t0;
+    }
+  }
+  if (w.loss_log)
+    fclose(w.loss_log);
+  return err;
+}

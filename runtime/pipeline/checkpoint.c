@@ -1,0 +1,356 @@
+/* Saving and restoring a pipeline's checkpoint (checkpoint.h): the
+ * coordinator's side. The stages' side is stage_ckpt.c, the file format
+ * ckpt_file.c and ckpt_dir.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "runtime/pipeline/checkpoint.h"
+#include "runtime/pipeline/ckpt_file.h"
+#include "runtime/pipeline/coordinator-impl.h"
+
+static int64_t timeout_of(const ax_pipe *p) {
+  return p->o.timeout_ms > 0 ? p->o.timeout_ms : 60000;
+}
+
+static void stage_file(int s, char *out, size_t len) {
+  snprintf(out, len, "stage-%02d.axck", s);
+}
+
+/* Errors of stage s: "stage s on agent A: ...". */
+static int named(ax_pipe *p, int s, int err) {
+  if (err == AX_OK)
+    return err;
+  char m[700];
+  snprintf(m, sizeof m, "%s", ax_errmsg());
+  return ax_seterr(err, "stage %d on agent %s: %s", s, p->agents[s], m);
+}
+
+/* Calls method on every stage at once: args(s) builds stage s's
+ * arguments, reply (NULL: none) reads its answer. */
+typedef int (*args_fn)(void *user, int s, ax_values **out);
+typedef int (*reply_fn)(void *user, int s, const ax_values *r);
+static int all_stages(ax_pipe *p, const char *method, args_fn args,
+                      reply_fn reply, void *user) {
+  ax_future *f[AX_PIPE_MAX_STAGES] = {NULL};
+  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  int err = AX_OK, bad = -1;
+  for (int s = 0; s < p->K && err == AX_OK; s++) {
+    ax_values *a = NULL;
+    err = args(user, s, &a);
+    if (err == AX_OK)
+      err = ax_rref_rpc_async(p->node, p->host[s], method, a, &co, &f[s]);
+    ax_values_free(a);
+    bad = err != AX_OK ? s : bad;
+  }
+  for (int s = 0; s < p->K; s++) {
+    if (!f[s])
+      continue;
+    int e = ax_future_wait(f[s], timeout_of(p) + 1000);
+    if (e == AX_OK)
+      e = ax_future_err(f[s]);
+    if (e != AX_OK && err == AX_OK) {
+      err = ax_seterr(e, "%s",
+                      ax_future_is_done(f[s]) ? ax_future_errmsg(f[s])
+                                              : "no answer in time");
+      bad = s;
+    }
+    if (e == AX_OK && reply &&
+        (e = reply(user, s, ax_future_values(f[s]))) != AX_OK && err == AX_OK) {
+      err = e;
+      bad = s;
+    }
+    ax_future_release(f[s]);
+  }
+  return bad < 0 ? err : named(p, bad, err);
+}
+
+typedef struct save_args {
+  char dir[1024];
+  axi_manifest *m; /* file s + 1 is stage s's */
+  int send;        /* the stages send their files here */
+} save_args;
+
+/* Writes the file stage s sent (after checking it is what it says). */
+static int save_here(save_args *a, int s, const ax_values *r) {
+  ax_tensor *t;
+  uint8_t *buf;
+  char hex[2 * AX_SHA256_LEN + 1], path[1200];
+  size_t len = (size_t)a->m->f[s + 1].size;
+  AX_TRY(ax_values_get_tensor(r, 2, &t));
+  AX_TRY(axi_ck_unpack(t, len, &buf));
+  int err = ax_sha256_hex(buf, len, hex);
+  if (err == AX_OK && strcmp(hex, a->m->f[s + 1].sha))
+    err = ax_seterr(AX_EMALFORMED,
+                    "checkpoint: the file of stage %d "
+                    "arrived damaged",
+                    s);
+  snprintf(path, sizeof path, "%s/%s", a->dir, a->m->f[s + 1].name);
+  if (err == AX_OK)
+    err = axi_write_atomic(path, buf, len);
+  free(buf);
+  return err;
+}
+
+static int save_reply(void *user, int s, const ax_values *r) {
+  save_args *a = user;
+  const char *sha;
+  AX_TRY(ax_values_get_i64(r, 0, &a->m->f[s + 1].size));
+  AX_TRY(ax_values_get_str(r, 1, &sha));
+  if (strlen(sha) != 2 * AX_SHA256_LEN || a->m->f[s + 1].size < 0)
+    return ax_seterr(AX_EMALFORMED, "checkpoint: a bad checksum or size");
+  snprintf(a->m->f[s + 1].sha, sizeof a->m->f[s + 1].sha, "%s", sha);
+  return a->send ? save_here(a, s, r) : AX_OK;
+}
+
+static int save_args_of(void *user, int s, ax_values **out) {
+  save_args *a = user;
+  char name[64];
+  stage_file(s, name, sizeof name);
+  ax_values *v = *out = ax_values_new();
+  if (!v)
+    return AX_ENOMEM;
+  ax_values_add_str(v, a->dir);
+  ax_values_add_str(v, name);
+  return ax_values_add_i64(v, a->send);
+}
+
+static void coord_records(const ax_pipe *p, const ax_ckpt_info *in, int flags,
+                          axi_ckw *w) {
+  axi_ckw_i64(w, "stage_files", (flags & AX_CKPT_TO_COORDINATOR) != 0);
+  axi_ckw_i64(w, "step", in->step);
+  axi_ckw_i64(w, "lr_step", in->step); /* one update per mini-batch */
+  axi_ckw_i64(w, "data.epoch", in->data_epoch);
+  axi_ckw_i64(w, "data.batch", in->data_batch);
+  axi_ckw_i64(w, "seed", (int64_t)in->seed);
+  axi_ckw_i64(w, "mode", p->o.mode);
+  axi_ckw_i64(w, "stages", p->K);
+  axi_ckw_i64(w, "units", p->U);
+  axi_ckw_str(w, "model", in->model);
+  axi_ckw_str(w, "model_config", in->model_config);
+  axi_ckw_str(w, "dataset", in->dataset);
+  axi_ckw_str(w, "data_config", in->data_config);
+  axi_ckw_str(w, "config", in->config);
+}
+
+/* Drops all but the newest `keep` complete checkpoints (each stage's file
+ * on its agent, then this host's directory). */
+static void prune(ax_pipe *p, const char *root, int keep) {
+  long steps[256];
+  int n = axi_ckpt_list(root, steps, 256);
+  for (int i = keep; i < n; i++) {
+    save_args a = {.m = NULL};
+    axi_ckpt_dirname(root, steps[i], a.dir, sizeof a.dir);
+    all_stages(p, "ckpt_drop", save_args_of, NULL, &a);
+    axi_ckpt_remove(a.dir);
+  }
+}
+
+int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
+                       int keep, int flags) {
+  if (!p || !root || !*root || !in || in->step < 0)
+    return ax_seterr(AX_EINVAL, "checkpoint: bad arguments");
+  if (p->plan)
+    return ax_seterr(AX_ESTATE, "checkpoint: only between ax_pipe_train "
+                                "calls");
+  if (p->K > AXI_CK_MAX_FILES - 1)
+    return ax_seterr(AX_EINVAL, "checkpoint: %d stages", p->K);
+  axi_manifest m;
+  memset(&m, 0, sizeof m);
+  m.step = in->step;
+  save_args a = {.m = &m, .send = (flags & AX_CKPT_TO_COORDINATOR) != 0};
+  axi_ckpt_dirname(root, in->step, a.dir, sizeof a.dir);
+  AX_TRY(axi_mkdirs(a.dir));
+  /* An earlier attempt at this step (or a run that got this far before a
+   * resume) is not a checkpoint while it is rewritten. */
+  char mpath[1100];
+  snprintf(mpath, sizeof mpath, "%s/" AXI_CK_MANIFEST, a.dir);
+  remove(mpath);
+  axi_ckw w;
+  axi_ckw_init(&w, AXI_CK_COORD);
+  coord_records(p, in, flags, &w);
+  char path[1200];
+  snprintf(path, sizeof path, "%s/" AXI_CK_COORD_FILE, a.dir);
+  snprintf(m.f[0].name, sizeof m.f[0].name, AXI_CK_COORD_FILE);
+  AX_TRY(axi_ckw_commit(&w, path, &m.f[0].size, m.f[0].sha));
+  for (int s = 0; s < p->K; s++)
+    stage_file(s, m.f[s + 1].name, sizeof m.f[s + 1].name);
+  int err = all_stages(p, "ckpt_save", save_args_of, save_reply, &a);
+  m.nfiles = p->K + 1;
+  if (err == AX_OK)
+    err = axi_manifest_write(a.dir, &m);
+  if (err == AX_OK)
+    prune(p, root, keep < 2 ? 2 : keep);
+  return err;
+}
+
+int ax_ckpt_find(const char *path, char *dir, size_t len) {
+  char m[1100];
+  struct stat st;
+  snprintf(m, sizeof m, "%s/" AXI_CK_MANIFEST, path);
+  if (stat(m, &st) == 0) {
+    snprintf(dir, len, "%s", path);
+    return AX_OK;
+  }
+  long *steps = calloc(4096, sizeof *steps);
+  int n = steps ? axi_ckpt_list(path, steps, 4096) : 0;
+  if (n > 0)
+    axi_ckpt_dirname(path, steps[0], dir, len);
+  free(steps);
+  if (n < 1)
+    return ax_seterr(AX_ENOTFOUND,
+                     "checkpoint: %s holds no complete "
+                     "checkpoint (no MANIFEST, no ckpt-N/MANIFEST)",
+                     path);
+  return AX_OK;
+}
+
+void ax_ckpt_previous(const char *dir, char *out, size_t len) {
+  char root[1024];
+  out[0] = 0;
+  snprintf(root, sizeof root, "%s", dir);
+  char *slash = strrchr(root, '/');
+  const char *base = slash ? slash + 1 : root;
+  long me;
+  if (strncmp(base, "ckpt-", 5) || sscanf(base + 5, "%ld", &me) != 1)
+    return;
+  if (slash)
+    *slash = 0;
+  else
+    snprintf(root, sizeof root, ".");
+  long all[4096];
+  int n = axi_ckpt_list(root, all, 4096);
+  for (int i = 0; i < n; i++)
+    if (all[i] < me) {
+      axi_ckpt_dirname(root, all[i], out, len);
+      return;
+    }
+}
+
+static int read_coord(const char *dir, const axi_manifest *m,
+                      ax_ckpt_info *info, axi_ckr *r) {
+  int64_t size;
+  const char *sha;
+  char path[1200];
+  snprintf(path, sizeof path, "%s/" AXI_CK_COORD_FILE, dir);
+  if (!axi_manifest_find(m, AXI_CK_COORD_FILE, &size, &sha))
+    return ax_seterr(AX_EFORMAT,
+                     "checkpoint file %s/" AXI_CK_MANIFEST
+                     " is damaged: it lists no " AXI_CK_COORD_FILE,
+                     dir);
+  AX_TRY(axi_ckr_open(r, path, AXI_CK_COORD, size, sha));
+  int64_t v[4];
+  const char *keys[4] = {"step", "data.epoch", "data.batch", "seed"};
+  int err = AX_OK;
+  for (int i = 0; i < 4 && err == AX_OK; i++)
+    err = axi_ckr_i64(r, keys[i], &v[i]);
+  memset(info, 0, sizeof *info);
+  info->step = (long)v[0];
+  info->data_epoch = (long)v[1];
+  info->data_batch = (long)v[2];
+  info->seed = (uint64_t)v[3];
+  if (err == AX_OK)
+    err = axi_ckr_str(r, "model", info->model, sizeof info->model);
+  if (err == AX_OK)
+    err = axi_ckr_str(r, "model_config", info->model_config,
+                      sizeof info->model_config);
+  if (err == AX_OK)
+    err = axi_ckr_str(r, "dataset", info->dataset, sizeof info->dataset);
+  if (err == AX_OK)
+    err = axi_ckr_str(r, "data_config", info->data_config,
+                      sizeof info->data_config);
+  if (err == AX_OK)
+    err = axi_ckr_str(r, "config", info->config, sizeof info->config);
+  if (err == AX_OK && info->step != m->step)
+    err = ax_seterr(AX_EFORMAT,
+                    "checkpoint file %s: step %ld, the manifest "
+                    "says %ld",
+                    path, info->step, m->step);
+  if (err != AX_OK)
+    axi_ckr_close(r);
+  return err;
+}
+
+int ax_ckpt_read_info(const char *dir, ax_ckpt_info *info) {
+  axi_manifest m;
+  axi_ckr r;
+  AX_TRY(axi_manifest_read(dir, &m));
+  AX_TRY(read_coord(dir, &m, info, &r));
+  axi_ckr_close(&r);
+  return AX_OK;
+}
+
+typedef struct load_args {
+  const char *dir;
+  const axi_manifest *m;
+  int here; /* the stage files are on this host: send them */
+} load_args;
+
+static int load_args_of(void *user, int s, ax_values **out) {
+  load_args *a = user;
+  char name[64], path[1200];
+  int64_t size = -1;
+  const char *sha = "";
+  stage_file(s, name, sizeof name);
+  axi_manifest_find(a->m, name, &size, &sha);
+  snprintf(path, sizeof path, "%s/%s", a->dir, name);
+  ax_values *v = *out = ax_values_new();
+  if (!v)
+    return AX_ENOMEM;
+  ax_values_add_str(v, path);
+  ax_values_add_i64(v, size);
+  int err = ax_values_add_str(v, sha);
+  if (err == AX_OK && a->here) { /* the stage checks it again */
+    axi_ckr r;
+    AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
+    ax_tensor *t = axi_ck_pack(r.buf, r.len);
+    axi_ckr_close(&r);
+    err = t ? ax_values_add_tensor(v, t) : AX_ENOMEM;
+    ax_tensor_release(t);
+  }
+  return err;
+}
+
+int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
+  if (p->plan)
+    return ax_seterr(AX_ESTATE, "checkpoint: only between ax_pipe_train "
+                                "calls");
+  char dir[1024];
+  AX_TRY(ax_ckpt_find(path, dir, sizeof dir));
+  axi_manifest m;
+  axi_ckr r;
+  AX_TRY(axi_manifest_read(dir, &m));
+  AX_TRY(read_coord(dir, &m, info, &r));
+  int64_t mode = -1, K = -1, U = -1, here = 0;
+  int err = axi_ckr_i64(&r, "mode", &mode);
+  if (err == AX_OK)
+    err = axi_ckr_i64(&r, "stage_files", &here);
+  if (err == AX_OK)
+    err = axi_ckr_i64(&r, "stages", &K);
+  if (err == AX_OK)
+    err = axi_ckr_i64(&r, "units", &U);
+  axi_ckr_close(&r);
+  AX_TRY(err);
+  if (mode != p->o.mode || K != p->K || U != p->U)
+    return ax_seterr(AX_EINVAL,
+                     "checkpoint %s is of %s with %lld stages and "
+                     "%lld units, this run is %s with %d and %d",
+                     dir, ax_pipe_mode_name((int)mode), (long long)K,
+                     (long long)U, ax_pipe_mode_name(p->o.mode), p->K, p->U);
+  for (int s = 0; s < p->K; s++) {
+    char name[64];
+    int64_t size;
+    const char *sha;
+    stage_file(s, name, sizeof name);
+    if (!axi_manifest_find(&m, name, &size, &sha))
+      return ax_seterr(AX_EFORMAT,
+                       "checkpoint file %s/" AXI_CK_MANIFEST
+                       " is damaged: it lists no %s",
+                       dir, name);
+  }
+  load_args a = {dir, &m, here != 0};
+  AX_TRY(all_stages(p, "ckpt_load", load_args_of, NULL, &a));
+  p->base = info->step;
+  return AX_OK;
+}

@@ -1,0 +1,110 @@
+/* Checkpoints of a pipeline run, resuming from one, and using one without
+ * the pipeline (issue 13; the files: docs/CHECKPOINTS.md).
+ *
+ * What is saved. Each stage writes its own file on its own agent's disk,
+ * under the same directory path: its parameters, buffers (batch-norm
+ * statistics), optimizer state (momentum / Adam moments) and step count,
+ * the batch of its last update and, for 2bw, the shadow weights the next
+ * batch's forwards use. The coordinator writes the run's position (the
+ * mini-batches done, which is also the data position and the learning-rate
+ * schedule's position), its seed and configuration, and last the MANIFEST
+ * with every file's size and SHA-256. No random-number state is saved
+ * anywhere else: every random choice (shuffles, initialisation, dropout
+ * masks) is counter-based from the seed and the batch index.
+ *
+ * Consistent cut. A checkpoint is taken between two ax_pipe_train calls,
+ * when the pipeline is drained: no unit is in flight, so no stashed weight
+ * version, activation or gradient needs saving. For the flushed modes
+ * (sequential, gpipe, 1f1b, interleaved, zb-h1, zbv) that changes nothing:
+ * a run cut into calls is bit-identical to one call. For the asynchronous
+ * modes (ddg, fr, pipedream, 2bw) the drain changes the trajectory at the
+ * cut (the first batches after it see fresher weights than they would
+ * have): a resumed run equals an uninterrupted run that took the same cuts
+ * (same checkpoint interval), not one that never drained.
+ *
+ * Atomicity. Every file goes to NAME.tmp, is fsynced and renamed; the
+ * MANIFEST is written last and its own last line is its checksum, so a
+ * crash at any point never leaves a directory that passes as a checkpoint.
+ * Older checkpoints are removed only after the new one is complete (`keep`
+ * complete checkpoints are kept, at least 2). Loading checks every byte
+ * (sizes and SHA-256 against the manifest, and each file's own trailing
+ * SHA-256) before any state changes, and refuses a damaged checkpoint with
+ * AX_EFORMAT naming the file.
+ *
+ * Threads: the ax_pipe functions are called by the thread that trains
+ * (never during ax_pipe_train). The others are reentrant. */
+#ifndef AX_PIPELINE_CHECKPOINT_H
+#define AX_PIPELINE_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "models/net.h"
+#include "runtime/pipeline/coordinator.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What the coordinator saves besides the stages' files. Strings are
+ * NUL-terminated and truncated to their arrays. */
+typedef struct ax_ckpt_info {
+  long step;       /* mini-batches trained: the next one's global index */
+  long data_epoch; /* the data position at `step`: epoch, and batches of */
+  long data_batch; /* it already used */
+  uint64_t seed;   /* the run's seed */
+  char model[64], model_config[512];
+  char dataset[64], data_config[512];
+  char config[2048]; /* the whole run's configuration, compared on resume */
+} ax_ckpt_info;
+
+/* Flags of ax_pipe_checkpoint. */
+#define AX_CKPT_TO_COORDINATOR                                                 \
+  1 /* the stages send their files to the                                      \
+       coordinator, which writes them under its                                \
+       root (and sends them back on restore) */
+
+/* Saves a checkpoint of p at info->step under root (root/ckpt-NNNNNNNN/:
+ * stage-SS.axck on each stage's agent, or here with
+ * AX_CKPT_TO_COORDINATOR; coordinator.axck and MANIFEST here), then
+ * removes all but the newest `keep` (>= 2) complete ones. Between
+ * ax_pipe_train calls only. Errors name the stage, agent and file; a
+ * failed checkpoint leaves the previous ones as they were. */
+int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *info,
+                       int keep, int flags);
+
+/* The checkpoint directory `path` names: path itself when it holds a
+ * MANIFEST, else the newest root/ckpt-N with one. AX_ENOTFOUND when none. */
+int ax_ckpt_find(const char *path, char *dir, size_t len);
+/* Reads and checks dir's MANIFEST and coordinator file into *info. */
+int ax_ckpt_read_info(const char *dir, ax_ckpt_info *info);
+/* Loads checkpoint `path` (as ax_ckpt_find resolves it) into p's stages (p must
+ * have the checkpoint's mode, stage count and split; each stage checks its
+ * file) and makes p's next ax_pipe_train start at info->step. On error the
+ * stages that loaded nothing keep their state; a stage's load is all or
+ * nothing. */
+int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info);
+/* "ckpt N is complete; the newest before it is DIR" help for error
+ * messages: the newest complete checkpoint under dir's parent older than
+ * dir, or "" (best effort). */
+void ax_ckpt_previous(const char *dir, char *out, size_t len);
+
+/* ---- using a checkpoint without the pipeline ------------------------------
+ */
+/* The whole model of checkpoint dir (every stage file read here, so they
+ * must be on this host's disk) or of an exported file, as one net on dev:
+ * the stages' parameters and buffers concatenated in block order are the
+ * unsplit model's flat buffers (models/model.h lays a model out block by
+ * block), so split and unsplit layouts are interchangeable. *info gets the
+ * model, data set and step. */
+int ax_ckpt_load_net(const char *path, ax_device dev, ax_net **net,
+                     ax_ckpt_info *info);
+/* Writes the whole model's parameters and buffers of checkpoint (or
+ * exported file) `path` to out as one file (docs/CHECKPOINTS.md, "model
+ * file"), atomically. */
+int ax_ckpt_export(const char *path, const char *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
