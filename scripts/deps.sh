@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config zlib1g-dev libgrpc-dev protobuf-c-compiler
       libprotobuf-c-dev libevent-dev libcmocka-dev libopenblas-dev libssl-dev
-      dataset-fashion-mnist dict-gcide)
+      dataset-fashion-mnist dict-gcide
+      clang libfuzzer-14-dev libomp-dev) # the fuzz build (tests/fuzz, make fuzz)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
