@@ -224,10 +224,16 @@ void axi_rendezvous_fini(ax_node *n) {
 void axi_rendezvous_apply(ax_node *n, const ax_values *v) {
   int64_t world = 0;
   const char *master_name = NULL;
+  size_t count = ax_values_count(v);
+  /* The list comes from the network: its shape is checked before use
+   * (world in range before 2 + 3 * world, every entry a string). */
   if (ax_values_get_i64(v, 0, &world) != AX_OK ||
-      ax_values_get_str(v, 1, &master_name) != AX_OK ||
-      ax_values_count(v) != (size_t)(2 + 3 * world))
+      ax_values_get_str(v, 1, &master_name) != AX_OK || world < 0 ||
+      (uint64_t)world > (count - 2) / 3 || count != (size_t)(2 + 3 * world))
     return;
+  for (size_t i = 2; i < count; i++)
+    if (ax_values_type(v, i) != AX_VAL_STR)
+      return;
   if (n->master_peer && strcmp(master_name, n->name)) {
     pthread_mutex_lock(&n->mu);
     int exists = 0;

@@ -265,6 +265,20 @@ static void join_seeds(void) {
   put("join", "membership", b.p, b.n);
   free(b.p);
   ax_values_free(mv);
+  /* A membership whose world size overflows 2 + 3 * world (regression:
+   * signed overflow in axi_rendezvous_apply before the range check). */
+  mv = ax_values_new();
+  ax_values_add_i64(mv, 0x3000000000000001ll);
+  ax_values_add_str(mv, "boss");
+  ax_values_add_str(mv, "w1");
+  b = (buf){0};
+  add_u8(&b, 0);
+  add_u8(&b, 0);
+  rsp.values = mv;
+  add_len_frame(&b, &rsp);
+  put("join", "regress_world_overflow", b.p, b.n);
+  free(b.p);
+  ax_values_free(mv);
 }
 
 /* The RRef payload (rref/rref_codec.c, wire_rref: ids, type, owner and
