@@ -33,6 +33,9 @@ void __wrap_axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
                          int decode_rc) {
   g_frames++;
   FUZZ_CHECK(p && !s); /* bulk frames come after a hello */
+  /* The frame's tensors now belong to the call: its peer's in-flight
+   * budget (one connection per peer here) is given back. */
+  FUZZ_CHECK(__atomic_load_n(&p->rx_inflight, __ATOMIC_RELAXED) == 0);
   FUZZ_CHECK(m->kind >= AXI_REQUEST && m->kind <= AXI_CHALLENGE);
   if (decode_rc != AX_OK) {
     FUZZ_CHECK(!m->values && !m->pb_); /* left empty on error */
