@@ -11,11 +11,17 @@
 #include "rpc/rpc.h"
 
 struct event_base;
+struct evhttp;
 
 /* Registers the built-in test functions: echo, add, sleep_ms, chain,
  * checksum, make_tensor, device_of and fail (see axon_agent_builtins.c). */
 int ax_agent_register_builtins(ax_node *n);
 
+/* The endpoint's request handling without a socket: an evhttp server on
+ * base answering /healthz, /metrics (n's counters) and 404 otherwise; the
+ * caller binds it or hands it connections (evhttp_get_request) and frees
+ * it. NULL on no memory. */
+struct evhttp *ax_agent_http_new(struct event_base *base, ax_node *n);
 /* Starts /healthz and /metrics on host:port; AX_EIO if it cannot bind. */
 int ax_agent_http_start(struct event_base *base, ax_node *n, const char *host,
                         int port);

@@ -102,14 +102,23 @@ static void not_found(struct evhttp_request *req, void *arg) {
   evhttp_send_error(req, HTTP_NOTFOUND, "not found");
 }
 
+struct evhttp *ax_agent_http_new(struct event_base *base, ax_node *n) {
+  struct evhttp *h = evhttp_new(base);
+  if (!h) {
+    ax_seterr(AX_ENOMEM, "http: no memory");
+    return NULL;
+  }
+  evhttp_set_cb(h, "/healthz", healthz, n);
+  evhttp_set_cb(h, "/metrics", metrics, n);
+  evhttp_set_gencb(h, not_found, NULL);
+  return h;
+}
+
 int ax_agent_http_start(struct event_base *base, ax_node *n, const char *host,
                         int port) {
-  g_http = evhttp_new(base);
+  g_http = ax_agent_http_new(base, n);
   if (!g_http)
-    return ax_seterr(AX_ENOMEM, "http: no memory");
-  evhttp_set_cb(g_http, "/healthz", healthz, n);
-  evhttp_set_cb(g_http, "/metrics", metrics, n);
-  evhttp_set_gencb(g_http, not_found, NULL);
+    return AX_ENOMEM;
   if (evhttp_bind_socket(g_http, host, (unsigned short)port) != 0) {
     evhttp_free(g_http);
     g_http = NULL;

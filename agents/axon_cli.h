@@ -29,7 +29,7 @@ static inline int axc_int(const char *prog, const char *flag, const char *s,
   }
   int ok = s && *s && end != s && !*end && errno != ERANGE && shift >= 0 &&
            (shift == 0 || (v >= 0 && v <= (INT64_MAX >> shift)));
-  if (ok)
+  if (ok && shift) /* v >= 0 here: shifting a negative value is undefined */
     v = (long long)((int64_t)v << shift);
   if (!ok || v < lo || v > hi) {
     fprintf(stderr, "%s: %s %s: expected an integer from %lld to %lld\n", prog,

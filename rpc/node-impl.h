@@ -214,6 +214,10 @@ void axi_leave_close(ax_node *n);
 /* rendezvous.c */
 int axi_rendezvous_init(ax_node *n);
 void axi_rendezvous_fini(ax_node *n);
+/* Records a membership list (the master's answer to "_axon.join": world,
+ * master name, then name, address and bulk address per rank) on n; a list
+ * of the wrong shape is ignored. */
+void axi_rendezvous_apply(ax_node *n, const ax_values *v);
 /* Fails the joins still waiting for the world (at the start of shutdown,
  * while the transport can still answer them). */
 void axi_rendezvous_close(ax_node *n);

@@ -83,7 +83,6 @@ static int add_member(axi_join *j, const char *name, int rank,
   return rank;
 }
 
-static void apply_membership(ax_node *n, const ax_values *v);
 int axi_is_master(ax_node *n);
 
 /* Completes the waiting joins if the world is complete (n->mu held);
@@ -156,7 +155,7 @@ static int join_handler(ax_call_ctx *ctx, const ax_values *args,
   }
   pthread_mutex_unlock(&n->mu);
   if (members) {
-    apply_membership(n, members);
+    axi_rendezvous_apply(n, members);
     finish_waiting(n, w, nw, members);
     ax_future_complete(f, AX_OK, members, NULL);
   }
@@ -222,13 +221,19 @@ void axi_rendezvous_fini(ax_node *n) {
 }
 
 /* Records the membership on this node: ranks, names and peer addresses. */
-static void apply_membership(ax_node *n, const ax_values *v) {
+void axi_rendezvous_apply(ax_node *n, const ax_values *v) {
   int64_t world = 0;
   const char *master_name = NULL;
+  size_t count = ax_values_count(v);
+  /* The list comes from the network: its shape is checked before use
+   * (world in range before 2 + 3 * world, every entry a string). */
   if (ax_values_get_i64(v, 0, &world) != AX_OK ||
-      ax_values_get_str(v, 1, &master_name) != AX_OK ||
-      ax_values_count(v) != (size_t)(2 + 3 * world))
+      ax_values_get_str(v, 1, &master_name) != AX_OK || world < 0 ||
+      (uint64_t)world > (count - 2) / 3 || count != (size_t)(2 + 3 * world))
     return;
+  for (size_t i = 2; i < count; i++)
+    if (ax_values_type(v, i) != AX_VAL_STR)
+      return;
   if (n->master_peer && strcmp(master_name, n->name)) {
     pthread_mutex_lock(&n->mu);
     int exists = 0;
@@ -331,7 +336,7 @@ int ax_node_join(ax_node *n, int64_t timeout_ms) {
     ax_values *res = NULL;
     rc = ax_rpc_sync(n, to, "_axon.join", a, &o, &res);
     if (rc == AX_OK) {
-      apply_membership(n, res);
+      axi_rendezvous_apply(n, res);
       ax_values_free(res);
       break;
     }

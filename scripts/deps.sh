@@ -5,7 +5,8 @@ set -euo pipefail
 # gnuplot-nox draws the plots of scripts/convergence.sh.
 pkgs=(build-essential cmake pkg-config zlib1g-dev libgrpc-dev protobuf-c-compiler
       libprotobuf-c-dev libevent-dev libcmocka-dev libopenblas-dev libssl-dev
-      dataset-fashion-mnist dict-gcide gnuplot-nox)
+      dataset-fashion-mnist dict-gcide gnuplot-nox
+      clang libfuzzer-14-dev libomp-dev) # the fuzz build (tests/fuzz, make fuzz)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
