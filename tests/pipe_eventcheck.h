@@ -22,8 +22,10 @@
  *    ended on the same stage, and chunk boundaries on one agent keep the
  *    list's order;
  *  - placement: every compute event of stage s carries the node rank of
- *    agent ax_pipe_stage_rank(mode, K, s) (agents[r] is agent r's node
- *    rank; NULL skips this rule);
+ *    the agent the issue's placement gives (pe_place: stage i on agent
+ *    i mod K; zbv's V: agent r holds r and 2K-1-r), not the coordinator's
+ *    ax_pipe_stage_rank (agents[r] is agent r's node rank; NULL skips this
+ *    rule);
  *  - bounds: the live states (stash) and weight versions (bytes) a stage
  *    reports after each compute event are within ax_pipe_live_bound and
  *    ax_pipe_version_bound (of S stages);
@@ -128,6 +130,15 @@ static inline pe_op *pe_at(const pe_ctx *c, int s, int slot, long batch,
 
 static inline char pe_letter(int kind) {
   return "FBIWS"[kind < 0 || kind >= AX_OP_KINDS ? AX_OP_STEP : kind];
+}
+
+/* The agent that holds stage s, from the issue's definition and NOT from
+ * ax_pipe_stage_rank (which the coordinator places by): piece i on agent
+ * i mod K, or for a V agent r holds stages r and 2K - 1 - r. */
+static inline int pe_place(const pe_ctx *c, int s) {
+  if (ax_pipe_mode_get(c->mode)->placement == AX_PLACE_V)
+    return s < c->K ? s : 2 * c->K - 1 - s;
+  return s % c->K;
 }
 
 /* The live-state and weight-version bounds on compute event x of stage s. */
@@ -290,7 +301,7 @@ static inline int pt_stage_events_check_v(const ax_trace_event *ev, size_t ne,
   for (int r = 0; !bad && r < K; r++) {
     size_t nc = 0;
     for (size_t i = 0; !bad && i < ne; i++) {
-      if (ax_pipe_stage_rank(mode, K, ev[i].pid) != r || ev[i].step < 0)
+      if (pe_place(&c, ev[i].pid) != r || ev[i].step < 0)
         continue; /* another agent's, or evaluation (negative ids) */
       if (ev[i].step >= n)
         bad = pe_fail(&c,
