@@ -3,7 +3,9 @@
  * every micro-batch of mini-batch t runs forward and backward with W(t-1)
  * (W(-1) = W(0)), the micro-batches' gradients are summed in order, and
  * W(t+1) = step(W(t), g(t)). Also:
- * at most two weight versions per stage, the live-state bound, too few
+ * at most two weight versions per stage, the live-state bound, the
+ * stages' own events pass the schedule oracle (tests/pipe_eventcheck.h:
+ * order, placement, data dependencies, live and version bounds), too few
  * micro-batches refused, and zero live RRefs, contexts and calls. */
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +38,9 @@ static void run_case(int K, int M, int T) {
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   AX_ASSERT_OK(ax_pipe_train(p, T, pt_batch, NULL, &data));
+  /* The schedule from the stages' own events (placement included). */
+  pt_check_stage_trace_v(p, AX_MODE_2BW, K, 1, M, AX_RECOMPUTE_NEVER, T,
+                         g_drv, g_names);
   ax_pipe_stats st;
   ax_pipe_get_stats(p, &st);
   for (int k = 0; k < K; k++) {

@@ -3,7 +3,9 @@
  * and zero bubble H1 (the backward split into I and W). The parameters
  * after each flushed mini-batch equal one single-process full-batch SGD
  * step (relative <= 1e-5) on an 8-block MLP, for K <= 4 and M <= 8; every
- * (stage, unit) runs each of its actions once; bad micro-batch counts are
+ * (stage, unit) runs each of its actions once; the stages' own events pass
+ * the schedule oracle (tests/pipe_eventcheck.h: order per agent, placement,
+ * data dependencies, live and version bounds); bad micro-batch counts are
  * refused; zero live RRefs, contexts and calls after every case. */
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,9 @@ static void run_case_mode(int mode, int K, int v, int M, int T) {
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   assert_int_equal(ax_pipe_stages(p), S);
   AX_ASSERT_OK(ax_pipe_train(p, T, pt_batch, NULL, &data));
+  /* The schedule from the stages' own events (placement included). */
+  pt_check_stage_trace_v(p, mode, K, v, M, AX_RECOMPUTE_NEVER, T, g_drv,
+                         g_names);
   long ne;
   const ax_pipe_event *ev = ax_pipe_events(p, &ne);
   int split = ax_pipe_mode_get(mode)->split;

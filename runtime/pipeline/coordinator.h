@@ -120,9 +120,10 @@ typedef struct ax_pipe_event {
 } ax_pipe_event;
 
 /* Moves the events the stages recorded since the last call into dst
- * (stage_events.h: per stage pid, lane 0 forward/backward/recompute/optim,
- * lane 1 recv, lane 2 send, with bytes and peer). Stages on this host share
- * the coordinator's clock. */
+ * (stage_events.h: per stage pid, lane 0 forward/backward/weight/
+ * recompute/optim with the agent's node rank, live states and weight
+ * versions, lane 1 recv, lane 2 send, with bytes and peer). Stages on this
+ * host share the coordinator's clock. */
 int ax_pipe_trace(ax_pipe *p, ax_trace *dst);
 
 /* Events of the last ax_pipe_train, in completion order (borrowed; valid

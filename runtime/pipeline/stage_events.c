@@ -5,19 +5,25 @@
 
 #include "runtime/pipeline/stage_events.h"
 
-void axp_event_compute(ax_trace *tr, int stage, const char *cat, long batch,
-                       int micro, int64_t t0_us, int64_t t1_us, int stash) {
+void axp_event_compute(ax_trace *tr, int stage, int agent, const char *cat,
+                       long batch, int micro, int64_t t0_us, int64_t t1_us,
+                       int stash, int versions) {
   if (!tr)
     return;
   char name[32];
-  char k = cat[0] == 'f' ? 'F' : cat[0] == 'b' ? 'B' : cat[0] == 'r' ? 'R'
-                                                                     : 'U';
+  char k = cat[0] == 'f'   ? 'F'
+           : cat[0] == 'b' ? 'B'
+           : cat[0] == 'w' ? 'W'
+           : cat[0] == 'r' ? 'R'
+                           : 'U';
   snprintf(name, sizeof name, "%c%ld.%d", k, batch, micro);
-  ax_trace_event e = ax_trace_event_make(name, cat, stage, AXP_LANE_COMPUTE,
-                                         t0_us, t1_us);
+  ax_trace_event e =
+      ax_trace_event_make(name, cat, stage, AXP_LANE_COMPUTE, t0_us, t1_us);
   e.step = batch;
   e.micro = micro;
   e.stash = stash;
+  e.peer = agent;
+  e.bytes = versions;
   ax_trace_add(tr, &e);
 }
 

@@ -14,8 +14,8 @@
 
 #include <stdint.h>
 
-#include "rpc/value.h"
 #include "models/module.h"
+#include "rpc/value.h"
 #include "runtime/pipeline/trace.h"
 
 #define AXP_LANE_COMPUTE 0
@@ -25,11 +25,17 @@
 /* Events a host keeps between two collections (older ones are dropped). */
 #define AXP_STAGE_EVENTS_MAX 200000
 
-/* A compute event: cat "forward", "backward", "recompute" or "optim",
- * named like "F3.1" (kind letter, batch, micro). stash = live states after
- * it, or -1. */
-void axp_event_compute(ax_trace *tr, int stage, const char *cat, long batch,
-                       int micro, int64_t t0_us, int64_t t1_us, int stash);
+/* A compute event: cat "forward", "backward" (in split modes: the input
+ * half I), "weight" (the weight half W), "recompute" or "optim", named
+ * like "F3.1" (kind letter, batch, micro). stash = live states after it,
+ * or -1. On compute events `peer` is the node rank of the agent that ran
+ * it (agent; -1 unknown) and `bytes` the weight versions the stage holds
+ * after it (versions, counted as the host reports them; -1 unknown): the
+ * schedule oracle (tests/pipe_eventcheck.h) checks placement and version
+ * bounds from them. */
+void axp_event_compute(ax_trace *tr, int stage, int agent, const char *cat,
+                       long batch, int micro, int64_t t0_us, int64_t t1_us,
+                       int stash, int versions);
 
 /* A transfer event on the receive or send lane: kind 0 = activations,
  * 1 = input gradients; bytes = tensor bytes moved; peer = the other stage. */

@@ -48,12 +48,13 @@ typedef struct phost {
   long shadow_for;
   axi_stale stale; /* the staleness correction (staleness.h; s->mu) */
   ax_trace *tr;   /* stage-side events (stage_events.h); its own lock */
+  int versions;   /* weight versions at the last axp_host_report (s->mu) */
 } phost;
 
 /* Frees a state and everything it keeps (NULL-safe). */
 void axp_state_free(pstate *st);
 /* Appends [busy_us, live_states, weight_versions, state_bytes] (s->mu
- * held). */
+ * held) and keeps weight_versions in h->versions for the stage events. */
 int axp_host_report(phost *h, int64_t t0_us, ax_values *out);
 /* How long an operation waits for its neighbour's tensors: what is left of
  * its call's deadline (at most 10 minutes). */

@@ -182,6 +182,7 @@ int axp_host_report(phost *h, int64_t t0, ax_values *out) {
       bytes += ax_tensor_nbytes(extra[i]);
     }
   }
+  h->versions = (int)vers;
   AX_TRY(ax_values_add_i64(out, ax_trace_now_us() - t0));
   AX_TRY(ax_values_add_i64(out, live));
   AX_TRY(ax_values_add_i64(out, vers));
@@ -329,13 +330,14 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   ax_tensor_release(wf);
   if (err == AX_OK)
     err = axp_host_report(h, t0, out);
-  int live = 0;
+  int live = 0, vers = h->versions;
   for (pstate *o = h->states; o; o = o->next)
     live++;
   pthread_mutex_unlock(&s->mu);
   if (err == AX_OK && train)
-    axp_event_compute(h->tr, s->index, "forward", (long)batch, (int)micro, tc,
-                      ax_trace_now_us(), live);
+    axp_event_compute(h->tr, s->index, ax_node_rank(s->node), "forward",
+                      (long)batch, (int)micro, tc, ax_trace_now_us(), live,
+                      vers);
   if (err == AX_OK && h->is_last) {
     ax_values_add_f64(out, r.loss);
     ax_values_add_i64(out, r.correct[0]);

@@ -307,17 +307,18 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
     err = axp_host_report(h, t0, out);
   for (pstate *o = h->states; o; o = o->next)
     live++;
+  int vers = h->versions, agent = ax_node_rank(s->node);
   pthread_mutex_unlock(&s->mu);
   if (err == AX_OK) {
     if (replay)
-      axp_event_compute(h->tr, s->index, "recompute", (long)batch, (int)micro,
-                        mark[0], mark[1], -1);
-    axp_event_compute(h->tr, s->index,
+      axp_event_compute(h->tr, s->index, agent, "recompute", (long)batch,
+                        (int)micro, mark[0], mark[1], -1, -1);
+    axp_event_compute(h->tr, s->index, agent,
                       part == PART_WEIGHT ? "weight" : "backward",
-                      (long)batch, (int)micro, mark[1], mark[2], live);
+                      (long)batch, (int)micro, mark[1], mark[2], live, vers);
     if (step)
-      axp_event_compute(h->tr, s->index, "optim", (long)batch, (int)micro,
-                        mark[2], mark[3], -1);
+      axp_event_compute(h->tr, s->index, agent, "optim", (long)batch,
+                        (int)micro, mark[2], mark[3], -1, vers);
   }
   if (err == AX_OK && part != PART_WEIGHT && !s->is_first) {
     /* back along the receive edges */
@@ -366,9 +367,10 @@ int axp_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
   int err = step_locked(h, (long)batch, (int)units);
   if (err == AX_OK)
     err = axp_host_report(h, t0, out);
+  int vers = h->versions;
   pthread_mutex_unlock(&h->s->mu);
   if (err == AX_OK)
-    axp_event_compute(h->tr, h->s->index, "optim", (long)batch, 0, t0,
-                      ax_trace_now_us(), -1);
+    axp_event_compute(h->tr, h->s->index, ax_node_rank(h->s->node), "optim",
+                      (long)batch, 0, t0, ax_trace_now_us(), -1, vers);
   return err;
 }
