@@ -54,6 +54,11 @@ static void usage(FILE *f) {
 "  --stages K            stages, with --agents a,b,... and --master HOST:PORT\n"
 "  --agents A,B,...      running agents, stage s on the s-th\n"
 "  --master HOST:PORT    the agents' master (joining running agents)\n"
+"  --listen HOST:PORT    this coordinator's address, for agents on other\n"
+"                        hosts (default 127.0.0.1:0)\n"
+"  --tls-ca/--tls-cert/--tls-key FILE  mutual TLS (CN of the certificate:\n"
+"                        coordinator; AXON_TLS_CA/CERT/KEY); --insecure\n"
+"                        allows a non-loopback --listen without credentials\n"
 "  --mode MODE           %s (pipedream)\n"
 "  --microbatches M      micro-batches per mini-batch, gpipe/1f1b/2bw/\n"
 "                        interleaved (4)\n"
@@ -106,7 +111,10 @@ int main(int argc, char **argv) {
       {"chunks", 1, 0, 1015},
       {"recompute", 1, 0, 1006}, {"partition", 1, 0, 1007},
       {"trace", 1, 0, 1008},     {"agent-threads", 1, 0, 1009},
-      {"plugin", 1, 0, 1010},    {0, 0, 0, 0}};
+      {"plugin", 1, 0, 1010},    {"listen", 1, 0, 1011},
+      {"tls-ca", 1, 0, 1012},    {"tls-cert", 1, 0, 1013},
+      {"tls-key", 1, 0, 1014},   {"insecure", 0, 0, 1016},
+      {0, 0, 0, 0}};
   static char plugin_path[AX_PLUGIN_MAX][4096];
   static const char *plugins[AX_PLUGIN_MAX];
   optind = 2;
@@ -155,6 +163,11 @@ int main(int argc, char **argv) {
       break;
     }
     case 1003: pa.master = optarg; ok = axc_hostport(P, "--master", optarg, 1); break;
+    case 1011: pa.listen = optarg; ok = axc_hostport(P, "--listen", optarg, 0); break;
+    case 1012: pa.tls_ca = optarg; break;
+    case 1013: pa.tls_cert = optarg; break;
+    case 1014: pa.tls_key = optarg; break;
+    case 1016: pa.insecure = 1; break;
     case 1004:
       if ((pa.mode = ax_pipe_mode_index(optarg)) < 0) {
         fprintf(stderr, "axon-run: %s\n", ax_errmsg());

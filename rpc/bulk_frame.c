@@ -122,23 +122,6 @@ void axi_bulk_recv_reset(bconn *c) {
   c->rpos = c->rlen = 0;
 }
 
-/* Reads up to n bytes into dst. Returns bytes read, 0 if none available
- * now, -1 when the connection is finished. */
-static ssize_t rd_sock(bconn *c, void *dst, size_t n) {
-  for (;;) {
-    ssize_t r = read(c->fd, dst, n);
-    if (r > 0) {
-      __atomic_add_fetch(&c->b->node->bytes_in, (uint64_t)r, __ATOMIC_RELAXED);
-      return r;
-    }
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return 0;
-    return -1;
-  }
-}
-
 /* Serves small reads from the read-ahead buffer, refilled with one large
  * read; reads of a buffer's size or more go straight to dst. Returns 0
  * only when the buffer is empty and the socket has nothing (or a short
@@ -148,7 +131,7 @@ static ssize_t rd_sock(bconn *c, void *dst, size_t n) {
 static ssize_t rd(bconn *c, void *dst, size_t n) {
   if (!c->peer && c->rpos == c->rlen) { /* no read-ahead buffer before the
                                            hello: a stranger costs nothing */
-    ssize_t r = c->rdry ? 0 : rd_sock(c, dst, n);
+    ssize_t r = c->rdry ? 0 : axi_bulk_io_read(c, dst, n);
     c->rdry = r > 0 && (size_t)r < n;
     return r;
   }
@@ -156,11 +139,11 @@ static ssize_t rd(bconn *c, void *dst, size_t n) {
     if (c->rdry) /* drained by a short read: epoll will tell us */
       return 0;
     if (n >= AXI_BULK_RBUF || (!c->rbuf && !(c->rbuf = malloc(AXI_BULK_RBUF)))) {
-      ssize_t r = rd_sock(c, dst, n);
+      ssize_t r = axi_bulk_io_read(c, dst, n);
       c->rdry = r > 0 && (size_t)r < n;
       return r;
     }
-    ssize_t r = rd_sock(c, c->rbuf, AXI_BULK_RBUF);
+    ssize_t r = axi_bulk_io_read(c, c->rbuf, AXI_BULK_RBUF);
     if (r <= 0)
       return r;
     c->rdry = (size_t)r < AXI_BULK_RBUF;
@@ -258,17 +241,24 @@ static int tensor_arrived(bconn *c, size_t i, size_t nb) {
   return AX_OK;
 }
 
-/* With authentication: the hello's proof over our challenge, under a name
- * no other member has. Logs and counts a refusal. */
+/* With authentication: the hello's proof over our challenge (token), the
+ * name of the peer's certificate (TLS), under a name no other member has.
+ * Logs and counts a refusal. */
 static int hello_ok(bconn *c, const char *name, const char *addr,
                     const char *bulk, const uint8_t *mac) {
   ax_node *n = c->b->node;
   const char *why = NULL;
-  if (!addr || !bulk ||
-      !axi_auth_verify(n, AXI_AUTH_BULK, c->nonce, name, addr, bulk, mac,
-                       AXI_MAC_LEN))
+  char w[400];
+  if (!addr || !bulk)
+    why = "a hello without addresses";
+  else if (n->token_len &&
+           !axi_auth_verify(n, AXI_AUTH_BULK, c->nonce, name, addr, bulk, mac,
+                            AXI_MAC_LEN))
     why = "no valid proof of the shared secret";
-  else if (!axi_auth_name_ok(n, name, addr))
+  else if (c->tls && strcmp(name, c->cn)) {
+    snprintf(w, sizeof w, "a certificate for %.100s", c->cn);
+    why = w;
+  } else if (!axi_auth_name_ok(n, name, addr))
     why = "a hello under another member's name";
   if (!why)
     return 1;
@@ -316,7 +306,7 @@ int axi_bulk_recv(bconn *c) {
           *addr++ = 0;
         if (bulk)
           *bulk++ = 0;
-        if (n->token_len && !hello_ok(c, name, addr, bulk, mac))
+        if ((n->token_len || c->tls) && !hello_ok(c, name, addr, bulk, mac))
           return AX_EMALFORMED; /* closed before anything else is read */
         c->peer = axi_peer_get(n, name, addr, bulk);
         if (!c->peer)

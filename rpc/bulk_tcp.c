@@ -33,7 +33,8 @@ static void set_sock_opts(int fd) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing);
+static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing,
+                       struct ssl_st *ssl);
 
 /* ---- closing (I/O thread only) ---------------------------------------- */
 static void conn_close(bconn *c, const char *why) {
@@ -42,6 +43,7 @@ static void conn_close(bconn *c, const char *why) {
   event_del(c->rev);
   event_del(c->wev);
   pthread_mutex_lock(&c->mu); /* a sender may be writing inline */
+  axi_bulk_tls_close(c);
   close(c->fd);
   c->fd = -1;
   c->dead = 1;
@@ -70,6 +72,11 @@ static void on_write(evutil_socket_t fd, short what, void *arg) {
                                      : NULL);
     return;
   }
+  if (c->handshaking) { /* the TLS handshake wanted to write */
+    if (!c->dead && axi_bulk_tls_accept(c) < 0)
+      conn_close(c, NULL);
+    return;
+  }
   for (;;) {
     struct iovec iov[AXI_BULK_WIOV];
     pthread_mutex_lock(&c->mu);
@@ -81,15 +88,12 @@ static void on_write(evutil_socket_t fd, short what, void *arg) {
     /* Only the writer pops frames; senders append behind it. */
     int n = axi_bulk_gather_locked(c, iov);
     pthread_mutex_unlock(&c->mu);
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-    ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL); /* no SIGPIPE */
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    ssize_t w = axi_bulk_io_writev(c, iov, n);
+    if (w == 0) {
       event_add(c->wev, NULL);
       return;
     }
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0) {
+    if (w < 0) {
       conn_close(c, "bulk connection lost while sending");
       return;
     }
@@ -107,10 +111,19 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
     return;
   if (c->outgoing) { /* nothing is expected back: EOF means the peer left */
     char tmp[64];
-    ssize_t r = read(c->fd, tmp, sizeof tmp);
-    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+    pthread_mutex_lock(&c->mu); /* a TLS session has one user at a time */
+    ssize_t r = axi_bulk_io_read(c, tmp, sizeof tmp);
+    pthread_mutex_unlock(&c->mu);
+    if (r < 0)
       conn_close(c, "bulk connection closed by the peer");
     return;
+  }
+  if (c->handshaking) {
+    int h = axi_bulk_tls_accept(c);
+    if (h < 0)
+      conn_close(c, NULL);
+    if (h <= 0)
+      return;
   }
   axi_bulk_cork_begin();
   int rc = axi_bulk_recv(c);
@@ -120,12 +133,16 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
 }
 
 /* ---- connections ------------------------------------------------------ */
-static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing) {
+static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing,
+                       struct ssl_st *ssl) {
   bconn *c = calloc(1, sizeof *c);
   if (!c)
     return NULL;
   c->b = b;
   c->fd = fd;
+  c->tls = b->tls;
+  c->ssl = ssl;
+  c->handshaking = b->tls && !outgoing;
   c->peer = p;
   c->outgoing = outgoing;
   c->q_tail = &c->q_head;
@@ -184,6 +201,15 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
   axi_bulk *b = arg;
   sweep_dead(b);
   set_sock_opts(fd);
+  if (b->tls) { /* the challenge, if any, follows the handshake */
+    struct ssl_st *ssl = axi_bulk_tls_new(b->node, fd);
+    bconn *c = ssl ? conn_new(b, fd, NULL, 0, ssl) : NULL;
+    if (!c) {
+      axi_bulk_tls_close(&(bconn){.ssl = ssl});
+      close(fd);
+    }
+    return;
+  }
   uint8_t chal[4 + AXI_NONCE_LEN];
   uint32_t magic = AXI_BULK_CHAL_MAGIC;
   memcpy(chal, &magic, 4);
@@ -195,7 +221,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
     close(fd);
     return;
   }
-  bconn *c = conn_new(b, fd, NULL, 0);
+  bconn *c = conn_new(b, fd, NULL, 0, NULL);
   if (!c)
     close(fd);
   else if (b->node->token_len)
@@ -204,24 +230,13 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 
 /* Reads the accepting side's challenge on a fresh connection (bounded
  * wait) and returns the hello answering it, or NULL with the error set. */
-static bframe *answer_challenge(ax_node *n, int fd, const char *addr) {
+static bframe *answer_challenge(ax_node *n, int fd, struct ssl_st *ssl,
+                                const char *addr) {
   uint8_t chal[4 + AXI_NONCE_LEN];
-  size_t have = 0;
-  int64_t end = axi_now_ms() + 5000;
-  while (have < sizeof chal) {
-    struct pollfd pf = {.fd = fd, .events = POLLIN};
-    int64_t left = end - axi_now_ms();
-    if (left <= 0 || poll(&pf, 1, (int)left) != 1)
-      break;
-    ssize_t r = read(fd, chal + have, sizeof chal - have);
-    if (r <= 0 && !(r < 0 && (errno == EAGAIN || errno == EINTR)))
-      break;
-    if (r > 0)
-      have += (size_t)r;
-  }
+  int rc = axi_bulk_read_wait(fd, ssl, chal, sizeof chal, axi_now_ms() + 5000);
   uint32_t magic = 0;
   memcpy(&magic, chal, 4);
-  if (have < sizeof chal || magic != AXI_BULK_CHAL_MAGIC) {
+  if (rc != AX_OK || magic != AXI_BULK_CHAL_MAGIC) {
     ax_seterr(AX_EPEERDOWN,
               "bulk: no authentication challenge from %s (does it run with "
               "the same token?)",
@@ -293,12 +308,23 @@ static int tcp_send(axi_bulk *b, axi_peer *p, uint8_t *head, size_t head_len,
     const char *addr = p->bulk_addr;
     int fd = -1, rc = dial(addr, &fd);
     bframe *h = NULL;
-    if (rc == AX_OK && b->node->token_len &&
-        !(h = answer_challenge(b->node, fd, addr))) {
+    struct ssl_st *ssl = NULL;
+    /* With TLS, the acceptor must hold a certificate for the member we
+     * dial (any member's while only the master's address is known). */
+    const char *want = p->alias ? p->alias : p->name[0] != '@' ? p->name : NULL;
+    if (rc == AX_OK && b->tls &&
+        !(ssl = axi_bulk_tls_connect(b->node, fd, want, addr))) {
       close(fd);
       rc = AX_EPEERDOWN;
     }
-    if (rc == AX_OK && !(c = conn_new(b, fd, p, 1))) {
+    if (rc == AX_OK && b->node->token_len &&
+        !(h = answer_challenge(b->node, fd, ssl, addr))) {
+      axi_bulk_tls_close(&(bconn){.ssl = ssl});
+      close(fd);
+      rc = AX_EPEERDOWN;
+    }
+    if (rc == AX_OK && !(c = conn_new(b, fd, p, 1, ssl))) {
+      axi_bulk_tls_close(&(bconn){.ssl = ssl});
       close(fd);
       rc = ax_seterr(AX_ENOMEM, "bulk: no memory");
     }
@@ -385,6 +411,16 @@ static int tcp_start(ax_node *n, const char *host, axi_bulk **out, char *addr,
   return AX_OK;
 }
 
+/* The same channel with TLS on every connection (bulk_tls.c). */
+static int tls_start(ax_node *n, const char *host, axi_bulk **out, char *addr,
+                     size_t len) {
+  if (!n->tls_ctx)
+    return ax_seterr(AX_EINVAL, "bulk: TLS without credentials");
+  AX_TRY(tcp_start(n, host, out, addr, len));
+  (*out)->tls = 1;
+  return AX_OK;
+}
+
 static void tcp_stop(axi_bulk *b) {
   event_base_loopbreak(b->base);
   pthread_join(b->thread, NULL);
@@ -406,6 +442,14 @@ static void tcp_stop(axi_bulk *b) {
 const axi_bulk_ops axi_bulk_tcp_ops = {
     /* .name = */ "tcp",
     /* .start = */ tcp_start,
+    /* .send = */ tcp_send,
+    /* .drop_peer = */ tcp_drop_peer,
+    /* .stop = */ tcp_stop,
+};
+
+const axi_bulk_ops axi_bulk_tls_ops = {
+    /* .name = */ "tls",
+    /* .start = */ tls_start,
     /* .send = */ tcp_send,
     /* .drop_peer = */ tcp_drop_peer,
     /* .stop = */ tcp_stop,

@@ -34,6 +34,9 @@ typedef struct axi_bulk_ops {
 } axi_bulk_ops;
 
 extern const axi_bulk_ops axi_bulk_tcp_ops;
+/* The same channel with mutual TLS 1.3 on every connection (bulk_tls.c);
+ * needs the node's TLS context. */
+extern const axi_bulk_ops axi_bulk_tls_ops;
 
 /* ---- peers ----------------------------------------------------------- */
 enum { AXI_PEER_IDLE = 0, AXI_PEER_CONNECTING, AXI_PEER_UP, AXI_PEER_DOWN };
@@ -154,7 +157,13 @@ struct ax_node {
   /* the shared secret (rpc/auth.c); token_len 0: no authentication */
   uint8_t token[AXI_TOKEN_MAX];
   size_t token_len;
-  uint64_t auth_refused; /* connections refused for a bad proof (atomic) */
+  uint64_t auth_refused; /* connections refused for a bad proof or
+                            certificate (atomic) */
+  /* mutual TLS (rpc/tls.c); tls 0: none. The PEM texts go to gRPC, the
+   * context to the data channel. */
+  int tls;
+  char *tls_ca_pem, *tls_cert_pem, *tls_key_pem;
+  struct ssl_ctx_st *tls_ctx;
 };
 
 /* a + b for deadlines, saturating at INT64_MAX (b >= 0 assumed). */

@@ -8,6 +8,7 @@
 #include "rpc/auth-impl.h"
 #include "rpc/node-impl.h"
 #include "rpc/pool-impl.h"
+#include "rpc/tls-impl.h"
 
 static long g_live_calls;
 static long g_nodes; /* nodes created and not yet destroyed */
@@ -292,7 +293,12 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
   pthread_mutex_init(&n->calls_mu, NULL);
   pthread_rwlock_init(&n->bulk_lk, NULL);
   int rc = axi_auth_load(n);
-  n->o.token_file = NULL; /* borrowed: read once */
+  if (rc == AX_OK)
+    rc = axi_tls_load(n);
+  if (rc == AX_OK)
+    rc = axi_tls_listen_check(n);
+  /* borrowed: read once */
+  n->o.token_file = n->o.tls_ca = n->o.tls_cert = n->o.tls_key = NULL;
   if (rc == AX_OK)
     rc = axi_calls_start(n);
   if (rc == AX_OK) /* the built-ins exist before anyone can reach us */
@@ -307,7 +313,7 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
     char *c = strrchr(host, ':');
     if (c)
       *c = 0;
-    n->bulk_ops = &axi_bulk_tcp_ops;
+    n->bulk_ops = n->tls ? &axi_bulk_tls_ops : &axi_bulk_tcp_ops;
     if (n->bulk_ops->start(n, host, &n->bulk, n->bulk_addr,
                            sizeof n->bulk_addr) != AX_OK) {
       n->bulk = NULL; /* large tensors then travel inline */
@@ -406,6 +412,7 @@ void ax_node_destroy(ax_node *n) {
   free(n->listen);
   free(n->master);
   memset(n->token, 0, sizeof n->token);
+  axi_tls_free(n);
   pthread_mutex_destroy(&n->mu);
   pthread_cond_destroy(&n->cv);
   pthread_mutex_destroy(&n->calls_mu);
