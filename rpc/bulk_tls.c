@@ -2,9 +2,10 @@
  * (SSL_read, SSL_write), and the TLS handshakes of both sides.
  *
  * TLS needs three things the plain path does not:
- * - Reads loop on SSL_read until the session wants more bytes from the
- *   socket, so a short read still means "drained" to the caller (a record
- *   decrypted but not yet handed out would not wake epoll again).
+ * - Reads loop on SSL_read while the session holds buffered bytes, so a
+ *   short read still means "nothing buffered here" to the caller (a record
+ *   decrypted but not yet handed out would not wake epoll again), and use
+ *   read-ahead (many records per system call).
  * - Writes coalesce small iovecs into one record and hand large ones over
  *   in bounded steps; after SSL_ERROR_WANT_WRITE OpenSSL must see the same
  *   bytes again, which holds because the queue's head stays put until it
@@ -30,6 +31,7 @@
 
 #define TLS_COALESCE (16u << 10) /* one record's plaintext */
 #define TLS_WSTEP (1u << 20)     /* largest single SSL_write */
+#define TLS_BIG_READ (64u << 10) /* reads from this size drain the socket */
 
 /* ---- plain ---------------------------------------------------------------*/
 static ssize_t plain_read(bconn *c, void *dst, size_t n) {
@@ -61,6 +63,8 @@ static ssize_t plain_writev(bconn *c, const struct iovec *iov, int n) {
 }
 
 /* ---- TLS -----------------------------------------------------------------*/
+/* Returns short (the caller then waits for epoll) once the session holds
+ * nothing more. */
 static ssize_t tls_read(bconn *c, void *dst, size_t n) {
   size_t got = 0;
   if (!c->ssl)
@@ -70,6 +74,13 @@ static ssize_t tls_read(bconn *c, void *dst, size_t n) {
     int r = SSL_read(c->ssl, (char *)dst + got, k);
     if (r > 0) {
       got += (size_t)r;
+      /* Nothing left inside the session: a small read returns short
+       * rather than ask the socket again (epoll is level-triggered, so
+       * bytes still in the socket wake the loop once more); a large one
+       * (tensor data) drains the socket, saving a loop wake-up per
+       * read-ahead buffer. */
+      if (!SSL_has_pending(c->ssl) && n < TLS_BIG_READ)
+        break;
       continue;
     }
     int e = SSL_get_error(c->ssl, r);

@@ -84,6 +84,13 @@ static int make_ctx(ax_node *n, const char *ca, const char *cert,
   SSL_CTX_set_num_tickets(c, 0);
   SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
   SSL_CTX_set_mode(c, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  /* Reads take what the socket has (several records per system call)
+   * instead of a record header, then its body. */
+  SSL_CTX_set_read_ahead(c, 1);
+  SSL_CTX_set_default_read_buffer_len(c, 256u << 10);
+  /* AES-128-GCM first: the fastest with AES-NI, still 128-bit secure. */
+  SSL_CTX_set_ciphersuites(c, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
+                              "TLS_CHACHA20_POLY1305_SHA256");
   SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
                      NULL);
   if (SSL_CTX_load_verify_locations(c, ca, NULL) != 1)
