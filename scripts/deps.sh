@@ -3,7 +3,7 @@
 # (idempotent; run as root on Debian 12).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config zlib1g-dev libgrpc-dev protobuf-c-compiler
-      libprotobuf-c-dev libevent-dev libcmocka-dev libopenblas-dev libssl-dev
+      libprotobuf-c-dev libevent-dev libcmocka-dev libopenblas-dev libssl-dev openssl
       dataset-fashion-mnist dict-gcide)
 missing=()
 for p in "${pkgs[@]}"; do
