@@ -77,7 +77,8 @@ typedef struct bconn {
   struct bconn *next;
 } bconn;
 
-struct axi_bulk {
+typedef struct axi_bulk {
+  axi_transport t; /* the node's n->data */
   ax_node *node;
   int tls; /* every connection runs TLS (axi_bulk_tls_ops) */
   struct event_base *base;
@@ -85,7 +86,7 @@ struct axi_bulk {
   pthread_t thread;
   pthread_mutex_t mu, dial_mu;
   bconn *conns;
-};
+} axi_bulk;
 
 /* bulk_frame.c */
 bframe *axi_bulk_frame_new(uint8_t *head, size_t head_len, ax_values *vals);

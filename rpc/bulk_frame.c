@@ -187,7 +187,7 @@ static void dispatch(bconn *c) {
   axi_msg m = c->m;
   memset(&c->m, 0, sizeof c->m);
   uncharge(c); /* the tensors now belong to the call */
-  axi_on_frame(c->b->node, c->peer, NULL, &m, c->mrc);
+  c->b->t.rx.frame(c->b->node, c->peer, NULL, &m, c->mrc);
   axi_msg_clear(&m);
   c->rstate = R_PREFIX;
   c->have = 0;

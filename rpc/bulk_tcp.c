@@ -244,8 +244,7 @@ static bframe *answer_challenge(ax_node *n, int fd, struct ssl_st *ssl,
     return NULL;
   }
   uint8_t mac[AXI_MAC_LEN];
-  axi_auth_mac(n, AXI_AUTH_BULK, chal + 4, n->name, n->addr, n->bulk_addr,
-               mac);
+  axi_auth_mac(n, AXI_AUTH_BULK, chal + 4, n->name, n->addr, n->bulk_addr, mac);
   bframe *h = axi_bulk_hello(n->name, n->addr, n->bulk_addr, mac);
   if (!h)
     ax_seterr(AX_ENOMEM, "bulk: no memory");
@@ -278,7 +277,8 @@ static int dial(const char *addr, int *out) {
   } else {
     set_sock_opts(fd);
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS)
-      rc = ax_seterr(AX_EPEERDOWN, "bulk: connect %s: %s", addr, strerror(errno));
+      rc = ax_seterr(AX_EPEERDOWN, "bulk: connect %s: %s", addr,
+                     strerror(errno));
     if (rc == AX_OK) {
       struct pollfd pf = {.fd = fd, .events = POLLOUT};
       int err = 0;
@@ -297,9 +297,31 @@ static int dial(const char *addr, int *out) {
   return rc;
 }
 
-static int tcp_send(axi_bulk *b, axi_peer *p, uint8_t *head, size_t head_len,
-                    ax_values *vals) {
-  bframe *f = axi_bulk_frame_new(head, head_len, vals);
+/* The frame of m: its head (magic, prefix, body) and its tensors, sent
+ * from their storage; NULL on no memory. */
+static bframe *frame_of(ax_node *n, const axi_msg *m) {
+  uint8_t *buf;
+  size_t len, blob;
+  if (axi_frame_encode(m, 4, 0, &buf, &len, &blob) != AX_OK)
+    return NULL;
+  ax_values *vals = ax_values_clone(m->values);
+  bframe *f = vals ? axi_bulk_frame_new(buf, len, vals) : NULL;
+  if (!f) {
+    free(buf);
+    ax_values_free(vals);
+    return NULL;
+  }
+  uint32_t magic = AXI_BULK_MAGIC;
+  memcpy(buf, &magic, 4);
+  __atomic_add_fetch(&n->bytes_out, len + blob, __ATOMIC_RELAXED);
+  return f;
+}
+
+static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
+                    axi_stream *via) {
+  (void)via;
+  axi_bulk *b = (axi_bulk *)t;
+  bframe *f = frame_of(t->node, m);
   if (!f)
     return ax_seterr(AX_ENOMEM, "bulk: no memory");
   pthread_mutex_lock(&b->dial_mu); /* one dial per peer at a time */
@@ -353,7 +375,8 @@ static int tcp_send(axi_bulk *b, axi_peer *p, uint8_t *head, size_t head_len,
   return AX_OK;
 }
 
-static void tcp_drop_peer(axi_bulk *b, axi_peer *p) {
+static void tcp_drop_peer(axi_transport *t, axi_peer *p) {
+  axi_bulk *b = (axi_bulk *)t;
   pthread_mutex_lock(&b->dial_mu);
   bconn *c = p->bulk_conn;
   if (c) {
@@ -372,17 +395,29 @@ static void *io_main(void *arg) {
   return NULL;
 }
 
-static int tcp_start(ax_node *n, const char *host, axi_bulk **out, char *addr,
-                     size_t len) {
+/* Starts the channel of `ops` (tcp or tls: every connection's TLS is
+ * decided before the listener accepts any). */
+static int start_ops(const axi_transport_ops *ops, ax_node *n,
+                     const char *listen, const axi_rx *rx, axi_transport **out,
+                     char *addr, size_t len) {
   pthread_once(&g_evthread_once, evthread_init);
+  char host[128];
+  int port = 0;
+  if (parse_hostport(listen, host, sizeof host, &port) != AX_OK)
+    return ax_seterr(AX_EINVAL, "bulk: cannot listen on %s", listen);
   axi_bulk *b = calloc(1, sizeof *b);
   if (!b)
     return ax_seterr(AX_ENOMEM, "bulk: no memory");
+  b->t.ops = ops;
+  b->tls = ops == &axi_tls_transport;
+  b->t.node = n;
+  b->t.rx = *rx;
   b->node = n;
   pthread_mutex_init(&b->mu, NULL);
   pthread_mutex_init(&b->dial_mu, NULL);
   b->base = event_base_new();
-  struct sockaddr_in sin = {.sin_family = AF_INET};
+  struct sockaddr_in sin = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port)};
   if (!b->base || inet_pton(AF_INET, host, &sin.sin_addr) != 1) {
     if (b->base)
       event_base_free(b->base);
@@ -399,7 +434,8 @@ static int tcp_start(ax_node *n, const char *host, axi_bulk **out, char *addr,
   }
   struct sockaddr_in bound;
   socklen_t bl = sizeof bound;
-  getsockname(evconnlistener_get_fd(b->listener), (struct sockaddr *)&bound, &bl);
+  getsockname(evconnlistener_get_fd(b->listener), (struct sockaddr *)&bound,
+              &bl);
   snprintf(addr, len, "%s:%d", host, ntohs(bound.sin_port));
   if (pthread_create(&b->thread, NULL, io_main, b)) {
     evconnlistener_free(b->listener);
@@ -407,21 +443,26 @@ static int tcp_start(ax_node *n, const char *host, axi_bulk **out, char *addr,
     free(b);
     return ax_seterr(AX_ENOMEM, "bulk: cannot start the I/O thread");
   }
-  *out = b;
+  *out = &b->t;
   return AX_OK;
+}
+
+static int tcp_start(ax_node *n, const char *listen, const axi_rx *rx,
+                     axi_transport **out, char *addr, size_t len) {
+  return start_ops(&axi_tcp_transport, n, listen, rx, out, addr, len);
 }
 
 /* The same channel with TLS on every connection (bulk_tls.c). */
-static int tls_start(ax_node *n, const char *host, axi_bulk **out, char *addr,
-                     size_t len) {
+static int tls_start(ax_node *n, const char *listen, const axi_rx *rx,
+                     axi_transport **out, char *addr, size_t len) {
   if (!n->tls_ctx)
     return ax_seterr(AX_EINVAL, "bulk: TLS without credentials");
-  AX_TRY(tcp_start(n, host, out, addr, len));
-  (*out)->tls = 1;
-  return AX_OK;
+  return start_ops(&axi_tls_transport, n, listen, rx, out, addr, len);
 }
 
-static void tcp_stop(axi_bulk *b) {
+static void tcp_stop(axi_transport *t, int64_t timeout_ms) {
+  (void)timeout_ms; /* the I/O thread ends at once */
+  axi_bulk *b = (axi_bulk *)t;
   event_base_loopbreak(b->base);
   pthread_join(b->thread, NULL);
   evconnlistener_free(b->listener);
@@ -434,23 +475,31 @@ static void tcp_stop(axi_bulk *b) {
   for (axi_peer *p = b->node->peers; p; p = p->next)
     p->bulk_conn = NULL;
   event_base_free(b->base);
+}
+
+static void tcp_free(axi_transport *t) {
+  axi_bulk *b = (axi_bulk *)t;
   pthread_mutex_destroy(&b->mu);
   pthread_mutex_destroy(&b->dial_mu);
   free(b);
 }
 
-const axi_bulk_ops axi_bulk_tcp_ops = {
-    /* .name = */ "tcp",
-    /* .start = */ tcp_start,
-    /* .send = */ tcp_send,
-    /* .drop_peer = */ tcp_drop_peer,
-    /* .stop = */ tcp_stop,
+const axi_transport_ops axi_tcp_transport = {
+    .name = "tcp",
+    .role = AXI_TRANSPORT_DATA,
+    .start = tcp_start,
+    .send = tcp_send,
+    .drop_peer = tcp_drop_peer,
+    .stop = tcp_stop,
+    .free = tcp_free,
 };
 
-const axi_bulk_ops axi_bulk_tls_ops = {
-    /* .name = */ "tls",
-    /* .start = */ tls_start,
-    /* .send = */ tcp_send,
-    /* .drop_peer = */ tcp_drop_peer,
-    /* .stop = */ tcp_stop,
+const axi_transport_ops axi_tls_transport = {
+    .name = "tls",
+    .role = AXI_TRANSPORT_DATA,
+    .start = tls_start,
+    .send = tcp_send,
+    .drop_peer = tcp_drop_peer,
+    .stop = tcp_stop,
+    .free = tcp_free,
 };

@@ -82,7 +82,8 @@ ax_call_ctx *axi_call_current(void) { return t_cur; }
 
 static void ctx_free(ax_call_ctx *c) {
   ax_node *n = c->node;
-  axi_stream_release(c->stream);
+  if (c->stream)
+    n->ctl->ops->ref(c->stream, -1);
   axi_msg_clear(&c->msg);
   ax_future_release(c->deferred);
   for (int i = 0; i < AXI_MAX_META; i++)
@@ -281,7 +282,7 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
   c->peer = p;
   c->stream = s;
   if (s)
-    axi_stream_retain(s);
+    n->ctl->ops->ref(s, 1);
   c->msg = *m;
   memset(m, 0, sizeof *m);
   c->fn = f;

@@ -14,49 +14,34 @@ int ax_rpc_debug_send_raw(ax_node *n, const char *to, const void *frame,
   axi_peer *p = axi_peer_find(n, to);
   if (!p)
     return ax_seterr(AX_ENOTFOUND, "debug: no node named %s", to);
-  /* An ordinary call that opens the stream and registers a pending id. */
+  /* An ordinary pending call, whose id the raw frame carries. */
   ax_future *f = ax_future_new();
-  axi_pcall *c = calloc(1, sizeof *c);
   uint8_t *buf = malloc(len + 4);
-  if (!f || !c || !buf) {
+  axi_pcall *c = f && buf ? axi_pcall_add(n, p, "(raw frame)", f,
+                                          axi_add_sat(axi_now_ms(), timeout_ms))
+                          : NULL;
+  if (!c) {
     ax_future_release(f);
-    free(c);
     free(buf);
     return AX_ENOMEM;
   }
-  c->peer = p;
-  c->f = ax_future_retain(f);
-  c->fn = strdup("(raw frame)");
-  c->deadline_ms = axi_now_ms() + timeout_ms;
-  axi_live_calls_add(1);
-  pthread_mutex_lock(&n->calls_mu);
-  c->id = ++n->next_id;
-  c->next = n->calls[c->id % AXI_CALL_BUCKETS];
-  n->calls[c->id % AXI_CALL_BUCKETS] = c;
-  n->ncalls++;
   uint64_t id = c->id;
-  pthread_mutex_unlock(&n->calls_mu);
   memcpy(buf + 4, frame, len);
   memcpy(buf + 4 + 8, &id, 8);
-  /* Make sure the stream exists: a ping opens it. */
+  /* The control connection carries it; a ping-less open is enough. */
   pthread_mutex_lock(&p->mu);
   int rc = AX_OK;
   if (p->state == AXI_PEER_DOWN)
     rc = ax_seterr(AX_EPEERDOWN, "debug: %s is down", to);
-  else if (!p->out && (rc = axi_stream_open(n, p, &p->out)) == AX_OK) {
+  else if (!p->out && (rc = n->ctl->ops->connect(n->ctl, p)) == AX_OK) {
     p->state = AXI_PEER_CONNECTING;
     p->connect_ms = p->last_ping_ms = axi_now_ms();
   }
-  axi_stream *s = p->out;
-  if (rc == AX_OK)
-    axi_stream_retain(s);
   pthread_mutex_unlock(&p->mu);
-  if (rc == AX_OK) {
-    rc = axi_stream_send(s, buf, len + 4);
-    axi_stream_release(s);
-  } else {
+  if (rc == AX_OK)
+    rc = n->ctl->ops->send_raw(n->ctl, p, buf, len + 4);
+  else
     free(buf);
-  }
   /* On failure the timer completes the call at its deadline; the future is
    * still returned so that the caller sees exactly one outcome. */
   *out = f;

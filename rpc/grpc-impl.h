@@ -58,7 +58,8 @@ struct axi_stream {
   axi_stream *next, *prev;
 };
 
-struct axi_grpc {
+typedef struct axi_grpc {
+  axi_transport base; /* the node's n->ctl */
   grpc_completion_queue *cq;
   grpc_server *server;
   pthread_t poller;
@@ -75,7 +76,36 @@ struct axi_grpc {
   pthread_cond_t cv;
   axi_stream *streams;
   long ops_total;
-};
+} axi_grpc;
+
+/* The node's gRPC control transport. */
+#define AXI_GRPC(n) ((axi_grpc *)(n)->ctl)
+
+/* The gRPC receive limit (GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH) of n. */
+static inline int axi_grpc_limit(const ax_node *n) {
+  return n->o.max_grpc_msg_bytes > 0x7fffffff ? 0x7fffffff
+                                              : (int)n->o.max_grpc_msg_bytes;
+}
+
+/* grpc_server.c: the transport's start, stop and free. */
+int axi_grpc_start(ax_node *n, const char *listen, const axi_rx *rx,
+                   axi_transport **out, char *addr, size_t len);
+/* Cancels every stream, shuts the server down (waits for gRPC) and lets go
+ * of the peers' streams. */
+void axi_grpc_stop(axi_transport *t, int64_t timeout_ms);
+/* Shuts the completion queue down and frees it, once no stream is held. */
+void axi_grpc_free(axi_transport *t);
+
+/* grpc_stream.c */
+/* Opens our client stream to p (p->mu held); sends HELLO first. */
+int axi_stream_open(ax_node *n, axi_peer *p, axi_stream **out);
+/* Queues one encoded frame (buf taken; it starts with 4 spare bytes for
+ * the batch length). AX_ECLOSED if the stream is dead. */
+int axi_stream_send(axi_stream *s, uint8_t *buf, size_t len);
+int axi_stream_alive(axi_stream *s);
+void axi_stream_retain(axi_stream *s);
+void axi_stream_release(axi_stream *s);
+void axi_stream_cancel(axi_stream *s);
 
 /* Starts a batch on s with tag op (counted in s->ops). */
 grpc_call_error axi_stream_batch(axi_stream *s, const grpc_op *ops, size_t n,

@@ -44,7 +44,7 @@ static void request_next(ax_node *n);
 
 static void on_accept(axi_op *op, int ok) {
   axi_grpc *g = (axi_grpc *)((char *)op - offsetof(axi_grpc, accept_op));
-  ax_node *n = *(ax_node **)(g + 1);
+  ax_node *n = g->base.node;
   grpc_call *call = g->new_call;
   g->new_call = NULL;
   grpc_call_details_destroy(&g->details);
@@ -59,7 +59,7 @@ static void on_accept(axi_op *op, int ok) {
 }
 
 static void request_next(ax_node *n) {
-  axi_grpc *g = n->grpc;
+  axi_grpc *g = AXI_GRPC(n);
   grpc_call_details_init(&g->details);
   grpc_metadata_array_init(&g->req_md);
   axi_grpc_op_begin(g);
@@ -81,18 +81,20 @@ static void on_shutdown(axi_op *op, int ok) {
   pthread_mutex_unlock(&g->mu);
 }
 
-int axi_grpc_start(ax_node *n, const char *listen, char *addr, size_t len) {
-  /* The node pointer is stored right after the struct so that completion
-   * callbacks, which only get the tag, can find it. */
-  axi_grpc *g = calloc(1, sizeof *g + sizeof(ax_node *));
+int axi_grpc_start(ax_node *n, const char *listen, const axi_rx *rx,
+                   axi_transport **out, char *addr, size_t len) {
+  axi_grpc *g = calloc(1, sizeof *g);
   if (!g)
     return ax_seterr(AX_ENOMEM, "grpc: no memory");
-  *(ax_node **)(g + 1) = n;
   pthread_mutex_init(&g->mu, NULL);
   pthread_cond_init(&g->cv, NULL);
   g->accept_op.cb = on_accept;
   g->shutdown_op.cb = on_shutdown;
-  n->grpc = g;
+  g->base.ops = &axi_grpc_transport;
+  g->base.node = n;
+  g->base.rx = *rx;
+  grpc_init();
+  n->ctl = *out = &g->base; /* streams find it from the node */
   grpc_arg args[3];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -140,7 +142,8 @@ int axi_grpc_start(ax_node *n, const char *listen, char *addr, size_t len) {
       ;
     grpc_completion_queue_destroy(g->cq);
     free(g);
-    n->grpc = NULL;
+    n->ctl = *out = NULL;
+    grpc_shutdown();
     return ax_seterr(AX_EIO, "grpc: cannot listen on %s", listen);
   }
   /* Report the bound address with the host part of `listen`. */
@@ -168,10 +171,9 @@ static void timed_wait(axi_grpc *g, int64_t deadline_ms) {
   pthread_cond_timedwait(&g->cv, &g->mu, &ts);
 }
 
-void axi_grpc_stop(ax_node *n, int64_t timeout_ms) {
-  axi_grpc *g = n->grpc;
-  if (!g)
-    return;
+void axi_grpc_stop(axi_transport *t, int64_t timeout_ms) {
+  axi_grpc *g = (axi_grpc *)t;
+  ax_node *n = t->node;
   int64_t deadline = axi_now_ms() + (timeout_ms > 0 ? timeout_ms : 1000);
   pthread_mutex_lock(&g->mu);
   g->stopping = 1;
@@ -198,19 +200,26 @@ void axi_grpc_stop(ax_node *n, int64_t timeout_ms) {
   pthread_mutex_unlock(&g->mu);
   grpc_server_destroy(g->server);
   g->server = NULL;
+  for (axi_peer *p = n->peers; p; p = p->next) {
+    pthread_mutex_lock(&p->mu);
+    axi_stream *a = p->out, *b = p->in;
+    p->out = p->in = NULL;
+    pthread_mutex_unlock(&p->mu);
+    axi_stream_release(a);
+    axi_stream_release(b);
+  }
 }
 
 /* Called by node destroy once every stream holder is released. */
-void axi_grpc_free(ax_node *n) {
-  axi_grpc *g = n->grpc;
-  if (!g)
-    return;
+void axi_grpc_free(axi_transport *t) {
+  axi_grpc *g = (axi_grpc *)t;
   grpc_completion_queue_shutdown(g->cq);
   if (g->poller_started)
     pthread_join(g->poller, NULL);
   grpc_completion_queue_destroy(g->cq);
   pthread_mutex_destroy(&g->mu);
   pthread_cond_destroy(&g->cv);
+  t->node->ctl = NULL;
   free(g);
-  n->grpc = NULL;
+  grpc_shutdown();
 }

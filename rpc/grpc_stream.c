@@ -37,7 +37,7 @@ static void stream_destroy(axi_stream *s) {
 
 /* Drops one count (ops or refs) and frees s when both reach zero. */
 static void stream_put(axi_stream *s, int is_op) {
-  axi_grpc *g = s->node->grpc;
+  axi_grpc *g = AXI_GRPC(s->node);
   pthread_mutex_lock(&g->mu);
   if (is_op) {
     s->ops--;
@@ -62,7 +62,7 @@ static void stream_put(axi_stream *s, int is_op) {
 }
 
 void axi_stream_retain(axi_stream *s) {
-  axi_grpc *g = s->node->grpc;
+  axi_grpc *g = AXI_GRPC(s->node);
   pthread_mutex_lock(&g->mu);
   s->refs++;
   pthread_mutex_unlock(&g->mu);
@@ -75,7 +75,7 @@ void axi_stream_release(axi_stream *s) {
 
 grpc_call_error axi_stream_batch(axi_stream *s, const grpc_op *ops, size_t n,
                                  axi_op *op) {
-  axi_grpc *g = s->node->grpc;
+  axi_grpc *g = AXI_GRPC(s->node);
   pthread_mutex_lock(&g->mu);
   s->ops++;
   g->ops_total++;
@@ -330,7 +330,7 @@ static void on_one_frame(axi_stream *s, const uint8_t *p, size_t len) {
     axi_msg_clear(&m);
     return;
   }
-  axi_on_frame(n, s->peer, s, &m, rc);
+  AXI_GRPC(n)->base.rx.frame(n, s->peer, s, &m, rc);
 }
 
 static void on_recv(axi_op *op, int ok) {
@@ -435,7 +435,7 @@ static axi_stream *stream_new(ax_node *n, grpc_call *call, int client) {
   s->op_recv.cb = on_recv;
   s->op_end.cb = on_end;
   s->op_status.cb = on_status;
-  axi_grpc *g = n->grpc;
+  axi_grpc *g = AXI_GRPC(n);
   pthread_mutex_lock(&g->mu);
   s->refs = 1; /* the creator's reference */
   s->next = g->streams;
@@ -563,7 +563,7 @@ int axi_stream_open(ax_node *n, axi_peer *p, axi_stream **out) {
   grpc_channel_credentials_release(cr);
   grpc_slice method = grpc_slice_from_static_string(AXI_STREAM_METHOD);
   grpc_call *call = grpc_channel_create_call(
-      ch, NULL, GRPC_PROPAGATE_DEFAULTS, n->grpc->cq, method, NULL,
+      ch, NULL, GRPC_PROPAGATE_DEFAULTS, AXI_GRPC(n)->cq, method, NULL,
       gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
   axi_stream *s = call ? stream_new(n, call, 1) : NULL;
   if (!s) {

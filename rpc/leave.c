@@ -22,9 +22,7 @@ enum { PHASE_DRAIN = 1, PHASE_LEAVE = 2 };
 /* Incoming calls besides a pending drain request, and outgoing calls. */
 static void in_flight(ax_node *n, long *in, long *out) {
   *in = __atomic_load_n(&n->incalls, __ATOMIC_RELAXED) - (n->leave_drain != 0);
-  pthread_mutex_lock(&n->calls_mu);
-  *out = n->ncalls;
-  pthread_mutex_unlock(&n->calls_mu);
+  *out = axi_pcall_count(n);
 }
 
 static int leave_handler(ax_call_ctx *ctx, const ax_values *args,

@@ -1,6 +1,6 @@
 /* Internal structure of nodes, peers, calls and transports. Nothing outside
  * rpc/ includes this file. Locking order: node->mu, then peer->mu, then
- * node->calls_mu, then a stream's mu. */
+ * the pending-call table's lock, then a transport's own locks. */
 #ifndef AX_RPC_NODE_IMPL_H
 #define AX_RPC_NODE_IMPL_H
 
@@ -9,34 +9,10 @@
 
 #include "rpc/codec-impl.h"
 #include "rpc/rpc.h"
+#include "rpc/transport.h"
 
-typedef struct axi_stream axi_stream; /* a gRPC stream (rpc/grpc_stream.c) */
-typedef struct axi_grpc axi_grpc;     /* server + completion queue */
-typedef struct axi_bulk axi_bulk;     /* a bulk channel instance */
-typedef struct axi_bulk_conn axi_bulk_conn;
 typedef struct axi_peer axi_peer;
-
-/* ---- bulk channel vtable (TCP now; shared memory later) ---------------- */
-typedef struct axi_bulk_ops {
-  const char *name;
-  /* Starts listening on host (port chosen by the OS); writes "HOST:PORT". */
-  int (*start)(ax_node *n, const char *host, axi_bulk **out, char *addr,
-               size_t len);
-  /* Queues one frame for peer p: head (magic, prefix, body; taken) then the
-   * bytes of every tensor in vals (taken; tensors stay referenced until
-   * written). AX_EPEERDOWN if the peer's channel cannot be opened. */
-  int (*send)(axi_bulk *b, axi_peer *p, uint8_t *head, size_t head_len,
-              ax_values *vals);
-  /* Drops the connection to p (peer declared down). */
-  void (*drop_peer)(axi_bulk *b, axi_peer *p);
-  /* Closes every connection and the listener, and frees b. */
-  void (*stop)(axi_bulk *b);
-} axi_bulk_ops;
-
-extern const axi_bulk_ops axi_bulk_tcp_ops;
-/* The same channel with mutual TLS 1.3 on every connection (bulk_tls.c);
- * needs the node's TLS context. */
-extern const axi_bulk_ops axi_bulk_tls_ops;
+typedef struct axi_pcalls axi_pcalls; /* the pending-call table (pcall.c) */
 
 /* ---- peers ----------------------------------------------------------- */
 enum { AXI_PEER_IDLE = 0, AXI_PEER_CONNECTING, AXI_PEER_UP, AXI_PEER_DOWN };
@@ -47,9 +23,9 @@ struct axi_peer {
   char *alias; /* a second name (the master's real name), set once */
   int rank;
   int state;          /* guarded by mu */
-  axi_stream *out;    /* our client stream to the peer (one ref) */
-  axi_stream *in;     /* the peer's stream to us (one ref), for replies */
-  void *bulk_conn;    /* owned by the bulk channel */
+  axi_stream *out;    /* our control connection to the peer (one ref) */
+  axi_stream *in;     /* the peer's control connection to us (one ref) */
+  void *bulk_conn;    /* owned by the data transport */
   int64_t connect_ms; /* when out was opened */
   int64_t last_recv_ms, last_ping_ms;
   /* Tensor bytes allocated for frames from this peer still being received
@@ -98,7 +74,6 @@ struct ax_call_ctx { /* an incoming call */
   struct ax_call_ctx *next; /* worker queue */
 };
 
-#define AXI_CALL_BUCKETS 4096
 #define AXI_TOKEN_MAX 256
 
 struct ax_node {
@@ -126,22 +101,18 @@ struct ax_node {
   struct ax_call_ctx *held_head, **held_tail;
   /* master rendezvous state */
   struct axi_join *joins;
-  /* outgoing calls */
-  pthread_mutex_t calls_mu;
-  axi_pcall *calls[AXI_CALL_BUCKETS];
-  long ncalls;
-  uint64_t next_id;
+  axi_pcalls *pcalls; /* outgoing calls (pcall.c) */
   /* workers */
   pthread_t *workers;
   int nworkers;
   ax_call_ctx *q_head, **q_tail;
   int q_stop;
   pthread_cond_t q_cv;
-  /* transports */
-  axi_grpc *grpc;
-  const axi_bulk_ops *bulk_ops;
-  axi_bulk *bulk; /* read under bulk_lk; NULL once stopping */
-  pthread_rwlock_t bulk_lk; /* users of bulk hold it shared */
+  /* transports (rpc/transport.h) */
+  axi_transport *ctl;  /* the control transport */
+  axi_transport *data; /* read under data_lk; NULL once stopping or when
+                          the data transport could not start */
+  pthread_rwlock_t data_lk; /* users of data hold it shared */
   pthread_t timer_thread;
   int timer_stop;
   ax_peer_down_cb down_cb;
@@ -175,7 +146,9 @@ int64_t axi_now_ms(void);
 int64_t axi_now_us(void);
 void axi_live_calls_add(long d);
 
-/* node.c */
+/* peer.c */
+/* The timer thread: heartbeats, connect timeouts and call deadlines. */
+void *axi_timer_main(void *arg);
 axi_peer *axi_peer_find(ax_node *n, const char *name);
 /* Finds or creates the peer `name` (addresses may be NULL/empty; known
  * addresses are updated). NULL on no memory. */
@@ -184,14 +157,15 @@ axi_peer *axi_peer_get(ax_node *n, const char *name, const char *addr,
 /* Declares p down if `s` is still its current stream (NULL: whatever the
  * stream), failing its pending calls with AX_EPEERDOWN. */
 void axi_peer_down(axi_peer *p, axi_stream *s, const char *why);
-/* Sends a message to p: inline on a stream (`via`, or a reply route, or our
- * client stream) or over the bulk channel when large. */
+/* Sends a message to p, opening its control connection if needed: over the
+ * data transport once p's data address is known (only from bulk_threshold
+ * tensor bytes with small_over_grpc), else over the control transport (on
+ * `via`, a reply route or our own connection). */
 int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via);
 /* Resets a down peer so the next send reconnects (join retries only). */
 void axi_peer_reset(axi_peer *p);
 
-/* call.c: a decoded frame arrived from p on stream s (NULL: bulk). Takes
- * ownership of m's contents. decode_rc is the decoding outcome. */
+/* call.c, the dispatcher: the node's axi_rx.frame (rpc/transport.h). */
 void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
                   int decode_rc);
 int axi_calls_start(ax_node *n);
@@ -199,6 +173,10 @@ void axi_calls_stop(ax_node *n);
 /* Marks n joined and hands the calls held until then to the workers. */
 void axi_calls_joined(ax_node *n);
 /* rpc/pcall.c, the pending-call table: */
+int axi_pcalls_init(ax_node *n);
+void axi_pcalls_free(ax_node *n);
+/* Outgoing calls still pending. */
+long axi_pcall_count(ax_node *n);
 /* Fails calls on peer p (NULL: all) with err; expired ones with timeout. */
 void axi_calls_fail(ax_node *n, axi_peer *p, int err, const char *why);
 void axi_calls_expire(ax_node *n, int64_t now_ms);
@@ -227,27 +205,6 @@ int axi_register(ax_node *n, const char *fn, ax_rpc_handler h, void *user);
 /* Same, with the handler run on the receiving thread when inline_ is set. */
 int axi_register_ex(ax_node *n, const char *fn, ax_rpc_handler h, void *user,
                     int inline_);
-
-/* grpc_server.c / grpc_stream.c */
-/* The gRPC receive limit (GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH) of n. */
-static inline int axi_grpc_limit(const ax_node *n) {
-  return n->o.max_grpc_msg_bytes > 0x7fffffff ? 0x7fffffff
-                                              : (int)n->o.max_grpc_msg_bytes;
-}
-int axi_grpc_start(ax_node *n, const char *listen, char *addr, size_t len);
-/* Cancels every stream and shuts the server down (waits for gRPC). */
-void axi_grpc_stop(ax_node *n, int64_t timeout_ms);
-/* Shuts the completion queue down and frees it, once no stream is held. */
-void axi_grpc_free(ax_node *n);
-/* Opens our client stream to p (p->mu held); sends HELLO first. */
-int axi_stream_open(ax_node *n, axi_peer *p, axi_stream **out);
-/* Queues one encoded frame (buf taken; it starts with 4 spare bytes for
- * the batch length). AX_ECLOSED if the stream is dead. */
-int axi_stream_send(axi_stream *s, uint8_t *buf, size_t len);
-int axi_stream_alive(axi_stream *s);
-void axi_stream_retain(axi_stream *s);
-void axi_stream_release(axi_stream *s);
-void axi_stream_cancel(axi_stream *s);
 
 /* leave.c: the "ax.node.leave" built-in of ax_node_shutdown_world. */
 int axi_leave_init(ax_node *n);

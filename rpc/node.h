@@ -88,6 +88,12 @@ typedef struct ax_node_opts {
    * messages sent before that. It costs about half of gRPC's per-message
    * overhead. 1: the gRPC stream, for everything under bulk_threshold. */
   int small_over_grpc;
+  /* The data transport, by its name in the transport table
+   * (rpc/transport.h): "tcp" for framed TCP, "tls" for the same with
+   * mutual TLS 1.3; NULL: "tls" with TLS credentials, else "tcp". An
+   * unknown name is AX_EINVAL, with the known names listed, and so is
+   * "tls" without TLS credentials or another name with them. */
+  const char *data_transport;
 } ax_node_opts;
 
 /* Fills defaults. */

@@ -7,6 +7,37 @@
 
 #include "rpc/node-impl.h"
 
+#define BUCKETS 4096
+
+struct axi_pcalls {
+  pthread_mutex_t mu;
+  axi_pcall *calls[BUCKETS]; /* by id */
+  long n;
+  uint64_t next_id;
+};
+
+int axi_pcalls_init(ax_node *n) {
+  if (!(n->pcalls = calloc(1, sizeof *n->pcalls)))
+    return ax_seterr(AX_ENOMEM, "node: no memory");
+  pthread_mutex_init(&n->pcalls->mu, NULL);
+  return AX_OK;
+}
+
+void axi_pcalls_free(ax_node *n) {
+  if (!n->pcalls)
+    return;
+  pthread_mutex_destroy(&n->pcalls->mu);
+  free(n->pcalls);
+  n->pcalls = NULL;
+}
+
+long axi_pcall_count(ax_node *n) {
+  pthread_mutex_lock(&n->pcalls->mu);
+  long k = n->pcalls->n;
+  pthread_mutex_unlock(&n->pcalls->mu);
+  return k;
+}
+
 static void pcall_finish(axi_pcall *c, int err, ax_values *vals,
                          const char *msg) {
   ax_future_complete(c->f, err, vals, msg);
@@ -30,12 +61,13 @@ axi_pcall *axi_pcall_add(ax_node *n, axi_peer *p, const char *fn, ax_future *f,
   c->fn = fname;
   c->deadline_ms = deadline_ms;
   axi_live_calls_add(1);
-  pthread_mutex_lock(&n->calls_mu);
-  c->id = ++n->next_id;
-  c->next = n->calls[c->id % AXI_CALL_BUCKETS];
-  n->calls[c->id % AXI_CALL_BUCKETS] = c;
-  n->ncalls++;
-  pthread_mutex_unlock(&n->calls_mu);
+  axi_pcalls *t = n->pcalls;
+  pthread_mutex_lock(&t->mu);
+  c->id = ++t->next_id;
+  c->next = t->calls[c->id % BUCKETS];
+  t->calls[c->id % BUCKETS] = c;
+  t->n++;
+  pthread_mutex_unlock(&t->mu);
   return c;
 }
 
@@ -55,8 +87,9 @@ static int same_peer(const axi_peer *want, const axi_peer *from) {
 /* Unlinks the call id if it went to p; a reply to a call that went to
  * another peer is counted and logged as forged. */
 static axi_pcall *pcall_take(ax_node *n, axi_peer *p, uint64_t id) {
-  pthread_mutex_lock(&n->calls_mu);
-  axi_pcall **pp = &n->calls[id % AXI_CALL_BUCKETS];
+  axi_pcalls *t = n->pcalls;
+  pthread_mutex_lock(&t->mu);
+  axi_pcall **pp = &t->calls[id % BUCKETS];
   while (*pp && (*pp)->id != id)
     pp = &(*pp)->next;
   axi_pcall *c = *pp;
@@ -66,9 +99,9 @@ static axi_pcall *pcall_take(ax_node *n, axi_peer *p, uint64_t id) {
     c = NULL;
   } else if (c) {
     *pp = c->next;
-    n->ncalls--;
+    t->n--;
   }
-  pthread_mutex_unlock(&n->calls_mu);
+  pthread_mutex_unlock(&t->mu);
   if (want) {
     uint64_t k = __atomic_add_fetch(&n->forged, 1, __ATOMIC_RELAXED);
     if (k <= 10 || k % 1000 == 0)
@@ -95,14 +128,15 @@ int axi_pcall_complete(ax_node *n, axi_peer *p, uint64_t id, int err,
 /* Unlinks every call matching (peer p or any; deadline passed or any). */
 static axi_pcall *pcall_take_all(ax_node *n, axi_peer *p, int64_t now) {
   axi_pcall *list = NULL;
-  pthread_mutex_lock(&n->calls_mu);
-  for (int b = 0; b < AXI_CALL_BUCKETS && n->ncalls > 0; b++) {
-    axi_pcall **pp = &n->calls[b];
+  axi_pcalls *t = n->pcalls;
+  pthread_mutex_lock(&t->mu);
+  for (int b = 0; b < BUCKETS && t->n > 0; b++) {
+    axi_pcall **pp = &t->calls[b];
     while (*pp) {
       axi_pcall *c = *pp;
       if ((!p || c->peer == p) && (now < 0 || c->deadline_ms <= now)) {
         *pp = c->next;
-        n->ncalls--;
+        t->n--;
         c->next = list;
         list = c;
       } else {
@@ -110,7 +144,7 @@ static axi_pcall *pcall_take_all(ax_node *n, axi_peer *p, int64_t now) {
       }
     }
   }
-  pthread_mutex_unlock(&n->calls_mu);
+  pthread_mutex_unlock(&t->mu);
   return list;
 }
 
@@ -132,16 +166,17 @@ void axi_calls_expire(ax_node *n, int64_t now_ms) {
 }
 
 void axi_pcall_drop(ax_node *n, axi_pcall *c, uint64_t id) {
-  pthread_mutex_lock(&n->calls_mu); /* c may be gone: compared, not read */
-  axi_pcall **pp = &n->calls[id % AXI_CALL_BUCKETS];
+  axi_pcalls *t = n->pcalls;
+  pthread_mutex_lock(&t->mu); /* c may be gone: compared, not read */
+  axi_pcall **pp = &t->calls[id % BUCKETS];
   while (*pp && *pp != c)
     pp = &(*pp)->next;
   int mine = *pp == c;
   if (mine) {
     *pp = c->next;
-    n->ncalls--;
+    t->n--;
   }
-  pthread_mutex_unlock(&n->calls_mu);
+  pthread_mutex_unlock(&t->mu);
   if (mine) {
     ax_future_release(c->f);
     free(c->fn);

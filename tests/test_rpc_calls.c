@@ -1,8 +1,9 @@
 /* Three axon-agent processes and this driver (the master) on loopback:
  * sync and async calls with every value type, a 64 MiB tensor each way
  * (checksums), agent-to-agent nested calls 16 deep with 2 worker threads,
- * the /healthz and /metrics endpoints, the caller a handler sees, and zero live calls and futures on
- * every node at the end. */
+ * the /healthz and /metrics endpoints, the caller a handler sees, a data
+ * transport chosen by name, and zero live calls and futures on every node at
+ * the end. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,6 +200,23 @@ static void test_caller_identity(void **state) {
   }
 }
 
+/* Transports are chosen by name from one table; an unknown name is refused
+ * with the known ones listed, and nothing is left running. */
+static void test_transport_by_name(void **state) {
+  ax_node_opts o;
+  ax_node_opts_init(&o);
+  o.name = "pigeon-node";
+  o.data_transport = "carrier-pigeon";
+  ax_node *n = NULL;
+  assert_int_equal(ax_node_create(&o, &n), AX_EINVAL);
+  assert_null(n);
+  assert_non_null(strstr(ax_errmsg(), "carrier-pigeon"));
+  assert_non_null(strstr(ax_errmsg(), "tcp"));
+  o.data_transport = "tcp";
+  AX_ASSERT_OK(ax_node_create(&o, &n));
+  ax_node_destroy(n);
+}
+
 static void test_zero_live(void **state) {
   for (int i = 0; i < NAGENTS; i++)
     AX_ASSERT_OK(rt_remote_zero(g_drv, g_names[i]));
@@ -227,6 +245,7 @@ int main(void) {
       cmocka_unit_test(test_nested_16),
       cmocka_unit_test(test_metrics),
       cmocka_unit_test(test_caller_identity),
+      cmocka_unit_test(test_transport_by_name),
       cmocka_unit_test(test_zero_live),
   };
   int failed = AX_TEST_MAIN(tests);

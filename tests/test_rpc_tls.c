@@ -55,7 +55,7 @@ static int try_join(const char *name, const char *ca, const char *cert,
   ax_node *s = NULL;
   int rc = ax_node_create(&o, &s);
   if (rc == AX_OK)
-    rc = ax_node_join(s, 3000);
+    rc = ax_node_join(s, 5000);
   snprintf(g_why, sizeof g_why, "%s", ax_errmsg());
   fprintf(stderr, "join as %s: %s: %s\n", name, ax_strerror(rc), g_why);
   ax_node_destroy(s);

@@ -1,0 +1,84 @@
+/* The gRPC control transport's entry in the transport table
+ * (rpc/transport.h): sending on a peer's streams, dropping them, and the
+ * connection references the dispatcher holds for replies. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rpc/grpc-impl.h"
+
+static int grpc_connect(axi_transport *t, axi_peer *p) {
+  return axi_stream_open(t->node, p, &p->out);
+}
+
+static int grpc_send(axi_transport *t, axi_peer *p, const axi_msg *m,
+                     axi_stream *via) {
+  (void)t;
+  pthread_mutex_lock(&p->mu);
+  axi_stream *s = axi_stream_alive(via)                              ? via
+                  : axi_stream_alive(p->in) && m->kind == AXI_RESPONSE ? p->in
+                                                                     : p->out;
+  if (s)
+    axi_stream_retain(s);
+  pthread_mutex_unlock(&p->mu);
+  if (!s)
+    return ax_seterr(AX_EPEERDOWN, "%s: no stream", AXI_PNAME(p));
+  uint8_t *buf;
+  size_t len, blob;
+  int rc = axi_frame_encode(m, 4, 1, &buf, &len, &blob);
+  if (rc == AX_OK)
+    rc = axi_stream_send(s, buf, len);
+  axi_stream_release(s);
+  if (rc == AX_ECLOSED)
+    rc = ax_seterr(AX_EPEERDOWN, "%s: stream closed", AXI_PNAME(p));
+  return rc;
+}
+
+static int grpc_send_raw(axi_transport *t, axi_peer *p, uint8_t *buf,
+                         size_t len) {
+  (void)t;
+  pthread_mutex_lock(&p->mu);
+  axi_stream *s = p->out;
+  if (s)
+    axi_stream_retain(s);
+  pthread_mutex_unlock(&p->mu);
+  if (!s) {
+    free(buf);
+    return ax_seterr(AX_EPEERDOWN, "%s: no stream", AXI_PNAME(p));
+  }
+  int rc = axi_stream_send(s, buf, len);
+  axi_stream_release(s);
+  return rc;
+}
+
+static void grpc_drop_peer(axi_transport *t, axi_peer *p) {
+  (void)t;
+  pthread_mutex_lock(&p->mu);
+  axi_stream *out = p->out, *in = p->in;
+  p->out = p->in = NULL;
+  pthread_mutex_unlock(&p->mu);
+  axi_stream_cancel(out);
+  axi_stream_cancel(in);
+  axi_stream_release(out);
+  axi_stream_release(in);
+}
+
+static void grpc_ref(axi_stream *s, int delta) {
+  if (s && delta > 0)
+    axi_stream_retain(s);
+  else if (s)
+    axi_stream_release(s);
+}
+
+const axi_transport_ops axi_grpc_transport = {
+    .name = "grpc",
+    .role = AXI_TRANSPORT_CONTROL,
+    .start = axi_grpc_start,
+    .send = grpc_send,
+    .drop_peer = grpc_drop_peer,
+    .stop = axi_grpc_stop,
+    .free = axi_grpc_free,
+    .connect = grpc_connect,
+    .alive = axi_stream_alive,
+    .ref = grpc_ref,
+    .send_raw = grpc_send_raw,
+};
