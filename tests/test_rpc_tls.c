@@ -263,12 +263,21 @@ static void test_create_checks(void **state) {
   AX_ASSERT_OK(ax_node_create(&o, &n));
   ax_node_destroy(n);
   n = NULL;
-  o.insecure = 0; /* TLS is a credential too */
+  o.insecure = 0;
+  o.listen = "127.0.0.1:0";
+  o.data_transport = "tls"; /* TLS data transport without credentials */
+  assert_int_equal(ax_node_create(&o, &n), AX_EINVAL);
+  o.listen = "0.0.0.0:0"; /* TLS is a credential too */
   o.name = "w3";
   o.tls_ca = pem(g_dir, "ca", "pem");
   o.tls_cert = pem(g_dir, "w3", "pem");
   o.tls_key = pem(g_dir, "w3", "key");
+  o.data_transport = "tcp"; /* plaintext data under TLS */
+  assert_int_equal(ax_node_create(&o, &n), AX_EINVAL);
+  assert_non_null(strstr(ax_errmsg(), "unencrypted"));
+  o.data_transport = NULL; /* tls by default */
   AX_ASSERT_OK(ax_node_create(&o, &n));
+  assert_true(ax_rpc_debug_bulk_addr(n)[0] != 0);
   ax_node_destroy(n);
   setenv("AXON_TOKEN_FILE", saved, 1);
 }
