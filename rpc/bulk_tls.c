@@ -31,7 +31,9 @@
 
 #define TLS_COALESCE (16u << 10) /* one record's plaintext */
 #define TLS_WSTEP (1u << 20)     /* largest single SSL_write */
-#define TLS_BIG_READ (64u << 10) /* reads from this size drain the socket */
+/* Reads above the read-ahead buffer's size (tensor data straight into its
+ * storage) drain the socket; refills of that buffer return early. */
+#define TLS_BIG_READ (AXI_BULK_RBUF + 1)
 
 /* ---- plain ---------------------------------------------------------------*/
 static ssize_t plain_read(bconn *c, void *dst, size_t n) {
