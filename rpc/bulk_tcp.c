@@ -73,8 +73,11 @@ static void on_write(evutil_socket_t fd, short what, void *arg) {
     return;
   }
   if (c->handshaking) { /* the TLS handshake wanted to write */
-    if (!c->dead && axi_bulk_tls_accept(c) < 0)
+    int h = c->dead ? 0 : axi_bulk_tls_accept(c);
+    if (h < 0)
       conn_close(c, NULL);
+    else if (h > 0) /* the session may already hold the peer's first bytes */
+      event_active(c->rev, EV_READ, 0);
     return;
   }
   for (;;) {

@@ -501,7 +501,7 @@ typedef struct tls_want {
  * member we dial. Non-zero fails the handshake. */
 static int verify_cn(const char *target, const char *pem, void *user) {
   tls_want *w = user;
-  char cn[AXI_CN_MAX];
+  char cn[AXI_CN_MAX] = "";
   if (!w || !w->name[0])
     return 0;
   if (axi_tls_pem_cn(pem, cn, sizeof cn) == AX_OK && !strcmp(cn, w->name))
