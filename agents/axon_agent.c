@@ -59,6 +59,12 @@ static void usage(FILE *f) {
       "  --token-file FILE    shared secret (16..256 bytes): peers must prove\n"
       "                       they hold it (default: AXON_TOKEN_FILE, else\n"
       "                       no authentication)\n"
+      "  --tls-ca FILE        mutual TLS on both channels (all three, or\n"
+      "  --tls-cert FILE      AXON_TLS_CA/CERT/KEY): the CA that signs every\n"
+      "  --tls-key FILE       member, this agent's certificate (CN = --name)\n"
+      "                       and its key (scripts/make_certs.sh)\n"
+      "  --insecure           allow a non-loopback --listen without a token\n"
+      "                       or TLS (refused otherwise)\n"
       "  --plugin FILE.so     load a plugin: its models, object kinds and\n"
       "                       functions are served here (repeatable;\n"
       "                       runtime/dist/plugin.h)\n"
@@ -123,6 +129,8 @@ int main(int argc, char **argv) {
       {"max-inflight-bytes", 1, 0, 'I'}, {"max-grpc-msg-bytes", 1, 0, 'G'},
       {"max-call-depth", 1, 0, 'C'}, {"join-timeout", 1, 0, 'J'},
       {"token-file", 1, 0, 'T'},   {"plugin", 1, 0, 'L'},
+      {"tls-ca", 1, 0, 'A'},       {"tls-cert", 1, 0, 'E'},
+      {"tls-key", 1, 0, 'K'},      {"insecure", 0, 0, 'X'},
       {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
   ax_node_opts_from_env(&o);
   int c, ok = 1;
@@ -163,6 +171,10 @@ int main(int argc, char **argv) {
       }
       break;
     case 'T': o.token_file = optarg; break;
+    case 'A': o.tls_ca = optarg; break;
+    case 'E': o.tls_cert = optarg; break;
+    case 'K': o.tls_key = optarg; break;
+    case 'X': o.insecure = 1; break;
     case 'M': ok = size_flag("--max-msg-bytes", &o.max_msg_bytes); break;
     case 'B': ok = size_flag("--max-hdr-bytes", &o.max_hdr_bytes); break;
     case 'V': ok = size_flag("--max-values", &o.max_values); break;

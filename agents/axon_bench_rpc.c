@@ -4,13 +4,15 @@
  * flight, and GB/s for 1, 16 and 64 MiB tensors.
  *
  *   axon-bench rpc [--iters N] [--reps N] [--worker] [--grpc-small]
- *                  [--bulk-threshold B]
+ *                  [--bulk-threshold B] [--tls [--rounds N]]
  *
  * The handlers are trivial, so they are registered inline (run on the
  * receiving transport thread); --worker registers them as ordinary
  * handlers run by the worker pool. --grpc-small sends messages under
  * --bulk-threshold tensor bytes over the gRPC stream instead of the TCP
  * channel (ax_node_opts.small_over_grpc).
+ *
+ * --tls compares plaintext with mutual TLS instead (axon_bench_rpc_tls.c).
  *
  * The server is a forked child (forked before gRPC starts in either
  * process); it answers raw TCP on one socket and axon calls on its node. */
@@ -28,13 +30,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agents/axon_bench_rpc.h"
 #include "rpc/rpc.h"
 
 #define STEP (1u << 20)
 
-static int g_worker;            /* --worker: handlers on the worker pool */
+static int g_worker;              /* --worker: handlers on the worker pool */
 static long long g_bulk_thr = -1; /* --bulk-threshold; -1: node default */
-static int g_grpc_small;        /* --grpc-small: small calls over gRPC */
+static int g_grpc_small;          /* --grpc-small: small calls over gRPC */
 
 static double now_s(void) {
   struct timespec ts;
@@ -99,7 +102,7 @@ static int h_sink(ax_call_ctx *c, const ax_values *a, ax_values *out, void *u) {
   return ax_values_add_i64(out, (int64_t)ax_tensor_nbytes(t));
 }
 
-static int child_main(int raw_port, const char *master) {
+int axi_bench_rpc_child(int raw_port, const char *master) {
   int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(raw_port)};
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -127,14 +130,11 @@ static int child_main(int raw_port, const char *master) {
   return 0;
 }
 
-/* ---- client (parent) ------------------------------------------------------- */
-typedef struct row {
-  double p50_us, p99_us, calls_s, gbs[3];
-} row;
+/* ---- client (parent) -------------------------------------------------------
+ */
+const size_t axi_bench_rpc_sizes[3] = {1u << 20, 16u << 20, 64u << 20};
 
-static const size_t g_sizes[3] = {1u << 20, 16u << 20, 64u << 20};
-
-static void raw_bench(int fd, int iters, int reps, row *r) {
+static void raw_bench(int fd, int iters, int reps, axi_rpc_row *r) {
   char msg[64] = {0};
   uint64_t n = sizeof msg;
   double *lat = malloc(iters * sizeof *lat);
@@ -168,7 +168,7 @@ static void raw_bench(int fd, int iters, int reps, row *r) {
   for (int s = 0; s < 3; s++) {
     double best = 1e9;
     for (int k = 0; k < reps; k++) {
-      uint64_t len = g_sizes[s], ack;
+      uint64_t len = axi_bench_rpc_sizes[s], ack;
       double t = now_s();
       xfer(fd, &len, 8, 1);
       xfer(fd, buf, len, 1);
@@ -176,12 +176,12 @@ static void raw_bench(int fd, int iters, int reps, row *r) {
       t = now_s() - t;
       best = t < best ? t : best;
     }
-    r->gbs[s] = g_sizes[s] / best / 1e9;
+    r->gbs[s] = axi_bench_rpc_sizes[s] / best / 1e9;
   }
   free(buf);
 }
 
-static void rpc_bench(ax_node *n, int iters, int reps, row *r) {
+void axi_bench_rpc_run(ax_node *n, int iters, int reps, axi_rpc_row *r) {
   ax_values *a = ax_values_new();
   ax_values_add_i64(a, 7);
   double *lat = malloc(iters * sizeof *lat);
@@ -213,9 +213,9 @@ static void rpc_bench(ax_node *n, int iters, int reps, row *r) {
   r->calls_s = total / (now_s() - t0);
   ax_values_free(a);
   for (int s = 0; s < 3; s++) {
-    int64_t numel = (int64_t)(g_sizes[s] / 4);
+    int64_t numel = (int64_t)(axi_bench_rpc_sizes[s] / 4);
     ax_tensor *t = ax_tensor_new(AX_F32, 1, &numel, AX_CPU);
-    memset(t->data, 1, g_sizes[s]);
+    memset(t->data, 1, axi_bench_rpc_sizes[s]);
     ax_values *ta = ax_values_new();
     ax_values_add_tensor(ta, t);
     double best = 1e9;
@@ -228,19 +228,23 @@ static void rpc_bench(ax_node *n, int iters, int reps, row *r) {
       ax_values_free(res);
       best = t1 < best ? t1 : best;
     }
-    r->gbs[s] = g_sizes[s] / best / 1e9;
+    r->gbs[s] = axi_bench_rpc_sizes[s] / best / 1e9;
     ax_values_free(ta);
     ax_tensor_release(t);
   }
 }
 
 int ax_bench_rpc_main(int argc, char **argv) {
-  int iters = 5000, reps = 10, c;
-  static const struct option lo[] = {{"iters", 1, 0, 'i'}, {"reps", 1, 0, 'r'},
+  int iters = 5000, reps = 10, rounds = 3, tls = 0, c;
+  static const struct option lo[] = {{"iters", 1, 0, 'i'},
+                                     {"reps", 1, 0, 'r'},
                                      {"worker", 0, 0, 'w'},
                                      {"bulk-threshold", 1, 0, 'b'},
                                      {"grpc-small", 0, 0, 'g'},
-                                     {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+                                     {"tls", 0, 0, 't'},
+                                     {"rounds", 1, 0, 'R'},
+                                     {"help", 0, 0, 'h'},
+                                     {0, 0, 0, 0}};
   optind = 1;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     if (c == 'i')
@@ -253,21 +257,33 @@ int ax_bench_rpc_main(int argc, char **argv) {
       g_bulk_thr = atoll(optarg);
     else if (c == 'g')
       g_grpc_small = 1;
+    else if (c == 't')
+      tls = 1;
+    else if (c == 'R')
+      rounds = atoi(optarg);
     else {
       printf("usage: axon-bench rpc [--iters N (5000)] [--reps N (10)] "
              "[--worker] [--grpc-small] [--bulk-threshold BYTES (1 MiB)]\n"
+             "       axon-bench rpc --tls [--rounds N (3)] [--iters N] "
+             "[--reps N]\n"
              "  --worker          run the handlers on the worker pool instead "
              "of inline\n"
              "  --grpc-small      send messages under the bulk threshold over "
              "the gRPC stream\n"
              "  --bulk-threshold  with --grpc-small: tensor bytes from which "
-             "the TCP channel is used\n");
+             "the TCP channel is used\n"
+             "  --tls             plaintext against mutual TLS on both "
+             "channels, interleaved\n"
+             "                    in one run (certificates from "
+             "scripts/make_certs.sh)\n");
       return c == 'h' ? 0 : 2;
     }
   }
   if (iters < 100)
     iters = 100;
   signal(SIGPIPE, SIG_IGN);
+  if (tls)
+    return axi_bench_rpc_tls(iters, reps, rounds < 1 ? 1 : rounds);
   int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
   struct sockaddr_in sa = {.sin_family = AF_INET};
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -286,7 +302,7 @@ int ax_bench_rpc_main(int argc, char **argv) {
   snprintf(master, sizeof master, "127.0.0.1:%d", ntohs(ma.sin_port));
   pid_t pid = fork(); /* before any gRPC initialisation */
   if (pid == 0)
-    _exit(child_main(raw_port, master));
+    _exit(axi_bench_rpc_child(raw_port, master));
   int fd = accept(ls, NULL, NULL);
   close(ls);
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -307,9 +323,9 @@ int ax_bench_rpc_main(int argc, char **argv) {
     waitpid(pid, NULL, 0);
     return 1;
   }
-  row raw, rpc;
+  axi_rpc_row raw, rpc;
   raw_bench(fd, iters, reps, &raw);
-  rpc_bench(n, iters, reps, &rpc);
+  axi_bench_rpc_run(n, iters, reps, &rpc);
   uint64_t zero = 0;
   xfer(fd, &zero, 8, 1);
   close(fd);

@@ -56,6 +56,11 @@ static void usage(FILE *f) {
 "  --stages K            stages, with --agents a,b,... and --master HOST:PORT\n"
 "  --agents A,B,...      running agents, stage s on the s-th\n"
 "  --master HOST:PORT    the agents' master (joining running agents)\n"
+"  --listen HOST:PORT    this coordinator's address, for agents on other\n"
+"                        hosts (default 127.0.0.1:0)\n"
+"  --tls-ca/--tls-cert/--tls-key FILE  mutual TLS (CN of the certificate:\n"
+"                        coordinator; AXON_TLS_CA/CERT/KEY); --insecure\n"
+"                        allows a non-loopback --listen without credentials\n"
 "  --mode MODE           %s (pipedream)\n"
 "  --microbatches M      micro-batches per mini-batch, gpipe/1f1b/2bw/\n"
 "                        interleaved (4)\n"
@@ -144,6 +149,9 @@ int main(int argc, char **argv) {
       {"checkpoint-dir", 1, 0, 1020}, {"checkpoint-every", 1, 0, 1021},
       {"resume", 1, 0, 1022},    {"loss-log", 1, 0, 1023},
       {"checkpoint-to", 1, 0, 1024},
+      {"listen", 1, 0, 1030},    {"tls-ca", 1, 0, 1031},
+      {"tls-cert", 1, 0, 1032},  {"tls-key", 1, 0, 1033},
+      {"insecure", 0, 0, 1034},
       {0, 0, 0, 0}};
   static char plugin_path[AX_PLUGIN_MAX][4096];
   static const char *plugins[AX_PLUGIN_MAX];
@@ -193,6 +201,11 @@ int main(int argc, char **argv) {
       break;
     }
     case 1003: pa.master = optarg; ok = axc_hostport(P, "--master", optarg, 1); break;
+    case 1030: pa.listen = optarg; ok = axc_hostport(P, "--listen", optarg, 0); break;
+    case 1031: pa.tls_ca = optarg; break;
+    case 1032: pa.tls_cert = optarg; break;
+    case 1033: pa.tls_key = optarg; break;
+    case 1034: pa.insecure = 1; break;
     case 1004:
       if ((pa.mode = ax_pipe_mode_index(optarg)) < 0) {
         fprintf(stderr, "axon-run: %s\n", ax_errmsg());

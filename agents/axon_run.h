@@ -23,6 +23,10 @@ typedef struct axr_pipe_args {
   int epoch_eval; /* --eval-every-epoch: test accuracy after each epoch */
   const char *const *agents; /* K names (--agents), or set by --local */
   const char *master;        /* --master HOST:PORT when joining agents */
+  const char *listen;        /* --listen HOST:PORT of the coordinator */
+  /* --tls-ca/--tls-cert/--tls-key, --insecure of the coordinator node */
+  const char *tls_ca, *tls_cert, *tls_key;
+  int insecure;
   const char *partition, *trace, *csv;
   const char *const *plugins; /* --plugin files (absolute), for --local */
   int nplugins;

@@ -375,7 +375,13 @@ int axr_pipe_main(axr_pipe_args *a) {
     no.rank = 0;
   } else {
     no.master = a->master;
+    if (a->listen)
+      no.listen = a->listen;
   }
+  no.tls_ca = a->tls_ca;
+  no.tls_cert = a->tls_cert;
+  no.tls_key = a->tls_key;
+  no.insecure = a->insecure;
   ax_node *node = NULL;
   int rc;
   if (a->emulate) { /* every stage on this node, the world's only member */

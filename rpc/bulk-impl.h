@@ -38,6 +38,15 @@ typedef struct bconn {
   struct axi_bulk *b;
   axi_peer *peer; /* incoming: set by the hello */
   int fd, outgoing, dead, writing, want_close;
+  /* TLS (bulk_tls.c): the session (NULL once closed) and, on incoming
+   * connections, whether the handshake is still running and the common
+   * name of the peer's verified certificate, which its hello must carry.
+   * The session is used by one thread at a time: the I/O thread reads,
+   * the one writer (`writing`) writes, and an outgoing connection's
+   * reads for EOF take mu. */
+  int tls, handshaking;
+  struct ssl_st *ssl;
+  char cn[256];
   struct event *rev, *wev;
   pthread_mutex_t mu; /* guards the queue, writing and dead */
   bframe *q_head, **q_tail;
@@ -73,6 +82,7 @@ typedef struct bconn {
 typedef struct axi_bulk {
   axi_transport t; /* the node's n->data */
   ax_node *node;
+  int tls; /* every connection runs TLS (axi_bulk_tls_ops) */
   struct event_base *base;
   struct evconnlistener *listener;
   pthread_t thread;
@@ -98,6 +108,37 @@ int axi_bulk_frame_advance(bframe *f, size_t n);
  * error when the connection must be closed. */
 int axi_bulk_recv(bconn *c);
 void axi_bulk_recv_reset(bconn *c);
+
+/* bulk_tls.c: the byte I/O of a connection, plain or TLS, and the TLS
+ * handshakes. */
+/* Reads up to n bytes: the count, 0 when nothing is there now (TLS: the
+ * session needs more bytes from the socket), -1 when the connection is
+ * finished. */
+ssize_t axi_bulk_io_read(bconn *c, void *dst, size_t n);
+/* Writes from iov (n entries): the bytes taken, 0 when the socket is full,
+ * -1 on error. With TLS, after a 0 the next call must start with the same
+ * bytes (the queue's head does not move while a frame is unwritten). */
+ssize_t axi_bulk_io_writev(bconn *c, const struct iovec *iov, int n);
+/* Reads exactly len bytes from a fresh connection (plain, or through ssl)
+ * before deadline_ms: AX_OK, or AX_EPEERDOWN. */
+int axi_bulk_read_wait(int fd, struct ssl_st *ssl, void *buf, size_t len,
+                       int64_t deadline_ms);
+/* Writes all of len bytes the same way: AX_OK, or AX_EPEERDOWN. */
+int axi_bulk_write_wait(int fd, struct ssl_st *ssl, const void *buf,
+                        size_t len, int64_t deadline_ms);
+/* Dialling side: the TLS handshake on the connected socket fd (5 s at
+ * most), then the acceptor's certificate CN must be `want` (NULL: any
+ * member). The session, or NULL with the error set (the reason named). */
+struct ssl_st *axi_bulk_tls_connect(ax_node *n, int fd, const char *want,
+                                    const char *addr);
+/* Accepting side: a session for fd, in server mode. NULL on no memory. */
+struct ssl_st *axi_bulk_tls_new(ax_node *n, int fd);
+/* Runs an incoming connection's handshake on: 1 when done (c->cn set; with
+ * a token the challenge has been sent), 0 while it waits for the peer, -1
+ * when the peer is refused (logged and counted in auth_refused). */
+int axi_bulk_tls_accept(bconn *c);
+/* Frees the session (c->mu held or the connection unreachable). */
+void axi_bulk_tls_close(bconn *c);
 
 /* bulk_write.c */
 /* Points iov (AXI_BULK_WIOV entries) at what is left of c's queued

@@ -127,23 +127,6 @@ void axi_bulk_recv_reset(bconn *c) {
   c->rpos = c->rlen = 0;
 }
 
-/* Reads up to n bytes into dst. Returns bytes read, 0 if none available
- * now, -1 when the connection is finished. */
-static ssize_t rd_sock(bconn *c, void *dst, size_t n) {
-  for (;;) {
-    ssize_t r = read(c->fd, dst, n);
-    if (r > 0) {
-      __atomic_add_fetch(&c->b->node->bytes_in, (uint64_t)r, __ATOMIC_RELAXED);
-      return r;
-    }
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return 0;
-    return -1;
-  }
-}
-
 /* Serves small reads from the read-ahead buffer, refilled with one large
  * read; reads of a buffer's size or more go straight to dst. Returns 0
  * only when the buffer is empty and the socket has nothing (or a short
@@ -153,7 +136,7 @@ static ssize_t rd_sock(bconn *c, void *dst, size_t n) {
 static ssize_t rd(bconn *c, void *dst, size_t n) {
   if (!c->peer && c->rpos == c->rlen) { /* no read-ahead buffer before the
                                            hello: a stranger costs nothing */
-    ssize_t r = c->rdry ? 0 : rd_sock(c, dst, n);
+    ssize_t r = c->rdry ? 0 : axi_bulk_io_read(c, dst, n);
     c->rdry = r > 0 && (size_t)r < n;
     return r;
   }
@@ -161,11 +144,11 @@ static ssize_t rd(bconn *c, void *dst, size_t n) {
     if (c->rdry) /* drained by a short read: epoll will tell us */
       return 0;
     if (n >= AXI_BULK_RBUF || (!c->rbuf && !(c->rbuf = malloc(AXI_BULK_RBUF)))) {
-      ssize_t r = rd_sock(c, dst, n);
+      ssize_t r = axi_bulk_io_read(c, dst, n);
       c->rdry = r > 0 && (size_t)r < n;
       return r;
     }
-    ssize_t r = rd_sock(c, c->rbuf, AXI_BULK_RBUF);
+    ssize_t r = axi_bulk_io_read(c, c->rbuf, AXI_BULK_RBUF);
     if (r <= 0)
       return r;
     c->rdry = (size_t)r < AXI_BULK_RBUF;
@@ -263,17 +246,24 @@ static int tensor_arrived(bconn *c, size_t i, size_t nb) {
   return AX_OK;
 }
 
-/* With authentication: the hello's proof over our challenge, under a name
- * no other member has. Logs and counts a refusal. */
+/* With authentication: the hello's proof over our challenge (token), the
+ * name of the peer's certificate (TLS), under a name no other member has.
+ * Logs and counts a refusal. */
 static int hello_ok(bconn *c, const char *name, const char *addr,
                     const char *bulk, const uint8_t *mac) {
   ax_node *n = c->b->node;
   const char *why = NULL;
-  if (!addr || !bulk ||
-      !axi_auth_verify(n, AXI_AUTH_BULK, c->nonce, name, addr, bulk, mac,
-                       AXI_MAC_LEN))
+  char w[400];
+  if (!addr || !bulk)
+    why = "a hello without addresses";
+  else if (n->token_len &&
+           !axi_auth_verify(n, AXI_AUTH_BULK, c->nonce, name, addr, bulk, mac,
+                            AXI_MAC_LEN))
     why = "no valid proof of the shared secret";
-  else if (!axi_auth_name_ok(n, name, addr))
+  else if (c->tls && strcmp(name, c->cn)) {
+    snprintf(w, sizeof w, "a certificate for %.100s", c->cn);
+    why = w;
+  } else if (!axi_auth_name_ok(n, name, addr))
     why = "a hello under another member's name";
   if (!why)
     return 1;
@@ -285,18 +275,16 @@ static int hello_ok(bconn *c, const char *name, const char *addr,
 }
 
 /* Answers an authenticated hello with this node's own proof over the
- * dialler's nonce, written straight to the fresh socket (nothing else was
- * ever written to an incoming connection, so its few bytes fit). */
+ * dialler's nonce, written straight to the fresh connection (plain, or in
+ * its TLS session; nothing else was ever written to an incoming connection
+ * but the challenge, so its few bytes fit at once). */
 static int prove(bconn *c, const uint8_t *theirs) {
   uint8_t ack[4 + AXI_MAC_LEN];
   uint32_t magic = AXI_BULK_ACK_MAGIC;
   memcpy(ack, &magic, 4);
   axi_auth_mac(c->b->node, AXI_AUTH_BULK_ACK, theirs, "", "", "", ack + 4);
-  ssize_t w;
-  do
-    w = write(c->fd, ack, sizeof ack);
-  while (w < 0 && errno == EINTR);
-  return w == (ssize_t)sizeof ack ? AX_OK : AX_ECLOSED;
+  return axi_bulk_write_wait(c->fd, c->ssl, ack, sizeof ack,
+                             axi_now_ms() + 100);
 }
 
 int axi_bulk_recv(bconn *c) {
@@ -338,7 +326,7 @@ int axi_bulk_recv(bconn *c) {
           *addr++ = 0;
         if (bulk)
           *bulk++ = 0;
-        if (n->token_len && !hello_ok(c, name, addr, bulk, mac))
+        if ((n->token_len || c->tls) && !hello_ok(c, name, addr, bulk, mac))
           return AX_EMALFORMED; /* closed before anything else is read */
         if (n->token_len && prove(c, theirs) != AX_OK)
           return AX_ECLOSED;

@@ -33,7 +33,8 @@ static void set_sock_opts(int fd) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing);
+static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing,
+                       struct ssl_st *ssl);
 
 /* ---- closing (I/O thread only) ---------------------------------------- */
 static void conn_close(bconn *c, const char *why) {
@@ -42,6 +43,7 @@ static void conn_close(bconn *c, const char *why) {
   event_del(c->rev);
   event_del(c->wev);
   pthread_mutex_lock(&c->mu); /* a sender may be writing inline */
+  axi_bulk_tls_close(c);
   close(c->fd);
   c->fd = -1;
   c->dead = 1;
@@ -70,6 +72,14 @@ static void on_write(evutil_socket_t fd, short what, void *arg) {
                                      : NULL);
     return;
   }
+  if (c->handshaking) { /* the TLS handshake wanted to write */
+    int h = c->dead ? 0 : axi_bulk_tls_accept(c);
+    if (h < 0)
+      conn_close(c, NULL);
+    else if (h > 0) /* the session may already hold the peer's first bytes */
+      event_active(c->rev, EV_READ, 0);
+    return;
+  }
   for (;;) {
     struct iovec iov[AXI_BULK_WIOV];
     pthread_mutex_lock(&c->mu);
@@ -81,15 +91,12 @@ static void on_write(evutil_socket_t fd, short what, void *arg) {
     /* Only the writer pops frames; senders append behind it. */
     int n = axi_bulk_gather_locked(c, iov);
     pthread_mutex_unlock(&c->mu);
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-    ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL); /* no SIGPIPE */
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    ssize_t w = axi_bulk_io_writev(c, iov, n);
+    if (w == 0) {
       event_add(c->wev, NULL);
       return;
     }
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0) {
+    if (w < 0) {
       conn_close(c, "bulk connection lost while sending");
       return;
     }
@@ -107,10 +114,19 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
     return;
   if (c->outgoing) { /* nothing is expected back: EOF means the peer left */
     char tmp[64];
-    ssize_t r = read(c->fd, tmp, sizeof tmp);
-    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+    pthread_mutex_lock(&c->mu); /* a TLS session has one user at a time */
+    ssize_t r = axi_bulk_io_read(c, tmp, sizeof tmp);
+    pthread_mutex_unlock(&c->mu);
+    if (r < 0)
       conn_close(c, "bulk connection closed by the peer");
     return;
+  }
+  if (c->handshaking) {
+    int h = axi_bulk_tls_accept(c);
+    if (h < 0)
+      conn_close(c, NULL);
+    if (h <= 0)
+      return;
   }
   axi_bulk_cork_begin();
   int rc = axi_bulk_recv(c);
@@ -120,12 +136,16 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
 }
 
 /* ---- connections ------------------------------------------------------ */
-static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing) {
+static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing,
+                       struct ssl_st *ssl) {
   bconn *c = calloc(1, sizeof *c);
   if (!c)
     return NULL;
   c->b = b;
   c->fd = fd;
+  c->tls = b->tls;
+  c->ssl = ssl;
+  c->handshaking = b->tls && !outgoing;
   c->peer = p;
   c->outgoing = outgoing;
   c->q_tail = &c->q_head;
@@ -184,6 +204,15 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
   axi_bulk *b = arg;
   sweep_dead(b);
   set_sock_opts(fd);
+  if (b->tls) { /* the challenge, if any, follows the handshake */
+    struct ssl_st *ssl = axi_bulk_tls_new(b->node, fd);
+    bconn *c = ssl ? conn_new(b, fd, NULL, 0, ssl) : NULL;
+    if (!c) {
+      axi_bulk_tls_close(&(bconn){.ssl = ssl});
+      close(fd);
+    }
+    return;
+  }
   uint8_t chal[4 + AXI_NONCE_LEN];
   uint32_t magic = AXI_BULK_CHAL_MAGIC;
   memcpy(chal, &magic, 4);
@@ -195,56 +224,24 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
     close(fd);
     return;
   }
-  bconn *c = conn_new(b, fd, NULL, 0);
+  bconn *c = conn_new(b, fd, NULL, 0, NULL);
   if (!c)
     close(fd);
   else if (b->node->token_len)
     memcpy(c->nonce, chal + 4, AXI_NONCE_LEN);
 }
 
-/* Reads exactly len bytes from fd before end_ms (poll-bounded). */
-static int read_full(int fd, uint8_t *buf, size_t len, int64_t end_ms) {
-  size_t have = 0;
-  while (have < len) {
-    struct pollfd pf = {.fd = fd, .events = POLLIN};
-    int64_t left = end_ms - axi_now_ms();
-    if (left <= 0 || poll(&pf, 1, (int)left) != 1)
-      return -1;
-    ssize_t r = read(fd, buf + have, len - have);
-    if (r <= 0 && !(r < 0 && (errno == EAGAIN || errno == EINTR)))
-      return -1;
-    if (r > 0)
-      have += (size_t)r;
-  }
-  return 0;
-}
-
-/* Writes all of buf to fd before end_ms (poll-bounded). */
-static int write_full(int fd, const uint8_t *buf, size_t len, int64_t end_ms) {
-  size_t done = 0;
-  while (done < len) {
-    struct pollfd pf = {.fd = fd, .events = POLLOUT};
-    int64_t left = end_ms - axi_now_ms();
-    if (left <= 0 || poll(&pf, 1, (int)left) != 1)
-      return -1;
-    ssize_t w = write(fd, buf + done, len - done);
-    if (w < 0 && errno != EAGAIN && errno != EINTR)
-      return -1;
-    if (w > 0)
-      done += (size_t)w;
-  }
-  return 0;
-}
-
-/* Mutual authentication on a fresh connection (bounded wait, 5 s): reads
- * the accepting side's challenge, writes the hello answering it with this
- * node's own nonce, and reads the acceptor's proof over that nonce. Nothing
- * else is sent before the acceptor proved it holds the secret. */
-static int authenticate(ax_node *n, int fd, const char *addr) {
+/* Mutual authentication on a fresh connection (plain, or inside the TLS
+ * session ssl; bounded wait, 5 s): reads the accepting side's challenge,
+ * writes the hello answering it with this node's own nonce, and reads the
+ * acceptor's proof over that nonce. Nothing else is sent before the
+ * acceptor proved it holds the secret. */
+static int authenticate(ax_node *n, int fd, struct ssl_st *ssl,
+                        const char *addr) {
   int64_t end = axi_now_ms() + 5000;
   uint8_t chal[4 + AXI_NONCE_LEN];
   uint32_t magic = 0;
-  if (read_full(fd, chal, sizeof chal, end) == 0)
+  if (axi_bulk_read_wait(fd, ssl, chal, sizeof chal, end) == AX_OK)
     memcpy(&magic, chal, 4);
   if (magic != AXI_BULK_CHAL_MAGIC)
     return ax_seterr(AX_EPEERDOWN,
@@ -258,11 +255,12 @@ static int authenticate(ax_node *n, int fd, const char *addr) {
   bframe *h = axi_bulk_hello(n->name, n->addr, n->bulk_addr, mac, mine);
   if (!h)
     return ax_seterr(AX_ENOMEM, "bulk: no memory");
-  int wrc = write_full(fd, h->head, h->head_len, end);
+  int wrc = axi_bulk_write_wait(fd, ssl, h->head, h->head_len, end);
   axi_bulk_frames_free(h);
   uint8_t ack[4 + AXI_MAC_LEN];
   magic = 0;
-  if (wrc == 0 && read_full(fd, ack, sizeof ack, end) == 0)
+  if (wrc == AX_OK &&
+      axi_bulk_read_wait(fd, ssl, ack, sizeof ack, end) == AX_OK)
     memcpy(&magic, ack, 4);
   if (magic != AXI_BULK_ACK_MAGIC ||
       !axi_auth_verify(n, AXI_AUTH_BULK_ACK, mine, "", "", "", ack + 4,
@@ -303,7 +301,8 @@ static int dial(const char *addr, int *out) {
   } else {
     set_sock_opts(fd);
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS)
-      rc = ax_seterr(AX_EPEERDOWN, "bulk: connect %s: %s", addr, strerror(errno));
+      rc = ax_seterr(AX_EPEERDOWN, "bulk: connect %s: %s", addr,
+                     strerror(errno));
     if (rc == AX_OK) {
       struct pollfd pf = {.fd = fd, .events = POLLOUT};
       int err = 0;
@@ -355,10 +354,22 @@ static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
     const char *addr = p->bulk_addr;
     int fd = -1, rc = dial(addr, &fd);
     bframe *h = NULL;
-    if (rc == AX_OK && b->node->token_len &&
-        (rc = authenticate(b->node, fd, addr)) != AX_OK)
+    struct ssl_st *ssl = NULL;
+    /* With TLS, the acceptor must hold a certificate for the member we
+     * dial (any member's while only the master's address is known). */
+    const char *want = p->alias ? p->alias : p->name[0] != '@' ? p->name : NULL;
+    if (rc == AX_OK && b->tls &&
+        !(ssl = axi_bulk_tls_connect(b->node, fd, want, addr))) {
       close(fd);
-    if (rc == AX_OK && !(c = conn_new(b, fd, p, 1))) {
+      rc = AX_EPEERDOWN;
+    }
+    if (rc == AX_OK && b->node->token_len &&
+        (rc = authenticate(b->node, fd, ssl, addr)) != AX_OK) {
+      axi_bulk_tls_close(&(bconn){.ssl = ssl});
+      close(fd);
+    }
+    if (rc == AX_OK && !(c = conn_new(b, fd, p, 1, ssl))) {
+      axi_bulk_tls_close(&(bconn){.ssl = ssl});
       close(fd);
       rc = ax_seterr(AX_ENOMEM, "bulk: no memory");
     }
@@ -388,9 +399,16 @@ static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
 }
 
 static int tcp_probe(axi_transport *t, const char *addr) {
+  axi_bulk *b = (axi_bulk *)t;
   int fd = -1;
   AX_TRY(dial(addr, &fd));
-  int rc = t->node->token_len ? authenticate(t->node, fd, addr) : AX_OK;
+  struct ssl_st *ssl = NULL;
+  int rc = AX_OK;
+  if (b->tls && !(ssl = axi_bulk_tls_connect(t->node, fd, NULL, addr)))
+    rc = AX_EPEERDOWN;
+  if (rc == AX_OK && t->node->token_len)
+    rc = authenticate(t->node, fd, ssl, addr);
+  axi_bulk_tls_close(&(bconn){.ssl = ssl});
   close(fd);
   return rc;
 }
@@ -415,8 +433,11 @@ static void *io_main(void *arg) {
   return NULL;
 }
 
-static int tcp_start(ax_node *n, const char *listen, const axi_rx *rx,
-                     axi_transport **out, char *addr, size_t len) {
+/* Starts the channel of `ops` (tcp or tls: every connection's TLS is
+ * decided before the listener accepts any). */
+static int start_ops(const axi_transport_ops *ops, ax_node *n,
+                     const char *listen, const axi_rx *rx, axi_transport **out,
+                     char *addr, size_t len) {
   pthread_once(&g_evthread_once, evthread_init);
   char host[128];
   int port = 0;
@@ -425,7 +446,8 @@ static int tcp_start(ax_node *n, const char *listen, const axi_rx *rx,
   axi_bulk *b = calloc(1, sizeof *b);
   if (!b)
     return ax_seterr(AX_ENOMEM, "bulk: no memory");
-  b->t.ops = &axi_tcp_transport;
+  b->t.ops = ops;
+  b->tls = ops == &axi_tls_transport;
   b->t.node = n;
   b->t.rx = *rx;
   b->node = n;
@@ -433,7 +455,7 @@ static int tcp_start(ax_node *n, const char *listen, const axi_rx *rx,
   pthread_mutex_init(&b->dial_mu, NULL);
   b->base = event_base_new();
   struct sockaddr_in sin = {.sin_family = AF_INET,
-                           .sin_port = htons((uint16_t)port)};
+                            .sin_port = htons((uint16_t)port)};
   if (!b->base || inet_pton(AF_INET, host, &sin.sin_addr) != 1) {
     if (b->base)
       event_base_free(b->base);
@@ -450,7 +472,8 @@ static int tcp_start(ax_node *n, const char *listen, const axi_rx *rx,
   }
   struct sockaddr_in bound;
   socklen_t bl = sizeof bound;
-  getsockname(evconnlistener_get_fd(b->listener), (struct sockaddr *)&bound, &bl);
+  getsockname(evconnlistener_get_fd(b->listener), (struct sockaddr *)&bound,
+              &bl);
   snprintf(addr, len, "%s:%d", host, ntohs(bound.sin_port));
   if (pthread_create(&b->thread, NULL, io_main, b)) {
     evconnlistener_free(b->listener);
@@ -460,6 +483,19 @@ static int tcp_start(ax_node *n, const char *listen, const axi_rx *rx,
   }
   *out = &b->t;
   return AX_OK;
+}
+
+static int tcp_start(ax_node *n, const char *listen, const axi_rx *rx,
+                     axi_transport **out, char *addr, size_t len) {
+  return start_ops(&axi_tcp_transport, n, listen, rx, out, addr, len);
+}
+
+/* The same channel with TLS on every connection (bulk_tls.c). */
+static int tls_start(ax_node *n, const char *listen, const axi_rx *rx,
+                     axi_transport **out, char *addr, size_t len) {
+  if (!n->tls_ctx)
+    return ax_seterr(AX_EINVAL, "bulk: TLS without credentials");
+  return start_ops(&axi_tls_transport, n, listen, rx, out, addr, len);
 }
 
 static void tcp_stop(axi_transport *t, int64_t timeout_ms) {
@@ -490,6 +526,17 @@ const axi_transport_ops axi_tcp_transport = {
     .name = "tcp",
     .role = AXI_TRANSPORT_DATA,
     .start = tcp_start,
+    .send = tcp_send,
+    .drop_peer = tcp_drop_peer,
+    .stop = tcp_stop,
+    .free = tcp_free,
+    .probe = tcp_probe,
+};
+
+const axi_transport_ops axi_tls_transport = {
+    .name = "tls",
+    .role = AXI_TRANSPORT_DATA,
+    .start = tls_start,
     .send = tcp_send,
     .drop_peer = tcp_drop_peer,
     .stop = tcp_stop,

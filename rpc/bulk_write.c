@@ -55,14 +55,9 @@ static int write_inline_locked(bconn *c) {
   while (c->q_head) {
     struct iovec iov[AXI_BULK_WIOV];
     int n = axi_bulk_gather_locked(c, iov);
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-    ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return 0;
+    ssize_t w = axi_bulk_io_writev(c, iov, n);
     if (w <= 0)
-      return -1;
+      return (int)w;
     axi_bulk_frames_free(axi_bulk_advance_locked(c, (size_t)w));
   }
   return 1;

@@ -5,6 +5,7 @@
 
 #include "rpc/node-impl.h"
 #include "rpc/rpc-debug.h"
+#include "rpc/tls-impl.h"
 
 int ax_rpc_debug_send_raw(ax_node *n, const char *to, const void *frame,
                           size_t len, int64_t timeout_ms, ax_future **out) {
@@ -69,3 +70,7 @@ int ax_rpc_debug_data_handshake(ax_node *n, const char *addr) {
 }
 
 const char *ax_rpc_debug_bulk_addr(const ax_node *n) { return n->bulk_addr; }
+
+void ax_rpc_debug_tls_any_cn(int on) {
+  __atomic_store_n(&axi_tls_any_cn, on, __ATOMIC_RELAXED);
+}

@@ -38,14 +38,18 @@ struct axi_stream {
   int ops;  /* batches in flight; guarded by g->mu */
   int dead; /* no more sends or receives */
   int established;
-  /* Authentication (rpc/auth-impl.h). Server streams: need_auth until the
-   * HELLO's proof checked out against nonce; rejected once it did not.
-   * Client streams: hold until the server proved the secret: 1, nothing
-   * leaves (until the CHALLENGE came); 2, only the HELLO at the head of the
-   * queue may leave; then 1 again until the server's answering HELLO
-   * carried a proof over mine (our nonce). */
+  /* Authentication (rpc/auth-impl.h, rpc/tls-impl.h). Server streams:
+   * need_auth until the HELLO checked out (the proof against nonce with a
+   * token, the name against cn with TLS); rejected once it did not.
+   * Client streams with a token: hold until the server proved the secret:
+   * 1, nothing leaves (until the CHALLENGE came); 2, only the HELLO at the
+   * head of the queue may leave; then 1 again until the server's answering
+   * HELLO carried a proof over mine (our nonce). */
   int need_auth, rejected, hold;
   uint8_t nonce[16], mine[16];
+  /* Server streams with TLS: the common name of the client's certificate
+   * (verified against the CA by gRPC); its HELLO must carry this name. */
+  char cn[256];
   axi_sbuf *q_head, **q_tail;
   int sending;
   grpc_byte_buffer *send_bb, *recv_bb;

@@ -122,7 +122,15 @@ int axi_grpc_start(ax_node *n, const char *listen, const axi_rx *rx,
   g->server = grpc_server_create(&ca, NULL);
   grpc_resource_quota_unref(q); /* the server holds its own reference */
   grpc_server_register_completion_queue(g->server, g->cq, NULL);
-  grpc_server_credentials *cr = grpc_insecure_server_credentials_create();
+  grpc_server_credentials *cr;
+  if (n->tls) { /* every client shows a certificate signed by our CA */
+    grpc_ssl_pem_key_cert_pair kp = {n->tls_key_pem, n->tls_cert_pem};
+    cr = grpc_ssl_server_credentials_create_ex(
+        n->tls_ca_pem, &kp, 1,
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY, NULL);
+  } else {
+    cr = grpc_insecure_server_credentials_create();
+  }
   int port = grpc_server_add_http2_port(g->server, listen, cr);
   grpc_server_credentials_release(cr);
   if (port <= 0) {

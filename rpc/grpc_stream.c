@@ -11,6 +11,7 @@
 
 #include "rpc/auth-impl.h"
 #include "rpc/grpc-impl.h"
+#include "rpc/tls-impl.h"
 
 #define STREAM_BATCH_MAX (8u << 20) /* bytes per gRPC message */
 
@@ -224,20 +225,29 @@ static int check_hello(axi_stream *s, const uint8_t *p, size_t len) {
     return 0;
   }
   axi_msg m;
-  int ok = axi_frame_decode(p, len, AX_CPU, NULL, 0, &m) == AX_OK &&
-           m.auth_len == AXI_MAC_LEN + AXI_NONCE_LEN &&
-           axi_auth_verify(n, AXI_AUTH_HELLO, s->nonce, m.node, m.addr,
-                           m.bulk_addr, m.auth, AXI_MAC_LEN);
+  char why[400];
+  int ok = axi_frame_decode(p, len, AX_CPU, NULL, 0, &m) == AX_OK;
   if (!ok)
+    reject(s, "the hello does not decode");
+  else if (n->token_len &&
+           (m.auth_len != AXI_MAC_LEN + AXI_NONCE_LEN ||
+            !axi_auth_verify(n, AXI_AUTH_HELLO, s->nonce, m.node, m.addr,
+                             m.bulk_addr, m.auth, AXI_MAC_LEN))) {
     reject(s, "no valid proof of the shared secret");
-  else if (!axi_auth_name_ok(n, m.node, m.addr)) {
-    char why[200];
-    snprintf(why, sizeof why, "a hello under the name of member %s from %s",
-             m.node, m.addr);
+    ok = 0;
+  } else if (n->tls && strcmp(m.node, s->cn)) {
+    snprintf(why, sizeof why,
+             "a hello as %.100s with a certificate for %.100s", m.node,
+             s->cn[0] ? s->cn : "(no name)");
+    reject(s, why);
+    ok = 0;
+  } else if (!axi_auth_name_ok(n, m.node, m.addr)) {
+    snprintf(why, sizeof why, "a hello under the name of member %.100s "
+             "from %.100s", m.node, m.addr);
     reject(s, why);
     ok = 0;
   }
-  if (ok) { /* our own proof, over the caller's nonce */
+  if (ok && n->token_len) { /* our own proof, over the caller's nonce */
     uint8_t mac[AXI_MAC_LEN], *buf;
     size_t blen, bl;
     axi_auth_mac(n, AXI_AUTH_HELLO_ACK, m.auth + AXI_MAC_LEN, n->name, n->addr,
@@ -437,10 +447,17 @@ static void on_end(axi_op *op, int ok) {
   axi_stream *s = of(op, offsetof(axi_stream, op_end));
   mark_dead(s);
   if (s->client && s->peer) {
-    char why[160];
+    char why[400];
     char *d = grpc_slice_to_c_string(s->details);
-    snprintf(why, sizeof why, "stream to %s ended (gRPC status %d: %s)",
-             AXI_PNAME(s->peer), (int)s->status, d ? d : "");
+    /* A stream that never came up: say what to check. */
+    snprintf(why, sizeof why, "stream to %s ended%s (gRPC status %d: %.200s)",
+             AXI_PNAME(s->peer),
+             s->established ? ""
+             : s->node->tls ? " before it was up [this node uses TLS: does "
+                              "the peer, with a certificate of the same CA?]"
+                            : " before it was up [this node uses no TLS: "
+                              "does the peer?]",
+             (int)s->status, d ? d : "");
     gpr_free(d);
     axi_peer_down(s->peer, s, why);
   }
@@ -494,6 +511,21 @@ void axi_stream_accept(ax_node *n, grpc_call *call) {
   ops[0].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   ops[0].data.recv_close_on_server.cancelled = &s->cancelled;
   axi_stream_batch(s, ops, 1, &s->op_end);
+  if (n->tls) { /* the name gRPC verified against our CA */
+    grpc_auth_context *ac = grpc_call_auth_context(call);
+    grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(
+        ac, GRPC_X509_CN_PROPERTY_NAME);
+    const grpc_auth_property *pr = ac ? grpc_auth_property_iterator_next(&it)
+                                      : NULL;
+    if (pr && pr->value_length < sizeof s->cn &&
+        !memchr(pr->value, 0, pr->value_length)) {
+      memcpy(s->cn, pr->value, pr->value_length);
+      s->cn[pr->value_length] = 0;
+    }
+    if (ac)
+      grpc_auth_context_release(ac);
+    s->need_auth = 1; /* the HELLO must carry that name */
+  }
   if (n->token_len) { /* the challenge: nothing is read before its answer */
     s->need_auth = 1;
     axi_msg c = {.kind = AXI_CHALLENGE, .auth = s->nonce,
@@ -509,13 +541,62 @@ void axi_stream_accept(ax_node *n, grpc_call *call) {
   axi_stream_release(s); /* lives on through its ops and peer->in */
 }
 
+/* What the client side of a TLS stream expects of the server. */
+typedef struct tls_want {
+  char node[128], name[256], addr[128];
+} tls_want;
+
+/* gRPC's verify callback (after the chain checked out against the CA and
+ * the certificate matched the target name): its CN must be the name of the
+ * member we dial. Non-zero fails the handshake. */
+static int verify_cn(const char *target, const char *pem, void *user) {
+  tls_want *w = user;
+  char cn[AXI_CN_MAX] = "";
+  if (!w || !w->name[0])
+    return 0;
+  if (axi_tls_pem_cn(pem, cn, sizeof cn) == AX_OK && !strcmp(cn, w->name))
+    return 0;
+  fprintf(stderr, "axon: %s: %s, dialled as %s, shows a certificate for "
+          "'%s'\n", w->node, w->addr, w->name, cn);
+  return 1;
+}
+
+/* The channel credentials for p: insecure, or mutual TLS with our key pair
+ * and the CA, checking the server's certificate against p's name (set as
+ * the target name, since peers are dialled by address). A master known by
+ * its address only ("@HOST:PORT", before the membership) is checked
+ * against that address: its certificate must name it (a SAN). May add the
+ * override to args (one spare entry). */
+static grpc_channel_credentials *channel_creds(ax_node *n, axi_peer *p,
+                                               grpc_channel_args *ca,
+                                               grpc_arg *args) {
+  if (!n->tls)
+    return grpc_insecure_credentials_create();
+  tls_want *w = calloc(1, sizeof *w);
+  const char *name = p->alias ? p->alias : p->name[0] != '@' ? p->name : "";
+  if (w) {
+    snprintf(w->node, sizeof w->node, "%s", n->name);
+    snprintf(w->name, sizeof w->name, "%s", name);
+    snprintf(w->addr, sizeof w->addr, "%s", p->addr);
+  }
+  if (w && w->name[0]) {
+    args[ca->num_args].type = GRPC_ARG_STRING;
+    args[ca->num_args].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+    args[ca->num_args].value.string = w->name;
+    ca->num_args++;
+  }
+  grpc_ssl_pem_key_cert_pair kp = {n->tls_key_pem, n->tls_cert_pem};
+  grpc_ssl_verify_peer_options vo = {verify_cn, w, free};
+  return grpc_ssl_credentials_create_ex(n->tls_ca_pem, &kp, &vo, NULL);
+}
+
 int axi_stream_open(ax_node *n, axi_peer *p, axi_stream **out) {
   if (!p->addr || !*p->addr)
     return ax_seterr(AX_EPEERDOWN, "peer %s has no address", AXI_PNAME(p));
   char target[160];
   int digit = p->addr[0] >= '0' && p->addr[0] <= '9';
   snprintf(target, sizeof target, "%s%s", digit ? "ipv4:" : "", p->addr);
-  grpc_arg args[4];
+  grpc_arg args[5];
   const char *keys[4] = {GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
                          GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
                          GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
@@ -527,7 +608,7 @@ int axi_stream_open(ax_node *n, axi_peer *p, axi_stream **out) {
     args[i].value.integer = vals[i];
   }
   grpc_channel_args ca = {4, args};
-  grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+  grpc_channel_credentials *cr = channel_creds(n, p, &ca, args);
   grpc_channel *ch = grpc_channel_create(target, cr, &ca);
   grpc_channel_credentials_release(cr);
   grpc_slice method = grpc_slice_from_static_string(AXI_STREAM_METHOD);

@@ -128,7 +128,13 @@ struct ax_node {
   /* the shared secret (rpc/auth.c); token_len 0: no authentication */
   uint8_t token[AXI_TOKEN_MAX];
   size_t token_len;
-  uint64_t auth_refused; /* connections refused for a bad proof (atomic) */
+  uint64_t auth_refused; /* connections refused for a bad proof or
+                            certificate (atomic) */
+  /* mutual TLS (rpc/tls.c); tls 0: none. The PEM texts go to gRPC, the
+   * context to the data channel. */
+  int tls;
+  char *tls_ca_pem, *tls_cert_pem, *tls_key_pem;
+  struct ssl_ctx_st *tls_ctx;
 };
 
 /* a + b for deadlines, saturating at INT64_MAX (b >= 0 assumed). */

@@ -7,6 +7,7 @@
 #include "rpc/auth-impl.h"
 #include "rpc/node-impl.h"
 #include "rpc/pool-impl.h"
+#include "rpc/tls-impl.h"
 
 static long g_live_calls;
 static long g_nodes; /* nodes created and not yet destroyed */
@@ -66,11 +67,20 @@ static int start_transports(ax_node *n) {
   static const axi_rx rx = {axi_on_frame};
   const axi_transport_ops *ctl =
       axi_transport_find("grpc", AXI_TRANSPORT_CONTROL);
-  const char *dname = n->o.data_transport ? n->o.data_transport : "tcp";
+  /* With TLS credentials the data transport is "tls", and only then. */
+  const char *dname = n->o.data_transport ? n->o.data_transport
+                      : n->tls            ? "tls"
+                                          : "tcp";
   const axi_transport_ops *data = axi_transport_find(dname, AXI_TRANSPORT_DATA);
   if (!data)
     return ax_seterr(AX_EINVAL, "node %s: no data transport named '%s' (known: %s)",
                      n->name, dname, axi_transport_names(AXI_TRANSPORT_DATA));
+  if (n->tls != !strcmp(dname, "tls"))
+    return ax_seterr(AX_EINVAL, "node %s: data transport '%s' %s", n->name,
+                     dname, n->tls ? "would carry data unencrypted under TLS "
+                                     "(use tls)"
+                                   : "needs TLS credentials (tls_ca, "
+                                     "tls_cert, tls_key)");
   AX_TRY(ctl->start(n, n->listen, &rx, &n->ctl, n->addr, sizeof n->addr));
   char listen[160];
   snprintf(listen, sizeof listen, "%s", n->addr);
@@ -128,10 +138,17 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
   pthread_mutex_init(&n->mu, NULL);
   pthread_cond_init(&n->cv, NULL);
   pthread_rwlock_init(&n->data_lk, NULL);
-  int rc = axi_auth_load(n);
-  n->o.token_file = NULL; /* borrowed: read once */
+  /* The pending-call table first: shutting down a node that failed below
+   * fails its (no) pending calls. */
+  int rc = axi_pcalls_init(n);
   if (rc == AX_OK)
-    rc = axi_pcalls_init(n);
+    rc = axi_auth_load(n);
+  if (rc == AX_OK)
+    rc = axi_tls_load(n);
+  if (rc == AX_OK)
+    rc = axi_tls_listen_check(n);
+  /* borrowed: read once */
+  n->o.token_file = n->o.tls_ca = n->o.tls_cert = n->o.tls_key = NULL;
   if (rc == AX_OK)
     rc = axi_calls_start(n);
   if (rc == AX_OK) /* the built-ins exist before anyone can reach us */
@@ -230,6 +247,7 @@ void ax_node_destroy(ax_node *n) {
   free(n->listen);
   free(n->master);
   memset(n->token, 0, sizeof n->token);
+  axi_tls_free(n);
   pthread_mutex_destroy(&n->mu);
   pthread_cond_destroy(&n->cv);
   axi_pcalls_free(n);

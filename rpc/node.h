@@ -70,6 +70,18 @@ typedef struct ax_node_opts {
    * channels accept a peer only after it proved, by an HMAC-SHA256 over a
    * fresh nonce, that it holds the same secret (docs/SECURITY.md). */
   const char *token_file;
+  /* Mutual TLS on both channels (docs/SECURITY.md): PEM files of the CA
+   * that signs every member, of this node's certificate (its subject CN is
+   * the node's name) and of its private key. All three or none (else
+   * AX_EINVAL); each NULL field falls back to AXON_TLS_CA, AXON_TLS_CERT,
+   * AXON_TLS_KEY. With TLS, a peer is accepted only with a certificate
+   * signed by that CA whose CN is the name it says hello with; with a
+   * token too, both are checked. The files are read once, in
+   * ax_node_create. */
+  const char *tls_ca, *tls_cert, *tls_key;
+  /* Allows listening on a non-loopback address with neither a token nor
+   * TLS; without it ax_node_create refuses such a node (AX_EINVAL). */
+  int insecure;
   /* Which path small calls and replies take. 0 (default): the framed TCP
    * channel, once the peer's channel address is known (from its hello or
    * the membership); the gRPC stream then carries hellos, heartbeats and
@@ -77,8 +89,10 @@ typedef struct ax_node_opts {
    * overhead. 1: the gRPC stream, for everything under bulk_threshold. */
   int small_over_grpc;
   /* The data transport, by its name in the transport table
-   * (rpc/transport.h): NULL or "tcp" for framed TCP. An unknown name is
-   * AX_EINVAL, with the known names listed. */
+   * (rpc/transport.h): "tcp" for framed TCP, "tls" for the same with
+   * mutual TLS 1.3; NULL: "tls" with TLS credentials, else "tcp". An
+   * unknown name is AX_EINVAL, with the known names listed, and so is
+   * "tls" without TLS credentials or another name with them. */
   const char *data_transport;
 } ax_node_opts;
 
@@ -90,7 +104,9 @@ void ax_node_opts_init(ax_node_opts *o);
 void ax_node_opts_from_env(ax_node_opts *o);
 
 /* Creates a node and starts serving (before joining, so a master can
- * accept joins). AX_EINVAL on bad options, AX_ENODEV when o->device or a
+ * accept joins). AX_EINVAL on bad options (among them: unreadable token or
+ * TLS files, a certificate whose CN is not o->name, a non-loopback listen
+ * address with neither a token nor TLS and no o->insecure), AX_ENODEV when o->device or a
  * destination of o->device_map does not exist on this machine, AX_EIO if
  * the address cannot be bound. */
 int ax_node_create(const ax_node_opts *o, ax_node **out);
@@ -192,7 +208,9 @@ typedef struct ax_node_stats {
   uint64_t limit_drops;           /* frames refused or connections closed
                                      over a limit (ax_node_opts) */
   uint64_t auth_refused;          /* connections closed without a valid
-                                     proof of the shared secret */
+                                     proof of the shared secret, or with
+                                     no valid certificate for the name
+                                     they said hello with */
   long live_calls;                /* process-wide, see ax_rpc_live_calls */
   long live_futures;              /* process-wide */
   int peers_up, peers_down;

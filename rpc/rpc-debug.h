@@ -31,6 +31,12 @@ int ax_rpc_debug_data_handshake(ax_node *n, const char *addr);
 /* The bulk channel address of this node ("" when it has none). */
 const char *ax_rpc_debug_bulk_addr(const ax_node *n);
 
+/* on != 0: ax_node_create then accepts a TLS certificate whose CN is not
+ * the node's name (process-wide), so that a test can check that peers
+ * refuse a member saying hello under a name its certificate does not
+ * carry. */
+void ax_rpc_debug_tls_any_cn(int on);
+
 #ifdef __cplusplus
 }
 #endif

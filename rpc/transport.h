@@ -94,5 +94,6 @@ const char *axi_transport_names(int role);
 /* The table's entries. */
 extern const axi_transport_ops axi_grpc_transport;
 extern const axi_transport_ops axi_tcp_transport;
+extern const axi_transport_ops axi_tls_transport;
 
 #endif

@@ -4,7 +4,7 @@
 set -euo pipefail
 # gnuplot-nox draws the plots of scripts/convergence.sh.
 pkgs=(build-essential cmake pkg-config zlib1g-dev libgrpc-dev protobuf-c-compiler
-      libprotobuf-c-dev libevent-dev libcmocka-dev libopenblas-dev libssl-dev
+      libprotobuf-c-dev libevent-dev libcmocka-dev libopenblas-dev libssl-dev openssl
       dataset-fashion-mnist dict-gcide gnuplot-nox
       clang libfuzzer-14-dev libomp-dev) # the fuzz build (tests/fuzz, make fuzz)
 missing=()
