@@ -89,7 +89,12 @@ set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_COMPONENTS_ALL lib tools dev)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_STRIP_FILES ON)
+# Dependencies from dpkg-shlibdeps; the programs' own libaxon.so.0 is found
+# in the build tree, and the library package gets a shlibs file.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${CMAKE_BINARY_DIR})
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_DEBIAN_LIB_PACKAGE_NAME libaxon${PROJECT_VERSION_MAJOR})
 set(CPACK_DEBIAN_LIB_DESCRIPTION "axon runtime library\n libaxon: tensors, kernels, models, RPC, RRefs, distributed autograd, pipelines.")
@@ -98,6 +103,8 @@ set(CPACK_DEBIAN_TOOLS_DESCRIPTION "axon agent and tools\n axon-agent (the daemo
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libaxon-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_DESCRIPTION "axon development files\n Headers, axon.pc and the CMake package (find_package(axon)).")
+# Inter-package dependencies from the component ones (libaxon0 (= version)).
+set(CPACK_DEBIAN_ENABLE_COMPONENT_DEPENDS ON)
 set(CPACK_COMPONENT_TOOLS_DEPENDS lib)
 set(CPACK_COMPONENT_DEV_DEPENDS lib)
 include(CPack)
