@@ -60,7 +60,8 @@ static int env_int(const char *var, const char *v, long lo, long hi, int *out) {
 int ax_node_opts_from_env(ax_node_opts *o) {
   static char master[256];
   if (!o)
-    return ax_seterr(AX_EINVAL, "node options from the environment: NULL options");
+    return ax_seterr(AX_EINVAL,
+                     "node options from the environment: NULL options");
   const char *a = getenv("AXON_MASTER_ADDR"), *p = getenv("AXON_MASTER_PORT");
   const char *rv = "SLURM_PROCID", *r = getenv(rv);
   if (!r || !*r)
