@@ -132,7 +132,6 @@ int main(int argc, char **argv) {
       {"tls-ca", 1, 0, 'A'},       {"tls-cert", 1, 0, 'E'},
       {"tls-key", 1, 0, 'K'},      {"insecure", 0, 0, 'X'},
       {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
-  ax_node_opts_from_env(&o);
   int c, ok = 1;
 #define size_flag(flag, dst)                                                   \
   (axc_int(P, flag, optarg, 1, INT64_MAX, 1, &v64) ? (*(dst) = (size_t)v64, 1) \
@@ -192,6 +191,15 @@ int main(int argc, char **argv) {
 #undef size_flag
   if (!ok)
     return 2;
+  /* The environment (srun, mpirun, the systemd unit's file) fills what the
+   * flags left open: --master and --rank win over it. */
+  const char *cli_master = o.master;
+  if (ax_node_opts_from_env(&o) != AX_OK) {
+    fprintf(stderr, "axon-agent: %s\n", ax_errmsg());
+    return 2;
+  }
+  if (cli_master)
+    o.master = cli_master;
   if (!o.name || optind != argc) {
     usage(stderr);
     return 2;

@@ -1,4 +1,5 @@
 /* Nodes: options, creation, shutdown and the membership accessors. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,20 +46,43 @@ void ax_node_opts_init(ax_node_opts *o) {
   o->max_call_depth = 32;
 }
 
-void ax_node_opts_from_env(ax_node_opts *o) {
-  static char master[256];
-  const char *a = getenv("AXON_MASTER_ADDR"), *p = getenv("AXON_MASTER_PORT");
-  if (a && *a) {
-    snprintf(master, sizeof master, "%s:%s", a, (p && *p) ? p : "29500");
-    o->master = master;
-  }
-  const char *r = getenv("SLURM_PROCID");
-  if (!r || !*r)
-    r = getenv("OMPI_COMM_WORLD_RANK");
-  if (o->rank < 0 && r && *r)
-    o->rank = atoi(r);
+/* Parses a whole decimal integer in [lo, hi] from the variable `var`. */
+static int env_int(const char *var, const char *v, long lo, long hi, int *out) {
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno || end == v || *end || x < lo || x > hi)
+    return ax_seterr(AX_EINVAL, "%s='%s': expected an integer in [%ld, %ld]",
+                     var, v, lo, hi);
+  *out = (int)x;
+  return AX_OK;
 }
 
+int ax_node_opts_from_env(ax_node_opts *o) {
+  static char master[256];
+  if (!o)
+    return ax_seterr(AX_EINVAL,
+                     "node options from the environment: NULL options");
+  const char *a = getenv("AXON_MASTER_ADDR"), *p = getenv("AXON_MASTER_PORT");
+  const char *rv = "SLURM_PROCID", *r = getenv(rv);
+  if (!r || !*r)
+    r = getenv(rv = "OMPI_COMM_WORLD_RANK");
+  int port = 29500, rank = o->rank;
+  if (p && *p)
+    AX_TRY(env_int("AXON_MASTER_PORT", p, 1, 65535, &port));
+  if (a && *a && strlen(a) + 7 > sizeof master)
+    return ax_seterr(AX_EINVAL, "AXON_MASTER_ADDR is longer than %zu bytes",
+                     sizeof master - 7);
+  if (o->rank < 0 && r && *r)
+    AX_TRY(env_int(rv, r, 0, (1 << 16) - 1, &rank));
+  /* Everything checked: only now is anything changed. */
+  if (a && *a) {
+    snprintf(master, sizeof master, "%s:%d", a, port);
+    o->master = master;
+  }
+  o->rank = rank;
+  return AX_OK;
+}
 
 /* The control transport, then the data transport on the same host (any
  * port). Without a data transport (it could not start) every message

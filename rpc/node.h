@@ -98,10 +98,14 @@ typedef struct ax_node_opts {
 
 /* Fills defaults. */
 void ax_node_opts_init(ax_node_opts *o);
-/* Applies the environment: AXON_MASTER_ADDR/AXON_MASTER_PORT (master, kept
- * in a static buffer) and the rank from SLURM_PROCID or
- * OMPI_COMM_WORLD_RANK when o->rank < 0. */
-void ax_node_opts_from_env(ax_node_opts *o);
+/* Applies the environment: AXON_MASTER_ADDR/AXON_MASTER_PORT (master
+ * "ADDR:PORT", port 29500 when AXON_MASTER_PORT is unset or empty; kept in
+ * a static buffer, so not thread-safe) and, when o->rank < 0, the rank from
+ * SLURM_PROCID, else OMPI_COMM_WORLD_RANK. Unset or empty variables change
+ * nothing. AX_EINVAL, naming the variable and its value, for a port that
+ * is not an integer in [1, 65535], a rank that is not one in [0, 65535] or
+ * an address over 249 bytes; o is then left as it was. */
+int ax_node_opts_from_env(ax_node_opts *o);
 
 /* Creates a node and starts serving (before joining, so a master can
  * accept joins). AX_EINVAL on bad options (among them: unreadable token or

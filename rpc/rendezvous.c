@@ -11,6 +11,8 @@
 typedef struct axi_join {
   int world, count;
   char **name, **addr, **bulk; /* indexed by rank, grown as needed */
+  char *picked; /* per rank: 1 when the master chose it (the joiner asked
+                   for none); it may still move until the membership is out */
   int cap;
   ax_future **waiting; /* deferred join replies */
   int nwaiting;
@@ -43,17 +45,34 @@ static int grow(axi_join *j, int cap) {
   char **c = realloc(j->bulk, cap * sizeof *c);
   if (c)
     j->bulk = c;
-  if (!a || !b || !c)
+  char *d = realloc(j->picked, cap);
+  if (d)
+    j->picked = d;
+  if (!a || !b || !c || !d)
     return ax_seterr(AX_ENOMEM, "join: no memory");
-  for (int r = j->cap; r < cap; r++)
+  for (int r = j->cap; r < cap; r++) {
     j->name[r] = j->addr[r] = j->bulk[r] = NULL;
+    j->picked[r] = 0;
+  }
   j->cap = cap;
   return AX_OK;
 }
 
+/* The lowest free rank other than `reserved` and `skip`; j->world if none. */
+static int free_rank(const axi_join *j, int reserved, int skip) {
+  int r = 0;
+  while (r < j->world && (j->name[r] || r == reserved || r == skip))
+    r++;
+  return r;
+}
+
 /* Adds a member (n->mu held). Returns the rank or a negative error. A
  * member without a rank gets the lowest free one except `reserved` (the
- * master's own, which it may claim after others arrived). */
+ * master's own, which it may claim after others arrived). A member that
+ * asks for a rank the master chose for an earlier one (an agent started by
+ * srun or mpirun, its rank from the environment, after a coordinator that
+ * asked for none) gets it, and the earlier one moves to another free rank:
+ * nobody learns a rank before the membership is complete. */
 static int add_member(axi_join *j, const char *name, int rank,
                       const char *addr, const char *bulk, int reserved) {
   for (int r = 0; r < j->cap; r++)
@@ -62,23 +81,28 @@ static int add_member(axi_join *j, const char *name, int rank,
         return -ax_seterr(AX_ESTATE, "join: name %s is taken", name);
       return r; /* a retried join */
     }
-  if (rank < 0) {
-    for (rank = 0; rank < j->cap && (j->name[rank] || rank == reserved);
-         rank++)
-      ;
-    if (rank == reserved)
-      rank++;
-  } else if (rank < j->cap && j->name[rank]) {
-    return -ax_seterr(AX_ESTATE, "join: rank %d is taken by %s", rank,
-                      j->name[rank]);
+  if (grow(j, j->world) != AX_OK)
+    return -AX_ENOMEM;
+  int picked = rank < 0;
+  if (picked) {
+    rank = free_rank(j, reserved, -1);
+  } else if (rank < j->world && j->name[rank]) {
+    int to = j->picked[rank] ? free_rank(j, reserved, rank) : j->world;
+    if (to >= j->world)
+      return -ax_seterr(AX_ESTATE, "join: rank %d is taken by %s", rank,
+                        j->name[rank]);
+    j->name[to] = j->name[rank];
+    j->addr[to] = j->addr[rank];
+    j->bulk[to] = j->bulk[rank];
+    j->picked[to] = 1;
+    j->name[rank] = j->addr[rank] = j->bulk[rank] = NULL;
   }
   if (rank >= j->world)
     return -ax_seterr(AX_ESTATE, "join: the world of %d is full", j->world);
-  if (grow(j, j->world) != AX_OK)
-    return -AX_ENOMEM;
   j->name[rank] = strdup(name);
   j->addr[rank] = strdup(addr);
   j->bulk[rank] = strdup(bulk);
+  j->picked[rank] = (char)picked;
   j->count++;
   return rank;
 }
@@ -211,6 +235,7 @@ void axi_rendezvous_fini(ax_node *n) {
   free(j->name);
   free(j->addr);
   free(j->bulk);
+  free(j->picked);
   for (int i = 0; i < j->nwaiting; i++) {
     ax_future_complete(j->waiting[i], AX_ECLOSED, NULL, "node destroyed");
     ax_future_release(j->waiting[i]);

@@ -58,16 +58,19 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 for p in "${progs[@]}"; do cp "$build/$p" "$out/bin/"; done
 for t in "${tests[@]}"; do cp "$t" "$out/bin/"; done
-cp "$build/libaxon.so" "$out/lib/"
+# Under its SONAME (libaxon.so.N), the name the programs ask for.
+soname=$(objdump -p "$build/libaxon.so" | awk '/SONAME/ {print $2}')
+soname=${soname:-libaxon.so}
+cp -L "$build/libaxon.so" "$out/lib/$soname"
 
 # Every library ldd resolves for the programs and libaxon (ldd lists the
 # whole closure), minus what the host provides.
 declare -A packed=()
 missing=()
-for elf in "$out"/bin/* "$out/lib/libaxon.so"; do
+for elf in "$out"/bin/* "$out/lib/$soname"; do
   while read -r name arrow path _; do
     [[ $arrow == "=>" ]] || continue
-    [[ $name == libaxon.so ]] && continue
+    [[ $name == libaxon.so* ]] && continue
     host_provided "$name" && continue
     if [[ $path == "not" ]]; then
       missing+=("$name (needed by ${elf##*/})")
@@ -108,7 +111,7 @@ cudnn_ver=$(awk '/define CUDNN_(MAJOR|MINOR|PATCHLEVEL) /{v = v (v ? "." : "") $
   echo "# from $build (git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'))"
   echo "# built against CUDA ${cuda_ver:-?}, cuDNN ${cudnn_ver:-?}; RUNPATH $runpath"
   echo "# needs on the GPU host: glibc >= $need_glibc, libstdc++ with GLIBCXX_$need_glibcxx, and:"
-  for elf in "$out"/bin/* "$out/lib/libaxon.so"; do ldd "$elf"; done |
+  for elf in "$out"/bin/* "$out/lib/$soname"; do ldd "$elf"; done |
     awk '{print $1}' | sort -u | while read -r n; do
       case "$n" in libcud* | libcublas* | libnvrtc* | libnvJitLink*) echo "#   $n" ;; esac
     done
@@ -162,7 +165,7 @@ EOF
 
 size=$(du -sb "$out" | cut -f1)
 mib=$(awk -v s="$size" 'BEGIN{printf "%.1f", s / 1048576}')
-echo "gpu_bundle: $out: ${#packed[@]} libraries + libaxon.so, $(ls "$out/bin" | wc -l) programs, $mib MiB"
+echo "gpu_bundle: $out: ${#packed[@]} libraries + $soname, $(ls "$out/bin" | wc -l) programs, $mib MiB"
 du -b "$out"/lib/* | sort -rn | head -5 | awk '{printf "  %6.1f MiB  %s\n", $1 / 1048576, $2}'
 ((size < limit_mib * 1048576)) ||
   die "bundle is $mib MiB, over the ${limit_mib} MiB limit (the largest files are listed above)"
