@@ -57,9 +57,8 @@ bframe *axi_bulk_frame_new(uint8_t *head, size_t head_len, ax_values *vals) {
 bframe *axi_bulk_hello(const char *name, const char *addr,
                        const char *bulk_addr, const uint8_t *mac,
                        const uint8_t *nonce) {
-  /* "name\naddr\nbulk_addr": who is calling. The receiver checks a known
-   * member's control address against the membership, and dials only the
-   * addresses the membership gives (never these). */
+  /* "name\naddr\nbulk_addr": who is calling and how to answer it. The
+   * receiver checks a known member's control address against these. */
   size_t nl = strlen(name) + strlen(addr) + strlen(bulk_addr) + 2;
   if (nl > AXI_BULK_HELLO_MAX)
     return NULL;
@@ -330,7 +329,7 @@ int axi_bulk_recv(bconn *c) {
           return AX_EMALFORMED; /* closed before anything else is read */
         if (n->token_len && prove(c, theirs) != AX_OK)
           return AX_ECLOSED;
-        c->peer = axi_peer_get(n, name, NULL, NULL); /* see grpc_stream.c */
+        c->peer = axi_peer_get(n, name, addr, bulk);
         if (!c->peer)
           return AX_ENOMEM;
         c->rstate = R_PREFIX;

@@ -2,9 +2,7 @@
  * hold the token (AXON_TOKEN_FILE, generated here) works on both channels;
  * a stranger without it cannot join, call or forge replies, and its
  * connection is closed right after the hello; a member's name claimed from
- * another address is refused even with the token; the address a hello
- * names is never dialled (addresses come from the membership); the
- * dialling side sends nothing past its hello to an acceptor that does not
+ * another address is refused even with the token; the dialling side sends nothing past its hello to an acceptor that does not
  * prove the secret in turn. */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -114,26 +112,6 @@ static void test_name_of_a_member_refused(void **state) {
   assert_int_not_equal(stranger_join("w1", g_tok), AX_OK);
   ax_node_stats_get(g_drv, &after);
   assert_true(after.auth_refused > before.auth_refused);
-  assert_alive("w1");
-}
-
-/* A holder of the token that is not a member (the world is full) says hello
- * with its own addresses: the driver keeps no address from the hello, so
- * nothing it does dials there; a call to that name fails at once. */
-static void test_hello_address_not_dialled(void **state) {
-  assert_int_not_equal(stranger_join("latecomer", g_tok), AX_OK);
-  char ctl[128] = "x", bulk[128] = "x";
-  if (ax_rpc_debug_peer_addrs(g_drv, "latecomer", ctl, sizeof ctl, bulk,
-                              sizeof bulk) == AX_OK) {
-    assert_string_equal(ctl, "");
-    assert_string_equal(bulk, "");
-  }
-  int64_t t0 = rt_now_ms();
-  ax_values *r = NULL;
-  ax_call_opts co = {.timeout_ms = 10000};
-  assert_int_not_equal(ax_rpc_sync(g_drv, "latecomer", "_axon.stats", NULL, &co, &r), AX_OK);
-  assert_true(rt_now_ms() - t0 < 5000);
-  ax_values_free(r);
   assert_alive("w1");
 }
 
@@ -307,7 +285,6 @@ int main(void) {
       cmocka_unit_test(test_members_work),
       cmocka_unit_test(test_stranger_cannot_join),
       cmocka_unit_test(test_name_of_a_member_refused),
-      cmocka_unit_test(test_hello_address_not_dialled),
       cmocka_unit_test(test_acceptor_must_prove),
       cmocka_unit_test(test_stranger_cannot_call_or_forge),
       cmocka_unit_test(test_zero_live),
