@@ -84,6 +84,7 @@ typedef struct axi_bulk {
   ax_node *node;
   int tls; /* every connection runs TLS (axi_bulk_tls_ops) */
   struct event_base *base;
+  struct event *stop_ev; /* activated by stop: ends the I/O loop */
   struct evconnlistener *listener;
   pthread_t thread;
   pthread_mutex_t mu, dial_mu;

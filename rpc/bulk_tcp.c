@@ -427,6 +427,14 @@ static void tcp_drop_peer(axi_transport *t, axi_peer *p) {
   pthread_mutex_unlock(&b->dial_mu);
 }
 
+/* The stop request, run on the I/O thread: a loopbreak from another thread
+ * before the loop started would be lost (event_base_loop clears the flag
+ * when it starts), an activated event is not. */
+static void on_stop(evutil_socket_t fd, short what, void *arg) {
+  (void)fd, (void)what;
+  event_base_loopbreak(((axi_bulk *)arg)->base);
+}
+
 static void *io_main(void *arg) {
   axi_bulk *b = arg;
   event_base_loop(b->base, EVLOOP_NO_EXIT_ON_EMPTY);
@@ -475,7 +483,10 @@ static int start_ops(const axi_transport_ops *ops, ax_node *n,
   getsockname(evconnlistener_get_fd(b->listener), (struct sockaddr *)&bound,
               &bl);
   snprintf(addr, len, "%s:%d", host, ntohs(bound.sin_port));
-  if (pthread_create(&b->thread, NULL, io_main, b)) {
+  b->stop_ev = event_new(b->base, -1, 0, on_stop, b);
+  if (!b->stop_ev || pthread_create(&b->thread, NULL, io_main, b)) {
+    if (b->stop_ev)
+      event_free(b->stop_ev);
     evconnlistener_free(b->listener);
     event_base_free(b->base);
     free(b);
@@ -501,7 +512,7 @@ static int tls_start(ax_node *n, const char *listen, const axi_rx *rx,
 static void tcp_stop(axi_transport *t, int64_t timeout_ms) {
   (void)timeout_ms; /* the I/O thread ends at once */
   axi_bulk *b = (axi_bulk *)t;
-  event_base_loopbreak(b->base);
+  event_active(b->stop_ev, EV_READ, 0); /* see on_stop */
   pthread_join(b->thread, NULL);
   evconnlistener_free(b->listener);
   for (bconn *c = b->conns, *nx; c; c = nx) {
@@ -512,6 +523,7 @@ static void tcp_stop(axi_transport *t, int64_t timeout_ms) {
   }
   for (axi_peer *p = b->node->peers; p; p = p->next)
     p->bulk_conn = NULL;
+  event_free(b->stop_ev);
   event_base_free(b->base);
 }
 
