@@ -298,7 +298,7 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
 
 /* Whether a reply to c has a way back now: the control connection it came
  * on, the caller's own control connection to us, or the caller's address
- * (from the membership: a hello's addresses are never used). */
+ * (from the membership or its hello). */
 static int can_answer(ax_node *n, const ax_call_ctx *c) {
   axi_peer *p = c->peer;
   if (!p || n->ctl->ops->alive(c->stream))
@@ -311,8 +311,8 @@ static int can_answer(ax_node *n, const ax_call_ctx *c) {
 
 /* Holds c if this node has not joined yet (see node-impl.h): every call
  * but the "_axon." built-ins, and those too when there is no way back to
- * the caller yet (a call over the data channel from a member whose
- * address this node learns only from the membership). */
+ * the caller yet (a call over the data channel from a peer whose address
+ * this node does not know yet). */
 static int hold_until_joined(ax_node *n, ax_call_ctx *c) {
   if (!strncmp(c->fn->name, "_axon.", 6) && can_answer(n, c))
     return 0;

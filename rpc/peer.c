@@ -85,9 +85,9 @@ int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via) {
     return ax_seterr(AX_EPEERDOWN, "%s: peer is down", AXI_PNAME(p));
   }
   /* The control connection carries hellos and heartbeats: it exists
-   * whichever way this message goes, once p is a member (its address comes
-   * from the membership). A peer known only from its hello is answered on
-   * the connection its request came on, never dialled. */
+   * whichever way this message goes, once p's address is known (from the
+   * membership or its hello). A peer without one is answered on the
+   * connection its request came on. */
   if (!p->out && p->addr) {
     int rc = ctl->connect(n->ctl, p);
     if (rc != AX_OK) {
