@@ -46,6 +46,11 @@ typedef struct bconn {
    * reads for EOF take mu. */
   int tls, handshaking;
   struct ssl_st *ssl;
+  /* Records go out through a write buffer (many per system call): bytes
+   * SSL_write took but whose records are still in that buffer are not yet
+   * reported as written, so the queue keeps them until they are out. */
+  int tls_buffered;
+  size_t tls_unacked;
   char cn[256];
   struct event *rev, *wev;
   pthread_mutex_t mu; /* guards the queue, writing and dead */

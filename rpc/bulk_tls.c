@@ -31,6 +31,7 @@
 
 #define TLS_COALESCE (16u << 10) /* one record's plaintext */
 #define TLS_WSTEP (1u << 20)     /* largest single SSL_write */
+#define TLS_WBUF (256u << 10)    /* records written out per system call */
 /* Reads above the read-ahead buffer's size (tensor data straight into its
  * storage) drain the socket; refills of that buffer return early. */
 #define TLS_BIG_READ (AXI_BULK_RBUF + 1)
@@ -96,37 +97,82 @@ static ssize_t tls_read(bconn *c, void *dst, size_t n) {
   return (ssize_t)got;
 }
 
-static ssize_t tls_writev(bconn *c, const struct iovec *iov, int n) {
-  if (!c->ssl || n <= 0)
+/* Puts a write buffer between the session and its socket, so records go
+ * out many per system call (on loopback each write also runs the
+ * receiver's network stack and wakes it: per 16 KiB record that cost more
+ * than the encryption). */
+static int tls_buffer_writes(bconn *c) {
+  BIO *sock = SSL_get_wbio(c->ssl), *buf = BIO_new(BIO_f_buffer());
+  if (!buf || BIO_set_write_buffer_size(buf, TLS_WBUF) != 1 ||
+      BIO_up_ref(sock) != 1) {
+    BIO_free(buf);
     return -1;
+  }
+  BIO_push(buf, sock);
+  SSL_set0_wbio(c->ssl, buf); /* drops the session's own reference */
+  c->tls_buffered = 1;
+  return 0;
+}
+
+/* Writes out the write buffer: 1 when empty, 0 when the socket is full,
+ * -1 on error. */
+static int tls_flush(bconn *c) {
+  BIO *w = SSL_get_wbio(c->ssl);
+  if (BIO_wpending(w) == 0)
+    return 1;
+  if (BIO_flush(w) == 1)
+    return 1;
+  return BIO_should_retry(w) ? 0 : -1;
+}
+
+/* Encrypts the next bytes past those already taken but not yet out
+ * (c->tls_unacked) and reports bytes as written only once their records
+ * left the write buffer. */
+static ssize_t tls_writev(bconn *c, const struct iovec *iov, int n) {
+  if (!c->ssl || n <= 0 || (!c->tls_buffered && tls_buffer_writes(c)))
+    return -1;
+  size_t skip = c->tls_unacked;
+  int i = 0;
+  while (i < n && skip >= iov[i].iov_len)
+    skip -= iov[i++].iov_len;
   uint8_t buf[TLS_COALESCE];
-  const void *p;
-  size_t len;
-  if (iov[0].iov_len >= TLS_COALESCE) { /* large: straight from storage */
-    p = iov[0].iov_base;
-    len = iov[0].iov_len < TLS_WSTEP ? iov[0].iov_len : TLS_WSTEP;
+  const void *p = NULL;
+  size_t len = 0;
+  if (i < n && iov[i].iov_len - skip >= TLS_COALESCE) { /* large: in place */
+    p = (const uint8_t *)iov[i].iov_base + skip;
+    len = iov[i].iov_len - skip < TLS_WSTEP ? iov[i].iov_len - skip
+                                            : TLS_WSTEP;
   } else { /* small ones gathered into one record */
-    len = 0;
-    for (int i = 0; i < n && len < sizeof buf; i++) {
-      size_t k =
-          iov[i].iov_len < sizeof buf - len ? iov[i].iov_len : sizeof buf - len;
-      memcpy(buf + len, iov[i].iov_base, k);
+    for (; i < n && len < sizeof buf; i++, skip = 0) {
+      size_t k = iov[i].iov_len - skip;
+      k = k < sizeof buf - len ? k : sizeof buf - len;
+      memcpy(buf + len, (const uint8_t *)iov[i].iov_base + skip, k);
       len += k;
     }
     p = buf;
   }
-  for (;;) {
+  while (len > 0) {
     int w = SSL_write(c->ssl, p, (int)len);
-    if (w > 0)
-      return w;
+    if (w > 0) {
+      c->tls_unacked += (size_t)w;
+      break;
+    }
     int e = SSL_get_error(c->ssl, w);
     ERR_clear_error();
     if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ)
-      return 0;
+      return 0; /* retried with the same bytes, which the queue keeps */
     if (e == SSL_ERROR_SYSCALL && errno == EINTR)
       continue;
     return -1;
   }
+  int f = tls_flush(c);
+  if (f <= 0) {
+    ERR_clear_error();
+    return f;
+  }
+  ssize_t out = (ssize_t)c->tls_unacked;
+  c->tls_unacked = 0;
+  return out;
 }
 
 ssize_t axi_bulk_io_read(bconn *c, void *dst, size_t n) {
@@ -205,6 +251,15 @@ int axi_bulk_write_wait(int fd, struct ssl_st *ssl, const void *buf,
       return AX_EPEERDOWN;
     done += (size_t)w;
     if (done < len && w == 0 && !wait_for(fd, e, deadline_ms))
+      return AX_EPEERDOWN;
+  }
+  while (ssl) { /* a session with a write buffer (tls_buffer_writes) */
+    BIO *b = SSL_get_wbio(ssl);
+    if (BIO_wpending(b) == 0 || BIO_flush(b) == 1)
+      break;
+    ERR_clear_error();
+    if (!BIO_should_retry(b) ||
+        !wait_for(fd, SSL_ERROR_WANT_WRITE, deadline_ms))
       return AX_EPEERDOWN;
   }
   return AX_OK;
