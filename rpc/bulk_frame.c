@@ -329,7 +329,9 @@ int axi_bulk_recv(bconn *c) {
           return AX_EMALFORMED; /* closed before anything else is read */
         if (n->token_len && prove(c, theirs) != AX_OK)
           return AX_ECLOSED;
-        c->peer = axi_peer_get(n, name, addr, bulk);
+        /* Addresses come from the membership only (rpc/rendezvous.c): a
+         * hello names who is calling, never where this node dials. */
+        c->peer = axi_peer_get(n, name, NULL, NULL);
         if (!c->peer)
           return AX_ENOMEM;
         c->rstate = R_PREFIX;

@@ -296,25 +296,12 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
     enqueue(n, c);
 }
 
-/* Whether a reply to c has a way back now: the control connection it came
- * on, the caller's own control connection to us, or the caller's address
- * (from the membership or its hello). */
-static int can_answer(ax_node *n, const ax_call_ctx *c) {
-  axi_peer *p = c->peer;
-  if (!p || n->ctl->ops->alive(c->stream))
-    return 1;
-  pthread_mutex_lock(&p->mu);
-  int ok = p->addr || n->ctl->ops->alive(p->in);
-  pthread_mutex_unlock(&p->mu);
-  return ok;
-}
-
 /* Holds c if this node has not joined yet (see node-impl.h): every call
- * but the "_axon." built-ins, and those too when there is no way back to
- * the caller yet (a call over the data channel from a peer whose address
- * this node does not know yet). */
+ * but the "_axon." built-ins. A built-in's reply that has no way back yet
+ * (a call over the data channel from a member whose address only the
+ * membership gives) waits for that address (rpc/peer_early.c). */
 static int hold_until_joined(ax_node *n, ax_call_ctx *c) {
-  if (!strncmp(c->fn->name, "_axon.", 6) && can_answer(n, c))
+  if (!strncmp(c->fn->name, "_axon.", 6))
     return 0;
   pthread_mutex_lock(&n->mu);
   int hold = !n->joined;

@@ -342,10 +342,11 @@ static void on_one_frame(axi_stream *s, const uint8_t *p, size_t len) {
     return;
   }
   if (rc == AX_OK && m.kind == AXI_HELLO) {
-    /* A hello's addresses are kept for a peer not yet known: replies and
-     * protocol messages may go there before the membership arrives (see
-     * docs/SECURITY.md, "Addresses"). */
-    axi_peer *pe = axi_peer_get(n, m.node, m.addr, m.bulk_addr);
+    /* Addresses come from the membership only (rpc/rendezvous.c): a hello
+     * names who is calling, never where this node dials. Messages to a
+     * member this node cannot reach yet wait for the membership
+     * (rpc/peer_early.c; docs/SECURITY.md, "Addresses"). */
+    axi_peer *pe = axi_peer_get(n, m.node, NULL, NULL);
     if (pe && !s->client) {
       axi_stream_retain(s);
       pthread_mutex_lock(&pe->mu);

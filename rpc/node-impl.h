@@ -12,6 +12,7 @@
 #include "rpc/transport.h"
 
 typedef struct axi_peer axi_peer;
+typedef struct axi_early axi_early; /* a message waiting for an address */
 typedef struct axi_pcalls axi_pcalls; /* the pending-call table (pcall.c) */
 
 /* ---- peers ----------------------------------------------------------- */
@@ -31,6 +32,11 @@ struct axi_peer {
   /* Tensor bytes allocated for frames from this peer still being received
    * (atomic; bounded by ax_node_opts.max_inflight_bytes). */
   uint64_t rx_inflight;
+  /* Messages waiting for the peer's address from the membership
+   * (peer_early.c), in order; guarded by mu. */
+  axi_early *early;
+  int early_count, early_flushing;
+  size_t early_bytes;
   pthread_mutex_t mu;
   axi_peer *next;
 };
@@ -157,11 +163,28 @@ axi_peer *axi_peer_get(ax_node *n, const char *name, const char *addr,
 /* Declares p down if `s` is still its current stream (NULL: whatever the
  * stream), failing its pending calls with AX_EPEERDOWN. */
 void axi_peer_down(axi_peer *p, axi_stream *s, const char *why);
-/* Sends a message to p, opening its control connection if needed: over the
- * data transport once p's data address is known (only from bulk_threshold
- * tensor bytes with small_over_grpc), else over the control transport (on
- * `via`, a reply route or our own connection). */
+/* Sends a message to p: queued (peer_early.c) while p's address is not
+ * known and no connection leads back to it before this node applied the
+ * membership, or while earlier messages to p still wait; else routed at
+ * once (axi_peer_route). */
 int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via);
+/* Routes a message to p, opening its control connection if needed: over
+ * the data transport once p's data address is known (only from
+ * bulk_threshold tensor bytes with small_over_grpc), else over the control
+ * transport (on `via`, a reply route or our own connection). */
+int axi_peer_route(axi_peer *p, const axi_msg *m, axi_stream *via);
+
+/* peer_early.c: messages waiting for a peer's address (p->mu held for the
+ * _locked ones). Whether m must wait; queues a copy of m (AX_ETOOBIG past
+ * the bounds); sends what waits once p's address is known; drops what
+ * waited longer than ax_node_opts.timeout_ms; frees the queue (node
+ * destroy). */
+int axi_peer_early_wanted_locked(const axi_peer *p, const axi_msg *m,
+                                 axi_stream *via);
+int axi_peer_early_queue_locked(axi_peer *p, const axi_msg *m);
+void axi_peer_early_flush(axi_peer *p);
+void axi_peer_early_expire(axi_peer *p, int64_t now);
+void axi_peer_early_free(axi_peer *p);
 /* Resets a down peer so the next send reconnects (join retries only). */
 void axi_peer_reset(axi_peer *p);
 

@@ -252,6 +252,7 @@ void ax_node_destroy(ax_node *n) {
     free(p->alias);
     free(p->addr);
     free(p->bulk_addr);
+    axi_peer_early_free(p);
     pthread_mutex_destroy(&p->mu);
     free(p);
   }

@@ -77,6 +77,17 @@ void axi_peer_reset(axi_peer *p) {
 }
 
 int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via) {
+  pthread_mutex_lock(&p->mu);
+  if (p->state != AXI_PEER_DOWN && axi_peer_early_wanted_locked(p, m, via)) {
+    int rc = axi_peer_early_queue_locked(p, m);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return axi_peer_route(p, m, via);
+}
+
+int axi_peer_route(axi_peer *p, const axi_msg *m, axi_stream *via) {
   ax_node *n = p->node;
   const axi_transport_ops *ctl = n->ctl->ops;
   pthread_mutex_lock(&p->mu);
@@ -86,8 +97,17 @@ int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via) {
   }
   /* The control connection carries hellos and heartbeats: it exists
    * whichever way this message goes, once p's address is known (from the
-   * membership or its hello). A peer without one is answered on the
-   * connection its request came on. */
+   * membership, or the master's from --master; a hello's addresses are
+   * never used). A peer without one is answered on the connection its
+   * request came on. */
+  if (!p->out && !p->addr && !ctl->alive(via) &&
+      !(m->kind == AXI_RESPONSE && ctl->alive(p->in))) {
+    pthread_mutex_unlock(&p->mu);
+    return ax_seterr(AX_EPEERDOWN,
+                     "%s: not a member of this world (no address from the "
+                     "membership) and no connection from it",
+                     AXI_PNAME(p));
+  }
   if (!p->out && p->addr) {
     int rc = ctl->connect(n->ctl, p);
     if (rc != AX_OK) {
@@ -137,6 +157,7 @@ void *axi_timer_main(void *arg) {
     axi_calls_expire(n, now);
     axi_leave_tick(n, now);
     for (axi_peer *p = peers; p; p = p->next) {
+      axi_peer_early_expire(p, now);
       const char *why = NULL;
       int ping = 0;
       pthread_mutex_lock(&p->mu);

@@ -313,6 +313,12 @@ void axi_rendezvous_apply(ax_node *n, const ax_values *v) {
   pthread_mutex_unlock(&n->mu);
   free(old);
   axi_calls_joined(n);
+  /* What waited for an address leaves now, in order. */
+  pthread_mutex_lock(&n->mu);
+  axi_peer *peers = n->peers; /* peers are only ever prepended */
+  pthread_mutex_unlock(&n->mu);
+  for (axi_peer *p = peers; p; p = p->next)
+    axi_peer_early_flush(p);
 }
 
 int axi_is_master(ax_node *n) {

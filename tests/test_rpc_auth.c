@@ -115,6 +115,45 @@ static void test_name_of_a_member_refused(void **state) {
   assert_alive("w1");
 }
 
+/* A holder of the token that is not a member (the world is full) says
+ * hello with its own addresses, and stays up: the driver keeps no address
+ * from the hello, so a call to that name fails at once and nothing reaches
+ * the latecomer (addresses come only from the membership). Fails with a
+ * hello's addresses kept: the call then dials the latecomer. */
+static void test_hello_address_not_dialled(void **state) {
+  ax_node_opts o;
+  ax_node_opts_init(&o);
+  char master[64];
+  snprintf(master, sizeof master, "127.0.0.1:%d", g_port);
+  o.name = "latecomer";
+  o.master = master;
+  o.world_size = 0;
+  o.token_file = g_tok;
+  ax_node *s = NULL;
+  AX_ASSERT_OK(ax_node_create(&o, &s));
+  assert_int_not_equal(ax_node_join(s, 3000), AX_OK); /* the world is full */
+  char ctl[128] = "x", bulk[128] = "x";
+  if (ax_rpc_debug_peer_addrs(g_drv, "latecomer", ctl, sizeof ctl, bulk,
+                              sizeof bulk) == AX_OK) {
+    assert_string_equal(ctl, "");
+    assert_string_equal(bulk, "");
+  }
+  ax_node_stats before, after;
+  ax_node_stats_get(s, &before);
+  int64_t t0 = rt_now_ms();
+  ax_values *r = NULL;
+  ax_call_opts co = {.timeout_ms = 10000};
+  assert_int_not_equal(
+      ax_rpc_sync(g_drv, "latecomer", "_axon.stats", NULL, &co, &r), AX_OK);
+  fprintf(stderr, "call to the latecomer: %s\n", ax_errmsg());
+  assert_true(rt_now_ms() - t0 < 5000);
+  ax_values_free(r);
+  ax_node_stats_get(s, &after);
+  assert_int_equal(after.calls_in, before.calls_in);
+  ax_node_destroy(s);
+  assert_alive("w1");
+}
+
 /* A fake data-channel acceptor that does not hold the secret: it sends a
  * challenge, takes the hello, answers with garbage where its proof goes,
  * and then counts what else the dialler sends. */
@@ -285,6 +324,7 @@ int main(void) {
       cmocka_unit_test(test_members_work),
       cmocka_unit_test(test_stranger_cannot_join),
       cmocka_unit_test(test_name_of_a_member_refused),
+      cmocka_unit_test(test_hello_address_not_dialled),
       cmocka_unit_test(test_acceptor_must_prove),
       cmocka_unit_test(test_stranger_cannot_call_or_forge),
       cmocka_unit_test(test_zero_live),
