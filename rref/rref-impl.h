@@ -18,6 +18,9 @@
  * below the creator's high-water mark (a reordered create) and above it. */
 #define AXI_REORDER_GRACE_MS 1000
 #define AXI_PENDING_GRACE_MS 10000
+/* Most entries this node owns at once; a received payload naming one more
+ * (not yet known here) is refused beyond it (rref_codec.c). */
+#define AXI_OWNED_MAX (1L << 20)
 
 enum { AXI_OWN_PENDING = 0, AXI_OWN_READY = 1, AXI_OWN_ERROR = 2 };
 

@@ -43,6 +43,26 @@ static int ext_encode(void *obj, void **out, size_t *len) {
   return AX_OK;
 }
 
+/* A payload names its owner and its parent (the node that sent it). Once
+ * this node has the membership, both must be members (or this node): a
+ * payload naming strangers would queue protocol messages to nobody and
+ * leave records behind. Before the membership nothing is known to check. */
+static int check_names(axi_rctx *rc, const wire_rref *w, const char *from) {
+  if (ax_node_rank(rc->node) < 0)
+    return AX_OK;
+  const char *names[2] = {w->owner, w->parent};
+  for (int i = 0; i < 2; i++) {
+    int rank;
+    if (strcmp(names[i], rc->name) &&
+        ax_node_rank_of(rc->node, names[i], &rank) != AX_OK)
+      return ax_seterr(AX_EMALFORMED,
+                       "rref: a payload from %s names %s '%s', not a member "
+                       "of this world",
+                       from ? from : "?", i ? "parent" : "owner", names[i]);
+  }
+  return AX_OK;
+}
+
 static int ext_decode(const void *data, size_t len, const char *from,
                       void **obj) {
   axi_rctx *rc = axi_rctx_get();
@@ -55,10 +75,20 @@ static int ext_decode(const void *data, size_t len, const char *from,
   w.owner[AXI_NAME_MAX - 1] = w.parent[AXI_NAME_MAX - 1] = 0;
   if (w.type > AX_RREF_OBJECT)
     return ax_seterr(AX_EMALFORMED, "rref: bad type %u", w.type);
+  AX_TRY(check_names(rc, &w, from));
   ax_rref *r = NULL;
   pthread_mutex_lock(&rc->mu);
   if (!strcmp(w.owner, rc->name)) {
-    axi_owned *e = axi_owned_find(rc, w.id, 1);
+    axi_owned *e = axi_owned_find(rc, w.id, 0);
+    if (!e && rc->nowned >= AXI_OWNED_MAX) {
+      pthread_mutex_unlock(&rc->mu);
+      return ax_seterr(AX_ETOOBIG,
+                       "rref: %ld RRefs owned here already; a payload from "
+                       "%s naming another is refused",
+                       rc->nowned, from ? from : "?");
+    }
+    if (!e)
+      e = axi_owned_find(rc, w.id, 1);
     if (e) {
       if (e->state == AXI_OWN_PENDING)
         e->type = (int)w.type;
@@ -113,4 +143,3 @@ int ax_values_get_rref(const ax_values *v, size_t i, ax_rref **out) {
   *out = o;
   return AX_OK;
 }
-

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "rpc/value-impl.h"
 #include "tests/mp_testutil.h"
 
 #define NAGENTS 3
@@ -129,6 +130,40 @@ static void box_fetch_check(ax_rref *b, int64_t n, int64_t seed) {
   ax_values_free(args);
 }
 
+/* A payload as the RRef codec puts it on the wire (rref/rref_codec.c). */
+typedef struct wire {
+  uint64_t id, fork, parent_fork;
+  uint32_t type, pad;
+  char owner[64], parent[64];
+} wire;
+
+/* Payloads naming a node outside the world, as owner or as parent, are
+ * refused with an error naming it (they would queue protocol messages to
+ * nobody and leave records behind); one naming members decodes. */
+static void test_payload_naming_strangers(void **state) {
+  const ax_value_ext_ops *ops = axi_value_ext_ops(AX_VALUE_EXT_RREF);
+  assert_non_null(ops);
+  const char *cases[3][2] = {
+      {"stranger", "w1"}, {"w1", "stranger"}, {"w1", "w1"}};
+  for (int i = 0; i < 3; i++) {
+    wire w = {.id = ((uint64_t)7 << 48) | (900 + i), .fork = 77 + i,
+              .type = AX_RREF_VALUE};
+    snprintf(w.owner, sizeof w.owner, "%s", cases[i][0]);
+    snprintf(w.parent, sizeof w.parent, "%s", cases[i][1]);
+    void *obj = NULL;
+    int rc = ops->decode(&w, sizeof w, "w1", &obj);
+    if (i < 2) {
+      assert_int_equal(rc, AX_EMALFORMED);
+      assert_non_null(strstr(ax_errmsg(), "'stranger', not a member"));
+      assert_null(obj);
+    } else {
+      AX_ASSERT_OK(rc);
+      ops->release(obj); /* its fork is reported to w1, which drops it */
+    }
+  }
+  zero_all();
+}
+
 /* driver -> w2 -> w3 (-> w1, the owner) with the value owned by w1, in the
  * message order forced by `delays` (node, message, ms). */
 typedef struct delay {
@@ -218,6 +253,7 @@ int main(void) {
       cmocka_unit_test(test_creation_error_and_deadline),
       cmocka_unit_test(test_calls_through_rref),
       cmocka_unit_test(test_fork_trees),
+      cmocka_unit_test(test_payload_naming_strangers),
   };
   int failed = AX_TEST_MAIN(tests);
   for (int i = 0; i < NAGENTS; i++)
