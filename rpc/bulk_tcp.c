@@ -345,9 +345,9 @@ static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
                     axi_stream *via) {
   (void)via;
   axi_bulk *b = (axi_bulk *)t;
-  bframe *f = frame_of(t->node, m);
-  if (!f)
-    return ax_seterr(AX_ENOMEM, "bulk: no memory");
+  /* The frame is encoded only once a connection is up: encoding an RRef
+   * forks it, and a fork encoded for a frame that never leaves would stay
+   * without a holder until the sweep. */
   pthread_mutex_lock(&b->dial_mu); /* one dial per peer at a time */
   bconn *c = p->bulk_conn;
   if (!c || c->dead) {
@@ -376,7 +376,6 @@ static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
     if (rc != AX_OK) {
       pthread_mutex_unlock(&b->dial_mu);
       axi_bulk_frames_free(h);
-      axi_bulk_frames_free(f);
       return rc;
     }
     if (!b->node->token_len) /* with a token the hello went already */
@@ -390,10 +389,11 @@ static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
   pthread_mutex_lock(&c->mu);
   int dead = c->dead;
   pthread_mutex_unlock(&c->mu);
-  if (dead) {
-    axi_bulk_frames_free(f);
+  if (dead)
     return ax_seterr(AX_EPEERDOWN, "bulk: connection to %s lost", AXI_PNAME(p));
-  }
+  bframe *f = frame_of(t->node, m);
+  if (!f)
+    return ax_seterr(AX_ENOMEM, "bulk: no memory");
   axi_bulk_queue(c, f);
   return AX_OK;
 }
