@@ -2,6 +2,7 @@
 #
 # `cmake --install BUILD [--prefix P]` installs, from an already built tree:
 #   lib/libaxon.so.MAJOR.MINOR.PATCH (SONAME libaxon.so.MAJOR), its symlinks;
+#   lib/libaxon_cuda.so.MAJOR... (the CUDA backend, where it was built);
 #   bin/axon-agent, axon-run, axon-bench (RUNPATH $ORIGIN/../lib);
 #   include/axon/<same relative paths as in the source tree>/*.h (the public
 #     headers: not *-impl.h nor the internal ones listed below), so a program
@@ -11,7 +12,8 @@
 #   share/axon/launch/ (systemd unit, environment file, Slurm and mpirun
 #     examples) and lib/systemd/system/axon-agent.service.
 # `cpack -G DEB` (in BUILD) makes one package per component: libaxon0 (lib),
-# axon (agent and tools), libaxon-dev (headers, pkg-config, CMake files).
+# axon (agent and tools), libaxon-dev (headers, pkg-config, CMake files),
+# libaxon-cuda0 (the CUDA backend, where it was built).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -22,6 +24,13 @@ target_include_directories(axon INTERFACE
 install(TARGETS axon EXPORT axonTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT lib
     NAMELINK_COMPONENT dev)
+# The CUDA backend, loaded on demand from the same directory: its own
+# package (libaxon-cuda0), so CPU-only hosts need no CUDA library.
+if(TARGET axon_cuda)
+  install(TARGETS axon_cuda
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT cuda
+      NAMELINK_SKIP)
+endif()
 
 set(AX_PROGRAMS axon-agent axon-run axon-bench)
 foreach(p ${AX_PROGRAMS})
@@ -88,6 +97,9 @@ set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "axon distributed deep-learning runtime")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_COMPONENTS_ALL lib tools dev)
+if(TARGET axon_cuda)
+  list(APPEND CPACK_COMPONENTS_ALL cuda)
+endif()
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_STRIP_FILES ON)
 # Dependencies from dpkg-shlibdeps; the programs' own libaxon.so.0 is found
@@ -107,4 +119,10 @@ set(CPACK_DEBIAN_DEV_DESCRIPTION "axon development files\n Headers, axon.pc and 
 set(CPACK_DEBIAN_ENABLE_COMPONENT_DEPENDS ON)
 set(CPACK_COMPONENT_TOOLS_DEPENDS lib)
 set(CPACK_COMPONENT_DEV_DEPENDS lib)
+set(CPACK_COMPONENT_CUDA_DEPENDS lib)
+set(CPACK_DEBIAN_CUDA_PACKAGE_NAME libaxon-cuda${PROJECT_VERSION_MAJOR})
+set(CPACK_DEBIAN_CUDA_DESCRIPTION "axon CUDA backend\n libaxon_cuda.so: the CUDA kernels (cuBLAS, cuDNN), loaded by libaxon when a CUDA device is first used. Needs the CUDA toolkit's libraries (libcudart, libcublas, libcudnn), which are not Debian packages here.")
+# The CUDA libraries come from the toolkit under /usr/local/cuda, not from
+# packages: no shlibs dependency can name them.
+set(CPACK_DEBIAN_CUDA_PACKAGE_SHLIBDEPS OFF)
 include(CPack)

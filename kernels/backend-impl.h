@@ -244,9 +244,21 @@ static inline float ax_dropout_uniform(uint64_t seed, uint64_t i) {
 
 /* Backend constructors, called by ax_backend_get. */
 int axi_cpu_backend_init(ax_backend *be);
-/* Defined by kernels/cuda/ when built with nvcc, else by a stub. */
+/* The CUDA backend, loaded on demand (kernels/cuda_loader.c): these
+ * forward to libaxon_cuda.so's axi_cudalib_* entry points (kernels/cuda/),
+ * or fail with AX_ENODEV and the loader's message (device count 0) when it
+ * cannot be loaded. */
 int axi_cuda_backend_init(ax_backend *be, int ordinal);
 int axi_cuda_device_count(void);
+/* Why the CUDA backend cannot be loaded; NULL once it is (loads it). */
+const char *axi_cuda_load_error(void);
+/* A symbol of the loaded CUDA backend (tests: its statistics), or NULL. */
+void *axi_cuda_sym(const char *name);
+/* The entry points libaxon_cuda.so exports (kernels/cuda/). */
+int axi_cudalib_backend_init(ax_backend *be, int ordinal);
+int axi_cudalib_device_count(void);
+int axi_cudalib_bench_cublas(int ordinal, int n, int iters, int tf32,
+                             double *seconds);
 /* Reference timing for `axon-bench gemm` (kernels/cuda/cuda_bench.cu): on
  * device `ordinal`, fills three n x n f32 matrices with random values, runs
  * 3 untimed cublasSgemm C = A B (beta 0) on its own cuBLAS handle and
@@ -254,7 +266,7 @@ int axi_cuda_device_count(void);
  * seconds per product to *seconds. tf32 != 0 selects
  * CUBLAS_TF32_TENSOR_OP_MATH, else CUBLAS_DEFAULT_MATH (plain FP32). Frees
  * everything it made before returning. AX_OK; AX_EINVAL (n or iters < 1),
- * AX_ENODEV (no such device, or built without CUDA: the stub), AX_ENOMEM,
+ * AX_ENODEV (no such device, or no CUDA backend to load), AX_ENOMEM,
  * AX_ECUDA or AX_ECUBLAS with the library's message. */
 int axi_cuda_bench_cublas(int ordinal, int n, int iters, int tf32,
                           double *seconds);

@@ -53,9 +53,12 @@ int ax_device_check(ax_device d) {
   if (d.type != AX_DEV_CUDA || d.index < 0)
     return ax_seterr(AX_ENODEV, "device: unknown device type %d", (int)d.type);
   int n = ax_cuda_device_count();
+  const char *why = n ? NULL : axi_cuda_load_error();
   if (d.index >= n)
-    return ax_seterr(AX_ENODEV, "%s: no such device (%d CUDA device%s here)",
-                     ax_device_str(d, b, sizeof b), n, n == 1 ? "" : "s");
+    return ax_seterr(AX_ENODEV, "%s: no such device (%d CUDA device%s here%s%s)",
+                     ax_device_str(d, b, sizeof b), n, n == 1 ? "" : "s",
+                     why ? "; the CUDA backend cannot be loaded: " : "",
+                     why ? why : "");
   return AX_OK;
 }
 

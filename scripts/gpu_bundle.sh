@@ -51,8 +51,8 @@ done
 [[ -f $build/libaxon.so ]] || die "$build/libaxon.so is missing"
 mapfile -t tests < <(find "$build/tests" -maxdepth 1 -type f -name 'test_cuda_*' -perm -u+x | sort)
 ((${#tests[@]} > 0)) || die "no test_cuda_* programs in $build/tests"
-ldd "$build/libaxon.so" | grep -q 'libcudart\.so' ||
-  die "$build/libaxon.so has no CUDA backend (configure where nvcc and cuDNN are found)"
+[[ -f $build/libaxon_cuda.so ]] ||
+  die "$build/libaxon_cuda.so (the CUDA backend) is missing (configure where nvcc and cuDNN are found)"
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
@@ -62,12 +62,16 @@ for t in "${tests[@]}"; do cp "$t" "$out/bin/"; done
 soname=$(objdump -p "$build/libaxon.so" | awk '/SONAME/ {print $2}')
 soname=${soname:-libaxon.so}
 cp -L "$build/libaxon.so" "$out/lib/$soname"
+# The CUDA backend, which libaxon loads from its own directory on demand.
+cuda_soname=$(objdump -p "$build/libaxon_cuda.so" | awk '/SONAME/ {print $2}')
+cuda_soname=${cuda_soname:-libaxon_cuda.so}
+cp -L "$build/libaxon_cuda.so" "$out/lib/$cuda_soname"
 
 # Every library ldd resolves for the programs and libaxon (ldd lists the
 # whole closure), minus what the host provides.
 declare -A packed=()
 missing=()
-for elf in "$out"/bin/* "$out/lib/$soname"; do
+for elf in "$out"/bin/* "$out/lib/$soname" "$out/lib/$cuda_soname"; do
   while read -r name arrow path _; do
     [[ $arrow == "=>" ]] || continue
     [[ $name == libaxon.so* ]] && continue
@@ -111,7 +115,7 @@ cudnn_ver=$(awk '/define CUDNN_(MAJOR|MINOR|PATCHLEVEL) /{v = v (v ? "." : "") $
   echo "# from $build (git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'))"
   echo "# built against CUDA ${cuda_ver:-?}, cuDNN ${cudnn_ver:-?}; RUNPATH $runpath"
   echo "# needs on the GPU host: glibc >= $need_glibc, libstdc++ with GLIBCXX_$need_glibcxx, and:"
-  for elf in "$out"/bin/* "$out/lib/$soname"; do ldd "$elf"; done |
+  for elf in "$out"/bin/* "$out/lib/$soname" "$out/lib/$cuda_soname"; do ldd "$elf"; done |
     awk '{print $1}' | sort -u | while read -r n; do
       case "$n" in libcud* | libcublas* | libnvrtc* | libnvJitLink*) echo "#   $n" ;; esac
     done

@@ -12,10 +12,12 @@
 #include "harness.h"
 #include "kernels/backend-impl.h"
 
-/* Internal to the CUDA backend (kernels/cuda/cuda_alloc.cu); weak so that
- * this program links when axon was built without CUDA (it then skips). */
-void axi_cuda_alloc_stats(ax_backend *be, size_t *in_use, size_t *cached,
-                          long *mallocs) __attribute__((weak));
+/* Internal to the CUDA backend (kernels/cuda/cuda_alloc.cu), which libaxon
+ * loads on demand: found through the loader (NULL without it). */
+typedef void (*alloc_stats_fn)(ax_backend *be, size_t *in_use, size_t *cached,
+                               long *mallocs);
+#define axi_cuda_alloc_stats                                                   \
+  ((alloc_stats_fn)axi_cuda_sym("axi_cuda_alloc_stats"))
 
 /* ---- gemm ---------------------------------------------------------------- */
 

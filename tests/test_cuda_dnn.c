@@ -25,10 +25,9 @@
 #include "harness.h"
 #include "kernels/backend-impl.h"
 
-/* Defined by kernels/cuda/cuda_dnn.cu; weak so that this program also links
- * when axon is built without CUDA (it then exits 77 before any test). */
-extern int axi_cuda_dnn_stats(ax_backend *be, int64_t *selects, int64_t *hits)
-    __attribute__((weak));
+/* Defined by kernels/cuda/cuda_dnn.cu, inside the CUDA backend that libaxon
+ * loads on demand: found through the loader (NULL without it). */
+typedef int (*dnn_stats_fn)(ax_backend *be, int64_t *selects, int64_t *hits);
 
 static float *nans(size_t n) {
   float *v = malloc(n * sizeof(float) + 4);
@@ -95,6 +94,8 @@ static void conv_odd_shapes(void **state) {
 /* The first call of each direction on a new shape selects an algorithm;
  * later calls reuse it. */
 static void conv_algo_cache(void **state) {
+  dnn_stats_fn axi_cuda_dnn_stats =
+      (dnn_stats_fn)axi_cuda_sym("axi_cuda_dnn_stats");
   if (!axi_cuda_dnn_stats)
     skip();
   int64_t s0, h0, s1, h1, s2, h2;

@@ -72,15 +72,15 @@ static int cuda_fill(ax_backend *be, float *x, size_t n, float v) {
   return AX_OK;
 }
 
-extern "C" int axi_cuda_device_count(void) {
+extern "C" int axi_cudalib_device_count(void) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess)
     return 0;
   return n;
 }
 
-extern "C" int axi_cuda_backend_init(ax_backend *be, int ordinal) {
-  int n = axi_cuda_device_count();
+extern "C" int axi_cudalib_backend_init(ax_backend *be, int ordinal) {
+  int n = axi_cudalib_device_count();
   if (ordinal >= n)
     return ax_seterr(AX_ENODEV, "cuda:%d: %d CUDA device(s) present", ordinal,
                      n);

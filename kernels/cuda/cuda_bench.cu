@@ -115,7 +115,7 @@ static int bench_run(bench_res *r, int n, int iters, int tf32,
   return AX_OK;
 }
 
-extern "C" int axi_cuda_bench_cublas(int ordinal, int n, int iters, int tf32,
+extern "C" int axi_cudalib_bench_cublas(int ordinal, int n, int iters, int tf32,
                                      double *seconds) {
   if (n < 1 || iters < 1 || !seconds)
     return ax_seterr(AX_EINVAL,

@@ -35,7 +35,7 @@ static inline cudaStream_t axi_cuda_stream(ax_backend *be) {
 }
 
 /* Each op family fills its entries of the vtable; called once by
- * axi_cuda_backend_init. One .cu/.cuh pair per family. */
+ * axi_cudalib_backend_init. One .cu/.cuh pair per family. */
 void axi_cuda_ops_blas(ax_backend_i *i);    /* gemm, axpby, sum, bias */
 void axi_cuda_ops_elem(ax_backend_i *i);    /* activations, dropout, add_relu */
 void axi_cuda_ops_optim(ax_backend_i *i);   /* sgd_step, adamw_step */
