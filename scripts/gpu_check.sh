@@ -157,8 +157,9 @@ check_libs() {
       missing=1
     fi
   done
-  echo "axon-bench resolves its CUDA and C++ libraries to:"
-  ldd "$bundle/bin/axon-bench" | grep -E 'libcud|libcublas|libstdc|libgomp|libopenblas' | sed 's/^/    /' || true
+  echo "the CUDA backend (libaxon_cuda, loaded by libaxon on demand) and axon-bench resolve to:"
+  ldd "$bundle"/lib/libaxon_cuda.so.* "$bundle/bin/axon-bench" |
+    grep -E 'libcud|libcublas|libstdc|libgomp|libopenblas' | sort -u | sed 's/^/    /' || true
   # cuDNN 9 loads its engines with dlopen: ldd does not list them.
   for lib in libcudnn_graph.so.9 libcudnn_ops.so.9 libcudnn_cnn.so.9 \
     libcudnn_engines_precompiled.so.9 libcudnn_heuristic.so.9 libcuda.so.1; do
