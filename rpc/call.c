@@ -187,11 +187,15 @@ static void *worker_main(void *arg) {
   ax_node *n = arg;
   for (;;) {
     pthread_mutex_lock(&n->mu);
-    while (!n->q_head && !n->q_stop)
+    while (!n->q_head && !n->q_stop) {
+      n->idle_workers++;
       pthread_cond_wait(&n->q_cv, &n->mu);
+      n->idle_workers--;
+    }
     ax_call_ctx *c = n->q_head;
     if (c) {
       n->q_head = c->next;
+      n->q_len--;
       if (!n->q_head)
         n->q_tail = &n->q_head;
     }
@@ -202,12 +206,24 @@ static void *worker_main(void *arg) {
   }
 }
 
-static void enqueue(ax_node *n, ax_call_ctx *c) {
+/* Wakes a worker for the queued calls, starting another while more calls
+ * wait than workers are idle (n->mu held). An idle agent runs no worker;
+ * a busy one up to ax_node_opts.threads. */
+static void wake_locked(ax_node *n) {
+  if (n->q_len > n->idle_workers && n->nworkers < n->o.threads &&
+      !n->q_stop &&
+      pthread_create(&n->workers[n->nworkers], NULL, worker_main, n) == 0)
+    n->nworkers++;
+  pthread_cond_signal(&n->q_cv);
+}
+
+void axi_calls_enqueue(ax_node *n, ax_call_ctx *c) {
   c->next = NULL;
   pthread_mutex_lock(&n->mu);
   *n->q_tail = c;
   n->q_tail = &c->next;
-  pthread_cond_signal(&n->q_cv);
+  n->q_len++;
+  wake_locked(n);
   pthread_mutex_unlock(&n->mu);
 }
 
@@ -293,7 +309,7 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
   if (f->inline_)
     axi_call_run(c); /* on this transport thread: no hand-off */
   else
-    enqueue(n, c);
+    axi_calls_enqueue(n, c);
 }
 
 /* Holds c if this node has not joined yet (see node-impl.h): every call
@@ -322,8 +338,12 @@ void axi_calls_joined(ax_node *n) {
   if (n->held_head) { /* in arrival order, ahead of nothing newer */
     *n->q_tail = n->held_head;
     n->q_tail = n->held_tail;
+    for (ax_call_ctx *c = n->held_head; c; c = c->next)
+      n->q_len++;
     n->held_head = NULL;
     n->held_tail = &n->held_head;
+    for (int i = 0; i < n->o.threads && n->q_len > n->idle_workers; i++)
+      wake_locked(n);
     pthread_cond_broadcast(&n->q_cv);
   }
   pthread_mutex_unlock(&n->mu);
@@ -335,11 +355,11 @@ int axi_calls_start(ax_node *n) {
   n->workers = calloc(n->o.threads, sizeof(pthread_t));
   if (!n->workers)
     return ax_seterr(AX_ENOMEM, "node: no memory");
-  for (int i = 0; i < n->o.threads; i++) {
-    if (pthread_create(&n->workers[i], NULL, worker_main, n))
-      return ax_seterr(AX_ENOMEM, "node: cannot start worker threads");
-    n->nworkers++;
-  }
+  /* Workers start on demand (wake_locked); the first one now, so that a
+   * node that cannot start a thread fails here, visibly. */
+  if (pthread_create(&n->workers[0], NULL, worker_main, n))
+    return ax_seterr(AX_ENOMEM, "node: cannot start worker threads");
+  n->nworkers = 1;
   return AX_OK;
 }
 
@@ -364,6 +384,7 @@ void axi_calls_stop(ax_node *n) {
   ax_call_ctx *c = n->q_head;
   n->q_head = NULL;
   n->q_tail = &n->q_head;
+  n->q_len = 0;
   if (n->held_head) { /* never joined: the held calls too */
     *n->held_tail = c;
     c = n->held_head;

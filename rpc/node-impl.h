@@ -108,9 +108,10 @@ struct ax_node {
   /* master rendezvous state */
   struct axi_join *joins;
   axi_pcalls *pcalls; /* outgoing calls (pcall.c) */
-  /* workers */
+  /* workers: started on demand, up to o.threads (call.c), guarded by mu
+   * with the queue: q_len calls queued, idle_workers waiting for one */
   pthread_t *workers;
-  int nworkers;
+  int nworkers, idle_workers, q_len;
   ax_call_ctx *q_head, **q_tail;
   int q_stop;
   pthread_cond_t q_cv;
@@ -193,6 +194,9 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
                   int decode_rc);
 int axi_calls_start(ax_node *n);
 void axi_calls_stop(ax_node *n);
+/* Queues c for the workers, starting one more when every worker is busy
+ * and fewer than ax_node_opts.threads run. */
+void axi_calls_enqueue(ax_node *n, ax_call_ctx *c);
 /* Marks n joined and hands the calls held until then to the workers. */
 void axi_calls_joined(ax_node *n);
 /* Runs a call on the calling thread (an inline handler's call, from a

@@ -164,12 +164,7 @@ static int local_call(ax_node *n, const char *fn, const ax_values *args,
     axi_call_run(c);
     return AX_OK;
   }
-  c->next = NULL;
-  pthread_mutex_lock(&n->mu);
-  *n->q_tail = c;
-  n->q_tail = &c->next;
-  pthread_cond_signal(&n->q_cv);
-  pthread_mutex_unlock(&n->mu);
+  axi_calls_enqueue(n, c);
   return AX_OK;
 }
 
