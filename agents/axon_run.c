@@ -95,6 +95,11 @@ static void usage(FILE *f) {
 "                        DIR/ckpt-N) with the same command line; --steps\n"
 "                        and --epochs count from the start of the run\n"
 "  --loss-log FILE       'step loss' per step, every bit (appends on resume)\n"
+"  --spares a,b          spare agents: a lost stage agent is replaced by the\n"
+"                        next spare, every stage rolls back to the newest\n"
+"                        checkpoint and training goes on (needs\n"
+"                        --checkpoint-dir; with --local the spares are\n"
+"                        started too)\n"
 "\n"
 "  axon-run eval --checkpoint DIR|FILE [--eval-batch N] [--eval-limit N]\n"
 "                [--threads N] [--device DEV]: test accuracy in one process\n"
@@ -128,6 +133,8 @@ int main(int argc, char **argv) {
   pa.partition = "uniform";
   static const char *agent_list[AX_PIPE_MAX_STAGES];
   static char agent_buf[1024];
+  static const char *spare_list[AX_PIPE_MAX_STAGES];
+  static char spare_buf[1024];
   static const struct option opts[] = {
       {"model", 1, 0, 'm'},      {"model-config", 1, 0, 'M'},
       {"dataset", 1, 0, 'd'},    {"data-config", 1, 0, 'D'},
@@ -148,7 +155,7 @@ int main(int argc, char **argv) {
       {"emulate", 0, 0, 1011},   {"eval-every-epoch", 0, 0, 1012},
       {"checkpoint-dir", 1, 0, 1020}, {"checkpoint-every", 1, 0, 1021},
       {"resume", 1, 0, 1022},    {"loss-log", 1, 0, 1023},
-      {"checkpoint-to", 1, 0, 1024},
+      {"checkpoint-to", 1, 0, 1024}, {"spares", 1, 0, 1040},
       {"listen", 1, 0, 1030},    {"tls-ca", 1, 0, 1031},
       {"tls-cert", 1, 0, 1032},  {"tls-key", 1, 0, 1033},
       {"insecure", 0, 0, 1034},
@@ -267,6 +274,22 @@ int main(int argc, char **argv) {
       }
       pa.ckpt_to_coord = !strcmp(optarg, "coordinator");
       break;
+    case 1040: {
+      snprintf(spare_buf, sizeof spare_buf, "%s", optarg);
+      int k = 0;
+      for (char *sv, *tok = strtok_r(spare_buf, ",", &sv); tok;
+           tok = strtok_r(NULL, ",", &sv)) {
+        if (k == AX_PIPE_MAX_STAGES || strlen(tok) > 24) {
+          fprintf(stderr, "axon-run: --spares: at most %d names of at most "
+                  "24 characters\n", AX_PIPE_MAX_STAGES);
+          return 2;
+        }
+        spare_list[k++] = tok;
+      }
+      pa.spares = spare_list;
+      pa.nspares = k;
+      break;
+    }
     default: usage(stderr); return 2;
     }
   }
@@ -303,6 +326,12 @@ int main(int argc, char **argv) {
   }
   if (pa.ckpt_every && !pa.ckpt_dir) {
     fprintf(stderr, "axon-run: --checkpoint-every needs --checkpoint-dir\n");
+    return 2;
+  }
+  if (pa.nspares && (!pa.ckpt_dir || !pipe || pa.emulate)) {
+    fprintf(stderr, "axon-run: --spares needs pipeline training over agents "
+            "with --checkpoint-dir (a lost stage rolls back to the newest "
+            "checkpoint)\n");
     return 2;
   }
   if (pipe) {

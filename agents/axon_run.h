@@ -35,6 +35,10 @@ typedef struct axr_pipe_args {
   const char *ckpt_dir, *resume, *loss_log;
   long ckpt_every;
   int ckpt_to_coord; /* --checkpoint-to coordinator */
+  /* --spares: agents that replace lost stage agents, in order (with
+   * --local, started too). */
+  const char *const *spares;
+  int nspares;
 } axr_pipe_args;
 
 /* The training batches as axon_run_pipe.c feeds them: batch and step are
@@ -51,6 +55,10 @@ typedef struct axr_feed {
   int (*segment)(void *user, long done);
   long every; /* also end a call at the multiples of this (0: none), e.g.
                  the epochs of --eval-every-epoch */
+  /* After a failed training call: if a stage agent was lost and a spare
+   * is left, builds the pipeline anew with the spare in its place (*p
+   * replaced) and returns AX_OK; else returns the failure (may be NULL). */
+  int (*rebuild)(void *user, int failure, ax_pipe **p);
 } axr_feed;
 
 /* Trains steps [start, total) of the run (axon_run_ckpt.c): from 0, or
@@ -59,7 +67,7 @@ typedef struct axr_feed {
  * after the last step, and at the multiples of feed->every; writes
  * --loss-log. *seconds: training time without
  * the checkpoints, *ckpt_s: the checkpoints' time. */
-int axr_train(const axr_pipe_args *a, ax_pipe *p, long total,
+int axr_train(const axr_pipe_args *a, ax_pipe **p, long total,
               const axr_feed *feed, long *start, double *seconds,
               double *ckpt_s);
 /* `axon-run eval` and `axon-run export` (axon_run_use.c): exit status. */
@@ -70,12 +78,12 @@ int axr_use_main(int argc, char **argv);
  * does (axon_run_check.c). */
 int axr_check_configs(const ax_train_opts *o);
 
-/* Starts K agents named stage0.. joining 127.0.0.1:port with `threads`
+/* Starts K agents named names[0..K) joining 127.0.0.1:port with `threads`
  * handler threads, each loading the plugins; pids[s] receives their pids.
  * AXON_PIN_AGENTS pins agent s to a core (axon_run_local.c). 0, or -1 with
  * a message on stderr. */
-int axr_spawn_local(int K, int port, int threads, const char *const *plugins,
-                    int nplugins, pid_t *pids);
+int axr_spawn_local(int K, const char *const *names, int port, int threads,
+                    const char *const *plugins, int nplugins, pid_t *pids);
 /* Reserves a loopback port (a bound socket kept open in *fd; close it once
  * the node listens). The port, or -1. */
 int axr_reserve_port(int *fd);

@@ -48,6 +48,7 @@ static int same_config(const char *dir, const char *saved, const char *now) {
 typedef struct wrap { /* ax_pipe_train's callbacks around the feed's */
   const axr_feed *feed;
   FILE *loss_log;
+  long done; /* steps of the run completed (the last step's index + 1) */
 } wrap;
 
 static int w_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
@@ -59,14 +60,19 @@ static void w_step(void *user, const ax_pipe_step_info *s) {
   wrap *w = user;
   if (w->loss_log) /* every bit of the loss, to compare runs */
     fprintf(w->loss_log, "%ld %.17g\n", s->batch, s->loss);
+  w->done = s->batch + 1;
+  if (w->loss_log) /* whole lines, so a watcher sees each step */
+    fflush(w->loss_log);
   w->feed->step(w->feed->user, s);
 }
 
-static int resume(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
-                  long *start) {
+/* Loads the newest checkpoint at `path` (or that one) into p and moves the
+ * data there: *start is its step. */
+static int restore(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
+                   const char *path, const char *why, long *start) {
   char dir[1024], cfg[2048];
   ax_ckpt_info info;
-  AX_TRY(ax_ckpt_find(a->resume, dir, sizeof dir));
+  AX_TRY(ax_ckpt_find(path, dir, sizeof dir));
   run_config(a, cfg, sizeof cfg);
   int err = ax_ckpt_read_info(dir, &info);
   if (err == AX_OK)
@@ -88,12 +94,40 @@ static int resume(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
   AX_TRY(feed->seek(feed->user, info.step, 1, &e, &b));
   if (e != info.data_epoch || b != info.data_batch)
     return ax_seterr(AX_EINVAL,
-                     "--resume %s: step %ld is batch %ld of "
+                     "%s %s: step %ld is batch %ld of "
                      "epoch %ld here, batch %ld of epoch %ld in the "
                      "checkpoint's run",
-                     dir, info.step, b, e, info.data_batch, info.data_epoch);
-  fprintf(stderr, "axon-run: resumed from %s at step %ld\n", dir, info.step);
+                     why, dir, info.step, b, e, info.data_batch,
+                     info.data_epoch);
+  fprintf(stderr, "axon-run: %s from %s at step %ld\n",
+          strcmp(why, "--resume") ? "rolled back" : "resumed", dir,
+          info.step);
   *start = info.step;
+  return AX_OK;
+}
+
+/* A stage agent was lost during the training call that had reached step
+ * `reached`: the pipeline is rebuilt on a spare (feed->rebuild) and rolls
+ * back to the newest checkpoint of --checkpoint-dir, or to the run's start
+ * when none was written yet. *t: the step training goes on from. */
+static int recover(const axr_pipe_args *a, ax_pipe **p, const axr_feed *feed,
+                   int failure, long first, long reached, long *t) {
+  if (!feed->rebuild || !a->nspares)
+    return failure;
+  double t0 = ax_now();
+  AX_TRY(feed->rebuild(feed->user, failure, p));
+  char dir[1024];
+  if (ax_ckpt_find(a->ckpt_dir, dir, sizeof dir) == AX_OK) {
+    AX_TRY(restore(a, *p, feed, a->ckpt_dir, "--spares", t));
+  } else if (a->resume) {
+    AX_TRY(restore(a, *p, feed, a->resume, "--spares", t));
+  } else { /* no checkpoint yet: the new pipeline is the run's start */
+    *t = first;
+    AX_TRY(feed->seek(feed->user, first, 1, &(long){0}, &(long){0}));
+  }
+  fprintf(stderr, "axon-run: recovered in %.2f s; back at step %ld, %ld "
+          "step(s) lost\n", ax_now() - t0, *t,
+          reached > *t ? reached - *t : 0);
   return AX_OK;
 }
 
@@ -115,14 +149,14 @@ static int save(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
                             a->ckpt_to_coord ? AX_CKPT_TO_COORDINATOR : 0);
 }
 
-int axr_train(const axr_pipe_args *a, ax_pipe *p, long total,
+int axr_train(const axr_pipe_args *a, ax_pipe **pp, long total,
               const axr_feed *feed, long *start, double *seconds,
               double *ckpt_s) {
-  wrap w = {feed, NULL};
+  wrap w = {feed, NULL, 0};
   *start = 0;
   *seconds = *ckpt_s = 0;
   if (a->resume)
-    AX_TRY(resume(a, p, feed, start));
+    AX_TRY(restore(a, *pp, feed, a->resume, "--resume", start));
   else
     AX_TRY(feed->seek(feed->user, 0, 1, &(long){0}, &(long){0}));
   if (*start >= total)
@@ -141,8 +175,12 @@ int axr_train(const axr_pipe_args *a, ax_pipe *p, long total,
       end = (t / E + 1) * E;
     end = end < total ? end : total;
     double t0 = ax_now();
-    err = ax_pipe_train(p, end - t, w_batch, w_step, &w);
+    err = ax_pipe_train(*pp, end - t, w_batch, w_step, &w);
     *seconds += ax_now() - t0;
+    if (err != AX_OK) { /* a lost stage agent, with a spare left? */
+      err = recover(a, pp, feed, err, *start, w.done > t ? w.done : t, &t);
+      continue;
+    }
     t = end;
     if (w.loss_log)
       fflush(w.loss_log);
@@ -151,8 +189,10 @@ int axr_train(const axr_pipe_args *a, ax_pipe *p, long total,
     if (err == AX_OK && a->ckpt_dir &&
         (N ? t % N == 0 || t == total : t == total)) {
       t0 = ax_now();
-      err = save(a, p, feed, t);
+      err = save(a, *pp, feed, t);
       *ckpt_s += ax_now() - t0;
+      if (err != AX_OK) /* lost while saving: the previous one is whole */
+        err = recover(a, pp, feed, err, *start, t, &t);
     }
   }
   if (w.loss_log)

@@ -48,10 +48,10 @@ static void pin_child(int s) {
             cores[s % n], strerror(errno));
 }
 
-/* Starts K agents named stage0.. joining 127.0.0.1:port, each loading
+/* Starts K agents named names[0..K) joining 127.0.0.1:port, each loading
  * the plugins. */
-int axr_spawn_local(int K, int port, int threads, const char *const *plugins,
-                    int nplugins, pid_t *pids) {
+int axr_spawn_local(int K, const char *const *names, int port, int threads,
+                    const char *const *plugins, int nplugins, pid_t *pids) {
   char exe[4096], path[4200], master[64], th[16];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   exe[n > 0 ? n : 0] = 0;
@@ -65,8 +65,7 @@ int axr_spawn_local(int K, int port, int threads, const char *const *plugins,
   if (ax_local_token() != 0) /* the local world authenticates */
     return -1;
   for (int s = 0; s < K; s++) {
-    char name[32];
-    snprintf(name, sizeof name, "stage%d", s);
+    const char *name = names[s];
     pids[s] = fork();
     if (pids[s] == 0) {
       pin_child(s);

@@ -45,6 +45,13 @@ typedef struct feed { /* the training batches, epoch after epoch */
   long total;           /* the run's last step */
   double train_s;       /* the calls' own seconds */
   uint64_t coord_bytes; /* the calls' coordinator bytes */
+  long first;           /* the run's first step here (-1 until seeked) */
+  /* --spares (feed_rebuild): the node, the pipeline's options with their
+   * own copy of the agents, the next spare */
+  ax_node *node;
+  ax_pipe_opts *o;
+  const char **cur;
+  int next_spare;
 } feed;
 
 static int feed_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
@@ -80,6 +87,14 @@ static int feed_seek(void *user, long step, int apply, long *epoch,
   *in_epoch = step % per;
   if (!apply)
     return AX_OK;
+  /* A seek back (a lost stage rolled back to a checkpoint) forgets the
+   * steps after it: they run again. */
+  if (f->first < 0)
+    f->first = step;
+  f->steps = step - f->first > 0 ? step - f->first : 0;
+  f->loss_sum = 0;
+  for (long i = 0; i < f->steps; i++)
+    f->loss_sum += f->loss[i];
   f->epoch = (int)*epoch;
   ax_loader_start(f->ld, f->epoch);
   for (long i = 0; i < *in_epoch; i++) {
@@ -89,6 +104,39 @@ static int feed_seek(void *user, long step, int apply, long *epoch,
     ax_tlist_clear(&lab);
     AX_TRY(rc);
   }
+  return AX_OK;
+}
+
+/* After a failed training call: the stage agent that is down (peer-down
+ * comes within the node's peer timeout of a hang; at once for a killed
+ * process), replaced by the next spare in a pipeline built anew. */
+static int feed_rebuild(void *user, int failure, ax_pipe **p) {
+  feed *f = user;
+  const axr_pipe_args *a = f->a;
+  char why[768];
+  snprintf(why, sizeof why, "%s", ax_errmsg());
+  if (!f->node || f->next_spare >= a->nspares)
+    return ax_seterr(failure, "%s", why);
+  int lost = -1;
+  double until = ax_now() + 5.0;
+  while (lost < 0 && ax_now() < until) {
+    for (int k = 0; k < a->K && lost < 0; k++)
+      if (ax_node_peer_is_down(f->node, f->cur[k]))
+        lost = k;
+    if (lost < 0)
+      usleep(50 * 1000);
+  }
+  if (lost < 0) /* no stage agent is down: not a lost stage */
+    return ax_seterr(failure, "%s", why);
+  const char *spare = a->spares[f->next_spare++];
+  fprintf(stderr, "axon-run: stage agent %s lost (%s); rebuilding the "
+          "pipeline with spare %s\n", f->cur[lost], why, spare);
+  ax_pipe_free(*p);
+  *p = f->p = NULL;
+  f->cur[lost] = spare;
+  ax_pipe *np = NULL;
+  AX_TRY(ax_pipe_new(f->node, f->o, &np));
+  *p = f->p = np;
   return AX_OK;
 }
 
@@ -262,10 +310,17 @@ static int run(const axr_pipe_args *a, ax_node *node) {
             ax_partition_format(bounds, axr_stages(a), sb, sizeof sb),
             ax_pipe_units(a->mode, a->M), a->batch);
   ax_pipe *p = NULL;
-  ax_pipe_opts o = {a->model, a->model_config, a->K, a->agents, bounds,
+  const char *cur[AX_PIPE_MAX_STAGES]; /* spares may replace lost ones */
+  for (int k = 0; k < a->K && k < AX_PIPE_MAX_STAGES; k++)
+    cur[k] = a->agents[k];
+  ax_pipe_opts o = {a->model, a->model_config, a->K, cur, bounds,
                     a->mode, a->M, a->recompute, a->optim, a->seed, a->device,
                     120000, NULL, a->chunks, a->staleness, a->stale_gamma,
                     a->stale_warmup};
+  f.first = -1;
+  f.node = node;
+  f.o = &o;
+  f.cur = cur;
   if (rc == AX_OK)
     rc = ax_pipe_new(node, &o, &p);
   long per_epoch = f.ld ? ax_loader_batches(f.ld) : 0;
@@ -288,11 +343,12 @@ static int run(const axr_pipe_args *a, ax_node *node) {
   f.total = total;
   if (rc == AX_OK) {
     axr_feed fd = {feed_batch, feed_step, feed_seek, &f, feed_segment,
-                   a->epoch_eval ? per_epoch : 0};
+                   a->epoch_eval ? per_epoch : 0, feed_rebuild};
     ax_progress_start(&f.bar, a->quiet ? NULL : stderr, total);
-    rc = axr_train(a, p, total, &fd, &start, &train_s, &ckpt_s);
+    rc = axr_train(a, &p, total, &fd, &start, &train_s, &ckpt_s);
     ax_progress_end(&f.bar);
-    ax_pipe_get_stats(p, &st);
+    if (p)
+      ax_pipe_get_stats(p, &st);
     st.seconds = train_s; /* every call's, not only the last one's */
     st.coord_bytes = f.coord_bytes;
     total -= start;
@@ -324,7 +380,7 @@ static int run(const axr_pipe_args *a, ax_node *node) {
     printf("stages:");
     for (int s = 0; s < axr_stages(a); s++)
       printf(" [%d %s busy %.0f%% peak states %d versions %d state %.1f MB]",
-             s, a->agents[ax_pipe_stage_rank(a->mode, a->K, s)], 100 * st.busy_frac[s], st.peak_live[s],
+             s, cur[ax_pipe_stage_rank(a->mode, a->K, s)], 100 * st.busy_frac[s], st.peak_live[s],
              st.peak_versions[s], (double)st.peak_bytes[s] / 1e6);
     printf("\n");
     if (a->trace)
@@ -340,10 +396,10 @@ static int run(const axr_pipe_args *a, ax_node *node) {
 }
 
 int axr_pipe_main(axr_pipe_args *a) {
-  pid_t pids[AX_PIPE_MAX_STAGES] = {0};
+  pid_t pids[2 * AX_PIPE_MAX_STAGES] = {0};
   char names[AX_PIPE_MAX_STAGES][32];
-  const char *agents[AX_PIPE_MAX_STAGES];
-  int port = 0, reserved = -1;
+  const char *agents[2 * AX_PIPE_MAX_STAGES];
+  int port = 0, reserved = -1, nlocal = 0;
   char listen[64];
   if (a->local > 0) {
     a->K = a->local;
@@ -355,9 +411,12 @@ int axr_pipe_main(axr_pipe_args *a) {
       snprintf(names[s], sizeof names[s], "stage%d", s);
       agents[s] = names[s];
     }
+    for (int i = 0; i < a->nspares; i++) /* started too, after the stages */
+      agents[a->K + i] = a->spares[i];
+    nlocal = a->K + a->nspares;
     a->agents = agents;
-    if (axr_spawn_local(a->K, port, a->agent_threads, a->plugins, a->nplugins,
-                    pids) != 0) {
+    if (axr_spawn_local(nlocal, agents, port, a->agent_threads, a->plugins,
+                        a->nplugins, pids) != 0) {
       close(reserved);
       return 1;
     }
@@ -371,7 +430,7 @@ int axr_pipe_main(axr_pipe_args *a) {
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
     no.listen = listen;
     no.master = listen;
-    no.world_size = a->K + 1;
+    no.world_size = nlocal + 1;
     no.rank = 0;
   } else {
     no.master = a->master;
@@ -412,12 +471,12 @@ int axr_pipe_main(axr_pipe_args *a) {
   if (node) {
     /* The agents leave when told to (signals only as the fallback). */
     if (a->local > 0)
-      ax_local_end_world(node, a->K, pids, 10000, NULL, "axon-run");
+      ax_local_end_world(node, nlocal, pids, 10000, NULL, "axon-run");
     ax_node_shutdown(node, 5000);
     ax_dist_fini(node);
     ax_node_destroy(node);
   }
   if (a->local > 0)
-    ax_local_stop(a->K, pids, 10000, NULL);
+    ax_local_stop(nlocal, pids, 10000, NULL);
   return rc == AX_OK ? 0 : 1;
 }
