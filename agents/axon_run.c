@@ -95,6 +95,9 @@ static void usage(FILE *f) {
 "                        DIR/ckpt-N) with the same command line; --steps\n"
 "                        and --epochs count from the start of the run\n"
 "  --loss-log FILE       'step loss' per step, every bit (appends on resume)\n"
+"  --restarts N          up to N times, wait (60 s) for a lost stage agent to\n"
+"                        come back under its name (a restarted agent\n"
+"                        rejoins), then roll back as with --spares\n"
 "  --spares a,b          spare agents: a lost stage agent is replaced by the\n"
 "                        next spare, every stage rolls back to the newest\n"
 "                        checkpoint and training goes on (needs\n"
@@ -156,6 +159,7 @@ int main(int argc, char **argv) {
       {"checkpoint-dir", 1, 0, 1020}, {"checkpoint-every", 1, 0, 1021},
       {"resume", 1, 0, 1022},    {"loss-log", 1, 0, 1023},
       {"checkpoint-to", 1, 0, 1024}, {"spares", 1, 0, 1040},
+      {"restarts", 1, 0, 1041},
       {"listen", 1, 0, 1030},    {"tls-ca", 1, 0, 1031},
       {"tls-cert", 1, 0, 1032},  {"tls-key", 1, 0, 1033},
       {"insecure", 0, 0, 1034},
@@ -274,6 +278,7 @@ int main(int argc, char **argv) {
       }
       pa.ckpt_to_coord = !strcmp(optarg, "coordinator");
       break;
+    case 1041: ok = axc_i32(P, "--restarts", optarg, 0, 1000000, &pa.restarts); break;
     case 1040: {
       snprintf(spare_buf, sizeof spare_buf, "%s", optarg);
       int k = 0;
@@ -328,8 +333,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "axon-run: --checkpoint-every needs --checkpoint-dir\n");
     return 2;
   }
-  if (pa.nspares && (!pa.ckpt_dir || !pipe || pa.emulate)) {
-    fprintf(stderr, "axon-run: --spares needs pipeline training over agents "
+  if ((pa.nspares || pa.restarts) && (!pa.ckpt_dir || !pipe || pa.emulate)) {
+    fprintf(stderr, "axon-run: --spares and --restarts need pipeline training over agents "
             "with --checkpoint-dir (a lost stage rolls back to the newest "
             "checkpoint)\n");
     return 2;

@@ -39,6 +39,7 @@ typedef struct axr_pipe_args {
    * --local, started too). */
   const char *const *spares;
   int nspares;
+  int restarts; /* --restarts: lost agents waited for under their names */
 } axr_pipe_args;
 
 /* The training batches as axon_run_pipe.c feeds them: batch and step are

@@ -112,7 +112,7 @@ static int restore(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
  * when none was written yet. *t: the step training goes on from. */
 static int recover(const axr_pipe_args *a, ax_pipe **p, const axr_feed *feed,
                    int failure, long first, long reached, long *t) {
-  if (!feed->rebuild || !a->nspares)
+  if (!feed->rebuild || (!a->nspares && !a->restarts))
     return failure;
   double t0 = ax_now();
   AX_TRY(feed->rebuild(feed->user, failure, p));

@@ -51,7 +51,7 @@ typedef struct feed { /* the training batches, epoch after epoch */
   ax_node *node;
   ax_pipe_opts *o;
   const char **cur;
-  int next_spare;
+  int next_spare, restarts; /* spares used, restarts waited for */
 } feed;
 
 static int feed_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
@@ -115,7 +115,7 @@ static int feed_rebuild(void *user, int failure, ax_pipe **p) {
   const axr_pipe_args *a = f->a;
   char why[768];
   snprintf(why, sizeof why, "%s", ax_errmsg());
-  if (!f->node || f->next_spare >= a->nspares)
+  if (!f->node || (f->next_spare >= a->nspares && f->restarts >= a->restarts))
     return ax_seterr(failure, "%s", why);
   int lost = -1;
   double until = ax_now() + 5.0;
@@ -128,12 +128,27 @@ static int feed_rebuild(void *user, int failure, ax_pipe **p) {
   }
   if (lost < 0) /* no stage agent is down: not a lost stage */
     return ax_seterr(failure, "%s", why);
-  const char *spare = a->spares[f->next_spare++];
-  fprintf(stderr, "axon-run: stage agent %s lost (%s); rebuilding the "
-          "pipeline with spare %s\n", f->cur[lost], why, spare);
   ax_pipe_free(*p);
   *p = f->p = NULL;
-  f->cur[lost] = spare;
+  if (f->next_spare < a->nspares) {
+    const char *spare = a->spares[f->next_spare++];
+    fprintf(stderr, "axon-run: stage agent %s lost (%s); rebuilding the "
+            "pipeline with spare %s\n", f->cur[lost], why, spare);
+    f->cur[lost] = spare;
+  } else { /* --restarts: the same name, from a restarted agent */
+    f->restarts++;
+    fprintf(stderr, "axon-run: stage agent %s lost (%s); waiting up to 60 s "
+            "for it to rejoin (restart %d of %d)\n", f->cur[lost], why,
+            f->restarts, a->restarts);
+    double end = ax_now() + 60.0;
+    while (ax_node_peer_is_down(f->node, f->cur[lost]) && ax_now() < end)
+      usleep(50 * 1000);
+    if (ax_node_peer_is_down(f->node, f->cur[lost]))
+      return ax_seterr(failure, "%s (no replacement joined as %s within 60 s)",
+                       why, f->cur[lost]);
+    fprintf(stderr, "axon-run: %s rejoined; rebuilding the pipeline\n",
+            f->cur[lost]);
+  }
   ax_pipe *np = NULL;
   AX_TRY(ax_pipe_new(f->node, f->o, &np));
   *p = f->p = np;

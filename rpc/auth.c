@@ -88,8 +88,11 @@ int axi_auth_name_ok(ax_node *n, const char *name, const char *addr) {
   axi_peer *p = axi_peer_find(n, name);
   if (!p || !addr || !*addr)
     return 1;
+  /* A member that is down may say hello from new addresses: it can only
+   * rejoin (the master then hands out its new addresses); nothing is
+   * dialled from a hello. */
   pthread_mutex_lock(&p->mu);
-  int ok = !p->addr || !strcmp(p->addr, addr);
+  int ok = !p->addr || !strcmp(p->addr, addr) || p->state == AXI_PEER_DOWN;
   pthread_mutex_unlock(&p->mu);
   return ok;
 }

@@ -74,12 +74,30 @@ static int free_rank(const axi_join *j, int reserved, int skip) {
  * asked for none) gets it, and the earlier one moves to another free rank:
  * nobody learns a rank before the membership is complete. */
 static int add_member(axi_join *j, const char *name, int rank,
-                      const char *addr, const char *bulk, int reserved) {
+                      const char *addr, const char *bulk, int reserved,
+                      int down, int *rejoined) {
   for (int r = 0; r < j->cap; r++)
     if (j->name[r] && !strcmp(j->name[r], name)) {
-      if (strcmp(j->addr[r], addr))
+      if (!strcmp(j->addr[r], addr))
+        return r; /* a retried join */
+      /* A member that is down may come back (a restarted agent): once the
+       * membership is out, its name joins again from its new addresses,
+       * which every member then dials instead (the old ones, and so the
+       * old process, are refused from then on). */
+      if (j->count < j->world || !down)
         return -ax_seterr(AX_ESTATE, "join: name %s is taken", name);
-      return r; /* a retried join */
+      char *a = strdup(addr), *b = strdup(bulk);
+      if (!a || !b) {
+        free(a);
+        free(b);
+        return -AX_ENOMEM;
+      }
+      free(j->addr[r]);
+      free(j->bulk[r]);
+      j->addr[r] = a;
+      j->bulk[r] = b;
+      *rejoined = 1;
+      return r;
     }
   if (grow(j, j->world) != AX_OK)
     return -AX_ENOMEM;
@@ -126,6 +144,48 @@ static void finish_waiting(ax_node *n, ax_future **w, int nw,
   free(w);
 }
 
+static void push_done(ax_future *f, void *user) {
+  (void)user;
+  ax_future_release(f);
+}
+
+/* After a rejoin: every other member learns the new membership
+ * ("_axon.members"; a member that misses it learns nothing new and still
+ * refuses the old address only once it hears of the new one). */
+static void push_members(ax_node *n, const ax_values *members,
+                         const char *skip) {
+  int64_t world = 0;
+  ax_values_get_i64(members, 0, &world);
+  for (int64_t r = 0; r < world; r++) {
+    const char *name;
+    ax_future *f = NULL;
+    if (ax_values_get_str(members, (size_t)(2 + 3 * r), &name) != AX_OK ||
+        !*name || !strcmp(name, n->name) || !strcmp(name, skip) ||
+        ax_node_peer_is_down(n, name))
+      continue;
+    ax_call_opts o = {.timeout_ms = 10000};
+    if (ax_rpc_async(n, name, "_axon.members", members, &o, &f) == AX_OK &&
+        ax_future_on_done(f, push_done, NULL) != AX_OK)
+      ax_future_release(f);
+  }
+}
+
+/* A member applies the membership its master pushed after a rejoin; from
+ * anyone else it is refused. */
+static int members_handler(ax_call_ctx *ctx, const ax_values *args,
+                           ax_values *out, void *user) {
+  (void)out;
+  (void)user;
+  ax_node *n = ax_call_node(ctx);
+  const char *from = ax_call_caller(ctx), *master = ax_node_master_name(n);
+  if (!from || !master || strcmp(from, master))
+    return ax_seterr(AX_EINVAL, "_axon.members: only the master (%s) hands "
+                     "out the membership, not %s", master ? master : "?",
+                     from ? from : "?");
+  axi_rendezvous_apply(n, args);
+  return AX_OK;
+}
+
 static int join_handler(ax_call_ctx *ctx, const ax_values *args,
                         ax_values *out, void *user) {
   ax_node *n = ax_call_node(ctx);
@@ -151,9 +211,11 @@ static int join_handler(ax_call_ctx *ctx, const ax_values *args,
   ax_future *f = ax_future_new();
   if (!f)
     return AX_ENOMEM;
+  int down = ax_node_peer_is_down(n, name); /* takes n->mu */
   pthread_mutex_lock(&n->mu);
-  int self = !strcmp(name, n->name);
-  int r = add_member(j, name, (int)rank, addr, bulk, self ? -1 : n->o.rank);
+  int self = !strcmp(name, n->name), rejoined = 0;
+  int r = add_member(j, name, (int)rank, addr, bulk, self ? -1 : n->o.rank,
+                     down, &rejoined);
   if (r < 0) {
     pthread_mutex_unlock(&n->mu);
     ax_future_release(f);
@@ -181,6 +243,10 @@ static int join_handler(ax_call_ctx *ctx, const ax_values *args,
   if (members) {
     axi_rendezvous_apply(n, members);
     finish_waiting(n, w, nw, members);
+    if (rejoined) {
+      fprintf(stderr, "axon: %s: %s rejoined from %s\n", n->name, name, addr);
+      push_members(n, members, name);
+    }
     ax_future_complete(f, AX_OK, members, NULL);
   }
   int rc = ax_call_defer(ctx, f);
@@ -203,6 +269,7 @@ int axi_rendezvous_init(ax_node *n) {
     return ax_seterr(AX_ENOMEM, "node: no memory");
   n->joins->world = n->o.world_size > 0 ? n->o.world_size : 1;
   AX_TRY(axi_register(n, "_axon.join", join_handler, NULL));
+  AX_TRY(axi_register(n, "_axon.members", members_handler, NULL));
   return axi_register(n, "_axon.stats", stats_handler, NULL);
 }
 
@@ -245,6 +312,49 @@ void axi_rendezvous_fini(ax_node *n) {
   n->joins = NULL;
 }
 
+/* Keeps a replaced string until the node is destroyed (readers may hold
+ * it); leaks it rather than free it under a reader when out of memory. */
+static void retire(ax_node *n, char *old) {
+  pthread_mutex_lock(&n->mu);
+  char **g = realloc(n->retired_names, (n->nretired + 1) * sizeof *g);
+  if (g) {
+    n->retired_names = g;
+    g[n->nretired++] = old;
+  }
+  pthread_mutex_unlock(&n->mu);
+}
+
+/* A member that came back under new addresses (it rejoined): what was
+ * pending with the old process fails, its connections go, and the next
+ * message dials the new addresses. */
+static void readdress(ax_node *n, axi_peer *p, const char *addr,
+                      const char *bulk) {
+  pthread_mutex_lock(&p->mu);
+  int moved = p->addr && *addr && strcmp(p->addr, addr);
+  int down = p->state == AXI_PEER_DOWN;
+  pthread_mutex_unlock(&p->mu);
+  if (!moved)
+    return;
+  /* Down already: its old connections are gone, and one it has now is
+   * the new process's (the rejoin's own reply may be on it). */
+  if (!down)
+    axi_peer_down(p, NULL, "it rejoined from another address");
+  char *a = strdup(addr), *b = *bulk ? strdup(bulk) : NULL;
+  if (!a) {
+    free(b);
+    return;
+  }
+  pthread_mutex_lock(&p->mu);
+  char *oa = p->addr, *ob = p->bulk_addr;
+  p->addr = a;
+  p->bulk_addr = b;
+  p->state = AXI_PEER_IDLE;
+  pthread_mutex_unlock(&p->mu);
+  retire(n, oa);
+  if (ob)
+    retire(n, ob);
+}
+
 /* Records the membership on this node: ranks, names and peer addresses. */
 void axi_rendezvous_apply(ax_node *n, const ax_values *v) {
   int64_t world = 0;
@@ -285,8 +395,10 @@ void axi_rendezvous_apply(ax_node *n, const ax_values *v) {
       n->rank = r;
     } else if (*name) {
       axi_peer *p = axi_peer_get(n, name, addr, bulk);
-      if (p)
+      if (p) {
         p->rank = r;
+        readdress(n, p, addr, bulk);
+      }
     }
   }
   pthread_mutex_lock(&n->mu);

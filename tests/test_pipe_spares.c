@@ -1,7 +1,8 @@
-/* Recovering a lost stage with --spares (axon-run): a stage agent is
- * killed with SIGKILL between two checkpoints; the coordinator replaces it
- * with the spare, every stage rolls back to the newest checkpoint and
- * training goes on, with no outside action. Oracle: the run ends with exit
+/* Recovering a lost stage with --spares and --restarts (axon-run): a stage
+ * agent is killed with SIGKILL between two checkpoints; the coordinator
+ * replaces it with the spare (no outside action), or waits until an agent
+ * started again under the same name rejoined; every stage rolls back to
+ * the newest checkpoint and training goes on. Oracle: the run ends with exit
  * 0, the spare holds the lost stage, and the loss of every step (the last
  * one logged for a step that ran twice, every bit) equals the run that was
  * never interrupted, which for gpipe and 1f1b means the same parameters at
@@ -67,10 +68,58 @@ static pid_t child_agent(pid_t parent, const char *name) {
   return found;
 }
 
+/* Argument `key`'s value in process pid's command line, or the value of
+ * environment variable `key` ("NAME=") in its environment, into v. */
+static int proc_arg(pid_t pid, const char *file, const char *key, char *v,
+                    size_t len) {
+  static char buf[1 << 17];
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, file);
+  int fd = open(path, O_RDONLY);
+  ssize_t n = 0, k;
+  while (fd >= 0 && n < (ssize_t)sizeof buf - 1 &&
+         (k = read(fd, buf + n, sizeof buf - 1 - (size_t)n)) > 0)
+    n += k;
+  if (fd >= 0)
+    close(fd);
+  if (n <= 0)
+    return -1;
+  buf[n] = 0;
+  size_t kl = strlen(key);
+  for (ssize_t i = 0; i < n; i += (ssize_t)strlen(buf + i) + 1) {
+    if (key[kl - 1] == '=' && !strncmp(buf + i, key, kl)) {
+      snprintf(v, len, "%s", buf + i + kl);
+      return 0;
+    }
+    if (!strcmp(buf + i, key) && i + (ssize_t)kl + 1 < n) {
+      snprintf(v, len, "%s", buf + i + kl + 1);
+      return 0;
+    }
+  }
+  return -1;
+}
+
+/* Starts a replacement agent `name` joining master with the token file. */
+static pid_t start_agent(const char *name, const char *master,
+                         const char *token) {
+  char path[4200];
+  mt_bin_path("axon-agent", path, sizeof path);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("AXON_TOKEN_FILE", token, 1);
+    execl(path, path, "--name", name, "--master", master, "--threads", "2",
+          (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
 /* Runs axon-run with argv; with kill_at > 0, SIGKILLs its agent stage1
- * once the loss log has that many lines. Returns the exit status. */
+ * once the loss log has that many lines, and with restart starts another
+ * agent under the same name (the same master and token). Returns the exit
+ * status. */
 static int run_axon(const char *out, const char *loss_log, int kill_at,
-                    const char **argv) {
+                    int restart, const char **argv) {
   char path[4200];
   mt_bin_path("axon-run", path, sizeof path);
   const char *av[64] = {path};
@@ -92,6 +141,7 @@ static int run_axon(const char *out, const char *loss_log, int kill_at,
   }
   int64_t end = rt_now_ms() + 300000;
   int st = 0, killed = 0;
+  pid_t again = -1;
   while (waitpid(pid, &st, WNOHANG) == 0) {
     if (rt_now_ms() > end) {
       kill(pid, SIGKILL);
@@ -100,13 +150,34 @@ static int run_axon(const char *out, const char *loss_log, int kill_at,
     }
     if (kill_at > 0 && !killed && count_lines(loss_log) >= kill_at) {
       pid_t a = child_agent(pid, "stage1");
+      char master[64] = "", token[512] = "";
+      if (a > 0 && restart &&
+          (proc_arg(a, "cmdline", "--master", master, sizeof master) ||
+           proc_arg(a, "environ", "AXON_TOKEN_FILE=", token, sizeof token)))
+        a = -1; /* not readable yet: try again */
       if (a > 0 && kill(a, SIGKILL) == 0) {
         fprintf(stderr, "  killed stage1 (pid %d) after %d steps\n", (int)a,
                 count_lines(loss_log));
         killed = 1;
+        if (restart) {
+          rt_sleep_ms(300);
+          again = start_agent("stage1", master, token);
+        }
       }
     }
     rt_sleep_ms(2);
+  }
+  if (again > 0) { /* it leaves when the world ends */
+    int ast = 0;
+    int64_t t_end = rt_now_ms() + 20000;
+    while (waitpid(again, &ast, WNOHANG) == 0 && rt_now_ms() < t_end)
+      rt_sleep_ms(20);
+    if (rt_now_ms() >= t_end) {
+      kill(again, SIGKILL);
+      waitpid(again, &ast, 0);
+      fprintf(stderr, "  the restarted agent did not leave with the world\n");
+      fail();
+    }
   }
   if (kill_at > 0)
     assert_true(killed);
@@ -151,10 +222,11 @@ static char *slurp(const char *path) {
       "opt=adamw,lr=1e-3", "--eval-limit", "200", "--microbatches", "4",       \
       "--checkpoint-every", "10"
 
-static void run_mode(const char *mode) {
+static void run_mode(const char *mode, int restart) {
   char d_ref[256], d_sp[256], l_ref[300], l_sp[300], o_ref[300], o_sp[300];
   snprintf(d_ref, sizeof d_ref, "%s/%s-ref", g_tmp, mode);
-  snprintf(d_sp, sizeof d_sp, "%s/%s-spare", g_tmp, mode);
+  snprintf(d_sp, sizeof d_sp, "%s/%s-%s", g_tmp, mode,
+           restart ? "restart" : "spare");
   snprintf(l_ref, sizeof l_ref, "%s.losses", d_ref);
   snprintf(l_sp, sizeof l_sp, "%s.losses", d_sp);
   snprintf(o_ref, sizeof o_ref, "%s.out", d_ref);
@@ -162,19 +234,28 @@ static void run_mode(const char *mode) {
   const char *ref[] = {
       "train", COMMON,       "--mode", mode, "--checkpoint-dir",
       d_ref,   "--loss-log", l_ref,    NULL};
-  assert_int_equal(run_axon(o_ref, l_ref, 0, ref), 0);
-  const char *sp[] = {
-      "train", COMMON,       "--mode", mode,       "--checkpoint-dir",
-      d_sp,    "--loss-log", l_sp,     "--spares", "spare0",
-      NULL};
-  int st = run_axon(o_sp, l_sp, 25, sp);
+  assert_int_equal(run_axon(o_ref, l_ref, 0, 0, ref), 0);
+  const char *sp[] = {"train",
+                      COMMON,
+                      "--mode",
+                      mode,
+                      "--checkpoint-dir",
+                      d_sp,
+                      "--loss-log",
+                      l_sp,
+                      restart ? "--restarts" : "--spares",
+                      restart ? "1" : "spare0",
+                      NULL};
+  int st = run_axon(o_sp, l_sp, 25, restart, sp);
   char *out = slurp(o_sp);
   if (st != 0 || !out || !strstr(out, "recovered in"))
     fprintf(stderr, "---- %s ----\n%s\n----\n", o_sp, out ? out : "");
   assert_int_equal(st, 0);
-  assert_non_null(strstr(out, "rebuilding the pipeline with spare spare0"));
+  assert_non_null(strstr(out, restart ? "stage1 rejoined; rebuilding"
+                                      : "rebuilding the pipeline with spare "
+                                        "spare0"));
   assert_non_null(strstr(out, "recovered in"));
-  assert_non_null(strstr(out, "[1 spare0 "));
+  assert_non_null(strstr(out, restart ? "[1 stage1 " : "[1 spare0 "));
   const char *rec = strstr(out, "recovered in");
   fprintf(stderr, "  %s: %.*s\n", mode, (int)strcspn(rec, "\n"), rec);
   free(out);
@@ -192,8 +273,11 @@ static void run_mode(const char *mode) {
     }
 }
 
-static void test_gpipe(void **state) { run_mode("gpipe"); }
-static void test_1f1b(void **state) { run_mode("1f1b"); }
+static void test_gpipe(void **state) { run_mode("gpipe", 0); }
+static void test_1f1b(void **state) { run_mode("1f1b", 0); }
+/* --restarts: the same name comes back from a new process (new addresses:
+ * the world's members take its rejoin from the master and dial those). */
+static void test_restart_1f1b(void **state) { run_mode("1f1b", 1); }
 
 int main(void) {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -203,6 +287,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gpipe),
       cmocka_unit_test(test_1f1b),
+      cmocka_unit_test(test_restart_1f1b),
   };
   int rc = AX_TEST_MAIN(tests);
   char rm[128];
