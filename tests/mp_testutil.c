@@ -1,5 +1,7 @@
 /* Helpers for the multi-process tests; see tests/mp_testutil.h. Compiled
  * into every test program next to harness.c. */
+#include <fcntl.h>
+
 #include "rpc/launch.h"
 #include "runtime/pipeline/pipeline.h"
 #include "tests/mp_testutil.h"
@@ -339,4 +341,42 @@ int rt_closed_by_peer(int fd) {
   while ((r = read(fd, buf, sizeof buf)) > 0)
     ;
   return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
+pid_t mt_spawn_axon_run(const char *out, const char *const *argv) {
+  char path[4200];
+  mt_bin_path("axon-run", path, sizeof path);
+  const char *av[64] = {path};
+  int ac = 1;
+  while (ac < 63 && argv[ac - 1])
+    av[ac] = argv[ac - 1], ac++;
+  av[ac] = NULL;
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execv(path, (char *const *)av);
+    _exit(127);
+  }
+  return pid;
+}
+
+char *mt_slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  size_t got = b ? fread(b, 1, (size_t)n, f) : 0;
+  fclose(f);
+  if (b)
+    b[got] = 0;
+  return b;
 }

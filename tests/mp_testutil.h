@@ -129,4 +129,11 @@ int mt_start_each(const char *drv_name, const char *const *names, int k,
  * checked), then ends the master node. */
 void mt_end(ax_node *drv, const pid_t *pids, int k);
 
+/* Forks and execs axon-run (next to the test programs) with the
+ * NULL-terminated arguments argv (after the program's name), its stdout
+ * and stderr into file `out`. Returns its pid, or -1. */
+pid_t mt_spawn_axon_run(const char *out, const char *const *argv);
+/* The whole file, NUL-terminated (the caller frees it), or NULL. */
+char *mt_slurp(const char *path);
+
 #endif

@@ -32,25 +32,9 @@ static char g_tmp[64];
  * exit status, 128 + signal, or -1 after timeout_ms. */
 static int run_axon(const char *log, const char *watch, int timeout_ms,
                     const char **argv) {
-  char path[4200];
-  mt_bin_path("axon-run", path, sizeof path);
-  const char *av[64] = {path};
-  int ac = 1;
-  while (ac < 63 && argv[ac - 1])
-    av[ac] = argv[ac - 1], ac++;
-  av[ac] = NULL;
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    execv(path, (char *const *)av);
-    _exit(127);
-  }
+  pid_t pid = mt_spawn_axon_run(log, argv);
+  if (pid < 0)
+    return -1;
   int64_t end = rt_now_ms() + timeout_ms;
   int st = 0;
   struct stat sb;
@@ -65,21 +49,6 @@ static int run_axon(const char *log, const char *watch, int timeout_ms,
     rt_sleep_ms(2);
   }
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  size_t got = b ? fread(b, 1, (size_t)n, f) : 0;
-  fclose(f);
-  if (b)
-    b[got] = 0;
-  return b;
 }
 
 /* "key=VALUE" of the summary line in out, into v. */
@@ -146,7 +115,7 @@ static void run_resume(const char *mode, int cut) {
                        "10",
                        NULL};
   assert_int_equal(run_axon(out, NULL, 300000, ref), 0);
-  char *ro = slurp(out);
+  char *ro = mt_slurp(out);
   char acc[32], loss[32];
   field(ro, "test_accuracy=", acc, sizeof acc);
   field(ro, "test_loss=", loss, sizeof loss);
@@ -180,7 +149,7 @@ static void run_resume(const char *mode, int cut) {
                      d,
                      NULL};
   st = run_axon(out, NULL, 300000, b);
-  char *bo = slurp(out);
+  char *bo = mt_slurp(out);
   if (st != 0)
     fprintf(stderr, "---- resumed run ----\n%s\n----\n", bo);
   assert_int_equal(st, 0);
@@ -189,7 +158,7 @@ static void run_resume(const char *mode, int cut) {
   field(bo, "test_loss=", loss2, sizeof loss2);
   free(bo);
   /* Step by step, every bit. */
-  char *rl = slurp(ref_log), *bl = slurp(b_log);
+  char *rl = mt_slurp(ref_log), *bl = mt_slurp(b_log);
   assert_non_null(rl);
   assert_non_null(bl);
   long first = -1, n = 0;
@@ -243,7 +212,7 @@ static void test_export_eval(void **state) {
   snprintf(model, sizeof model, "%s/model.bin", g_tmp);
   const char *tr[] = {"train", RESNET, NULL};
   assert_int_equal(run_axon(out, NULL, 300000, tr), 0);
-  char *o = slurp(out);
+  char *o = mt_slurp(out);
   char acc[32], loss[32], acc2[32], loss2[32];
   field(o, "test_accuracy=", acc, sizeof acc);
   field(o, "test_loss=", loss, sizeof loss);
@@ -251,7 +220,7 @@ static void test_export_eval(void **state) {
   const char *ev[] = {"eval", "--checkpoint", dir,  "--eval-batch",
                       "32",   "--eval-limit", "96", NULL};
   assert_int_equal(run_axon(out, NULL, 60000, ev), 0);
-  o = slurp(out);
+  o = mt_slurp(out);
   field(o, "test_accuracy=", acc2, sizeof acc2);
   field(o, "test_loss=", loss2, sizeof loss2);
   free(o);
@@ -264,7 +233,7 @@ static void test_export_eval(void **state) {
   const char *em[] = {"eval", "--checkpoint", model, "--eval-batch",
                       "32",   "--eval-limit", "96",  NULL};
   assert_int_equal(run_axon(out, NULL, 60000, em), 0);
-  o = slurp(out);
+  o = mt_slurp(out);
   field(o, "test_accuracy=", acc2, sizeof acc2);
   field(o, "test_loss=", loss2, sizeof loss2);
   free(o);
@@ -278,7 +247,7 @@ static void test_damaged_refused(void **state) {
   snprintf(dir, sizeof dir, "%s/resnet", g_tmp); /* test_export_eval's */
   snprintf(out, sizeof out, "%s-bad.out", dir);
   snprintf(file, sizeof file, "%s/ckpt-00000004/stage-02.axck", dir);
-  char *orig = slurp(file);
+  char *orig = mt_slurp(file);
   assert_non_null(orig);
   struct stat sb;
   assert_int_equal(stat(file, &sb), 0);
@@ -290,7 +259,7 @@ static void test_damaged_refused(void **state) {
   free(orig);
   const char *tr[] = {"train", RESNET, "--resume", dir, NULL};
   int st = run_axon(out, NULL, 300000, tr);
-  char *o = slurp(out);
+  char *o = mt_slurp(out);
   fprintf(stderr, "  resume: status %d: %s", st,
           o && strstr(o, "axon-run: ") ? strstr(o, "axon-run: ") : "?\n");
   assert_int_not_equal(st, 0);
@@ -300,7 +269,7 @@ static void test_damaged_refused(void **state) {
   reap_orphans();
   const char *ev[] = {"eval", "--checkpoint", dir, NULL};
   assert_int_not_equal(run_axon(out, NULL, 60000, ev), 0);
-  o = slurp(out);
+  o = mt_slurp(out);
   assert_non_null(strstr(o, "stage-02.axck"));
   free(o);
   char prev[300];

@@ -25,25 +25,12 @@
  * stderr into `log`; waits up to timeout_ms. Returns the exit status, or
  * -1 on a timeout (the child is killed). */
 static int run_axon(const char *log, int timeout_ms, const char **argv) {
-  char path[4200];
-  mt_bin_path("axon-run", path, sizeof path);
-  const char *av[48] = {path, "train"};
-  int ac = 2;
-  while (ac < 47 && argv[ac - 2])
-    av[ac] = argv[ac - 2], ac++;
+  const char *av[48] = {"train"};
+  int ac = 1;
+  while (ac < 47 && argv[ac - 1])
+    av[ac] = argv[ac - 1], ac++;
   av[ac] = NULL;
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    execv(path, (char *const *)av);
-    _exit(127);
-  }
+  pid_t pid = mt_spawn_axon_run(log, av);
   if (pid < 0)
     return -1;
   int64_t end = rt_now_ms() + timeout_ms;
@@ -58,22 +45,6 @@ static int run_axon(const char *log, int timeout_ms, const char **argv) {
     rt_sleep_ms(20);
   }
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* The whole file (NUL-terminated, caller frees), or NULL. */
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  size_t got = b ? fread(b, 1, (size_t)n, f) : 0;
-  fclose(f);
-  if (b)
-    b[got] = 0;
-  return b;
 }
 
 static void dump_on_failure(const char *out) {
@@ -114,7 +85,7 @@ static void check_split(const char *out, int K, int n_blocks) {
 /* Mean loss of the first and last `w` rows of the per-step metrics CSV
  * (the column named "loss"). */
 static void csv_losses(const char *path, int w, double *first, double *last) {
-  char *txt = slurp(path);
+  char *txt = mt_slurp(path);
   assert_non_null(txt);
   int col = -1, c = 0;
   char *line = strtok(txt, "\n");
@@ -156,7 +127,7 @@ static void run_balanced(const char *tag, const char **argv, int K,
   av[ac] = NULL;
   double t0 = ax_now();
   int rc = run_axon(log, 80000, av);
-  char *out = slurp(log);
+  char *out = mt_slurp(log);
   fprintf(stderr, "  %s: exit %d in %.1f s\n", tag, rc, ax_now() - t0);
   if (rc != 0 || !strstr(out ? out : "", "summary:"))
     dump_on_failure(out);
@@ -265,7 +236,7 @@ static void test_agents_and_master(void **state) {
     }
     rt_sleep_ms(20);
   }
-  char *out = slurp(log);
+  char *out = mt_slurp(log);
   int ok = rc == AX_OK && st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
            out && strstr(out, "summary:");
   if (!ok)

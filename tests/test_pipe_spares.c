@@ -120,25 +120,9 @@ static pid_t start_agent(const char *name, const char *master,
  * status. */
 static int run_axon(const char *out, const char *loss_log, int kill_at,
                     int restart, const char **argv) {
-  char path[4200];
-  mt_bin_path("axon-run", path, sizeof path);
-  const char *av[64] = {path};
-  int ac = 1;
-  while (ac < 63 && argv[ac - 1])
-    av[ac] = argv[ac - 1], ac++;
-  av[ac] = NULL;
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    execv(path, (char *const *)av);
-    _exit(127);
-  }
+  pid_t pid = mt_spawn_axon_run(out, argv);
+  if (pid < 0)
+    return -1;
   int64_t end = rt_now_ms() + 300000;
   int st = 0, killed = 0;
   pid_t again = -1;
@@ -200,20 +184,6 @@ static int last_losses(const char *path, char (*v)[40], int max) {
   return n;
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = calloc(1, (size_t)n + 1);
-  if (b && fread(b, 1, (size_t)n, f) != (size_t)n)
-    b[0] = 0;
-  fclose(f);
-  return b;
-}
-
 #define STEPS 60
 #define COMMON                                                                 \
   "--local", "3", "--dataset", "synthetic", "--data-config",                   \
@@ -247,7 +217,7 @@ static void run_mode(const char *mode, int restart) {
                       restart ? "1" : "spare0",
                       NULL};
   int st = run_axon(o_sp, l_sp, 25, restart, sp);
-  char *out = slurp(o_sp);
+  char *out = mt_slurp(o_sp);
   if (st != 0 || !out || !strstr(out, "recovered in"))
     fprintf(stderr, "---- %s ----\n%s\n----\n", o_sp, out ? out : "");
   assert_int_equal(st, 0);
