@@ -7,8 +7,9 @@
  * - join: from the first fork to the world being complete here;
  * - memory and threads: each agent's PSS (/proc/PID/smaps_rollup), summed
  *   and per agent, and its threads (/proc/PID/task), once the world formed;
- * - membership: the bytes of the membership every member receives, and
- *   their sum (N copies: linear in N per join, N^2 in all);
+ * - membership: the bytes of the names and addresses in the membership
+ *   every member receives (framing not counted), and their sum (N copies:
+ *   linear in N per join, N^2 in all);
  * - round: one barrier, a call to every agent at once and all replies;
  * - shutdown: the world ended (drain, leave) and every child reaped.
  * Each line is one measurement of one run. */
@@ -23,6 +24,7 @@
 
 #include "agents/axon_bench_local.h"
 #include "rpc/launch.h"
+#include "rpc/rpc-debug.h"
 #include "rpc/rpc.h"
 
 static double now_s(void) {
@@ -119,11 +121,22 @@ int ax_bench_join_main(int argc, char **argv) {
     thr_sum += t;
     thr_max = t > thr_max ? t : thr_max;
   }
+  /* The membership's strings, as this master hands them out: every
+   * member's name, control and data addresses (this node's own data
+   * address is not public: counted as long as its control address, both
+   * "127.0.0.1:PORT"). */
   size_t member_bytes = 0;
   for (int r = 0; r < ax_node_world_size(m); r++) {
     const char *name;
-    if (ax_node_member(m, r, &name) == AX_OK)
-      member_bytes += strlen(name) + 2 * 24; /* name, two "HOST:PORT" */
+    char ctl[256] = "", bulk[256] = "";
+    if (ax_node_member(m, r, &name) != AX_OK)
+      continue;
+    if (!strcmp(name, ax_node_name(m)))
+      snprintf(ctl, sizeof ctl, "%s", ax_node_address(m)),
+          snprintf(bulk, sizeof bulk, "%s", ax_node_address(m));
+    else
+      ax_rpc_debug_peer_addrs(m, name, ctl, sizeof ctl, bulk, sizeof bulk);
+    member_bytes += strlen(name) + strlen(ctl) + strlen(bulk);
   }
   double t1 = now_s();
   ax_future **f = calloc((size_t)nag, sizeof *f);
@@ -151,7 +164,7 @@ int ax_bench_join_main(int argc, char **argv) {
          pss_sum / 1024.0, pss_sum / 1024.0 / nag, pss_max / 1024.0);
   printf("%-34s %10.1f (max %d)\n", "threads per agent", (double)thr_sum / nag,
          thr_max);
-  printf("%-34s %10zu B per member, %.1f KiB in all\n", "membership (about)",
+  printf("%-34s %10zu B per member, %.1f KiB in all\n", "membership strings",
          member_bytes, member_bytes * (double)(nag + 1) / 1024.0);
   printf("%-34s %10.1f ms (%d failed)\n", "barrier round (call all, wait all)",
          t_round * 1e3, bad);

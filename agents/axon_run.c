@@ -114,6 +114,28 @@ static void usage(FILE *f) {
           ax_pipe_mode_list());
 }
 
+/* Splits a comma-separated list of agent names (flag's value s) into list,
+ * backed by buf (1024 bytes): the count, or -1 with a message when there
+ * are more than AX_PIPE_MAX_STAGES names or the list does not fit. */
+static int name_list(const char *flag, const char *s, char *buf,
+                     const char **list) {
+  if (snprintf(buf, 1024, "%s", s) >= 1024) {
+    fprintf(stderr, "axon-run: %s: the list is too long\n", flag);
+    return -1;
+  }
+  int k = 0;
+  for (char *sv, *tok = strtok_r(buf, ",", &sv); tok;
+       tok = strtok_r(NULL, ",", &sv)) {
+    if (k == AX_PIPE_MAX_STAGES) {
+      fprintf(stderr, "axon-run: %s: at most %d names\n", flag,
+              AX_PIPE_MAX_STAGES);
+      return -1;
+    }
+    list[k++] = tok;
+  }
+  return k;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
     usage(argc < 2 ? stderr : stdout);
@@ -200,11 +222,9 @@ int main(int argc, char **argv) {
     case 1000: ok = axc_i32(P, "--local", optarg, 1, AX_PIPE_MAX_STAGES, &pa.local); pipe = 1; break;
     case 1001: ok = axc_i32(P, "--stages", optarg, 1, AX_PIPE_MAX_STAGES, &pa.K); pipe = 1; break;
     case 1002: {
-      snprintf(agent_buf, sizeof agent_buf, "%s", optarg);
-      int k = 0;
-      for (char *sv, *tok = strtok_r(agent_buf, ",", &sv);
-           tok && k < AX_PIPE_MAX_STAGES; tok = strtok_r(NULL, ",", &sv))
-        agent_list[k++] = tok;
+      int k = name_list("--agents", optarg, agent_buf, agent_list);
+      if (k < 0)
+        return 2;
       pa.agents = agent_list;
       if (!pa.K)
         pa.K = k;
@@ -280,17 +300,9 @@ int main(int argc, char **argv) {
       break;
     case 1041: ok = axc_i32(P, "--restarts", optarg, 0, 1000000, &pa.restarts); break;
     case 1040: {
-      snprintf(spare_buf, sizeof spare_buf, "%s", optarg);
-      int k = 0;
-      for (char *sv, *tok = strtok_r(spare_buf, ",", &sv); tok;
-           tok = strtok_r(NULL, ",", &sv)) {
-        if (k == AX_PIPE_MAX_STAGES || strlen(tok) > 24) {
-          fprintf(stderr, "axon-run: --spares: at most %d names of at most "
-                  "24 characters\n", AX_PIPE_MAX_STAGES);
-          return 2;
-        }
-        spare_list[k++] = tok;
-      }
+      int k = name_list("--spares", optarg, spare_buf, spare_list);
+      if (k < 0)
+        return 2;
       pa.spares = spare_list;
       pa.nspares = k;
       break;

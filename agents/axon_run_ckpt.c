@@ -107,7 +107,8 @@ static int restore(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
 }
 
 /* A stage agent was lost during the training call that had reached step
- * `reached`: the pipeline is rebuilt on a spare (feed->rebuild) and rolls
+ * `reached`: the pipeline is rebuilt on a spare or on the restarted agent
+ * (feed->rebuild) and rolls
  * back to the newest checkpoint of --checkpoint-dir, or to the run's start
  * when none was written yet. *t: the step training goes on from. */
 static int recover(const axr_pipe_args *a, ax_pipe **p, const axr_feed *feed,
@@ -117,10 +118,11 @@ static int recover(const axr_pipe_args *a, ax_pipe **p, const axr_feed *feed,
   double t0 = ax_now();
   AX_TRY(feed->rebuild(feed->user, failure, p));
   char dir[1024];
+  const char *why = a->nspares ? "--spares" : "--restarts";
   if (ax_ckpt_find(a->ckpt_dir, dir, sizeof dir) == AX_OK) {
-    AX_TRY(restore(a, *p, feed, a->ckpt_dir, "--spares", t));
+    AX_TRY(restore(a, *p, feed, a->ckpt_dir, why, t));
   } else if (a->resume) {
-    AX_TRY(restore(a, *p, feed, a->resume, "--spares", t));
+    AX_TRY(restore(a, *p, feed, a->resume, why, t));
   } else { /* no checkpoint yet: the new pipeline is the run's start */
     *t = first;
     AX_TRY(feed->seek(feed->user, first, 1, &(long){0}, &(long){0}));

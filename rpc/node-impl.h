@@ -174,17 +174,22 @@ int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via);
  * bulk_threshold tensor bytes with small_over_grpc), else over the control
  * transport (on `via`, a reply route or our own connection). */
 int axi_peer_route(axi_peer *p, const axi_msg *m, axi_stream *via);
+/* Whether m can reach p without dialling: on `via`, or, for a response,
+ * on p's own control connection to us (p->mu held). */
+int axi_peer_way_back_locked(const axi_peer *p, const axi_msg *m,
+                             axi_stream *via);
 
 /* peer_early.c: messages waiting for a peer's address (p->mu held for the
  * _locked ones). Whether m must wait; queues a copy of m (AX_ETOOBIG past
- * the bounds); sends what waits once p's address is known; drops what
- * waited longer than ax_node_opts.timeout_ms; frees the queue (node
- * destroy). */
+ * the bounds); sends what waits once p's address is known; takes what
+ * waited longer than ax_node_opts.timeout_ms off the queue, and drops it
+ * (logged; without p->mu); frees the queue (node destroy). */
 int axi_peer_early_wanted_locked(const axi_peer *p, const axi_msg *m,
                                  axi_stream *via);
 int axi_peer_early_queue_locked(axi_peer *p, const axi_msg *m);
 void axi_peer_early_flush(axi_peer *p);
-void axi_peer_early_expire(axi_peer *p, int64_t now);
+axi_early *axi_peer_early_take_expired_locked(axi_peer *p, int64_t now);
+void axi_peer_early_drop(axi_peer *p, axi_early *gone);
 void axi_peer_early_free(axi_peer *p);
 /* Resets a down peer so the next send reconnects (join retries only). */
 void axi_peer_reset(axi_peer *p);

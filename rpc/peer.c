@@ -76,6 +76,12 @@ void axi_peer_reset(axi_peer *p) {
   pthread_mutex_unlock(&p->mu);
 }
 
+int axi_peer_way_back_locked(const axi_peer *p, const axi_msg *m,
+                             axi_stream *via) {
+  const axi_transport_ops *ctl = p->node->ctl->ops;
+  return ctl->alive(via) || (m->kind == AXI_RESPONSE && ctl->alive(p->in));
+}
+
 int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via) {
   pthread_mutex_lock(&p->mu);
   if (p->state != AXI_PEER_DOWN && axi_peer_early_wanted_locked(p, m, via)) {
@@ -100,8 +106,7 @@ int axi_peer_route(axi_peer *p, const axi_msg *m, axi_stream *via) {
    * membership, or the master's from --master; a hello's addresses are
    * never used). A peer without one is answered on the connection its
    * request came on. */
-  if (!p->out && !p->addr && !ctl->alive(via) &&
-      !(m->kind == AXI_RESPONSE && ctl->alive(p->in))) {
+  if (!p->out && !p->addr && !axi_peer_way_back_locked(p, m, via)) {
     pthread_mutex_unlock(&p->mu);
     return ax_seterr(AX_EPEERDOWN,
                      "%s: not a member of this world (no address from the "
@@ -157,10 +162,10 @@ void *axi_timer_main(void *arg) {
     axi_calls_expire(n, now);
     axi_leave_tick(n, now);
     for (axi_peer *p = peers; p; p = p->next) {
-      axi_peer_early_expire(p, now);
       const char *why = NULL;
       int ping = 0;
       pthread_mutex_lock(&p->mu);
+      axi_early *expired = axi_peer_early_take_expired_locked(p, now);
       int64_t last = __atomic_load_n(&p->last_recv_ms, __ATOMIC_RELAXED);
       int64_t conn_to = n->o.peer_timeout_ms > 5000 ? n->o.peer_timeout_ms : 5000;
       if (p->state == AXI_PEER_UP && now - last > n->o.peer_timeout_ms)
@@ -173,6 +178,7 @@ void *axi_timer_main(void *arg) {
       }
       axi_stream *cur = p->out;
       pthread_mutex_unlock(&p->mu);
+      axi_peer_early_drop(p, expired);
       if (why)
         axi_peer_down(p, cur, why);
       if (ping) {

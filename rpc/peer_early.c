@@ -9,8 +9,8 @@
  * peer's queue is not empty, or being flushed, every later message to it
  * joins the queue, so nothing overtakes what waits. The queue is bounded
  * (AXI_EARLY_MAX messages, ax_node_opts.max_inflight_bytes of tensors) and
- * a message waits at most ax_node_opts.timeout_ms (axi_peer_early_expire,
- * from the timer); a request's deadline counts the wait. */
+ * a message waits at most ax_node_opts.timeout_ms (the timer takes what
+ * waited longer: axi_peer_early_take_expired_locked); a request's deadline counts the wait. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,10 +83,8 @@ int axi_peer_early_wanted_locked(const axi_peer *p, const axi_msg *m,
     return 1; /* nothing overtakes what waits */
   if (p->addr || __atomic_load_n(&n->joined, __ATOMIC_ACQUIRE))
     return 0;
-  const axi_transport_ops *ctl = n->ctl->ops;
-  if (ctl->alive(via) || (m->kind == AXI_RESPONSE && ctl->alive(p->in)))
-    return 0; /* answered on the connection the request came on */
-  return 1;
+  /* answered on the connection the request came on */
+  return !axi_peer_way_back_locked(p, m, via);
 }
 
 int axi_peer_early_queue_locked(axi_peer *p, const axi_msg *m) {
@@ -153,27 +151,28 @@ void axi_peer_early_flush(axi_peer *p) {
   pthread_mutex_unlock(&p->mu);
 }
 
-void axi_peer_early_expire(axi_peer *p, int64_t now) {
+axi_early *axi_peer_early_take_expired_locked(axi_peer *p, int64_t now) {
   axi_early *gone = NULL;
-  int k = 0;
-  pthread_mutex_lock(&p->mu);
-  int64_t wait = p->node->o.timeout_ms;
-  while (!p->early_flushing && p->early && now - p->early->queued_ms > wait) {
+  while (!p->early_flushing && p->early &&
+         now - p->early->queued_ms > p->node->o.timeout_ms) {
     axi_early *e = pop_locked(p);
     e->next = gone;
     gone = e;
-    k++;
   }
-  pthread_mutex_unlock(&p->mu);
+  return gone;
+}
+
+void axi_peer_early_drop(axi_peer *p, axi_early *gone) {
+  int k = 0;
+  for (axi_early *nx; gone; gone = nx, k++) {
+    nx = gone->next;
+    early_free(gone);
+  }
   if (k)
     fprintf(stderr,
             "axon: %s: dropped %d message(s) to %s: its address "
             "did not come with a membership within %lld ms\n",
-            p->node->name, k, AXI_PNAME(p), (long long)wait);
-  for (axi_early *nx; gone; gone = nx) {
-    nx = gone->next;
-    early_free(gone);
-  }
+            p->node->name, k, AXI_PNAME(p), (long long)p->node->o.timeout_ms);
 }
 
 void axi_peer_early_free(axi_peer *p) {

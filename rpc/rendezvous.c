@@ -313,15 +313,14 @@ void axi_rendezvous_fini(ax_node *n) {
 }
 
 /* Keeps a replaced string until the node is destroyed (readers may hold
- * it); leaks it rather than free it under a reader when out of memory. */
-static void retire(ax_node *n, char *old) {
-  pthread_mutex_lock(&n->mu);
+ * it); leaks it rather than free it under a reader when out of memory
+ * (n->mu held). */
+static void retire_locked(ax_node *n, char *old) {
   char **g = realloc(n->retired_names, (n->nretired + 1) * sizeof *g);
   if (g) {
     n->retired_names = g;
     g[n->nretired++] = old;
   }
-  pthread_mutex_unlock(&n->mu);
 }
 
 /* A member that came back under new addresses (it rejoined): what was
@@ -350,9 +349,11 @@ static void readdress(ax_node *n, axi_peer *p, const char *addr,
   p->bulk_addr = b;
   p->state = AXI_PEER_IDLE;
   pthread_mutex_unlock(&p->mu);
-  retire(n, oa);
+  pthread_mutex_lock(&n->mu);
+  retire_locked(n, oa);
   if (ob)
-    retire(n, ob);
+    retire_locked(n, ob);
+  pthread_mutex_unlock(&n->mu);
 }
 
 /* Records the membership on this node: ranks, names and peer addresses. */
@@ -411,12 +412,7 @@ void axi_rendezvous_apply(ax_node *n, const ax_values *v) {
       free(names[r]);
       names[r] = old[r];
     } else if (old[r]) {
-      char **g = realloc(n->retired_names,
-                         (n->nretired + 1) * sizeof *g);
-      if (g) {
-        n->retired_names = g;
-        g[n->nretired++] = old[r];
-      } /* else: leak the name rather than free it under a reader */
+      retire_locked(n, old[r]);
     }
   }
   n->member_name = names;

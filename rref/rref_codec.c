@@ -79,7 +79,7 @@ static int ext_decode(const void *data, size_t len, const char *from,
   ax_rref *r = NULL;
   pthread_mutex_lock(&rc->mu);
   if (!strcmp(w.owner, rc->name)) {
-    axi_owned *e = axi_owned_find(rc, w.id, 0);
+    axi_owned *e = axi_owned_find(rc, w.id, rc->nowned < AXI_OWNED_MAX);
     if (!e && rc->nowned >= AXI_OWNED_MAX) {
       pthread_mutex_unlock(&rc->mu);
       return ax_seterr(AX_ETOOBIG,
@@ -87,8 +87,6 @@ static int ext_decode(const void *data, size_t len, const char *from,
                        "%s naming another is refused",
                        rc->nowned, from ? from : "?");
     }
-    if (!e)
-      e = axi_owned_find(rc, w.id, 1);
     if (e) {
       if (e->state == AXI_OWN_PENDING)
         e->type = (int)w.type;

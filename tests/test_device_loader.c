@@ -6,6 +6,7 @@
  * GPU, the same requests would succeed; this program checks only the
  * missing case, which holds on every machine. ctest also runs CPU tests
  * with the backend made unavailable (tests/CMakeLists.txt). */
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,29 @@
 
 #define MISSING "/nonexistent/axon/libaxon_cuda.so.0"
 
+/* dl_iterate_phdr callback: counts loaded CUDA libraries, naming them. */
+static int cuda_lib(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  const char *n = info->dlpi_name ? info->dlpi_name : "";
+  if (strstr(n, "libcudart") || strstr(n, "libcublas") ||
+      strstr(n, "libcudnn") || strstr(n, "libaxon_cuda")) {
+    fprintf(stderr, "loaded: %s\n", n);
+    ++*(int *)data;
+  }
+  return 0;
+}
+
+/* No CUDA library is in this process: libaxon does not link one (it did
+ * when the backend was inside it, which fails this), and a failed load
+ * leaves none behind. */
+static void assert_no_cuda_loaded(void) {
+  int k = 0;
+  dl_iterate_phdr(cuda_lib, &k);
+  assert_int_equal(k, 0);
+}
+
 static void test_cpu_works(void **state) {
+  assert_no_cuda_loaded();
   ax_tensor *t = ax_tensor_new_v(AX_F32, AX_CPU, 2, 3, 4);
   assert_non_null(t);
   AX_ASSERT_OK(ax_tensor_fill(t, 1.5f));
@@ -41,6 +64,7 @@ static void test_cuda_requests_fail_clearly(void **state) {
   assert_non_null(axi_cuda_load_error());
   ax_tensor *t = ax_tensor_new_v(AX_F32, (ax_device){AX_DEV_CUDA, 0}, 1, 8);
   assert_null(t);
+  assert_no_cuda_loaded();
 }
 
 int main(void) {
