@@ -10,7 +10,8 @@
  * joins the queue, so nothing overtakes what waits. The queue is bounded
  * (AXI_EARLY_MAX messages, ax_node_opts.max_inflight_bytes of tensors) and
  * a message waits at most ax_node_opts.timeout_ms (the timer takes what
- * waited longer: axi_peer_early_take_expired_locked); a request's deadline counts the wait. */
+ * waited longer: axi_peer_early_take_expired_locked); a request's
+ * deadline counts the wait. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
