@@ -3,7 +3,7 @@
  *
  *   axon-bench pipe [--stages K] [--micro M] [--fwd-ms F] [--bwd-ms B]
  *                   [--w-ms W] [--repeat R] [--modes a,b,..]
- *                   [--agent-threads N] [--batch N]
+ *                   [--agent-threads N] [--batch N] [--ahead a,b,..]
  *
  * K local agents (axon-agent next to this binary, forked and exec'ed before
  * gRPC starts here; default K = 4) host the stages of the "sleep" model
@@ -29,7 +29,13 @@
  * the neighbour pushed (when they are still on the wire), the copies, the
  * push of the outputs and the timer slack. For flushed modes the warm-up is
  * one mini-batch; for the others K + 1 mini-batches, and the last K - 1
- * (the drain, faster than the steady state) are not measured. */
+ * (the drain, faster than the steady state) are not measured.
+ *
+ * --ahead lists the values of ax_pipe_opts.ahead to compare (default: 0,
+ * the library's default, stage-driven; 1 is coordinator-driven): each mode
+ * runs every value in turn, repeat by repeat, so the rows compare within
+ * one run. The last lines give each value's bubble of zb-h1 and zbv as a
+ * fraction of 1f1b's (goals: <= 1/2 and <= 1/4). */
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -51,6 +57,7 @@ typedef struct bp_args {
   int K, M, repeat, agent_threads, batch;
   double fwd_ms, bwd_ms, w_ms; /* per agent; w_ms: the weight half of bwd */
   const char *modes;           /* NULL: every mode of the table */
+  int ahead[4], n_ahead;       /* ax_pipe_opts.ahead values compared */
 } bp_args;
 
 typedef struct bp_run { /* one training run of one mode */
@@ -135,8 +142,8 @@ static void overheads(ax_pipe *p, const bp_args *a, int mode,
 }
 
 static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
-                    int mode, double *per_batch, double *issue, double *rpc,
-                    double *stage) {
+                    int mode, int ahead, double *per_batch, double *issue,
+                    double *rpc, double *stage) {
   /* Chunked modes split each agent's work into v stages of 1/v the time. */
   int v = ax_pipe_chunks(mode, 0);
   char cfg[160];
@@ -146,6 +153,7 @@ static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
   ax_pipe_opts o = {"sleep", cfg, a->K, ag, NULL, mode, a->M,
                     AX_RECOMPUTE_NEVER, "opt=sgd,lr=0.01", 1, AX_CPU, 30000,
                     NULL, v};
+  o.ahead = ahead;
   int flushed = ax_pipe_flushes(mode);
   /* Modes without a flush drain at the end (the last K - 1 mini-batches
    * finish faster than the steady state): measure before the drain. */
@@ -177,8 +185,9 @@ static int parse(int argc, char **argv, bp_args *a) {
       {"bwd-ms", 1, 0, 'b'}, {"w-ms", 1, 0, 'w'},
       {"repeat", 1, 0, 'r'}, {"modes", 1, 0, 'm'},
       {"agent-threads", 1, 0, 't'}, {"batch", 1, 0, 'B'},
+      {"ahead", 1, 0, 'a'},
       {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
-  *a = (bp_args){4, 8, 3, 4, 16, 20, 40, -1, NULL};
+  *a = (bp_args){4, 8, 3, 4, 16, 20, 40, -1, NULL, {0}, 1};
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -192,10 +201,19 @@ static int parse(int argc, char **argv, bp_args *a) {
     case 'm': a->modes = optarg; break;
     case 't': a->agent_threads = atoi(optarg); break;
     case 'B': a->batch = atoi(optarg); break;
+    case 'a': {
+      a->n_ahead = 0;
+      char *end = optarg;
+      while (*end && a->n_ahead < 4) {
+        a->ahead[a->n_ahead++] = (int)strtol(end, &end, 10);
+        end += *end == ',';
+      }
+      break;
+    }
     case 'h':
       printf("usage: axon-bench pipe [--stages K] [--micro M] [--fwd-ms F] "
              "[--bwd-ms B] [--w-ms W] [--repeat R] [--modes a,b,..] "
-             "[--agent-threads N] [--batch N]\n");
+             "[--agent-threads N] [--batch N] [--ahead a,b,..]\n");
       return 1;
     default: return 2;
     }
@@ -204,7 +222,8 @@ static int parse(int argc, char **argv, bp_args *a) {
     a->w_ms = a->bwd_ms / 2; /* the split modes' weight half */
   if (a->K < 1 || a->K > AX_PIPE_MAX_STAGES || a->M < 1 || a->repeat < 1 ||
       a->repeat > MAXR || a->batch < a->M || a->w_ms > a->bwd_ms ||
-      2 * a->K > AX_PIPE_MAX_STAGES) {
+      2 * a->K > AX_PIPE_MAX_STAGES || a->n_ahead < 1 ||
+      a->ahead[0] < 0 || a->ahead[a->n_ahead - 1] < 0) {
     fprintf(stderr, "axon-bench pipe: need 1 <= K <= %d, M >= 1, batch >= M,"
             " 0 <= w-ms <= bwd-ms, 1 <= repeat <= %d\n",
             AX_PIPE_MAX_STAGES / 2, MAXR);
@@ -218,14 +237,17 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
          "t_b=%g ms (weight half %g), sleep model, batch %d, median of %d "
          "runs\n", a->K, a->M, a->fwd_ms, a->bwd_ms, a->w_ms, a->batch,
          a->repeat);
-  printf("%-11s %11s %12s %7s %10s %10s %9s %7s %9s\n", "mode", "formula_ms",
-         "measured_ms", "ratio", "bubble_f", "bubble_m", "issue_ms", "rpc_ms",
-         "in_stage");
+  printf("%-11s %5s %11s %12s %7s %10s %10s %9s %7s %9s\n", "mode", "ahead",
+         "formula_ms", "measured_ms", "ratio", "bubble_f", "bubble_m",
+         "issue_ms", "rpc_ms", "in_stage");
   char list[256];
   snprintf(list, sizeof list, "%s", a->modes ? a->modes : ax_pipe_mode_list());
   for (char *c = list; *c; c++)
     *c = *c == '|' ? ',' : *c;
   int worst = 0;
+  /* The measured bubbles of 1f1b, zb-h1 and zbv per ahead value (< 0: not
+   * run), for the goals. */
+  double bub[3][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}, {-1, -1, -1, -1}};
   for (char *sv = NULL, *m = strtok_r(list, ",", &sv); m;
        m = strtok_r(NULL, ",", &sv)) {
     int mode = ax_pipe_mode_index(m);
@@ -237,24 +259,41 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
     for (int s = 0; s < S; s++) /* per stage: 1/v of an agent's work */
       tf[s] = a->fwd_ms * 1e-3 / v, ti[s] = (a->bwd_ms - a->w_ms) * 1e-3 / v,
       tw[s] = a->w_ms * 1e-3 / v;
-    double f = 0, t[MAXR], is[MAXR], rp[MAXR], st[MAXR];
+    double f = 0, t[4][MAXR], is[4][MAXR], rp[4][MAXR], st[4][MAXR];
     AX_TRY(ax_formula_time_split(m, a->K, v, a->M, tf, ti, tw,
                                  AX_RECOMPUTE_NEVER, &f));
-    for (int r = 0; r < a->repeat; r++)
-      AX_TRY(run_mode(node, a, ag, mode, &t[r], &is[r], &rp[r], &st[r]));
+    for (int r = 0; r < a->repeat; r++) /* interleaved: value by value */
+      for (int k = 0; k < a->n_ahead; k++)
+        AX_TRY(run_mode(node, a, ag, mode, a->ahead[k], &t[k][r], &is[k][r],
+                        &rp[k][r], &st[k][r]));
     /* One agent's compute per mini-batch (a replay adds a forward). */
     int U = ax_pipe_units(mode, a->M);
     double work = 1e-3 * U *
                   (a->fwd_ms * (1 + ax_pipe_replays(mode, 0, U, 0)) +
                    a->bwd_ms);
-    double mt = axi_bench_median(t, a->repeat), ratio = mt / f;
-    printf("%-11s %11.1f %12.1f %7.3f %10.3f %10.3f %9.3f %7.3f %9.3f\n", m,
-           1e3 * f, 1e3 * mt, ratio, 1 - work / f, 1 - work / mt,
-           axi_bench_median(is, a->repeat), axi_bench_median(rp, a->repeat),
-           axi_bench_median(st, a->repeat));
+    int g = !strcmp(m, "1f1b") ? 0 : !strcmp(m, "zb-h1") ? 1
+            : !strcmp(m, "zbv") ? 2 : -1;
+    for (int k = 0; k < a->n_ahead; k++) {
+      double mt = axi_bench_median(t[k], a->repeat), ratio = mt / f;
+      printf("%-11s %5d %11.1f %12.1f %7.3f %10.3f %10.3f %9.3f %7.3f %9.3f"
+             "\n", m, a->ahead[k] ? a->ahead[k] : AX_PIPE_AHEAD, 1e3 * f,
+             1e3 * mt, ratio, 1 - work / f, 1 - work / mt,
+             axi_bench_median(is[k], a->repeat),
+             axi_bench_median(rp[k], a->repeat),
+             axi_bench_median(st[k], a->repeat));
+      if (g >= 0)
+        bub[g][k] = 1 - work / mt;
+      worst |= ratio > 1.05 || ratio < 0.95;
+    }
     fflush(stdout);
-    worst |= ratio > 1.05 || ratio < 0.95;
   }
+  for (int k = 0; k < a->n_ahead; k++)
+    if (bub[0][k] > 0 && (bub[1][k] >= 0 || bub[2][k] >= 0))
+      printf("# ahead %d: bubble of zb-h1 / 1f1b %.3f (goal <= 0.5), zbv / "
+             "1f1b %.3f (goal <= 0.25)\n",
+             a->ahead[k] ? a->ahead[k] : AX_PIPE_AHEAD,
+             bub[1][k] >= 0 ? bub[1][k] / bub[0][k] : -1,
+             bub[2][k] >= 0 ? bub[2][k] / bub[0][k] : -1);
   printf("# goal: every ratio within [0.95, 1.05]: %s\n",
          worst ? "NOT MET" : "met");
   return AX_OK;

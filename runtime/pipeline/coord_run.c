@@ -9,6 +9,7 @@
 #include "runtime/dist/autograd.h"
 #include "runtime/pipeline/coordinator-impl.h"
 #include "runtime/pipeline/stage_host.h"
+#include "runtime/pipeline/stage_line.h"
 #include "runtime/pipeline/train.h"
 
 #define POLL_MS 100
@@ -16,8 +17,26 @@
 void axp_fail(ax_pipe *p, int s, int err, const char *what) {
   if (p->err == AX_OK) {
     p->err = err;
-    snprintf(p->msg, sizeof p->msg, "stage %d on agent %s: %s", s,
-             p->agents[s], what);
+    /* A lost agent is often noticed first by a neighbour waiting for its
+     * tensors (stage-driven execution): name the agent that is down. */
+    int down = -1;
+    for (int j = 0; err == AX_EPEERDOWN && down < 0 && j < p->K; j++)
+      if (ax_node_peer_is_down(p->node, p->agents[j]))
+        down = j;
+    /* Not seen from here yet: the stage's message names it ("A is down",
+     * stage_inbox.c and the autograd engine). */
+    for (int j = 0; err == AX_EPEERDOWN && down < 0 && j < p->K; j++) {
+      char said[AXP_NAME + 16];
+      snprintf(said, sizeof said, " %s is down", p->agents[j]);
+      if (strstr(what, said))
+        down = j;
+    }
+    if (down >= 0 && down != s)
+      snprintf(p->msg, sizeof p->msg, "stage %d on agent %s: peer is down "
+               "(seen by stage %d: %s)", down, p->agents[down], s, what);
+    else
+      snprintf(p->msg, sizeof p->msg, "stage %d on agent %s: %s", s,
+               p->agents[s], what);
   }
   pthread_cond_broadcast(&p->cv);
 }
@@ -209,9 +228,11 @@ static uint64_t op_finished(ax_pipe *p, const ax_pipe_op *o, int merged,
   return rel;
 }
 
-/* Waits for f, giving up early when another driver failed. */
-static int wait_future(ax_pipe *p, ax_future *f) {
-  int64_t end = (int64_t)(ax_now() * 1e3) + timeout_of(p) + 1000;
+/* Waits for f, giving up early when another driver failed; the deadline
+ * counts from `since` (when f became the driver's oldest unanswered
+ * action: actions issued ahead wait for the ones before them). */
+static int wait_future(ax_pipe *p, ax_future *f, double since) {
+  int64_t end = (int64_t)(since * 1e3) + timeout_of(p) + 1000;
   for (;;) {
     int err = ax_future_wait(f, POLL_MS);
     if (err != AX_ETIMEOUT)
@@ -226,9 +247,20 @@ static int wait_future(ax_pipe *p, ax_future *f) {
   }
 }
 
+typedef struct inflight { /* an issued action not answered yet */
+  ax_pipe_op op;
+  int merged;
+  ax_future *f;
+  double t_issue;
+} inflight;
+
 typedef struct driver {
   ax_pipe *p;
-  int s; /* its rank (agent) */
+  int s;          /* its rank (agent) */
+  inflight *q;    /* ring of o.ahead issued actions, oldest at head */
+  int head, count;
+  int64_t seq;    /* sequenced actions issued (stage_line.h) */
+  double t_last;  /* when the last answer came (or the run began) */
 } driver;
 
 static const char *const g_methods[AX_OP_KINDS] = {"fwd", "bwd", "bwdi",
@@ -237,9 +269,13 @@ static const char *const g_what[AX_OP_KINDS] = {"forward", "backward",
                                                 "input gradient",
                                                 "weight gradient", "step"};
 
-static int run_op(ax_pipe *p, const ax_pipe_op *o, int merged) {
-  ax_pipe_op deps[AX_PIPE_MAX_STAGES + 2];
-  int nd = ax_pipe_plan_deps(p->plan, o, deps);
+/* Waits until the nd actions in deps completed, then issues op (and the
+ * STEP merged into it) without waiting for its answer. Stage-driven, the
+ * call carries the rank's line, the train call and its place in the
+ * rank's order, and its deadline leaves room for the actions before it. */
+static int issue(driver *d, const ax_pipe_op *o, int merged,
+                 const ax_pipe_op *deps, int nd) {
+  ax_pipe *p = d->p;
   double start = ax_now(), lim = timeout_of(p) * 1e-3;
   pthread_mutex_lock(&p->mu);
   while (p->err == AX_OK && !deps_done(p, deps, nd)) {
@@ -270,26 +306,59 @@ static int run_op(ax_pipe *p, const ax_pipe_op *o, int merged) {
   if (err != AX_OK && err != AX_ECANCELLED)
     axp_fail(p, o->stage, err, ax_errmsg());
   pthread_mutex_unlock(&p->mu);
-  ax_future *f = NULL;
-  ax_call_opts co = {.timeout_ms = timeout_of(p), .autograd_ctx = ctx};
-  double t_issue = ax_now();
+  int ahead = p->o.ahead;
+  const char *keys[3] = {AXP_META_LINE, AXP_META_GEN, AXP_META_SEQ};
+  int64_t vals[3] = {(int64_t)p->line[d->s], p->gen, d->seq};
+  int64_t tmo = timeout_of(p);
+  ax_call_opts co = {.timeout_ms = tmo > INT64_MAX / ahead ? INT64_MAX
+                                                           : tmo * ahead,
+                     .autograd_ctx = ctx};
+  if (ahead > 1) {
+    co.nmeta = 3;
+    co.meta_key = keys;
+    co.meta_val = vals;
+  }
+  inflight *e = &d->q[(d->head + d->count) % ahead];
+  *e = (inflight){*o, merged, NULL, ax_now()};
   if (err == AX_OK)
     err = ax_rref_rpc_async(p->node, p->host[o->stage], g_methods[o->kind], a,
-                            &co, &f);
+                            &co, &e->f);
   ax_values_free(a);
-  if (err == AX_OK)
-    err = wait_future(p, f);
+  if (err == AX_OK) {
+    d->count++;
+    d->seq++;
+  } else if (err != AX_ECANCELLED) {
+    char what[400];
+    snprintf(what, sizeof what, "%s %s of batch %d/%d: %s", ax_strerror(err),
+             g_what[o->kind], o->batch, o->micro, ax_errmsg());
+    pthread_mutex_lock(&p->mu);
+    axp_fail(p, o->stage, err, what);
+    pthread_mutex_unlock(&p->mu);
+  }
+  return err;
+}
+
+/* Waits for the driver's oldest unanswered action and books its answer. */
+static int reap(driver *d) {
+  ax_pipe *p = d->p;
+  inflight e = d->q[d->head];
+  const ax_pipe_op *o = &e.op;
+  d->head = (d->head + 1) % p->o.ahead;
+  d->count--;
+  ax_future *f = e.f;
+  int err = wait_future(p, f, e.t_issue > d->t_last ? e.t_issue : d->t_last);
+  d->t_last = ax_now();
   char what[400] = "";
   if (err != AX_OK && err != AX_ECANCELLED)
     snprintf(what, sizeof what, "%s %s of batch %d/%d: %s",
              ax_strerror(err), g_what[o->kind], o->batch,
-             o->micro, f && ax_future_is_done(f) ? ax_future_errmsg(f)
-                                                 : ax_errmsg());
+             o->micro, ax_future_is_done(f) ? ax_future_errmsg(f)
+                                            : ax_errmsg());
   pthread_mutex_lock(&p->mu);
   uint64_t rel = 0;
   int batch_done = 0;
   if (err == AX_OK)
-    rel = op_finished(p, o, merged, ax_future_values(f), t_issue,
+    rel = op_finished(p, o, e.merged, ax_future_values(f), e.t_issue,
                       &batch_done);
   else if (err != AX_ECANCELLED)
     axp_fail(p, o->stage, err, what);
@@ -311,12 +380,18 @@ static int run_op(ax_pipe *p, const ax_pipe_op *o, int merged) {
   return err;
 }
 
+/* Walks the rank's list. Coordinator-driven (o.ahead 1) every action waits
+ * for the one before and for its dependencies; stage-driven it waits only
+ * for room among o.ahead unanswered actions, and for the dependencies that
+ * carry no data, after the rank's own earlier actions (which may be among
+ * them). */
 static void *driver_main(void *arg) {
   driver *d = arg;
   ax_pipe *p = d->p;
   long n_ops = 0;
   const ax_pipe_op *ops = ax_pipe_plan_actions(p->plan, d->s, &n_ops);
-  int err = AX_OK;
+  int err = AX_OK, ahead = p->o.ahead;
+  d->t_last = ax_now();
   for (long i = 0; err == AX_OK && i < n_ops; i++) {
     /* A STEP right after the same stage's backward (or weight half) of that
      * batch rides on that call. */
@@ -326,8 +401,20 @@ static void *driver_main(void *arg) {
                  ops[i + 1].kind == AX_OP_STEP &&
                  ops[i + 1].stage == ops[i].stage &&
                  ops[i + 1].batch == ops[i].batch;
-    err = run_op(p, &ops[i], merged);
+    ax_pipe_op deps[AX_PIPE_MAX_STAGES + 2];
+    int nd = ahead > 1 ? ax_pipe_plan_lock_deps(p->plan, &ops[i], deps)
+                       : ax_pipe_plan_deps(p->plan, &ops[i], deps);
+    while (err == AX_OK && d->count > 0 && (nd > 0 || d->count >= ahead))
+      err = reap(d);
+    if (err == AX_OK)
+      err = issue(d, &ops[i], merged, deps, nd);
     i += merged;
+  }
+  while (err == AX_OK && d->count > 0)
+    err = reap(d);
+  for (; d->count > 0; d->count--) { /* after an error: left unanswered */
+    ax_future_release(d->q[d->head].f);
+    d->head = (d->head + 1) % ahead;
   }
   return NULL;
 }
@@ -369,8 +456,15 @@ int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   pthread_t th[AX_PIPE_MAX_STAGES];
   driver d[AX_PIPE_MAX_STAGES];
   int started = 0;
+  p->gen++;
   for (int s = 0; s < p->R; s++) {
-    d[s] = (driver){p, s};
+    d[s] = (driver){p, s, calloc((size_t)p->o.ahead, sizeof(inflight))};
+    if (!d[s].q) {
+      pthread_mutex_lock(&p->mu);
+      axp_fail(p, s, AX_ENOMEM, "no memory for a driver");
+      pthread_mutex_unlock(&p->mu);
+      break;
+    }
     if (pthread_create(&th[s], NULL, driver_main, &d[s]) != 0) {
       pthread_mutex_lock(&p->mu);
       axp_fail(p, s, AX_ENOMEM, "cannot start a driver thread");
@@ -381,6 +475,8 @@ int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   }
   for (int s = 0; s < started; s++)
     pthread_join(th[s], NULL);
+  for (int s = 0; s < p->R && s <= started; s++)
+    free(d[s].q);
   double wall = ax_now() - p->t0;
   axp_release_stop(p); /* drains the queue: no context outlives the call */
   ax_node_stats_get(p->node, &ns1);

@@ -26,6 +26,9 @@ struct ax_pipe {
   int K, U, ignore_index; /* K: stages (agents x chunks) */
   int R, v;               /* agents (ranks, one driver each), chunks */
   ax_rref *host[AX_PIPE_MAX_STAGES];
+  uint64_t line[AX_PIPE_MAX_STAGES]; /* each agent's line id (random;
+                                        stage_line.h) */
+  int64_t gen;    /* train calls so far (the lines' "pipe.gen") */
   long base;      /* global id of the next train call's first mini-batch */
   long eval_ids;  /* ids of evaluation batches (negative) */
   /* One train call. */

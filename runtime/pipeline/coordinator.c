@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "models/model.h"
 #include "runtime/pipeline/coordinator-impl.h"
@@ -154,6 +156,17 @@ int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   p->o.bounds = NULL;
   p->R = o->K;
   p->v = v;
+  if (p->o.ahead < 0 || p->o.ahead > AX_PIPE_AHEAD_MAX) {
+    free(p);
+    return ax_seterr(AX_EINVAL, "pipeline: ahead %d outside 0..%d",
+                     o->ahead, AX_PIPE_AHEAD_MAX);
+  }
+  if (p->o.ahead == 0)
+    p->o.ahead = AX_PIPE_AHEAD;
+  if (getrandom(p->line, sizeof p->line, 0) != (ssize_t)sizeof p->line)
+    for (int r = 0; r < AX_PIPE_MAX_STAGES; r++) /* no entropy: unlikely */
+      p->line[r] = ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)p ^
+                   (uint64_t)(ax_now() * 1e9) ^ (uint64_t)r;
   p->K = S;
   p->U = ax_pipe_units(o->mode, o->M);
   p->ignore_index = info.ignore_index;

@@ -68,7 +68,18 @@ typedef struct ax_pipe_opts {
                          0: AX_PIPEMARE_GAMMA */
   int stale_warmup;   /* pipemare: learning-rate warm-up in updates (0: the
                          step size stays lr / delay) */
+  /* Stage-driven execution: how many of an agent's actions its driver
+   * issues before the first of them is answered (0: AX_PIPE_AHEAD). The
+   * stages wait for their inputs themselves and run the agent's actions in
+   * its list's order (stage_line.h), so an action starts as soon as its
+   * activations or gradients arrive. 1: coordinator-driven, every action
+   * issued once its dependencies completed (one round trip per action on
+   * the critical path). The math is the same either way. */
+  int ahead;
 } ax_pipe_opts;
+
+#define AX_PIPE_AHEAD 8
+#define AX_PIPE_AHEAD_MAX 1024
 
 typedef struct ax_pipe ax_pipe;
 

@@ -208,6 +208,11 @@ int ax_pipe_plan_stages(const ax_pipe_plan *p);
  * returns their count. op must be an action of the plan. */
 int ax_pipe_plan_deps(const ax_pipe_plan *p, const ax_pipe_op *op,
                       ax_pipe_op *deps);
+/* Only those of op's dependencies that carry no data (the forward lock's):
+ * the ones a stage cannot wait for itself, so a driver issuing actions
+ * ahead (stage-driven execution) still waits for them. */
+int ax_pipe_plan_lock_deps(const ax_pipe_plan *p, const ax_pipe_op *op,
+                           ax_pipe_op *deps);
 /* The same without a plan (builds one for op's prefix; for tests and
  * tools, O(op->batch)). Returns the count, or -1 on a bad argument. */
 int ax_pipe_deps(int mode, int K, int M, const ax_pipe_op *op,

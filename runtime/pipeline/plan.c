@@ -71,26 +71,33 @@ const ax_pipe_op *ax_pipe_plan_actions(const ax_pipe_plan *p, int r,
 
 int ax_pipe_plan_stages(const ax_pipe_plan *p) { return p->S; }
 
+int ax_pipe_plan_lock_deps(const ax_pipe_plan *p, const ax_pipe_op *o,
+                           ax_pipe_op *deps) {
+  int nd = 0;
+  if (o->kind == AX_OP_FWD && o->stage == 0 && o->batch > 0 &&
+      ax_pipe_mode_get(p->mode)->forward_lock) {
+    /* The round before is over: every stage finished what its rank's
+     * list puts right before its own forward of this unit. */
+    size_t units = (size_t)p->n * (size_t)p->U,
+           u = (size_t)o->batch * p->U + (size_t)o->micro;
+    for (int j = 0; j < p->S; j++) {
+      const ax_pipe_op *prev = p->fwd_prev[(size_t)j * units + u];
+      if (prev)
+        deps[nd++] = *prev;
+    }
+  }
+  return nd;
+}
+
 int ax_pipe_plan_deps(const ax_pipe_plan *p, const ax_pipe_op *o,
                       ax_pipe_op *deps) {
   int nd = 0, s = o->stage, S = p->S;
   switch (o->kind) {
-  case AX_OP_FWD:
+  case AX_OP_FWD: /* the activations */
     if (s > 0)
       deps[nd++] = (ax_pipe_op){AX_OP_FWD, s - 1, o->batch, o->micro};
-    if (s == 0 && o->batch > 0 && ax_pipe_mode_get(p->mode)->forward_lock) {
-      /* The round before is over: every stage finished what its rank's
-       * list puts right before its own forward of this unit. */
-      size_t units = (size_t)p->n * (size_t)p->U,
-             u = (size_t)o->batch * p->U + (size_t)o->micro;
-      for (int j = 0; j < S; j++) {
-        const ax_pipe_op *prev = p->fwd_prev[(size_t)j * units + u];
-        if (prev)
-          deps[nd++] = *prev;
-      }
-    }
     break;
-  case AX_OP_BWD:
+  case AX_OP_BWD: /* the output gradient */
   case AX_OP_INPUT_GRAD:
     if (s < S - 1)
       deps[nd++] = (ax_pipe_op){o->kind, s + 1, o->batch, o->micro};
@@ -98,7 +105,7 @@ int ax_pipe_plan_deps(const ax_pipe_plan *p, const ax_pipe_op *o,
   default: /* W and STEP follow their own rank's earlier actions only */
     break;
   }
-  return nd;
+  return nd + ax_pipe_plan_lock_deps(p, o, deps + nd);
 }
 
 int ax_pipe_deps(int mode, int K, int M, const ax_pipe_op *op,

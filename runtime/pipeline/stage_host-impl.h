@@ -7,6 +7,7 @@
 #include "runtime/dist/stage-impl.h"
 #include "runtime/pipeline/mode.h"
 #include "runtime/pipeline/stage_inbox.h"
+#include "runtime/pipeline/stage_line.h"
 #include "runtime/pipeline/staleness-impl.h"
 #include "runtime/pipeline/trace.h"
 
@@ -49,6 +50,7 @@ typedef struct phost {
   axi_stale stale; /* the staleness correction (staleness.h; s->mu) */
   ax_trace *tr;   /* stage-side events (stage_events.h); its own lock */
   int versions;   /* weight versions at the last axp_host_report (s->mu) */
+  axp_line *line; /* its rank's order (stage_line.h) */
 } phost;
 
 /* Frees a state and everything it keeps (NULL-safe). */

@@ -73,8 +73,16 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
   return AX_OK;
 }
 
+/* Stops the host's actions: wakes the one waiting for activations, cancels
+ * the queued ones and waits for the running one (s->mu not held). */
+static void host_quiesce(phost *h) {
+  axp_inbox_close(&h->in);
+  axp_line_detach(&h->line, h);
+}
+
 static void host_destroy(void *obj) {
   phost *h = obj;
+  host_quiesce(h);
   host_clear(h);
   axp_inbox_destroy(&h->in);
   axd_stage_release(h->s);
@@ -136,6 +144,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   ax_optim *o = ax_optim_new(&oc, s->net->n_params, s->dev);
   if (!o)
     return AX_ENOMEM;
+  host_quiesce(h); /* a set-up again (recovery) ends what was in flight */
   pthread_mutex_lock(&s->mu);
   host_clear(h);
   h->def = def;
@@ -345,8 +354,6 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   } else if (err == AX_OK) {
     err = axp_push(s->node, &h->in, h->next, ctx, (long)batch, (int)micro,
                    &y);
-    if (err == AX_OK && ctx) /* the send is counted; drop the reference */
-      err = ax_dist_forget(s->node, ctx, &y);
   }
   axp_state_free(st);
   ax_tlist_clear(&in);
@@ -363,6 +370,7 @@ static int m_state_save(ax_call_ctx *cc, void *obj, const ax_values *args,
 static int m_teardown(ax_call_ctx *cc, void *obj, const ax_values *args,
                       ax_values *out) {
   phost *h = obj;
+  host_quiesce(h);
   pthread_mutex_lock(&h->s->mu);
   host_clear(h);
   pthread_mutex_unlock(&h->s->mu);
@@ -374,10 +382,22 @@ static int m_trace(ax_call_ctx *cc, void *obj, const ax_values *args,
   return axp_events_take(((phost *)obj)->tr, out);
 }
 
+/* The training actions run in their rank's order (stage_line.h). */
+#define IN_LINE(name, fn)                                                     \
+  static int name(ax_call_ctx *cc, void *obj, const ax_values *args,          \
+                  ax_values *out) {                                           \
+    return axp_line_call(cc, &((phost *)obj)->line, obj, fn, args, out);      \
+  }
+IN_LINE(l_fwd, m_fwd)
+IN_LINE(l_bwd, axp_host_bwd)
+IN_LINE(l_bwdi, axp_host_bwd_input)
+IN_LINE(l_bwdw, axp_host_bwd_weight)
+IN_LINE(l_step, axp_host_step)
+
 static const ax_robj_method_def g_methods[] = {
-    {"setup", m_setup}, {"fwd", m_fwd},
-    {"bwd", axp_host_bwd}, {"bwdi", axp_host_bwd_input},
-    {"bwdw", axp_host_bwd_weight}, {"step", axp_host_step},
+    {"setup", m_setup}, {"fwd", l_fwd},
+    {"bwd", l_bwd}, {"bwdi", l_bwdi},
+    {"bwdw", l_bwdw}, {"step", l_step},
     {"state_save", m_state_save}, {"teardown", m_teardown},
     {"trace", m_trace}, {"ckpt_save", axp_host_ckpt_save},
     {"ckpt_load", axp_host_ckpt_load}, {"ckpt_drop", axp_host_ckpt_drop},

@@ -205,6 +205,12 @@ int axp_push(ax_node *n, axp_inbox *self, ax_rref *to, uint64_t ctx,
   int err = ctx ? ax_dist_send_edges(n, ctx, ax_rref_owner(to), t, &desc,
                                      &dlen)
                 : AX_OK;
+  /* The send is counted: the context stops holding t before it leaves. A
+   * neighbour on this node gets these very tensors and may record them in
+   * the context before this thread returns (stage-driven execution); a
+   * forget after the push would erase its record. */
+  if (err == AX_OK && ctx)
+    err = ax_dist_forget(n, ctx, t);
   ax_values *a = err == AX_OK ? ax_values_new() : NULL;
   if (err == AX_OK && !a)
     err = AX_ENOMEM;

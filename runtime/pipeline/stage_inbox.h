@@ -73,7 +73,8 @@ int axp_inbox_open(axp_inbox *ib, uint64_t id);
 int axp_inbox_register_rpc(ax_node *n);
 
 /* Sends t (borrowed) to the inbox of the host `to` refers to under ctx
- * (0: none; else its send edges are recorded), without waiting for the
+ * (0: none; else its send edges are recorded and the context then forgets
+ * t, ax_dist_forget, before it is sent), without waiting for the
  * answer; a failure is recorded in `self` (the producer's inbox). Records a
  * send event. AX_OK once queued. */
 int axp_push(ax_node *n, axp_inbox *self, ax_rref *to, uint64_t ctx,

@@ -1,0 +1,53 @@
+/* Stage-driven execution, the agent's side: the order of one rank's actions.
+ *
+ * The coordinator (coord_run.c) issues each rank's actions ahead of their
+ * dependencies; the stages wait for the data themselves (activations in
+ * their inbox, gradients in the unit's context), so an action starts the
+ * moment its inputs arrive instead of a coordinator round trip later. What
+ * the coordinator's wait gave before, the line gives now: a rank runs its
+ * actions one at a time, in its list's order, even when several calls
+ * arrive at once or out of order, and even across the stages it holds
+ * (chunked modes).
+ *
+ * A sequenced call carries three metadata values (ax_call_opts.meta):
+ *   "pipe.line" the rank's line id, chosen by the coordinator (lines are
+ *               told apart by caller and id);
+ *   "pipe.gen"  the train call (ax_pipe_train) it belongs to, increasing;
+ *   "pipe.seq"  its index among that call's sequenced actions of the rank,
+ *               from 0.
+ * A call without them runs at once, as before (evaluation, state, tests).
+ *
+ * The calls of a line run on the worker thread of whichever call finds the
+ * line idle with its next action present; every sequenced call answers
+ * through a deferred future. A call of a newer gen cancels what an older one
+ * left queued (AX_ECANCELLED); one of an older gen is refused (AX_ESTALE).
+ * Once an action fails, the rest of its gen is cancelled instead of run.
+ * Hostile values are bounded: seq at most AXP_LINE_AHEAD_MAX beyond the
+ * next one, a seq queued twice is refused, entries past their caller's
+ * deadline are answered with AX_ETIMEOUT. Internal to runtime/pipeline/. */
+#ifndef AX_PIPELINE_STAGE_LINE_H
+#define AX_PIPELINE_STAGE_LINE_H
+
+#include "rpc/rpc.h"
+
+#define AXP_META_LINE "pipe.line"
+#define AXP_META_GEN "pipe.gen"
+#define AXP_META_SEQ "pipe.seq"
+#define AXP_LINE_AHEAD_MAX 4096
+
+typedef struct axp_line axp_line;
+typedef int (*axp_line_fn)(ax_call_ctx *cc, void *host, const ax_values *args,
+                           ax_values *out);
+
+/* Runs fn(cc, host, args, out) now when cc carries no sequence; else
+ * queues it on its line (joining *slot, the host's line, to it) and answers
+ * through a deferred future, running the line if it is idle. */
+int axp_line_call(ax_call_ctx *cc, axp_line **slot, void *host,
+                  axp_line_fn fn, const ax_values *args, ax_values *out);
+
+/* Cancels host's queued calls (AX_ECANCELLED), waits until none of them
+ * is running, and leaves its line (*slot = NULL). Call before clearing or
+ * freeing the host, without holding any lock its actions take. */
+void axp_line_detach(axp_line **slot, void *host);
+
+#endif
