@@ -71,6 +71,9 @@ static void usage(FILE *f) {
 "  --pipemare-gamma G    pipemare: decay of the update average (0.9)\n"
 "  --pipemare-warmup N   pipemare: updates until the step size is lr (0:\n"
 "                        lr / delay throughout)\n"
+"  --ahead N             actions each agent gets before the first is\n"
+"                        answered: the stages wait for their inputs (8;\n"
+"                        1: coordinator-driven, a round trip per action)\n"
 "  --partition P         uniform|balanced (uniform)\n"
 "  --trace FILE          Chrome-trace JSON of every forward, backward, send\n"
 "                        and receive of every stage\n"
@@ -181,7 +184,7 @@ int main(int argc, char **argv) {
       {"checkpoint-dir", 1, 0, 1020}, {"checkpoint-every", 1, 0, 1021},
       {"resume", 1, 0, 1022},    {"loss-log", 1, 0, 1023},
       {"checkpoint-to", 1, 0, 1024}, {"spares", 1, 0, 1040},
-      {"restarts", 1, 0, 1041},
+      {"restarts", 1, 0, 1041},  {"ahead", 1, 0, 1042},
       {"listen", 1, 0, 1030},    {"tls-ca", 1, 0, 1031},
       {"tls-cert", 1, 0, 1032},  {"tls-key", 1, 0, 1033},
       {"insecure", 0, 0, 1034},
@@ -299,6 +302,7 @@ int main(int argc, char **argv) {
       pa.ckpt_to_coord = !strcmp(optarg, "coordinator");
       break;
     case 1041: ok = axc_i32(P, "--restarts", optarg, 0, 1000000, &pa.restarts); break;
+    case 1042: ok = axc_i32(P, "--ahead", optarg, 1, AX_PIPE_AHEAD_MAX, &pa.ahead); break;
     case 1040: {
       int k = name_list("--spares", optarg, spare_buf, spare_list);
       if (k < 0)

@@ -18,8 +18,10 @@
  * agents on a machine with few (here 2) shared cores. A spinning stage
  * would steal the CPU from the stages it is meant to overlap with and
  * measure the scheduler instead of the runtime. A sleep frees the core; it
- * oversleeps by the timer slack (tens of microseconds), which is far
- * inside the 5% tolerance. The wait is clock_nanosleep on an absolute
+ * would oversleep by the thread's timer slack (50 us by default), so the
+ * first sleep of a thread sets that thread's slack to 1 ns (prctl): a
+ * block then ends at its deadline plus the wake-up latency, as a device's
+ * kernel would. The wait is clock_nanosleep on an absolute
  * CLOCK_MONOTONIC deadline, so a signal cannot shorten it.
  *
  * The forward saves its input in the slot (a reference, no copy), so a
@@ -27,6 +29,7 @@
  * they would for a real layer. */
 #include <errno.h>
 #include <stdio.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include "models/layers/basic.h"
@@ -70,8 +73,13 @@ static int sleep_parse(const ax_config *cfg, sleep_cfg *c) {
 
 /* Sleeps until now + ms on CLOCK_MONOTONIC, resuming after signals. */
 static void sleep_ms(double ms) {
+  static __thread int slack_set;
   if (ms <= 0)
     return;
+  if (!slack_set) {
+    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+    slack_set = 1;
+  }
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   long long ns = (long long)t.tv_nsec + (long long)(ms * 1e6);

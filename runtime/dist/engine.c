@@ -521,15 +521,16 @@ int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
       pthread_mutex_unlock(&d->mu);
       int down = ax_node_peer_is_down(n, consumer);
       pthread_mutex_lock(&d->mu);
-      if (down && !((c = axd_ctx_find(d, ctx, 0)) &&
-                    (fn = axd_fn_find(c, fid)) &&
-                    fn->received >= fn->expected)) {
+      /* A gradient that arrived while the lock was free woke nobody:
+       * look again before waiting. */
+      if (!(c = axd_ctx_find(d, ctx, 0)) || !(fn = axd_fn_find(c, fid)) ||
+          fn->received >= fn->expected)
+        continue;
+      if (down) {
         err = ax_seterr(AX_EPEERDOWN, "dist: %s is down; no gradient for "
                         "function %llu", consumer, (unsigned long long)fid);
         break;
       }
-      if (down)
-        continue; /* it arrived after all */
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

@@ -3,10 +3,16 @@
  *
  * ax_pipe_new creates one "pipe.stage" host per agent (stage_host.h), hands
  * each its neighbours' RRefs and the optimizer configuration. ax_pipe_train
- * then runs one driver thread per stage that walks the stage's schedule
- * (ax_pipe_schedule): an operation is issued (an asynchronous call through
- * the host's RRef) once the stage finished its previous operation and the
- * operations it depends on (ax_pipe_deps) completed. Activations and
+ * then runs one driver thread per agent that walks the agent's list of
+ * actions (the mode's plan, mode.h). Stage-driven (the default): a driver
+ * issues up to opts.ahead actions before the first of them is answered
+ * (asynchronous calls through the hosts' RRefs), waiting only for the
+ * dependencies that carry no data (the forward lock of ddg and fr); each
+ * agent runs its actions in its list's order (stage_line.h) and waits for
+ * its inputs itself, so an action starts as soon as its activations or
+ * gradients arrive. With opts.ahead = 1 (coordinator-driven) an action is
+ * issued once the agent finished its previous one and the actions it
+ * depends on (ax_pipe_plan_deps) completed. Activations and
  * gradients go from stage to stage (pushed by their producer, stage_inbox.h);
  * the coordinator sends control
  * messages, the inputs to the first stage and the labels to the last.
@@ -17,7 +23,8 @@
  * Errors: the first failing operation stops every driver within ~100 ms;
  * ax_pipe_train returns its code with a message naming the stage and its
  * agent (e.g. a killed agent: AX_EPEERDOWN "stage 2 on agent w3: ...").
- * Every wait is bounded by opts.timeout_ms.
+ * Every wait is bounded by opts.timeout_ms, counted for an action from
+ * when the agent's previous action was answered.
  *
  * Threads: one ax_pipe is used by one thread at a time. The callbacks run
  * on driver threads, one at a time. The node must be initialised with

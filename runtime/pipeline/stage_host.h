@@ -6,8 +6,12 @@
  * "model=mlp,stage=1,splits=0/2/4,seed=3,widths=784/64/10": the model name
  * first, then the keys of the model stage kinds (runtime/dist/stage.h).
  *
- * Methods (every call on one host runs one at a time under the stage lock;
- * the coordinator issues at most one fwd/bwd per host at a time). A push
+ * Methods (every call on one host runs one at a time under the stage lock).
+ * "fwd", "bwd", "bwdi", "bwdw" and "step" calls that carry the sequence
+ * metadata of stage_line.h run in their agent's order on its line, one at
+ * a time across the stages the agent holds, however many are in flight;
+ * without it they run at once. "setup", "teardown" and destroying the host
+ * cancel its queued actions and wait for the running one. A push
  * that failed makes the next fwd/bwd fail with its error.
  *  - "setup" [mode, recompute, optim config (str), prev, next, self id,
  *    and optionally staleness, delay, gamma (f64; < 0: the default),

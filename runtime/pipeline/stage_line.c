@@ -237,6 +237,9 @@ static int line_queue(axp_line *l, ax_call_ctx *cc, void *host,
     l->gen = gen;
     l->next = 0;
   }
+  if (gen <= l->failed_gen)
+    return ax_seterr(AX_ECANCELLED, "pipe.stage: an earlier action of this "
+                     "rank failed");
   if (seq < l->next || seq - l->next > AXP_LINE_AHEAD_MAX ||
       l->npending >= AXP_LINE_AHEAD_MAX)
     return ax_seterr(AX_EBADARG, "pipe.stage: action %lld out of order "
