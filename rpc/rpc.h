@@ -88,6 +88,12 @@ const char *ax_call_fn(const ax_call_ctx *ctx);
 uint64_t ax_call_autograd_ctx(const ax_call_ctx *ctx);
 /* Metadata value for key; AX_ENOTFOUND if absent. */
 int ax_call_meta(const ax_call_ctx *ctx, const char *key, int64_t *val);
+/* All of the call's metadata: how many entries, and entry i (its key is
+ * borrowed, valid while ctx is); AX_EINVAL for i out of range. A layer that
+ * re-issues a call later passes them all on. */
+int ax_call_meta_count(const ax_call_ctx *ctx);
+int ax_call_meta_at(const ax_call_ctx *ctx, int i, const char **key,
+                    int64_t *val);
 /* Milliseconds left before the caller's deadline; -1 once it has passed
  * (never 0, which ax_call_opts.timeout_ms reads as "the default"). */
 int64_t ax_call_remaining_ms(const ax_call_ctx *ctx);

@@ -230,6 +230,15 @@ int ax_call_meta(const ax_call_ctx *c, const char *key, int64_t *val) {
     }
   return ax_seterr(AX_ENOTFOUND, "call: no metadata %s", key);
 }
+int ax_call_meta_count(const ax_call_ctx *c) { return c->msg.nmeta; }
+int ax_call_meta_at(const ax_call_ctx *c, int i, const char **key,
+                    int64_t *val) {
+  if (i < 0 || i >= c->msg.nmeta)
+    return ax_seterr(AX_EINVAL, "call: no metadata entry %d", i);
+  *key = c->msg.meta_key[i] ? c->msg.meta_key[i] : "";
+  *val = c->msg.meta_val[i];
+  return AX_OK;
+}
 int64_t ax_call_remaining_ms(const ax_call_ctx *c) {
   if (!c->deadline_ms)
     return INT64_MAX;

@@ -31,7 +31,9 @@ typedef struct axi_waiter {
   ax_values *args;
   uint64_t ctx;
   int64_t caller_rank;
-  int64_t keep; /* metadata rr.keep of the waiting call */
+  int nmeta;     /* the waiting call's metadata (rr.keep among them) */
+  char *meta_key[8];
+  int64_t meta_val[8];
   int64_t deadline_ms;
   int expire_err; /* AX_ETIMEOUT, or AX_ESTALE past a grace period */
   struct axi_waiter *next;

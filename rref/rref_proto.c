@@ -259,6 +259,15 @@ int axi_rref_register_proto(ax_node *n) {
 }
 
 /* ---- waiters --------------------------------------------------------------- */
+static void waiter_free(axi_waiter *w) {
+  ax_future_release(w->reply);
+  ax_values_free(w->args);
+  free(w->fn);
+  for (int i = 0; i < w->nmeta; i++)
+    free(w->meta_key[i]);
+  free(w);
+}
+
 int axi_rref_wait_entry(axi_rctx *rc, axi_owned *e, ax_call_ctx *ctx,
                         const char *fn, const ax_values *args,
                         int64_t caller, int64_t grace_ms) {
@@ -274,9 +283,15 @@ int axi_rref_wait_entry(axi_rctx *rc, axi_owned *e, ax_call_ctx *ctx,
   }
   w->ctx = ax_call_autograd_ctx(ctx);
   w->caller_rank = caller;
-  if (ax_call_meta(ctx, "rr.keep", &w->keep) != AX_OK) {
-    ax_clearerr();
-    w->keep = 0;
+  for (int i = 0; i < ax_call_meta_count(ctx) && w->nmeta < 8; i++) {
+    const char *k;
+    int64_t v;
+    if (ax_call_meta_at(ctx, i, &k, &v) != AX_OK ||
+        !(w->meta_key[w->nmeta] = strdup(k))) {
+      waiter_free(w);
+      return ax_seterr(AX_ENOMEM, "rref: no memory");
+    }
+    w->meta_val[w->nmeta++] = v;
   }
   int64_t left = ax_call_remaining_ms(ctx);
   if (left < 0)
@@ -306,12 +321,6 @@ static void on_rerun(ax_future *f, void *user) {
   ax_future_release(f);
 }
 
-static void waiter_free(axi_waiter *w) {
-  ax_future_release(w->reply);
-  ax_values_free(w->args);
-  free(w->fn);
-  free(w);
-}
 
 void axi_waiters_run(axi_rctx *rc, axi_waiter *w, int err, const char *msg) {
   for (axi_waiter *nx; w; w = nx) {
@@ -320,15 +329,14 @@ void axi_waiters_run(axi_rctx *rc, axi_waiter *w, int err, const char *msg) {
     ax_future *f = NULL;
     if (err == AX_OK) {
       int64_t left = w->deadline_ms - axi_rnow_ms();
-      const char *keys[1] = {"rr.keep"};
-      int64_t vals[1] = {1};
       const char *from = NULL;
       if (ax_node_member(rc->node, (int)w->caller_rank, &from) != AX_OK)
         from = NULL; /* not a member (yet): the call reads as our own */
       ax_clearerr();
       ax_call_opts o = {.timeout_ms = left > 0 ? left : 1,
-                        .autograd_ctx = w->ctx, .nmeta = w->keep ? 1 : 0,
-                        .meta_key = keys, .meta_val = vals,
+                        .autograd_ctx = w->ctx, .nmeta = w->nmeta,
+                        .meta_key = (const char *const *)w->meta_key,
+                        .meta_val = w->meta_val,
                         .on_behalf_of = from};
       rc2 = ax_rpc_async(rc->node, rc->name, w->fn, w->args, &o, &f);
       if (rc2 == AX_OK &&
