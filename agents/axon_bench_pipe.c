@@ -25,9 +25,10 @@
  * the moment the coordinator issued it; "rpc" is the mean of (reply time -
  * issue time - the compute time the stage reported), i.e. the round trip of
  * the call itself; "in_stage" is the mean of (the compute time the stage
- * reported - the nominal sleep), i.e. the wait for activations or gradients
- * the neighbour pushed (when they are still on the wire), the copies, the
- * push of the outputs and the timer slack. For flushed modes the warm-up is
+ * reported, which leaves out its wait for activations or gradients, less
+ * the nominal sleep), i.e. the copies, the push of the outputs and the
+ * timer slack. "issue" and "rpc" are shown for --ahead 1 only: an action
+ * issued ahead waits on its agent, so its call's times bound nothing. For flushed modes the warm-up is
  * one mini-batch; for the others K + 1 mini-batches, and the last K - 1
  * (the drain, faster than the steady state) are not measured.
  *
@@ -275,12 +276,15 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
             : !strcmp(m, "zbv") ? 2 : -1;
     for (int k = 0; k < a->n_ahead; k++) {
       double mt = axi_bench_median(t[k], a->repeat), ratio = mt / f;
-      printf("%-11s %5d %11.1f %12.1f %7.3f %10.3f %10.3f %9.3f %7.3f %9.3f"
-             "\n", m, a->ahead[k] ? a->ahead[k] : AX_PIPE_AHEAD, 1e3 * f,
-             1e3 * mt, ratio, 1 - work / f, 1 - work / mt,
-             axi_bench_median(is[k], a->repeat),
-             axi_bench_median(rp[k], a->repeat),
-             axi_bench_median(st[k], a->repeat));
+      printf("%-11s %5d %11.1f %12.1f %7.3f %10.3f %10.3f", m,
+             a->ahead[k] ? a->ahead[k] : AX_PIPE_AHEAD, 1e3 * f, 1e3 * mt,
+             ratio, 1 - work / f, 1 - work / mt);
+      if (a->ahead[k] == 1)
+        printf(" %9.3f %7.3f", axi_bench_median(is[k], a->repeat),
+               axi_bench_median(rp[k], a->repeat));
+      else /* issued ahead: the call's times do not bound the action */
+        printf(" %9s %7s", "-", "-");
+      printf(" %9.3f\n", axi_bench_median(st[k], a->repeat));
       if (g >= 0)
         bub[g][k] = 1 - work / mt;
       worst |= ratio > 1.05 || ratio < 0.95;

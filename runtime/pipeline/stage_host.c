@@ -222,7 +222,7 @@ static int run_loss(phost *h, const ax_values *args, size_t at,
  * recorded in that context when training. */
 static int take_inputs(ax_call_ctx *cc, phost *h, const ax_values *args,
                        int64_t nin, long batch, int micro, uint64_t ctx,
-                       ax_tlist *in) {
+                       ax_tlist *in, int64_t *wait_us) {
   axd_stage *s = h->s;
   if (nin > 0) {
     for (int i = 0; i < nin; i++) {
@@ -234,10 +234,12 @@ static int take_inputs(ax_call_ctx *cc, phost *h, const ax_values *args,
     return AX_OK;
   }
   axp_received meta;
+  int64_t tw = ax_trace_now_us();
   AX_TRY(axp_inbox_take(&h->in, s->node,
                         h->prev ? ax_rref_owner(h->prev) : NULL,
                         batch, micro, axp_wait_ms(cc), in,
                         &meta));
+  *wait_us = ax_trace_now_us() - tw;
   int err = AX_OK;
   if (meta.ctx != ctx)
     err = ax_seterr(AX_ESTATE, "pipe.stage %d: activations of %ld/%d came "
@@ -269,9 +271,12 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     return ax_seterr(AX_ESTATE, "pipe.stage %d: a training forward runs "
                      "under a distributed autograd context", s->index);
   ax_tlist in = {0}, y = {0};
+  int64_t waited = 0;
   int err = axp_inbox_error(&h->in);
   if (err == AX_OK)
-    err = take_inputs(cc, h, args, nin, (long)batch, (int)micro, ctx, &in);
+    err = take_inputs(cc, h, args, nin, (long)batch, (int)micro, ctx, &in,
+                      &waited);
+  t0 += waited; /* busy time: not the wait for the activations */
   pstate *st = NULL;
   if (err == AX_OK && train) {
     if (!(st = calloc(1, sizeof *st)) || !(st->slot = ax_slot_new()))

@@ -39,7 +39,8 @@
  *    activations (or only the inputs) and, when the mode's backward uses
  *    stashed weights, the version the forward used (copy-on-update: before
  *    an update, states that still use the live weights get one separate
- *    copy of the flat buffer). Returns [busy_us, live_states,
+ *    copy of the flat buffer). Returns [busy_us (the call's time less its
+ *    wait for the activations), live_states,
  *    weight_versions, state_bytes] and, on the last stage, [loss, correct,
  *    count] after them.
  *  - "bwd" [batch, micro, step, units]: under the unit's context. The
@@ -52,7 +53,8 @@
  *    stage, which the stage then takes out of the context for the STEP;
  *    the input gradient goes back to prev along the receive edge
  *    (ax_dist_pass_grads), without waiting. step = 1 runs the STEP of
- *    `batch` after it (see "step"). Returns [busy_us, live_states,
+ *    `batch` after it (see "step"). Returns [busy_us (less the wait for
+ *    the output gradient), live_states,
  *    weight_versions, state_bytes].
  *  - "step" [batch, units]: updates the weights with the sum, in
  *    micro-batch order 0..units-1, of the gradients of batch's units

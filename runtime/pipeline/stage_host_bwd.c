@@ -183,7 +183,7 @@ static int backward_locked(phost *h, pstate *st, int part,
 /* The output gradients of the unit: the loss's on the last stage, else
  * the ones the next stage sent back along the unit's context. */
 static int output_grads(ax_call_ctx *cc, phost *h, pstate *st, uint64_t ctx,
-                        ax_tlist *dy) {
+                        ax_tlist *dy, int64_t *wait_us) {
   if (h->is_last) {
     dy->n = st->dlogits.n;
     for (int i = 0; i < dy->n; i++)
@@ -192,6 +192,7 @@ static int output_grads(ax_call_ctx *cc, phost *h, pstate *st, uint64_t ctx,
   }
   int64_t t0 = ax_trace_now_us();
   AX_TRY(ax_dist_take_grads(h->s->node, ctx, st->fn, axp_wait_ms(cc), dy));
+  *wait_us = ax_trace_now_us() - t0;
   for (int i = 0; i < dy->n; i++) { /* onto the stage's device */
     ax_tensor *x = dy->t[i] ? ax_tensor_to(dy->t[i], h->s->dev) : NULL;
     if (dy->t[i] && !x)
@@ -272,7 +273,10 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
     return ax_seterr(AX_ENOTFOUND, "pipe.stage %d: batch %lld/%lld: %s",
                      s->index, (long long)batch, (long long)micro, why);
   ax_tlist dy = {0}, din = {0};
-  int err = part == PART_WEIGHT ? AX_OK : output_grads(cc, h, st, ctx, &dy);
+  int64_t waited = 0;
+  int err = part == PART_WEIGHT ? AX_OK
+                                : output_grads(cc, h, st, ctx, &dy, &waited);
+  t0 += waited; /* busy time: not the wait for the gradient */
   int replay = st->slot == NULL && part != PART_WEIGHT;
   int64_t mark[4] = {0, 0, 0, 0};
   int live = 0;
