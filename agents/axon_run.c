@@ -17,6 +17,7 @@
 
 #define P "axon-run"
 #include "runtime/pipeline/coordinator.h"
+#include "runtime/pipeline/stage_host.h"
 #include "runtime/pipeline/staleness.h"
 #include "runtime/pipeline/train.h"
 #include "kernels/error.h"
@@ -71,6 +72,9 @@ static void usage(FILE *f) {
 "  --pipemare-gamma G    pipemare: decay of the update average (0.9)\n"
 "  --pipemare-warmup N   pipemare: updates until the step size is lr (0:\n"
 "                        lr / delay throughout)\n"
+"  --replicas R          pipeline x data parallel: R copies of a pipeline of\n"
+"                        K = agents / R stages, each on its shard of every\n"
+"                        batch, averaging gradients at each update\n"
 "  --ahead N             actions each agent gets before the first is\n"
 "                        answered: the stages wait for their inputs (8;\n"
 "                        1: coordinator-driven, a round trip per action)\n"
@@ -185,6 +189,7 @@ int main(int argc, char **argv) {
       {"resume", 1, 0, 1022},    {"loss-log", 1, 0, 1023},
       {"checkpoint-to", 1, 0, 1024}, {"spares", 1, 0, 1040},
       {"restarts", 1, 0, 1041},  {"ahead", 1, 0, 1042},
+      {"replicas", 1, 0, 1043},
       {"listen", 1, 0, 1030},    {"tls-ca", 1, 0, 1031},
       {"tls-cert", 1, 0, 1032},  {"tls-key", 1, 0, 1033},
       {"insecure", 0, 0, 1034},
@@ -229,6 +234,7 @@ int main(int argc, char **argv) {
       if (k < 0)
         return 2;
       pa.agents = agent_list;
+      pa.nagents = k;
       if (!pa.K)
         pa.K = k;
       pipe = 1;
@@ -303,6 +309,7 @@ int main(int argc, char **argv) {
       break;
     case 1041: ok = axc_i32(P, "--restarts", optarg, 0, 1000000, &pa.restarts); break;
     case 1042: ok = axc_i32(P, "--ahead", optarg, 1, AX_PIPE_AHEAD_MAX, &pa.ahead); break;
+    case 1043: ok = axc_i32(P, "--replicas", optarg, 1, AX_PIPE_MAX_REPLICAS, &pa.replicas); break;
     case 1040: {
       int k = name_list("--spares", optarg, spare_buf, spare_list);
       if (k < 0)
@@ -366,6 +373,18 @@ int main(int argc, char **argv) {
               "--microbatches >= 1; --chunks 0..%d\n", AX_PIPE_MAX_STAGES,
               AX_PIPE_MAX_STAGES);
       return 2;
+    }
+    if (pa.replicas > 1) { /* K = the agents of one replica */
+      int R = pa.replicas, total = pa.local ? pa.local : pa.nagents;
+      if (pa.agents && pa.K == pa.nagents)
+        pa.K = pa.nagents / R; /* --stages not given */
+      if (pa.emulate || pa.ckpt_dir || pa.resume || pa.nspares ||
+          pa.restarts || total % R || (pa.agents && pa.K * R != total)) {
+        fprintf(stderr, "axon-run: --replicas R needs R * K agents (--local "
+                "R*K, or --stages K --agents with R*K names) and, for now, "
+                "no --emulate, checkpoints, --spares or --restarts\n");
+        return 2;
+      }
     }
     if (ax_staleness_check(pa.mode, pa.staleness,
                            pa.stale_gamma ? pa.stale_gamma : AX_PIPEMARE_GAMMA,

@@ -18,6 +18,8 @@ typedef struct axr_pipe_args {
   int K, M, mode, recompute, local, agent_threads, quiet;
   int chunks; /* stages per agent for chunked modes (--chunks) */
   int ahead;  /* --ahead: actions issued ahead per agent (0: default) */
+  int replicas; /* --replicas R: R copies of the pipeline (K = agents / R) */
+  int nagents;  /* names given with --agents */
   int staleness, stale_warmup; /* --staleness, --pipemare-warmup */
   double stale_gamma;          /* --pipemare-gamma (0: the default) */
   int emulate;    /* --emulate: every stage in this process (emulate.h) */

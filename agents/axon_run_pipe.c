@@ -317,21 +317,28 @@ static int run(const axr_pipe_args *a, ax_node *node) {
   }
   char sb[256];
   if (rc == AX_OK)
-    fprintf(stderr, "axon-run: %s on %s, %s%s%s, %d stages (blocks %s), %d "
-            "micro-batches, batch %d\n", a->model, a->dataset,
+    fprintf(stderr, "axon-run: %s on %s, %s%s%s, %d stages (blocks %s)%s, "
+            "%d micro-batches, batch %d\n", a->model, a->dataset,
             ax_pipe_mode_name(a->mode),
             a->staleness ? " with staleness " : "",
             a->staleness ? ax_staleness_name(a->staleness) : "", axr_stages(a),
             ax_partition_format(bounds, axr_stages(a), sb, sizeof sb),
+            a->replicas > 1 ? " x replicas" : "",
             ax_pipe_units(a->mode, a->M), a->batch);
+  if (rc == AX_OK && a->replicas > 1)
+    fprintf(stderr, "axon-run: %d replicas, each on batch / %d rows of every "
+            "mini-batch, gradients averaged at each update\n", a->replicas,
+            a->replicas);
   ax_pipe *p = NULL;
-  const char *cur[AX_PIPE_MAX_STAGES]; /* spares may replace lost ones */
-  for (int k = 0; k < a->K && k < AX_PIPE_MAX_STAGES; k++)
+  const char *cur[2 * AX_PIPE_MAX_STAGES]; /* spares may replace lost
+                                               ones; every replica's */
+  int R = a->replicas > 1 ? a->replicas : 1;
+  for (int k = 0; k < a->K * R && k < 2 * AX_PIPE_MAX_STAGES; k++)
     cur[k] = a->agents[k];
   ax_pipe_opts o = {a->model, a->model_config, a->K, cur, bounds,
                     a->mode, a->M, a->recompute, a->optim, a->seed, a->device,
                     120000, NULL, a->chunks, a->staleness, a->stale_gamma,
-                    a->stale_warmup, a->ahead};
+                    a->stale_warmup, a->ahead, R};
   f.first = -1;
   f.node = node;
   f.o = &o;
@@ -391,6 +398,8 @@ static int run(const axr_pipe_args *a, ax_node *node) {
     if (modelled)
       printf(" modelled_seconds=%.3f modelled_ms_per_step=%.2f",
              spb * (double)f.steps, 1e3 * spb);
+    if (a->replicas > 1)
+      printf(" replicas=%d", a->replicas);
     printf("%s\n", a->emulate ? " emulated=1" : "");
     printf("stages:");
     for (int s = 0; s < axr_stages(a); s++)
@@ -417,18 +426,19 @@ int axr_pipe_main(axr_pipe_args *a) {
   int port = 0, reserved = -1, nlocal = 0;
   char listen[64];
   if (a->local > 0) {
-    a->K = a->local;
+    int R = a->replicas > 1 ? a->replicas : 1;
+    a->K = a->local / R; /* the agents of one replica */
     if ((port = axr_reserve_port(&reserved)) < 0) {
       fprintf(stderr, "axon-run: no free port for the coordinator\n");
       return 1;
     }
-    for (int s = 0; s < a->K; s++) {
+    for (int s = 0; s < a->local; s++) { /* replica r: stage(r K + k) */
       snprintf(names[s], sizeof names[s], "stage%d", s);
       agents[s] = names[s];
     }
     for (int i = 0; i < a->nspares; i++) /* started too, after the stages */
-      agents[a->K + i] = a->spares[i];
-    nlocal = a->K + a->nspares;
+      agents[a->local + i] = a->spares[i];
+    nlocal = a->local + a->nspares;
     a->agents = agents;
     if (axr_spawn_local(nlocal, agents, port, a->agent_threads, a->plugins,
                         a->nplugins, pids) != 0) {

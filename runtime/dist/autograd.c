@@ -7,6 +7,7 @@
 
 #include "kernels/backend-impl.h"
 #include "runtime/dist/autograd-impl.h"
+#include "runtime/dist/collective.h"
 
 static axd_state *g_d;
 
@@ -474,6 +475,7 @@ void ax_dist_fini(ax_node *n) {
     axd_ctx_free(c);
   }
   ax_rref_fini(n);
+  ax_coll_fini(n); /* after the objects: stage hosts free their groups */
   for (int i = 0; i < d->npool; i++)
     ax_tensor_release(d->pool[i]);
   pthread_cond_destroy(&d->cv);

@@ -67,7 +67,9 @@ extern "C" {
  * "bert.stage") on n. The single call an agent or coordinator makes after
  * ax_node_create. */
 int ax_dist_init(ax_node *n);
-/* Frees everything (after ax_node_shutdown, before ax_node_destroy). */
+/* Frees everything (after ax_node_shutdown, before ax_node_destroy),
+ * remote objects first, then the collectives' mailbox if there is one
+ * (ax_coll_fini). */
 void ax_dist_fini(ax_node *n);
 
 /* ---- contexts ---------------------------------------------------------------- */

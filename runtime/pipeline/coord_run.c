@@ -423,6 +423,8 @@ int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
                   ax_pipe_step_fn step, void *user) {
   if (!p || n < 0 || !batch)
     return ax_seterr(AX_EINVAL, "pipeline: bad arguments to train");
+  if (p->nrep)
+    return axp_replicas_train(p, n, batch, step, user);
   size_t units = (size_t)n * (size_t)p->U;
   p->n = n;
   int perr = ax_pipe_plan_new(p->o.mode, p->R, p->v, p->o.M, n, &p->plan);

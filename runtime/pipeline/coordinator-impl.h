@@ -18,8 +18,19 @@ typedef struct axp_batch { /* one mini-batch while it is in flight */
   int64_t correct, count;
 } axp_batch;
 
+/* Creating one replica of a replicated pipeline (replicas.c): R, its
+ * index, the group tags' id and every replica's agents (R * ranks). */
+typedef struct axp_replica_of {
+  int R, r;
+  uint64_t id;
+  const char *const *agents;
+} axp_replica_of;
+
 struct ax_pipe {
   ax_node *node;
+  int nrep;                /* > 0: the front of nrep replicas (below); */
+  ax_pipe *rep[AX_PIPE_MAX_REPLICAS]; /* every call goes to them (rep[0]: evaluation,
+                              state, trace, events, statistics) */
   ax_pipe_opts o;
   char agents[AX_PIPE_MAX_STAGES][AXP_NAME];
   char model[AXP_NAME];
@@ -70,6 +81,15 @@ struct ax_pipe {
 int axp_release_start(ax_pipe *p, size_t units);
 int axp_release_push(ax_pipe *p, uint64_t ctx);
 void axp_release_stop(ax_pipe *p);
+
+/* One pipeline, or replica rep->r of R (rep may be NULL), as ax_pipe_new
+ * (coordinator.c). */
+int axp_pipe_create(ax_node *n, const ax_pipe_opts *o,
+                    const axp_replica_of *rep, ax_pipe **out);
+/* ax_pipe_new / ax_pipe_train of a replicated pipeline (replicas.c). */
+int axp_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out);
+int axp_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
+                       ax_pipe_step_fn step, void *user);
 
 /* Records the first error of a run as "stage s on agent A: ..." and wakes
  * every driver. mu held. */

@@ -79,7 +79,21 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
   return AX_OK;
 }
 
-static int create_hosts(ax_pipe *p, const int *bounds) {
+/* Setup's replica arguments for stage s: [R, tag, the agent of stage s in
+ * every replica] (stage_host.h). */
+static void add_replicas(ax_pipe *p, int s, const axp_replica_of *rep,
+                         ax_values *a) {
+  char tag[48];
+  snprintf(tag, sizeof tag, "pp%016llx.%d", (unsigned long long)rep->id, s);
+  ax_values_add_i64(a, rep->R);
+  ax_values_add_str(a, tag);
+  int rank = ax_pipe_stage_rank(p->o.mode, p->R, s);
+  for (int r = 0; r < rep->R; r++)
+    ax_values_add_str(a, rep->agents[r * p->R + rank]);
+}
+
+static int create_hosts(ax_pipe *p, const int *bounds,
+                        const axp_replica_of *rep) {
   char splits[512] = "";
   size_t len = 0;
   for (int s = 0; s <= p->K; s++)
@@ -114,12 +128,16 @@ static int create_hosts(ax_pipe *p, const int *bounds) {
     else
       ax_values_add_i64(a, 0);
     ax_values_add_i64(a, (int64_t)ax_rref_id(p->host[s])); /* its inbox */
-    if (p->o.staleness != AX_STALE_NONE) { /* staleness.h; else none */
+    if (p->o.staleness != AX_STALE_NONE || rep) { /* staleness.h */
       ax_values_add_i64(a, p->o.staleness);
-      ax_values_add_i64(a, ax_pipe_delay(p->o.mode, p->K, s, p->o.M));
+      ax_values_add_i64(a, p->o.staleness != AX_STALE_NONE
+                               ? ax_pipe_delay(p->o.mode, p->K, s, p->o.M)
+                               : 0);
       ax_values_add_f64(a, p->o.stale_gamma ? p->o.stale_gamma : -1.0);
       ax_values_add_i64(a, p->o.stale_warmup);
     }
+    if (rep)
+      add_replicas(p, s, rep, a);
     ax_values *r = NULL;
     int err = ax_rref_rpc_sync(p->node, p->host[s], "setup", a, &co, &r);
     ax_values_free(a);
@@ -130,6 +148,14 @@ static int create_hosts(ax_pipe *p, const int *bounds) {
 }
 
 int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
+  *out = NULL;
+  if (o && o->replicas > 1)
+    return axp_replicas_new(n, o, out);
+  return axp_pipe_create(n, o, NULL, out);
+}
+
+int axp_pipe_create(ax_node *n, const ax_pipe_opts *o,
+                    const axp_replica_of *rep, ax_pipe **out) {
   ax_model_info info;
   const ax_model_def *def;
   *out = NULL;
@@ -176,7 +202,7 @@ int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
              o->agents[ax_pipe_stage_rank(o->mode, p->R, s)]);
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
-  int err = create_hosts(p, bounds);
+  int err = create_hosts(p, bounds, rep);
   p->o.devices = NULL; /* the caller's array */
   if (err != AX_OK) {
     char m[512];
@@ -190,9 +216,21 @@ int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
 
 int ax_pipe_stages(const ax_pipe *p) { return p->K; }
 
+ax_pipe *ax_pipe_replica(ax_pipe *p, int r) {
+  if (!p || r < 0 || r >= (p->nrep ? p->nrep : 1))
+    return NULL;
+  return p->nrep ? p->rep[r] : p;
+}
+
 void ax_pipe_free(ax_pipe *p) {
   if (!p)
     return;
+  if (p->nrep) {
+    for (int r = 0; r < p->nrep; r++)
+      ax_pipe_free(p->rep[r]);
+    free(p);
+    return;
+  }
   ax_call_opts co = {.timeout_ms = 5000};
   for (int s = 0; s < p->K; s++) {
     ax_values *r = NULL;
@@ -210,6 +248,8 @@ void ax_pipe_free(ax_pipe *p) {
 
 int ax_pipe_stage_state(ax_pipe *p, int s, ax_tensor **params,
                         ax_tensor **buffers) {
+  if (p->nrep)
+    return ax_pipe_stage_state(p->rep[0], s, params, buffers);
   if (s < 0 || s >= p->K)
     return ax_seterr(AX_EINVAL, "pipeline: no stage %d", s);
   ax_values *r = NULL;
@@ -229,6 +269,8 @@ int ax_pipe_stage_state(ax_pipe *p, int s, ax_tensor **params,
 }
 
 int ax_pipe_trace(ax_pipe *p, ax_trace *dst) {
+  if (p->nrep)
+    return ax_pipe_trace(p->rep[0], dst);
   ax_call_opts co = {.timeout_ms = timeout_of(p)};
   for (int s = 0; s < p->K; s++) {
     ax_values *r = NULL;
@@ -247,11 +289,17 @@ int ax_pipe_trace(ax_pipe *p, ax_trace *dst) {
 }
 
 const ax_pipe_event *ax_pipe_events(const ax_pipe *p, long *n) {
+  if (p->nrep)
+    return ax_pipe_events(p->rep[0], n);
   *n = p->nev;
   return p->ev;
 }
 
 void ax_pipe_get_stats(const ax_pipe *p, ax_pipe_stats *out) {
+  if (p->nrep) {
+    ax_pipe_get_stats(p->rep[0], out);
+    return;
+  }
   *out = p->stats;
 }
 
@@ -321,6 +369,8 @@ static int eval_batch(ax_pipe *p, const ax_tlist *in, const ax_tlist *lab,
 
 int ax_pipe_evaluate(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,
                      double *accuracy, double *loss) {
+  if (p->nrep)
+    return ax_pipe_evaluate(p->rep[0], n, batch, user, accuracy, loss);
   int64_t correct = 0, count = 0;
   double lsum = 0;
   long done = 0;

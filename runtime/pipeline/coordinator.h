@@ -44,6 +44,7 @@ extern "C" {
 #endif
 
 #define AX_PIPE_MAX_STAGES 16
+#define AX_PIPE_MAX_REPLICAS 16 /* data-parallel copies (opts.replicas) */
 
 typedef struct ax_pipe_opts {
   const char *model;        /* "mlp", "resnet20", "bert" */
@@ -83,6 +84,19 @@ typedef struct ax_pipe_opts {
    * issued once its dependencies completed (one round trip per action on
    * the critical path). The math is the same either way. */
   int ahead;
+  /* Pipeline x data parallel: R copies of the pipeline (0 or 1: one).
+   * `agents` then holds R * K names, replica r's on agents[r K .. r K + K
+   * - 1], all distinct. Each train call gives every replica its shard of
+   * every mini-batch (rows r B / R .. (r + 1) B / R - 1 of the batch
+   * function's B), and at each STEP the R copies of a stage average their
+   * gradients (a ring all-reduce among them, runtime/dist/collective.h)
+   * before updating, so every replica keeps the same weights: one pipeline
+   * on R times the batch, with per-replica means averaged (PyTorch DDP's
+   * rule; buffers such as batch-norm statistics stay per replica). The step
+   * callback gets each mini-batch once, its loss the count-weighted mean of
+   * the replicas'. Evaluation, stage state, trace, events and statistics
+   * are replica 0's; checkpoints are refused (AX_EUNSUPPORTED). */
+  int replicas;
 } ax_pipe_opts;
 
 #define AX_PIPE_AHEAD 8
@@ -97,6 +111,9 @@ int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out);
 void ax_pipe_free(ax_pipe *p);
 /* Its stage count: K, or K * chunks for chunked modes. */
 int ax_pipe_stages(const ax_pipe *p);
+/* Replica r of a replicated pipeline (opts.replicas), for its stage state
+ * or events; p itself for r = 0 of one that is not; NULL out of range. */
+ax_pipe *ax_pipe_replica(ax_pipe *p, int r);
 
 /* Mini-batch t on the CPU: new references in *in and *lab (the coordinator
  * releases them). Dim 0 of every tensor is the example dimension times a

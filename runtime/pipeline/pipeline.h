@@ -10,11 +10,12 @@
 extern "C" {
 #endif
 
-/* ax_dist_init(n), then registers the pipeline stage host kind "pipe.stage"
- * (stage_host.h) and its stage-to-stage inbox. The single call an agent
- * that hosts pipeline stages, or a coordinator, makes after
- * ax_node_create; undo it with ax_dist_fini. On error nothing stays
- * initialised. */
+/* ax_dist_init(n), the collectives' mailbox (ax_coll_init: the replicas
+ * of a stage all-reduce their gradients), then registers the pipeline stage
+ * host kind "pipe.stage" (stage_host.h) and its stage-to-stage inbox. The
+ * single call an agent that hosts pipeline stages, or a coordinator, makes
+ * after ax_node_create; undo it with ax_dist_fini (which also frees the
+ * mailbox). On error nothing stays initialised. */
 int ax_pipe_init(ax_node *n);
 
 #ifdef __cplusplus

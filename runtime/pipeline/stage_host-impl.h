@@ -4,6 +4,7 @@
 #ifndef AX_PIPELINE_STAGE_HOST_IMPL_H
 #define AX_PIPELINE_STAGE_HOST_IMPL_H
 
+#include "runtime/dist/collective.h"
 #include "runtime/dist/stage-impl.h"
 #include "runtime/pipeline/mode.h"
 #include "runtime/pipeline/stage_inbox.h"
@@ -51,6 +52,9 @@ typedef struct phost {
   ax_trace *tr;   /* stage-side events (stage_events.h); its own lock */
   int versions;   /* weight versions at the last axp_host_report (s->mu) */
   axp_line *line; /* its rank's order (stage_line.h) */
+  ax_coll_group *replicas; /* the same stage in every replica (--replicas):
+                              each STEP averages the gradients over it;
+                              NULL: one replica (s->mu) */
 } phost;
 
 /* Frees a state and everything it keeps (NULL-safe). */

@@ -8,6 +8,7 @@
 #include "kernels/backend-impl.h"
 #include "models/loss.h"
 #include "runtime/dist/autograd.h"
+#include "runtime/pipeline/coordinator.h"
 #include "runtime/pipeline/mode.h"
 #include "runtime/pipeline/stage_events.h"
 #include "runtime/pipeline/stage_host-impl.h"
@@ -37,7 +38,32 @@ static void host_clear(phost *h) {
   h->shadow = NULL;
   h->last_step = -1;
   axi_stale_clear(&h->stale);
+  ax_coll_group_free(h->replicas);
+  h->replicas = NULL;
   axp_inbox_close(&h->in);
+}
+
+/* The replica group of setup's arguments 10.. [R, tag, R member names]
+ * (none: *g = NULL). This node must be one of the members. */
+static int replica_group(phost *h, const ax_values *args, int64_t tmo,
+                         ax_coll_group **g) {
+  *g = NULL;
+  int64_t R;
+  if (ax_values_count(args) <= 10)
+    return AX_OK;
+  const char *tag, *names[AX_PIPE_MAX_REPLICAS];
+  AX_TRY(ax_values_get_i64(args, 10, &R));
+  if (R < 1 || R > AX_PIPE_MAX_REPLICAS ||
+      ax_values_count(args) != 12 + (size_t)R)
+    return ax_seterr(AX_EINVAL, "pipe.stage %d: %lld replicas with %zu "
+                     "setup arguments", h->s->index, (long long)R,
+                     ax_values_count(args));
+  AX_TRY(ax_values_get_str(args, 11, &tag));
+  for (int64_t r = 0; r < R; r++)
+    AX_TRY(ax_values_get_str(args, 12 + (size_t)r, &names[r]));
+  if (R == 1)
+    return AX_OK;
+  return ax_coll_group_new(h->s->node, tag, (int)R, names, tmo, g);
 }
 
 static int host_create(ax_node *n, const char *config, ax_device dev,
@@ -141,12 +167,19 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
     return ax_seterr(AX_EUNSUPPORTED, "pipe.stage %d: %s splits the backward "
                      "but a layer of this stage has no split backward "
                      "(models/module.h)", s->index, def->name);
-  ax_optim *o = ax_optim_new(&oc, s->net->n_params, s->dev);
-  if (!o)
-    return AX_ENOMEM;
   host_quiesce(h); /* a set-up again (recovery) ends what was in flight */
   pthread_mutex_lock(&s->mu);
-  host_clear(h);
+  host_clear(h); /* frees the old replica group before a new one */
+  pthread_mutex_unlock(&s->mu);
+  ax_coll_group *g = NULL;
+  AX_TRY(replica_group(h, args, axp_wait_ms(cc), &g));
+  ax_optim *o = ax_optim_new(&oc, s->net->n_params, s->dev);
+  if (!o) {
+    ax_coll_group_free(g);
+    return AX_ENOMEM;
+  }
+  pthread_mutex_lock(&s->mu);
+  h->replicas = g;
   h->def = def;
   (void)rc; /* what to keep comes with each forward (its flags) */
   h->prev = ax_rref_retain(nb[0]);

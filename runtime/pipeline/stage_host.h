@@ -15,7 +15,8 @@
  * that failed makes the next fwd/bwd fail with its error.
  *  - "setup" [mode, recompute, optim config (str), prev, next, self id,
  *    and optionally staleness, delay, gamma (f64; < 0: the default),
- *    warm-up]:
+ *    warm-up, and optionally replicas R, group tag (str), R member names
+ *    (str)]:
  *    the recompute option is informational (each "fwd" says in its flags
  *    whether the unit keeps only its inputs); prev/next are the
  *    neighbours' object RRefs, or i64 0 at the ends;
@@ -25,6 +26,13 @@
  *    (staleness.h; absent: none) with the stage's delay (ax_pipe_delay)
  *    changes the weights a training forward and a backward use and the
  *    step size; AX_EINVAL for a bad one or any but none in a flushed mode.
+ *    With R > 1 replicas the host joins the collective group `tag` of
+ *    the members (the agents holding this stage in every replica of the
+ *    pipeline, this one among them; collective.h), and every STEP first
+ *    replaces its summed gradient by the group's average (ring
+ *    all-reduce, bit-identical on every member): R replicas train as one
+ *    pipeline on R times the batch, each on its shard (PyTorch DDP's
+ *    rule: per-replica means, averaged).
  *  - "fwd" [batch, micro, seed, flags, n_in, inputs..., n_lab, labels...,
  *    norms (n_lab i64)]: flags bit 0 = training, bit 1 = keep only the
  *    inputs and replay the forward at backward (the mode table's

@@ -119,6 +119,8 @@ static int step_locked(phost *h, long t, int units) {
   if (err == AX_OK) /* the correction's view of the update (staleness.h) */
     err = axi_stale_before_step(&h->stale, s->opt, s->net->params,
                                 dbuf ? t + 1 : -1);
+  if (err == AX_OK && h->replicas) /* data parallel: every replica's */
+    err = ax_coll_allreduce(h->replicas, h->acc, AX_COLL_AVG);
   if (err == AX_OK)
     err = ax_optim_step(s->opt, s->net->params, h->acc);
   if (err == AX_OK)
