@@ -75,6 +75,8 @@ static void usage(FILE *f) {
 "  --replicas R          pipeline x data parallel: R copies of a pipeline of\n"
 "                        K = agents / R stages, each on its shard of every\n"
 "                        batch, averaging gradients at each update\n"
+"  --zero 1|2            with --replicas: shard the optimizer state and the\n"
+"                        averaged gradients over the replicas (ZeRO)\n"
 "  --ahead N             actions each agent gets before the first is\n"
 "                        answered: the stages wait for their inputs (8;\n"
 "                        1: coordinator-driven, a round trip per action)\n"
@@ -189,7 +191,7 @@ int main(int argc, char **argv) {
       {"resume", 1, 0, 1022},    {"loss-log", 1, 0, 1023},
       {"checkpoint-to", 1, 0, 1024}, {"spares", 1, 0, 1040},
       {"restarts", 1, 0, 1041},  {"ahead", 1, 0, 1042},
-      {"replicas", 1, 0, 1043},
+      {"replicas", 1, 0, 1043},  {"zero", 1, 0, 1044},
       {"listen", 1, 0, 1030},    {"tls-ca", 1, 0, 1031},
       {"tls-cert", 1, 0, 1032},  {"tls-key", 1, 0, 1033},
       {"insecure", 0, 0, 1034},
@@ -310,6 +312,7 @@ int main(int argc, char **argv) {
     case 1041: ok = axc_i32(P, "--restarts", optarg, 0, 1000000, &pa.restarts); break;
     case 1042: ok = axc_i32(P, "--ahead", optarg, 1, AX_PIPE_AHEAD_MAX, &pa.ahead); break;
     case 1043: ok = axc_i32(P, "--replicas", optarg, 1, AX_PIPE_MAX_REPLICAS, &pa.replicas); break;
+    case 1044: ok = axc_i32(P, "--zero", optarg, 0, 2, &pa.zero); break;
     case 1040: {
       int k = name_list("--spares", optarg, spare_buf, spare_list);
       if (k < 0)
@@ -372,6 +375,11 @@ int main(int argc, char **argv) {
               "--stages K --agents a,b,... --master HOST:PORT; "
               "--microbatches >= 1; --chunks 0..%d\n", AX_PIPE_MAX_STAGES,
               AX_PIPE_MAX_STAGES);
+      return 2;
+    }
+    if (pa.zero && (pa.replicas < 2 || pa.staleness)) {
+      fprintf(stderr, "axon-run: --zero needs --replicas R >= 2 and no "
+              "--staleness correction\n");
       return 2;
     }
     if (pa.replicas > 1) { /* K = the agents of one replica */

@@ -20,6 +20,7 @@ typedef struct axr_pipe_args {
   int ahead;  /* --ahead: actions issued ahead per agent (0: default) */
   int replicas; /* --replicas R: R copies of the pipeline (K = agents / R) */
   int nagents;  /* names given with --agents */
+  int zero;     /* --zero 1|2: optimizer state sharded over the replicas */
   int staleness, stale_warmup; /* --staleness, --pipemare-warmup */
   double stale_gamma;          /* --pipemare-gamma (0: the default) */
   int emulate;    /* --emulate: every stage in this process (emulate.h) */

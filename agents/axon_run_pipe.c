@@ -338,7 +338,7 @@ static int run(const axr_pipe_args *a, ax_node *node) {
   ax_pipe_opts o = {a->model, a->model_config, a->K, cur, bounds,
                     a->mode, a->M, a->recompute, a->optim, a->seed, a->device,
                     120000, NULL, a->chunks, a->staleness, a->stale_gamma,
-                    a->stale_warmup, a->ahead, R};
+                    a->stale_warmup, a->ahead, R, a->zero};
   f.first = -1;
   f.node = node;
   f.o = &o;

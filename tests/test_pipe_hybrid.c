@@ -124,6 +124,70 @@ static void test_async_mode_equals_its_rule(void **state) {
   run_case(AX_MODE_PIPEDREAM, 2, 2, 1, 5);
 }
 
+/* Trains R replicas of K agents in `mode` with `zero` and returns every
+ * stage's parameters (replica 0's, after checking the others hold the
+ * same). */
+static int train_params(int mode, int K, int R, int M, int steps, int zero,
+                        const char *optim, ax_tensor **out) {
+  ax_config dcfg;
+  pt_data data = {NULL, 16};
+  AX_ASSERT_OK(ax_config_parse(&dcfg, g_data_cfg));
+  AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
+  ax_pipe_opts o = {"mlp", g_model_cfg, K, g_names, NULL, mode, M,
+                    AX_RECOMPUTE_NEVER, optim, 3, AX_CPU, 30000};
+  o.replicas = R;
+  o.zero = zero;
+  ax_pipe *p = NULL;
+  AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
+  AX_ASSERT_OK(ax_pipe_train(p, steps, pt_batch, NULL, &data));
+  int S = ax_pipe_stages(p);
+  for (int s = 0; s < S; s++) {
+    ax_tensor *buf, *b, *bb;
+    AX_ASSERT_OK(ax_pipe_stage_state(p, s, &out[s], &buf));
+    ax_tensor_release(buf);
+    for (int r = 1; r < R; r++) {
+      AX_ASSERT_OK(ax_pipe_stage_state(ax_pipe_replica(p, r), s, &b, &bb));
+      assert_true(same_bits(out[s], b));
+      ax_tensor_release(b), ax_tensor_release(bb);
+    }
+  }
+  ax_pipe_free(p);
+  ax_dataset_close(data.ds);
+  AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
+  return S;
+}
+
+/* Sharded optimizer state (ZeRO 1 and 2) gives the unsharded replicas'
+ * weights to the bit, with SGD momentum and with AdamW. */
+static void test_zero_equals_unsharded(void **state) {
+  static const struct {
+    int mode, K, R, M, zero;
+    const char *optim;
+  } c[] = {
+      {AX_MODE_1F1B, 2, 2, 2, 1, "opt=sgd,lr=0.05,momentum=0.9"},
+      {AX_MODE_GPIPE, 1, 4, 2, 2, "opt=adamw,lr=0.01,wd=0.01"},
+      {AX_MODE_PIPEDREAM, 2, 2, 1, 1, "opt=sgd,lr=0.05,momentum=0.9"},
+  };
+  for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+    ax_tensor *plain[AX_PIPE_MAX_STAGES], *sharded[AX_PIPE_MAX_STAGES];
+    int S = train_params(c[i].mode, c[i].K, c[i].R, c[i].M, 4, 0, c[i].optim,
+                         plain);
+    train_params(c[i].mode, c[i].K, c[i].R, c[i].M, 4, c[i].zero, c[i].optim,
+                 sharded);
+    for (int s = 0; s < S; s++) {
+      if (!same_bits(plain[s], sharded[s]))
+        fail_msg("%s K=%d R=%d zero %d: stage %d differs from the unsharded "
+                 "run", ax_pipe_mode_name(c[i].mode), c[i].K, c[i].R,
+                 c[i].zero, s);
+      ax_tensor_release(plain[s]);
+      ax_tensor_release(sharded[s]);
+    }
+    fprintf(stderr, "  %-10s K=%d R=%d zero %d (%s): equal to the unsharded "
+            "run, bit for bit\n", ax_pipe_mode_name(c[i].mode), c[i].K,
+            c[i].R, c[i].zero, c[i].optim);
+  }
+}
+
 static void test_bad_replica_options(void **state) {
   const char *twice[4] = {"h1", "h2", "h1", "h4"};
   ax_pipe_opts o = {"mlp", g_model_cfg, 2, twice, NULL, AX_MODE_GPIPE, 2,
@@ -136,6 +200,13 @@ static void test_bad_replica_options(void **state) {
   o.replicas = AX_PIPE_MAX_REPLICAS + 1;
   assert_int_equal(ax_pipe_new(g_drv, &o, &p), AX_EINVAL);
   assert_null(p);
+  o.replicas = 1; /* zero shards over replicas */
+  o.zero = 1;
+  assert_int_equal(ax_pipe_new(g_drv, &o, &p), AX_EINVAL);
+  o.replicas = 2;
+  o.zero = 3;
+  assert_int_equal(ax_pipe_new(g_drv, &o, &p), AX_EINVAL);
+  o.zero = 0;
   o.replicas = 2;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   assert_null(ax_pipe_replica(p, 2));
@@ -151,6 +222,7 @@ int main(void) {
       cmocka_unit_test(test_bad_replica_options),
       cmocka_unit_test(test_sync_modes_equal_whole_batch),
       cmocka_unit_test(test_async_mode_equals_its_rule),
+      cmocka_unit_test(test_zero_equals_unsharded),
   };
   int failed = AX_TEST_MAIN(tests);
   mt_end(g_drv, g_pids, NAGENTS);

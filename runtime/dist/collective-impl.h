@@ -29,7 +29,13 @@ typedef struct axi_coll_box {
   axi_coll_msg *head;
 } axi_coll_box;
 
-typedef enum { AXI_OP_ALLREDUCE, AXI_OP_BCAST, AXI_OP_NEIGH } axi_coll_kind;
+typedef enum {
+  AXI_OP_ALLREDUCE,
+  AXI_OP_BCAST,
+  AXI_OP_NEIGH,
+  AXI_OP_REDUCE_SCATTER, /* the all-reduce's first half */
+  AXI_OP_ALLGATHER       /* and its second */
+} axi_coll_kind;
 
 struct ax_coll_op {
   struct ax_coll_op *next;

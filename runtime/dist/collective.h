@@ -99,6 +99,18 @@ int ax_coll_wait(ax_coll_op *op, int64_t timeout_ms);
 /* The sync form: the whole tensor. */
 int ax_coll_allreduce(ax_coll_group *g, ax_tensor *t, ax_coll_reduce op);
 
+/* The two halves of ax_coll_allreduce on the whole of t, for sharded
+ * optimizer state (ZeRO): after ax_coll_reduce_scatter this member's shard
+ * of t (ax_coll_shard) holds the reduction of every member's, with the very
+ * bits ax_coll_allreduce gives there (the rest of t is scratch); after
+ * ax_coll_allgather every member's t holds every member's shard. */
+int ax_coll_reduce_scatter(ax_coll_group *g, ax_tensor *t,
+                           ax_coll_reduce op);
+int ax_coll_allgather(ax_coll_group *g, ax_tensor *t);
+/* This member's shard [*off, *off + *len) of an n-element tensor. */
+void ax_coll_shard(const ax_coll_group *g, size_t n, size_t *off,
+                   size_t *len);
+
 /* Copies root's t into every member's t (a pipeline along the ring). */
 int ax_coll_broadcast(ax_coll_group *g, ax_tensor *t, int root);
 

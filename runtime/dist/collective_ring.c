@@ -72,7 +72,7 @@ static int ring_phase(ax_coll_op *op, float *d, int64_t deadline, int base,
  * it scales for AVG before passing it on, so every member ends with the
  * same bits. Every element is summed in the same ring order whatever the
  * piece size. */
-static int ring_allreduce(ax_coll_op *op, float *d, int64_t deadline) {
+static int ring_reduce_scatter(ax_coll_op *op, float *d, int64_t deadline) {
   ax_coll_group *g = op->g;
   int N = g->size, r = g->rank;
   AX_TRY(ring_phase(op, d, deadline, 0, r, 1));
@@ -82,7 +82,21 @@ static int ring_allreduce(ax_coll_op *op, float *d, int64_t deadline) {
     for (size_t i = 0; i < cn; i++)
       d[c0 + i] /= (float)N;
   }
-  return ring_phase(op, d, deadline, N, r + 1, 0);
+  return AX_OK;
+}
+
+static int ring_allgather(ax_coll_op *op, float *d, int64_t deadline) {
+  return ring_phase(op, d, deadline, op->g->size, op->g->rank + 1, 0);
+}
+
+static int ring_allreduce(ax_coll_op *op, float *d, int64_t deadline) {
+  AX_TRY(ring_reduce_scatter(op, d, deadline));
+  return ring_allgather(op, d, deadline);
+}
+
+void ax_coll_shard(const ax_coll_group *g, size_t n, size_t *off,
+                   size_t *len) {
+  chunk(0, n, g->size, mod(g->rank + 1, g->size), off, len);
 }
 
 /* Root sends to its successor, each member forwards to its own unless the
@@ -130,6 +144,10 @@ int axi_coll_run(ax_coll_op *op, float *data) {
     return op->g->size == 1 ? AX_OK : ring_broadcast(op, data, deadline);
   case AXI_OP_NEIGH:
     return neighbors(op, data, deadline);
+  case AXI_OP_REDUCE_SCATTER:
+    return op->g->size == 1 ? AX_OK : ring_reduce_scatter(op, data, deadline);
+  case AXI_OP_ALLGATHER:
+    return op->g->size == 1 ? AX_OK : ring_allgather(op, data, deadline);
   }
   return ax_seterr(AX_EINTERNAL, "collective: unknown op");
 }
@@ -169,6 +187,22 @@ int ax_coll_allreduce_async(ax_coll_group *g, ax_tensor *t, size_t off,
 int ax_coll_allreduce(ax_coll_group *g, ax_tensor *t, ax_coll_reduce red) {
   ax_coll_op *op;
   AX_TRY(ax_coll_allreduce_async(g, t, 0, 0, red, &op));
+  return ax_coll_wait(op, 0);
+}
+
+int ax_coll_reduce_scatter(ax_coll_group *g, ax_tensor *t,
+                           ax_coll_reduce red) {
+  ax_coll_op *op;
+  AX_TRY(new_op(g, AXI_OP_REDUCE_SCATTER, t, 0, 0, &op));
+  op->reduce = red;
+  AX_TRY(axi_coll_submit(op));
+  return ax_coll_wait(op, 0);
+}
+
+int ax_coll_allgather(ax_coll_group *g, ax_tensor *t) {
+  ax_coll_op *op;
+  AX_TRY(new_op(g, AXI_OP_ALLGATHER, t, 0, 0, &op));
+  AX_TRY(axi_coll_submit(op));
   return ax_coll_wait(op, 0);
 }
 

@@ -90,6 +90,7 @@ static void add_replicas(ax_pipe *p, int s, const axp_replica_of *rep,
   int rank = ax_pipe_stage_rank(p->o.mode, p->R, s);
   for (int r = 0; r < rep->R; r++)
     ax_values_add_str(a, rep->agents[r * p->R + rank]);
+  ax_values_add_i64(a, p->o.zero);
 }
 
 static int create_hosts(ax_pipe *p, const int *bounds,
@@ -151,6 +152,9 @@ int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   *out = NULL;
   if (o && o->replicas > 1)
     return axp_replicas_new(n, o, out);
+  if (o && o->zero)
+    return ax_seterr(AX_EINVAL, "pipeline: zero %d shards over replicas, "
+                     "and there is one", o->zero);
   return axp_pipe_create(n, o, NULL, out);
 }
 

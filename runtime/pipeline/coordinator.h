@@ -97,6 +97,15 @@ typedef struct ax_pipe_opts {
    * the replicas'. Evaluation, stage state, trace, events and statistics
    * are replica 0's; checkpoints are refused (AX_EUNSUPPORTED). */
   int replicas;
+  /* With replicas: 1 or 2 shards the optimizer state and the averaged
+   * gradients over the R copies of a stage (ZeRO stages 1 and 2, which are
+   * the same here: a stage's gradients are sharded as soon as they are
+   * averaged). Each STEP reduce-scatters the summed gradients, steps its
+   * 1/R of the parameters with its 1/R of the optimizer state, and
+   * all-gathers the parameters: bit-identical to replicas without it, for
+   * 1/R of the optimizer state per agent. AX_EINVAL without replicas or
+   * with a staleness correction (which reads the whole state). */
+  int zero;
 } ax_pipe_opts;
 
 #define AX_PIPE_AHEAD 8

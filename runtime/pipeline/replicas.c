@@ -20,6 +20,9 @@ int axp_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
       (long)R * K > 4L * AX_PIPE_MAX_STAGES)
     return ax_seterr(AX_EINVAL, "pipeline: %d replicas of %d agents (at most "
                      "%d replicas)", R, K, AX_PIPE_MAX_REPLICAS);
+  if (o->zero < 0 || o->zero > 2 || (o->zero && o->staleness))
+    return ax_seterr(AX_EINVAL, "pipeline: zero %d (0, 1 or 2, and none "
+                     "with a staleness correction)", o->zero);
   for (int i = 0; i < R * K; i++)
     for (int j = 0; j < i; j++)
       if (!o->agents[i] || !strcmp(o->agents[i], o->agents[j]))

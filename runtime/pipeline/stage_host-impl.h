@@ -55,6 +55,9 @@ typedef struct phost {
   ax_coll_group *replicas; /* the same stage in every replica (--replicas):
                               each STEP averages the gradients over it;
                               NULL: one replica (s->mu) */
+  int zero;          /* optimizer state and averaged gradients sharded over
+                        the replicas (ZeRO 1/2): the optimizer holds only */
+  size_t zero_off, zero_len; /* this shard of the parameters */
 } phost;
 
 /* Frees a state and everything it keeps (NULL-safe). */

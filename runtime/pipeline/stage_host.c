@@ -43,24 +43,34 @@ static void host_clear(phost *h) {
   axp_inbox_close(&h->in);
 }
 
-/* The replica group of setup's arguments 10.. [R, tag, R member names]
- * (none: *g = NULL). This node must be one of the members. */
+/* The replica group of setup's arguments 10.. [R, tag, R member names,
+ * zero (optional)] (none: *g = NULL). This node must be one of the
+ * members. */
 static int replica_group(phost *h, const ax_values *args, int64_t tmo,
-                         ax_coll_group **g) {
+                         ax_coll_group **g, int *zero) {
   *g = NULL;
-  int64_t R;
-  if (ax_values_count(args) <= 10)
+  *zero = 0;
+  int64_t R, z = 0;
+  size_t na = ax_values_count(args);
+  if (na <= 10)
     return AX_OK;
   const char *tag, *names[AX_PIPE_MAX_REPLICAS];
   AX_TRY(ax_values_get_i64(args, 10, &R));
   if (R < 1 || R > AX_PIPE_MAX_REPLICAS ||
-      ax_values_count(args) != 12 + (size_t)R)
+      (na != 12 + (size_t)R && na != 13 + (size_t)R))
     return ax_seterr(AX_EINVAL, "pipe.stage %d: %lld replicas with %zu "
-                     "setup arguments", h->s->index, (long long)R,
-                     ax_values_count(args));
+                     "setup arguments", h->s->index, (long long)R, na);
   AX_TRY(ax_values_get_str(args, 11, &tag));
   for (int64_t r = 0; r < R; r++)
     AX_TRY(ax_values_get_str(args, 12 + (size_t)r, &names[r]));
+  if (na == 13 + (size_t)R)
+    AX_TRY(ax_values_get_i64(args, 12 + (size_t)R, &z));
+  if (z < 0 || z > 2 || (z && R < 2) ||
+      (z && (size_t)R > h->s->net->n_params))
+    return ax_seterr(AX_EINVAL, "pipe.stage %d: zero %lld with %lld "
+                     "replicas of %zu parameters", h->s->index, (long long)z,
+                     (long long)R, h->s->net->n_params);
+  *zero = (int)z;
   if (R == 1)
     return AX_OK;
   return ax_coll_group_new(h->s->node, tag, (int)R, names, tmo, g);
@@ -172,14 +182,26 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   host_clear(h); /* frees the old replica group before a new one */
   pthread_mutex_unlock(&s->mu);
   ax_coll_group *g = NULL;
-  AX_TRY(replica_group(h, args, axp_wait_ms(cc), &g));
-  ax_optim *o = ax_optim_new(&oc, s->net->n_params, s->dev);
+  int zero = 0;
+  AX_TRY(replica_group(h, args, axp_wait_ms(cc), &g, &zero));
+  size_t zoff = 0, zlen = s->net->n_params;
+  if (zero && skind != AX_STALE_NONE) {
+    ax_coll_group_free(g);
+    return ax_seterr(AX_EINVAL, "pipe.stage %d: a staleness correction "
+                     "needs the whole optimizer state (no zero)", s->index);
+  }
+  if (zero) /* the optimizer keeps this replica's shard only */
+    ax_coll_shard(g, s->net->n_params, &zoff, &zlen);
+  ax_optim *o = ax_optim_new(&oc, zlen, s->dev);
   if (!o) {
     ax_coll_group_free(g);
     return AX_ENOMEM;
   }
   pthread_mutex_lock(&s->mu);
   h->replicas = g;
+  h->zero = zero;
+  h->zero_off = zoff;
+  h->zero_len = zlen;
   h->def = def;
   (void)rc; /* what to keep comes with each forward (its flags) */
   h->prev = ax_rref_retain(nb[0]);

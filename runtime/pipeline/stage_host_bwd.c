@@ -98,6 +98,21 @@ static int fold(phost *h, long t) {
   }
 }
 
+/* The sharded update (ZeRO 1/2): the replicas' average of this shard of
+ * the gradients (the all-reduce's first half, the same bits), this shard's
+ * optimizer step, then every replica's updated shard (its second half). */
+static int zero_step(phost *h) {
+  axd_stage *s = h->s;
+  int64_t n = (int64_t)h->zero_len;
+  AX_TRY(ax_coll_reduce_scatter(h->replicas, h->acc, AX_COLL_AVG));
+  ax_tensor *p = ax_tensor_view(s->net->params, h->zero_off, 1, &n),
+            *g = ax_tensor_view(h->acc, h->zero_off, 1, &n);
+  int err = p && g ? ax_optim_step(s->opt, p, g) : AX_ENOMEM;
+  ax_tensor_release(p);
+  ax_tensor_release(g);
+  return err == AX_OK ? ax_coll_allgather(h->replicas, s->net->params) : err;
+}
+
 /* STEP of batch t over `units` units: the sum of their gradients, in
  * micro-batch order, updates the weights (states still using the live
  * weights get their stashed copy first). s->mu held. */
@@ -119,10 +134,14 @@ static int step_locked(phost *h, long t, int units) {
   if (err == AX_OK) /* the correction's view of the update (staleness.h) */
     err = axi_stale_before_step(&h->stale, s->opt, s->net->params,
                                 dbuf ? t + 1 : -1);
-  if (err == AX_OK && h->replicas) /* data parallel: every replica's */
-    err = ax_coll_allreduce(h->replicas, h->acc, AX_COLL_AVG);
-  if (err == AX_OK)
-    err = ax_optim_step(s->opt, s->net->params, h->acc);
+  if (err == AX_OK && h->zero)
+    err = zero_step(h);
+  else {
+    if (err == AX_OK && h->replicas) /* data parallel: every replica's */
+      err = ax_coll_allreduce(h->replicas, h->acc, AX_COLL_AVG);
+    if (err == AX_OK)
+      err = ax_optim_step(s->opt, s->net->params, h->acc);
+  }
   if (err == AX_OK)
     err = axi_stale_after_step(&h->stale, s->net->params, t);
   if (err == AX_OK)
