@@ -77,6 +77,8 @@ static void usage(FILE *f) {
 "                        batch, averaging gradients at each update\n"
 "  --zero 1|2            with --replicas: shard the optimizer state and the\n"
 "                        averaged gradients over the replicas (ZeRO)\n"
+"  --optimizer-host A    every stage's optimizer state and update on agent A\n"
+"                        (ZeRO-Offload; with --local, A is started too)\n"
 "  --ahead N             actions each agent gets before the first is\n"
 "                        answered: the stages wait for their inputs (8;\n"
 "                        1: coordinator-driven, a round trip per action)\n"
@@ -192,6 +194,7 @@ int main(int argc, char **argv) {
       {"checkpoint-to", 1, 0, 1024}, {"spares", 1, 0, 1040},
       {"restarts", 1, 0, 1041},  {"ahead", 1, 0, 1042},
       {"replicas", 1, 0, 1043},  {"zero", 1, 0, 1044},
+      {"optimizer-host", 1, 0, 1045},
       {"listen", 1, 0, 1030},    {"tls-ca", 1, 0, 1031},
       {"tls-cert", 1, 0, 1032},  {"tls-key", 1, 0, 1033},
       {"insecure", 0, 0, 1034},
@@ -313,6 +316,7 @@ int main(int argc, char **argv) {
     case 1042: ok = axc_i32(P, "--ahead", optarg, 1, AX_PIPE_AHEAD_MAX, &pa.ahead); break;
     case 1043: ok = axc_i32(P, "--replicas", optarg, 1, AX_PIPE_MAX_REPLICAS, &pa.replicas); break;
     case 1044: ok = axc_i32(P, "--zero", optarg, 0, 2, &pa.zero); break;
+    case 1045: pa.optimizer_host = optarg; break;
     case 1040: {
       int k = name_list("--spares", optarg, spare_buf, spare_list);
       if (k < 0)
@@ -375,6 +379,13 @@ int main(int argc, char **argv) {
               "--stages K --agents a,b,... --master HOST:PORT; "
               "--microbatches >= 1; --chunks 0..%d\n", AX_PIPE_MAX_STAGES,
               AX_PIPE_MAX_STAGES);
+      return 2;
+    }
+    if (pa.optimizer_host &&
+        (pa.zero || pa.staleness || pa.emulate || pa.ckpt_dir || pa.resume ||
+         !*pa.optimizer_host)) {
+      fprintf(stderr, "axon-run: --optimizer-host needs an agent name, and "
+              "no --zero, --staleness, --emulate or checkpoints\n");
       return 2;
     }
     if (pa.zero && (pa.replicas < 2 || pa.staleness)) {

@@ -21,6 +21,8 @@ typedef struct axr_pipe_args {
   int replicas; /* --replicas R: R copies of the pipeline (K = agents / R) */
   int nagents;  /* names given with --agents */
   int zero;     /* --zero 1|2: optimizer state sharded over the replicas */
+  const char *optimizer_host; /* --optimizer-host: every stage's optimizer
+                                 there (started too with --local) */
   int staleness, stale_warmup; /* --staleness, --pipemare-warmup */
   double stale_gamma;          /* --pipemare-gamma (0: the default) */
   int emulate;    /* --emulate: every stage in this process (emulate.h) */

@@ -338,7 +338,8 @@ static int run(const axr_pipe_args *a, ax_node *node) {
   ax_pipe_opts o = {a->model, a->model_config, a->K, cur, bounds,
                     a->mode, a->M, a->recompute, a->optim, a->seed, a->device,
                     120000, NULL, a->chunks, a->staleness, a->stale_gamma,
-                    a->stale_warmup, a->ahead, R, a->zero};
+                    a->stale_warmup, a->ahead, R, a->zero,
+                    a->optimizer_host};
   f.first = -1;
   f.node = node;
   f.o = &o;
@@ -439,6 +440,11 @@ int axr_pipe_main(axr_pipe_args *a) {
     for (int i = 0; i < a->nspares; i++) /* started too, after the stages */
       agents[a->local + i] = a->spares[i];
     nlocal = a->local + a->nspares;
+    int known = 0; /* the optimizer host too, unless it holds a stage */
+    for (int i = 0; a->optimizer_host && i < nlocal; i++)
+      known |= !strcmp(agents[i], a->optimizer_host);
+    if (a->optimizer_host && !known)
+      agents[nlocal++] = a->optimizer_host;
     a->agents = agents;
     if (axr_spawn_local(nlocal, agents, port, a->agent_threads, a->plugins,
                         a->nplugins, pids) != 0) {

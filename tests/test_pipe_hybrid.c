@@ -128,7 +128,8 @@ static void test_async_mode_equals_its_rule(void **state) {
  * stage's parameters (replica 0's, after checking the others hold the
  * same). */
 static int train_params(int mode, int K, int R, int M, int steps, int zero,
-                        const char *optim, ax_tensor **out) {
+                        const char *optim, const char *opt_host,
+                        ax_tensor **out) {
   ax_config dcfg;
   pt_data data = {NULL, 16};
   AX_ASSERT_OK(ax_config_parse(&dcfg, g_data_cfg));
@@ -137,6 +138,7 @@ static int train_params(int mode, int K, int R, int M, int steps, int zero,
                     AX_RECOMPUTE_NEVER, optim, 3, AX_CPU, 30000};
   o.replicas = R;
   o.zero = zero;
+  o.optimizer_host = opt_host;
   ax_pipe *p = NULL;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   AX_ASSERT_OK(ax_pipe_train(p, steps, pt_batch, NULL, &data));
@@ -171,9 +173,9 @@ static void test_zero_equals_unsharded(void **state) {
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
     ax_tensor *plain[AX_PIPE_MAX_STAGES], *sharded[AX_PIPE_MAX_STAGES];
     int S = train_params(c[i].mode, c[i].K, c[i].R, c[i].M, 4, 0, c[i].optim,
-                         plain);
+                         NULL, plain);
     train_params(c[i].mode, c[i].K, c[i].R, c[i].M, 4, c[i].zero, c[i].optim,
-                 sharded);
+                 NULL, sharded);
     for (int s = 0; s < S; s++) {
       if (!same_bits(plain[s], sharded[s]))
         fail_msg("%s K=%d R=%d zero %d: stage %d differs from the unsharded "
@@ -186,6 +188,46 @@ static void test_zero_equals_unsharded(void **state) {
             "run, bit for bit\n", ax_pipe_mode_name(c[i].mode), c[i].K,
             c[i].R, c[i].zero, c[i].optim);
   }
+}
+
+/* Every stage's optimizer on another agent (ZeRO-Offload adapted): the
+ * same weights, to the bit, as the stages' own optimizers; alone and with
+ * replicas; refused with zero. */
+static void test_offload_equals_local(void **state) {
+  static const struct {
+    int mode, K, R, M;
+    const char *host, *optim;
+  } c[] = {
+      {AX_MODE_1F1B, 2, 1, 2, "h3", "opt=sgd,lr=0.05,momentum=0.9"},
+      {AX_MODE_PIPEDREAM, 2, 1, 1, "h4", "opt=adamw,lr=0.01,wd=0.01"},
+      {AX_MODE_GPIPE, 1, 2, 2, "h3", "opt=sgd,lr=0.05,momentum=0.9"},
+  };
+  for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+    ax_tensor *local[AX_PIPE_MAX_STAGES], *away[AX_PIPE_MAX_STAGES];
+    int S = train_params(c[i].mode, c[i].K, c[i].R, c[i].M, 4, 0, c[i].optim,
+                         NULL, local);
+    train_params(c[i].mode, c[i].K, c[i].R, c[i].M, 4, 0, c[i].optim,
+                 c[i].host, away);
+    for (int s = 0; s < S; s++) {
+      if (!same_bits(local[s], away[s]))
+        fail_msg("%s K=%d R=%d: stage %d with its optimizer on %s differs",
+                 ax_pipe_mode_name(c[i].mode), c[i].K, c[i].R, s, c[i].host);
+      ax_tensor_release(local[s]);
+      ax_tensor_release(away[s]);
+    }
+    fprintf(stderr, "  %-10s K=%d R=%d, optimizer on %s (%s): equal to the "
+            "local update, bit for bit\n", ax_pipe_mode_name(c[i].mode),
+            c[i].K, c[i].R, c[i].host, c[i].optim);
+  }
+  const char *two[2] = {"h1", "h2"};
+  ax_pipe_opts o = {"mlp", g_model_cfg, 1, two, NULL, AX_MODE_GPIPE, 2,
+                    AX_RECOMPUTE_NEVER, g_optim, 3, AX_CPU, 30000};
+  o.replicas = 2;
+  o.zero = 1;
+  o.optimizer_host = "h3";
+  ax_pipe *p = NULL;
+  assert_int_equal(ax_pipe_new(g_drv, &o, &p), AX_EINVAL);
+  AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
 }
 
 static void test_bad_replica_options(void **state) {
@@ -223,6 +265,7 @@ int main(void) {
       cmocka_unit_test(test_sync_modes_equal_whole_batch),
       cmocka_unit_test(test_async_mode_equals_its_rule),
       cmocka_unit_test(test_zero_equals_unsharded),
+      cmocka_unit_test(test_offload_equals_local),
   };
   int failed = AX_TEST_MAIN(tests);
   mt_end(g_drv, g_pids, NAGENTS);

@@ -151,9 +151,10 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
                        int keep, int flags) {
   if (!p || !root || !*root || !in || in->step < 0)
     return ax_seterr(AX_EINVAL, "checkpoint: bad arguments");
-  if (p->nrep)
+  if (p->nrep || p->optim_host[0])
     return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not of a replicated "
-                     "pipeline yet (--replicas)");
+                     "pipeline or one with its optimizer on another agent "
+                     "yet (--replicas, --optimizer-host)");
   if (p->plan)
     return ax_seterr(AX_ESTATE, "checkpoint: only between ax_pipe_train "
                                 "calls");
@@ -316,9 +317,10 @@ static int load_args_of(void *user, int s, ax_values **out) {
 }
 
 int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
-  if (p->nrep)
+  if (p->nrep || p->optim_host[0])
     return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not into a replicated "
-                     "pipeline yet (--replicas)");
+                     "pipeline or one with its optimizer on another agent "
+                     "yet (--replicas, --optimizer-host)");
   if (p->plan)
     return ax_seterr(AX_ESTATE, "checkpoint: only between ax_pipe_train "
                                 "calls");

@@ -37,6 +37,8 @@ struct ax_pipe {
   int K, U, ignore_index; /* K: stages (agents x chunks) */
   int R, v;               /* agents (ranks, one driver each), chunks */
   ax_rref *host[AX_PIPE_MAX_STAGES];
+  ax_rref *optim[AX_PIPE_MAX_STAGES]; /* on o.optimizer_host, or NULL */
+  char optim_host[AXP_NAME];          /* o.optimizer_host's name */
   uint64_t line[AX_PIPE_MAX_STAGES]; /* each agent's line id (random;
                                         stage_line.h) */
   int64_t gen;    /* train calls so far (the lines' "pipe.gen") */

@@ -44,6 +44,11 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
                      "their agents", AX_PIPE_MAX_STAGES);
   if (!ax_pipe_mode_get(o->mode))
     return AX_EINVAL;
+  if (o->optimizer_host &&
+      (!*o->optimizer_host || strlen(o->optimizer_host) >= AXP_NAME ||
+       o->zero || o->staleness != AX_STALE_NONE))
+    return ax_seterr(AX_EINVAL, "pipeline: an optimizer host needs a name, "
+                     "and neither zero nor a staleness correction");
   int S = o->K * ax_pipe_chunks(o->mode, o->chunks);
   if (o->chunks < 0 || S > AX_PIPE_MAX_STAGES)
     return ax_seterr(AX_EINVAL, "pipeline: %d agents x %d chunks: at most "
@@ -91,6 +96,43 @@ static void add_replicas(ax_pipe *p, int s, const axp_replica_of *rep,
   for (int r = 0; r < rep->R; r++)
     ax_values_add_str(a, rep->agents[r * p->R + rank]);
   ax_values_add_i64(a, p->o.zero);
+}
+
+/* Moves every stage's optimizer to o.optimizer_host: a "pipe.optim" object
+ * there per stage, given the stage's parameters and the optimizer
+ * configuration, and handed to the stage (stage_offload.c). */
+static int offload_optimizers(ax_pipe *p) {
+  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  for (int s = 0; s < p->K; s++) {
+    ax_tensor *params = NULL, *bufs = NULL;
+    AX_TRY(named(p, s, ax_remote_object(p->node, p->optim_host, "pipe.optim",
+                                        "", AX_CPU, &co, &p->optim[s])));
+    AX_TRY(ax_pipe_stage_state(p, s, &params, &bufs));
+    ax_values *a = ax_values_new(), *r = NULL;
+    int err = a ? AX_OK : AX_ENOMEM;
+    if (err == AX_OK) {
+      ax_values_add_str(a, p->o.optim_config ? p->o.optim_config
+                                             : "opt=sgd,lr=0.1");
+      err = ax_values_add_tensor(a, params);
+    }
+    ax_tensor_release(params);
+    ax_tensor_release(bufs);
+    if (err == AX_OK)
+      err = ax_rref_rpc_sync(p->node, p->optim[s], "init", a, &co, &r);
+    ax_values_free(a);
+    ax_values_free(r);
+    r = NULL;
+    if (err == AX_OK && !(a = ax_values_new()))
+      err = AX_ENOMEM;
+    if (err == AX_OK) {
+      ax_values_add_rref(a, p->optim[s]);
+      err = ax_rref_rpc_sync(p->node, p->host[s], "offload", a, &co, &r);
+      ax_values_free(a);
+      ax_values_free(r);
+    }
+    AX_TRY(named(p, s, err));
+  }
+  return AX_OK;
 }
 
 static int create_hosts(ax_pipe *p, const int *bounds,
@@ -206,7 +248,12 @@ int axp_pipe_create(ax_node *n, const ax_pipe_opts *o,
              o->agents[ax_pipe_stage_rank(o->mode, p->R, s)]);
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
+  if (o->optimizer_host)
+    snprintf(p->optim_host, sizeof p->optim_host, "%s", o->optimizer_host);
+  p->o.optimizer_host = NULL; /* the caller's string */
   int err = create_hosts(p, bounds, rep);
+  if (err == AX_OK && p->optim_host[0])
+    err = offload_optimizers(p);
   p->o.devices = NULL; /* the caller's array */
   if (err != AX_OK) {
     char m[512];
@@ -242,8 +289,10 @@ void ax_pipe_free(ax_pipe *p) {
       ax_rref_rpc_sync(p->node, p->host[s], "teardown", NULL, &co, &r);
     ax_values_free(r);
   }
-  for (int s = 0; s < p->K; s++)
+  for (int s = 0; s < p->K; s++) {
     ax_rref_release(p->host[s]);
+    ax_rref_release(p->optim[s]);
+  }
   free(p->ev);
   pthread_cond_destroy(&p->cv);
   pthread_mutex_destroy(&p->mu);

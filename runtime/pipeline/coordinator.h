@@ -106,6 +106,14 @@ typedef struct ax_pipe_opts {
    * 1/R of the optimizer state per agent. AX_EINVAL without replicas or
    * with a staleness correction (which reads the whole state). */
   int zero;
+  /* ZeRO-Offload adapted: an agent (e.g. a CPU-only host next to the GPU
+   * hosts) that keeps every stage's optimizer state and runs its update
+   * ("pipe.optim", created there per stage and per replica): at each STEP
+   * a stage sends its gradient there and takes the updated parameters back.
+   * The same update, to the bit, as the local one. NULL: each stage's own.
+   * AX_EINVAL with zero or a staleness correction; checkpoints are refused
+   * (the optimizer state is not the stage's). */
+  const char *optimizer_host;
 } ax_pipe_opts;
 
 #define AX_PIPE_AHEAD 8

@@ -58,6 +58,8 @@ typedef struct phost {
   int zero;          /* optimizer state and averaged gradients sharded over
                         the replicas (ZeRO 1/2): the optimizer holds only */
   size_t zero_off, zero_len; /* this shard of the parameters */
+  ax_rref *offload; /* the optimizer on another agent ("pipe.optim",
+                       stage_offload.c), or NULL: the local one (s->mu) */
 } phost;
 
 /* Frees a state and everything it keeps (NULL-safe). */
@@ -80,6 +82,11 @@ int axp_host_bwd_weight(ax_call_ctx *cc, void *obj, const ax_values *args,
                         ax_values *out);
 int axp_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
                   ax_values *out);
+/* "pipe.optim" (stage_offload.c): registers the kind; one STEP through
+ * h->offload (the gradient in h->acc goes there, the parameters come back;
+ * s->mu held). */
+int axp_optim_register(ax_node *n);
+int axp_offload_step(phost *h);
 /* "ckpt_save", "ckpt_load", "ckpt_drop" (stage_ckpt.c). */
 int axp_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out);

@@ -40,6 +40,8 @@ static void host_clear(phost *h) {
   axi_stale_clear(&h->stale);
   ax_coll_group_free(h->replicas);
   h->replicas = NULL;
+  ax_rref_release(h->offload);
+  h->offload = NULL;
   axp_inbox_close(&h->in);
 }
 
@@ -437,6 +439,28 @@ static int m_teardown(ax_call_ctx *cc, void *obj, const ax_values *args,
   return AX_OK;
 }
 
+/* "offload" [optimizer RRef, or i64 0]: STEPs update through that
+ * "pipe.optim" object from now on (0: the local optimizer again). */
+static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
+                     ax_values *out) {
+  phost *h = obj;
+  ax_rref *r = NULL;
+  if (ax_values_type(args, 0) == AX_VAL_EXT)
+    AX_TRY(ax_values_get_rref(args, 0, &r));
+  pthread_mutex_lock(&h->s->mu);
+  int err = AX_OK;
+  if (r && (h->zero || h->stale.kind != AX_STALE_NONE))
+    err = ax_seterr(AX_EINVAL, "pipe.stage %d: an optimizer on another agent "
+                    "with %s", h->s->index,
+                    h->zero ? "a sharded one (zero)" : "a staleness correction");
+  if (err == AX_OK) {
+    ax_rref_release(h->offload);
+    h->offload = ax_rref_retain(r);
+  }
+  pthread_mutex_unlock(&h->s->mu);
+  return err;
+}
+
 static int m_trace(ax_call_ctx *cc, void *obj, const ax_values *args,
                    ax_values *out) {
   return axp_events_take(((phost *)obj)->tr, out);
@@ -459,7 +483,8 @@ static const ax_robj_method_def g_methods[] = {
     {"bwd", l_bwd}, {"bwdi", l_bwdi},
     {"bwdw", l_bwdw}, {"step", l_step},
     {"state_save", m_state_save}, {"teardown", m_teardown},
-    {"trace", m_trace}, {"ckpt_save", axp_host_ckpt_save},
+    {"trace", m_trace}, {"offload", m_offload},
+    {"ckpt_save", axp_host_ckpt_save},
     {"ckpt_load", axp_host_ckpt_load}, {"ckpt_drop", axp_host_ckpt_drop},
     {NULL, NULL},
 };
@@ -469,5 +494,6 @@ static const ax_robj_kind g_kind = {"pipe.stage", host_create, host_destroy,
 
 int axi_pipe_host_register(ax_node *n) {
   AX_TRY(axp_inbox_register_rpc(n));
+  AX_TRY(axp_optim_register(n));
   return ax_robj_register(n, &g_kind);
 }

@@ -140,7 +140,8 @@ static int step_locked(phost *h, long t, int units) {
     if (err == AX_OK && h->replicas) /* data parallel: every replica's */
       err = ax_coll_allreduce(h->replicas, h->acc, AX_COLL_AVG);
     if (err == AX_OK)
-      err = ax_optim_step(s->opt, s->net->params, h->acc);
+      err = h->offload ? axp_offload_step(h)
+                       : ax_optim_step(s->opt, s->net->params, h->acc);
   }
   if (err == AX_OK)
     err = axi_stale_after_step(&h->stale, s->net->params, t);
