@@ -52,8 +52,10 @@ static int quiet_stage(phost *h) {
                      "pipe.stage %d: a checkpoint needs a "
                      "consistent cut (no unit in flight)",
                      h->s->index);
-  if (!h->s->opt)
-    return ax_seterr(AX_ESTATE, "pipe.stage %d: not set up", h->s->index);
+  if (!h->s->opt || h->zero || h->offload)
+    return ax_seterr(AX_ESTATE, "pipe.stage %d: not set up, or its optimizer "
+                     "is sharded or on another agent (no checkpoints yet)",
+                     h->s->index);
   return AX_OK;
 }
 
@@ -118,6 +120,10 @@ static int want_i64(const axi_ckr *r, const char *name, int64_t v) {
 static int check_state(phost *h, const axi_ckr *r, int64_t *shadow_for) {
   axd_stage *s = h->s;
   ax_optim *o = s->opt;
+  if (!o || h->zero || h->offload)
+    return ax_seterr(AX_ESTATE, "pipe.stage %d: not set up, or its optimizer "
+                     "is sharded or on another agent (no checkpoints yet)",
+                     s->index);
   AX_TRY(want_i64(r, "stage", s->index));
   AX_TRY(want_i64(r, "blocks.first", s->first));
   AX_TRY(want_i64(r, "blocks.last", s->last));

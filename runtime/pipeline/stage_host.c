@@ -439,8 +439,8 @@ static int m_teardown(ax_call_ctx *cc, void *obj, const ax_values *args,
   return AX_OK;
 }
 
-/* "offload" [optimizer RRef, or i64 0]: STEPs update through that
- * "pipe.optim" object from now on (0: the local optimizer again). */
+/* "offload" [optimizer RRef]: STEPs update through that "pipe.optim"
+ * object from now on; the local optimizer and its state are freed. */
 static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
                      ax_values *out) {
   phost *h = obj;
@@ -453,9 +453,15 @@ static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
     err = ax_seterr(AX_EINVAL, "pipe.stage %d: an optimizer on another agent "
                     "with %s", h->s->index,
                     h->zero ? "a sharded one (zero)" : "a staleness correction");
+  if (err == AX_OK && !r)
+    err = ax_seterr(AX_EINVAL, "pipe.stage %d: offload needs the optimizer's "
+                    "RRef (the local state is gone; set up again to get it "
+                    "back)", h->s->index);
   if (err == AX_OK) {
     ax_rref_release(h->offload);
     h->offload = ax_rref_retain(r);
+    ax_optim_free(h->s->opt); /* its state lives on the other agent now */
+    h->s->opt = NULL;
   }
   pthread_mutex_unlock(&h->s->mu);
   return err;

@@ -86,12 +86,13 @@
  *    naming the file when it is damaged, AX_EINVAL when it belongs to
  *    another run.
  *  - "ckpt_drop" [dir, name]: removes that file of an old checkpoint.
- *  - "offload" [optimizer RRef or i64 0]: every STEP from now on sends
- *    the (averaged) gradient to that "pipe.optim" object on another agent
- *    and copies the parameters it answers (stage_offload.c; the
- *    coordinator made it and gave it the parameters and the optimizer
- *    configuration); 0 returns to the local optimizer. AX_EINVAL with
- *    zero or a staleness correction.
+ *  - "offload" [optimizer RRef]: every STEP from now on sends the
+ *    (averaged) gradient to that "pipe.optim" object on another agent and
+ *    copies the parameters it answers (stage_offload.c; the coordinator
+ *    made it and gave it the parameters and the optimizer configuration);
+ *    the local optimizer and its state are freed ("setup" makes one
+ *    again). AX_EINVAL with zero or a staleness correction. Checkpoints of
+ *    a stage whose optimizer is sharded or elsewhere: AX_ESTATE.
  *  - "teardown" []: drops the neighbours' RRefs and every state (breaks the
  *    reference cycle between neighbours; call before releasing the host). */
 #ifndef AX_PIPELINE_STAGE_HOST_H

@@ -118,7 +118,7 @@ static int zero_step(phost *h) {
  * weights get their stashed copy first). s->mu held. */
 static int step_locked(phost *h, long t, int units) {
   axd_stage *s = h->s;
-  if (!s->opt)
+  if (!s->opt && !h->offload)
     return ax_seterr(AX_ESTATE, "pipe.stage: no optimizer (setup)");
   AX_TRY(fold(h, t));
   if (!h->acc || h->acc_next != units)
