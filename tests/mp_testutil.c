@@ -19,7 +19,29 @@ void rt_sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
+/* Whether port is free for a listener on loopback now. */
+static int port_free(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+  if (fd >= 0)
+    close(fd);
+  return ok;
+}
+
 int rt_free_port(void) {
+  /* Below Linux's ephemeral range (32768 and up by default): no outgoing
+   * connection or bind(0) of any process takes the port between this
+   * check and the listener's bind, as happened to a metrics port. */
+  static unsigned seed;
+  if (!seed)
+    seed = (unsigned)getpid() ^ (unsigned)rt_now_ms();
+  for (int i = 0; i < 200; i++) {
+    int port = 20000 + (int)(rand_r(&seed) % 12000);
+    if (port_free(port))
+      return port;
+  }
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET};
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

@@ -34,7 +34,8 @@ int64_t rt_now_ms(void);
 /* Sleeps ms milliseconds. */
 void rt_sleep_ms(int ms);
 
-/* A port the OS considers free right now (bound, then released), or -1. */
+/* A loopback port free right now, below the ephemeral range (so no
+ * outgoing connection takes it before a listener binds it), or -1. */
 int rt_free_port(void);
 
 /* Path of the built program `name`: $AXON_BIN_DIR/name, else in the parent
