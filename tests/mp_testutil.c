@@ -19,27 +19,48 @@ void rt_sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-/* Whether port is free for a listener on loopback now. */
-static int port_free(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+/* Binds port on loopback with SO_REUSEADDR and keeps the socket (never
+ * listening) for the rest of the process: another process's check below
+ * (a bind without SO_REUSEADDR) then sees the port taken, while the
+ * listener this process or its agents start on it (SO_REUSEADDR, as gRPC
+ * and axon-run do) still binds it. Returns 1 when reserved. */
+static int port_reserve(int port) {
+  int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
-  if (fd >= 0)
+  if (fd < 0)
+    return 0;
+  /* First a plain bind: fails while anyone holds the port (a listener, a
+   * reservation of another test, a TIME_WAIT). */
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0) {
     close(fd);
-  return ok;
+    return 0;
+  }
+  close(fd);
+  fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+      bind(fd, (struct sockaddr *)&a, sizeof a)) {
+    if (fd >= 0)
+      close(fd);
+    return 0;
+  }
+  return 1; /* fd stays open (close-on-exec) until the process ends */
 }
 
 int rt_free_port(void) {
-  /* Below Linux's ephemeral range (32768 and up by default): no outgoing
-   * connection or bind(0) of any process takes the port between this
-   * check and the listener's bind, as happened to a metrics port. */
+  /* Below Linux's ephemeral range (32768 and up by default), so no outgoing
+   * connection or bind(0) of any process takes the port between this call
+   * and the listener's bind (as happened to a metrics port), and reserved
+   * (port_reserve) so that no other test process picks it meanwhile. */
   static unsigned seed;
-  if (!seed)
-    seed = (unsigned)getpid() ^ (unsigned)rt_now_ms();
-  for (int i = 0; i < 200; i++) {
+  if (!seed) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    seed = ((unsigned)getpid() * 2654435761u) ^ (unsigned)ts.tv_nsec;
+  }
+  for (int i = 0; i < 400; i++) {
     int port = 20000 + (int)(rand_r(&seed) % 12000);
-    if (port_free(port))
+    if (port_reserve(port))
       return port;
   }
   int fd = socket(AF_INET, SOCK_STREAM, 0);

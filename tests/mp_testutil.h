@@ -35,7 +35,10 @@ int64_t rt_now_ms(void);
 void rt_sleep_ms(int ms);
 
 /* A loopback port free right now, below the ephemeral range (so no
- * outgoing connection takes it before a listener binds it), or -1. */
+ * outgoing connection takes it before a listener binds it) and held by a
+ * non-listening SO_REUSEADDR socket for the rest of the process (so no
+ * other test process picks it, while a listener with SO_REUSEADDR, as
+ * gRPC's, still binds it), or -1. */
 int rt_free_port(void);
 
 /* Path of the built program `name`: $AXON_BIN_DIR/name, else in the parent
