@@ -397,11 +397,13 @@ int main(int argc, char **argv) {
       int R = pa.replicas, total = pa.local ? pa.local : pa.nagents;
       if (pa.agents && pa.K == pa.nagents)
         pa.K = pa.nagents / R; /* --stages not given */
-      if (pa.emulate || pa.ckpt_dir || pa.resume || pa.nspares ||
-          pa.restarts || total % R || (pa.agents && pa.K * R != total)) {
+      if (pa.emulate || pa.nspares || pa.restarts || total % R ||
+          (pa.agents && pa.K * R != total) ||
+          ((pa.ckpt_dir || pa.resume) && (pa.zero || pa.optimizer_host))) {
         fprintf(stderr, "axon-run: --replicas R needs R * K agents (--local "
                 "R*K, or --stages K --agents with R*K names) and, for now, "
-                "no --emulate, checkpoints, --spares or --restarts\n");
+                "no --emulate, --spares or --restarts, nor checkpoints with "
+                "--zero or --optimizer-host\n");
         return 2;
       }
     }

@@ -95,7 +95,13 @@ typedef struct ax_pipe_opts {
    * rule; buffers such as batch-norm statistics stay per replica). The step
    * callback gets each mini-batch once, its loss the count-weighted mean of
    * the replicas'. Evaluation, stage state, trace, events and statistics
-   * are replica 0's; checkpoints are refused (AX_EUNSUPPORTED). */
+   * are replica 0's. A checkpoint saves replica 0's stages (every replica
+   * holds the same weights and optimizer state; batch-norm statistics,
+   * used only by evaluation, are replica 0's) and a restore loads them
+   * into every replica (stage files on the stages' disks must then be
+   * readable by every replica's agents: one host, a shared directory, or
+   * AX_CKPT_TO_COORDINATOR); with zero or an optimizer host checkpoints
+   * are refused (AX_EUNSUPPORTED). */
   int replicas;
   /* With replicas: 1 or 2 shards the optimizer state and the averaged
    * gradients over the R copies of a stage (ZeRO stages 1 and 2, which are

@@ -37,6 +37,7 @@ int axp_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   f->o.agents = NULL;
   f->o.bounds = NULL;
   f->o.devices = NULL;
+  f->o.optimizer_host = NULL; /* the caller's string; rep[r]->optim_host */
   uint64_t id = 0;
   if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
     id = (uint64_t)(uintptr_t)f ^ (uint64_t)(ax_now() * 1e9);
