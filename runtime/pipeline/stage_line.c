@@ -16,6 +16,9 @@ typedef struct lentry { /* a sequenced call waiting for its turn */
   axp_line_fn fn;
   ax_values *args; /* a copy: the call's own list dies with the handler */
   ax_future *f;    /* the deferred reply */
+  int err;         /* once run: its outcome, answered by the answerer */
+  ax_values *out;
+  char *msg;
   struct lentry *next;
 } lentry;
 
@@ -29,8 +32,15 @@ struct axp_line {
   int64_t gen, next; /* the gen being run and its next seq */
   int64_t failed_gen; /* an action of this gen failed: cancel the rest */
   pthread_t th;       /* runs the line's actions */
-  int stop;           /* the line is being freed: the thread ends */
-  int self_free;      /* ... and frees it (its last host left from it) */
+  pthread_t ath;      /* answers them: a reply's encoding and sending stay
+                         off the actions' thread */
+  pthread_cond_t acv;
+  lentry *answers, **answers_tail; /* run, not yet answered (in order) */
+  int alive;          /* of the two threads */
+  int line_done;      /* the actions' thread has ended */
+  int stop;           /* the line is being freed: the threads end */
+  int self_free;      /* ... and the last one frees it (its last host left
+                         from inside one of them) */
   void *cur_host;     /* whose action runs now (NULL: none) */
   lentry *pending;
   int npending;
@@ -41,6 +51,7 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static axp_line *g_lines;
 
 static void *line_main(void *arg);
+static void *answer_main(void *arg);
 static void line_free(axp_line *l);
 
 static void entry_end(lentry *e, int err, ax_values *vals, const char *msg) {
@@ -93,10 +104,20 @@ static axp_line *line_get_locked(ax_node *n, const char *caller, uint64_t id) {
     l->failed_gen = -1;
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
+    pthread_cond_init(&l->acv, NULL);
+    l->answers_tail = &l->answers;
+    l->alive = 2;
     if (pthread_create(&l->th, NULL, line_main, l) != 0) {
-      pthread_mutex_destroy(&l->mu);
-      pthread_cond_destroy(&l->cv);
-      free(l);
+      line_free(l);
+      return NULL;
+    }
+    if (pthread_create(&l->ath, NULL, answer_main, l) != 0) {
+      pthread_mutex_lock(&l->mu);
+      l->stop = 1;
+      pthread_cond_broadcast(&l->cv);
+      pthread_mutex_unlock(&l->mu);
+      pthread_join(l->th, NULL);
+      line_free(l);
       return NULL;
     }
     l->link = g_lines;
@@ -122,22 +143,37 @@ static void line_put(axp_line *l) {
   if (!last)
     return;
   /* Every host that queued here has left, dropping its entries. */
-  int self = pthread_equal(l->th, pthread_self()); /* the last host went
-                                        away inside one of its actions */
+  /* The last host may go away inside one of the line's own threads (an
+   * action, or a reply's callbacks): they cannot be joined from there. */
+  int self = pthread_equal(l->th, pthread_self()) ||
+             pthread_equal(l->ath, pthread_self());
   pthread_mutex_lock(&l->mu);
   l->stop = 1;
   l->self_free = self;
   pthread_cond_broadcast(&l->cv);
+  pthread_cond_broadcast(&l->acv);
   pthread_mutex_unlock(&l->mu);
   if (self) {
     pthread_detach(l->th);
-    return; /* line_main frees it */
+    pthread_detach(l->ath);
+    return; /* the last of them frees it */
   }
   pthread_join(l->th, NULL);
+  pthread_join(l->ath, NULL);
   line_free(l);
 }
 
+/* A line thread ends (mu held; unlocks): the last of the two frees a
+ * line whose last host left from inside one of them. */
+static void thread_exit(axp_line *l) {
+  int last = --l->alive == 0 && l->self_free;
+  pthread_mutex_unlock(&l->mu);
+  if (last)
+    line_free(l);
+}
+
 static void line_free(axp_line *l) {
+  pthread_cond_destroy(&l->acv);
   pthread_mutex_destroy(&l->mu);
   pthread_cond_destroy(&l->cv);
   free(l);
@@ -206,20 +242,49 @@ static void *line_main(void *arg) {
     }
     l->cur_host = NULL;
     pthread_cond_broadcast(&l->cv);
-    pthread_mutex_unlock(&l->mu);
-    /* Answered outside the lock: the reply may run callbacks. */
+    /* The answerer replies, in order, while this thread goes on with the
+     * next action. */
+    e->err = err;
     if (err == AX_OK)
-      entry_end(e, AX_OK, out, NULL);
+      e->out = out;
     else {
       ax_values_free(out);
-      entry_end(e, err, NULL, msg);
+      e->msg = strdup(msg);
     }
+    e->next = NULL;
+    *l->answers_tail = e;
+    l->answers_tail = &e->next;
+    pthread_cond_signal(&l->acv);
+  }
+  l->line_done = 1;
+  pthread_cond_broadcast(&l->acv);
+  thread_exit(l);
+  return NULL;
+}
+
+/* The answerer: completes the deferred replies of the actions run (the
+ * reply's callbacks run here), in order; drains them before it ends. */
+static void *answer_main(void *arg) {
+  axp_line *l = arg;
+  pthread_mutex_lock(&l->mu);
+  for (;;) {
+    lentry *e = l->answers;
+    if (!e) {
+      if (l->stop && l->line_done) /* nothing more can come */
+        break;
+      pthread_cond_wait(&l->acv, &l->mu);
+      continue;
+    }
+    l->answers = e->next;
+    if (!l->answers)
+      l->answers_tail = &l->answers;
+    pthread_mutex_unlock(&l->mu);
+    char *msg = e->msg;
+    entry_end(e, e->err, e->out, msg);
+    free(msg);
     pthread_mutex_lock(&l->mu);
   }
-  int self_free = l->self_free;
-  pthread_mutex_unlock(&l->mu);
-  if (self_free)
-    line_free(l);
+  thread_exit(l);
   return NULL;
 }
 
