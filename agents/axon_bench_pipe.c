@@ -16,7 +16,10 @@
  * (n - w). It is printed next to the timing model (ax_formula_time_split:
  * a simulation of the mode's own action lists), with their ratio (goal:
  * within 1.05), and the bubble fraction both imply (1 - one agent's
- * compute per mini-batch / time per mini-batch). Each mode runs --repeat
+ * compute per mini-batch / time per mini-batch), and the idle fraction
+ * measured ("idle_m": 1 - the compute the stages reported per agent and
+ * mini-batch / time per mini-batch: the bubble without the compute's own
+ * inflation, e.g. a sleep's wake-up latency). Each mode runs --repeat
  * times (default 3) and the medians are printed.
  *
  * The last columns break the overhead down from the coordinator's events:
@@ -142,9 +145,22 @@ static void overheads(ax_pipe *p, const bp_args *a, int mode,
   *stage = n ? 1e3 * ss / (double)n : 0;
 }
 
+/* The mean over agents of the compute the stages reported for mini-batches
+ * [lo, hi], per mini-batch (seconds). */
+static double busy_per_batch(ax_pipe *p, const bp_args *a, int mode, long lo,
+                             long hi) {
+  long n = 0;
+  const ax_pipe_event *ev = ax_pipe_events(p, &n);
+  double sum = 0;
+  for (long i = 0; i < n; i++)
+    if (ev[i].op.batch >= lo && ev[i].op.batch <= hi)
+      sum += ev[i].busy_s;
+  return sum / a->K / (double)(hi - lo + 1);
+}
+
 static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
-                    int mode, int ahead, double *per_batch, double *issue,
-                    double *rpc, double *stage) {
+                    int mode, int ahead, double *per_batch, double *busy,
+                    double *issue, double *rpc, double *stage) {
   /* Chunked modes split each agent's work into v stages of 1/v the time. */
   int v = ax_pipe_chunks(mode, 0);
   char cfg[160];
@@ -172,6 +188,7 @@ static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
     err = ax_seterr(AX_ESTATE, "%ld of %ld mini-batches reported", r.steps, n);
   if (err == AX_OK) {
     *per_batch = (r.done[last] - r.done[warm - 1]) / (double)(last - warm + 1);
+    *busy = busy_per_batch(p, a, mode, warm, last);
     overheads(p, a, mode, plan, issue, rpc, stage);
   }
   ax_pipe_free(p);
@@ -238,9 +255,9 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
          "t_b=%g ms (weight half %g), sleep model, batch %d, median of %d "
          "runs\n", a->K, a->M, a->fwd_ms, a->bwd_ms, a->w_ms, a->batch,
          a->repeat);
-  printf("%-11s %5s %11s %12s %7s %10s %10s %9s %7s %9s\n", "mode", "ahead",
-         "formula_ms", "measured_ms", "ratio", "bubble_f", "bubble_m",
-         "issue_ms", "rpc_ms", "in_stage");
+  printf("%-11s %5s %11s %12s %7s %10s %10s %8s %9s %7s %9s\n", "mode",
+         "ahead", "formula_ms", "measured_ms", "ratio", "bubble_f",
+         "bubble_m", "idle_m", "issue_ms", "rpc_ms", "in_stage");
   char list[256];
   snprintf(list, sizeof list, "%s", a->modes ? a->modes : ax_pipe_mode_list());
   for (char *c = list; *c; c++)
@@ -249,6 +266,7 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
   /* The measured bubbles of 1f1b, zb-h1 and zbv per ahead value (< 0: not
    * run), for the goals. */
   double bub[3][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}, {-1, -1, -1, -1}};
+  double idl[3][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}, {-1, -1, -1, -1}};
   for (char *sv = NULL, *m = strtok_r(list, ",", &sv); m;
        m = strtok_r(NULL, ",", &sv)) {
     int mode = ax_pipe_mode_index(m);
@@ -260,13 +278,14 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
     for (int s = 0; s < S; s++) /* per stage: 1/v of an agent's work */
       tf[s] = a->fwd_ms * 1e-3 / v, ti[s] = (a->bwd_ms - a->w_ms) * 1e-3 / v,
       tw[s] = a->w_ms * 1e-3 / v;
-    double f = 0, t[4][MAXR], is[4][MAXR], rp[4][MAXR], st[4][MAXR];
+    double f = 0, t[4][MAXR], is[4][MAXR], rp[4][MAXR], st[4][MAXR],
+           bz[4][MAXR];
     AX_TRY(ax_formula_time_split(m, a->K, v, a->M, tf, ti, tw,
                                  AX_RECOMPUTE_NEVER, &f));
     for (int r = 0; r < a->repeat; r++) /* interleaved: value by value */
       for (int k = 0; k < a->n_ahead; k++)
-        AX_TRY(run_mode(node, a, ag, mode, a->ahead[k], &t[k][r], &is[k][r],
-                        &rp[k][r], &st[k][r]));
+        AX_TRY(run_mode(node, a, ag, mode, a->ahead[k], &t[k][r], &bz[k][r],
+                        &is[k][r], &rp[k][r], &st[k][r]));
     /* One agent's compute per mini-batch (a replay adds a forward). */
     int U = ax_pipe_units(mode, a->M);
     double work = 1e-3 * U *
@@ -276,17 +295,23 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
             : !strcmp(m, "zbv") ? 2 : -1;
     for (int k = 0; k < a->n_ahead; k++) {
       double mt = axi_bench_median(t[k], a->repeat), ratio = mt / f;
-      printf("%-11s %5d %11.1f %12.1f %7.3f %10.3f %10.3f", m,
+      double idle[MAXR]; /* per run: 1 - measured compute / time */
+      for (int r = 0; r < a->repeat; r++)
+        idle[r] = 1 - bz[k][r] / t[k][r];
+      double bm = axi_bench_median(idle, a->repeat);
+      printf("%-11s %5d %11.1f %12.1f %7.3f %10.3f %10.3f %8.3f", m,
              a->ahead[k] ? a->ahead[k] : AX_PIPE_AHEAD, 1e3 * f, 1e3 * mt,
-             ratio, 1 - work / f, 1 - work / mt);
+             ratio, 1 - work / f, 1 - work / mt, bm);
       if (a->ahead[k] == 1)
         printf(" %9.3f %7.3f", axi_bench_median(is[k], a->repeat),
                axi_bench_median(rp[k], a->repeat));
       else /* issued ahead: the call's times do not bound the action */
         printf(" %9s %7s", "-", "-");
       printf(" %9.3f\n", axi_bench_median(st[k], a->repeat));
-      if (g >= 0)
+      if (g >= 0) {
         bub[g][k] = 1 - work / mt;
+        idl[g][k] = bm;
+      }
       worst |= ratio > 1.05 || ratio < 0.95;
     }
     fflush(stdout);
@@ -294,10 +319,12 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
   for (int k = 0; k < a->n_ahead; k++)
     if (bub[0][k] > 0 && (bub[1][k] >= 0 || bub[2][k] >= 0))
       printf("# ahead %d: bubble of zb-h1 / 1f1b %.3f (goal <= 0.5), zbv / "
-             "1f1b %.3f (goal <= 0.25)\n",
+             "1f1b %.3f (goal <= 0.25); by idle time %.3f and %.3f\n",
              a->ahead[k] ? a->ahead[k] : AX_PIPE_AHEAD,
              bub[1][k] >= 0 ? bub[1][k] / bub[0][k] : -1,
-             bub[2][k] >= 0 ? bub[2][k] / bub[0][k] : -1);
+             bub[2][k] >= 0 ? bub[2][k] / bub[0][k] : -1,
+             idl[1][k] >= 0 ? idl[1][k] / idl[0][k] : -1,
+             idl[2][k] >= 0 ? idl[2][k] / idl[0][k] : -1);
   printf("# goal: every ratio within [0.95, 1.05]: %s\n",
          worst ? "NOT MET" : "met");
   return AX_OK;
