@@ -84,6 +84,10 @@ int axp_release_start(ax_pipe *p, size_t units);
 int axp_release_push(ax_pipe *p, uint64_t ctx);
 void axp_release_stop(ax_pipe *p);
 
+/* A zeroed pipeline of node n with a copy of o whose caller-owned arrays
+ * and strings (agents, bounds, devices, optimizer_host) are cleared; NULL
+ * on no memory (coordinator.c). */
+ax_pipe *axp_pipe_alloc(ax_node *n, const ax_pipe_opts *o);
 /* One pipeline, or replica rep->r of R (rep may be NULL), as ax_pipe_new
  * (coordinator.c). */
 int axp_pipe_create(ax_node *n, const ax_pipe_opts *o,

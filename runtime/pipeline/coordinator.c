@@ -219,13 +219,10 @@ int axp_pipe_create(ax_node *n, const ax_pipe_opts *o,
   } else {
     AX_TRY(ax_split_uniform(info.n_blocks, S, bounds));
   }
-  ax_pipe *p = calloc(1, sizeof *p);
+  ax_pipe *p = axp_pipe_alloc(n, o);
   if (!p)
     return AX_ENOMEM;
-  p->node = n;
-  p->o = *o;
-  p->o.agents = NULL;
-  p->o.bounds = NULL;
+  p->o.devices = o->devices; /* read by create_hosts only, cleared below */
   p->R = o->K;
   p->v = v;
   if (p->o.ahead < 0 || p->o.ahead > AX_PIPE_AHEAD_MAX) {
@@ -250,7 +247,6 @@ int axp_pipe_create(ax_node *n, const ax_pipe_opts *o,
   pthread_cond_init(&p->cv, NULL);
   if (o->optimizer_host)
     snprintf(p->optim_host, sizeof p->optim_host, "%s", o->optimizer_host);
-  p->o.optimizer_host = NULL; /* the caller's string */
   int err = create_hosts(p, bounds, rep);
   if (err == AX_OK && p->optim_host[0])
     err = offload_optimizers(p);
@@ -263,6 +259,19 @@ int axp_pipe_create(ax_node *n, const ax_pipe_opts *o,
   }
   *out = p;
   return AX_OK;
+}
+
+ax_pipe *axp_pipe_alloc(ax_node *n, const ax_pipe_opts *o) {
+  ax_pipe *p = calloc(1, sizeof *p);
+  if (!p)
+    return NULL;
+  p->node = n;
+  p->o = *o;
+  p->o.agents = NULL; /* the caller's arrays and strings */
+  p->o.bounds = NULL;
+  p->o.devices = NULL;
+  p->o.optimizer_host = NULL;
+  return p;
 }
 
 int ax_pipe_stages(const ax_pipe *p) { return p->K; }

@@ -29,15 +29,9 @@ int axp_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
         return ax_seterr(AX_EINVAL, "pipeline: the %d agents of %d replicas "
                          "must be %d distinct names (%s twice)", R * K, R,
                          R * K, o->agents[i] ? o->agents[i] : "none");
-  ax_pipe *f = calloc(1, sizeof *f);
+  ax_pipe *f = axp_pipe_alloc(n, o); /* the front */
   if (!f)
     return AX_ENOMEM;
-  f->node = n;
-  f->o = *o;
-  f->o.agents = NULL;
-  f->o.bounds = NULL;
-  f->o.devices = NULL;
-  f->o.optimizer_host = NULL; /* the caller's string; rep[r]->optim_host */
   uint64_t id = 0;
   if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
     id = (uint64_t)(uintptr_t)f ^ (uint64_t)(ax_now() * 1e9);
