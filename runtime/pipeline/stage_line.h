@@ -17,9 +17,11 @@
  *               from 0.
  * A call without them runs at once, as before (evaluation, state, tests).
  *
- * The calls of a line run on the worker thread of whichever call finds the
- * line idle with its next action present; every sequenced call answers
- * through a deferred future. A call of a newer gen cancels what an older one
+ * The calls of a line run on the line's own thread, in order, and a second
+ * thread of the line sends their replies (so the next action does not wait
+ * for a reply's encoding and sending); every sequenced call answers
+ * through a deferred future. The threads exist while a host uses the line
+ * (a pipeline is set up), none on an idle agent. A call of a newer gen cancels what an older one
  * left queued (AX_ECANCELLED); one of an older gen is refused (AX_ESTALE).
  * Once an action fails, the rest of its gen is cancelled instead of run.
  * Hostile values are bounded: seq at most AXP_LINE_AHEAD_MAX beyond the
