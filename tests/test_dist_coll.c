@@ -73,6 +73,30 @@ static void *member_main(void *p) {
       ax_tensor_release(t);
     }
   }
+  /* The all-reduce's halves (ZeRO): after reduce-scatter this member's
+   * shard (1/N of the elements, rounded) holds the all-reduce's very bits;
+   * after all-gather every element does. */
+  for (size_t k = 0; k < NSIZES && m->rc == AX_OK; k++) {
+    size_t n = g_sizes[k], off = 0, len = 0;
+    ax_tensor *t = filled(m->r, n), *want = filled(m->r, n);
+    if ((rc = ax_coll_allreduce(g, want, AX_COLL_AVG)) != AX_OK ||
+        (rc = ax_coll_reduce_scatter(g, t, AX_COLL_AVG)) != AX_OK)
+      mfail(m, rc, "reduce-scatter");
+    ax_coll_shard(g, n, &off, &len);
+    size_t N = (size_t)m->N;
+    if (m->rc == AX_OK &&
+        (off + len > n || len < n / N || len > (n + N - 1) / N))
+      mfail(m, AX_EINTERNAL, "shard range");
+    if (m->rc == AX_OK &&
+        memcmp(ax_f32(t) + off, ax_f32(want) + off, len * sizeof(float)))
+      mfail(m, AX_EINTERNAL, "reduce-scatter bits");
+    if (m->rc == AX_OK && (rc = ax_coll_allgather(g, t)) != AX_OK)
+      mfail(m, rc, "all-gather");
+    if (m->rc == AX_OK && memcmp(ax_f32(t), ax_f32(want), n * sizeof(float)))
+      mfail(m, AX_EINTERNAL, "all-gather bits");
+    ax_tensor_release(t);
+    ax_tensor_release(want);
+  }
   /* Buckets: ranges reported from the top down, as a backward does. */
   size_t n = 100003;
   ax_tensor *t = filled(m->r, n);

@@ -14,6 +14,7 @@
 #include <event2/http.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@ static struct event_base *g_base;
 static struct evhttp *g_http;
 static struct sockaddr_in g_addr;
 static ax_node *g_node;
+static int g_refused; /* connects that failed in a row */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   signal(SIGPIPE, SIG_IGN);
@@ -48,11 +50,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   FUZZ_CHECK(fd >= 0);
   if (connect(fd, (struct sockaddr *)&g_addr, sizeof g_addr) != 0) {
-    /* Out of local ports is the harness's limit, not the endpoint's. */
-    FUZZ_CHECK(errno == EADDRNOTAVAIL || errno == EAGAIN);
+    /* Out of local ports (or a reused one's 4-tuple still taken), a full
+     * accept queue that refused or timed out the connection, a signal: the
+     * harness's limits, not the endpoint's.
+     * An endpoint that stopped accepting altogether fails after many in a
+     * row. */
+    int e = errno;
+    if (e != EADDRNOTAVAIL && e != EADDRINUSE && e != EAGAIN &&
+        e != ECONNREFUSED && e != ETIMEDOUT && e != EINTR) {
+      char what[128];
+      snprintf(what, sizeof what, "connect to the endpoint: %s", strerror(e));
+      fuzz_fail(__FILE__, __LINE__, what);
+    }
+    FUZZ_CHECK(++g_refused < 10000);
     close(fd);
     return 0;
   }
+  g_refused = 0;
   /* Closed with a reset: no TIME_WAIT on either side, so millions of
    * inputs do not run the loopback out of ports. */
   struct linger lg = {1, 0};
