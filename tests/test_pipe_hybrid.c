@@ -6,6 +6,8 @@
  * synchronous modes, stashed versions for pipedream); every replica holds
  * bit-identical weights; the step callback sees each mini-batch once;
  * bad replica options are refused; nothing is left live afterwards. */
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -292,6 +294,45 @@ static void test_replicas_resume(void **state) {
   AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
 }
 
+static void *kill_later(void *arg) {
+  rt_sleep_ms(1500);
+  kill(*(pid_t *)arg, SIGKILL);
+  return NULL;
+}
+
+/* A stage agent of replica 1 killed mid-run: the train call fails with
+ * AX_EPEERDOWN naming replica 1 and the dead agent, and nothing hangs.
+ * Quiet, it fails in about a second; on a loaded machine a surviving
+ * stage can wait in its all-reduce until the pipeline's timeout (30 s)
+ * when its node has not yet seen the dead member go, so the bound is that
+ * timeout plus 15 s. Runs last: h4 stays dead. */
+static void test_lost_replica_agent(void **state) {
+  ax_config dcfg;
+  pt_data data = {NULL, 16};
+  AX_ASSERT_OK(ax_config_parse(&dcfg, g_data_cfg));
+  AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
+  ax_pipe_opts o = {"mlp", g_model_cfg, 2, g_names, NULL, AX_MODE_1F1B, 2,
+                    AX_RECOMPUTE_NEVER, g_optim, 3, AX_CPU, 30000};
+  o.replicas = 2;
+  ax_pipe *p = NULL;
+  AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, kill_later, &g_pids[3]), 0);
+  int64_t t0 = rt_now_ms();
+  int err = ax_pipe_train(p, 1000000, pt_batch, NULL, &data);
+  double took = (double)(rt_now_ms() - t0) / 1e3 - 1.5;
+  pthread_join(th, NULL);
+  fprintf(stderr, "  h4 killed: %s after %.1f s: %s\n", ax_strerror(err),
+          took, ax_errmsg());
+  assert_int_equal(err, AX_EPEERDOWN);
+  assert_non_null(strstr(ax_errmsg(), "replica 1"));
+  assert_non_null(strstr(ax_errmsg(), "h4"));
+  assert_true(took < 45.0);
+  ax_pipe_free(p);
+  ax_dataset_close(data.ds);
+  AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS - 1));
+}
+
 static void test_bad_replica_options(void **state) {
   const char *twice[4] = {"h1", "h2", "h1", "h4"};
   ax_pipe_opts o = {"mlp", g_model_cfg, 2, twice, NULL, AX_MODE_GPIPE, 2,
@@ -329,6 +370,7 @@ int main(void) {
       cmocka_unit_test(test_zero_equals_unsharded),
       cmocka_unit_test(test_offload_equals_local),
       cmocka_unit_test(test_replicas_resume),
+      cmocka_unit_test(test_lost_replica_agent), /* last: kills h4 */
   };
   int failed = AX_TEST_MAIN(tests);
   mt_end(g_drv, g_pids, NAGENTS);

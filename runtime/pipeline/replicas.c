@@ -202,9 +202,18 @@ int axp_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   }
   for (int r = 0; r < started; r++)
     pthread_join(th[r], NULL);
-  for (int r = 0; r < started && err == AX_OK; r++)
+  /* The error to report: a replica that lost one of its own agents (the
+   * others then fail in their all-reduce, naming a peer), else the first. */
+  int pick = -1;
+  for (int r = 0; r < started && pick < 0; r++)
+    for (int s = 0; rr[r].err == AX_EPEERDOWN && s < p->rep[r]->K; s++)
+      if (ax_node_peer_is_down(p->node, p->rep[r]->agents[s]))
+        pick = r;
+  for (int r = 0; r < started && pick < 0; r++)
     if (rr[r].err != AX_OK)
-      err = ax_seterr(rr[r].err, "replica %d: %s", r, rr[r].msg);
+      pick = r;
+  if (err == AX_OK && pick >= 0)
+    err = ax_seterr(rr[pick].err, "replica %d: %s", pick, rr[pick].msg);
   for (long t = 0; sh.b && t < n; t++) {
     ax_tlist_clear(&sh.b[t].in);
     ax_tlist_clear(&sh.b[t].lab);
