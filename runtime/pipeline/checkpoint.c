@@ -147,18 +147,23 @@ static void prune(ax_pipe *p, const char *root, int keep) {
   }
 }
 
+/* AX_EUNSUPPORTED when p's stages do not each hold their whole optimizer
+ * state (sharded over replicas, or on another agent). */
+static int ckpt_supported(const ax_pipe *p) {
+  const ax_pipe *one = p->nrep ? p->rep[0] : p;
+  if (one->o.zero || one->optim_host[0])
+    return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not of sharded (zero) or "
+                     "offloaded (optimizer host) optimizer state yet");
+  return AX_OK;
+}
+
 int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
                        int keep, int flags) {
   if (!p || !root || !*root || !in || in->step < 0)
     return ax_seterr(AX_EINVAL, "checkpoint: bad arguments");
-  if (p->nrep && (p->o.zero || p->rep[0]->optim_host[0]))
-    return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not of sharded (zero) or "
-                     "offloaded optimizer state yet");
+  AX_TRY(ckpt_supported(p));
   if (p->nrep) /* the replicas hold the same weights and optimizer state */
     return ax_pipe_checkpoint(p->rep[0], root, in, keep, flags);
-  if (p->optim_host[0])
-    return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not of a pipeline with "
-                     "its optimizer on another agent yet (--optimizer-host)");
   if (p->plan)
     return ax_seterr(AX_ESTATE, "checkpoint: only between ax_pipe_train "
                                 "calls");
@@ -321,9 +326,7 @@ static int load_args_of(void *user, int s, ax_values **out) {
 }
 
 int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
-  if (p->nrep && (p->o.zero || p->rep[0]->optim_host[0]))
-    return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not into sharded (zero) "
-                     "or offloaded optimizer state yet");
+  AX_TRY(ckpt_supported(p));
   for (int r = 0; r < p->nrep; r++) { /* every replica, the same files */
     int err = ax_pipe_restore(p->rep[r], path, info);
     if (err != AX_OK)
@@ -331,9 +334,6 @@ int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
   }
   if (p->nrep)
     return AX_OK;
-  if (p->optim_host[0])
-    return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not into a pipeline with "
-                     "its optimizer on another agent yet (--optimizer-host)");
   if (p->plan)
     return ax_seterr(AX_ESTATE, "checkpoint: only between ax_pipe_train "
                                 "calls");

@@ -14,15 +14,19 @@
 
 #define POLL_MS 100
 
+int axp_down_stage(const ax_pipe *p) {
+  for (int j = 0; j < p->K; j++)
+    if (ax_node_peer_is_down(p->node, p->agents[j]))
+      return j;
+  return -1;
+}
+
 void axp_fail(ax_pipe *p, int s, int err, const char *what) {
   if (p->err == AX_OK) {
     p->err = err;
     /* A lost agent is often noticed first by a neighbour waiting for its
      * tensors (stage-driven execution): name the agent that is down. */
-    int down = -1;
-    for (int j = 0; err == AX_EPEERDOWN && down < 0 && j < p->K; j++)
-      if (ax_node_peer_is_down(p->node, p->agents[j]))
-        down = j;
+    int down = err == AX_EPEERDOWN ? axp_down_stage(p) : -1;
     /* Not seen from here yet: the stage's message names it ("A is down",
      * stage_inbox.c and the autograd engine). */
     for (int j = 0; err == AX_EPEERDOWN && down < 0 && j < p->K; j++) {

@@ -97,6 +97,8 @@ int axp_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out);
 int axp_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
                        ax_pipe_step_fn step, void *user);
 
+/* The first stage whose agent this node sees down, or -1. */
+int axp_down_stage(const ax_pipe *p);
 /* Records the first error of a run as "stage s on agent A: ..." and wakes
  * every driver. mu held. */
 void axp_fail(ax_pipe *p, int s, int err, const char *what);

@@ -78,6 +78,8 @@ typedef struct shared_step { /* mini-batch t's reports */
 
 typedef struct share {
   int R;
+  ax_pipe *const *rep; /* the replicas */
+  int failed;          /* a replica's call failed (atomic) */
   long base; /* global id of the call's first mini-batch */
   ax_pipe_batch_fn batch;
   ax_pipe_step_fn step;
@@ -120,6 +122,8 @@ static int shard_batch(void *user, long gid, ax_tlist *in, ax_tlist *lab) {
   if (t < 0 || t >= rr->n)
     return ax_seterr(AX_EINVAL, "replicas: mini-batch %ld outside the call",
                      gid);
+  if (__atomic_load_n(&sh->failed, __ATOMIC_ACQUIRE))
+    return ax_seterr(AX_ECANCELLED, "replicas: another replica failed");
   shared_batch *b = &sh->b[t];
   pthread_mutex_lock(&sh->mu);
   if (!b->loaded) {
@@ -172,18 +176,33 @@ static void shard_step(void *user, const ax_pipe_step_info *si) {
   pthread_mutex_unlock(&sh->mu);
 }
 
+/* Runs one replica's train call. The first replica to fail ends the
+ * others' calls at once (their drivers stop waiting, and their next batch
+ * load is refused), instead of leaving them in an all-reduce that waits
+ * for it until the timeout. */
 static void *replica_main(void *arg) {
   replica_run *rr = arg;
+  share *sh = rr->sh;
   rr->err = ax_pipe_train(rr->p, rr->n, shard_batch, shard_step, rr);
-  if (rr->err != AX_OK)
-    snprintf(rr->msg, sizeof rr->msg, "%s", ax_errmsg());
+  if (rr->err == AX_OK)
+    return NULL;
+  snprintf(rr->msg, sizeof rr->msg, "%s", ax_errmsg());
+  __atomic_store_n(&sh->failed, 1, __ATOMIC_RELEASE);
+  for (int q = 0; q < sh->R; q++) {
+    ax_pipe *o = sh->rep[q];
+    if (o == rr->p)
+      continue;
+    pthread_mutex_lock(&o->mu); /* before or after its call: harmless */
+    axp_fail(o, 0, AX_ECANCELLED, "another replica failed");
+    pthread_mutex_unlock(&o->mu);
+  }
   return NULL;
 }
 
 int axp_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
                        ax_pipe_step_fn step, void *user) {
   int R = p->nrep;
-  share sh = {R, p->rep[0]->base, batch, step, user};
+  share sh = {R, p->rep, 0, p->rep[0]->base, batch, step, user};
   pthread_mutex_init(&sh.mu, NULL);
   sh.b = calloc((size_t)n + 1, sizeof *sh.b);
   sh.st = calloc((size_t)n + 1, sizeof *sh.st);
@@ -206,9 +225,11 @@ int axp_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
    * others then fail in their all-reduce, naming a peer), else the first. */
   int pick = -1;
   for (int r = 0; r < started && pick < 0; r++)
-    for (int s = 0; rr[r].err == AX_EPEERDOWN && s < p->rep[r]->K; s++)
-      if (ax_node_peer_is_down(p->node, p->rep[r]->agents[s]))
-        pick = r;
+    if (rr[r].err == AX_EPEERDOWN && axp_down_stage(p->rep[r]) >= 0)
+      pick = r;
+  for (int r = 0; r < started && pick < 0; r++) /* not the cancelled ones */
+    if (rr[r].err != AX_OK && rr[r].err != AX_ECANCELLED)
+      pick = r;
   for (int r = 0; r < started && pick < 0; r++)
     if (rr[r].err != AX_OK)
       pick = r;

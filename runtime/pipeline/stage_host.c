@@ -291,12 +291,11 @@ static int take_inputs(ax_call_ctx *cc, phost *h, const ax_values *args,
     return AX_OK;
   }
   axp_received meta;
-  int64_t tw = ax_trace_now_us();
   AX_TRY(axp_inbox_take(&h->in, s->node,
                         h->prev ? ax_rref_owner(h->prev) : NULL,
                         batch, micro, axp_wait_ms(cc), in,
                         &meta));
-  *wait_us = ax_trace_now_us() - tw;
+  *wait_us = meta.wait_us;
   int err = AX_OK;
   if (meta.ctx != ctx)
     err = ax_seterr(AX_ESTATE, "pipe.stage %d: activations of %ld/%d came "

@@ -295,6 +295,7 @@ int axp_inbox_take(axp_inbox *ib, ax_node *n, const char *from, long batch, int 
     return err;
   *t = e->t; /* takes the references */
   *meta = e->meta;
+  meta->wait_us = ax_trace_now_us() - t0;
   free(e);
   axp_event_xfer(ib->tr, ib->stage, 0, AXP_ACTIVATIONS, batch, micro,
                  ib->stage - 1, t, t0,

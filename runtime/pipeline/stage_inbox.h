@@ -44,6 +44,7 @@ typedef struct axp_received {
   char from[64];
   void *desc;
   size_t len;
+  int64_t wait_us; /* how long the take waited for them */
 } axp_received;
 void axp_received_clear(axp_received *r);
 
