@@ -94,8 +94,11 @@ typedef struct ax_pipe_opts {
    * on R times the batch, with per-replica means averaged (PyTorch DDP's
    * rule; buffers such as batch-norm statistics stay per replica). The step
    * callback gets each mini-batch once, its loss the count-weighted mean of
-   * the replicas'. Evaluation, stage state, trace, events and statistics
-   * are replica 0's. A checkpoint saves replica 0's stages (every replica
+   * the replicas'. When one replica's call fails, the others' calls end
+   * with it (AX_ECANCELLED inside; the call returns the failed replica's
+   * error, preferring one that lost an agent, "replica r: ...").
+   * Evaluation, stage state, trace, events and statistics are replica
+   * 0's. A checkpoint saves replica 0's stages (every replica
    * holds the same weights and optimizer state; batch-norm statistics,
    * used only by evaluation, are replica 0's) and a restore loads them
    * into every replica (stage files on the stages' disks must then be
