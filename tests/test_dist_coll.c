@@ -182,6 +182,80 @@ static void run_world(int N) {
   }
 }
 
+/* ax_coll_group_abort: member c0 waits in an all-reduce that c1 never
+ * joins (c1 is up, so no liveness check ends the wait); the abort from
+ * another thread ends it at once with AX_ECANCELLED and the reason, and
+ * the group fails its next operation the same way. */
+typedef struct abort_arg {
+  ax_coll_group *g;
+  int rc;
+  char why[256];
+  int64_t done_ms;
+} abort_arg;
+
+static void *abort_waiter(void *p) {
+  abort_arg *a = p;
+  ax_tensor *t = filled(0, 1001);
+  a->rc = ax_coll_allreduce(a->g, t, AX_COLL_SUM);
+  snprintf(a->why, sizeof a->why, "%s", ax_errmsg());
+  a->done_ms = rt_now_ms();
+  ax_tensor_release(t);
+  return NULL;
+}
+
+static void *join_main(void *n) {
+  return (void *)(intptr_t)ax_node_join(n, 30000);
+}
+
+static void test_abort(void **s) {
+  int port = rt_free_port();
+  char listen[64];
+  snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+  const char *names[2] = {"c0", "c1"};
+  ax_node *n[2];
+  for (int r = 0; r < 2; r++) {
+    ax_node_opts o;
+    ax_node_opts_init(&o);
+    o.name = names[r];
+    o.listen = r ? "127.0.0.1:0" : listen;
+    o.master = r ? listen : NULL;
+    o.world_size = r ? 0 : 2;
+    o.rank = r;
+    o.threads = 2;
+    AX_ASSERT_OK(ax_node_create(&o, &n[r]));
+    AX_ASSERT_OK(ax_coll_init(n[r]));
+  }
+  pthread_t th;
+  abort_arg a = {0};
+  pthread_create(&th, NULL, join_main, n[1]);
+  AX_ASSERT_OK(ax_node_join(n[0], 30000));
+  pthread_join(th, NULL);
+  ax_coll_group *g1 = NULL;
+  AX_ASSERT_OK(ax_coll_group_new(n[0], "ab", 2, names, 20000, &a.g));
+  AX_ASSERT_OK(ax_coll_group_new(n[1], "ab", 2, names, 20000, &g1));
+  pthread_create(&th, NULL, abort_waiter, &a);
+  rt_sleep_ms(300);
+  int64_t t0 = rt_now_ms();
+  ax_coll_group_abort(a.g, "the test ends it");
+  pthread_join(th, NULL);
+  fprintf(stderr, "  abort ended the wait after %lld ms: %s\n",
+          (long long)(a.done_ms - t0), a.why);
+  assert_int_equal(a.rc, AX_ECANCELLED);
+  assert_non_null(strstr(a.why, "the test ends it"));
+  assert_true(a.done_ms - t0 < 1000);
+  ax_tensor *t = filled(0, 7);
+  assert_int_equal(ax_coll_allreduce(a.g, t, AX_COLL_SUM), AX_ECANCELLED);
+  ax_tensor_release(t);
+  ax_coll_group_free(a.g);
+  ax_coll_group_free(g1);
+  AX_ASSERT_OK(rt_local_zero());
+  for (int r = 0; r < 2; r++) {
+    ax_node_shutdown(n[r], 2000);
+    ax_coll_fini(n[r]);
+    ax_node_destroy(n[r]);
+  }
+}
+
 static void test_n1(void **s) { run_world(1); }
 static void test_n2(void **s) { run_world(2); }
 static void test_n3(void **s) { run_world(3); }
@@ -190,6 +264,7 @@ static void test_n4(void **s) { run_world(4); }
 int main(void) {
   const struct CMUnitTest t[] = {
       cmocka_unit_test(test_n1), cmocka_unit_test(test_n2),
-      cmocka_unit_test(test_n3), cmocka_unit_test(test_n4)};
+      cmocka_unit_test(test_n3), cmocka_unit_test(test_n4),
+      cmocka_unit_test(test_abort)};
   return AX_TEST_MAIN(t);
 }

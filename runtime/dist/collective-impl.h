@@ -67,6 +67,7 @@ struct ax_coll_group {
   int64_t next_seq;
   int failed_rc;
   char failed_peer[128];
+  char abort_why[128]; /* ax_coll_group_abort's reason */
   /* Sends not yet answered (touched by the communication thread only). */
   ax_future **sends;
   int *send_to;

@@ -163,6 +163,31 @@ static int check_members(ax_coll_group *g) {
   return AX_OK;
 }
 
+/* AX_ECANCELLED if ax_coll_group_abort ended the group, else AX_OK. */
+static int check_aborted(ax_coll_group *g) {
+  pthread_mutex_lock(&g->mu);
+  int rc = g->failed_rc == AX_ECANCELLED ? AX_ECANCELLED : AX_OK;
+  pthread_mutex_unlock(&g->mu);
+  return rc == AX_OK ? AX_OK
+                     : ax_seterr(rc, "collective %s: %s", g->tag,
+                                 g->abort_why);
+}
+
+void ax_coll_group_abort(ax_coll_group *g, const char *why) {
+  if (!g)
+    return;
+  pthread_mutex_lock(&g->mu);
+  if (!g->failed_rc) {
+    g->failed_rc = AX_ECANCELLED;
+    snprintf(g->abort_why, sizeof g->abort_why, "%s",
+             why ? why : "aborted by its owner");
+  }
+  pthread_mutex_unlock(&g->mu);
+  pthread_mutex_lock(&g->box->mu);
+  pthread_cond_broadcast(&g->box->cv);
+  pthread_mutex_unlock(&g->box->mu);
+}
+
 int axi_coll_send(ax_coll_group *g, int to, int64_t seq, int64_t step,
                   const float *src, size_t n) {
   if (g->nsends == g->capsends) {
@@ -240,6 +265,7 @@ int axi_coll_recv(ax_coll_group *g, int64_t seq, int64_t step, float *dst,
       break;
     AX_TRY(check_sends(g));
     AX_TRY(check_members(g));
+    AX_TRY(check_aborted(g));
     if (axi_coll_now_ms() > deadline_ms) {
       set_failed(g, AX_ETIMEOUT, NULL);
       return ax_seterr(AX_ETIMEOUT, "collective %s: no message %lld/%lld",
@@ -285,9 +311,13 @@ static void run_op(ax_coll_group *g, ax_coll_op *op) {
   pthread_mutex_unlock(&g->mu);
   if (failed) {
     op->rc = failed;
-    snprintf(op->msg, sizeof op->msg, "collective %s failed earlier%s%s",
-             g->tag, g->failed_peer[0] ? ": member down: " : "",
-             g->failed_peer);
+    if (failed == AX_ECANCELLED)
+      snprintf(op->msg, sizeof op->msg, "collective %s: %s", g->tag,
+               g->abort_why);
+    else
+      snprintf(op->msg, sizeof op->msg, "collective %s failed earlier%s%s",
+               g->tag, g->failed_peer[0] ? ": member down: " : "",
+               g->failed_peer);
     return;
   }
   /* The algorithms work on host floats. A device tensor is run on a host

@@ -67,6 +67,12 @@ int ax_coll_group_new(ax_node *n, const char *tag, int n_members,
  * valid and must still be freed. AX_EPEERDOWN if this node is not among the
  * survivors. */
 int ax_coll_group_shrink(ax_coll_group *g, ax_coll_group **out);
+/* Fails the group from outside its caller's thread: the operation in
+ * flight (its waits wake at once) and every later one fail with
+ * AX_ECANCELLED naming `why`. For an owner that ends the group's work while
+ * a caller waits in it (a member that will never send is not down). No-op
+ * if the group failed already. NULL-safe. */
+void ax_coll_group_abort(ax_coll_group *g, const char *why);
 /* Waits (bounded) for submitted operations, stops the thread, drops the
  * group's undelivered messages. NULL-safe. */
 void ax_coll_group_free(ax_coll_group *g);

@@ -54,7 +54,10 @@ typedef struct phost {
   axp_line *line; /* its rank's order (stage_line.h) */
   ax_coll_group *replicas; /* the same stage in every replica (--replicas):
                               each STEP averages the gradients over it;
-                              NULL: one replica (s->mu) */
+                              NULL: one replica (s->mu to use it; set
+                              and freed also under group_mu) */
+  pthread_mutex_t group_mu; /* lets host_quiesce abort the group while a
+                               STEP waits in it holding s->mu */
   int zero;          /* optimizer state and averaged gradients sharded over
                         the replicas (ZeRO 1/2): the optimizer holds only */
   size_t zero_off, zero_len; /* this shard of the parameters */

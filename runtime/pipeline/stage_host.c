@@ -38,8 +38,11 @@ static void host_clear(phost *h) {
   h->shadow = NULL;
   h->last_step = -1;
   axi_stale_clear(&h->stale);
-  ax_coll_group_free(h->replicas);
+  pthread_mutex_lock(&h->group_mu);
+  ax_coll_group *g = h->replicas;
   h->replicas = NULL;
+  pthread_mutex_unlock(&h->group_mu);
+  ax_coll_group_free(g);
   ax_rref_release(h->offload);
   h->offload = NULL;
   axp_inbox_close(&h->in);
@@ -102,6 +105,7 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
     return err;
   }
   h->s = s;
+  pthread_mutex_init(&h->group_mu, NULL);
   h->def = ax_pipe_mode_get(AX_MODE_SEQUENTIAL);
   h->last_step = -1;
   axi_stale_clear(&h->stale);
@@ -115,6 +119,11 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
  * the queued ones and waits for the running one (s->mu not held). */
 static void host_quiesce(phost *h) {
   axp_inbox_close(&h->in);
+  /* A STEP waiting in the replicas' all-reduce for a replica whose call
+   * ended would wait out its timeout: the group fails it now. */
+  pthread_mutex_lock(&h->group_mu);
+  ax_coll_group_abort(h->replicas, "the stage was torn down");
+  pthread_mutex_unlock(&h->group_mu);
   axp_line_detach(&h->line, h);
 }
 
@@ -122,6 +131,7 @@ static void host_destroy(void *obj) {
   phost *h = obj;
   host_quiesce(h);
   host_clear(h);
+  pthread_mutex_destroy(&h->group_mu);
   axp_inbox_destroy(&h->in);
   axd_stage_release(h->s);
   ax_trace_free(h->tr);
@@ -200,7 +210,9 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
     return AX_ENOMEM;
   }
   pthread_mutex_lock(&s->mu);
+  pthread_mutex_lock(&h->group_mu);
   h->replicas = g;
+  pthread_mutex_unlock(&h->group_mu);
   h->zero = zero;
   h->zero_off = zoff;
   h->zero_len = zlen;
