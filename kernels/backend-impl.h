@@ -85,12 +85,14 @@ typedef struct ax_backend_i {
   int (*gelu_bwd)(ax_backend *be, size_t n, const float *x, const float *dy,
                   float *dx);
   /* Inverted dropout with a counter-based mask: element i is kept iff
-   * ax_dropout_uniform(seed, i) >= p, and kept values are scaled by 1/(1-p).
-   * The same (seed, i) gives the same mask on every backend. */
+   * ax_dropout_uniform(seed, first + i) >= p, and kept values are scaled
+   * by 1/(1-p). The same (seed, counter) gives the same mask on every
+   * backend; `first` lets a shard of a tensor (tensor parallelism) draw
+   * the whole tensor's mask for its elements. */
   int (*dropout_fwd)(ax_backend *be, size_t n, const float *x, float *y,
-                     float p, uint64_t seed);
+                     float p, uint64_t seed, uint64_t first);
   int (*dropout_bwd)(ax_backend *be, size_t n, const float *dy, float *dx,
-                     float p, uint64_t seed);
+                     float p, uint64_t seed, uint64_t first);
 
   /* ---- convolution ---- */
   int (*conv2d_fwd)(ax_backend *be, const ax_conv_desc *d, const float *x,

@@ -5,6 +5,7 @@
  * "heads" (masked-LM head and next-sentence head). The MLM decoder is not
  * tied to the token embedding, so every stage owns its weights. */
 #include "models/layers/tf-impl.h"
+#include "models/layers/parallel.h"
 #include "models/model.h"
 
 #include <stdio.h>
@@ -15,6 +16,7 @@
 typedef struct bert_cfg {
   int layers, hidden, heads, ff, vocab, seq, types;
   float dropout;
+  ax_tp tp; /* this member's part of the encoder layers (parallel.h) */
 } bert_cfg;
 
 /* Reads and checks the configuration; AX_EINVAL with a message naming the
@@ -29,6 +31,8 @@ static int bert_parse(const ax_config *cfg, bert_cfg *c) {
   c->seq = (int)ax_config_int(cfg, "seq", 128, &err);
   c->types = (int)ax_config_int(cfg, "types", 2, &err);
   c->dropout = (float)ax_config_float(cfg, "dropout", 0.1, &err);
+  c->tp.size = (int)ax_config_int(cfg, "tp", 1, &err);
+  c->tp.rank = (int)ax_config_int(cfg, "tp_rank", 0, &err);
   if (err != AX_OK)
     return ax_seterr(AX_EINVAL, "bert: a configuration value does not parse");
   if (c->layers < 1 || c->layers + 2 > AX_MODEL_MAX_BLOCKS)
@@ -43,6 +47,11 @@ static int bert_parse(const ax_config *cfg, bert_cfg *c) {
                      "bert: ff=%d vocab=%d seq=%d types=%d must "
                      "all be positive",
                      c->ff, c->vocab, c->seq, c->types);
+  if (c->tp.size < 1 || c->tp.rank < 0 || c->tp.rank >= c->tp.size ||
+      c->heads % c->tp.size != 0 || c->ff % c->tp.size != 0)
+    return ax_seterr(AX_EINVAL, "bert: tp=%d tp_rank=%d: tp must divide "
+                     "heads=%d and ff=%d, 0 <= tp_rank < tp", c->tp.size,
+                     c->tp.rank, c->heads, c->ff);
   if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
     return ax_seterr(AX_EINVAL, "bert: dropout=%g outside [0, 1)",
                      (double)c->dropout);
@@ -255,8 +264,8 @@ static int bert_build_block(const ax_config *cfg, int index, ax_module **out) {
   if (index == 0)
     m = embed_new(&c);
   else if (index <= c.layers)
-    m = ax_encoder_layer_new(c.hidden, c.heads, c.ff, c.dropout,
-                             block_salt(index));
+    m = ax_encoder_layer_new_tp(c.hidden, c.heads, c.ff, c.dropout,
+                                block_salt(index), c.tp);
   else
     m = axi_bert_heads_new(c.hidden, c.vocab);
   if (!m)
@@ -270,7 +279,7 @@ const ax_model_def ax_model_bert = {
     /* .name = */ "bert",
     /* .default_config = */
     "layers=3,hidden=768,heads=12,ff=3072,vocab=8192,seq=128,types=2,"
-    "dropout=0.1",
+    "dropout=0.1,tp=1,tp_rank=0",
     /* .describe = */ bert_describe,
     /* .build_block = */ bert_build_block,
 };

@@ -70,6 +70,13 @@ typedef struct ax_exec {
    * NULL: not called. */
   void (*grad_ready)(void *user, size_t off, size_t n);
   void *grad_ready_user;
+  /* Tensor parallelism (models/layers/parallel.h): sums the f32 tensor t
+   * in place over the members of the module's tensor-parallel group, every
+   * member getting the same bits, and returns an error code. Layers built
+   * for a group of more than one member call it in the forward or the
+   * input half of the backward, and fail with AX_ESTATE when it is NULL. */
+  int (*tp_allreduce)(void *user, ax_tensor *t);
+  void *tp_user;
 } ax_exec;
 
 typedef struct ax_module ax_module;

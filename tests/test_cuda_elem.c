@@ -125,17 +125,17 @@ static void dropout_bit_identical(void **state) {
   float *dx = ct_up(x, N * 4), *dy = ct_up(x, N * 4);
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < 3; j++) {
-      AX_ASSERT_OK(AX_K(ct_cpu(), dropout_fwd, N, x, ref, ps[i], seeds[j]));
-      AX_ASSERT_OK(AX_K(ct_gpu(), dropout_fwd, N, dx, dy, ps[i], seeds[j]));
+      AX_ASSERT_OK(AX_K(ct_cpu(), dropout_fwd, N, x, ref, ps[i], seeds[j], 0));
+      AX_ASSERT_OK(AX_K(ct_gpu(), dropout_fwd, N, dx, dy, ps[i], seeds[j], 0));
       ct_down(got, dy, N * 4);
       assert_memory_equal(got, ref, N * 4);
-      AX_ASSERT_OK(AX_K(ct_cpu(), dropout_bwd, N, x, ref, ps[i], seeds[j]));
-      AX_ASSERT_OK(AX_K(ct_gpu(), dropout_bwd, N, dx, dy, ps[i], seeds[j]));
+      AX_ASSERT_OK(AX_K(ct_cpu(), dropout_bwd, N, x, ref, ps[i], seeds[j], 0));
+      AX_ASSERT_OK(AX_K(ct_gpu(), dropout_bwd, N, dx, dy, ps[i], seeds[j], 0));
       ct_down(got, dy, N * 4);
       assert_memory_equal(got, ref, N * 4);
     }
-  AX_ASSERT_ERR(AX_K(ct_gpu(), dropout_fwd, N, dx, dy, 1.0f, 1), AX_EINVAL);
-  AX_ASSERT_ERR(AX_K(ct_gpu(), dropout_bwd, N, dx, dy, -0.1f, 1), AX_EINVAL);
+  AX_ASSERT_ERR(AX_K(ct_gpu(), dropout_fwd, N, dx, dy, 1.0f, 1, 0), AX_EINVAL);
+  AX_ASSERT_ERR(AX_K(ct_gpu(), dropout_bwd, N, dx, dy, -0.1f, 1, 0), AX_EINVAL);
   ct_free(dx); ct_free(dy);
   free(x); free(ref); free(got);
 }

@@ -84,8 +84,8 @@ static void dropout_mask_is_reproducible(void **state) {
   float *x = malloc(n * 4), *a = malloc(n * 4), *b = malloc(n * 4);
   for (size_t i = 0; i < n; i++)
     x[i] = 1.0f;
-  AX_ASSERT_OK(AX_K(be, dropout_fwd, n, x, a, 0.25f, 77));
-  AX_ASSERT_OK(AX_K(be, dropout_fwd, n, x, b, 0.25f, 77));
+  AX_ASSERT_OK(AX_K(be, dropout_fwd, n, x, a, 0.25f, 77, 0));
+  AX_ASSERT_OK(AX_K(be, dropout_fwd, n, x, b, 0.25f, 77, 0));
   assert_memory_equal(a, b, n * 4);
   size_t kept = 0;
   for (size_t i = 0; i < n; i++) {
@@ -93,7 +93,10 @@ static void dropout_mask_is_reproducible(void **state) {
     kept += a[i] != 0.0f;
   }
   assert_true(kept > 7250 && kept < 7750);
-  AX_ASSERT_ERR(AX_K(be, dropout_fwd, n, x, a, 1.0f, 1), AX_EINVAL);
+  AX_ASSERT_ERR(AX_K(be, dropout_fwd, n, x, a, 1.0f, 1, 0), AX_EINVAL);
+  /* A part starting at counter 1234 draws the whole mask's elements. */
+  AX_ASSERT_OK(AX_K(be, dropout_fwd, n - 1234, x, b, 0.25f, 77, 1234));
+  assert_memory_equal(b, a + 1234, (n - 1234) * 4);
   free(x); free(a); free(b);
 }
 

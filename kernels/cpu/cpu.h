@@ -33,9 +33,9 @@ int axi_cpu_gelu_fwd(ax_backend *be, size_t n, const float *x, float *y);
 int axi_cpu_gelu_bwd(ax_backend *be, size_t n, const float *x,
                      const float *dy, float *dx);
 int axi_cpu_dropout_fwd(ax_backend *be, size_t n, const float *x, float *y,
-                        float p, uint64_t seed);
+                        float p, uint64_t seed, uint64_t first);
 int axi_cpu_dropout_bwd(ax_backend *be, size_t n, const float *dy, float *dx,
-                        float p, uint64_t seed);
+                        float p, uint64_t seed, uint64_t first);
 
 /* cpu_conv.c */
 int axi_cpu_conv2d_fwd(ax_backend *be, const ax_conv_desc *d, const float *x,

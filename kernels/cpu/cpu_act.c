@@ -80,18 +80,18 @@ int axi_cpu_gelu_bwd(ax_backend *be, size_t n, const float *x, const float *dy,
 }
 
 int axi_cpu_dropout_fwd(ax_backend *be, size_t n, const float *x, float *y,
-                        float p, uint64_t seed) {
+                        float p, uint64_t seed, uint64_t first) {
   (void)be;
   if (p < 0.0f || p >= 1.0f)
     return ax_seterr(AX_EINVAL, "dropout: p = %g outside [0, 1)", p);
   float scale = 1.0f / (1.0f - p);
 #pragma omp parallel for num_threads(ax_cpu_threads()) if (n > PAR_N)
   for (size_t i = 0; i < n; i++)
-    y[i] = ax_dropout_uniform(seed, i) >= p ? x[i] * scale : 0.0f;
+    y[i] = ax_dropout_uniform(seed, first + i) >= p ? x[i] * scale : 0.0f;
   return AX_OK;
 }
 
 int axi_cpu_dropout_bwd(ax_backend *be, size_t n, const float *dy, float *dx,
-                        float p, uint64_t seed) {
-  return axi_cpu_dropout_fwd(be, n, dy, dx, p, seed);
+                        float p, uint64_t seed, uint64_t first) {
+  return axi_cpu_dropout_fwd(be, n, dy, dx, p, seed, first);
 }

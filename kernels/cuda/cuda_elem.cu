@@ -92,9 +92,11 @@ __global__ static void gelu_bwd_kernel(size_t n, const float *x,
 
 /* y = u(seed, i) >= p ? x * scale : 0 */
 __global__ static void dropout_kernel(size_t n, const float *x, float *y,
-                                      float p, float scale, uint64_t seed) {
+                                      float p, float scale, uint64_t seed,
+                                      uint64_t first) {
   GRID_STRIDE(i, n) {
-    y[i] = ax_dropout_uniform(seed, i) >= p ? __fmul_rn(x[i], scale) : 0.0f;
+    y[i] = ax_dropout_uniform(seed, first + i) >= p ? __fmul_rn(x[i], scale)
+                                                    : 0.0f;
   }
 }
 
@@ -131,17 +133,18 @@ static int cuda_gelu_bwd(ax_backend *be, size_t n, const float *x,
 }
 
 static int cuda_dropout_fwd(ax_backend *be, size_t n, const float *x, float *y,
-                            float p, uint64_t seed) {
+                            float p, uint64_t seed, uint64_t first) {
   if (p < 0.0f || p >= 1.0f) /* the CPU reference's test */
     return ax_seterr(AX_EINVAL, "dropout: p = %g outside [0, 1)", p);
   float scale = 1.0f / (1.0f - p);
-  LAUNCH(be, n, dropout_kernel, n, x, y, p, scale, seed);
+  LAUNCH(be, n, dropout_kernel, n, x, y, p, scale, seed, first);
 }
 
 /* The mask of the forward with the same (p, seed), applied to dy. */
 static int cuda_dropout_bwd(ax_backend *be, size_t n, const float *dy,
-                            float *dx, float p, uint64_t seed) {
-  return cuda_dropout_fwd(be, n, dy, dx, p, seed);
+                            float *dx, float p, uint64_t seed,
+                            uint64_t first) {
+  return cuda_dropout_fwd(be, n, dy, dx, p, seed, first);
 }
 
 void axi_cuda_ops_elem(ax_backend_i *i) {

@@ -1,14 +1,33 @@
-/* Linear layer: y = x W^T + b over the last dimension. */
+/* Linear layer: y = x W^T + b over the last dimension, whole or one
+ * member's part of a tensor-parallel one (models/layers/parallel.h). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/backend-impl.h"
 #include "models/layers/basic.h"
+#include "models/layers/parallel.h"
+
+enum { PART_WHOLE = 0, PART_COLUMN = 1, PART_ROW = 2 };
 
 typedef struct linear {
-  int in, out, bias;
+  int in, out, bias; /* this member's sizes; bias: it holds one */
   float init_std;
+  int part;          /* PART_*: which part of the whole layer it is */
+  int full_in, full_out, full_bias, segments;
+  ax_tp tp;
 } linear;
+
+/* The group's sum of t (tensor parallelism), in place. */
+static int tp_sum(const linear *L, const ax_exec *ex, ax_tensor *t) {
+  if (!ex->tp_allreduce)
+    return ax_seterr(AX_ESTATE, "linear(%d->%d): member %d of a "
+                     "tensor-parallel group of %d run without the group "
+                     "(ax_exec.tp_allreduce)", L->in, L->out, L->tp.rank,
+                     L->tp.size);
+  return ex->tp_allreduce(ex->tp_user, t);
+}
 
 /* Slot: the input x from forward until the weight half, and the output
  * gradient dy from the input half until the weight half (dW = dy^T x and
@@ -39,6 +58,8 @@ static int linear_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   if (rc == AX_OK && L->bias)
     rc = AX_K(be, bias_add, ax_f32(y), ax_param(m, ex, (size_t)L->in * L->out),
               rows, L->out, 1);
+  if (rc == AX_OK && L->part == PART_ROW) /* Megatron's g: the partial sums */
+    rc = tp_sum(L, ex, y);
   if (rc != AX_OK) {
     ax_tensor_release(y);
     return rc;
@@ -90,6 +111,8 @@ static int linear_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
     int rc = AX_K(ax_backend_of(x->device), gemm, 0, 0, rows, L->in, L->out,
                   1.0f, ax_f32(dy), L->out, 0, ax_param(m, ex, 0), L->in, 0,
                   0.0f, ax_f32(dx), L->in, 0, 1);
+    if (rc == AX_OK && L->part == PART_COLUMN) /* Megatron's f backward */
+      rc = tp_sum(L, ex, dx);
     if (rc != AX_OK) {
       ax_tensor_release(dx);
       return rc;
@@ -118,20 +141,66 @@ static int linear_backward_weight(ax_module *m, const ax_exec *ex,
   return AX_OK;
 }
 
+/* The whole layer's initial W (out, in) then b (out) into p, drawn in
+ * that order from rng. */
+static void init_whole(int in, int out, int bias, float std, float *p,
+                       ax_rng *rng) {
+  size_t nw = (size_t)in * out;
+  if (std > 0.0f) {
+    for (size_t i = 0; i < nw; i++)
+      p[i] = std * (float)ax_rng_normal(rng);
+    for (int i = 0; bias && i < out; i++)
+      p[nw + (size_t)i] = 0.0f;
+    return;
+  }
+  float bound = 1.0f / sqrtf((float)in);
+  for (size_t i = 0; i < nw + (bias ? (size_t)out : 0); i++)
+    p[i] = bound * (float)(2.0 * ax_rng_uniform(rng) - 1.0);
+}
+
+/* A part draws the whole layer's values (so the rng stream, and every
+ * later layer's values, are the whole model's) and keeps its own: a
+ * column part the rows of W and entries of b of its output features (in
+ * each of the `segments` equal blocks of the outputs), a row part the
+ * columns of W of its input features and, on member 0, all of b. */
 static void linear_init(ax_module *m, float *params, float *buffers,
                         ax_rng *rng) {
   linear *L = m->priv;
-  size_t nw = (size_t)L->in * L->out;
-  if (L->init_std > 0.0f) {
-    for (size_t i = 0; i < nw; i++)
-      params[i] = L->init_std * (float)ax_rng_normal(rng);
-    for (int i = 0; L->bias && i < L->out; i++)
-      params[nw + (size_t)i] = 0.0f;
+  (void)buffers;
+  if (L->part == PART_WHOLE) {
+    init_whole(L->in, L->out, L->bias, L->init_std, params, rng);
     return;
   }
-  float bound = 1.0f / sqrtf((float)L->in);
-  for (size_t i = 0; i < nw + (L->bias ? (size_t)L->out : 0); i++)
-    params[i] = bound * (float)(2.0 * ax_rng_uniform(rng) - 1.0);
+  int fin = L->full_in, fout = L->full_out;
+  size_t nw = (size_t)fin * fout;
+  float *w = malloc((nw + (size_t)fout) * sizeof *w);
+  if (!w) { /* init has no error path: a NaN fails the first step loudly */
+    for (size_t i = 0; i < m->n_params; i++)
+      params[i] = NAN;
+    return;
+  }
+  init_whole(fin, fout, L->full_bias, L->init_std, w, rng);
+  const float *b = w + nw;
+  float *lb = params + (size_t)L->in * L->out;
+  if (L->part == PART_COLUMN) {
+    int seg = fout / L->segments, mine = seg / L->tp.size;
+    for (int s = 0, r = 0; s < L->segments; s++)
+      for (int j = 0; j < mine; j++, r++) {
+        int src = s * seg + L->tp.rank * mine + j;
+        memcpy(params + (size_t)r * fin, w + (size_t)src * fin,
+               (size_t)fin * sizeof *w);
+        if (L->bias)
+          lb[r] = b[src];
+      }
+  } else {
+    for (int r = 0; r < fout; r++)
+      memcpy(params + (size_t)r * L->in,
+             w + (size_t)r * fin + (size_t)L->tp.rank * L->in,
+             (size_t)L->in * sizeof *w);
+    if (L->bias)
+      memcpy(lb, b, (size_t)fout * sizeof *w);
+  }
+  free(w);
 }
 
 static const ax_module_ops linear_ops = {
@@ -163,4 +232,47 @@ ax_module *ax_linear_new_std(int in, int out, int bias, float init_std) {
 
 ax_module *ax_linear_new(int in, int out, int bias) {
   return ax_linear_new_std(in, out, bias, 0.0f);
+}
+
+/* A part of the whole layer (in, out): this member's sizes and bias. */
+static ax_module *linear_part(int part, int in, int out, int bias,
+                              float init_std, int segments, ax_tp tp) {
+  const char *what = part == PART_COLUMN ? "column" : "row";
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) {
+    ax_seterr(AX_EINVAL, "linear %s part: member %d of %d", what, tp.rank,
+              tp.size);
+    return NULL;
+  }
+  int split = part == PART_COLUMN ? out : in;
+  int blocks = part == PART_COLUMN ? segments * tp.size : tp.size;
+  if (in <= 0 || out <= 0 || segments < 1 || split % blocks != 0) {
+    ax_seterr(AX_EINVAL, "linear(%d->%d) %s part: %s %d not divisible into "
+              "%d x %d", in, out, what, part == PART_COLUMN ? "out" : "in",
+              split, segments, tp.size);
+    return NULL;
+  }
+  int lin = part == PART_COLUMN ? in : in / tp.size;
+  int lout = part == PART_COLUMN ? out / tp.size : out;
+  int lbias = bias && (part == PART_COLUMN || tp.rank == 0);
+  ax_module *m = ax_linear_new_std(lin, lout, lbias, init_std);
+  if (!m)
+    return NULL;
+  linear *L = m->priv;
+  L->part = tp.size > 1 ? part : PART_WHOLE;
+  L->full_in = in;
+  L->full_out = out;
+  L->full_bias = bias != 0;
+  L->segments = segments;
+  L->tp = tp;
+  return m;
+}
+
+ax_module *ax_linear_column_new(int in, int out, int bias, float init_std,
+                                int segments, ax_tp tp) {
+  return linear_part(PART_COLUMN, in, out, bias, init_std, segments, tp);
+}
+
+ax_module *ax_linear_row_new(int in, int out, int bias, float init_std,
+                             ax_tp tp) {
+  return linear_part(PART_ROW, in, out, bias, init_std, 1, tp);
 }

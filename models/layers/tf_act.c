@@ -105,7 +105,31 @@ ax_module *ax_tanh_new(void) { return act_new(&tanh_ops, ACT_TANH); }
 typedef struct drop_priv {
   float p;
   uint64_t salt;
+  int shards, shard; /* x is part `shard` of `shards` along dim 1 */
 } drop_priv;
+
+/* The mask of the whole tensor on this part: row o of x (its dim-0 index,
+ * `inner` elements) is elements [(o shards + shard) inner, + inner) of the
+ * whole tensor's rows. */
+static int drop_run(const drop_priv *p, const ax_tensor *x, const float *src,
+                    float *dst, uint64_t seed, int bwd) {
+  ax_backend *be = ax_backend_of(x->device);
+  size_t n = ax_tensor_numel(x);
+  if (p->shards <= 1)
+    return bwd ? AX_K(be, dropout_bwd, n, src, dst, p->p, seed, 0)
+               : AX_K(be, dropout_fwd, n, src, dst, p->p, seed, 0);
+  size_t outer = x->ndim > 0 ? (size_t)x->shape[0] : 1;
+  size_t inner = outer ? n / outer : 0;
+  for (size_t o = 0; o < outer; o++) {
+    uint64_t first = (o * (size_t)p->shards + (size_t)p->shard) * inner;
+    size_t at = o * inner;
+    AX_TRY(bwd ? AX_K(be, dropout_bwd, inner, src + at, dst + at, p->p, seed,
+                      first)
+               : AX_K(be, dropout_fwd, inner, src + at, dst + at, p->p, seed,
+                      first));
+  }
+  return AX_OK;
+}
 
 /* Slot layout: int 0 = 1 when the forward applied a mask, int 1 = its seed,
  * int 2 = 1 once a forward ran. */
@@ -128,9 +152,7 @@ static int drop_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor *y = ax_tensor_like(x);
   if (!y)
     return AX_ENOMEM;
-  ax_backend *be = ax_backend_of(x->device);
-  int rc = AX_K(be, dropout_fwd, ax_tensor_numel(x), ax_f32(x), ax_f32(y), p->p,
-                seed);
+  int rc = drop_run(p, x, ax_f32(x), ax_f32(y), seed, 0);
   if (rc != AX_OK) {
     ax_tensor_release(y);
     return rc;
@@ -155,9 +177,8 @@ static int drop_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor *dx = ax_tensor_like(dy);
   if (!dx)
     return AX_ENOMEM;
-  ax_backend *be = ax_backend_of(dy->device);
-  int rc = AX_K(be, dropout_bwd, ax_tensor_numel(dy), ax_f32(dy), ax_f32(dx),
-                p->p, (uint64_t)ax_slot_int(slot, 1));
+  int rc = drop_run(p, dy, ax_f32(dy), ax_f32(dx),
+                    (uint64_t)ax_slot_int(slot, 1), 1);
   if (rc != AX_OK) {
     ax_tensor_release(dx);
     return rc;
@@ -189,5 +210,20 @@ ax_module *ax_dropout_new(float p, uint64_t salt) {
   drop_priv *d = m->priv;
   d->p = p;
   d->salt = salt;
+  d->shards = 1;
+  return m;
+}
+
+ax_module *ax_dropout_new_shard(float p, uint64_t salt, int shards,
+                                int shard) {
+  if (shards < 1 || shard < 0 || shard >= shards) {
+    ax_seterr(AX_EINVAL, "dropout: part %d of %d", shard, shards);
+    return NULL;
+  }
+  ax_module *m = ax_dropout_new(p, salt);
+  if (m) {
+    ((drop_priv *)m->priv)->shards = shards;
+    ((drop_priv *)m->priv)->shard = shard;
+  }
   return m;
 }

@@ -4,15 +4,22 @@
  * the attention probabilities, 2 = output projection (hidden -> hidden).
  * The fused projection yields (B, S, 3, heads, dh); two permutations turn
  * it into Q, K and V of shape (B * heads, S, dh) each, stored one after the
- * other, so every product below is one strided batched GEMM. */
+ * other, so every product below is one strided batched GEMM.
+ *
+ * A member of a tensor-parallel group (models/layers/parallel.h) runs its
+ * heads / T heads the same way: its projections are a column part (Q, K
+ * and V of its heads: width = heads / T * dh) and a row part (which sums
+ * the members' outputs), its dropout the whole mask's part. */
 #include <math.h>
 
 #include "models/layers/tf-impl.h"
+#include "models/layers/parallel.h"
 
 #include "kernels/error.h"
 
 typedef struct mhsa_priv {
-  int hidden, heads;
+  int hidden, heads; /* heads: this member's */
+  int width;         /* heads * dh: this member's Q, K and V features */
 } mhsa_priv;
 
 /* Slot: 0 = qkvp (3 B heads, S, dh), 1 = probs (B, heads, S, S),
@@ -60,7 +67,7 @@ static int mhsa_run(ax_module *m, const ax_exec *ex, ax_slot *slot,
                     const ax_tlist *in, tmp_set *t, ax_tensor **y) {
   mhsa_priv *p = m->priv;
   ax_tensor *x = in->t[0], *mask = in->t[1]; // (B, S, H), (B, S)
-  int B = (int)x->shape[0], S = (int)x->shape[1], H = p->hidden;
+  int B = (int)x->shape[0], S = (int)x->shape[1], H = p->width;
   int A = p->heads, dh = H / A;
   long bsh = (long)B * S * H;
   ax_backend *be = ax_backend_of(x->device);
@@ -135,13 +142,13 @@ static int mhsa_grad(ax_bwd_part part, ax_module *m, const ax_exec *ex,
   if (!qkvp || !probs || !pd)
     return axi_tf_no_state("attention");
   int B = (int)probs->shape[0], A = (int)probs->shape[1];
-  int S = (int)probs->shape[2], H = p->hidden, dh = H / A;
+  int S = (int)probs->shape[2], H = p->width, dh = H / A;
   long bsh = (long)B * S * H, ss = (long)S * S, sd = (long)S * dh;
-  if (ax_tensor_numel(dy) != (size_t)bsh)
+  if (ax_tensor_numel(dy) != (size_t)B * S * p->hidden)
     return ax_seterr(AX_ESHAPE,
                      "attention: gradient has %zu elements, "
                      "expected (%d, %d, %d)",
-                     ax_tensor_numel(dy), B, S, H);
+                     ax_tensor_numel(dy), B, S, p->hidden);
   ax_device dev = dy->device;
   ax_backend *be = ax_backend_of(dev);
   const float *q = ax_f32(qkvp), *k = q + bsh, *v = q + 2 * bsh;
@@ -230,6 +237,17 @@ static const ax_module_ops mhsa_ops = {
 };
 
 ax_module *ax_mhsa_new(int hidden, int heads, float dropout, uint64_t salt) {
+  return ax_mhsa_new_tp(hidden, heads, dropout, salt, AX_TP_WHOLE);
+}
+
+ax_module *ax_mhsa_new_tp(int hidden, int heads, float dropout, uint64_t salt,
+                          ax_tp tp) {
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size ||
+      heads % tp.size != 0) {
+    ax_seterr(AX_EINVAL, "attention: member %d of %d must hold a whole "
+              "share of %d heads", tp.rank, tp.size, heads);
+    return NULL;
+  }
   if (hidden <= 0 || heads <= 0 || hidden % heads != 0) {
     ax_seterr(AX_EINVAL,
               "attention: %d heads must be positive and divide hidden %d",
@@ -248,11 +266,14 @@ ax_module *ax_mhsa_new(int hidden, int heads, float dropout, uint64_t salt) {
   }
   mhsa_priv *p = m->priv;
   p->hidden = hidden;
-  p->heads = heads;
+  p->heads = heads / tp.size;
+  p->width = hidden / tp.size;
   float std = AX_BERT_INIT_STD;
-  if (ax_module_add(m, ax_linear_new_std(hidden, 3 * hidden, 1, std)) ||
-      ax_module_add(m, ax_dropout_new(dropout, salt)) ||
-      ax_module_add(m, ax_linear_new_std(hidden, hidden, 1, std))) {
+  if (ax_module_add(m, ax_linear_column_new(hidden, 3 * hidden, 1, std, 3,
+                                            tp)) ||
+      ax_module_add(m, ax_dropout_new_shard(dropout, salt, tp.size,
+                                            tp.rank)) ||
+      ax_module_add(m, ax_linear_row_new(hidden, hidden, 1, std, tp))) {
     ax_module_free(m);
     ax_seterr(AX_ENOMEM, "attention: no memory");
     return NULL;

@@ -3,6 +3,7 @@
  * Children, in order: 0 attention, 1 dropout, 2 layer norm, 3 dense
  * hidden -> ff, 4 GELU, 5 dense ff -> hidden, 6 dropout, 7 layer norm. */
 #include "models/layers/tf-impl.h"
+#include "models/layers/parallel.h"
 
 #include "kernels/error.h"
 
@@ -144,12 +145,20 @@ static const ax_module_ops enc_ops = {
 
 ax_module *ax_encoder_layer_new(int hidden, int heads, int ff, float dropout,
                                 uint64_t salt) {
-  if (ff <= 0) {
-    ax_seterr(AX_EINVAL, "encoder: feed-forward size %d must be positive", ff);
+  return ax_encoder_layer_new_tp(hidden, heads, ff, dropout, salt,
+                                 AX_TP_WHOLE);
+}
+
+ax_module *ax_encoder_layer_new_tp(int hidden, int heads, int ff,
+                                   float dropout, uint64_t salt, ax_tp tp) {
+  if (ff <= 0 || (tp.size > 0 && ff % tp.size != 0)) {
+    ax_seterr(AX_EINVAL, "encoder: feed-forward size %d must be positive "
+              "and divisible by the %d members of its group", ff, tp.size);
     return NULL;
   }
-  /* The attention constructor checks hidden, heads and dropout. */
-  ax_module *attn = ax_mhsa_new(hidden, heads, dropout, ax_salt_mix(salt, 1));
+  /* The attention constructor checks hidden, heads, dropout and tp. */
+  ax_module *attn =
+      ax_mhsa_new_tp(hidden, heads, dropout, ax_salt_mix(salt, 1), tp);
   if (!attn)
     return NULL;
   ax_module *m = ax_module_new(&enc_ops, sizeof(enc_priv));
@@ -163,9 +172,9 @@ ax_module *ax_encoder_layer_new(int hidden, int heads, int ff, float dropout,
       attn,
       ax_dropout_new(dropout, ax_salt_mix(salt, 2)),
       ax_layernorm_new(hidden, AX_BERT_LN_EPS),
-      ax_linear_new_std(hidden, ff, 1, AX_BERT_INIT_STD),
+      ax_linear_column_new(hidden, ff, 1, AX_BERT_INIT_STD, 1, tp),
       ax_gelu_new(),
-      ax_linear_new_std(ff, hidden, 1, AX_BERT_INIT_STD),
+      ax_linear_row_new(ff, hidden, 1, AX_BERT_INIT_STD, tp),
       ax_dropout_new(dropout, ax_salt_mix(salt, 3)),
       ax_layernorm_new(hidden, AX_BERT_LN_EPS),
   };

@@ -151,6 +151,9 @@ static void prune(ax_pipe *p, const char *root, int keep) {
  * state (sharded over replicas, or on another agent). */
 static int ckpt_supported(const ax_pipe *p) {
   const ax_pipe *one = p->nrep ? p->rep[0] : p;
+  if (p->nrep && p->tp > 1)
+    return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not of tensor-parallel "
+                     "stages yet (each member holds its own part)");
   if (one->o.zero || one->optim_host[0])
     return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not of sharded (zero) or "
                      "offloaded (optimizer host) optimizer state yet");

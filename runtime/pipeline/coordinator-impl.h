@@ -18,17 +18,22 @@ typedef struct axp_batch { /* one mini-batch while it is in flight */
   int64_t correct, count;
 } axp_batch;
 
-/* Creating one replica of a replicated pipeline (replicas.c): R, its
- * index, the group tags' id and every replica's agents (R * ranks). */
+/* Creating one part of a replicated or tensor-parallel pipeline
+ * (replicas.c): R data replicas of T tensor-parallel members each, this
+ * part's replica r and member t, the group tags' id and every part's
+ * agents (part r T + t at agents[(r T + t) ranks ..]). */
 typedef struct axp_replica_of {
   int R, r;
   uint64_t id;
   const char *const *agents;
+  int T, t;
 } axp_replica_of;
 
 struct ax_pipe {
   ax_node *node;
-  int nrep;                /* > 0: the front of nrep replicas (below); */
+  int nrep;                /* > 0: the front of nrep parts (below); */
+  int tp;                  /* the front's tensor-parallel members per
+                              replica (nrep = replicas x tp) */
   ax_pipe *rep[AX_PIPE_MAX_REPLICAS]; /* every call goes to them (rep[0]: evaluation,
                               state, trace, events, statistics) */
   ax_pipe_opts o;

@@ -37,6 +37,31 @@ static int named(ax_pipe *p, int s, int err) {
   return ax_seterr(err, "stage %d on agent %s: %s", s, p->agents[s], m);
 }
 
+/* Tensor parallelism needs a model with split layers: one whose default
+ * configuration names `tp` (models/layers/parallel.h); the coordinator
+ * sets tp and tp_rank itself. */
+static int check_tensor_parallel(const ax_pipe_opts *o,
+                                 const ax_model_def *def) {
+  ax_config user, dflt;
+  AX_TRY(ax_config_parse(&user, o->model_config ? o->model_config : ""));
+  if (ax_config_has(&user, "tp") || ax_config_has(&user, "tp_rank"))
+    return ax_seterr(AX_EINVAL, "pipeline: tp and tp_rank are set by the "
+                     "coordinator (tensor_parallel, --tensor-parallel), not "
+                     "in the model configuration");
+  if (o->tensor_parallel < 0 || o->tensor_parallel > AX_PIPE_MAX_REPLICAS)
+    return ax_seterr(AX_EINVAL, "pipeline: tensor_parallel %d outside 0..%d",
+                     o->tensor_parallel, AX_PIPE_MAX_REPLICAS);
+  if (o->tensor_parallel < 2)
+    return AX_OK;
+  AX_TRY(ax_config_parse(&dflt, def->default_config ? def->default_config
+                                                     : ""));
+  if (!ax_config_has(&dflt, "tp"))
+    return ax_seterr(AX_EUNSUPPORTED, "pipeline: model %s has no "
+                     "tensor-parallel layers (its default configuration has "
+                     "no tp key; bert has)", def->name);
+  return AX_OK;
+}
+
 static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
                       const ax_model_def **def) {
   if (!o || !o->model || !o->agents || o->K < 1 || o->K > AX_PIPE_MAX_STAGES)
@@ -81,21 +106,31 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
   for (int s = 0; s < o->K; s++)
     if (!o->agents[s] || strlen(o->agents[s]) >= AXP_NAME)
       return ax_seterr(AX_EINVAL, "pipeline: bad agent name for stage %d", s);
-  return AX_OK;
+  return check_tensor_parallel(o, *def);
 }
 
-/* Setup's replica arguments for stage s: [R, tag, the agent of stage s in
- * every replica] (stage_host.h). */
+/* Setup's group arguments for stage s (stage_host.h): [R, tag, the agent
+ * of stage s in every replica (this member's), zero], then with T > 1 [T,
+ * tag, the agent of stage s of every member of this replica]. */
 static void add_replicas(ax_pipe *p, int s, const axp_replica_of *rep,
                          ax_values *a) {
   char tag[48];
-  snprintf(tag, sizeof tag, "pp%016llx.%d", (unsigned long long)rep->id, s);
+  snprintf(tag, sizeof tag, "pp%016llx.%d.t%d", (unsigned long long)rep->id,
+           s, rep->t);
   ax_values_add_i64(a, rep->R);
   ax_values_add_str(a, tag);
   int rank = ax_pipe_stage_rank(p->o.mode, p->R, s);
   for (int r = 0; r < rep->R; r++)
-    ax_values_add_str(a, rep->agents[r * p->R + rank]);
+    ax_values_add_str(a, rep->agents[(r * rep->T + rep->t) * p->R + rank]);
   ax_values_add_i64(a, p->o.zero);
+  if (rep->T < 2)
+    return;
+  snprintf(tag, sizeof tag, "tp%016llx.%d.r%d", (unsigned long long)rep->id,
+           s, rep->r);
+  ax_values_add_i64(a, rep->T);
+  ax_values_add_str(a, tag);
+  for (int t = 0; t < rep->T; t++)
+    ax_values_add_str(a, rep->agents[(rep->r * rep->T + t) * p->R + rank]);
 }
 
 /* Moves every stage's optimizer to o.optimizer_host: a "pipe.optim" object
@@ -143,12 +178,15 @@ static int create_hosts(ax_pipe *p, const int *bounds,
     len += (size_t)snprintf(splits + len, sizeof splits - len, "%s%d",
                             s ? "/" : "", bounds[s]);
   ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  char tp[48] = ""; /* this member's part of the split layers */
+  if (rep && rep->T > 1)
+    snprintf(tp, sizeof tp, ",tp=%d,tp_rank=%d", rep->T, rep->t);
   for (int s = 0; s < p->K; s++) {
     char cfg[1024];
-    snprintf(cfg, sizeof cfg, "model=%s,stage=%d,splits=%s,seed=%llu%s%s",
+    snprintf(cfg, sizeof cfg, "model=%s,stage=%d,splits=%s,seed=%llu%s%s%s",
              p->model, s, splits, (unsigned long long)p->o.seed,
              p->o.model_config ? "," : "",
-             p->o.model_config ? p->o.model_config : "");
+             p->o.model_config ? p->o.model_config : "", tp);
     AX_TRY(named(p, s, ax_remote_object(p->node, p->agents[s], "pipe.stage",
                                         cfg, p->o.devices ? p->o.devices[s]
                                                           : p->o.device,
@@ -192,7 +230,7 @@ static int create_hosts(ax_pipe *p, const int *bounds,
 
 int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   *out = NULL;
-  if (o && o->replicas > 1)
+  if (o && (o->replicas > 1 || o->tensor_parallel > 1))
     return axp_replicas_new(n, o, out);
   if (o && o->zero)
     return ax_seterr(AX_EINVAL, "pipeline: zero %d shards over replicas, "
@@ -277,6 +315,7 @@ ax_pipe *axp_pipe_alloc(ax_node *n, const ax_pipe_opts *o) {
 int ax_pipe_stages(const ax_pipe *p) { return p->K; }
 
 ax_pipe *ax_pipe_replica(ax_pipe *p, int r) {
+  /* part r: member r % T of replica r / T */
   if (!p || r < 0 || r >= (p->nrep ? p->nrep : 1))
     return NULL;
   return p->nrep ? p->rep[r] : p;
@@ -429,10 +468,60 @@ static int eval_batch(ax_pipe *p, const ax_tlist *in, const ax_tlist *lab,
   return bad < 0 ? err : named(p, bad, err);
 }
 
+/* One evaluation batch on parts[0 .. T - 1], the members of one replica,
+ * at once (their split layers sum over all of them); member 0's answer. */
+typedef struct eval_part {
+  ax_pipe *p;
+  const ax_tlist *in, *lab;
+  double loss;
+  int64_t correct, count;
+  int err;
+  char msg[512];
+} eval_part;
+
+static void *eval_part_main(void *arg) {
+  eval_part *e = arg;
+  e->err = eval_batch(e->p, e->in, e->lab, &e->loss, &e->correct, &e->count);
+  if (e->err != AX_OK)
+    snprintf(e->msg, sizeof e->msg, "%s", ax_errmsg());
+  return NULL;
+}
+
+static int eval_members(ax_pipe *const *parts, int T, const ax_tlist *in,
+                        const ax_tlist *lab, double *loss, int64_t *correct,
+                        int64_t *count) {
+  if (T <= 1)
+    return eval_batch(parts[0], in, lab, loss, correct, count);
+  eval_part e[AX_PIPE_MAX_REPLICAS];
+  pthread_t th[AX_PIPE_MAX_REPLICAS];
+  int started = 0;
+  for (int t = 0; t < T; t++) {
+    e[t] = (eval_part){parts[t], in, lab, 0, 0, 0, AX_OK, ""};
+    if (t && pthread_create(&th[t], NULL, eval_part_main, &e[t]) != 0) {
+      e[t].err = ax_seterr(AX_ENOMEM, "evaluate: cannot start a thread");
+      snprintf(e[t].msg, sizeof e[t].msg, "%s", ax_errmsg());
+      break; /* member 0's forwards then time out */
+    }
+    started = t + 1;
+  }
+  eval_part_main(&e[0]);
+  for (int t = 1; t < started; t++)
+    pthread_join(th[t], NULL);
+  for (int t = 0; t < T; t++)
+    if (e[t].err != AX_OK)
+      return ax_seterr(e[t].err, "member %d: %s", t, e[t].msg);
+  *loss = e[0].loss;
+  *correct = e[0].correct;
+  *count = e[0].count;
+  return AX_OK;
+}
+
 int ax_pipe_evaluate(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,
                      double *accuracy, double *loss) {
-  if (p->nrep)
+  if (p->nrep && p->tp <= 1)
     return ax_pipe_evaluate(p->rep[0], n, batch, user, accuracy, loss);
+  ax_pipe *const *parts = p->nrep ? p->rep : &p;
+  int T = p->nrep ? p->tp : 1;
   int64_t correct = 0, count = 0;
   double lsum = 0;
   long done = 0;
@@ -447,7 +536,7 @@ int ax_pipe_evaluate(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,
     double l = 0;
     int64_t c = 0, k = 0;
     if (err == AX_OK)
-      err = eval_batch(p, &in, &lab, &l, &c, &k);
+      err = eval_members(parts, T, &in, &lab, &l, &c, &k);
     ax_tlist_clear(&in);
     ax_tlist_clear(&lab);
     if (err != AX_OK)

@@ -44,7 +44,8 @@ extern "C" {
 #endif
 
 #define AX_PIPE_MAX_STAGES 16
-#define AX_PIPE_MAX_REPLICAS 16 /* data-parallel copies (opts.replicas) */
+#define AX_PIPE_MAX_REPLICAS 16 /* data-parallel copies (opts.replicas)
+                                   times tensor-parallel members */
 
 typedef struct ax_pipe_opts {
   const char *model;        /* "mlp", "resnet20", "bert" */
@@ -123,6 +124,22 @@ typedef struct ax_pipe_opts {
    * AX_EINVAL with zero or a staleness correction; checkpoints are refused
    * (the optimizer state is not the stage's). */
   const char *optimizer_host;
+  /* Tensor parallelism (Megatron; models/layers/parallel.h): every stage
+   * runs on T agents, each holding its part of the stage's split layers
+   * (0 or 1: none). The model must have tensor-parallel layers (its
+   * default configuration names the key `tp`: bert), which each agent
+   * builds from tp=T,tp_rank=t; AX_EUNSUPPORTED otherwise. `agents` then
+   * holds R * T * K names (R: replicas, at least 1), the K of member t of
+   * replica r at agents[(r T + t) K ..], all distinct, and R * T is at most
+   * AX_PIPE_MAX_REPLICAS. The T members of a stage run every forward and
+   * backward on the same data at once and sum their partial results with
+   * ring all-reduces among them (two per encoder layer each way); each
+   * member pushes to the same member of the next stage. The step callback
+   * gets each mini-batch once. Evaluation runs on every member; stage
+   * state, trace, events and statistics are member 0's (ax_pipe_replica(p,
+   * r T + t) is member t of replica r). Checkpoints are refused
+   * (AX_EUNSUPPORTED): each member's part is its own. */
+  int tensor_parallel;
 } ax_pipe_opts;
 
 #define AX_PIPE_AHEAD 8

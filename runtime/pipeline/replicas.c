@@ -1,9 +1,13 @@
-/* Pipeline x data parallel (ax_pipe_opts.replicas, coordinator.h): the front
- * object holds R ordinary pipelines whose stage hosts average their
- * gradients at every STEP (stage_host.h, setup's replica group). A train
- * call runs the R pipelines' ax_pipe_train at once, one thread each; they
- * share every mini-batch (loaded once, each replica taking its rows) and
- * report each mini-batch once, when every replica finished it. */
+/* Pipeline x data parallel x tensor parallel (ax_pipe_opts.replicas and
+ * .tensor_parallel, coordinator.h): the front object holds R T ordinary
+ * pipelines, the parts, part r T + t being member t of replica r. The
+ * stage hosts of a stage's members sum their split layers' partial results
+ * (setup's tensor-parallel group), and those of a stage's replicas average
+ * their gradients at every STEP (setup's replica group). A train call runs
+ * every part's ax_pipe_train at once, one thread each; they share every
+ * mini-batch (loaded once, each replica taking its rows, every member of a
+ * replica the same rows) and report each mini-batch once, when every part
+ * finished it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,21 +18,27 @@
 #include "runtime/pipeline/train.h"
 
 int axp_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
-  int R = o->replicas, K = o->K;
+  int R = o->replicas > 1 ? o->replicas : 1, K = o->K;
+  int T = o->tensor_parallel > 1 ? o->tensor_parallel : 1;
   *out = NULL;
-  if (R > AX_PIPE_MAX_REPLICAS || K < 1 || !o->agents ||
-      (long)R * K > 4L * AX_PIPE_MAX_STAGES)
-    return ax_seterr(AX_EINVAL, "pipeline: %d replicas of %d agents (at most "
-                     "%d replicas)", R, K, AX_PIPE_MAX_REPLICAS);
-  if (o->zero < 0 || o->zero > 2 || (o->zero && o->staleness))
-    return ax_seterr(AX_EINVAL, "pipeline: zero %d (0, 1 or 2, and none "
-                     "with a staleness correction)", o->zero);
-  for (int i = 0; i < R * K; i++)
+  if (o->replicas > AX_PIPE_MAX_REPLICAS ||
+      o->tensor_parallel > AX_PIPE_MAX_REPLICAS || K < 1 || !o->agents ||
+      R * T > AX_PIPE_MAX_REPLICAS || (long)R * T * K > 4L * AX_PIPE_MAX_STAGES)
+    return ax_seterr(AX_EINVAL, "pipeline: %d replicas x %d tensor-parallel "
+                     "members of %d agents (at most %d parts)", o->replicas,
+                     o->tensor_parallel, K, AX_PIPE_MAX_REPLICAS);
+  if (o->zero < 0 || o->zero > 2 || (o->zero && (o->staleness || R < 2)))
+    return ax_seterr(AX_EINVAL, "pipeline: zero %d (0, 1 or 2, over at "
+                     "least 2 replicas, and none with a staleness "
+                     "correction)", o->zero);
+  int N = R * T;
+  for (int i = 0; i < N * K; i++)
     for (int j = 0; j < i; j++)
       if (!o->agents[i] || !strcmp(o->agents[i], o->agents[j]))
         return ax_seterr(AX_EINVAL, "pipeline: the %d agents of %d replicas "
-                         "must be %d distinct names (%s twice)", R * K, R,
-                         R * K, o->agents[i] ? o->agents[i] : "none");
+                         "x %d tensor-parallel members must be %d distinct "
+                         "names (%s twice)", N * K, R, T, N * K,
+                         o->agents[i] ? o->agents[i] : "none");
   ax_pipe *f = axp_pipe_alloc(n, o); /* the front */
   if (!f)
     return AX_ENOMEM;
@@ -36,16 +46,20 @@ int axp_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
     id = (uint64_t)(uintptr_t)f ^ (uint64_t)(ax_now() * 1e9);
   int err = AX_OK;
-  for (int r = 0; r < R && err == AX_OK; r++) {
+  f->tp = T;
+  for (int i = 0; i < N && err == AX_OK; i++) {
     ax_pipe_opts ro = *o;
     ro.replicas = 0;
-    ro.agents = o->agents + (size_t)r * K;
-    axp_replica_of of = {R, r, id, o->agents};
-    err = axp_pipe_create(n, &ro, &of, &f->rep[r]);
+    ro.agents = o->agents + (size_t)i * K;
+    axp_replica_of of = {R, i / T, id, o->agents, T, i % T};
+    err = axp_pipe_create(n, &ro, &of, &f->rep[i]);
     if (err == AX_OK)
-      f->nrep = r + 1;
+      f->nrep = i + 1;
+    else if (T > 1)
+      err = ax_seterr(err, "replica %d member %d: %s", i / T, i % T,
+                      ax_errmsg());
     else
-      err = ax_seterr(err, "replica %d: %s", r, ax_errmsg());
+      err = ax_seterr(err, "replica %d: %s", i, ax_errmsg());
   }
   if (err != AX_OK) {
     char m[512];
@@ -77,8 +91,8 @@ typedef struct shared_step { /* mini-batch t's reports */
 } shared_step;
 
 typedef struct share {
-  int R;
-  ax_pipe *const *rep; /* the replicas */
+  int R, T, N;         /* replicas, members of each, parts (R T) */
+  ax_pipe *const *rep; /* the parts */
   int failed;          /* a replica's call failed (atomic) */
   long base; /* global id of the call's first mini-batch */
   ax_pipe_batch_fn batch;
@@ -92,7 +106,7 @@ typedef struct share {
 typedef struct replica_run {
   share *sh;
   ax_pipe *p;
-  int r, err;
+  int r, t, err; /* replica, member */
   long n;
   char msg[512];
 } replica_run;
@@ -144,7 +158,7 @@ static int shard_batch(void *user, long gid, ax_tlist *in, ax_tlist *lab) {
     ax_tlist_clear(in);
     ax_tlist_clear(lab);
   }
-  if (++b->taken == sh->R) { /* the shards keep their rows alive */
+  if (++b->taken == sh->N) { /* the shards keep their rows alive */
     ax_tlist_clear(&b->in);
     ax_tlist_clear(&b->lab);
   }
@@ -152,8 +166,9 @@ static int shard_batch(void *user, long gid, ax_tlist *in, ax_tlist *lab) {
   return err;
 }
 
-/* Reports mini-batch t once every replica did: loss weighted by the
- * replicas' label counts (their plain mean when nothing was counted). */
+/* Reports mini-batch t once every part did: loss weighted by the
+ * replicas' label counts (their plain mean when nothing was counted). A
+ * replica's members report the same loss: member 0's counts. */
 static void shard_step(void *user, const ax_pipe_step_info *si) {
   replica_run *rr = user;
   share *sh = rr->sh;
@@ -162,11 +177,13 @@ static void shard_step(void *user, const ax_pipe_step_info *si) {
     return;
   pthread_mutex_lock(&sh->mu);
   shared_step *st = &sh->st[t];
-  st->loss_w += si->loss * (double)si->count;
-  st->loss += si->loss;
-  st->correct += si->correct;
-  st->count += si->count;
-  if (++st->reported == sh->R && sh->step) {
+  if (rr->t == 0) {
+    st->loss_w += si->loss * (double)si->count;
+    st->loss += si->loss;
+    st->correct += si->correct;
+    st->count += si->count;
+  }
+  if (++st->reported == sh->N && sh->step) {
     ax_pipe_step_info g = *si;
     g.loss = st->count ? st->loss_w / (double)st->count : st->loss / sh->R;
     g.correct = st->correct;
@@ -188,7 +205,7 @@ static void *replica_main(void *arg) {
     return NULL;
   snprintf(rr->msg, sizeof rr->msg, "%s", ax_errmsg());
   __atomic_store_n(&sh->failed, 1, __ATOMIC_RELEASE);
-  for (int q = 0; q < sh->R; q++) {
+  for (int q = 0; q < sh->N; q++) {
     ax_pipe *o = sh->rep[q];
     if (o == rr->p)
       continue;
@@ -202,7 +219,8 @@ static void *replica_main(void *arg) {
 int axp_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
                        ax_pipe_step_fn step, void *user) {
   int R = p->nrep;
-  share sh = {R, p->rep, 0, p->rep[0]->base, batch, step, user};
+  share sh = {R / p->tp, p->tp, R, p->rep, 0, p->rep[0]->base,
+              batch,  step,  user};
   pthread_mutex_init(&sh.mu, NULL);
   sh.b = calloc((size_t)n + 1, sizeof *sh.b);
   sh.st = calloc((size_t)n + 1, sizeof *sh.st);
@@ -210,7 +228,7 @@ int axp_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   pthread_t th[AX_PIPE_MAX_REPLICAS];
   int started = 0, err = sh.b && sh.st ? AX_OK : AX_ENOMEM;
   for (int r = 0; r < R && err == AX_OK; r++) {
-    rr[r] = (replica_run){&sh, p->rep[r], r, AX_OK, n, ""};
+    rr[r] = (replica_run){&sh, p->rep[r], r / sh.T, r % sh.T, AX_OK, n, ""};
     if (p->rep[r]->base != sh.base)
       err = ax_seterr(AX_ESTATE, "replicas: replica %d is at mini-batch %ld, "
                       "replica 0 at %ld", r, p->rep[r]->base, sh.base);
@@ -233,7 +251,10 @@ int axp_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   for (int r = 0; r < started && pick < 0; r++)
     if (rr[r].err != AX_OK)
       pick = r;
-  if (err == AX_OK && pick >= 0)
+  if (err == AX_OK && pick >= 0 && sh.T > 1)
+    err = ax_seterr(rr[pick].err, "replica %d member %d: %s", pick / sh.T,
+                    pick % sh.T, rr[pick].msg);
+  else if (err == AX_OK && pick >= 0)
     err = ax_seterr(rr[pick].err, "replica %d: %s", pick, rr[pick].msg);
   for (long t = 0; sh.b && t < n; t++) {
     ax_tlist_clear(&sh.b[t].in);

@@ -56,8 +56,11 @@ typedef struct phost {
                               each STEP averages the gradients over it;
                               NULL: one replica (s->mu to use it; set
                               and freed also under group_mu) */
-  pthread_mutex_t group_mu; /* lets host_quiesce abort the group while a
-                               STEP waits in it holding s->mu */
+  ax_coll_group *tp; /* the same stage in every tensor-parallel member of
+                        this replica: its split layers sum over it
+                        (axp_host_exec); NULL: none (as replicas) */
+  pthread_mutex_t group_mu; /* lets host_quiesce abort the groups while an
+                               action waits in one holding s->mu */
   int zero;          /* optimizer state and averaged gradients sharded over
                         the replicas (ZeRO 1/2): the optimizer holds only */
   size_t zero_off, zero_len; /* this shard of the parameters */
@@ -65,6 +68,8 @@ typedef struct phost {
                        stage_offload.c), or NULL: the local one (s->mu) */
 } phost;
 
+/* The net's exec (ax_net_exec) with the host's tensor-parallel sum. */
+ax_exec axp_host_exec(phost *h, int training);
 /* Frees a state and everything it keeps (NULL-safe). */
 void axp_state_free(pstate *st);
 /* Appends [busy_us, live_states, weight_versions, state_bytes] (s->mu

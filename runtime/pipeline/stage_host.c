@@ -24,6 +24,20 @@ void axp_state_free(pstate *st) {
   free(st);
 }
 
+/* ax_exec.tp_allreduce over the tensor-parallel members (a sum). */
+static int tp_sum(void *g, ax_tensor *t) {
+  return ax_coll_allreduce(g, t, AX_COLL_SUM);
+}
+
+ax_exec axp_host_exec(phost *h, int training) {
+  ax_exec ex = ax_net_exec(h->s->net, training);
+  if (h->tp) { /* set by setup under s->mu, which the caller holds */
+    ex.tp_allreduce = tp_sum;
+    ex.tp_user = h->tp;
+  }
+  return ex;
+}
+
 static void host_clear(phost *h) {
   ax_rref_release(h->prev);
   ax_rref_release(h->next);
@@ -39,46 +53,74 @@ static void host_clear(phost *h) {
   h->last_step = -1;
   axi_stale_clear(&h->stale);
   pthread_mutex_lock(&h->group_mu);
-  ax_coll_group *g = h->replicas;
-  h->replicas = NULL;
+  ax_coll_group *g = h->replicas, *tp = h->tp;
+  h->replicas = h->tp = NULL;
   pthread_mutex_unlock(&h->group_mu);
   ax_coll_group_free(g);
+  ax_coll_group_free(tp);
   ax_rref_release(h->offload);
   h->offload = NULL;
   axp_inbox_close(&h->in);
 }
 
-/* The replica group of setup's arguments 10.. [R, tag, R member names,
- * zero (optional)] (none: *g = NULL). This node must be one of the
- * members. */
-static int replica_group(phost *h, const ax_values *args, int64_t tmo,
-                         ax_coll_group **g, int *zero) {
-  *g = NULL;
-  *zero = 0;
-  int64_t R, z = 0;
+/* A member list [N, tag, N names] of setup's arguments at *at (moved past
+ * it); what = "replicas" or "tensor-parallel members". */
+static int member_list(phost *h, const ax_values *args, size_t *at,
+                       const char *what, int *n, const char **tag,
+                       const char **names) {
+  int64_t N;
   size_t na = ax_values_count(args);
-  if (na <= 10)
+  AX_TRY(ax_values_get_i64(args, *at, &N));
+  if (N < 1 || N > AX_PIPE_MAX_REPLICAS || *at + 2 + (size_t)N > na)
+    return ax_seterr(AX_EINVAL, "pipe.stage %d: %lld %s with %zu setup "
+                     "arguments", h->s->index, (long long)N, what, na);
+  AX_TRY(ax_values_get_str(args, *at + 1, tag));
+  for (int64_t i = 0; i < N; i++)
+    AX_TRY(ax_values_get_str(args, *at + 2 + (size_t)i, &names[i]));
+  *n = (int)N;
+  *at += 2 + (size_t)N;
+  return AX_OK;
+}
+
+/* The groups of setup's arguments 10..: [R, tag, R member names, zero
+ * (optional)] the replicas (*g; NULL with one), then [T, tag, T names]
+ * the tensor-parallel members (*tp; none or T = 1: NULL). This node must
+ * be one of the members of each. */
+static int replica_group(phost *h, const ax_values *args, int64_t tmo,
+                         ax_coll_group **g, int *zero, ax_coll_group **tp) {
+  *g = *tp = NULL;
+  *zero = 0;
+  int64_t z = 0;
+  size_t na = ax_values_count(args), at = 10;
+  if (na <= at)
     return AX_OK;
-  const char *tag, *names[AX_PIPE_MAX_REPLICAS];
-  AX_TRY(ax_values_get_i64(args, 10, &R));
-  if (R < 1 || R > AX_PIPE_MAX_REPLICAS ||
-      (na != 12 + (size_t)R && na != 13 + (size_t)R))
-    return ax_seterr(AX_EINVAL, "pipe.stage %d: %lld replicas with %zu "
-                     "setup arguments", h->s->index, (long long)R, na);
-  AX_TRY(ax_values_get_str(args, 11, &tag));
-  for (int64_t r = 0; r < R; r++)
-    AX_TRY(ax_values_get_str(args, 12 + (size_t)r, &names[r]));
-  if (na == 13 + (size_t)R)
-    AX_TRY(ax_values_get_i64(args, 12 + (size_t)R, &z));
+  const char *tag, *ttag, *names[AX_PIPE_MAX_REPLICAS],
+      *tnames[AX_PIPE_MAX_REPLICAS];
+  int R, T = 1;
+  AX_TRY(member_list(h, args, &at, "replicas", &R, &tag, names));
+  if (na > at)
+    AX_TRY(ax_values_get_i64(args, at++, &z));
+  if (na > at)
+    AX_TRY(member_list(h, args, &at, "tensor-parallel members", &T, &ttag,
+                       tnames));
+  if (na != at)
+    return ax_seterr(AX_EINVAL, "pipe.stage %d: %zu setup arguments",
+                     h->s->index, na);
   if (z < 0 || z > 2 || (z && R < 2) ||
       (z && (size_t)R > h->s->net->n_params))
-    return ax_seterr(AX_EINVAL, "pipe.stage %d: zero %lld with %lld "
+    return ax_seterr(AX_EINVAL, "pipe.stage %d: zero %lld with %d "
                      "replicas of %zu parameters", h->s->index, (long long)z,
-                     (long long)R, h->s->net->n_params);
+                     R, h->s->net->n_params);
   *zero = (int)z;
-  if (R == 1)
-    return AX_OK;
-  return ax_coll_group_new(h->s->node, tag, (int)R, names, tmo, g);
+  if (R > 1)
+    AX_TRY(ax_coll_group_new(h->s->node, tag, R, names, tmo, g));
+  int err = T > 1 ? ax_coll_group_new(h->s->node, ttag, T, tnames, tmo, tp)
+                  : AX_OK;
+  if (err != AX_OK) {
+    ax_coll_group_free(*g);
+    *g = NULL;
+  }
+  return err;
 }
 
 static int host_create(ax_node *n, const char *config, ax_device dev,
@@ -123,6 +165,7 @@ static void host_quiesce(phost *h) {
    * ended would wait out its timeout: the group fails it now. */
   pthread_mutex_lock(&h->group_mu);
   ax_coll_group_abort(h->replicas, "the stage was torn down");
+  ax_coll_group_abort(h->tp, "the stage was torn down");
   pthread_mutex_unlock(&h->group_mu);
   axp_line_detach(&h->line, h);
 }
@@ -193,11 +236,12 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   pthread_mutex_lock(&s->mu);
   host_clear(h); /* frees the old replica group before a new one */
   pthread_mutex_unlock(&s->mu);
-  ax_coll_group *g = NULL;
+  ax_coll_group *g = NULL, *tp = NULL;
   int zero = 0;
-  AX_TRY(replica_group(h, args, axp_wait_ms(cc), &g, &zero));
+  AX_TRY(replica_group(h, args, axp_wait_ms(cc), &g, &zero, &tp));
   size_t zoff = 0, zlen = s->net->n_params;
   if (zero && skind != AX_STALE_NONE) {
+    ax_coll_group_free(tp);
     ax_coll_group_free(g);
     return ax_seterr(AX_EINVAL, "pipe.stage %d: a staleness correction "
                      "needs the whole optimizer state (no zero)", s->index);
@@ -206,12 +250,14 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
     ax_coll_shard(g, s->net->n_params, &zoff, &zlen);
   ax_optim *o = ax_optim_new(&oc, zlen, s->dev);
   if (!o) {
+    ax_coll_group_free(tp);
     ax_coll_group_free(g);
     return AX_ENOMEM;
   }
   pthread_mutex_lock(&s->mu);
   pthread_mutex_lock(&h->group_mu);
   h->replicas = g;
+  h->tp = tp;
   pthread_mutex_unlock(&h->group_mu);
   h->zero = zero;
   h->zero_off = zoff;
@@ -377,7 +423,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   if (err == AX_OK && wf)
     w = wf;
   if (err == AX_OK) {
-    ax_exec ex = ax_net_exec(s->net, train);
+    ax_exec ex = axp_host_exec(h, train);
     ex.params = w;
     ex.seed = (uint64_t)seed;
     ex.update_stats = train;

@@ -165,7 +165,7 @@ static int backward_locked(phost *h, pstate *st, int part,
                            int64_t mark[3]) {
   axd_stage *s = h->s;
   ax_net *net = s->net;
-  ax_exec ex = ax_net_exec(net, 1);
+  ax_exec ex = axp_host_exec(h, 1);
   ex.params = st->ver ? st->ver : net->params;
   ex.seed = st->seed;
   ax_tensor *wb = NULL; /* pipemare's corrected weights (staleness.h) */
