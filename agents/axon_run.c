@@ -77,6 +77,9 @@ static void usage(FILE *f) {
 "                        batch, averaging gradients at each update\n"
 "  --zero 1|2            with --replicas: shard the optimizer state and the\n"
 "                        averaged gradients over the replicas (ZeRO)\n"
+"  --tensor-parallel T   every stage on T agents, its split layers (bert's\n"
+"                        attention heads and feed-forward) shared among\n"
+"                        them (Megatron); agents = replicas x T x stages\n"
 "  --optimizer-host A    every stage's optimizer state and update on agent A\n"
 "                        (ZeRO-Offload; with --local, A is started too)\n"
 "  --ahead N             actions each agent gets before the first is\n"
@@ -194,7 +197,7 @@ int main(int argc, char **argv) {
       {"checkpoint-to", 1, 0, 1024}, {"spares", 1, 0, 1040},
       {"restarts", 1, 0, 1041},  {"ahead", 1, 0, 1042},
       {"replicas", 1, 0, 1043},  {"zero", 1, 0, 1044},
-      {"optimizer-host", 1, 0, 1045},
+      {"optimizer-host", 1, 0, 1045}, {"tensor-parallel", 1, 0, 1046},
       {"listen", 1, 0, 1030},    {"tls-ca", 1, 0, 1031},
       {"tls-cert", 1, 0, 1032},  {"tls-key", 1, 0, 1033},
       {"insecure", 0, 0, 1034},
@@ -317,6 +320,7 @@ int main(int argc, char **argv) {
     case 1043: ok = axc_i32(P, "--replicas", optarg, 1, AX_PIPE_MAX_REPLICAS, &pa.replicas); break;
     case 1044: ok = axc_i32(P, "--zero", optarg, 0, 2, &pa.zero); break;
     case 1045: pa.optimizer_host = optarg; break;
+    case 1046: ok = axc_i32(P, "--tensor-parallel", optarg, 1, AX_PIPE_MAX_REPLICAS, &pa.tensor_parallel); break;
     case 1040: {
       int k = name_list("--spares", optarg, spare_buf, spare_list);
       if (k < 0)
@@ -393,17 +397,19 @@ int main(int argc, char **argv) {
               "--staleness correction\n");
       return 2;
     }
-    if (pa.replicas > 1) { /* K = the agents of one replica */
-      int R = pa.replicas, total = pa.local ? pa.local : pa.nagents;
+    if (AXR_PARTS(&pa) > 1) { /* K = the agents of one replica's member */
+      int R = AXR_PARTS(&pa), total = pa.local ? pa.local : pa.nagents;
       if (pa.agents && pa.K == pa.nagents)
         pa.K = pa.nagents / R; /* --stages not given */
       if (pa.emulate || pa.nspares || pa.restarts || total % R ||
           (pa.agents && pa.K * R != total) ||
-          ((pa.ckpt_dir || pa.resume) && (pa.zero || pa.optimizer_host))) {
-        fprintf(stderr, "axon-run: --replicas R needs R * K agents (--local "
-                "R*K, or --stages K --agents with R*K names) and, for now, "
-                "no --emulate, --spares or --restarts, nor checkpoints with "
-                "--zero or --optimizer-host\n");
+          ((pa.ckpt_dir || pa.resume) &&
+           (pa.zero || pa.optimizer_host || pa.tensor_parallel > 1))) {
+        fprintf(stderr, "axon-run: --replicas R and --tensor-parallel T need "
+                "R * T * K agents (--local R*T*K, or --stages K --agents with "
+                "R*T*K names) and, for now, no --emulate, --spares or "
+                "--restarts, nor checkpoints with --zero, --optimizer-host or "
+                "--tensor-parallel\n");
         return 2;
       }
     }

@@ -19,6 +19,8 @@ typedef struct axr_pipe_args {
   int chunks; /* stages per agent for chunked modes (--chunks) */
   int ahead;  /* --ahead: actions issued ahead per agent (0: default) */
   int replicas; /* --replicas R: R copies of the pipeline (K = agents / R) */
+  int tensor_parallel; /* --tensor-parallel T: T agents per stage (K =
+                          agents / (R T)) */
   int nagents;  /* names given with --agents */
   int zero;     /* --zero 1|2: optimizer state sharded over the replicas */
   const char *optimizer_host; /* --optimizer-host: every stage's optimizer
@@ -28,6 +30,10 @@ typedef struct axr_pipe_args {
   int emulate;    /* --emulate: every stage in this process (emulate.h) */
   int epoch_eval; /* --eval-every-epoch: test accuracy after each epoch */
   const char *const *agents; /* K names (--agents), or set by --local */
+/* Pipelines of K agents a run needs: replicas x tensor-parallel members. */
+#define AXR_PARTS(a)                                                           \
+  (((a)->replicas > 1 ? (a)->replicas : 1) *                                   \
+   ((a)->tensor_parallel > 1 ? (a)->tensor_parallel : 1))
   const char *master;        /* --master HOST:PORT when joining agents */
   const char *listen;        /* --listen HOST:PORT of the coordinator */
   /* --tls-ca/--tls-cert/--tls-key, --insecure of the coordinator node */

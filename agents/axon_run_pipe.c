@@ -329,17 +329,20 @@ static int run(const axr_pipe_args *a, ax_node *node) {
     fprintf(stderr, "axon-run: %d replicas, each on batch / %d rows of every "
             "mini-batch, gradients averaged at each update\n", a->replicas,
             a->replicas);
+  if (rc == AX_OK && a->tensor_parallel > 1)
+    fprintf(stderr, "axon-run: every stage on %d agents, its split layers "
+            "shared among them\n", a->tensor_parallel);
   ax_pipe *p = NULL;
   const char *cur[2 * AX_PIPE_MAX_STAGES]; /* spares may replace lost
                                                ones; every replica's */
   int R = a->replicas > 1 ? a->replicas : 1;
-  for (int k = 0; k < a->K * R && k < 2 * AX_PIPE_MAX_STAGES; k++)
+  for (int k = 0; k < a->K * AXR_PARTS(a) && k < 2 * AX_PIPE_MAX_STAGES; k++)
     cur[k] = a->agents[k];
   ax_pipe_opts o = {a->model, a->model_config, a->K, cur, bounds,
                     a->mode, a->M, a->recompute, a->optim, a->seed, a->device,
                     120000, NULL, a->chunks, a->staleness, a->stale_gamma,
                     a->stale_warmup, a->ahead, R, a->zero,
-                    a->optimizer_host};
+                    a->optimizer_host, a->tensor_parallel};
   f.first = -1;
   f.node = node;
   f.o = &o;
@@ -401,6 +404,8 @@ static int run(const axr_pipe_args *a, ax_node *node) {
              spb * (double)f.steps, 1e3 * spb);
     if (a->replicas > 1)
       printf(" replicas=%d", a->replicas);
+    if (a->tensor_parallel > 1)
+      printf(" tensor_parallel=%d", a->tensor_parallel);
     printf("%s\n", a->emulate ? " emulated=1" : "");
     printf("stages:");
     for (int s = 0; s < axr_stages(a); s++)
@@ -427,8 +432,7 @@ int axr_pipe_main(axr_pipe_args *a) {
   int port = 0, reserved = -1, nlocal = 0;
   char listen[64];
   if (a->local > 0) {
-    int R = a->replicas > 1 ? a->replicas : 1;
-    a->K = a->local / R; /* the agents of one replica */
+    a->K = a->local / AXR_PARTS(a); /* the agents of one replica's member */
     if ((port = axr_reserve_port(&reserved)) < 0) {
       fprintf(stderr, "axon-run: no free port for the coordinator\n");
       return 1;

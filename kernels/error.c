@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char errmsg_buf[512];
 
@@ -34,10 +35,14 @@ const char *ax_errname(int err) {
 }
 
 int ax_seterr(int err, const char *fmt, ...) {
+  /* Formatted aside first: callers may pass ax_errmsg() itself as an
+   * argument ("stage 2: %s"), which must not be overwritten while read. */
+  char tmp[sizeof errmsg_buf];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(errmsg_buf, sizeof errmsg_buf, fmt, ap);
+  vsnprintf(tmp, sizeof tmp, fmt, ap);
   va_end(ap);
+  memcpy(errmsg_buf, tmp, sizeof tmp);
   return err;
 }
 

@@ -258,6 +258,30 @@ static void test_linear_parts(void **state) {
   ax_tensor_release(dy);
 }
 
+/* ax_tp_slice_params gives every member's initial values from the whole
+ * layer's, bit for bit; trees that differ are refused. */
+static void test_slice_params(void **state) {
+  ax_net *whole = ax_net_new(make_encoder(AX_TP_WHOLE), AX_CPU, SEED);
+  for (int T = 2; T <= 4; T *= 2)
+    for (int t = 0; t < T; t++) {
+      ax_net *part = ax_net_new(make_encoder((ax_tp){T, t}), AX_CPU, SEED);
+      float *buf = calloc(part->n_params, sizeof *buf);
+      AX_ASSERT_OK(ax_tp_slice_params(part->root, whole->root,
+                                      ax_f32(whole->params), buf));
+      assert_memory_equal(buf, ax_f32(part->params), part->n_params * 4);
+      free(buf);
+      ax_net_free(part);
+    }
+  ax_net *other = ax_net_new(make_attn((ax_tp){2, 0}), AX_CPU, SEED);
+  float *buf = calloc(other->n_params, sizeof *buf);
+  AX_ASSERT_ERR(ax_tp_slice_params(other->root, whole->root,
+                                   ax_f32(whole->params), buf),
+                AX_EINVAL);
+  free(buf);
+  ax_net_free(other);
+  ax_net_free(whole);
+}
+
 static void test_bad_groups(void **state) {
   assert_null(ax_linear_column_new(6, 12, 1, 0.0f, 3, (ax_tp){3, 0}));
   assert_null(ax_linear_row_new(7, 6, 1, 0.0f, (ax_tp){2, 0}));
@@ -281,6 +305,7 @@ static void test_bad_groups(void **state) {
 int main(void) {
   const struct CMUnitTest t[] = {cmocka_unit_test(test_linear_parts),
                                  cmocka_unit_test(test_attention_and_encoder),
+                                 cmocka_unit_test(test_slice_params),
                                  cmocka_unit_test(test_bad_groups)};
   return AX_TEST_MAIN(t);
 }

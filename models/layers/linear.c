@@ -19,6 +19,9 @@ typedef struct linear {
   ax_tp tp;
 } linear;
 
+static void linear_slice(const linear *L, const float *w, const float *b,
+                         float *params);
+
 /* The group's sum of t (tensor parallelism), in place. */
 static int tp_sum(const linear *L, const ax_exec *ex, ax_tensor *t) {
   if (!ex->tp_allreduce)
@@ -180,7 +183,51 @@ static void linear_init(ax_module *m, float *params, float *buffers,
     return;
   }
   init_whole(fin, fout, L->full_bias, L->init_std, w, rng);
-  const float *b = w + nw;
+  linear_slice(L, w, w + nw, params);
+  free(w);
+}
+
+static const ax_module_ops linear_ops;
+
+/* The group's part of this member: part module `pm`, whole module `wm`,
+ * their own parameters. */
+static int slice_own(const ax_module *pm, const ax_module *wm,
+                     const float *whole, float *part) {
+  if (pm->ops != wm->ops || pm->n_children != wm->n_children)
+    return ax_seterr(AX_EINVAL, "tensor-parallel slice: a %s where the whole "
+                     "has a %s", pm->ops->kind, wm->ops->kind);
+  const linear *L = pm->ops == &linear_ops ? pm->priv : NULL;
+  if (L && L->part != PART_WHOLE) {
+    const linear *W = wm->priv;
+    if (W->part != PART_WHOLE || W->in != L->full_in ||
+        W->out != L->full_out || W->bias != L->full_bias)
+      return ax_seterr(AX_EINVAL, "tensor-parallel slice: linear(%d->%d) "
+                       "part of a whole linear(%d->%d)", L->full_in,
+                       L->full_out, W->in, W->out);
+    linear_slice(L, whole, whole + (size_t)W->in * W->out, part);
+  } else if (pm->n_params != wm->n_params) {
+    return ax_seterr(AX_EINVAL, "tensor-parallel slice: %s with %zu "
+                     "parameters, the whole's %zu", pm->ops->kind,
+                     pm->n_params, wm->n_params);
+  } else {
+    memcpy(part, whole, pm->n_params * sizeof *part);
+  }
+  for (int i = 0; i < pm->n_children; i++)
+    AX_TRY(slice_own(pm->children[i], wm->children[i],
+                     whole + wm->children[i]->param_off - wm->param_off,
+                     part + pm->children[i]->param_off - pm->param_off));
+  return AX_OK;
+}
+
+int ax_tp_slice_params(const ax_module *part, const ax_module *whole,
+                       const float *whole_params, float *part_params) {
+  return slice_own(part, whole, whole_params + whole->param_off,
+                   part_params + part->param_off);
+}
+
+static void linear_slice(const linear *L, const float *w, const float *b,
+                         float *params) {
+  int fin = L->full_in, fout = L->full_out;
   float *lb = params + (size_t)L->in * L->out;
   if (L->part == PART_COLUMN) {
     int seg = fout / L->segments, mine = seg / L->tp.size;
@@ -200,7 +247,6 @@ static void linear_init(ax_module *m, float *params, float *buffers,
     if (L->bias)
       memcpy(lb, b, (size_t)fout * sizeof *w);
   }
-  free(w);
 }
 
 static const ax_module_ops linear_ops = {

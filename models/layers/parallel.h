@@ -67,6 +67,16 @@ ax_module *ax_mhsa_new_tp(int hidden, int heads, float dropout, uint64_t salt,
 ax_module *ax_encoder_layer_new_tp(int hidden, int heads, int ff,
                                    float dropout, uint64_t salt, ax_tp tp);
 
+/* Member part's parameters from the whole model's: `part` and `whole` are
+ * the same module tree built for a member and whole (e.g. a stage built
+ * with tp=T,tp_rank=t and the same stage without), laid out, and
+ * whole_params / part_params their flat host parameter arrays. Split
+ * layers get their slice, every other module a copy. AX_EINVAL (naming
+ * the modules) when the trees differ. For loading a whole model into
+ * members, and for checking members against a whole reference. */
+int ax_tp_slice_params(const ax_module *part, const ax_module *whole,
+                       const float *whole_params, float *part_params);
+
 #ifdef __cplusplus
 }
 #endif

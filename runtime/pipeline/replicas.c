@@ -53,13 +53,14 @@ int axp_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
     ro.agents = o->agents + (size_t)i * K;
     axp_replica_of of = {R, i / T, id, o->agents, T, i % T};
     err = axp_pipe_create(n, &ro, &of, &f->rep[i]);
+    char m[512];
+    snprintf(m, sizeof m, "%s", ax_errmsg()); /* not formatted into itself */
     if (err == AX_OK)
       f->nrep = i + 1;
     else if (T > 1)
-      err = ax_seterr(err, "replica %d member %d: %s", i / T, i % T,
-                      ax_errmsg());
+      err = ax_seterr(err, "replica %d member %d: %s", i / T, i % T, m);
     else
-      err = ax_seterr(err, "replica %d: %s", i, ax_errmsg());
+      err = ax_seterr(err, "replica %d: %s", i, m);
   }
   if (err != AX_OK) {
     char m[512];

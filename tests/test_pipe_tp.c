@@ -1,0 +1,167 @@
+/* Tensor parallelism in the pipeline (ax_pipe_opts.tensor_parallel), with
+ * real agent processes: a small BERT with dropout 0.1 whose encoder layers
+ * are split over T agents per stage (models/layers/parallel.h), trained
+ * by 1f1b (K = 2, T = 2), zb-h1 (split backward, K = 2, T = 2) and gpipe
+ * (K = 1, T = 4), against the micro-batched single-process reference of
+ * the whole model: every member's every stage must equal its slice of the
+ * reference (ax_tp_slice_params) within relative 1e-5, and the reference
+ * with other dropout masks must be off by more than 1e-3 (negative
+ * control). Evaluation runs on every member; models without split layers,
+ * tp keys in the model configuration and checkpoints are refused. Every
+ * node ends with zero live RRefs, contexts, calls and futures. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PT_FLOOR_RMS
+#include "models/layers/parallel.h"
+#include "runtime/pipeline/checkpoint.h"
+#include "runtime/pipeline/train.h"
+#include "tests/pipe_testutil.h"
+
+#define NAGENTS 4
+static const char *g_names[NAGENTS] = {"t1", "t2", "t3", "t4"};
+static pid_t g_pids[NAGENTS];
+static ax_node *g_drv;
+
+#define BERT_CFG "layers=2,hidden=32,heads=4,ff=64,vocab=50,seq=16,dropout=0.1"
+#define BERT_B 8
+#define BERT_T 16
+#define OPTIM "opt=sgd,lr=0.05,momentum=0.9"
+#define SEED 7
+
+static int bert_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
+  return ax_test_bert_batch(t, BERT_B, BERT_T, 3, in, lab);
+}
+
+/* The worst relative difference of member t's stages from their slices of
+ * the whole reference want[0 .. K - 1]. */
+static double worst_member(ax_pipe *p, const ax_model_def *def, int K,
+                           const int *bounds, int T, int t,
+                           ax_tensor **want) {
+  char cfg[256];
+  snprintf(cfg, sizeof cfg, "%s,tp=%d,tp_rank=%d", BERT_CFG, T, t);
+  ax_config wc, pc;
+  AX_ASSERT_OK(ax_model_config(def, BERT_CFG, &wc));
+  AX_ASSERT_OK(ax_model_config(def, cfg, &pc));
+  double worst = 0;
+  for (int s = 0; s < K; s++) {
+    ax_net *whole, *part;
+    AX_ASSERT_OK(ax_model_stage(def, &wc, bounds[s], bounds[s + 1], AX_CPU,
+                                SEED, &whole));
+    AX_ASSERT_OK(ax_model_stage(def, &pc, bounds[s], bounds[s + 1], AX_CPU,
+                                SEED, &part));
+    int64_t n = (int64_t)part->n_params;
+    ax_tensor *slice = ax_tensor_new(AX_F32, 1, &n, AX_CPU);
+    AX_ASSERT_OK(ax_tp_slice_params(part->root, whole->root, ax_f32(want[s]),
+                                    ax_f32(slice)));
+    ax_tensor *got, *gbuf;
+    AX_ASSERT_OK(ax_pipe_stage_state(ax_pipe_replica(p, t), s, &got, &gbuf));
+    double w = pt_worst(got, slice);
+    worst = w > worst ? w : worst;
+    ax_tensor_release(got);
+    ax_tensor_release(gbuf);
+    ax_tensor_release(slice);
+    ax_net_free(whole);
+    ax_net_free(part);
+  }
+  return worst;
+}
+
+static void run_case(int mode, int K, int T, int M, int steps) {
+  const ax_model_def *def = ax_model_find("bert");
+  ax_config mcfg;
+  ax_model_info info;
+  AX_ASSERT_OK(ax_model_config(def, BERT_CFG, &mcfg));
+  AX_ASSERT_OK(def->describe(&mcfg, &info));
+  int bounds[NAGENTS + 1];
+  AX_ASSERT_OK(ax_split_uniform(info.n_blocks, K, bounds));
+  ax_pipe_opts o = {"bert", BERT_CFG, K,     g_names, bounds, mode,
+                    M,      AX_RECOMPUTE_NEVER, OPTIM, SEED, AX_CPU, 30000};
+  o.tensor_parallel = T;
+  ax_pipe *p;
+  double t0 = ax_now();
+  AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
+  AX_ASSERT_OK(ax_pipe_train(p, steps, bert_batch, NULL, NULL));
+  double t1 = ax_now();
+  double acc = -1, loss = -1;
+  AX_ASSERT_OK(ax_pipe_evaluate(p, 2, bert_batch, NULL, &acc, &loss));
+  assert_true(loss > 0 && loss < 100);
+  ax_tensor *want[NAGENTS], *wbuf[NAGENTS], *off[NAGENTS], *obuf[NAGENTS];
+  pt_ref_opts ro = {M, 0};
+  pt_reference_ex(def, &mcfg, bounds, K, REF_SYNC, steps, bert_batch, NULL,
+                  OPTIM, SEED, &ro, want, wbuf);
+  ro.units = 1; /* other dropout masks */
+  pt_reference_ex(def, &mcfg, bounds, K, REF_SYNC, steps, bert_batch, NULL,
+                  OPTIM, SEED, &ro, off, obuf);
+  double worst = 0, worst_off = 1e9;
+  for (int t = 0; t < T; t++) {
+    double w = worst_member(p, def, K, bounds, T, t, want);
+    double wo = worst_member(p, def, K, bounds, T, t, off);
+    worst = w > worst ? w : worst;
+    worst_off = wo < worst_off ? wo : worst_off;
+  }
+  fprintf(stderr, "  bert %-6s K=%d T=%d M=%d: %d steps in %.2f s, worst "
+          "relative difference of a member from its slice %.2g (%.2g "
+          "against other masks); evaluation loss %.4f\n",
+          ax_pipe_mode_name(mode), K, T, M, steps, t1 - t0, worst, worst_off,
+          loss);
+  if (worst > 1e-5)
+    fail_msg("bert %s K=%d T=%d: relative difference %.3g > 1e-5",
+             ax_pipe_mode_name(mode), K, T, worst);
+  assert_true(worst_off > 1e-3);
+  for (int s = 0; s < K; s++) {
+    ax_tensor_release(want[s]), ax_tensor_release(wbuf[s]);
+    ax_tensor_release(off[s]), ax_tensor_release(obuf[s]);
+  }
+  ax_pipe_free(p);
+  AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
+}
+
+static void test_members_equal_whole_model(void **state) {
+  run_case(AX_MODE_1F1B, 2, 2, 4, 3);
+  run_case(AX_MODE_ZBH1, 2, 2, 4, 3);
+  run_case(AX_MODE_GPIPE, 1, 4, 2, 3);
+}
+
+static void test_refusals(void **state) {
+  ax_pipe_opts o = {"mlp", NULL, 2, g_names, NULL, AX_MODE_GPIPE, 2,
+                    AX_RECOMPUTE_NEVER, OPTIM, SEED, AX_CPU, 30000};
+  o.tensor_parallel = 2;
+  ax_pipe *p = NULL;
+  assert_int_equal(ax_pipe_new(g_drv, &o, &p), AX_EUNSUPPORTED);
+  assert_non_null(strstr(ax_errmsg(), "tensor-parallel"));
+  o.model = "bert";
+  o.model_config = BERT_CFG ",tp=2";
+  assert_int_equal(ax_pipe_new(g_drv, &o, &p), AX_EINVAL);
+  fprintf(stderr, "  %s\n", ax_errmsg());
+  assert_non_null(strstr(ax_errmsg(), "tp and tp_rank"));
+  o.model_config = "layers=2,hidden=32,heads=3,ff=64,vocab=50,seq=16";
+  assert_int_equal(ax_pipe_new(g_drv, &o, &p), AX_EINVAL); /* 3 heads */
+  o.model_config = BERT_CFG;
+  o.tensor_parallel = 3; /* 6 agents of 4 */
+  assert_int_equal(ax_pipe_new(g_drv, &o, &p), AX_EINVAL);
+  o.tensor_parallel = 2;
+  AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
+  ax_ckpt_info in = {0};
+  char root[] = "/tmp/axon_tp_ckptXXXXXX";
+  assert_non_null(mkdtemp(root));
+  assert_int_equal(ax_pipe_checkpoint(p, root, &in, 2, 0), AX_EUNSUPPORTED);
+  rmdir(root);
+  ax_pipe_free(p);
+  AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
+}
+
+int main(void) {
+  static const char *const args[] = {"--threads", "1", NULL};
+  ax_cpu_set_threads(1); /* the references: no OpenMP spinning under load */
+  if (mt_start("tdrv", g_names, NAGENTS, args, g_pids, &g_drv) != AX_OK)
+    return 1;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_members_equal_whole_model),
+  };
+  int failed = AX_TEST_MAIN(tests);
+  mt_end(g_drv, g_pids, NAGENTS);
+  return failed;
+}
