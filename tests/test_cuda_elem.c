@@ -117,7 +117,7 @@ static void in_place(void **state) {
 
 /* The mask is ax_dropout_uniform(seed, i) >= p on both backends and the
  * scale is computed on the host: forward and backward give identical bits,
- * for several p and seeds; p outside [0, 1) is AX_EINVAL. */
+ * for several p, seeds and first counters; p outside [0, 1) is AX_EINVAL. */
 static void dropout_bit_identical(void **state) {
   const float ps[] = {0.0f, 0.1f, 0.5f, 0.9f};
   const uint64_t seeds[] = {1, 12345, 0xdeadbeefcafef00dull};
@@ -125,12 +125,17 @@ static void dropout_bit_identical(void **state) {
   float *dx = ct_up(x, N * 4), *dy = ct_up(x, N * 4);
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < 3; j++) {
-      AX_ASSERT_OK(AX_K(ct_cpu(), dropout_fwd, N, x, ref, ps[i], seeds[j], 0));
-      AX_ASSERT_OK(AX_K(ct_gpu(), dropout_fwd, N, dx, dy, ps[i], seeds[j], 0));
+      uint64_t first = j * 1000003u; /* a part's counters (parallel.h) */
+      AX_ASSERT_OK(
+          AX_K(ct_cpu(), dropout_fwd, N, x, ref, ps[i], seeds[j], first));
+      AX_ASSERT_OK(
+          AX_K(ct_gpu(), dropout_fwd, N, dx, dy, ps[i], seeds[j], first));
       ct_down(got, dy, N * 4);
       assert_memory_equal(got, ref, N * 4);
-      AX_ASSERT_OK(AX_K(ct_cpu(), dropout_bwd, N, x, ref, ps[i], seeds[j], 0));
-      AX_ASSERT_OK(AX_K(ct_gpu(), dropout_bwd, N, dx, dy, ps[i], seeds[j], 0));
+      AX_ASSERT_OK(
+          AX_K(ct_cpu(), dropout_bwd, N, x, ref, ps[i], seeds[j], first));
+      AX_ASSERT_OK(
+          AX_K(ct_gpu(), dropout_bwd, N, dx, dy, ps[i], seeds[j], first));
       ct_down(got, dy, N * 4);
       assert_memory_equal(got, ref, N * 4);
     }

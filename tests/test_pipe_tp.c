@@ -34,10 +34,10 @@ static int bert_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
   return ax_test_bert_batch(t, BERT_B, BERT_T, 3, in, lab);
 }
 
-/* The worst relative difference of member t's stages from their slices of
- * the whole reference want[0 .. K - 1]. */
-static double worst_member(ax_pipe *p, const ax_model_def *def, int K,
-                           const int *bounds, int T, int t,
+/* The worst relative difference of part `part` of p (member t of T) from
+ * its slices of the whole reference want[0 .. K - 1]. */
+static double worst_member(ax_pipe *p, int part_index, const ax_model_def *def,
+                           int K, const int *bounds, int T, int t,
                            ax_tensor **want) {
   char cfg[256];
   snprintf(cfg, sizeof cfg, "%s,tp=%d,tp_rank=%d", BERT_CFG, T, t);
@@ -56,7 +56,8 @@ static double worst_member(ax_pipe *p, const ax_model_def *def, int K,
     AX_ASSERT_OK(ax_tp_slice_params(part->root, whole->root, ax_f32(want[s]),
                                     ax_f32(slice)));
     ax_tensor *got, *gbuf;
-    AX_ASSERT_OK(ax_pipe_stage_state(ax_pipe_replica(p, t), s, &got, &gbuf));
+    AX_ASSERT_OK(ax_pipe_stage_state(ax_pipe_replica(p, part_index), s, &got,
+                                     &gbuf));
     double w = pt_worst(got, slice);
     worst = w > worst ? w : worst;
     ax_tensor_release(got);
@@ -96,8 +97,8 @@ static void run_case(int mode, int K, int T, int M, int steps) {
                   OPTIM, SEED, &ro, off, obuf);
   double worst = 0, worst_off = 1e9;
   for (int t = 0; t < T; t++) {
-    double w = worst_member(p, def, K, bounds, T, t, want);
-    double wo = worst_member(p, def, K, bounds, T, t, off);
+    double w = worst_member(p, t, def, K, bounds, T, t, want);
+    double wo = worst_member(p, t, def, K, bounds, T, t, off);
     worst = w > worst ? w : worst;
     worst_off = wo < worst_off ? wo : worst_off;
   }
@@ -122,6 +123,44 @@ static void test_members_equal_whole_model(void **state) {
   run_case(AX_MODE_1F1B, 2, 2, 4, 3);
   run_case(AX_MODE_ZBH1, 2, 2, 4, 3);
   run_case(AX_MODE_GPIPE, 1, 4, 2, 3);
+}
+
+/* R = 2 replicas of T = 2 members (K = 1, 4 agents) against the same
+ * replicas unsplit (2 agents): each member equals its slice of the
+ * unsplit replicas' stage, which their all-reduce keeps equal. */
+static void test_with_replicas(void **state) {
+  const ax_model_def *def = ax_model_find("bert");
+  ax_config mcfg;
+  ax_model_info info;
+  AX_ASSERT_OK(ax_model_config(def, BERT_CFG, &mcfg));
+  AX_ASSERT_OK(def->describe(&mcfg, &info));
+  int bounds[2] = {0, info.n_blocks};
+  ax_pipe_opts o = {"bert", BERT_CFG, 1, g_names, bounds, AX_MODE_GPIPE, 2,
+                    AX_RECOMPUTE_NEVER, OPTIM, SEED, AX_CPU, 30000};
+  o.replicas = 2;
+  ax_pipe *p;
+  AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
+  AX_ASSERT_OK(ax_pipe_train(p, 3, bert_batch, NULL, NULL));
+  ax_tensor *want[1], *wbuf[1];
+  AX_ASSERT_OK(ax_pipe_stage_state(p, 0, &want[0], &wbuf[0]));
+  ax_pipe_free(p);
+  o.tensor_parallel = 2;
+  AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
+  AX_ASSERT_OK(ax_pipe_train(p, 3, bert_batch, NULL, NULL));
+  double worst = 0;
+  for (int r = 0; r < 2; r++)
+    for (int t = 0; t < 2; t++) { /* part 2 r + t: member t of replica r */
+      double w = worst_member(p, 2 * r + t, def, 1, bounds, 2, t, want);
+      worst = w > worst ? w : worst;
+    }
+  fprintf(stderr, "  bert gpipe  K=1 R=2 T=2: worst relative difference of "
+          "a member from its slice of the unsplit replicas %.2g\n", worst);
+  if (worst > 1e-5)
+    fail_msg("R=2 T=2: relative difference %.3g > 1e-5", worst);
+  ax_tensor_release(want[0]);
+  ax_tensor_release(wbuf[0]);
+  ax_pipe_free(p);
+  AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
 }
 
 static void test_refusals(void **state) {
@@ -160,6 +199,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_members_equal_whole_model),
+      cmocka_unit_test(test_with_replicas),
   };
   int failed = AX_TEST_MAIN(tests);
   mt_end(g_drv, g_pids, NAGENTS);
