@@ -77,7 +77,8 @@ int axd_stage_create(ax_node *n, const char *model, const char *config,
     s->index = idx;
     s->first = (int)b[idx];
     s->last = (int)b[idx + 1];
-    s->is_first = s->first == 0;
+    s->is_first = idx == 0; /* no input gradient: the pipeline's inputs
+                               (or a frozen prefix's outputs) */
     s->ignore_index = info.ignore_index;
     err = ax_model_stage(def, &base, s->first, s->last, dev, (uint64_t)seed,
                          &s->net);

@@ -27,12 +27,8 @@ static int named(ax_pipe *p, int s, int err) {
   return ax_seterr(err, "stage %d on agent %s: %s", s, p->agents[s], m);
 }
 
-/* Calls method on every stage at once: args(s) builds stage s's
- * arguments, reply (NULL: none) reads its answer. */
-typedef int (*args_fn)(void *user, int s, ax_values **out);
-typedef int (*reply_fn)(void *user, int s, const ax_values *r);
-static int all_stages(ax_pipe *p, const char *method, args_fn args,
-                      reply_fn reply, void *user) {
+int axp_all_stages(ax_pipe *p, const char *method, axp_args_fn args,
+                   axp_reply_fn reply, void *user) {
   ax_future *f[AX_PIPE_MAX_STAGES] = {NULL};
   ax_call_opts co = {.timeout_ms = timeout_of(p)};
   int err = AX_OK, bad = -1;
@@ -142,7 +138,7 @@ static void prune(ax_pipe *p, const char *root, int keep) {
   for (int i = keep; i < n; i++) {
     save_args a = {.m = NULL};
     axi_ckpt_dirname(root, steps[i], a.dir, sizeof a.dir);
-    all_stages(p, "ckpt_drop", save_args_of, NULL, &a);
+    axp_all_stages(p, "ckpt_drop", save_args_of, NULL, &a);
     axi_ckpt_remove(a.dir);
   }
 }
@@ -151,6 +147,9 @@ static void prune(ax_pipe *p, const char *root, int keep) {
  * state (sharded over replicas, or on another agent). */
 static int ckpt_supported(const ax_pipe *p) {
   const ax_pipe *one = p->nrep ? p->rep[0] : p;
+  if (p->frozen)
+    return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not of a pipeline with a "
+                     "frozen prefix yet");
   if (p->nrep && p->tp > 1)
     return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not of tensor-parallel "
                      "stages yet (each member holds its own part)");
@@ -192,7 +191,7 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
   AX_TRY(axi_ckw_commit(&w, path, &m.f[0].size, m.f[0].sha));
   for (int s = 0; s < p->K; s++)
     stage_file(s, m.f[s + 1].name, sizeof m.f[s + 1].name);
-  int err = all_stages(p, "ckpt_save", save_args_of, save_reply, &a);
+  int err = axp_all_stages(p, "ckpt_save", save_args_of, save_reply, &a);
   m.nfiles = p->K + 1;
   if (err == AX_OK)
     err = axi_manifest_write(a.dir, &m);
@@ -374,7 +373,7 @@ int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
                        dir, name);
   }
   load_args a = {dir, &m, here != 0};
-  AX_TRY(all_stages(p, "ckpt_load", load_args_of, NULL, &a));
+  AX_TRY(axp_all_stages(p, "ckpt_load", load_args_of, NULL, &a));
   p->base = info->step;
   return AX_OK;
 }

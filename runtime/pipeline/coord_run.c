@@ -423,10 +423,21 @@ static void *driver_main(void *arg) {
   return NULL;
 }
 
+static int train_call(ax_pipe *p, long n, ax_pipe_batch_fn batch,
+                      ax_pipe_step_fn step, void *user);
+
 int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
                   ax_pipe_step_fn step, void *user) {
   if (!p || n < 0 || !batch)
     return ax_seterr(AX_EINVAL, "pipeline: bad arguments to train");
+  if (!p->frozen)
+    return train_call(p, n, batch, step, user);
+  axp_frozen_feed w = {p->frozen, batch, step, user}; /* freeze.h */
+  return train_call(p, n, axp_frozen_batch, axp_frozen_step, &w);
+}
+
+static int train_call(ax_pipe *p, long n, ax_pipe_batch_fn batch,
+                      ax_pipe_step_fn step, void *user) {
   if (p->nrep)
     return axp_replicas_train(p, n, batch, step, user);
   size_t units = (size_t)n * (size_t)p->U;

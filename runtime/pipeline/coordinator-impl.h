@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 
+#include "models/net.h"
 #include "runtime/pipeline/coordinator.h"
 
 #define AXP_NAME 64
@@ -17,6 +18,8 @@ typedef struct axp_batch { /* one mini-batch while it is in flight */
   double loss;
   int64_t correct, count;
 } axp_batch;
+
+typedef struct axp_frozen axp_frozen; /* a frozen prefix (freeze.h) */
 
 /* Creating one part of a replicated or tensor-parallel pipeline
  * (replicas.c): R data replicas of T tensor-parallel members each, this
@@ -34,6 +37,8 @@ struct ax_pipe {
   int nrep;                /* > 0: the front of nrep parts (below); */
   int tp;                  /* the front's tensor-parallel members per
                               replica (nrep = replicas x tp) */
+  axp_frozen *frozen;      /* the outermost object's frozen prefix
+                              (freeze.h), or NULL */
   ax_pipe *rep[AX_PIPE_MAX_REPLICAS]; /* every call goes to them (rep[0]: evaluation,
                               state, trace, events, statistics) */
   ax_pipe_opts o;
@@ -107,5 +112,37 @@ int axp_down_stage(const ax_pipe *p);
 /* Records the first error of a run as "stage s on agent A: ..." and wakes
  * every driver. mu held. */
 void axp_fail(ax_pipe *p, int s, int err, const char *what);
+
+/* Calls method on every stage of p (not a front) at once: args(s) builds
+ * stage s's arguments, reply (NULL: none) reads its answer. Errors name
+ * the stage and its agent (checkpoint.c). */
+typedef int (*axp_args_fn)(void *user, int s, ax_values **out);
+typedef int (*axp_reply_fn)(void *user, int s, const ax_values *r);
+int axp_all_stages(ax_pipe *p, const char *method, axp_args_fn args,
+                   axp_reply_fn reply, void *user);
+
+/* The frozen prefix of a pipeline (freeze.h; freeze_cache.c): blocks
+ * [0, blocks) as a net on the coordinator's CPU (taken, also on error),
+ * with the AutoCache of its outputs (budget bytes; 0: 1 GiB; < 0: none). */
+int axp_frozen_new(ax_net *net, int blocks, int64_t budget,
+                   axp_frozen **out);
+void axp_frozen_free(axp_frozen *f); /* NULL-safe */
+int axp_frozen_blocks(const axp_frozen *f); /* 0 for NULL */
+ax_net *axp_frozen_net(axp_frozen *f);
+void axp_frozen_counts(axp_frozen *f, long *hits, long *misses,
+                       int64_t *bytes);
+/* Replaces the inputs in (CPU tensors, a mini-batch) by the prefix's
+ * outputs, from the cache where it has them. Thread-safe. */
+int axp_frozen_apply(axp_frozen *f, ax_tlist *in);
+/* A caller's batch and step functions behind the prefix: pass
+ * axp_frozen_batch / axp_frozen_step with a feed as their user. */
+typedef struct axp_frozen_feed {
+  axp_frozen *f;
+  ax_pipe_batch_fn batch;
+  ax_pipe_step_fn step;
+  void *user;
+} axp_frozen_feed;
+int axp_frozen_batch(void *feed, long t, ax_tlist *in, ax_tlist *lab);
+void axp_frozen_step(void *feed, const ax_pipe_step_info *si);
 
 #endif

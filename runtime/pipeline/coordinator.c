@@ -249,11 +249,11 @@ int axp_pipe_create(ax_node *n, const ax_pipe_opts *o,
   if (o->bounds) {
     for (int s = 0; s <= S; s++)
       bounds[s] = o->bounds[s];
-    for (int s = 0; s < S; s++)
-      if (bounds[s] >= bounds[s + 1] || bounds[0] != 0 ||
+    for (int s = 0; s < S; s++) /* from 0, or a frozen prefix's end */
+      if (bounds[s] >= bounds[s + 1] || bounds[0] < 0 ||
           bounds[S] != info.n_blocks)
-        return ax_seterr(AX_EINVAL, "pipeline: bounds must rise from 0 to "
-                         "%d", info.n_blocks);
+        return ax_seterr(AX_EINVAL, "pipeline: bounds must rise to %d",
+                         info.n_blocks);
   } else {
     AX_TRY(ax_split_uniform(info.n_blocks, S, bounds));
   }
@@ -324,6 +324,7 @@ ax_pipe *ax_pipe_replica(ax_pipe *p, int r) {
 void ax_pipe_free(ax_pipe *p) {
   if (!p)
     return;
+  axp_frozen_free(p->frozen);
   if (p->nrep) {
     for (int r = 0; r < p->nrep; r++)
       ax_pipe_free(p->rep[r]);
@@ -516,10 +517,21 @@ static int eval_members(ax_pipe *const *parts, int T, const ax_tlist *in,
   return AX_OK;
 }
 
+static int eval_call(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,
+                     double *accuracy, double *loss);
+
 int ax_pipe_evaluate(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,
                      double *accuracy, double *loss) {
+  if (!p->frozen)
+    return eval_call(p, n, batch, user, accuracy, loss);
+  axp_frozen_feed w = {p->frozen, batch, NULL, user}; /* freeze.h */
+  return eval_call(p, n, axp_frozen_batch, &w, accuracy, loss);
+}
+
+static int eval_call(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,
+                     double *accuracy, double *loss) {
   if (p->nrep && p->tp <= 1)
-    return ax_pipe_evaluate(p->rep[0], n, batch, user, accuracy, loss);
+    return eval_call(p->rep[0], n, batch, user, accuracy, loss);
   ax_pipe *const *parts = p->nrep ? p->rep : &p;
   int T = p->nrep ? p->tp : 1;
   int64_t correct = 0, count = 0;
