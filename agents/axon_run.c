@@ -13,6 +13,7 @@
 
 #include "agents/axon_cli.h"
 #include "agents/axon_run.h"
+#include "runtime/pipeline/freeze.h"
 #include "runtime/dist/plugin.h"
 
 #define P "axon-run"
@@ -82,6 +83,12 @@ static void usage(FILE *f) {
 "                        them (Megatron); agents = replicas x T x stages\n"
 "  --optimizer-host A    every stage's optimizer state and update on agent A\n"
 "                        (ZeRO-Offload; with --local, A is started too)\n"
+"  --freeze-schedule S   STEP:BLOCKS[:K],...: at global step STEP freeze the\n"
+"                        first BLOCKS blocks (run on this process, outputs\n"
+"                        cached) and re-pack the rest onto K agents per\n"
+"                        replica (default: fewer by the share frozen), the\n"
+"                        freed agents running more replicas (PipeTransformer)\n"
+"  --freeze-cache-mb N   the frozen blocks' output cache (1024; -1: none)\n"
 "  --ahead N             actions each agent gets before the first is\n"
 "                        answered: the stages wait for their inputs (8;\n"
 "                        1: coordinator-driven, a round trip per action)\n"
@@ -194,6 +201,7 @@ int main(int argc, char **argv) {
       {"emulate", 0, 0, 1011},   {"eval-every-epoch", 0, 0, 1012},
       {"checkpoint-dir", 1, 0, 1020}, {"checkpoint-every", 1, 0, 1021},
       {"resume", 1, 0, 1022},    {"loss-log", 1, 0, 1023},
+      {"freeze-schedule", 1, 0, 1047}, {"freeze-cache-mb", 1, 0, 1048},
       {"checkpoint-to", 1, 0, 1024}, {"spares", 1, 0, 1040},
       {"restarts", 1, 0, 1041},  {"ahead", 1, 0, 1042},
       {"replicas", 1, 0, 1043},  {"zero", 1, 0, 1044},
@@ -308,6 +316,13 @@ int main(int argc, char **argv) {
     case 1021: ok = axc_int(P, "--checkpoint-every", optarg, 1, LONG_MAX, 0, &v); pa.ckpt_every = (long)v; break;
     case 1022: pa.resume = optarg; break;
     case 1023: pa.loss_log = optarg; break;
+    case 1047: pa.freeze_schedule = optarg; break;
+    case 1048: {
+      int64_t v = 0;
+      ok = axc_int(P, "--freeze-cache-mb", optarg, -1, 1L << 20, 0, &v);
+      pa.freeze_cache_mb = (long)v;
+      break;
+    }
     case 1024:
       if (strcmp(optarg, "stages") && strcmp(optarg, "coordinator")) {
         fprintf(stderr, "axon-run: --checkpoint-to stages|coordinator\n");
@@ -410,6 +425,24 @@ int main(int argc, char **argv) {
                 "R*T*K names) and, for now, no --emulate, --spares or "
                 "--restarts, nor checkpoints with --zero, --optimizer-host or "
                 "--tensor-parallel\n");
+        return 2;
+      }
+    }
+    if (pa.freeze_schedule) {
+      ax_freeze_point pts[16];
+      int npts;
+      if (ax_freeze_schedule_parse(pa.freeze_schedule, pts, 16, &npts) !=
+          AX_OK) {
+        fprintf(stderr, "axon-run: --freeze-schedule: %s\n", ax_errmsg());
+        return 2;
+      }
+      if (pa.emulate || pa.nspares || pa.restarts || pa.ckpt_dir ||
+          pa.resume || pa.tensor_parallel > 1 || pa.zero ||
+          pa.optimizer_host || pa.staleness) {
+        fprintf(stderr, "axon-run: --freeze-schedule: not yet with "
+                "--emulate, --spares, --restarts, checkpoints, "
+                "--tensor-parallel, --zero, --optimizer-host or "
+                "--staleness\n");
         return 2;
       }
     }

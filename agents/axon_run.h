@@ -45,6 +45,8 @@ typedef struct axr_pipe_args {
   /* Checkpoints (axon_run_ckpt.c): --checkpoint-dir, --checkpoint-every,
    * --checkpoint-to, --resume, --loss-log. */
   const char *ckpt_dir, *resume, *loss_log;
+  const char *freeze_schedule; /* --freeze-schedule STEP:BLOCKS[:K],... */
+  long freeze_cache_mb;        /* --freeze-cache-mb (0: 1024; -1: none) */
   long ckpt_every;
   int ckpt_to_coord; /* --checkpoint-to coordinator */
   /* --spares: agents that replace lost stage agents, in order (with
@@ -72,6 +74,9 @@ typedef struct axr_feed {
    * is left, builds the pipeline anew with the spare in its place (*p
    * replaced) and returns AX_OK; else returns the failure (may be NULL). */
   int (*rebuild)(void *user, int failure, ax_pipe **p);
+  /* After a freeze replaced the pipeline by *p (--freeze-schedule; may be
+   * NULL). */
+  void (*repacked)(void *user, ax_pipe *p);
 } axr_feed;
 
 /* Trains steps [start, total) of the run (axon_run_ckpt.c): from 0, or

@@ -7,6 +7,7 @@
 
 #include "agents/axon_run.h"
 #include "runtime/pipeline/checkpoint.h"
+#include "runtime/pipeline/freeze.h"
 #include "runtime/pipeline/partition.h"
 
 /* The run's configuration as "key=value;..." : what a resume must repeat
@@ -151,10 +152,49 @@ static int save(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
                             a->ckpt_to_coord ? AX_CKPT_TO_COORDINATOR : 0);
 }
 
+/* --freeze-schedule: the point at step t, if any, is applied: the pipeline
+ * re-packed (freeze.h), with the phase that ends here reported. */
+typedef struct freezer {
+  ax_freeze_point pt[16];
+  int n, next;
+  double phase_s; /* training seconds since the last freeze */
+  long phase_from;
+} freezer;
+
+static int freeze_at(const axr_pipe_args *a, ax_pipe **pp,
+                     const axr_feed *feed, freezer *fz, long t) {
+  if (fz->next >= fz->n || fz->pt[fz->next].step != t)
+    return AX_OK;
+  const ax_freeze_point *pt = &fz->pt[fz->next++];
+  ax_freeze_stats before, after;
+  ax_pipe_freeze_stats(*pp, &before);
+  int64_t mb = a->freeze_cache_mb;
+  ax_freeze_opts fo = {pt->blocks, pt->K, mb < 0 ? -1 : mb * (1 << 20)};
+  double t0 = ax_now();
+  AX_TRY(ax_pipe_freeze(pp, &fo));
+  ax_pipe_freeze_stats(*pp, &after);
+  long steps = t - fz->phase_from;
+  fprintf(stderr, "axon-run: freeze at step %ld: blocks 0..%d frozen, "
+          "re-packed from %d agents x %d replicas to %d x %d in %.2f s "
+          "(the phase before: %ld steps, %.1f samples/s; cache %ld hits, "
+          "%ld misses)\n", t, pt->blocks - 1, before.K, before.replicas,
+          after.K, after.replicas, ax_now() - t0, steps,
+          fz->phase_s > 0 ? (double)(steps * a->batch) / fz->phase_s : 0.0,
+          before.hits, before.misses);
+  fz->phase_s = 0;
+  fz->phase_from = t;
+  if (feed->repacked)
+    feed->repacked(feed->user, *pp);
+  return AX_OK;
+}
+
 int axr_train(const axr_pipe_args *a, ax_pipe **pp, long total,
               const axr_feed *feed, long *start, double *seconds,
               double *ckpt_s) {
   wrap w = {feed, NULL, 0};
+  freezer fz = {.n = 0};
+  if (a->freeze_schedule)
+    AX_TRY(ax_freeze_schedule_parse(a->freeze_schedule, fz.pt, 16, &fz.n));
   *start = 0;
   *seconds = *ckpt_s = 0;
   if (a->resume)
@@ -175,10 +215,13 @@ int axr_train(const axr_pipe_args *a, ax_pipe **pp, long total,
     long E = feed->every;
     if (E > 0 && (t / E + 1) * E < end)
       end = (t / E + 1) * E;
+    if (fz.next < fz.n && fz.pt[fz.next].step < end)
+      end = fz.pt[fz.next].step;
     end = end < total ? end : total;
     double t0 = ax_now();
     err = ax_pipe_train(*pp, end - t, w_batch, w_step, &w);
     *seconds += ax_now() - t0;
+    fz.phase_s += ax_now() - t0;
     if (err != AX_OK) { /* a lost stage agent, with a spare left? */
       err = recover(a, pp, feed, err, *start, w.done > t ? w.done : t, &t);
       continue;
@@ -188,6 +231,8 @@ int axr_train(const axr_pipe_args *a, ax_pipe **pp, long total,
       fflush(w.loss_log);
     if (err == AX_OK && feed->segment)
       err = feed->segment(feed->user, t);
+    if (err == AX_OK && t < total)
+      err = freeze_at(a, pp, feed, &fz, t);
     if (err == AX_OK && a->ckpt_dir &&
         (N ? t % N == 0 || t == total : t == total)) {
       t0 = ax_now();

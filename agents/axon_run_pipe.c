@@ -17,6 +17,7 @@
 
 #include "rpc/launch.h"
 #include "agents/axon_run.h"
+#include "runtime/pipeline/freeze.h"
 #include "models/data/dataset.h"
 #include "runtime/pipeline/staleness.h"
 #include "runtime/dist/autograd.h"
@@ -46,6 +47,7 @@ typedef struct feed { /* the training batches, epoch after epoch */
   double train_s;       /* the calls' own seconds */
   uint64_t coord_bytes; /* the calls' coordinator bytes */
   long first;           /* the run's first step here (-1 until seeked) */
+  int repacked;         /* a freeze replaced the pipeline: no timing model */
   /* --spares (feed_rebuild): the node, the pipeline's options with their
    * own copy of the agents, the next spare */
   ax_node *node;
@@ -198,8 +200,9 @@ static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
   ax_trace *tr = ax_trace_new(0);
   if (!tr)
     return;
-  for (int s = 0; s < axr_stages(a); s++) {
-    ax_trace_name_process(tr, s, a->agents[ax_pipe_stage_rank(a->mode, a->K, s)]);
+  int S = ax_pipe_stages(p); /* the last pipeline's (a freeze re-packs) */
+  for (int s = 0; s < S; s++) {
+    ax_trace_name_process(tr, s, ax_pipe_stage_agent(p, s));
     ax_trace_name_thread(tr, s, 0, "compute");
     ax_trace_name_thread(tr, s, 1, "recv");
     ax_trace_name_thread(tr, s, 2, "send");
@@ -211,7 +214,7 @@ static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
   if (a->trace && ax_trace_write(tr, a->trace) != AX_OK)
     fprintf(stderr, "axon-run: trace: %s\n", ax_errmsg());
   ax_metrics_csv *csv = NULL;
-  if (a->csv && ax_metrics_csv_open(a->csv, axr_stages(a), &csv) != AX_OK)
+  if (a->csv && ax_metrics_csv_open(a->csv, S, &csv) != AX_OK)
     fprintf(stderr, "axon-run: csv: %s\n", ax_errmsg());
   ax_trace_event *all = NULL;
   size_t n = 0;
@@ -220,7 +223,7 @@ static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
   ax_pipe_get_stats(p, &st);
   for (long t = 0; csv && t < f->steps; t++) {
     ax_step_metrics m;
-    ax_metrics_init(&m, t, axr_stages(a));
+    ax_metrics_init(&m, t, S);
     m.samples = f->batch;
     m.loss = f->loss[t];
     m.coord_bytes = (int64_t)(st.coord_bytes / (uint64_t)(f->steps ? f->steps : 1));
@@ -229,7 +232,7 @@ static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
     if (t1u <= t0u)
       t1u = t0u + 1;
     ax_metrics_from_events(&m, all, n, t0u, t1u);
-    for (int s = 0; s < axr_stages(a); s++)
+    for (int s = 0; s < S; s++)
       m.peak_mem[s] = (size_t)st.peak_bytes[s];
     ax_metrics_csv_row(csv, &m);
   }
@@ -254,6 +257,12 @@ static int evaluate(const axr_pipe_args *a, ax_pipe *p, ax_dataset *test,
   return rc;
 }
 
+static void feed_repacked(void *user, ax_pipe *p) {
+  feed *f = user;
+  f->p = p;
+  f->repacked = 1;
+}
+
 /* After each training call (axr_train): sums its seconds and coordinator
  * bytes, feeds the timing model, and with --eval-every-epoch, at an epoch's
  * end, evaluates and prints an "epoch:" line with the modelled time so
@@ -264,7 +273,8 @@ static int feed_segment(void *user, long done) {
   ax_pipe_get_stats(f->p, &st);
   f->train_s += st.seconds;
   f->coord_bytes += st.coord_bytes;
-  ax_pipe_costs_add(f->costs, f->p);
+  if (!f->repacked)
+    ax_pipe_costs_add(f->costs, f->p);
   if (!f->a->epoch_eval || f->per_epoch <= 0 || !f->steps ||
       (done % f->per_epoch && done != f->total))
     return AX_OK; /* not an epoch's end (a checkpoint's cut) */
@@ -369,7 +379,8 @@ static int run(const axr_pipe_args *a, ax_node *node) {
   f.total = total;
   if (rc == AX_OK) {
     axr_feed fd = {feed_batch, feed_step, feed_seek, &f, feed_segment,
-                   a->epoch_eval ? per_epoch : 0, feed_rebuild};
+                   a->epoch_eval ? per_epoch : 0, feed_rebuild,
+                   feed_repacked};
     ax_progress_start(&f.bar, a->quiet ? NULL : stderr, total);
     rc = axr_train(a, &p, total, &fd, &start, &train_s, &ckpt_s);
     ax_progress_end(&f.bar);
@@ -389,7 +400,8 @@ static int run(const axr_pipe_args *a, ax_node *node) {
     rc = evaluate(a, p, test, &acc, &tl);
   }
   /* The modelled time: the timing model fed with the measured costs. */
-  int modelled = rc == AX_OK && ax_pipe_costs_model(&costs, &spb) == AX_OK;
+  int modelled = rc == AX_OK && !f.repacked &&
+                 ax_pipe_costs_model(&costs, &spb) == AX_OK;
   if (rc == AX_OK) {
     printf("summary: model=%s dataset=%s mode=%s stages=%d micro=%d steps=%ld"
            " final_loss=%.4f test_accuracy=%.2f%% samples_per_s=%.1f "
@@ -406,11 +418,17 @@ static int run(const axr_pipe_args *a, ax_node *node) {
       printf(" replicas=%d", a->replicas);
     if (a->tensor_parallel > 1)
       printf(" tensor_parallel=%d", a->tensor_parallel);
+    ax_freeze_stats fz;
+    ax_pipe_freeze_stats(p, &fz);
+    if (fz.blocks)
+      printf(" frozen_blocks=%d final_stages=%d final_replicas=%d "
+             "cache_hits=%ld cache_misses=%ld", fz.blocks,
+             ax_pipe_stages(p), fz.replicas, fz.hits, fz.misses);
     printf("%s\n", a->emulate ? " emulated=1" : "");
-    printf("stages:");
-    for (int s = 0; s < axr_stages(a); s++)
+    printf("stages:"); /* the last pipeline's (a freeze re-packs) */
+    for (int s = 0; s < ax_pipe_stages(p); s++)
       printf(" [%d %s busy %.0f%% peak states %d versions %d state %.1f MB]",
-             s, cur[ax_pipe_stage_rank(a->mode, a->K, s)], 100 * st.busy_frac[s], st.peak_live[s],
+             s, ax_pipe_stage_agent(p, s), 100 * st.busy_frac[s], st.peak_live[s],
              st.peak_versions[s], (double)st.peak_bytes[s] / 1e6);
     printf("\n");
     if (a->trace)

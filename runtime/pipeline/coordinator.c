@@ -314,6 +314,11 @@ ax_pipe *axp_pipe_alloc(ax_node *n, const ax_pipe_opts *o) {
 
 int ax_pipe_stages(const ax_pipe *p) { return p->K; }
 
+const char *ax_pipe_stage_agent(const ax_pipe *p, int s) {
+  const ax_pipe *one = p->nrep ? p->rep[0] : p;
+  return s >= 0 && s < one->K ? one->agents[s] : NULL;
+}
+
 ax_pipe *ax_pipe_replica(ax_pipe *p, int r) {
   /* part r: member r % T of replica r / T */
   if (!p || r < 0 || r >= (p->nrep ? p->nrep : 1))

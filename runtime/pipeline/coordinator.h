@@ -154,6 +154,8 @@ int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out);
 void ax_pipe_free(ax_pipe *p);
 /* Its stage count: K, or K * chunks for chunked modes. */
 int ax_pipe_stages(const ax_pipe *p);
+/* The agent holding stage s (replica 0's), or NULL out of range. */
+const char *ax_pipe_stage_agent(const ax_pipe *p, int s);
 /* Replica r of a replicated pipeline (opts.replicas), for its stage state
  * or events; p itself for r = 0 of one that is not; NULL out of range. */
 ax_pipe *ax_pipe_replica(ax_pipe *p, int r);

@@ -256,8 +256,14 @@ static int plan_split(const ax_pipe *one, const ax_freeze_opts *fo, int n,
                       int f_old, int agents, plan_new *pn) {
   int f = fo->blocks, left = n - f, v = one->v;
   int K = fo->K;
-  if (K == 0) /* the old agents times the share of blocks left */
+  if (K == 0) { /* the old agents times the share of blocks left, rounded
+                   up to a divisor of the agents: every agent stays busy */
     K = (one->R * left + (n - f_old) - 1) / (n - f_old);
+    while (K < agents && agents % K)
+      K++;
+    if (K > one->R)
+      K = one->R;
+  }
   if (K < 1 || K > agents || K * v > left)
     return ax_seterr(AX_EINVAL, "freeze: %d agents x %d stages each for %d "
                      "blocks left on %d agents", K, v, left, agents);

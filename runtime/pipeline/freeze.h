@@ -18,10 +18,12 @@
  *   fo->cache_bytes) under a SHA-256 of the example's inputs, so an
  *   example seen again (the next epoch, whatever the shuffle) skips the
  *   prefix.
- * - The rest is split uniformly over fo->K stages (0: the old stage count
- *   times the share of blocks left, rounded up), and the agents of the old
- *   pipeline (every replica's, in order) host floor(agents / K') replicas
- *   of it; the other agents are left alone. The new pipeline keeps the
+ * - The rest is split uniformly over fo->K agents (0: the old count times
+ *   the share of blocks left, rounded up to a divisor of the agents, at
+ *   most the old count: with 2^k agents the pipeline halves once at most
+ *   half the blocks are left, as in PipeTransformer), and the agents of
+ *   the old pipeline (every replica's, in order) host floor(agents / K')
+ *   replicas of it; the other agents are left alone. The new pipeline keeps the
  *   old one's mode, micro-batches, optimizer, seed, device and timeout,
  *   and continues its mini-batch count (dropout seeds and data positions
  *   go on).
