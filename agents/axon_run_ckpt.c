@@ -244,5 +244,9 @@ int axr_train(const axr_pipe_args *a, ax_pipe **pp, long total,
   }
   if (w.loss_log)
     fclose(w.loss_log);
+  if (err == AX_OK && fz.n && fz.phase_s > 0)
+    fprintf(stderr, "axon-run: the last phase: %ld steps, %.1f samples/s\n",
+            total - fz.phase_from,
+            (double)((total - fz.phase_from) * a->batch) / fz.phase_s);
   return err;
 }

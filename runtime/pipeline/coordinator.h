@@ -119,7 +119,9 @@ typedef struct ax_pipe_opts {
   /* ZeRO-Offload adapted: an agent (e.g. a CPU-only host next to the GPU
    * hosts) that keeps every stage's optimizer state and runs its update
    * ("pipe.optim", created there per stage and per replica): at each STEP
-   * a stage sends its gradient there and takes the updated parameters back.
+   * a stage sends its gradient there and goes on; the updated parameters
+   * are copied in before the next operation that reads them (the next
+   * forward, once its input is there), so the update overlaps the wait.
    * The same update, to the bit, as the local one. NULL: each stage's own.
    * AX_EINVAL with zero or a staleness correction; checkpoints are refused
    * (the optimizer state is not the stage's). */

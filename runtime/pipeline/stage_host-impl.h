@@ -66,6 +66,9 @@ typedef struct phost {
   size_t zero_off, zero_len; /* this shard of the parameters */
   ax_rref *offload; /* the optimizer on another agent ("pipe.optim",
                        stage_offload.c), or NULL: the local one (s->mu) */
+  ax_future *offload_pending; /* its update in flight: the parameters come
+                                 back before anything reads them (s->mu) */
+  int offload_err;            /* a failed update: every later one fails */
 } phost;
 
 /* The net's exec (ax_net_exec) with the host's tensor-parallel sum. */
@@ -95,6 +98,14 @@ int axp_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
  * s->mu held). */
 int axp_optim_register(ax_node *n);
 int axp_offload_step(phost *h);
+/* Waits for the update in flight, if any, and copies its parameters into
+ * the stage's (s->mu held): every operation that reads the parameters
+ * calls it first, so the update overlaps what comes between (the next
+ * forward's wait for its input). Sticky: after a failed update it returns
+ * that failure. */
+int axp_offload_settle(phost *h);
+/* Drops an update in flight (teardown; s->mu held). */
+void axp_offload_drop(phost *h);
 /* "ckpt_save", "ckpt_load", "ckpt_drop" (stage_ckpt.c). */
 int axp_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out);

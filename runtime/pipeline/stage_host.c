@@ -58,6 +58,7 @@ static void host_clear(phost *h) {
   pthread_mutex_unlock(&h->group_mu);
   ax_coll_group_free(g);
   ax_coll_group_free(tp);
+  axp_offload_drop(h);
   ax_rref_release(h->offload);
   h->offload = NULL;
   axp_inbox_close(&h->in);
@@ -404,6 +405,8 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   ax_loss_result r;
   memset(&r, 0, sizeof r);
   pthread_mutex_lock(&s->mu);
+  if (err == AX_OK && h->offload) /* the last update's parameters */
+    err = axp_offload_settle(h);
   int64_t tc = ax_trace_now_us();
   ax_tensor *w = s->net->params; /* the weights this forward uses */
   if (err == AX_OK && train &&
@@ -483,7 +486,11 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
 /* ---- state and teardown -------------------------------------------------------- */
 static int m_state_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                         ax_values *out) {
-  return axd_stage_state_save(((phost *)obj)->s, out);
+  phost *h = obj;
+  pthread_mutex_lock(&h->s->mu);
+  int err = h->offload ? axp_offload_settle(h) : AX_OK;
+  pthread_mutex_unlock(&h->s->mu);
+  return err == AX_OK ? axd_stage_state_save(h->s, out) : err;
 }
 
 static int m_teardown(ax_call_ctx *cc, void *obj, const ax_values *args,
@@ -514,6 +521,8 @@ static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
     err = ax_seterr(AX_EINVAL, "pipe.stage %d: offload needs the optimizer's "
                     "RRef (the local state is gone; set up again to get it "
                     "back)", h->s->index);
+  if (err == AX_OK && h->offload) /* the old target's update first */
+    err = axp_offload_settle(h);
   if (err == AX_OK) {
     ax_rref_release(h->offload);
     h->offload = ax_rref_retain(r);

@@ -120,6 +120,8 @@ static int step_locked(phost *h, long t, int units) {
   axd_stage *s = h->s;
   if (!s->opt && !h->offload)
     return ax_seterr(AX_ESTATE, "pipe.stage: no optimizer (setup)");
+  if (h->offload) /* the previous update's parameters first */
+    AX_TRY(axp_offload_settle(h));
   AX_TRY(fold(h, t));
   if (!h->acc || h->acc_next != units)
     return ax_seterr(AX_ESTATE, "pipe.stage %d: step of batch %ld with the "
@@ -147,7 +149,10 @@ static int step_locked(phost *h, long t, int units) {
     err = axi_stale_after_step(&h->stale, s->net->params, t);
   if (err == AX_OK)
     h->last_step = t;
-  ax_dist_grads_recycle(s->node, h->acc);
+  if (h->offload) /* still being sent to the optimizer host */
+    ax_tensor_release(h->acc);
+  else
+    ax_dist_grads_recycle(s->node, h->acc);
   h->acc = NULL;
   h->acc_next = 0;
   return err;
@@ -307,6 +312,8 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
   if (err == AX_OK)
     err = ax_dist_grads(s->node, ctx, s->key, s->net->n_params, s->dev, &g);
   pthread_mutex_lock(&s->mu);
+  if (err == AX_OK && h->offload)
+    err = axp_offload_settle(h);
   if (err == AX_OK)
     err = backward_locked(h, st, part, &dy, g, &din, mark);
   if (err == AX_OK && part != PART_INPUT)

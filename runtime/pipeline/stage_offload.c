@@ -109,23 +109,58 @@ static const ax_robj_kind g_kind = {"pipe.optim", optim_create,
 
 int axp_optim_register(ax_node *n) { return ax_robj_register(n, &g_kind); }
 
+#define OFFLOAD_TIMEOUT_MS 120000
+
+/* Sends the gradient (h->acc, which the message keeps alive: the caller
+ * releases its reference and does not recycle it) and returns; the
+ * parameters come back in axp_offload_settle. */
 int axp_offload_step(phost *h) {
   axd_stage *s = h->s;
-  ax_values *a = ax_values_new(), *r = NULL;
+  AX_TRY(axp_offload_settle(h));
+  ax_values *a = ax_values_new();
   int err = a ? ax_values_add_tensor(a, h->acc) : AX_ENOMEM;
-  ax_call_opts co = {.timeout_ms = 120000};
+  ax_call_opts co = {.timeout_ms = OFFLOAD_TIMEOUT_MS};
   if (err == AX_OK)
-    err = ax_rref_rpc_sync(s->node, h->offload, "step", a, &co, &r);
+    err = ax_rref_rpc_async(s->node, h->offload, "step", a, &co,
+                            &h->offload_pending);
   ax_values_free(a);
+  return err;
+}
+
+int axp_offload_settle(phost *h) {
+  axd_stage *s = h->s;
+  ax_future *f = h->offload_pending;
+  if (!f)
+    return h->offload_err
+               ? ax_seterr(h->offload_err, "pipe.stage %d: an earlier update "
+                           "on the optimizer host failed", s->index)
+               : AX_OK;
+  h->offload_pending = NULL;
+  int err = ax_future_wait(f, OFFLOAD_TIMEOUT_MS + 1000);
+  if (err == AX_OK)
+    err = ax_future_err(f);
+  if (err != AX_OK)
+    err = ax_seterr(err, "pipe.stage %d: the update on the optimizer host: "
+                    "%s", s->index, ax_future_is_done(f) ? ax_future_errmsg(f)
+                                                          : "no answer");
   ax_tensor *np = NULL;
   if (err == AX_OK)
-    err = ax_values_get_tensor(r, 0, &np);
+    err = ax_values_get_tensor(ax_future_values(f), 0, &np);
   if (err == AX_OK && ax_tensor_numel(np) != s->net->n_params)
     err = ax_seterr(AX_EMALFORMED, "pipe.stage %d: the optimizer host sent "
                     "%zu parameters for %zu", s->index, ax_tensor_numel(np),
                     s->net->n_params);
   if (err == AX_OK)
     err = ax_tensor_copy(s->net->params, np);
-  ax_values_free(r);
+  ax_future_release(f);
+  h->offload_err = err;
   return err;
+}
+
+void axp_offload_drop(phost *h) {
+  if (h->offload_pending) /* bounded: a dead host fails it at once */
+    ax_future_wait(h->offload_pending, 5000);
+  ax_future_release(h->offload_pending);
+  h->offload_pending = NULL;
+  h->offload_err = AX_OK;
 }
