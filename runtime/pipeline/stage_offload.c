@@ -120,9 +120,14 @@ int axp_offload_step(phost *h) {
   ax_values *a = ax_values_new();
   int err = a ? ax_values_add_tensor(a, h->acc) : AX_ENOMEM;
   ax_call_opts co = {.timeout_ms = OFFLOAD_TIMEOUT_MS};
+  /* Outside the unit's autograd context: the update outlives the call
+   * whose context it would inherit (released before the update runs). */
+  uint64_t ctx = ax_autograd_ctx_current();
+  ax_autograd_ctx_set_current(0);
   if (err == AX_OK)
     err = ax_rref_rpc_async(s->node, h->offload, "step", a, &co,
                             &h->offload_pending);
+  ax_autograd_ctx_set_current(ctx);
   ax_values_free(a);
   return err;
 }
