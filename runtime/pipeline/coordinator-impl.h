@@ -39,6 +39,10 @@ struct ax_pipe {
                               replica (nrep = replicas x tp) */
   axp_frozen *frozen;      /* the outermost object's frozen prefix
                               (freeze.h), or NULL */
+  char (*pool)[AXP_NAME];  /* after a freeze: every agent the pipelines
+                              before it had (some may be idle), for the
+                              next re-packing; npool names */
+  int npool;
   ax_pipe *rep[AX_PIPE_MAX_REPLICAS]; /* every call goes to them (rep[0]: evaluation,
                               state, trace, events, statistics) */
   ax_pipe_opts o;

@@ -330,6 +330,7 @@ void ax_pipe_free(ax_pipe *p) {
   if (!p)
     return;
   axp_frozen_free(p->frozen);
+  free(p->pool);
   if (p->nrep) {
     for (int r = 0; r < p->nrep; r++)
       ax_pipe_free(p->rep[r]);

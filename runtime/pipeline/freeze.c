@@ -221,8 +221,13 @@ static int prefix_net(const ax_model_def *def, const ax_config *cfg,
 
 /* ---- re-packing ------------------------------------------------------------- */
 
-/* Every agent of p, each part's ranks in order. */
+/* Every agent of p, each part's ranks in order, and then those an earlier
+ * re-packing left idle. */
 static int agents_of(const ax_pipe *p, char (*names)[AXP_NAME]) {
+  if (p->npool) {
+    memcpy(names, p->pool, (size_t)p->npool * sizeof *names);
+    return p->npool;
+  }
   int parts = p->nrep ? p->nrep : 1, n = 0;
   for (int i = 0; i < parts; i++) {
     const ax_pipe *q = p->nrep ? p->rep[i] : p;
@@ -257,12 +262,13 @@ static int plan_split(const ax_pipe *one, const ax_freeze_opts *fo, int n,
   int f = fo->blocks, left = n - f, v = one->v;
   int K = fo->K;
   if (K == 0) { /* the old agents times the share of blocks left, rounded
-                   up to a divisor of the agents: every agent stays busy */
+                   up to a divisor of the agents (every agent stays busy)
+                   within what the blocks left can hold */
+    int most = left / v < one->R ? left / v : one->R;
     K = (one->R * left + (n - f_old) - 1) / (n - f_old);
-    while (K < agents && agents % K)
+    while (K < most && agents % K)
       K++;
-    if (K > one->R)
-      K = one->R;
+    K = K > most ? most : K < 1 ? 1 : K;
   }
   if (K < 1 || K > agents || K * v > left)
     return ax_seterr(AX_EINVAL, "freeze: %d agents x %d stages each for %d "
@@ -339,10 +345,15 @@ static int repack(ax_pipe *p, ax_pipe *one, const ax_freeze_opts *fo,
   }
   if (err == AX_OK)
     err = load_all(np, &la, one->base);
-  if (err == AX_OK)
+  if (err == AX_OK && !(np->pool = malloc((size_t)na * sizeof *np->pool)))
+    err = AX_ENOMEM;
+  if (err == AX_OK) {
+    memcpy(np->pool, names, (size_t)na * sizeof *names);
+    np->npool = na;
     err = axp_frozen_new(pre, f, fo->cache_bytes, &np->frozen);
-  else
+  } else {
     ax_net_free(pre);
+  }
   pre = NULL;
   for (int s = 0; s < pn.S; s++)
     ax_tensor_release(la.file[s]);
