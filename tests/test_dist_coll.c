@@ -256,6 +256,86 @@ static void test_abort(void **s) {
   }
 }
 
+/* A member whose group ends (its owner aborts it, or one of its
+ * operations fails) tells the others: c0 and c1 wait in an all-reduce that
+ * c2 never joins (c2 is up); c2's abort ends their waits at once with
+ * AX_ECANCELLED naming c2, not after their timeout. */
+typedef struct remote_arg {
+  ax_node *n;
+  const char *const *names;
+  ax_coll_group *g;
+  int rc;
+  char why[256];
+  int64_t done_ms;
+} remote_arg;
+
+static void *remote_waiter(void *p) {
+  remote_arg *a = p;
+  ax_tensor *t = filled(0, 1001);
+  a->rc = ax_coll_allreduce(a->g, t, AX_COLL_SUM);
+  snprintf(a->why, sizeof a->why, "%s", ax_errmsg());
+  a->done_ms = rt_now_ms();
+  ax_tensor_release(t);
+  return NULL;
+}
+
+static void test_remote_abort(void **s) {
+  int port = rt_free_port();
+  char listen[64];
+  snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+  const char *names[3] = {"c0", "c1", "c2"};
+  ax_node *n[3];
+  for (int r = 0; r < 3; r++) {
+    ax_node_opts o;
+    ax_node_opts_init(&o);
+    o.name = names[r];
+    o.listen = r ? "127.0.0.1:0" : listen;
+    o.master = r ? listen : NULL;
+    o.world_size = r ? 0 : 3;
+    o.rank = r;
+    o.threads = 2;
+    AX_ASSERT_OK(ax_node_create(&o, &n[r]));
+    AX_ASSERT_OK(ax_coll_init(n[r]));
+  }
+  pthread_t jt[2];
+  for (int r = 1; r < 3; r++)
+    pthread_create(&jt[r - 1], NULL, join_main, n[r]);
+  AX_ASSERT_OK(ax_node_join(n[0], 30000));
+  for (int r = 0; r < 2; r++)
+    pthread_join(jt[r], NULL);
+  remote_arg a[2];
+  pthread_t th[2];
+  ax_coll_group *g2 = NULL;
+  for (int r = 0; r < 2; r++) {
+    a[r] = (remote_arg){n[r], names, NULL, 0, "", 0};
+    AX_ASSERT_OK(ax_coll_group_new(n[r], "ra", 3, names, 20000, &a[r].g));
+  }
+  AX_ASSERT_OK(ax_coll_group_new(n[2], "ra", 3, names, 20000, &g2));
+  for (int r = 0; r < 2; r++)
+    pthread_create(&th[r], NULL, remote_waiter, &a[r]);
+  rt_sleep_ms(300);
+  int64_t t0 = rt_now_ms();
+  ax_coll_group_abort(g2, "c2 gives up");
+  for (int r = 0; r < 2; r++) {
+    pthread_join(th[r], NULL);
+    fprintf(stderr, "  c%d: ended %lld ms after c2's abort: %s\n", r,
+            (long long)(a[r].done_ms - t0), a[r].why);
+    assert_int_equal(a[r].rc, AX_ECANCELLED);
+    assert_non_null(strstr(a[r].why, "c2"));
+    assert_true(a[r].done_ms - t0 < 2000);
+  }
+  for (int r = 0; r < 2; r++)
+    ax_coll_group_free(a[r].g);
+  ax_coll_group_free(g2);
+  rt_sleep_ms(100); /* the notices' answers */
+  AX_ASSERT_OK(rt_local_zero());
+  for (int r = 0; r < 3; r++) {
+    ax_node_shutdown(n[r], 2000);
+    ax_coll_fini(n[r]);
+    ax_node_destroy(n[r]);
+  }
+}
+
 static void test_n1(void **s) { run_world(1); }
 static void test_n2(void **s) { run_world(2); }
 static void test_n3(void **s) { run_world(3); }
@@ -265,6 +345,6 @@ int main(void) {
   const struct CMUnitTest t[] = {
       cmocka_unit_test(test_n1), cmocka_unit_test(test_n2),
       cmocka_unit_test(test_n3), cmocka_unit_test(test_n4),
-      cmocka_unit_test(test_abort)};
+      cmocka_unit_test(test_abort), cmocka_unit_test(test_remote_abort)};
   return AX_TEST_MAIN(t);
 }

@@ -68,6 +68,7 @@ struct ax_coll_group {
   int failed_rc;
   char failed_peer[128];
   char abort_why[128]; /* ax_coll_group_abort's reason */
+  int notified;        /* the other members were told this group failed */
   /* Sends not yet answered (touched by the communication thread only). */
   ax_future **sends;
   int *send_to;

@@ -163,6 +163,62 @@ static int check_members(ax_coll_group *g) {
   return AX_OK;
 }
 
+/* Tells every other member that this group failed here (once): a message
+ * (seq -1, step -(rank + 1)) that fails their waits at once, instead of
+ * leaving them to wait for this member until their timeout. Fire and
+ * forget: a member that is gone fails its send. */
+static void notify_abort(ax_coll_group *g) {
+  pthread_mutex_lock(&g->mu);
+  int done = g->notified;
+  g->notified = 1;
+  pthread_mutex_unlock(&g->mu);
+  if (done)
+    return;
+  int64_t one = 1;
+  ax_tensor *t = ax_tensor_new(AX_F32, 1, &one, AX_CPU);
+  for (int r = 0; t && r < g->size; r++) {
+    if (r == g->rank)
+      continue;
+    ax_values *v = ax_values_new();
+    ax_future *f = NULL;
+    ax_call_opts o = {.timeout_ms = 5000};
+    if (v && ax_values_add_str(v, g->tag) == AX_OK &&
+        ax_values_add_i64(v, -1) == AX_OK &&
+        ax_values_add_i64(v, -(int64_t)(g->rank + 1)) == AX_OK &&
+        ax_values_add_tensor(v, t) == AX_OK)
+      ax_rpc_async(g->node, g->members[r], AXI_COLL_FN, v, &o, &f);
+    ax_values_free(v);
+    ax_future_release(f);
+  }
+  ax_tensor_release(t);
+}
+
+/* AX_ECANCELLED naming the member whose group failed and told this one
+ * (notify_abort), else AX_OK. */
+static int check_remote_abort(ax_coll_group *g) {
+  axi_coll_box *b = g->box;
+  int64_t from = 0;
+  pthread_mutex_lock(&b->mu);
+  for (axi_coll_msg *m = b->head; m && !from; m = m->next)
+    if (m->seq == -1 && m->step < 0 && !strcmp(m->tag, g->tag))
+      from = -m->step;
+  pthread_mutex_unlock(&b->mu);
+  if (!from)
+    return AX_OK;
+  const char *who = from <= g->size ? g->members[from - 1] : "?";
+  pthread_mutex_lock(&g->mu);
+  if (!g->failed_rc) {
+    g->failed_rc = AX_ECANCELLED;
+    g->notified = 1; /* the failure came from there: no echo */
+    snprintf(g->abort_why, sizeof g->abort_why,
+             "member %s ended the group (its operation failed or its owner "
+             "ended it)", who);
+  }
+  pthread_mutex_unlock(&g->mu);
+  return ax_seterr(AX_ECANCELLED, "collective %s: member %s ended the group",
+                   g->tag, who);
+}
+
 /* AX_ECANCELLED if ax_coll_group_abort ended the group, else AX_OK. */
 static int check_aborted(ax_coll_group *g) {
   pthread_mutex_lock(&g->mu);
@@ -186,6 +242,7 @@ void ax_coll_group_abort(ax_coll_group *g, const char *why) {
   pthread_mutex_lock(&g->box->mu);
   pthread_cond_broadcast(&g->box->cv);
   pthread_mutex_unlock(&g->box->mu);
+  notify_abort(g);
 }
 
 int axi_coll_send(ax_coll_group *g, int to, int64_t seq, int64_t step,
@@ -266,6 +323,7 @@ int axi_coll_recv(ax_coll_group *g, int64_t seq, int64_t step, float *dst,
     AX_TRY(check_sends(g));
     AX_TRY(check_members(g));
     AX_TRY(check_aborted(g));
+    AX_TRY(check_remote_abort(g));
     if (axi_coll_now_ms() > deadline_ms) {
       set_failed(g, AX_ETIMEOUT, NULL);
       return ax_seterr(AX_ETIMEOUT, "collective %s: no message %lld/%lld",
@@ -344,6 +402,7 @@ static void run_op(ax_coll_group *g, ax_coll_op *op) {
     snprintf(op->msg, sizeof op->msg, "%s", ax_errmsg());
     if (op->rc != AX_EPEERDOWN)
       set_failed(g, op->rc, NULL);
+    notify_abort(g); /* the others need not wait for this member */
   }
   free(host);
   check_sends(g);

@@ -25,7 +25,11 @@
  * a member of the group is down (ax_node_peer_is_down, or a send to it
  * failed) the operation fails with AX_EPEERDOWN and ax_coll_failed_peer
  * names it; the tensor's range then holds partial sums. Every later
- * operation of that group fails at once with the same error. Survivors call
+ * operation of that group fails at once with the same error. A member
+ * whose group fails (an operation's error, or ax_coll_group_abort) tells
+ * the other members once ("ax.coll.put" with seq -1): their waits in that
+ * group then fail at once with AX_ECANCELLED naming it, rather than at
+ * their timeout. Survivors call
  * ax_coll_group_shrink to form a new ring without the dead members (every
  * survivor must do it, and should then re-synchronise state, e.g. with
  * ax_coll_broadcast from rank 0 of the new group).
