@@ -182,6 +182,43 @@ static void run_world(int N) {
   }
 }
 
+/* N nodes of one world (names[0] the master), joined; and their end. */
+static void *join_main(void *n) {
+  return (void *)(intptr_t)ax_node_join(n, 30000);
+}
+
+static void start_nodes(int N, const char *const *names, ax_node **n) {
+  int port = rt_free_port();
+  char listen[64];
+  snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+  pthread_t jt[MAXN];
+  for (int r = 0; r < N; r++) {
+    ax_node_opts o;
+    ax_node_opts_init(&o);
+    o.name = names[r];
+    o.listen = r ? "127.0.0.1:0" : listen;
+    o.master = r ? listen : NULL;
+    o.world_size = r ? 0 : N;
+    o.rank = r;
+    o.threads = 2;
+    AX_ASSERT_OK(ax_node_create(&o, &n[r]));
+    AX_ASSERT_OK(ax_coll_init(n[r]));
+  }
+  for (int r = 1; r < N; r++)
+    pthread_create(&jt[r], NULL, join_main, n[r]);
+  AX_ASSERT_OK(ax_node_join(n[0], 30000));
+  for (int r = 1; r < N; r++)
+    pthread_join(jt[r], NULL);
+}
+
+static void end_nodes(int N, ax_node **n) {
+  for (int r = 0; r < N; r++) {
+    ax_node_shutdown(n[r], 2000);
+    ax_coll_fini(n[r]);
+    ax_node_destroy(n[r]);
+  }
+}
+
 /* ax_coll_group_abort: member c0 waits in an all-reduce that c1 never
  * joins (c1 is up, so no liveness check ends the wait); the abort from
  * another thread ends it at once with AX_ECANCELLED and the reason, and
@@ -203,33 +240,12 @@ static void *abort_waiter(void *p) {
   return NULL;
 }
 
-static void *join_main(void *n) {
-  return (void *)(intptr_t)ax_node_join(n, 30000);
-}
-
 static void test_abort(void **s) {
-  int port = rt_free_port();
-  char listen[64];
-  snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
   const char *names[2] = {"c0", "c1"};
   ax_node *n[2];
-  for (int r = 0; r < 2; r++) {
-    ax_node_opts o;
-    ax_node_opts_init(&o);
-    o.name = names[r];
-    o.listen = r ? "127.0.0.1:0" : listen;
-    o.master = r ? listen : NULL;
-    o.world_size = r ? 0 : 2;
-    o.rank = r;
-    o.threads = 2;
-    AX_ASSERT_OK(ax_node_create(&o, &n[r]));
-    AX_ASSERT_OK(ax_coll_init(n[r]));
-  }
+  start_nodes(2, names, n);
   pthread_t th;
   abort_arg a = {0};
-  pthread_create(&th, NULL, join_main, n[1]);
-  AX_ASSERT_OK(ax_node_join(n[0], 30000));
-  pthread_join(th, NULL);
   ax_coll_group *g1 = NULL;
   AX_ASSERT_OK(ax_coll_group_new(n[0], "ab", 2, names, 20000, &a.g));
   AX_ASSERT_OK(ax_coll_group_new(n[1], "ab", 2, names, 20000, &g1));
@@ -248,12 +264,9 @@ static void test_abort(void **s) {
   ax_tensor_release(t);
   ax_coll_group_free(a.g);
   ax_coll_group_free(g1);
+  rt_sleep_ms(100); /* the abort notice's answer */
   AX_ASSERT_OK(rt_local_zero());
-  for (int r = 0; r < 2; r++) {
-    ax_node_shutdown(n[r], 2000);
-    ax_coll_fini(n[r]);
-    ax_node_destroy(n[r]);
-  }
+  end_nodes(2, n);
 }
 
 /* A member whose group ends (its owner aborts it, or one of its
@@ -280,29 +293,9 @@ static void *remote_waiter(void *p) {
 }
 
 static void test_remote_abort(void **s) {
-  int port = rt_free_port();
-  char listen[64];
-  snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
   const char *names[3] = {"c0", "c1", "c2"};
   ax_node *n[3];
-  for (int r = 0; r < 3; r++) {
-    ax_node_opts o;
-    ax_node_opts_init(&o);
-    o.name = names[r];
-    o.listen = r ? "127.0.0.1:0" : listen;
-    o.master = r ? listen : NULL;
-    o.world_size = r ? 0 : 3;
-    o.rank = r;
-    o.threads = 2;
-    AX_ASSERT_OK(ax_node_create(&o, &n[r]));
-    AX_ASSERT_OK(ax_coll_init(n[r]));
-  }
-  pthread_t jt[2];
-  for (int r = 1; r < 3; r++)
-    pthread_create(&jt[r - 1], NULL, join_main, n[r]);
-  AX_ASSERT_OK(ax_node_join(n[0], 30000));
-  for (int r = 0; r < 2; r++)
-    pthread_join(jt[r], NULL);
+  start_nodes(3, names, n);
   remote_arg a[2];
   pthread_t th[2];
   ax_coll_group *g2 = NULL;
@@ -329,11 +322,7 @@ static void test_remote_abort(void **s) {
   ax_coll_group_free(g2);
   rt_sleep_ms(100); /* the notices' answers */
   AX_ASSERT_OK(rt_local_zero());
-  for (int r = 0; r < 3; r++) {
-    ax_node_shutdown(n[r], 2000);
-    ax_coll_fini(n[r]);
-    ax_node_destroy(n[r]);
-  }
+  end_nodes(3, n);
 }
 
 static void test_n1(void **s) { run_world(1); }

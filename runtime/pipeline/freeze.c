@@ -49,12 +49,19 @@ static int append(joined *j, const axi_ckr *r, const char *name) {
   return AX_OK;
 }
 
-/* The stages answer in any order: their files are kept, then joined. */
-typedef struct gather_args {
-  uint8_t *buf[AX_PIPE_MAX_STAGES];
-  size_t len[AX_PIPE_MAX_STAGES];
+/* Stage files in transit (axi_ck_pack), their sizes and checksums: the
+ * old stages' (they answer in any order: kept, then joined) and the new
+ * ones'. */
+typedef struct stage_files {
+  ax_tensor *file[AX_PIPE_MAX_STAGES];
+  int64_t size[AX_PIPE_MAX_STAGES];
   char sha[AX_PIPE_MAX_STAGES][2 * AX_SHA256_LEN + 1];
-} gather_args;
+} stage_files;
+
+static void stage_files_free(stage_files *a) {
+  for (int s = 0; s < AX_PIPE_MAX_STAGES; s++)
+    ax_tensor_release(a->file[s]);
+}
 
 static int gather_args_of(void *user, int s, ax_values **out) {
   char name[32];
@@ -68,39 +75,36 @@ static int gather_args_of(void *user, int s, ax_values **out) {
 }
 
 static int gather_reply(void *user, int s, const ax_values *r) {
-  gather_args *a = user;
-  int64_t size;
+  stage_files *a = user;
   const char *sha;
   ax_tensor *t;
-  AX_TRY(ax_values_get_i64(r, 0, &size));
+  AX_TRY(ax_values_get_i64(r, 0, &a->size[s]));
   AX_TRY(ax_values_get_str(r, 1, &sha));
   AX_TRY(ax_values_get_tensor(r, 2, &t));
-  if (size < 0 || strlen(sha) != 2 * AX_SHA256_LEN)
+  if (a->size[s] < 0 || strlen(sha) != 2 * AX_SHA256_LEN)
     return ax_seterr(AX_EMALFORMED, "freeze: stage %d sent a bad file", s);
   snprintf(a->sha[s], sizeof a->sha[s], "%s", sha);
-  a->len[s] = (size_t)size;
-  return axi_ck_unpack(t, (size_t)size, &a->buf[s]);
+  a->file[s] = ax_tensor_retain(t);
+  return AX_OK;
 }
 
 /* Every stage's state, joined; the scalars must agree across stages. */
 static int gather(ax_pipe *one, gathered *g) {
-  gather_args a;
+  stage_files a;
   memset(&a, 0, sizeof a);
   memset(g, 0, sizeof *g);
   int err = axp_all_stages(one, "ckpt_save", gather_args_of, gather_reply, &a);
-  for (int s = 0; s < one->K; s++) {
-    if (err != AX_OK || !a.buf[s]) {
-      free(a.buf[s]);
-      err = err != AX_OK ? err : AX_EINTERNAL;
-      continue;
-    }
+  for (int s = 0; s < one->K && err == AX_OK; s++) {
+    uint8_t *buf = NULL;
+    size_t len = (size_t)a.size[s];
     axi_ckr r;
     char name[64];
     snprintf(name, sizeof name, "state of stage %d", s);
-    err = axi_ckr_mem(&r, name, a.buf[s], a.len[s], AXI_CK_STAGE,
-                      (int64_t)a.len[s], a.sha[s]); /* takes buf */
+    err = a.file[s] ? axi_ck_unpack(a.file[s], len, &buf) : AX_EINTERNAL;
+    if (err == AX_OK) /* takes buf */
+      err = axi_ckr_mem(&r, name, buf, len, AXI_CK_STAGE, a.size[s], a.sha[s]);
     if (err != AX_OK)
-      continue;
+      break;
     int64_t v[4];
     const char *keys[4] = {"optim.kind", "optim.steps", "last_step",
                            "shadow_for"};
@@ -119,6 +123,7 @@ static int gather(ax_pipe *one, gathered *g) {
       err = append(&g->j[i], &r, g_rec[i]);
     axi_ckr_close(&r);
   }
+  stage_files_free(&a);
   g->stages = one->K;
   if (err != AX_OK)
     gathered_free(g);
@@ -139,14 +144,8 @@ static int block_sizes(const ax_model_def *def, const ax_config *cfg, int n,
 
 /* ---- the new stages' files ------------------------------------------------- */
 
-typedef struct load_args {
-  ax_tensor *file[AX_PIPE_MAX_STAGES];
-  int64_t size[AX_PIPE_MAX_STAGES];
-  char sha[AX_PIPE_MAX_STAGES][2 * AX_SHA256_LEN + 1];
-} load_args;
-
 static int load_args_of(void *user, int s, ax_values **out) {
-  load_args *a = user;
+  stage_files *a = user;
   ax_values *v = *out = ax_values_new();
   if (!v)
     return AX_ENOMEM;
@@ -160,7 +159,7 @@ static int load_args_of(void *user, int s, ax_values **out) {
  * block `base` starts at offset 0 (pa/ba: each block's first parameter and
  * buffer offsets in the joined state). */
 static int stage_file(const gathered *g, int mode, int s, int b0, int b1,
-                      const size_t *pa, const size_t *ba, load_args *a) {
+                      const size_t *pa, const size_t *ba, stage_files *a) {
   axi_ckw w;
   axi_ckw_init(&w, AXI_CK_STAGE);
   axi_ckw_i64(&w, "stage", s);
@@ -285,7 +284,7 @@ static int plan_split(const ax_pipe *one, const ax_freeze_opts *fo, int n,
 }
 
 /* Loads the new stages' files into every part of np. */
-static int load_all(ax_pipe *np, load_args *la, long base) {
+static int load_all(ax_pipe *np, stage_files *la, long base) {
   int parts = np->nrep ? np->nrep : 1;
   for (int i = 0; i < parts; i++) {
     ax_pipe *q = np->nrep ? np->rep[i] : np;
@@ -328,7 +327,7 @@ static int repack(ax_pipe *p, ax_pipe *one, const ax_freeze_opts *fo,
   if (err == AX_OK)
     err = prefix_net(def, cfg, one->o.seed, p->frozen, f_old, f, &g, pa, ba,
                      &pre);
-  load_args la;
+  stage_files la;
   memset(&la, 0, sizeof la);
   for (int s = 0; s < pn.S && err == AX_OK; s++)
     err = stage_file(&g, one->o.mode, s, pn.bounds[s], pn.bounds[s + 1], pa,
@@ -355,8 +354,7 @@ static int repack(ax_pipe *p, ax_pipe *one, const ax_freeze_opts *fo,
     ax_net_free(pre);
   }
   pre = NULL;
-  for (int s = 0; s < pn.S; s++)
-    ax_tensor_release(la.file[s]);
+  stage_files_free(&la);
   gathered_free(&g);
   if (err != AX_OK) {
     char m[512];
