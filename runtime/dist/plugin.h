@@ -18,7 +18,8 @@
  * refuses a plugin whose value differs from its own AX_PLUGIN_ABI. The ABI
  * number changes whenever something a plugin relies on changes layout or
  * meaning: this entry point, ax_model_def / ax_model_info, ax_module_ops /
- * ax_module / ax_exec, ax_robj_kind, ax_rpc_handler, ax_values, ax_tensor.
+ * ax_module / ax_exec, ax_robj_kind, ax_rpc_handler, ax_values, ax_tensor,
+ * the kernel table (kernels/backend-impl.h).
  *
  * axon_plugin_init is called in two phases:
  *  - once with node == NULL, when the plugin is loaded (ax_plugin_load),
@@ -50,7 +51,8 @@ extern "C" {
 #endif
 
 /* The plugin ABI of this axon (see above). */
-#define AX_PLUGIN_ABI 1u
+#define AX_PLUGIN_ABI 2u /* 2: ax_exec.tp_allreduce, dropout kernels' first
+                             counter */
 
 /* Marks the two exported symbols of a plugin. */
 #define AX_PLUGIN_EXPORT __attribute__((visibility("default")))
