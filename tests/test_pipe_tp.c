@@ -9,6 +9,8 @@
  * control). Evaluation runs on every member; models without split layers,
  * tp keys in the model configuration and checkpoints are refused. Every
  * node ends with zero live RRefs, contexts, calls and futures. */
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -191,6 +193,43 @@ static void test_refusals(void **state) {
   AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
 }
 
+static void *kill_later(void *arg) {
+  rt_sleep_ms(1500);
+  kill(*(pid_t *)arg, SIGKILL);
+  return NULL;
+}
+
+/* Member 1 of stage 1 (agent t4) killed mid-run: the train call fails
+ * with AX_EPEERDOWN naming it within seconds (its partner t3 waited in the
+ * layers' all-reduce and saw it go). Runs last: t4 stays dead. */
+static void test_lost_member(void **state) {
+  const ax_model_def *def = ax_model_find("bert");
+  ax_config mcfg;
+  ax_model_info info;
+  AX_ASSERT_OK(ax_model_config(def, BERT_CFG, &mcfg));
+  AX_ASSERT_OK(def->describe(&mcfg, &info));
+  int bounds[3];
+  AX_ASSERT_OK(ax_split_uniform(info.n_blocks, 2, bounds));
+  ax_pipe_opts o = {"bert", BERT_CFG, 2,     g_names, bounds, AX_MODE_1F1B,
+                    4,      AX_RECOMPUTE_NEVER, OPTIM, SEED, AX_CPU, 30000};
+  o.tensor_parallel = 2;
+  ax_pipe *p;
+  AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, kill_later, &g_pids[3]), 0);
+  int64_t t0 = rt_now_ms();
+  int err = ax_pipe_train(p, 1000000, bert_batch, NULL, NULL);
+  double took = (double)(rt_now_ms() - t0) / 1e3 - 1.5;
+  pthread_join(th, NULL);
+  fprintf(stderr, "  t4 killed: %s after %.1f s: %s\n", ax_strerror(err),
+          took, ax_errmsg());
+  assert_int_equal(err, AX_EPEERDOWN);
+  assert_non_null(strstr(ax_errmsg(), "t4"));
+  assert_true(took < 10.0);
+  ax_pipe_free(p);
+  AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS - 1));
+}
+
 int main(void) {
   static const char *const args[] = {"--threads", "1", NULL};
   ax_cpu_set_threads(1); /* the references: no OpenMP spinning under load */
@@ -200,6 +239,7 @@ int main(void) {
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_members_equal_whole_model),
       cmocka_unit_test(test_with_replicas),
+      cmocka_unit_test(test_lost_member),
   };
   int failed = AX_TEST_MAIN(tests);
   mt_end(g_drv, g_pids, NAGENTS);

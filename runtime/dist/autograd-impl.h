@@ -86,6 +86,9 @@ typedef struct axd_state {
 axd_state *axd_get(void);
 /* Finds ctx; creates it when create and it was not released. mu held. */
 axd_ctx *axd_ctx_find(axd_state *d, uint64_t id, int create);
+/* Whether id is among the recently released contexts, which are never
+ * created again (d->mu held). */
+int axd_was_released(axd_state *d, uint64_t id);
 void axd_peer_add(axd_ctx *c, const char *name);
 axd_fn *axd_fn_find(axd_ctx *c, uint64_t id);
 axd_map *axd_map_find(axd_ctx *c, const ax_tensor *t);

@@ -13,7 +13,7 @@ static axd_state *g_d;
 
 axd_state *axd_get(void) { return __atomic_load_n(&g_d, __ATOMIC_ACQUIRE); }
 
-static int was_released(axd_state *d, uint64_t id) {
+int axd_was_released(axd_state *d, uint64_t id) {
   long n = d->nrel < AXD_RELEASED_RING ? d->nrel : AXD_RELEASED_RING;
   for (long i = 0; i < n; i++)
     if (d->released[i] == id)
@@ -25,7 +25,7 @@ axd_ctx *axd_ctx_find(axd_state *d, uint64_t id, int create) {
   for (axd_ctx *c = d->ctxs; c; c = c->next)
     if (c->id == id)
       return c;
-  if (!create || !id || was_released(d, id))
+  if (!create || !id || axd_was_released(d, id))
     return NULL;
   axd_ctx *c = calloc(1, sizeof *c);
   if (!c)

@@ -299,6 +299,11 @@ static int release_local(axd_state *d, uint64_t ctx, axd_peer **peers) {
     c->peers = NULL;
     c->released = 1;
     free_now = c->busy == 0;
+  } else if (ctx && !axd_was_released(d, ctx)) {
+    /* Released before this node saw it (a call under ctx still on its
+     * way, e.g. queued behind a failure): the call must not create it
+     * afterwards, where nothing would ever release it again. */
+    d->released[d->nrel++ % AXD_RELEASED_RING] = ctx;
   }
   pthread_mutex_unlock(&d->mu);
   if (!c)
