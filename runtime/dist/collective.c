@@ -200,12 +200,13 @@ static int check_remote_abort(ax_coll_group *g) {
   int64_t from = 0;
   pthread_mutex_lock(&b->mu);
   for (axi_coll_msg *m = b->head; m && !from; m = m->next)
-    if (m->seq == -1 && m->step < 0 && !strcmp(m->tag, g->tag))
+    if (m->seq == -1 && m->step < 0 && m->step >= -(int64_t)g->size &&
+        !strcmp(m->tag, g->tag)) /* a notice from a member of this group */
       from = -m->step;
   pthread_mutex_unlock(&b->mu);
   if (!from)
     return AX_OK;
-  const char *who = from <= g->size ? g->members[from - 1] : "?";
+  const char *who = g->members[from - 1];
   pthread_mutex_lock(&g->mu);
   if (!g->failed_rc) {
     g->failed_rc = AX_ECANCELLED;
