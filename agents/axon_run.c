@@ -418,13 +418,12 @@ int main(int argc, char **argv) {
         pa.K = pa.nagents / R; /* --stages not given */
       if (pa.emulate || pa.nspares || pa.restarts || total % R ||
           (pa.agents && pa.K * R != total) ||
-          ((pa.ckpt_dir || pa.resume) &&
-           (pa.zero || pa.optimizer_host || pa.tensor_parallel > 1))) {
+          ((pa.ckpt_dir || pa.resume) && (pa.zero || pa.optimizer_host))) {
         fprintf(stderr, "axon-run: --replicas R and --tensor-parallel T need "
                 "R * T * K agents (--local R*T*K, or --stages K --agents with "
                 "R*T*K names) and, for now, no --emulate, --spares or "
-                "--restarts, nor checkpoints with --zero, --optimizer-host or "
-                "--tensor-parallel\n");
+                "--restarts, nor checkpoints with --zero or "
+                "--optimizer-host\n");
         return 2;
       }
     }

@@ -14,8 +14,12 @@ static int64_t timeout_of(const ax_pipe *p) {
   return p->o.timeout_ms > 0 ? p->o.timeout_ms : 60000;
 }
 
-static void stage_file(int s, char *out, size_t len) {
-  snprintf(out, len, "stage-%02d.axck", s);
+/* Stage s's file; a tensor-parallel member's carries its index. */
+static void stage_file(const ax_pipe *p, int s, char *out, size_t len) {
+  if (p->members > 1)
+    snprintf(out, len, "stage-%02d-t%d.axck", s, p->member);
+  else
+    snprintf(out, len, "stage-%02d.axck", s);
 }
 
 /* Errors of stage s: "stage s on agent A: ...". */
@@ -64,8 +68,10 @@ int axp_all_stages(ax_pipe *p, const char *method, axp_args_fn args,
 
 typedef struct save_args {
   char dir[1024];
-  axi_manifest *m; /* file s + 1 is stage s's */
-  int send;        /* the stages send their files here */
+  const ax_pipe *p; /* the part whose stages save */
+  axi_manifest *m;  /* file first + s is stage s's */
+  int first;
+  int send;         /* the stages send their files here */
 } save_args;
 
 /* Writes the file stage s sent (after checking it is what it says). */
@@ -73,16 +79,16 @@ static int save_here(save_args *a, int s, const ax_values *r) {
   ax_tensor *t;
   uint8_t *buf;
   char hex[2 * AX_SHA256_LEN + 1], path[1200];
-  size_t len = (size_t)a->m->f[s + 1].size;
+  size_t len = (size_t)a->m->f[a->first + s].size;
   AX_TRY(ax_values_get_tensor(r, 2, &t));
   AX_TRY(axi_ck_unpack(t, len, &buf));
   int err = ax_sha256_hex(buf, len, hex);
-  if (err == AX_OK && strcmp(hex, a->m->f[s + 1].sha))
+  if (err == AX_OK && strcmp(hex, a->m->f[a->first + s].sha))
     err = ax_seterr(AX_EMALFORMED,
                     "checkpoint: the file of stage %d "
                     "arrived damaged",
                     s);
-  snprintf(path, sizeof path, "%s/%s", a->dir, a->m->f[s + 1].name);
+  snprintf(path, sizeof path, "%s/%s", a->dir, a->m->f[a->first + s].name);
   if (err == AX_OK)
     err = axi_write_atomic(path, buf, len);
   free(buf);
@@ -92,18 +98,18 @@ static int save_here(save_args *a, int s, const ax_values *r) {
 static int save_reply(void *user, int s, const ax_values *r) {
   save_args *a = user;
   const char *sha;
-  AX_TRY(ax_values_get_i64(r, 0, &a->m->f[s + 1].size));
+  AX_TRY(ax_values_get_i64(r, 0, &a->m->f[a->first + s].size));
   AX_TRY(ax_values_get_str(r, 1, &sha));
-  if (strlen(sha) != 2 * AX_SHA256_LEN || a->m->f[s + 1].size < 0)
+  if (strlen(sha) != 2 * AX_SHA256_LEN || a->m->f[a->first + s].size < 0)
     return ax_seterr(AX_EMALFORMED, "checkpoint: a bad checksum or size");
-  snprintf(a->m->f[s + 1].sha, sizeof a->m->f[s + 1].sha, "%s", sha);
+  snprintf(a->m->f[a->first + s].sha, sizeof a->m->f[a->first + s].sha, "%s", sha);
   return a->send ? save_here(a, s, r) : AX_OK;
 }
 
 static int save_args_of(void *user, int s, ax_values **out) {
   save_args *a = user;
   char name[64];
-  stage_file(s, name, sizeof name);
+  stage_file(a->p, s, name, sizeof name);
   ax_values *v = *out = ax_values_new();
   if (!v)
     return AX_ENOMEM;
@@ -122,6 +128,7 @@ static void coord_records(const ax_pipe *p, const ax_ckpt_info *in, int flags,
   axi_ckw_i64(w, "seed", (int64_t)in->seed);
   axi_ckw_i64(w, "mode", p->o.mode);
   axi_ckw_i64(w, "stages", p->K);
+  axi_ckw_i64(w, "tensor_parallel", p->members);
   axi_ckw_i64(w, "units", p->U);
   axi_ckw_str(w, "model", in->model);
   axi_ckw_str(w, "model_config", in->model_config);
@@ -132,13 +139,17 @@ static void coord_records(const ax_pipe *p, const ax_ckpt_info *in, int flags,
 
 /* Drops all but the newest `keep` complete checkpoints (each stage's file
  * on its agent, then this host's directory). */
-static void prune(ax_pipe *p, const char *root, int keep) {
+static void prune(ax_pipe *const *parts, int n_parts, const char *root,
+                  int keep) {
   long steps[256];
   int n = axi_ckpt_list(root, steps, 256);
   for (int i = keep; i < n; i++) {
     save_args a = {.m = NULL};
     axi_ckpt_dirname(root, steps[i], a.dir, sizeof a.dir);
-    axp_all_stages(p, "ckpt_drop", save_args_of, NULL, &a);
+    for (int t = 0; t < n_parts; t++) {
+      a.p = parts[t];
+      axp_all_stages(parts[t], "ckpt_drop", save_args_of, NULL, &a);
+    }
     axi_ckpt_remove(a.dir);
   }
 }
@@ -150,9 +161,6 @@ static int ckpt_supported(const ax_pipe *p) {
   if (p->frozen)
     return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not of a pipeline with a "
                      "frozen prefix yet");
-  if (p->nrep && p->tp > 1)
-    return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not of tensor-parallel "
-                     "stages yet (each member holds its own part)");
   if (one->o.zero || one->optim_host[0])
     return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not of sharded (zero) or "
                      "offloaded (optimizer host) optimizer state yet");
@@ -164,13 +172,17 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
   if (!p || !root || !*root || !in || in->step < 0)
     return ax_seterr(AX_EINVAL, "checkpoint: bad arguments");
   AX_TRY(ckpt_supported(p));
-  if (p->nrep) /* the replicas hold the same weights and optimizer state */
-    return ax_pipe_checkpoint(p->rep[0], root, in, keep, flags);
+  /* The replicas hold the same weights and optimizer state: replica 0's
+   * members (one part without tensor parallelism) are saved. */
+  int T = p->nrep ? p->tp : 1;
+  ax_pipe *const *parts = p->nrep ? p->rep : &p;
+  p = parts[0];
   if (p->plan)
     return ax_seterr(AX_ESTATE, "checkpoint: only between ax_pipe_train "
                                 "calls");
-  if (p->K > AXI_CK_MAX_FILES - 1)
-    return ax_seterr(AX_EINVAL, "checkpoint: %d stages", p->K);
+  if (T * p->K > AXI_CK_MAX_FILES - 1)
+    return ax_seterr(AX_EINVAL, "checkpoint: %d stages of %d members", p->K,
+                     T);
   axi_manifest m;
   memset(&m, 0, sizeof m);
   m.step = in->step;
@@ -189,14 +201,19 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
   snprintf(path, sizeof path, "%s/" AXI_CK_COORD_FILE, a.dir);
   snprintf(m.f[0].name, sizeof m.f[0].name, AXI_CK_COORD_FILE);
   AX_TRY(axi_ckw_commit(&w, path, &m.f[0].size, m.f[0].sha));
-  for (int s = 0; s < p->K; s++)
-    stage_file(s, m.f[s + 1].name, sizeof m.f[s + 1].name);
-  int err = axp_all_stages(p, "ckpt_save", save_args_of, save_reply, &a);
-  m.nfiles = p->K + 1;
+  int err = AX_OK;
+  for (int t = 0; t < T && err == AX_OK; t++) { /* member t's stages */
+    a.p = parts[t];
+    a.first = 1 + t * p->K;
+    for (int s = 0; s < p->K; s++)
+      stage_file(parts[t], s, m.f[a.first + s].name, sizeof m.f[0].name);
+    err = axp_all_stages(parts[t], "ckpt_save", save_args_of, save_reply, &a);
+  }
+  m.nfiles = 1 + T * p->K;
   if (err == AX_OK)
     err = axi_manifest_write(a.dir, &m);
   if (err == AX_OK)
-    prune(p, root, keep < 2 ? 2 : keep);
+    prune(parts, T, root, keep < 2 ? 2 : keep);
   return err;
 }
 
@@ -297,6 +314,7 @@ int ax_ckpt_read_info(const char *dir, ax_ckpt_info *info) {
 }
 
 typedef struct load_args {
+  const ax_pipe *p;
   const char *dir;
   const axi_manifest *m;
   int here; /* the stage files are on this host: send them */
@@ -307,7 +325,7 @@ static int load_args_of(void *user, int s, ax_values **out) {
   char name[64], path[1200];
   int64_t size = -1;
   const char *sha = "";
-  stage_file(s, name, sizeof name);
+  stage_file(a->p, s, name, sizeof name);
   axi_manifest_find(a->m, name, &size, &sha);
   snprintf(path, sizeof path, "%s/%s", a->dir, name);
   ax_values *v = *out = ax_values_new();
@@ -331,6 +349,9 @@ int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
   AX_TRY(ckpt_supported(p));
   for (int r = 0; r < p->nrep; r++) { /* every replica, the same files */
     int err = ax_pipe_restore(p->rep[r], path, info);
+    if (err != AX_OK && p->tp > 1)
+      return ax_seterr(err, "replica %d member %d: %s", r / p->tp, r % p->tp,
+                       ax_errmsg());
     if (err != AX_OK)
       return ax_seterr(err, "replica %d: %s", r, ax_errmsg());
   }
@@ -345,7 +366,9 @@ int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
   axi_ckr r;
   AX_TRY(axi_manifest_read(dir, &m));
   AX_TRY(read_coord(dir, &m, info, &r));
-  int64_t mode = -1, K = -1, U = -1, here = 0;
+  int64_t mode = -1, K = -1, U = -1, here = 0, T = 1;
+  if (axi_ckr_i64(&r, "tensor_parallel", &T) != AX_OK)
+    T = 1; /* written before tensor parallelism */
   int err = axi_ckr_i64(&r, "mode", &mode);
   if (err == AX_OK)
     err = axi_ckr_i64(&r, "stage_files", &here);
@@ -355,24 +378,25 @@ int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
     err = axi_ckr_i64(&r, "units", &U);
   axi_ckr_close(&r);
   AX_TRY(err);
-  if (mode != p->o.mode || K != p->K || U != p->U)
+  if (mode != p->o.mode || K != p->K || U != p->U || T != p->members)
     return ax_seterr(AX_EINVAL,
-                     "checkpoint %s is of %s with %lld stages and "
-                     "%lld units, this run is %s with %d and %d",
-                     dir, ax_pipe_mode_name((int)mode), (long long)K,
-                     (long long)U, ax_pipe_mode_name(p->o.mode), p->K, p->U);
+                     "checkpoint %s is of %s with %lld stages of %lld "
+                     "tensor-parallel members and %lld units, this run is %s "
+                     "with %d of %d and %d", dir, ax_pipe_mode_name((int)mode),
+                     (long long)K, (long long)T, (long long)U,
+                     ax_pipe_mode_name(p->o.mode), p->K, p->members, p->U);
   for (int s = 0; s < p->K; s++) {
     char name[64];
     int64_t size;
     const char *sha;
-    stage_file(s, name, sizeof name);
+    stage_file(p, s, name, sizeof name);
     if (!axi_manifest_find(&m, name, &size, &sha))
       return ax_seterr(AX_EFORMAT,
                        "checkpoint file %s/" AXI_CK_MANIFEST
                        " is damaged: it lists no %s",
                        dir, name);
   }
-  load_args a = {dir, &m, here != 0};
+  load_args a = {p, dir, &m, here != 0};
   AX_TRY(axp_all_stages(p, "ckpt_load", load_args_of, NULL, &a));
   p->base = info->step;
   return AX_OK;

@@ -41,6 +41,12 @@ static int join_stages(const char *dir, ax_ckpt_info *info, whole *w) {
   axi_manifest m;
   AX_TRY(axi_manifest_read(dir, &m));
   AX_TRY(ax_ckpt_read_info(dir, info));
+  int64_t size;
+  const char *sha;
+  if (axi_manifest_find(&m, "stage-00-t0.axck", &size, &sha))
+    return ax_seterr(AX_EUNSUPPORTED, "checkpoint %s holds tensor-parallel "
+                     "stages (each member's part): joining them into the "
+                     "whole model is not supported yet", dir);
   for (int s = 0;; s++) {
     char name[64], path[1200];
     int64_t size, first, last;

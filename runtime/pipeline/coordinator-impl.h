@@ -37,6 +37,9 @@ struct ax_pipe {
   int nrep;                /* > 0: the front of nrep parts (below); */
   int tp;                  /* the front's tensor-parallel members per
                               replica (nrep = replicas x tp) */
+  int member, members;     /* a part's tensor-parallel member index and
+                              count (0 and 1 when none): its stage files
+                              in a checkpoint are its own */
   axp_frozen *frozen;      /* the outermost object's frozen prefix
                               (freeze.h), or NULL */
   char (*pool)[AXP_NAME];  /* after a freeze: every agent the pipelines

@@ -285,6 +285,8 @@ int axp_pipe_create(ax_node *n, const ax_pipe_opts *o,
   pthread_cond_init(&p->cv, NULL);
   if (o->optimizer_host)
     snprintf(p->optim_host, sizeof p->optim_host, "%s", o->optimizer_host);
+  p->member = rep ? rep->t : 0;
+  p->members = rep && rep->T > 1 ? rep->T : 1;
   int err = create_hosts(p, bounds, rep);
   if (err == AX_OK && p->optim_host[0])
     err = offload_optimizers(p);

@@ -139,8 +139,10 @@ typedef struct ax_pipe_opts {
    * member pushes to the same member of the next stage. The step callback
    * gets each mini-batch once. Evaluation runs on every member; stage
    * state, trace, events and statistics are member 0's (ax_pipe_replica(p,
-   * r T + t) is member t of replica r). Checkpoints are refused
-   * (AX_EUNSUPPORTED): each member's part is its own. */
+   * r T + t) is member t of replica r). A checkpoint saves replica 0's
+   * members, each stage's file per member (stage-SS-tT.axck), and a
+   * restore loads member t's into member t of every replica; joining them
+   * into the whole model (axon-run eval, export) is refused. */
   int tensor_parallel;
 } ax_pipe_opts;
 
