@@ -259,19 +259,27 @@ static void test_linear_parts(void **state) {
 }
 
 /* ax_tp_slice_params gives every member's initial values from the whole
- * layer's, bit for bit; trees that differ are refused. */
+ * layer's, bit for bit, and ax_tp_join_params of every member's gives the
+ * whole back; trees that differ are refused. */
 static void test_slice_params(void **state) {
   ax_net *whole = ax_net_new(make_encoder(AX_TP_WHOLE), AX_CPU, SEED);
-  for (int T = 2; T <= 4; T *= 2)
+  for (int T = 2; T <= 4; T *= 2) {
+    float *joined = calloc(whole->n_params, sizeof *joined);
     for (int t = 0; t < T; t++) {
       ax_net *part = ax_net_new(make_encoder((ax_tp){T, t}), AX_CPU, SEED);
       float *buf = calloc(part->n_params, sizeof *buf);
       AX_ASSERT_OK(ax_tp_slice_params(part->root, whole->root,
                                       ax_f32(whole->params), buf));
       assert_memory_equal(buf, ax_f32(part->params), part->n_params * 4);
+      AX_ASSERT_OK(ax_tp_join_params(part->root, whole->root,
+                                     ax_f32(part->params), joined));
       free(buf);
       ax_net_free(part);
     }
+    /* Every member's part joined: the whole layer, bit for bit. */
+    assert_memory_equal(joined, ax_f32(whole->params), whole->n_params * 4);
+    free(joined);
+  }
   ax_net *other = ax_net_new(make_attn((ax_tp){2, 0}), AX_CPU, SEED);
   float *buf = calloc(other->n_params, sizeof *buf);
   AX_ASSERT_ERR(ax_tp_slice_params(other->root, whole->root,

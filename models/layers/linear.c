@@ -19,8 +19,8 @@ typedef struct linear {
   ax_tp tp;
 } linear;
 
-static void linear_slice(const linear *L, const float *w, const float *b,
-                         float *params);
+static void linear_copy(const linear *L, float *w, float *b, float *params,
+                        int to_whole);
 
 /* The group's sum of t (tensor parallelism), in place. */
 static int tp_sum(const linear *L, const ax_exec *ex, ax_tensor *t) {
@@ -183,16 +183,17 @@ static void linear_init(ax_module *m, float *params, float *buffers,
     return;
   }
   init_whole(fin, fout, L->full_bias, L->init_std, w, rng);
-  linear_slice(L, w, w + nw, params);
+  linear_copy(L, w, w + nw, params, 0);
   free(w);
 }
 
 static const ax_module_ops linear_ops;
 
-/* The group's part of this member: part module `pm`, whole module `wm`,
- * their own parameters. */
-static int slice_own(const ax_module *pm, const ax_module *wm,
-                     const float *whole, float *part) {
+/* Between the whole module wm's own parameters `whole` and the member's
+ * part pm's `part`, then the children: the part's slice into part
+ * (to_whole = 0) or back into whole (1). */
+static int part_walk(const ax_module *pm, const ax_module *wm, float *whole,
+                     float *part, int to_whole) {
   if (pm->ops != wm->ops || pm->n_children != wm->n_children)
     return ax_seterr(AX_EINVAL, "tensor-parallel slice: a %s where the whole "
                      "has a %s", pm->ops->kind, wm->ops->kind);
@@ -204,49 +205,61 @@ static int slice_own(const ax_module *pm, const ax_module *wm,
       return ax_seterr(AX_EINVAL, "tensor-parallel slice: linear(%d->%d) "
                        "part of a whole linear(%d->%d)", L->full_in,
                        L->full_out, W->in, W->out);
-    linear_slice(L, whole, whole + (size_t)W->in * W->out, part);
+    linear_copy(L, whole, whole + (size_t)W->in * W->out, part, to_whole);
   } else if (pm->n_params != wm->n_params) {
     return ax_seterr(AX_EINVAL, "tensor-parallel slice: %s with %zu "
                      "parameters, the whole's %zu", pm->ops->kind,
                      pm->n_params, wm->n_params);
+  } else if (to_whole) {
+    memcpy(whole, part, pm->n_params * sizeof *part);
   } else {
     memcpy(part, whole, pm->n_params * sizeof *part);
   }
   for (int i = 0; i < pm->n_children; i++)
-    AX_TRY(slice_own(pm->children[i], wm->children[i],
+    AX_TRY(part_walk(pm->children[i], wm->children[i],
                      whole + wm->children[i]->param_off - wm->param_off,
-                     part + pm->children[i]->param_off - pm->param_off));
+                     part + pm->children[i]->param_off - pm->param_off,
+                     to_whole));
   return AX_OK;
 }
 
 int ax_tp_slice_params(const ax_module *part, const ax_module *whole,
                        const float *whole_params, float *part_params) {
-  return slice_own(part, whole, whole_params + whole->param_off,
-                   part_params + part->param_off);
+  return part_walk(part, whole, (float *)whole_params + whole->param_off,
+                   part_params + part->param_off, 0);
 }
 
-static void linear_slice(const linear *L, const float *w, const float *b,
-                         float *params) {
+int ax_tp_join_params(const ax_module *part, const ax_module *whole,
+                      const float *part_params, float *whole_params) {
+  return part_walk(part, whole, whole_params + whole->param_off,
+                   (float *)part_params + part->param_off, 1);
+}
+
+static void linear_copy(const linear *L, float *w, float *b, float *params,
+                        int to_whole) {
   int fin = L->full_in, fout = L->full_out;
   float *lb = params + (size_t)L->in * L->out;
+#define AXI_MOVE(part, whole, n)                                               \
+  (to_whole ? memcpy((whole), (part), (n) * sizeof(float))                     \
+            : memcpy((part), (whole), (n) * sizeof(float)))
   if (L->part == PART_COLUMN) {
     int seg = fout / L->segments, mine = seg / L->tp.size;
     for (int s = 0, r = 0; s < L->segments; s++)
       for (int j = 0; j < mine; j++, r++) {
         int src = s * seg + L->tp.rank * mine + j;
-        memcpy(params + (size_t)r * fin, w + (size_t)src * fin,
-               (size_t)fin * sizeof *w);
+        AXI_MOVE(params + (size_t)r * fin, w + (size_t)src * fin, (size_t)fin);
         if (L->bias)
-          lb[r] = b[src];
+          AXI_MOVE(lb + r, b + src, 1);
       }
   } else {
     for (int r = 0; r < fout; r++)
-      memcpy(params + (size_t)r * L->in,
-             w + (size_t)r * fin + (size_t)L->tp.rank * L->in,
-             (size_t)L->in * sizeof *w);
+      AXI_MOVE(params + (size_t)r * L->in,
+               w + (size_t)r * fin + (size_t)L->tp.rank * L->in,
+               (size_t)L->in);
     if (L->bias)
-      memcpy(lb, b, (size_t)fout * sizeof *w);
+      AXI_MOVE(lb, b, (size_t)fout);
   }
+#undef AXI_MOVE
 }
 
 static const ax_module_ops linear_ops = {

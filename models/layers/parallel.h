@@ -76,6 +76,11 @@ ax_module *ax_encoder_layer_new_tp(int hidden, int heads, int ff,
  * members, and for checking members against a whole reference. */
 int ax_tp_slice_params(const ax_module *part, const ax_module *whole,
                        const float *whole_params, float *part_params);
+/* The inverse: member part's slices written into the whole model's
+ * parameters (every member's, in any order, give the whole; parameters
+ * that are not split are written by each). */
+int ax_tp_join_params(const ax_module *part, const ax_module *whole,
+                      const float *part_params, float *whole_params);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "models/layers/parallel.h"
 #include "models/model.h"
 #include "runtime/pipeline/checkpoint.h"
 #include "runtime/pipeline/ckpt_file.h"
@@ -35,23 +36,99 @@ static int append(const axi_ckr *r, const char *name, float **dst, size_t *n) {
   return AX_OK;
 }
 
+/* The members' parameters of stage s (stage-SS-tT.axck, T = 0, 1, ...:
+ * every file the manifest lists) joined into the whole stage's, blocks
+ * [first, last) of the checkpoint's model (parallel.h); appended to w with
+ * member 0's buffers. */
+static int join_members(const char *dir, const axi_manifest *m,
+                        const ax_ckpt_info *info, int s, int64_t first,
+                        int64_t last, whole *w) {
+  const ax_model_def *def = ax_model_find(info->model);
+  if (!def)
+    return AX_ENOTFOUND;
+  ax_config wc;
+  AX_TRY(ax_model_config(def, info->model_config, &wc));
+  ax_net *stage = NULL;
+  AX_TRY(ax_model_stage(def, &wc, (int)first, (int)last, AX_CPU, 0, &stage));
+  int members = 0, err = AX_OK; /* the files say how many */
+  char name[64];
+  int64_t size;
+  const char *sha;
+  for (; members < AXI_CK_MAX_FILES; members++) {
+    snprintf(name, sizeof name, "stage-%02d-t%d.axck", s, members);
+    if (!axi_manifest_find(m, name, &size, &sha))
+      break;
+  }
+  float *joined = ax_f32(stage->params);
+  int T = 0;
+  for (; T < members; T++) {
+    char path[1200], cfg[1100];
+    snprintf(name, sizeof name, "stage-%02d-t%d.axck", s, T);
+    axi_manifest_find(m, name, &size, &sha);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    axi_ckr r;
+    if ((err = axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha)) != AX_OK)
+      break;
+    ax_config pc;
+    ax_net *part = NULL;
+    const uint8_t *d;
+    size_t n;
+    snprintf(cfg, sizeof cfg, "%s%stp=%d,tp_rank=%d", info->model_config,
+             info->model_config[0] ? "," : "", members, T);
+    err = ax_model_config(def, cfg, &pc);
+    if (err == AX_OK)
+      err = ax_model_stage(def, &pc, (int)first, (int)last, AX_CPU, 0, &part);
+    if (err == AX_OK)
+      err = axi_ckr_f32(&r, "params", &d, &n);
+    if (err == AX_OK && n != part->n_params)
+      err = ax_seterr(AX_EFORMAT, "checkpoint file %s: %zu parameters, "
+                      "member %d of the stage has %zu", path, n, T,
+                      part->n_params);
+    if (err == AX_OK) {
+      memcpy(part->params->data, d, n * sizeof(float)); /* aligned copy */
+      err = ax_tp_join_params(part->root, stage->root, ax_f32(part->params),
+                              joined);
+    }
+    if (err == AX_OK && T == 0)
+      err = append(&r, "buffers", &w->buffers, &w->nb);
+    ax_net_free(part);
+    axi_ckr_close(&r);
+    if (err != AX_OK)
+      break;
+  }
+  if (err == AX_OK && T == 0)
+    err = ax_seterr(AX_EFORMAT, "checkpoint %s lists no member of stage %d",
+                    dir, s);
+  if (err == AX_OK) {
+    float *p = realloc(w->params, (w->np + stage->n_params + 1) *
+                                      sizeof(float));
+    err = p ? AX_OK : AX_ENOMEM;
+    if (p) {
+      memcpy(p + w->np, joined, stage->n_params * sizeof(float));
+      w->params = p;
+      w->np += stage->n_params;
+    }
+  }
+  ax_net_free(stage);
+  return err;
+}
+
 /* Joins the stage files of checkpoint dir in stage order; their blocks
- * must follow each other from block 0. */
+ * must follow each other from block 0. The files of a tensor-parallel
+ * checkpoint (stage-SS-tT.axck) are joined member by member first. */
 static int join_stages(const char *dir, ax_ckpt_info *info, whole *w) {
   axi_manifest m;
   AX_TRY(axi_manifest_read(dir, &m));
   AX_TRY(ax_ckpt_read_info(dir, info));
-  int64_t size;
-  const char *sha;
-  if (axi_manifest_find(&m, "stage-00-t0.axck", &size, &sha))
-    return ax_seterr(AX_EUNSUPPORTED, "checkpoint %s holds tensor-parallel "
-                     "stages (each member's part): joining them into the "
-                     "whole model is not supported yet", dir);
+  int64_t tsize;
+  const char *tsha;
+  int tp = axi_manifest_find(&m, "stage-00-t0.axck", &tsize, &tsha) != NULL;
   for (int s = 0;; s++) {
     char name[64], path[1200];
     int64_t size, first, last;
     const char *sha;
-    snprintf(name, sizeof name, "stage-%02d.axck", s);
+    snprintf(name, sizeof name, tp ? "stage-%02d-t0.axck" : "stage-%02d.axck",
+             s);
     if (!axi_manifest_find(&m, name, &size, &sha))
       return s > 0 ? AX_OK
                    : ax_seterr(AX_EFORMAT,
@@ -69,9 +146,11 @@ static int join_stages(const char *dir, ax_ckpt_info *info, whole *w) {
                       "checkpoint file %s: blocks [%lld, %lld) "
                       "do not follow block %d",
                       path, (long long)first, (long long)last, w->blocks);
-    if (err == AX_OK)
+    if (err == AX_OK && tp)
+      err = join_members(dir, &m, info, s, first, last, w);
+    if (err == AX_OK && !tp)
       err = append(&r, "params", &w->params, &w->np);
-    if (err == AX_OK)
+    if (err == AX_OK && !tp)
       err = append(&r, "buffers", &w->buffers, &w->nb);
     axi_ckr_close(&r);
     AX_TRY(err);

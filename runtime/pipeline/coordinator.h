@@ -141,8 +141,8 @@ typedef struct ax_pipe_opts {
    * state, trace, events and statistics are member 0's (ax_pipe_replica(p,
    * r T + t) is member t of replica r). A checkpoint saves replica 0's
    * members, each stage's file per member (stage-SS-tT.axck), and a
-   * restore loads member t's into member t of every replica; joining them
-   * into the whole model (axon-run eval, export) is refused. */
+   * restore loads member t's into member t of every replica; axon-run
+   * eval and export join the parts into the whole model. */
   int tensor_parallel;
 } ax_pipe_opts;
 
