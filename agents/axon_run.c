@@ -435,13 +435,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "axon-run: --freeze-schedule: %s\n", ax_errmsg());
         return 2;
       }
-      if (pa.emulate || pa.nspares || pa.restarts || pa.ckpt_dir ||
-          pa.resume || pa.tensor_parallel > 1 || pa.zero ||
-          pa.optimizer_host || pa.staleness) {
+      if (pa.emulate || pa.nspares || pa.restarts ||
+          pa.tensor_parallel > 1 || pa.zero || pa.optimizer_host ||
+          pa.staleness) {
         fprintf(stderr, "axon-run: --freeze-schedule: not yet with "
-                "--emulate, --spares, --restarts, checkpoints, "
-                "--tensor-parallel, --zero, --optimizer-host or "
-                "--staleness\n");
+                "--emulate, --spares, --restarts, --tensor-parallel, "
+                "--zero, --optimizer-host or --staleness\n");
         return 2;
       }
     }

@@ -22,6 +22,9 @@ static void run_config(const axr_pipe_args *a, char *out, size_t len) {
            ax_pipe_mode_name(a->mode), a->K, a->chunks, a->M, a->recompute,
            a->batch, (unsigned long long)a->seed,
            a->partition ? a->partition : "uniform");
+  size_t at = strlen(out); /* only with one: older checkpoints match */
+  if (a->freeze_schedule && at < len)
+    snprintf(out + at, len - at, ";freeze=%s", a->freeze_schedule);
 }
 
 /* AX_EINVAL naming the first key whose value differs. */
@@ -162,7 +165,7 @@ typedef struct freezer {
 } freezer;
 
 static int freeze_at(const axr_pipe_args *a, ax_pipe **pp,
-                     const axr_feed *feed, freezer *fz, long t) {
+                     const axr_feed *feed, freezer *fz, long t, int quiet) {
   if (fz->next >= fz->n || fz->pt[fz->next].step != t)
     return AX_OK;
   const ax_freeze_point *pt = &fz->pt[fz->next++];
@@ -174,7 +177,8 @@ static int freeze_at(const axr_pipe_args *a, ax_pipe **pp,
   AX_TRY(ax_pipe_freeze(pp, &fo));
   ax_pipe_freeze_stats(*pp, &after);
   long steps = t - fz->phase_from;
-  fprintf(stderr, "axon-run: freeze at step %ld: blocks 0..%d frozen, "
+  if (!quiet)
+    fprintf(stderr, "axon-run: freeze at step %ld: blocks 0..%d frozen, "
           "re-packed from %d agents x %d replicas to %d x %d in %.2f s "
           "(the phase before: %ld steps, %.1f samples/s; cache %ld hits, "
           "%ld misses)\n", t, pt->blocks - 1, before.K, before.replicas,
@@ -197,6 +201,15 @@ int axr_train(const axr_pipe_args *a, ax_pipe **pp, long total,
     AX_TRY(ax_freeze_schedule_parse(a->freeze_schedule, fz.pt, 16, &fz.n));
   *start = 0;
   *seconds = *ckpt_s = 0;
+  if (a->resume && fz.n) { /* the pipeline as frozen at the checkpoint */
+    char dir[1024];
+    ax_ckpt_info info;
+    AX_TRY(ax_ckpt_find(a->resume, dir, sizeof dir));
+    AX_TRY(ax_ckpt_read_info(dir, &info));
+    while (fz.next < fz.n && fz.pt[fz.next].step <= info.step)
+      AX_TRY(freeze_at(a, pp, feed, &fz, fz.pt[fz.next].step, 1));
+    fz.phase_from = info.step;
+  }
   if (a->resume)
     AX_TRY(restore(a, *pp, feed, a->resume, "--resume", start));
   else
@@ -232,7 +245,7 @@ int axr_train(const axr_pipe_args *a, ax_pipe **pp, long total,
     if (err == AX_OK && feed->segment)
       err = feed->segment(feed->user, t);
     if (err == AX_OK && t < total)
-      err = freeze_at(a, pp, feed, &fz, t);
+      err = freeze_at(a, pp, feed, &fz, t, 0);
     if (err == AX_OK && a->ckpt_dir &&
         (N ? t % N == 0 || t == total : t == total)) {
       t0 = ax_now();

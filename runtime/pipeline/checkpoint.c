@@ -118,8 +118,58 @@ static int save_args_of(void *user, int s, ax_values **out) {
   return ax_values_add_i64(v, a->send);
 }
 
+#define AXI_CK_PREFIX_FILE "prefix.axck"
+
+/* The frozen prefix's file (freeze.h): blocks [0, f) of the coordinator's
+ * net, in the stage file format (stage -1), listed in the manifest. */
+static int save_prefix(axp_frozen *f, const char *dir, axi_manifest *m) {
+  ax_net *net = axp_frozen_net(f);
+  axi_ckw w;
+  axi_ckw_init(&w, AXI_CK_STAGE);
+  axi_ckw_i64(&w, "stage", -1);
+  axi_ckw_i64(&w, "blocks.first", 0);
+  axi_ckw_i64(&w, "blocks.last", axp_frozen_blocks(f));
+  axi_ckw_tensor(&w, "params", net->params);
+  axi_ckw_tensor(&w, "buffers", net->buffers);
+  char path[1200];
+  snprintf(path, sizeof path, "%s/" AXI_CK_PREFIX_FILE, dir);
+  int i = m->nfiles++;
+  snprintf(m->f[i].name, sizeof m->f[i].name, AXI_CK_PREFIX_FILE);
+  return axi_ckw_commit(&w, path, &m->f[i].size, m->f[i].sha);
+}
+
+/* Loads the prefix's file into f's net (checked: blocks and sizes) and
+ * drops the cache, whose outputs came from other values. */
+static int load_prefix(axp_frozen *f, const char *dir, const axi_manifest *m) {
+  int64_t size, first, last;
+  const char *sha;
+  char path[1200];
+  snprintf(path, sizeof path, "%s/" AXI_CK_PREFIX_FILE, dir);
+  if (!axi_manifest_find(m, AXI_CK_PREFIX_FILE, &size, &sha))
+    return ax_seterr(AX_EFORMAT, "checkpoint %s/" AXI_CK_MANIFEST " lists "
+                     "no " AXI_CK_PREFIX_FILE, dir);
+  axi_ckr r;
+  AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
+  ax_net *net = axp_frozen_net(f);
+  int err = axi_ckr_i64(&r, "blocks.first", &first);
+  if (err == AX_OK)
+    err = axi_ckr_i64(&r, "blocks.last", &last);
+  if (err == AX_OK && (first != 0 || last != axp_frozen_blocks(f)))
+    err = ax_seterr(AX_EINVAL, "checkpoint file %s: blocks [%lld, %lld), "
+                    "the frozen prefix is [0, %d)", path, (long long)first,
+                    (long long)last, axp_frozen_blocks(f));
+  if (err == AX_OK)
+    err = axi_ckr_tensor(&r, "params", net->params);
+  if (err == AX_OK)
+    err = axi_ckr_tensor(&r, "buffers", net->buffers);
+  axi_ckr_close(&r);
+  if (err == AX_OK)
+    axp_frozen_clear_cache(f);
+  return err;
+}
+
 static void coord_records(const ax_pipe *p, const ax_ckpt_info *in, int flags,
-                          axi_ckw *w) {
+                          int frozen, axi_ckw *w) {
   axi_ckw_i64(w, "stage_files", (flags & AX_CKPT_TO_COORDINATOR) != 0);
   axi_ckw_i64(w, "step", in->step);
   axi_ckw_i64(w, "lr_step", in->step); /* one update per mini-batch */
@@ -129,6 +179,7 @@ static void coord_records(const ax_pipe *p, const ax_ckpt_info *in, int flags,
   axi_ckw_i64(w, "mode", p->o.mode);
   axi_ckw_i64(w, "stages", p->K);
   axi_ckw_i64(w, "tensor_parallel", p->members);
+  axi_ckw_i64(w, "frozen_blocks", frozen);
   axi_ckw_i64(w, "units", p->U);
   axi_ckw_str(w, "model", in->model);
   axi_ckw_str(w, "model_config", in->model_config);
@@ -158,9 +209,6 @@ static void prune(ax_pipe *const *parts, int n_parts, const char *root,
  * state (sharded over replicas, or on another agent). */
 static int ckpt_supported(const ax_pipe *p) {
   const ax_pipe *one = p->nrep ? p->rep[0] : p;
-  if (p->frozen)
-    return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not of a pipeline with a "
-                     "frozen prefix yet");
   if (one->o.zero || one->optim_host[0])
     return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not of sharded (zero) or "
                      "offloaded (optimizer host) optimizer state yet");
@@ -174,8 +222,9 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
   AX_TRY(ckpt_supported(p));
   /* The replicas hold the same weights and optimizer state: replica 0's
    * members (one part without tensor parallelism) are saved. */
+  ax_pipe *front = p;
   int T = p->nrep ? p->tp : 1;
-  ax_pipe *const *parts = p->nrep ? p->rep : &p;
+  ax_pipe *const *parts = p->nrep ? p->rep : &front;
   p = parts[0];
   if (p->plan)
     return ax_seterr(AX_ESTATE, "checkpoint: only between ax_pipe_train "
@@ -196,7 +245,7 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
   remove(mpath);
   axi_ckw w;
   axi_ckw_init(&w, AXI_CK_COORD);
-  coord_records(p, in, flags, &w);
+  coord_records(p, in, flags, axp_frozen_blocks(front->frozen), &w);
   char path[1200];
   snprintf(path, sizeof path, "%s/" AXI_CK_COORD_FILE, a.dir);
   snprintf(m.f[0].name, sizeof m.f[0].name, AXI_CK_COORD_FILE);
@@ -210,6 +259,8 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
     err = axp_all_stages(parts[t], "ckpt_save", save_args_of, save_reply, &a);
   }
   m.nfiles = 1 + T * p->K;
+  if (err == AX_OK && front->frozen) /* the coordinator's own blocks */
+    err = save_prefix(front->frozen, a.dir, &m);
   if (err == AX_OK)
     err = axi_manifest_write(a.dir, &m);
   if (err == AX_OK)
@@ -345,18 +396,47 @@ static int load_args_of(void *user, int s, ax_values **out) {
   return err;
 }
 
+/* The checkpoint's frozen prefix must be p's (as many blocks; a pipeline
+ * re-packed the same way: freeze.h), and is loaded into it. */
+static int restore_prefix(ax_pipe *p, const char *path) {
+  char dir[1024];
+  AX_TRY(ax_ckpt_find(path, dir, sizeof dir));
+  axi_manifest m;
+  axi_ckr r;
+  ax_ckpt_info info;
+  AX_TRY(axi_manifest_read(dir, &m));
+  AX_TRY(read_coord(dir, &m, &info, &r));
+  int64_t f = 0;
+  if (axi_ckr_i64(&r, "frozen_blocks", &f) != AX_OK)
+    f = 0; /* written before freezing */
+  axi_ckr_close(&r);
+  if (f != axp_frozen_blocks(p->frozen))
+    return ax_seterr(AX_EINVAL, "checkpoint %s has %lld frozen blocks, this "
+                     "pipeline %d (freeze it the same way first)", dir,
+                     (long long)f, axp_frozen_blocks(p->frozen));
+  return f ? load_prefix(p->frozen, dir, &m) : AX_OK;
+}
+
+static int restore_part(ax_pipe *p, const char *path, ax_ckpt_info *info);
+
 int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
   AX_TRY(ckpt_supported(p));
+  AX_TRY(restore_prefix(p, path));
+  if (!p->nrep)
+    return restore_part(p, path, info);
   for (int r = 0; r < p->nrep; r++) { /* every replica, the same files */
-    int err = ax_pipe_restore(p->rep[r], path, info);
+    int err = restore_part(p->rep[r], path, info);
     if (err != AX_OK && p->tp > 1)
       return ax_seterr(err, "replica %d member %d: %s", r / p->tp, r % p->tp,
                        ax_errmsg());
     if (err != AX_OK)
       return ax_seterr(err, "replica %d: %s", r, ax_errmsg());
   }
-  if (p->nrep)
-    return AX_OK;
+  return AX_OK;
+}
+
+/* One pipeline's stages (a part of a front, or the whole). */
+static int restore_part(ax_pipe *p, const char *path, ax_ckpt_info *info) {
   if (p->plan)
     return ax_seterr(AX_ESTATE, "checkpoint: only between ax_pipe_train "
                                 "calls");

@@ -123,6 +123,27 @@ static int join_stages(const char *dir, ax_ckpt_info *info, whole *w) {
   int64_t tsize;
   const char *tsha;
   int tp = axi_manifest_find(&m, "stage-00-t0.axck", &tsize, &tsha) != NULL;
+  if (axi_manifest_find(&m, "prefix.axck", &tsize, &tsha)) {
+    /* A frozen prefix (freeze.h): blocks [0, f) from the coordinator. */
+    char path[1200];
+    int64_t first, last;
+    snprintf(path, sizeof path, "%s/prefix.axck", dir);
+    axi_ckr r;
+    AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, tsize, tsha));
+    int err = axi_ckr_i64(&r, "blocks.first", &first);
+    if (err == AX_OK)
+      err = axi_ckr_i64(&r, "blocks.last", &last);
+    if (err == AX_OK && (first != 0 || last < 1))
+      err = ax_seterr(AX_EFORMAT, "checkpoint file %s: blocks [%lld, %lld)",
+                      path, (long long)first, (long long)last);
+    if (err == AX_OK)
+      err = append(&r, "params", &w->params, &w->np);
+    if (err == AX_OK)
+      err = append(&r, "buffers", &w->buffers, &w->nb);
+    axi_ckr_close(&r);
+    AX_TRY(err);
+    w->blocks = (int)last;
+  }
   for (int s = 0;; s++) {
     char name[64], path[1200];
     int64_t size, first, last;

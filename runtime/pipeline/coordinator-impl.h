@@ -138,6 +138,8 @@ int axp_frozen_blocks(const axp_frozen *f); /* 0 for NULL */
 ax_net *axp_frozen_net(axp_frozen *f);
 void axp_frozen_counts(axp_frozen *f, long *hits, long *misses,
                        int64_t *bytes);
+/* Drops every cached output (the prefix's values changed). */
+void axp_frozen_clear_cache(axp_frozen *f);
 /* Replaces the inputs in (CPU tensors, a mini-batch) by the prefix's
  * outputs, from the cache where it has them. Thread-safe. */
 int axp_frozen_apply(axp_frozen *f, ax_tlist *in);

@@ -32,9 +32,12 @@
  * sharded or offloaded optimizer state, staleness corrections and chunked
  * modes whose placement would not fit; AX_EINVAL: fo->blocks not above
  * the blocks frozen so far or not below the model's, a bad stage count.
- * Checkpoints of a pipeline with a frozen prefix are refused. On any
- * error after the new pipeline was made the old one is kept and *p is
- * unchanged. */
+ * A checkpoint of a pipeline with a frozen prefix also holds the prefix
+ * (prefix.axck, written by the coordinator) and the frozen block count; a
+ * restore needs a pipeline frozen the same way (axon-run --resume applies
+ * the schedule's points up to the checkpoint's step first), loads the
+ * prefix and drops the cache. On any error after the new pipeline was
+ * made the old one is kept and *p is unchanged. */
 #ifndef AX_PIPELINE_FREEZE_H
 #define AX_PIPELINE_FREEZE_H
 

@@ -53,9 +53,7 @@ int axp_frozen_new(ax_net *net, int blocks, int64_t budget,
 void axp_frozen_free(axp_frozen *f) {
   if (!f)
     return;
-  for (size_t i = 0; i < f->cap; i++)
-    free(f->tab[i].data);
-  free(f->tab);
+  axp_frozen_clear_cache(f);
   ax_net_free(f->net);
   pthread_mutex_destroy(&f->mu);
   free(f);
@@ -70,6 +68,17 @@ void axp_frozen_counts(axp_frozen *f, long *hits, long *misses,
   *hits = f->hits;
   *misses = f->misses;
   *bytes = f->bytes;
+  pthread_mutex_unlock(&f->mu);
+}
+
+void axp_frozen_clear_cache(axp_frozen *f) {
+  pthread_mutex_lock(&f->mu);
+  for (size_t i = 0; i < f->cap; i++)
+    free(f->tab[i].data);
+  free(f->tab);
+  f->tab = NULL;
+  f->cap = f->used = 0;
+  f->bytes = 0;
   pthread_mutex_unlock(&f->mu);
 }
 
