@@ -363,8 +363,10 @@ static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
       close(fd);
       rc = AX_EPEERDOWN;
     }
+    char who[400]; /* the member we meant to reach, for the messages */
+    snprintf(who, sizeof who, "%s (%s)", addr, p->name);
     if (rc == AX_OK && b->node->token_len &&
-        (rc = authenticate(b->node, fd, ssl, addr)) != AX_OK) {
+        (rc = authenticate(b->node, fd, ssl, who)) != AX_OK) {
       axi_bulk_tls_close(&(bconn){.ssl = ssl});
       close(fd);
     }
