@@ -167,6 +167,48 @@ static void test_staleness_mlp(void **state) {
   run_balanced("stale", av, 3, 5);
 }
 
+/* --freeze-schedule end to end: two freezes re-pack 4 agents (K = 4, then
+ * 2 x 2 replicas, then 1 x 4), the phases are reported, and the summary
+ * names the last pipeline; a freeze that leaves nothing to train ends the
+ * run with a clear error. */
+static void test_freeze_mlp(void **state) {
+  const char *av[] = {"--model", "mlp", "--model-config",
+                      "widths=64/256/32/32/32/10", "--dataset", "synthetic",
+                      "--data-config", "shape=64,classes=4,examples=256,seed=3",
+                      "--optim", "opt=sgd,lr=0.1", "--batch", "32",
+                      "--eval-limit", "64", "--local", "4", "--mode", "gpipe",
+                      "--microbatches", "2", "--steps", "24",
+                      "--freeze-schedule", "8:2:2,16:4:1", NULL};
+  char log[] = "/tmp/axon_cli_freezeXXXXXX";
+  int fd = mkstemp(log);
+  assert_true(fd >= 0);
+  close(fd);
+  int rc = run_axon(log, 120000, av);
+  char *out = mt_slurp(log);
+  if (rc != 0 || !out || !strstr(out, "final_stages=1 final_replicas=4") ||
+      !strstr(out, "freeze at step 8") || !strstr(out, "the last phase"))
+    dump_on_failure(out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "re-packed from 4 agents x 1 replicas to 2 x 2"));
+  assert_non_null(strstr(out, "re-packed from 2 agents x 2 replicas to 1 x 4"));
+  assert_non_null(strstr(out, "frozen_blocks=4 final_stages=1 final_replicas=4"));
+  free(out);
+  const char *bad[] = {"--model", "mlp", "--model-config",
+                       "widths=64/256/32/32/32/10", "--dataset", "synthetic",
+                       "--data-config",
+                       "shape=64,classes=4,examples=256,seed=3", "--batch",
+                       "32", "--local", "2", "--steps", "8",
+                       "--freeze-schedule", "4:5", NULL};
+  rc = run_axon(log, 60000, bad);
+  out = mt_slurp(log);
+  if (rc == 0 || !out || !strstr(out, "at least one must train"))
+    dump_on_failure(out);
+  assert_true(rc != 0);
+  assert_non_null(strstr(out, "at least one must train"));
+  free(out);
+  unlink(log);
+}
+
 static void test_balanced_resnet20(void **state) {
   const ax_model_def *def = ax_model_find("resnet20");
   ax_config cfg;
@@ -262,6 +304,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_balanced_mlp),
       cmocka_unit_test(test_staleness_mlp),
+      cmocka_unit_test(test_freeze_mlp),
       cmocka_unit_test(test_balanced_resnet20),
       cmocka_unit_test(test_agents_and_master), /* last: starts gRPC */
   };
