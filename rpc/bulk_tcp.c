@@ -243,6 +243,9 @@ static int authenticate(ax_node *n, int fd, struct ssl_st *ssl,
   uint32_t magic = 0;
   if (axi_bulk_read_wait(fd, ssl, chal, sizeof chal, end) == AX_OK)
     memcpy(&magic, chal, 4);
+  else if (axi_now_ms() >= end) /* silence is not a wrong secret */
+    return ax_seterr(AX_EPEERDOWN, "bulk: no challenge from %s within 5 s "
+                     "(overloaded or hung)", addr);
   if (magic != AXI_BULK_CHAL_MAGIC)
     return ax_seterr(AX_EPEERDOWN,
                      "bulk: no authentication challenge from %s (does it run "
@@ -259,9 +262,16 @@ static int authenticate(ax_node *n, int fd, struct ssl_st *ssl,
   axi_bulk_frames_free(h);
   uint8_t ack[4 + AXI_MAC_LEN];
   magic = 0;
-  if (wrc == AX_OK &&
-      axi_bulk_read_wait(fd, ssl, ack, sizeof ack, end) == AX_OK)
+  int rrc = wrc == AX_OK ? axi_bulk_read_wait(fd, ssl, ack, sizeof ack, end)
+                         : wrc;
+  if (rrc == AX_OK)
     memcpy(&magic, ack, 4);
+  else /* no answer (a timeout under load, or closed): not a refusal */
+    return ax_seterr(AX_EPEERDOWN, "bulk: %s did not answer the hello%s",
+                     addr, axi_now_ms() >= end
+                               ? " within 5 s (overloaded or hung)"
+                               : " (it closed the connection: does it run "
+                                 "with the same token?)");
   if (magic != AXI_BULK_ACK_MAGIC ||
       !axi_auth_verify(n, AXI_AUTH_BULK_ACK, mine, "", "", "", ack + 4,
                        AXI_MAC_LEN)) {
