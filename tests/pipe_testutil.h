@@ -36,6 +36,8 @@
 #define AX_PIPE_TESTUTIL_H
 
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include "harness.h"
 #include "models/data/dataset.h"
@@ -382,6 +384,35 @@ static inline void pt_check_events(ax_pipe *p, int mode, int K, int M,
   }
   free(seen);
   pt_check_stage_trace(p, mode, K, M, recompute, n);
+}
+
+/* A lost agent: trains p (up to a million mini-batches) while pid is
+ * SIGKILLed 1.5 s in, and checks that the call fails with AX_EPEERDOWN
+ * within 10 s of the kill, its message naming every string of `names`
+ * (NULL-terminated: the dead agent, the replica or member). `who` labels
+ * the report. */
+static inline void *pt_kill_after_1500ms(void *arg) {
+  rt_sleep_ms(1500);
+  kill(*(pid_t *)arg, SIGKILL);
+  return NULL;
+}
+
+static inline void pt_train_until_killed(ax_pipe *p, pid_t *pid,
+                                         ax_pipe_batch_fn batch, void *user,
+                                         const char *who,
+                                         const char *const *names) {
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, pt_kill_after_1500ms, pid), 0);
+  int64_t t0 = rt_now_ms();
+  int err = ax_pipe_train(p, 1000000, batch, NULL, user);
+  double took = (double)(rt_now_ms() - t0) / 1e3 - 1.5;
+  pthread_join(th, NULL);
+  fprintf(stderr, "  %s killed: %s after %.1f s: %s\n", who,
+          ax_strerror(err), took, ax_errmsg());
+  assert_int_equal(err, AX_EPEERDOWN);
+  for (int i = 0; names && names[i]; i++)
+    assert_non_null(strstr(ax_errmsg(), names[i]));
+  assert_true(took < 10.0);
 }
 
 #endif

@@ -223,7 +223,7 @@ static void end_nodes(int N, ax_node **n) {
  * joins (c1 is up, so no liveness check ends the wait); the abort from
  * another thread ends it at once with AX_ECANCELLED and the reason, and
  * the group fails its next operation the same way. */
-typedef struct abort_arg {
+typedef struct abort_arg { /* one member's wait in an all-reduce */
   ax_coll_group *g;
   int rc;
   char why[256];
@@ -273,39 +273,20 @@ static void test_abort(void **s) {
  * operations fails) tells the others: c0 and c1 wait in an all-reduce that
  * c2 never joins (c2 is up); c2's abort ends their waits at once with
  * AX_ECANCELLED naming c2, not after their timeout. */
-typedef struct remote_arg {
-  ax_node *n;
-  const char *const *names;
-  ax_coll_group *g;
-  int rc;
-  char why[256];
-  int64_t done_ms;
-} remote_arg;
-
-static void *remote_waiter(void *p) {
-  remote_arg *a = p;
-  ax_tensor *t = filled(0, 1001);
-  a->rc = ax_coll_allreduce(a->g, t, AX_COLL_SUM);
-  snprintf(a->why, sizeof a->why, "%s", ax_errmsg());
-  a->done_ms = rt_now_ms();
-  ax_tensor_release(t);
-  return NULL;
-}
-
 static void test_remote_abort(void **s) {
   const char *names[3] = {"c0", "c1", "c2"};
   ax_node *n[3];
   start_nodes(3, names, n);
-  remote_arg a[2];
+  abort_arg a[2];
   pthread_t th[2];
   ax_coll_group *g2 = NULL;
   for (int r = 0; r < 2; r++) {
-    a[r] = (remote_arg){n[r], names, NULL, 0, "", 0};
+    a[r] = (abort_arg){NULL, 0, "", 0};
     AX_ASSERT_OK(ax_coll_group_new(n[r], "ra", 3, names, 20000, &a[r].g));
   }
   AX_ASSERT_OK(ax_coll_group_new(n[2], "ra", 3, names, 20000, &g2));
   for (int r = 0; r < 2; r++)
-    pthread_create(&th[r], NULL, remote_waiter, &a[r]);
+    pthread_create(&th[r], NULL, abort_waiter, &a[r]);
   rt_sleep_ms(300);
   int64_t t0 = rt_now_ms();
   ax_coll_group_abort(g2, "c2 gives up");

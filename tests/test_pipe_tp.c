@@ -10,8 +10,6 @@
  * member to the bit; models without split layers and tp keys in the model
  * configuration are refused; a killed member fails the call. Every
  * node ends with zero live RRefs, contexts, calls and futures. */
-#include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -72,14 +70,22 @@ static double worst_member(ax_pipe *p, int part_index, const ax_model_def *def,
   return worst;
 }
 
-static void run_case(int mode, int K, int T, int M, int steps) {
+/* The small BERT's blocks split uniformly over K stages (bounds: K + 1). */
+static void bert_split(int K, int *bounds) {
   const ax_model_def *def = ax_model_find("bert");
   ax_config mcfg;
   ax_model_info info;
   AX_ASSERT_OK(ax_model_config(def, BERT_CFG, &mcfg));
   AX_ASSERT_OK(def->describe(&mcfg, &info));
-  int bounds[NAGENTS + 1];
   AX_ASSERT_OK(ax_split_uniform(info.n_blocks, K, bounds));
+}
+
+static void run_case(int mode, int K, int T, int M, int steps) {
+  const ax_model_def *def = ax_model_find("bert");
+  ax_config mcfg;
+  AX_ASSERT_OK(ax_model_config(def, BERT_CFG, &mcfg));
+  int bounds[NAGENTS + 1];
+  bert_split(K, bounds);
   ax_pipe_opts o = {"bert", BERT_CFG, K,     g_names, bounds, mode,
                     M,      AX_RECOMPUTE_NEVER, OPTIM, SEED, AX_CPU, 30000};
   o.tensor_parallel = T;
@@ -133,11 +139,8 @@ static void test_members_equal_whole_model(void **state) {
  * unsplit replicas' stage, which their all-reduce keeps equal. */
 static void test_with_replicas(void **state) {
   const ax_model_def *def = ax_model_find("bert");
-  ax_config mcfg;
-  ax_model_info info;
-  AX_ASSERT_OK(ax_model_config(def, BERT_CFG, &mcfg));
-  AX_ASSERT_OK(def->describe(&mcfg, &info));
-  int bounds[2] = {0, info.n_blocks};
+  int bounds[2];
+  bert_split(1, bounds);
   ax_pipe_opts o = {"bert", BERT_CFG, 1, g_names, bounds, AX_MODE_GPIPE, 2,
                     AX_RECOMPUTE_NEVER, OPTIM, SEED, AX_CPU, 30000};
   o.replicas = 2;
@@ -230,13 +233,8 @@ static void check_joined(const char *root, ax_pipe *p) {
  * of none, is refused by a restore; the parts join into the whole model
  * (check_joined). */
 static void test_resume(void **state) {
-  const ax_model_def *def = ax_model_find("bert");
-  ax_config mcfg;
-  ax_model_info info;
-  AX_ASSERT_OK(ax_model_config(def, BERT_CFG, &mcfg));
-  AX_ASSERT_OK(def->describe(&mcfg, &info));
   int bounds[3];
-  AX_ASSERT_OK(ax_split_uniform(info.n_blocks, 2, bounds));
+  bert_split(2, bounds);
   for (int flags = 0; flags <= AX_CKPT_TO_COORDINATOR; flags++) {
     char root[] = "/tmp/axon_tp_ckptXXXXXX";
     assert_non_null(mkdtemp(root));
@@ -291,39 +289,19 @@ static void test_resume(void **state) {
   AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
 }
 
-static void *kill_later(void *arg) {
-  rt_sleep_ms(1500);
-  kill(*(pid_t *)arg, SIGKILL);
-  return NULL;
-}
-
 /* Member 1 of stage 1 (agent t4) killed mid-run: the train call fails
  * with AX_EPEERDOWN naming it within seconds (its partner t3 waited in the
  * layers' all-reduce and saw it go). Runs last: t4 stays dead. */
 static void test_lost_member(void **state) {
-  const ax_model_def *def = ax_model_find("bert");
-  ax_config mcfg;
-  ax_model_info info;
-  AX_ASSERT_OK(ax_model_config(def, BERT_CFG, &mcfg));
-  AX_ASSERT_OK(def->describe(&mcfg, &info));
   int bounds[3];
-  AX_ASSERT_OK(ax_split_uniform(info.n_blocks, 2, bounds));
+  bert_split(2, bounds);
   ax_pipe_opts o = {"bert", BERT_CFG, 2,     g_names, bounds, AX_MODE_1F1B,
                     4,      AX_RECOMPUTE_NEVER, OPTIM, SEED, AX_CPU, 30000};
   o.tensor_parallel = 2;
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
-  pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, kill_later, &g_pids[3]), 0);
-  int64_t t0 = rt_now_ms();
-  int err = ax_pipe_train(p, 1000000, bert_batch, NULL, NULL);
-  double took = (double)(rt_now_ms() - t0) / 1e3 - 1.5;
-  pthread_join(th, NULL);
-  fprintf(stderr, "  t4 killed: %s after %.1f s: %s\n", ax_strerror(err),
-          took, ax_errmsg());
-  assert_int_equal(err, AX_EPEERDOWN);
-  assert_non_null(strstr(ax_errmsg(), "t4"));
-  assert_true(took < 10.0);
+  const char *want[] = {"member 1", "t4", NULL};
+  pt_train_until_killed(p, &g_pids[3], bert_batch, NULL, "t4", want);
   ax_pipe_free(p);
   AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS - 1));
 }
