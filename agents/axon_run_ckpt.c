@@ -120,6 +120,9 @@ static int recover(const axr_pipe_args *a, ax_pipe **p, const axr_feed *feed,
   if (!feed->rebuild || (!a->nspares && !a->restarts))
     return failure;
   double t0 = ax_now();
+  /* A checkpoint still being written is complete or not before the
+   * newest one is looked for (its failure is the lost agent's). */
+  ax_pipe_checkpoint_wait(*p);
   AX_TRY(feed->rebuild(feed->user, failure, p));
   char dir[1024];
   const char *why = a->nspares ? "--spares" : "--restarts";
@@ -151,8 +154,11 @@ static int save(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
   snprintf(in.data_config, sizeof in.data_config, "%s",
            a->data_config ? a->data_config : "");
   run_config(a, in.config, sizeof in.config);
+  /* The stages' files are written while training goes on (the manifest
+   * follows them; the next checkpoint or the run's end waits). */
   return ax_pipe_checkpoint(p, a->ckpt_dir, &in, 2,
-                            a->ckpt_to_coord ? AX_CKPT_TO_COORDINATOR : 0);
+                            a->ckpt_to_coord ? AX_CKPT_TO_COORDINATOR
+                                             : AX_CKPT_ASYNC);
 }
 
 /* --freeze-schedule: the point at step t, if any, is applied: the pipeline
@@ -257,6 +263,11 @@ int axr_train(const axr_pipe_args *a, ax_pipe **pp, long total,
   }
   if (w.loss_log)
     fclose(w.loss_log);
+  double w0 = ax_now(); /* the last checkpoint's files, if still going */
+  int werr = *pp ? ax_pipe_checkpoint_wait(*pp) : AX_OK;
+  *ckpt_s += ax_now() - w0;
+  if (err == AX_OK)
+    err = werr;
   if (err == AX_OK && fz.n && fz.phase_s > 0)
     fprintf(stderr, "axon-run: the last phase: %ld steps, %.1f samples/s\n",
             total - fz.phase_from,

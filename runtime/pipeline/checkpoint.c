@@ -1,6 +1,7 @@
 /* Saving and restoring a pipeline's checkpoint (checkpoint.h): the
  * coordinator's side. The stages' side is stage_ckpt.c, the file format
  * ckpt_file.c and ckpt_dir.c. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,7 @@ typedef struct save_args {
   axi_manifest *m;  /* file first + s is stage s's */
   int first;
   int send;         /* the stages send their files here */
+  int async;        /* the stages write them in the background */
 } save_args;
 
 /* Writes the file stage s sent (after checking it is what it says). */
@@ -115,7 +117,18 @@ static int save_args_of(void *user, int s, ax_values **out) {
     return AX_ENOMEM;
   ax_values_add_str(v, a->dir);
   ax_values_add_str(v, name);
-  return ax_values_add_i64(v, a->send);
+  ax_values_add_i64(v, a->send);
+  return ax_values_add_i64(v, a->async);
+}
+
+/* "ckpt_wait" [dir/name of stage s's file]. */
+static int wait_args_of(void *user, int s, ax_values **out) {
+  save_args *a = user;
+  char name[64], path[1200];
+  stage_file(a->p, s, name, sizeof name);
+  snprintf(path, sizeof path, "%s/%s", a->dir, name);
+  ax_values *v = *out = ax_values_new();
+  return v ? ax_values_add_str(v, path) : AX_ENOMEM;
 }
 
 #define AXI_CK_PREFIX_FILE "prefix.axck"
@@ -215,11 +228,79 @@ static int ckpt_supported(const ax_pipe *p) {
   return AX_OK;
 }
 
+/* A checkpoint whose stage files are still being written (AX_CKPT_ASYNC):
+ * its finisher collects the writes, then writes the manifest (which makes
+ * the checkpoint valid) and prunes the old ones. */
+typedef struct axp_ckpt_job {
+  ax_pipe *parts[AX_PIPE_MAX_REPLICAS];
+  int T, keep;
+  save_args a;
+  axi_manifest m;
+  char root[1024];
+  int err;
+  char msg[512];
+  pthread_t th;
+} axp_ckpt_job;
+
+static void *finish_main(void *arg) {
+  axp_ckpt_job *j = arg;
+  int err = AX_OK;
+  for (int t = 0; t < j->T && err == AX_OK; t++) {
+    j->a.p = j->parts[t];
+    err = axp_all_stages(j->parts[t], "ckpt_wait", wait_args_of, NULL, &j->a);
+  }
+  if (err == AX_OK)
+    err = axi_manifest_write(j->a.dir, &j->m);
+  if (err == AX_OK)
+    prune(j->parts, j->T, j->root, j->keep);
+  j->err = err;
+  if (err != AX_OK)
+    snprintf(j->msg, sizeof j->msg, "%s", ax_errmsg());
+  return NULL;
+}
+
+int ax_pipe_checkpoint_wait(ax_pipe *p) {
+  axp_ckpt_job *j = p ? p->ckpt_job : NULL;
+  if (!j)
+    return AX_OK;
+  pthread_join(j->th, NULL);
+  p->ckpt_job = NULL;
+  int err = j->err == AX_OK
+                ? AX_OK
+                : ax_seterr(j->err, "checkpoint %s: %s", j->a.dir, j->msg);
+  free(j);
+  return err;
+}
+
+/* Hands the rest of an asynchronous checkpoint to its finisher. */
+static int finish_later(ax_pipe *front, ax_pipe *const *parts, int T,
+                        const save_args *a, const axi_manifest *m,
+                        const char *root, int keep) {
+  axp_ckpt_job *j = calloc(1, sizeof *j);
+  if (!j)
+    return AX_ENOMEM;
+  for (int t = 0; t < T; t++)
+    j->parts[t] = parts[t];
+  j->T = T;
+  j->keep = keep;
+  j->a = *a;
+  j->m = *m;
+  j->a.m = &j->m;
+  snprintf(j->root, sizeof j->root, "%s", root);
+  if (pthread_create(&j->th, NULL, finish_main, j) != 0) {
+    free(j);
+    return ax_seterr(AX_ENOMEM, "checkpoint: cannot start its finisher");
+  }
+  front->ckpt_job = j;
+  return AX_OK;
+}
+
 int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
                        int keep, int flags) {
   if (!p || !root || !*root || !in || in->step < 0)
     return ax_seterr(AX_EINVAL, "checkpoint: bad arguments");
   AX_TRY(ckpt_supported(p));
+  AX_TRY(ax_pipe_checkpoint_wait(p)); /* the previous one's outcome */
   /* The replicas hold the same weights and optimizer state: replica 0's
    * members (one part without tensor parallelism) are saved. */
   ax_pipe *front = p;
@@ -236,6 +317,7 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
   memset(&m, 0, sizeof m);
   m.step = in->step;
   save_args a = {.m = &m, .send = (flags & AX_CKPT_TO_COORDINATOR) != 0};
+  a.async = !a.send && (flags & AX_CKPT_ASYNC);
   axi_ckpt_dirname(root, in->step, a.dir, sizeof a.dir);
   AX_TRY(axi_mkdirs(a.dir));
   /* An earlier attempt at this step (or a run that got this far before a
@@ -261,6 +343,8 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
   m.nfiles = 1 + T * p->K;
   if (err == AX_OK && front->frozen) /* the coordinator's own blocks */
     err = save_prefix(front->frozen, a.dir, &m);
+  if (err == AX_OK && a.async) /* the files are still being written */
+    return finish_later(front, parts, T, &a, &m, root, keep < 2 ? 2 : keep);
   if (err == AX_OK)
     err = axi_manifest_write(a.dir, &m);
   if (err == AX_OK)
@@ -421,6 +505,7 @@ static int restore_part(ax_pipe *p, const char *path, ax_ckpt_info *info);
 
 int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
   AX_TRY(ckpt_supported(p));
+  AX_TRY(ax_pipe_checkpoint_wait(p));
   AX_TRY(restore_prefix(p, path));
   if (!p->nrep)
     return restore_part(p, path, info);

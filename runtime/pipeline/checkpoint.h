@@ -63,6 +63,13 @@ typedef struct ax_ckpt_info {
   1 /* the stages send their files to the                                      \
        coordinator, which writes them under its                                \
        root (and sends them back on restore) */
+/* The stages copy their state and answer; their files are written in the
+ * background while training goes on, and the manifest (which makes the
+ * checkpoint valid) follows once all are on disk. The call returns after
+ * the copies; ax_pipe_checkpoint_wait (also called by the next checkpoint,
+ * a restore and ax_pipe_free) returns the outcome. Ignored with
+ * AX_CKPT_TO_COORDINATOR. */
+#define AX_CKPT_ASYNC 2
 
 /* Saves a checkpoint of p at info->step under root (root/ckpt-NNNNNNNN/:
  * stage-SS.axck on each stage's agent, or here with
@@ -72,6 +79,9 @@ typedef struct ax_ckpt_info {
  * failed checkpoint leaves the previous ones as they were. */
 int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *info,
                        int keep, int flags);
+/* Waits for an AX_CKPT_ASYNC checkpoint of p still being written and
+ * returns its outcome (AX_OK when none). */
+int ax_pipe_checkpoint_wait(ax_pipe *p);
 
 /* The checkpoint directory `path` names: path itself when it holds a
  * MANIFEST, else the newest root/ckpt-N with one. AX_ENOTFOUND when none. */

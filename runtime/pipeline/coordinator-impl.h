@@ -40,6 +40,8 @@ struct ax_pipe {
   int member, members;     /* a part's tensor-parallel member index and
                               count (0 and 1 when none): its stage files
                               in a checkpoint are its own */
+  struct axp_ckpt_job *ckpt_job; /* the outermost object's checkpoint
+                                    still being written (checkpoint.c) */
   axp_frozen *frozen;      /* the outermost object's frozen prefix
                               (freeze.h), or NULL */
   char (*pool)[AXP_NAME];  /* after a freeze: every agent the pipelines

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "models/model.h"
+#include "runtime/pipeline/checkpoint.h"
 #include "runtime/pipeline/coordinator-impl.h"
 #include "runtime/pipeline/stage_host.h"
 #include "runtime/pipeline/staleness.h"
@@ -331,6 +332,7 @@ ax_pipe *ax_pipe_replica(ax_pipe *p, int r) {
 void ax_pipe_free(ax_pipe *p) {
   if (!p)
     return;
+  ax_pipe_checkpoint_wait(p); /* its files outlive nothing they need */
   axp_frozen_free(p->frozen);
   free(p->pool);
   if (p->nrep) {

@@ -59,18 +59,130 @@ static int quiet_stage(phost *h) {
   return AX_OK;
 }
 
-/* "ckpt_save" [dir, file name, send (optional)]: writes dir/name on this
- * host (creating dir), or with send = 1 returns the file instead; returns
- * [size, sha256 hex] and then the file's bytes (axi_ck_pack). */
+/* A file written in the background ("ckpt_save" with async). */
+typedef struct axp_ckpt_write {
+  struct axp_ckpt_write *next;
+  phost *h;
+  char path[1000];
+  uint8_t *buf;
+  size_t len;
+  int done, err;
+  char msg[256];
+  pthread_t th;
+} axp_ckpt_write;
+
+static void *write_main(void *arg) {
+  axp_ckpt_write *w = arg;
+  int err = axi_write_atomic(w->path, w->buf, w->len);
+  free(w->buf);
+  w->buf = NULL;
+  pthread_mutex_lock(&w->h->ckpt_mu);
+  w->err = err;
+  if (err != AX_OK)
+    snprintf(w->msg, sizeof w->msg, "%s", ax_errmsg());
+  w->done = 1;
+  pthread_cond_broadcast(&w->h->ckpt_cv);
+  pthread_mutex_unlock(&w->h->ckpt_mu);
+  return NULL;
+}
+
+/* Starts writing buf (taken) to path in the background. */
+static int write_async(phost *h, const char *path, uint8_t *buf, size_t len) {
+  axp_ckpt_write *w = calloc(1, sizeof *w);
+  if (!w) {
+    free(buf);
+    return AX_ENOMEM;
+  }
+  w->h = h;
+  snprintf(w->path, sizeof w->path, "%s", path);
+  w->buf = buf;
+  w->len = len;
+  pthread_mutex_lock(&h->ckpt_mu);
+  if (pthread_create(&w->th, NULL, write_main, w) != 0) {
+    pthread_mutex_unlock(&h->ckpt_mu);
+    free(w->buf);
+    free(w);
+    return ax_seterr(AX_ENOMEM, "pipe.stage: cannot start a writer");
+  }
+  w->next = h->writes;
+  h->writes = w;
+  pthread_mutex_unlock(&h->ckpt_mu);
+  return AX_OK;
+}
+
+/* Takes path's write out of the list once it is done (ckpt_mu held). */
+static axp_ckpt_write *take_done(phost *h, const char *path, int *found) {
+  *found = 0;
+  for (axp_ckpt_write **pp = &h->writes; *pp; pp = &(*pp)->next) {
+    axp_ckpt_write *w = *pp;
+    if (strcmp(w->path, path))
+      continue;
+    *found = 1;
+    if (!w->done)
+      return NULL;
+    *pp = w->next;
+    return w;
+  }
+  return NULL;
+}
+
+int axp_host_ckpt_wait(ax_call_ctx *cc, void *obj, const ax_values *args,
+                       ax_values *out) {
+  phost *h = obj;
+  const char *path;
+  AX_TRY(ax_values_get_str(args, 0, &path));
+  int64_t end = ax_trace_now_us() / 1000 + axp_wait_ms(cc);
+  int found = 0;
+  axp_ckpt_write *w = NULL;
+  pthread_mutex_lock(&h->ckpt_mu);
+  while (!(w = take_done(h, path, &found)) && found &&
+         ax_trace_now_us() / 1000 < end) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 50 * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&h->ckpt_cv, &h->ckpt_mu, &ts);
+  }
+  pthread_mutex_unlock(&h->ckpt_mu);
+  if (!w)
+    return found ? ax_seterr(AX_ETIMEOUT, "pipe.stage: %s not written in "
+                             "time", path)
+                 : ax_seterr(AX_ENOTFOUND, "pipe.stage: no write of %s",
+                             path);
+  pthread_join(w->th, NULL);
+  int err = w->err == AX_OK ? AX_OK : ax_seterr(w->err, "%s", w->msg);
+  free(w);
+  return err;
+}
+
+void axp_ckpt_writes_drain(phost *h) {
+  pthread_mutex_lock(&h->ckpt_mu);
+  axp_ckpt_write *all = h->writes;
+  h->writes = NULL;
+  pthread_mutex_unlock(&h->ckpt_mu);
+  for (axp_ckpt_write *w = all, *nx; w; w = nx) {
+    nx = w->next;
+    pthread_join(w->th, NULL); /* a local disk write: it ends */
+    free(w);
+  }
+}
+
+/* "ckpt_save" [dir, file name, send (optional), async (optional)]: writes
+ * dir/name on this host (creating dir), in the background with async, or
+ * with send = 1 returns the file instead; returns [size, sha256 hex] and
+ * then the file's bytes (axi_ck_pack). */
 int axp_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out) {
   phost *h = obj;
   char dir[900], name[64], path[1000];
-  int64_t send = 0;
+  int64_t send = 0, async = 0;
   AX_TRY(path_arg(args, 0, dir, sizeof dir));
   AX_TRY(path_arg(args, 1, name, sizeof name));
   if (ax_values_count(args) > 2)
     AX_TRY(ax_values_get_i64(args, 2, &send));
+  if (ax_values_count(args) > 3)
+    AX_TRY(ax_values_get_i64(args, 3, &async));
   if (strchr(name, '/'))
     return ax_seterr(AX_EINVAL, "pipe.stage: bad file name '%s'", name);
   snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -90,8 +202,12 @@ int axp_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
     err = axi_ckw_finish(&w, &buf, &len, sha);
   else
     axi_ckw_free(&w);
-  if (err == AX_OK && !send)
+  if (err == AX_OK && !send && async) {
+    err = write_async(h, path, buf, len); /* takes buf */
+    buf = NULL;
+  } else if (err == AX_OK && !send) {
     err = axi_write_atomic(path, buf, len);
+  }
   if (err == AX_OK)
     err = ax_values_add_i64(out, (int64_t)len);
   if (err == AX_OK)

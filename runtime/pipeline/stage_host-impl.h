@@ -61,6 +61,11 @@ typedef struct phost {
                         (axp_host_exec); NULL: none (as replicas) */
   pthread_mutex_t group_mu; /* lets host_quiesce abort the groups while an
                                action waits in one holding s->mu */
+  /* Checkpoint files being written in the background ("ckpt_save" with
+   * async; stage_ckpt.c), until "ckpt_wait" collects them. */
+  pthread_mutex_t ckpt_mu;
+  pthread_cond_t ckpt_cv;
+  struct axp_ckpt_write *writes;
   int zero;          /* optimizer state and averaged gradients sharded over
                         the replicas (ZeRO 1/2): the optimizer holds only */
   size_t zero_off, zero_len; /* this shard of the parameters */
@@ -113,6 +118,11 @@ int axp_host_ckpt_load(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out);
 int axp_host_ckpt_drop(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out);
+/* "ckpt_wait" [path]: the outcome of the background write of path. */
+int axp_host_ckpt_wait(ax_call_ctx *cc, void *obj, const ax_values *args,
+                       ax_values *out);
+/* Waits for every background write and forgets them (teardown). */
+void axp_ckpt_writes_drain(phost *h);
 /* Drops the taken gradients and the running sum (s->mu held). */
 void axp_grads_clear(phost *h);
 

@@ -149,6 +149,8 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
   }
   h->s = s;
   pthread_mutex_init(&h->group_mu, NULL);
+  pthread_mutex_init(&h->ckpt_mu, NULL);
+  pthread_cond_init(&h->ckpt_cv, NULL);
   h->def = ax_pipe_mode_get(AX_MODE_SEQUENTIAL);
   h->last_step = -1;
   axi_stale_clear(&h->stale);
@@ -175,6 +177,9 @@ static void host_destroy(void *obj) {
   phost *h = obj;
   host_quiesce(h);
   host_clear(h);
+  axp_ckpt_writes_drain(h);
+  pthread_mutex_destroy(&h->ckpt_mu);
+  pthread_cond_destroy(&h->ckpt_cv);
   pthread_mutex_destroy(&h->group_mu);
   axp_inbox_destroy(&h->in);
   axd_stage_release(h->s);
@@ -558,6 +563,7 @@ static const ax_robj_method_def g_methods[] = {
     {"trace", m_trace}, {"offload", m_offload},
     {"ckpt_save", axp_host_ckpt_save},
     {"ckpt_load", axp_host_ckpt_load}, {"ckpt_drop", axp_host_ckpt_drop},
+    {"ckpt_wait", axp_host_ckpt_wait},
     {NULL, NULL},
 };
 

@@ -71,14 +71,19 @@
  *  - "state_save" []: [params (P), buffers (Q) or an empty tensor].
  *  - "trace" []: [bytes] the events recorded since the last "trace"
  *    (stage_events.h), encoded by ax_trace_encode.
- *  - "ckpt_save" [dir, name, send (optional i64)]: writes the stage's
- *    state (parameters, buffers, optimizer state and steps, update
- *    position, 2bw's shadow) to dir/name on this agent's disk (temporary
- *    file, fsync, rename; dir is created), or with send = 1 returns the
- *    file to the caller instead; [size, sha256 hex] and with send the file
- *    (an i32 tensor of its bytes, zero-padded). AX_ESTATE while a unit is
- *    in flight (checkpoints are taken at a consistent cut).
- *    docs/CHECKPOINTS.md.
+ *  - "ckpt_save" [dir, name, send (optional i64), async (optional i64)]:
+ *    writes the stage's state (parameters, buffers, optimizer state and
+ *    steps, update position, 2bw's shadow) to dir/name on this agent's
+ *    disk (temporary file, fsync, rename; dir is created), or with send =
+ *    1 returns the file to the caller instead; [size, sha256 hex] and with
+ *    send the file (an i32 tensor of its bytes, zero-padded). With async =
+ *    1 (and no send) it answers once the state is copied, and writes the
+ *    file in the background ("ckpt_wait" collects the outcome). AX_ESTATE
+ *    while a unit is in flight (checkpoints are taken at a consistent
+ *    cut). docs/CHECKPOINTS.md.
+ *  - "ckpt_wait" [path]: waits (bounded by the call's deadline) for the
+ *    background write of dir/name = path and returns its outcome;
+ *    AX_ENOTFOUND when no such write was started.
  *  - "ckpt_load" [path, size, sha256 hex, file (optional)]: the file at
  *    path on this agent, or the one given (path then only names it);
  *    checks it against the manifest's size and checksum and against this
