@@ -385,8 +385,11 @@ int axi_bulk_recv(bconn *c) {
       size_t lazy = nb < AXI_BULK_LAZY ? nb : AXI_BULK_LAZY;
       if (!direct)
         AX_TRY(stage_grow(c, t ? nb : lazy));
-      uint8_t *dst = (direct ? (uint8_t *)t->data : c->stage) + c->toff;
+      uint8_t *base = direct ? (uint8_t *)t->data : c->stage;
       size_t want = (direct || t ? nb : lazy) - c->toff;
+      /* An empty tensor may have no storage and the stage no buffer yet:
+       * no pointer arithmetic on NULL (only a non-empty read needs one). */
+      uint8_t *dst = base ? base + c->toff : NULL;
       r = want ? rd(c, dst, want < AXI_BULK_STEP ? want : AXI_BULK_STEP) : 0;
       if (r < 0)
         return AX_ECLOSED;
