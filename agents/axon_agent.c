@@ -250,6 +250,13 @@ int main(int argc, char **argv) {
   /* Signals are caught from here on: one that arrives while joining is
    * handled (a clean shutdown) as soon as the join returns. */
   a.base = event_base_new();
+  /* libevent puts back, when a signal event is freed, the disposition it
+   * found when the event was added: ignoring, so that a second SIGTERM
+   * during the shutdown below cannot kill the process between that and
+   * our own SIG_IGN (seen once in CI: an agent sent two SIGTERMs ended by
+   * the signal instead of exiting 0). */
+  signal(SIGINT, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
   struct event *sint = evsignal_new(a.base, SIGINT, on_signal, &a);
   struct event *sterm = evsignal_new(a.base, SIGTERM, on_signal, &a);
   struct event *tick = event_new(a.base, -1, EV_PERSIST, on_tick, &a);
@@ -284,9 +291,8 @@ int main(int argc, char **argv) {
   event_free(sterm);
   event_free(tick);
   event_base_free(a.base);
-  /* Further signals must not kill the clean shutdown under way. Set after
-   * freeing the signal events: libevent restores the previous (default)
-   * disposition when they are freed. */
+  /* Further signals must not kill the clean shutdown under way: libevent
+   * restored the disposition set above (ignore) when freeing the events. */
   signal(SIGINT, SIG_IGN);
   signal(SIGTERM, SIG_IGN);
   ax_node_shutdown(a.node, 5000);
