@@ -447,10 +447,25 @@ static void on_stop(evutil_socket_t fd, short what, void *arg) {
   event_base_loopbreak(((axi_bulk *)arg)->base);
 }
 
+static __thread const axi_bulk *t_io; /* set on a channel's I/O thread */
+
 static void *io_main(void *arg) {
   axi_bulk *b = arg;
+  t_io = b;
   event_base_loop(b->base, EVLOOP_NO_EXIT_ON_EMPTY);
   return NULL;
+}
+
+/* The transport contract's would_block: on this channel's I/O thread, a
+ * peer without a live connection (only this thread frees connections, so
+ * the pointer is safe to read here). Seen in CI: two members' first
+ * all-reduce, each answering the other's put inline, both dialled and
+ * waited 5 s for a challenge the other's stopped loop could not send. */
+static int tcp_would_block(axi_transport *t, axi_peer *p) {
+  if (t_io != (const axi_bulk *)t)
+    return 0;
+  const bconn *c = p->bulk_conn;
+  return !c || c->dead;
 }
 
 /* Starts the channel of `ops` (tcp or tls: every connection's TLS is
@@ -555,6 +570,7 @@ const axi_transport_ops axi_tcp_transport = {
     .stop = tcp_stop,
     .free = tcp_free,
     .probe = tcp_probe,
+    .would_block = tcp_would_block,
 };
 
 const axi_transport_ops axi_tls_transport = {
@@ -566,4 +582,5 @@ const axi_transport_ops axi_tls_transport = {
     .stop = tcp_stop,
     .free = tcp_free,
     .probe = tcp_probe,
+    .would_block = tcp_would_block,
 };

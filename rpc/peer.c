@@ -134,7 +134,9 @@ int axi_peer_route(axi_peer *p, const axi_msg *m, axi_stream *via) {
   int small = ax_values_tensor_bytes(m->values) < n->o.bulk_threshold;
   pthread_rwlock_rdlock(&n->data_lk);
   if (n->data && has_data_addr && (!n->o.small_over_grpc || !small) &&
-      !(small && m->kind == AXI_RESPONSE && ctl->alive(via))) {
+      !(small && m->kind == AXI_RESPONSE && ctl->alive(via)) &&
+      !(n->data->ops->would_block &&
+        n->data->ops->would_block(n->data, p))) {
     int rc = n->data->ops->send(n->data, p, m, NULL);
     pthread_rwlock_unlock(&n->data_lk);
     return rc;

@@ -65,6 +65,13 @@ typedef struct axi_transport_ops {
   /* Test hook (rpc/rpc-debug.h), data transports: opens a connection to
    * addr with the handshake a send does, then closes it. */
   int (*probe)(axi_transport *t, const char *addr);
+  /* Data transports, optional: 1 when a send to p from the calling thread
+   * would first have to open a connection and wait for the peer's side of
+   * the handshake on the transport's own I/O thread (a reply sent by an
+   * inline handler): the message then takes the control transport, since
+   * two nodes answering each other's first calls at once would each wait
+   * for the other's stopped loop. */
+  int (*would_block)(axi_transport *t, axi_peer *p);
 
   /* Control transports only (NULL for data transports): */
   /* Opens p's outgoing control connection p->out, hello first (p->mu
