@@ -304,7 +304,7 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
   /* The replicas hold the same weights and optimizer state: replica 0's
    * members (one part without tensor parallelism) are saved. */
   ax_pipe *front = p;
-  int T = p->nrep ? p->tp : 1;
+  int T = axp_members(p);
   ax_pipe *const *parts = p->nrep ? p->rep : &front;
   p = parts[0];
   if (p->plan)
@@ -511,8 +511,9 @@ int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
     return restore_part(p, path, info);
   for (int r = 0; r < p->nrep; r++) { /* every replica, the same files */
     int err = restore_part(p->rep[r], path, info);
-    if (err != AX_OK && p->tp > 1)
-      return ax_seterr(err, "replica %d member %d: %s", r / p->tp, r % p->tp,
+    int T = axp_members(p);
+    if (err != AX_OK && T > 1)
+      return ax_seterr(err, "replica %d member %d: %s", r / T, r % T,
                        ax_errmsg());
     if (err != AX_OK)
       return ax_seterr(err, "replica %d: %s", r, ax_errmsg());

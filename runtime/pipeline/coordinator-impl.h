@@ -35,8 +35,6 @@ typedef struct axp_replica_of {
 struct ax_pipe {
   ax_node *node;
   int nrep;                /* > 0: the front of nrep parts (below); */
-  int tp;                  /* the front's tensor-parallel members per
-                              replica (nrep = replicas x tp) */
   int member, members;     /* a part's tensor-parallel member index and
                               count (0 and 1 when none): its stage files
                               in a checkpoint are its own */
@@ -155,5 +153,11 @@ typedef struct axp_frozen_feed {
 } axp_frozen_feed;
 int axp_frozen_batch(void *feed, long t, ax_tlist *in, ax_tlist *lab);
 void axp_frozen_step(void *feed, const ax_pipe_step_info *si);
+
+/* Tensor-parallel members per replica of p (a front: its parts'; 1 when
+ * none): nrep = replicas x members. */
+static inline int axp_members(const ax_pipe *p) {
+  return p->nrep ? p->rep[0]->members : p->members > 1 ? p->members : 1;
+}
 
 #endif

@@ -540,10 +540,10 @@ int ax_pipe_evaluate(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,
 
 static int eval_call(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,
                      double *accuracy, double *loss) {
-  if (p->nrep && p->tp <= 1)
+  if (p->nrep && axp_members(p) <= 1)
     return eval_call(p->rep[0], n, batch, user, accuracy, loss);
   ax_pipe *const *parts = p->nrep ? p->rep : &p;
-  int T = p->nrep ? p->tp : 1;
+  int T = axp_members(p);
   int64_t correct = 0, count = 0;
   double lsum = 0;
   long done = 0;

@@ -27,7 +27,6 @@ static const char *const g_rec[J_N] = {"params", "buffers", "optim.m",
 typedef struct gathered {
   joined j[J_N];
   int64_t kind, steps, last_step, shadow_for;
-  int stages;
 } gathered;
 
 static void gathered_free(gathered *g) {
@@ -124,7 +123,6 @@ static int gather(ax_pipe *one, gathered *g) {
     axi_ckr_close(&r);
   }
   stage_files_free(&a);
-  g->stages = one->K;
   if (err != AX_OK)
     gathered_free(g);
   return err;
@@ -241,7 +239,7 @@ static int agents_of(const ax_pipe *p, char (*names)[AXP_NAME]) {
 }
 
 static int check_freezable(const ax_pipe *p, const ax_pipe *one) {
-  if (p->nrep && p->tp > 1)
+  if (p->nrep && axp_members(p) > 1)
     return ax_seterr(AX_EUNSUPPORTED, "freeze: not of tensor-parallel "
                      "pipelines yet");
   if (one->o.zero || one->optim_host[0] || one->o.staleness)
@@ -395,7 +393,7 @@ void ax_pipe_freeze_stats(const ax_pipe *p, ax_freeze_stats *out) {
   const ax_pipe *one = p->nrep ? p->rep[0] : p;
   out->blocks = axp_frozen_blocks(p->frozen);
   out->K = one->R;
-  out->replicas = p->nrep ? p->nrep / (p->tp > 0 ? p->tp : 1) : 1;
+  out->replicas = p->nrep ? p->nrep / axp_members(p) : 1;
   if (p->frozen)
     axp_frozen_counts(p->frozen, &out->hits, &out->misses, &out->cache_bytes);
 }

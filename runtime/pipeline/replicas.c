@@ -46,21 +46,19 @@ int axp_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
     id = (uint64_t)(uintptr_t)f ^ (uint64_t)(ax_now() * 1e9);
   int err = AX_OK;
-  f->tp = T;
   for (int i = 0; i < N && err == AX_OK; i++) {
     ax_pipe_opts ro = *o;
     ro.replicas = 0;
     ro.agents = o->agents + (size_t)i * K;
     axp_replica_of of = {R, i / T, id, o->agents, T, i % T};
     err = axp_pipe_create(n, &ro, &of, &f->rep[i]);
-    char m[512];
-    snprintf(m, sizeof m, "%s", ax_errmsg()); /* not formatted into itself */
     if (err == AX_OK)
       f->nrep = i + 1;
-    else if (T > 1)
-      err = ax_seterr(err, "replica %d member %d: %s", i / T, i % T, m);
+    else if (T > 1) /* ax_seterr may quote its own message */
+      err = ax_seterr(err, "replica %d member %d: %s", i / T, i % T,
+                      ax_errmsg());
     else
-      err = ax_seterr(err, "replica %d: %s", i, m);
+      err = ax_seterr(err, "replica %d: %s", i, ax_errmsg());
   }
   if (err != AX_OK) {
     char m[512];
@@ -220,7 +218,8 @@ static void *replica_main(void *arg) {
 int axp_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
                        ax_pipe_step_fn step, void *user) {
   int R = p->nrep;
-  share sh = {R / p->tp, p->tp, R, p->rep, 0, p->rep[0]->base,
+  int T = axp_members(p);
+  share sh = {R / T, T, R, p->rep, 0, p->rep[0]->base,
               batch,  step,  user};
   pthread_mutex_init(&sh.mu, NULL);
   sh.b = calloc((size_t)n + 1, sizeof *sh.b);
