@@ -65,6 +65,9 @@ static void usage(FILE *f) {
       "                       and its key (scripts/make_certs.sh)\n"
       "  --insecure           allow a non-loopback --listen without a token\n"
       "                       or TLS (refused otherwise)\n"
+      "  --data-transport T   tcp, tls or shm (default: AXON_DATA_TRANSPORT,\n"
+      "                       else tls with TLS, else shm: TCP to other hosts,\n"
+      "                       shared memory to agents of this host)\n"
       "  --plugin FILE.so     load a plugin: its models, object kinds and\n"
       "                       functions are served here (repeatable;\n"
       "                       runtime/dist/plugin.h)\n"
@@ -131,6 +134,7 @@ int main(int argc, char **argv) {
       {"token-file", 1, 0, 'T'},   {"plugin", 1, 0, 'L'},
       {"tls-ca", 1, 0, 'A'},       {"tls-cert", 1, 0, 'E'},
       {"tls-key", 1, 0, 'K'},      {"insecure", 0, 0, 'X'},
+      {"data-transport", 1, 0, 'Y'},
       {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
   int c, ok = 1;
 #define size_flag(flag, dst)                                                   \
@@ -174,6 +178,7 @@ int main(int argc, char **argv) {
     case 'E': o.tls_cert = optarg; break;
     case 'K': o.tls_key = optarg; break;
     case 'X': o.insecure = 1; break;
+    case 'Y': o.data_transport = optarg; break;
     case 'M': ok = size_flag("--max-msg-bytes", &o.max_msg_bytes); break;
     case 'B': ok = size_flag("--max-hdr-bytes", &o.max_hdr_bytes); break;
     case 'V': ok = size_flag("--max-values", &o.max_values); break;

@@ -4,7 +4,7 @@
  * flight, and GB/s for 1, 16 and 64 MiB tensors.
  *
  *   axon-bench rpc [--iters N] [--reps N] [--worker] [--grpc-small]
- *                  [--bulk-threshold B] [--tls [--rounds N]]
+ *                  [--bulk-threshold B] [--tls | --shm [--rounds N]]
  *
  * The handlers are trivial, so they are registered inline (run on the
  * receiving transport thread); --worker registers them as ordinary
@@ -12,7 +12,9 @@
  * --bulk-threshold tensor bytes over the gRPC stream instead of the TCP
  * channel (ax_node_opts.small_over_grpc).
  *
- * --tls compares plaintext with mutual TLS instead (axon_bench_rpc_tls.c).
+ * axon's side runs the "tcp" data transport unless AXON_DATA_TRANSPORT
+ * names another. --tls compares TCP with mutual TLS instead, --shm TCP with
+ * the shared-memory transport (axon_bench_rpc_tls.c).
  *
  * The server is a forked child (forked before gRPC starts in either
  * process); it answers raw TCP on one socket and axon calls on its node. */
@@ -235,13 +237,14 @@ void axi_bench_rpc_run(ax_node *n, int iters, int reps, axi_rpc_row *r) {
 }
 
 int ax_bench_rpc_main(int argc, char **argv) {
-  int iters = 5000, reps = 10, rounds = 3, tls = 0, c;
+  int iters = 5000, reps = 10, rounds = 3, tls = 0, shm = 0, c;
   static const struct option lo[] = {{"iters", 1, 0, 'i'},
                                      {"reps", 1, 0, 'r'},
                                      {"worker", 0, 0, 'w'},
                                      {"bulk-threshold", 1, 0, 'b'},
                                      {"grpc-small", 0, 0, 'g'},
                                      {"tls", 0, 0, 't'},
+                                     {"shm", 0, 0, 's'},
                                      {"rounds", 1, 0, 'R'},
                                      {"help", 0, 0, 'h'},
                                      {0, 0, 0, 0}};
@@ -259,12 +262,14 @@ int ax_bench_rpc_main(int argc, char **argv) {
       g_grpc_small = 1;
     else if (c == 't')
       tls = 1;
+    else if (c == 's')
+      shm = 1;
     else if (c == 'R')
       rounds = atoi(optarg);
     else {
       printf("usage: axon-bench rpc [--iters N (5000)] [--reps N (10)] "
              "[--worker] [--grpc-small] [--bulk-threshold BYTES (1 MiB)]\n"
-             "       axon-bench rpc --tls [--rounds N (3)] [--iters N] "
+             "       axon-bench rpc --tls | --shm [--rounds N (3)] [--iters N] "
              "[--reps N]\n"
              "  --worker          run the handlers on the worker pool instead "
              "of inline\n"
@@ -275,15 +280,18 @@ int ax_bench_rpc_main(int argc, char **argv) {
              "  --tls             plaintext against mutual TLS on both "
              "channels, interleaved\n"
              "                    in one run (certificates from "
-             "scripts/make_certs.sh)\n");
+             "scripts/make_certs.sh)\n"
+             "  --shm             TCP against the shared-memory transport, "
+             "interleaved in one run\n");
       return c == 'h' ? 0 : 2;
     }
   }
   if (iters < 100)
     iters = 100;
   signal(SIGPIPE, SIG_IGN);
-  if (tls)
-    return axi_bench_rpc_tls(iters, reps, rounds < 1 ? 1 : rounds);
+  if (tls || shm)
+    return axi_bench_rpc_pair(shm, iters, reps, rounds < 1 ? 1 : rounds);
+  setenv("AXON_DATA_TRANSPORT", "tcp", 0); /* axon's TCP against raw TCP */
   int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
   struct sockaddr_in sa = {.sin_family = AF_INET};
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

@@ -1,5 +1,5 @@
 /* axon-bench rpc internals shared by axon_bench_rpc.c (axon RPC against raw
- * TCP) and axon_bench_rpc_tls.c (plaintext against TLS). */
+ * TCP) and axon_bench_rpc_tls.c (TCP against TLS or shared memory). */
 #ifndef AX_AXON_BENCH_RPC_H
 #define AX_AXON_BENCH_RPC_H
 
@@ -20,7 +20,8 @@ extern const size_t axi_bench_rpc_sizes[3]; /* 1, 16 and 64 MiB */
 int axi_bench_rpc_child(int raw_port, const char *master);
 /* Measures n's calls to "bench-server". */
 void axi_bench_rpc_run(ax_node *n, int iters, int reps, axi_rpc_row *r);
-/* axon-bench rpc --tls; returns the exit status. */
-int axi_bench_rpc_tls(int iters, int reps, int rounds);
+/* axon-bench rpc --tls (shm 0: tcp against tls) or --shm (shm 1: tcp
+ * against shm); returns the exit status. */
+int axi_bench_rpc_pair(int shm, int iters, int reps, int rounds);
 
 #endif

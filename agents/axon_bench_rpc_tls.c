@@ -1,11 +1,15 @@
-/* axon-bench rpc --tls: the cost of encryption. Two worlds run side by
- * side in one run, each a client node here and a forked server child: one
- * plaintext, one with mutual TLS on both channels (certificates made by
- * scripts/make_certs.sh in a temporary directory). The same measurements
- * (axi_bench_rpc_run) alternate between them for --rounds rounds, so that
- * both see the same machine load; the table gives the median small-call
- * p50/p99 and calls/s over the rounds, the best GB/s, and the ratios
- * against the goals of issue 11 (p50 <= 1.3x, 64 MiB >= 0.5x). */
+/* axon-bench rpc --tls / --shm: two data transports side by side. Two
+ * worlds run in one run, each a client node here and a forked server
+ * child:
+ * - --tls: plaintext TCP against mutual TLS on both channels (certificates
+ *   made by scripts/make_certs.sh in a temporary directory); goals of
+ *   issue 11: p50 <= 1.3x, 64 MiB >= 0.5x;
+ * - --shm: TCP against the shared-memory transport (both on this host);
+ *   goal of issue 15: 16 and 64 MiB >= 2x.
+ * The same measurements (axi_bench_rpc_run) alternate between them for
+ * --rounds rounds, so that both see the same machine load; the table gives
+ * the median small-call p50/p99 and calls/s over the rounds, the best
+ * GB/s, and the ratios. */
 #include <arpa/inet.h>
 #include <libgen.h>
 #include <netinet/in.h>
@@ -64,12 +68,15 @@ static void pem(char *buf, size_t len, const char *dir, const char *name,
   snprintf(buf, len, "%s/%s.%s", dir, name, ext);
 }
 
-int axi_bench_rpc_tls(int iters, int reps, int rounds) {
+int axi_bench_rpc_pair(int shm, int iters, int reps, int rounds) {
   char dir[64] = "/tmp/axon-bench-tls-XXXXXX", rm[128];
   if (!mkdtemp(dir))
     return 1;
   snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
-  if (make_certs(dir)) {
+  const char *what = shm ? "--shm" : "--tls";
+  /* world 0, world 1: their data transports */
+  const char *dt[2] = {"tcp", shm ? "shm" : "tls"};
+  if (!shm && make_certs(dir)) {
     system(rm);
     return 1;
   }
@@ -93,7 +100,8 @@ int axi_bench_rpc_tls(int iters, int reps, int rounds) {
   for (int w = 0; w < 2; w++) { /* 0: plaintext, 1: TLS */
     snprintf(master[w], sizeof master[w], "127.0.0.1:%d", free_port());
     if ((pid[w] = fork()) == 0) { /* before any gRPC initialisation */
-      if (w) {
+      setenv("AXON_DATA_TRANSPORT", dt[w], 1);
+      if (w && !shm) {
         setenv("AXON_TLS_CA", ca, 1);
         setenv("AXON_TLS_CERT", scert, 1);
         setenv("AXON_TLS_KEY", skey, 1);
@@ -112,7 +120,8 @@ int axi_bench_rpc_tls(int iters, int reps, int rounds) {
     o.listen = o.master = master[w];
     o.world_size = 2;
     o.threads = 2;
-    if (w) {
+    o.data_transport = dt[w];
+    if (w && !shm) {
       o.tls_ca = ca;
       o.tls_cert = ccert;
       o.tls_key = ckey;
@@ -122,7 +131,7 @@ int axi_bench_rpc_tls(int iters, int reps, int rounds) {
       rc = ax_node_join(n[w], 30000);
   }
   if (rc != AX_OK) {
-    fprintf(stderr, "axon-bench rpc --tls: %s\n", ax_errmsg());
+    fprintf(stderr, "axon-bench rpc %s: %s\n", what, ax_errmsg());
     for (int w = 0; w < 2; w++)
       kill(pid[w], SIGKILL);
   }
@@ -158,10 +167,11 @@ int axi_bench_rpc_tls(int iters, int reps, int rounds) {
     m[w][1] = axi_bench_median(p99[w], rounds);
     m[w][2] = axi_bench_median(cps[w], rounds);
   }
-  printf("axon-bench rpc --tls (loopback, %d interleaved rounds)\n", rounds);
-  printf("%-28s %12s %12s %8s %s\n", "", "plaintext", "TLS", "ratio", "goal");
+  printf("axon-bench rpc %s (loopback, %d interleaved rounds)\n", what,
+         rounds);
+  printf("%-28s %12s %12s %8s %s\n", "", "tcp", dt[1], "ratio", "goal");
   printf("%-28s %12.1f %12.1f %8.2f %s\n", "small call p50 (us)", m[0][0],
-         m[1][0], m[1][0] / m[0][0], "<= 1.3");
+         m[1][0], m[1][0] / m[0][0], shm ? "" : "<= 1.3");
   printf("%-28s %12.1f %12.1f %8.2f\n", "small call p99 (us)", m[0][1], m[1][1],
          m[1][1] / m[0][1]);
   printf("%-28s %12.0f %12.0f %8.2f\n", "calls/s, 64 in flight", m[0][2],
@@ -170,6 +180,7 @@ int axi_bench_rpc_tls(int iters, int reps, int rounds) {
                           "64 MiB tensor (GB/s)"};
   for (int s = 0; s < 3; s++)
     printf("%-28s %12.2f %12.2f %8.2f %s\n", names[s], gbs[0][s], gbs[1][s],
-           gbs[1][s] / gbs[0][s], s == 2 ? ">= 0.5" : "");
+           gbs[1][s] / gbs[0][s],
+           shm ? (s ? ">= 2" : "") : s == 2 ? ">= 0.5" : "");
   return 0;
 }

@@ -6,6 +6,7 @@
 
 #include <event2/event.h>
 #include <event2/listener.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include "rpc/node-impl.h"
@@ -34,6 +35,8 @@ typedef struct bframe {
   struct bframe *next;
 } bframe;
 
+typedef struct axi_shm_ring axi_shm_ring;
+
 typedef struct bconn {
   struct axi_bulk *b;
   axi_peer *peer; /* incoming: set by the hello */
@@ -52,6 +55,11 @@ typedef struct bconn {
   int tls_buffered;
   size_t tls_unacked;
   char cn[256];
+  /* Shared memory (bulk_shm.c): the connection is a Unix socket and its
+   * frames cross `ring`; an incoming one has no ring until the dialler's
+   * first byte brought it. */
+  int shm;
+  axi_shm_ring *ring;
   struct event *rev, *wev;
   pthread_mutex_t mu; /* guards the queue, writing and dead */
   bframe *q_head, **q_tail;
@@ -88,6 +96,11 @@ typedef struct axi_bulk {
   axi_transport t; /* the node's n->data */
   ax_node *node;
   int tls; /* every connection runs TLS (axi_bulk_tls_ops) */
+  /* "shm": peers whose data address carries this host's identity are
+   * dialled on their Unix socket with a shared-memory ring */
+  int shm;
+  char host_id[64];
+  struct evconnlistener *shm_listener;
   struct event_base *base;
   struct event *stop_ev; /* activated by stop: ends the I/O loop */
   struct evconnlistener *listener;
@@ -146,6 +159,36 @@ int axi_bulk_tls_accept(bconn *c);
 /* Frees the session (c->mu held or the connection unreachable). */
 void axi_bulk_tls_close(bconn *c);
 
+/* bulk_shm.c: the shared-memory path. A data address "HOST:PORT" of a
+ * node that runs "shm" carries AXI_SHM_SUFFIX and its host's identity; the
+ * node also listens on the abstract Unix socket named after HOST:PORT. */
+#define AXI_SHM_SUFFIX "+shm."
+#define AXI_SHM_RING (4u << 20) /* bytes of a connection's ring */
+#define AXI_SHM_MIN (64u << 10) /* rings an acceptor takes */
+#define AXI_SHM_MAX (256u << 20)
+struct sockaddr_un;
+/* This host's identity: boot id and network namespace. */
+int axi_shm_host_id(char *out, size_t len);
+/* Whether bulk_addr carries host_id. */
+int axi_shm_same_host(const char *bulk_addr, const char *host_id);
+int axi_shm_listen_addr(const char *hostport, struct sockaddr_un *sa,
+                        socklen_t *len);
+/* Connects to the Unix socket of the node at hostport (non-blocking fd). */
+int axi_shm_dial(const char *hostport, int *out);
+/* Dialler: makes a sealed ring of size bytes and sends it over fd. */
+int axi_shm_offer(int fd, size_t size, axi_shm_ring **out);
+/* Acceptor: takes the offered ring into c->ring: 1 done, 0 not yet, -1
+ * close. */
+int axi_shm_take(bconn *c);
+/* Puts len bytes in a fresh ring (the hello): AX_OK or AX_EPEERDOWN. */
+int axi_shm_put(axi_shm_ring *r, int fd, const void *buf, size_t len);
+/* Reads the doorbells off c's socket: -1 once the peer closed it. */
+int axi_shm_drain(bconn *c);
+/* The byte I/O of a ring (axi_bulk_io_read / axi_bulk_io_writev). */
+ssize_t axi_shm_read(bconn *c, void *dst, size_t n);
+ssize_t axi_shm_writev(bconn *c, const struct iovec *iov, int n);
+void axi_shm_ring_free(axi_shm_ring *r);
+
 /* bulk_write.c */
 /* Points iov (AXI_BULK_WIOV entries) at what is left of c's queued
  * frames; returns the count (c->mu held). */
@@ -159,6 +202,9 @@ bframe *axi_bulk_advance_locked(bconn *c, size_t w);
  * thread the write waits for the flush. A dead connection frees f. */
 void axi_bulk_queue(bconn *c, bframe *f);
 void axi_bulk_cork_begin(void);
+/* After a write took 0 bytes: waits for the socket to take more (TCP), or
+ * for the reader's doorbell (shared memory: the ring is full). */
+void axi_bulk_wait_writable(bconn *c);
 void axi_bulk_cork_flush(void);
 
 #endif

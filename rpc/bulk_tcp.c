@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "rpc/auth-impl.h"
@@ -34,7 +35,7 @@ static void set_sock_opts(int fd) {
 }
 
 static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing,
-                       struct ssl_st *ssl);
+                       struct ssl_st *ssl, int shm, axi_shm_ring *ring);
 
 /* ---- closing (I/O thread only) ---------------------------------------- */
 static void conn_close(bconn *c, const char *why) {
@@ -44,6 +45,8 @@ static void conn_close(bconn *c, const char *why) {
   event_del(c->wev);
   pthread_mutex_lock(&c->mu); /* a sender may be writing inline */
   axi_bulk_tls_close(c);
+  axi_shm_ring_free(c->ring); /* unmapped: a peer that left costs nothing */
+  c->ring = NULL;
   close(c->fd);
   c->fd = -1;
   c->dead = 1;
@@ -93,7 +96,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg) {
     pthread_mutex_unlock(&c->mu);
     ssize_t w = axi_bulk_io_writev(c, iov, n);
     if (w == 0) {
-      event_add(c->wev, NULL);
+      axi_bulk_wait_writable(c);
       return;
     }
     if (w < 0) {
@@ -108,10 +111,45 @@ static void on_write(evutil_socket_t fd, short what, void *arg) {
 }
 
 /* ---- reading ---------------------------------------------------------- */
+/* A shared-memory connection's socket: the ring first (incoming), then
+ * doorbells; the bytes stay in the ring until read, so an EOF is acted on
+ * after what the ring still holds. */
+static void on_read_shm(bconn *c) {
+  if (!c->outgoing && !c->ring) {
+    int t = axi_shm_take(c);
+    if (t < 0)
+      conn_close(c, NULL);
+    if (t <= 0)
+      return;
+  }
+  int eof = axi_shm_drain(c) < 0;
+  if (c->outgoing) { /* the reader made room, or left */
+    if (eof) {
+      conn_close(c, "bulk connection closed by the peer");
+      return;
+    }
+    pthread_mutex_lock(&c->mu);
+    int writing = c->writing;
+    pthread_mutex_unlock(&c->mu);
+    if (writing)
+      event_active(c->wev, EV_WRITE, 0);
+    return;
+  }
+  axi_bulk_cork_begin();
+  int rc = axi_bulk_recv(c);
+  axi_bulk_cork_flush();
+  if (rc != AX_OK || eof)
+    conn_close(c, NULL);
+}
+
 static void on_read(evutil_socket_t fd, short what, void *arg) {
   bconn *c = arg;
   if (c->dead)
     return;
+  if (c->shm) {
+    on_read_shm(c);
+    return;
+  }
   if (c->outgoing) { /* nothing is expected back: EOF means the peer left */
     char tmp[64];
     pthread_mutex_lock(&c->mu); /* a TLS session has one user at a time */
@@ -137,10 +175,12 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
 
 /* ---- connections ------------------------------------------------------ */
 static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing,
-                       struct ssl_st *ssl) {
+                       struct ssl_st *ssl, int shm, axi_shm_ring *ring) {
   bconn *c = calloc(1, sizeof *c);
   if (!c)
     return NULL;
+  c->shm = shm;
+  c->ring = ring;
   c->b = b;
   c->fd = fd;
   c->tls = b->tls;
@@ -199,14 +239,11 @@ static void sweep_dead(axi_bulk *b) {
   }
 }
 
-static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
-                      struct sockaddr *sa, int len, void *arg) {
-  axi_bulk *b = arg;
+static void accept_conn(axi_bulk *b, int fd, int shm) {
   sweep_dead(b);
-  set_sock_opts(fd);
   if (b->tls) { /* the challenge, if any, follows the handshake */
     struct ssl_st *ssl = axi_bulk_tls_new(b->node, fd);
-    bconn *c = ssl ? conn_new(b, fd, NULL, 0, ssl) : NULL;
+    bconn *c = ssl ? conn_new(b, fd, NULL, 0, ssl, 0, NULL) : NULL;
     if (!c) {
       axi_bulk_tls_close(&(bconn){.ssl = ssl});
       close(fd);
@@ -224,11 +261,25 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
     close(fd);
     return;
   }
-  bconn *c = conn_new(b, fd, NULL, 0, NULL);
+  bconn *c = conn_new(b, fd, NULL, 0, NULL, shm, NULL);
   if (!c)
     close(fd);
   else if (b->node->token_len)
     memcpy(c->nonce, chal + 4, AXI_NONCE_LEN);
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
+                      struct sockaddr *sa, int len, void *arg) {
+  set_sock_opts(fd);
+  accept_conn(arg, fd, 0);
+}
+
+/* A node of this host on the Unix socket: its ring comes with its first
+ * byte (on_read_shm). */
+static void on_accept_shm(struct evconnlistener *l, evutil_socket_t fd,
+                          struct sockaddr *sa, int len, void *arg) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  accept_conn(arg, fd, 1);
 }
 
 /* Mutual authentication on a fresh connection (plain, or inside the TLS
@@ -237,7 +288,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
  * acceptor's proof over that nonce. Nothing else is sent before the
  * acceptor proved it holds the secret. */
 static int authenticate(ax_node *n, int fd, struct ssl_st *ssl,
-                        const char *addr) {
+                        axi_shm_ring *ring, const char *addr) {
   int64_t end = axi_now_ms() + 5000;
   uint8_t chal[4 + AXI_NONCE_LEN];
   uint32_t magic = 0;
@@ -258,7 +309,9 @@ static int authenticate(ax_node *n, int fd, struct ssl_st *ssl,
   bframe *h = axi_bulk_hello(n->name, n->addr, n->bulk_addr, mac, mine);
   if (!h)
     return ax_seterr(AX_ENOMEM, "bulk: no memory");
-  int wrc = axi_bulk_write_wait(fd, ssl, h->head, h->head_len, end);
+  /* The hello takes the frames' way: the ring, on shared memory. */
+  int wrc = ring ? axi_shm_put(ring, fd, h->head, h->head_len)
+                 : axi_bulk_write_wait(fd, ssl, h->head, h->head_len, end);
   axi_bulk_frames_free(h);
   uint8_t ack[4 + AXI_MAC_LEN];
   magic = 0;
@@ -285,6 +338,13 @@ static int authenticate(ax_node *n, int fd, struct ssl_st *ssl,
   return AX_OK;
 }
 
+/* HOST:PORT of a data address (without its shared-memory suffix). */
+static void addr_hostport(const char *addr, char *out, size_t len) {
+  const char *s = strstr(addr, AXI_SHM_SUFFIX);
+  size_t k = s ? (size_t)(s - addr) : strlen(addr);
+  snprintf(out, len, "%.*s", (int)k, addr);
+}
+
 static int parse_hostport(const char *addr, char *host, size_t hl, int *port) {
   const char *c = strrchr(addr, ':');
   if (!c || (size_t)(c - addr) >= hl)
@@ -296,9 +356,10 @@ static int parse_hostport(const char *addr, char *host, size_t hl, int *port) {
 }
 
 /* Connects with a bounded wait (5 s). */
-static int dial(const char *addr, int *out) {
-  char host[128], ps[16];
+static int dial(const char *full, int *out) {
+  char host[128], ps[16], addr[160];
   int port = 0;
+  addr_hostport(full, addr, sizeof addr);
   AX_TRY(parse_hostport(addr, host, sizeof host, &port));
   snprintf(ps, sizeof ps, "%d", port);
   struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
@@ -329,6 +390,25 @@ static int dial(const char *addr, int *out) {
   if (rc == AX_OK)
     *out = fd;
   return rc;
+}
+
+/* Connects to the node whose data address is addr: on this host's shared
+ * memory when both run "shm" here (*ring set; a Unix socket that cannot be
+ * reached falls back to TCP), else over TCP. */
+static int dial_peer(axi_bulk *b, const char *addr, int *fd,
+                     axi_shm_ring **ring) {
+  *ring = NULL;
+  if (b->shm && axi_shm_same_host(addr, b->host_id)) {
+    char hp[160];
+    addr_hostport(addr, hp, sizeof hp);
+    if (axi_shm_dial(hp, fd) == AX_OK) {
+      int rc = axi_shm_offer(*fd, AXI_SHM_RING, ring);
+      if (rc != AX_OK)
+        close(*fd);
+      return rc;
+    }
+  }
+  return dial(addr, fd);
 }
 
 /* The frame of m: its head (magic, prefix, body) and its tensors, sent
@@ -362,7 +442,8 @@ static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
   bconn *c = p->bulk_conn;
   if (!c || c->dead) {
     const char *addr = p->bulk_addr;
-    int fd = -1, rc = dial(addr, &fd);
+    axi_shm_ring *ring = NULL;
+    int fd = -1, rc = dial_peer(b, addr, &fd, &ring);
     bframe *h = NULL;
     struct ssl_st *ssl = NULL;
     /* With TLS, the acceptor must hold a certificate for the member we
@@ -376,15 +457,17 @@ static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
     char who[400]; /* the member we meant to reach, for the messages */
     snprintf(who, sizeof who, "%s (%s)", addr, p->name);
     if (rc == AX_OK && b->node->token_len &&
-        (rc = authenticate(b->node, fd, ssl, who)) != AX_OK) {
+        (rc = authenticate(b->node, fd, ssl, ring, who)) != AX_OK) {
       axi_bulk_tls_close(&(bconn){.ssl = ssl});
       close(fd);
     }
-    if (rc == AX_OK && !(c = conn_new(b, fd, p, 1, ssl))) {
+    if (rc == AX_OK && !(c = conn_new(b, fd, p, 1, ssl, ring != NULL, ring))) {
       axi_bulk_tls_close(&(bconn){.ssl = ssl});
       close(fd);
       rc = ax_seterr(AX_ENOMEM, "bulk: no memory");
     }
+    if (rc != AX_OK)
+      axi_shm_ring_free(ring);
     if (rc != AX_OK) {
       pthread_mutex_unlock(&b->dial_mu);
       axi_bulk_frames_free(h);
@@ -413,14 +496,16 @@ static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
 static int tcp_probe(axi_transport *t, const char *addr) {
   axi_bulk *b = (axi_bulk *)t;
   int fd = -1;
-  AX_TRY(dial(addr, &fd));
+  axi_shm_ring *ring = NULL;
+  AX_TRY(dial_peer(b, addr, &fd, &ring));
   struct ssl_st *ssl = NULL;
   int rc = AX_OK;
   if (b->tls && !(ssl = axi_bulk_tls_connect(t->node, fd, NULL, addr)))
     rc = AX_EPEERDOWN;
   if (rc == AX_OK && t->node->token_len)
-    rc = authenticate(t->node, fd, ssl, addr);
+    rc = authenticate(t->node, fd, ssl, ring, addr);
   axi_bulk_tls_close(&(bconn){.ssl = ssl});
+  axi_shm_ring_free(ring);
   close(fd);
   return rc;
 }
@@ -468,7 +553,38 @@ static int tcp_would_block(axi_transport *t, axi_peer *p) {
   return !c || c->dead;
 }
 
-/* Starts the channel of `ops` (tcp or tls: every connection's TLS is
+/* "shm": listens on the Unix socket named after the bound TCP address
+ * and appends this host's identity to the data address, so that nodes of
+ * this host running "shm" dial it there. Without either, the channel is
+ * plain TCP (said once on stderr). */
+static void start_shm(axi_bulk *b, char *addr, size_t len) {
+  struct sockaddr_un sa;
+  socklen_t sl;
+  const char *why = NULL;
+  if (axi_shm_host_id(b->host_id, sizeof b->host_id) != AX_OK ||
+      axi_shm_listen_addr(addr, &sa, &sl) != AX_OK)
+    why = ax_errmsg();
+  else if (!(b->shm_listener = evconnlistener_new_bind(
+                 b->base, on_accept_shm, b,
+                 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1,
+                 (struct sockaddr *)&sa, sl)))
+    why = "cannot listen on its Unix socket";
+  else if (strlen(addr) + strlen(AXI_SHM_SUFFIX) + strlen(b->host_id) >= len)
+    why = "address too long";
+  if (why) {
+    fprintf(stderr, "axon: %s: shared memory off (%s): data over TCP\n",
+            b->node->name, why);
+    if (b->shm_listener)
+      evconnlistener_free(b->shm_listener);
+    b->shm_listener = NULL;
+    return;
+  }
+  b->shm = 1;
+  strcat(addr, AXI_SHM_SUFFIX);
+  strcat(addr, b->host_id);
+}
+
+/* Starts the channel of `ops` (tcp, tls or shm: every connection's TLS is
  * decided before the listener accepts any). */
 static int start_ops(const axi_transport_ops *ops, ax_node *n,
                      const char *listen, const axi_rx *rx, axi_transport **out,
@@ -510,10 +626,14 @@ static int start_ops(const axi_transport_ops *ops, ax_node *n,
   getsockname(evconnlistener_get_fd(b->listener), (struct sockaddr *)&bound,
               &bl);
   snprintf(addr, len, "%s:%d", host, ntohs(bound.sin_port));
+  if (ops == &axi_shm_transport)
+    start_shm(b, addr, len);
   b->stop_ev = event_new(b->base, -1, 0, on_stop, b);
   if (!b->stop_ev || pthread_create(&b->thread, NULL, io_main, b)) {
     if (b->stop_ev)
       event_free(b->stop_ev);
+    if (b->shm_listener)
+      evconnlistener_free(b->shm_listener);
     evconnlistener_free(b->listener);
     event_base_free(b->base);
     free(b);
@@ -526,6 +646,13 @@ static int start_ops(const axi_transport_ops *ops, ax_node *n,
 static int tcp_start(ax_node *n, const char *listen, const axi_rx *rx,
                      axi_transport **out, char *addr, size_t len) {
   return start_ops(&axi_tcp_transport, n, listen, rx, out, addr, len);
+}
+
+/* The same channel, with shared memory to the nodes of this host that run
+ * it too (bulk_shm.c). */
+static int shm_start(ax_node *n, const char *listen, const axi_rx *rx,
+                     axi_transport **out, char *addr, size_t len) {
+  return start_ops(&axi_shm_transport, n, listen, rx, out, addr, len);
 }
 
 /* The same channel with TLS on every connection (bulk_tls.c). */
@@ -542,6 +669,8 @@ static void tcp_stop(axi_transport *t, int64_t timeout_ms) {
   event_active(b->stop_ev, EV_READ, 0); /* see on_stop */
   pthread_join(b->thread, NULL);
   evconnlistener_free(b->listener);
+  if (b->shm_listener)
+    evconnlistener_free(b->shm_listener);
   for (bconn *c = b->conns, *nx; c; c = nx) {
     nx = c->next;
     c->peer = NULL; /* no peer-down reports while stopping */
@@ -577,6 +706,18 @@ const axi_transport_ops axi_tls_transport = {
     .name = "tls",
     .role = AXI_TRANSPORT_DATA,
     .start = tls_start,
+    .send = tcp_send,
+    .drop_peer = tcp_drop_peer,
+    .stop = tcp_stop,
+    .free = tcp_free,
+    .probe = tcp_probe,
+    .would_block = tcp_would_block,
+};
+
+const axi_transport_ops axi_shm_transport = {
+    .name = "shm",
+    .role = AXI_TRANSPORT_DATA,
+    .start = shm_start,
     .send = tcp_send,
     .drop_peer = tcp_drop_peer,
     .stop = tcp_stop,

@@ -176,14 +176,18 @@ static ssize_t tls_writev(bconn *c, const struct iovec *iov, int n) {
 }
 
 ssize_t axi_bulk_io_read(bconn *c, void *dst, size_t n) {
-  ssize_t r = c->tls ? tls_read(c, dst, n) : plain_read(c, dst, n);
+  ssize_t r = c->shm   ? axi_shm_read(c, dst, n)
+              : c->tls ? tls_read(c, dst, n)
+                       : plain_read(c, dst, n);
   if (r > 0)
     __atomic_add_fetch(&c->b->node->bytes_in, (uint64_t)r, __ATOMIC_RELAXED);
   return r;
 }
 
 ssize_t axi_bulk_io_writev(bconn *c, const struct iovec *iov, int n) {
-  return c->tls ? tls_writev(c, iov, n) : plain_writev(c, iov, n);
+  return c->shm   ? axi_shm_writev(c, iov, n)
+         : c->tls ? tls_writev(c, iov, n)
+                  : plain_writev(c, iov, n);
 }
 
 void axi_bulk_tls_close(bconn *c) {

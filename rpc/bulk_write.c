@@ -78,11 +78,16 @@ static void start_write_locked(bconn *c) {
   if (r == 1) {
     c->writing = 0;
   } else if (r == 0) {
-    event_add(c->wev, NULL);
+    axi_bulk_wait_writable(c);
   } else {
     c->want_close = 2;
     event_active(c->wev, EV_WRITE, 0);
   }
+}
+
+void axi_bulk_wait_writable(bconn *c) {
+  if (!c->shm) /* a ring's reader rings when it made room (on_read) */
+    event_add(c->wev, NULL);
 }
 
 void axi_bulk_cork_begin(void) { t_corking = 1; }

@@ -91,10 +91,13 @@ static int start_transports(ax_node *n) {
   static const axi_rx rx = {axi_on_frame};
   const axi_transport_ops *ctl =
       axi_transport_find("grpc", AXI_TRANSPORT_CONTROL);
-  /* With TLS credentials the data transport is "tls", and only then. */
+  /* With TLS credentials the data transport is "tls", and only then;
+   * without, "shm" (TCP, and shared memory within a host). */
+  const char *env = getenv("AXON_DATA_TRANSPORT");
   const char *dname = n->o.data_transport ? n->o.data_transport
+                      : env && *env       ? env
                       : n->tls            ? "tls"
-                                          : "tcp";
+                                          : "shm";
   const axi_transport_ops *data = axi_transport_find(dname, AXI_TRANSPORT_DATA);
   if (!data)
     return ax_seterr(AX_EINVAL, "node %s: no data transport named '%s' (known: %s)",

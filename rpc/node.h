@@ -90,7 +90,10 @@ typedef struct ax_node_opts {
   int small_over_grpc;
   /* The data transport, by its name in the transport table
    * (rpc/transport.h): "tcp" for framed TCP, "tls" for the same with
-   * mutual TLS 1.3; NULL: "tls" with TLS credentials, else "tcp". An
+   * mutual TLS 1.3, "shm" for framed TCP to other hosts and a
+   * shared-memory ring to the nodes of this host (same boot and network
+   * namespace) that run "shm" too; NULL: $AXON_DATA_TRANSPORT if set,
+   * else "tls" with TLS credentials, else "shm". An
    * unknown name is AX_EINVAL, with the known names listed, and so is
    * "tls" without TLS credentials or another name with them. */
   const char *data_transport;

@@ -8,6 +8,8 @@ static const axi_transport_ops *const g_transports[] = {
     &axi_grpc_transport, /* control: gRPC core streams */
     &axi_tcp_transport,  /* data: framed TCP (rpc/bulk_tcp.c) */
     &axi_tls_transport,  /* data: the same with mutual TLS 1.3 (bulk_tls.c) */
+    &axi_shm_transport,  /* data: the same, with shared-memory rings between
+                            nodes of one host (bulk_shm.c) */
 };
 #define NTRANSPORTS (sizeof g_transports / sizeof g_transports[0])
 

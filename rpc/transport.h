@@ -102,5 +102,6 @@ const char *axi_transport_names(int role);
 extern const axi_transport_ops axi_grpc_transport;
 extern const axi_transport_ops axi_tcp_transport;
 extern const axi_transport_ops axi_tls_transport;
+extern const axi_transport_ops axi_shm_transport;
 
 #endif
