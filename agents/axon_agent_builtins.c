@@ -11,11 +11,20 @@
  *   make_tensor(i64 n, i64 seed) -> f32 tensor (n,) with values seed + i
  *   device_of(tensor...)      -> str per tensor: the device it landed on
  *                                here ("cpu", "cuda:0"; --device-map tests)
- *   fail(i64 code, str msg)   -> the error code with that message */
+ *   fail(i64 code, str msg)   -> the error code with that message
+ *   sink(tensor...)           -> i64 bytes received (nothing else done)
+ *   probe(str peer, i64 iters, i64 bytes) -> (f64 median round trip of a
+ *                                small call to peer in microseconds, f64
+ *                                Gbit/s: `bytes` over the best of 3 sends
+ *                                of a tensor that size to peer's sink, less
+ *                                the small call's round trip): `axon-run
+ *                                probe` */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "rpc/value.h"
 
 #include "agents/axon_agent.h"
 
@@ -193,7 +202,92 @@ static int fail(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   return ax_seterr((int)code, "%s", msg);
 }
 
+static int sink(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                void *user) {
+  int64_t nb = 0;
+  for (size_t i = 0; i < ax_values_count(args); i++) {
+    ax_tensor *t;
+    if (ax_values_get_tensor(args, i, &t) == AX_OK)
+      nb += (int64_t)ax_tensor_nbytes(t);
+  }
+  return ax_values_add_i64(out, nb);
+}
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Measures the link from this agent to `peer` as a pipeline's stages use
+ * it: small calls (their median round trip) and large tensors (one way,
+ * best of 3). Blocks a worker for the measurement: a diagnostic. */
+static int probe(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                 void *user) {
+  const char *peer;
+  int64_t iters, bytes;
+  AX_TRY(ax_values_get_str(args, 0, &peer));
+  AX_TRY(ax_values_get_i64(args, 1, &iters));
+  AX_TRY(ax_values_get_i64(args, 2, &bytes));
+  if (iters < 1 || iters > 100000 || bytes < 4 || bytes > ((int64_t)1 << 31))
+    return ax_seterr(AX_EINVAL, "probe: iters 1..100000, bytes 4..2G");
+  ax_node *n = ax_call_node(ctx);
+  ax_call_opts o = {.timeout_ms = 60000};
+  double *rt = malloc(sizeof *rt * (size_t)iters);
+  ax_values *a = ax_values_new();
+  int rc = rt && a ? AX_OK : AX_ENOMEM;
+  if (rc == AX_OK)
+    rc = ax_values_add_i64(a, 1);
+  if (rc == AX_OK)
+    rc = ax_values_add_i64(a, 2);
+  /* one call first: connections are set up outside the measurement */
+  for (int64_t i = -1; rc == AX_OK && i < iters; i++) {
+    double t0 = mono_s();
+    rc = ax_rpc_sync(n, peer, "add", a, &o, NULL);
+    if (i >= 0)
+      rt[i] = (mono_s() - t0) * 1e6;
+  }
+  ax_values_free(a);
+  double best = 0, rtt = 0;
+  if (rc == AX_OK) {
+    qsort(rt, (size_t)iters, sizeof *rt, cmp_double);
+    rtt = rt[iters / 2];
+  }
+  free(rt);
+  int64_t len = bytes / 4;
+  ax_tensor *t = rc == AX_OK ? ax_tensor_new(AX_F32, 1, &len, AX_CPU) : NULL;
+  if (rc == AX_OK && !t)
+    rc = AX_ENOMEM;
+  if (t)
+    memset(t->data, 0, ax_tensor_nbytes(t));
+  for (int r = 0; rc == AX_OK && r < 3; r++) {
+    ax_values *b = ax_values_new();
+    rc = b ? ax_values_add_tensor(b, t) : AX_ENOMEM;
+    double t0 = mono_s();
+    if (rc == AX_OK)
+      rc = ax_rpc_sync(n, peer, "sink", b, &o, NULL);
+    /* the bytes' time: the call's less a small call's (latency) */
+    double s = mono_s() - t0, net = s - rtt * 1e-6;
+    double gbit = (double)ax_tensor_nbytes(t) * 8 / (net > 0 ? net : s) / 1e9;
+    best = gbit > best ? gbit : best;
+    ax_values_free(b);
+  }
+  ax_tensor_release(t);
+  if (rc == AX_OK)
+    rc = ax_values_add_f64(out, rtt);
+  if (rc == AX_OK)
+    rc = ax_values_add_f64(out, best);
+  return rc;
+}
+
 int ax_agent_register_builtins(ax_node *n) {
+  AX_TRY(ax_rpc_register(n, "sink", sink, NULL));
+  AX_TRY(ax_rpc_register(n, "probe", probe, NULL));
   AX_TRY(ax_rpc_register(n, "echo", echo, NULL));
   AX_TRY(ax_rpc_register(n, "add", add, NULL));
   AX_TRY(ax_rpc_register(n, "sleep_ms", sleep_ms, NULL));

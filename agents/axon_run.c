@@ -27,6 +27,11 @@ static void usage(FILE *f) {
   fprintf(f,
 "usage: axon-run train [options]\n"
 "       axon-run eval|export --checkpoint DIR ...\n"
+"       axon-run probe (--local K | --agents A,B,... --master HOST:PORT)\n"
+"                      [--iters N (200)] [--bytes N (16M)] [--out FILE]\n"
+"         every ordered pair of agents: the median round trip of a small\n"
+"         call and the best Gbit/s of a tensor of --bytes; --out writes\n"
+"         'FROM TO RTT_US GBIT_S' lines\n"
 "\n"
 "Trains a model in this process, or split into pipeline stages over agents\n"
 "(--local / --stages), and reports test accuracy.\n"
@@ -157,6 +162,12 @@ static int name_list(const char *flag, const char *s, char *buf,
   return k;
 }
 
+static int probe_flag(int probe, const char *flag) {
+  if (!probe)
+    fprintf(stderr, "axon-run: %s is an option of axon-run probe\n", flag);
+  return probe;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
     usage(argc < 2 ? stderr : stdout);
@@ -164,7 +175,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "eval") || !strcmp(argv[1], "export"))
     return axr_use_main(argc, argv);
-  if (strcmp(argv[1], "train") != 0) {
+  int probe = !strcmp(argv[1], "probe");
+  if (strcmp(argv[1], "train") != 0 && !probe) {
     fprintf(stderr, "axon-run: unknown command '%s' (try --help)\n", argv[1]);
     return 2;
   }
@@ -209,6 +221,8 @@ int main(int argc, char **argv) {
       {"listen", 1, 0, 1030},    {"tls-ca", 1, 0, 1031},
       {"tls-cert", 1, 0, 1032},  {"tls-key", 1, 0, 1033},
       {"insecure", 0, 0, 1034},
+      {"iters", 1, 0, 1049},     {"bytes", 1, 0, 1050},
+      {"out", 1, 0, 1051},
       {0, 0, 0, 0}};
   static char plugin_path[AX_PLUGIN_MAX][4096];
   static const char *plugins[AX_PLUGIN_MAX];
@@ -258,6 +272,9 @@ int main(int argc, char **argv) {
     }
     case 1003: pa.master = optarg; ok = axc_hostport(P, "--master", optarg, 1); break;
     case 1030: pa.listen = optarg; ok = axc_hostport(P, "--listen", optarg, 0); break;
+    case 1049: ok = probe_flag(probe, "--iters") && axc_i32(P, "--iters", optarg, 1, 100000, &pa.probe_iters); break;
+    case 1050: ok = probe_flag(probe, "--bytes") && axc_int(P, "--bytes", optarg, 4, (int64_t)1 << 31, 1, &pa.probe_bytes); break;
+    case 1051: ok = probe_flag(probe, "--out"); pa.probe_out = optarg; break;
     case 1031: pa.tls_ca = optarg; break;
     case 1032: pa.tls_cert = optarg; break;
     case 1033: pa.tls_key = optarg; break;
@@ -368,6 +385,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "axon-run: %s\n", ax_errmsg());
     return 2;
   }
+  if (probe && (!pipe || pa.emulate)) {
+    fprintf(stderr, "axon-run probe: needs --local K, or --agents A,B,... "
+            "--master HOST:PORT\n");
+    return 2;
+  }
+  pa.probe = probe;
   if (pipe && pa.emulate && (pa.local || pa.agents || pa.master || pa.K < 1)) {
     fprintf(stderr, "axon-run: --emulate needs --stages K and no --local, "
             "--agents or --master (no agents take part)\n");

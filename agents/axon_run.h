@@ -54,6 +54,10 @@ typedef struct axr_pipe_args {
   const char *const *spares;
   int nspares;
   int restarts; /* --restarts: lost agents waited for under their names */
+  /* axon-run probe (axon_run_probe.c): --iters, --bytes, --out */
+  int probe, probe_iters;
+  int64_t probe_bytes;
+  const char *probe_out;
 } axr_pipe_args;
 
 /* The training batches as axon_run_pipe.c feeds them: batch and step are
@@ -108,5 +112,7 @@ int axr_reserve_port(int *fd);
 
 /* Runs `axon-run train` in pipeline mode; returns the exit status. */
 int axr_pipe_main(axr_pipe_args *a);
+/* axon-run probe on the joined world of `node`: the agents' links. */
+int axr_probe(const axr_pipe_args *a, ax_node *node);
 
 #endif

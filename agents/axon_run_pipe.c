@@ -518,7 +518,7 @@ int axr_pipe_main(axr_pipe_args *a) {
   if (rc == AX_OK)
     rc = ax_node_join(node, 60000);
   if (rc == AX_OK)
-    rc = run(a, node);
+    rc = a->probe ? axr_probe(a, node) : run(a, node);
   if (rc != AX_OK)
     fprintf(stderr, "axon-run: %s: %s\n", ax_strerror(rc), ax_errmsg());
   if (node) {

@@ -32,6 +32,7 @@ typedef struct ps_opts {
   int trainers;       /* N */
   int rank;           /* this process; 0 is the server */
   const char *master; /* "HOST:PORT" of the server */
+  const char *listen; /* a trainer's own "HOST:PORT" (NULL: loopback) */
   long steps;         /* steps per trainer */
   int batch;          /* examples per trainer and step */
   uint64_t seed;

@@ -22,6 +22,9 @@ static void usage(FILE *f) {
   fprintf(f,
     "usage: param_server --local N [options]\n"
     "       param_server --rank R --world-size N+1 --master HOST:PORT [options]\n"
+    "                    (--listen HOST:PORT: a trainer's own address, for\n"
+    "                    a server on another host; the server listens on\n"
+    "                    --master)\n"
     "       param_server --mode single --shards N [options]\n"
     "options:\n"
     "  --mode sync|async|hogwild|single  (default sync)\n"
@@ -79,6 +82,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--rank")) o.rank = atoi(v);
     else if (!strcmp(a, "--world-size")) world = atoi(v);
     else if (!strcmp(a, "--master")) o.master = v;
+    else if (!strcmp(a, "--listen")) o.listen = v;
     else if (!strcmp(a, "--mode")) o.mode = parse_mode(v);
     else if (!strcmp(a, "--steps")) o.steps = atol(v);
     else if (!strcmp(a, "--batch")) o.batch = atoi(v);

@@ -115,6 +115,7 @@ int ps_trainer_main(const ps_opts *o) {
     ax_node_opts_init(&no);
     no.name = name;
     no.master = o->master;
+    no.listen = o->listen;
     no.rank = o->rank;
     no.threads = 2;
     no.peer_timeout_ms = 3000;

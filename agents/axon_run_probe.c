@@ -1,0 +1,66 @@
+/* axon-run probe: the links between the agents of a world, as a pipeline's
+ * stages use them. Every agent measures its link to every other one (the
+ * agents' built-in `probe`: the median round trip of a small call, and the
+ * best Gbit/s of three tensors of --bytes sent one way), one pair at a
+ * time so that measurements do not share the network. Prints the matrix
+ * and, with --out, writes one line per ordered pair:
+ *
+ *   # axon-run probe: FROM TO RTT_US GBIT_S
+ *   stage0 stage1 52.3 18.41
+ *
+ * (tests/netns/netbed.sh checks a test bed's shaping with it). */
+#include <stdio.h>
+#include <string.h>
+
+#include "agents/axon_run.h"
+#include "rpc/value.h"
+
+int axr_probe(const axr_pipe_args *a, ax_node *node) {
+  int n = a->local ? a->local : a->nagents;
+  int iters = a->probe_iters ? a->probe_iters : 200;
+  int64_t bytes = a->probe_bytes ? a->probe_bytes : (int64_t)16 << 20;
+  FILE *out = NULL;
+  if (a->probe_out && !(out = fopen(a->probe_out, "w")))
+    return ax_seterr(AX_EIO, "probe: cannot write %s", a->probe_out);
+  if (out)
+    fprintf(out, "# axon-run probe: FROM TO RTT_US GBIT_S (%d calls, %lld "
+            "bytes)\n", iters, (long long)bytes);
+  printf("axon-run probe: %d agents, median round trip of %d small calls "
+         "(us) / best Gbit/s of %lld-byte tensors\n", n, iters,
+         (long long)bytes);
+  int rc = AX_OK;
+  for (int i = 0; i < n && rc == AX_OK; i++)
+    for (int j = 0; j < n && rc == AX_OK; j++) {
+      if (i == j)
+        continue;
+      ax_values *args = ax_values_new(), *res = NULL;
+      rc = args ? AX_OK : AX_ENOMEM;
+      if (rc == AX_OK)
+        rc = ax_values_add_str(args, a->agents[j]);
+      if (rc == AX_OK)
+        rc = ax_values_add_i64(args, iters);
+      if (rc == AX_OK)
+        rc = ax_values_add_i64(args, bytes);
+      ax_call_opts o = {.timeout_ms = 300000};
+      if (rc == AX_OK)
+        rc = ax_rpc_sync(node, a->agents[i], "probe", args, &o, &res);
+      double rtt = 0, gbit = 0;
+      if (rc == AX_OK && (ax_values_get_f64(res, 0, &rtt) != AX_OK ||
+                          ax_values_get_f64(res, 1, &gbit) != AX_OK))
+        rc = ax_seterr(AX_EMALFORMED, "probe: %s answered without figures",
+                       a->agents[i]);
+      if (rc == AX_OK) {
+        printf("  %-12s -> %-12s %10.1f us %9.2f Gbit/s\n", a->agents[i],
+               a->agents[j], rtt, gbit);
+        if (out)
+          fprintf(out, "%s %s %.1f %.3f\n", a->agents[i], a->agents[j], rtt,
+                  gbit);
+      }
+      ax_values_free(args);
+      ax_values_free(res);
+    }
+  if (out && fclose(out) && rc == AX_OK)
+    rc = ax_seterr(AX_EIO, "probe: cannot write %s", a->probe_out);
+  fflush(stdout);
+  return rc;
+}
