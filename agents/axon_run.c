@@ -27,6 +27,12 @@ static void usage(FILE *f) {
   fprintf(f,
 "usage: axon-run train [options]\n"
 "       axon-run eval|export --checkpoint DIR ...\n"
+"       axon-run plan --stages K [--agents A,B,...] [--links FILE] [--modes all|M,..]\n"
+"                     [--mem-cap BYTES] [--action-us US] [--compute-scale X]\n"
+"                     [train's model options]\n"
+"         every mode and split (uniform, balanced) predicted with the timing\n"
+"         model over the links of FILE (axon-run probe --out): ms/step,\n"
+"         samples/s, peak memory per agent; picks the fastest under the cap\n"
 "       axon-run probe (--local K | --agents A,B,... --master HOST:PORT)\n"
 "                      [--iters N (200)] [--bytes N (16M)] [--out FILE]\n"
 "         every ordered pair of agents: the median round trip of a small\n"
@@ -162,6 +168,12 @@ static int name_list(const char *flag, const char *s, char *buf,
   return k;
 }
 
+static int plan_flag(int plan, const char *flag) {
+  if (!plan)
+    fprintf(stderr, "axon-run: %s is an option of axon-run plan\n", flag);
+  return plan;
+}
+
 static int probe_flag(int probe, const char *flag) {
   if (!probe)
     fprintf(stderr, "axon-run: %s is an option of axon-run probe\n", flag);
@@ -175,8 +187,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "eval") || !strcmp(argv[1], "export"))
     return axr_use_main(argc, argv);
-  int probe = !strcmp(argv[1], "probe");
-  if (strcmp(argv[1], "train") != 0 && !probe) {
+  int probe = !strcmp(argv[1], "probe"), plan = !strcmp(argv[1], "plan");
+  if (strcmp(argv[1], "train") != 0 && !probe && !plan) {
     fprintf(stderr, "axon-run: unknown command '%s' (try --help)\n", argv[1]);
     return 2;
   }
@@ -222,7 +234,9 @@ int main(int argc, char **argv) {
       {"tls-cert", 1, 0, 1032},  {"tls-key", 1, 0, 1033},
       {"insecure", 0, 0, 1034},
       {"iters", 1, 0, 1049},     {"bytes", 1, 0, 1050},
-      {"out", 1, 0, 1051},
+      {"out", 1, 0, 1051},       {"links", 1, 0, 1052},
+      {"modes", 1, 0, 1053},     {"mem-cap", 1, 0, 1054},
+      {"action-us", 1, 0, 1055}, {"compute-scale", 1, 0, 1056},
       {0, 0, 0, 0}};
   static char plugin_path[AX_PLUGIN_MAX][4096];
   static const char *plugins[AX_PLUGIN_MAX];
@@ -275,6 +289,21 @@ int main(int argc, char **argv) {
     case 1049: ok = probe_flag(probe, "--iters") && axc_i32(P, "--iters", optarg, 1, 100000, &pa.probe_iters); break;
     case 1050: ok = probe_flag(probe, "--bytes") && axc_int(P, "--bytes", optarg, 4, (int64_t)1 << 31, 1, &pa.probe_bytes); break;
     case 1051: ok = probe_flag(probe, "--out"); pa.probe_out = optarg; break;
+    case 1052: pa.plan_links = optarg; break;
+    case 1053: ok = plan_flag(plan, "--modes"); pa.plan_modes = optarg; break;
+    case 1054: ok = plan_flag(plan, "--mem-cap") && axc_int(P, "--mem-cap", optarg, 1, INT64_MAX, 1, &pa.plan_mem_cap); break;
+    case 1055:
+    case 1056: {
+      char *end;
+      double x = strtod(optarg, &end);
+      const char *flag = c == 1055 ? "--action-us" : "--compute-scale";
+      ok = plan_flag(plan, flag) && !*end && (c == 1055 ? x >= 0 : x > 0);
+      if (!ok && plan)
+        fprintf(stderr, "axon-run: %s wants a number %s\n", flag,
+                c == 1055 ? ">= 0 (microseconds)" : "> 0");
+      *(c == 1055 ? &pa.plan_action_us : &pa.plan_compute_scale) = x;
+      break;
+    }
     case 1031: pa.tls_ca = optarg; break;
     case 1032: pa.tls_cert = optarg; break;
     case 1033: pa.tls_key = optarg; break;
@@ -391,6 +420,37 @@ int main(int argc, char **argv) {
     return 2;
   }
   pa.probe = probe;
+  if (plan) {
+    static const char *plan_names[AX_PIPE_MAX_STAGES];
+    static char plan_buf[AX_PIPE_MAX_STAGES][16];
+    if (pa.K < 1 || pa.local || pa.emulate) {
+      fprintf(stderr, "axon-run plan: needs --stages K (and --agents A,B,... "
+              "to read their links)\n");
+      return 2;
+    }
+    if (!pa.agents) { /* names only matter for the links file */
+      for (int s = 0; s < pa.K; s++) {
+        snprintf(plan_buf[s], sizeof plan_buf[s], "stage%d", s);
+        plan_names[s] = plan_buf[s];
+      }
+      pa.agents = plan_names;
+    }
+    if (pa.nagents && pa.nagents != pa.K) {
+      fprintf(stderr, "axon-run plan: --agents names one agent per stage\n");
+      return 2;
+    }
+    pa.model = o.model, pa.model_config = o.model_config;
+    pa.dataset = o.dataset, pa.data_config = o.data_config;
+    pa.optim = o.optim_config, pa.batch = o.batch, pa.seed = o.seed;
+    if (!pa.data_config && !strcmp(o.model, "resnet20") &&
+        !strcmp(o.dataset, "fashion-mnist"))
+      pa.data_config = "pad=1";
+    ax_cpu_set_threads(threads ? threads : 1);
+    int rc = axr_plan(&pa);
+    if (rc != AX_OK)
+      fprintf(stderr, "axon-run plan: %s\n", ax_errmsg());
+    return rc == AX_OK ? 0 : 1;
+  }
   if (pipe && pa.emulate && (pa.local || pa.agents || pa.master || pa.K < 1)) {
     fprintf(stderr, "axon-run: --emulate needs --stages K and no --local, "
             "--agents or --master (no agents take part)\n");

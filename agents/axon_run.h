@@ -58,6 +58,11 @@ typedef struct axr_pipe_args {
   int probe, probe_iters;
   int64_t probe_bytes;
   const char *probe_out;
+  /* axon-run plan (axon_run_plan.c): --modes, --mem-cap, --action-us;
+   * --links (also for train's --partition balanced) */
+  const char *plan_modes, *plan_links;
+  int64_t plan_mem_cap;
+  double plan_action_us, plan_compute_scale;
 } axr_pipe_args;
 
 /* The training batches as axon_run_pipe.c feeds them: batch and step are
@@ -114,5 +119,12 @@ int axr_reserve_port(int *fd);
 int axr_pipe_main(axr_pipe_args *a);
 /* axon-run probe on the joined world of `node`: the agents' links. */
 int axr_probe(const axr_pipe_args *a, ax_node *node);
+/* axon-run plan: every mode and split predicted; no agents needed. */
+int axr_plan(const axr_pipe_args *a);
+/* The links between a->agents' neighbouring stages of mode m from
+ * --links (lat_s[b], Bps[b], b < stages - 1); AX_OK with *have = 0 when
+ * no file was given. */
+int axr_stage_links(const axr_pipe_args *a, int m, double *lat_s, double *Bps,
+                    int *have);
 
 #endif

@@ -15,6 +15,7 @@ typedef struct sim {
   const ax_pipe_plan *plan;
   int mode, K, S, U, recompute; /* ranks, stages, units */
   const double *t_f, *t_b, *t_w; /* t_w NULL: no weight half apart */
+  const ax_formula_comm *comm;   /* NULL: no transfers */
   double *fin;      /* (AX_OP_KINDS, K, units): finish time, -1 until run */
   double *start_f0; /* (units) start of F(u) on stage 0 */
   size_t units;
@@ -29,6 +30,24 @@ static long unit_of(const sim *S, const ax_pipe_op *o) {
 }
 
 /* When every dependency of o has finished, or -1 if one has not run. */
+static int is_bwd(int kind) {
+  return kind == AX_OP_BWD || kind == AX_OP_INPUT_GRAD;
+}
+
+/* Seconds after dependency d ends until o can use what it made: the
+ * transfer between neighbouring stages, if any. */
+static double transfer(const sim *S, const ax_pipe_op *d, const ax_pipe_op *o) {
+  const ax_formula_comm *c = S->comm;
+  if (!c)
+    return 0;
+  if (c->fwd && d->kind == AX_OP_FWD && o->kind == AX_OP_FWD &&
+      d->stage == o->stage - 1)
+    return c->fwd[d->stage];
+  if (c->bwd && is_bwd(d->kind) && is_bwd(o->kind) && d->stage == o->stage + 1)
+    return c->bwd[o->stage];
+  return 0;
+}
+
 static double ready_at(const sim *S, const ax_pipe_op *o) {
   ax_pipe_op deps[MAX_STAGES + 2];
   int nd = ax_pipe_plan_deps(S->plan, o, deps);
@@ -37,6 +56,7 @@ static double ready_at(const sim *S, const ax_pipe_op *o) {
     double f = *fin_at(S, deps[i].kind, deps[i].stage, unit_of(S, &deps[i]));
     if (f < 0)
       return -1;
+    f += transfer(S, &deps[i], o);
     if (f > t)
       t = f;
   }
@@ -45,21 +65,22 @@ static double ready_at(const sim *S, const ax_pipe_op *o) {
 
 static double cost(const sim *S, const ax_pipe_op *o) {
   int st = o->stage;
+  double extra = S->comm && o->kind != AX_OP_STEP ? S->comm->per_action : 0;
   double w = S->t_w ? S->t_w[st] : 0.0,
          replay = ax_pipe_replays(S->mode, S->recompute, S->U, o->micro)
                       ? S->t_f[st]
                       : 0.0;
   switch (o->kind) {
   case AX_OP_FWD:
-    return S->t_f[st];
+    return extra + S->t_f[st];
   case AX_OP_BWD: /* the whole backward: both halves */
-    return replay + S->t_b[st] + w;
+    return extra + replay + S->t_b[st] + w;
   case AX_OP_INPUT_GRAD:
-    return replay + S->t_b[st];
+    return extra + replay + S->t_b[st];
   case AX_OP_WEIGHT_GRAD:
-    return w;
-  default: /* STEP (optimizer time is not modelled) */
-    return 0.0;
+    return extra + w;
+  default: /* STEP: the optimizer's time when given */
+    return S->comm && S->comm->step ? S->comm->step[st] : 0.0;
   }
 }
 
@@ -113,6 +134,14 @@ int ax_formula_time_chunks(const char *mode, int K, int v, int M,
 int ax_formula_time_split(const char *mode, int K, int v, int M,
                           const double *t_f, const double *t_b,
                           const double *t_w, int recompute, double *out) {
+  return ax_formula_time_comm(mode, K, v, M, t_f, t_b, t_w, recompute, NULL,
+                              out);
+}
+
+int ax_formula_time_comm(const char *mode, int K, int v, int M,
+                         const double *t_f, const double *t_b,
+                         const double *t_w, int recompute,
+                         const ax_formula_comm *comm, double *out) {
   int m = ax_pipe_mode_index(mode);
   if (m < 0)
     return AX_EINVAL;
@@ -129,13 +158,18 @@ int ax_formula_time_split(const char *mode, int K, int v, int M,
     if (!(t_f[s] >= 0) || !(t_b[s] >= 0) || (t_w && !(t_w[s] >= 0)))
       return ax_seterr(AX_EINVAL, "formula: stage %d times (%g, %g) must be "
                        ">= 0", s, t_f[s], t_b[s]);
+  for (int s = 0; comm && s + 1 < K * v; s++)
+    if ((comm->fwd && !(comm->fwd[s] >= 0)) ||
+        (comm->step && !(comm->step[s] >= 0)) ||
+        (comm->bwd && !(comm->bwd[s] >= 0)) || !(comm->per_action >= 0))
+      return ax_seterr(AX_EINVAL, "formula: transfer times must be >= 0");
   int flushed = ax_pipe_flushes(m);
   /* Flushed modes: one mini-batch. Others: long enough for a steady state. */
   long n = flushed ? 1 : 8 * K + 32;
   ax_pipe_plan *plan = NULL;
   AX_TRY(ax_pipe_plan_new(m, K, v, M, n, &plan));
   sim S = {plan, m, K, K * v, ax_pipe_units(m, M), recompute, t_f, t_b,
-           t_w, NULL, NULL, 0};
+           t_w, comm, NULL, NULL, 0};
   S.units = (size_t)n * (size_t)S.U;
   S.fin = malloc(sizeof(double) * AX_OP_KINDS * (size_t)S.S * S.units);
   S.start_f0 = calloc(S.units, sizeof(double));

@@ -58,7 +58,7 @@ extern "C" {
 /* Expected seconds per mini-batch of `mode` with K stages (1..64) and M
  * micro-batches (>= 1; ignored by the modes without micro-batches), stage
  * times t_f[K], t_b[K] (seconds, >= 0, units as above) and a recompute
- * option (gpipe only; others ignore it). Returns AX_OK, or AX_EINVAL with a
+ * option (gpipe only; others ignore it). Transfers: ax_formula_time_comm. Returns AX_OK, or AX_EINVAL with a
  * message on a bad argument (out is then untouched). */
 int ax_formula_time(const char *mode, int K, int M, const double *t_f,
                     const double *t_b, int recompute, double *out);
@@ -75,6 +75,27 @@ int ax_formula_time_chunks(const char *mode, int K, int v, int M,
 int ax_formula_time_split(const char *mode, int K, int v, int M,
                           const double *t_f, const double *t_b,
                           const double *t_w, int recompute, double *out);
+
+/* Transfers and per-action costs, for predictions on real links (axon-run
+ * plan). Stage s's forward outputs reach stage s + 1 fwd[s] seconds after
+ * its forward ends; stage s + 1's input gradient reaches stage s bwd[s]
+ * seconds after that stage's backward (or input half) ends (s in [0, S-1),
+ * S = K v stages; NULL: no transfer time). Every F, B, I and W action
+ * costs per_action seconds more (the call or push that starts it and its
+ * handler); stage s's optimizer step (STEP) takes step[s] seconds (NULL:
+ * none). */
+typedef struct ax_formula_comm {
+  const double *fwd, *bwd;
+  double per_action;
+  const double *step;
+} ax_formula_comm;
+
+/* ax_formula_time_split with transfers and per-action costs (comm may be
+ * NULL: none). */
+int ax_formula_time_comm(const char *mode, int K, int v, int M,
+                         const double *t_f, const double *t_b,
+                         const double *t_w, int recompute,
+                         const ax_formula_comm *comm, double *out);
 
 /* The closed form for K equal stages (see above); -1.0 for an unknown mode
  * or K, M < 1, or a mode without one. For gpipe, recompute ALWAYS is included, EXCEPT_LAST is not

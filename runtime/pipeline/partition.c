@@ -47,23 +47,38 @@ static ax_stash_count stash_of(const ax_partition_opts *o, int stage) {
   return c;
 }
 
-double ax_stage_time(const ax_block_profile *p, int n, int first, int last,
-                     const ax_partition_opts *o) {
+/* Seconds to move `bytes` both ways across boundary b (activation one
+ * way, its gradient back), by its link when known. */
+static double crossing(const ax_partition_opts *o, int b, double bytes) {
+  if (b >= 0 && o->link_Bps && o->link_lat_s && b < o->K - 1 &&
+      o->link_Bps[b] > 0)
+    return 2 * (o->link_lat_s[b] + bytes / o->link_Bps[b]);
+  return o->bandwidth_Bps > 0 ? 2 * bytes / o->bandwidth_Bps : 0;
+}
+
+double ax_stage_time_at(const ax_block_profile *p, int n, int first, int last,
+                        int stage, const ax_partition_opts *o) {
   if (!p || first < 0 || last > n || first >= last || !o)
     return INFINITY;
   ax_stash_count c = stash_of(o, 0);
   double t = 0;
   for (int i = first; i < last; i++)
     t += p[i].fwd_s + p[i].bwd_s + (c.replay ? p[i].fwd_s : 0.0);
-  if (o->bandwidth_Bps > 0) {
-    double bytes = 0;
-    if (first > 0)
-      bytes += (double)p[first - 1].out_bytes; /* activation in, grad out */
-    if (last < n)
-      bytes += (double)p[last - 1].out_bytes; /* activation out, grad in */
-    t += bytes / o->bandwidth_Bps;
-  }
+  /* the boundary before (activation in, gradient out) and after */
+  if (first > 0)
+    t += crossing(o, stage - 1, (double)p[first - 1].out_bytes) / 2;
+  if (last < n)
+    t += crossing(o, stage < 0 ? -1 : stage, (double)p[last - 1].out_bytes) / 2;
   return t;
+}
+
+double ax_stage_time(const ax_block_profile *p, int n, int first, int last,
+                     const ax_partition_opts *o) {
+  if (!o)
+    return INFINITY;
+  ax_partition_opts plain = *o;
+  plain.link_Bps = plain.link_lat_s = NULL;
+  return ax_stage_time_at(p, n, first, last, -1, &plain);
 }
 
 size_t ax_stage_memory(const ax_block_profile *p, int n, int first, int last,
@@ -111,7 +126,7 @@ static double solve(const ax_block_profile *p, int n,
         } else {
           if (o->mem_cap && mem > o->mem_cap)
             continue;
-          cost = ax_stage_time(p, n, i, j, o);
+          cost = ax_stage_time_at(p, n, i, j, s - 1, o);
         }
         double v = dp[s - 1][i] > cost ? dp[s - 1][i] : cost;
         if (v < dp[s][j])
@@ -150,7 +165,8 @@ static void fill_report(const ax_block_profile *p, int n,
   memset(rep, 0, sizeof *rep);
   rep->K = o->K;
   for (int s = 0; s < o->K; s++) {
-    rep->stage_time[s] = ax_stage_time(p, n, bounds[s], bounds[s + 1], o);
+    rep->stage_time[s] =
+        ax_stage_time_at(p, n, bounds[s], bounds[s + 1], s, o);
     rep->stage_mem[s] = ax_stage_memory(p, n, bounds[s], bounds[s + 1], s, o);
     if (rep->stage_time[s] > rep->max_time)
       rep->max_time = rep->stage_time[s];

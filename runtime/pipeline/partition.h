@@ -107,6 +107,11 @@ typedef struct ax_partition_opts {
   size_t mem_cap;       /* bytes per stage; 0 = no cap */
   int optim_copies;     /* extra parameter-sized optimizer buffers (0 SGD,
                            1 momentum, 2 Adam); < 0 means 0 */
+  /* The links between neighbouring stages, when known (axon-run probe):
+   * link_lat_s[b] seconds one way and link_Bps[b] bytes/s between stage b
+   * and b + 1 (K - 1 entries each; both directions alike). They replace
+   * bandwidth_Bps at that boundary. NULL: bandwidth_Bps everywhere. */
+  const double *link_lat_s, *link_Bps;
 } ax_partition_opts;
 
 /* The cost model, exposed so callers can report it:
@@ -114,12 +119,17 @@ typedef struct ax_partition_opts {
  *               replays) + (bytes received + bytes sent) / bandwidth, where
  *               a stage sends its last block's outputs forward and its
  *               first block's input gradient backward (out_bytes of the
- *               block before it);
+ *               block before it); with links, each boundary's bytes go at
+ *               its link's rate and each crossing (activation and gradient,
+ *               2 per boundary) adds the link's latency (ax_stage_time_at
+ *               with the stage's index; ax_stage_time ignores links);
  *   memory(s) = params * (1 + weight_versions + optim_copies) + buffers +
  *               saved * activation_sets + in_bytes(first block) * (sets -
  *               activation_sets) + saved * replay. */
 double ax_stage_time(const ax_block_profile *p, int n, int first, int last,
                      const ax_partition_opts *o);
+double ax_stage_time_at(const ax_block_profile *p, int n, int first, int last,
+                        int stage, const ax_partition_opts *o);
 size_t ax_stage_memory(const ax_block_profile *p, int n, int first, int last,
                        int stage, const ax_partition_opts *o);
 

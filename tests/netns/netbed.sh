@@ -9,6 +9,13 @@
 #   tests/netns/netbed.sh shell BUILD_DIR PROFILE N   a bed to try things in:
 #                                               prints how to reach it, and
 #                                               removes it on Enter
+#   tests/netns/netbed.sh compare BUILD_DIR [PROFILE...]  the timing model
+#                                               against the bed: probe, plan,
+#                                               then train the plan's choice
+#                                               and two other modes; a table
+#                                               of predicted and measured
+#                                               ms per step (NETBED_STEPS,
+#                                               NETBED_PLAN_ARGS)
 #
 # Profiles (one-way delay, rate, loss; every link the same unless said):
 #   lan     0.1 ms, 10 Gbit
@@ -73,6 +80,7 @@ profile_spec() {
     dc) echo "0.5 25000 0" ;;
     wan) echo "20 1000 0.0001" ;;
     skewed) echo "0.1 10000 0" ;;
+    none) echo "0 0 0" ;; # no shaping: the emulator's own cost
     *) echo "netbed: unknown profile $1" >&2; exit 2 ;;
   esac
 }
@@ -112,6 +120,15 @@ bed_down() {
   hosts=0
 }
 
+# The hosts share this machine's cores: host I's processes run on core
+# I mod cores, with one compute thread (as --local agents do), so that no
+# two OpenMP pools spin on one core.
+cores=$(nproc)
+pin() { # pin HOST: the taskset prefix of that host's processes
+  command -v taskset >/dev/null && echo taskset -c $(($1 % cores))
+}
+export AXON_THREADS=1
+
 # agents_up N: agent hI on host I (h0 the master, world of N agents and one
 # coordinator).
 agents_up() {
@@ -119,8 +136,10 @@ agents_up() {
   for ((i = 0; i < n; i++)); do
     local extra=(--master "$(addr 0):29500")
     ((i == 0)) && extra=(--world-size $((n + 1)))
-    ip netns exec "$tag-h$i" "$build/axon-agent" --name "h$i" --listen "$(addr "$i"):29500" \
-      "${extra[@]}" --threads 2 >"$work/agent-h$i.log" 2>&1 &
+    # shellcheck disable=SC2046  # pin's words on purpose
+    ip netns exec "$tag-h$i" $(pin "$i") "$build/axon-agent" --name "h$i" \
+      --listen "$(addr "$i"):29500" "${extra[@]}" --threads 4 \
+      >"$work/agent-h$i.log" 2>&1 &
     pids+=($!)
   done
 }
@@ -282,8 +301,60 @@ run_tests() {
   ((failures == 0))
 }
 
+# compare PROFILE: probe, plan, then the plan's choice and two more modes
+# trained for real; rows "profile mode predicted measured ratio".
+compare_one() {
+  local prof=$1 steps=${NETBED_STEPS:-200}
+  local model=(--model mlp --model-config widths=784/1024/1024/1024/10 --batch 256
+    --microbatches 4 --optim opt=sgd,lr=0.05,momentum=0.9)
+  agents_up 4
+  coord probe --iters 20 --bytes 16M --out "$work/probe-$prof.txt" >/dev/null 2>&1 ||
+    { agents_down; return 1; }
+  agents_down
+  # shellcheck disable=SC2086  # word splitting on purpose
+  # 4 hosts on this machine's cores: each computes at cores / 4 of a core
+  # when all are busy (--compute-scale)
+  "$build/axon-run" plan --stages 4 --agents h0,h1,h2,h3 --links "$work/probe-$prof.txt" \
+    --compute-scale "$(awk -v c="$cores" 'BEGIN { s = 4 / c; print s < 1 ? 1 : s }')" \
+    "${model[@]}" ${NETBED_PLAN_ARGS:-} >"$work/plan-$prof.txt" 2>&1 || { cat "$work/plan-$prof.txt"; return 1; }
+  local best
+  best=$(sed -n 's/^plan: mode=\([a-z0-9-]*\) .*/\1/p' "$work/plan-$prof.txt")
+  local modes=("$best") m
+  for m in 1f1b gpipe pipedream ddg; do
+    [[ ${#modes[@]} -lt 3 && $m != "$best" ]] && modes+=("$m")
+  done
+  for m in "${modes[@]}"; do
+    local pred meas
+    pred=$(awk -v m="$m" '$1 == m && $2 == "uniform" { print $4 }' "$work/plan-$prof.txt")
+    agents_up 4
+    coord train "${model[@]}" --mode "$m" --steps "$steps" --eval-limit 100 --quiet \
+      >"$work/cmp-$prof-$m.log" 2>&1
+    agents_down
+    meas=$(sed -n 's/.* ms_per_step=\([0-9.]*\).*/\1/p' "$work/cmp-$prof-$m.log")
+    [[ -n $meas && -n $pred ]] || { tail -5 "$work/cmp-$prof-$m.log"; return 1; }
+    awk -v p="$prof" -v m="$m" -v a="$pred" -v b="$meas" -v best="$best" \
+      'BEGIN { printf "| %s | %s%s | %.2f | %.2f | %.2f |\n", p, m, m == best ? " (plan)" : "", a, b, b / a }' \
+      | tee -a "$work/compare.md"
+  done
+}
+
+run_compare() {
+  prereq
+  local tok="$work/token"
+  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tok"
+  export AXON_TOKEN_FILE=$tok AXON_BIN_DIR=$build
+  echo "| profile | mode | predicted ms/step | measured ms/step | measured / predicted |"
+  echo "|---|---|---|---|---|"
+  for prof in "${@:-lan dc wan skewed}"; do
+    bed_up "$prof" 4 >/dev/null || exit 1
+    compare_one "$prof" || echo "netbed: compare on $prof failed"
+    bed_down
+  done
+}
+
 case $cmd in
   test) run_tests ;;
+  compare) shift 2; run_compare "$@" ;;
   shell)
     prereq
     bed_up "${3:-lan}" "${4:-4}" || exit 1

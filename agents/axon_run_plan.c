@@ -1,0 +1,334 @@
+/* axon-run plan: the FlexFlow-style search of seed 001, limited to
+ * pipeline modes, splits and the given micro-batch count. For every mode of
+ * the table and every split (uniform, and balanced: the partitioner's
+ * slowest stage with its transfers), predicts seconds per mini-batch with
+ * the timing model (ax_formula_time_comm: the mode's own action lists, each
+ * block's measured forward and backward time on this host, and the
+ * transfers between stages over the links that `axon-run probe --out`
+ * measured: one-way latency = half the small call's round trip, bytes at
+ * the link's rate), plus the peak memory of every stage (the partitioner's
+ * model: parameters, weight versions, optimizer state, kept activations),
+ * and picks the fastest under --mem-cap.
+ *
+ * What it does not see: other processes on the same cores (agents of one
+ * host share them), and the coordinator's own costs; --action-us adds a
+ * fixed cost to every forward and backward (the call or push that starts
+ * it). Blocks are profiled here, with one compute thread, so the agents
+ * are assumed to compute as fast as one core of this host; --compute-scale
+ * X multiplies every block's time (agents sharing cores: the test bed's 4
+ * hosts on 2 cores compute at half speed when all are busy, X = 2). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agents/axon_run.h"
+#include "models/data/dataset.h"
+#include "models/optim.h"
+#include "runtime/pipeline/partition.h"
+#include <time.h>
+
+#define MAXL 4096
+
+typedef struct link_row {
+  char from[64], to[64];
+  double rtt_us, gbit;
+} link_row;
+
+typedef struct links {
+  link_row *row;
+  int n;
+} links;
+
+static int read_links(const char *path, links *L) {
+  L->row = NULL;
+  L->n = 0;
+  if (!path)
+    return AX_OK;
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return ax_seterr(AX_EIO, "plan: cannot read %s", path);
+  L->row = calloc(MAXL, sizeof *L->row);
+  char line[512];
+  int rc = L->row ? AX_OK : AX_ENOMEM, ln = 0;
+  while (rc == AX_OK && fgets(line, sizeof line, f)) {
+    ln++;
+    if (line[0] == '#' || line[0] == '\n')
+      continue;
+    link_row *r = &L->row[L->n];
+    if (L->n == MAXL ||
+        sscanf(line, "%63s %63s %lf %lf", r->from, r->to, &r->rtt_us,
+               &r->gbit) != 4 ||
+        !(r->rtt_us >= 0) || !(r->gbit > 0))
+      rc = ax_seterr(AX_EINVAL, "plan: %s line %d: want 'FROM TO RTT_US "
+                     "GBIT_S' (axon-run probe --out)", path, ln);
+    else
+      L->n++;
+  }
+  fclose(f);
+  return rc;
+}
+
+/* The link from agent a to b: one-way seconds and bytes/s (0, 0: same
+ * agent or unknown; unknown pairs are an error the caller reports). */
+static const link_row *find_link(const links *L, const char *a,
+                                 const char *b) {
+  for (int i = 0; i < L->n; i++)
+    if (!strcmp(L->row[i].from, a) && !strcmp(L->row[i].to, b))
+      return &L->row[i];
+  return NULL;
+}
+
+static int link_of(const links *L, const char *a, const char *b,
+                   double *lat_s, double *Bps) {
+  *lat_s = 0;
+  *Bps = 0;
+  if (!L->n || !strcmp(a, b))
+    return AX_OK;
+  const link_row *r = find_link(L, a, b);
+  if (!r)
+    return ax_seterr(AX_EINVAL, "plan: the links file has no %s -> %s", a, b);
+  *lat_s = r->rtt_us * 0.5e-6;
+  *Bps = r->gbit * 1e9 / 8;
+  return AX_OK;
+}
+
+/* Optimizer buffers per parameter from --optim (adamw 2, momentum 1). */
+static int optim_copies(const char *cfg) {
+  if (!cfg || strstr(cfg, "adam"))
+    return 2;
+  const char *m = strstr(cfg, "momentum=");
+  return m && atof(m + 9) != 0 ? 1 : 0;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Seconds per parameter of one optimizer step (--optim) and of copying
+ * one (a stashed weight version), timed on 1M parameters here. */
+static int update_costs(const char *optim, double *step_s, double *copy_s) {
+  enum { N = 1 << 20, REPS = 9 };
+  ax_config c;
+  ax_optim_cfg oc;
+  AX_TRY(ax_config_parse(&c, optim));
+  AX_TRY(ax_optim_cfg_parse(&c, &oc));
+  int64_t n = N;
+  ax_tensor *w = ax_tensor_new(AX_F32, 1, &n, AX_CPU),
+            *g = ax_tensor_new(AX_F32, 1, &n, AX_CPU),
+            *d = ax_tensor_new(AX_F32, 1, &n, AX_CPU);
+  ax_optim *o = ax_optim_new(&oc, N, AX_CPU);
+  int rc = w && g && d && o ? AX_OK : AX_ENOMEM;
+  double best_step = 1e9, best_copy = 1e9;
+  if (rc == AX_OK) {
+    memset(w->data, 0, N * 4);
+    memset(g->data, 0, N * 4);
+  }
+  for (int r = 0; rc == AX_OK && r < REPS; r++) {
+    double t0 = now_s();
+    rc = ax_optim_step(o, w, g);
+    double t1 = now_s();
+    memcpy(d->data, w->data, N * 4);
+    double t2 = now_s();
+    if (r) /* the first warms up */
+      best_step = t1 - t0 < best_step ? t1 - t0 : best_step,
+      best_copy = t2 - t1 < best_copy ? t2 - t1 : best_copy;
+  }
+  ax_optim_free(o);
+  ax_tensor_release(w);
+  ax_tensor_release(g);
+  ax_tensor_release(d);
+  *step_s = best_step / N;
+  *copy_s = best_copy / N;
+  return rc;
+}
+
+/* One unit's profile: a micro-batch of batch / units rows. */
+static int profile(const axr_pipe_args *a, const ax_model_def *def,
+                   const ax_config *mcfg, ax_dataset *ds, int units,
+                   ax_block_profile *p, int *n) {
+  ax_loader *ld = NULL;
+  int rows = (a->batch + units - 1) / units;
+  AX_TRY(ax_loader_new(ds, rows, 0, 1, a->seed, &ld));
+  ax_tlist in = {0}, lab = {0};
+  ax_loader_start(ld, 0);
+  int rc = ax_loader_next(ld, &in, &lab);
+  ax_profile_opts po = {1, 5, a->seed};
+  if (rc == AX_OK)
+    rc = ax_profile_blocks(def, mcfg, AX_CPU, &in, &po, p, n);
+  ax_tlist_clear(&in);
+  ax_tlist_clear(&lab);
+  ax_loader_free(ld);
+  return rc;
+}
+
+typedef struct plan_row {
+  int mode, balanced, S, bounds[AX_PIPE_MAX_STAGES + 1];
+  double spb;      /* predicted seconds per mini-batch */
+  size_t peak;     /* the largest agent's bytes */
+} plan_row;
+
+/* Predicts one mode and split; step_s and copy_s: update_costs. */
+static int predict(const axr_pipe_args *a, const links *L, int m, int balanced,
+                   const ax_block_profile *p, int n, double step_s,
+                   double copy_s, plan_row *row) {
+  const ax_pipe_mode_def *md = ax_pipe_mode_get(m);
+  int K = a->K, v = ax_pipe_chunks(m, a->chunks), S = K * v;
+  int U = ax_pipe_units(m, a->M);
+  if (S > n || U < ax_pipe_min_units(m, K) || (md->chunked &&
+      md->placement == AX_PLACE_LOOP && U % K))
+    return AX_EUNSUPPORTED; /* not possible with this model or M */
+  double lat[AX_PIPE_MAX_STAGES], bw[AX_PIPE_MAX_STAGES];
+  for (int s = 0; s + 1 < S; s++)
+    AX_TRY(link_of(L, a->agents[ax_pipe_stage_rank(m, K, s)],
+                   a->agents[ax_pipe_stage_rank(m, K, s + 1)], &lat[s],
+                   &bw[s]));
+  ax_partition_opts po = {S, md->name, a->M, a->recompute, 0, 0,
+                          optim_copies(a->optim), L->n ? lat : NULL,
+                          L->n ? bw : NULL};
+  row->mode = m;
+  row->balanced = balanced;
+  row->S = S;
+  if (balanced)
+    AX_TRY(ax_partition_balanced(p, n, &po, row->bounds, NULL));
+  else
+    AX_TRY(ax_split_uniform(n, S, row->bounds));
+  double tf[AX_PIPE_MAX_STAGES], tb[AX_PIPE_MAX_STAGES],
+      tw[AX_PIPE_MAX_STAGES], fwd[AX_PIPE_MAX_STAGES], bwd[AX_PIPE_MAX_STAGES],
+      step[AX_PIPE_MAX_STAGES];
+  size_t mem[AX_PIPE_MAX_STAGES] = {0};
+  double scale = a->plan_compute_scale > 0 ? a->plan_compute_scale : 1;
+  for (int s = 0; s < S; s++) {
+    tf[s] = tb[s] = 0;
+    for (int i = row->bounds[s]; i < row->bounds[s + 1]; i++)
+      tf[s] += scale * p[i].fwd_s, tb[s] += scale * p[i].bwd_s;
+    /* the optimizer's step, and a weight version stashed per mini-batch
+     * (spread over its units' forwards) where the mode keeps several */
+    double params = 0;
+    for (int i = row->bounds[s]; i < row->bounds[s + 1]; i++)
+      params += (double)p[i].param_bytes / 4;
+    step[s] = scale * step_s * params;
+    if (ax_pipe_version_bound(m, K, s, a->M) > 1)
+      tf[s] += scale * copy_s * params / U;
+    /* split modes: the halves taken as equal (axon-bench split measures
+     * them per block) */
+    tw[s] = md->split ? tb[s] / 2 : 0;
+    tb[s] -= tw[s];
+    mem[ax_pipe_stage_rank(m, K, s)] +=
+        ax_stage_memory(p, n, row->bounds[s], row->bounds[s + 1], s, &po);
+    if (s + 1 < S) {
+      double bytes = (double)p[row->bounds[s + 1] - 1].out_bytes;
+      double back_lat = lat[s], back_bw = bw[s];
+      AX_TRY(link_of(L, a->agents[ax_pipe_stage_rank(m, K, s + 1)],
+                     a->agents[ax_pipe_stage_rank(m, K, s)], &back_lat,
+                     &back_bw));
+      fwd[s] = bw[s] > 0 ? lat[s] + bytes / bw[s] : 0;
+      bwd[s] = back_bw > 0 ? back_lat + bytes / back_bw : 0;
+    }
+  }
+  row->peak = 0;
+  for (int r = 0; r < K; r++)
+    row->peak = mem[r] > row->peak ? mem[r] : row->peak;
+  ax_formula_comm c = {fwd, bwd, a->plan_action_us * 1e-6, step};
+  return ax_formula_time_comm(md->name, K, v, a->M, tf, tb,
+                              md->split ? tw : NULL, a->recompute, &c,
+                              &row->spb);
+}
+
+int axr_stage_links(const axr_pipe_args *a, int m, double *lat_s, double *Bps,
+                    int *have) {
+  links L;
+  *have = 0;
+  AX_TRY(read_links(a->plan_links, &L));
+  int rc = AX_OK, S = a->K * ax_pipe_chunks(m, a->chunks);
+  for (int s = 0; L.n && rc == AX_OK && s + 1 < S; s++)
+    rc = link_of(&L, a->agents[ax_pipe_stage_rank(m, a->K, s)],
+                 a->agents[ax_pipe_stage_rank(m, a->K, s + 1)], &lat_s[s],
+                 &Bps[s]);
+  *have = L.n > 0 && rc == AX_OK;
+  free(L.row);
+  return rc;
+}
+
+static int wanted(const char *modes, const char *name) {
+  if (!modes || !strcmp(modes, "all"))
+    return 1;
+  size_t k = strlen(name);
+  for (const char *s = modes; (s = strstr(s, name)); s += k)
+    if ((s == modes || s[-1] == ',') && (s[k] == ',' || !s[k]))
+      return 1;
+  return 0;
+}
+
+int axr_plan(const axr_pipe_args *a) {
+  const ax_model_def *def = ax_model_find(a->model);
+  if (!def)
+    return ax_seterr(AX_ENOTFOUND, "plan: no model %s", a->model);
+  ax_config dcfg, mcfg;
+  AX_TRY(ax_config_parse(&dcfg, a->data_config));
+  AX_TRY(ax_model_config(def, a->model_config, &mcfg));
+  links L;
+  AX_TRY(read_links(a->plan_links, &L));
+  ax_dataset *ds = NULL;
+  int rc = ax_dataset_open(a->dataset, &dcfg, AX_SPLIT_TRAIN, &ds);
+  /* profiles per unit: a mini-batch, and a micro-batch of batch / M */
+  static ax_block_profile pmini[AX_MODEL_MAX_BLOCKS], pmicro[AX_MODEL_MAX_BLOCKS];
+  int n = 0;
+  if (rc == AX_OK)
+    rc = profile(a, def, &mcfg, ds, 1, pmini, &n);
+  if (rc == AX_OK && a->M > 1)
+    rc = profile(a, def, &mcfg, ds, a->M, pmicro, &n);
+  ax_dataset_close(ds);
+  double step_s = 0, copy_s = 0;
+  if (rc == AX_OK)
+    rc = update_costs(a->optim, &step_s, &copy_s);
+  plan_row best = {.mode = -1};
+  if (rc == AX_OK) {
+    printf("axon-run plan: %s, batch %d, %d micro-batches, %d agents (%s), "
+           "links %s, %d blocks; action cost %.0f us, compute x %.2f\n",
+           a->model, a->batch, a->M, a->K, a->agents[0],
+           a->plan_links ? a->plan_links : "none", n, a->plan_action_us,
+           a->plan_compute_scale > 0 ? a->plan_compute_scale : 1.0);
+    printf("  %-12s %-9s %-24s %12s %12s %14s\n", "mode", "split", "blocks",
+           "ms/step", "samples/s", "peak MiB/agent");
+  }
+  for (int m = 0; rc == AX_OK && m < AX_MODE_COUNT; m++) {
+    if (!wanted(a->plan_modes, ax_pipe_mode_name(m)))
+      continue;
+    const ax_block_profile *p = ax_pipe_units(m, a->M) > 1 ? pmicro : pmini;
+    for (int bal = 0; bal < 2 && rc == AX_OK; bal++) {
+      plan_row row;
+      int r = predict(a, &L, m, bal, p, n, step_s, copy_s, &row);
+      if (r == AX_EUNSUPPORTED || (r == AX_EINVAL && bal)) {
+        ax_clearerr(); /* too few blocks, units, or nothing fits the cap */
+        continue;
+      }
+      if ((rc = r) != AX_OK)
+        break;
+      char sb[256];
+      int fits = !a->plan_mem_cap || row.peak <= (size_t)a->plan_mem_cap;
+      printf("  %-12s %-9s %-24s %12.2f %12.1f %14.1f%s\n",
+             ax_pipe_mode_name(m), bal ? "balanced" : "uniform",
+             ax_partition_format(row.bounds, row.S, sb, sizeof sb),
+             1e3 * row.spb, a->batch / row.spb, row.peak / 1048576.0,
+             fits ? "" : "  over the cap");
+      if (fits && (best.mode < 0 || row.spb < best.spb))
+        best = row;
+    }
+  }
+  free(L.row);
+  if (rc != AX_OK)
+    return rc;
+  if (best.mode < 0)
+    return ax_seterr(AX_EINVAL, "plan: no mode and split fits %lld bytes per "
+                     "agent", (long long)a->plan_mem_cap);
+  char sb[256];
+  printf("plan: mode=%s partition=%s blocks=%s predicted_ms_per_step=%.2f "
+         "predicted_samples_per_s=%.1f peak_mib=%.1f\n",
+         ax_pipe_mode_name(best.mode), best.balanced ? "balanced" : "uniform",
+         ax_partition_format(best.bounds, best.S, sb, sizeof sb),
+         1e3 * best.spb, a->batch / best.spb, best.peak / 1048576.0);
+  return AX_OK;
+}
