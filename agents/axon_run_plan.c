@@ -10,6 +10,10 @@
  * model: parameters, weight versions, optimizer state, kept activations),
  * and picks the fastest under --mem-cap.
  *
+ * The coordinator is taken to run on the first agent's host: its actions
+ * reach the others over that agent's links, --ahead (8) outstanding per
+ * agent, so a flushed mode's next mini-batch waits for the answers.
+ *
  * What it does not see: other processes on the same cores (agents of one
  * host share them), and the coordinator's own costs; --action-us adds a
  * fixed cost to every forward and backward (the call or push that starts
@@ -231,7 +235,16 @@ static int predict(const axr_pipe_args *a, const links *L, int m, int balanced,
   row->peak = 0;
   for (int r = 0; r < K; r++)
     row->peak = mem[r] > row->peak ? mem[r] : row->peak;
-  ax_formula_comm c = {fwd, bwd, a->plan_action_us * 1e-6, step};
+  /* the coordinator runs next to the first agent: its actions reach rank
+   * r over the first agent's link to it, `ahead` outstanding at a time */
+  double issue[AX_PIPE_MAX_STAGES];
+  for (int r = 0; r < K; r++) {
+    double l, b;
+    AX_TRY(link_of(L, a->agents[0], a->agents[r], &l, &b));
+    issue[r] = 2 * l;
+  }
+  ax_formula_comm c = {fwd, bwd, a->plan_action_us * 1e-6, step,
+                       L->n ? issue : NULL, a->ahead > 0 ? a->ahead : 8};
   return ax_formula_time_comm(md->name, K, v, a->M, tf, tb,
                               md->split ? tw : NULL, a->recompute, &c,
                               &row->spb);

@@ -141,6 +141,46 @@ static void unequal_stages(void **state) {
   assert_true(t >= 4 * 0.08 + 0.01 + 0.02 + 0.02 + 0.01 - 1e-12);
 }
 
+/* Transfers, per-action costs and optimizer steps (axon-run plan): each
+ * lands on the critical path where the schedule puts it. */
+static void transfers(void **state) {
+  (void)state;
+  double tf[2] = {0.01, 0.02}, tb[2] = {0.03, 0.04}, t, plain;
+  double fwd[1] = {0.005}, bwd[1] = {0.007}, step[2] = {0.002, 0.001};
+  ax_formula_comm c = {fwd, bwd, 0, NULL};
+  /* sequential, one unit: F0, send, F1, B1, send back, B0 */
+  AX_ASSERT_OK(ax_formula_time_comm("sequential", 2, 1, 1, tf, tb, NULL, 0,
+                                    &c, &t));
+  AX_ASSERT_CLOSE(t, 0.01 + 0.005 + 0.02 + 0.04 + 0.007 + 0.03, 1e-12, 0);
+  /* per-action costs: 4 actions on the critical path */
+  c.per_action = 0.001;
+  AX_ASSERT_OK(ax_formula_time_comm("sequential", 2, 1, 1, tf, tb, NULL, 0,
+                                    &c, &t));
+  AX_ASSERT_CLOSE(t, 0.112 + 0.004, 1e-12, 0);
+  /* gpipe with M = 2: each transfer is paid on the critical path once in
+   * each direction more than without links, at least */
+  AX_ASSERT_OK(ax_formula_time("gpipe", 2, 2, tf, tb, 0, &plain));
+  c.per_action = 0;
+  AX_ASSERT_OK(ax_formula_time_comm("gpipe", 2, 1, 2, tf, tb, NULL, 0, &c,
+                                    &t));
+  assert_true(t >= plain + 0.005 + 0.007 - 1e-12);
+  /* the optimizer's step: the flush ends with the slower stage's STEP */
+  c.step = step;
+  double with_step;
+  AX_ASSERT_OK(ax_formula_time_comm("gpipe", 2, 1, 2, tf, tb, NULL, 0, &c,
+                                    &with_step));
+  assert_true(with_step > t);
+  /* no comm at all is ax_formula_time_split */
+  AX_ASSERT_OK(ax_formula_time_comm("gpipe", 2, 1, 2, tf, tb, NULL, 0, NULL,
+                                    &t));
+  AX_ASSERT_CLOSE(t, plain, 1e-12, 0);
+  /* negative transfer times are refused */
+  fwd[0] = -1;
+  AX_ASSERT_ERR(ax_formula_time_comm("gpipe", 2, 1, 2, tf, tb, NULL, 0, &c,
+                                     &t),
+                AX_EINVAL);
+}
+
 static void bad_arguments(void **state) {
   (void)state;
   double tf[2] = {1, 1}, tb[2] = {1, -1}, t = 42;
@@ -165,6 +205,7 @@ int main(void) {
       cmocka_unit_test(zbv_bubble),
       cmocka_unit_test(issue_benchmark_numbers),
       cmocka_unit_test(unequal_stages),
+      cmocka_unit_test(transfers),
       cmocka_unit_test(bad_arguments),
   };
   return AX_TEST_MAIN(t);

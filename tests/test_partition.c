@@ -156,6 +156,42 @@ static void memory_cap_rejection(void **state) {
   assert_non_null(strstr(ax_errmsg(), "cannot split"));
 }
 
+/* A slow link between two blocks moves the cut away from it: the stage
+ * boundary goes where the activation is small or the link fast. */
+static void slow_link_moves_the_cut(void **state) {
+  (void)state;
+  ax_block_profile p[4] = {{0}};
+  for (int i = 0; i < 4; i++) {
+    p[i].fwd_s = p[i].bwd_s = 0.01;
+    p[i].out_bytes = 1000;
+    p[i].in_bytes = 1000;
+    p[i].param_bytes = 100;
+  }
+  int b[5];
+  ax_partition_opts o = {0};
+  o.K = 2;
+  o.mode = "gpipe";
+  AX_ASSERT_OK(ax_partition_balanced(p, 4, &o, b, NULL));
+  assert_int_equal(b[1], 2); /* even split without links */
+  /* Block 1's output is large: crossing after it costs 30 ms at 1 MB/s,
+   * more than an uneven split (20 ms): the cut moves to 1 (ties go to the
+   * earliest), and the slower stage pays the latency and block 0's bytes. */
+  p[1].out_bytes = 30000;
+  double lat[1] = {0.0005}, Bps[1] = {1e6};
+  o.link_lat_s = lat;
+  o.link_Bps = Bps;
+  ax_partition_report rep;
+  AX_ASSERT_OK(ax_partition_balanced(p, 4, &o, b, &rep));
+  assert_int_equal(b[1], 1);
+  AX_ASSERT_CLOSE(rep.max_time, 0.06 + 0.0005 + 0.001, 1e-9, 0);
+  /* a fast link leaves the even split */
+  Bps[0] = 1e12;
+  AX_ASSERT_OK(ax_partition_balanced(p, 4, &o, b, NULL));
+  assert_int_equal(b[1], 2);
+  /* without links, the stage-agnostic time ignores them */
+  AX_ASSERT_CLOSE(ax_stage_time(p, 4, 0, 2, &o), 0.04, 1e-12, 0);
+}
+
 static void uniform_splits(void **state) {
   (void)state;
   int b[12];
@@ -275,6 +311,7 @@ int main(void) {
       cmocka_unit_test(stash_table),
       cmocka_unit_test(dp_matches_brute_force),
       cmocka_unit_test(memory_cap_rejection),
+      cmocka_unit_test(slow_link_moves_the_cut),
       cmocka_unit_test(uniform_splits),
       cmocka_unit_test(resnet20_balanced),
       cmocka_unit_test(bert_layer_boundaries),

@@ -24,8 +24,9 @@
 /* Runs axon-run with argv (NULL-terminated, after "train"), stdout and
  * stderr into `log`; waits up to timeout_ms. Returns the exit status, or
  * -1 on a timeout (the child is killed). */
-static int run_axon(const char *log, int timeout_ms, const char **argv) {
-  const char *av[48] = {"train"};
+static int run_axon_cmd(const char *log, int timeout_ms, const char *cmd,
+                        const char **argv) {
+  const char *av[48] = {cmd};
   int ac = 1;
   while (ac < 47 && argv[ac - 1])
     av[ac] = argv[ac - 1], ac++;
@@ -45,6 +46,10 @@ static int run_axon(const char *log, int timeout_ms, const char **argv) {
     rt_sleep_ms(20);
   }
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int run_axon(const char *log, int timeout_ms, const char **argv) {
+  return run_axon_cmd(log, timeout_ms, "train", argv);
 }
 
 static void dump_on_failure(const char *out) {
@@ -143,6 +148,88 @@ static void run_balanced(const char *tag, const char **argv, int K,
   free(out);
   unlink(log);
   unlink(csv);
+}
+
+/* axon-run plan: every mode predicted over a links file, the fastest
+ * picked; a slow link lengthens the prediction; a missing pair, a cap
+ * nothing fits, and probe's options on train are refused by name. */
+static double plan_ms(const char *out, const char *mode) {
+  char key[64];
+  snprintf(key, sizeof key, "\n  %s ", mode);
+  const char *at = out ? strstr(out, key) : NULL;
+  double ms = -1;
+  if (at)
+    sscanf(at + strlen(key), " uniform %*s %lf", &ms);
+  return ms;
+}
+
+static void test_plan(void **state) {
+  const char *links = "/tmp/axon-test-plan-links.txt",
+             *log = "/tmp/axon-test-plan.log";
+  FILE *f = fopen(links, "w");
+  assert_non_null(f);
+  fprintf(f, "# axon-run probe: FROM TO RTT_US GBIT_S\n");
+  const char *names[3] = {"a", "b", "c"};
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 3; j++)
+      if (i != j)
+        fprintf(f, "%s %s %s\n", names[i], names[j],
+                (i == 1 && j == 2) || (i == 2 && j == 1) ? "20000 0.01"
+                                                         : "50 10");
+  fclose(f);
+  const char *base[] = {"--model", "mlp", "--model-config",
+                        "widths=64/256/32/32/32/10", "--dataset", "synthetic",
+                        "--data-config", "shape=64,classes=4,examples=256,seed=3",
+                        "--batch", "32", "--stages", "3", "--agents", "a,b,c",
+                        "--links", links, NULL};
+  int nb = 16;
+  assert_int_equal(run_axon_cmd(log, 60000, "plan", base), 0);
+  char *out = mt_slurp(log);
+  if (!out || !strstr(out, "plan: mode="))
+    dump_on_failure(out);
+  assert_non_null(strstr(out, "plan: mode="));
+  const char *modes[] = {"sequential", "gpipe", "1f1b", "pipedream", "2bw"};
+  for (int i = 0; i < 5; i++)
+    assert_true(plan_ms(out, modes[i]) > 0);
+  /* b -> c is 10 ms one way: gpipe's flush pays it at least twice */
+  double slow = plan_ms(out, "gpipe");
+  free(out);
+  /* the same with fast links everywhere */
+  f = fopen(links, "w");
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 3; j++)
+      if (i != j)
+        fprintf(f, "%s %s 50 10\n", names[i], names[j]);
+  fclose(f);
+  assert_int_equal(run_axon_cmd(log, 60000, "plan", base), 0);
+  out = mt_slurp(log);
+  double fast = plan_ms(out, "gpipe");
+  free(out);
+  fprintf(stderr, "plan: gpipe %.2f ms/step over a 10 ms link, %.2f without\n",
+          slow, fast);
+  assert_true(slow > fast + 20 - 1e-6);
+  /* a pair the file lacks */
+  f = fopen(links, "w");
+  fprintf(f, "a b 50 10\n");
+  fclose(f);
+  assert_int_equal(run_axon_cmd(log, 60000, "plan", base), 1);
+  out = mt_slurp(log);
+  assert_non_null(strstr(out, "has no b -> c"));
+  free(out);
+  /* nothing fits a 1-byte cap */
+  base[nb - 2] = "--mem-cap"; /* in place of the links */
+  base[nb - 1] = "1";
+  assert_int_equal(run_axon_cmd(log, 60000, "plan", base), 1);
+  out = mt_slurp(log);
+  assert_non_null(strstr(out, "no mode and split fits"));
+  free(out);
+  const char *bad[] = {"--model", "mlp", "--iters", "3", NULL};
+  assert_int_equal(run_axon(log, 60000, bad), 2);
+  out = mt_slurp(log);
+  assert_non_null(strstr(out, "--iters is an option of axon-run probe"));
+  free(out);
+  unlink(links);
+  unlink(log);
 }
 
 static void test_balanced_mlp(void **state) {
@@ -302,6 +389,7 @@ static void test_agents_and_master(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_plan),
       cmocka_unit_test(test_balanced_mlp),
       cmocka_unit_test(test_staleness_mlp),
       cmocka_unit_test(test_freeze_mlp),

@@ -18,6 +18,8 @@ typedef struct sim {
   const ax_formula_comm *comm;   /* NULL: no transfers */
   double *fin;      /* (AX_OP_KINDS, K, units): finish time, -1 until run */
   double *start_f0; /* (units) start of F(u) on stage 0 */
+  double *batch_end; /* (n) when mini-batch b's last action finished */
+  double *fin_pos[MAX_STAGES]; /* with an issue window: finish by position */
   size_t units;
 } sim;
 
@@ -101,7 +103,19 @@ static double run(sim *S) {
         if (ready < 0)
           break;
         double start = ready > free_at[r] ? ready : free_at[r];
+        const ax_formula_comm *c = S->comm;
+        if (c && c->issue_rtt) { /* not before the coordinator sent it */
+          int w = c->ahead > 0 ? c->ahead : 1;
+          double issued = pos[r] < w ? c->issue_rtt[r] / 2
+                                     : S->fin_pos[r][pos[r] - w] +
+                                           c->issue_rtt[r];
+          start = issued > start ? issued : start;
+        }
         double fin = start + cost(S, o);
+        if (S->fin_pos[r])
+          S->fin_pos[r][pos[r]] = fin;
+        if (fin > S->batch_end[o->batch])
+          S->batch_end[o->batch] = fin;
         *fin_at(S, o->kind, o->stage, unit_of(S, o)) = fin;
         if (o->kind == AX_OP_FWD && o->stage == 0)
           S->start_f0[unit_of(S, o)] = start;
@@ -164,17 +178,29 @@ int ax_formula_time_comm(const char *mode, int K, int v, int M,
         (comm->bwd && !(comm->bwd[s] >= 0)) || !(comm->per_action >= 0))
       return ax_seterr(AX_EINVAL, "formula: transfer times must be >= 0");
   int flushed = ax_pipe_flushes(m);
-  /* Flushed modes: one mini-batch. Others: long enough for a steady state. */
-  long n = flushed ? 1 : 8 * K + 32;
+  /* Flushed modes: one mini-batch (several when the coordinator's window
+   * carries one into the next). Others: long enough for a steady state. */
+  int window = comm && comm->issue_rtt;
+  for (int r = 0; window && r < K; r++)
+    if (!(comm->issue_rtt[r] >= 0))
+      return ax_seterr(AX_EINVAL, "formula: round trips must be >= 0");
+  long n = flushed ? (window ? 5 : 1) : 8 * K + 32;
   ax_pipe_plan *plan = NULL;
   AX_TRY(ax_pipe_plan_new(m, K, v, M, n, &plan));
-  sim S = {plan, m, K, K * v, ax_pipe_units(m, M), recompute, t_f, t_b,
-           t_w, comm, NULL, NULL, 0};
+  sim S = {.plan = plan, .mode = m, .K = K, .S = K * v,
+           .U = ax_pipe_units(m, M), .recompute = recompute, .t_f = t_f,
+           .t_b = t_b, .t_w = t_w, .comm = comm};
   S.units = (size_t)n * (size_t)S.U;
   S.fin = malloc(sizeof(double) * AX_OP_KINDS * (size_t)S.S * S.units);
   S.start_f0 = calloc(S.units, sizeof(double));
-  int rc = AX_OK;
-  if (!S.fin || !S.start_f0) {
+  S.batch_end = calloc((size_t)n, sizeof(double));
+  int rc = AX_OK, nofin = 0;
+  for (int r = 0; window && r < K; r++) {
+    long len;
+    ax_pipe_plan_actions(plan, r, &len);
+    nofin |= !(S.fin_pos[r] = calloc((size_t)len + 1, sizeof(double)));
+  }
+  if (!S.fin || !S.start_f0 || !S.batch_end || nofin) {
     rc = ax_seterr(AX_ENOMEM, "formula: out of memory");
     goto done;
   }
@@ -185,7 +211,9 @@ int ax_formula_time_comm(const char *mode, int K, int v, int M,
     rc = ax_seterr(AX_EINTERNAL, "formula: %s schedule deadlocked", mode);
     goto done;
   }
-  if (flushed) {
+  if (flushed && window) { /* steady state: the spacing of the flushes */
+    *out = (S.batch_end[n - 1] - S.batch_end[0]) / (double)(n - 1);
+  } else if (flushed) {
     *out = makespan;
   } else { /* steady state: spacing of stage 0's forwards, second half,
               * times the units of a mini-batch */
@@ -195,6 +223,9 @@ int ax_formula_time_comm(const char *mode, int K, int v, int M,
 done:
   free(S.fin);
   free(S.start_f0);
+  free(S.batch_end);
+  for (int r = 0; r < K; r++)
+    free(S.fin_pos[r]);
   ax_pipe_plan_free(plan);
   return rc;
 }

@@ -83,11 +83,18 @@ int ax_formula_time_split(const char *mode, int K, int v, int M,
  * S = K v stages; NULL: no transfer time). Every F, B, I and W action
  * costs per_action seconds more (the call or push that starts it and its
  * handler); stage s's optimizer step (STEP) takes step[s] seconds (NULL:
- * none). */
+ * none). With issue_rtt (K entries: the round trip between the coordinator
+ * and rank r), actions reach a rank through the coordinator's window of
+ * `ahead` outstanding actions per rank (ax_pipe_opts.ahead): action k of
+ * rank r starts no earlier than half a round trip after the start (k <
+ * ahead), or a round trip after action k - ahead finished; the result is
+ * then the steady-state time per mini-batch, flushed modes included. */
 typedef struct ax_formula_comm {
   const double *fwd, *bwd;
   double per_action;
   const double *step;
+  const double *issue_rtt;
+  int ahead;
 } ax_formula_comm;
 
 /* ax_formula_time_split with transfers and per-action costs (comm may be
