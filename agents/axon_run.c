@@ -104,6 +104,8 @@ static void usage(FILE *f) {
 "                        answered: the stages wait for their inputs (8;\n"
 "                        1: coordinator-driven, a round trip per action)\n"
 "  --partition P         uniform|balanced (uniform)\n"
+"  --links FILE          with balanced: each stage boundary weighed by its\n"
+"                        link (axon-run probe --out)\n"
 "  --trace FILE          Chrome-trace JSON of every forward, backward, send\n"
 "                        and receive of every stage\n"
 "  --agent-threads N     handler threads of --local agents (4)\n"

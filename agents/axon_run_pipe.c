@@ -315,7 +315,14 @@ static int run(const axr_pipe_args *a, ax_node *node) {
     ax_loader_start(f.ld, 0);
     rc = ax_loader_next(f.ld, &in, &lab);
     ax_partition_opts po = {axr_stages(a), ax_pipe_mode_name(a->mode), a->M,
-                            a->recompute, 0, 0, 0};
+                            a->recompute, 0, 0, 0, NULL, NULL};
+    /* --links: each boundary weighed by its link (axon-run probe --out) */
+    double lat[AX_PIPE_MAX_STAGES], bw[AX_PIPE_MAX_STAGES];
+    int have = 0;
+    if (rc == AX_OK && a->plan_links)
+      rc = axr_stage_links(a, a->mode, lat, bw, &have);
+    if (have)
+      po.link_lat_s = lat, po.link_Bps = bw;
     ax_partition_report rep;
     if (rc == AX_OK)
       rc = ax_partition_model("balanced", def, &mcfg, AX_CPU, &in, NULL, &po,

@@ -280,7 +280,7 @@ run_tests() {
   head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tok"
   export AXON_TOKEN_FILE=$tok
   export AXON_BIN_DIR=$build
-  for prof in ${NETBED_PROFILES:-lan wan skewed}; do
+  for prof in ${NETBED_PROFILES:-lan dc wan skewed}; do
     bed_up "$prof" 4 || { echo "netbed: cannot build the bed"; exit 1; }
     check "$prof: shaping (axon-run probe)" verify "$prof"
     case $prof in
@@ -292,8 +292,11 @@ run_tests() {
         check "lan: data-parallel ring, 4 replicas" data_parallel
         check "lan: a link cut mid-run is a dead peer" link_cut
         ;;
+      dc) check "dc: pipeline zb-h1, K = 4" train zb-h1 ;;
       wan) check "wan: pipeline 1f1b, K = 4" train 1f1b ;;
-      skewed) check "skewed: pipeline gpipe, K = 4" train gpipe ;;
+      skewed) # the partitioner weighs the slow link (axon-run probe's file)
+        check "skewed: pipeline gpipe, K = 4, balanced over the links" \
+          train gpipe --partition balanced --links "$work/probe.txt" ;;
     esac
     bed_down
   done
