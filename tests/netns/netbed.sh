@@ -60,6 +60,7 @@ prereq() {
 
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  pkill -KILL -P $$ 2>/dev/null # whatever else this script started
   [[ -n $emu_pid ]] && kill "$emu_pid" 2>/dev/null && wait "$emu_pid" 2>/dev/null
   for ((i = 0; i < hosts; i++)); do ip netns del "$tag-h$i" 2>/dev/null; done
   if [[ -n ${NETBED_KEEP:-} ]]; then echo "netbed: logs kept in $work"; else rm -rf "$work"; fi
@@ -253,6 +254,7 @@ link_cut() {
     --model mlp --model-config widths=784/256/256/128/10 --mode 1f1b \
     --epochs 100 --quiet >"$work/cut.log" 2>&1 &
   local run=$!
+  pids+=("$run")
   sleep 3
   local t0=$SECONDS
   ip -n "$tag-h2" link set ax0 down
