@@ -201,7 +201,8 @@ static int predict(const axr_pipe_args *a, const links *L, int m, int balanced,
     AX_TRY(ax_split_uniform(n, S, row->bounds));
   double tf[AX_PIPE_MAX_STAGES], tb[AX_PIPE_MAX_STAGES],
       tw[AX_PIPE_MAX_STAGES], fwd[AX_PIPE_MAX_STAGES], bwd[AX_PIPE_MAX_STAGES],
-      step[AX_PIPE_MAX_STAGES];
+      step[AX_PIPE_MAX_STAGES], fbusy[AX_PIPE_MAX_STAGES],
+      bbusy[AX_PIPE_MAX_STAGES];
   size_t mem[AX_PIPE_MAX_STAGES] = {0};
   double scale = a->plan_compute_scale > 0 ? a->plan_compute_scale : 1;
   for (int s = 0; s < S; s++) {
@@ -228,8 +229,11 @@ static int predict(const axr_pipe_args *a, const links *L, int m, int balanced,
       AX_TRY(link_of(L, a->agents[ax_pipe_stage_rank(m, K, s + 1)],
                      a->agents[ax_pipe_stage_rank(m, K, s)], &back_lat,
                      &back_bw));
-      fwd[s] = bw[s] > 0 ? lat[s] + bytes / bw[s] : 0;
-      bwd[s] = back_bw > 0 ? back_lat + bytes / back_bw : 0;
+      /* a link carries one tensor at a time (its rate), then latency */
+      fbusy[s] = bw[s] > 0 ? bytes / bw[s] : 0;
+      bbusy[s] = back_bw > 0 ? bytes / back_bw : 0;
+      fwd[s] = bw[s] > 0 ? lat[s] : 0;
+      bwd[s] = back_bw > 0 ? back_lat : 0;
     }
   }
   row->peak = 0;
@@ -244,7 +248,8 @@ static int predict(const axr_pipe_args *a, const links *L, int m, int balanced,
     issue[r] = 2 * l;
   }
   ax_formula_comm c = {fwd, bwd, a->plan_action_us * 1e-6, step,
-                       L->n ? issue : NULL, a->ahead > 0 ? a->ahead : 8};
+                       L->n ? issue : NULL, a->ahead > 0 ? a->ahead : 8,
+                       fbusy, bbusy};
   return ax_formula_time_comm(md->name, K, v, a->M, tf, tb,
                               md->split ? tw : NULL, a->recompute, &c,
                               &row->spb);

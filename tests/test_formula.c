@@ -174,6 +174,22 @@ static void transfers(void **state) {
   AX_ASSERT_OK(ax_formula_time_comm("gpipe", 2, 1, 2, tf, tb, NULL, 0, NULL,
                                     &t));
   AX_ASSERT_CLOSE(t, plain, 1e-12, 0);
+  /* queued links: gpipe's M forwards leave stage 0 back to back, so a
+   * link busy 30 ms per tensor delays the last one by (M - 1) x 30 ms */
+  double fbusy[1] = {0.03}, bbusy[1] = {0};
+  ax_formula_comm q = {NULL, NULL, 0, NULL, NULL, 0, fbusy, bbusy};
+  double queued, unqueued;
+  AX_ASSERT_OK(ax_formula_time_comm("gpipe", 2, 1, 4, tf, tb, NULL, 0, &q,
+                                    &queued));
+  ax_formula_comm nq = {fbusy, NULL, 0, NULL, NULL, 0, NULL, NULL};
+  AX_ASSERT_OK(ax_formula_time_comm("gpipe", 2, 1, 4, tf, tb, NULL, 0, &nq,
+                                    &unqueued));
+  /* unqueued: stage 1 is the bottleneck (its forwards end at 120 ms, the
+   * mini-batch at 310); queued: the fourth activation arrives at 10 + 4 x
+   * 30 = 130 ms, stage 1's forwards end at 150, the mini-batch 30 ms
+   * later */
+  AX_ASSERT_CLOSE(unqueued, 0.31, 1e-9, 0);
+  AX_ASSERT_CLOSE(queued, 0.34, 1e-9, 0);
   /* negative transfer times are refused */
   fwd[0] = -1;
   AX_ASSERT_ERR(ax_formula_time_comm("gpipe", 2, 1, 2, tf, tb, NULL, 0, &c,

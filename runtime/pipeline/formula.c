@@ -20,6 +20,11 @@ typedef struct sim {
   double *start_f0; /* (units) start of F(u) on stage 0 */
   double *batch_end; /* (n) when mini-batch b's last action finished */
   double *fin_pos[MAX_STAGES]; /* with an issue window: finish by position */
+  /* with queued links: (S, units) arrival of stage s's output at s + 1
+   * (arr_f) and of stage s + 1's input gradient at s (arr_b), and when
+   * each link is next free */
+  double *arr_f, *arr_b;
+  double free_f[MAX_STAGES], free_b[MAX_STAGES];
   size_t units;
 } sim;
 
@@ -50,6 +55,36 @@ static double transfer(const sim *S, const ax_pipe_op *d, const ax_pipe_op *o) {
   return 0;
 }
 
+/* Queued links: when d's output reaches o, or -1 (not a transfer). */
+static double arrival(const sim *S, const ax_pipe_op *d, const ax_pipe_op *o) {
+  if (!S->arr_f)
+    return -1;
+  size_t u = (size_t)unit_of(S, d);
+  if (d->kind == AX_OP_FWD && o->kind == AX_OP_FWD && d->stage == o->stage - 1)
+    return S->arr_f[(size_t)d->stage * S->units + u];
+  if (is_bwd(d->kind) && is_bwd(o->kind) && d->stage == o->stage + 1)
+    return S->arr_b[(size_t)o->stage * S->units + u];
+  return -1;
+}
+
+/* Queued links: o finished at fin; its output leaves on its link. */
+static void send_out(sim *S, const ax_pipe_op *o, double fin) {
+  const ax_formula_comm *c = S->comm;
+  int s = o->stage;
+  size_t u = (size_t)unit_of(S, o);
+  if (o->kind == AX_OP_FWD && s + 1 < S->S) {
+    double t0 = fin > S->free_f[s] ? fin : S->free_f[s];
+    S->free_f[s] = t0 + c->fwd_busy[s];
+    S->arr_f[(size_t)s * S->units + u] =
+        S->free_f[s] + (c->fwd ? c->fwd[s] : 0);
+  } else if (is_bwd(o->kind) && s > 0) {
+    double t0 = fin > S->free_b[s - 1] ? fin : S->free_b[s - 1];
+    S->free_b[s - 1] = t0 + c->bwd_busy[s - 1];
+    S->arr_b[(size_t)(s - 1) * S->units + u] =
+        S->free_b[s - 1] + (c->bwd ? c->bwd[s - 1] : 0);
+  }
+}
+
 static double ready_at(const sim *S, const ax_pipe_op *o) {
   ax_pipe_op deps[MAX_STAGES + 2];
   int nd = ax_pipe_plan_deps(S->plan, o, deps);
@@ -58,7 +93,8 @@ static double ready_at(const sim *S, const ax_pipe_op *o) {
     double f = *fin_at(S, deps[i].kind, deps[i].stage, unit_of(S, &deps[i]));
     if (f < 0)
       return -1;
-    f += transfer(S, &deps[i], o);
+    double a = arrival(S, &deps[i], o);
+    f = a >= 0 ? a : f + transfer(S, &deps[i], o);
     if (f > t)
       t = f;
   }
@@ -112,6 +148,8 @@ static double run(sim *S) {
           start = issued > start ? issued : start;
         }
         double fin = start + cost(S, o);
+        if (S->arr_f)
+          send_out(S, o, fin);
         if (S->fin_pos[r])
           S->fin_pos[r][pos[r]] = fin;
         if (fin > S->batch_end[o->batch])
@@ -174,6 +212,8 @@ int ax_formula_time_comm(const char *mode, int K, int v, int M,
                        ">= 0", s, t_f[s], t_b[s]);
   for (int s = 0; comm && s + 1 < K * v; s++)
     if ((comm->fwd && !(comm->fwd[s] >= 0)) ||
+        (comm->fwd_busy && !(comm->fwd_busy[s] >= 0)) ||
+        (comm->bwd_busy && !(comm->bwd_busy[s] >= 0)) ||
         (comm->step && !(comm->step[s] >= 0)) ||
         (comm->bwd && !(comm->bwd[s] >= 0)) || !(comm->per_action >= 0))
       return ax_seterr(AX_EINVAL, "formula: transfer times must be >= 0");
@@ -195,6 +235,11 @@ int ax_formula_time_comm(const char *mode, int K, int v, int M,
   S.start_f0 = calloc(S.units, sizeof(double));
   S.batch_end = calloc((size_t)n, sizeof(double));
   int rc = AX_OK, nofin = 0;
+  if (comm && comm->fwd_busy && comm->bwd_busy) {
+    S.arr_f = malloc(sizeof(double) * (size_t)S.S * S.units);
+    S.arr_b = malloc(sizeof(double) * (size_t)S.S * S.units);
+    nofin |= !S.arr_f || !S.arr_b;
+  }
   for (int r = 0; window && r < K; r++) {
     long len;
     ax_pipe_plan_actions(plan, r, &len);
@@ -224,6 +269,8 @@ done:
   free(S.fin);
   free(S.start_f0);
   free(S.batch_end);
+  free(S.arr_f);
+  free(S.arr_b);
   for (int r = 0; r < K; r++)
     free(S.fin_pos[r]);
   ax_pipe_plan_free(plan);
