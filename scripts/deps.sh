@@ -6,6 +6,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config zlib1g-dev libgrpc-dev protobuf-c-compiler
       libprotobuf-c-dev libevent-dev libcmocka-dev libopenblas-dev libssl-dev openssl
       dataset-fashion-mnist dict-gcide gnuplot-nox
+      iproute2 # the many-hosts test bed (tests/netns/netbed.sh)
       clang libfuzzer-14-dev libomp-dev) # the fuzz build (tests/fuzz, make fuzz)
 missing=()
 for p in "${pkgs[@]}"; do
