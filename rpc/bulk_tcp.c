@@ -690,38 +690,14 @@ static void tcp_free(axi_transport *t) {
   free(b);
 }
 
-const axi_transport_ops axi_tcp_transport = {
-    .name = "tcp",
-    .role = AXI_TRANSPORT_DATA,
-    .start = tcp_start,
-    .send = tcp_send,
-    .drop_peer = tcp_drop_peer,
-    .stop = tcp_stop,
-    .free = tcp_free,
-    .probe = tcp_probe,
-    .would_block = tcp_would_block,
-};
+/* The three entries share the channel; only what start sets up differs. */
+#define BULK_ENTRY(entry_name, start_fn)                                      \
+  {                                                                           \
+    .name = entry_name, .role = AXI_TRANSPORT_DATA, .start = start_fn,        \
+    .send = tcp_send, .drop_peer = tcp_drop_peer, .stop = tcp_stop,           \
+    .free = tcp_free, .probe = tcp_probe, .would_block = tcp_would_block,     \
+  }
 
-const axi_transport_ops axi_tls_transport = {
-    .name = "tls",
-    .role = AXI_TRANSPORT_DATA,
-    .start = tls_start,
-    .send = tcp_send,
-    .drop_peer = tcp_drop_peer,
-    .stop = tcp_stop,
-    .free = tcp_free,
-    .probe = tcp_probe,
-    .would_block = tcp_would_block,
-};
-
-const axi_transport_ops axi_shm_transport = {
-    .name = "shm",
-    .role = AXI_TRANSPORT_DATA,
-    .start = shm_start,
-    .send = tcp_send,
-    .drop_peer = tcp_drop_peer,
-    .stop = tcp_stop,
-    .free = tcp_free,
-    .probe = tcp_probe,
-    .would_block = tcp_would_block,
-};
+const axi_transport_ops axi_tcp_transport = BULK_ENTRY("tcp", tcp_start);
+const axi_transport_ops axi_tls_transport = BULK_ENTRY("tls", tls_start);
+const axi_transport_ops axi_shm_transport = BULK_ENTRY("shm", shm_start);
