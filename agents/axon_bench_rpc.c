@@ -14,7 +14,7 @@
  *
  * axon's side runs the "tcp" data transport unless AXON_DATA_TRANSPORT
  * names another. --tls compares TCP with mutual TLS instead, --shm TCP with
- * the shared-memory transport (axon_bench_rpc_tls.c).
+ * the shared-memory transport (axon_bench_rpc_pair.c).
  *
  * The server is a forked child (forked before gRPC starts in either
  * process); it answers raw TCP on one socket and axon calls on its node. */

@@ -1,5 +1,5 @@
 /* axon-bench rpc internals shared by axon_bench_rpc.c (axon RPC against raw
- * TCP) and axon_bench_rpc_tls.c (TCP against TLS or shared memory). */
+ * TCP) and axon_bench_rpc_pair.c (TCP against TLS or shared memory). */
 #ifndef AX_AXON_BENCH_RPC_H
 #define AX_AXON_BENCH_RPC_H
 
