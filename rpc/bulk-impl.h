@@ -165,7 +165,7 @@ void axi_bulk_tls_close(bconn *c);
 #define AXI_SHM_SUFFIX "+shm."
 #define AXI_SHM_RING (4u << 20) /* bytes of a connection's ring */
 #define AXI_SHM_MIN (64u << 10) /* rings an acceptor takes */
-#define AXI_SHM_MAX (256u << 20)
+#define AXI_SHM_MAX (64u << 20) /* a stranger maps no more */
 struct sockaddr_un;
 /* This host's identity: boot id and network namespace. */
 int axi_shm_host_id(char *out, size_t len);

@@ -5,7 +5,8 @@
  * agent killed in the middle of a transfer (the driver's writer blocked on
  * a full ring) fails the call cleanly and leaves no mapping behind in the
  * survivor; and local strangers on an agent's Unix socket offering no
- * ring, an unsealed one, one of a bad size or header, or a ring whose
+ * ring, an unsealed one, one too small or too large, one whose header
+ * does not match its file, or a ring whose
  * indices they scribble on, are closed while the agent keeps serving and
  * unmaps what they cost. */
 #include <fcntl.h>
@@ -231,6 +232,11 @@ static void stranger(int kind) {
     rfd = make_ring(size, 1, &map);
     send_fd(s, 'M', rfd);
     break;
+  case 6: /* too large: more than a stranger may make the agent map */
+    size = 128u << 20;
+    rfd = make_ring(size, 1, &map);
+    send_fd(s, 'M', rfd);
+    break;
   case 3: /* a header that does not match the file */
     rfd = make_ring(size, 1, &map);
     memcpy(map + 8, &(uint64_t){size * 2}, 8);
@@ -260,7 +266,7 @@ static void stranger(int kind) {
 
 static void test_local_strangers(void **state) {
   int before = rings_mapped(g_pids[A1]);
-  for (int kind = 0; kind <= 5; kind++) {
+  for (int kind = 0; kind <= 6; kind++) {
     stranger(kind);
     assert_int_equal(wait_rings(g_pids[A1], before), before);
     AX_ASSERT_OK(rt_alive(g_drv, "a1"));
