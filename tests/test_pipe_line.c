@@ -104,6 +104,16 @@ static ax_future *run_on(ax_rref *h, int64_t line, int64_t gen, int64_t seq,
   return f;
 }
 
+/* Waits until k calls wait in r's line: an asynchronous call and the next
+ * one run on different workers, so the order the test means must be seen
+ * first (seen in CI: a detach that overtook the call it was to cancel). */
+static void wait_queued(recorder *r, int k) {
+  int64_t t0 = rt_now_ms();
+  while (axp_line_queued(&r->line) < k && rt_now_ms() - t0 < 10000)
+    rt_sleep_ms(2);
+  assert_true(axp_line_queued(&r->line) >= k);
+}
+
 static int outcome(ax_future *f) {
   int err = ax_future_wait(f, 20000);
   ax_future_release(f);
@@ -148,6 +158,7 @@ static void test_refuses_bad_sequences(void **state) {
   assert_int_equal(outcome(run_on(h, 8, -2, 0, 4, 0, 0, 10000)), AX_EBADARG);
   /* Queued twice; then a newer call cancels it; the older call is over. */
   ax_future *waiting = run_on(h, 8, 1, 5, 5, 0, 0, 10000);
+  wait_queued(r, 1);
   assert_int_equal(outcome(run_on(h, 8, 1, 5, 6, 0, 0, 10000)), AX_EBADARG);
   assert_int_equal(outcome(run_on(h, 8, 2, 0, 7, 0, 0, 10000)), AX_OK);
   assert_int_equal(outcome(waiting), AX_ECANCELLED);
@@ -178,6 +189,7 @@ static void test_teardown_cancels_queued(void **state) {
   recorder *r;
   ax_rref *h = new_recorder(&r);
   ax_future *q = run_on(h, 10, 1, 1, 1, 0, 0, 10000); /* 0 never comes */
+  wait_queued(r, 1);
   ax_values *out = NULL;
   AX_ASSERT_OK(ax_rref_rpc_sync(g_drv, h, "detach", NULL, NULL, &out));
   ax_values_free(out);

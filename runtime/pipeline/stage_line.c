@@ -196,6 +196,21 @@ void axp_line_detach(axp_line **slot, void *host) {
   line_put(l);
 }
 
+int axp_line_queued(axp_line *const *slot) {
+  pthread_mutex_lock(&g_mu);
+  axp_line *l = slot ? *slot : NULL;
+  if (l)
+    l->refs++; /* kept while we look */
+  pthread_mutex_unlock(&g_mu);
+  if (!l)
+    return 0;
+  pthread_mutex_lock(&l->mu);
+  int n = l->npending;
+  pthread_mutex_unlock(&l->mu);
+  line_put(l);
+  return n;
+}
+
 /* The line's thread: runs its actions in order, each once it is queued;
  * answers those whose caller's deadline passed while they waited. */
 static void *line_main(void *arg) {

@@ -52,4 +52,8 @@ int axp_line_call(ax_call_ctx *cc, axp_line **slot, void *host,
  * freeing the host, without holding any lock its actions take. */
 void axp_line_detach(axp_line **slot, void *host);
 
+/* Calls queued on the host's line and not yet run (0 without a line): for
+ * tests that must know a call arrived before they send the next. */
+int axp_line_queued(axp_line *const *slot);
+
 #endif
