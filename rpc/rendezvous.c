@@ -484,7 +484,13 @@ int ax_node_join(ax_node *n, int64_t timeout_ms) {
     /* The master is not listening yet: retry shortly, and say so about
      * once a second. */
     attempts++;
-    snprintf(last, sizeof last, "%s", ax_errmsg());
+    /* An attempt that found no stream yet says nothing new: keep why the
+     * last stream ended (the TLS or token hint), which the timeout quotes
+     * (seen in CI: "unreachable: ...: no stream" at the deadline). */
+    const char *why = ax_errmsg();
+    size_t wl = strlen(why), ns = strlen(": no stream");
+    if (!*last || wl < ns || strcmp(why + wl - ns, ": no stream"))
+      snprintf(last, sizeof last, "%s", why);
     int64_t now = axi_now_ms();
     if (now >= next_log) {
       fprintf(stderr,
