@@ -16,6 +16,7 @@
 #                                               of predicted and measured
 #                                               ms per step (NETBED_STEPS,
 #                                               NETBED_PLAN_ARGS)
+# NETBED_PROFILES picks test's profiles; NETBED_KEEP=1 keeps the logs.
 #
 # Profiles (one-way delay, rate, loss; every link the same unless said):
 #   lan     0.1 ms, 10 Gbit
