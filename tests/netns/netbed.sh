@@ -23,6 +23,7 @@
 #   dc      0.5 ms, 25 Gbit
 #   wan     20 ms, 1 Gbit, 0.01% loss
 #   skewed  lan, but the link between the last two hosts 2 ms, 200 Mbit
+#   none    no shaping (what the emulator itself costs; not in test)
 #
 # Before the tests on a profile, the bed checks its own shaping with
 # `axon-run probe` (every pair of agents: round trip of a small call, and
