@@ -170,16 +170,22 @@ static int name_list(const char *flag, const char *s, char *buf,
   return k;
 }
 
-static int plan_flag(int plan, const char *flag) {
-  if (!plan)
-    fprintf(stderr, "axon-run: %s is an option of axon-run plan\n", flag);
-  return plan;
+/* An option of command `cmd` only: 1 when given to it (yes), else says so. */
+static int only_in(int yes, const char *cmd, const char *flag) {
+  if (!yes)
+    fprintf(stderr, "axon-run: %s is an option of axon-run %s\n", flag, cmd);
+  return yes;
 }
 
-static int probe_flag(int probe, const char *flag) {
-  if (!probe)
-    fprintf(stderr, "axon-run: %s is an option of axon-run probe\n", flag);
-  return probe;
+/* The pipeline paths (train, plan) take the training options from o. */
+static void pipe_from_train(axr_pipe_args *pa, const ax_train_opts *o,
+                            int quiet) {
+  pa->model = o->model, pa->model_config = o->model_config;
+  pa->dataset = o->dataset, pa->data_config = o->data_config;
+  pa->optim = o->optim_config, pa->epochs = o->epochs, pa->batch = o->batch;
+  pa->eval_batch = o->eval_batch, pa->steps = o->max_steps;
+  pa->eval_limit = o->eval_limit, pa->seed = o->seed, pa->device = o->device;
+  pa->csv = o->csv_path, pa->quiet = quiet;
 }
 
 int main(int argc, char **argv) {
@@ -288,18 +294,18 @@ int main(int argc, char **argv) {
     }
     case 1003: pa.master = optarg; ok = axc_hostport(P, "--master", optarg, 1); break;
     case 1030: pa.listen = optarg; ok = axc_hostport(P, "--listen", optarg, 0); break;
-    case 1049: ok = probe_flag(probe, "--iters") && axc_i32(P, "--iters", optarg, 1, 100000, &pa.probe_iters); break;
-    case 1050: ok = probe_flag(probe, "--bytes") && axc_int(P, "--bytes", optarg, 4, (int64_t)1 << 31, 1, &pa.probe_bytes); break;
-    case 1051: ok = probe_flag(probe, "--out"); pa.probe_out = optarg; break;
+    case 1049: ok = only_in(probe, "probe", "--iters") && axc_i32(P, "--iters", optarg, 1, 100000, &pa.probe_iters); break;
+    case 1050: ok = only_in(probe, "probe", "--bytes") && axc_int(P, "--bytes", optarg, 4, (int64_t)1 << 31, 1, &pa.probe_bytes); break;
+    case 1051: ok = only_in(probe, "probe", "--out"); pa.probe_out = optarg; break;
     case 1052: pa.plan_links = optarg; break;
-    case 1053: ok = plan_flag(plan, "--modes"); pa.plan_modes = optarg; break;
-    case 1054: ok = plan_flag(plan, "--mem-cap") && axc_int(P, "--mem-cap", optarg, 1, INT64_MAX, 1, &pa.plan_mem_cap); break;
+    case 1053: ok = only_in(plan, "plan", "--modes"); pa.plan_modes = optarg; break;
+    case 1054: ok = only_in(plan, "plan", "--mem-cap") && axc_int(P, "--mem-cap", optarg, 1, INT64_MAX, 1, &pa.plan_mem_cap); break;
     case 1055:
     case 1056: {
       char *end;
       double x = strtod(optarg, &end);
       const char *flag = c == 1055 ? "--action-us" : "--compute-scale";
-      ok = plan_flag(plan, flag) && !*end && (c == 1055 ? x >= 0 : x > 0);
+      ok = only_in(plan, "plan", flag) && !*end && (c == 1055 ? x >= 0 : x > 0);
       if (!ok && plan)
         fprintf(stderr, "axon-run: %s wants a number %s\n", flag,
                 c == 1055 ? ">= 0 (microseconds)" : "> 0");
@@ -441,12 +447,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "axon-run plan: --agents names one agent per stage\n");
       return 2;
     }
-    pa.model = o.model, pa.model_config = o.model_config;
-    pa.dataset = o.dataset, pa.data_config = o.data_config;
-    pa.optim = o.optim_config, pa.batch = o.batch, pa.seed = o.seed;
-    if (!pa.data_config && !strcmp(o.model, "resnet20") &&
-        !strcmp(o.dataset, "fashion-mnist"))
-      pa.data_config = "pad=1";
+    pipe_from_train(&pa, &o, quiet);
     ax_cpu_set_threads(threads ? threads : 1);
     int rc = axr_plan(&pa);
     if (rc != AX_OK)
@@ -539,12 +540,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "axon-run: --partition uniform|balanced\n");
       return 2;
     }
-    pa.model = o.model, pa.model_config = o.model_config;
-    pa.dataset = o.dataset, pa.data_config = o.data_config;
-    pa.optim = o.optim_config, pa.epochs = o.epochs, pa.batch = o.batch;
-    pa.eval_batch = o.eval_batch, pa.steps = o.max_steps;
-    pa.eval_limit = o.eval_limit, pa.seed = o.seed, pa.device = o.device;
-    pa.csv = o.csv_path, pa.quiet = quiet;
+    pipe_from_train(&pa, &o, quiet);
     ax_cpu_set_threads(threads ? threads : 1);
     return axr_pipe_main(&pa);
   }

@@ -97,6 +97,22 @@ static int link_of(const links *L, const char *a, const char *b,
   return AX_OK;
 }
 
+/* The links between mode m's neighbouring stages (S stages, on a->agents
+ * in the mode's placement): stage s to s + 1 (lat, Bps) and back (back_lat,
+ * back_Bps), each S - 1 entries; all 0 without a links file or on one
+ * agent. */
+static int boundary_links(const links *L, const axr_pipe_args *a, int m,
+                          int S, double *lat, double *Bps, double *back_lat,
+                          double *back_Bps) {
+  for (int s = 0; s + 1 < S; s++) {
+    const char *x = a->agents[ax_pipe_stage_rank(m, a->K, s)],
+               *y = a->agents[ax_pipe_stage_rank(m, a->K, s + 1)];
+    AX_TRY(link_of(L, x, y, &lat[s], &Bps[s]));
+    AX_TRY(link_of(L, y, x, &back_lat[s], &back_Bps[s]));
+  }
+  return AX_OK;
+}
+
 /* Optimizer buffers per parameter from --optim (adamw 2, momentum 1). */
 static int optim_copies(const char *cfg) {
   if (!cfg || strstr(cfg, "adam"))
@@ -184,11 +200,9 @@ static int predict(const axr_pipe_args *a, const links *L, int m, int balanced,
   if (S > n || U < ax_pipe_min_units(m, K) || (md->chunked &&
       md->placement == AX_PLACE_LOOP && U % K))
     return AX_EUNSUPPORTED; /* not possible with this model or M */
-  double lat[AX_PIPE_MAX_STAGES], bw[AX_PIPE_MAX_STAGES];
-  for (int s = 0; s + 1 < S; s++)
-    AX_TRY(link_of(L, a->agents[ax_pipe_stage_rank(m, K, s)],
-                   a->agents[ax_pipe_stage_rank(m, K, s + 1)], &lat[s],
-                   &bw[s]));
+  double lat[AX_PIPE_MAX_STAGES], bw[AX_PIPE_MAX_STAGES],
+      back_lat[AX_PIPE_MAX_STAGES], back_bw[AX_PIPE_MAX_STAGES];
+  AX_TRY(boundary_links(L, a, m, S, lat, bw, back_lat, back_bw));
   ax_partition_opts po = {S, md->name, a->M, a->recompute, 0, 0,
                           optim_copies(a->optim), L->n ? lat : NULL,
                           L->n ? bw : NULL};
@@ -206,14 +220,14 @@ static int predict(const axr_pipe_args *a, const links *L, int m, int balanced,
   size_t mem[AX_PIPE_MAX_STAGES] = {0};
   double scale = a->plan_compute_scale > 0 ? a->plan_compute_scale : 1;
   for (int s = 0; s < S; s++) {
+    double params = 0;
     tf[s] = tb[s] = 0;
-    for (int i = row->bounds[s]; i < row->bounds[s + 1]; i++)
+    for (int i = row->bounds[s]; i < row->bounds[s + 1]; i++) {
       tf[s] += scale * p[i].fwd_s, tb[s] += scale * p[i].bwd_s;
+      params += (double)p[i].param_bytes / 4;
+    }
     /* the optimizer's step, and a weight version stashed per mini-batch
      * (spread over its units' forwards) where the mode keeps several */
-    double params = 0;
-    for (int i = row->bounds[s]; i < row->bounds[s + 1]; i++)
-      params += (double)p[i].param_bytes / 4;
     step[s] = scale * step_s * params;
     if (ax_pipe_version_bound(m, K, s, a->M) > 1)
       tf[s] += scale * copy_s * params / U;
@@ -223,17 +237,13 @@ static int predict(const axr_pipe_args *a, const links *L, int m, int balanced,
     tb[s] -= tw[s];
     mem[ax_pipe_stage_rank(m, K, s)] +=
         ax_stage_memory(p, n, row->bounds[s], row->bounds[s + 1], s, &po);
-    if (s + 1 < S) {
+    if (s + 1 < S) { /* a link carries one tensor at a time, then its
+                        latency */
       double bytes = (double)p[row->bounds[s + 1] - 1].out_bytes;
-      double back_lat = lat[s], back_bw = bw[s];
-      AX_TRY(link_of(L, a->agents[ax_pipe_stage_rank(m, K, s + 1)],
-                     a->agents[ax_pipe_stage_rank(m, K, s)], &back_lat,
-                     &back_bw));
-      /* a link carries one tensor at a time (its rate), then latency */
       fbusy[s] = bw[s] > 0 ? bytes / bw[s] : 0;
-      bbusy[s] = back_bw > 0 ? bytes / back_bw : 0;
-      fwd[s] = bw[s] > 0 ? lat[s] : 0;
-      bwd[s] = back_bw > 0 ? back_lat : 0;
+      bbusy[s] = back_bw[s] > 0 ? bytes / back_bw[s] : 0;
+      fwd[s] = lat[s];
+      bwd[s] = back_lat[s];
     }
   }
   row->peak = 0;
@@ -260,11 +270,9 @@ int axr_stage_links(const axr_pipe_args *a, int m, double *lat_s, double *Bps,
   links L;
   *have = 0;
   AX_TRY(read_links(a->plan_links, &L));
-  int rc = AX_OK, S = a->K * ax_pipe_chunks(m, a->chunks);
-  for (int s = 0; L.n && rc == AX_OK && s + 1 < S; s++)
-    rc = link_of(&L, a->agents[ax_pipe_stage_rank(m, a->K, s)],
-                 a->agents[ax_pipe_stage_rank(m, a->K, s + 1)], &lat_s[s],
-                 &Bps[s]);
+  double back_lat[AX_PIPE_MAX_STAGES], back_Bps[AX_PIPE_MAX_STAGES];
+  int rc = boundary_links(&L, a, m, a->K * ax_pipe_chunks(m, a->chunks),
+                          lat_s, Bps, back_lat, back_Bps);
   *have = L.n > 0 && rc == AX_OK;
   free(L.row);
   return rc;

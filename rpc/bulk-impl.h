@@ -96,9 +96,8 @@ typedef struct axi_bulk {
   axi_transport t; /* the node's n->data */
   ax_node *node;
   int tls; /* every connection runs TLS (axi_bulk_tls_ops) */
-  /* "shm": peers whose data address carries this host's identity are
-   * dialled on their Unix socket with a shared-memory ring */
-  int shm;
+  /* "shm" (shm_listener set): peers whose data address carries this
+   * host's identity are dialled on their Unix socket with a ring */
   char host_id[64];
   struct evconnlistener *shm_listener;
   struct event_base *base;

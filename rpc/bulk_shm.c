@@ -104,15 +104,13 @@ int axi_shm_same_host(const char *bulk_addr, const char *host_id) {
 }
 
 /* ---- the ring -----------------------------------------------------------*/
-static void ring_free(axi_shm_ring *r) {
+void axi_shm_ring_free(axi_shm_ring *r) {
   if (!r)
     return;
   if (r->h)
     munmap(r->h, r->map_len);
   free(r);
 }
-
-void axi_shm_ring_free(axi_shm_ring *r) { ring_free(r); }
 
 static axi_shm_ring *ring_map(int fd, size_t map_len) {
   axi_shm_ring *r = calloc(1, sizeof *r);
@@ -171,7 +169,7 @@ int axi_shm_offer(int fd, size_t size, axi_shm_ring **out) {
   }
   close(mfd); /* the mapping (and the peer's descriptor) keep it */
   if (rc != AX_OK) {
-    ring_free(r);
+    axi_shm_ring_free(r);
     return rc;
   }
   *out = r;
@@ -231,7 +229,7 @@ int axi_shm_take(bconn *c) {
   for (int i = 0; i < nfd; i++)
     close(fds[i]);
   if (why || r != 1) {
-    ring_free(ring);
+    axi_shm_ring_free(ring);
     if (why)
       fprintf(stderr, "axon: %s: refusing a shared-memory connection: %s\n",
               c->b->node->name, why);
@@ -381,9 +379,8 @@ int axi_shm_put(axi_shm_ring *r, int fd, const void *buf, size_t len) {
 /* ---- dialling -----------------------------------------------------------*/
 int axi_shm_dial(const char *hostport, int *out) {
   struct sockaddr_un sa;
-  socklen_t len = sock_name(hostport, &sa);
-  if (!len)
-    return ax_seterr(AX_EINVAL, "shm: address too long");
+  socklen_t len;
+  AX_TRY(axi_shm_listen_addr(hostport, &sa, &len));
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
     return ax_seterr(AX_EIO, "shm: socket: %s", strerror(errno));

@@ -1,5 +1,6 @@
-/* The TCP bulk channel: one framed TCP connection per ordered node pair,
- * driven by a libevent loop on its own thread. libevent only reports
+/* The TCP bulk channel: one framed TCP connection per ordered node pair
+ * (a Unix socket and a shared-memory ring to a node of this host under
+ * "shm", bulk_shm.c), driven by a libevent loop on its own thread. libevent only reports
  * readiness; bytes move with our own readv/writev straight between the
  * socket and tensor storage in large steps (bufferevents would copy through
  * 4 KiB reads). Connections are closed only on the I/O thread and freed
@@ -398,7 +399,7 @@ static int dial(const char *full, int *out) {
 static int dial_peer(axi_bulk *b, const char *addr, int *fd,
                      axi_shm_ring **ring) {
   *ring = NULL;
-  if (b->shm && axi_shm_same_host(addr, b->host_id)) {
+  if (b->shm_listener && axi_shm_same_host(addr, b->host_id)) {
     char hp[160];
     addr_hostport(addr, hp, sizeof hp);
     if (axi_shm_dial(hp, fd) == AX_OK) {
@@ -579,7 +580,6 @@ static void start_shm(axi_bulk *b, char *addr, size_t len) {
     b->shm_listener = NULL;
     return;
   }
-  b->shm = 1;
   strcat(addr, AXI_SHM_SUFFIX);
   strcat(addr, b->host_id);
 }

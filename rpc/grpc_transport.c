@@ -10,6 +10,14 @@ static int grpc_connect(axi_transport *t, axi_peer *p) {
   return axi_stream_open(t->node, p, &p->out);
 }
 
+/* No stream to p: the error, with why the last one ended when it did
+ * (p->mu held). */
+static int no_stream_locked(const axi_peer *p) {
+  return ax_seterr(AX_EPEERDOWN, "%s: no stream%s%s%s", AXI_PNAME(p),
+                   *p->down_why ? " (the last one: " : "", p->down_why,
+                   *p->down_why ? ")" : "");
+}
+
 static int grpc_send(axi_transport *t, axi_peer *p, const axi_msg *m,
                      axi_stream *via) {
   (void)t;
@@ -19,12 +27,13 @@ static int grpc_send(axi_transport *t, axi_peer *p, const axi_msg *m,
                                                                      : p->out;
   if (s)
     axi_stream_retain(s);
+  int rc = s ? AX_OK : no_stream_locked(p);
   pthread_mutex_unlock(&p->mu);
   if (!s)
-    return ax_seterr(AX_EPEERDOWN, "%s: no stream", AXI_PNAME(p));
+    return rc;
   uint8_t *buf;
   size_t len, blob;
-  int rc = axi_frame_encode(m, 4, 1, &buf, &len, &blob);
+  rc = axi_frame_encode(m, 4, 1, &buf, &len, &blob);
   if (rc == AX_OK)
     rc = axi_stream_send(s, buf, len);
   axi_stream_release(s);
@@ -40,12 +49,13 @@ static int grpc_send_raw(axi_transport *t, axi_peer *p, uint8_t *buf,
   axi_stream *s = p->out;
   if (s)
     axi_stream_retain(s);
+  int rc = s ? AX_OK : no_stream_locked(p);
   pthread_mutex_unlock(&p->mu);
   if (!s) {
     free(buf);
-    return ax_seterr(AX_EPEERDOWN, "%s: no stream", AXI_PNAME(p));
+    return rc;
   }
-  int rc = axi_stream_send(s, buf, len);
+  rc = axi_stream_send(s, buf, len);
   axi_stream_release(s);
   return rc;
 }

@@ -24,6 +24,10 @@ struct axi_peer {
   char *alias; /* a second name (the master's real name), set once */
   int rank;
   int state;          /* guarded by mu */
+  /* Why the peer was last declared down (mu): a send that finds no
+   * stream says so, e.g. a stream that never came up and the TLS or
+   * token hint its end gave. */
+  char down_why[256];
   axi_stream *out;    /* our control connection to the peer (one ref) */
   axi_stream *in;     /* the peer's control connection to us (one ref) */
   void *bulk_conn;    /* owned by the data transport */

@@ -55,6 +55,7 @@ void axi_peer_down(axi_peer *p, axi_stream *s, const char *why) {
     return;
   }
   p->state = AXI_PEER_DOWN;
+  snprintf(p->down_why, sizeof p->down_why, "%s", why);
   pthread_mutex_unlock(&p->mu);
   n->ctl->ops->drop_peer(n->ctl, p);
   pthread_rwlock_rdlock(&n->data_lk);

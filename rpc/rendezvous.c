@@ -461,7 +461,7 @@ int ax_node_join(ax_node *n, int64_t timeout_ms) {
   }
   int rc, attempts = 0;
   int64_t t0 = axi_now_ms(), next_log = t0 + 1000; /* quiet at start-up */
-  char last[256] = "";
+  char last[512] = "";
   for (;;) {
     int64_t left = deadline - axi_now_ms();
     if (left <= 0) {
@@ -484,13 +484,10 @@ int ax_node_join(ax_node *n, int64_t timeout_ms) {
     /* The master is not listening yet: retry shortly, and say so about
      * once a second. */
     attempts++;
-    /* An attempt that found no stream yet says nothing new: keep why the
-     * last stream ended (the TLS or token hint), which the timeout quotes
+    /* An attempt that found no stream yet quotes why the last one ended
+     * (rpc/grpc_transport.c), so the timeout keeps the TLS or token hint
      * (seen in CI: "unreachable: ...: no stream" at the deadline). */
-    const char *why = ax_errmsg();
-    size_t wl = strlen(why), ns = strlen(": no stream");
-    if (!*last || wl < ns || strcmp(why + wl - ns, ": no stream"))
-      snprintf(last, sizeof last, "%s", why);
+    snprintf(last, sizeof last, "%s", ax_errmsg());
     int64_t now = axi_now_ms();
     if (now >= next_log) {
       fprintf(stderr,

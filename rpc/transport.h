@@ -2,9 +2,10 @@
  * entry of one table (rpc/transport.c), found by name: the control
  * transport ("grpc": hellos, heartbeats, small messages before the data
  * address is known, replies that must stay on the stream a request came
- * on) and a data transport ("tcp": calls, replies and tensors once the
- * peer's data address is known). A new transport (TLS, shared memory) is one
- * more entry; nothing else in rpc/ names a transport's files.
+ * on) and a data transport (calls, replies and tensors once the peer's
+ * data address is known: "tcp", "tls", or "shm", TCP with shared-memory
+ * rings to the nodes of the same host). A new transport is one more entry;
+ * nothing else in rpc/ names a transport's files.
  *
  * A transport hands what it receives to the callback given at start, so no
  * transport knows the dispatcher. It may use the node's peer table

@@ -36,26 +36,11 @@ static long unit_of(const sim *S, const ax_pipe_op *o) {
   return (long)o->batch * S->U + o->micro;
 }
 
-/* When every dependency of o has finished, or -1 if one has not run. */
 static int is_bwd(int kind) {
   return kind == AX_OP_BWD || kind == AX_OP_INPUT_GRAD;
 }
 
-/* Seconds after dependency d ends until o can use what it made: the
- * transfer between neighbouring stages, if any. */
-static double transfer(const sim *S, const ax_pipe_op *d, const ax_pipe_op *o) {
-  const ax_formula_comm *c = S->comm;
-  if (!c)
-    return 0;
-  if (c->fwd && d->kind == AX_OP_FWD && o->kind == AX_OP_FWD &&
-      d->stage == o->stage - 1)
-    return c->fwd[d->stage];
-  if (c->bwd && is_bwd(d->kind) && is_bwd(o->kind) && d->stage == o->stage + 1)
-    return c->bwd[o->stage];
-  return 0;
-}
-
-/* Queued links: when d's output reaches o, or -1 (not a transfer). */
+/* With transfers: when d's output reaches o, or -1 (not a transfer). */
 static double arrival(const sim *S, const ax_pipe_op *d, const ax_pipe_op *o) {
   if (!S->arr_f)
     return -1;
@@ -67,24 +52,34 @@ static double arrival(const sim *S, const ax_pipe_op *d, const ax_pipe_op *o) {
   return -1;
 }
 
-/* Queued links: o finished at fin; its output leaves on its link. */
+/* Boundary b's link: when a tensor sent at `sent` arrives; the link is
+ * busy `busy` seconds per tensor, in the order sent (a stage's actions are
+ * simulated in order, so its sends are too), then `lat` away. */
+static double send_on(double *free_at, double sent, double busy, double lat) {
+  double t0 = sent > *free_at ? sent : *free_at;
+  *free_at = t0 + busy;
+  return *free_at + lat;
+}
+
+static double at_or_0(const double *a, int i) { return a ? a[i] : 0; }
+
+/* With transfers: o finished at fin; its output leaves on its link. */
 static void send_out(sim *S, const ax_pipe_op *o, double fin) {
   const ax_formula_comm *c = S->comm;
   int s = o->stage;
   size_t u = (size_t)unit_of(S, o);
-  if (o->kind == AX_OP_FWD && s + 1 < S->S) {
-    double t0 = fin > S->free_f[s] ? fin : S->free_f[s];
-    S->free_f[s] = t0 + c->fwd_busy[s];
+  if (o->kind == AX_OP_FWD && s + 1 < S->S)
     S->arr_f[(size_t)s * S->units + u] =
-        S->free_f[s] + (c->fwd ? c->fwd[s] : 0);
-  } else if (is_bwd(o->kind) && s > 0) {
-    double t0 = fin > S->free_b[s - 1] ? fin : S->free_b[s - 1];
-    S->free_b[s - 1] = t0 + c->bwd_busy[s - 1];
+        send_on(&S->free_f[s], fin, at_or_0(c->fwd_busy, s),
+                at_or_0(c->fwd, s));
+  else if (is_bwd(o->kind) && s > 0)
     S->arr_b[(size_t)(s - 1) * S->units + u] =
-        S->free_b[s - 1] + (c->bwd ? c->bwd[s - 1] : 0);
-  }
+        send_on(&S->free_b[s - 1], fin, at_or_0(c->bwd_busy, s - 1),
+                at_or_0(c->bwd, s - 1));
 }
 
+/* When every dependency of o has finished (and what it sent arrived), or
+ * -1 if one has not run. */
 static double ready_at(const sim *S, const ax_pipe_op *o) {
   ax_pipe_op deps[MAX_STAGES + 2];
   int nd = ax_pipe_plan_deps(S->plan, o, deps);
@@ -94,7 +89,8 @@ static double ready_at(const sim *S, const ax_pipe_op *o) {
     if (f < 0)
       return -1;
     double a = arrival(S, &deps[i], o);
-    f = a >= 0 ? a : f + transfer(S, &deps[i], o);
+    if (a >= 0)
+      f = a;
     if (f > t)
       t = f;
   }
@@ -235,7 +231,7 @@ int ax_formula_time_comm(const char *mode, int K, int v, int M,
   S.start_f0 = calloc(S.units, sizeof(double));
   S.batch_end = calloc((size_t)n, sizeof(double));
   int rc = AX_OK, nofin = 0;
-  if (comm && comm->fwd_busy && comm->bwd_busy) {
+  if (comm && (comm->fwd || comm->bwd || comm->fwd_busy || comm->bwd_busy)) {
     S.arr_f = malloc(sizeof(double) * (size_t)S.S * S.units);
     S.arr_b = malloc(sizeof(double) * (size_t)S.S * S.units);
     nofin |= !S.arr_f || !S.arr_b;

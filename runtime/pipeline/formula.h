@@ -89,11 +89,10 @@ int ax_formula_time_split(const char *mode, int K, int v, int M,
  * rank r starts no earlier than half a round trip after the start (k <
  * ahead), or a round trip after action k - ahead finished; the result is
  * then the steady-state time per mini-batch, flushed modes included.
- * With fwd_busy / bwd_busy ([S - 1]: seconds a transfer occupies the link
- * from stage s to s + 1, or back), each link carries one transfer at a
- * time, in the order they are sent: a transfer starts when the link is
- * free and arrives fwd[s] (bwd[s]) seconds after it left (then the
- * latency alone); NULL: links never queue (fwd, bwd the whole time). */
+ * fwd_busy / bwd_busy ([S - 1]: seconds a transfer occupies the link
+ * from stage s to s + 1, or back; NULL: 0): each link carries one
+ * transfer at a time, in the order they are sent; a transfer starts when
+ * the link is free and arrives fwd[s] (bwd[s]) seconds after it left. */
 typedef struct ax_formula_comm {
   const double *fwd, *bwd;
   double per_action;

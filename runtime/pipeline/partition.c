@@ -47,13 +47,14 @@ static ax_stash_count stash_of(const ax_partition_opts *o, int stage) {
   return c;
 }
 
-/* Seconds to move `bytes` both ways across boundary b (activation one
- * way, its gradient back), by its link when known. */
+/* Seconds a stage spends on boundary b's `bytes` (received one way, its
+ * gradient sent the other: counted once, as the cost model says), by its
+ * link when known. */
 static double crossing(const ax_partition_opts *o, int b, double bytes) {
   if (b >= 0 && o->link_Bps && o->link_lat_s && b < o->K - 1 &&
       o->link_Bps[b] > 0)
-    return 2 * (o->link_lat_s[b] + bytes / o->link_Bps[b]);
-  return o->bandwidth_Bps > 0 ? 2 * bytes / o->bandwidth_Bps : 0;
+    return o->link_lat_s[b] + bytes / o->link_Bps[b];
+  return o->bandwidth_Bps > 0 ? bytes / o->bandwidth_Bps : 0;
 }
 
 double ax_stage_time_at(const ax_block_profile *p, int n, int first, int last,
@@ -66,9 +67,9 @@ double ax_stage_time_at(const ax_block_profile *p, int n, int first, int last,
     t += p[i].fwd_s + p[i].bwd_s + (c.replay ? p[i].fwd_s : 0.0);
   /* the boundary before (activation in, gradient out) and after */
   if (first > 0)
-    t += crossing(o, stage - 1, (double)p[first - 1].out_bytes) / 2;
+    t += crossing(o, stage - 1, (double)p[first - 1].out_bytes);
   if (last < n)
-    t += crossing(o, stage < 0 ? -1 : stage, (double)p[last - 1].out_bytes) / 2;
+    t += crossing(o, stage < 0 ? -1 : stage, (double)p[last - 1].out_bytes);
   return t;
 }
 

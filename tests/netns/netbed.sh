@@ -158,7 +158,7 @@ agents_down() {
 }
 
 # coord ARGS...: axon-run on host 0 against the agents.
-coord_args=(--agents h0,h1,h2,h3 --master 10.77.0.1:29500 --listen 10.77.0.1:29600)
+coord_args=(--agents h0,h1,h2,h3 --master "$(addr 0):29500" --listen "$(addr 0):29600")
 coord() {
   local sub=$1
   shift
