@@ -148,8 +148,10 @@ static int feed_rebuild(void *user, int failure, ax_pipe **p) {
     if (ax_node_peer_is_down(f->node, f->cur[lost]))
       return ax_seterr(failure, "%s (no replacement joined as %s within 60 s)",
                        why, f->cur[lost]);
-    fprintf(stderr, "axon-run: %s rejoined; rebuilding the pipeline\n",
-            f->cur[lost]);
+    uint64_t inc = 0;
+    ax_node_member_incarnation(f->node, f->cur[lost], &inc);
+    fprintf(stderr, "axon-run: %s rejoined; rebuilding the pipeline (its "
+            "incarnation %llu)\n", f->cur[lost], (unsigned long long)inc);
   }
   ax_pipe *np = NULL;
   AX_TRY(ax_pipe_new(f->node, f->o, &np));

@@ -3,7 +3,8 @@
  * With a token (ax_node_opts.token_file or AXON_TOKEN_FILE), the side that
  * accepts a connection first sends a fresh random nonce (the challenge);
  * the dialling side answers with its hello carrying
- * HMAC-SHA256(token, label, nonce, name, addr, bulk_addr), and nothing else
+ * HMAC-SHA256(token, label, nonce, name, addr, bulk_addr, incarnation),
+ * and nothing else
  * it sends is read before that proof checks out. The hello also carries a
  * fresh nonce of the dialling side, and the accepting side answers with
  * its own proof over that nonce (under its own label) before the dialling
@@ -30,14 +31,19 @@
 int axi_auth_load(ax_node *n);
 /* AXI_NONCE_LEN random bytes. */
 int axi_auth_nonce(uint8_t *out);
-/* out (AXI_MAC_LEN bytes) = HMAC-SHA256(token, label, nonce, the names). */
+/* out (AXI_MAC_LEN bytes) = HMAC-SHA256(token, label, nonce, the names,
+ * the incarnation). */
 void axi_auth_mac(const ax_node *n, const char *label, const uint8_t *nonce,
                   const char *name, const char *addr, const char *bulk,
-                  uint8_t *out);
+                  uint64_t inc, uint8_t *out);
 /* 1 if mac is the MAC of these inputs (constant-time compare). */
 int axi_auth_verify(const ax_node *n, const char *label, const uint8_t *nonce,
                     const char *name, const char *addr, const char *bulk,
-                    const uint8_t *mac, size_t mac_len);
+                    uint64_t inc, const uint8_t *mac, size_t mac_len);
+/* 0 if a hello of incarnation inc under a known member's name comes from
+ * another process than the one the membership names: a stale one, or a
+ * newer one while the member is not down (with or without a token). */
+int axi_incarnation_ok(ax_node *n, const char *name, uint64_t inc);
 /* 0 if a known peer of that name has another control address: a hello
  * under a member's name from elsewhere is refused. */
 int axi_auth_name_ok(ax_node *n, const char *name, const char *addr);

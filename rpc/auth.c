@@ -46,12 +46,15 @@ int axi_auth_nonce(uint8_t *out) {
 
 void axi_auth_mac(const ax_node *n, const char *label, const uint8_t *nonce,
                   const char *name, const char *addr, const char *bulk,
-                  uint8_t *out) {
-  /* label \0 nonce name \n addr \n bulk \n: each part delimited, so that
-   * no two different inputs give the same message. */
-  const char *parts[3] = {name ? name : "", addr ? addr : "", bulk ? bulk : ""};
+                  uint64_t inc, uint8_t *out) {
+  /* label \0 nonce name \n addr \n bulk \n incarnation \n: each part
+   * delimited, so that no two different inputs give the same message. */
+  char incs[24];
+  snprintf(incs, sizeof incs, "%llu", (unsigned long long)inc);
+  const char *parts[4] = {name ? name : "", addr ? addr : "", bulk ? bulk : "",
+                          incs};
   size_t ll = strlen(label) + 1, len = ll + AXI_NONCE_LEN;
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 4; i++)
     len += strlen(parts[i]) + 1;
   uint8_t stack[1024], *msg = len <= sizeof stack ? stack : malloc(len);
   unsigned int ol = AXI_MAC_LEN;
@@ -62,7 +65,7 @@ void axi_auth_mac(const ax_node *n, const char *label, const uint8_t *nonce,
   memcpy(msg, label, ll);
   memcpy(msg + ll, nonce, AXI_NONCE_LEN);
   size_t off = ll + AXI_NONCE_LEN;
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 4; i++) {
     size_t pl = strlen(parts[i]);
     memcpy(msg + off, parts[i], pl);
     msg[off + pl] = '\n';
@@ -76,12 +79,28 @@ void axi_auth_mac(const ax_node *n, const char *label, const uint8_t *nonce,
 
 int axi_auth_verify(const ax_node *n, const char *label, const uint8_t *nonce,
                     const char *name, const char *addr, const char *bulk,
-                    const uint8_t *mac, size_t mac_len) {
+                    uint64_t inc, const uint8_t *mac, size_t mac_len) {
   uint8_t want[AXI_MAC_LEN];
   if (mac_len != AXI_MAC_LEN)
     return 0;
-  axi_auth_mac(n, label, nonce, name, addr, bulk, want);
+  axi_auth_mac(n, label, nonce, name, addr, bulk, inc, want);
   return CRYPTO_memcmp(want, mac, AXI_MAC_LEN) == 0;
+}
+
+int axi_incarnation_ok(ax_node *n, const char *name, uint64_t inc) {
+  axi_peer *p = axi_peer_find(n, name);
+  if (!p)
+    return 1;
+  /* Another process under a member's name: a stale one (the member
+   * restarted, and the membership names the new one), or a new one this
+   * node has not heard of from the master. The second is let in only while
+   * the member is down (it is rejoining: the master then hands out its
+   * incarnation, rpc/rendezvous.c). */
+  pthread_mutex_lock(&p->mu);
+  int ok = !p->incarnation || p->incarnation == inc ||
+           (p->state == AXI_PEER_DOWN && inc > p->incarnation);
+  pthread_mutex_unlock(&p->mu);
+  return ok;
 }
 
 int axi_auth_name_ok(ax_node *n, const char *name, const char *addr) {

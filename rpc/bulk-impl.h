@@ -15,7 +15,9 @@
 #define AXI_BULK_CHAL_MAGIC 0x43425841u  /* "AXBC": magic, 16-byte nonce */
 #define AXI_BULK_ACK_MAGIC 0x50425841u   /* "AXBP": magic, the acceptor's
                                             32-byte proof */
-#define AXI_BULK_HELLO_MAX 300          /* "name\naddr\nbulk_addr" bytes */
+/* "name\naddr\nbulk_addr\nincarnation" bytes (a name of up to 255, two
+ * addresses of up to 127, a 64-bit number in decimal) */
+#define AXI_BULK_HELLO_MAX 540
 #define AXI_BULK_IOV 16
 #define AXI_BULK_STEP (4u << 20) /* largest single read */
 #define AXI_BULK_RBUF (64u << 10) /* read-ahead buffer for small frames */
@@ -110,12 +112,11 @@ typedef struct axi_bulk {
 
 /* bulk_frame.c */
 bframe *axi_bulk_frame_new(uint8_t *head, size_t head_len, ax_values *vals);
-/* The first frame on a connection: the sender's name and addresses, then,
- * with authentication, mac (32 bytes: the proof over the receiver's
+/* The first frame on a connection: n's name, addresses and incarnation,
+ * then, with authentication, mac (32 bytes: the proof over the receiver's
  * challenge) and the sender's own nonce (16 bytes) for the receiver's
  * answer; both NULL without. */
-bframe *axi_bulk_hello(const char *name, const char *addr,
-                       const char *bulk_addr, const uint8_t *mac,
+bframe *axi_bulk_hello(const ax_node *n, const uint8_t *mac,
                        const uint8_t *nonce);
 void axi_bulk_frames_free(bframe *f); /* frees the whole list */
 /* Fills iov with what is left of f; returns the count. */

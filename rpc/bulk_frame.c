@@ -54,12 +54,15 @@ bframe *axi_bulk_frame_new(uint8_t *head, size_t head_len, ax_values *vals) {
   return f;
 }
 
-bframe *axi_bulk_hello(const char *name, const char *addr,
-                       const char *bulk_addr, const uint8_t *mac,
+bframe *axi_bulk_hello(const ax_node *n, const uint8_t *mac,
                        const uint8_t *nonce) {
-  /* "name\naddr\nbulk_addr": who is calling and how to answer it. The
-   * receiver checks a known member's control address against these. */
-  size_t nl = strlen(name) + strlen(addr) + strlen(bulk_addr) + 2;
+  /* "name\naddr\nbulk_addr\nincarnation": who is calling, from which
+   * process. The receiver checks a known member's control address and
+   * incarnation against these. */
+  char inc[24];
+  snprintf(inc, sizeof inc, "%llu", (unsigned long long)n->incarnation);
+  size_t nl = strlen(n->name) + strlen(n->addr) + strlen(n->bulk_addr) +
+              strlen(inc) + 3;
   if (nl > AXI_BULK_HELLO_MAX)
     return NULL;
   uint8_t *p = malloc(8 + nl + 1 + AXI_MAC_LEN + AXI_NONCE_LEN);
@@ -68,7 +71,8 @@ bframe *axi_bulk_hello(const char *name, const char *addr,
   uint32_t magic = AXI_BULK_HELLO_MAGIC, l = (uint32_t)nl;
   memcpy(p, &magic, 4);
   memcpy(p + 4, &l, 4);
-  snprintf((char *)p + 8, nl + 1, "%s\n%s\n%s", name, addr, bulk_addr);
+  snprintf((char *)p + 8, nl + 1, "%s\n%s\n%s\n%s", n->name, n->addr,
+           n->bulk_addr, inc);
   if (mac) {
     memcpy(p + 8 + nl, mac, AXI_MAC_LEN);
     memcpy(p + 8 + nl + AXI_MAC_LEN, nonce, AXI_NONCE_LEN);
@@ -249,27 +253,33 @@ static int tensor_arrived(bconn *c, size_t i, size_t nb) {
  * name of the peer's certificate (TLS), under a name no other member has.
  * Logs and counts a refusal. */
 static int hello_ok(bconn *c, const char *name, const char *addr,
-                    const char *bulk, const uint8_t *mac) {
+                    const char *bulk, const char *incs, const uint8_t *mac) {
   ax_node *n = c->b->node;
   const char *why = NULL;
-  char w[400];
-  if (!addr || !bulk)
-    why = "a hello without addresses";
+  char w[400], *end = NULL;
+  unsigned long long inc = incs ? strtoull(incs, &end, 10) : 0;
+  if (!addr || !bulk || !incs || !*incs || *end)
+    why = "a hello without addresses and incarnation";
   else if (n->token_len &&
-           !axi_auth_verify(n, AXI_AUTH_BULK, c->nonce, name, addr, bulk, mac,
-                            AXI_MAC_LEN))
+           !axi_auth_verify(n, AXI_AUTH_BULK, c->nonce, name, addr, bulk, inc,
+                            mac, AXI_MAC_LEN))
     why = "no valid proof of the shared secret";
   else if (c->tls && strcmp(name, c->cn)) {
     snprintf(w, sizeof w, "a certificate for %.100s", c->cn);
     why = w;
-  } else if (!axi_auth_name_ok(n, name, addr))
+  } else if ((n->token_len || c->tls) && !axi_auth_name_ok(n, name, addr))
     why = "a hello under another member's name";
+  else if (!axi_incarnation_ok(n, name, inc)) {
+    snprintf(w, sizeof w, "another process (incarnation %llu) under the "
+             "name of a member", inc);
+    why = w;
+  }
   if (!why)
     return 1;
   uint64_t k = __atomic_add_fetch(&n->auth_refused, 1, __ATOMIC_RELAXED);
   if (k <= 20 || k % 1000 == 0)
-    fprintf(stderr, "axon: %s: closing an unauthenticated data connection "
-            "(hello as %s): %s\n", n->name, name, why);
+    fprintf(stderr, "axon: %s: closing a data connection (hello as %.100s): "
+            "%s\n", n->name, name, why);
   return 0;
 }
 
@@ -281,7 +291,7 @@ static int prove(bconn *c, const uint8_t *theirs) {
   uint8_t ack[4 + AXI_MAC_LEN];
   uint32_t magic = AXI_BULK_ACK_MAGIC;
   memcpy(ack, &magic, 4);
-  axi_auth_mac(c->b->node, AXI_AUTH_BULK_ACK, theirs, "", "", "", ack + 4);
+  axi_auth_mac(c->b->node, AXI_AUTH_BULK_ACK, theirs, "", "", "", 0, ack + 4);
   return axi_bulk_write_wait(c->fd, c->ssl, ack, sizeof ack,
                              axi_now_ms() + 100);
 }
@@ -321,11 +331,14 @@ int axi_bulk_recv(bconn *c) {
         c->small[nl] = 0;
         char *name = (char *)c->small, *addr = strchr(name, '\n');
         char *bulk = addr ? strchr(addr + 1, '\n') : NULL;
+        char *inc = bulk ? strchr(bulk + 1, '\n') : NULL;
         if (addr)
           *addr++ = 0;
         if (bulk)
           *bulk++ = 0;
-        if ((n->token_len || c->tls) && !hello_ok(c, name, addr, bulk, mac))
+        if (inc)
+          *inc++ = 0;
+        if (!hello_ok(c, name, addr, bulk, inc, mac))
           return AX_EMALFORMED; /* closed before anything else is read */
         if (n->token_len && prove(c, theirs) != AX_OK)
           return AX_ECLOSED;

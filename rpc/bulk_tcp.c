@@ -306,8 +306,8 @@ static int authenticate(ax_node *n, int fd, struct ssl_st *ssl,
   uint8_t mac[AXI_MAC_LEN], mine[AXI_NONCE_LEN];
   AX_TRY(axi_auth_nonce(mine));
   axi_auth_mac(n, AXI_AUTH_BULK, chal + 4, n->name, n->addr, n->bulk_addr,
-               mac);
-  bframe *h = axi_bulk_hello(n->name, n->addr, n->bulk_addr, mac, mine);
+               n->incarnation, mac);
+  bframe *h = axi_bulk_hello(n, mac, mine);
   if (!h)
     return ax_seterr(AX_ENOMEM, "bulk: no memory");
   /* The hello takes the frames' way: the ring, on shared memory. */
@@ -327,7 +327,7 @@ static int authenticate(ax_node *n, int fd, struct ssl_st *ssl,
                                : " (it closed the connection: does it run "
                                  "with the same token?)");
   if (magic != AXI_BULK_ACK_MAGIC ||
-      !axi_auth_verify(n, AXI_AUTH_BULK_ACK, mine, "", "", "", ack + 4,
+      !axi_auth_verify(n, AXI_AUTH_BULK_ACK, mine, "", "", "", 0, ack + 4,
                        AXI_MAC_LEN)) {
     uint64_t k = __atomic_add_fetch(&n->auth_refused, 1, __ATOMIC_RELAXED);
     if (k <= 20 || k % 1000 == 0)
@@ -475,8 +475,7 @@ static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
       return rc;
     }
     if (!b->node->token_len) /* with a token the hello went already */
-      h = axi_bulk_hello(b->node->name, b->node->addr, b->node->bulk_addr,
-                         NULL, NULL);
+      h = axi_bulk_hello(b->node, NULL, NULL);
     if (h)
       axi_bulk_queue(c, h);
     p->bulk_conn = c;

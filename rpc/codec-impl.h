@@ -50,6 +50,7 @@ typedef struct axi_msg {
   const char *node, *addr, *bulk_addr;
   uint64_t autograd_ctx;
   uint32_t depth; /* REQUEST: nesting depth (0: not nested) */
+  uint64_t incarnation; /* HELLO: the sender's (rpc/node.h) */
   const uint8_t *auth; /* CHALLENGE: nonce; HELLO: proof (rpc/auth-impl.h) */
   size_t auth_len;
   int nmeta;

@@ -58,6 +58,7 @@ static int build_body(const axi_msg *m, Axon__FrameBody *b, void **arena,
   b->bulk_addr = nz(m->bulk_addr);
   b->autograd_ctx = m->autograd_ctx;
   b->depth = m->depth;
+  b->incarnation = m->incarnation;
   b->auth.data = (uint8_t *)m->auth;
   b->auth.len = m->auth ? m->auth_len : 0;
   Axon__Value **vp = (Axon__Value **)a;
@@ -319,6 +320,7 @@ int axi_frame_decode_body(const axi_prefix *x, const uint8_t *hdr,
   m->bulk_addr = b->bulk_addr;
   m->autograd_ctx = b->autograd_ctx;
   m->depth = b->depth;
+  m->incarnation = b->incarnation;
   m->auth = b->auth.data;
   m->auth_len = b->auth.len;
   for (size_t i = 0; i < b->n_meta && i < AXI_MAX_META; i++) {

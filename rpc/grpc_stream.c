@@ -232,7 +232,8 @@ static int check_hello(axi_stream *s, const uint8_t *p, size_t len) {
   else if (n->token_len &&
            (m.auth_len != AXI_MAC_LEN + AXI_NONCE_LEN ||
             !axi_auth_verify(n, AXI_AUTH_HELLO, s->nonce, m.node, m.addr,
-                             m.bulk_addr, m.auth, AXI_MAC_LEN))) {
+                             m.bulk_addr, m.incarnation, m.auth,
+                             AXI_MAC_LEN))) {
     reject(s, "no valid proof of the shared secret");
     ok = 0;
   } else if (n->tls && strcmp(m.node, s->cn)) {
@@ -251,10 +252,10 @@ static int check_hello(axi_stream *s, const uint8_t *p, size_t len) {
     uint8_t mac[AXI_MAC_LEN], *buf;
     size_t blen, bl;
     axi_auth_mac(n, AXI_AUTH_HELLO_ACK, m.auth + AXI_MAC_LEN, n->name, n->addr,
-                 n->bulk_addr, mac);
+                 n->bulk_addr, n->incarnation, mac);
     axi_msg ack = {.kind = AXI_HELLO, .node = n->name, .addr = n->addr,
-                   .bulk_addr = n->bulk_addr, .auth = mac,
-                   .auth_len = AXI_MAC_LEN};
+                   .bulk_addr = n->bulk_addr, .incarnation = n->incarnation,
+                   .auth = mac, .auth_len = AXI_MAC_LEN};
     if (axi_frame_encode(&ack, 4, 1, &buf, &blen, &bl) != AX_OK ||
         axi_stream_send(s, buf, blen) != AX_OK)
       ok = 0;
@@ -274,7 +275,7 @@ static void check_server_proof(axi_stream *s, const axi_msg *m) {
   if (__atomic_load_n(&s->hold, __ATOMIC_ACQUIRE) != 1)
     return;
   if (!axi_auth_verify(n, AXI_AUTH_HELLO_ACK, s->mine, m->node, m->addr,
-                       m->bulk_addr, m->auth, m->auth_len)) {
+                       m->bulk_addr, m->incarnation, m->auth, m->auth_len)) {
     reject(s, "the server did not prove the shared secret");
     return;
   }
@@ -296,10 +297,11 @@ static void answer_challenge(axi_stream *s, const axi_msg *c) {
   if (axi_auth_nonce(s->mine) != AX_OK)
     return;
   axi_auth_mac(n, AXI_AUTH_HELLO, c->auth, n->name, n->addr, n->bulk_addr,
-               proof);
+               n->incarnation, proof);
   memcpy(proof + AXI_MAC_LEN, s->mine, AXI_NONCE_LEN);
   axi_msg hello = {.kind = AXI_HELLO, .node = n->name, .addr = n->addr,
-                   .bulk_addr = n->bulk_addr, .auth = proof,
+                   .bulk_addr = n->bulk_addr, .incarnation = n->incarnation,
+                   .auth = proof,
                    .auth_len = sizeof proof};
   uint8_t *buf;
   size_t blen, bl;
@@ -339,6 +341,16 @@ static void on_one_frame(axi_stream *s, const uint8_t *p, size_t len) {
     if (n->token_len)
       check_server_proof(s, &m);
     axi_msg_clear(&m);
+    return;
+  }
+  if (rc == AX_OK && m.kind == AXI_HELLO && !s->client &&
+      !axi_incarnation_ok(n, m.node, m.incarnation)) {
+    char why[200];
+    snprintf(why, sizeof why, "a hello from another process (incarnation "
+             "%llu) under the name of member %.100s",
+             (unsigned long long)m.incarnation, m.node);
+    axi_msg_clear(&m);
+    reject(s, why);
     return;
   }
   if (rc == AX_OK && m.kind == AXI_HELLO) {
@@ -639,7 +651,7 @@ int axi_stream_open(ax_node *n, axi_peer *p, axi_stream **out) {
   ops[0].data.recv_status_on_client.status_details = &s->details;
   axi_stream_batch(s, ops, 1, &s->op_end);
   axi_msg hello = {.kind = AXI_HELLO, .node = n->name, .addr = n->addr,
-                   .bulk_addr = n->bulk_addr};
+                   .bulk_addr = n->bulk_addr, .incarnation = n->incarnation};
   uint8_t *buf;
   size_t len, bl;
   if (n->token_len) /* the HELLO answers the server's challenge */

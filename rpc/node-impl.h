@@ -23,6 +23,9 @@ struct axi_peer {
   char *name, *addr, *bulk_addr;
   char *alias; /* a second name (the master's real name), set once */
   int rank;
+  /* The incarnation the membership names for this peer (mu); 0: not yet
+   * known. A hello from another one is refused while the peer is not down. */
+  uint64_t incarnation;
   int state;          /* guarded by mu */
   /* Why the peer was last declared down (mu): a send that finds no
    * stream says so, e.g. a stream that never came up and the TLS or
@@ -90,6 +93,10 @@ struct ax_node {
   ax_node_opts o;
   char *name, *listen, *master;
   char addr[128], bulk_addr[128];
+  /* This process's incarnation: its start time in ns since the epoch, sent
+   * in every hello and join. The membership records each member's; a hello
+   * from another incarnation of a live member is refused (auth.c). */
+  uint64_t incarnation;
   int rank, world_size;
   pthread_mutex_t mu;
   pthread_cond_t cv;

@@ -162,6 +162,9 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
   n->o.listen = n->listen;
   n->o.master = n->master;
   n->rank = -1;
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  n->incarnation = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
   pthread_mutex_init(&n->mu, NULL);
   pthread_cond_init(&n->cv, NULL);
   pthread_rwlock_init(&n->data_lk, NULL);
@@ -290,6 +293,7 @@ const char *ax_node_name(const ax_node *n) { return n->name; }
 int ax_node_rank(const ax_node *n) { return n->rank; }
 int ax_node_world_size(const ax_node *n) { return n->world_size; }
 const char *ax_node_address(const ax_node *n) { return n->addr; }
+uint64_t ax_node_incarnation(const ax_node *n) { return n->incarnation; }
 
 int ax_node_member(const ax_node *n, int rank, const char **name) {
   ax_node *m = (ax_node *)n; /* the lock only */
@@ -321,6 +325,22 @@ const char *ax_node_master_name(const ax_node *n) { return n->master_name; }
 int ax_node_peer_is_down(ax_node *n, const char *name) {
   axi_peer *p = axi_peer_find(n, name);
   return p && __atomic_load_n(&p->state, __ATOMIC_RELAXED) == AXI_PEER_DOWN;
+}
+
+int ax_node_member_incarnation(ax_node *n, const char *name, uint64_t *inc) {
+  if (!strcmp(name, n->name)) {
+    *inc = n->incarnation;
+    return AX_OK;
+  }
+  axi_peer *p = axi_peer_find(n, name);
+  if (!p)
+    return ax_seterr(AX_ENOTFOUND, "no member named %s", name);
+  pthread_mutex_lock(&p->mu);
+  *inc = p->incarnation;
+  pthread_mutex_unlock(&p->mu);
+  return *inc ? AX_OK
+              : ax_seterr(AX_ENOTFOUND, "%s's incarnation is not known yet",
+                          name);
 }
 
 void ax_node_on_peer_down(ax_node *n, ax_peer_down_cb cb, void *user) {

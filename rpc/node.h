@@ -180,6 +180,11 @@ int ax_node_rank(const ax_node *n);       /* -1 before join */
 int ax_node_world_size(const ax_node *n); /* 0 before join */
 /* The bound control address, e.g. "127.0.0.1:40123". */
 const char *ax_node_address(const ax_node *n);
+/* This process's incarnation: its start time in ns since the epoch. A
+ * member that restarts under its name rejoins with a new one; the world
+ * then refuses the old process's connections (docs/SECURITY.md,
+ * "Restarted members"). */
+uint64_t ax_node_incarnation(const ax_node *n);
 /* Name of the member with this rank (borrowed; valid for the node's life);
  * AX_ENOTFOUND if unknown. */
 int ax_node_member(const ax_node *n, int rank, const char **name);
@@ -189,6 +194,10 @@ int ax_node_rank_of(const ax_node *n, const char *name, int *rank);
 const char *ax_node_master_name(const ax_node *n);
 /* 1 if the named peer is known and has been declared down. */
 int ax_node_peer_is_down(ax_node *n, const char *name);
+/* The incarnation of the process the membership names for member `name`
+ * (this node's own for its name); AX_ENOTFOUND before the membership
+ * names it. */
+int ax_node_member_incarnation(ax_node *n, const char *name, uint64_t *inc);
 
 /* Called (from an I/O thread; must not block) when a peer is declared
  * down. One callback per node; NULL removes it. */

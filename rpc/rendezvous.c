@@ -11,6 +11,7 @@
 typedef struct axi_join {
   int world, count;
   char **name, **addr, **bulk; /* indexed by rank, grown as needed */
+  uint64_t *inc; /* per rank: the incarnation of the process that joined */
   char *picked; /* per rank: 1 when the master chose it (the joiner asked
                    for none); it may still move until the membership is out */
   int cap;
@@ -18,7 +19,9 @@ typedef struct axi_join {
   int nwaiting;
 } axi_join;
 
-/* Membership list: [world, master name, (name, addr, bulk) per rank]. */
+/* Membership list: [world, master name, (name, addr, bulk, incarnation)
+ * per rank]. */
+#define AXI_MEMBER_FIELDS 4
 static ax_values *membership(ax_node *n, axi_join *j) {
   ax_values *v = ax_values_new();
   if (!v)
@@ -29,6 +32,7 @@ static ax_values *membership(ax_node *n, axi_join *j) {
     ax_values_add_str(v, j->name[r] ? j->name[r] : "");
     ax_values_add_str(v, j->addr[r] ? j->addr[r] : "");
     ax_values_add_str(v, j->bulk[r] ? j->bulk[r] : "");
+    ax_values_add_i64(v, (int64_t)j->inc[r]);
   }
   return v;
 }
@@ -48,11 +52,15 @@ static int grow(axi_join *j, int cap) {
   char *d = realloc(j->picked, cap);
   if (d)
     j->picked = d;
-  if (!a || !b || !c || !d)
+  uint64_t *e = realloc(j->inc, cap * sizeof *e);
+  if (e)
+    j->inc = e;
+  if (!a || !b || !c || !d || !e)
     return ax_seterr(AX_ENOMEM, "join: no memory");
   for (int r = j->cap; r < cap; r++) {
     j->name[r] = j->addr[r] = j->bulk[r] = NULL;
     j->picked[r] = 0;
+    j->inc[r] = 0;
   }
   j->cap = cap;
   return AX_OK;
@@ -74,16 +82,22 @@ static int free_rank(const axi_join *j, int reserved, int skip) {
  * asked for none) gets it, and the earlier one moves to another free rank:
  * nobody learns a rank before the membership is complete. */
 static int add_member(axi_join *j, const char *name, int rank,
-                      const char *addr, const char *bulk, int reserved,
-                      int down, int *rejoined) {
+                      const char *addr, const char *bulk, uint64_t inc,
+                      int reserved, int down, int *rejoined) {
   for (int r = 0; r < j->cap; r++)
     if (j->name[r] && !strcmp(j->name[r], name)) {
-      if (!strcmp(j->addr[r], addr))
+      if (inc == j->inc[r] && !strcmp(j->addr[r], addr))
         return r; /* a retried join */
       /* A member that is down may come back (a restarted agent): once the
-       * membership is out, its name joins again from its new addresses,
-       * which every member then dials instead (the old ones, and so the
-       * old process, are refused from then on). */
+       * membership is out, a newer process joins under its name, from the
+       * same addresses or new ones, which every member then dials instead.
+       * The old process is refused from then on (its incarnation is not
+       * the membership's). */
+      if (inc <= j->inc[r])
+        return -ax_seterr(AX_ESTATE, "join: %s is an earlier process of "
+                          "member %s (incarnation %llu, the world has %llu)",
+                          addr, name, (unsigned long long)inc,
+                          (unsigned long long)j->inc[r]);
       if (j->count < j->world || !down)
         return -ax_seterr(AX_ESTATE, "join: name %s is taken", name);
       char *a = strdup(addr), *b = strdup(bulk);
@@ -96,6 +110,7 @@ static int add_member(axi_join *j, const char *name, int rank,
       free(j->bulk[r]);
       j->addr[r] = a;
       j->bulk[r] = b;
+      j->inc[r] = inc;
       *rejoined = 1;
       return r;
     }
@@ -112,6 +127,7 @@ static int add_member(axi_join *j, const char *name, int rank,
     j->name[to] = j->name[rank];
     j->addr[to] = j->addr[rank];
     j->bulk[to] = j->bulk[rank];
+    j->inc[to] = j->inc[rank];
     j->picked[to] = 1;
     j->name[rank] = j->addr[rank] = j->bulk[rank] = NULL;
   }
@@ -120,6 +136,7 @@ static int add_member(axi_join *j, const char *name, int rank,
   j->name[rank] = strdup(name);
   j->addr[rank] = strdup(addr);
   j->bulk[rank] = strdup(bulk);
+  j->inc[rank] = inc;
   j->picked[rank] = (char)picked;
   j->count++;
   return rank;
@@ -144,30 +161,60 @@ static void finish_waiting(ax_node *n, ax_future **w, int nw,
   free(w);
 }
 
+/* The rejoined member's answer, given once every other member has
+ * applied the new membership (or failed to, or timed out): so no member
+ * refuses the new process as another one under a live member's name. */
+typedef struct axi_push {
+  int left; /* atomic: pushes not yet done, plus one while sending */
+  ax_future *reply;
+  ax_values *members;
+} axi_push;
+
+static void push_one_done(axi_push *q) {
+  if (__atomic_sub_fetch(&q->left, 1, __ATOMIC_ACQ_REL))
+    return;
+  ax_future_complete(q->reply, AX_OK, q->members, NULL);
+  ax_future_release(q->reply);
+  free(q);
+}
+
 static void push_done(ax_future *f, void *user) {
-  (void)user;
   ax_future_release(f);
+  push_one_done(user);
 }
 
 /* After a rejoin: every other member learns the new membership
- * ("_axon.members"; a member that misses it learns nothing new and still
- * refuses the old address only once it hears of the new one). */
-static void push_members(ax_node *n, const ax_values *members,
-                         const char *skip) {
+ * ("_axon.members"), then the rejoined one gets it as its answer (reply,
+ * which takes members). */
+static void push_members(ax_node *n, ax_values *members, const char *skip,
+                         ax_future *reply) {
+  axi_push *q = malloc(sizeof *q);
+  if (!q) { /* answered at once: a member may refuse it until it learns */
+    ax_future_complete(reply, AX_OK, members, NULL);
+    return;
+  }
+  *q = (axi_push){.left = 1, .reply = ax_future_retain(reply),
+                  .members = members};
   int64_t world = 0;
   ax_values_get_i64(members, 0, &world);
   for (int64_t r = 0; r < world; r++) {
     const char *name;
     ax_future *f = NULL;
-    if (ax_values_get_str(members, (size_t)(2 + 3 * r), &name) != AX_OK ||
+    if (ax_values_get_str(members, (size_t)(2 + AXI_MEMBER_FIELDS * r),
+                          &name) != AX_OK ||
         !*name || !strcmp(name, n->name) || !strcmp(name, skip) ||
         ax_node_peer_is_down(n, name))
       continue;
-    ax_call_opts o = {.timeout_ms = 10000};
-    if (ax_rpc_async(n, name, "_axon.members", members, &o, &f) == AX_OK &&
-        ax_future_on_done(f, push_done, NULL) != AX_OK)
+    ax_call_opts o = {.timeout_ms = 5000};
+    __atomic_add_fetch(&q->left, 1, __ATOMIC_ACQ_REL);
+    if (ax_rpc_async(n, name, "_axon.members", members, &o, &f) != AX_OK) {
+      push_one_done(q);
+    } else if (ax_future_on_done(f, push_done, q) != AX_OK) {
       ax_future_release(f);
+      push_one_done(q);
+    }
   }
+  push_one_done(q);
 }
 
 /* A member applies the membership its master pushed after a rejoin; from
@@ -190,12 +237,13 @@ static int join_handler(ax_call_ctx *ctx, const ax_values *args,
                         ax_values *out, void *user) {
   ax_node *n = ax_call_node(ctx);
   const char *name, *addr, *bulk;
-  int64_t rank, world;
+  int64_t rank, world, inc;
   AX_TRY(ax_values_get_str(args, 0, &name));
   AX_TRY(ax_values_get_i64(args, 1, &rank));
   AX_TRY(ax_values_get_str(args, 2, &addr));
   AX_TRY(ax_values_get_str(args, 3, &bulk));
   AX_TRY(ax_values_get_i64(args, 4, &world));
+  AX_TRY(ax_values_get_i64(args, 5, &inc));
   if (!axi_is_master(n))
     return ax_seterr(AX_ESTATE, "join: %s is not the master", n->name);
   axi_join *j = n->joins;
@@ -208,14 +256,16 @@ static int join_handler(ax_call_ctx *ctx, const ax_values *args,
                      name, (long long)rank, j->world - 1);
   if (!*name || strlen(name) > 255 || strlen(addr) > 255 || strlen(bulk) > 255)
     return ax_seterr(AX_EINVAL, "join: empty or overlong name or address");
+  if (inc <= 0)
+    return ax_seterr(AX_EINVAL, "join: %s gave no incarnation", name);
   ax_future *f = ax_future_new();
   if (!f)
     return AX_ENOMEM;
   int down = ax_node_peer_is_down(n, name); /* takes n->mu */
   pthread_mutex_lock(&n->mu);
   int self = !strcmp(name, n->name), rejoined = 0;
-  int r = add_member(j, name, (int)rank, addr, bulk, self ? -1 : n->o.rank,
-                     down, &rejoined);
+  int r = add_member(j, name, (int)rank, addr, bulk, (uint64_t)inc,
+                     self ? -1 : n->o.rank, down, &rejoined);
   if (r < 0) {
     pthread_mutex_unlock(&n->mu);
     ax_future_release(f);
@@ -244,10 +294,12 @@ static int join_handler(ax_call_ctx *ctx, const ax_values *args,
     axi_rendezvous_apply(n, members);
     finish_waiting(n, w, nw, members);
     if (rejoined) {
-      fprintf(stderr, "axon: %s: %s rejoined from %s\n", n->name, name, addr);
-      push_members(n, members, name);
+      fprintf(stderr, "axon: %s: %s rejoined from %s (incarnation %lld)\n",
+              n->name, name, addr, (long long)inc);
+      push_members(n, members, name, f);
+    } else {
+      ax_future_complete(f, AX_OK, members, NULL);
     }
-    ax_future_complete(f, AX_OK, members, NULL);
   }
   int rc = ax_call_defer(ctx, f);
   ax_future_release(f);
@@ -303,6 +355,7 @@ void axi_rendezvous_fini(ax_node *n) {
   free(j->addr);
   free(j->bulk);
   free(j->picked);
+  free(j->inc);
   for (int i = 0; i < j->nwaiting; i++) {
     ax_future_complete(j->waiting[i], AX_ECLOSED, NULL, "node destroyed");
     ax_future_release(j->waiting[i]);
@@ -323,21 +376,32 @@ static void retire_locked(ax_node *n, char *old) {
   }
 }
 
-/* A member that came back under new addresses (it rejoined): what was
- * pending with the old process fails, its connections go, and the next
- * message dials the new addresses. */
+/* Records the incarnation the membership names for p. A member that came
+ * back (it rejoined: another incarnation, from the same addresses or new
+ * ones): what was pending with the old process fails, its connections go,
+ * and the next message dials the addresses given. */
 static void readdress(ax_node *n, axi_peer *p, const char *addr,
-                      const char *bulk) {
+                      const char *bulk, uint64_t inc) {
   pthread_mutex_lock(&p->mu);
-  int moved = p->addr && *addr && strcmp(p->addr, addr);
+  int moved = p->addr && *addr &&
+              (strcmp(p->addr, addr) ||
+               strcmp(p->bulk_addr ? p->bulk_addr : "", bulk));
+  int reborn = p->incarnation && p->incarnation != inc;
   int down = p->state == AXI_PEER_DOWN;
+  p->incarnation = inc;
   pthread_mutex_unlock(&p->mu);
-  if (!moved)
+  if (!moved && !reborn)
     return;
   /* Down already: its old connections are gone, and one it has now is
    * the new process's (the rejoin's own reply may be on it). */
   if (!down)
-    axi_peer_down(p, NULL, "it rejoined from another address");
+    axi_peer_down(p, NULL, "it rejoined as a new process");
+  if (!moved) { /* the same addresses: the next message dials them */
+    pthread_mutex_lock(&p->mu);
+    p->state = AXI_PEER_IDLE;
+    pthread_mutex_unlock(&p->mu);
+    return;
+  }
   char *a = strdup(addr), *b = *bulk ? strdup(bulk) : NULL;
   if (!a) {
     free(b);
@@ -362,13 +426,16 @@ void axi_rendezvous_apply(ax_node *n, const ax_values *v) {
   const char *master_name = NULL;
   size_t count = ax_values_count(v);
   /* The list comes from the network: its shape is checked before use
-   * (world in range before 2 + 3 * world, every entry a string). */
+   * (world in range before 2 + 4 * world, every entry a string but the
+   * incarnations). */
+  const size_t F = AXI_MEMBER_FIELDS;
   if (ax_values_get_i64(v, 0, &world) != AX_OK ||
       ax_values_get_str(v, 1, &master_name) != AX_OK || world < 0 ||
-      (uint64_t)world > (count - 2) / 3 || count != (size_t)(2 + 3 * world))
+      (uint64_t)world > (count - 2) / F || count != (size_t)(2 + F * world))
     return;
   for (size_t i = 2; i < count; i++)
-    if (ax_values_type(v, i) != AX_VAL_STR)
+    if (ax_values_type(v, i) !=
+        ((i - 2) % F == F - 1 ? AX_VAL_I64 : AX_VAL_STR))
       return;
   if (n->master_peer && strcmp(master_name, n->name)) {
     pthread_mutex_lock(&n->mu);
@@ -388,9 +455,11 @@ void axi_rendezvous_apply(ax_node *n, const ax_values *v) {
   pthread_mutex_unlock(&n->mu);
   for (int r = 0; r < world; r++) {
     const char *name, *addr, *bulk;
-    ax_values_get_str(v, 2 + 3 * r, &name);
-    ax_values_get_str(v, 3 + 3 * r, &addr);
-    ax_values_get_str(v, 4 + 3 * r, &bulk);
+    int64_t inc = 0;
+    ax_values_get_str(v, 2 + F * r, &name);
+    ax_values_get_str(v, 3 + F * r, &addr);
+    ax_values_get_str(v, 4 + F * r, &bulk);
+    ax_values_get_i64(v, 5 + F * r, &inc);
     names[r] = strdup(name);
     if (!strcmp(name, n->name)) {
       n->rank = r;
@@ -398,7 +467,7 @@ void axi_rendezvous_apply(ax_node *n, const ax_values *v) {
       axi_peer *p = axi_peer_get(n, name, addr, bulk);
       if (p) {
         p->rank = r;
-        readdress(n, p, addr, bulk);
+        readdress(n, p, addr, bulk, (uint64_t)inc);
       }
     }
   }
@@ -448,6 +517,7 @@ int ax_node_join(ax_node *n, int64_t timeout_ms) {
   ax_values_add_str(a, n->addr);
   ax_values_add_str(a, n->bulk_addr);
   ax_values_add_i64(a, n->o.world_size);
+  ax_values_add_i64(a, (int64_t)n->incarnation);
   const char *to = n->name;
   if (!axi_is_master(n)) {
     char pname[160];

@@ -99,25 +99,43 @@ static int proc_arg(pid_t pid, const char *file, const char *key, char *v,
   return -1;
 }
 
-/* Starts a replacement agent `name` joining master with the token file. */
+/* Starts a replacement agent `name` joining master with the token file,
+ * listening on `listen` (NULL: any port). */
 static pid_t start_agent(const char *name, const char *master,
-                         const char *token) {
+                         const char *token, const char *listen) {
   char path[4200];
   mt_bin_path("axon-agent", path, sizeof path);
   pid_t pid = fork();
   if (pid == 0) {
     setenv("AXON_TOKEN_FILE", token, 1);
     execl(path, path, "--name", name, "--master", master, "--threads", "2",
-          (char *)NULL);
+          "--listen", listen ? listen : "127.0.0.1:0", (char *)NULL);
     _exit(127);
   }
   return pid;
 }
 
+/* The control address agent `name` said it serves on, from axon-run's
+ * output (its agents' stderr), into addr; -1 if not there. */
+static int served_on(const char *out, const char *name, char *addr,
+                     size_t len) {
+  char *text = mt_slurp(out), key[128];
+  snprintf(key, sizeof key, "axon-agent %s: serving on ", name);
+  const char *at = text ? strstr(text, key) : NULL;
+  if (at)
+    snprintf(addr, len, "%.*s", (int)strcspn(at + strlen(key), ", \n"),
+             at + strlen(key));
+  free(text);
+  return at ? 0 : -1;
+}
+
+enum { NO_RESTART, RESTART_ANYWHERE, RESTART_SAME_ADDRESS };
+
 /* Runs axon-run with argv; with kill_at > 0, SIGKILLs its agent stage1
- * once the loss log has that many lines, and with restart starts another
- * agent under the same name (the same master and token). Returns the exit
- * status. */
+ * once the loss log has that many lines, and with a restart starts another
+ * agent under the same name (the same master and token; with
+ * RESTART_SAME_ADDRESS on the killed one's control address). Returns the
+ * exit status. */
 static int run_axon(const char *out, const char *loss_log, int kill_at,
                     int restart, const char **argv) {
   pid_t pid = mt_spawn_axon_run(out, argv);
@@ -134,18 +152,22 @@ static int run_axon(const char *out, const char *loss_log, int kill_at,
     }
     if (kill_at > 0 && !killed && count_lines(loss_log) >= kill_at) {
       pid_t a = child_agent(pid, "stage1");
-      char master[64] = "", token[512] = "";
+      char master[64] = "", token[512] = "", listen[128] = "";
       if (a > 0 && restart &&
           (proc_arg(a, "cmdline", "--master", master, sizeof master) ||
            proc_arg(a, "environ", "AXON_TOKEN_FILE=", token, sizeof token)))
         a = -1; /* not readable yet: try again */
+      if (a > 0 && restart == RESTART_SAME_ADDRESS &&
+          served_on(out, "stage1", listen, sizeof listen))
+        a = -1;
       if (a > 0 && kill(a, SIGKILL) == 0) {
         fprintf(stderr, "  killed stage1 (pid %d) after %d steps\n", (int)a,
                 count_lines(loss_log));
         killed = 1;
         if (restart) {
           rt_sleep_ms(300);
-          again = start_agent("stage1", master, token);
+          again = start_agent("stage1", master, token,
+                              restart == RESTART_SAME_ADDRESS ? listen : NULL);
         }
       }
     }
@@ -196,7 +218,9 @@ static void run_mode(const char *mode, int restart) {
   char d_ref[256], d_sp[256], l_ref[300], l_sp[300], o_ref[300], o_sp[300];
   snprintf(d_ref, sizeof d_ref, "%s/%s-ref", g_tmp, mode);
   snprintf(d_sp, sizeof d_sp, "%s/%s-%s", g_tmp, mode,
-           restart ? "restart" : "spare");
+           restart == RESTART_SAME_ADDRESS ? "same-address"
+           : restart                       ? "restart"
+                                           : "spare");
   snprintf(l_ref, sizeof l_ref, "%s.losses", d_ref);
   snprintf(l_sp, sizeof l_sp, "%s.losses", d_sp);
   snprintf(o_ref, sizeof o_ref, "%s.out", d_ref);
@@ -243,11 +267,19 @@ static void run_mode(const char *mode, int restart) {
     }
 }
 
-static void test_gpipe(void **state) { run_mode("gpipe", 0); }
-static void test_1f1b(void **state) { run_mode("1f1b", 0); }
+static void test_gpipe(void **state) { run_mode("gpipe", NO_RESTART); }
+static void test_1f1b(void **state) { run_mode("1f1b", NO_RESTART); }
 /* --restarts: the same name comes back from a new process (new addresses:
  * the world's members take its rejoin from the master and dial those). */
-static void test_restart_1f1b(void **state) { run_mode("1f1b", 1); }
+static void test_restart_1f1b(void **state) {
+  run_mode("1f1b", RESTART_ANYWHERE);
+}
+/* The same, on the dead process's own control address (an agent started
+ * with a fixed --listen): only its new incarnation tells the new process
+ * from the old, and the world must dial its new data address. */
+static void test_restart_same_address(void **state) {
+  run_mode("1f1b", RESTART_SAME_ADDRESS);
+}
 
 int main(void) {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -258,6 +290,7 @@ int main(void) {
       cmocka_unit_test(test_gpipe),
       cmocka_unit_test(test_1f1b),
       cmocka_unit_test(test_restart_1f1b),
+      cmocka_unit_test(test_restart_same_address),
   };
   int rc = AX_TEST_MAIN(tests);
   char rm[128];

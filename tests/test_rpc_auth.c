@@ -260,7 +260,8 @@ static void test_stranger_cannot_call_or_forge(void **state) {
     uint8_t chal[20];
     assert_int_equal(read(fd, chal, sizeof chal), (ssize_t)sizeof chal);
     char body[64];
-    int nl = snprintf(body, sizeof body, "stranger\n127.0.0.1:1\n127.0.0.1:1");
+    int nl =
+        snprintf(body, sizeof body, "stranger\n127.0.0.1:1\n127.0.0.1:1\n1");
     uint8_t h[8 + 64 + 32];
     uint32_t magic = 0x48425841u, len = (uint32_t)nl;
     memcpy(h, &magic, 4);

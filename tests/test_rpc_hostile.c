@@ -6,6 +6,7 @@
  * oversized control-plane (gRPC) message. After each, the agent keeps
  * serving its members; where memory is at stake its resident set returns
  * to within a stated bound. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,16 +71,22 @@ static void put_all(int fd, const void *p, size_t n) {
   }
 }
 
-/* The bulk hello: "AXBH", length, "name\naddr\nbulk". */
-static void hello(int fd, const char *name) {
-  char body[128];
-  int n = snprintf(body, sizeof body, "%s\n127.0.0.1:1\n127.0.0.1:1", name);
+/* The bulk hello: "AXBH", length, "name\naddr\nbulk\nincarnation". */
+static void hello_inc(int fd, const char *name, const char *addr,
+                      uint64_t inc) {
+  char body[256];
+  int n = snprintf(body, sizeof body, "%s\n%s\n127.0.0.1:1\n%llu", name, addr,
+                   (unsigned long long)inc);
   uint8_t h[8];
   uint32_t magic = 0x48425841u, len = (uint32_t)n;
   memcpy(h, &magic, 4);
   memcpy(h + 4, &len, 4);
   put_all(fd, h, 8);
   put_all(fd, body, (size_t)n);
+}
+
+static void hello(int fd, const char *name) {
+  hello_inc(fd, name, "127.0.0.1:1", 1);
 }
 
 /* A bulk frame head (magic, prefix, header) announcing a REQUEST "checksum"
@@ -116,18 +123,26 @@ static void bulk_addr_of(const char *name, char *bulk) {
 }
 
 /* ---- hostile joins ------------------------------------------------------ */
-static int join_as(const char *name, int64_t rank, const char *addr,
-                   ax_values **res) {
+/* A join as `name` (incarnation inc; -1: none given at all). */
+static int join_inc(const char *name, int64_t rank, const char *addr,
+                    int64_t inc, ax_values **res) {
   ax_values *a = ax_values_new();
   ax_values_add_str(a, name);
   ax_values_add_i64(a, rank);
   ax_values_add_str(a, addr);
   ax_values_add_str(a, "");
   ax_values_add_i64(a, 0);
+  if (inc >= 0)
+    ax_values_add_i64(a, inc);
   ax_call_opts o = {.timeout_ms = 20000};
   int rc = ax_rpc_sync(g_drv, "boss", "_axon.join", a, &o, res);
   ax_values_free(a);
   return rc;
+}
+
+static int join_as(const char *name, int64_t rank, const char *addr,
+                   ax_values **res) {
+  return join_inc(name, rank, addr, 1, res);
 }
 
 static void test_hostile_join_ranks(void **state) {
@@ -142,13 +157,24 @@ static void test_hostile_join_ranks(void **state) {
   long after = rss_kib(g_pids[BOSS]);
   fprintf(stderr, "hostile joins: boss RSS %ld -> %ld KiB\n", before, after);
   assert_true(after - before < 8 * 1024); /* bound: 8 MiB */
-  /* The world is intact: w1's own (retried) join gets the membership of
-   * NAG + 1 nodes back. */
+  /* Joins as a live member from another process: without an incarnation,
+   * with 0, with an earlier one, or a newer one while w1 is up. */
   char ctl[128], bulk[128];
+  uint64_t inc = 0;
   AX_ASSERT_OK(
       ax_rpc_debug_peer_addrs(g_drv, "w1", ctl, sizeof ctl, bulk, sizeof bulk));
+  AX_ASSERT_OK(ax_node_member_incarnation(g_drv, "w1", &inc));
+  assert_true(inc > 0);
+  assert_int_not_equal(join_inc("w1", -1, ctl, -1, NULL), AX_OK);
+  AX_ASSERT_ERR(join_inc("w1", -1, ctl, 0, NULL), AX_EINVAL);
+  AX_ASSERT_ERR(join_inc("w1", -1, ctl, (int64_t)inc - 1, NULL), AX_ESTATE);
+  assert_non_null(strstr(ax_errmsg(), "earlier process"));
+  AX_ASSERT_ERR(join_inc("w1", -1, ctl, (int64_t)inc + 1, NULL), AX_ESTATE);
+  assert_non_null(strstr(ax_errmsg(), "taken"));
+  /* The world is intact: w1's own (retried) join gets the membership of
+   * NAG + 1 nodes back. */
   ax_values *res = NULL;
-  AX_ASSERT_OK(join_as("w1", -1, ctl, &res));
+  AX_ASSERT_OK(join_inc("w1", -1, ctl, (int64_t)inc, &res));
   int64_t world = 0;
   AX_ASSERT_OK(ax_values_get_i64(res, 0, &world));
   assert_int_equal(world, NAG + 1);
@@ -256,6 +282,43 @@ static void test_inflight_budget(void **state) {
   fprintf(stderr, "over the in-flight budget: boss RSS %ld -> %ld KiB\n",
           before, after);
   assert_true(after - before < 16 * 1024);
+}
+
+/* ---- other processes under a member's name ------------------------------ */
+/* 1 if fd is still open after ms: nothing to read, no end. */
+static int still_open(int fd, int ms) {
+  struct timeval tv = {0, ms * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char b;
+  ssize_t r = read(fd, &b, 1);
+  return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+/* Data connections to the master under w1's name and control address,
+ * without a token (only the incarnation tells processes apart): one from
+ * an earlier process, one from a newer process while w1 is up. Both are
+ * closed at the hello; w1's own incarnation is taken, and w1 keeps being
+ * served. */
+static void test_other_incarnation(void **state) {
+  char ctl[128], bulk[128];
+  uint64_t inc = 0;
+  AX_ASSERT_OK(
+      ax_rpc_debug_peer_addrs(g_drv, "w1", ctl, sizeof ctl, bulk, sizeof bulk));
+  AX_ASSERT_OK(ax_node_member_incarnation(g_drv, "w1", &inc));
+  bulk_addr_of("boss", bulk);
+  const uint64_t others[] = {inc - 1, 1, inc + 1};
+  for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+    int fd = dial(bulk);
+    hello_inc(fd, "w1", ctl, others[i]);
+    assert_true(rt_closed_by_peer(fd));
+    close(fd);
+    assert_alive("w1");
+  }
+  int fd = dial(bulk); /* the control: w1's own incarnation stays open */
+  hello_inc(fd, "w1", ctl, inc);
+  assert_true(still_open(fd, 300));
+  close(fd);
+  assert_alive("w1");
 }
 
 /* ---- forged replies ------------------------------------------------------ */
@@ -508,6 +571,7 @@ int main(void) {
       cmocka_unit_test(test_too_many_values),
       cmocka_unit_test(test_inflight_budget),
       cmocka_unit_test(test_forged_replies),
+      cmocka_unit_test(test_other_incarnation),
       cmocka_unit_test(test_deadlines),
       cmocka_unit_test(test_self_call_storm),
       cmocka_unit_test(test_zero_live),

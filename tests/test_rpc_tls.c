@@ -175,20 +175,25 @@ static void test_data_channel_strangers(void **state) {
       s = tls_dial(fd, pem(g_dir, "ca", "pem"), pem(g_dir, "w3", "pem"),
                    pem(g_dir, "w3", "key"), &ctx);
       assert_non_null(s); /* a valid member certificate */
-      /* w1's own addresses: only the certificate tells it apart. */
+      /* w1's own addresses and incarnation: only the certificate tells
+       * it apart. */
       char addr[128], baddr[128];
+      uint64_t inc = 0;
       AX_ASSERT_OK(ax_rpc_debug_peer_addrs(g_drv, "w1", addr, sizeof addr,
                                            baddr, sizeof baddr));
+      AX_ASSERT_OK(ax_node_member_incarnation(g_drv, "w1", &inc));
       /* With a token: the proof, then the dialler's own nonce. */
       uint8_t mac[AXI_MAC_LEN + AXI_NONCE_LEN] = {0};
       int ml = g_token ? AXI_MAC_LEN + AXI_NONCE_LEN : 0;
       if (g_token) {
         uint8_t chal[4 + AXI_NONCE_LEN];
         assert_int_equal(SSL_read(s, chal, sizeof chal), (int)sizeof chal);
-        axi_auth_mac(g_drv, AXI_AUTH_BULK, chal + 4, "w1", addr, baddr, mac);
+        axi_auth_mac(g_drv, AXI_AUTH_BULK, chal + 4, "w1", addr, baddr, inc,
+                     mac);
       }
       char body[300];
-      int nl = snprintf(body, sizeof body, "w1\n%s\n%s", addr, baddr);
+      int nl = snprintf(body, sizeof body, "w1\n%s\n%s\n%llu", addr, baddr,
+                        (unsigned long long)inc);
       uint8_t h[8 + 300 + AXI_MAC_LEN + AXI_NONCE_LEN];
       uint32_t magic = AXI_BULK_HELLO_MAGIC, len = (uint32_t)nl;
       memcpy(h, &magic, 4);

@@ -78,9 +78,13 @@ static ax_values *sample_values(void) {
 
 static void bulk_seeds(void) {
   ax_node *n = fuzz_node_new("w1", 2, 1, 1); /* the token of the harness */
+  /* The hello's sender: w1 at these addresses, this incarnation. */
+  snprintf(n->addr, sizeof n->addr, "127.0.0.1:7100");
+  snprintf(n->bulk_addr, sizeof n->bulk_addr, "127.0.0.1:7101");
+  n->incarnation = 1000;
   uint8_t nonce[AXI_NONCE_LEN] = {0}, mac[AXI_MAC_LEN];
-  axi_auth_mac(n, AXI_AUTH_BULK, nonce, "w1", "127.0.0.1:7100",
-               "127.0.0.1:7101", mac);
+  axi_auth_mac(n, AXI_AUTH_BULK, nonce, n->name, n->addr, n->bulk_addr,
+               n->incarnation, mac);
   ax_values *v = sample_values();
   axi_msg req = {.kind = AXI_REQUEST,
                  .call_id = 7,
@@ -100,8 +104,7 @@ static void bulk_seeds(void) {
   axi_msg err = {
       .kind = AXI_RESPONSE, .call_id = 8, .err = AX_EINVAL, .errmsg = "bad"};
   for (int auth = 0; auth < 2; auth++) {
-    bframe *h = axi_bulk_hello("w1", "127.0.0.1:7100", "127.0.0.1:7101",
-                               auth ? mac : NULL, auth ? nonce : NULL);
+    bframe *h = axi_bulk_hello(n, auth ? mac : NULL, auth ? nonce : NULL);
     FUZZ_CHECK(h);
     struct {
       uint8_t mode;
@@ -135,8 +138,7 @@ static void bulk_seeds(void) {
   add_u8(&b, 1);
   add_u32(&b, 9);
   uint8_t wrong[AXI_MAC_LEN] = {0};
-  bframe *h = axi_bulk_hello("w1", "127.0.0.1:7100", "127.0.0.1:7101", wrong,
-                             nonce);
+  bframe *h = axi_bulk_hello(n, wrong, nonce);
   add(&b, h->head, h->head_len);
   put("bulk_frame", "bad_proof", b.p, b.n);
   free(b.p);
@@ -217,6 +219,7 @@ static ax_values *join_args(const char *name, int64_t rank, int port,
   ax_values_add_str(a, addr);
   ax_values_add_str(a, bulk);
   ax_values_add_i64(a, world);
+  ax_values_add_i64(a, 1000 + port); /* the incarnation */
   return a;
 }
 
@@ -256,6 +259,7 @@ static void join_seeds(void) {
     ax_values_add_str(mv, addr);
     snprintf(addr, sizeof addr, "127.0.0.1:%d", 7300 + r);
     ax_values_add_str(mv, addr);
+    ax_values_add_i64(mv, 1000 + r); /* the incarnation */
   }
   b = (buf){0};
   add_u8(&b, 0);
@@ -266,7 +270,7 @@ static void join_seeds(void) {
   put("join", "membership", b.p, b.n);
   free(b.p);
   ax_values_free(mv);
-  /* A membership whose world size overflows 2 + 3 * world (regression:
+  /* A membership whose world size overflows 2 + 4 * world (regression:
    * signed overflow in axi_rendezvous_apply before the range check). */
   mv = ax_values_new();
   ax_values_add_i64(mv, 0x3000000000000001ll);
