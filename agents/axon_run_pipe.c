@@ -54,7 +54,29 @@ typedef struct feed { /* the training batches, epoch after epoch */
   ax_pipe_opts *o;
   const char **cur;
   int next_spare, restarts; /* spares used, restarts waited for */
+  /* the incarnation of each stage's agent when the pipeline was built: a
+   * stage whose agent is down, or is another process now (it restarted
+   * and rejoined before the failure was handled), is lost */
+  uint64_t inc[AX_PIPE_MAX_STAGES];
 } feed;
+
+/* Notes the incarnation of every stage's agent (after a build). */
+static void note_incarnations(feed *f) {
+  for (int k = 0; k < f->a->K && k < AX_PIPE_MAX_STAGES; k++)
+    if (ax_node_member_incarnation(f->node, f->cur[k], &f->inc[k]) != AX_OK)
+      f->inc[k] = 0;
+}
+
+/* 1 if stage k's agent is down or is no longer the process the pipeline
+ * was built on. */
+static int stage_lost(feed *f, int k) {
+  uint64_t now = 0;
+  if (ax_node_peer_is_down(f->node, f->cur[k]))
+    return 1;
+  return f->inc[k] &&
+         ax_node_member_incarnation(f->node, f->cur[k], &now) == AX_OK &&
+         now != f->inc[k];
+}
 
 static int feed_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
   feed *f = user;
@@ -123,7 +145,7 @@ static int feed_rebuild(void *user, int failure, ax_pipe **p) {
   double until = ax_now() + 5.0;
   while (lost < 0 && ax_now() < until) {
     for (int k = 0; k < a->K && lost < 0; k++)
-      if (ax_node_peer_is_down(f->node, f->cur[k]))
+      if (stage_lost(f, k))
         lost = k;
     if (lost < 0)
       usleep(50 * 1000);
@@ -156,6 +178,7 @@ static int feed_rebuild(void *user, int failure, ax_pipe **p) {
   ax_pipe *np = NULL;
   AX_TRY(ax_pipe_new(f->node, f->o, &np));
   *p = f->p = np;
+  note_incarnations(f);
   return AX_OK;
 }
 
@@ -363,11 +386,14 @@ static int run(const axr_pipe_args *a, ax_node *node) {
                     a->stale_warmup, a->ahead, R, a->zero,
                     a->optimizer_host, a->tensor_parallel};
   f.first = -1;
+  f.a = a;
   f.node = node;
   f.o = &o;
   f.cur = cur;
   if (rc == AX_OK)
     rc = ax_pipe_new(node, &o, &p);
+  if (rc == AX_OK)
+    note_incarnations(&f);
   long per_epoch = f.ld ? ax_loader_batches(f.ld) : 0;
   long total = a->steps > 0 ? a->steps : per_epoch * a->epochs;
   if (rc == AX_OK && total <= 0)
@@ -380,7 +406,6 @@ static int run(const axr_pipe_args *a, ax_node *node) {
   ax_pipe_stats st = {0};
   ax_pipe_costs costs;
   ax_pipe_costs_init(&costs, &o);
-  f.a = a;
   f.p = p;
   f.test = test;
   f.costs = &costs;

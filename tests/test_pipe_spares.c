@@ -129,13 +129,15 @@ static int served_on(const char *out, const char *name, char *addr,
   return at ? 0 : -1;
 }
 
-enum { NO_RESTART, RESTART_ANYWHERE, RESTART_SAME_ADDRESS };
+enum { NO_RESTART, RESTART_ANYWHERE, RESTART_SAME_ADDRESS, RESTART_HUNG };
 
 /* Runs axon-run with argv; with kill_at > 0, SIGKILLs its agent stage1
  * once the loss log has that many lines, and with a restart starts another
  * agent under the same name (the same master and token; with
- * RESTART_SAME_ADDRESS on the killed one's control address). Returns the
- * exit status. */
+ * RESTART_SAME_ADDRESS on the killed one's control address). RESTART_HUNG
+ * stops stage1 (SIGSTOP) instead, starts the new one while the world
+ * still takes the old one for alive, and wakes the old one (SIGCONT) once
+ * the pipeline was rebuilt. Returns the exit status. */
 static int run_axon(const char *out, const char *loss_log, int kill_at,
                     int restart, const char **argv) {
   pid_t pid = mt_spawn_axon_run(out, argv);
@@ -143,7 +145,7 @@ static int run_axon(const char *out, const char *loss_log, int kill_at,
     return -1;
   int64_t end = rt_now_ms() + 300000;
   int st = 0, killed = 0;
-  pid_t again = -1;
+  pid_t again = -1, stopped = -1;
   while (waitpid(pid, &st, WNOHANG) == 0) {
     if (rt_now_ms() > end) {
       kill(pid, SIGKILL);
@@ -160,10 +162,13 @@ static int run_axon(const char *out, const char *loss_log, int kill_at,
       if (a > 0 && restart == RESTART_SAME_ADDRESS &&
           served_on(out, "stage1", listen, sizeof listen))
         a = -1;
-      if (a > 0 && kill(a, SIGKILL) == 0) {
-        fprintf(stderr, "  killed stage1 (pid %d) after %d steps\n", (int)a,
+      int sig = restart == RESTART_HUNG ? SIGSTOP : SIGKILL;
+      if (a > 0 && kill(a, sig) == 0) {
+        fprintf(stderr, "  %s stage1 (pid %d) after %d steps\n",
+                sig == SIGSTOP ? "stopped" : "killed", (int)a,
                 count_lines(loss_log));
         killed = 1;
+        stopped = sig == SIGSTOP ? a : -1;
         if (restart) {
           rt_sleep_ms(300);
           again = start_agent("stage1", master, token,
@@ -171,8 +176,19 @@ static int run_axon(const char *out, const char *loss_log, int kill_at,
         }
       }
     }
+    if (stopped > 0) { /* the old process wakes up after the rebuild */
+      char *text = mt_slurp(out);
+      if (text && strstr(text, "rebuilding the pipeline")) {
+        fprintf(stderr, "  woke the old stage1 (pid %d)\n", (int)stopped);
+        kill(stopped, SIGCONT);
+        stopped = -1;
+      }
+      free(text);
+    }
     rt_sleep_ms(2);
   }
+  if (stopped > 0) /* never rebuilt: do not leave it stopped */
+    kill(stopped, SIGKILL);
   if (again > 0) { /* it leaves when the world ends */
     int ast = 0;
     int64_t t_end = rt_now_ms() + 20000;
@@ -219,6 +235,7 @@ static void run_mode(const char *mode, int restart) {
   snprintf(d_ref, sizeof d_ref, "%s/%s-ref", g_tmp, mode);
   snprintf(d_sp, sizeof d_sp, "%s/%s-%s", g_tmp, mode,
            restart == RESTART_SAME_ADDRESS ? "same-address"
+           : restart == RESTART_HUNG       ? "hung"
            : restart                       ? "restart"
                                            : "spare");
   snprintf(l_ref, sizeof l_ref, "%s.losses", d_ref);
@@ -280,6 +297,11 @@ static void test_restart_1f1b(void **state) {
 static void test_restart_same_address(void **state) {
   run_mode("1f1b", RESTART_SAME_ADDRESS);
 }
+/* A hung stage1 restarted at once: the master holds the new process's
+ * join until the old one is declared down (heartbeats), then takes it;
+ * the old one, woken after the rebuild, is refused as an earlier
+ * incarnation and changes nothing. */
+static void test_restart_hung(void **state) { run_mode("1f1b", RESTART_HUNG); }
 
 int main(void) {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -291,6 +313,7 @@ int main(void) {
       cmocka_unit_test(test_1f1b),
       cmocka_unit_test(test_restart_1f1b),
       cmocka_unit_test(test_restart_same_address),
+      cmocka_unit_test(test_restart_hung),
   };
   int rc = AX_TEST_MAIN(tests);
   char rm[128];
