@@ -125,6 +125,10 @@ static void usage(FILE *f) {
 "                        cut changes their trajectory at those steps)\n"
 "  --checkpoint-to W     stages (default: each on its agent's disk) or\n"
 "                        coordinator (streamed to this host's DIR)\n"
+"  --checkpoint-in-memory  each checkpoint also in memory: every stage's\n"
+"                        state on its agent and on the next stage's agent,\n"
+"                        so a lost stage rolls back without a disk (the\n"
+"                        only copy without --checkpoint-dir)\n"
 "  --resume DIR          continue from the newest checkpoint in DIR (or\n"
 "                        DIR/ckpt-N) with the same command line; --steps\n"
 "                        and --epochs count from the start of the run\n"
@@ -234,7 +238,8 @@ int main(int argc, char **argv) {
       {"checkpoint-dir", 1, 0, 1020}, {"checkpoint-every", 1, 0, 1021},
       {"resume", 1, 0, 1022},    {"loss-log", 1, 0, 1023},
       {"freeze-schedule", 1, 0, 1047}, {"freeze-cache-mb", 1, 0, 1048},
-      {"checkpoint-to", 1, 0, 1024}, {"spares", 1, 0, 1040},
+      {"checkpoint-to", 1, 0, 1024},
+      {"checkpoint-in-memory", 0, 0, 1058}, {"spares", 1, 0, 1040},
       {"restarts", 1, 0, 1041},  {"ahead", 1, 0, 1042},
       {"replicas", 1, 0, 1043},  {"zero", 1, 0, 1044},
       {"optimizer-host", 1, 0, 1045}, {"tensor-parallel", 1, 0, 1046},
@@ -385,6 +390,7 @@ int main(int argc, char **argv) {
       pa.ckpt_to_coord = !strcmp(optarg, "coordinator");
       break;
     case 1041: ok = axc_i32(P, "--restarts", optarg, 0, 1000000, &pa.restarts); break;
+    case 1058: pa.ckpt_memory = 1; break;
     case 1042: ok = axc_i32(P, "--ahead", optarg, 1, AX_PIPE_AHEAD_MAX, &pa.ahead); break;
     case 1043: ok = axc_i32(P, "--replicas", optarg, 1, AX_PIPE_MAX_REPLICAS, &pa.replicas); break;
     case 1044: ok = axc_i32(P, "--zero", optarg, 0, 2, &pa.zero); break;
@@ -459,19 +465,27 @@ int main(int argc, char **argv) {
             "--agents or --master (no agents take part)\n");
     return 2;
   }
-  if ((pa.ckpt_dir || pa.resume || pa.ckpt_every) && !pipe) {
+  if ((pa.ckpt_dir || pa.resume || pa.ckpt_every || pa.ckpt_memory) &&
+      !pipe) {
     fprintf(stderr, "axon-run: checkpoints are for pipeline training "
             "(--local K or --stages K)\n");
     return 2;
   }
-  if (pa.ckpt_every && !pa.ckpt_dir) {
-    fprintf(stderr, "axon-run: --checkpoint-every needs --checkpoint-dir\n");
+  if (pa.ckpt_every && !pa.ckpt_dir && !pa.ckpt_memory) {
+    fprintf(stderr, "axon-run: --checkpoint-every needs --checkpoint-dir or "
+            "--checkpoint-in-memory\n");
     return 2;
   }
-  if ((pa.nspares || pa.restarts) && (!pa.ckpt_dir || !pipe || pa.emulate)) {
+  if (pa.ckpt_memory && (!pa.ckpt_every || pa.emulate)) {
+    fprintf(stderr, "axon-run: --checkpoint-in-memory needs --checkpoint-every "
+            "N and agents (no --emulate)\n");
+    return 2;
+  }
+  if ((pa.nspares || pa.restarts) &&
+      (!(pa.ckpt_dir || pa.ckpt_memory) || !pipe || pa.emulate)) {
     fprintf(stderr, "axon-run: --spares and --restarts need pipeline training over agents "
-            "with --checkpoint-dir (a lost stage rolls back to the newest "
-            "checkpoint)\n");
+            "with --checkpoint-dir or --checkpoint-in-memory (a lost stage "
+            "rolls back to the newest checkpoint)\n");
     return 2;
   }
   if (pipe) {
@@ -488,7 +502,7 @@ int main(int argc, char **argv) {
     }
     if (pa.optimizer_host &&
         (pa.zero || pa.staleness || pa.emulate || pa.ckpt_dir || pa.resume ||
-         !*pa.optimizer_host)) {
+         pa.ckpt_memory || !*pa.optimizer_host)) {
       fprintf(stderr, "axon-run: --optimizer-host needs an agent name, and "
               "no --zero, --staleness, --emulate or checkpoints\n");
       return 2;
@@ -504,12 +518,13 @@ int main(int argc, char **argv) {
         pa.K = pa.nagents / R; /* --stages not given */
       if (pa.emulate || pa.nspares || pa.restarts || total % R ||
           (pa.agents && pa.K * R != total) ||
-          ((pa.ckpt_dir || pa.resume) && (pa.zero || pa.optimizer_host))) {
+          ((pa.ckpt_dir || pa.resume) && (pa.zero || pa.optimizer_host)) ||
+          pa.ckpt_memory) {
         fprintf(stderr, "axon-run: --replicas R and --tensor-parallel T need "
                 "R * T * K agents (--local R*T*K, or --stages K --agents with "
-                "R*T*K names) and, for now, no --emulate, --spares or "
-                "--restarts, nor checkpoints with --zero or "
-                "--optimizer-host\n");
+                "R*T*K names) and, for now, no --emulate, --spares, "
+                "--restarts or --checkpoint-in-memory, nor checkpoints "
+                "with --zero or --optimizer-host\n");
         return 2;
       }
     }

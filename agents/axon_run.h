@@ -49,6 +49,7 @@ typedef struct axr_pipe_args {
   long freeze_cache_mb;        /* --freeze-cache-mb (0: 1024; -1: none) */
   long ckpt_every;
   int ckpt_to_coord; /* --checkpoint-to coordinator */
+  int ckpt_memory;   /* --checkpoint-in-memory */
   /* --spares: agents that replace lost stage agents, in order (with
    * --local, started too). */
   const char *const *spares;

@@ -70,6 +70,26 @@ static void w_step(void *user, const ax_pipe_step_info *s) {
   w->feed->step(w->feed->user, s);
 }
 
+/* Moves the data to the checkpoint's step (from where, for messages): *start
+ * is that step. */
+static int seek_to(const axr_feed *feed, const ax_ckpt_info *info,
+                   const char *why, const char *from, long *start) {
+  long e, b;
+  AX_TRY(feed->seek(feed->user, info->step, 1, &e, &b));
+  if (e != info->data_epoch || b != info->data_batch)
+    return ax_seterr(AX_EINVAL,
+                     "%s %s: step %ld is batch %ld of "
+                     "epoch %ld here, batch %ld of epoch %ld in the "
+                     "checkpoint's run",
+                     why, from, info->step, b, e, info->data_batch,
+                     info->data_epoch);
+  fprintf(stderr, "axon-run: %s from %s at step %ld\n",
+          strcmp(why, "--resume") ? "rolled back" : "resumed", from,
+          info->step);
+  *start = info->step;
+  return AX_OK;
+}
+
 /* Loads the newest checkpoint at `path` (or that one) into p and moves the
  * data there: *start is its step. */
 static int restore(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
@@ -94,20 +114,17 @@ static int restore(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
                        m, prev, prev);
     return ax_seterr(err, "%s", m);
   }
-  long e, b;
-  AX_TRY(feed->seek(feed->user, info.step, 1, &e, &b));
-  if (e != info.data_epoch || b != info.data_batch)
-    return ax_seterr(AX_EINVAL,
-                     "%s %s: step %ld is batch %ld of "
-                     "epoch %ld here, batch %ld of epoch %ld in the "
-                     "checkpoint's run",
-                     why, dir, info.step, b, e, info.data_batch,
-                     info.data_epoch);
-  fprintf(stderr, "axon-run: %s from %s at step %ld\n",
-          strcmp(why, "--resume") ? "rolled back" : "resumed", dir,
-          info.step);
-  *start = info.step;
-  return AX_OK;
+  return seek_to(feed, &info, why, dir, start);
+}
+
+/* Rolls p back to the in-memory checkpoint m (the stages' copies on their
+ * agents or their neighbours') and moves the data there. */
+static int restore_memory(ax_pipe *p, const axr_feed *feed,
+                          const ax_mem_ckpt *m, const char *why,
+                          long *start) {
+  ax_ckpt_info info;
+  AX_TRY(ax_pipe_restore_memory(p, m, &info));
+  return seek_to(feed, &info, why, "memory", start);
 }
 
 /* A stage agent was lost during the training call that had reached step
@@ -116,7 +133,8 @@ static int restore(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
  * back to the newest checkpoint of --checkpoint-dir, or to the run's start
  * when none was written yet. *t: the step training goes on from. */
 static int recover(const axr_pipe_args *a, ax_pipe **p, const axr_feed *feed,
-                   int failure, long first, long reached, long *t) {
+                   const ax_mem_ckpt *mem, int failure, long first,
+                   long reached, long *t) {
   if (!feed->rebuild || (!a->nspares && !a->restarts))
     return failure;
   double t0 = ax_now();
@@ -126,11 +144,24 @@ static int recover(const axr_pipe_args *a, ax_pipe **p, const axr_feed *feed,
   AX_TRY(feed->rebuild(feed->user, failure, p));
   char dir[1024];
   const char *why = a->nspares ? "--spares" : "--restarts";
-  if (ax_ckpt_find(a->ckpt_dir, dir, sizeof dir) == AX_OK) {
+  ax_ckpt_info disk;
+  int on_disk = a->ckpt_dir &&
+                ax_ckpt_find(a->ckpt_dir, dir, sizeof dir) == AX_OK &&
+                ax_ckpt_read_info(dir, &disk) == AX_OK;
+  int rc = AX_ENOTFOUND; /* from memory when it holds the newest step */
+  if (mem && mem->S > 0 && (!on_disk || mem->info.step >= disk.step)) {
+    rc = restore_memory(*p, feed, mem, why, t);
+    if (rc != AX_OK && !on_disk) /* that step's only copy is gone */
+      return rc;
+    if (rc != AX_OK)
+      fprintf(stderr, "axon-run: no rollback from memory (%s); from disk\n",
+              ax_errmsg());
+  }
+  if (rc != AX_OK && on_disk) {
     AX_TRY(restore(a, *p, feed, a->ckpt_dir, why, t));
-  } else if (a->resume) {
+  } else if (rc != AX_OK && a->resume) {
     AX_TRY(restore(a, *p, feed, a->resume, why, t));
-  } else { /* no checkpoint yet: the new pipeline is the run's start */
+  } else if (rc != AX_OK) { /* no checkpoint yet: the run's start */
     *t = first;
     AX_TRY(feed->seek(feed->user, first, 1, &(long){0}, &(long){0}));
   }
@@ -140,8 +171,10 @@ static int recover(const axr_pipe_args *a, ax_pipe **p, const axr_feed *feed,
   return AX_OK;
 }
 
+/* Checkpoint `step`: on disk under --checkpoint-dir, and into *mem (when
+ * not NULL) in memory. */
 static int save(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
-                long step) {
+                long step, ax_mem_ckpt *mem) {
   ax_ckpt_info in;
   memset(&in, 0, sizeof in);
   in.step = step;
@@ -154,6 +187,10 @@ static int save(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
   snprintf(in.data_config, sizeof in.data_config, "%s",
            a->data_config ? a->data_config : "");
   run_config(a, in.config, sizeof in.config);
+  if (mem) /* the stages' copies in memory, on their agents and neighbours */
+    AX_TRY(ax_pipe_checkpoint_memory(p, &in, mem));
+  if (!a->ckpt_dir)
+    return AX_OK;
   /* The stages' files are written while training goes on (the manifest
    * follows them; the next checkpoint or the run's end waits). */
   return ax_pipe_checkpoint(p, a->ckpt_dir, &in, 2,
@@ -227,8 +264,11 @@ int axr_train(const axr_pipe_args *a, ax_pipe **pp, long total,
                      *start, total);
   if (a->loss_log && !(w.loss_log = fopen(a->loss_log, *start ? "a" : "w")))
     return ax_seterr(AX_EIO, "--loss-log %s: cannot open", a->loss_log);
-  long N = a->ckpt_dir && a->ckpt_every > 0 ? a->ckpt_every : 0;
-  int err = AX_OK;
+  long N = (a->ckpt_dir || a->ckpt_memory) && a->ckpt_every > 0
+               ? a->ckpt_every
+               : 0;
+  ax_mem_ckpt *mem = a->ckpt_memory ? calloc(1, sizeof *mem) : NULL;
+  int err = a->ckpt_memory && !mem ? AX_ENOMEM : AX_OK;
   for (long t = *start; err == AX_OK && t < total;) {
     long end = N ? (t / N + 1) * N : total; /* the next cut */
     long E = feed->every;
@@ -242,7 +282,8 @@ int axr_train(const axr_pipe_args *a, ax_pipe **pp, long total,
     *seconds += ax_now() - t0;
     fz.phase_s += ax_now() - t0;
     if (err != AX_OK) { /* a lost stage agent, with a spare left? */
-      err = recover(a, pp, feed, err, *start, w.done > t ? w.done : t, &t);
+      err = recover(a, pp, feed, mem, err, *start, w.done > t ? w.done : t,
+                    &t);
       continue;
     }
     t = end;
@@ -252,15 +293,18 @@ int axr_train(const axr_pipe_args *a, ax_pipe **pp, long total,
       err = feed->segment(feed->user, t);
     if (err == AX_OK && t < total)
       err = freeze_at(a, pp, feed, &fz, t, 0);
-    if (err == AX_OK && a->ckpt_dir &&
+    if (err == AX_OK && (a->ckpt_dir || mem) &&
         (N ? t % N == 0 || t == total : t == total)) {
       t0 = ax_now();
-      err = save(a, *pp, feed, t);
+      err = save(a, *pp, feed, t, mem);
       *ckpt_s += ax_now() - t0;
       if (err != AX_OK) /* lost while saving: the previous one is whole */
-        err = recover(a, pp, feed, err, *start, t, &t);
+        err = recover(a, pp, feed, mem, err, *start, t, &t);
     }
   }
+  if (mem && *pp)
+    ax_pipe_memory_forget(*pp, mem);
+  free(mem);
   if (w.loss_log)
     fclose(w.loss_log);
   double w0 = ax_now(); /* the last checkpoint's files, if still going */

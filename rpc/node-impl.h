@@ -135,6 +135,7 @@ struct ax_node {
   int timer_stop;
   ax_peer_down_cb down_cb;
   void *down_user;
+  struct axi_on_destroy *on_destroy; /* ax_node_on_destroy, newest first */
   /* ending the world (leave.c), under mu */
   int leave_ready;         /* this node's program is done */
   int leave_told;          /* the master told it to leave */

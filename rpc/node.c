@@ -242,12 +242,38 @@ int ax_node_shutdown(ax_node *n, int64_t timeout_ms) {
   return AX_OK;
 }
 
+typedef struct axi_on_destroy {
+  void (*fn)(ax_node *n, void *user);
+  void *user;
+  struct axi_on_destroy *next;
+} axi_on_destroy;
+
+int ax_node_on_destroy(ax_node *n, void (*fn)(ax_node *n, void *user),
+                       void *user) {
+  axi_on_destroy *d = malloc(sizeof *d);
+  if (!d)
+    return ax_seterr(AX_ENOMEM, "node: no memory");
+  d->fn = fn;
+  d->user = user;
+  pthread_mutex_lock(&n->mu);
+  d->next = n->on_destroy;
+  n->on_destroy = d;
+  pthread_mutex_unlock(&n->mu);
+  return AX_OK;
+}
+
 void ax_node_destroy(ax_node *n) {
   if (!n)
     return;
   ax_node_shutdown(n, 1000);
   if (n->leaked)
     return; /* a handler never returned; freeing would crash it */
+  for (axi_on_destroy *d = n->on_destroy, *nx; d; d = nx) {
+    nx = d->next;
+    d->fn(n, d->user);
+    free(d);
+  }
+  n->on_destroy = NULL;
   if (n->ctl)
     n->ctl->ops->free(n->ctl);
   n->ctl = NULL;

@@ -199,6 +199,12 @@ int ax_node_peer_is_down(ax_node *n, const char *name);
  * names it. */
 int ax_node_member_incarnation(ax_node *n, const char *name, uint64_t *inc);
 
+/* Calls fn(n, user) once n is shut down, as ax_node_destroy frees it
+ * (newest first): the layers above drop what they keep per node.
+ * AX_ENOMEM, or AX_OK. */
+int ax_node_on_destroy(ax_node *n, void (*fn)(ax_node *n, void *user),
+                       void *user);
+
 /* Called (from an I/O thread; must not block) when a peer is declared
  * down. One callback per node; NULL removes it. */
 typedef void (*ax_peer_down_cb)(ax_node *n, const char *peer, void *user);

@@ -232,6 +232,27 @@ static void test_plan(void **state) {
   unlink(log);
 }
 
+/* --checkpoint-in-memory without --checkpoint-every, and with replicas,
+ * is refused by name before any agent starts. */
+static void test_in_memory_flags(void **state) {
+  const char *log = "/tmp/axon-test-memflags.log";
+  const char *no_every[] = {"--model", "mlp", "--local", "2",
+                            "--checkpoint-in-memory", NULL};
+  assert_int_equal(run_axon(log, 30000, no_every), 2);
+  char *out = mt_slurp(log);
+  assert_non_null(strstr(out, "--checkpoint-in-memory needs "
+                              "--checkpoint-every"));
+  free(out);
+  const char *replicas[] = {"--model", "mlp", "--local", "4", "--replicas",
+                            "2", "--checkpoint-every", "5",
+                            "--checkpoint-in-memory", NULL};
+  assert_int_equal(run_axon(log, 30000, replicas), 2);
+  out = mt_slurp(log);
+  assert_non_null(strstr(out, "--checkpoint-in-memory"));
+  free(out);
+  unlink(log);
+}
+
 static void test_balanced_mlp(void **state) {
   const char *av[] = {"--model", "mlp", "--model-config",
                       "widths=64/256/32/32/32/10", "--dataset", "synthetic",
@@ -390,6 +411,7 @@ static void test_agents_and_master(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_plan),
+      cmocka_unit_test(test_in_memory_flags),
       cmocka_unit_test(test_balanced_mlp),
       cmocka_unit_test(test_staleness_mlp),
       cmocka_unit_test(test_freeze_mlp),

@@ -230,14 +230,17 @@ static int last_losses(const char *path, char (*v)[40], int max) {
       "opt=adamw,lr=1e-3", "--eval-limit", "200", "--microbatches", "4",       \
       "--checkpoint-every", "10"
 
-static void run_mode(const char *mode, int restart) {
+/* A stage agent lost mid-run (restart: how it comes back; a spare when
+ * NO_RESTART) with checkpoints on disk, or only in memory. */
+static void run_case(const char *mode, int restart, int in_memory) {
   char d_ref[256], d_sp[256], l_ref[300], l_sp[300], o_ref[300], o_sp[300];
   snprintf(d_ref, sizeof d_ref, "%s/%s-ref", g_tmp, mode);
-  snprintf(d_sp, sizeof d_sp, "%s/%s-%s", g_tmp, mode,
+  snprintf(d_sp, sizeof d_sp, "%s/%s-%s%s", g_tmp, mode,
            restart == RESTART_SAME_ADDRESS ? "same-address"
            : restart == RESTART_HUNG       ? "hung"
            : restart                       ? "restart"
-                                           : "spare");
+                                           : "spare",
+           in_memory ? "-memory" : "");
   snprintf(l_ref, sizeof l_ref, "%s.losses", d_ref);
   snprintf(l_sp, sizeof l_sp, "%s.losses", d_sp);
   snprintf(o_ref, sizeof o_ref, "%s.out", d_ref);
@@ -250,12 +253,12 @@ static void run_mode(const char *mode, int restart) {
                       COMMON,
                       "--mode",
                       mode,
-                      "--checkpoint-dir",
-                      d_sp,
                       "--loss-log",
                       l_sp,
                       restart ? "--restarts" : "--spares",
                       restart ? "1" : "spare0",
+                      in_memory ? "--checkpoint-in-memory" : "--checkpoint-dir",
+                      in_memory ? NULL : d_sp,
                       NULL};
   int st = run_axon(o_sp, l_sp, 25, restart, sp);
   char *out = mt_slurp(o_sp);
@@ -267,6 +270,9 @@ static void run_mode(const char *mode, int restart) {
                                         "spare0"));
   assert_non_null(strstr(out, "recovered in"));
   assert_non_null(strstr(out, restart ? "[1 stage1 " : "[1 spare0 "));
+  /* Rolled back from the copies in memory, or from the files. */
+  assert_non_null(strstr(out, in_memory ? "rolled back from memory"
+                                        : "rolled back from /"));
   const char *rec = strstr(out, "recovered in");
   fprintf(stderr, "  %s: %.*s\n", mode, (int)strcspn(rec, "\n"), rec);
   free(out);
@@ -282,6 +288,10 @@ static void run_mode(const char *mode, int restart) {
               b[s]);
       fail();
     }
+}
+
+static void run_mode(const char *mode, int restart) {
+  run_case(mode, restart, 0);
 }
 
 static void test_gpipe(void **state) { run_mode("gpipe", NO_RESTART); }
@@ -302,6 +312,16 @@ static void test_restart_same_address(void **state) {
  * the old one, woken after the rebuild, is refused as an earlier
  * incarnation and changes nothing. */
 static void test_restart_hung(void **state) { run_mode("1f1b", RESTART_HUNG); }
+/* Checkpoints only in memory (no --checkpoint-dir): the lost stage's copy
+ * comes from its neighbour's agent, the others' from their own. */
+static void test_spare_from_memory(void **state) {
+  run_case("1f1b", NO_RESTART, 1);
+}
+/* The same with a restart (the new process holds no copy; stage 1's comes
+ * from stage 2's agent). */
+static void test_restart_from_memory(void **state) {
+  run_case("gpipe", RESTART_ANYWHERE, 1);
+}
 
 int main(void) {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -314,6 +334,8 @@ int main(void) {
       cmocka_unit_test(test_restart_1f1b),
       cmocka_unit_test(test_restart_same_address),
       cmocka_unit_test(test_restart_hung),
+      cmocka_unit_test(test_spare_from_memory),
+      cmocka_unit_test(test_restart_from_memory),
   };
   int rc = AX_TEST_MAIN(tests);
   char rm[128];

@@ -99,6 +99,50 @@ int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info);
  * dir, or "" (best effort). */
 void ax_ckpt_previous(const char *dir, char *out, size_t len);
 
+/* ---- in-memory checkpoints (Gemini-style) ---------------------------------
+ * Every stage keeps its state (the bytes of its checkpoint file) in its
+ * agent's memory and sends a copy to the agent of the next stage held by
+ * another agent (the last stage's to the first's), under this
+ * coordinator's name: one lost agent loses no stage's state, and a
+ * rollback needs no disk (a spare on another host needs no shared
+ * directory). The same consistent cut as ax_pipe_checkpoint; a plain
+ * pipeline only (no replicas, tensor parallelism, freezing, zero or
+ * optimizer host: AX_EUNSUPPORTED). Two generations alternate, so a
+ * checkpoint that fails half way (an agent lost while saving) leaves the
+ * previous one whole: an agent holds up to four copies of a stage's size
+ * per stage it serves (its own two and its neighbour's two), under this
+ * coordinator's name, until ax_pipe_memory_forget drops them. */
+typedef struct ax_mem_ckpt {
+  ax_ckpt_info info; /* what the coordinator keeps */
+  int mode, S, U;    /* S stages of U units; S = 0: none taken */
+  int gen;           /* which of the two alternating copies this is */
+  struct {
+    char agent[64], peer[64];     /* the two agents holding the copies */
+    uint64_t agent_inc, peer_inc; /* and their incarnations then */
+    int64_t size;
+    char sha[65]; /* SHA-256 of the copy, hex */
+  } st[AX_PIPE_MAX_STAGES];
+} ax_mem_ckpt;
+
+/* Takes an in-memory checkpoint of p at info->step into *out (zeroed
+ * before the first; the copies of the one before *out are replaced).
+ * Between ax_pipe_train calls. On error *out is unchanged and still
+ * restorable. */
+int ax_pipe_checkpoint_memory(ax_pipe *p, const ax_ckpt_info *info,
+                              ax_mem_ckpt *out);
+/* Loads m into p's stages (p: the same mode, stage count and split, on
+ * the same agents or others, e.g. a spare): each stage's copy from the
+ * agent that kept it if that is still the same process (incarnation),
+ * else from its neighbour's copy; each checked (size, SHA-256, this
+ * stage's split, mode and optimizer) before it loads. AX_ENOTFOUND naming
+ * the stage when both of its agents are lost. p's next ax_pipe_train
+ * starts at m->info.step; *info (may be NULL) gets m->info. */
+int ax_pipe_restore_memory(ax_pipe *p, const ax_mem_ckpt *m,
+                           ax_ckpt_info *info);
+/* Drops the in-memory copies of p's coordinator on every agent of m that
+ * is up (best effort; the end of a run). */
+void ax_pipe_memory_forget(ax_pipe *p, const ax_mem_ckpt *m);
+
 /* ---- using a checkpoint without the pipeline ------------------------------
  */
 /* The whole model of checkpoint dir (every stage file read here, so they

@@ -188,20 +188,10 @@ int axp_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
   snprintf(path, sizeof path, "%s/%s", dir, name);
   if (!send)
     AX_TRY(axi_mkdirs(dir));
-  axi_ckw w;
-  axi_ckw_init(&w, AXI_CK_STAGE);
-  pthread_mutex_lock(&h->s->mu);
-  int err = quiet_stage(h);
-  if (err == AX_OK)
-    put_state(h, &w);
-  pthread_mutex_unlock(&h->s->mu);
   char sha[2 * AX_SHA256_LEN + 1];
   uint8_t *buf = NULL;
   size_t len = 0;
-  if (err == AX_OK)
-    err = axi_ckw_finish(&w, &buf, &len, sha);
-  else
-    axi_ckw_free(&w);
+  int err = axp_ckpt_snapshot(h, &buf, &len, sha);
   if (err == AX_OK && !send && async) {
     err = write_async(h, path, buf, len); /* takes buf */
     buf = NULL;
@@ -219,6 +209,22 @@ int axp_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
   }
   free(buf);
   return err;
+}
+
+int axp_ckpt_snapshot(phost *h, uint8_t **buf, size_t *len,
+                      char sha[2 * AX_SHA256_LEN + 1]) {
+  axi_ckw w;
+  axi_ckw_init(&w, AXI_CK_STAGE);
+  pthread_mutex_lock(&h->s->mu);
+  int err = quiet_stage(h);
+  if (err == AX_OK)
+    put_state(h, &w);
+  pthread_mutex_unlock(&h->s->mu);
+  if (err != AX_OK) {
+    axi_ckw_free(&w);
+    return err;
+  }
+  return axi_ckw_finish(&w, buf, len, sha);
 }
 
 static int want_i64(const axi_ckr *r, const char *name, int64_t v) {
@@ -312,15 +318,20 @@ int axp_host_ckpt_load(ax_call_ctx *cc, void *obj, const ax_values *args,
   } else {
     AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
   }
+  int err = axp_ckpt_apply(h, &r);
+  axi_ckr_close(&r);
+  return err;
+}
+
+int axp_ckpt_apply(phost *h, const axi_ckr *r) {
   pthread_mutex_lock(&h->s->mu);
   int64_t shadow_for = -1;
   int err = quiet_stage(h);
   if (err == AX_OK)
-    err = check_state(h, &r, &shadow_for);
+    err = check_state(h, r, &shadow_for);
   if (err == AX_OK)
-    err = load_state(h, &r, shadow_for);
+    err = load_state(h, r, shadow_for);
   pthread_mutex_unlock(&h->s->mu);
-  axi_ckr_close(&r);
   return err;
 }
 

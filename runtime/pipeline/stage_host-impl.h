@@ -6,6 +6,7 @@
 
 #include "runtime/dist/collective.h"
 #include "runtime/dist/stage-impl.h"
+#include "runtime/pipeline/ckpt_file.h"
 #include "runtime/pipeline/mode.h"
 #include "runtime/pipeline/stage_inbox.h"
 #include "runtime/pipeline/stage_line.h"
@@ -118,6 +119,21 @@ int axp_host_ckpt_load(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out);
 int axp_host_ckpt_drop(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out);
+/* The stage's state as a checkpoint file in memory (*buf malloc'd, the
+ * caller frees); AX_ESTATE unless the stage is at a consistent cut. */
+int axp_ckpt_snapshot(phost *h, uint8_t **buf, size_t *len,
+                      char sha[2 * AX_SHA256_LEN + 1]);
+/* Checks r (a stage file) against the stage, then loads it: all or
+ * nothing. */
+int axp_ckpt_apply(phost *h, const axi_ckr *r);
+/* "ckpt_mem_save", "ckpt_mem_load" (stage_ckpt_mem.c; stage_host.h). */
+int axp_host_ckpt_mem_save(ax_call_ctx *cc, void *obj, const ax_values *args,
+                           ax_values *out);
+int axp_host_ckpt_mem_load(ax_call_ctx *cc, void *obj, const ax_values *args,
+                           ax_values *out);
+/* The agent's store of in-memory checkpoint copies ("pipe.mem_keep",
+ * "pipe.mem_fetch", "pipe.mem_forget"; stage_ckpt_mem.c). */
+int axp_mem_store_register(ax_node *n);
 /* "ckpt_wait" [path]: the outcome of the background write of path. */
 int axp_host_ckpt_wait(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out);

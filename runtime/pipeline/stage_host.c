@@ -564,6 +564,8 @@ static const ax_robj_method_def g_methods[] = {
     {"ckpt_save", axp_host_ckpt_save},
     {"ckpt_load", axp_host_ckpt_load}, {"ckpt_drop", axp_host_ckpt_drop},
     {"ckpt_wait", axp_host_ckpt_wait},
+    {"ckpt_mem_save", axp_host_ckpt_mem_save},
+    {"ckpt_mem_load", axp_host_ckpt_mem_load},
     {NULL, NULL},
 };
 
@@ -573,5 +575,6 @@ static const ax_robj_kind g_kind = {"pipe.stage", host_create, host_destroy,
 int axi_pipe_host_register(ax_node *n) {
   AX_TRY(axp_inbox_register_rpc(n));
   AX_TRY(axp_optim_register(n));
+  AX_TRY(axp_mem_store_register(n));
   return ax_robj_register(n, &g_kind);
 }

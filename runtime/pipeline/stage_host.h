@@ -91,6 +91,15 @@
  *    naming the file when it is damaged, AX_EINVAL when it belongs to
  *    another run.
  *  - "ckpt_drop" [dir, name]: removes that file of an old checkpoint.
+ *  - "ckpt_mem_save" [key, peer]: keeps the stage's file (as "ckpt_save"
+ *    makes it) in this agent's memory and sends a copy to agent peer
+ *    ("pipe.mem_keep"; "" or this agent: no copy), both under the
+ *    caller's name and key; [size, sha256 hex]. ax_pipe_checkpoint_memory.
+ *  - "ckpt_mem_load" [key, holder, size, sha256 hex]: the caller's copy
+ *    under key from agent holder ("pipe.mem_fetch"; this agent's own
+ *    memory when it is holder), checked as "ckpt_load" checks a file, then
+ *    loaded. The agent-wide store and its "pipe.mem_keep",
+ *    "pipe.mem_fetch" and "pipe.mem_forget" are in stage_ckpt_mem.c.
  *  - "offload" [optimizer RRef]: every STEP from now on sends the
  *    (averaged) gradient to that "pipe.optim" object on another agent and
  *    copies the parameters it answers (stage_offload.c; the coordinator
