@@ -19,10 +19,14 @@ static int plain(const ax_pipe *p, const char *what) {
   return AX_OK;
 }
 
-/* Stage s's copies of generation gen: two generations alternate, so a
- * checkpoint that fails half way leaves the previous one whole. */
-static void key_of(int s, int gen, char *out, size_t len) {
-  snprintf(out, len, "stage-%02d.%d", s, gen);
+/* A new argument list starting with the key of stage s's copies of
+ * generation gen: two generations alternate, so a checkpoint that fails
+ * half way leaves the previous one whole. */
+static int key_of(int s, int gen, ax_values **out) {
+  char key[32];
+  snprintf(key, sizeof key, "stage-%02d.%d", s, gen);
+  ax_values *v = *out = ax_values_new();
+  return v ? ax_values_add_str(v, key) : AX_ENOMEM;
 }
 
 /* The agent that keeps stage s's second copy: the next stage's agent that
@@ -43,13 +47,8 @@ typedef struct mem_args {
 
 static int save_args_of(void *user, int s, ax_values **out) {
   mem_args *a = user;
-  char key[32];
-  key_of(s, a->m->gen, key, sizeof key);
-  ax_values *v = *out = ax_values_new();
-  if (!v)
-    return AX_ENOMEM;
-  ax_values_add_str(v, key);
-  return ax_values_add_str(v, a->m->st[s].peer);
+  AX_TRY(key_of(s, a->m->gen, out));
+  return ax_values_add_str(*out, a->m->st[s].peer);
 }
 
 static int save_reply(void *user, int s, const ax_values *r) {
@@ -115,12 +114,8 @@ typedef struct load_args {
 
 static int load_args_of(void *user, int s, ax_values **out) {
   load_args *a = user;
-  char key[32];
-  key_of(s, a->m->gen, key, sizeof key);
-  ax_values *v = *out = ax_values_new();
-  if (!v)
-    return AX_ENOMEM;
-  ax_values_add_str(v, key);
+  AX_TRY(key_of(s, a->m->gen, out));
+  ax_values *v = *out;
   ax_values_add_str(v, a->holder[s]);
   ax_values_add_i64(v, a->m->st[s].size);
   return ax_values_add_str(v, a->m->st[s].sha);
