@@ -201,7 +201,8 @@ static void send_server_status(axi_stream *s) {
 }
 
 /* Closes a server stream whose first frame is not a valid proof of the
- * shared secret, before anything it sent is decoded further. */
+ * shared secret, or whose hello this node refuses, before anything it sent
+ * is decoded further; the dialler gets why (PERMISSION_DENIED). */
 static void reject(axi_stream *s, const char *why) {
   ax_node *n = s->node;
   s->rejected = 1;
@@ -209,7 +210,8 @@ static void reject(axi_stream *s, const char *why) {
   if (k <= 20 || k % 1000 == 0)
     fprintf(stderr, "axon: %s: closing an unauthenticated control stream: "
             "%s\n", n->name, why);
-  axi_stream_cancel(s);
+  grpc_call_cancel_with_status(s->call, GRPC_STATUS_PERMISSION_DENIED, why,
+                               NULL);
 }
 
 /* The first frame of a server stream under authentication: a small HELLO
@@ -244,7 +246,8 @@ static int check_hello(axi_stream *s, const uint8_t *p, size_t len) {
     ok = 0;
   } else if (!axi_auth_name_ok(n, m.node, m.addr)) {
     snprintf(why, sizeof why, "a hello under the name of member %.100s "
-             "from %.100s", m.node, m.addr);
+             "from %.100s, another address, while that member is up",
+             m.node, m.addr);
     reject(s, why);
     ok = 0;
   }
@@ -345,9 +348,10 @@ static void on_one_frame(axi_stream *s, const uint8_t *p, size_t len) {
   }
   if (rc == AX_OK && m.kind == AXI_HELLO && !s->client &&
       !axi_incarnation_ok(n, m.node, m.incarnation)) {
-    char why[200];
+    char why[300];
     snprintf(why, sizeof why, "a hello from another process (incarnation "
-             "%llu) under the name of member %.100s",
+             "%llu) under the name of member %.100s, while that member is "
+             "up or after it was replaced",
              (unsigned long long)m.incarnation, m.node);
     axi_msg_clear(&m);
     reject(s, why);
@@ -463,15 +467,22 @@ static void on_end(axi_op *op, int ok) {
   if (s->client && s->peer) {
     char why[400];
     char *d = grpc_slice_to_c_string(s->details);
-    /* A stream that never came up: say what to check. */
-    snprintf(why, sizeof why, "stream to %s ended%s (gRPC status %d: %.200s)",
-             AXI_PNAME(s->peer),
-             s->established ? ""
-             : s->node->tls ? " before it was up [this node uses TLS: does "
-                              "the peer, with a certificate of the same CA?]"
-                            : " before it was up [this node uses no TLS: "
-                              "does the peer?]",
-             (int)s->status, d ? d : "");
+    /* A stream that never came up: say what to check, or why the peer
+     * refused it. */
+    if (s->status == GRPC_STATUS_PERMISSION_DENIED)
+      snprintf(why, sizeof why, "%s refused the connection: %.300s",
+               AXI_PNAME(s->peer), d ? d : "");
+    else
+      snprintf(why, sizeof why,
+               "stream to %s ended%s (gRPC status %d: %.200s)",
+               AXI_PNAME(s->peer),
+               s->established ? ""
+               : s->node->tls ? " before it was up [this node uses TLS: "
+                                "does the peer, with a certificate of the "
+                                "same CA?]"
+                              : " before it was up [this node uses no TLS: "
+                                "does the peer?]",
+               (int)s->status, d ? d : "");
     gpr_free(d);
     axi_peer_down(s->peer, s, why);
   }
