@@ -116,6 +116,7 @@ typedef struct ax_mem_ckpt {
   ax_ckpt_info info; /* what the coordinator keeps */
   int mode, S, U;    /* S stages of U units; S = 0: none taken */
   int gen;           /* which of the two alternating copies this is */
+  uint64_t tag;      /* this run's keys (set by the first checkpoint) */
   struct {
     char agent[64], peer[64];     /* the two agents holding the copies */
     uint64_t agent_inc, peer_inc; /* and their incarnations then */

@@ -22,9 +22,10 @@ static int plain(const ax_pipe *p, const char *what) {
 /* A new argument list starting with the key of stage s's copies of
  * generation gen: two generations alternate, so a checkpoint that fails
  * half way leaves the previous one whole. */
-static int key_of(int s, int gen, ax_values **out) {
-  char key[32];
-  snprintf(key, sizeof key, "stage-%02d.%d", s, gen);
+static int key_of(const ax_mem_ckpt *m, int s, ax_values **out) {
+  char key[64];
+  snprintf(key, sizeof key, "%016llx/stage-%02d.%d",
+           (unsigned long long)m->tag, s, m->gen);
   ax_values *v = *out = ax_values_new();
   return v ? ax_values_add_str(v, key) : AX_ENOMEM;
 }
@@ -47,7 +48,7 @@ typedef struct mem_args {
 
 static int save_args_of(void *user, int s, ax_values **out) {
   mem_args *a = user;
-  AX_TRY(key_of(s, a->m->gen, out));
+  AX_TRY(key_of(a->m, s, out));
   return ax_values_add_str(*out, a->m->st[s].peer);
 }
 
@@ -78,6 +79,13 @@ int ax_pipe_checkpoint_memory(ax_pipe *p, const ax_ckpt_info *info,
     return AX_ENOMEM;
   m->info = *info;
   m->gen = out->S > 0 ? !out->gen : 0;
+  /* The run's own keys: another pipeline of this coordinator on the same
+   * agents keeps its copies apart. */
+  static uint64_t runs;
+  m->tag = out->S > 0 ? out->tag
+                      : ax_node_incarnation(p->node) ^
+                            (__atomic_add_fetch(&runs, 1, __ATOMIC_RELAXED)
+                             << 48);
   m->mode = p->o.mode;
   m->S = p->K;
   m->U = p->U;
@@ -114,7 +122,7 @@ typedef struct load_args {
 
 static int load_args_of(void *user, int s, ax_values **out) {
   load_args *a = user;
-  AX_TRY(key_of(s, a->m->gen, out));
+  AX_TRY(key_of(a->m, s, out));
   ax_values *v = *out;
   ax_values_add_str(v, a->holder[s]);
   ax_values_add_i64(v, a->m->st[s].size);
