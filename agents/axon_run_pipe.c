@@ -70,12 +70,7 @@ static void note_incarnations(feed *f) {
 /* 1 if stage k's agent is down or is no longer the process the pipeline
  * was built on. */
 static int stage_lost(feed *f, int k) {
-  uint64_t now = 0;
-  if (ax_node_peer_is_down(f->node, f->cur[k]))
-    return 1;
-  return f->inc[k] &&
-         ax_node_member_incarnation(f->node, f->cur[k], &now) == AX_OK &&
-         now != f->inc[k];
+  return !ax_node_member_alive_as(f->node, f->cur[k], f->inc[k]);
 }
 
 static int feed_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {

@@ -40,12 +40,14 @@ void axi_auth_mac(const ax_node *n, const char *label, const uint8_t *nonce,
 int axi_auth_verify(const ax_node *n, const char *label, const uint8_t *nonce,
                     const char *name, const char *addr, const char *bulk,
                     uint64_t inc, const uint8_t *mac, size_t mac_len);
-/* 0 if a hello of incarnation inc under a known member's name comes from
- * another process than the one the membership names: a stale one, or a
- * newer one while the member is not down (with or without a token). */
-int axi_incarnation_ok(ax_node *n, const char *name, uint64_t inc);
-/* 0 if a known peer of that name has another control address: a hello
- * under a member's name from elsewhere is refused. */
-int axi_auth_name_ok(ax_node *n, const char *name, const char *addr);
+/* 0, with the reason in why (len bytes), if a hello under a known
+ * member's name must be refused: it comes from another process than the
+ * one the membership names (a stale one, or a newer one while the member
+ * is not down), or, when the channel is authenticated (token or TLS),
+ * from another control address while the member is up. Both channels'
+ * hellos are checked here. */
+int axi_hello_member_ok(ax_node *n, const char *name, const char *addr,
+                        uint64_t inc, int authenticated, char *why,
+                        size_t len);
 
 #endif

@@ -87,31 +87,33 @@ int axi_auth_verify(const ax_node *n, const char *label, const uint8_t *nonce,
   return CRYPTO_memcmp(want, mac, AXI_MAC_LEN) == 0;
 }
 
-int axi_incarnation_ok(ax_node *n, const char *name, uint64_t inc) {
+int axi_hello_member_ok(ax_node *n, const char *name, const char *addr,
+                        uint64_t inc, int authenticated, char *why,
+                        size_t len) {
   axi_peer *p = axi_peer_find(n, name);
   if (!p)
     return 1;
-  /* Another process under a member's name: a stale one (the member
-   * restarted, and the membership names the new one), or a new one this
-   * node has not heard of from the master. The second is let in only while
-   * the member is down (it is rejoining: the master then hands out its
-   * incarnation, rpc/rendezvous.c). */
   pthread_mutex_lock(&p->mu);
-  int ok = !p->incarnation || p->incarnation == inc ||
-           (p->state == AXI_PEER_DOWN && inc > p->incarnation);
+  int down = p->state == AXI_PEER_DOWN;
+  /* With authentication, a hello under a member's name from another
+   * address than the membership's: only a member that is down may come
+   * back from new addresses, and then only to rejoin (the master hands out
+   * its addresses); nothing is dialled from a hello. */
+  int moved = authenticated && addr && *addr && p->addr &&
+              strcmp(p->addr, addr) && !down;
+  /* Another process than the one the membership names: a stale one (the
+   * member restarted), or a newer one this node has not heard of from the
+   * master, let in only while the member is down (it is rejoining). */
+  int other = p->incarnation && p->incarnation != inc &&
+              !(down && inc > p->incarnation);
   pthread_mutex_unlock(&p->mu);
-  return ok;
-}
-
-int axi_auth_name_ok(ax_node *n, const char *name, const char *addr) {
-  axi_peer *p = axi_peer_find(n, name);
-  if (!p || !addr || !*addr)
-    return 1;
-  /* A member that is down may say hello from new addresses: it can only
-   * rejoin (the master then hands out its new addresses); nothing is
-   * dialled from a hello. */
-  pthread_mutex_lock(&p->mu);
-  int ok = !p->addr || !strcmp(p->addr, addr) || p->state == AXI_PEER_DOWN;
-  pthread_mutex_unlock(&p->mu);
-  return ok;
+  if (moved)
+    snprintf(why, len, "a hello under the name of member %.100s from "
+             "%.100s, another address, while that member is up", name,
+             addr);
+  else if (other)
+    snprintf(why, len, "a hello from another process (incarnation %llu) "
+             "under the name of member %.100s, while that member is up or "
+             "after it was replaced", (unsigned long long)inc, name);
+  return !moved && !other;
 }

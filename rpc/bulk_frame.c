@@ -267,13 +267,9 @@ static int hello_ok(bconn *c, const char *name, const char *addr,
   else if (c->tls && strcmp(name, c->cn)) {
     snprintf(w, sizeof w, "a certificate for %.100s", c->cn);
     why = w;
-  } else if ((n->token_len || c->tls) && !axi_auth_name_ok(n, name, addr))
-    why = "a hello under another member's name";
-  else if (!axi_incarnation_ok(n, name, inc)) {
-    snprintf(w, sizeof w, "another process (incarnation %llu) under the "
-             "name of a member", inc);
+  } else if (!axi_hello_member_ok(n, name, addr, inc,
+                                  n->token_len || c->tls, w, sizeof w))
     why = w;
-  }
   if (!why)
     return 1;
   uint64_t k = __atomic_add_fetch(&n->auth_refused, 1, __ATOMIC_RELAXED);

@@ -244,10 +244,8 @@ static int check_hello(axi_stream *s, const uint8_t *p, size_t len) {
              s->cn[0] ? s->cn : "(no name)");
     reject(s, why);
     ok = 0;
-  } else if (!axi_auth_name_ok(n, m.node, m.addr)) {
-    snprintf(why, sizeof why, "a hello under the name of member %.100s "
-             "from %.100s, another address, while that member is up",
-             m.node, m.addr);
+  } else if (!axi_hello_member_ok(n, m.node, m.addr, m.incarnation, 1, why,
+                                  sizeof why)) {
     reject(s, why);
     ok = 0;
   }
@@ -346,13 +344,11 @@ static void on_one_frame(axi_stream *s, const uint8_t *p, size_t len) {
     axi_msg_clear(&m);
     return;
   }
-  if (rc == AX_OK && m.kind == AXI_HELLO && !s->client &&
-      !axi_incarnation_ok(n, m.node, m.incarnation)) {
-    char why[300];
-    snprintf(why, sizeof why, "a hello from another process (incarnation "
-             "%llu) under the name of member %.100s, while that member is "
-             "up or after it was replaced",
-             (unsigned long long)m.incarnation, m.node);
+  char why[300]; /* without authentication, the hello is checked here */
+  if (rc == AX_OK && m.kind == AXI_HELLO && !s->client && !n->token_len &&
+      !n->tls &&
+      !axi_hello_member_ok(n, m.node, m.addr, m.incarnation, 0, why,
+                           sizeof why)) {
     axi_msg_clear(&m);
     reject(s, why);
     return;

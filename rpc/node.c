@@ -369,6 +369,14 @@ int ax_node_member_incarnation(ax_node *n, const char *name, uint64_t *inc) {
                           name);
 }
 
+int ax_node_member_alive_as(ax_node *n, const char *name, uint64_t inc) {
+  uint64_t now = 0;
+  if (ax_node_peer_is_down(n, name))
+    return 0;
+  return !inc || (ax_node_member_incarnation(n, name, &now) == AX_OK &&
+                  now == inc);
+}
+
 void ax_node_on_peer_down(ax_node *n, ax_peer_down_cb cb, void *user) {
   pthread_mutex_lock(&n->mu);
   n->down_user = user;

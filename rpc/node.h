@@ -198,6 +198,10 @@ int ax_node_peer_is_down(ax_node *n, const char *name);
  * (this node's own for its name); AX_ENOTFOUND before the membership
  * names it. */
 int ax_node_member_incarnation(ax_node *n, const char *name, uint64_t *inc);
+/* 1 if member `name` is not declared down and is still the process of
+ * incarnation inc (0: whichever), else 0: what a caller that noted a
+ * member's incarnation uses to tell whether it lost that process. */
+int ax_node_member_alive_as(ax_node *n, const char *name, uint64_t inc);
 
 /* Calls fn(n, user) once n is shut down, as ax_node_destroy frees it
  * (newest first): the layers above drop what they keep per node.

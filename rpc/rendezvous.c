@@ -396,25 +396,25 @@ static void readdress(ax_node *n, axi_peer *p, const char *addr,
    * the new process's (the rejoin's own reply may be on it). */
   if (!down)
     axi_peer_down(p, NULL, "it rejoined as a new process");
-  if (!moved) { /* the same addresses: the next message dials them */
-    pthread_mutex_lock(&p->mu);
-    p->state = AXI_PEER_IDLE;
-    pthread_mutex_unlock(&p->mu);
-    return;
-  }
-  char *a = strdup(addr), *b = *bulk ? strdup(bulk) : NULL;
-  if (!a) {
+  char *a = moved ? strdup(addr) : NULL, *b = moved && *bulk ? strdup(bulk)
+                                                             : NULL;
+  if (moved && !a) {
     free(b);
     return;
   }
   pthread_mutex_lock(&p->mu);
-  char *oa = p->addr, *ob = p->bulk_addr;
-  p->addr = a;
-  p->bulk_addr = b;
+  char *oa = NULL, *ob = NULL;
+  if (moved) { /* else the same addresses: the next message dials them */
+    oa = p->addr;
+    ob = p->bulk_addr;
+    p->addr = a;
+    p->bulk_addr = b;
+  }
   p->state = AXI_PEER_IDLE;
   pthread_mutex_unlock(&p->mu);
   pthread_mutex_lock(&n->mu);
-  retire_locked(n, oa);
+  if (oa)
+    retire_locked(n, oa);
   if (ob)
     retire_locked(n, ob);
   pthread_mutex_unlock(&n->mu);

@@ -73,7 +73,6 @@ static uint64_t incarnation(ax_node *n, const char *name) {
 int ax_pipe_checkpoint_memory(ax_pipe *p, const ax_ckpt_info *info,
                               ax_mem_ckpt *out) {
   AX_TRY(plain(p, "in-memory checkpoint"));
-  AX_TRY(ax_pipe_checkpoint_wait(p));
   ax_mem_ckpt *m = calloc(1, sizeof *m);
   if (!m)
     return AX_ENOMEM;
@@ -109,8 +108,7 @@ static const char *holder_of(ax_node *n, const ax_mem_ckpt *m, int s) {
   const char *who[2] = {m->st[s].agent, m->st[s].peer};
   uint64_t inc[2] = {m->st[s].agent_inc, m->st[s].peer_inc};
   for (int i = 0; i < 2; i++)
-    if (*who[i] && !ax_node_peer_is_down(n, who[i]) &&
-        incarnation(n, who[i]) == inc[i])
+    if (*who[i] && ax_node_member_alive_as(n, who[i], inc[i]))
       return who[i];
   return NULL;
 }
