@@ -70,6 +70,11 @@ static int read_links(const char *path, links *L) {
       L->n++;
   }
   fclose(f);
+  if (rc != AX_OK) {
+    free(L->row);
+    L->row = NULL;
+    L->n = 0;
+  }
   return rc;
 }
 
@@ -115,10 +120,11 @@ static int boundary_links(const links *L, const axr_pipe_args *a, int m,
 
 /* Optimizer buffers per parameter from --optim (adamw 2, momentum 1). */
 static int optim_copies(const char *cfg) {
-  if (!cfg || strstr(cfg, "adam"))
-    return 2;
-  const char *m = strstr(cfg, "momentum=");
-  return m && atof(m + 9) != 0 ? 1 : 0;
+  ax_config c;
+  ax_optim_cfg o;
+  if (ax_config_parse(&c, cfg) != AX_OK || ax_optim_cfg_parse(&c, &o) != AX_OK)
+    return 2; /* update_costs reports the bad configuration */
+  return o.kind == AX_OPT_ADAMW ? 2 : o.momentum != 0 ? 1 : 0;
 }
 
 static double now_s(void) {
@@ -197,7 +203,8 @@ static int predict(const axr_pipe_args *a, const links *L, int m, int balanced,
   const ax_pipe_mode_def *md = ax_pipe_mode_get(m);
   int K = a->K, v = ax_pipe_chunks(m, a->chunks), S = K * v;
   int U = ax_pipe_units(m, a->M);
-  if (S > n || U < ax_pipe_min_units(m, K) || (md->chunked &&
+  if (S > n || S > AX_PIPE_MAX_STAGES || U < ax_pipe_min_units(m, K) ||
+      (md->chunked &&
       md->placement == AX_PLACE_LOOP && U % K))
     return AX_EUNSUPPORTED; /* not possible with this model or M */
   double lat[AX_PIPE_MAX_STAGES], bw[AX_PIPE_MAX_STAGES],
@@ -269,6 +276,9 @@ int axr_stage_links(const axr_pipe_args *a, int m, double *lat_s, double *Bps,
                     int *have) {
   links L;
   *have = 0;
+  if (a->K * ax_pipe_chunks(m, a->chunks) > AX_PIPE_MAX_STAGES)
+    return ax_seterr(AX_EINVAL, "--links: at most %d stages",
+                     AX_PIPE_MAX_STAGES);
   AX_TRY(read_links(a->plan_links, &L));
   double back_lat[AX_PIPE_MAX_STAGES], back_Bps[AX_PIPE_MAX_STAGES];
   int rc = boundary_links(&L, a, m, a->K * ax_pipe_chunks(m, a->chunks),
@@ -288,10 +298,27 @@ static int wanted(const char *modes, const char *name) {
   return 0;
 }
 
+/* Every name of --modes is a mode of the table. */
+static int modes_known(const char *modes) {
+  if (!modes || !strcmp(modes, "all"))
+    return AX_OK;
+  for (const char *s = modes; *s;) {
+    size_t k = strcspn(s, ",");
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)(k < 63 ? k : 63), s);
+    if (ax_pipe_mode_index(name) < 0)
+      return ax_seterr(AX_EINVAL, "plan: --modes names '%s', not a mode",
+                       name);
+    s += k + (s[k] == ',');
+  }
+  return AX_OK;
+}
+
 int axr_plan(const axr_pipe_args *a) {
   const ax_model_def *def = ax_model_find(a->model);
   if (!def)
     return ax_seterr(AX_ENOTFOUND, "plan: no model %s", a->model);
+  AX_TRY(modes_known(a->plan_modes));
   ax_config dcfg, mcfg;
   AX_TRY(ax_config_parse(&dcfg, a->data_config));
   AX_TRY(ax_model_config(def, a->model_config, &mcfg));

@@ -53,7 +53,7 @@ int axr_probe(const axr_pipe_args *a, ax_node *node) {
         printf("  %-12s -> %-12s %10.1f us %9.2f Gbit/s\n", a->agents[i],
                a->agents[j], rtt, gbit);
         if (out)
-          fprintf(out, "%s %s %.1f %.3f\n", a->agents[i], a->agents[j], rtt,
+          fprintf(out, "%s %s %.1f %.6g\n", a->agents[i], a->agents[j], rtt,
                   gbit);
       }
       ax_values_free(args);

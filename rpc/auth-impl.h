@@ -29,6 +29,10 @@
  * if it cannot be read or holds fewer than 16 or more than AXI_TOKEN_MAX
  * bytes (a trailing newline is dropped). */
 int axi_auth_load(ax_node *n);
+/* Counts a refused connection (ax_node_stats' auth_refused) and says
+ * whether to log it: the first 20, then every 1000th, so that a stranger
+ * cannot flood stderr. */
+int axi_refusal_logged(ax_node *n);
 /* AXI_NONCE_LEN random bytes. */
 int axi_auth_nonce(uint8_t *out);
 /* out (AXI_MAC_LEN bytes) = HMAC-SHA256(token, label, nonce, the names,

@@ -38,6 +38,11 @@ int axi_auth_load(ax_node *n) {
   return AX_OK;
 }
 
+int axi_refusal_logged(ax_node *n) {
+  uint64_t k = __atomic_add_fetch(&n->auth_refused, 1, __ATOMIC_RELAXED);
+  return k <= 20 || k % 1000 == 0;
+}
+
 int axi_auth_nonce(uint8_t *out) {
   if (RAND_bytes(out, AXI_NONCE_LEN) != 1)
     return ax_seterr(AX_EIO, "auth: no random bytes");

@@ -272,8 +272,7 @@ static int hello_ok(bconn *c, const char *name, const char *addr,
     why = w;
   if (!why)
     return 1;
-  uint64_t k = __atomic_add_fetch(&n->auth_refused, 1, __ATOMIC_RELAXED);
-  if (k <= 20 || k % 1000 == 0)
+  if (axi_refusal_logged(n))
     fprintf(stderr, "axon: %s: closing a data connection (hello as %.100s): "
             "%s\n", n->name, name, why);
   return 0;

@@ -28,6 +28,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "rpc/auth-impl.h"
 #include "rpc/bulk-impl.h"
 
 #define SHM_MAGIC 0x52535841u /* "AXSR" */
@@ -230,7 +231,7 @@ int axi_shm_take(bconn *c) {
     close(fds[i]);
   if (why || r != 1) {
     axi_shm_ring_free(ring);
-    if (why)
+    if (why && axi_refusal_logged(c->b->node))
       fprintf(stderr, "axon: %s: refusing a shared-memory connection: %s\n",
               c->b->node->name, why);
     return -1;
@@ -247,19 +248,23 @@ static void ring_bell(int fd) {
 }
 
 /* Reads the doorbells (and the EOF) off the socket: -1 once the peer
- * closed it, else 0. */
+ * closed it or sent anything but bells, else 0. At most 16 reads a call:
+ * a peer that keeps ringing cannot hold the I/O thread (the event is
+ * level-triggered: what is left comes back). */
 int axi_shm_drain(bconn *c) {
   char buf[256];
-  for (;;) {
+  for (int i = 0; i < 16; i++) {
     ssize_t r = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (r > 0)
-      continue;
-    if (r < 0 && errno == EINTR)
+    for (ssize_t k = 0; k < r; k++)
+      if (buf[k] != SHM_BELL)
+        return -1;
+    if (r > 0 || (r < 0 && errno == EINTR))
       continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       return 0;
     return -1;
   }
+  return 0;
 }
 
 /* Copies n bytes between the ring at index `at` and buf (to_ring: into the
@@ -325,8 +330,10 @@ ssize_t axi_shm_read(bconn *c, void *dst, size_t n) {
     if (a == 0 && (a = ring_sleep(r, 0)) == 0)
       break; /* asleep: the writer's next bytes ring the bell */
     if (a < 0) {
-      fprintf(stderr, "axon: %s: shared-memory ring from %s is corrupt\n",
-              c->b->node->name, c->peer ? AXI_PNAME(c->peer) : "a stranger");
+      if (axi_refusal_logged(c->b->node))
+        fprintf(stderr, "axon: %s: shared-memory ring from %s is corrupt\n",
+                c->b->node->name,
+                c->peer ? AXI_PNAME(c->peer) : "a stranger");
       return -1;
     }
     size_t k = n - got < (size_t)a ? n - got : (size_t)a;
@@ -381,7 +388,9 @@ int axi_shm_dial(const char *hostport, int *out) {
   struct sockaddr_un sa;
   socklen_t len;
   AX_TRY(axi_shm_listen_addr(hostport, &sa, &len));
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  /* Non-blocking: a Unix connect to a full backlog (a stopped or stuck
+   * peer) fails with EAGAIN at once instead of holding the dialler. */
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0)
     return ax_seterr(AX_EIO, "shm: socket: %s", strerror(errno));
   int r;
@@ -394,7 +403,6 @@ int axi_shm_dial(const char *hostport, int *out) {
     return ax_seterr(AX_EPEERDOWN, "shm: connect %s: %s", hostport,
                      strerror(e));
   }
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   *out = fd;
   return AX_OK;
 }

@@ -329,8 +329,7 @@ static int authenticate(ax_node *n, int fd, struct ssl_st *ssl,
   if (magic != AXI_BULK_ACK_MAGIC ||
       !axi_auth_verify(n, AXI_AUTH_BULK_ACK, mine, "", "", "", 0, ack + 4,
                        AXI_MAC_LEN)) {
-    uint64_t k = __atomic_add_fetch(&n->auth_refused, 1, __ATOMIC_RELAXED);
-    if (k <= 20 || k % 1000 == 0)
+    if (axi_refusal_logged(n))
       fprintf(stderr, "axon: %s: %s did not prove the shared secret on the "
               "data channel\n", n->name, addr);
     return ax_seterr(AX_EPEERDOWN,

@@ -331,8 +331,7 @@ struct ssl_st *axi_bulk_tls_new(ax_node *n, int fd) {
 /* Logs and counts a refused data connection. */
 static int refuse(bconn *c, const char *why) {
   ax_node *n = c->b->node;
-  uint64_t k = __atomic_add_fetch(&n->auth_refused, 1, __ATOMIC_RELAXED);
-  if (k <= 20 || k % 1000 == 0)
+  if (axi_refusal_logged(n))
     fprintf(stderr, "axon: %s: closing a data connection: TLS: %s\n", n->name,
             why);
   return -1;

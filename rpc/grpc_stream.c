@@ -206,8 +206,7 @@ static void send_server_status(axi_stream *s) {
 static void reject(axi_stream *s, const char *why) {
   ax_node *n = s->node;
   s->rejected = 1;
-  uint64_t k = __atomic_add_fetch(&n->auth_refused, 1, __ATOMIC_RELAXED);
-  if (k <= 20 || k % 1000 == 0)
+  if (axi_refusal_logged(n))
     fprintf(stderr, "axon: %s: closing an unauthenticated control stream: "
             "%s\n", n->name, why);
   grpc_call_cancel_with_status(s->call, GRPC_STATUS_PERMISSION_DENIED, why,

@@ -130,7 +130,7 @@ static void test_peer_dies_mid_transfer(void **state) {
   ax_tensor *small = pattern(4096, 1);
   assert_echoed(echo_async("victim", small), small); /* rings both ways */
   ax_tensor_release(small);
-  int before = wait_rings(0, rings_mapped(0));
+  int before = rings_mapped(0);
   ax_tensor *big = pattern(512u << 20, 2);
   ax_values *a = ax_values_new();
   ax_values_add_tensor(a, big);
@@ -196,9 +196,11 @@ static void send_fd(int sock, char byte, int fd) {
 }
 
 /* A ring as the transport makes one (header: magic, version, size; head at
- * byte 64), of `size` bytes, sealed or not, mapped at *map. */
+ * byte 64), of `size` bytes, sealed or not, mapped at *map. Named as the
+ * transport names its rings, so that the agent's mapping of it counts in
+ * rings_mapped. */
 static int make_ring(size_t size, int seal, uint8_t **map) {
-  int fd = memfd_create("stranger", MFD_ALLOW_SEALING);
+  int fd = memfd_create("axon-shm", MFD_ALLOW_SEALING);
   assert_true(fd >= 0);
   assert_int_equal(ftruncate(fd, (off_t)(4096 + size)), 0);
   *map = mmap(NULL, 4096 + size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -213,8 +215,9 @@ static int make_ring(size_t size, int seal, uint8_t **map) {
   return fd;
 }
 
-/* One stranger: offers what `kind` says, and must be closed by a1. */
-static void stranger(int kind) {
+/* One stranger: offers what `kind` says, and must be closed by a1 (which
+ * maps `before` rings of its own). */
+static void stranger(int kind, int before) {
   int s = dial_unix(), rfd = -1;
   uint8_t *map = NULL;
   size_t size = 1u << 20;
@@ -244,7 +247,8 @@ static void stranger(int kind) {
   case 4: /* a valid ring, then a head far past the tail */
     rfd = make_ring(size, 1, &map);
     send_fd(s, 'M', rfd);
-    rt_sleep_ms(200);
+    /* taken: a1 maps it and waits for the hello */
+    assert_int_equal(wait_rings(g_pids[A1], before + 1), before + 1);
     memcpy(map + 64, &(uint64_t){size * 5}, 8);
     send_fd(s, 'B', -1);
     break;
@@ -266,7 +270,7 @@ static void stranger(int kind) {
 static void test_local_strangers(void **state) {
   int before = rings_mapped(g_pids[A1]);
   for (int kind = 0; kind <= 6; kind++) {
-    stranger(kind);
+    stranger(kind, before);
     assert_int_equal(wait_rings(g_pids[A1], before), before);
     AX_ASSERT_OK(rt_alive(g_drv, "a1"));
   }

@@ -203,15 +203,17 @@ int ax_formula_time_comm(const char *mode, int K, int v, int M,
     return ax_seterr(AX_EINVAL, "formula: recompute option %d unknown",
                      recompute);
   for (int s = 0; s < K * v; s++)
-    if (!(t_f[s] >= 0) || !(t_b[s] >= 0) || (t_w && !(t_w[s] >= 0)))
+    if (!(t_f[s] >= 0) || !(t_b[s] >= 0) || (t_w && !(t_w[s] >= 0)) ||
+        (comm && comm->step && !(comm->step[s] >= 0)))
       return ax_seterr(AX_EINVAL, "formula: stage %d times (%g, %g) must be "
                        ">= 0", s, t_f[s], t_b[s]);
-  for (int s = 0; comm && s + 1 < K * v; s++)
+  if (comm && !(comm->per_action >= 0))
+    return ax_seterr(AX_EINVAL, "formula: per-action cost must be >= 0");
+  for (int s = 0; comm && s + 1 < K * v; s++) /* the links: S - 1 */
     if ((comm->fwd && !(comm->fwd[s] >= 0)) ||
         (comm->fwd_busy && !(comm->fwd_busy[s] >= 0)) ||
         (comm->bwd_busy && !(comm->bwd_busy[s] >= 0)) ||
-        (comm->step && !(comm->step[s] >= 0)) ||
-        (comm->bwd && !(comm->bwd[s] >= 0)) || !(comm->per_action >= 0))
+        (comm->bwd && !(comm->bwd[s] >= 0)))
       return ax_seterr(AX_EINVAL, "formula: transfer times must be >= 0");
   int flushed = ax_pipe_flushes(m);
   /* Flushed modes: one mini-batch (several when the coordinator's window

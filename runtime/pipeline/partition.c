@@ -69,17 +69,13 @@ double ax_stage_time_at(const ax_block_profile *p, int n, int first, int last,
   if (first > 0)
     t += crossing(o, stage - 1, (double)p[first - 1].out_bytes);
   if (last < n)
-    t += crossing(o, stage < 0 ? -1 : stage, (double)p[last - 1].out_bytes);
+    t += crossing(o, stage, (double)p[last - 1].out_bytes);
   return t;
 }
 
 double ax_stage_time(const ax_block_profile *p, int n, int first, int last,
                      const ax_partition_opts *o) {
-  if (!o)
-    return INFINITY;
-  ax_partition_opts plain = *o;
-  plain.link_Bps = plain.link_lat_s = NULL;
-  return ax_stage_time_at(p, n, first, last, -1, &plain);
+  return ax_stage_time_at(p, n, first, last, -1, o); /* -1: no link */
 }
 
 size_t ax_stage_memory(const ax_block_profile *p, int n, int first, int last,

@@ -120,9 +120,9 @@ typedef struct ax_partition_opts {
  *               a stage sends its last block's outputs forward and its
  *               first block's input gradient backward (out_bytes of the
  *               block before it); with links, each boundary's bytes go at
- *               its link's rate and each crossing (activation and gradient,
- *               2 per boundary) adds the link's latency (ax_stage_time_at
- *               with the stage's index; ax_stage_time ignores links);
+ *               its link's rate and each of the stage's boundaries adds
+ *               its link's one-way latency once (ax_stage_time_at with the
+ *               stage's index; ax_stage_time ignores links);
  *   memory(s) = params * (1 + weight_versions + optim_copies) + buffers +
  *               saved * activation_sets + in_bytes(first block) * (sets -
  *               activation_sets) + saved * replay. */

@@ -74,7 +74,7 @@ static int parse_spec(const char *txt, spec *s) {
     *eq++ = 0;
     char *end;
     double v = strtod(eq, &end);
-    if (*end || v < 0)
+    if (end == eq || *end || !(v >= 0) || v > 1e9) /* empty, junk, NaN */
       return -1;
     if (!strcmp(kv, "delay_ms"))
       s->delay_ms = v;

@@ -91,7 +91,8 @@ profile_spec() {
 # bed_up PROFILE N: N namespaces, their links shaped as PROFILE.
 bed_up() {
   local prof=$1 n=$2 spec delay rate loss extra=()
-  read -r delay rate loss <<<"$(profile_spec "$prof")"
+  spec=$(profile_spec "$prof") || return 1
+  read -r delay rate loss <<<"$spec"
   spec="delay_ms=$delay,rate_mbit=$rate,loss=$loss"
   [[ $prof == skewed ]] && extra=(--link "$((n - 2))-$((n - 1)):delay_ms=2,rate_mbit=200")
   local args=()
@@ -261,7 +262,7 @@ link_cut() {
   local t0=$SECONDS
   ip -n "$tag-h2" link set ax0 down
   local waited=0
-  while kill -0 "$run" 2>/dev/null && ((waited < 300)); do
+  while kill -0 "$run" 2>/dev/null && ((waited < 150)); do
     sleep 0.1
     waited=$((waited + 1))
   done
@@ -352,7 +353,9 @@ run_compare() {
   export AXON_TOKEN_FILE=$tok AXON_BIN_DIR=$build
   echo "| profile | mode | predicted ms/step | measured ms/step | measured / predicted |"
   echo "|---|---|---|---|---|"
-  for prof in "${@:-lan dc wan skewed}"; do
+  local profs=("$@")
+  ((${#profs[@]})) || profs=(lan dc wan skewed)
+  for prof in "${profs[@]}"; do
     bed_up "$prof" 4 >/dev/null || exit 1
     compare_one "$prof" || echo "netbed: compare on $prof failed"
     bed_down
