@@ -210,7 +210,9 @@ static int predict(const axr_pipe_args *a, const links *L, int m, int balanced,
   double lat[AX_PIPE_MAX_STAGES], bw[AX_PIPE_MAX_STAGES],
       back_lat[AX_PIPE_MAX_STAGES], back_bw[AX_PIPE_MAX_STAGES];
   AX_TRY(boundary_links(L, a, m, S, lat, bw, back_lat, back_bw));
-  ax_partition_opts po = {S, md->name, a->M, a->recompute, 0, 0,
+  /* the cap is per agent: its v stages share it */
+  ax_partition_opts po = {S, md->name, a->M, a->recompute, 0,
+                          (size_t)(a->plan_mem_cap / v),
                           optim_copies(a->optim), L->n ? lat : NULL,
                           L->n ? bw : NULL};
   row->mode = m;
@@ -354,8 +356,8 @@ int axr_plan(const axr_pipe_args *a) {
     for (int bal = 0; bal < 2 && rc == AX_OK; bal++) {
       plan_row row;
       int r = predict(a, &L, m, bal, p, n, step_s, copy_s, &row);
-      if (r == AX_EUNSUPPORTED || (r == AX_EINVAL && bal)) {
-        ax_clearerr(); /* too few blocks, units, or nothing fits the cap */
+      if (r == AX_EUNSUPPORTED || (r == AX_EINVAL && bal && a->plan_mem_cap)) {
+        ax_clearerr(); /* too few blocks, units, or no split fits the cap */
         continue;
       }
       if ((rc = r) != AX_OK)
