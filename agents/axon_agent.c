@@ -14,8 +14,8 @@
 #include "agents/axon_cli.h"
 
 #define P "axon-agent"
-#include "runtime/dist/autograd.h"
-#include "runtime/dist/plugin.h"
+#include "runtime/autograd/autograd.h"
+#include "runtime/autograd/plugin.h"
 #include "runtime/pipeline/pipeline.h"
 
 static void usage(FILE *f) {
@@ -70,7 +70,7 @@ static void usage(FILE *f) {
       "                       shared memory to agents of this host)\n"
       "  --plugin FILE.so     load a plugin: its models, object kinds and\n"
       "                       functions are served here (repeatable;\n"
-      "                       runtime/dist/plugin.h)\n"
+      "                       runtime/autograd/plugin.h)\n"
       "  --stay               keep serving when the master goes away\n"
       "  --help               this text\n");
 }

@@ -21,7 +21,7 @@
 #include "models/loss.h"
 #include "models/model.h"
 #include "models/optim.h"
-#include "runtime/pipeline/train.h"
+#include "runtime/pipeline/coord/train.h"
 
 /* Provided by agents/axon_bench_rpc.c when the RPC layer is built. */
 __attribute__((weak)) int ax_bench_rpc_main(int argc, char **argv);

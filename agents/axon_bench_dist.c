@@ -36,9 +36,9 @@
 #include "rpc/launch.h"
 #include "models/loss.h"
 #include "models/model.h"
-#include "runtime/dist/stage.h"
+#include "runtime/autograd/stage.h"
 #include "models/optim.h"
-#include "runtime/pipeline/train.h"
+#include "runtime/pipeline/coord/train.h"
 
 #define NAG 3
 static const char *g_names[NAG] = {"w1", "w2", "w3"};

@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "kernels/backend-impl.h"
-#include "runtime/pipeline/train.h"
+#include "runtime/pipeline/coord/train.h"
 #include "kernels/rng.h"
 #include "kernels/tensor.h"
 

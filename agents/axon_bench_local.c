@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/dist/autograd.h"
+#include "runtime/autograd/autograd.h"
 #include "runtime/pipeline/pipeline.h"
 
 pid_t axi_bench_spawn_agent(const char *name, int port, const char *env,

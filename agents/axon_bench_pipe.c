@@ -50,10 +50,10 @@
 
 #include "agents/axon_bench_local.h"
 #include "rpc/launch.h"
-#include "runtime/dist/autograd.h"
-#include "runtime/pipeline/coordinator.h"
-#include "runtime/pipeline/formula.h"
-#include "runtime/pipeline/train.h"
+#include "runtime/autograd/autograd.h"
+#include "runtime/pipeline/coord/coordinator.h"
+#include "runtime/pipeline/schedule/formula.h"
+#include "runtime/pipeline/coord/train.h"
 
 #define MAXR 16
 

@@ -13,14 +13,14 @@
 
 #include "agents/axon_cli.h"
 #include "agents/axon_run.h"
-#include "runtime/pipeline/freeze.h"
-#include "runtime/dist/plugin.h"
+#include "runtime/pipeline/state/freeze.h"
+#include "runtime/autograd/plugin.h"
 
 #define P "axon-run"
-#include "runtime/pipeline/coordinator.h"
-#include "runtime/pipeline/stage_host.h"
-#include "runtime/pipeline/staleness.h"
-#include "runtime/pipeline/train.h"
+#include "runtime/pipeline/coord/coordinator.h"
+#include "runtime/pipeline/stage/stage_host.h"
+#include "runtime/pipeline/stage/staleness.h"
+#include "runtime/pipeline/coord/train.h"
 #include "kernels/error.h"
 
 static void usage(FILE *f) {
@@ -62,7 +62,7 @@ static void usage(FILE *f) {
 "  --csv FILE            write the loss curve (step,epoch,loss,lr,samples_per_s)\n"
 "  --quiet               no progress bar\n"
 "  --plugin FILE.so      load a plugin (its models; repeatable); --local\n"
-"                        agents load it too (runtime/dist/plugin.h)\n"
+"                        agents load it too (runtime/autograd/plugin.h)\n"
 "\n"
 "Pipeline training over remote stages (one stage per agent):\n"
 "  --local K             start K axon-agent processes here (stage0..)\n"
@@ -80,7 +80,7 @@ static void usage(FILE *f) {
 "  --chunks V            interleaved: stages per agent (2)\n"
 "  --recompute R         gpipe: always|except-last|never (never)\n"
 "  --staleness S         ddg/fr/pipedream/2bw: none|predict|pipemare (none;\n"
-"                        runtime/pipeline/staleness.h)\n"
+"                        runtime/pipeline/stage/staleness.h)\n"
 "  --pipemare-gamma G    pipemare: decay of the update average (0.9)\n"
 "  --pipemare-warmup N   pipemare: updates until the step size is lr (0:\n"
 "                        lr / delay throughout)\n"

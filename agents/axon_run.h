@@ -6,8 +6,8 @@
 #include <sys/types.h>
 
 #include "kernels/device.h"
-#include "runtime/pipeline/coordinator.h"
-#include "runtime/pipeline/train.h"
+#include "runtime/pipeline/coord/coordinator.h"
+#include "runtime/pipeline/coord/train.h"
 
 typedef struct axr_pipe_args {
   const char *model, *model_config, *dataset, *data_config, *optim;

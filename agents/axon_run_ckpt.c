@@ -1,14 +1,14 @@
 /* axon-run train with checkpoints: --checkpoint-dir DIR, --checkpoint-every
- * N, --resume DIR and --loss-log FILE (runtime/pipeline/checkpoint.h has
+ * N, --resume DIR and --loss-log FILE (runtime/pipeline/state/checkpoint.h has
  * what is saved and the consistent cut; docs/CHECKPOINTS.md the files). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "agents/axon_run.h"
-#include "runtime/pipeline/checkpoint.h"
-#include "runtime/pipeline/freeze.h"
-#include "runtime/pipeline/partition.h"
+#include "runtime/pipeline/state/checkpoint.h"
+#include "runtime/pipeline/state/freeze.h"
+#include "runtime/pipeline/schedule/partition.h"
 
 /* The run's configuration as "key=value;..." : what a resume must repeat
  * (--steps, --epochs and the checkpoint options may change). */

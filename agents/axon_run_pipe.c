@@ -5,7 +5,7 @@
  * initialisation in this process) and this process is the master; with
  * --agents a,b,c --master HOST:PORT it joins running agents; with
  * --emulate this process is a world of one that hosts every stage itself
- * (runtime/pipeline/emulate.h). */
+ * (runtime/pipeline/schedule/emulate.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -17,17 +17,17 @@
 
 #include "rpc/launch.h"
 #include "agents/axon_run.h"
-#include "runtime/pipeline/freeze.h"
+#include "runtime/pipeline/state/freeze.h"
 #include "models/data/dataset.h"
-#include "runtime/pipeline/staleness.h"
-#include "runtime/dist/autograd.h"
-#include "runtime/dist/plugin.h"
-#include "runtime/pipeline/coordinator.h"
-#include "runtime/pipeline/emulate.h"
-#include "runtime/pipeline/metrics.h"
-#include "runtime/pipeline/partition.h"
+#include "runtime/pipeline/stage/staleness.h"
+#include "runtime/autograd/autograd.h"
+#include "runtime/autograd/plugin.h"
+#include "runtime/pipeline/coord/coordinator.h"
+#include "runtime/pipeline/schedule/emulate.h"
+#include "runtime/pipeline/trace/metrics.h"
+#include "runtime/pipeline/schedule/partition.h"
 #include "runtime/pipeline/pipeline.h"
-#include "runtime/pipeline/trace.h"
+#include "runtime/pipeline/trace/trace.h"
 
 typedef struct feed { /* the training batches, epoch after epoch */
   ax_loader *ld;

@@ -29,7 +29,7 @@
 #include "agents/axon_run.h"
 #include "models/data/dataset.h"
 #include "models/optim.h"
-#include "runtime/pipeline/partition.h"
+#include "runtime/pipeline/schedule/partition.h"
 #include <time.h>
 
 #define MAXL 4096

@@ -1,6 +1,6 @@
 /* axon-run eval --checkpoint DIR|FILE and axon-run export --checkpoint DIR
  * --out FILE: a pipeline's checkpoint used without the pipeline, as one
- * net in this process (runtime/pipeline/checkpoint.h: the stages' flat
+ * net in this process (runtime/pipeline/state/checkpoint.h: the stages' flat
  * buffers joined in block order are the whole model's). */
 #include <getopt.h>
 #include <limits.h>
@@ -12,7 +12,7 @@
 #include "models/config.h"
 #include "models/data/dataset.h"
 #include "models/model.h"
-#include "runtime/pipeline/checkpoint.h"
+#include "runtime/pipeline/state/checkpoint.h"
 
 #define P "axon-run"
 

@@ -44,7 +44,7 @@ typedef struct ax_model_def {
 
 /* ---- the registry -------------------------------------------------------
  * Holds the built-in models (mlp, resnet20, bert, sleep) and the models a
- * program or a plugin (runtime/dist/plugin.h) registers. Every function here
+ * program or a plugin (runtime/autograd/plugin.h) registers. Every function here
  * is thread-safe.
  *
  * Ownership: the registry stores the def pointer, not a copy. The def, its
@@ -64,7 +64,7 @@ typedef struct ax_model_def {
  * registered; registering the same def again is also AX_ESTATE), AX_ENOMEM
  * when the registry is full (64 models). Nothing changes on error. Nodes
  * that ran ax_dist_init before or after this call serve "NAME.stage" for it
- * (runtime/dist/stage.h). */
+ * (runtime/autograd/stage.h). */
 int ax_model_register(const ax_model_def *def);
 /* Removes a registered model: AX_ENOTFOUND if no model of that name was
  * registered, AX_EINVAL for a built-in. Stages built from it are not

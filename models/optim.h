@@ -51,7 +51,7 @@ int ax_optim_step(ax_optim *o, ax_tensor *params, const ax_tensor *grads);
 long ax_optim_steps(const ax_optim *o);
 /* Multiplies the scheduled learning rate of the following steps by scale
  * (> 0, finite; 1 when created): a per-stage step size such as PipeMare's
- * learning-rate rescheduling (runtime/pipeline/staleness.h). AX_EINVAL on a
+ * learning-rate rescheduling (runtime/pipeline/stage/staleness.h). AX_EINVAL on a
  * bad scale, which leaves the optimizer unchanged. */
 int ax_optim_set_lr_scale(ax_optim *o, float scale);
 /* Checkpoints: the optimizer's state buffer i (0: SGD momentum or AdamW

@@ -1,6 +1,6 @@
 /* "sleep": a synthetic model whose blocks take a fixed time, for measuring
  * the pipeline runtime's own overhead against the schedule formulas
- * (runtime/pipeline/formula.h).
+ * (runtime/pipeline/schedule/formula.h).
  *
  * Config: blocks=4 (K), fwd_ms=20, bwd_ms=40 (per block), w_ms (the part
  * of bwd_ms that is the weight half; default bwd_ms / 2), width=16,

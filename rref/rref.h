@@ -200,7 +200,7 @@ int ax_remote_object(ax_node *n, const char *to, const char *kind,
 int ax_rref_own_object(ax_node *n, const ax_robj_kind *kind, void *obj,
                        ax_rref **out);
 
-/* ---- autograd hooks (installed by runtime/dist) ---------------------------- */
+/* ---- autograd hooks (installed by runtime/autograd) ---------------------------- */
 /* The layer above records distributed autograd edges for tensors that cross
  * nodes through RRef calls and fetches. send: `vals` leave for node `to`
  * under ctx; returns a malloc'ed descriptor (or NULL, len 0 when nothing

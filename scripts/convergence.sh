@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The seed's convergence study (seeds/000), reproduced through
 # `axon-run train --emulate` (one process per run, every stage in it, the
-# mode's exact math; runtime/pipeline/emulate.h):
+# mode's exact math; runtime/pipeline/schedule/emulate.h):
 #
 #  1. ResNet20 on Fashion-MNIST, SGD with momentum, for every variant in
 #     CONV_VARIANTS, K in CONV_KS and learning rate in CONV_LRS (and seed in

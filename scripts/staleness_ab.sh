@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compares the staleness corrections (--staleness none|predict|pipemare,
-# runtime/pipeline/staleness.h) on one seed: the same pipeline run three
+# runtime/pipeline/stage/staleness.h) on one seed: the same pipeline run three
 # times on Fashion-MNIST, printing a Markdown table of the mean training
 # loss of the last 100 steps, the test accuracy and the throughput (noisy
 # on a shared machine).

@@ -12,14 +12,14 @@
 #include "models/data/dataset.h"
 #include "models/loss.h"
 #include "models/model.h"
-#include "runtime/dist/stage.h"
+#include "runtime/autograd/stage.h"
 #include "models/optim.h"
-#include "runtime/pipeline/train.h"
+#include "runtime/pipeline/coord/train.h"
 #include "tests/mp_testutil.h"
 
 #define DT_MAX_STAGES 8
 
-/* One single-process step (runtime/pipeline/train_local.c's recipe). */
+/* One single-process step (runtime/pipeline/coord/train_local.c's recipe). */
 static inline void dt_local_step(ax_net *net, ax_optim *opt, const ax_tlist *in,
                                  const ax_tlist *lab, int ignore,
                                  uint64_t seed) {

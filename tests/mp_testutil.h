@@ -25,8 +25,8 @@
 #include <unistd.h>
 
 #include "rpc/rpc.h"
-#include "runtime/dist/autograd.h"
-#include "runtime/dist/stage.h"
+#include "runtime/autograd/autograd.h"
+#include "runtime/autograd/stage.h"
 
 /* Milliseconds of the monotonic clock. */
 int64_t rt_now_ms(void);

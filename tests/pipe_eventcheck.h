@@ -46,7 +46,7 @@
 
 #include "harness.h"
 #include "rpc/node.h"
-#include "runtime/pipeline/coordinator.h"
+#include "runtime/pipeline/coord/coordinator.h"
 
 /* What the stages recorded about one operation (-1: nothing yet). */
 typedef struct pe_op {

@@ -2,7 +2,7 @@
  * reference (tests/pipe_testutil.h, pt_reference_ex with
  * pt_ref_opts.staleness): its own SGD step and, per stage and weight
  * version, the momentum buffer, the step size and the average of the
- * updates. Written from the formulas of runtime/pipeline/staleness.h, not
+ * updates. Written from the formulas of runtime/pipeline/stage/staleness.h, not
  * from staleness.c. Header-only. */
 #ifndef AX_PIPE_STALEREF_H
 #define AX_PIPE_STALEREF_H

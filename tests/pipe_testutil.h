@@ -44,8 +44,8 @@
 #include "models/loss.h"
 #include "models/model.h"
 #include "models/optim.h"
-#include "runtime/pipeline/coordinator.h"
-#include "runtime/pipeline/staleness.h"
+#include "runtime/pipeline/coord/coordinator.h"
+#include "runtime/pipeline/stage/staleness.h"
 #include "tests/mp_testutil.h"
 #include "tests/pipe_eventcheck.h"
 #include "tests/pipe_staleref.h"
@@ -104,7 +104,7 @@ typedef struct pt_ref_opts {
    * plus this delta: a negative control whose dropout masks at replay
    * differ from the forward's. */
   uint64_t replay_seed_delta;
-  /* The staleness correction (AX_STALE_*, runtime/pipeline/staleness.h),
+  /* The staleness correction (AX_STALE_*, runtime/pipeline/stage/staleness.h),
    * PipeMare's gamma and learning-rate warm-up (see the top). */
   int staleness;
   double gamma;
@@ -118,7 +118,7 @@ static inline int ref_delay(int kind, int d) {
 }
 
 /* The dropout seed of unit m of mini-batch t (U units per mini-batch), as
- * the coordinator derives it for the stages (runtime/pipeline/coord_run.c,
+ * the coordinator derives it for the stages (runtime/pipeline/coord/coord_run.c,
  * make_args; base = 0, the pipe's first train). */
 static inline uint64_t pt_unit_seed(uint64_t seed, long t, int U, int m) {
   return seed * 1000003u + (uint64_t)(t * U + m);

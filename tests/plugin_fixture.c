@@ -1,4 +1,4 @@
-/* A plugin for the tests (runtime/dist/plugin.h), built four times by
+/* A plugin for the tests (runtime/autograd/plugin.h), built four times by
  * tests/CMakeLists.txt: FIXTURE_GOOD, FIXTURE_BADABI (declares the next ABI),
  * FIXTURE_NOINIT (no entry point) and FIXTURE_FAILINIT (its init fails).
  *
@@ -10,7 +10,7 @@
  * Both models are the MLP with widths=6/5/4/3. */
 #include <stdlib.h>
 
-#include "runtime/dist/plugin.h"
+#include "runtime/autograd/plugin.h"
 
 #ifdef FIXTURE_BADABI
 AX_PLUGIN_EXPORT const uint32_t axon_plugin_abi = AX_PLUGIN_ABI + 1;

@@ -1,12 +1,12 @@
 /* Per-step metrics from synthetic event lists with known answers
- * (runtime/pipeline/metrics.h). */
+ * (runtime/pipeline/trace/metrics.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "harness.h"
-#include "runtime/pipeline/metrics.h"
+#include "runtime/pipeline/trace/metrics.h"
 
 static ax_trace_event ev(const char *cat, int pid, int64_t a, int64_t b,
                          int64_t stash) {

@@ -1,11 +1,11 @@
-/* The partitioner (runtime/pipeline/partition.h): stash counts, the DP
+/* The partitioner (runtime/pipeline/schedule/partition.h): stash counts, the DP
  * against brute force, the memory cap, uniform splits, and real profiling
  * of ResNet20 split at K = 2, 3, 4, 6, 11. */
 #include <stdio.h>
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/pipeline/partition.h"
+#include "runtime/pipeline/schedule/partition.h"
 #include "kernels/rng.h"
 
 static void stash_table(void **state) {

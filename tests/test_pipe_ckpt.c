@@ -1,4 +1,4 @@
-/* Checkpoints through the library (runtime/pipeline/checkpoint.h), on three
+/* Checkpoints through the library (runtime/pipeline/state/checkpoint.h), on three
  * real agents:
  *  - exact resume: a run checkpoints every N steps, trains on past its
  *    last checkpoint, and its coordinator goes away (ax_pipe_free: the
@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/pipeline/checkpoint.h"
+#include "runtime/pipeline/state/checkpoint.h"
 #include "tests/pipe_testutil.h"
 
 #define K 3

@@ -17,8 +17,8 @@
 
 #include "harness.h"
 #include "models/model.h"
-#include "runtime/pipeline/coordinator.h"
-#include "runtime/pipeline/train.h"
+#include "runtime/pipeline/coord/coordinator.h"
+#include "runtime/pipeline/coord/train.h"
 #include "tests/mp_testutil.h"
 
 /* Runs axon-run with argv (NULL-terminated, after "train"), stdout and

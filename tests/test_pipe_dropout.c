@@ -16,7 +16,7 @@
 #include <string.h>
 
 #define PT_FLOOR_RMS
-#include "runtime/pipeline/train.h"
+#include "runtime/pipeline/coord/train.h"
 #include "tests/pipe_testutil.h"
 
 #define NAGENTS 4

@@ -1,4 +1,4 @@
-/* Single-process emulation (runtime/pipeline/emulate.h) equals the
+/* Single-process emulation (runtime/pipeline/schedule/emulate.h) equals the
  * distributed run bit for bit on the CPU, for every mode of the table.
  *
  * Phase 1, a world of real agents on loopback: each mode trains an 8-block
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/pipeline/emulate.h"
+#include "runtime/pipeline/schedule/emulate.h"
 #include "tests/pipe_testutil.h"
 
 #define NAGENTS 3

@@ -1,4 +1,4 @@
-/* Freezing and re-packing (runtime/pipeline/freeze.h) with real agents: an
+/* Freezing and re-packing (runtime/pipeline/state/freeze.h) with real agents: an
  * MLP of 5 blocks trained by gpipe on 4 agents (K = 4), then at step 3
  * blocks 0-1 frozen and the rest re-packed onto K = 2 with 2 replicas, at
  * step 6 blocks 0-3 frozen and block 4 re-packed onto K = 1 with 4
@@ -16,9 +16,9 @@
 
 #include "models/loss.h"
 #include "models/optim.h"
-#include "runtime/pipeline/checkpoint.h"
-#include "runtime/pipeline/freeze.h"
-#include "runtime/pipeline/train.h"
+#include "runtime/pipeline/state/checkpoint.h"
+#include "runtime/pipeline/state/freeze.h"
+#include "runtime/pipeline/coord/train.h"
 #include "tests/pipe_testutil.h"
 
 #define NAGENTS 4

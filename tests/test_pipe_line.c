@@ -1,4 +1,4 @@
-/* Stage-driven execution, the agent's side (runtime/pipeline/stage_line.h):
+/* Stage-driven execution, the agent's side (runtime/pipeline/stage/stage_line.h):
  * a rank's actions run in their sequence order whatever order they arrive
  * in; bad sequences (repeated, far ahead, negative, of an older train
  * call) are refused; a newer train call cancels what an older one left; a
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/pipeline/stage_line.h"
+#include "runtime/pipeline/stage/stage_line.h"
 #include "tests/mp_testutil.h"
 
 #define NAGENTS 1

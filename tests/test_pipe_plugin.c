@@ -9,8 +9,8 @@
 #include <math.h>
 
 #include "rpc/launch.h"
-#include "runtime/dist/plugin.h"
-#include "runtime/pipeline/coordinator.h"
+#include "runtime/autograd/plugin.h"
+#include "runtime/pipeline/coord/coordinator.h"
 #include "tests/example_testutil.h"
 #include "tests/harness.h"
 

@@ -1,4 +1,4 @@
-/* Staleness corrections (runtime/pipeline/staleness.h) over 3 real agent
+/* Staleness corrections (runtime/pipeline/stage/staleness.h) over 3 real agent
  * processes on loopback, against the single-process reference of
  * tests/pipe_testutil.h (pt_reference_ex with pt_ref_opts.staleness, its
  * own SGD and the versions' momentum and update averages, written apart

@@ -16,8 +16,8 @@
 
 #define PT_FLOOR_RMS
 #include "models/layers/parallel.h"
-#include "runtime/pipeline/checkpoint.h"
-#include "runtime/pipeline/train.h"
+#include "runtime/pipeline/state/checkpoint.h"
+#include "runtime/pipeline/coord/train.h"
 #include "tests/pipe_testutil.h"
 
 #define NAGENTS 4

@@ -1,4 +1,4 @@
-/* Pipeline schedules (runtime/pipeline/mode.h), in process: every
+/* Pipeline schedules (runtime/pipeline/schedule/mode.h), in process: every
  * (stage, unit, forward/backward) exactly once, backward after forward,
  * updates where the mode puts them, no deadlock when the stages run their
  * lists in order with the dependencies, the live-state bound of the table,
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/pipeline/mode.h"
+#include "runtime/pipeline/schedule/mode.h"
 
 #define MAXOPS 4096
 

@@ -1,4 +1,4 @@
-/* The staleness corrections' math (runtime/pipeline/staleness.c) on small
+/* The staleness corrections' math (runtime/pipeline/stage/staleness.c) on small
  * CPU vectors, against formulas written here:
  *  - predict along SGD's momentum (w - s lr v) and along AdamW's update
  *    direction (w - s lr (m^ / (sqrt(v^) + eps) + wd w_before));
@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/pipeline/mode.h"
-#include "runtime/pipeline/staleness-impl.h"
+#include "runtime/pipeline/schedule/mode.h"
+#include "runtime/pipeline/stage/staleness-impl.h"
 
 enum { N = 7 };
 

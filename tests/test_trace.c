@@ -1,5 +1,5 @@
 /* The Chrome-trace writer, reader, encoding and merging
- * (runtime/pipeline/trace.h). */
+ * (runtime/pipeline/trace/trace.h). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "runtime/pipeline/trace.h"
+#include "runtime/pipeline/trace/trace.h"
 
 static void tmp_path(char *buf, size_t len, const char *tag) {
   snprintf(buf, len, "/tmp/axon_trace_%s_%d.json", tag, (int)getpid());

@@ -24,10 +24,10 @@
 
 #include "models/data/dataset.h"
 #include "rpc/launch.h"
-#include "runtime/dist/plugin.h"
-#include "runtime/pipeline/coordinator.h"
+#include "runtime/autograd/plugin.h"
+#include "runtime/pipeline/coord/coordinator.h"
 #include "runtime/pipeline/pipeline.h"
-#include "runtime/pipeline/train.h"
+#include "runtime/pipeline/coord/train.h"
 
 typedef struct opts {
   int local, M, steps, batch, eval_limit;

@@ -9,10 +9,10 @@
 #include "models/model.h"
 #include "rpc/rpc.h"
 #include "rref/rref.h"
-#include "runtime/dist/autograd.h"
-#include "runtime/dist/collective.h"
+#include "runtime/autograd/autograd.h"
+#include "runtime/autograd/collective.h"
 #include "models/optim.h"
-#include "runtime/pipeline/train.h"
+#include "runtime/pipeline/coord/train.h"
 #include "kernels/rng.h"
 
 enum { DP_ALLREDUCE, DP_EASGD, DP_DPSGD };

@@ -6,7 +6,7 @@
  *
  * A parameter server ("server", rank 0) keeps the first block of an MLP
  * (784 pixels -> 128: a linear map of the pixels, the "embedding") as a
- * remote module ("mlp.stage", runtime/dist/stage.h). N trainers
+ * remote module ("mlp.stage", runtime/autograd/stage.h). N trainers
  * ("trainerR") each run the rest of the MLP locally on their own shard of
  * Fashion-MNIST. Per step, under one distributed autograd context:
  *  1. the remote forward on the server (the output comes back with its
@@ -35,8 +35,8 @@
 #include "models/model.h"
 #include "models/optim.h"
 #include "rpc/launch.h"
-#include "runtime/dist/collective.h"
-#include "runtime/dist/stage.h"
+#include "runtime/autograd/collective.h"
+#include "runtime/autograd/stage.h"
 #include "runtime/pipeline/pipeline.h"
 
 #define MAXT 16

@@ -16,7 +16,7 @@
 #include "rpc/launch.h"
 #include "models/loss.h"
 #include "ps.h"
-#include "runtime/pipeline/train.h"
+#include "runtime/pipeline/coord/train.h"
 
 static void usage(FILE *f) {
   fprintf(f,

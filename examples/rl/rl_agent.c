@@ -16,7 +16,7 @@
 #include "rl.h"
 #include "models/net.h"
 #include "models/optim.h"
-#include "runtime/pipeline/train.h"
+#include "runtime/pipeline/coord/train.h"
 #include "kernels/rng.h"
 
 typedef struct obs_mem {

@@ -1,10 +1,10 @@
 /* Setting up a node for pipelines. The pipeline layer builds on distributed
- * autograd (runtime/dist/), never the other way round, so the stage host
+ * autograd (runtime/autograd/), never the other way round, so the stage host
  * kind "pipe.stage" is registered here rather than by ax_dist_init. */
 #ifndef AX_PIPELINE_PIPELINE_H
 #define AX_PIPELINE_PIPELINE_H
 
-#include "runtime/dist/autograd.h"
+#include "runtime/autograd/autograd.h"
 
 #ifdef __cplusplus
 extern "C" {

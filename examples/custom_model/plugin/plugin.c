@@ -1,8 +1,8 @@
-/* The plugin's entry points (runtime/dist/plugin.h): the model registers
+/* The plugin's entry points (runtime/autograd/plugin.h): the model registers
  * when the plugin is loaded, before any node exists; the node phase has
  * nothing to add (the model's "fmcnn.stage" kind and the pipeline host
  * "pipe.stage" with model=fmcnn come with the model). */
-#include "runtime/dist/plugin.h"
+#include "runtime/autograd/plugin.h"
 #include "custom.h"
 
 AX_PLUGIN_EXPORT const uint32_t axon_plugin_abi = AX_PLUGIN_ABI;

@@ -1,0 +1,599 @@
+/* The distributed backward: gradient delivery to recorded functions, the
+ * "ax.dist.grad" / "ax.dist.root" / "ax.dist.release" handlers, and the
+ * root-side ax_dist_backward and ax_dist_context_release. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/backend-impl.h"
+#include "runtime/autograd/autograd-impl.h"
+
+#define AXD_CALL_MS 60000
+
+/* ---- aggregate futures: complete once every part did ---------------------- */
+typedef struct agg {
+  pthread_mutex_t mu;
+  ax_future *f;
+  int pending, err, ignore_errors;
+  char msg[256];
+} agg;
+
+static agg *agg_new(int ignore_errors) {
+  agg *a = calloc(1, sizeof *a);
+  if (!a || !(a->f = ax_future_new())) {
+    free(a);
+    return NULL;
+  }
+  pthread_mutex_init(&a->mu, NULL);
+  a->pending = 1; /* the builder's token, dropped by agg_finish */
+  a->ignore_errors = ignore_errors;
+  return a;
+}
+
+static void agg_drop(agg *a, int err, const char *msg) {
+  pthread_mutex_lock(&a->mu);
+  if (err != AX_OK && a->err == AX_OK && !a->ignore_errors) {
+    a->err = err;
+    snprintf(a->msg, sizeof a->msg, "%s", msg ? msg : ax_strerror(err));
+  }
+  int last = --a->pending == 0;
+  pthread_mutex_unlock(&a->mu);
+  if (!last)
+    return;
+  ax_future_complete(a->f, a->err, NULL, a->msg);
+  ax_future_release(a->f);
+  pthread_mutex_destroy(&a->mu);
+  free(a);
+}
+
+static void agg_part_done(ax_future *f, void *user) {
+  agg_drop(user, ax_future_err(f), ax_future_errmsg(f));
+  ax_future_release(f);
+}
+
+static void agg_add(agg *a, ax_future *f) {
+  pthread_mutex_lock(&a->mu);
+  a->pending++;
+  pthread_mutex_unlock(&a->mu);
+  if (ax_future_on_done(f, agg_part_done, a) != AX_OK) {
+    ax_future_release(f);
+    agg_drop(a, AX_ENOMEM, "dist: no memory");
+  }
+}
+
+/* Returns the aggregate's future (one reference) and drops the builder's
+ * token. */
+static ax_future *agg_finish(agg *a, int err, const char *msg) {
+  ax_future *f = ax_future_retain(a->f);
+  agg_drop(a, err, msg);
+  return f;
+}
+
+/* ---- delivery ------------------------------------------------------------------ */
+static int deliver(axd_state *d, uint64_t ctx, axd_fn *fn, int k,
+                   ax_tensor *g, agg *a);
+
+/* Sends g (NULL: "no gradient", which still counts as the contribution)
+ * along a RECV edge: "ax.dist.grad" [fn, k, (g)]. */
+static int send_grad(axd_state *d, uint64_t ctx, const axd_src *s,
+                     ax_tensor *g, agg *a) {
+  ax_values *v = ax_values_new();
+  if (!v)
+    return AX_ENOMEM;
+  ax_values_add_i64(v, (int64_t)s->rfn);
+  ax_values_add_i64(v, s->k);
+  if (g)
+    ax_values_add_tensor(v, g);
+  ax_call_opts o = {.timeout_ms = AXD_CALL_MS, .autograd_ctx = ctx};
+  ax_future *f = NULL;
+  int err = ax_rpc_async(d->node, s->from, "ax.dist.grad", v, &o, &f);
+  ax_values_free(v);
+  if (err == AX_OK)
+    agg_add(a, f);
+  return err;
+}
+
+/* Runs fn's backward (it is marked ran and its context busy) and passes
+ * the input gradients on. Every input with a source gets its contribution,
+ * NULL where the backward gave none (integer ids, a mask passed through):
+ * the producer counts it and runs once all its consumers reported. */
+static int run_fn(axd_state *d, uint64_t ctx, axd_fn *fn, agg *a) {
+  ax_tlist dout = {0}, din = {0};
+  int any = 0;
+  dout.n = fn->n_out;
+  for (int k = 0; k < fn->n_out; k++)
+    any |= (dout.t[k] = fn->dout[k]) != NULL;
+  /* No gradient reached any output: nothing to differentiate, and every
+   * input reports "no gradient" in turn. */
+  int err = any ? fn->ops->backward(fn->state, ctx, &dout, &din) : AX_OK;
+  for (int i = 0; err == AX_OK && i < fn->n_in; i++) {
+    ax_tensor *g = i < din.n ? din.t[i] : NULL;
+    if (fn->in[i].kind == AXD_SRC_LOCAL)
+      err = deliver(d, ctx, fn->in[i].fn, fn->in[i].k, g, a);
+    else if (fn->in[i].kind == AXD_SRC_REMOTE)
+      err = send_grad(d, ctx, &fn->in[i], g, a);
+  }
+  ax_tlist_clear(&din);
+  if (fn->ops->release)
+    fn->ops->release(fn->state);
+  fn->state = NULL;
+  pthread_mutex_lock(&d->mu);
+  for (int k = 0; k < AX_TLIST_MAX; k++) { /* drop gradients early */
+    ax_tensor_release(fn->dout[k]);
+    fn->dout[k] = NULL;
+  }
+  pthread_mutex_unlock(&d->mu);
+  return err;
+}
+
+/* Adds g to fn's output k (g NULL: a contribution without gradient); runs
+ * fn when every expected contribution came. */
+static int deliver(axd_state *d, uint64_t ctx, axd_fn *fn, int k,
+                   ax_tensor *g, agg *a) {
+  if (k < 0 || k >= fn->n_out)
+    return ax_seterr(AX_EINVAL, "dist: output %d of a %d-output function", k,
+                     fn->n_out);
+  int err = AX_OK, ready = 0;
+  axd_ctx *c = NULL;
+  pthread_mutex_lock(&d->mu);
+  c = axd_ctx_find(d, ctx, 0);
+  if (!c || fn->ran) {
+    err = ax_seterr(AX_ESTATE, "dist: function already ran or context gone");
+  } else if (!g) {
+    /* counted below, nothing to add */
+  } else if (!fn->dout[k]) {
+    fn->dout[k] = ax_tensor_retain(g);
+  } else {
+    if (!fn->dout_own[k]) { /* copy before summing into a shared tensor */
+      ax_tensor *s = ax_tensor_like(fn->dout[k]);
+      if (!s || ax_tensor_copy(s, fn->dout[k]) != AX_OK) {
+        ax_tensor_release(s);
+        err = AX_ENOMEM;
+      } else {
+        ax_tensor_release(fn->dout[k]);
+        fn->dout[k] = s;
+        fn->dout_own[k] = 1;
+      }
+    }
+    if (err == AX_OK && ax_tensor_numel(g) != ax_tensor_numel(fn->dout[k]))
+      err = ax_seterr(AX_ESHAPE, "dist: gradient shape mismatch");
+    ax_tensor *gd = err == AX_OK ? ax_tensor_to(g, fn->dout[k]->device) : NULL;
+    if (err == AX_OK && !gd)
+      err = AX_ENOMEM;
+    if (err == AX_OK)
+      err = AX_K(ax_backend_of(gd->device), axpby, ax_tensor_numel(gd), 1.0f,
+                 ax_f32(gd), 1.0f, ax_f32(fn->dout[k]));
+    ax_tensor_release(gd);
+  }
+  if (err == AX_OK && ++fn->received >= fn->expected) {
+    if (fn->held) { /* its owner takes the sums (ax_dist_take_grads) */
+      pthread_cond_broadcast(&d->cv);
+    } else {
+      fn->ran = 1;
+      c->busy++;
+      ready = 1;
+    }
+  }
+  pthread_mutex_unlock(&d->mu);
+  if (!ready)
+    return err;
+  err = run_fn(d, ctx, fn, a);
+  pthread_mutex_lock(&d->mu);
+  int free_it = --c->busy == 0 && c->released;
+  pthread_mutex_unlock(&d->mu);
+  if (free_it)
+    axd_ctx_free(c);
+  return err;
+}
+
+/* Seeds root tensors with ones and delivers them. */
+static int seed_roots(axd_state *d, uint64_t ctx, const ax_tlist *roots,
+                      agg *a) {
+  for (int i = 0; i < roots->n; i++) {
+    ax_tensor *t = roots->t[i];
+    if (!t)
+      continue;
+    axd_src s = {0};
+    pthread_mutex_lock(&d->mu);
+    axd_ctx *c = axd_ctx_find(d, ctx, 0);
+    axd_map *m = c ? axd_map_find(c, t) : NULL;
+    if (m) {
+      s = m->s;
+      if (s.kind == AXD_SRC_LOCAL)
+        s.fn->expected++;
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (!c)
+      return ax_seterr(AX_ESTALE, "dist: no context %llx here",
+                       (unsigned long long)ctx);
+    if (!m)
+      return ax_seterr(AX_EINVAL, "dist: root %d is not recorded in the "
+                       "context", i);
+    ax_tensor *one = ax_tensor_like(t);
+    if (!one || ax_tensor_fill(one, 1.0f) != AX_OK) {
+      ax_tensor_release(one);
+      return AX_ENOMEM;
+    }
+    int err = s.kind == AXD_SRC_LOCAL ? deliver(d, ctx, s.fn, s.k, one, a)
+                                      : send_grad(d, ctx, &s, one, a);
+    ax_tensor_release(one);
+    AX_TRY(err);
+  }
+  return AX_OK;
+}
+
+/* ---- handlers -------------------------------------------------------------------- */
+static int h_grad(ax_call_ctx *cc, const ax_values *args, ax_values *out,
+                  void *user) {
+  axd_state *d = axd_get();
+  int64_t fid, k;
+  ax_tensor *g = NULL;
+  AX_TRY(ax_values_get_i64(args, 0, &fid));
+  AX_TRY(ax_values_get_i64(args, 1, &k));
+  if (ax_values_count(args) > 2)
+    AX_TRY(ax_values_get_tensor(args, 2, &g));
+  int64_t delay = __atomic_load_n(&d->grad_delay_ms, __ATOMIC_RELAXED);
+  if (delay > 0) {
+    struct timespec ts = {delay / 1000, (delay % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  uint64_t ctx = ax_call_autograd_ctx(cc);
+  pthread_mutex_lock(&d->mu);
+  axd_ctx *c = axd_ctx_find(d, ctx, 0);
+  axd_fn *fn = c ? axd_fn_find(c, (uint64_t)fid) : NULL;
+  pthread_mutex_unlock(&d->mu);
+  if (!fn)
+    return ax_seterr(AX_ESTALE, "%s: no function %lld in context %llx",
+                     d->name, (long long)fid, (unsigned long long)ctx);
+  agg *a = agg_new(0);
+  if (!a)
+    return AX_ENOMEM;
+  int err = deliver(d, ctx, fn, (int)k, g, a);
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s: %s", d->name, err ? ax_errmsg() : "");
+  ax_future *f = agg_finish(a, err, msg);
+  ax_call_defer(cc, f);
+  ax_future_release(f);
+  return AX_OK;
+}
+
+static int h_root(ax_call_ctx *cc, const ax_values *args, ax_values *out,
+                  void *user) {
+  axd_state *d = axd_get();
+  ax_rref *r;
+  const ax_values *v;
+  AX_TRY(ax_values_get_rref(args, 0, &r));
+  AX_TRY(ax_rref_local_value(r, &v));
+  ax_tlist roots = {0};
+  for (size_t i = 0; i < ax_values_count(v) && roots.n < AX_TLIST_MAX; i++)
+    if (ax_values_type(v, i) == AX_VAL_TENSOR)
+      ax_values_get_tensor(v, i, &roots.t[roots.n++]);
+  agg *a = agg_new(0);
+  if (!a)
+    return AX_ENOMEM;
+  int err = seed_roots(d, ax_call_autograd_ctx(cc), &roots, a);
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s: %s", d->name, err ? ax_errmsg() : "");
+  ax_future *f = agg_finish(a, err, msg);
+  ax_call_defer(cc, f);
+  ax_future_release(f);
+  return AX_OK;
+}
+
+/* Unlinks ctx and returns its peers (caller frees), or AX_ESTALE. */
+static int release_local(axd_state *d, uint64_t ctx, axd_peer **peers) {
+  pthread_mutex_lock(&d->mu);
+  axd_ctx *c = NULL;
+  for (axd_ctx **pp = &d->ctxs; *pp; pp = &(*pp)->next)
+    if ((*pp)->id == ctx) {
+      c = *pp;
+      *pp = c->next;
+      d->nctx--;
+      d->released[d->nrel++ % AXD_RELEASED_RING] = ctx;
+      break;
+    }
+  int free_now = 0;
+  if (c) {
+    *peers = c->peers;
+    c->peers = NULL;
+    c->released = 1;
+    free_now = c->busy == 0;
+  } else if (ctx && !axd_was_released(d, ctx)) {
+    /* Released before this node saw it (a call under ctx still on its
+     * way, e.g. queued behind a failure): the call must not create it
+     * afterwards, where nothing would ever release it again. */
+    d->released[d->nrel++ % AXD_RELEASED_RING] = ctx;
+  }
+  pthread_mutex_unlock(&d->mu);
+  if (!c)
+    return AX_ESTALE;
+  if (free_now)
+    axd_ctx_free(c);
+  return AX_OK;
+}
+
+/* Whether `name` is among the names of v (the nodes a release covers). */
+static int covered(const ax_values *v, const char *name) {
+  for (size_t i = 0; v && i < ax_values_count(v); i++) {
+    const char *s;
+    if (ax_values_get_str(v, i, &s) == AX_OK && !strcmp(s, name))
+      return 1;
+  }
+  return 0;
+}
+
+/* Sends "ax.dist.release" [the nodes this release covers...] to every peer
+ * not covered yet (by the release that reached us: `cover`, its caller
+ * `skip`). Each receiver then forwards only to peers nobody covers: when
+ * the context's creator saw every node (a pipeline's coordinator), one
+ * round reaches them all, without node-to-node repeats. Frees peers. */
+static void release_peers(axd_state *d, uint64_t ctx, axd_peer *peers,
+                          const char *skip, const ax_values *cover, agg *a) {
+  ax_values *list = ax_values_new();
+  for (size_t i = 0; list && cover && i < ax_values_count(cover); i++) {
+    const char *s;
+    if (ax_values_get_str(cover, i, &s) == AX_OK)
+      ax_values_add_str(list, s);
+  }
+  axd_peer *todo = NULL;
+  for (axd_peer *p = peers, *nx; p; p = nx) {
+    nx = p->next;
+    if ((skip && !strcmp(p->name, skip)) || covered(cover, p->name)) {
+      free(p);
+      continue;
+    }
+    if (list)
+      ax_values_add_str(list, p->name);
+    p->next = todo;
+    todo = p;
+  }
+  if (list)
+    ax_values_add_str(list, d->name);
+  for (axd_peer *p = todo, *nx; p; p = nx) {
+    nx = p->next;
+    ax_call_opts o = {.timeout_ms = 10000, .autograd_ctx = ctx};
+    ax_future *f = NULL;
+    if (ax_rpc_async(d->node, p->name, "ax.dist.release", list, &o, &f) ==
+        AX_OK)
+      agg_add(a, f);
+    free(p);
+  }
+  ax_values_free(list);
+}
+
+static int h_release(ax_call_ctx *cc, const ax_values *args, ax_values *out,
+                     void *user) {
+  axd_state *d = axd_get();
+  axd_peer *peers = NULL;
+  uint64_t ctx = ax_call_autograd_ctx(cc);
+  if (release_local(d, ctx, &peers) != AX_OK)
+    return AX_OK; /* already released here */
+  agg *a = agg_new(1);
+  if (!a)
+    return AX_ENOMEM;
+  release_peers(d, ctx, peers, ax_call_caller(cc), args, a);
+  ax_future *f = agg_finish(a, AX_OK, NULL);
+  ax_call_defer(cc, f);
+  ax_future_release(f);
+  return AX_OK;
+}
+
+static int h_live(ax_call_ctx *cc, const ax_values *args, ax_values *out,
+                  void *user) {
+  return ax_values_add_i64(out, ax_dist_live_contexts(ax_call_node(cc)));
+}
+
+static int h_debug(ax_call_ctx *cc, const ax_values *args, ax_values *out,
+                   void *user) {
+  int64_t ms;
+  AX_TRY(ax_values_get_i64(args, 0, &ms));
+  ax_dist_debug_grad_delay(ax_call_node(cc), ms);
+  return AX_OK;
+}
+
+int axd_engine_register(ax_node *n) {
+  AX_TRY(ax_rpc_register(n, "ax.dist.grad", h_grad, NULL));
+  AX_TRY(ax_rpc_register(n, "ax.dist.root", h_root, NULL));
+  AX_TRY(ax_rpc_register(n, "ax.dist.release", h_release, NULL));
+  AX_TRY(ax_rpc_register(n, "ax.dist.live", h_live, NULL));
+  return ax_rpc_register(n, "ax.dist.debug", h_debug, NULL);
+}
+
+void ax_dist_debug_grad_delay(ax_node *n, int64_t ms) {
+  axd_state *d = axd_get();
+  if (d && d->node == n)
+    __atomic_store_n(&d->grad_delay_ms, ms, __ATOMIC_RELAXED);
+}
+
+/* ---- root side ----------------------------------------------------------------- */
+static int wait_agg(ax_future *f, int64_t timeout_ms) {
+  int err = ax_future_wait(f, timeout_ms > 0 ? timeout_ms : AXD_CALL_MS);
+  if (err != AX_OK && ax_future_is_done(f))
+    err = ax_seterr(err, "%s", ax_future_errmsg(f));
+  else if (err == AX_ETIMEOUT)
+    err = ax_seterr(AX_ETIMEOUT, "dist: backward not finished in time");
+  ax_future_release(f);
+  return err;
+}
+
+int ax_dist_backward(ax_node *n, uint64_t ctx, const ax_tlist *roots,
+                     int64_t timeout_ms) {
+  axd_state *d = axd_get();
+  if (!d || d->node != n || !roots)
+    return ax_seterr(AX_EINVAL, "dist: bad arguments");
+  agg *a = agg_new(0);
+  if (!a)
+    return AX_ENOMEM;
+  int err = seed_roots(d, ctx, roots, a);
+  return wait_agg(agg_finish(a, err, err ? ax_errmsg() : NULL), timeout_ms);
+}
+
+int ax_dist_backward_rrefs(ax_node *n, uint64_t ctx, ax_rref *const *roots,
+                           int nroots, int64_t timeout_ms) {
+  axd_state *d = axd_get();
+  if (!d || d->node != n || (!roots && nroots))
+    return ax_seterr(AX_EINVAL, "dist: bad arguments");
+  agg *a = agg_new(0);
+  if (!a)
+    return AX_ENOMEM;
+  int err = AX_OK;
+  /* The roots' values must exist before their owners can seed them. */
+  for (int i = 0; err == AX_OK && i < nroots; i++)
+    err = ax_rref_wait_created(roots[i],
+                               timeout_ms > 0 ? timeout_ms : AXD_CALL_MS);
+  for (int i = 0; err == AX_OK && i < nroots; i++) {
+    ax_values *v = ax_values_new();
+    ax_future *f = NULL;
+    err = v ? ax_values_add_rref(v, roots[i]) : AX_ENOMEM;
+    ax_call_opts o = {.timeout_ms = timeout_ms > 0 ? timeout_ms : AXD_CALL_MS,
+                      .autograd_ctx = ctx};
+    if (err == AX_OK)
+      err = ax_rpc_async(n, ax_rref_owner(roots[i]), "ax.dist.root", v, &o, &f);
+    ax_values_free(v);
+    if (err == AX_OK)
+      agg_add(a, f);
+  }
+  return wait_agg(agg_finish(a, err, err ? ax_errmsg() : NULL), timeout_ms);
+}
+
+int ax_dist_context_release(ax_node *n, uint64_t ctx, int64_t timeout_ms) {
+  axd_state *d = axd_get();
+  if (!d || d->node != n)
+    return ax_seterr(AX_EINVAL, "dist: node not initialised");
+  if (ax_autograd_ctx_current() == ctx)
+    ax_autograd_ctx_set_current(0);
+  axd_peer *peers = NULL;
+  if (release_local(d, ctx, &peers) != AX_OK)
+    return ax_seterr(AX_ESTALE, "dist: no context %llx here",
+                     (unsigned long long)ctx);
+  agg *a = agg_new(1);
+  if (!a)
+    return AX_ENOMEM;
+  release_peers(d, ctx, peers, NULL, NULL, a);
+  return wait_agg(agg_finish(a, AX_OK, NULL),
+                  timeout_ms > 0 ? timeout_ms : 10000);
+}
+
+/* ---- held functions ---------------------------------------------------------- */
+int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
+                       int64_t timeout_ms, ax_tlist *dout) {
+  axd_state *d = axd_get();
+  memset(dout, 0, sizeof *dout);
+  if (!d || d->node != n)
+    return ax_seterr(AX_ESTATE, "dist: node not initialised");
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  int64_t end = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 +
+                (timeout_ms > 0 ? timeout_ms : AXD_CALL_MS);
+  int err = AX_OK;
+  char consumer[AXD_NAME] = "";
+  pthread_mutex_lock(&d->mu);
+  for (;;) {
+    axd_ctx *c = axd_ctx_find(d, ctx, 0);
+    axd_fn *fn = c ? axd_fn_find(c, fid) : NULL;
+    if (!fn || !fn->held) {
+      err = ax_seterr(AX_ESTALE, "dist: no held function %llu in context "
+                      "%llx", (unsigned long long)fid,
+                      (unsigned long long)ctx);
+      break;
+    }
+    if (fn->ran) {
+      err = ax_seterr(AX_ESTATE, "dist: gradients of function %llu taken "
+                      "twice", (unsigned long long)fid);
+      break;
+    }
+    if (fn->received >= fn->expected) {
+      fn->ran = 1;
+      dout->n = fn->n_out;
+      for (int k = 0; k < fn->n_out; k++) {
+        dout->t[k] = fn->dout[k]; /* the context's reference moves */
+        fn->dout[k] = NULL;
+      }
+      break;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    if (ms >= end) {
+      err = ax_seterr(AX_ETIMEOUT, "dist: %d of %d gradients for function "
+                      "%llu in %lld ms", fn->received, fn->expected,
+                      (unsigned long long)fid,
+                      (long long)(timeout_ms > 0 ? timeout_ms : AXD_CALL_MS));
+      break;
+    }
+    snprintf(consumer, sizeof consumer, "%s", fn->consumer);
+    if (consumer[0]) { /* the node that owes the gradient may be gone */
+      pthread_mutex_unlock(&d->mu);
+      int down = ax_node_peer_is_down(n, consumer);
+      pthread_mutex_lock(&d->mu);
+      /* A gradient that arrived while the lock was free woke nobody:
+       * look again before waiting. */
+      if (!(c = axd_ctx_find(d, ctx, 0)) || !(fn = axd_fn_find(c, fid)) ||
+          fn->received >= fn->expected)
+        continue;
+      if (down) {
+        err = ax_seterr(AX_EPEERDOWN, "dist: %s is down; no gradient for "
+                        "function %llu", consumer, (unsigned long long)fid);
+        break;
+      }
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t wait = end - ms < 100 ? end - ms : 100;
+    ts.tv_nsec += (long)wait * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return err;
+}
+
+int ax_dist_pass_grads(ax_node *n, uint64_t ctx, uint64_t fid,
+                       const ax_tlist *din, ax_future **done) {
+  axd_state *d = axd_get();
+  if (done)
+    *done = NULL;
+  if (!d || d->node != n || !din)
+    return ax_seterr(AX_EINVAL, "dist: bad arguments to pass_grads");
+  axd_src in[AX_TLIST_MAX];
+  int n_in = 0;
+  pthread_mutex_lock(&d->mu);
+  axd_ctx *c = axd_ctx_find(d, ctx, 0);
+  axd_fn *fn = c ? axd_fn_find(c, fid) : NULL;
+  if (fn) {
+    n_in = fn->n_in;
+    memcpy(in, fn->in, sizeof in);
+    c->busy++; /* local producers stay valid while we deliver */
+  }
+  pthread_mutex_unlock(&d->mu);
+  if (!fn)
+    return ax_seterr(AX_ESTALE, "dist: no function %llu in context %llx",
+                     (unsigned long long)fid, (unsigned long long)ctx);
+  agg *a = agg_new(0);
+  int err = a ? AX_OK : AX_ENOMEM;
+  /* Every input with a source reports, NULL meaning "no gradient" (the
+   * producer counts it all the same; see run_fn). */
+  for (int i = 0; err == AX_OK && i < n_in; i++) {
+    ax_tensor *g = i < din->n ? din->t[i] : NULL;
+    if (in[i].kind == AXD_SRC_LOCAL)
+      err = deliver(d, ctx, in[i].fn, in[i].k, g, a);
+    else if (in[i].kind == AXD_SRC_REMOTE)
+      err = send_grad(d, ctx, &in[i], g, a);
+  }
+  pthread_mutex_lock(&d->mu);
+  int free_it = --c->busy == 0 && c->released;
+  pthread_mutex_unlock(&d->mu);
+  if (free_it)
+    axd_ctx_free(c);
+  if (!a)
+    return err;
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s", err ? ax_errmsg() : "");
+  ax_future *f = agg_finish(a, err, msg);
+  if (err == AX_OK && done)
+    *done = f;
+  else
+    ax_future_release(f);
+  return err == AX_OK ? AX_OK : ax_seterr(err, "%s", msg);
+}

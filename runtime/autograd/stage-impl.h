@@ -1,0 +1,36 @@
+/* Internal structure of model stages (runtime/autograd/stage.c) shared with
+ * their parameter-set objects and local optimizers (optim_dist.c). */
+#ifndef AX_DIST_STAGE_IMPL_H
+#define AX_DIST_STAGE_IMPL_H
+
+#include <pthread.h>
+
+#include "models/model.h"
+#include "runtime/autograd/stage.h"
+#include "models/optim.h"
+
+typedef struct axd_stage {
+  int refs; /* atomic: the stage object, parameter sets, recorded calls */
+  ax_node *node;
+  const ax_model_def *def;
+  ax_device dev;
+  uint64_t key; /* gradient buffer key in contexts */
+  int index, first, last, is_first, ignore_index;
+  ax_net *net;
+  ax_optim *opt; /* the owner's local optimizer (mu) */
+  pthread_mutex_t mu; /* serialises forward, backward, step and state */
+} axd_stage;
+
+void axd_stage_release(axd_stage *s);
+/* Builds a stage of `model` from a stage configuration (stage.h keys) into
+ * *obj (an axd_stage with one reference). */
+/* Appends [a host copy of the flat parameters (P), of the buffers (Q) or an
+ * empty tensor] to out, under the stage's lock: the "state_save" method of
+ * every stage kind. */
+int axd_stage_state_save(axd_stage *s, ax_values *out);
+
+int axd_stage_create(ax_node *n, const char *model, const char *config,
+                     ax_device dev, void **obj);
+extern const ax_robj_kind axd_params_kind; /* "stage.params" */
+
+#endif

@@ -1,0 +1,522 @@
+/* ax_pipe_train: one driver thread per agent (rank) walks its action list
+ * (the mode table's plan, mode.h; the actions of every stage it holds),
+ * issuing each action once its dependencies completed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/autograd/autograd.h"
+#include "runtime/pipeline/coord/coordinator-impl.h"
+#include "runtime/pipeline/stage/stage_host.h"
+#include "runtime/pipeline/stage/stage_line.h"
+#include "runtime/pipeline/coord/train.h"
+
+#define POLL_MS 100
+
+int axp_down_stage(const ax_pipe *p) {
+  for (int j = 0; j < p->K; j++)
+    if (ax_node_peer_is_down(p->node, p->agents[j]))
+      return j;
+  return -1;
+}
+
+void axp_fail(ax_pipe *p, int s, int err, const char *what) {
+  if (p->err == AX_OK) {
+    p->err = err;
+    /* A lost agent is often noticed first by a neighbour waiting for its
+     * tensors (stage-driven execution): name the agent that is down. */
+    int down = err == AX_EPEERDOWN ? axp_down_stage(p) : -1;
+    /* Not seen from here yet: the stage's message names it ("A is down",
+     * stage_inbox.c and the autograd engine). */
+    for (int j = 0; err == AX_EPEERDOWN && down < 0 && j < p->K; j++) {
+      char said[AXP_NAME + 16];
+      snprintf(said, sizeof said, " %s is down", p->agents[j]);
+      if (strstr(what, said))
+        down = j;
+    }
+    if (down >= 0 && down != s)
+      snprintf(p->msg, sizeof p->msg, "stage %d on agent %s: peer is down "
+               "(seen by stage %d: %s)", down, p->agents[down], s, what);
+    else
+      snprintf(p->msg, sizeof p->msg, "stage %d on agent %s: %s", s,
+               p->agents[s], what);
+  }
+  pthread_cond_broadcast(&p->cv);
+}
+
+static int64_t timeout_of(const ax_pipe *p) {
+  return p->o.timeout_ms > 0 ? p->o.timeout_ms : 60000;
+}
+
+static unsigned char *done_at(ax_pipe *p, const ax_pipe_op *o) {
+  long u = (long)o->batch * p->U + o->micro;
+  return &p->done[((long)o->stage * AX_OP_KINDS + o->kind) * p->n * p->U + u];
+}
+
+/* Every unit has its own context: a micro-batch, or a mini-batch in the
+ * modes whose unit is one (U = 1 there). */
+static long ctx_index(const ax_pipe *p, const ax_pipe_op *o) {
+  return (long)o->batch * p->U + o->micro;
+}
+
+/* Loads mini-batch t (mu held): the inputs, labels and per-output norms. */
+static int batch_load(ax_pipe *p, long t) {
+  axp_batch *b = &p->b[t];
+  if (b->loaded)
+    return AX_OK;
+  AX_TRY(p->batch_fn(p->user, p->base + t, &b->in, &b->lab));
+  b->loaded = 1;
+  b->units_left = p->U;
+  if (b->in.n < 1 || b->lab.n < 1 || b->in.t[0]->shape[0] < p->U)
+    return ax_seterr(AX_EINVAL, "pipeline: mini-batch %ld has fewer examples "
+                     "than %d micro-batches", t, p->U);
+  for (int i = 0; i < b->lab.n; i++) {
+    const ax_tensor *l = b->lab.t[i];
+    int64_t k = 0, n = (int64_t)ax_tensor_numel(l);
+    for (int64_t j = 0; j < n; j++) {
+      int64_t v = l->dtype == AX_I64 ? ((const int64_t *)l->data)[j]
+                                     : ((const int32_t *)l->data)[j];
+      k += v != p->ignore_index;
+    }
+    b->norm[i] = k;
+  }
+  return AX_OK;
+}
+
+/* Rows of unit m in tensor x of a mini-batch of B examples. */
+static ax_tensor *unit_slice(const ax_pipe *p, const ax_tensor *x, int64_t B,
+                             int m) {
+  int64_t f = x->shape[0] / B, lo = B * m / p->U, hi = B * (m + 1) / p->U;
+  return ax_tensor_slice0(x, lo * f, (hi - lo) * f);
+}
+
+/* The arguments of op (mu held: reads the batch cache). A backward with
+ * `step` also runs the STEP that follows it in the stage's list. */
+static int make_args(ax_pipe *p, const ax_pipe_op *o, int step,
+                     ax_values **out) {
+  ax_values *a = ax_values_new();
+  if (!a)
+    return AX_ENOMEM;
+  *out = a;
+  long gid = p->base + o->batch;
+  if (o->kind == AX_OP_STEP) {
+    ax_values_add_i64(a, gid);
+    return ax_values_add_i64(a, p->U);
+  }
+  if (o->kind == AX_OP_INPUT_GRAD) {
+    ax_values_add_i64(a, gid);
+    return ax_values_add_i64(a, o->micro);
+  }
+  if (o->kind == AX_OP_BWD || o->kind == AX_OP_WEIGHT_GRAD) {
+    ax_values_add_i64(a, gid);
+    ax_values_add_i64(a, o->micro);
+    ax_values_add_i64(a, step);
+    return ax_values_add_i64(a, p->U);
+  }
+  int first = o->stage == 0, last = o->stage == p->K - 1;
+  int err = AX_OK;
+  if (first || last)
+    err = batch_load(p, o->batch);
+  if (err != AX_OK)
+    return err;
+  axp_batch *b = &p->b[o->batch];
+  int rec = ax_pipe_replays(p->o.mode, p->o.recompute, p->U, o->micro);
+  ax_values_add_i64(a, gid);
+  ax_values_add_i64(a, o->micro);
+  ax_values_add_i64(a, (int64_t)(p->o.seed * 1000003u +
+                                 (uint64_t)(gid * p->U + o->micro)));
+  ax_values_add_i64(a, AX_PIPE_FLAG_TRAIN | (rec ? AX_PIPE_FLAG_RECOMPUTE : 0));
+  int64_t B = first || last ? b->in.t[0]->shape[0] : 0;
+  ax_values_add_i64(a, first ? b->in.n : 0);
+  for (int i = 0; first && err == AX_OK && i < b->in.n; i++) {
+    ax_tensor *x = unit_slice(p, b->in.t[i], B, o->micro);
+    err = x ? ax_values_add_tensor(a, x) : AX_ENOMEM;
+    ax_tensor_release(x);
+  }
+  if (last && err == AX_OK) {
+    ax_values_add_i64(a, b->lab.n);
+    for (int i = 0; err == AX_OK && i < b->lab.n; i++) {
+      ax_tensor *x = unit_slice(p, b->lab.t[i], B, o->micro);
+      err = x ? ax_values_add_tensor(a, x) : AX_ENOMEM;
+      ax_tensor_release(x);
+    }
+    for (int i = 0; err == AX_OK && i < b->lab.n; i++)
+      err = ax_values_add_i64(a, b->norm[i]);
+  }
+  return err;
+}
+
+static int deps_done(ax_pipe *p, const ax_pipe_op *deps, int nd) {
+  for (int i = 0; i < nd; i++)
+    if (!*done_at(p, &deps[i]))
+      return 0;
+  return 1;
+}
+
+static void event_add(ax_pipe *p, const ax_pipe_op *o, double t_issue,
+                      const ax_values *r) {
+  if (p->nev == p->cap_ev) {
+    long cap = p->cap_ev ? 2 * p->cap_ev : 256;
+    ax_pipe_event *e = realloc(p->ev, (size_t)cap * sizeof *e);
+    if (!e)
+      return;
+    p->ev = e;
+    p->cap_ev = cap;
+  }
+  ax_pipe_event *e = &p->ev[p->nev++];
+  int64_t v[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 4; i++)
+    ax_values_get_i64(r, (size_t)i, &v[i]);
+  e->op = *o;
+  e->t_issue = t_issue;
+  e->t_done = ax_now();
+  e->busy_s = (double)v[0] * 1e-6;
+  e->live = (int)v[1];
+  e->versions = (int)v[2];
+  e->state_bytes = v[3];
+  ax_pipe_stats *st = &p->stats;
+  int s = o->stage;
+  st->busy_frac[s] += e->busy_s; /* normalised at the end */
+  if (e->live > st->peak_live[s])
+    st->peak_live[s] = e->live;
+  if (e->versions > st->peak_versions[s])
+    st->peak_versions[s] = e->versions;
+  if (e->state_bytes > st->peak_bytes[s])
+    st->peak_bytes[s] = e->state_bytes;
+}
+
+/* Bookkeeping after op (and the STEP merged into it) completed (mu held).
+ * A unit's context is finished once every stage ran its last backward
+ * action of it (B, or W for split modes; each took its gradients out): it
+ * goes to the background releaser; returns the context the caller must
+ * release itself (0: none, or queued) and whether the mini-batch is
+ * finished. */
+static uint64_t op_finished(ax_pipe *p, const ax_pipe_op *o, int merged,
+                            const ax_values *r, double t_issue,
+                            int *batch_done) {
+  *done_at(p, o) = 1;
+  if (merged) {
+    ax_pipe_op st = {AX_OP_STEP, o->stage, o->batch, 0};
+    *done_at(p, &st) = 1;
+  }
+  *batch_done = 0;
+  if (o->kind == AX_OP_STEP) {
+    pthread_cond_broadcast(&p->cv);
+    return 0;
+  }
+  event_add(p, o, t_issue, r);
+  axp_batch *b = &p->b[o->batch];
+  if (o->kind == AX_OP_FWD && o->stage == p->K - 1) {
+    double l = 0;
+    int64_t c = 0, k = 0;
+    ax_values_get_f64(r, 4, &l);
+    ax_values_get_i64(r, 5, &c);
+    ax_values_get_i64(r, 6, &k);
+    b->loss += l;
+    b->correct += c;
+    b->count += k;
+  }
+  uint64_t rel = 0;
+  long ci = ctx_index(p, o);
+  if ((o->kind == AX_OP_BWD || o->kind == AX_OP_WEIGHT_GRAD) &&
+      --p->stages_left[ci] == 0) { /* every stage is done with the unit */
+    b->units_left--;
+    rel = p->ctx[ci];
+    p->ctx[ci] = 0;
+    if (axp_release_push(p, rel))
+      rel = 0; /* the background releaser owns it now */
+    *batch_done = b->units_left == 0;
+  }
+  pthread_cond_broadcast(&p->cv);
+  return rel;
+}
+
+/* Waits for f, giving up early when another driver failed; the deadline
+ * counts from `since` (when f became the driver's oldest unanswered
+ * action: actions issued ahead wait for the ones before them). */
+static int wait_future(ax_pipe *p, ax_future *f, double since) {
+  int64_t end = (int64_t)(since * 1e3) + timeout_of(p) + 1000;
+  for (;;) {
+    int err = ax_future_wait(f, POLL_MS);
+    if (err != AX_ETIMEOUT)
+      return err;
+    if (ax_future_is_done(f)) /* it completed as the poll ran out */
+      return ax_future_err(f);
+    if (__atomic_load_n(&p->err, __ATOMIC_ACQUIRE) != AX_OK)
+      return AX_ECANCELLED;
+    if ((int64_t)(ax_now() * 1e3) > end)
+      return ax_seterr(AX_ETIMEOUT, "no answer in %lld ms",
+                       (long long)timeout_of(p));
+  }
+}
+
+typedef struct inflight { /* an issued action not answered yet */
+  ax_pipe_op op;
+  int merged;
+  ax_future *f;
+  double t_issue;
+} inflight;
+
+typedef struct driver {
+  ax_pipe *p;
+  int s;          /* its rank (agent) */
+  inflight *q;    /* ring of o.ahead issued actions, oldest at head */
+  int head, count;
+  int64_t seq;    /* sequenced actions issued (stage_line.h) */
+  double t_last;  /* when the last answer came (or the run began) */
+} driver;
+
+static const char *const g_methods[AX_OP_KINDS] = {"fwd", "bwd", "bwdi",
+                                                   "bwdw", "step"};
+static const char *const g_what[AX_OP_KINDS] = {"forward", "backward",
+                                                "input gradient",
+                                                "weight gradient", "step"};
+
+/* Waits until the nd actions in deps completed, then issues op (and the
+ * STEP merged into it) without waiting for its answer. Stage-driven, the
+ * call carries the rank's line, the train call and its place in the
+ * rank's order, and its deadline leaves room for the actions before it. */
+static int issue(driver *d, const ax_pipe_op *o, int merged,
+                 const ax_pipe_op *deps, int nd) {
+  ax_pipe *p = d->p;
+  double start = ax_now(), lim = timeout_of(p) * 1e-3;
+  pthread_mutex_lock(&p->mu);
+  while (p->err == AX_OK && !deps_done(p, deps, nd)) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += POLL_MS * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+    if (ax_now() - start > lim)
+      axp_fail(p, o->stage, AX_ETIMEOUT, "waited too long for a neighbour");
+  }
+  int err = p->err != AX_OK ? AX_ECANCELLED : AX_OK;
+  ax_values *a = NULL;
+  uint64_t ctx = 0;
+  if (err == AX_OK && !g_methods[o->kind])
+    err = ax_seterr(AX_EUNSUPPORTED, "pipeline: the stage host has no %s action",
+                    g_what[o->kind]);
+  if (err == AX_OK && o->kind != AX_OP_STEP) {
+    long ci = ctx_index(p, o);
+    if (!p->ctx[ci] && (err = ax_dist_context_new(p->node, &p->ctx[ci])) ==
+                           AX_OK)
+      ax_autograd_ctx_set_current(0);
+    ctx = p->ctx[ci];
+  }
+  if (err == AX_OK)
+    err = make_args(p, o, merged, &a);
+  if (err != AX_OK && err != AX_ECANCELLED)
+    axp_fail(p, o->stage, err, ax_errmsg());
+  pthread_mutex_unlock(&p->mu);
+  int ahead = p->o.ahead;
+  const char *keys[3] = {AXP_META_LINE, AXP_META_GEN, AXP_META_SEQ};
+  int64_t vals[3] = {(int64_t)p->line[d->s], p->gen, d->seq};
+  int64_t tmo = timeout_of(p);
+  ax_call_opts co = {.timeout_ms = tmo > INT64_MAX / ahead ? INT64_MAX
+                                                           : tmo * ahead,
+                     .autograd_ctx = ctx};
+  if (ahead > 1) {
+    co.nmeta = 3;
+    co.meta_key = keys;
+    co.meta_val = vals;
+  }
+  inflight *e = &d->q[(d->head + d->count) % ahead];
+  *e = (inflight){*o, merged, NULL, ax_now()};
+  if (err == AX_OK)
+    err = ax_rref_rpc_async(p->node, p->host[o->stage], g_methods[o->kind], a,
+                            &co, &e->f);
+  ax_values_free(a);
+  if (err == AX_OK) {
+    d->count++;
+    d->seq++;
+  } else if (err != AX_ECANCELLED) {
+    char what[400];
+    snprintf(what, sizeof what, "%s %s of batch %d/%d: %s", ax_strerror(err),
+             g_what[o->kind], o->batch, o->micro, ax_errmsg());
+    pthread_mutex_lock(&p->mu);
+    axp_fail(p, o->stage, err, what);
+    pthread_mutex_unlock(&p->mu);
+  }
+  return err;
+}
+
+/* Waits for the driver's oldest unanswered action and books its answer. */
+static int reap(driver *d) {
+  ax_pipe *p = d->p;
+  inflight e = d->q[d->head];
+  const ax_pipe_op *o = &e.op;
+  d->head = (d->head + 1) % p->o.ahead;
+  d->count--;
+  ax_future *f = e.f;
+  int err = wait_future(p, f, e.t_issue > d->t_last ? e.t_issue : d->t_last);
+  d->t_last = ax_now();
+  char what[400] = "";
+  if (err != AX_OK && err != AX_ECANCELLED)
+    snprintf(what, sizeof what, "%s %s of batch %d/%d: %s",
+             ax_strerror(err), g_what[o->kind], o->batch,
+             o->micro, ax_future_is_done(f) ? ax_future_errmsg(f)
+                                            : ax_errmsg());
+  pthread_mutex_lock(&p->mu);
+  uint64_t rel = 0;
+  int batch_done = 0;
+  if (err == AX_OK)
+    rel = op_finished(p, o, e.merged, ax_future_values(f), e.t_issue,
+                      &batch_done);
+  else if (err != AX_ECANCELLED)
+    axp_fail(p, o->stage, err, what);
+  pthread_mutex_unlock(&p->mu);
+  ax_future_release(f);
+  if (rel)
+    ax_dist_context_release(p->node, rel, 10000);
+  if (batch_done) {
+    axp_batch *b = &p->b[o->batch];
+    ax_pipe_step_info info = {p->base + o->batch, b->loss, ax_now() - p->t0,
+                              b->correct, b->count};
+    if (p->step_fn)
+      p->step_fn(p->user, &info);
+    pthread_mutex_lock(&p->mu);
+    ax_tlist_clear(&b->in);
+    ax_tlist_clear(&b->lab);
+    pthread_mutex_unlock(&p->mu);
+  }
+  return err;
+}
+
+/* Walks the rank's list. Coordinator-driven (o.ahead 1) every action waits
+ * for the one before and for its dependencies; stage-driven it waits only
+ * for room among o.ahead unanswered actions, and for the dependencies that
+ * carry no data, after the rank's own earlier actions (which may be among
+ * them). */
+static void *driver_main(void *arg) {
+  driver *d = arg;
+  ax_pipe *p = d->p;
+  long n_ops = 0;
+  const ax_pipe_op *ops = ax_pipe_plan_actions(p->plan, d->s, &n_ops);
+  int err = AX_OK, ahead = p->o.ahead;
+  d->t_last = ax_now();
+  for (long i = 0; err == AX_OK && i < n_ops; i++) {
+    /* A STEP right after the same stage's backward (or weight half) of that
+     * batch rides on that call. */
+    int merged = (ops[i].kind == AX_OP_BWD ||
+                  ops[i].kind == AX_OP_WEIGHT_GRAD) &&
+                 i + 1 < n_ops &&
+                 ops[i + 1].kind == AX_OP_STEP &&
+                 ops[i + 1].stage == ops[i].stage &&
+                 ops[i + 1].batch == ops[i].batch;
+    ax_pipe_op deps[AX_PIPE_MAX_STAGES + 2];
+    int nd = ahead > 1 ? ax_pipe_plan_lock_deps(p->plan, &ops[i], deps)
+                       : ax_pipe_plan_deps(p->plan, &ops[i], deps);
+    while (err == AX_OK && d->count > 0 && (nd > 0 || d->count >= ahead))
+      err = reap(d);
+    if (err == AX_OK)
+      err = issue(d, &ops[i], merged, deps, nd);
+    i += merged;
+  }
+  while (err == AX_OK && d->count > 0)
+    err = reap(d);
+  for (; d->count > 0; d->count--) { /* after an error: left unanswered */
+    ax_future_release(d->q[d->head].f);
+    d->head = (d->head + 1) % ahead;
+  }
+  return NULL;
+}
+
+static int train_call(ax_pipe *p, long n, ax_pipe_batch_fn batch,
+                      ax_pipe_step_fn step, void *user);
+
+int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
+                  ax_pipe_step_fn step, void *user) {
+  if (!p || n < 0 || !batch)
+    return ax_seterr(AX_EINVAL, "pipeline: bad arguments to train");
+  if (!p->frozen)
+    return train_call(p, n, batch, step, user);
+  axp_frozen_feed w = {p->frozen, batch, step, user}; /* freeze.h */
+  return train_call(p, n, axp_frozen_batch, axp_frozen_step, &w);
+}
+
+static int train_call(ax_pipe *p, long n, ax_pipe_batch_fn batch,
+                      ax_pipe_step_fn step, void *user) {
+  if (p->nrep)
+    return axp_replicas_train(p, n, batch, step, user);
+  size_t units = (size_t)n * (size_t)p->U;
+  p->n = n;
+  int perr = ax_pipe_plan_new(p->o.mode, p->R, p->v, p->o.M, n, &p->plan);
+  if (perr != AX_OK)
+    return perr;
+  p->done = calloc((size_t)p->K * AX_OP_KINDS * units + 1, 1);
+  p->ctx = calloc(units + 1, sizeof *p->ctx);
+  p->stages_left = malloc((units + 1) * sizeof *p->stages_left);
+  for (size_t i = 0; p->stages_left && i < units; i++)
+    p->stages_left[i] = p->K;
+  p->b = calloc((size_t)n + 1, sizeof *p->b);
+  p->err = AX_OK;
+  p->msg[0] = 0;
+  p->batch_fn = batch;
+  p->step_fn = step;
+  p->user = user;
+  p->nev = 0;
+  memset(&p->stats, 0, sizeof p->stats);
+  if (!p->done || !p->ctx || !p->b || !p->stages_left) {
+    free(p->done), free(p->ctx), free(p->b), free(p->stages_left);
+    ax_pipe_plan_free(p->plan);
+    p->plan = NULL;
+    return AX_ENOMEM;
+  }
+  /* Without the releaser (no thread), contexts are released synchronously
+   * by the drivers, as before: slower, still correct. */
+  axp_release_start(p, units);
+  ax_node_stats ns0, ns1;
+  ax_node_stats_get(p->node, &ns0);
+  p->t0 = ax_now();
+  pthread_t th[AX_PIPE_MAX_STAGES];
+  driver d[AX_PIPE_MAX_STAGES];
+  int started = 0;
+  p->gen++;
+  for (int s = 0; s < p->R; s++) {
+    d[s] = (driver){p, s, calloc((size_t)p->o.ahead, sizeof(inflight))};
+    if (!d[s].q) {
+      pthread_mutex_lock(&p->mu);
+      axp_fail(p, s, AX_ENOMEM, "no memory for a driver");
+      pthread_mutex_unlock(&p->mu);
+      break;
+    }
+    if (pthread_create(&th[s], NULL, driver_main, &d[s]) != 0) {
+      pthread_mutex_lock(&p->mu);
+      axp_fail(p, s, AX_ENOMEM, "cannot start a driver thread");
+      pthread_mutex_unlock(&p->mu);
+      break;
+    }
+    started++;
+  }
+  for (int s = 0; s < started; s++)
+    pthread_join(th[s], NULL);
+  for (int s = 0; s < p->R && s <= started; s++)
+    free(d[s].q);
+  double wall = ax_now() - p->t0;
+  axp_release_stop(p); /* drains the queue: no context outlives the call */
+  ax_node_stats_get(p->node, &ns1);
+  p->stats.seconds = wall;
+  p->stats.batches = n;
+  p->stats.coord_bytes = (ns1.bytes_in - ns0.bytes_in) +
+                         (ns1.bytes_out - ns0.bytes_out);
+  for (int s = 0; s < p->K; s++)
+    p->stats.busy_frac[s] = wall > 0 ? p->stats.busy_frac[s] / wall : 0;
+  /* Contexts of units that did not finish (after an error). */
+  for (size_t i = 0; i < units; i++)
+    if (p->ctx[i])
+      ax_dist_context_release(p->node, p->ctx[i], 2000);
+  for (long t = 0; t < n; t++) {
+    ax_tlist_clear(&p->b[t].in);
+    ax_tlist_clear(&p->b[t].lab);
+  }
+  free(p->done), free(p->ctx), free(p->b), free(p->stages_left);
+  p->done = NULL, p->ctx = NULL, p->b = NULL, p->stages_left = NULL;
+  ax_pipe_plan_free(p->plan);
+  p->plan = NULL;
+  p->base += n;
+  if (p->err != AX_OK)
+    return ax_seterr(p->err, "%s", p->msg);
+  return AX_OK;
+}

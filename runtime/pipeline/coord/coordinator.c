@@ -1,0 +1,575 @@
+/* The coordinator's set-up, evaluation through the stages, and state
+ * access. The driver threads of training are in coord_run.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "models/model.h"
+#include "runtime/pipeline/state/checkpoint.h"
+#include "runtime/pipeline/coord/coordinator-impl.h"
+#include "runtime/pipeline/stage/stage_host.h"
+#include "runtime/pipeline/stage/staleness.h"
+#include "runtime/pipeline/coord/train.h"
+
+int ax_pipe_recompute_parse(const char *s, int *out) {
+  if (s && !strcmp(s, "always"))
+    *out = AX_RECOMPUTE_ALWAYS;
+  else if (s && !strcmp(s, "except-last"))
+    *out = AX_RECOMPUTE_EXCEPT_LAST;
+  else if (s && !strcmp(s, "never"))
+    *out = AX_RECOMPUTE_NEVER;
+  else
+    return ax_seterr(AX_EINVAL, "recompute '%s': expected always, "
+                     "except-last or never", s ? s : "(null)");
+  return AX_OK;
+}
+
+static int64_t timeout_of(const ax_pipe *p) {
+  return p->o.timeout_ms > 0 ? p->o.timeout_ms : 60000;
+}
+
+static int named(ax_pipe *p, int s, int err) {
+  if (err == AX_OK)
+    return err;
+  char m[400];
+  snprintf(m, sizeof m, "%s", ax_errmsg());
+  return ax_seterr(err, "stage %d on agent %s: %s", s, p->agents[s], m);
+}
+
+/* Tensor parallelism needs a model with split layers: one whose default
+ * configuration names `tp` (models/layers/parallel.h); the coordinator
+ * sets tp and tp_rank itself. */
+static int check_tensor_parallel(const ax_pipe_opts *o,
+                                 const ax_model_def *def) {
+  ax_config user, dflt;
+  AX_TRY(ax_config_parse(&user, o->model_config ? o->model_config : ""));
+  if (ax_config_has(&user, "tp") || ax_config_has(&user, "tp_rank"))
+    return ax_seterr(AX_EINVAL, "pipeline: tp and tp_rank are set by the "
+                     "coordinator (tensor_parallel, --tensor-parallel), not "
+                     "in the model configuration");
+  if (o->tensor_parallel < 0 || o->tensor_parallel > AX_PIPE_MAX_REPLICAS)
+    return ax_seterr(AX_EINVAL, "pipeline: tensor_parallel %d outside 0..%d",
+                     o->tensor_parallel, AX_PIPE_MAX_REPLICAS);
+  if (o->tensor_parallel < 2)
+    return AX_OK;
+  AX_TRY(ax_config_parse(&dflt, def->default_config ? def->default_config
+                                                     : ""));
+  if (!ax_config_has(&dflt, "tp"))
+    return ax_seterr(AX_EUNSUPPORTED, "pipeline: model %s has no "
+                     "tensor-parallel layers (its default configuration has "
+                     "no tp key; bert has)", def->name);
+  return AX_OK;
+}
+
+static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
+                      const ax_model_def **def) {
+  if (!o || !o->model || !o->agents || o->K < 1 || o->K > AX_PIPE_MAX_STAGES)
+    return ax_seterr(AX_EINVAL, "pipeline: need a model, 1..%d stages and "
+                     "their agents", AX_PIPE_MAX_STAGES);
+  if (!ax_pipe_mode_get(o->mode))
+    return AX_EINVAL;
+  if (o->optimizer_host &&
+      (!*o->optimizer_host || strlen(o->optimizer_host) >= AXP_NAME ||
+       o->zero || o->staleness != AX_STALE_NONE))
+    return ax_seterr(AX_EINVAL, "pipeline: an optimizer host needs a name, "
+                     "and neither zero nor a staleness correction");
+  int S = o->K * ax_pipe_chunks(o->mode, o->chunks);
+  if (o->chunks < 0 || S > AX_PIPE_MAX_STAGES)
+    return ax_seterr(AX_EINVAL, "pipeline: %d agents x %d chunks: at most "
+                     "%d stages", o->K, ax_pipe_chunks(o->mode, o->chunks),
+                     AX_PIPE_MAX_STAGES);
+  if (o->M < 1 || o->M > 1024)
+    return ax_seterr(AX_EINVAL, "pipeline: %d micro-batches", o->M);
+  int U = ax_pipe_units(o->mode, o->M);
+  if (U < ax_pipe_min_units(o->mode, o->K))
+    return ax_seterr(AX_EINVAL, "pipeline: %s with %d stages needs at least "
+                     "%d micro-batches (got %d)", ax_pipe_mode_name(o->mode),
+                     o->K, ax_pipe_min_units(o->mode, o->K), o->M);
+  if (ax_pipe_mode_get(o->mode)->chunked &&
+      ax_pipe_mode_get(o->mode)->placement == AX_PLACE_LOOP && U % o->K)
+    return ax_seterr(AX_EINVAL, "pipeline: %s needs a multiple of its %d "
+                     "agents as micro-batches (got %d)",
+                     ax_pipe_mode_name(o->mode), o->K, o->M);
+  AX_TRY(ax_staleness_check(o->mode, o->staleness,
+                            o->stale_gamma ? o->stale_gamma
+                                           : AX_PIPEMARE_GAMMA,
+                            o->stale_warmup));
+  if (!(*def = ax_model_find(o->model)))
+    return AX_ENOTFOUND;
+  ax_config cfg;
+  AX_TRY(ax_model_config(*def, o->model_config, &cfg));
+  AX_TRY((*def)->describe(&cfg, info));
+  if (S > info->n_blocks)
+    return ax_seterr(AX_EINVAL, "pipeline: %d stages for %d blocks of %s",
+                     S, info->n_blocks, o->model);
+  for (int s = 0; s < o->K; s++)
+    if (!o->agents[s] || strlen(o->agents[s]) >= AXP_NAME)
+      return ax_seterr(AX_EINVAL, "pipeline: bad agent name for stage %d", s);
+  return check_tensor_parallel(o, *def);
+}
+
+/* Setup's group arguments for stage s (stage_host.h): [R, tag, the agent
+ * of stage s in every replica (this member's), zero], then with T > 1 [T,
+ * tag, the agent of stage s of every member of this replica]. */
+static void add_replicas(ax_pipe *p, int s, const axp_replica_of *rep,
+                         ax_values *a) {
+  char tag[48];
+  snprintf(tag, sizeof tag, "pp%016llx.%d.t%d", (unsigned long long)rep->id,
+           s, rep->t);
+  ax_values_add_i64(a, rep->R);
+  ax_values_add_str(a, tag);
+  int rank = ax_pipe_stage_rank(p->o.mode, p->R, s);
+  for (int r = 0; r < rep->R; r++)
+    ax_values_add_str(a, rep->agents[(r * rep->T + rep->t) * p->R + rank]);
+  ax_values_add_i64(a, p->o.zero);
+  if (rep->T < 2)
+    return;
+  snprintf(tag, sizeof tag, "tp%016llx.%d.r%d", (unsigned long long)rep->id,
+           s, rep->r);
+  ax_values_add_i64(a, rep->T);
+  ax_values_add_str(a, tag);
+  for (int t = 0; t < rep->T; t++)
+    ax_values_add_str(a, rep->agents[(rep->r * rep->T + t) * p->R + rank]);
+}
+
+/* Moves every stage's optimizer to o.optimizer_host: a "pipe.optim" object
+ * there per stage, given the stage's parameters and the optimizer
+ * configuration, and handed to the stage (stage_offload.c). */
+static int offload_optimizers(ax_pipe *p) {
+  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  for (int s = 0; s < p->K; s++) {
+    ax_tensor *params = NULL, *bufs = NULL;
+    AX_TRY(named(p, s, ax_remote_object(p->node, p->optim_host, "pipe.optim",
+                                        "", AX_CPU, &co, &p->optim[s])));
+    AX_TRY(ax_pipe_stage_state(p, s, &params, &bufs));
+    ax_values *a = ax_values_new(), *r = NULL;
+    int err = a ? AX_OK : AX_ENOMEM;
+    if (err == AX_OK) {
+      ax_values_add_str(a, p->o.optim_config ? p->o.optim_config
+                                             : "opt=sgd,lr=0.1");
+      err = ax_values_add_tensor(a, params);
+    }
+    ax_tensor_release(params);
+    ax_tensor_release(bufs);
+    if (err == AX_OK)
+      err = ax_rref_rpc_sync(p->node, p->optim[s], "init", a, &co, &r);
+    ax_values_free(a);
+    ax_values_free(r);
+    r = NULL;
+    if (err == AX_OK && !(a = ax_values_new()))
+      err = AX_ENOMEM;
+    if (err == AX_OK) {
+      ax_values_add_rref(a, p->optim[s]);
+      err = ax_rref_rpc_sync(p->node, p->host[s], "offload", a, &co, &r);
+      ax_values_free(a);
+      ax_values_free(r);
+    }
+    AX_TRY(named(p, s, err));
+  }
+  return AX_OK;
+}
+
+static int create_hosts(ax_pipe *p, const int *bounds,
+                        const axp_replica_of *rep) {
+  char splits[512] = "";
+  size_t len = 0;
+  for (int s = 0; s <= p->K; s++)
+    len += (size_t)snprintf(splits + len, sizeof splits - len, "%s%d",
+                            s ? "/" : "", bounds[s]);
+  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  char tp[48] = ""; /* this member's part of the split layers */
+  if (rep && rep->T > 1)
+    snprintf(tp, sizeof tp, ",tp=%d,tp_rank=%d", rep->T, rep->t);
+  for (int s = 0; s < p->K; s++) {
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "model=%s,stage=%d,splits=%s,seed=%llu%s%s%s",
+             p->model, s, splits, (unsigned long long)p->o.seed,
+             p->o.model_config ? "," : "",
+             p->o.model_config ? p->o.model_config : "", tp);
+    AX_TRY(named(p, s, ax_remote_object(p->node, p->agents[s], "pipe.stage",
+                                        cfg, p->o.devices ? p->o.devices[s]
+                                                          : p->o.device,
+                                        &co, &p->host[s])));
+  }
+  for (int s = 0; s < p->K; s++) {
+    ax_values *a = ax_values_new();
+    if (!a)
+      return AX_ENOMEM;
+    ax_values_add_i64(a, p->o.mode);
+    ax_values_add_i64(a, p->o.recompute);
+    ax_values_add_str(a, p->o.optim_config ? p->o.optim_config
+                                           : "opt=sgd,lr=0.1");
+    if (s > 0)
+      ax_values_add_rref(a, p->host[s - 1]);
+    else
+      ax_values_add_i64(a, 0);
+    if (s < p->K - 1)
+      ax_values_add_rref(a, p->host[s + 1]);
+    else
+      ax_values_add_i64(a, 0);
+    ax_values_add_i64(a, (int64_t)ax_rref_id(p->host[s])); /* its inbox */
+    if (p->o.staleness != AX_STALE_NONE || rep) { /* staleness.h */
+      ax_values_add_i64(a, p->o.staleness);
+      ax_values_add_i64(a, p->o.staleness != AX_STALE_NONE
+                               ? ax_pipe_delay(p->o.mode, p->K, s, p->o.M)
+                               : 0);
+      ax_values_add_f64(a, p->o.stale_gamma ? p->o.stale_gamma : -1.0);
+      ax_values_add_i64(a, p->o.stale_warmup);
+    }
+    if (rep)
+      add_replicas(p, s, rep, a);
+    ax_values *r = NULL;
+    int err = ax_rref_rpc_sync(p->node, p->host[s], "setup", a, &co, &r);
+    ax_values_free(a);
+    ax_values_free(r);
+    AX_TRY(named(p, s, err));
+  }
+  return AX_OK;
+}
+
+int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
+  *out = NULL;
+  if (o && (o->replicas > 1 || o->tensor_parallel > 1))
+    return axp_replicas_new(n, o, out);
+  if (o && o->zero)
+    return ax_seterr(AX_EINVAL, "pipeline: zero %d shards over replicas, "
+                     "and there is one", o->zero);
+  return axp_pipe_create(n, o, NULL, out);
+}
+
+int axp_pipe_create(ax_node *n, const ax_pipe_opts *o,
+                    const axp_replica_of *rep, ax_pipe **out) {
+  ax_model_info info;
+  const ax_model_def *def;
+  *out = NULL;
+  AX_TRY(check_opts(o, &info, &def));
+  int v = ax_pipe_chunks(o->mode, o->chunks), S = o->K * v;
+  int bounds[AX_PIPE_MAX_STAGES + 1];
+  if (o->bounds) {
+    for (int s = 0; s <= S; s++)
+      bounds[s] = o->bounds[s];
+    for (int s = 0; s < S; s++) /* from 0, or a frozen prefix's end */
+      if (bounds[s] >= bounds[s + 1] || bounds[0] < 0 ||
+          bounds[S] != info.n_blocks)
+        return ax_seterr(AX_EINVAL, "pipeline: bounds must rise to %d",
+                         info.n_blocks);
+  } else {
+    AX_TRY(ax_split_uniform(info.n_blocks, S, bounds));
+  }
+  ax_pipe *p = axp_pipe_alloc(n, o);
+  if (!p)
+    return AX_ENOMEM;
+  p->o.devices = o->devices; /* read by create_hosts only, cleared below */
+  p->R = o->K;
+  p->v = v;
+  if (p->o.ahead < 0 || p->o.ahead > AX_PIPE_AHEAD_MAX) {
+    free(p);
+    return ax_seterr(AX_EINVAL, "pipeline: ahead %d outside 0..%d",
+                     o->ahead, AX_PIPE_AHEAD_MAX);
+  }
+  if (p->o.ahead == 0)
+    p->o.ahead = AX_PIPE_AHEAD;
+  if (getrandom(p->line, sizeof p->line, 0) != (ssize_t)sizeof p->line)
+    for (int r = 0; r < AX_PIPE_MAX_STAGES; r++) /* no entropy: unlikely */
+      p->line[r] = ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)p ^
+                   (uint64_t)(ax_now() * 1e9) ^ (uint64_t)r;
+  p->K = S;
+  p->U = ax_pipe_units(o->mode, o->M);
+  p->ignore_index = info.ignore_index;
+  snprintf(p->model, sizeof p->model, "%s", o->model);
+  for (int s = 0; s < S; s++) /* the mode's placement */
+    snprintf(p->agents[s], AXP_NAME, "%s",
+             o->agents[ax_pipe_stage_rank(o->mode, p->R, s)]);
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  if (o->optimizer_host)
+    snprintf(p->optim_host, sizeof p->optim_host, "%s", o->optimizer_host);
+  p->member = rep ? rep->t : 0;
+  p->members = rep && rep->T > 1 ? rep->T : 1;
+  int err = create_hosts(p, bounds, rep);
+  if (err == AX_OK && p->optim_host[0])
+    err = offload_optimizers(p);
+  p->o.devices = NULL; /* the caller's array */
+  if (err != AX_OK) {
+    char m[512];
+    snprintf(m, sizeof m, "%s", ax_errmsg());
+    ax_pipe_free(p);
+    return ax_seterr(err, "%s", m);
+  }
+  *out = p;
+  return AX_OK;
+}
+
+ax_pipe *axp_pipe_alloc(ax_node *n, const ax_pipe_opts *o) {
+  ax_pipe *p = calloc(1, sizeof *p);
+  if (!p)
+    return NULL;
+  p->node = n;
+  p->o = *o;
+  p->o.agents = NULL; /* the caller's arrays and strings */
+  p->o.bounds = NULL;
+  p->o.devices = NULL;
+  p->o.optimizer_host = NULL;
+  return p;
+}
+
+int ax_pipe_stages(const ax_pipe *p) { return p->K; }
+
+const char *ax_pipe_stage_agent(const ax_pipe *p, int s) {
+  const ax_pipe *one = p->nrep ? p->rep[0] : p;
+  return s >= 0 && s < one->K ? one->agents[s] : NULL;
+}
+
+ax_pipe *ax_pipe_replica(ax_pipe *p, int r) {
+  /* part r: member r % T of replica r / T */
+  if (!p || r < 0 || r >= (p->nrep ? p->nrep : 1))
+    return NULL;
+  return p->nrep ? p->rep[r] : p;
+}
+
+void ax_pipe_free(ax_pipe *p) {
+  if (!p)
+    return;
+  ax_pipe_checkpoint_wait(p); /* its files outlive nothing they need */
+  axp_frozen_free(p->frozen);
+  free(p->pool);
+  if (p->nrep) {
+    for (int r = 0; r < p->nrep; r++)
+      ax_pipe_free(p->rep[r]);
+    free(p);
+    return;
+  }
+  ax_call_opts co = {.timeout_ms = 5000};
+  for (int s = 0; s < p->K; s++) {
+    ax_values *r = NULL;
+    if (p->host[s] && !ax_node_peer_is_down(p->node, p->agents[s]))
+      ax_rref_rpc_sync(p->node, p->host[s], "teardown", NULL, &co, &r);
+    ax_values_free(r);
+  }
+  for (int s = 0; s < p->K; s++) {
+    ax_rref_release(p->host[s]);
+    ax_rref_release(p->optim[s]);
+  }
+  free(p->ev);
+  pthread_cond_destroy(&p->cv);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+}
+
+int ax_pipe_stage_state(ax_pipe *p, int s, ax_tensor **params,
+                        ax_tensor **buffers) {
+  if (p->nrep)
+    return ax_pipe_stage_state(p->rep[0], s, params, buffers);
+  if (s < 0 || s >= p->K)
+    return ax_seterr(AX_EINVAL, "pipeline: no stage %d", s);
+  ax_values *r = NULL;
+  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  AX_TRY(named(p, s, ax_rref_rpc_sync(p->node, p->host[s], "state_save", NULL,
+                                      &co, &r)));
+  ax_tensor *a = NULL, *b = NULL;
+  int err = ax_values_get_tensor(r, 0, &a);
+  if (err == AX_OK)
+    err = ax_values_get_tensor(r, 1, &b);
+  if (err == AX_OK) {
+    *params = ax_tensor_retain(a);
+    *buffers = ax_tensor_numel(b) ? ax_tensor_retain(b) : NULL;
+  }
+  ax_values_free(r);
+  return err;
+}
+
+int ax_pipe_trace(ax_pipe *p, ax_trace *dst) {
+  if (p->nrep)
+    return ax_pipe_trace(p->rep[0], dst);
+  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  for (int s = 0; s < p->K; s++) {
+    ax_values *r = NULL;
+    const void *buf;
+    size_t len;
+    AX_TRY(named(p, s, ax_rref_rpc_sync(p->node, p->host[s], "trace", NULL,
+                                        &co, &r)));
+    int err = ax_values_get_bytes(r, 0, &buf, &len);
+    if (err == AX_OK && len)
+      err = ax_trace_merge(dst, buf, len, 0);
+    ax_values_free(r);
+    if (err != AX_OK)
+      return named(p, s, err);
+  }
+  return AX_OK;
+}
+
+const ax_pipe_event *ax_pipe_events(const ax_pipe *p, long *n) {
+  if (p->nrep)
+    return ax_pipe_events(p->rep[0], n);
+  *n = p->nev;
+  return p->ev;
+}
+
+void ax_pipe_get_stats(const ax_pipe *p, ax_pipe_stats *out) {
+  if (p->nrep) {
+    ax_pipe_get_stats(p->rep[0], out);
+    return;
+  }
+  *out = p->stats;
+}
+
+/* ---- evaluation: forward stage to stage, like training ------------------- */
+/* Issues the forward of one evaluation batch on every stage at once: stage
+ * 0 gets the inputs, the last stage the labels, and the activations flow
+ * from stage to stage (each stage waits for its input in its inbox); the
+ * coordinator only waits for the answers. */
+static int eval_batch(ax_pipe *p, const ax_tlist *in, const ax_tlist *lab,
+                      double *loss, int64_t *correct, int64_t *count) {
+  long id = -(++p->eval_ids);
+  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  ax_future *f[AX_PIPE_MAX_STAGES] = {NULL};
+  int err = AX_OK, bad = -1;
+  for (int s = 0; s < p->K && err == AX_OK; s++) {
+    ax_values *a = ax_values_new();
+    if (!a) {
+      err = AX_ENOMEM;
+      break;
+    }
+    int64_t hdr[4] = {id, 0, 0, 0};
+    for (int i = 0; i < 4; i++)
+      ax_values_add_i64(a, hdr[i]);
+    ax_values_add_i64(a, s == 0 ? in->n : 0);
+    for (int i = 0; s == 0 && i < in->n; i++)
+      ax_values_add_tensor(a, in->t[i]);
+    if (s == p->K - 1) {
+      ax_values_add_i64(a, lab->n);
+      for (int i = 0; i < lab->n; i++)
+        ax_values_add_tensor(a, lab->t[i]);
+      for (int i = 0; i < lab->n; i++)
+        ax_values_add_i64(a, 0);
+    }
+    err = ax_rref_rpc_async(p->node, p->host[s], "fwd", a, &co, &f[s]);
+    ax_values_free(a);
+    if (err != AX_OK)
+      bad = s;
+  }
+  for (int s = 0; s < p->K; s++) { /* every issued call is waited for */
+    if (!f[s])
+      continue;
+    int e = ax_future_wait(f[s], timeout_of(p) + 1000);
+    if (e == AX_OK)
+      e = ax_future_err(f[s]);
+    if (e != AX_OK && err == AX_OK) {
+      err = ax_seterr(e, "%s", ax_future_is_done(f[s])
+                                   ? ax_future_errmsg(f[s])
+                                   : "no answer in time");
+      bad = s;
+    }
+    if (e == AX_OK && s == p->K - 1) {
+      const ax_values *r = ax_future_values(f[s]);
+      e = ax_values_get_f64(r, 4, loss);
+      if (e == AX_OK)
+        e = ax_values_get_i64(r, 5, correct);
+      if (e == AX_OK)
+        e = ax_values_get_i64(r, 6, count);
+      if (e != AX_OK && err == AX_OK) {
+        err = e;
+        bad = s;
+      }
+    }
+    ax_future_release(f[s]);
+  }
+  return bad < 0 ? err : named(p, bad, err);
+}
+
+/* One evaluation batch on parts[0 .. T - 1], the members of one replica,
+ * at once (their split layers sum over all of them); member 0's answer. */
+typedef struct eval_part {
+  ax_pipe *p;
+  const ax_tlist *in, *lab;
+  double loss;
+  int64_t correct, count;
+  int err;
+  char msg[512];
+} eval_part;
+
+static void *eval_part_main(void *arg) {
+  eval_part *e = arg;
+  e->err = eval_batch(e->p, e->in, e->lab, &e->loss, &e->correct, &e->count);
+  if (e->err != AX_OK)
+    snprintf(e->msg, sizeof e->msg, "%s", ax_errmsg());
+  return NULL;
+}
+
+static int eval_members(ax_pipe *const *parts, int T, const ax_tlist *in,
+                        const ax_tlist *lab, double *loss, int64_t *correct,
+                        int64_t *count) {
+  if (T <= 1)
+    return eval_batch(parts[0], in, lab, loss, correct, count);
+  eval_part e[AX_PIPE_MAX_REPLICAS];
+  pthread_t th[AX_PIPE_MAX_REPLICAS];
+  int started = 0;
+  for (int t = 0; t < T; t++) {
+    e[t] = (eval_part){parts[t], in, lab, 0, 0, 0, AX_OK, ""};
+    if (t && pthread_create(&th[t], NULL, eval_part_main, &e[t]) != 0) {
+      e[t].err = ax_seterr(AX_ENOMEM, "evaluate: cannot start a thread");
+      snprintf(e[t].msg, sizeof e[t].msg, "%s", ax_errmsg());
+      break; /* member 0's forwards then time out */
+    }
+    started = t + 1;
+  }
+  eval_part_main(&e[0]);
+  for (int t = 1; t < started; t++)
+    pthread_join(th[t], NULL);
+  for (int t = 0; t < T; t++)
+    if (e[t].err != AX_OK)
+      return ax_seterr(e[t].err, "member %d: %s", t, e[t].msg);
+  *loss = e[0].loss;
+  *correct = e[0].correct;
+  *count = e[0].count;
+  return AX_OK;
+}
+
+static int eval_call(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,
+                     double *accuracy, double *loss);
+
+int ax_pipe_evaluate(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,
+                     double *accuracy, double *loss) {
+  if (!p->frozen)
+    return eval_call(p, n, batch, user, accuracy, loss);
+  axp_frozen_feed w = {p->frozen, batch, NULL, user}; /* freeze.h */
+  return eval_call(p, n, axp_frozen_batch, &w, accuracy, loss);
+}
+
+static int eval_call(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,
+                     double *accuracy, double *loss) {
+  if (p->nrep && axp_members(p) <= 1)
+    return eval_call(p->rep[0], n, batch, user, accuracy, loss);
+  ax_pipe *const *parts = p->nrep ? p->rep : &p;
+  int T = axp_members(p);
+  int64_t correct = 0, count = 0;
+  double lsum = 0;
+  long done = 0;
+  int err = AX_OK;
+  for (long i = 0; i < n; i++) {
+    ax_tlist in = {0}, lab = {0};
+    err = batch(user, i, &in, &lab);
+    if (err == AX_ECLOSED) {
+      err = AX_OK;
+      break;
+    }
+    double l = 0;
+    int64_t c = 0, k = 0;
+    if (err == AX_OK)
+      err = eval_members(parts, T, &in, &lab, &l, &c, &k);
+    ax_tlist_clear(&in);
+    ax_tlist_clear(&lab);
+    if (err != AX_OK)
+      return err;
+    lsum += l;
+    correct += c;
+    count += k;
+    done++;
+  }
+  *accuracy = count ? (double)correct / (double)count : 0.0;
+  if (loss)
+    *loss = done ? lsum / (double)done : 0.0;
+  return err;
+}

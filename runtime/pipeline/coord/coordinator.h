@@ -1,0 +1,234 @@
+/* The pipeline coordinator: trains a model split into K stages hosted on K
+ * agents, in one of the modes of schedule.h.
+ *
+ * ax_pipe_new creates one "pipe.stage" host per agent (stage_host.h), hands
+ * each its neighbours' RRefs and the optimizer configuration. ax_pipe_train
+ * then runs one driver thread per agent that walks the agent's list of
+ * actions (the mode's plan, mode.h). Stage-driven (the default): a driver
+ * issues up to opts.ahead actions before the first of them is answered
+ * (asynchronous calls through the hosts' RRefs), waiting only for the
+ * dependencies that carry no data (the forward lock of ddg and fr); each
+ * agent runs its actions in its list's order (stage_line.h) and waits for
+ * its inputs itself, so an action starts as soon as its activations or
+ * gradients arrive. With opts.ahead = 1 (coordinator-driven) an action is
+ * issued once the agent finished its previous one and the actions it
+ * depends on (ax_pipe_plan_deps) completed. Activations and
+ * gradients go from stage to stage (pushed by their producer, stage_inbox.h);
+ * the coordinator sends control
+ * messages, the inputs to the first stage and the labels to the last.
+ * Each unit (micro-batch for sequential, gpipe and 1f1b; mini-batch for
+ * ddg, fr and pipedream) runs in its own distributed autograd context,
+ * released once the first stage finished its backward.
+ *
+ * Errors: the first failing operation stops every driver within ~100 ms;
+ * ax_pipe_train returns its code with a message naming the stage and its
+ * agent (e.g. a killed agent: AX_EPEERDOWN "stage 2 on agent w3: ...").
+ * Every wait is bounded by opts.timeout_ms, counted for an action from
+ * when the agent's previous action was answered.
+ *
+ * Threads: one ax_pipe is used by one thread at a time. The callbacks run
+ * on driver threads, one at a time. The node must be initialised with
+ * ax_pipe_init (pipeline.h) and joined with the agents. */
+#ifndef AX_PIPELINE_COORDINATOR_H
+#define AX_PIPELINE_COORDINATOR_H
+
+#include <stdint.h>
+
+#include "rref/rref.h"
+#include "models/module.h"
+#include "runtime/pipeline/schedule/mode.h"
+#include "runtime/pipeline/trace/trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AX_PIPE_MAX_STAGES 16
+#define AX_PIPE_MAX_REPLICAS 16 /* data-parallel copies (opts.replicas)
+                                   times tensor-parallel members */
+
+typedef struct ax_pipe_opts {
+  const char *model;        /* "mlp", "resnet20", "bert" */
+  const char *model_config; /* overrides, or NULL */
+  int K;                    /* stages (1 .. AX_PIPE_MAX_STAGES) */
+  const char *const *agents; /* K agent names, stage s on agents[s] */
+  const int *bounds;        /* K + 1 block bounds, or NULL for uniform */
+  int mode;                 /* ax_pipe_mode */
+  int M;                    /* micro-batches (gpipe, 1f1b) */
+  int recompute;            /* AX_RECOMPUTE_* (gpipe) */
+  const char *optim_config; /* models/optim.h keys */
+  uint64_t seed;            /* initialisation and dropout seeds */
+  ax_device device;         /* device of the stages on their agents */
+  int64_t timeout_ms;       /* bound of every wait; default 60000 */
+  const ax_device *devices; /* K devices, stage s on devices[s] (read by
+                               ax_pipe_new only); NULL: all on `device` */
+  int chunks;               /* chunked modes (interleaved): stages per agent
+                               (0 = 2; zbv: always 2); K agents then hold
+                               K * chunks stages, placed as the mode says
+                               (ax_pipe_stage_rank), and bounds and devices
+                               have K * chunks (+ 1) entries. Ignored by the
+                               other modes. */
+  /* The staleness correction of the asynchronous modes (staleness.h:
+   * AX_STALE_NONE, the default, PREDICT or PIPEMARE; anything but none in a
+   * flushed mode is AX_EINVAL), carried to every stage with its delay
+   * (ax_pipe_delay). */
+  int staleness;
+  double stale_gamma; /* pipemare: decay of the update average, in (0, 1);
+                         0: AX_PIPEMARE_GAMMA */
+  int stale_warmup;   /* pipemare: learning-rate warm-up in updates (0: the
+                         step size stays lr / delay) */
+  /* Stage-driven execution: how many of an agent's actions its driver
+   * issues before the first of them is answered (0: AX_PIPE_AHEAD). The
+   * stages wait for their inputs themselves and run the agent's actions in
+   * its list's order (stage_line.h), so an action starts as soon as its
+   * activations or gradients arrive. 1: coordinator-driven, every action
+   * issued once its dependencies completed (one round trip per action on
+   * the critical path). The math is the same either way. */
+  int ahead;
+  /* Pipeline x data parallel: R copies of the pipeline (0 or 1: one).
+   * `agents` then holds R * K names, replica r's on agents[r K .. r K + K
+   * - 1], all distinct. Each train call gives every replica its shard of
+   * every mini-batch (rows r B / R .. (r + 1) B / R - 1 of the batch
+   * function's B), and at each STEP the R copies of a stage average their
+   * gradients (a ring all-reduce among them, runtime/autograd/collective.h)
+   * before updating, so every replica keeps the same weights: one pipeline
+   * on R times the batch, with per-replica means averaged (PyTorch DDP's
+   * rule; buffers such as batch-norm statistics stay per replica). The step
+   * callback gets each mini-batch once, its loss the count-weighted mean of
+   * the replicas'. When one replica's call fails, the others' calls end
+   * with it (AX_ECANCELLED inside; the call returns the failed replica's
+   * error, preferring one that lost an agent, "replica r: ...").
+   * Evaluation, stage state, trace, events and statistics are replica
+   * 0's. A checkpoint saves replica 0's stages (every replica
+   * holds the same weights and optimizer state; batch-norm statistics,
+   * used only by evaluation, are replica 0's) and a restore loads them
+   * into every replica (stage files on the stages' disks must then be
+   * readable by every replica's agents: one host, a shared directory, or
+   * AX_CKPT_TO_COORDINATOR); with zero or an optimizer host checkpoints
+   * are refused (AX_EUNSUPPORTED). */
+  int replicas;
+  /* With replicas: 1 or 2 shards the optimizer state and the averaged
+   * gradients over the R copies of a stage (ZeRO stages 1 and 2, which are
+   * the same here: a stage's gradients are sharded as soon as they are
+   * averaged). Each STEP reduce-scatters the summed gradients, steps its
+   * 1/R of the parameters with its 1/R of the optimizer state, and
+   * all-gathers the parameters: bit-identical to replicas without it, for
+   * 1/R of the optimizer state per agent. AX_EINVAL without replicas or
+   * with a staleness correction (which reads the whole state). */
+  int zero;
+  /* ZeRO-Offload adapted: an agent (e.g. a CPU-only host next to the GPU
+   * hosts) that keeps every stage's optimizer state and runs its update
+   * ("pipe.optim", created there per stage and per replica): at each STEP
+   * a stage sends its gradient there and goes on; the updated parameters
+   * are copied in before the next operation that reads them (the next
+   * forward, once its input is there), so the update overlaps the wait.
+   * The same update, to the bit, as the local one. NULL: each stage's own.
+   * AX_EINVAL with zero or a staleness correction; checkpoints are refused
+   * (the optimizer state is not the stage's). */
+  const char *optimizer_host;
+  /* Tensor parallelism (Megatron; models/layers/parallel.h): every stage
+   * runs on T agents, each holding its part of the stage's split layers
+   * (0 or 1: none). The model must have tensor-parallel layers (its
+   * default configuration names the key `tp`: bert), which each agent
+   * builds from tp=T,tp_rank=t; AX_EUNSUPPORTED otherwise. `agents` then
+   * holds R * T * K names (R: replicas, at least 1), the K of member t of
+   * replica r at agents[(r T + t) K ..], all distinct, and R * T is at most
+   * AX_PIPE_MAX_REPLICAS. The T members of a stage run every forward and
+   * backward on the same data at once and sum their partial results with
+   * ring all-reduces among them (two per encoder layer each way); each
+   * member pushes to the same member of the next stage. The step callback
+   * gets each mini-batch once. Evaluation runs on every member; stage
+   * state, trace, events and statistics are member 0's (ax_pipe_replica(p,
+   * r T + t) is member t of replica r). A checkpoint saves replica 0's
+   * members, each stage's file per member (stage-SS-tT.axck), and a
+   * restore loads member t's into member t of every replica; axon-run
+   * eval and export join the parts into the whole model. */
+  int tensor_parallel;
+} ax_pipe_opts;
+
+#define AX_PIPE_AHEAD 8
+#define AX_PIPE_AHEAD_MAX 1024
+
+typedef struct ax_pipe ax_pipe;
+
+/* Creates the stage hosts and sets them up. AX_EINVAL (with a message) on
+ * bad options; errors of the agents are returned naming them. */
+int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out);
+/* Tears the hosts down (neighbour links first, then the RRefs). NULL-safe. */
+void ax_pipe_free(ax_pipe *p);
+/* Its stage count: K, or K * chunks for chunked modes. */
+int ax_pipe_stages(const ax_pipe *p);
+/* The agent holding stage s (replica 0's), or NULL out of range. */
+const char *ax_pipe_stage_agent(const ax_pipe *p, int s);
+/* Replica r of a replicated pipeline (opts.replicas), for its stage state
+ * or events; p itself for r = 0 of one that is not; NULL out of range. */
+ax_pipe *ax_pipe_replica(ax_pipe *p, int r);
+
+/* Mini-batch t on the CPU: new references in *in and *lab (the coordinator
+ * releases them). Dim 0 of every tensor is the example dimension times a
+ * whole factor (e.g. BERT's (B * T) MLM labels). AX_OK or an error. */
+typedef int (*ax_pipe_batch_fn)(void *user, long t, ax_tlist *in,
+                                ax_tlist *lab);
+
+typedef struct ax_pipe_step_info {
+  long batch;          /* mini-batch index */
+  double loss;         /* its loss (sum of the unit losses) */
+  double seconds;      /* since ax_pipe_train started */
+  int64_t correct, count; /* first output's argmax hits */
+} ax_pipe_step_info;
+/* Called once per mini-batch, in order, when its last backward finished. */
+typedef void (*ax_pipe_step_fn)(void *user, const ax_pipe_step_info *info);
+
+/* Trains n mini-batches (batch indices continue across calls). */
+int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
+                  ax_pipe_step_fn step, void *user);
+
+/* Evaluates n batches (or until batch() returns AX_ECLOSED) forward through
+ * the stages without training: accuracy of the first output, mean loss. */
+int ax_pipe_evaluate(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,
+                     double *accuracy, double *loss);
+
+/* A copy of stage s's flat parameters and buffers (buffers: NULL when the
+ * stage has none). New references. */
+int ax_pipe_stage_state(ax_pipe *p, int s, ax_tensor **params,
+                        ax_tensor **buffers);
+
+/* ---- what happened (traces, metrics, tests) ------------------------------ */
+typedef struct ax_pipe_event {
+  ax_pipe_op op;
+  double t_issue, t_done; /* coordinator clock (ax_now seconds) */
+  double busy_s;          /* compute time the stage reported */
+  int live;               /* states the stage kept after the op */
+  int versions;           /* weight versions it held (live one included) */
+  int64_t state_bytes;    /* bytes of those states */
+} ax_pipe_event;
+
+/* Moves the events the stages recorded since the last call into dst
+ * (stage_events.h: per stage pid, lane 0 forward/backward/weight/
+ * recompute/optim with the agent's node rank, live states and weight
+ * versions, lane 1 recv, lane 2 send, with bytes and peer). Stages on this
+ * host share the coordinator's clock. */
+int ax_pipe_trace(ax_pipe *p, ax_trace *dst);
+
+/* Events of the last ax_pipe_train, in completion order (borrowed; valid
+ * until the next train or free). */
+const ax_pipe_event *ax_pipe_events(const ax_pipe *p, long *n);
+
+typedef struct ax_pipe_stats {
+  double seconds;          /* wall time of the last ax_pipe_train */
+  long batches;
+  uint64_t coord_bytes;    /* bytes in + out of the coordinator node */
+  double busy_frac[AX_PIPE_MAX_STAGES]; /* compute / wall per stage */
+  int peak_live[AX_PIPE_MAX_STAGES];
+  int peak_versions[AX_PIPE_MAX_STAGES];
+  int64_t peak_bytes[AX_PIPE_MAX_STAGES];
+} ax_pipe_stats;
+void ax_pipe_get_stats(const ax_pipe *p, ax_pipe_stats *out);
+
+/* Parses "always|except-last|never" into AX_RECOMPUTE_*. */
+int ax_pipe_recompute_parse(const char *s, int *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

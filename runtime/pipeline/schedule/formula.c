@@ -1,0 +1,295 @@
+/* Expected time per mini-batch of each pipeline mode: a simulation of the
+ * mode's own action lists (mode.h) with their dependencies; the closed forms
+ * for equal stages live in the mode table. */
+#include "runtime/pipeline/schedule/formula.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/error.h"
+#include "runtime/pipeline/schedule/mode.h"
+
+#define MAX_STAGES 64
+
+typedef struct sim {
+  const ax_pipe_plan *plan;
+  int mode, K, S, U, recompute; /* ranks, stages, units */
+  const double *t_f, *t_b, *t_w; /* t_w NULL: no weight half apart */
+  const ax_formula_comm *comm;   /* NULL: no transfers */
+  double *fin;      /* (AX_OP_KINDS, K, units): finish time, -1 until run */
+  double *start_f0; /* (units) start of F(u) on stage 0 */
+  double *batch_end; /* (n) when mini-batch b's last action finished */
+  double *fin_pos[MAX_STAGES]; /* with an issue window: finish by position */
+  /* with queued links: (S, units) arrival of stage s's output at s + 1
+   * (arr_f) and of stage s + 1's input gradient at s (arr_b), and when
+   * each link is next free */
+  double *arr_f, *arr_b;
+  double free_f[MAX_STAGES], free_b[MAX_STAGES];
+  size_t units;
+} sim;
+
+static double *fin_at(const sim *S, int kind, int s, long u) {
+  return &S->fin[((size_t)kind * S->S + (size_t)s) * S->units + (size_t)u];
+}
+
+static long unit_of(const sim *S, const ax_pipe_op *o) {
+  return (long)o->batch * S->U + o->micro;
+}
+
+static int is_bwd(int kind) {
+  return kind == AX_OP_BWD || kind == AX_OP_INPUT_GRAD;
+}
+
+/* With transfers: when d's output reaches o, or -1 (not a transfer). */
+static double arrival(const sim *S, const ax_pipe_op *d, const ax_pipe_op *o) {
+  if (!S->arr_f)
+    return -1;
+  size_t u = (size_t)unit_of(S, d);
+  if (d->kind == AX_OP_FWD && o->kind == AX_OP_FWD && d->stage == o->stage - 1)
+    return S->arr_f[(size_t)d->stage * S->units + u];
+  if (is_bwd(d->kind) && is_bwd(o->kind) && d->stage == o->stage + 1)
+    return S->arr_b[(size_t)o->stage * S->units + u];
+  return -1;
+}
+
+/* Boundary b's link: when a tensor sent at `sent` arrives; the link is
+ * busy `busy` seconds per tensor, in the order sent (a stage's actions are
+ * simulated in order, so its sends are too), then `lat` away. */
+static double send_on(double *free_at, double sent, double busy, double lat) {
+  double t0 = sent > *free_at ? sent : *free_at;
+  *free_at = t0 + busy;
+  return *free_at + lat;
+}
+
+static double at_or_0(const double *a, int i) { return a ? a[i] : 0; }
+
+/* With transfers: o finished at fin; its output leaves on its link. */
+static void send_out(sim *S, const ax_pipe_op *o, double fin) {
+  const ax_formula_comm *c = S->comm;
+  int s = o->stage;
+  size_t u = (size_t)unit_of(S, o);
+  if (o->kind == AX_OP_FWD && s + 1 < S->S)
+    S->arr_f[(size_t)s * S->units + u] =
+        send_on(&S->free_f[s], fin, at_or_0(c->fwd_busy, s),
+                at_or_0(c->fwd, s));
+  else if (is_bwd(o->kind) && s > 0)
+    S->arr_b[(size_t)(s - 1) * S->units + u] =
+        send_on(&S->free_b[s - 1], fin, at_or_0(c->bwd_busy, s - 1),
+                at_or_0(c->bwd, s - 1));
+}
+
+/* When every dependency of o has finished (and what it sent arrived), or
+ * -1 if one has not run. */
+static double ready_at(const sim *S, const ax_pipe_op *o) {
+  ax_pipe_op deps[MAX_STAGES + 2];
+  int nd = ax_pipe_plan_deps(S->plan, o, deps);
+  double t = 0;
+  for (int i = 0; i < nd; i++) {
+    double f = *fin_at(S, deps[i].kind, deps[i].stage, unit_of(S, &deps[i]));
+    if (f < 0)
+      return -1;
+    double a = arrival(S, &deps[i], o);
+    if (a >= 0)
+      f = a;
+    if (f > t)
+      t = f;
+  }
+  return t;
+}
+
+static double cost(const sim *S, const ax_pipe_op *o) {
+  int st = o->stage;
+  double extra = S->comm && o->kind != AX_OP_STEP ? S->comm->per_action : 0;
+  double w = S->t_w ? S->t_w[st] : 0.0,
+         replay = ax_pipe_replays(S->mode, S->recompute, S->U, o->micro)
+                      ? S->t_f[st]
+                      : 0.0;
+  switch (o->kind) {
+  case AX_OP_FWD:
+    return extra + S->t_f[st];
+  case AX_OP_BWD: /* the whole backward: both halves */
+    return extra + replay + S->t_b[st] + w;
+  case AX_OP_INPUT_GRAD:
+    return extra + replay + S->t_b[st];
+  case AX_OP_WEIGHT_GRAD:
+    return extra + w;
+  default: /* STEP: the optimizer's time when given */
+    return S->comm && S->comm->step ? S->comm->step[st] : 0.0;
+  }
+}
+
+/* Runs every rank's list in order; returns the makespan, or -1 on a
+ * deadlock. */
+static double run(sim *S) {
+  long pos[MAX_STAGES] = {0}, len[MAX_STAGES];
+  const ax_pipe_op *lists[MAX_STAGES];
+  double free_at[MAX_STAGES] = {0}, end = 0;
+  for (int r = 0; r < S->K; r++)
+    lists[r] = ax_pipe_plan_actions(S->plan, r, &len[r]);
+  for (;;) {
+    int progress = 0, left = 0;
+    for (int r = 0; r < S->K; r++) {
+      while (pos[r] < len[r]) {
+        const ax_pipe_op *o = &lists[r][pos[r]];
+        double ready = ready_at(S, o);
+        if (ready < 0)
+          break;
+        double start = ready > free_at[r] ? ready : free_at[r];
+        const ax_formula_comm *c = S->comm;
+        if (c && c->issue_rtt) { /* not before the coordinator sent it */
+          int w = c->ahead > 0 ? c->ahead : 1;
+          double issued = pos[r] < w ? c->issue_rtt[r] / 2
+                                     : S->fin_pos[r][pos[r] - w] +
+                                           c->issue_rtt[r];
+          start = issued > start ? issued : start;
+        }
+        double fin = start + cost(S, o);
+        if (S->arr_f)
+          send_out(S, o, fin);
+        if (S->fin_pos[r])
+          S->fin_pos[r][pos[r]] = fin;
+        if (fin > S->batch_end[o->batch])
+          S->batch_end[o->batch] = fin;
+        *fin_at(S, o->kind, o->stage, unit_of(S, o)) = fin;
+        if (o->kind == AX_OP_FWD && o->stage == 0)
+          S->start_f0[unit_of(S, o)] = start;
+        free_at[r] = fin;
+        if (fin > end)
+          end = fin;
+        pos[r]++;
+        progress = 1;
+      }
+      left += pos[r] < len[r];
+    }
+    if (!left)
+      return end;
+    if (!progress)
+      return -1;
+  }
+}
+
+int ax_formula_time(const char *mode, int K, int M, const double *t_f,
+                    const double *t_b, int recompute, double *out) {
+  return ax_formula_time_chunks(mode, K, 1, M, t_f, t_b, recompute, out);
+}
+
+int ax_formula_time_chunks(const char *mode, int K, int v, int M,
+                           const double *t_f, const double *t_b,
+                           int recompute, double *out) {
+  return ax_formula_time_split(mode, K, v, M, t_f, t_b, NULL, recompute, out);
+}
+
+int ax_formula_time_split(const char *mode, int K, int v, int M,
+                          const double *t_f, const double *t_b,
+                          const double *t_w, int recompute, double *out) {
+  return ax_formula_time_comm(mode, K, v, M, t_f, t_b, t_w, recompute, NULL,
+                              out);
+}
+
+int ax_formula_time_comm(const char *mode, int K, int v, int M,
+                         const double *t_f, const double *t_b,
+                         const double *t_w, int recompute,
+                         const ax_formula_comm *comm, double *out) {
+  int m = ax_pipe_mode_index(mode);
+  if (m < 0)
+    return AX_EINVAL;
+  v = ax_pipe_chunks(m, v);
+  if (K < 1 || K * v > MAX_STAGES || M < 1 || !t_f || !t_b || !out)
+    return ax_seterr(AX_EINVAL,
+                     "formula: need 1 <= K v <= %d (got %d x %d), M >= 1 "
+                     "(got %d) and stage time arrays",
+                     MAX_STAGES, K, v, M);
+  if (recompute < AX_RECOMPUTE_NEVER || recompute > AX_RECOMPUTE_EXCEPT_LAST)
+    return ax_seterr(AX_EINVAL, "formula: recompute option %d unknown",
+                     recompute);
+  for (int s = 0; s < K * v; s++)
+    if (!(t_f[s] >= 0) || !(t_b[s] >= 0) || (t_w && !(t_w[s] >= 0)) ||
+        (comm && comm->step && !(comm->step[s] >= 0)))
+      return ax_seterr(AX_EINVAL, "formula: stage %d times (%g, %g) must be "
+                       ">= 0", s, t_f[s], t_b[s]);
+  if (comm && !(comm->per_action >= 0))
+    return ax_seterr(AX_EINVAL, "formula: per-action cost must be >= 0");
+  for (int s = 0; comm && s + 1 < K * v; s++) /* the links: S - 1 */
+    if ((comm->fwd && !(comm->fwd[s] >= 0)) ||
+        (comm->fwd_busy && !(comm->fwd_busy[s] >= 0)) ||
+        (comm->bwd_busy && !(comm->bwd_busy[s] >= 0)) ||
+        (comm->bwd && !(comm->bwd[s] >= 0)))
+      return ax_seterr(AX_EINVAL, "formula: transfer times must be >= 0");
+  int flushed = ax_pipe_flushes(m);
+  /* Flushed modes: one mini-batch (several when the coordinator's window
+   * carries one into the next). Others: long enough for a steady state. */
+  int window = comm && comm->issue_rtt;
+  for (int r = 0; window && r < K; r++)
+    if (!(comm->issue_rtt[r] >= 0))
+      return ax_seterr(AX_EINVAL, "formula: round trips must be >= 0");
+  long n = flushed ? (window ? 5 : 1) : 8 * K + 32;
+  ax_pipe_plan *plan = NULL;
+  AX_TRY(ax_pipe_plan_new(m, K, v, M, n, &plan));
+  sim S = {.plan = plan, .mode = m, .K = K, .S = K * v,
+           .U = ax_pipe_units(m, M), .recompute = recompute, .t_f = t_f,
+           .t_b = t_b, .t_w = t_w, .comm = comm};
+  S.units = (size_t)n * (size_t)S.U;
+  S.fin = malloc(sizeof(double) * AX_OP_KINDS * (size_t)S.S * S.units);
+  S.start_f0 = calloc(S.units, sizeof(double));
+  S.batch_end = calloc((size_t)n, sizeof(double));
+  int rc = AX_OK, nofin = 0;
+  if (comm && (comm->fwd || comm->bwd || comm->fwd_busy || comm->bwd_busy)) {
+    S.arr_f = malloc(sizeof(double) * (size_t)S.S * S.units);
+    S.arr_b = malloc(sizeof(double) * (size_t)S.S * S.units);
+    nofin |= !S.arr_f || !S.arr_b;
+  }
+  for (int r = 0; window && r < K; r++) {
+    long len;
+    ax_pipe_plan_actions(plan, r, &len);
+    nofin |= !(S.fin_pos[r] = calloc((size_t)len + 1, sizeof(double)));
+  }
+  if (!S.fin || !S.start_f0 || !S.batch_end || nofin) {
+    rc = ax_seterr(AX_ENOMEM, "formula: out of memory");
+    goto done;
+  }
+  for (size_t i = 0; i < AX_OP_KINDS * (size_t)S.S * S.units; i++)
+    S.fin[i] = -1;
+  double makespan = run(&S);
+  if (makespan < 0) {
+    rc = ax_seterr(AX_EINTERNAL, "formula: %s schedule deadlocked", mode);
+    goto done;
+  }
+  if (flushed && window) { /* steady state: the spacing of the flushes */
+    *out = (S.batch_end[n - 1] - S.batch_end[0]) / (double)(n - 1);
+  } else if (flushed) {
+    *out = makespan;
+  } else { /* steady state: spacing of stage 0's forwards, second half,
+              * times the units of a mini-batch */
+    long a = (long)S.units / 2, b = (long)S.units - 1;
+    *out = S.U * (S.start_f0[b] - S.start_f0[a]) / (double)(b - a);
+  }
+done:
+  free(S.fin);
+  free(S.start_f0);
+  free(S.batch_end);
+  free(S.arr_f);
+  free(S.arr_b);
+  for (int r = 0; r < K; r++)
+    free(S.fin_pos[r]);
+  ax_pipe_plan_free(plan);
+  return rc;
+}
+
+double ax_formula_uniform(const char *mode, int K, int M, double t_f,
+                          double t_b, int recompute) {
+  return ax_formula_uniform_chunks(mode, K, 1, M, t_f, t_b, recompute);
+}
+
+double ax_formula_uniform_chunks(const char *mode, int K, int v, int M,
+                                 double t_f, double t_b, int recompute) {
+  int m = ax_pipe_mode_index(mode);
+  if (m < 0 || K < 1 || M < 1) {
+    ax_clearerr();
+    return -1.0;
+  }
+  if (!ax_pipe_mode_get(m)->uniform_time)
+    return -1.0;
+  return ax_pipe_mode_get(m)->uniform_time(K, ax_pipe_chunks(m, v),
+                                           ax_pipe_units(m, M), t_f, t_b,
+                                           recompute);
+}

@@ -1,0 +1,580 @@
+/* The pipeline stage host ("pipe.stage"): per-unit states, weight stashing,
+ * recompute and replay, per-context gradients and the update rule of each
+ * mode. Contract in stage_host.h. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/backend-impl.h"
+#include "models/loss.h"
+#include "runtime/autograd/autograd.h"
+#include "runtime/pipeline/coord/coordinator.h"
+#include "runtime/pipeline/schedule/mode.h"
+#include "runtime/pipeline/trace/stage_events.h"
+#include "runtime/pipeline/stage/stage_host-impl.h"
+#include "runtime/pipeline/stage/stage_host.h"
+
+void axp_state_free(pstate *st) {
+  if (!st)
+    return;
+  ax_slot_free(st->slot);
+  ax_tlist_clear(&st->input);
+  ax_tlist_clear(&st->dlogits);
+  ax_tensor_release(st->ver);
+  free(st);
+}
+
+/* ax_exec.tp_allreduce over the tensor-parallel members (a sum). */
+static int tp_sum(void *g, ax_tensor *t) {
+  return ax_coll_allreduce(g, t, AX_COLL_SUM);
+}
+
+ax_exec axp_host_exec(phost *h, int training) {
+  ax_exec ex = ax_net_exec(h->s->net, training);
+  if (h->tp) { /* set by setup under s->mu, which the caller holds */
+    ex.tp_allreduce = tp_sum;
+    ex.tp_user = h->tp;
+  }
+  return ex;
+}
+
+static void host_clear(phost *h) {
+  ax_rref_release(h->prev);
+  ax_rref_release(h->next);
+  h->prev = h->next = NULL;
+  for (pstate *st = h->states, *nx; st; st = nx) {
+    nx = st->next;
+    axp_state_free(st);
+  }
+  h->states = NULL;
+  axp_grads_clear(h);
+  ax_tensor_release(h->shadow);
+  h->shadow = NULL;
+  h->last_step = -1;
+  axi_stale_clear(&h->stale);
+  pthread_mutex_lock(&h->group_mu);
+  ax_coll_group *g = h->replicas, *tp = h->tp;
+  h->replicas = h->tp = NULL;
+  pthread_mutex_unlock(&h->group_mu);
+  ax_coll_group_free(g);
+  ax_coll_group_free(tp);
+  axp_offload_drop(h);
+  ax_rref_release(h->offload);
+  h->offload = NULL;
+  axp_inbox_close(&h->in);
+}
+
+/* A member list [N, tag, N names] of setup's arguments at *at (moved past
+ * it); what = "replicas" or "tensor-parallel members". */
+static int member_list(phost *h, const ax_values *args, size_t *at,
+                       const char *what, int *n, const char **tag,
+                       const char **names) {
+  int64_t N;
+  size_t na = ax_values_count(args);
+  AX_TRY(ax_values_get_i64(args, *at, &N));
+  if (N < 1 || N > AX_PIPE_MAX_REPLICAS || *at + 2 + (size_t)N > na)
+    return ax_seterr(AX_EINVAL, "pipe.stage %d: %lld %s with %zu setup "
+                     "arguments", h->s->index, (long long)N, what, na);
+  AX_TRY(ax_values_get_str(args, *at + 1, tag));
+  for (int64_t i = 0; i < N; i++)
+    AX_TRY(ax_values_get_str(args, *at + 2 + (size_t)i, &names[i]));
+  *n = (int)N;
+  *at += 2 + (size_t)N;
+  return AX_OK;
+}
+
+/* The groups of setup's arguments 10..: [R, tag, R member names, zero
+ * (optional)] the replicas (*g; NULL with one), then [T, tag, T names]
+ * the tensor-parallel members (*tp; none or T = 1: NULL). This node must
+ * be one of the members of each. */
+static int replica_group(phost *h, const ax_values *args, int64_t tmo,
+                         ax_coll_group **g, int *zero, ax_coll_group **tp) {
+  *g = *tp = NULL;
+  *zero = 0;
+  int64_t z = 0;
+  size_t na = ax_values_count(args), at = 10;
+  if (na <= at)
+    return AX_OK;
+  const char *tag, *ttag, *names[AX_PIPE_MAX_REPLICAS],
+      *tnames[AX_PIPE_MAX_REPLICAS];
+  int R, T = 1;
+  AX_TRY(member_list(h, args, &at, "replicas", &R, &tag, names));
+  if (na > at)
+    AX_TRY(ax_values_get_i64(args, at++, &z));
+  if (na > at)
+    AX_TRY(member_list(h, args, &at, "tensor-parallel members", &T, &ttag,
+                       tnames));
+  if (na != at)
+    return ax_seterr(AX_EINVAL, "pipe.stage %d: %zu setup arguments",
+                     h->s->index, na);
+  if (z < 0 || z > 2 || (z && R < 2) ||
+      (z && (size_t)R > h->s->net->n_params))
+    return ax_seterr(AX_EINVAL, "pipe.stage %d: zero %lld with %d "
+                     "replicas of %zu parameters", h->s->index, (long long)z,
+                     R, h->s->net->n_params);
+  *zero = (int)z;
+  if (R > 1)
+    AX_TRY(ax_coll_group_new(h->s->node, tag, R, names, tmo, g));
+  int err = T > 1 ? ax_coll_group_new(h->s->node, ttag, T, tnames, tmo, tp)
+                  : AX_OK;
+  if (err != AX_OK) {
+    ax_coll_group_free(*g);
+    *g = NULL;
+  }
+  return err;
+}
+
+static int host_create(ax_node *n, const char *config, ax_device dev,
+                       void **obj) {
+  char model[32];
+  const char *rest = config ? config : "";
+  if (strncmp(rest, "model=", 6) != 0)
+    return ax_seterr(AX_EINVAL, "pipe.stage: config must start with "
+                     "model=NAME, got '%s'", rest);
+  rest += 6;
+  size_t len = strcspn(rest, ",");
+  if (len == 0 || len >= sizeof model)
+    return ax_seterr(AX_EINVAL, "pipe.stage: bad model name in '%s'", config);
+  memcpy(model, rest, len);
+  model[len] = 0;
+  rest += len + (rest[len] == ',');
+  phost *h = calloc(1, sizeof *h);
+  if (!h)
+    return AX_ENOMEM;
+  void *s = NULL;
+  int err = axd_stage_create(n, model, rest, dev, &s);
+  if (err != AX_OK) {
+    free(h);
+    return err;
+  }
+  h->s = s;
+  pthread_mutex_init(&h->group_mu, NULL);
+  pthread_mutex_init(&h->ckpt_mu, NULL);
+  pthread_cond_init(&h->ckpt_cv, NULL);
+  h->def = ax_pipe_mode_get(AX_MODE_SEQUENTIAL);
+  h->last_step = -1;
+  axi_stale_clear(&h->stale);
+  h->tr = ax_trace_new(AXP_STAGE_EVENTS_MAX); /* NULL: no events */
+  axp_inbox_init(&h->in, h->s->index, dev, h->tr);
+  *obj = h;
+  return AX_OK;
+}
+
+/* Stops the host's actions: wakes the one waiting for activations, cancels
+ * the queued ones and waits for the running one (s->mu not held). */
+static void host_quiesce(phost *h) {
+  axp_inbox_close(&h->in);
+  /* A STEP waiting in the replicas' all-reduce for a replica whose call
+   * ended would wait out its timeout: the group fails it now. */
+  pthread_mutex_lock(&h->group_mu);
+  ax_coll_group_abort(h->replicas, "the stage was torn down");
+  ax_coll_group_abort(h->tp, "the stage was torn down");
+  pthread_mutex_unlock(&h->group_mu);
+  axp_line_detach(&h->line, h);
+}
+
+static void host_destroy(void *obj) {
+  phost *h = obj;
+  host_quiesce(h);
+  host_clear(h);
+  axp_ckpt_writes_drain(h);
+  pthread_mutex_destroy(&h->ckpt_mu);
+  pthread_cond_destroy(&h->ckpt_cv);
+  pthread_mutex_destroy(&h->group_mu);
+  axp_inbox_destroy(&h->in);
+  axd_stage_release(h->s);
+  ax_trace_free(h->tr);
+  free(h);
+}
+
+static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
+                   ax_values *out) {
+  phost *h = obj;
+  axd_stage *s = h->s;
+  int64_t mode, rc;
+  const char *ocfg;
+  AX_TRY(ax_values_get_i64(args, 0, &mode));
+  AX_TRY(ax_values_get_i64(args, 1, &rc));
+  AX_TRY(ax_values_get_str(args, 2, &ocfg));
+  const ax_pipe_mode_def *def =
+      mode >= 0 && mode < AX_MODE_COUNT ? ax_pipe_mode_get((int)mode) : NULL;
+  if (!def)
+    return ax_seterr(AX_EINVAL, "pipe.stage: bad mode %lld (valid: 0..%d, "
+                     "%s)", (long long)mode, AX_MODE_COUNT - 1,
+                     ax_pipe_mode_list());
+  ax_rref *nb[2] = {NULL, NULL};
+  for (int i = 0; i < 2; i++)
+    if (ax_values_type(args, 3 + (size_t)i) == AX_VAL_EXT)
+      AX_TRY(ax_values_get_rref(args, 3 + (size_t)i, &nb[i]));
+  int64_t self_id = 0;
+  if (ax_values_count(args) < 6 ||
+      ax_values_get_i64(args, 5, &self_id) != AX_OK || self_id == 0)
+    return ax_seterr(AX_EBADARG, "pipe.stage: setup needs the id of the "
+                     "host's own RRef (argument 5)");
+  int64_t skind = AX_STALE_NONE, sdelay = 0, swarm = 0;
+  double sgamma = -1;
+  if (ax_values_count(args) > 6) { /* the staleness correction */
+    AX_TRY(ax_values_get_i64(args, 6, &skind));
+    AX_TRY(ax_values_get_i64(args, 7, &sdelay));
+    AX_TRY(ax_values_get_f64(args, 8, &sgamma));
+    AX_TRY(ax_values_get_i64(args, 9, &swarm));
+    if (skind < 0 || skind >= AX_STALE_COUNT || sdelay < 0 ||
+        sdelay > 1 << 20 || swarm < 0 || swarm > 1 << 30)
+      return ax_seterr(AX_EINVAL, "pipe.stage %d: bad staleness correction "
+                       "%lld (delay %lld, warm-up %lld)", s->index,
+                       (long long)skind, (long long)sdelay, (long long)swarm);
+    AX_TRY(ax_staleness_check((int)mode, (int)skind,
+                              sgamma < 0 ? AX_PIPEMARE_GAMMA : sgamma,
+                              (int)swarm));
+  }
+  axi_stale stale;
+  memset(&stale, 0, sizeof stale);
+  AX_TRY(axi_stale_init(&stale, (int)skind, (int)sdelay, sgamma, (int)swarm));
+  ax_config c;
+  ax_optim_cfg oc;
+  AX_TRY(ax_config_parse(&c, ocfg));
+  AX_TRY(ax_optim_cfg_parse(&c, &oc));
+  if (def->split && !ax_module_can_split(s->net->root))
+    return ax_seterr(AX_EUNSUPPORTED, "pipe.stage %d: %s splits the backward "
+                     "but a layer of this stage has no split backward "
+                     "(models/module.h)", s->index, def->name);
+  host_quiesce(h); /* a set-up again (recovery) ends what was in flight */
+  pthread_mutex_lock(&s->mu);
+  host_clear(h); /* frees the old replica group before a new one */
+  pthread_mutex_unlock(&s->mu);
+  ax_coll_group *g = NULL, *tp = NULL;
+  int zero = 0;
+  AX_TRY(replica_group(h, args, axp_wait_ms(cc), &g, &zero, &tp));
+  size_t zoff = 0, zlen = s->net->n_params;
+  if (zero && skind != AX_STALE_NONE) {
+    ax_coll_group_free(tp);
+    ax_coll_group_free(g);
+    return ax_seterr(AX_EINVAL, "pipe.stage %d: a staleness correction "
+                     "needs the whole optimizer state (no zero)", s->index);
+  }
+  if (zero) /* the optimizer keeps this replica's shard only */
+    ax_coll_shard(g, s->net->n_params, &zoff, &zlen);
+  ax_optim *o = ax_optim_new(&oc, zlen, s->dev);
+  if (!o) {
+    ax_coll_group_free(tp);
+    ax_coll_group_free(g);
+    return AX_ENOMEM;
+  }
+  pthread_mutex_lock(&s->mu);
+  pthread_mutex_lock(&h->group_mu);
+  h->replicas = g;
+  h->tp = tp;
+  pthread_mutex_unlock(&h->group_mu);
+  h->zero = zero;
+  h->zero_off = zoff;
+  h->zero_len = zlen;
+  h->def = def;
+  (void)rc; /* what to keep comes with each forward (its flags) */
+  h->prev = ax_rref_retain(nb[0]);
+  h->next = ax_rref_retain(nb[1]);
+  h->is_last = nb[1] == NULL;
+  h->stale = stale;
+  ax_optim_free(s->opt);
+  s->opt = o;
+  int err = axp_inbox_open(&h->in, (uint64_t)self_id);
+  pthread_mutex_unlock(&s->mu);
+  return err;
+}
+
+/* ---- statistics reported with every operation ------------------------------ */
+int axp_host_report(phost *h, int64_t t0, ax_values *out) {
+  long live = 0, vers = 1;
+  size_t bytes = 0;
+  for (pstate *st = h->states; st; st = st->next) {
+    live++;
+    bytes += ax_slot_bytes(st->slot);
+    for (int i = 0; i < st->input.n; i++)
+      bytes += st->input.t[i] ? ax_tensor_nbytes(st->input.t[i]) : 0;
+    int seen = st->ver == NULL || st->ver == h->s->net->params;
+    for (pstate *o = h->states; !seen && o != st; o = o->next)
+      seen = o->ver == st->ver;
+    if (!seen) {
+      vers++;
+      bytes += ax_tensor_nbytes(st->ver);
+    }
+  }
+  /* Under a correction, a prediction no state uses yet and pipemare's
+   * shadow (2bw; its states stash nothing) count too. */
+  ax_tensor *extra[2] = {h->stale.pred,
+                         h->stale.kind == AX_STALE_PIPEMARE ? h->shadow
+                                                            : NULL};
+  for (int i = 0; i < 2; i++) {
+    int seen = !extra[i] || extra[i] == h->s->net->params;
+    for (pstate *o = h->states; !seen && o; o = o->next)
+      seen = o->ver == extra[i];
+    if (!seen) {
+      vers++;
+      bytes += ax_tensor_nbytes(extra[i]);
+    }
+  }
+  h->versions = (int)vers;
+  AX_TRY(ax_values_add_i64(out, ax_trace_now_us() - t0));
+  AX_TRY(ax_values_add_i64(out, live));
+  AX_TRY(ax_values_add_i64(out, vers));
+  return ax_values_add_i64(out, (int64_t)bytes);
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+static int run_loss(phost *h, const ax_values *args, size_t at,
+                    const ax_tlist *y, pstate *st, ax_loss_result *r) {
+  int64_t nlab;
+  AX_TRY(ax_values_get_i64(args, at, &nlab));
+  if (nlab < 1 || nlab > AX_TLIST_MAX ||
+      ax_values_count(args) < at + 1 + 2 * (size_t)nlab)
+    return ax_seterr(AX_EBADARG, "pipe.stage: last stage needs labels");
+  ax_tlist lab = {0};
+  int64_t norm[AX_TLIST_MAX] = {0};
+  for (int i = 0; i < nlab; i++) {
+    AX_TRY(ax_values_get_tensor(args, at + 1 + (size_t)i, &lab.t[i]));
+    AX_TRY(ax_values_get_i64(args, at + 1 + (size_t)(nlab + i), &norm[i]));
+  }
+  lab.n = (int)nlab;
+  return ax_loss_xent(y, &lab, h->s->ignore_index, norm, 1.0f, r,
+                      st ? &st->dlogits : NULL);
+}
+
+/* The unit's inputs: the coordinator's tensors (stage 0), or the
+ * activations prev pushed under the unit's context, whose receive edges are
+ * recorded in that context when training. */
+static int take_inputs(ax_call_ctx *cc, phost *h, const ax_values *args,
+                       int64_t nin, long batch, int micro, uint64_t ctx,
+                       ax_tlist *in, int64_t *wait_us) {
+  axd_stage *s = h->s;
+  if (nin > 0) {
+    for (int i = 0; i < nin; i++) {
+      ax_tensor *x;
+      AX_TRY(ax_values_get_tensor(args, 5 + (size_t)i, &x));
+      if (!(in->t[in->n++] = ax_tensor_to(x, s->dev)))
+        return AX_ENOMEM;
+    }
+    return AX_OK;
+  }
+  axp_received meta;
+  AX_TRY(axp_inbox_take(&h->in, s->node,
+                        h->prev ? ax_rref_owner(h->prev) : NULL,
+                        batch, micro, axp_wait_ms(cc), in,
+                        &meta));
+  *wait_us = meta.wait_us;
+  int err = AX_OK;
+  if (meta.ctx != ctx)
+    err = ax_seterr(AX_ESTATE, "pipe.stage %d: activations of %ld/%d came "
+                    "under context %llx, the forward runs under %llx",
+                    s->index, batch, micro, (unsigned long long)meta.ctx,
+                    (unsigned long long)ctx);
+  else if (ctx)
+    err = ax_dist_recv_edges(s->node, ctx, meta.from, in, meta.desc,
+                             meta.len);
+  axp_received_clear(&meta);
+  return err;
+}
+
+static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
+                 ax_values *out) {
+  phost *h = obj;
+  axd_stage *s = h->s;
+  int64_t t0 = ax_trace_now_us(), batch, micro, seed, flags, nin;
+  AX_TRY(ax_values_get_i64(args, 0, &batch));
+  AX_TRY(ax_values_get_i64(args, 1, &micro));
+  AX_TRY(ax_values_get_i64(args, 2, &seed));
+  AX_TRY(ax_values_get_i64(args, 3, &flags));
+  AX_TRY(ax_values_get_i64(args, 4, &nin));
+  if (nin < 0 || nin > AX_TLIST_MAX)
+    return ax_seterr(AX_EBADARG, "pipe.stage: %lld inputs", (long long)nin);
+  int train = (flags & AX_PIPE_FLAG_TRAIN) != 0;
+  uint64_t ctx = train ? ax_call_autograd_ctx(cc) : 0;
+  if (train && !ctx)
+    return ax_seterr(AX_ESTATE, "pipe.stage %d: a training forward runs "
+                     "under a distributed autograd context", s->index);
+  ax_tlist in = {0}, y = {0};
+  int64_t waited = 0;
+  int err = axp_inbox_error(&h->in);
+  if (err == AX_OK)
+    err = take_inputs(cc, h, args, nin, (long)batch, (int)micro, ctx, &in,
+                      &waited);
+  t0 += waited; /* busy time: not the wait for the activations */
+  pstate *st = NULL;
+  if (err == AX_OK && train) {
+    if (!(st = calloc(1, sizeof *st)) || !(st->slot = ax_slot_new()))
+      err = AX_ENOMEM;
+    else {
+      st->batch = batch;
+      st->micro = (int)micro;
+      st->seed = (uint64_t)seed;
+    }
+  }
+  ax_loss_result r;
+  memset(&r, 0, sizeof r);
+  pthread_mutex_lock(&s->mu);
+  if (err == AX_OK && h->offload) /* the last update's parameters */
+    err = axp_offload_settle(h);
+  int64_t tc = ax_trace_now_us();
+  ax_tensor *w = s->net->params; /* the weights this forward uses */
+  if (err == AX_OK && train &&
+      h->def->fwd_weights == AX_FWD_DOUBLE_BUFFERED) {
+    if (h->shadow && h->shadow_for == batch)
+      w = h->shadow; /* the live weights moved on: batch uses the shadow */
+    else if (batch - 2 > h->last_step)
+      err = ax_seterr(AX_ESTATE, "pipe.stage %d: %s forward of batch %lld "
+                      "before the update of batch %lld (too few "
+                      "micro-batches?)", s->index, h->def->name,
+                      (long long)batch, (long long)batch - 2);
+  }
+  ax_tensor *wf = NULL; /* w, or its prediction (staleness.h) */
+  if (err == AX_OK)
+    err = train ? axi_stale_forward(&h->stale, w, (long)batch, &wf)
+                : AX_OK;
+  if (err == AX_OK && wf)
+    w = wf;
+  if (err == AX_OK) {
+    ax_exec ex = axp_host_exec(h, train);
+    ex.params = w;
+    ex.seed = (uint64_t)seed;
+    ex.update_stats = train;
+    err = ax_forward(s->net->root, &ex, st ? st->slot : NULL, &in, &y);
+  }
+  if (err == AX_OK && st) {
+    if (h->def->bwd_weights == AX_WEIGHTS_STASHED &&
+        axi_stale_stashes(&h->stale))
+      st->ver = ax_tensor_retain(w); /* live weights are copied on update */
+    if (flags & AX_PIPE_FLAG_RECOMPUTE) { /* keep only the inputs */
+      ax_slot_free(st->slot);
+      st->slot = NULL;
+      st->input.n = in.n;
+      for (int i = 0; i < in.n; i++)
+        st->input.t[i] = ax_tensor_retain(in.t[i]);
+    }
+  }
+  if (err == AX_OK && h->is_last)
+    err = run_loss(h, args, 5 + (size_t)nin, &y, st, &r);
+  if (err == AX_OK && st) { /* the unit's function in its context */
+    ax_tlist none = {0};
+    err = ax_dist_record_held(s->node, ctx, &in, h->is_last ? &none : &y,
+                              &st->fn);
+    if (err == AX_OK) /* the function keeps the inputs' sources */
+      err = ax_dist_forget(s->node, ctx, &in);
+  }
+  if (err == AX_OK && st) {
+    st->next = h->states;
+    h->states = st;
+    st = NULL;
+  }
+  ax_tensor_release(wf);
+  if (err == AX_OK)
+    err = axp_host_report(h, t0, out);
+  int live = 0, vers = h->versions;
+  for (pstate *o = h->states; o; o = o->next)
+    live++;
+  pthread_mutex_unlock(&s->mu);
+  if (err == AX_OK && train)
+    axp_event_compute(h->tr, s->index, ax_node_rank(s->node), "forward",
+                      (long)batch, (int)micro, tc, ax_trace_now_us(), live,
+                      vers);
+  if (err == AX_OK && h->is_last) {
+    ax_values_add_f64(out, r.loss);
+    ax_values_add_i64(out, r.correct[0]);
+    err = ax_values_add_i64(out, r.count[0]);
+  } else if (err == AX_OK) {
+    err = axp_push(s->node, &h->in, h->next, ctx, (long)batch, (int)micro,
+                   &y);
+  }
+  axp_state_free(st);
+  ax_tlist_clear(&in);
+  ax_tlist_clear(&y);
+  return err;
+}
+
+/* ---- state and teardown -------------------------------------------------------- */
+static int m_state_save(ax_call_ctx *cc, void *obj, const ax_values *args,
+                        ax_values *out) {
+  phost *h = obj;
+  pthread_mutex_lock(&h->s->mu);
+  int err = h->offload ? axp_offload_settle(h) : AX_OK;
+  pthread_mutex_unlock(&h->s->mu);
+  return err == AX_OK ? axd_stage_state_save(h->s, out) : err;
+}
+
+static int m_teardown(ax_call_ctx *cc, void *obj, const ax_values *args,
+                      ax_values *out) {
+  phost *h = obj;
+  host_quiesce(h);
+  pthread_mutex_lock(&h->s->mu);
+  host_clear(h);
+  pthread_mutex_unlock(&h->s->mu);
+  return AX_OK;
+}
+
+/* "offload" [optimizer RRef]: STEPs update through that "pipe.optim"
+ * object from now on; the local optimizer and its state are freed. */
+static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
+                     ax_values *out) {
+  phost *h = obj;
+  ax_rref *r = NULL;
+  if (ax_values_type(args, 0) == AX_VAL_EXT)
+    AX_TRY(ax_values_get_rref(args, 0, &r));
+  pthread_mutex_lock(&h->s->mu);
+  int err = AX_OK;
+  if (r && (h->zero || h->stale.kind != AX_STALE_NONE))
+    err = ax_seterr(AX_EINVAL, "pipe.stage %d: an optimizer on another agent "
+                    "with %s", h->s->index,
+                    h->zero ? "a sharded one (zero)" : "a staleness correction");
+  if (err == AX_OK && !r)
+    err = ax_seterr(AX_EINVAL, "pipe.stage %d: offload needs the optimizer's "
+                    "RRef (the local state is gone; set up again to get it "
+                    "back)", h->s->index);
+  if (err == AX_OK && h->offload) /* the old target's update first */
+    err = axp_offload_settle(h);
+  if (err == AX_OK) {
+    ax_rref_release(h->offload);
+    h->offload = ax_rref_retain(r);
+    ax_optim_free(h->s->opt); /* its state lives on the other agent now */
+    h->s->opt = NULL;
+  }
+  pthread_mutex_unlock(&h->s->mu);
+  return err;
+}
+
+static int m_trace(ax_call_ctx *cc, void *obj, const ax_values *args,
+                   ax_values *out) {
+  return axp_events_take(((phost *)obj)->tr, out);
+}
+
+/* The training actions run in their rank's order (stage_line.h). */
+#define IN_LINE(name, fn)                                                     \
+  static int name(ax_call_ctx *cc, void *obj, const ax_values *args,          \
+                  ax_values *out) {                                           \
+    return axp_line_call(cc, &((phost *)obj)->line, obj, fn, args, out);      \
+  }
+IN_LINE(l_fwd, m_fwd)
+IN_LINE(l_bwd, axp_host_bwd)
+IN_LINE(l_bwdi, axp_host_bwd_input)
+IN_LINE(l_bwdw, axp_host_bwd_weight)
+IN_LINE(l_step, axp_host_step)
+
+static const ax_robj_method_def g_methods[] = {
+    {"setup", m_setup}, {"fwd", l_fwd},
+    {"bwd", l_bwd}, {"bwdi", l_bwdi},
+    {"bwdw", l_bwdw}, {"step", l_step},
+    {"state_save", m_state_save}, {"teardown", m_teardown},
+    {"trace", m_trace}, {"offload", m_offload},
+    {"ckpt_save", axp_host_ckpt_save},
+    {"ckpt_load", axp_host_ckpt_load}, {"ckpt_drop", axp_host_ckpt_drop},
+    {"ckpt_wait", axp_host_ckpt_wait},
+    {"ckpt_mem_save", axp_host_ckpt_mem_save},
+    {"ckpt_mem_load", axp_host_ckpt_mem_load},
+    {NULL, NULL},
+};
+
+static const ax_robj_kind g_kind = {"pipe.stage", host_create, host_destroy,
+                                    g_methods};
+
+int axi_pipe_host_register(ax_node *n) {
+  AX_TRY(axp_inbox_register_rpc(n));
+  AX_TRY(axp_optim_register(n));
+  AX_TRY(axp_mem_store_register(n));
+  return ax_robj_register(n, &g_kind);
+}

@@ -1,0 +1,123 @@
+/* The pipeline stage host: remote object kind "pipe.stage" (registered by
+ * ax_pipe_init on every agent) that runs one model stage under a schedule
+ * the coordinator drives (runtime/pipeline/coord/coordinator.h).
+ *
+ * Configuration: "model=NAME[,stage.h keys]", e.g.
+ * "model=mlp,stage=1,splits=0/2/4,seed=3,widths=784/64/10": the model name
+ * first, then the keys of the model stage kinds (runtime/autograd/stage.h).
+ *
+ * Methods (every call on one host runs one at a time under the stage lock).
+ * "fwd", "bwd", "bwdi", "bwdw" and "step" calls that carry the sequence
+ * metadata of stage_line.h run in their agent's order on its line, one at
+ * a time across the stages the agent holds, however many are in flight;
+ * without it they run at once. "setup", "teardown" and destroying the host
+ * cancel its queued actions and wait for the running one. A push
+ * that failed makes the next fwd/bwd fail with its error.
+ *  - "setup" [mode, recompute, optim config (str), prev, next, self id,
+ *    and optionally staleness, delay, gamma (f64; < 0: the default),
+ *    warm-up, and optionally replicas R, group tag (str), R member names
+ *    (str)]:
+ *    the recompute option is informational (each "fwd" says in its flags
+ *    whether the unit keeps only its inputs); prev/next are the
+ *    neighbours' object RRefs, or i64 0 at the ends;
+ *    self id is ax_rref_id of this host's own RRef, under which its inbox
+ *    receives the neighbours' pushes (stage_inbox.h). Creates the local
+ *    optimizer (models/optim.h keys). The staleness correction
+ *    (staleness.h; absent: none) with the stage's delay (ax_pipe_delay)
+ *    changes the weights a training forward and a backward use and the
+ *    step size; AX_EINVAL for a bad one or any but none in a flushed mode.
+ *    With R > 1 replicas the host joins the collective group `tag` of
+ *    the members (the agents holding this stage in every replica of the
+ *    pipeline, this one among them; collective.h), and every STEP first
+ *    replaces its summed gradient by the group's average (ring
+ *    all-reduce, bit-identical on every member): R replicas train as one
+ *    pipeline on R times the batch, each on its shard (PyTorch DDP's
+ *    rule: per-replica means, averaged).
+ *  - "fwd" [batch, micro, seed, flags, n_in, inputs..., n_lab, labels...,
+ *    norms (n_lab i64)]: flags bit 0 = training, bit 1 = keep only the
+ *    inputs and replay the forward at backward (the mode table's
+ *    ax_pipe_replays). With n_in = 0 the inputs are the activations prev
+ *    pushed (waited for in the inbox up to the call's deadline). Training
+ *    runs under the unit's distributed autograd context (the call's;
+ *    AX_ESTATE without one): the receive edges of the pushed activations
+ *    and the unit's function are recorded in it (ax_dist_record_held), and
+ *    a stage with a next pushes its outputs there right away under the
+ *    context (stage to stage, not through the caller), recording the send.
+ *    Training keeps a per-unit state until its backward: the saved
+ *    activations (or only the inputs) and, when the mode's backward uses
+ *    stashed weights, the version the forward used (copy-on-update: before
+ *    an update, states that still use the live weights get one separate
+ *    copy of the flat buffer). Returns [busy_us (the call's time less its
+ *    wait for the activations), live_states,
+ *    weight_versions, state_bytes] and, on the last stage, [loss, correct,
+ *    count] after them.
+ *  - "bwd" [batch, micro, step, units]: under the unit's context. The
+ *    output gradient is the loss's on the last stage, else the one the next
+ *    stage sent back along the context's receive edge (ax_dist_take_grads,
+ *    waited for up to the call's deadline). A replayed state first
+ *    recomputes its forward (update_stats = 0, same dropout seed) with the
+ *    forward's weights or, when the mode says "latest" (fr), the current
+ *    ones. Parameter gradients accumulate in the context's buffer for this
+ *    stage, which the stage then takes out of the context for the STEP;
+ *    the input gradient goes back to prev along the receive edge
+ *    (ax_dist_pass_grads), without waiting. step = 1 runs the STEP of
+ *    `batch` after it (see "step"). Returns [busy_us (less the wait for
+ *    the output gradient), live_states,
+ *    weight_versions, state_bytes].
+ *  - "step" [batch, units]: updates the weights with the sum, in
+ *    micro-batch order 0..units-1, of the gradients of batch's units
+ *    (AX_ESTATE unless every unit's backward ran). Returns the four
+ *    statistics.
+ *  - "state_save" []: [params (P), buffers (Q) or an empty tensor].
+ *  - "trace" []: [bytes] the events recorded since the last "trace"
+ *    (stage_events.h), encoded by ax_trace_encode.
+ *  - "ckpt_save" [dir, name, send (optional i64), async (optional i64)]:
+ *    writes the stage's state (parameters, buffers, optimizer state and
+ *    steps, update position, 2bw's shadow) to dir/name on this agent's
+ *    disk (temporary file, fsync, rename; dir is created), or with send =
+ *    1 returns the file to the caller instead; [size, sha256 hex] and with
+ *    send the file (an i32 tensor of its bytes, zero-padded). With async =
+ *    1 (and no send) it answers once the state is copied, and writes the
+ *    file in the background ("ckpt_wait" collects the outcome). AX_ESTATE
+ *    while a unit is in flight (checkpoints are taken at a consistent
+ *    cut). docs/CHECKPOINTS.md.
+ *  - "ckpt_wait" [path]: waits (bounded by the call's deadline) for the
+ *    background write of dir/name = path and returns its outcome;
+ *    AX_ENOTFOUND when no such write was started.
+ *  - "ckpt_load" [path, size, sha256 hex, file (optional)]: the file at
+ *    path on this agent, or the one given (path then only names it);
+ *    checks it against the manifest's size and checksum and against this
+ *    stage (split, mode, optimizer) and only then loads it; AX_EFORMAT
+ *    naming the file when it is damaged, AX_EINVAL when it belongs to
+ *    another run.
+ *  - "ckpt_drop" [dir, name]: removes that file of an old checkpoint.
+ *  - "ckpt_mem_save" [key, peer]: keeps the stage's file (as "ckpt_save"
+ *    makes it) in this agent's memory and sends a copy to agent peer
+ *    ("pipe.mem_keep"; "" or this agent: no copy), both under the
+ *    caller's name and key; [size, sha256 hex]. ax_pipe_checkpoint_memory.
+ *  - "ckpt_mem_load" [key, holder, size, sha256 hex]: the caller's copy
+ *    under key from agent holder ("pipe.mem_fetch"; this agent's own
+ *    memory when it is holder), checked as "ckpt_load" checks a file, then
+ *    loaded. The agent-wide store and its "pipe.mem_keep",
+ *    "pipe.mem_fetch" and "pipe.mem_forget" are in stage_ckpt_mem.c.
+ *  - "offload" [optimizer RRef]: every STEP from now on sends the
+ *    (averaged) gradient to that "pipe.optim" object on another agent and
+ *    copies the parameters it answers (stage_offload.c; the coordinator
+ *    made it and gave it the parameters and the optimizer configuration);
+ *    the local optimizer and its state are freed ("setup" makes one
+ *    again). AX_EINVAL with zero or a staleness correction. Checkpoints of
+ *    a stage whose optimizer is sharded or elsewhere: AX_ESTATE.
+ *  - "teardown" []: drops the neighbours' RRefs and every state (breaks the
+ *    reference cycle between neighbours; call before releasing the host). */
+#ifndef AX_PIPELINE_STAGE_HOST_H
+#define AX_PIPELINE_STAGE_HOST_H
+
+#include "rref/rref.h"
+
+#define AX_PIPE_FLAG_TRAIN 1
+#define AX_PIPE_FLAG_RECOMPUTE 2
+
+/* Registers "pipe.stage" on n (called by ax_pipe_init, pipeline.h). */
+int axi_pipe_host_register(ax_node *n);
+
+#endif

@@ -1,0 +1,409 @@
+/* The pipeline stage host's backward: replay, per-context gradients, weight
+ * stashing and the update rule of each mode. Contract in stage_host.h. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/backend-impl.h"
+#include "runtime/autograd/autograd.h"
+#include "runtime/pipeline/schedule/mode.h"
+#include "runtime/pipeline/trace/stage_events.h"
+#include "runtime/pipeline/stage/stage_host-impl.h"
+
+/* ---- backward and update ------------------------------------------------------- */
+
+/* Before the live weights change, states whose forward used them move to
+ * one separate copy (the stashed version). s->mu held. */
+static int stash_live(phost *h) {
+  ax_tensor *live = h->s->net->params, *copy = NULL;
+  for (pstate *st = h->states; st; st = st->next) {
+    if (st->ver != live)
+      continue;
+    if (!copy) {
+      if (!(copy = ax_tensor_like(live)))
+        return AX_ENOMEM;
+      AX_TRY(ax_tensor_copy(copy, live));
+    }
+    ax_tensor_release(st->ver);
+    st->ver = ax_tensor_retain(copy);
+  }
+  ax_tensor_release(copy);
+  return AX_OK;
+}
+
+/* Double-buffered modes: before STEP(t) changes the live weights, they
+ * become the shadow that every forward of batch t+1 uses (and the stash of
+ * the states that used them). s->mu held. */
+static int shadow_live(phost *h, long t) {
+  ax_tensor *live = h->s->net->params, *copy = ax_tensor_like(live);
+  if (!copy)
+    return AX_ENOMEM;
+  int err = ax_tensor_copy(copy, live);
+  if (err != AX_OK) {
+    ax_tensor_release(copy);
+    return err;
+  }
+  for (pstate *st = h->states; st; st = st->next)
+    if (st->ver == live) {
+      ax_tensor_release(st->ver);
+      st->ver = ax_tensor_retain(copy);
+    }
+  ax_tensor_release(h->shadow);
+  h->shadow = copy;
+  h->shadow_for = t + 1;
+  return AX_OK;
+}
+
+/* ---- taken gradients and their sum in micro-batch order ------------------- */
+void axp_grads_clear(phost *h) {
+  for (pgrad *g = h->grads, *nx; g; g = nx) {
+    nx = g->next;
+    ax_tensor_release(g->g);
+    free(g);
+  }
+  h->grads = NULL;
+  ax_tensor_release(h->acc);
+  h->acc = NULL;
+  h->acc_next = 0;
+}
+
+/* Adds the taken gradients of batch t to the running sum while the next
+ * micro-batch in order is there, so the sum is always 0, 1, ..., U-1 and a
+ * buffer goes back to the pool as soon as it is added. s->mu held. */
+static int fold(phost *h, long t) {
+  axd_stage *s = h->s;
+  if (h->acc && h->acc_batch != t)
+    return ax_seterr(AX_ESTATE, "pipe.stage %d: gradients of batch %ld not "
+                     "stepped before batch %ld", s->index, h->acc_batch, t);
+  for (;;) {
+    pgrad **pp = &h->grads;
+    while (*pp && !((*pp)->batch == t && (*pp)->micro == h->acc_next))
+      pp = &(*pp)->next;
+    if (!*pp)
+      return AX_OK;
+    pgrad *g = *pp;
+    *pp = g->next;
+    int err = AX_OK;
+    if (!h->acc) {
+      h->acc = g->g; /* micro-batch 0 starts the sum */
+      h->acc_batch = t;
+    } else {
+      err = AX_K(ax_backend_of(s->dev), axpby, s->net->n_params, 1.0f,
+                 ax_f32(g->g), 1.0f, ax_f32(h->acc));
+      ax_dist_grads_recycle(s->node, g->g);
+    }
+    free(g);
+    h->acc_next++;
+    AX_TRY(err);
+  }
+}
+
+/* The sharded update (ZeRO 1/2): the replicas' average of this shard of
+ * the gradients (the all-reduce's first half, the same bits), this shard's
+ * optimizer step, then every replica's updated shard (its second half). */
+static int zero_step(phost *h) {
+  axd_stage *s = h->s;
+  int64_t n = (int64_t)h->zero_len;
+  AX_TRY(ax_coll_reduce_scatter(h->replicas, h->acc, AX_COLL_AVG));
+  ax_tensor *p = ax_tensor_view(s->net->params, h->zero_off, 1, &n),
+            *g = ax_tensor_view(h->acc, h->zero_off, 1, &n);
+  int err = p && g ? ax_optim_step(s->opt, p, g) : AX_ENOMEM;
+  ax_tensor_release(p);
+  ax_tensor_release(g);
+  return err == AX_OK ? ax_coll_allgather(h->replicas, s->net->params) : err;
+}
+
+/* STEP of batch t over `units` units: the sum of their gradients, in
+ * micro-batch order, updates the weights (states still using the live
+ * weights get their stashed copy first). s->mu held. */
+static int step_locked(phost *h, long t, int units) {
+  axd_stage *s = h->s;
+  if (!s->opt && !h->offload)
+    return ax_seterr(AX_ESTATE, "pipe.stage: no optimizer (setup)");
+  if (h->offload) /* the previous update's parameters first */
+    AX_TRY(axp_offload_settle(h));
+  AX_TRY(fold(h, t));
+  if (!h->acc || h->acc_next != units)
+    return ax_seterr(AX_ESTATE, "pipe.stage %d: step of batch %ld with the "
+                     "gradients of %d of its %d units", s->index, t,
+                     h->acc ? h->acc_next : 0, units);
+  int dbuf = h->def->fwd_weights == AX_FWD_DOUBLE_BUFFERED;
+  /* Under predict the forwards of t + 1 use their prediction, made from
+   * the live weights before this update (axi_stale_before_step): no
+   * shadow. */
+  int err = dbuf && h->stale.kind != AX_STALE_PREDICT ? shadow_live(h, t)
+                                                       : stash_live(h);
+  if (err == AX_OK) /* the correction's view of the update (staleness.h) */
+    err = axi_stale_before_step(&h->stale, s->opt, s->net->params,
+                                dbuf ? t + 1 : -1);
+  if (err == AX_OK && h->zero)
+    err = zero_step(h);
+  else {
+    if (err == AX_OK && h->replicas) /* data parallel: every replica's */
+      err = ax_coll_allreduce(h->replicas, h->acc, AX_COLL_AVG);
+    if (err == AX_OK)
+      err = h->offload ? axp_offload_step(h)
+                       : ax_optim_step(s->opt, s->net->params, h->acc);
+  }
+  if (err == AX_OK)
+    err = axi_stale_after_step(&h->stale, s->net->params, t);
+  if (err == AX_OK)
+    h->last_step = t;
+  if (h->offload) /* still being sent to the optimizer host */
+    ax_tensor_release(h->acc);
+  else
+    ax_dist_grads_recycle(s->node, h->acc);
+  h->acc = NULL;
+  h->acc_next = 0;
+  return err;
+}
+
+/* Which part of a unit's backward an action runs. */
+enum { PART_FULL = 0, PART_INPUT = 1, PART_WEIGHT = 2 };
+
+/* Part `part` of the unit's backward: the input gradients (FULL, INPUT)
+ * into din and the parameter gradients (FULL, WEIGHT) into g, a buffer of
+ * the unit's context. A replayed state recomputes its forward first (FULL,
+ * INPUT). mark: [start, replay done, backward done] (us). s->mu held. */
+static int backward_locked(phost *h, pstate *st, int part,
+                           const ax_tlist *dy, ax_tensor *g, ax_tlist *din,
+                           int64_t mark[3]) {
+  axd_stage *s = h->s;
+  ax_net *net = s->net;
+  ax_exec ex = axp_host_exec(h, 1);
+  ex.params = st->ver ? st->ver : net->params;
+  ex.seed = st->seed;
+  ax_tensor *wb = NULL; /* pipemare's corrected weights (staleness.h) */
+  int err = st->ver ? AX_OK
+                    : axi_stale_backward(&h->stale, net->params,
+                                         s->opt ? ax_optim_steps(s->opt) : 0,
+                                         &wb);
+  if (err != AX_OK)
+    return err;
+  if (wb)
+    ex.params = wb;
+  mark[0] = ax_trace_now_us();
+  if (!st->slot && part != PART_WEIGHT) { /* replay: no new statistics */
+    ax_tlist y = {0};
+    if (!(st->slot = ax_slot_new())) {
+      ax_tensor_release(wb);
+      return AX_ENOMEM;
+    }
+    ex.update_stats = 0;
+    err = ax_forward(net->root, &ex, st->slot, &st->input, &y);
+    ax_tlist_clear(&y);
+  }
+  mark[1] = ax_trace_now_us();
+  ex.grads = g;
+  ex.need_dx = !s->is_first;
+  if (err == AX_OK && part == PART_FULL)
+    err = ax_backward(net->root, &ex, st->slot, dy, din);
+  else if (err == AX_OK && part == PART_INPUT)
+    err = ax_backward_input(net->root, &ex, st->slot, dy, din);
+  else if (err == AX_OK)
+    err = ax_backward_weight(net->root, &ex, st->slot);
+  mark[2] = ax_trace_now_us();
+  ax_tensor_release(wb);
+  return err;
+}
+
+/* The output gradients of the unit: the loss's on the last stage, else
+ * the ones the next stage sent back along the unit's context. */
+static int output_grads(ax_call_ctx *cc, phost *h, pstate *st, uint64_t ctx,
+                        ax_tlist *dy, int64_t *wait_us) {
+  if (h->is_last) {
+    dy->n = st->dlogits.n;
+    for (int i = 0; i < dy->n; i++)
+      dy->t[i] = ax_tensor_retain(st->dlogits.t[i]);
+    return AX_OK;
+  }
+  int64_t t0 = ax_trace_now_us();
+  AX_TRY(ax_dist_take_grads(h->s->node, ctx, st->fn, axp_wait_ms(cc), dy));
+  *wait_us = ax_trace_now_us() - t0;
+  for (int i = 0; i < dy->n; i++) { /* onto the stage's device */
+    ax_tensor *x = dy->t[i] ? ax_tensor_to(dy->t[i], h->s->dev) : NULL;
+    if (dy->t[i] && !x)
+      return AX_ENOMEM;
+    ax_tensor_release(dy->t[i]);
+    dy->t[i] = x;
+  }
+  axp_event_xfer(h->tr, h->s->index, 0, AXP_GRADIENTS, st->batch, st->micro,
+                 h->s->index + 1, dy, t0, ax_trace_now_us());
+  return AX_OK;
+}
+
+/* The unit's parameter gradients leave its context for the sum in
+ * micro-batch order (s->mu held). */
+static int collect_grads(phost *h, uint64_t ctx, long batch, int micro) {
+  axd_stage *s = h->s;
+  ax_tensor *taken = NULL;
+  pgrad *pg = calloc(1, sizeof *pg);
+  int err = pg ? ax_dist_take_gradients(s->node, ctx, s->key, &taken)
+               : AX_ENOMEM;
+  if (err != AX_OK) {
+    free(pg);
+    return err;
+  }
+  pg->batch = batch;
+  pg->micro = micro;
+  pg->g = taken;
+  pg->next = h->grads;
+  h->grads = pg;
+  return fold(h, batch);
+}
+
+/* The state of (batch, micro): taken out of the list for FULL and WEIGHT
+ * (the unit's last action), left in it for INPUT (W follows). s->mu held. */
+static pstate *state_for(phost *h, long batch, int micro, int part,
+                         const char **why) {
+  for (pstate **pp = &h->states; *pp; pp = &(*pp)->next) {
+    pstate *st = *pp;
+    if (st->batch != batch || st->micro != micro)
+      continue;
+    if ((part == PART_WEIGHT) != (st->input_done != 0)) {
+      *why = part == PART_WEIGHT ? "a weight half before its input half"
+                                 : "a backward after its input half";
+      return NULL;
+    }
+    if (part != PART_INPUT)
+      *pp = st->next;
+    return st;
+  }
+  *why = "a backward without its forward";
+  return NULL;
+}
+
+/* The "bwd", "bwdi" and "bwdw" methods: [batch, micro] and, for bwd and
+ * bwdw, [step, units]. */
+static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
+                         int part, ax_values *out) {
+  axd_stage *s = h->s;
+  int64_t t0 = ax_trace_now_us(), batch, micro, step = 0, units = 1;
+  AX_TRY(ax_values_get_i64(args, 0, &batch));
+  AX_TRY(ax_values_get_i64(args, 1, &micro));
+  if (part != PART_INPUT)
+    AX_TRY(ax_values_get_i64(args, 2, &step));
+  if (step && (ax_values_get_i64(args, 3, &units) != AX_OK || units < 1 ||
+               units > 1 << 20))
+    return ax_seterr(AX_EBADARG, "pipe.stage: a backward with a step needs "
+                     "the batch's unit count (argument 3)");
+  uint64_t ctx = ax_call_autograd_ctx(cc);
+  if (!ctx)
+    return ax_seterr(AX_ESTATE, "pipe.stage %d: a backward runs under its "
+                     "unit's distributed autograd context", s->index);
+  AX_TRY(axp_inbox_error(&h->in));
+  const char *why = NULL;
+  pthread_mutex_lock(&s->mu);
+  pstate *st = state_for(h, batch, (int)micro, part, &why);
+  pthread_mutex_unlock(&s->mu);
+  if (!st)
+    return ax_seterr(AX_ENOTFOUND, "pipe.stage %d: batch %lld/%lld: %s",
+                     s->index, (long long)batch, (long long)micro, why);
+  ax_tlist dy = {0}, din = {0};
+  int64_t waited = 0;
+  int err = part == PART_WEIGHT ? AX_OK
+                                : output_grads(cc, h, st, ctx, &dy, &waited);
+  t0 += waited; /* busy time: not the wait for the gradient */
+  int replay = st->slot == NULL && part != PART_WEIGHT;
+  int64_t mark[4] = {0, 0, 0, 0};
+  int live = 0;
+  uint64_t fn = st->fn;
+  ax_tensor *g = NULL;
+  if (err == AX_OK)
+    err = ax_dist_grads(s->node, ctx, s->key, s->net->n_params, s->dev, &g);
+  pthread_mutex_lock(&s->mu);
+  if (err == AX_OK && h->offload)
+    err = axp_offload_settle(h);
+  if (err == AX_OK)
+    err = backward_locked(h, st, part, &dy, g, &din, mark);
+  if (err == AX_OK && part != PART_INPUT)
+    err = collect_grads(h, ctx, (long)batch, (int)micro);
+  mark[3] = mark[2];
+  if (err == AX_OK && step) {
+    err = step_locked(h, batch, (int)units);
+    mark[3] = ax_trace_now_us();
+  }
+  if (part == PART_INPUT) {
+    st->input_done = err == AX_OK;
+    if (err != AX_OK) { /* the unit cannot finish: drop its state */
+      for (pstate **pp = &h->states; *pp; pp = &(*pp)->next)
+        if (*pp == st) {
+          *pp = st->next;
+          break;
+        }
+      axp_state_free(st);
+    }
+  } else {
+    axp_state_free(st);
+  }
+  if (err == AX_OK)
+    err = axp_host_report(h, t0, out);
+  for (pstate *o = h->states; o; o = o->next)
+    live++;
+  int vers = h->versions, agent = ax_node_rank(s->node);
+  pthread_mutex_unlock(&s->mu);
+  if (err == AX_OK) {
+    if (replay)
+      axp_event_compute(h->tr, s->index, agent, "recompute", (long)batch,
+                        (int)micro, mark[0], mark[1], -1, -1);
+    axp_event_compute(h->tr, s->index, agent,
+                      part == PART_WEIGHT ? "weight" : "backward",
+                      (long)batch, (int)micro, mark[1], mark[2], live, vers);
+    if (step)
+      axp_event_compute(h->tr, s->index, agent, "optim", (long)batch,
+                        (int)micro, mark[2], mark[3], -1, vers);
+  }
+  if (err == AX_OK && part != PART_WEIGHT && !s->is_first) {
+    /* back along the receive edges */
+    int64_t ts = ax_trace_now_us();
+    ax_future *f = NULL;
+    err = ax_dist_pass_grads(s->node, ctx, fn, &din, &f);
+    if (err == AX_OK) {
+      err = ax_future_on_done(f, axp_on_pushed, (void *)(uintptr_t)h->in.id);
+      ax_future_release(f);
+    }
+    if (err == AX_OK)
+      axp_event_xfer(h->tr, s->index, 1, AXP_GRADIENTS, (long)batch,
+                     (int)micro, s->index - 1, &din, ts, ax_trace_now_us());
+  }
+  ax_tensor_release(g);
+  ax_tlist_clear(&dy);
+  ax_tlist_clear(&din);
+  return err;
+}
+
+int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
+                 ax_values *out) {
+  return host_backward(cc, obj, args, PART_FULL, out);
+}
+
+int axp_host_bwd_input(ax_call_ctx *cc, void *obj, const ax_values *args,
+                       ax_values *out) {
+  return host_backward(cc, obj, args, PART_INPUT, out);
+}
+
+int axp_host_bwd_weight(ax_call_ctx *cc, void *obj, const ax_values *args,
+                        ax_values *out) {
+  return host_backward(cc, obj, args, PART_WEIGHT, out);
+}
+
+int axp_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
+                  ax_values *out) {
+  phost *h = obj;
+  int64_t t0 = ax_trace_now_us(), batch, units;
+  AX_TRY(ax_values_get_i64(args, 0, &batch));
+  AX_TRY(ax_values_get_i64(args, 1, &units));
+  if (units < 1 || units > 1 << 20)
+    return ax_seterr(AX_EBADARG, "pipe.stage: step over %lld units",
+                     (long long)units);
+  pthread_mutex_lock(&h->s->mu);
+  int err = step_locked(h, (long)batch, (int)units);
+  if (err == AX_OK)
+    err = axp_host_report(h, t0, out);
+  int vers = h->versions;
+  pthread_mutex_unlock(&h->s->mu);
+  if (err == AX_OK)
+    axp_event_compute(h->tr, h->s->index, ax_node_rank(h->s->node), "optim",
+                      (long)batch, 0, t0, ax_trace_now_us(), -1, vers);
+  return err;
+}

@@ -1,0 +1,171 @@
+/* "pipe.optim": a pipeline stage's optimizer kept on another agent
+ * (ax_pipe_opts.optimizer_host; ZeRO-Offload adapted to this runtime). The
+ * coordinator creates one per stage on the optimizer host, gives it the
+ * stage's parameters and optimizer configuration ("init"), and hands its
+ * RRef to the stage ("offload", stage_host.c); from then on every STEP of
+ * the stage sends its gradient there ("step") and takes the updated
+ * parameters back. The optimizer state never lives on the stage's agent.
+ *
+ * Methods:
+ *  - "init" [optim config (str), params (P f32)]: keeps a copy of the
+ *    parameters on this agent and makes the optimizer (models/optim.h).
+ *  - "step" [grads (P f32)]: one update of that copy; answers [params].
+ * AX_ESTATE before "init", AX_EINVAL for a gradient of another size. Calls
+ * on one object are serialised by its lock. */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "models/optim.h"
+#include "runtime/pipeline/stage/stage_host-impl.h"
+
+typedef struct poptim {
+  pthread_mutex_t mu;
+  ax_device dev;
+  ax_optim *opt;
+  ax_tensor *params;
+} poptim;
+
+static int optim_create(ax_node *n, const char *config, ax_device dev,
+                        void **obj) {
+  (void)n, (void)config;
+  poptim *o = calloc(1, sizeof *o);
+  if (!o)
+    return AX_ENOMEM;
+  pthread_mutex_init(&o->mu, NULL);
+  o->dev = dev;
+  *obj = o;
+  return AX_OK;
+}
+
+static void optim_destroy(void *obj) {
+  poptim *o = obj;
+  ax_optim_free(o->opt);
+  ax_tensor_release(o->params);
+  pthread_mutex_destroy(&o->mu);
+  free(o);
+}
+
+static int m_init(ax_call_ctx *cc, void *obj, const ax_values *args,
+                  ax_values *out) {
+  poptim *o = obj;
+  const char *cfg;
+  ax_tensor *p;
+  AX_TRY(ax_values_get_str(args, 0, &cfg));
+  AX_TRY(ax_values_get_tensor(args, 1, &p));
+  if (p->dtype != AX_F32 || ax_tensor_numel(p) == 0)
+    return ax_seterr(AX_EINVAL, "pipe.optim: parameters must be f32");
+  ax_config c;
+  ax_optim_cfg oc;
+  AX_TRY(ax_config_parse(&c, cfg));
+  AX_TRY(ax_optim_cfg_parse(&c, &oc));
+  int64_t n = (int64_t)ax_tensor_numel(p);
+  ax_tensor *copy = ax_tensor_new(AX_F32, 1, &n, o->dev);
+  ax_optim *opt = ax_optim_new(&oc, (size_t)n, o->dev);
+  int err = copy && opt ? ax_tensor_copy(copy, p) : AX_ENOMEM;
+  if (err != AX_OK) {
+    ax_tensor_release(copy);
+    ax_optim_free(opt);
+    return err;
+  }
+  pthread_mutex_lock(&o->mu);
+  ax_optim_free(o->opt);
+  ax_tensor_release(o->params);
+  o->opt = opt;
+  o->params = copy;
+  pthread_mutex_unlock(&o->mu);
+  return AX_OK;
+}
+
+static int m_step(ax_call_ctx *cc, void *obj, const ax_values *args,
+                  ax_values *out) {
+  poptim *o = obj;
+  ax_tensor *g;
+  AX_TRY(ax_values_get_tensor(args, 0, &g));
+  pthread_mutex_lock(&o->mu);
+  int err = AX_OK;
+  if (!o->opt)
+    err = ax_seterr(AX_ESTATE, "pipe.optim: step before init");
+  else if (g->dtype != AX_F32 ||
+           ax_tensor_numel(g) != ax_tensor_numel(o->params))
+    err = ax_seterr(AX_EINVAL, "pipe.optim: a gradient of %zu values for "
+                    "%zu parameters", ax_tensor_numel(g),
+                    ax_tensor_numel(o->params));
+  ax_tensor *gd = NULL;
+  if (err == AX_OK && !(gd = ax_tensor_to(g, o->dev)))
+    err = AX_ENOMEM;
+  if (err == AX_OK)
+    err = ax_optim_step(o->opt, o->params, gd);
+  if (err == AX_OK)
+    err = ax_values_add_tensor(out, o->params);
+  pthread_mutex_unlock(&o->mu);
+  ax_tensor_release(gd);
+  return err;
+}
+
+static const ax_robj_method_def g_methods[] = {
+    {"init", m_init}, {"step", m_step}, {NULL, NULL}};
+static const ax_robj_kind g_kind = {"pipe.optim", optim_create,
+                                    optim_destroy, g_methods};
+
+int axp_optim_register(ax_node *n) { return ax_robj_register(n, &g_kind); }
+
+#define OFFLOAD_TIMEOUT_MS 120000
+
+/* Sends the gradient (h->acc, which the message keeps alive: the caller
+ * releases its reference and does not recycle it) and returns; the
+ * parameters come back in axp_offload_settle. */
+int axp_offload_step(phost *h) {
+  axd_stage *s = h->s;
+  AX_TRY(axp_offload_settle(h));
+  ax_values *a = ax_values_new();
+  int err = a ? ax_values_add_tensor(a, h->acc) : AX_ENOMEM;
+  ax_call_opts co = {.timeout_ms = OFFLOAD_TIMEOUT_MS};
+  /* Outside the unit's autograd context: the update outlives the call
+   * whose context it would inherit (released before the update runs). */
+  uint64_t ctx = ax_autograd_ctx_current();
+  ax_autograd_ctx_set_current(0);
+  if (err == AX_OK)
+    err = ax_rref_rpc_async(s->node, h->offload, "step", a, &co,
+                            &h->offload_pending);
+  ax_autograd_ctx_set_current(ctx);
+  ax_values_free(a);
+  return err;
+}
+
+int axp_offload_settle(phost *h) {
+  axd_stage *s = h->s;
+  ax_future *f = h->offload_pending;
+  if (!f)
+    return h->offload_err
+               ? ax_seterr(h->offload_err, "pipe.stage %d: an earlier update "
+                           "on the optimizer host failed", s->index)
+               : AX_OK;
+  h->offload_pending = NULL;
+  int err = ax_future_wait(f, OFFLOAD_TIMEOUT_MS + 1000);
+  if (err == AX_OK)
+    err = ax_future_err(f);
+  if (err != AX_OK)
+    err = ax_seterr(err, "pipe.stage %d: the update on the optimizer host: "
+                    "%s", s->index, ax_future_is_done(f) ? ax_future_errmsg(f)
+                                                          : "no answer");
+  ax_tensor *np = NULL;
+  if (err == AX_OK)
+    err = ax_values_get_tensor(ax_future_values(f), 0, &np);
+  if (err == AX_OK && ax_tensor_numel(np) != s->net->n_params)
+    err = ax_seterr(AX_EMALFORMED, "pipe.stage %d: the optimizer host sent "
+                    "%zu parameters for %zu", s->index, ax_tensor_numel(np),
+                    s->net->n_params);
+  if (err == AX_OK)
+    err = ax_tensor_copy(s->net->params, np);
+  ax_future_release(f);
+  h->offload_err = err;
+  return err;
+}
+
+void axp_offload_drop(phost *h) {
+  if (h->offload_pending) /* bounded: a dead host fails it at once */
+    ax_future_wait(h->offload_pending, 5000);
+  ax_future_release(h->offload_pending);
+  h->offload_pending = NULL;
+  h->offload_err = AX_OK;
+}

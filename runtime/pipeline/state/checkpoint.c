@@ -1,0 +1,569 @@
+/* Saving and restoring a pipeline's checkpoint (checkpoint.h): the
+ * coordinator's side. The stages' side is stage_ckpt.c, the file format
+ * ckpt_file.c and ckpt_dir.c. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "runtime/pipeline/state/checkpoint.h"
+#include "runtime/pipeline/state/ckpt_file.h"
+#include "runtime/pipeline/coord/coordinator-impl.h"
+
+static int64_t timeout_of(const ax_pipe *p) {
+  return p->o.timeout_ms > 0 ? p->o.timeout_ms : 60000;
+}
+
+/* Stage s's file; a tensor-parallel member's carries its index. */
+static void stage_file(const ax_pipe *p, int s, char *out, size_t len) {
+  if (p->members > 1)
+    snprintf(out, len, "stage-%02d-t%d.axck", s, p->member);
+  else
+    snprintf(out, len, "stage-%02d.axck", s);
+}
+
+/* Errors of stage s: "stage s on agent A: ...". */
+static int named(ax_pipe *p, int s, int err) {
+  if (err == AX_OK)
+    return err;
+  char m[700];
+  snprintf(m, sizeof m, "%s", ax_errmsg());
+  return ax_seterr(err, "stage %d on agent %s: %s", s, p->agents[s], m);
+}
+
+int axp_all_stages(ax_pipe *p, const char *method, axp_args_fn args,
+                   axp_reply_fn reply, void *user) {
+  ax_future *f[AX_PIPE_MAX_STAGES] = {NULL};
+  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  int err = AX_OK, bad = -1;
+  for (int s = 0; s < p->K && err == AX_OK; s++) {
+    ax_values *a = NULL;
+    err = args(user, s, &a);
+    if (err == AX_OK)
+      err = ax_rref_rpc_async(p->node, p->host[s], method, a, &co, &f[s]);
+    ax_values_free(a);
+    bad = err != AX_OK ? s : bad;
+  }
+  for (int s = 0; s < p->K; s++) {
+    if (!f[s])
+      continue;
+    int e = ax_future_wait(f[s], timeout_of(p) + 1000);
+    if (e == AX_OK)
+      e = ax_future_err(f[s]);
+    if (e != AX_OK && err == AX_OK) {
+      err = ax_seterr(e, "%s",
+                      ax_future_is_done(f[s]) ? ax_future_errmsg(f[s])
+                                              : "no answer in time");
+      bad = s;
+    }
+    if (e == AX_OK && reply &&
+        (e = reply(user, s, ax_future_values(f[s]))) != AX_OK && err == AX_OK) {
+      err = e;
+      bad = s;
+    }
+    ax_future_release(f[s]);
+  }
+  return bad < 0 ? err : named(p, bad, err);
+}
+
+typedef struct save_args {
+  char dir[1024];
+  const ax_pipe *p; /* the part whose stages save */
+  axi_manifest *m;  /* file first + s is stage s's */
+  int first;
+  int send;         /* the stages send their files here */
+  int async;        /* the stages write them in the background */
+} save_args;
+
+/* Writes the file stage s sent (after checking it is what it says). */
+static int save_here(save_args *a, int s, const ax_values *r) {
+  ax_tensor *t;
+  uint8_t *buf;
+  char hex[2 * AX_SHA256_LEN + 1], path[1200];
+  size_t len = (size_t)a->m->f[a->first + s].size;
+  AX_TRY(ax_values_get_tensor(r, 2, &t));
+  AX_TRY(axi_ck_unpack(t, len, &buf));
+  int err = ax_sha256_hex(buf, len, hex);
+  if (err == AX_OK && strcmp(hex, a->m->f[a->first + s].sha))
+    err = ax_seterr(AX_EMALFORMED,
+                    "checkpoint: the file of stage %d "
+                    "arrived damaged",
+                    s);
+  snprintf(path, sizeof path, "%s/%s", a->dir, a->m->f[a->first + s].name);
+  if (err == AX_OK)
+    err = axi_write_atomic(path, buf, len);
+  free(buf);
+  return err;
+}
+
+static int save_reply(void *user, int s, const ax_values *r) {
+  save_args *a = user;
+  const char *sha;
+  AX_TRY(ax_values_get_i64(r, 0, &a->m->f[a->first + s].size));
+  AX_TRY(ax_values_get_str(r, 1, &sha));
+  if (strlen(sha) != 2 * AX_SHA256_LEN || a->m->f[a->first + s].size < 0)
+    return ax_seterr(AX_EMALFORMED, "checkpoint: a bad checksum or size");
+  snprintf(a->m->f[a->first + s].sha, sizeof a->m->f[a->first + s].sha, "%s", sha);
+  return a->send ? save_here(a, s, r) : AX_OK;
+}
+
+static int save_args_of(void *user, int s, ax_values **out) {
+  save_args *a = user;
+  char name[64];
+  stage_file(a->p, s, name, sizeof name);
+  ax_values *v = *out = ax_values_new();
+  if (!v)
+    return AX_ENOMEM;
+  ax_values_add_str(v, a->dir);
+  ax_values_add_str(v, name);
+  ax_values_add_i64(v, a->send);
+  return ax_values_add_i64(v, a->async);
+}
+
+/* "ckpt_wait" [dir/name of stage s's file]. */
+static int wait_args_of(void *user, int s, ax_values **out) {
+  save_args *a = user;
+  char name[64], path[1200];
+  stage_file(a->p, s, name, sizeof name);
+  snprintf(path, sizeof path, "%s/%s", a->dir, name);
+  ax_values *v = *out = ax_values_new();
+  return v ? ax_values_add_str(v, path) : AX_ENOMEM;
+}
+
+#define AXI_CK_PREFIX_FILE "prefix.axck"
+
+/* The frozen prefix's file (freeze.h): blocks [0, f) of the coordinator's
+ * net, in the stage file format (stage -1), listed in the manifest. */
+static int save_prefix(axp_frozen *f, const char *dir, axi_manifest *m) {
+  ax_net *net = axp_frozen_net(f);
+  axi_ckw w;
+  axi_ckw_init(&w, AXI_CK_STAGE);
+  axi_ckw_i64(&w, "stage", -1);
+  axi_ckw_i64(&w, "blocks.first", 0);
+  axi_ckw_i64(&w, "blocks.last", axp_frozen_blocks(f));
+  axi_ckw_tensor(&w, "params", net->params);
+  axi_ckw_tensor(&w, "buffers", net->buffers);
+  char path[1200];
+  snprintf(path, sizeof path, "%s/" AXI_CK_PREFIX_FILE, dir);
+  int i = m->nfiles++;
+  snprintf(m->f[i].name, sizeof m->f[i].name, AXI_CK_PREFIX_FILE);
+  return axi_ckw_commit(&w, path, &m->f[i].size, m->f[i].sha);
+}
+
+/* Loads the prefix's file into f's net (checked: blocks and sizes) and
+ * drops the cache, whose outputs came from other values. */
+static int load_prefix(axp_frozen *f, const char *dir, const axi_manifest *m) {
+  int64_t size, first, last;
+  const char *sha;
+  char path[1200];
+  snprintf(path, sizeof path, "%s/" AXI_CK_PREFIX_FILE, dir);
+  if (!axi_manifest_find(m, AXI_CK_PREFIX_FILE, &size, &sha))
+    return ax_seterr(AX_EFORMAT, "checkpoint %s/" AXI_CK_MANIFEST " lists "
+                     "no " AXI_CK_PREFIX_FILE, dir);
+  axi_ckr r;
+  AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
+  ax_net *net = axp_frozen_net(f);
+  int err = axi_ckr_i64(&r, "blocks.first", &first);
+  if (err == AX_OK)
+    err = axi_ckr_i64(&r, "blocks.last", &last);
+  if (err == AX_OK && (first != 0 || last != axp_frozen_blocks(f)))
+    err = ax_seterr(AX_EINVAL, "checkpoint file %s: blocks [%lld, %lld), "
+                    "the frozen prefix is [0, %d)", path, (long long)first,
+                    (long long)last, axp_frozen_blocks(f));
+  if (err == AX_OK)
+    err = axi_ckr_tensor(&r, "params", net->params);
+  if (err == AX_OK)
+    err = axi_ckr_tensor(&r, "buffers", net->buffers);
+  axi_ckr_close(&r);
+  if (err == AX_OK)
+    axp_frozen_clear_cache(f);
+  return err;
+}
+
+static void coord_records(const ax_pipe *p, const ax_ckpt_info *in, int flags,
+                          int frozen, axi_ckw *w) {
+  axi_ckw_i64(w, "stage_files", (flags & AX_CKPT_TO_COORDINATOR) != 0);
+  axi_ckw_i64(w, "step", in->step);
+  axi_ckw_i64(w, "lr_step", in->step); /* one update per mini-batch */
+  axi_ckw_i64(w, "data.epoch", in->data_epoch);
+  axi_ckw_i64(w, "data.batch", in->data_batch);
+  axi_ckw_i64(w, "seed", (int64_t)in->seed);
+  axi_ckw_i64(w, "mode", p->o.mode);
+  axi_ckw_i64(w, "stages", p->K);
+  axi_ckw_i64(w, "tensor_parallel", p->members);
+  axi_ckw_i64(w, "frozen_blocks", frozen);
+  axi_ckw_i64(w, "units", p->U);
+  axi_ckw_str(w, "model", in->model);
+  axi_ckw_str(w, "model_config", in->model_config);
+  axi_ckw_str(w, "dataset", in->dataset);
+  axi_ckw_str(w, "data_config", in->data_config);
+  axi_ckw_str(w, "config", in->config);
+}
+
+/* Drops all but the newest `keep` complete checkpoints (each stage's file
+ * on its agent, then this host's directory). */
+static void prune(ax_pipe *const *parts, int n_parts, const char *root,
+                  int keep) {
+  long steps[256];
+  int n = axi_ckpt_list(root, steps, 256);
+  for (int i = keep; i < n; i++) {
+    save_args a = {.m = NULL};
+    axi_ckpt_dirname(root, steps[i], a.dir, sizeof a.dir);
+    for (int t = 0; t < n_parts; t++) {
+      a.p = parts[t];
+      axp_all_stages(parts[t], "ckpt_drop", save_args_of, NULL, &a);
+    }
+    axi_ckpt_remove(a.dir);
+  }
+}
+
+/* AX_EUNSUPPORTED when p's stages do not each hold their whole optimizer
+ * state (sharded over replicas, or on another agent). */
+static int ckpt_supported(const ax_pipe *p) {
+  const ax_pipe *one = p->nrep ? p->rep[0] : p;
+  if (one->o.zero || one->optim_host[0])
+    return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not of sharded (zero) or "
+                     "offloaded (optimizer host) optimizer state yet");
+  return AX_OK;
+}
+
+/* A checkpoint whose stage files are still being written (AX_CKPT_ASYNC):
+ * its finisher collects the writes, then writes the manifest (which makes
+ * the checkpoint valid) and prunes the old ones. */
+typedef struct axp_ckpt_job {
+  ax_pipe *parts[AX_PIPE_MAX_REPLICAS];
+  int T, keep;
+  save_args a;
+  axi_manifest m;
+  char root[1024];
+  int err;
+  char msg[512];
+  pthread_t th;
+} axp_ckpt_job;
+
+static void *finish_main(void *arg) {
+  axp_ckpt_job *j = arg;
+  int err = AX_OK;
+  for (int t = 0; t < j->T && err == AX_OK; t++) {
+    j->a.p = j->parts[t];
+    err = axp_all_stages(j->parts[t], "ckpt_wait", wait_args_of, NULL, &j->a);
+  }
+  if (err == AX_OK)
+    err = axi_manifest_write(j->a.dir, &j->m);
+  if (err == AX_OK)
+    prune(j->parts, j->T, j->root, j->keep);
+  j->err = err;
+  if (err != AX_OK)
+    snprintf(j->msg, sizeof j->msg, "%s", ax_errmsg());
+  return NULL;
+}
+
+int ax_pipe_checkpoint_wait(ax_pipe *p) {
+  axp_ckpt_job *j = p ? p->ckpt_job : NULL;
+  if (!j)
+    return AX_OK;
+  pthread_join(j->th, NULL);
+  p->ckpt_job = NULL;
+  int err = j->err == AX_OK
+                ? AX_OK
+                : ax_seterr(j->err, "checkpoint %s: %s", j->a.dir, j->msg);
+  free(j);
+  return err;
+}
+
+/* Hands the rest of an asynchronous checkpoint to its finisher. */
+static int finish_later(ax_pipe *front, ax_pipe *const *parts, int T,
+                        const save_args *a, const axi_manifest *m,
+                        const char *root, int keep) {
+  axp_ckpt_job *j = calloc(1, sizeof *j);
+  if (!j)
+    return AX_ENOMEM;
+  for (int t = 0; t < T; t++)
+    j->parts[t] = parts[t];
+  j->T = T;
+  j->keep = keep;
+  j->a = *a;
+  j->m = *m;
+  j->a.m = &j->m;
+  snprintf(j->root, sizeof j->root, "%s", root);
+  if (pthread_create(&j->th, NULL, finish_main, j) != 0) {
+    free(j);
+    return ax_seterr(AX_ENOMEM, "checkpoint: cannot start its finisher");
+  }
+  front->ckpt_job = j;
+  return AX_OK;
+}
+
+int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
+                       int keep, int flags) {
+  if (!p || !root || !*root || !in || in->step < 0)
+    return ax_seterr(AX_EINVAL, "checkpoint: bad arguments");
+  AX_TRY(ckpt_supported(p));
+  AX_TRY(ax_pipe_checkpoint_wait(p)); /* the previous one's outcome */
+  /* The replicas hold the same weights and optimizer state: replica 0's
+   * members (one part without tensor parallelism) are saved. */
+  ax_pipe *front = p;
+  int T = axp_members(p);
+  ax_pipe *const *parts = p->nrep ? p->rep : &front;
+  p = parts[0];
+  if (p->plan)
+    return ax_seterr(AX_ESTATE, "checkpoint: only between ax_pipe_train "
+                                "calls");
+  if (T * p->K > AXI_CK_MAX_FILES - 1)
+    return ax_seterr(AX_EINVAL, "checkpoint: %d stages of %d members", p->K,
+                     T);
+  axi_manifest m;
+  memset(&m, 0, sizeof m);
+  m.step = in->step;
+  save_args a = {.m = &m, .send = (flags & AX_CKPT_TO_COORDINATOR) != 0};
+  a.async = !a.send && (flags & AX_CKPT_ASYNC);
+  axi_ckpt_dirname(root, in->step, a.dir, sizeof a.dir);
+  AX_TRY(axi_mkdirs(a.dir));
+  /* An earlier attempt at this step (or a run that got this far before a
+   * resume) is not a checkpoint while it is rewritten. */
+  char mpath[1100];
+  snprintf(mpath, sizeof mpath, "%s/" AXI_CK_MANIFEST, a.dir);
+  remove(mpath);
+  axi_ckw w;
+  axi_ckw_init(&w, AXI_CK_COORD);
+  coord_records(p, in, flags, axp_frozen_blocks(front->frozen), &w);
+  char path[1200];
+  snprintf(path, sizeof path, "%s/" AXI_CK_COORD_FILE, a.dir);
+  snprintf(m.f[0].name, sizeof m.f[0].name, AXI_CK_COORD_FILE);
+  AX_TRY(axi_ckw_commit(&w, path, &m.f[0].size, m.f[0].sha));
+  int err = AX_OK;
+  for (int t = 0; t < T && err == AX_OK; t++) { /* member t's stages */
+    a.p = parts[t];
+    a.first = 1 + t * p->K;
+    for (int s = 0; s < p->K; s++)
+      stage_file(parts[t], s, m.f[a.first + s].name, sizeof m.f[0].name);
+    err = axp_all_stages(parts[t], "ckpt_save", save_args_of, save_reply, &a);
+  }
+  m.nfiles = 1 + T * p->K;
+  if (err == AX_OK && front->frozen) /* the coordinator's own blocks */
+    err = save_prefix(front->frozen, a.dir, &m);
+  if (err == AX_OK && a.async) /* the files are still being written */
+    return finish_later(front, parts, T, &a, &m, root, keep < 2 ? 2 : keep);
+  if (err == AX_OK)
+    err = axi_manifest_write(a.dir, &m);
+  if (err == AX_OK)
+    prune(parts, T, root, keep < 2 ? 2 : keep);
+  return err;
+}
+
+int ax_ckpt_find(const char *path, char *dir, size_t len) {
+  char m[1100];
+  struct stat st;
+  snprintf(m, sizeof m, "%s/" AXI_CK_MANIFEST, path);
+  if (stat(m, &st) == 0) {
+    snprintf(dir, len, "%s", path);
+    return AX_OK;
+  }
+  long *steps = calloc(4096, sizeof *steps);
+  int n = steps ? axi_ckpt_list(path, steps, 4096) : 0;
+  if (n > 0)
+    axi_ckpt_dirname(path, steps[0], dir, len);
+  free(steps);
+  if (n < 1)
+    return ax_seterr(AX_ENOTFOUND,
+                     "checkpoint: %s holds no complete "
+                     "checkpoint (no MANIFEST, no ckpt-N/MANIFEST)",
+                     path);
+  return AX_OK;
+}
+
+void ax_ckpt_previous(const char *dir, char *out, size_t len) {
+  char root[1024];
+  out[0] = 0;
+  snprintf(root, sizeof root, "%s", dir);
+  char *slash = strrchr(root, '/');
+  const char *base = slash ? slash + 1 : root;
+  long me;
+  if (strncmp(base, "ckpt-", 5) || sscanf(base + 5, "%ld", &me) != 1)
+    return;
+  if (slash)
+    *slash = 0;
+  else
+    snprintf(root, sizeof root, ".");
+  long all[4096];
+  int n = axi_ckpt_list(root, all, 4096);
+  for (int i = 0; i < n; i++)
+    if (all[i] < me) {
+      axi_ckpt_dirname(root, all[i], out, len);
+      return;
+    }
+}
+
+static int read_coord(const char *dir, const axi_manifest *m,
+                      ax_ckpt_info *info, axi_ckr *r) {
+  int64_t size;
+  const char *sha;
+  char path[1200];
+  snprintf(path, sizeof path, "%s/" AXI_CK_COORD_FILE, dir);
+  if (!axi_manifest_find(m, AXI_CK_COORD_FILE, &size, &sha))
+    return ax_seterr(AX_EFORMAT,
+                     "checkpoint file %s/" AXI_CK_MANIFEST
+                     " is damaged: it lists no " AXI_CK_COORD_FILE,
+                     dir);
+  AX_TRY(axi_ckr_open(r, path, AXI_CK_COORD, size, sha));
+  int64_t v[4];
+  const char *keys[4] = {"step", "data.epoch", "data.batch", "seed"};
+  int err = AX_OK;
+  for (int i = 0; i < 4 && err == AX_OK; i++)
+    err = axi_ckr_i64(r, keys[i], &v[i]);
+  memset(info, 0, sizeof *info);
+  info->step = (long)v[0];
+  info->data_epoch = (long)v[1];
+  info->data_batch = (long)v[2];
+  info->seed = (uint64_t)v[3];
+  if (err == AX_OK)
+    err = axi_ckr_str(r, "model", info->model, sizeof info->model);
+  if (err == AX_OK)
+    err = axi_ckr_str(r, "model_config", info->model_config,
+                      sizeof info->model_config);
+  if (err == AX_OK)
+    err = axi_ckr_str(r, "dataset", info->dataset, sizeof info->dataset);
+  if (err == AX_OK)
+    err = axi_ckr_str(r, "data_config", info->data_config,
+                      sizeof info->data_config);
+  if (err == AX_OK)
+    err = axi_ckr_str(r, "config", info->config, sizeof info->config);
+  if (err == AX_OK && info->step != m->step)
+    err = ax_seterr(AX_EFORMAT,
+                    "checkpoint file %s: step %ld, the manifest "
+                    "says %ld",
+                    path, info->step, m->step);
+  if (err != AX_OK)
+    axi_ckr_close(r);
+  return err;
+}
+
+int ax_ckpt_read_info(const char *dir, ax_ckpt_info *info) {
+  axi_manifest m;
+  axi_ckr r;
+  AX_TRY(axi_manifest_read(dir, &m));
+  AX_TRY(read_coord(dir, &m, info, &r));
+  axi_ckr_close(&r);
+  return AX_OK;
+}
+
+typedef struct load_args {
+  const ax_pipe *p;
+  const char *dir;
+  const axi_manifest *m;
+  int here; /* the stage files are on this host: send them */
+} load_args;
+
+static int load_args_of(void *user, int s, ax_values **out) {
+  load_args *a = user;
+  char name[64], path[1200];
+  int64_t size = -1;
+  const char *sha = "";
+  stage_file(a->p, s, name, sizeof name);
+  axi_manifest_find(a->m, name, &size, &sha);
+  snprintf(path, sizeof path, "%s/%s", a->dir, name);
+  ax_values *v = *out = ax_values_new();
+  if (!v)
+    return AX_ENOMEM;
+  ax_values_add_str(v, path);
+  ax_values_add_i64(v, size);
+  int err = ax_values_add_str(v, sha);
+  if (err == AX_OK && a->here) { /* the stage checks it again */
+    axi_ckr r;
+    AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
+    ax_tensor *t = axi_ck_pack(r.buf, r.len);
+    axi_ckr_close(&r);
+    err = t ? ax_values_add_tensor(v, t) : AX_ENOMEM;
+    ax_tensor_release(t);
+  }
+  return err;
+}
+
+/* The checkpoint's frozen prefix must be p's (as many blocks; a pipeline
+ * re-packed the same way: freeze.h), and is loaded into it. */
+static int restore_prefix(ax_pipe *p, const char *path) {
+  char dir[1024];
+  AX_TRY(ax_ckpt_find(path, dir, sizeof dir));
+  axi_manifest m;
+  axi_ckr r;
+  ax_ckpt_info info;
+  AX_TRY(axi_manifest_read(dir, &m));
+  AX_TRY(read_coord(dir, &m, &info, &r));
+  int64_t f = 0;
+  if (axi_ckr_i64(&r, "frozen_blocks", &f) != AX_OK)
+    f = 0; /* written before freezing */
+  axi_ckr_close(&r);
+  if (f != axp_frozen_blocks(p->frozen))
+    return ax_seterr(AX_EINVAL, "checkpoint %s has %lld frozen blocks, this "
+                     "pipeline %d (freeze it the same way first)", dir,
+                     (long long)f, axp_frozen_blocks(p->frozen));
+  return f ? load_prefix(p->frozen, dir, &m) : AX_OK;
+}
+
+static int restore_part(ax_pipe *p, const char *path, ax_ckpt_info *info);
+
+int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
+  AX_TRY(ckpt_supported(p));
+  AX_TRY(ax_pipe_checkpoint_wait(p));
+  AX_TRY(restore_prefix(p, path));
+  if (!p->nrep)
+    return restore_part(p, path, info);
+  for (int r = 0; r < p->nrep; r++) { /* every replica, the same files */
+    int err = restore_part(p->rep[r], path, info);
+    int T = axp_members(p);
+    if (err != AX_OK && T > 1)
+      return ax_seterr(err, "replica %d member %d: %s", r / T, r % T,
+                       ax_errmsg());
+    if (err != AX_OK)
+      return ax_seterr(err, "replica %d: %s", r, ax_errmsg());
+  }
+  return AX_OK;
+}
+
+/* One pipeline's stages (a part of a front, or the whole). */
+static int restore_part(ax_pipe *p, const char *path, ax_ckpt_info *info) {
+  if (p->plan)
+    return ax_seterr(AX_ESTATE, "checkpoint: only between ax_pipe_train "
+                                "calls");
+  char dir[1024];
+  AX_TRY(ax_ckpt_find(path, dir, sizeof dir));
+  axi_manifest m;
+  axi_ckr r;
+  AX_TRY(axi_manifest_read(dir, &m));
+  AX_TRY(read_coord(dir, &m, info, &r));
+  int64_t mode = -1, K = -1, U = -1, here = 0, T = 1;
+  if (axi_ckr_i64(&r, "tensor_parallel", &T) != AX_OK)
+    T = 1; /* written before tensor parallelism */
+  int err = axi_ckr_i64(&r, "mode", &mode);
+  if (err == AX_OK)
+    err = axi_ckr_i64(&r, "stage_files", &here);
+  if (err == AX_OK)
+    err = axi_ckr_i64(&r, "stages", &K);
+  if (err == AX_OK)
+    err = axi_ckr_i64(&r, "units", &U);
+  axi_ckr_close(&r);
+  AX_TRY(err);
+  if (mode != p->o.mode || K != p->K || U != p->U || T != p->members)
+    return ax_seterr(AX_EINVAL,
+                     "checkpoint %s is of %s with %lld stages of %lld "
+                     "tensor-parallel members and %lld units, this run is %s "
+                     "with %d of %d and %d", dir, ax_pipe_mode_name((int)mode),
+                     (long long)K, (long long)T, (long long)U,
+                     ax_pipe_mode_name(p->o.mode), p->K, p->members, p->U);
+  for (int s = 0; s < p->K; s++) {
+    char name[64];
+    int64_t size;
+    const char *sha;
+    stage_file(p, s, name, sizeof name);
+    if (!axi_manifest_find(&m, name, &size, &sha))
+      return ax_seterr(AX_EFORMAT,
+                       "checkpoint file %s/" AXI_CK_MANIFEST
+                       " is damaged: it lists no %s",
+                       dir, name);
+  }
+  load_args a = {p, dir, &m, here != 0};
+  AX_TRY(axp_all_stages(p, "ckpt_load", load_args_of, NULL, &a));
+  p->base = info->step;
+  return AX_OK;
+}
