@@ -14,9 +14,9 @@
 #include "agents/axon_cli.h"
 
 #define P "axon-agent"
-#include "runtime/autograd/autograd.h"
-#include "runtime/autograd/plugin.h"
-#include "runtime/pipeline/pipeline.h"
+#include "axon/runtime/autograd/autograd.h"
+#include "axon/runtime/autograd/plugin.h"
+#include "axon/runtime/pipeline/pipeline.h"
 
 static void usage(FILE *f) {
   fprintf(f,

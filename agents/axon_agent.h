@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "rpc/rpc.h"
+#include "axon/rpc/rpc.h"
 
 struct event_base;
 struct evhttp;

@@ -24,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rpc/value.h"
+#include "axon/rpc/value.h"
 
 #include "agents/axon_agent.h"
 

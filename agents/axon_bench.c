@@ -18,10 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/loss.h"
-#include "models/model.h"
-#include "models/optim.h"
-#include "runtime/pipeline/coord/train.h"
+#include "axon/models/loss.h"
+#include "axon/models/model.h"
+#include "axon/models/optim.h"
+#include "axon/runtime/pipeline/coord/train.h"
 
 /* Provided by agents/axon_bench_rpc.c when the RPC layer is built. */
 __attribute__((weak)) int ax_bench_rpc_main(int argc, char **argv);

@@ -33,12 +33,12 @@
 #include <unistd.h>
 
 #include "agents/axon_bench_local.h"
-#include "rpc/launch.h"
-#include "models/loss.h"
-#include "models/model.h"
-#include "runtime/autograd/stage.h"
-#include "models/optim.h"
-#include "runtime/pipeline/coord/train.h"
+#include "axon/rpc/launch.h"
+#include "axon/models/loss.h"
+#include "axon/models/model.h"
+#include "axon/runtime/autograd/stage.h"
+#include "axon/models/optim.h"
+#include "axon/runtime/pipeline/coord/train.h"
 
 #define NAG 3
 static const char *g_names[NAG] = {"w1", "w2", "w3"};

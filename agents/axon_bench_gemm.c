@@ -28,10 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
-#include "runtime/pipeline/coord/train.h"
-#include "kernels/rng.h"
-#include "kernels/tensor.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/runtime/pipeline/coord/train.h"
+#include "axon/kernels/rng.h"
+#include "axon/kernels/tensor.h"
 
 #define GEMM_MAX_REPEAT 32
 #define GEMM_CHECKS 64

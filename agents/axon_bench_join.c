@@ -23,9 +23,9 @@
 #include <unistd.h>
 
 #include "agents/axon_bench_local.h"
-#include "rpc/launch.h"
-#include "rpc/rpc-debug.h"
-#include "rpc/rpc.h"
+#include "axon/rpc/launch.h"
+#include "axon/rpc/rpc-debug.h"
+#include "axon/rpc/rpc.h"
 
 static double now_s(void) {
   struct timespec ts;

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/autograd/autograd.h"
-#include "runtime/pipeline/pipeline.h"
+#include "axon/runtime/autograd/autograd.h"
+#include "axon/runtime/pipeline/pipeline.h"
 
 pid_t axi_bench_spawn_agent(const char *name, int port, const char *env,
                             const char *val, int overwrite,

@@ -6,7 +6,7 @@
 
 #include <sys/types.h>
 
-#include "rpc/node.h"
+#include "axon/rpc/node.h"
 
 /* Forks and execs axon-agent (next to this binary) as `name`, joining
  * 127.0.0.1:port, with the NULL-terminated extra arguments `args`. When env

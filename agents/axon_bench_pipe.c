@@ -49,11 +49,11 @@
 #include <unistd.h>
 
 #include "agents/axon_bench_local.h"
-#include "rpc/launch.h"
-#include "runtime/autograd/autograd.h"
-#include "runtime/pipeline/coord/coordinator.h"
-#include "runtime/pipeline/schedule/formula.h"
-#include "runtime/pipeline/coord/train.h"
+#include "axon/rpc/launch.h"
+#include "axon/runtime/autograd/autograd.h"
+#include "axon/runtime/pipeline/coord/coordinator.h"
+#include "axon/runtime/pipeline/schedule/formula.h"
+#include "axon/runtime/pipeline/coord/train.h"
 
 #define MAXR 16
 

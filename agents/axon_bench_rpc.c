@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "agents/axon_bench_rpc.h"
-#include "rpc/rpc.h"
+#include "axon/rpc/rpc.h"
 
 #define STEP (1u << 20)
 

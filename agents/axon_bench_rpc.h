@@ -3,7 +3,7 @@
 #ifndef AX_AXON_BENCH_RPC_H
 #define AX_AXON_BENCH_RPC_H
 
-#include "rpc/rpc.h"
+#include "axon/rpc/rpc.h"
 
 /* One measurement: small-call round trip, calls/s with 64 in flight, and
  * GB/s for the tensor sizes of axi_bench_rpc_sizes (best of reps). */

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "models/model.h"
+#include "axon/models/model.h"
 
 static double now_s(void) {
   struct timespec ts;

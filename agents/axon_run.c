@@ -13,15 +13,15 @@
 
 #include "agents/axon_cli.h"
 #include "agents/axon_run.h"
-#include "runtime/pipeline/state/freeze.h"
-#include "runtime/autograd/plugin.h"
+#include "axon/runtime/pipeline/state/freeze.h"
+#include "axon/runtime/autograd/plugin.h"
 
 #define P "axon-run"
-#include "runtime/pipeline/coord/coordinator.h"
-#include "runtime/pipeline/stage/stage_host.h"
-#include "runtime/pipeline/stage/staleness.h"
-#include "runtime/pipeline/coord/train.h"
-#include "kernels/error.h"
+#include "axon/runtime/pipeline/coord/coordinator.h"
+#include "axon/runtime/pipeline/stage/stage_host.h"
+#include "axon/runtime/pipeline/stage/staleness.h"
+#include "axon/runtime/pipeline/coord/train.h"
+#include "axon/kernels/error.h"
 
 static void usage(FILE *f) {
   fprintf(f,

@@ -5,9 +5,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "kernels/device.h"
-#include "runtime/pipeline/coord/coordinator.h"
-#include "runtime/pipeline/coord/train.h"
+#include "axon/kernels/device.h"
+#include "axon/runtime/pipeline/coord/coordinator.h"
+#include "axon/runtime/pipeline/coord/train.h"
 
 typedef struct axr_pipe_args {
   const char *model, *model_config, *dataset, *data_config, *optim;

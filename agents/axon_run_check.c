@@ -4,9 +4,9 @@
 #include <stdio.h>
 
 #include "agents/axon_run.h"
-#include "models/data/dataset.h"
-#include "models/model.h"
-#include "models/optim.h"
+#include "axon/models/data/dataset.h"
+#include "axon/models/model.h"
+#include "axon/models/optim.h"
 
 /* Runs the parser behind `what` on the user's config s, recording the keys
  * it reads, then checks s against them. */

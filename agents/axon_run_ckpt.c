@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "agents/axon_run.h"
-#include "runtime/pipeline/state/checkpoint.h"
-#include "runtime/pipeline/state/freeze.h"
-#include "runtime/pipeline/schedule/partition.h"
+#include "axon/runtime/pipeline/state/checkpoint.h"
+#include "axon/runtime/pipeline/state/freeze.h"
+#include "axon/runtime/pipeline/schedule/partition.h"
 
 /* The run's configuration as "key=value;..." : what a resume must repeat
  * (--steps, --epochs and the checkpoint options may change). */

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "agents/axon_run.h"
-#include "rpc/launch.h"
-#include "runtime/autograd/plugin.h"
+#include "axon/rpc/launch.h"
+#include "axon/runtime/autograd/plugin.h"
 
 /* AXON_PIN_AGENTS pins local agent s to one core: "1" = core s modulo the
  * cores this process may use, "a,b,c" = the s-th listed core (modulo the

@@ -15,19 +15,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "rpc/launch.h"
+#include "axon/rpc/launch.h"
 #include "agents/axon_run.h"
-#include "runtime/pipeline/state/freeze.h"
-#include "models/data/dataset.h"
-#include "runtime/pipeline/stage/staleness.h"
-#include "runtime/autograd/autograd.h"
-#include "runtime/autograd/plugin.h"
-#include "runtime/pipeline/coord/coordinator.h"
-#include "runtime/pipeline/schedule/emulate.h"
-#include "runtime/pipeline/trace/metrics.h"
-#include "runtime/pipeline/schedule/partition.h"
-#include "runtime/pipeline/pipeline.h"
-#include "runtime/pipeline/trace/trace.h"
+#include "axon/runtime/pipeline/state/freeze.h"
+#include "axon/models/data/dataset.h"
+#include "axon/runtime/pipeline/stage/staleness.h"
+#include "axon/runtime/autograd/autograd.h"
+#include "axon/runtime/autograd/plugin.h"
+#include "axon/runtime/pipeline/coord/coordinator.h"
+#include "axon/runtime/pipeline/schedule/emulate.h"
+#include "axon/runtime/pipeline/trace/metrics.h"
+#include "axon/runtime/pipeline/schedule/partition.h"
+#include "axon/runtime/pipeline/pipeline.h"
+#include "axon/runtime/pipeline/trace/trace.h"
 
 typedef struct feed { /* the training batches, epoch after epoch */
   ax_loader *ld;

@@ -27,9 +27,9 @@
 #include <string.h>
 
 #include "agents/axon_run.h"
-#include "models/data/dataset.h"
-#include "models/optim.h"
-#include "runtime/pipeline/schedule/partition.h"
+#include "axon/models/data/dataset.h"
+#include "axon/models/optim.h"
+#include "axon/runtime/pipeline/schedule/partition.h"
 #include <time.h>
 
 #define MAXL 4096

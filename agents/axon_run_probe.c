@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "agents/axon_run.h"
-#include "rpc/value.h"
+#include "axon/rpc/value.h"
 
 int axr_probe(const axr_pipe_args *a, ax_node *node) {
   int n = a->local ? a->local : a->nagents;

@@ -9,10 +9,10 @@
 
 #include "agents/axon_cli.h"
 #include "agents/axon_run.h"
-#include "models/config.h"
-#include "models/data/dataset.h"
-#include "models/model.h"
-#include "runtime/pipeline/state/checkpoint.h"
+#include "axon/models/config.h"
+#include "axon/models/data/dataset.h"
+#include "axon/models/model.h"
+#include "axon/runtime/pipeline/state/checkpoint.h"
 
 #define P "axon-run"
 

@@ -6,7 +6,7 @@
 #   bin/axon-agent, axon-run, axon-bench (RUNPATH $ORIGIN/../lib);
 #   include/axon/<same relative paths as in the source tree>/*.h (the public
 #     headers: not *-impl.h nor the internal ones listed below), so a program
-#     compiles with -I P/include/axon and #include "rpc/node.h";
+#     compiles with -I P/include and #include <axon/rpc/node.h>;
 #   lib/pkgconfig/axon.pc and lib/cmake/axon/ (find_package(axon) ->
 #     axon::axon);
 #   share/axon/launch/ (systemd unit, environment file, Slurm and mpirun
@@ -20,7 +20,7 @@ include(CMakePackageConfigHelpers)
 set_target_properties(axon PROPERTIES VERSION ${PROJECT_VERSION}
   SOVERSION ${PROJECT_VERSION_MAJOR})
 target_include_directories(axon INTERFACE
-  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/axon>)
+  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 install(TARGETS axon EXPORT axonTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT lib
     NAMELINK_COMPONENT dev)

@@ -16,8 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/device.h"
-#include "kernels/error.h"
+#include "axon/kernels/device.h"
+#include "axon/kernels/error.h"
 
 #ifdef __cplusplus
 extern "C" {

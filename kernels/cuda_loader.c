@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
-#include "kernels/error.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/kernels/error.h"
 
 #ifndef AXON_CUDA_SONAME
 #define AXON_CUDA_SONAME "libaxon_cuda.so.0"

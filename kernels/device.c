@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
-#include "kernels/error.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/kernels/error.h"
 
 static pthread_mutex_t backends_lock = PTHREAD_MUTEX_INITIALIZER;
 static ax_backend cpu_backend;

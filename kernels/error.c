@@ -1,4 +1,4 @@
-#include "kernels/error.h"
+#include "axon/kernels/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>

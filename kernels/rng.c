@@ -1,4 +1,4 @@
-#include "kernels/rng.h"
+#include "axon/kernels/rng.h"
 
 #include <math.h>
 

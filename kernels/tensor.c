@@ -1,4 +1,4 @@
-#include "kernels/tensor.h"
+#include "axon/kernels/tensor.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
+#include "axon/kernels/backend-impl.h"
 
 struct ax_storage {
   atomic_int refcount;

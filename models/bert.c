@@ -4,14 +4,14 @@
  * norm, dropout), 1..L "layer1".."layerL" (post-LN encoder layers), L + 1
  * "heads" (masked-LM head and next-sentence head). The MLM decoder is not
  * tied to the token embedding, so every stage owns its weights. */
-#include "models/layers/tf-impl.h"
-#include "models/layers/parallel.h"
-#include "models/model.h"
+#include "axon/models/layers/tf-impl.h"
+#include "axon/models/layers/parallel.h"
+#include "axon/models/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "kernels/error.h"
+#include "axon/kernels/error.h"
 
 typedef struct bert_cfg {
   int layers, hidden, heads, ff, vocab, seq, types;

@@ -9,11 +9,11 @@
  * The [CLS] rows are gathered with the embedding kernel (the hidden states
  * seen as a (B * S, H) table indexed by b * S), and its backward
  * scatter-adds their gradient into the hidden-state gradient. */
-#include "models/layers/tf-impl.h"
+#include "axon/models/layers/tf-impl.h"
 
 #include <stdlib.h>
 
-#include "kernels/error.h"
+#include "axon/kernels/error.h"
 
 enum {
   C_MLM_DENSE,

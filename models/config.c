@@ -1,11 +1,11 @@
-#include "models/config.h"
+#include "axon/models/config.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/error.h"
+#include "axon/kernels/error.h"
 
 int ax_config_set(ax_config *c, const char *key, const char *val) {
   if (strlen(key) >= sizeof c->key[0] || strlen(val) >= sizeof c->val[0])

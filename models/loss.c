@@ -1,10 +1,10 @@
 /* Softmax cross-entropy over a model's output list. */
-#include "models/loss.h"
+#include "axon/models/loss.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
+#include "axon/kernels/backend-impl.h"
 
 /* Rows whose argmax equals the label (host-side; probs may be on a device). */
 static int64_t count_correct(const ax_tensor *probs, const ax_tensor *labels,

@@ -7,7 +7,7 @@
 #ifndef AX_LOSS_H
 #define AX_LOSS_H
 
-#include "models/module.h"
+#include "axon/models/module.h"
 
 typedef struct ax_loss_result {
   double loss;           /* the summed mean losses */

@@ -4,8 +4,8 @@
  * 0 starts with Flatten so images (B, 1, 28, 28) feed straight in. */
 #include <stdio.h>
 
-#include "models/layers/basic.h"
-#include "models/model.h"
+#include "axon/models/layers/basic.h"
+#include "axon/models/model.h"
 
 #define MLP_MAX_WIDTHS 32
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/model.h"
+#include "axon/models/model.h"
 
 #define MAX_REGISTERED 64
 

@@ -14,8 +14,8 @@
 #ifndef AX_MODEL_H
 #define AX_MODEL_H
 
-#include "models/config.h"
-#include "models/net.h"
+#include "axon/models/config.h"
+#include "axon/models/net.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,4 +1,4 @@
-#include "models/module.h"
+#include "axon/models/module.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -29,8 +29,8 @@
 
 #include <stdint.h>
 
-#include "kernels/rng.h"
-#include "kernels/tensor.h"
+#include "axon/kernels/rng.h"
+#include "axon/kernels/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

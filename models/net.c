@@ -1,4 +1,4 @@
-#include "models/net.h"
+#include "axon/models/net.h"
 
 #include <stdlib.h>
 

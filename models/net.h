@@ -10,7 +10,7 @@
 #ifndef AX_NET_H
 #define AX_NET_H
 
-#include "models/module.h"
+#include "axon/models/module.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,10 +1,10 @@
-#include "models/optim.h"
+#include "axon/models/optim.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
+#include "axon/kernels/backend-impl.h"
 
 struct ax_optim {
   ax_optim_cfg cfg;

@@ -6,8 +6,8 @@
 #ifndef AX_OPTIM_H
 #define AX_OPTIM_H
 
-#include "models/config.h"
-#include "kernels/tensor.h"
+#include "axon/models/config.h"
+#include "axon/kernels/tensor.h"
 
 typedef enum ax_optim_kind { AX_OPT_SGD = 0, AX_OPT_ADAMW = 1 } ax_optim_kind;
 typedef enum ax_lr_sched {

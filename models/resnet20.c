@@ -11,9 +11,9 @@
  * parameters (the paper's 0.27M). */
 #include <stdio.h>
 
-#include "models/layers/basic.h"
-#include "models/layers/vision.h"
-#include "models/model.h"
+#include "axon/models/layers/basic.h"
+#include "axon/models/layers/vision.h"
+#include "axon/models/model.h"
 
 #define RESNET20_BLOCKS 11
 

@@ -32,8 +32,8 @@
 #include <sys/prctl.h>
 #include <time.h>
 
-#include "models/layers/basic.h"
-#include "models/model.h"
+#include "axon/models/layers/basic.h"
+#include "axon/models/model.h"
 
 typedef struct sleep_cfg {
   int blocks, width, classes;

@@ -14,7 +14,7 @@
 #ifndef AX_RPC_AUTH_IMPL_H
 #define AX_RPC_AUTH_IMPL_H
 
-#include "rpc/node-impl.h"
+#include "axon/rpc/node-impl.h"
 
 #define AXI_NONCE_LEN 16
 #define AXI_MAC_LEN 32

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "rpc/auth-impl.h"
+#include "axon/rpc/auth-impl.h"
 
 int axi_auth_load(ax_node *n) {
   const char *path = n->o.token_file;

@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include "rpc/node-impl.h"
+#include "axon/rpc/node-impl.h"
 
 #define AXI_BULK_HELLO_MAGIC 0x48425841u /* "AXBH" */
 #define AXI_BULK_CHAL_MAGIC 0x43425841u  /* "AXBC": magic, 16-byte nonce */

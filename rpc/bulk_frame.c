@@ -8,9 +8,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "rpc/auth-impl.h"
-#include "rpc/bulk-impl.h"
-#include "rpc/value-impl.h"
+#include "axon/rpc/auth-impl.h"
+#include "axon/rpc/bulk-impl.h"
+#include "axon/rpc/value-impl.h"
 
 enum { R_HELLO = 0, R_NAME, R_PREFIX, R_HDR, R_BLOB, R_SKIP };
 

@@ -28,8 +28,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "rpc/auth-impl.h"
-#include "rpc/bulk-impl.h"
+#include "axon/rpc/auth-impl.h"
+#include "axon/rpc/bulk-impl.h"
 
 #define SHM_MAGIC 0x52535841u /* "AXSR" */
 #define SHM_DATA_OFF 4096u    /* the ring's bytes start one page in */

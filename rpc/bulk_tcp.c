@@ -23,8 +23,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "rpc/auth-impl.h"
-#include "rpc/bulk-impl.h"
+#include "axon/rpc/auth-impl.h"
+#include "axon/rpc/bulk-impl.h"
 
 static pthread_once_t g_evthread_once = PTHREAD_ONCE_INIT;
 static void evthread_init(void) { evthread_use_pthreads(); }

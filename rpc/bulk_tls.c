@@ -25,9 +25,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "rpc/auth-impl.h"
-#include "rpc/bulk-impl.h"
-#include "rpc/tls-impl.h"
+#include "axon/rpc/auth-impl.h"
+#include "axon/rpc/bulk-impl.h"
+#include "axon/rpc/tls-impl.h"
 
 #define TLS_COALESCE (16u << 10) /* one record's plaintext */
 #define TLS_WSTEP (1u << 20)     /* largest single SSL_write */

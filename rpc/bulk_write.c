@@ -5,7 +5,7 @@
 #include <errno.h>
 #include <sys/socket.h>
 
-#include "rpc/bulk-impl.h"
+#include "axon/rpc/bulk-impl.h"
 
 /* Bytes of f not yet written. */
 static size_t frame_left(const bframe *f) {

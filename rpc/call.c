@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rpc/node-impl.h"
+#include "axon/rpc/node-impl.h"
 
 const double ax_lat_bounds_s[AX_LAT_BUCKETS] = {
     50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3,

@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/device.h"
-#include "rpc/value.h"
+#include "axon/kernels/device.h"
+#include "axon/rpc/value.h"
 
 enum axi_kind {
   AXI_REQUEST = 1,

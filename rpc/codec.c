@@ -3,9 +3,9 @@
 #include <string.h>
 
 #include "axon.pb-c.h"
-#include "rpc/codec-impl.h"
-#include "rpc/pool-impl.h"
-#include "rpc/value-impl.h"
+#include "axon/rpc/codec-impl.h"
+#include "axon/rpc/pool-impl.h"
+#include "axon/rpc/value-impl.h"
 
 static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }

@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc/node-impl.h"
-#include "rpc/rpc-debug.h"
-#include "rpc/tls-impl.h"
+#include "axon/rpc/node-impl.h"
+#include "axon/rpc/rpc-debug.h"
+#include "axon/rpc/tls-impl.h"
 
 int ax_rpc_debug_send_raw(ax_node *n, const char *to, const void *frame,
                           size_t len, int64_t timeout_ms, ax_future **out) {

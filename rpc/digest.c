@@ -1,11 +1,11 @@
 /* SHA-256 (rpc/digest.h) over OpenSSL's one-shot EVP digest. */
-#include "rpc/digest.h"
+#include "axon/rpc/digest.h"
 
 #include <stdio.h>
 
 #include <openssl/evp.h>
 
-#include "kernels/error.h"
+#include "axon/kernels/error.h"
 
 int ax_sha256(const void *buf, size_t len, uint8_t out[AX_SHA256_LEN]) {
   unsigned int ol = 0;

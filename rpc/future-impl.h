@@ -2,7 +2,7 @@
 #ifndef AX_RPC_FUTURE_IMPL_H
 #define AX_RPC_FUTURE_IMPL_H
 
-#include "rpc/future.h"
+#include "axon/rpc/future.h"
 
 /* Like ax_future_wait, but first polls f for up to spin_us microseconds
  * (a busy poll with a pause instruction) before sleeping on its condition

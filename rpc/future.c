@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rpc/future-impl.h"
+#include "axon/rpc/future-impl.h"
 
 typedef struct cb_node {
   ax_future_cb cb;

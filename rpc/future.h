@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#include "rpc/value.h"
+#include "axon/rpc/value.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -11,7 +11,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
-#include "rpc/node-impl.h"
+#include "axon/rpc/node-impl.h"
 
 #define AXI_STREAM_METHOD "/axon.Axon/Stream"
 

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rpc/grpc-impl.h"
+#include "axon/rpc/grpc-impl.h"
 
 void axi_grpc_op_begin(axi_grpc *g) {
   pthread_mutex_lock(&g->mu);

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc/auth-impl.h"
-#include "rpc/grpc-impl.h"
-#include "rpc/tls-impl.h"
+#include "axon/rpc/auth-impl.h"
+#include "axon/rpc/grpc-impl.h"
+#include "axon/rpc/tls-impl.h"
 
 #define STREAM_BATCH_MAX (8u << 20) /* bytes per gRPC message */
 

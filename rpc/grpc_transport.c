@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc/grpc-impl.h"
+#include "axon/rpc/grpc-impl.h"
 
 static int grpc_connect(axi_transport *t, axi_peer *p) {
   return axi_stream_open(t->node, p, &p->out);

@@ -1,4 +1,4 @@
-#include "rpc/launch.h"
+#include "axon/rpc/launch.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "rpc/node.h"
+#include "axon/rpc/node.h"
 
 #ifdef __cplusplus
 extern "C" {

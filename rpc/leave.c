@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rpc/node-impl.h"
+#include "axon/rpc/node-impl.h"
 
 #define LEAVE_FN "ax.node.leave"
 

@@ -7,9 +7,9 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "rpc/codec-impl.h"
-#include "rpc/rpc.h"
-#include "rpc/transport.h"
+#include "axon/rpc/codec-impl.h"
+#include "axon/rpc/rpc.h"
+#include "axon/rpc/transport.h"
 
 typedef struct axi_peer axi_peer;
 typedef struct axi_early axi_early; /* a message waiting for an address */

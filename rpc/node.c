@@ -5,10 +5,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "rpc/auth-impl.h"
-#include "rpc/node-impl.h"
-#include "rpc/pool-impl.h"
-#include "rpc/tls-impl.h"
+#include "axon/rpc/auth-impl.h"
+#include "axon/rpc/node-impl.h"
+#include "axon/rpc/pool-impl.h"
+#include "axon/rpc/tls-impl.h"
 
 static long g_live_calls;
 static long g_nodes; /* nodes created and not yet destroyed */

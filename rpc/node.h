@@ -15,9 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/device.h"
-#include "rpc/future.h"
-#include "rpc/value.h"
+#include "axon/kernels/device.h"
+#include "axon/rpc/future.h"
+#include "axon/rpc/value.h"
 
 #ifdef __cplusplus
 extern "C" {

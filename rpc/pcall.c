@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc/node-impl.h"
+#include "axon/rpc/node-impl.h"
 
 #define BUCKETS 4096
 

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rpc/node-impl.h"
+#include "axon/rpc/node-impl.h"
 
 axi_peer *axi_peer_find(ax_node *n, const char *name) {
   pthread_mutex_lock(&n->mu);

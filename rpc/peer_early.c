@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc/node-impl.h"
+#include "axon/rpc/node-impl.h"
 
 #define AXI_EARLY_MAX 256
 

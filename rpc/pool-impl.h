@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "kernels/tensor.h"
+#include "axon/kernels/tensor.h"
 
 /* Tensors smaller than this come from ax_tensor_new (malloc is cheap). */
 #define AXI_POOL_MIN_BYTES ((size_t)64 << 10)

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "rpc/pool-impl.h"
+#include "axon/rpc/pool-impl.h"
 
 #define MIN_SHIFT 16 /* 64 KiB */
 #define MAX_SHIFT 30 /* 1 GiB */

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rpc/node-impl.h"
+#include "axon/rpc/node-impl.h"
 
 typedef struct axi_join {
   int world, count;

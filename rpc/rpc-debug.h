@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "rpc/rpc.h"
+#include "axon/rpc/rpc.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -16,9 +16,9 @@
 #ifndef AX_RPC_RPC_H
 #define AX_RPC_RPC_H
 
-#include "rpc/future.h"
-#include "rpc/node.h"
-#include "rpc/value.h"
+#include "axon/rpc/future.h"
+#include "axon/rpc/node.h"
+#include "axon/rpc/value.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc/future-impl.h"
-#include "rpc/node-impl.h"
+#include "axon/rpc/future-impl.h"
+#include "axon/rpc/node-impl.h"
 
 static int local_call(ax_node *n, const char *fn, const ax_values *args,
                       const ax_call_opts *o, int64_t timeout, uint32_t depth,

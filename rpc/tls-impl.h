@@ -6,7 +6,7 @@
 #ifndef AX_RPC_TLS_IMPL_H
 #define AX_RPC_TLS_IMPL_H
 
-#include "rpc/node-impl.h"
+#include "axon/rpc/node-impl.h"
 
 struct x509_st;
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc/tls-impl.h"
+#include "axon/rpc/tls-impl.h"
 
 #define PEM_MAX (1u << 20) /* a CA bundle or a certificate chain */
 

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rpc/transport.h"
+#include "axon/rpc/transport.h"
 
 static const axi_transport_ops *const g_transports[] = {
     &axi_grpc_transport, /* control: gRPC core streams */

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rpc/codec-impl.h"
+#include "axon/rpc/codec-impl.h"
 
 typedef struct ax_node ax_node;
 typedef struct axi_peer axi_peer;

@@ -2,7 +2,7 @@
 #ifndef AX_RPC_VALUE_IMPL_H
 #define AX_RPC_VALUE_IMPL_H
 
-#include "rpc/value.h"
+#include "axon/rpc/value.h"
 
 typedef struct axi_value {
   ax_value_type type;

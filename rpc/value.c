@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc/value-impl.h"
+#include "axon/rpc/value-impl.h"
 
 static const ax_value_ext_ops *g_ext[AX_VALUE_EXT_MAX];
 

@@ -17,8 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/error.h"
-#include "kernels/tensor.h"
+#include "axon/kernels/error.h"
+#include "axon/kernels/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

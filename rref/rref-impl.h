@@ -7,7 +7,7 @@
 
 #include <pthread.h>
 
-#include "rref/rref.h"
+#include "axon/rref/rref.h"
 
 #define AXI_NAME_MAX 64
 #define AXI_FREED_MAX 1024

@@ -58,8 +58,8 @@
 
 #include <stdint.h>
 
-#include "rpc/rpc.h"
-#include "models/config.h"
+#include "axon/rpc/rpc.h"
+#include "axon/models/config.h"
 
 #ifdef __cplusplus
 extern "C" {

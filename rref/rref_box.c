@@ -4,7 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "rref/rref-impl.h"
+#include "axon/rref/rref-impl.h"
 
 #define BOX_MAX 64
 

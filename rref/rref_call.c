@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rref/rref-impl.h"
+#include "axon/rref/rref-impl.h"
 
 static const ax_rref_grad_hooks *g_hooks;
 static __thread uint64_t t_ctx;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rref/rref-impl.h"
+#include "axon/rref/rref-impl.h"
 
 /* ---- value codec --------------------------------------------------------- */
 typedef struct wire_rref {

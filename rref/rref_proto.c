@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rref/rref-impl.h"
+#include "axon/rref/rref-impl.h"
 
 static int caller_rank(ax_call_ctx *ctx) {
   int r = -1;

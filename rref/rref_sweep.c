@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rref/rref-impl.h"
+#include "axon/rref/rref-impl.h"
 
 #define CTR_MASK 0xffffffffffffull
 

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rref/rref-impl.h"
+#include "axon/rref/rref-impl.h"
 
 static axi_rctx *g_rc; /* the one initialised node of this process */
 

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rref/rref-impl.h"
+#include "axon/rref/rref-impl.h"
 
 /* ---- the protocol thread ------------------------------------------------- */
 void axi_pmsg_push(axi_rctx *rc, int kind, const char *to, uint64_t a,

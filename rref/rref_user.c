@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rref/rref-impl.h"
+#include "axon/rref/rref-impl.h"
 
 /* ---- creation (user side) ------------------------------------------------- */
 static void on_create_reply(ax_future *f, void *user) {

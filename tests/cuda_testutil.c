@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "kernels/rng.h"
+#include "axon/kernels/rng.h"
 
 ax_backend *ct_cpu(void) {
   ax_backend *be = NULL;

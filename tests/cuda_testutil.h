@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/backend-impl.h"
+#include "axon/kernels/backend-impl.h"
 
 /* The CPU backend. */
 ax_backend *ct_cpu(void);

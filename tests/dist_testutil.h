@@ -9,12 +9,12 @@
 #include <math.h>
 
 #include "harness.h"
-#include "models/data/dataset.h"
-#include "models/loss.h"
-#include "models/model.h"
-#include "runtime/autograd/stage.h"
-#include "models/optim.h"
-#include "runtime/pipeline/coord/train.h"
+#include "axon/models/data/dataset.h"
+#include "axon/models/loss.h"
+#include "axon/models/model.h"
+#include "axon/runtime/autograd/stage.h"
+#include "axon/models/optim.h"
+#include "axon/runtime/pipeline/coord/train.h"
 #include "tests/mp_testutil.h"
 
 #define DT_MAX_STAGES 8

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
+#include "axon/kernels/backend-impl.h"
 
 #define TAG ((uintptr_t)1 << 62)
 

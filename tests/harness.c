@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
-#include "kernels/rng.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/kernels/rng.h"
 
 int ax_test_run(const char *name, const struct CMUnitTest *tests, size_t n) {
   long t0 = ax_tensor_live_count(), s0 = ax_storage_live_count();

@@ -14,8 +14,8 @@
 /* cmocka must come after the headers above */
 #include <cmocka.h>
 
-#include "models/module.h"
-#include "models/net.h"
+#include "axon/models/module.h"
+#include "axon/models/net.h"
 
 /* Fails the test unless expr returns AX_OK. */
 #define AX_ASSERT_OK(expr)                                                     \

@@ -44,7 +44,7 @@ src=$tmp/prog.c
 {
   for h in $headers; do
     [[ -f $prefix/include/axon/$h ]] || fail "include/axon/$h is not installed"
-    echo "#include \"$h\""
+    echo "#include <axon/$h>"
   done
   cat <<'CEOF'
 #include <stdio.h>

@@ -2,11 +2,11 @@
  * into every test program next to harness.c. */
 #include <fcntl.h>
 
-#include "rpc/launch.h"
-#include "runtime/pipeline/pipeline.h"
+#include "axon/rpc/launch.h"
+#include "axon/runtime/pipeline/pipeline.h"
 #include "tests/mp_testutil.h"
 
-#include "rpc/launch.h"
+#include "axon/rpc/launch.h"
 
 int64_t rt_now_ms(void) {
   struct timespec ts;

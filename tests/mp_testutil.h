@@ -24,9 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rpc/rpc.h"
-#include "runtime/autograd/autograd.h"
-#include "runtime/autograd/stage.h"
+#include "axon/rpc/rpc.h"
+#include "axon/runtime/autograd/autograd.h"
+#include "axon/runtime/autograd/stage.h"
 
 /* Milliseconds of the monotonic clock. */
 int64_t rt_now_ms(void);

@@ -45,8 +45,8 @@
 #include <string.h>
 
 #include "harness.h"
-#include "rpc/node.h"
-#include "runtime/pipeline/coord/coordinator.h"
+#include "axon/rpc/node.h"
+#include "axon/runtime/pipeline/coord/coordinator.h"
 
 /* What the stages recorded about one operation (-1: nothing yet). */
 typedef struct pe_op {

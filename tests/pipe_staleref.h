@@ -10,7 +10,7 @@
 #include <math.h>
 
 #include "harness.h"
-#include "models/optim.h"
+#include "axon/models/optim.h"
 
 /* Per-stage history of the corrections' reference (see the top). */
 typedef struct pt_stale_hist {

@@ -40,12 +40,12 @@
 #include <signal.h>
 
 #include "harness.h"
-#include "models/data/dataset.h"
-#include "models/loss.h"
-#include "models/model.h"
-#include "models/optim.h"
-#include "runtime/pipeline/coord/coordinator.h"
-#include "runtime/pipeline/stage/staleness.h"
+#include "axon/models/data/dataset.h"
+#include "axon/models/loss.h"
+#include "axon/models/model.h"
+#include "axon/models/optim.h"
+#include "axon/runtime/pipeline/coord/coordinator.h"
+#include "axon/runtime/pipeline/stage/staleness.h"
 #include "tests/mp_testutil.h"
 #include "tests/pipe_eventcheck.h"
 #include "tests/pipe_staleref.h"

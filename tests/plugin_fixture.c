@@ -10,7 +10,7 @@
  * Both models are the MLP with widths=6/5/4/3. */
 #include <stdlib.h>
 
-#include "runtime/autograd/plugin.h"
+#include "axon/runtime/autograd/plugin.h"
 
 #ifdef FIXTURE_BADABI
 AX_PLUGIN_EXPORT const uint32_t axon_plugin_abi = AX_PLUGIN_ABI + 1;

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/rng.h"
+#include "axon/kernels/rng.h"
 
 /* Output gradients for `out`: N(0, 1) values from seed base + i for f32
  * entry i, NULL elsewhere. */

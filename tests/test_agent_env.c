@@ -16,8 +16,8 @@
 
 #include "harness.h"
 #include "mp_testutil.h"
-#include "rpc/launch.h"
-#include "runtime/pipeline/pipeline.h"
+#include "axon/rpc/launch.h"
+#include "axon/runtime/pipeline/pipeline.h"
 
 /* Starts `axon-agent --name name` with the variables vars (NULL-terminated
  * NAME=VALUE list) added to this environment and stderr sent to errfile

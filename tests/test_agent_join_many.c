@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
-#include "rpc/rpc.h"
+#include "axon/rpc/rpc.h"
 #include "tests/mp_testutil.h"
 
 #define NAG 48

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "models/model.h"
+#include "axon/models/model.h"
 
 #define TINY "layers=2,hidden=16,heads=2,ff=32,vocab=50,seq=8"
 

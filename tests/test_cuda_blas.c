@@ -10,7 +10,7 @@
 
 #include "cuda_testutil.h"
 #include "harness.h"
-#include "kernels/backend-impl.h"
+#include "axon/kernels/backend-impl.h"
 
 /* Internal to the CUDA backend (kernels/cuda/cuda_alloc.cu), which libaxon
  * loads on demand: found through the loader (NULL without it). */

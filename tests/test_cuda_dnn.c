@@ -23,7 +23,7 @@
 
 #include "cuda_testutil.h"
 #include "harness.h"
-#include "kernels/backend-impl.h"
+#include "axon/kernels/backend-impl.h"
 
 /* Defined by kernels/cuda/cuda_dnn.cu, inside the CUDA backend that libaxon
  * loads on demand: found through the loader (NULL without it). */

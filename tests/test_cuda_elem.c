@@ -10,7 +10,7 @@
 
 #include "cuda_testutil.h"
 #include "harness.h"
-#include "kernels/backend-impl.h"
+#include "axon/kernels/backend-impl.h"
 
 #define N (((size_t)1 << 20) + 3) /* > one grid of blocks, odd */
 

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 
 #include "harness.h"
-#include "models/layers/basic.h"
-#include "models/layers/transformer.h"
-#include "models/layers/vision.h"
-#include "models/model.h"
+#include "axon/models/layers/basic.h"
+#include "axon/models/layers/transformer.h"
+#include "axon/models/layers/vision.h"
+#include "axon/models/model.h"
 
 #define CUDA0 ((ax_device){AX_DEV_CUDA, 0})
 

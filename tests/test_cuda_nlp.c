@@ -20,7 +20,7 @@
 
 #include "cuda_testutil.h"
 #include "harness.h"
-#include "kernels/backend-impl.h"
+#include "axon/kernels/backend-impl.h"
 
 /* ---- layer norm ---- */
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "models/data/dataset.h"
+#include "axon/models/data/dataset.h"
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 #define MEAN 0.2860f

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "kernels/backend-impl.h"
+#include "axon/kernels/backend-impl.h"
 
 #define MISSING "/nonexistent/axon/libaxon_cuda.so.0"
 

@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "harness.h"
-#include "rpc/codec-impl.h"
-#include "rpc/node.h"
+#include "axon/rpc/codec-impl.h"
+#include "axon/rpc/node.h"
 
 static ax_device cuda(int i) { return (ax_device){AX_DEV_CUDA, i}; }
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/autograd/collective.h"
+#include "axon/runtime/autograd/collective.h"
 #include "tests/mp_testutil.h"
 
 #define MAXN 4

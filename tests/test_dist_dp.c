@@ -12,11 +12,11 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "models/data/dataset.h"
-#include "models/loss.h"
-#include "models/model.h"
-#include "models/optim.h"
-#include "kernels/rng.h"
+#include "axon/models/data/dataset.h"
+#include "axon/models/loss.h"
+#include "axon/models/model.h"
+#include "axon/models/optim.h"
+#include "axon/kernels/rng.h"
 
 #define MODEL_CFG "widths=784/48/10"
 #define DATA_CFG "limit=2048"

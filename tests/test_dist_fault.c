@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/pipeline/coord/train.h"
+#include "axon/runtime/pipeline/coord/train.h"
 #include "tests/mp_testutil.h"
 
 #define NAGENTS 3

@@ -1,7 +1,7 @@
 /* The schedule-time formulas (runtime/pipeline/schedule/formula.h): the simulation
  * against the closed forms for equal stages, and unequal stages. */
 #include "harness.h"
-#include "runtime/pipeline/schedule/formula.h"
+#include "axon/runtime/pipeline/schedule/formula.h"
 
 
 static void uniform_matches_closed_form(void **state) {

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "kernels/backend-impl.h"
+#include "axon/kernels/backend-impl.h"
 
 static float *randv(uint64_t seed, size_t n) {
   ax_rng r;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "kernels/backend-impl.h"
+#include "axon/kernels/backend-impl.h"
 
 static ax_backend *cpu(void) {
   ax_backend *be = NULL;

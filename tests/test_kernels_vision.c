@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "kernels/backend-impl.h"
+#include "axon/kernels/backend-impl.h"
 
 static ax_backend *cpu(void) { return ax_backend_of(AX_CPU); }
 

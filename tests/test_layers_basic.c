@@ -4,9 +4,9 @@
 #include <string.h>
 
 #include "harness.h"
-#include "models/layers/basic.h"
-#include "models/loss.h"
-#include "models/model.h"
+#include "axon/models/layers/basic.h"
+#include "axon/models/loss.h"
+#include "axon/models/model.h"
 
 static void linear_gradcheck(void **state) {
   int64_t shape[3] = {2, 3, 5};

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "models/layers/transformer.h"
+#include "axon/models/layers/transformer.h"
 
 /* An f32 (B, S) mask with the last `pad` positions of sequence 1 padded. */
 static ax_tensor *pad_mask(int B, int S, int pad) {

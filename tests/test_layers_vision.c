@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "models/layers/vision.h"
+#include "axon/models/layers/vision.h"
 
 static ax_tensor *randn4(uint64_t seed, int64_t n, int64_t c, int64_t h,
                          int64_t w) {

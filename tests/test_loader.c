@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/data/dataset.h"
+#include "axon/models/data/dataset.h"
 
 static int64_t *iota(int64_t n) {
   int64_t *v = malloc(sizeof *v * (size_t)n);

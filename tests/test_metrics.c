@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "runtime/pipeline/trace/metrics.h"
+#include "axon/runtime/pipeline/trace/metrics.h"
 
 static ax_trace_event ev(const char *cat, int pid, int64_t a, int64_t b,
                          int64_t stash) {

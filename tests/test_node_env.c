@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "rpc/node.h"
+#include "axon/rpc/node.h"
 
 static const char *const vars[] = {"AXON_MASTER_ADDR", "AXON_MASTER_PORT",
                                    "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "models/optim.h"
+#include "axon/models/optim.h"
 
 static ax_tensor *vec(const float *v, int n) {
   int64_t s = n;

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/pipeline/schedule/partition.h"
-#include "kernels/rng.h"
+#include "axon/runtime/pipeline/schedule/partition.h"
+#include "axon/kernels/rng.h"
 
 static void stash_table(void **state) {
   (void)state;

@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/pipeline/state/checkpoint.h"
+#include "axon/runtime/pipeline/state/checkpoint.h"
 #include "tests/pipe_testutil.h"
 
 #define K 3

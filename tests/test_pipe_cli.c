@@ -16,9 +16,9 @@
 #include <string.h>
 
 #include "harness.h"
-#include "models/model.h"
-#include "runtime/pipeline/coord/coordinator.h"
-#include "runtime/pipeline/coord/train.h"
+#include "axon/models/model.h"
+#include "axon/runtime/pipeline/coord/coordinator.h"
+#include "axon/runtime/pipeline/coord/train.h"
 #include "tests/mp_testutil.h"
 
 /* Runs axon-run with argv (NULL-terminated, after "train"), stdout and

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #define PT_FLOOR_RMS
-#include "runtime/pipeline/coord/train.h"
+#include "axon/runtime/pipeline/coord/train.h"
 #include "tests/pipe_testutil.h"
 
 #define NAGENTS 4

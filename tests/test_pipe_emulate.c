@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/pipeline/schedule/emulate.h"
+#include "axon/runtime/pipeline/schedule/emulate.h"
 #include "tests/pipe_testutil.h"
 
 #define NAGENTS 3

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/pipeline/coord/train.h"
+#include "axon/runtime/pipeline/coord/train.h"
 #include "tests/pipe_testutil.h"
 
 #define NGROUPS 3

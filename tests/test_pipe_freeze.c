@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/loss.h"
-#include "models/optim.h"
-#include "runtime/pipeline/state/checkpoint.h"
-#include "runtime/pipeline/state/freeze.h"
-#include "runtime/pipeline/coord/train.h"
+#include "axon/models/loss.h"
+#include "axon/models/optim.h"
+#include "axon/runtime/pipeline/state/checkpoint.h"
+#include "axon/runtime/pipeline/state/freeze.h"
+#include "axon/runtime/pipeline/coord/train.h"
 #include "tests/pipe_testutil.h"
 
 #define NAGENTS 4

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/pipeline/state/checkpoint.h"
+#include "axon/runtime/pipeline/state/checkpoint.h"
 #include "tests/pipe_testutil.h"
 
 #define NAGENTS 4

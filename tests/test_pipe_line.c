@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/pipeline/stage/stage_line.h"
+#include "axon/runtime/pipeline/stage/stage_line.h"
 #include "tests/mp_testutil.h"
 
 #define NAGENTS 1

@@ -8,9 +8,9 @@
  * leaving and exiting 0, zero live RRefs, contexts and calls everywhere. */
 #include <math.h>
 
-#include "rpc/launch.h"
-#include "runtime/autograd/plugin.h"
-#include "runtime/pipeline/coord/coordinator.h"
+#include "axon/rpc/launch.h"
+#include "axon/runtime/autograd/plugin.h"
+#include "axon/runtime/pipeline/coord/coordinator.h"
 #include "tests/example_testutil.h"
 #include "tests/harness.h"
 

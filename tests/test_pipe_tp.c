@@ -15,9 +15,9 @@
 #include <unistd.h>
 
 #define PT_FLOOR_RMS
-#include "models/layers/parallel.h"
-#include "runtime/pipeline/state/checkpoint.h"
-#include "runtime/pipeline/coord/train.h"
+#include "axon/models/layers/parallel.h"
+#include "axon/runtime/pipeline/state/checkpoint.h"
+#include "axon/runtime/pipeline/coord/train.h"
 #include "tests/pipe_testutil.h"
 
 #define NAGENTS 4

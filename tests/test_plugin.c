@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "examples/custom_model/plugin/custom.h"
-#include "runtime/autograd/plugin.h"
+#include "axon/runtime/autograd/plugin.h"
 #include "tests/harness.h"
 #include "tests/mp_testutil.h"
 

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "models/model.h"
+#include "axon/models/model.h"
 
 static const ax_model_def *resnet(ax_config *cfg, const char *overrides) {
   const ax_model_def *def = ax_model_find("resnet20");

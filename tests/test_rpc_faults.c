@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "harness.h"
-#include "rpc/codec-impl.h"
-#include "rpc/rpc-debug.h"
+#include "axon/rpc/codec-impl.h"
+#include "axon/rpc/rpc-debug.h"
 #include "tests/mp_testutil.h"
 
 enum { W1, W2, VICTIM, FROZEN, NAG };

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "harness.h"
-#include "rpc/codec-impl.h"
-#include "rpc/rpc-debug.h"
+#include "axon/rpc/codec-impl.h"
+#include "axon/rpc/rpc-debug.h"
 #include "tests/mp_testutil.h"
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -17,7 +17,7 @@
 #include <sys/un.h>
 
 #include "harness.h"
-#include "rpc/rpc-debug.h"
+#include "axon/rpc/rpc-debug.h"
 #include "tests/mp_testutil.h"
 
 enum { A1, A2, T1, VICTIM, NAG };

@@ -14,9 +14,9 @@
 #include <sys/stat.h>
 
 #include "harness.h"
-#include "rpc/auth-impl.h"
-#include "rpc/bulk-impl.h"
-#include "rpc/rpc-debug.h"
+#include "axon/rpc/auth-impl.h"
+#include "axon/rpc/bulk-impl.h"
+#include "axon/rpc/rpc-debug.h"
 #include "tests/mp_testutil.h"
 
 enum { W1, W2, NAG };

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "harness.h"
-#include "rpc/codec-impl.h"
-#include "rpc/rpc.h"
+#include "axon/rpc/codec-impl.h"
+#include "axon/rpc/rpc.h"
 #include "tests/mp_testutil.h"
 
 static ax_values *sample(void) {

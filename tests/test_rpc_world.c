@@ -3,7 +3,7 @@
  * at the deadline is reported late by name and told to leave anyway; a
  * member already down is counted, not waited for; every agent told to leave
  * exits 0 on its own (no signal). */
-#include "rpc/launch.h"
+#include "axon/rpc/launch.h"
 #include "tests/harness.h"
 #include "tests/mp_testutil.h"
 

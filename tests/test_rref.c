@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "rpc/value-impl.h"
+#include "axon/rpc/value-impl.h"
 #include "tests/mp_testutil.h"
 
 #define NAGENTS 3

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/pipeline/schedule/mode.h"
+#include "axon/runtime/pipeline/schedule/mode.h"
 
 #define MAXOPS 4096
 

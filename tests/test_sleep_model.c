@@ -4,7 +4,7 @@
 #include <time.h>
 
 #include "harness.h"
-#include "models/model.h"
+#include "axon/models/model.h"
 
 static double now_s(void) {
   struct timespec ts;

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 
 #include "harness.h"
-#include "models/layers/basic.h"
-#include "models/layers/transformer.h"
-#include "models/layers/vision.h"
+#include "axon/models/layers/basic.h"
+#include "axon/models/layers/transformer.h"
+#include "axon/models/layers/vision.h"
 #include "split_testutil.h"
 
 typedef ax_module *(*maker)(void);

@@ -5,10 +5,10 @@
 #include <string.h>
 
 #include "harness.h"
-#include "models/layers/basic.h"
-#include "models/layers/transformer.h"
-#include "models/layers/vision.h"
-#include "models/model.h"
+#include "axon/models/layers/basic.h"
+#include "axon/models/layers/transformer.h"
+#include "axon/models/layers/vision.h"
+#include "axon/models/model.h"
 #include "split_testutil.h"
 
 #define TINY_BERT "layers=2,hidden=16,heads=2,ff=32,vocab=50,seq=8"

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/pipeline/schedule/mode.h"
-#include "runtime/pipeline/stage/staleness-impl.h"
+#include "axon/runtime/pipeline/schedule/mode.h"
+#include "axon/runtime/pipeline/stage/staleness-impl.h"
 
 enum { N = 7 };
 

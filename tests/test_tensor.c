@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "models/config.h"
+#include "axon/models/config.h"
 
 static void views_share_storage(void **state) {
   ax_tensor *t = ax_tensor_new_v(AX_F32, AX_CPU, 3, (int64_t)4, (int64_t)2,

@@ -13,8 +13,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "models/data/dataset.h"
-#include "models/data/text.h"
+#include "axon/models/data/dataset.h"
+#include "axon/models/data/text.h"
 
 #define GCIDE "/usr/share/dictd/gcide.dict.dz"
 

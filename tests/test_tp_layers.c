@@ -18,9 +18,9 @@
 #include <string.h>
 
 #include "harness.h"
-#include "models/layers/parallel.h"
-#include "models/layers/transformer.h"
-#include "models/net.h"
+#include "axon/models/layers/parallel.h"
+#include "axon/models/layers/transformer.h"
+#include "axon/models/net.h"
 
 #define MAXT 4
 #define SEED 4242u

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "runtime/pipeline/trace/trace.h"
+#include "axon/runtime/pipeline/trace/trace.h"
 
 static void tmp_path(char *buf, size_t len, const char *tag) {
   snprintf(buf, len, "/tmp/axon_trace_%s_%d.json", tag, (int)getpid());

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/pipeline/coord/train.h"
+#include "axon/runtime/pipeline/coord/train.h"
 
 static void same_seed_same_curve(void **state) {
   ax_cpu_set_threads(2);

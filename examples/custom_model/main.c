@@ -22,12 +22,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "models/data/dataset.h"
-#include "rpc/launch.h"
-#include "runtime/autograd/plugin.h"
-#include "runtime/pipeline/coord/coordinator.h"
-#include "runtime/pipeline/pipeline.h"
-#include "runtime/pipeline/coord/train.h"
+#include <axon/models/data/dataset.h>
+#include <axon/rpc/launch.h>
+#include <axon/runtime/autograd/plugin.h>
+#include <axon/runtime/pipeline/coord/coordinator.h>
+#include <axon/runtime/pipeline/pipeline.h>
+#include <axon/runtime/pipeline/coord/train.h>
 
 typedef struct opts {
   int local, M, steps, batch, eval_limit;

@@ -4,16 +4,16 @@
 #define DP_STATE_H
 
 #include "dp.h"
-#include "models/data/dataset.h"
-#include "models/loss.h"
-#include "models/model.h"
-#include "rpc/rpc.h"
-#include "rref/rref.h"
-#include "runtime/autograd/autograd.h"
-#include "runtime/autograd/collective.h"
-#include "models/optim.h"
-#include "runtime/pipeline/coord/train.h"
-#include "kernels/rng.h"
+#include <axon/models/data/dataset.h>
+#include <axon/models/loss.h>
+#include <axon/models/model.h>
+#include <axon/rpc/rpc.h>
+#include <axon/rref/rref.h>
+#include <axon/runtime/autograd/autograd.h>
+#include <axon/runtime/autograd/collective.h>
+#include <axon/models/optim.h>
+#include <axon/runtime/pipeline/coord/train.h>
+#include <axon/kernels/rng.h>
 
 enum { DP_ALLREDUCE, DP_EASGD, DP_DPSGD };
 

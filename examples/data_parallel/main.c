@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rpc/launch.h"
+#include <axon/rpc/launch.h>
 #include "dp.h"
 
 static void usage(FILE *f) {

@@ -29,15 +29,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/device.h"
-#include "models/data/dataset.h"
-#include "models/loss.h"
-#include "models/model.h"
-#include "models/optim.h"
-#include "rpc/launch.h"
-#include "runtime/autograd/collective.h"
-#include "runtime/autograd/stage.h"
-#include "runtime/pipeline/pipeline.h"
+#include <axon/kernels/device.h>
+#include <axon/models/data/dataset.h>
+#include <axon/models/loss.h>
+#include <axon/models/model.h>
+#include <axon/models/optim.h>
+#include <axon/rpc/launch.h>
+#include <axon/runtime/autograd/collective.h>
+#include <axon/runtime/autograd/stage.h>
+#include <axon/runtime/pipeline/pipeline.h>
 
 #define MAXT 16
 #define WIDTHS "widths=784/128/64/10"

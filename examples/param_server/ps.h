@@ -18,10 +18,10 @@
 
 #include <stdint.h>
 
-#include "models/data/dataset.h"
-#include "models/model.h"
-#include "rref/rref.h"
-#include "models/optim.h"
+#include <axon/models/data/dataset.h>
+#include <axon/models/model.h>
+#include <axon/rref/rref.h>
+#include <axon/models/optim.h>
 
 #define PS_MAX_TRAINERS 64
 

@@ -12,11 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kernels/device.h"
-#include "rpc/launch.h"
-#include "models/loss.h"
+#include <axon/kernels/device.h>
+#include <axon/rpc/launch.h>
+#include <axon/models/loss.h>
 #include "ps.h"
-#include "runtime/pipeline/coord/train.h"
+#include <axon/runtime/pipeline/coord/train.h>
 
 static void usage(FILE *f) {
   fprintf(f,

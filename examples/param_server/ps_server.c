@@ -22,7 +22,7 @@
 #include <time.h>
 
 #include "ps.h"
-#include "runtime/pipeline/coord/train.h"
+#include <axon/runtime/pipeline/coord/train.h>
 
 typedef struct ps_model {
   pthread_mutex_t mu;

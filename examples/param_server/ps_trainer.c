@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "ps.h"
-#include "runtime/pipeline/coord/train.h"
+#include <axon/runtime/pipeline/coord/train.h>
 
 static int open_train(const ps_opts *o, ax_dataset **ds) {
   ax_config dc;

@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#include "rref/rref.h"
+#include <axon/rref/rref.h>
 
 #define RL_MAX_OBSERVERS 32
 

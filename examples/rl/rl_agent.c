@@ -12,12 +12,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "models/layers/basic.h"
+#include <axon/models/layers/basic.h>
 #include "rl.h"
-#include "models/net.h"
-#include "models/optim.h"
-#include "runtime/pipeline/coord/train.h"
-#include "kernels/rng.h"
+#include <axon/models/net.h>
+#include <axon/models/optim.h>
+#include <axon/runtime/pipeline/coord/train.h>
+#include <axon/kernels/rng.h>
 
 typedef struct obs_mem {
   float *states; /* (max_steps, 4) */

@@ -6,7 +6,7 @@
 #include <math.h>
 
 #include "rl.h"
-#include "kernels/rng.h"
+#include <axon/kernels/rng.h>
 
 #define GRAVITY 9.8
 #define MASSCART 1.0

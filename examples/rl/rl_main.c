@@ -10,8 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kernels/device.h"
-#include "rpc/launch.h"
+#include <axon/kernels/device.h>
+#include <axon/rpc/launch.h>
 #include "rl.h"
 
 static void usage(FILE *f) {

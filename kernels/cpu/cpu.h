@@ -4,7 +4,7 @@
 #ifndef AX_CPU_H
 #define AX_CPU_H
 
-#include "kernels/backend-impl.h"
+#include "axon/kernels/backend-impl.h"
 
 /* cpu_blas.c */
 int axi_cpu_gemm(ax_backend *be, int ta, int tb, int m, int n, int k,

@@ -1,8 +1,8 @@
 /* CPU activations and dropout. */
 #include <math.h>
 
-#include "kernels/cpu/cpu.h"
-#include "kernels/error.h"
+#include "axon/kernels/cpu/cpu.h"
+#include "axon/kernels/error.h"
 
 #define PAR_N 65536
 

@@ -4,8 +4,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cpu/cpu.h"
-#include "kernels/error.h"
+#include "axon/kernels/cpu/cpu.h"
+#include "axon/kernels/error.h"
 
 /* Below this many elements the OpenMP fork costs more than it saves. */
 #define ATTN_PAR_MIN 16384L

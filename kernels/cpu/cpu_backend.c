@@ -8,8 +8,8 @@
 #endif
 #include <cblas.h>
 
-#include "kernels/cpu/cpu.h"
-#include "kernels/error.h"
+#include "axon/kernels/cpu/cpu.h"
+#include "axon/kernels/error.h"
 
 static int cpu_threads = 0;
 

@@ -2,8 +2,8 @@
 #include <cblas.h>
 #include <string.h>
 
-#include "kernels/cpu/cpu.h"
-#include "kernels/error.h"
+#include "axon/kernels/cpu/cpu.h"
+#include "axon/kernels/error.h"
 
 int axi_cpu_gemm(ax_backend *be, int ta, int tb, int m, int n, int k,
                  float alpha, const float *a, int lda, long sa, const float *b,

@@ -23,8 +23,8 @@
 #endif
 #include <cblas.h>
 
-#include "kernels/cpu/cpu.h"
-#include "kernels/error.h"
+#include "axon/kernels/cpu/cpu.h"
+#include "axon/kernels/error.h"
 
 /* True when the column matrix of an image is the image itself. */
 static int conv_is_pointwise(const ax_conv_desc *d) {

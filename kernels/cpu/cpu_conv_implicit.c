@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/cpu.h"
-#include "kernels/error.h"
+#include "axon/kernels/cpu/cpu.h"
+#include "axon/kernels/error.h"
 
 /* Geometry of one convolution on the padded grid. A stride-2 3x3
  * convolution with padding 1 (even H and W) runs as a stride-1 one over the

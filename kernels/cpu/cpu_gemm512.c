@@ -22,7 +22,7 @@
  * Both are deterministic: the order of every sum depends only on the shapes.
  * They are compiled for AVX-512 with a target attribute and must only be
  * called when axi_gemm512_available() is true (never, off x86-64). */
-#include "kernels/cpu/cpu.h"
+#include "axon/kernels/cpu/cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

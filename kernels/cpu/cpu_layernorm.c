@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/cpu.h"
-#include "kernels/error.h"
+#include "axon/kernels/cpu/cpu.h"
+#include "axon/kernels/error.h"
 
 /* Below this many elements the OpenMP fork costs more than it saves. */
 #define LN_PAR_MIN 16384L

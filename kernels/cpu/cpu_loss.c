@@ -2,8 +2,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "kernels/cpu/cpu.h"
-#include "kernels/error.h"
+#include "axon/kernels/cpu/cpu.h"
+#include "axon/kernels/error.h"
 
 int axi_cpu_xent_fwd(ax_backend *be, int rows, int classes,
                      const float *logits, const int32_t *labels,

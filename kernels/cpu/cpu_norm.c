@@ -7,8 +7,8 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "kernels/cpu/cpu.h"
-#include "kernels/error.h"
+#include "axon/kernels/cpu/cpu.h"
+#include "axon/kernels/error.h"
 
 /* The run reductions below are OpenMP simd reductions: the compiler keeps
  * one partial sum per vector lane and combines them in a fixed order, so the

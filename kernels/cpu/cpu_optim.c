@@ -1,8 +1,8 @@
 /* CPU optimizer updates over a flat parameter buffer (PyTorch semantics). */
 #include <math.h>
 
-#include "kernels/cpu/cpu.h"
-#include "kernels/error.h"
+#include "axon/kernels/cpu/cpu.h"
+#include "axon/kernels/error.h"
 
 int axi_cpu_sgd_step(ax_backend *be, size_t n, float *w, const float *g,
                      float *mom, float lr, float momentum, float dampening,

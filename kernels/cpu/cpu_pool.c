@@ -8,8 +8,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cpu/cpu.h"
-#include "kernels/error.h"
+#include "axon/kernels/cpu/cpu.h"
+#include "axon/kernels/error.h"
 
 static int pool_check(const char *what, const ax_pool_desc *d) {
   if (!d || d->n <= 0 || d->c <= 0 || d->oh <= 0 || d->ow <= 0)

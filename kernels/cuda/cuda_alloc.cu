@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cuda/cuda_common.cuh"
+#include "axon/kernels/cuda/cuda_common.cuh"
 
 #define SMALL_LIMIT ((size_t)1 << 20)
 #define SMALL_ROUND ((size_t)512)

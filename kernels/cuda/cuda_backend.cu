@@ -6,7 +6,7 @@
  * AX_EUNSUPPORTED through AX_K. */
 #include <stdlib.h>
 
-#include "kernels/cuda/cuda_common.cuh"
+#include "axon/kernels/cuda/cuda_common.cuh"
 
 /* Device memory comes from the caching allocator (cuda_alloc.cu); a block
  * freed here may be reused at once by later work on the backend's stream. */

@@ -4,7 +4,7 @@
  * cuBLAS gives directly. Contract in kernels/backend-impl.h. */
 #include <cublas_v2.h>
 
-#include "kernels/cuda/cuda_common.cuh"
+#include "axon/kernels/cuda/cuda_common.cuh"
 
 /* Random values in [-1, 1) from a counter hash: never zeros, which would
  * hide wrong indexing and can run faster than real data. */

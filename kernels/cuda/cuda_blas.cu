@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cuda/cuda_blas.cuh"
+#include "axon/kernels/cuda/cuda_blas.cuh"
 
 #define RED_THREADS 256  /* threads per reduction block (a power of two) */
 #define RED_BLOCKS 1024  /* at most this many partials per reduction */

@@ -5,7 +5,7 @@
 
 #include <cublas_v2.h>
 
-#include "kernels/cuda/cuda_common.cuh"
+#include "axon/kernels/cuda/cuda_common.cuh"
 
 /* Returns from the calling function with an axon error carrying cuBLAS's
  * own name and description of the status. */

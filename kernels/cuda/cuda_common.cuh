@@ -6,8 +6,8 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/backend-impl.h"
-#include "kernels/error.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/kernels/error.h"
 
 #define AX_CUDA_TRY(call)                                                      \
   do {                                                                         \

@@ -4,7 +4,7 @@
  * cuda_dnn_pool.cu (pooling). */
 #include <stdlib.h>
 
-#include "kernels/cuda/cuda_dnn.cuh"
+#include "axon/kernels/cuda/cuda_dnn.cuh"
 
 /* ---- state ---- */
 

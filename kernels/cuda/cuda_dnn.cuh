@@ -17,8 +17,8 @@
 
 #include <cudnn.h>
 
-#include "kernels/cuda/cuda_common.cuh"
-#include "kernels/cuda/cuda_reduce.cuh"
+#include "axon/kernels/cuda/cuda_common.cuh"
+#include "axon/kernels/cuda/cuda_reduce.cuh"
 
 /* Returns an axon error (cuDNN's message attached) when a cuDNN call fails. */
 #define AX_CUDNN_TRY(call)                                                     \

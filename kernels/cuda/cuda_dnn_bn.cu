@@ -16,7 +16,7 @@
  * The fused bn_relu kernels are cuDNN plus one small kernel of our own: a
  * ReLU in place on y after the forward, and dy * (y > 0) into the workspace
  * before the backward. */
-#include "kernels/cuda/cuda_dnn.cuh"
+#include "axon/kernels/cuda/cuda_dnn.cuh"
 
 __global__ static void relu_inplace_kernel(float *y, size_t n) {
   AXI_GRID_STRIDE(i, n) {

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cuda/cuda_dnn.cuh"
+#include "axon/kernels/cuda/cuda_dnn.cuh"
 
 enum { DIR_FWD = 0, DIR_DATA = 1, DIR_FILTER = 2 };
 

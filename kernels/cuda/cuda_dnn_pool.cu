@@ -13,7 +13,7 @@
  * maxpool_bwd expects argmax from maxpool_fwd (every offset inside its own
  * window, which the forward guarantees); offsets outside the plane are
  * ignored, as on the CPU. */
-#include "kernels/cuda/cuda_dnn.cuh"
+#include "axon/kernels/cuda/cuda_dnn.cuh"
 
 #include <math.h>
 

@@ -13,7 +13,7 @@
  * ax_dropout_uniform(seed, i), the function the CPU uses, and its scale
  * 1 / (1 - p) is computed on the host as on the CPU: masks and values are
  * identical. */
-#include "kernels/cuda/cuda_common.cuh"
+#include "axon/kernels/cuda/cuda_common.cuh"
 
 #define GRID_STRIDE(i, n)                                                      \
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);      \

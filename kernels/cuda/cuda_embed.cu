@@ -18,7 +18,7 @@
  * after the kernels that use it are queued (ordered by the single stream). */
 #include <cub/device/device_radix_sort.cuh>
 
-#include "kernels/cuda/cuda_reduce.cuh"
+#include "axon/kernels/cuda/cuda_reduce.cuh"
 
 __global__ static void embed_fwd_kernel(int n_idx, int dim, int rows,
                                         const int32_t *idx, const float *table,

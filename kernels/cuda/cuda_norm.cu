@@ -18,7 +18,7 @@
  * Scratch memory comes from the backend allocator and is released right
  * after the kernels that use it are queued: reuse is ordered by the
  * backend's single stream. */
-#include "kernels/cuda/cuda_reduce.cuh"
+#include "axon/kernels/cuda/cuda_reduce.cuh"
 
 __global__ static void ln_fwd_kernel(int d, const float *x, const float *gamma,
                                      const float *beta, float eps, float *y,

@@ -12,7 +12,7 @@
  * anything is launched. */
 #include <math.h>
 
-#include "kernels/cuda/cuda_common.cuh"
+#include "axon/kernels/cuda/cuda_common.cuh"
 
 #define GRID_STRIDE(i, n)                                                      \
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);      \

@@ -14,7 +14,7 @@
 
 #include <math.h>
 
-#include "kernels/cuda/cuda_common.cuh"
+#include "axon/kernels/cuda/cuda_common.cuh"
 
 #define AXI_GRID_STRIDE(i, n)                                                  \
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);      \

@@ -15,7 +15,7 @@
  * row's dot product is complete before any write). */
 #include <limits.h>
 
-#include "kernels/cuda/cuda_reduce.cuh"
+#include "axon/kernels/cuda/cuda_reduce.cuh"
 
 /* ---- cross-entropy ---- */
 

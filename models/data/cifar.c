@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/data/dataset-impl.h"
+#include "axon/models/data/dataset-impl.h"
 
 #define REC 3073
 #define PLANE 1024

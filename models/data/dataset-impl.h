@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "models/data/dataset.h"
+#include "axon/models/data/dataset.h"
 
 /* One vtable per data-set kind. */
 typedef struct axi_dataset_ops {

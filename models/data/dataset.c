@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include "models/data/dataset-impl.h"
+#include "axon/models/data/dataset-impl.h"
 
 static const axi_dataset_ops *const kinds[] = {&axi_ds_fashion_mnist,
                                                &axi_ds_cifar10, &axi_ds_gcide,

@@ -34,8 +34,8 @@
 #ifndef AX_DATASET_H
 #define AX_DATASET_H
 
-#include "models/config.h"
-#include "models/module.h"
+#include "axon/models/config.h"
+#include "axon/models/module.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/data/dataset-impl.h"
-#include "models/data/text.h"
+#include "axon/models/data/dataset-impl.h"
+#include "axon/models/data/text.h"
 
 #define TEST_FRAC 0.1
 #define MLM_PROB 0.15

@@ -1,7 +1,7 @@
 /* ax_loader: deterministic (seed, epoch) shuffled batches over a data set. */
 #include <stdlib.h>
 
-#include "models/data/dataset-impl.h"
+#include "axon/models/data/dataset-impl.h"
 
 struct ax_loader {
   const ax_dataset *ds;

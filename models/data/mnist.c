@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/data/dataset-impl.h"
+#include "axon/models/data/dataset-impl.h"
 
 /* Fashion-MNIST train-set pixel statistics of x = byte / 255 over all 60000
  * images: mean 0.28604, std 0.35302 (computed from train-images-idx3-ubyte;

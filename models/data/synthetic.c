@@ -4,7 +4,7 @@
  * examples are in it or in what order they are asked for. */
 #include <stdlib.h>
 
-#include "models/data/dataset-impl.h"
+#include "axon/models/data/dataset-impl.h"
 
 typedef struct synth {
   int ndim; /* dims per example: 1 (D) or 3 (C, H, W) */

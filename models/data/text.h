@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "models/data/dataset.h"
+#include "axon/models/data/dataset.h"
 
 /* Removes dictionary markup from src (len bytes) and writes running text
  * into a new malloc'd, NUL-terminated buffer: one line per paragraph

@@ -7,7 +7,7 @@
 #ifndef AX_LAYERS_BASIC_H
 #define AX_LAYERS_BASIC_H
 
-#include "models/module.h"
+#include "axon/models/module.h"
 
 /* y (..., out) = x (..., in) W^T + b; W is (out, in) as in PyTorch.
  * Init: U(-1/sqrt(in), 1/sqrt(in)) for W and b (PyTorch's default), or

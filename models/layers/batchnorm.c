@@ -4,8 +4,8 @@
  * does not. */
 #include <stdio.h>
 
-#include "kernels/backend-impl.h"
-#include "models/layers/vision.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/models/layers/vision.h"
 
 typedef struct batchnorm {
   int c;

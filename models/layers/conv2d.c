@@ -1,8 +1,8 @@
 /* Conv2d: a square-kernel 2-D convolution over NCHW tensors. */
 #include <math.h>
 
-#include "kernels/backend-impl.h"
-#include "models/layers/vision.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/models/layers/vision.h"
 
 typedef struct conv2d {
   int in, out, k, stride, pad, bias;

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
-#include "models/layers/basic.h"
-#include "models/layers/parallel.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/models/layers/basic.h"
+#include "axon/models/layers/parallel.h"
 
 enum { PART_WHOLE = 0, PART_COLUMN = 1, PART_ROW = 2 };
 

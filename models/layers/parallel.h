@@ -30,7 +30,7 @@
 
 #include <stdint.h>
 
-#include "models/module.h"
+#include "axon/models/module.h"
 
 #ifdef __cplusplus
 extern "C" {

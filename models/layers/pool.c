@@ -1,7 +1,7 @@
 /* Pooling layers: MaxPool2d, AvgPool2d (count_include_pad) and
  * GlobalAvgPool (N, C, H, W) -> (N, C). */
-#include "kernels/backend-impl.h"
-#include "models/layers/vision.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/models/layers/vision.h"
 
 typedef struct pool2d {
   int k, stride, pad;

@@ -1,6 +1,6 @@
 /* ReLU and Flatten: parameter-free layers. */
-#include "kernels/backend-impl.h"
-#include "models/layers/basic.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/models/layers/basic.h"
 
 enum { SAVE_Y = 0 };
 

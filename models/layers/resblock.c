@@ -8,8 +8,8 @@
  * with its ReLU fused (ax_batchnorm2d_relu_new); the block does the second
  * ReLU and the residual sum itself, in place on a tensor it owns (the batch
  * norms save their inputs, not their outputs). */
-#include "kernels/backend-impl.h"
-#include "models/layers/vision.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/models/layers/vision.h"
 
 typedef struct basic_block {
   int in, out, stride, proj;

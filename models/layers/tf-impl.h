@@ -3,10 +3,10 @@
 #ifndef AX_LAYERS_TF_IMPL_H
 #define AX_LAYERS_TF_IMPL_H
 
-#include "kernels/backend-impl.h"
-#include "kernels/rng.h"
-#include "models/layers/basic.h"
-#include "models/layers/transformer.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/kernels/rng.h"
+#include "axon/models/layers/basic.h"
+#include "axon/models/layers/transformer.h"
 
 /* Fills n floats with N(0, std^2) values from rng. */
 void axi_tf_normal(float *p, size_t n, float std, ax_rng *rng);

@@ -1,7 +1,7 @@
 /* Elementwise transformer layers: GELU, tanh and dropout. */
-#include "models/layers/tf-impl.h"
+#include "axon/models/layers/tf-impl.h"
 
-#include "kernels/error.h"
+#include "axon/kernels/error.h"
 
 /* ---- GELU and tanh ---- */
 

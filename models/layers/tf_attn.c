@@ -12,10 +12,10 @@
  * the members' outputs), its dropout the whole mask's part. */
 #include <math.h>
 
-#include "models/layers/tf-impl.h"
-#include "models/layers/parallel.h"
+#include "axon/models/layers/tf-impl.h"
+#include "axon/models/layers/parallel.h"
 
-#include "kernels/error.h"
+#include "axon/kernels/error.h"
 
 typedef struct mhsa_priv {
   int hidden, heads; /* heads: this member's */

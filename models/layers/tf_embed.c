@@ -1,7 +1,7 @@
 /* Embedding lookup and layer normalisation layers. */
-#include "models/layers/tf-impl.h"
+#include "axon/models/layers/tf-impl.h"
 
-#include "kernels/error.h"
+#include "axon/kernels/error.h"
 
 /* ---- embedding ---- */
 

@@ -2,10 +2,10 @@
  *
  * Children, in order: 0 attention, 1 dropout, 2 layer norm, 3 dense
  * hidden -> ff, 4 GELU, 5 dense ff -> hidden, 6 dropout, 7 layer norm. */
-#include "models/layers/tf-impl.h"
-#include "models/layers/parallel.h"
+#include "axon/models/layers/tf-impl.h"
+#include "axon/models/layers/parallel.h"
 
-#include "kernels/error.h"
+#include "axon/kernels/error.h"
 
 enum { C_ATTN, C_DROP1, C_LN1, C_FF1, C_GELU, C_FF2, C_DROP2, C_LN2, C_N };
 

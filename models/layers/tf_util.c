@@ -1,8 +1,8 @@
 /* Helpers shared by the transformer layers: initialisation, argument
  * checks, elementwise sums and calls into child modules. */
-#include "models/layers/tf-impl.h"
+#include "axon/models/layers/tf-impl.h"
 
-#include "kernels/error.h"
+#include "axon/kernels/error.h"
 
 void axi_tf_normal(float *p, size_t n, float std, ax_rng *rng) {
   for (size_t i = 0; i < n; i++)

@@ -14,7 +14,7 @@
 #ifndef AX_LAYERS_VISION_H
 #define AX_LAYERS_VISION_H
 
-#include "models/module.h"
+#include "axon/models/module.h"
 
 #ifdef __cplusplus
 extern "C" {

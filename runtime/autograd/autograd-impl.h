@@ -6,7 +6,7 @@
 
 #include <pthread.h>
 
-#include "runtime/autograd/autograd.h"
+#include "axon/runtime/autograd/autograd.h"
 
 #define AXD_NAME 64
 

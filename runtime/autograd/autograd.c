@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
-#include "runtime/autograd/autograd-impl.h"
-#include "runtime/autograd/collective.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/runtime/autograd/autograd-impl.h"
+#include "axon/runtime/autograd/collective.h"
 
 static axd_state *g_d;
 

@@ -55,8 +55,8 @@
 #ifndef AX_DIST_AUTOGRAD_H
 #define AX_DIST_AUTOGRAD_H
 
-#include "rref/rref.h"
-#include "models/module.h"
+#include "axon/rref/rref.h"
+#include "axon/models/module.h"
 
 #ifdef __cplusplus
 extern "C" {

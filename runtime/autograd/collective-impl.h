@@ -6,8 +6,8 @@
 
 #include <pthread.h>
 
-#include "rpc/future.h"
-#include "runtime/autograd/collective.h"
+#include "axon/rpc/future.h"
+#include "axon/runtime/autograd/collective.h"
 
 #define AXI_COLL_TAG 64
 #define AXI_COLL_FN "ax.coll.put"

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "rpc/rpc.h"
-#include "runtime/autograd/collective-impl.h"
+#include "axon/rpc/rpc.h"
+#include "axon/runtime/autograd/collective-impl.h"
 
 static pthread_mutex_t g_boxes_mu = PTHREAD_MUTEX_INITIALIZER;
 static axi_coll_box *g_boxes;

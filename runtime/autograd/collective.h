@@ -42,8 +42,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rpc/node.h"
-#include "kernels/tensor.h"
+#include "axon/rpc/node.h"
+#include "axon/kernels/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

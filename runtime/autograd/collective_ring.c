@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/autograd/collective-impl.h"
+#include "axon/runtime/autograd/collective-impl.h"
 
 int axi_coll_submit(ax_coll_op *op); /* collective.c */
 

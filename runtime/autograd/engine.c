@@ -6,8 +6,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/backend-impl.h"
-#include "runtime/autograd/autograd-impl.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/runtime/autograd/autograd-impl.h"
 
 #define AXD_CALL_MS 60000
 

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/autograd/autograd-impl.h"
-#include "runtime/autograd/stage-impl.h"
+#include "axon/runtime/autograd/autograd-impl.h"
+#include "axon/runtime/autograd/stage-impl.h"
 
 /* ---- the parameter-set object -------------------------------------------- */
 static int params_create(ax_node *n, const char *cfg, ax_device dev,

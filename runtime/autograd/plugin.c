@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "runtime/autograd/plugin.h"
+#include "axon/runtime/autograd/plugin.h"
 
 typedef struct plugin {
   void *handle;

@@ -42,9 +42,9 @@
 
 #include <stdint.h>
 
-#include "models/model.h"
-#include "rpc/rpc.h"
-#include "rref/rref.h"
+#include "axon/models/model.h"
+#include "axon/rpc/rpc.h"
+#include "axon/rref/rref.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -5,9 +5,9 @@
 
 #include <pthread.h>
 
-#include "models/model.h"
-#include "runtime/autograd/stage.h"
-#include "models/optim.h"
+#include "axon/models/model.h"
+#include "axon/runtime/autograd/stage.h"
+#include "axon/models/optim.h"
 
 typedef struct axd_stage {
   int refs; /* atomic: the stage object, parameter sets, recorded calls */

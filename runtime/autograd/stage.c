@@ -4,11 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
-#include "models/loss.h"
-#include "models/model.h"
-#include "runtime/autograd/autograd-impl.h"
-#include "runtime/autograd/stage-impl.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/models/loss.h"
+#include "axon/models/model.h"
+#include "axon/runtime/autograd/autograd-impl.h"
+#include "axon/runtime/autograd/stage-impl.h"
 
 static uint64_t g_stage_keys;
 

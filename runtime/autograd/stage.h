@@ -65,7 +65,7 @@
 #ifndef AX_DIST_STAGE_H
 #define AX_DIST_STAGE_H
 
-#include "runtime/autograd/autograd.h"
+#include "axon/runtime/autograd/autograd.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,8 +1,8 @@
 /* ax_pipe_init: distributed autograd plus the pipeline stage host. */
-#include "runtime/pipeline/pipeline.h"
+#include "axon/runtime/pipeline/pipeline.h"
 
-#include "runtime/autograd/collective.h"
-#include "runtime/pipeline/stage/stage_host.h"
+#include "axon/runtime/autograd/collective.h"
+#include "axon/runtime/pipeline/stage/stage_host.h"
 
 int ax_pipe_init(ax_node *n) {
   AX_TRY(ax_dist_init(n));

@@ -4,7 +4,7 @@
 #ifndef AX_PIPELINE_PIPELINE_H
 #define AX_PIPELINE_PIPELINE_H
 
-#include "runtime/autograd/autograd.h"
+#include "axon/runtime/autograd/autograd.h"
 
 #ifdef __cplusplus
 extern "C" {

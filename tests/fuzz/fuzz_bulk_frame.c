@@ -21,8 +21,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "rpc/bulk-impl.h"
-#include "rpc/value-impl.h"
+#include "axon/rpc/bulk-impl.h"
+#include "axon/rpc/value-impl.h"
 #include "tests/fuzz/fuzz_common.h"
 
 static uint64_t g_frames;

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc/codec-impl.h"
-#include "rpc/value-impl.h"
+#include "axon/rpc/codec-impl.h"
+#include "axon/rpc/value-impl.h"
 #include "tests/fuzz/fuzz_common.h"
 
 static int same_str(const char *a, const char *b) {

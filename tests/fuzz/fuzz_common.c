@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc/value-impl.h"
+#include "axon/rpc/value-impl.h"
 
 void fuzz_fail(const char *file, int line, const char *what) {
   fprintf(stderr, "%s:%d: invariant failed: %s (last axon error: %s)\n", file,

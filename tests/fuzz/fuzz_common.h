@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rpc/node-impl.h"
+#include "axon/rpc/node-impl.h"
 
 /* The shared secret of the harnesses' authenticated mode and the fixed
  * challenge they answer to (tests/fuzz/fuzz_seeds.c writes seeds with it). */

@@ -18,8 +18,8 @@
 
 #include "agents/axon_cli.h"
 #include "agents/axon_run.h"
-#include "kernels/device.h"
-#include "models/config.h"
+#include "axon/kernels/device.h"
+#include "axon/models/config.h"
 #include "tests/fuzz/fuzz_common.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {

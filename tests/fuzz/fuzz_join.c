@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc/codec-impl.h"
-#include "rpc/future.h"
+#include "axon/rpc/codec-impl.h"
+#include "axon/rpc/future.h"
 #include "tests/fuzz/fuzz_common.h"
 
 static void run_request(ax_node *n, axi_msg *m) {

@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc/node.h"
-#include "rpc/value-impl.h"
-#include "rref/rref.h"
+#include "axon/rpc/node.h"
+#include "axon/rpc/value-impl.h"
+#include "axon/rref/rref.h"
 #include "tests/fuzz/fuzz_common.h"
 
 #define WIRE_LEN 160 /* sizeof(wire_rref) in rref/rref_codec.c */

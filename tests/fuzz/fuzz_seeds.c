@@ -11,10 +11,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "rpc/auth-impl.h"
-#include "rpc/bulk-impl.h"
-#include "rpc/codec-impl.h"
-#include "rpc/value-impl.h"
+#include "axon/rpc/auth-impl.h"
+#include "axon/rpc/bulk-impl.h"
+#include "axon/rpc/codec-impl.h"
+#include "axon/rpc/value-impl.h"
 #include "tests/fuzz/fuzz_common.h"
 
 static const char *g_dir;

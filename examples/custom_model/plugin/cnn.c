@@ -3,8 +3,8 @@
 #include <stdio.h>
 
 #include "custom.h"
-#include "models/layers/basic.h"
-#include "models/layers/vision.h"
+#include <axon/models/layers/basic.h>
+#include <axon/models/layers/vision.h>
 
 #define FMCNN_BLOCKS 4
 

@@ -17,7 +17,7 @@
 #ifndef CUSTOM_MODEL_H
 #define CUSTOM_MODEL_H
 
-#include "models/model.h"
+#include <axon/models/model.h>
 
 /* A PReLU over `channels` channels; NULL (ax_errmsg set) when channels < 1
  * or out of memory. */

@@ -2,7 +2,7 @@
  * when the plugin is loaded, before any node exists; the node phase has
  * nothing to add (the model's "fmcnn.stage" kind and the pipeline host
  * "pipe.stage" with model=fmcnn come with the model). */
-#include "runtime/autograd/plugin.h"
+#include <axon/runtime/autograd/plugin.h>
 #include "custom.h"
 
 AX_PLUGIN_EXPORT const uint32_t axon_plugin_abi = AX_PLUGIN_ABI;

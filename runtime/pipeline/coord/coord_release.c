@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "runtime/autograd/autograd.h"
-#include "runtime/pipeline/coord/coordinator-impl.h"
+#include "axon/runtime/autograd/autograd.h"
+#include "axon/runtime/pipeline/coord/coordinator-impl.h"
 
 #define REL_POLL_MS 100
 

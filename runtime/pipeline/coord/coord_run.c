@@ -6,11 +6,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/autograd/autograd.h"
-#include "runtime/pipeline/coord/coordinator-impl.h"
-#include "runtime/pipeline/stage/stage_host.h"
-#include "runtime/pipeline/stage/stage_line.h"
-#include "runtime/pipeline/coord/train.h"
+#include "axon/runtime/autograd/autograd.h"
+#include "axon/runtime/pipeline/coord/coordinator-impl.h"
+#include "axon/runtime/pipeline/stage/stage_host.h"
+#include "axon/runtime/pipeline/stage/stage_line.h"
+#include "axon/runtime/pipeline/coord/train.h"
 
 #define POLL_MS 100
 

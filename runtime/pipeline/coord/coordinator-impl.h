@@ -5,8 +5,8 @@
 
 #include <pthread.h>
 
-#include "models/net.h"
-#include "runtime/pipeline/coord/coordinator.h"
+#include "axon/models/net.h"
+#include "axon/runtime/pipeline/coord/coordinator.h"
 
 #define AXP_NAME 64
 

@@ -6,12 +6,12 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "models/model.h"
-#include "runtime/pipeline/state/checkpoint.h"
-#include "runtime/pipeline/coord/coordinator-impl.h"
-#include "runtime/pipeline/stage/stage_host.h"
-#include "runtime/pipeline/stage/staleness.h"
-#include "runtime/pipeline/coord/train.h"
+#include "axon/models/model.h"
+#include "axon/runtime/pipeline/state/checkpoint.h"
+#include "axon/runtime/pipeline/coord/coordinator-impl.h"
+#include "axon/runtime/pipeline/stage/stage_host.h"
+#include "axon/runtime/pipeline/stage/staleness.h"
+#include "axon/runtime/pipeline/coord/train.h"
 
 int ax_pipe_recompute_parse(const char *s, int *out) {
   if (s && !strcmp(s, "always"))

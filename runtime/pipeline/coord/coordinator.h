@@ -34,10 +34,10 @@
 
 #include <stdint.h>
 
-#include "rref/rref.h"
-#include "models/module.h"
-#include "runtime/pipeline/schedule/mode.h"
-#include "runtime/pipeline/trace/trace.h"
+#include "axon/rref/rref.h"
+#include "axon/models/module.h"
+#include "axon/runtime/pipeline/schedule/mode.h"
+#include "axon/runtime/pipeline/trace/trace.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -3,7 +3,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/pipeline/coord/train.h"
+#include "axon/runtime/pipeline/coord/train.h"
 
 double ax_now(void) {
   struct timespec ts;

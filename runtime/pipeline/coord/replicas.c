@@ -13,9 +13,9 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "runtime/pipeline/coord/coordinator-impl.h"
-#include "runtime/pipeline/stage/stage_host.h"
-#include "runtime/pipeline/coord/train.h"
+#include "axon/runtime/pipeline/coord/coordinator-impl.h"
+#include "axon/runtime/pipeline/stage/stage_host.h"
+#include "axon/runtime/pipeline/coord/train.h"
 
 int axp_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   int R = o->replicas > 1 ? o->replicas : 1, K = o->K;

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "kernels/device.h"
+#include "axon/kernels/device.h"
 
 typedef struct ax_train_opts {
   const char *model;        /* "mlp", "resnet20", "bert" */

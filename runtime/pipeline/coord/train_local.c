@@ -3,11 +3,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/data/dataset.h"
-#include "models/loss.h"
-#include "models/model.h"
-#include "models/optim.h"
-#include "runtime/pipeline/coord/train.h"
+#include "axon/models/data/dataset.h"
+#include "axon/models/loss.h"
+#include "axon/models/model.h"
+#include "axon/models/optim.h"
+#include "axon/runtime/pipeline/coord/train.h"
 
 ax_train_opts ax_train_defaults(void) {
   ax_train_opts o;

@@ -1,13 +1,13 @@
 /* Single-process emulation (a world of one node hosting every stage) and
  * the modelled time of a run from its measured costs (emulate.h). */
-#include "runtime/pipeline/schedule/emulate.h"
+#include "axon/runtime/pipeline/schedule/emulate.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/autograd/plugin.h"
-#include "runtime/pipeline/schedule/formula.h"
-#include "runtime/pipeline/pipeline.h"
+#include "axon/runtime/autograd/plugin.h"
+#include "axon/runtime/pipeline/schedule/formula.h"
+#include "axon/runtime/pipeline/pipeline.h"
 
 int ax_pipe_emulator_new(const char *name, int threads, ax_node **out) {
   *out = NULL;

@@ -27,7 +27,7 @@
 #ifndef AX_PIPELINE_EMULATE_H
 #define AX_PIPELINE_EMULATE_H
 
-#include "runtime/pipeline/coord/coordinator.h"
+#include "axon/runtime/pipeline/coord/coordinator.h"
 
 #ifdef __cplusplus
 extern "C" {

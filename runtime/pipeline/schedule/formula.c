@@ -1,13 +1,13 @@
 /* Expected time per mini-batch of each pipeline mode: a simulation of the
  * mode's own action lists (mode.h) with their dependencies; the closed forms
  * for equal stages live in the mode table. */
-#include "runtime/pipeline/schedule/formula.h"
+#include "axon/runtime/pipeline/schedule/formula.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/error.h"
-#include "runtime/pipeline/schedule/mode.h"
+#include "axon/kernels/error.h"
+#include "axon/runtime/pipeline/schedule/mode.h"
 
 #define MAX_STAGES 64
 

@@ -49,7 +49,7 @@
 #ifndef AX_PIPELINE_FORMULA_H
 #define AX_PIPELINE_FORMULA_H
 
-#include "runtime/pipeline/schedule/mode.h"
+#include "axon/runtime/pipeline/schedule/mode.h"
 
 #ifdef __cplusplus
 extern "C" {

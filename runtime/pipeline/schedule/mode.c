@@ -1,13 +1,13 @@
 /* The pipeline mode table (mode.h): one entry per mode and its action
  * generator. */
-#include "runtime/pipeline/schedule/mode.h"
+#include "axon/runtime/pipeline/schedule/mode.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/error.h"
+#include "axon/kernels/error.h"
 
 static ax_pipe_op op(int kind, int s, long t, int m) {
   ax_pipe_op o = {kind, s, (int)t, m};

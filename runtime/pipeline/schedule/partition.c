@@ -1,12 +1,12 @@
 /* Stash counts per mode, the stage cost model and the split-point dynamic
  * programme (profiling is in profile.c). */
-#include "runtime/pipeline/schedule/partition.h"
+#include "axon/runtime/pipeline/schedule/partition.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/error.h"
+#include "axon/kernels/error.h"
 
 int ax_pipe_stash(const char *mode, int K, int k, int M, int recompute,
                   ax_stash_count *out) {

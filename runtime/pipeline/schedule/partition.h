@@ -25,8 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "models/model.h"
-#include "runtime/pipeline/schedule/formula.h"
+#include "axon/models/model.h"
+#include "axon/runtime/pipeline/schedule/formula.h"
 
 #ifdef __cplusplus
 extern "C" {

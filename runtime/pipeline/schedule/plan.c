@@ -2,8 +2,8 @@
  * from them (mode.h). */
 #include <stdlib.h>
 
-#include "kernels/error.h"
-#include "runtime/pipeline/schedule/mode.h"
+#include "axon/kernels/error.h"
+#include "axon/runtime/pipeline/schedule/mode.h"
 
 struct ax_pipe_plan {
   int mode, K, v, S, U; /* ranks, stages per rank, stages, units */

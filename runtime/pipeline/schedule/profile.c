@@ -4,9 +4,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/error.h"
-#include "runtime/pipeline/schedule/partition.h"
-#include "kernels/rng.h"
+#include "axon/kernels/error.h"
+#include "axon/runtime/pipeline/schedule/partition.h"
+#include "axon/kernels/rng.h"
 
 #define MAX_REPS 64
 

@@ -4,14 +4,14 @@
 #ifndef AX_PIPELINE_STAGE_HOST_IMPL_H
 #define AX_PIPELINE_STAGE_HOST_IMPL_H
 
-#include "runtime/autograd/collective.h"
-#include "runtime/autograd/stage-impl.h"
-#include "runtime/pipeline/state/ckpt_file.h"
-#include "runtime/pipeline/schedule/mode.h"
-#include "runtime/pipeline/stage/stage_inbox.h"
-#include "runtime/pipeline/stage/stage_line.h"
-#include "runtime/pipeline/stage/staleness-impl.h"
-#include "runtime/pipeline/trace/trace.h"
+#include "axon/runtime/autograd/collective.h"
+#include "axon/runtime/autograd/stage-impl.h"
+#include "axon/runtime/pipeline/state/ckpt_file.h"
+#include "axon/runtime/pipeline/schedule/mode.h"
+#include "axon/runtime/pipeline/stage/stage_inbox.h"
+#include "axon/runtime/pipeline/stage/stage_line.h"
+#include "axon/runtime/pipeline/stage/staleness-impl.h"
+#include "axon/runtime/pipeline/trace/trace.h"
 
 typedef struct pstate { /* one unit between its forward and its backward */
   long batch;

@@ -5,14 +5,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/backend-impl.h"
-#include "models/loss.h"
-#include "runtime/autograd/autograd.h"
-#include "runtime/pipeline/coord/coordinator.h"
-#include "runtime/pipeline/schedule/mode.h"
-#include "runtime/pipeline/trace/stage_events.h"
-#include "runtime/pipeline/stage/stage_host-impl.h"
-#include "runtime/pipeline/stage/stage_host.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/models/loss.h"
+#include "axon/runtime/autograd/autograd.h"
+#include "axon/runtime/pipeline/coord/coordinator.h"
+#include "axon/runtime/pipeline/schedule/mode.h"
+#include "axon/runtime/pipeline/trace/stage_events.h"
+#include "axon/runtime/pipeline/stage/stage_host-impl.h"
+#include "axon/runtime/pipeline/stage/stage_host.h"
 
 void axp_state_free(pstate *st) {
   if (!st)

@@ -112,7 +112,7 @@
 #ifndef AX_PIPELINE_STAGE_HOST_H
 #define AX_PIPELINE_STAGE_HOST_H
 
-#include "rref/rref.h"
+#include "axon/rref/rref.h"
 
 #define AX_PIPE_FLAG_TRAIN 1
 #define AX_PIPE_FLAG_RECOMPUTE 2

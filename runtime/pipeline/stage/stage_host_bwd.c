@@ -4,11 +4,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/backend-impl.h"
-#include "runtime/autograd/autograd.h"
-#include "runtime/pipeline/schedule/mode.h"
-#include "runtime/pipeline/trace/stage_events.h"
-#include "runtime/pipeline/stage/stage_host-impl.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/runtime/autograd/autograd.h"
+#include "axon/runtime/pipeline/schedule/mode.h"
+#include "axon/runtime/pipeline/trace/stage_events.h"
+#include "axon/runtime/pipeline/stage/stage_host-impl.h"
 
 /* ---- backward and update ------------------------------------------------------- */
 

@@ -6,9 +6,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/autograd/autograd.h"
-#include "runtime/pipeline/trace/stage_events.h"
-#include "runtime/pipeline/stage/stage_inbox.h"
+#include "axon/runtime/autograd/autograd.h"
+#include "axon/runtime/pipeline/trace/stage_events.h"
+#include "axon/runtime/pipeline/stage/stage_inbox.h"
 
 struct axp_ientry { /* pushed activations waiting for their forward */
   long batch;

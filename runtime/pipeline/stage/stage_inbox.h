@@ -28,9 +28,9 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "rref/rref.h"
-#include "models/module.h"
-#include "runtime/pipeline/trace/trace.h"
+#include "axon/rref/rref.h"
+#include "axon/models/module.h"
+#include "axon/runtime/pipeline/trace/trace.h"
 
 #define AXP_ACTIVATIONS 0
 #define AXP_GRADIENTS 1

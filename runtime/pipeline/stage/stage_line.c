@@ -5,9 +5,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/error.h"
-#include "rref/rref.h"
-#include "runtime/pipeline/stage/stage_line.h"
+#include "axon/kernels/error.h"
+#include "axon/rref/rref.h"
+#include "axon/runtime/pipeline/stage/stage_line.h"
 
 typedef struct lentry { /* a sequenced call waiting for its turn */
   int64_t gen, seq;

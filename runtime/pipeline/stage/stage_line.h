@@ -30,7 +30,7 @@
 #ifndef AX_PIPELINE_STAGE_LINE_H
 #define AX_PIPELINE_STAGE_LINE_H
 
-#include "rpc/rpc.h"
+#include "axon/rpc/rpc.h"
 
 #define AXP_META_LINE "pipe.line"
 #define AXP_META_GEN "pipe.gen"

@@ -15,8 +15,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "models/optim.h"
-#include "runtime/pipeline/stage/stage_host-impl.h"
+#include "axon/models/optim.h"
+#include "axon/runtime/pipeline/stage/stage_host-impl.h"
 
 typedef struct poptim {
   pthread_mutex_t mu;

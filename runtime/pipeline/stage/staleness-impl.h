@@ -4,9 +4,9 @@
 #ifndef AX_PIPELINE_STALENESS_IMPL_H
 #define AX_PIPELINE_STALENESS_IMPL_H
 
-#include "kernels/tensor.h"
-#include "models/optim.h"
-#include "runtime/pipeline/stage/staleness.h"
+#include "axon/kernels/tensor.h"
+#include "axon/models/optim.h"
+#include "axon/runtime/pipeline/stage/staleness.h"
 
 typedef struct axi_stale {
   int kind;    /* AX_STALE_* */

@@ -1,14 +1,14 @@
 /* Staleness corrections (staleness.h): weight prediction and PipeMare's
  * learning-rate rescheduling and discrepancy correction, on the stage's
  * device through the backend's axpby. */
-#include "runtime/pipeline/stage/staleness.h"
+#include "axon/runtime/pipeline/stage/staleness.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
-#include "runtime/pipeline/schedule/mode.h"
-#include "runtime/pipeline/stage/staleness-impl.h"
+#include "axon/kernels/backend-impl.h"
+#include "axon/runtime/pipeline/schedule/mode.h"
+#include "axon/runtime/pipeline/stage/staleness-impl.h"
 
 static const char *const g_names[AX_STALE_COUNT] = {"none", "predict",
                                                     "pipemare"};

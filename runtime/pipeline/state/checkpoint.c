@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "runtime/pipeline/state/checkpoint.h"
-#include "runtime/pipeline/state/ckpt_file.h"
-#include "runtime/pipeline/coord/coordinator-impl.h"
+#include "axon/runtime/pipeline/state/checkpoint.h"
+#include "axon/runtime/pipeline/state/ckpt_file.h"
+#include "axon/runtime/pipeline/coord/coordinator-impl.h"
 
 static int64_t timeout_of(const ax_pipe *p) {
   return p->o.timeout_ms > 0 ? p->o.timeout_ms : 60000;

@@ -39,8 +39,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "models/net.h"
-#include "runtime/pipeline/coord/coordinator.h"
+#include "axon/models/net.h"
+#include "axon/runtime/pipeline/coord/coordinator.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -22,8 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/tensor.h"
-#include "rpc/digest.h"
+#include "axon/kernels/tensor.h"
+#include "axon/rpc/digest.h"
 
 enum {
   AXI_CK_STAGE = 1, /* a stage's state: stage-SS.axck */

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc/digest.h"
-#include "runtime/pipeline/state/checkpoint.h"
-#include "runtime/pipeline/coord/coordinator-impl.h"
+#include "axon/rpc/digest.h"
+#include "axon/runtime/pipeline/state/checkpoint.h"
+#include "axon/runtime/pipeline/coord/coordinator-impl.h"
 
 static int plain(const ax_pipe *p, const char *what) {
   if (p->nrep || p->members > 1 || p->frozen || p->o.zero ||

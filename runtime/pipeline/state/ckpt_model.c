@@ -5,10 +5,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "models/layers/parallel.h"
-#include "models/model.h"
-#include "runtime/pipeline/state/checkpoint.h"
-#include "runtime/pipeline/state/ckpt_file.h"
+#include "axon/models/layers/parallel.h"
+#include "axon/models/model.h"
+#include "axon/runtime/pipeline/state/checkpoint.h"
+#include "axon/runtime/pipeline/state/ckpt_file.h"
 
 typedef struct whole { /* the whole model's flat buffers, on the host */
   float *params, *buffers;

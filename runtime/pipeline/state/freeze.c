@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/model.h"
-#include "runtime/pipeline/state/ckpt_file.h"
-#include "runtime/pipeline/coord/coordinator-impl.h"
-#include "runtime/pipeline/state/freeze.h"
-#include "runtime/pipeline/schedule/mode.h"
+#include "axon/models/model.h"
+#include "axon/runtime/pipeline/state/ckpt_file.h"
+#include "axon/runtime/pipeline/coord/coordinator-impl.h"
+#include "axon/runtime/pipeline/state/freeze.h"
+#include "axon/runtime/pipeline/schedule/mode.h"
 
 /* One float record of every stage, joined in block order. */
 typedef struct joined {

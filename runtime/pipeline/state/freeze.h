@@ -43,7 +43,7 @@
 
 #include <stdint.h>
 
-#include "runtime/pipeline/coord/coordinator.h"
+#include "axon/runtime/pipeline/coord/coordinator.h"
 
 #ifdef __cplusplus
 extern "C" {

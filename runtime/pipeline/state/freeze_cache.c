@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc/digest.h"
-#include "runtime/pipeline/coord/coordinator-impl.h"
+#include "axon/rpc/digest.h"
+#include "axon/runtime/pipeline/coord/coordinator-impl.h"
 
 typedef struct centry {
   uint8_t key[AX_SHA256_LEN];

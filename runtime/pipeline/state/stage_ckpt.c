@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/pipeline/state/ckpt_file.h"
-#include "runtime/pipeline/stage/stage_host-impl.h"
+#include "axon/runtime/pipeline/state/ckpt_file.h"
+#include "axon/runtime/pipeline/stage/stage_host-impl.h"
 
 static int mode_index(const ax_pipe_mode_def *def) {
   for (int i = 0; i < AX_MODE_COUNT; i++)

@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rref/rref.h"
-#include "runtime/pipeline/coord/coordinator.h"
-#include "runtime/pipeline/stage/stage_host-impl.h"
+#include "axon/rref/rref.h"
+#include "axon/runtime/pipeline/coord/coordinator.h"
+#include "axon/runtime/pipeline/stage/stage_host-impl.h"
 
 #define AXP_MEM_KEYS (2 * AX_PIPE_MAX_STAGES)
 

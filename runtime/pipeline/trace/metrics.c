@@ -1,5 +1,5 @@
 /* Per-step metrics from trace events, the CSV log and the summary line. */
-#include "runtime/pipeline/trace/metrics.h"
+#include "axon/runtime/pipeline/trace/metrics.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/error.h"
+#include "axon/kernels/error.h"
 
 int ax_metrics_init(ax_step_metrics *m, long step, int K) {
   if (!m || K < 1 || K > AX_METRICS_MAX_STAGES)

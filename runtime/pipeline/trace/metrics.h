@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/pipeline/trace/trace.h"
+#include "axon/runtime/pipeline/trace/trace.h"
 
 #ifdef __cplusplus
 extern "C" {

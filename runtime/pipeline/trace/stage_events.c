@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime/pipeline/trace/stage_events.h"
+#include "axon/runtime/pipeline/trace/stage_events.h"
 
 void axp_event_compute(ax_trace *tr, int stage, int agent, const char *cat,
                        long batch, int micro, int64_t t0_us, int64_t t1_us,

@@ -14,9 +14,9 @@
 
 #include <stdint.h>
 
-#include "models/module.h"
-#include "rpc/value.h"
-#include "runtime/pipeline/trace/trace.h"
+#include "axon/models/module.h"
+#include "axon/rpc/value.h"
+#include "axon/runtime/pipeline/trace/trace.h"
 
 #define AXP_LANE_COMPUTE 0
 #define AXP_LANE_RECV 1

@@ -5,7 +5,7 @@
 
 #include <pthread.h>
 
-#include "runtime/pipeline/trace/trace.h"
+#include "axon/runtime/pipeline/trace/trace.h"
 
 #define AXI_TRACE_LABEL_MAX 64
 

@@ -4,8 +4,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/error.h"
-#include "runtime/pipeline/trace/trace-impl.h"
+#include "axon/kernels/error.h"
+#include "axon/runtime/pipeline/trace/trace-impl.h"
 
 #define LOCK(t) pthread_mutex_lock((pthread_mutex_t *)&(t)->mu)
 #define UNLOCK(t) pthread_mutex_unlock((pthread_mutex_t *)&(t)->mu)

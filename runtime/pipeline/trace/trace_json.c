@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/error.h"
-#include "runtime/pipeline/trace/trace-impl.h"
+#include "axon/kernels/error.h"
+#include "axon/runtime/pipeline/trace/trace-impl.h"
 
 static void put_json_str(FILE *f, const char *s) {
   fputc('"', f);
