@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
       {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
   int c, ok = 1;
 #define size_flag(flag, dst)                                                   \
-  (axc_int(P, flag, optarg, 1, INT64_MAX, 1, &v64) ? (*(dst) = (size_t)v64, 1) \
+  (axi_cli_int(P, flag, optarg, 1, INT64_MAX, 1, &v64) ? (*(dst) = (size_t)v64, 1) \
                                                    : 0)
   int64_t v64;
   while (ok && (c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -148,22 +148,22 @@ int main(int argc, char **argv) {
     case 'l': o.listen = optarg; break;
     case 'd': device = optarg; break;
     case 'D': device_map = optarg; break;
-    case 't': ok = axc_i32(P, "--threads", optarg, 1, 1024, &o.threads); break;
+    case 't': ok = axi_cli_i32(P, "--threads", optarg, 1, 1024, &o.threads); break;
     case 'p':
-      ok = axc_i32(P, "--metrics-port", optarg, 1, 65535, &metrics_port);
+      ok = axi_cli_i32(P, "--metrics-port", optarg, 1, 65535, &metrics_port);
       break;
     case 'w':
-      ok = axc_i32(P, "--world-size", optarg, 1, 1 << 16, &o.world_size);
+      ok = axi_cli_i32(P, "--world-size", optarg, 1, 1 << 16, &o.world_size);
       break;
-    case 'r': ok = axc_i32(P, "--rank", optarg, -1, (1 << 16) - 1, &o.rank); break;
+    case 'r': ok = axi_cli_i32(P, "--rank", optarg, -1, (1 << 16) - 1, &o.rank); break;
     case 'J':
-      ok = axc_int(P, "--join-timeout-ms", optarg, 1, INT64_MAX, 0, &join_ms);
+      ok = axi_cli_int(P, "--join-timeout-ms", optarg, 1, INT64_MAX, 0, &join_ms);
       break;
     case 'H':
-      ok = axc_int(P, "--heartbeat-ms", optarg, 1, 3600000, 0, &o.heartbeat_ms);
+      ok = axi_cli_int(P, "--heartbeat-ms", optarg, 1, 3600000, 0, &o.heartbeat_ms);
       break;
     case 'P':
-      ok = axc_int(P, "--peer-timeout-ms", optarg, 1, INT64_MAX, 0,
+      ok = axi_cli_int(P, "--peer-timeout-ms", optarg, 1, INT64_MAX, 0,
                    &o.peer_timeout_ms);
       break;
     case 's': a.stay = 1; break;
@@ -187,7 +187,7 @@ int main(int argc, char **argv) {
       ok = size_flag("--max-grpc-msg-bytes", &o.max_grpc_msg_bytes);
       break;
     case 'C':
-      ok = axc_i32(P, "--max-call-depth", optarg, 1, 1 << 20, &o.max_call_depth);
+      ok = axi_cli_i32(P, "--max-call-depth", optarg, 1, 1 << 20, &o.max_call_depth);
       break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -209,8 +209,8 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (!axc_hostport(P, "--listen", o.listen, 0) ||
-      (o.master && !axc_hostport(P, "--master", o.master, 1)))
+  if (!axi_cli_hostport(P, "--listen", o.listen, 0) ||
+      (o.master && !axi_cli_hostport(P, "--master", o.master, 1)))
     return 2;
   if (ax_device_parse(device, &o.device) != AX_OK) {
     fprintf(stderr, "axon-agent: bad --device %s\n", device);

@@ -13,7 +13,7 @@
 
 /* Parses a whole decimal integer in [lo, hi] (an optional K/M/G suffix
  * multiplies by 2^10/2^20/2^30 when `units` is set). */
-static inline int axc_int(const char *prog, const char *flag, const char *s,
+static inline int axi_cli_int(const char *prog, const char *flag, const char *s,
                           int64_t lo, int64_t hi, int units, int64_t *out) {
   char *end = NULL;
   errno = 0;
@@ -41,10 +41,10 @@ static inline int axc_int(const char *prog, const char *flag, const char *s,
 }
 
 /* The same into an int. */
-static inline int axc_i32(const char *prog, const char *flag, const char *s,
+static inline int axi_cli_i32(const char *prog, const char *flag, const char *s,
                           int lo, int hi, int *out) {
   int64_t v;
-  if (!axc_int(prog, flag, s, lo, hi, 0, &v))
+  if (!axi_cli_int(prog, flag, s, lo, hi, 0, &v))
     return 0;
   *out = (int)v;
   return 1;
@@ -52,7 +52,7 @@ static inline int axc_i32(const char *prog, const char *flag, const char *s,
 
 /* Checks a HOST:PORT address: a non-empty host and a port in
  * [min_port, 65535]. */
-static inline int axc_hostport(const char *prog, const char *flag,
+static inline int axi_cli_hostport(const char *prog, const char *flag,
                                const char *s, int min_port) {
   const char *c = s ? strrchr(s, ':') : NULL;
   int64_t port;
@@ -61,7 +61,7 @@ static inline int axc_hostport(const char *prog, const char *flag,
             s ? s : "(none)");
     return 0;
   }
-  return axc_int(prog, flag, c + 1, min_port, 65535, 0, &port);
+  return axi_cli_int(prog, flag, c + 1, min_port, 65535, 0, &port);
 }
 
 #endif

@@ -182,7 +182,7 @@ static int only_in(int yes, const char *cmd, const char *flag) {
 }
 
 /* The pipeline paths (train, plan) take the training options from o. */
-static void pipe_from_train(axr_pipe_args *pa, const ax_train_opts *o,
+static void pipe_from_train(axi_run_pipe_args *pa, const ax_train_opts *o,
                             int quiet) {
   pa->model = o->model, pa->model_config = o->model_config;
   pa->dataset = o->dataset, pa->data_config = o->data_config;
@@ -198,7 +198,7 @@ int main(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "eval") || !strcmp(argv[1], "export"))
-    return axr_use_main(argc, argv);
+    return axi_run_use_main(argc, argv);
   int probe = !strcmp(argv[1], "probe"), plan = !strcmp(argv[1], "plan");
   if (strcmp(argv[1], "train") != 0 && !probe && !plan) {
     fprintf(stderr, "axon-run: unknown command '%s' (try --help)\n", argv[1]);
@@ -207,7 +207,7 @@ int main(int argc, char **argv) {
   ax_train_opts o = ax_train_defaults();
   o.progress = stderr;
   int threads = 0, quiet = 0, pipe = 0;
-  axr_pipe_args pa;
+  axi_run_pipe_args pa;
   memset(&pa, 0, sizeof pa);
   pa.M = 4;
   pa.mode = AX_MODE_PIPEDREAM;
@@ -263,13 +263,13 @@ int main(int argc, char **argv) {
     case 'd': o.dataset = optarg; break;
     case 'D': o.data_config = optarg; break;
     case 'o': o.optim_config = optarg; break;
-    case 'e': ok = axc_i32(P, "--epochs", optarg, 1, 1000000, &o.epochs); break;
-    case 's': ok = axc_int(P, "--steps", optarg, 1, LONG_MAX, 0, &v); o.max_steps = (long)v; break;
-    case 'b': ok = axc_i32(P, "--batch", optarg, 1, 1 << 20, &o.batch); break;
-    case 'E': ok = axc_i32(P, "--eval-batch", optarg, 1, 1 << 20, &o.eval_batch); break;
-    case 'L': ok = axc_int(P, "--eval-limit", optarg, 1, LONG_MAX, 0, &v); o.eval_limit = (long)v; break;
-    case 'S': ok = axc_int(P, "--seed", optarg, 0, INT64_MAX, 0, &v); o.seed = (uint64_t)v; break;
-    case 't': ok = axc_i32(P, "--threads", optarg, 1, 1024, &threads); break;
+    case 'e': ok = axi_cli_i32(P, "--epochs", optarg, 1, 1000000, &o.epochs); break;
+    case 's': ok = axi_cli_int(P, "--steps", optarg, 1, LONG_MAX, 0, &v); o.max_steps = (long)v; break;
+    case 'b': ok = axi_cli_i32(P, "--batch", optarg, 1, 1 << 20, &o.batch); break;
+    case 'E': ok = axi_cli_i32(P, "--eval-batch", optarg, 1, 1 << 20, &o.eval_batch); break;
+    case 'L': ok = axi_cli_int(P, "--eval-limit", optarg, 1, LONG_MAX, 0, &v); o.eval_limit = (long)v; break;
+    case 'S': ok = axi_cli_int(P, "--seed", optarg, 0, INT64_MAX, 0, &v); o.seed = (uint64_t)v; break;
+    case 't': ok = axi_cli_i32(P, "--threads", optarg, 1, 1024, &threads); break;
     case 'v':
       if (ax_device_parse(optarg, &o.device) != AX_OK) {
         fprintf(stderr, "axon-run: %s\n", ax_errmsg());
@@ -284,8 +284,8 @@ int main(int argc, char **argv) {
     case 'c': o.csv_path = optarg; break;
     case 'q': quiet = 1; break;
     case 'h': usage(stdout); return 0;
-    case 1000: ok = axc_i32(P, "--local", optarg, 1, AX_PIPE_MAX_STAGES, &pa.local); pipe = 1; break;
-    case 1001: ok = axc_i32(P, "--stages", optarg, 1, AX_PIPE_MAX_STAGES, &pa.K); pipe = 1; break;
+    case 1000: ok = axi_cli_i32(P, "--local", optarg, 1, AX_PIPE_MAX_STAGES, &pa.local); pipe = 1; break;
+    case 1001: ok = axi_cli_i32(P, "--stages", optarg, 1, AX_PIPE_MAX_STAGES, &pa.K); pipe = 1; break;
     case 1002: {
       int k = name_list("--agents", optarg, agent_buf, agent_list);
       if (k < 0)
@@ -297,14 +297,14 @@ int main(int argc, char **argv) {
       pipe = 1;
       break;
     }
-    case 1003: pa.master = optarg; ok = axc_hostport(P, "--master", optarg, 1); break;
-    case 1030: pa.listen = optarg; ok = axc_hostport(P, "--listen", optarg, 0); break;
-    case 1049: ok = only_in(probe, "probe", "--iters") && axc_i32(P, "--iters", optarg, 1, 100000, &pa.probe_iters); break;
-    case 1050: ok = only_in(probe, "probe", "--bytes") && axc_int(P, "--bytes", optarg, 4, (int64_t)1 << 31, 1, &pa.probe_bytes); break;
+    case 1003: pa.master = optarg; ok = axi_cli_hostport(P, "--master", optarg, 1); break;
+    case 1030: pa.listen = optarg; ok = axi_cli_hostport(P, "--listen", optarg, 0); break;
+    case 1049: ok = only_in(probe, "probe", "--iters") && axi_cli_i32(P, "--iters", optarg, 1, 100000, &pa.probe_iters); break;
+    case 1050: ok = only_in(probe, "probe", "--bytes") && axi_cli_int(P, "--bytes", optarg, 4, (int64_t)1 << 31, 1, &pa.probe_bytes); break;
     case 1051: ok = only_in(probe, "probe", "--out"); pa.probe_out = optarg; break;
     case 1052: pa.plan_links = optarg; break;
     case 1053: ok = only_in(plan, "plan", "--modes"); pa.plan_modes = optarg; break;
-    case 1054: ok = only_in(plan, "plan", "--mem-cap") && axc_int(P, "--mem-cap", optarg, 1, INT64_MAX, 1, &pa.plan_mem_cap); break;
+    case 1054: ok = only_in(plan, "plan", "--mem-cap") && axi_cli_int(P, "--mem-cap", optarg, 1, INT64_MAX, 1, &pa.plan_mem_cap); break;
     case 1055:
     case 1056: {
       char *end;
@@ -327,9 +327,9 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
-    case 1005: ok = axc_i32(P, "--microbatches", optarg, 1, 1 << 16, &pa.M); break;
+    case 1005: ok = axi_cli_i32(P, "--microbatches", optarg, 1, 1 << 16, &pa.M); break;
     case 1015:
-      ok = axc_i32(P, "--chunks", optarg, 0, AX_PIPE_MAX_STAGES, &pa.chunks);
+      ok = axi_cli_i32(P, "--chunks", optarg, 0, AX_PIPE_MAX_STAGES, &pa.chunks);
       break;
     case 1006:
       if (ax_pipe_recompute_parse(optarg, &pa.recompute) != AX_OK) {
@@ -353,10 +353,10 @@ int main(int argc, char **argv) {
       }
       break;
     }
-    case 1018: ok = axc_i32(P, "--pipemare-warmup", optarg, 0, 1 << 30, &pa.stale_warmup); break;
+    case 1018: ok = axi_cli_i32(P, "--pipemare-warmup", optarg, 0, 1 << 30, &pa.stale_warmup); break;
     case 1007: pa.partition = optarg; break;
     case 1008: pa.trace = optarg; break;
-    case 1009: ok = axc_i32(P, "--agent-threads", optarg, 1, 1024, &pa.agent_threads); break;
+    case 1009: ok = axi_cli_i32(P, "--agent-threads", optarg, 1, 1024, &pa.agent_threads); break;
     case 1010: /* --local agents get the absolute path */
       if (ax_plugin_load(optarg) != AX_OK) {
         fprintf(stderr, "axon-run: %s\n", ax_errmsg());
@@ -372,13 +372,13 @@ int main(int argc, char **argv) {
     case 1011: pa.emulate = 1; pipe = 1; break;
     case 1012: pa.epoch_eval = 1; break;
     case 1020: pa.ckpt_dir = optarg; break;
-    case 1021: ok = axc_int(P, "--checkpoint-every", optarg, 1, LONG_MAX, 0, &v); pa.ckpt_every = (long)v; break;
+    case 1021: ok = axi_cli_int(P, "--checkpoint-every", optarg, 1, LONG_MAX, 0, &v); pa.ckpt_every = (long)v; break;
     case 1022: pa.resume = optarg; break;
     case 1023: pa.loss_log = optarg; break;
     case 1047: pa.freeze_schedule = optarg; break;
     case 1048: {
       int64_t v = 0;
-      ok = axc_int(P, "--freeze-cache-mb", optarg, -1, 1L << 20, 0, &v);
+      ok = axi_cli_int(P, "--freeze-cache-mb", optarg, -1, 1L << 20, 0, &v);
       pa.freeze_cache_mb = (long)v;
       break;
     }
@@ -389,13 +389,13 @@ int main(int argc, char **argv) {
       }
       pa.ckpt_to_coord = !strcmp(optarg, "coordinator");
       break;
-    case 1041: ok = axc_i32(P, "--restarts", optarg, 0, 1000000, &pa.restarts); break;
+    case 1041: ok = axi_cli_i32(P, "--restarts", optarg, 0, 1000000, &pa.restarts); break;
     case 1058: pa.ckpt_memory = 1; break;
-    case 1042: ok = axc_i32(P, "--ahead", optarg, 1, AX_PIPE_AHEAD_MAX, &pa.ahead); break;
-    case 1043: ok = axc_i32(P, "--replicas", optarg, 1, AX_PIPE_MAX_REPLICAS, &pa.replicas); break;
-    case 1044: ok = axc_i32(P, "--zero", optarg, 0, 2, &pa.zero); break;
+    case 1042: ok = axi_cli_i32(P, "--ahead", optarg, 1, AX_PIPE_AHEAD_MAX, &pa.ahead); break;
+    case 1043: ok = axi_cli_i32(P, "--replicas", optarg, 1, AX_PIPE_MAX_REPLICAS, &pa.replicas); break;
+    case 1044: ok = axi_cli_i32(P, "--zero", optarg, 0, 2, &pa.zero); break;
     case 1045: pa.optimizer_host = optarg; break;
-    case 1046: ok = axc_i32(P, "--tensor-parallel", optarg, 1, AX_PIPE_MAX_REPLICAS, &pa.tensor_parallel); break;
+    case 1046: ok = axi_cli_i32(P, "--tensor-parallel", optarg, 1, AX_PIPE_MAX_REPLICAS, &pa.tensor_parallel); break;
     case 1040: {
       int k = name_list("--spares", optarg, spare_buf, spare_list);
       if (k < 0)
@@ -424,7 +424,7 @@ int main(int argc, char **argv) {
     o.data_config = "pad=1";
   if (quiet)
     o.progress = NULL;
-  if (axr_check_configs(&o) != AX_OK) {
+  if (axi_run_check_configs(&o) != AX_OK) {
     fprintf(stderr, "axon-run: %s\n", ax_errmsg());
     return 2;
   }
@@ -455,7 +455,7 @@ int main(int argc, char **argv) {
     }
     pipe_from_train(&pa, &o, quiet);
     ax_cpu_set_threads(threads ? threads : 1);
-    int rc = axr_plan(&pa);
+    int rc = axi_run_plan(&pa);
     if (rc != AX_OK)
       fprintf(stderr, "axon-run plan: %s\n", ax_errmsg());
     return rc == AX_OK ? 0 : 1;
@@ -557,7 +557,7 @@ int main(int argc, char **argv) {
     }
     pipe_from_train(&pa, &o, quiet);
     ax_cpu_set_threads(threads ? threads : 1);
-    return axr_pipe_main(&pa);
+    return axi_run_pipe_main(&pa);
   }
   ax_cpu_set_threads(threads);
   fprintf(stderr, "axon-run: training %s on %s, %d epoch(s), batch %d, %d "

@@ -9,7 +9,7 @@
 #include "axon/runtime/pipeline/coord/coordinator.h"
 #include "axon/runtime/pipeline/coord/train.h"
 
-typedef struct axr_pipe_args {
+typedef struct axi_run_pipe_args {
   const char *model, *model_config, *dataset, *data_config, *optim;
   int epochs, batch, eval_batch;
   long steps, eval_limit;
@@ -64,13 +64,13 @@ typedef struct axr_pipe_args {
   const char *plan_modes, *plan_links;
   int64_t plan_mem_cap;
   double plan_action_us, plan_compute_scale;
-} axr_pipe_args;
+} axi_run_pipe_args;
 
 /* The training batches as axon_run_pipe.c feeds them: batch and step are
  * ax_pipe_train's callbacks; seek gives the data position of global step
  * `step` (its epoch and the batches of it already used) and, with apply,
  * moves the data there. */
-typedef struct axr_feed {
+typedef struct axi_run_feed {
   ax_pipe_batch_fn batch;
   ax_pipe_step_fn step;
   int (*seek)(void *user, long step, int apply, long *epoch, long *in_epoch);
@@ -87,7 +87,7 @@ typedef struct axr_feed {
   /* After a freeze replaced the pipeline by *p (--freeze-schedule; may be
    * NULL). */
   void (*repacked)(void *user, ax_pipe *p);
-} axr_feed;
+} axi_run_feed;
 
 /* Trains steps [start, total) of the run (axon_run_ckpt.c): from 0, or
  * after --resume from the checkpoint's step (*start), in segments that end
@@ -95,37 +95,37 @@ typedef struct axr_feed {
  * after the last step, and at the multiples of feed->every; writes
  * --loss-log. *seconds: training time without
  * the checkpoints, *ckpt_s: the checkpoints' time. */
-int axr_train(const axr_pipe_args *a, ax_pipe **p, long total,
-              const axr_feed *feed, long *start, double *seconds,
+int axi_run_train(const axi_run_pipe_args *a, ax_pipe **p, long total,
+              const axi_run_feed *feed, long *start, double *seconds,
               double *ckpt_s);
 /* `axon-run eval` and `axon-run export` (axon_run_use.c): exit status. */
-int axr_use_main(int argc, char **argv);
+int axi_run_use_main(int argc, char **argv);
 
 /* AX_EINVAL naming the first --model-config, --optim or --data-config key
  * that the model, optimizer or data set does not read, with the keys it
  * does (axon_run_check.c). */
-int axr_check_configs(const ax_train_opts *o);
+int axi_run_check_configs(const ax_train_opts *o);
 
 /* Starts K agents named names[0..K) joining 127.0.0.1:port with `threads`
  * handler threads, each loading the plugins; pids[s] receives their pids.
  * AXON_PIN_AGENTS pins agent s to a core (axon_run_local.c). 0, or -1 with
  * a message on stderr. */
-int axr_spawn_local(int K, const char *const *names, int port, int threads,
+int axi_run_spawn_local(int K, const char *const *names, int port, int threads,
                     const char *const *plugins, int nplugins, pid_t *pids);
 /* Reserves a loopback port (a bound socket kept open in *fd; close it once
  * the node listens). The port, or -1. */
-int axr_reserve_port(int *fd);
+int axi_run_reserve_port(int *fd);
 
 /* Runs `axon-run train` in pipeline mode; returns the exit status. */
-int axr_pipe_main(axr_pipe_args *a);
+int axi_run_pipe_main(axi_run_pipe_args *a);
 /* axon-run probe on the joined world of `node`: the agents' links. */
-int axr_probe(const axr_pipe_args *a, ax_node *node);
+int axi_run_probe(const axi_run_pipe_args *a, ax_node *node);
 /* axon-run plan: every mode and split predicted; no agents needed. */
-int axr_plan(const axr_pipe_args *a);
+int axi_run_plan(const axi_run_pipe_args *a);
 /* The links between a->agents' neighbouring stages of mode m from
  * --links (lat_s[b], Bps[b], b < stages - 1); AX_OK with *have = 0 when
  * no file was given. */
-int axr_stage_links(const axr_pipe_args *a, int m, double *lat_s, double *Bps,
+int axi_run_stage_links(const axi_run_pipe_args *a, int m, double *lat_s, double *Bps,
                     int *have);
 
 #endif

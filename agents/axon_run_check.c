@@ -38,7 +38,7 @@ static int check_one(const char *what, const char *s, const ax_train_opts *o) {
   return rc == AX_OK ? ax_config_check_known(&user, &rec, what) : rc;
 }
 
-int axr_check_configs(const ax_train_opts *o) {
+int axi_run_check_configs(const ax_train_opts *o) {
   AX_TRY(check_one("model-config", o->model_config, o));
   AX_TRY(check_one("optim", o->optim_config, o));
   return check_one("data-config", o->data_config, o);

@@ -12,7 +12,7 @@
 
 /* The run's configuration as "key=value;..." : what a resume must repeat
  * (--steps, --epochs and the checkpoint options may change). */
-static void run_config(const axr_pipe_args *a, char *out, size_t len) {
+static void run_config(const axi_run_pipe_args *a, char *out, size_t len) {
   snprintf(out, len,
            "model=%s;model_config=%s;dataset=%s;data_config=%s;optim=%s;"
            "mode=%s;agents=%d;chunks=%d;micro=%d;recompute=%d;batch=%d;"
@@ -50,7 +50,7 @@ static int same_config(const char *dir, const char *saved, const char *now) {
 }
 
 typedef struct wrap { /* ax_pipe_train's callbacks around the feed's */
-  const axr_feed *feed;
+  const axi_run_feed *feed;
   FILE *loss_log;
   long done; /* steps of the run completed (the last step's index + 1) */
 } wrap;
@@ -72,7 +72,7 @@ static void w_step(void *user, const ax_pipe_step_info *s) {
 
 /* Moves the data to the checkpoint's step (from where, for messages): *start
  * is that step. */
-static int seek_to(const axr_feed *feed, const ax_ckpt_info *info,
+static int seek_to(const axi_run_feed *feed, const ax_ckpt_info *info,
                    const char *why, const char *from, long *start) {
   long e, b;
   AX_TRY(feed->seek(feed->user, info->step, 1, &e, &b));
@@ -92,7 +92,7 @@ static int seek_to(const axr_feed *feed, const ax_ckpt_info *info,
 
 /* Loads the newest checkpoint at `path` (or that one) into p and moves the
  * data there: *start is its step. */
-static int restore(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
+static int restore(const axi_run_pipe_args *a, ax_pipe *p, const axi_run_feed *feed,
                    const char *path, const char *why, long *start) {
   char dir[1024], cfg[2048];
   ax_ckpt_info info;
@@ -119,7 +119,7 @@ static int restore(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
 
 /* Rolls p back to the in-memory checkpoint m (the stages' copies on their
  * agents or their neighbours') and moves the data there. */
-static int restore_memory(ax_pipe *p, const axr_feed *feed,
+static int restore_memory(ax_pipe *p, const axi_run_feed *feed,
                           const ax_mem_ckpt *m, const char *why,
                           long *start) {
   ax_ckpt_info info;
@@ -132,7 +132,7 @@ static int restore_memory(ax_pipe *p, const axr_feed *feed,
  * (feed->rebuild) and rolls
  * back to the newest checkpoint of --checkpoint-dir, or to the run's start
  * when none was written yet. *t: the step training goes on from. */
-static int recover(const axr_pipe_args *a, ax_pipe **p, const axr_feed *feed,
+static int recover(const axi_run_pipe_args *a, ax_pipe **p, const axi_run_feed *feed,
                    const ax_mem_ckpt *mem, int failure, long first,
                    long reached, long *t) {
   if (!feed->rebuild || (!a->nspares && !a->restarts))
@@ -173,7 +173,7 @@ static int recover(const axr_pipe_args *a, ax_pipe **p, const axr_feed *feed,
 
 /* Checkpoint `step`: on disk under --checkpoint-dir, and into *mem (when
  * not NULL) in memory. */
-static int save(const axr_pipe_args *a, ax_pipe *p, const axr_feed *feed,
+static int save(const axi_run_pipe_args *a, ax_pipe *p, const axi_run_feed *feed,
                 long step, ax_mem_ckpt *mem) {
   ax_ckpt_info in;
   memset(&in, 0, sizeof in);
@@ -207,8 +207,8 @@ typedef struct freezer {
   long phase_from;
 } freezer;
 
-static int freeze_at(const axr_pipe_args *a, ax_pipe **pp,
-                     const axr_feed *feed, freezer *fz, long t, int quiet) {
+static int freeze_at(const axi_run_pipe_args *a, ax_pipe **pp,
+                     const axi_run_feed *feed, freezer *fz, long t, int quiet) {
   if (fz->next >= fz->n || fz->pt[fz->next].step != t)
     return AX_OK;
   const ax_freeze_point *pt = &fz->pt[fz->next++];
@@ -235,8 +235,8 @@ static int freeze_at(const axr_pipe_args *a, ax_pipe **pp,
   return AX_OK;
 }
 
-int axr_train(const axr_pipe_args *a, ax_pipe **pp, long total,
-              const axr_feed *feed, long *start, double *seconds,
+int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
+              const axi_run_feed *feed, long *start, double *seconds,
               double *ckpt_s) {
   wrap w = {feed, NULL, 0};
   freezer fz = {.n = 0};

@@ -50,7 +50,7 @@ static void pin_child(int s) {
 
 /* Starts K agents named names[0..K) joining 127.0.0.1:port, each loading
  * the plugins. */
-int axr_spawn_local(int K, const char *const *names, int port, int threads,
+int axi_run_spawn_local(int K, const char *const *names, int port, int threads,
                     const char *const *plugins, int nplugins, pid_t *pids) {
   char exe[4096], path[4200], master[64], th[16];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -93,7 +93,7 @@ int axr_spawn_local(int K, const char *const *names, int port, int threads,
  * agents started with it cannot meet another program there; our own gRPC
  * listener (SO_REUSEADDR too) can still bind it. Close *fd once the node
  * listens. Returns the port, or -1. */
-int axr_reserve_port(int *fd) {
+int axi_run_reserve_port(int *fd) {
   int one = 1;
   *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_in sa = {.sin_family = AF_INET};

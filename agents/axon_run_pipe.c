@@ -39,7 +39,7 @@ typedef struct feed { /* the training batches, epoch after epoch */
   double *done_at; /* completion time per step */
   double *loss;
   /* after each training call (feed_segment) */
-  const struct axr_pipe_args *a;
+  const struct axi_run_pipe_args *a;
   ax_pipe *p;
   ax_dataset *test;
   ax_pipe_costs *costs;
@@ -131,7 +131,7 @@ static int feed_seek(void *user, long step, int apply, long *epoch,
  * process), replaced by the next spare in a pipeline built anew. */
 static int feed_rebuild(void *user, int failure, ax_pipe **p) {
   feed *f = user;
-  const axr_pipe_args *a = f->a;
+  const axi_run_pipe_args *a = f->a;
   char why[768];
   snprintf(why, sizeof why, "%s", ax_errmsg());
   if (!f->node || (f->next_spare >= a->nspares && f->restarts >= a->restarts))
@@ -182,7 +182,7 @@ static int eval_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
 }
 
 /* Trace events as the coordinator saw them (issue, completion, busy). */
-static void add_coordinator_view(const axr_pipe_args *a, ax_pipe *p,
+static void add_coordinator_view(const axi_run_pipe_args *a, ax_pipe *p,
                                  ax_trace *tr) {
   long ne;
   const ax_pipe_event *ev = ax_pipe_events(p, &ne);
@@ -210,12 +210,12 @@ static void add_coordinator_view(const axr_pipe_args *a, ax_pipe *p,
 }
 
 /* Stages of the run: the agents, times --chunks for chunked modes. */
-static int axr_stages(const axr_pipe_args *a) {
+static int axi_run_stages(const axi_run_pipe_args *a) {
   return a->K * ax_pipe_chunks(a->mode, a->chunks);
 }
 
 /* Trace (the stages' events) and per-step metrics. */
-static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
+static void write_outputs(const axi_run_pipe_args *a, ax_pipe *p, const feed *f,
                           double t0) {
   ax_trace *tr = ax_trace_new(0);
   if (!tr)
@@ -262,7 +262,7 @@ static void write_outputs(const axr_pipe_args *a, ax_pipe *p, const feed *f,
 }
 
 /* Test accuracy and mean loss over --eval-limit examples (all without). */
-static int evaluate(const axr_pipe_args *a, ax_pipe *p, ax_dataset *test,
+static int evaluate(const axi_run_pipe_args *a, ax_pipe *p, ax_dataset *test,
                     double *acc, double *loss) {
   ax_loader *el = NULL;
   int rc = ax_loader_new(test, a->eval_batch, 0, 0, 0, &el);
@@ -283,7 +283,7 @@ static void feed_repacked(void *user, ax_pipe *p) {
   f->repacked = 1;
 }
 
-/* After each training call (axr_train): sums its seconds and coordinator
+/* After each training call (axi_run_train): sums its seconds and coordinator
  * bytes, feeds the timing model, and with --eval-every-epoch, at an epoch's
  * end, evaluates and prints an "epoch:" line with the modelled time so
  * far. */
@@ -310,7 +310,7 @@ static int feed_segment(void *user, long done) {
   return AX_OK;
 }
 
-static int run(const axr_pipe_args *a, ax_node *node) {
+static int run(const axi_run_pipe_args *a, ax_node *node) {
   const ax_model_def *def = ax_model_find(a->model);
   if (!def)
     return AX_ENOTFOUND;
@@ -328,19 +328,19 @@ static int run(const axr_pipe_args *a, ax_node *node) {
   ax_model_info info;
   if (rc == AX_OK)
     rc = def->describe(&mcfg, &info);
-  if (rc == AX_OK && axr_stages(a) > info.n_blocks)
-    rc = ax_seterr(AX_EINVAL, "%d stages for %d blocks", axr_stages(a), info.n_blocks);
+  if (rc == AX_OK && axi_run_stages(a) > info.n_blocks)
+    rc = ax_seterr(AX_EINVAL, "%d stages for %d blocks", axi_run_stages(a), info.n_blocks);
   if (rc == AX_OK && a->partition && !strcmp(a->partition, "balanced")) {
     ax_tlist in = {0}, lab = {0};
     ax_loader_start(f.ld, 0);
     rc = ax_loader_next(f.ld, &in, &lab);
-    ax_partition_opts po = {axr_stages(a), ax_pipe_mode_name(a->mode), a->M,
+    ax_partition_opts po = {axi_run_stages(a), ax_pipe_mode_name(a->mode), a->M,
                             a->recompute, 0, 0, 0, NULL, NULL};
     /* --links: each boundary weighed by its link (axon-run probe --out) */
     double lat[AX_PIPE_MAX_STAGES], bw[AX_PIPE_MAX_STAGES];
     int have = 0;
     if (rc == AX_OK && a->plan_links)
-      rc = axr_stage_links(a, a->mode, lat, bw, &have);
+      rc = axi_run_stage_links(a, a->mode, lat, bw, &have);
     if (have)
       po.link_lat_s = lat, po.link_Bps = bw;
     ax_partition_report rep;
@@ -350,7 +350,7 @@ static int run(const axr_pipe_args *a, ax_node *node) {
     ax_tlist_clear(&in);
     ax_tlist_clear(&lab);
   } else if (rc == AX_OK) {
-    rc = ax_split_uniform(info.n_blocks, axr_stages(a), bounds);
+    rc = ax_split_uniform(info.n_blocks, axi_run_stages(a), bounds);
   }
   char sb[256];
   if (rc == AX_OK)
@@ -358,8 +358,8 @@ static int run(const axr_pipe_args *a, ax_node *node) {
             "%d micro-batches, batch %d\n", a->model, a->dataset,
             ax_pipe_mode_name(a->mode),
             a->staleness ? " with staleness " : "",
-            a->staleness ? ax_staleness_name(a->staleness) : "", axr_stages(a),
-            ax_partition_format(bounds, axr_stages(a), sb, sizeof sb),
+            a->staleness ? ax_staleness_name(a->staleness) : "", axi_run_stages(a),
+            ax_partition_format(bounds, axi_run_stages(a), sb, sizeof sb),
             a->replicas > 1 ? " x replicas" : "",
             ax_pipe_units(a->mode, a->M), a->batch);
   if (rc == AX_OK && a->replicas > 1)
@@ -407,11 +407,11 @@ static int run(const axr_pipe_args *a, ax_node *node) {
   f.per_epoch = per_epoch;
   f.total = total;
   if (rc == AX_OK) {
-    axr_feed fd = {feed_batch, feed_step, feed_seek, &f, feed_segment,
+    axi_run_feed fd = {feed_batch, feed_step, feed_seek, &f, feed_segment,
                    a->epoch_eval ? per_epoch : 0, feed_rebuild,
                    feed_repacked};
     ax_progress_start(&f.bar, a->quiet ? NULL : stderr, total);
-    rc = axr_train(a, &p, total, &fd, &start, &train_s, &ckpt_s);
+    rc = axi_run_train(a, &p, total, &fd, &start, &train_s, &ckpt_s);
     ax_progress_end(&f.bar);
     if (p)
       ax_pipe_get_stats(p, &st);
@@ -435,7 +435,7 @@ static int run(const axr_pipe_args *a, ax_node *node) {
     printf("summary: model=%s dataset=%s mode=%s stages=%d micro=%d steps=%ld"
            " final_loss=%.4f test_accuracy=%.2f%% samples_per_s=%.1f "
            "ms_per_step=%.1f coordinator_bytes_per_step=%.0f train_seconds="
-           "%.1f test_loss=%.9g", a->model, a->dataset, ax_pipe_mode_name(a->mode), axr_stages(a),
+           "%.1f test_loss=%.9g", a->model, a->dataset, ax_pipe_mode_name(a->mode), axi_run_stages(a),
            ax_pipe_units(a->mode, a->M), f.steps, f.steps ? f.loss[f.steps - 1] : 0.0, 100.0 * acc,
            (double)(f.steps * a->batch) / st.seconds,
            1e3 * st.seconds / (double)total, (double)st.coord_bytes / total,
@@ -472,7 +472,7 @@ static int run(const axr_pipe_args *a, ax_node *node) {
   return rc;
 }
 
-int axr_pipe_main(axr_pipe_args *a) {
+int axi_run_pipe_main(axi_run_pipe_args *a) {
   pid_t pids[2 * AX_PIPE_MAX_STAGES] = {0};
   char names[AX_PIPE_MAX_STAGES][32];
   const char *agents[2 * AX_PIPE_MAX_STAGES];
@@ -480,7 +480,7 @@ int axr_pipe_main(axr_pipe_args *a) {
   char listen[64];
   if (a->local > 0) {
     a->K = a->local / AXR_PARTS(a); /* the agents of one replica's member */
-    if ((port = axr_reserve_port(&reserved)) < 0) {
+    if ((port = axi_run_reserve_port(&reserved)) < 0) {
       fprintf(stderr, "axon-run: no free port for the coordinator\n");
       return 1;
     }
@@ -497,7 +497,7 @@ int axr_pipe_main(axr_pipe_args *a) {
     if (a->optimizer_host && !known)
       agents[nlocal++] = a->optimizer_host;
     a->agents = agents;
-    if (axr_spawn_local(nlocal, agents, port, a->agent_threads, a->plugins,
+    if (axi_run_spawn_local(nlocal, agents, port, a->agent_threads, a->plugins,
                         a->nplugins, pids) != 0) {
       close(reserved);
       return 1;
@@ -547,7 +547,7 @@ int axr_pipe_main(axr_pipe_args *a) {
   if (rc == AX_OK)
     rc = ax_node_join(node, 60000);
   if (rc == AX_OK)
-    rc = a->probe ? axr_probe(a, node) : run(a, node);
+    rc = a->probe ? axi_run_probe(a, node) : run(a, node);
   if (rc != AX_OK)
     fprintf(stderr, "axon-run: %s: %s\n", ax_strerror(rc), ax_errmsg());
   if (node) {

@@ -106,7 +106,7 @@ static int link_of(const links *L, const char *a, const char *b,
  * in the mode's placement): stage s to s + 1 (lat, Bps) and back (back_lat,
  * back_Bps), each S - 1 entries; all 0 without a links file or on one
  * agent. */
-static int boundary_links(const links *L, const axr_pipe_args *a, int m,
+static int boundary_links(const links *L, const axi_run_pipe_args *a, int m,
                           int S, double *lat, double *Bps, double *back_lat,
                           double *back_Bps) {
   for (int s = 0; s + 1 < S; s++) {
@@ -172,7 +172,7 @@ static int update_costs(const char *optim, double *step_s, double *copy_s) {
 }
 
 /* One unit's profile: a micro-batch of batch / units rows. */
-static int profile(const axr_pipe_args *a, const ax_model_def *def,
+static int profile(const axi_run_pipe_args *a, const ax_model_def *def,
                    const ax_config *mcfg, ax_dataset *ds, int units,
                    ax_block_profile *p, int *n) {
   ax_loader *ld = NULL;
@@ -197,7 +197,7 @@ typedef struct plan_row {
 } plan_row;
 
 /* Predicts one mode and split; step_s and copy_s: update_costs. */
-static int predict(const axr_pipe_args *a, const links *L, int m, int balanced,
+static int predict(const axi_run_pipe_args *a, const links *L, int m, int balanced,
                    const ax_block_profile *p, int n, double step_s,
                    double copy_s, plan_row *row) {
   const ax_pipe_mode_def *md = ax_pipe_mode_get(m);
@@ -274,7 +274,7 @@ static int predict(const axr_pipe_args *a, const links *L, int m, int balanced,
                               &row->spb);
 }
 
-int axr_stage_links(const axr_pipe_args *a, int m, double *lat_s, double *Bps,
+int axi_run_stage_links(const axi_run_pipe_args *a, int m, double *lat_s, double *Bps,
                     int *have) {
   links L;
   *have = 0;
@@ -316,7 +316,7 @@ static int modes_known(const char *modes) {
   return AX_OK;
 }
 
-int axr_plan(const axr_pipe_args *a) {
+int axi_run_plan(const axi_run_pipe_args *a) {
   const ax_model_def *def = ax_model_find(a->model);
   if (!def)
     return ax_seterr(AX_ENOTFOUND, "plan: no model %s", a->model);

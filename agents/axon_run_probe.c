@@ -15,7 +15,7 @@
 #include "agents/axon_run.h"
 #include "axon/rpc/value.h"
 
-int axr_probe(const axr_pipe_args *a, ax_node *node) {
+int axi_run_probe(const axi_run_pipe_args *a, ax_node *node) {
   int n = a->local ? a->local : a->nagents;
   int iters = a->probe_iters ? a->probe_iters : 200;
   int64_t bytes = a->probe_bytes ? a->probe_bytes : (int64_t)16 << 20;

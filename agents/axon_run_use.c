@@ -51,7 +51,7 @@ static int eval(const char *path, int batch, long limit, ax_device dev) {
   return 0;
 }
 
-int axr_use_main(int argc, char **argv) {
+int axi_run_use_main(int argc, char **argv) {
   const char *cmd = argv[1], *ckpt = NULL, *out = NULL;
   int batch = 500, threads = 0, ok = 1, c;
   long limit = 0;
@@ -72,14 +72,14 @@ int axr_use_main(int argc, char **argv) {
       out = optarg;
       break;
     case 'E':
-      ok = axc_i32(P, "--eval-batch", optarg, 1, 1 << 20, &batch);
+      ok = axi_cli_i32(P, "--eval-batch", optarg, 1, 1 << 20, &batch);
       break;
     case 'L':
-      ok = axc_int(P, "--eval-limit", optarg, 1, LONG_MAX, 0, &v);
+      ok = axi_cli_int(P, "--eval-limit", optarg, 1, LONG_MAX, 0, &v);
       limit = (long)v;
       break;
     case 't':
-      ok = axc_i32(P, "--threads", optarg, 1, 1024, &threads);
+      ok = axi_cli_i32(P, "--threads", optarg, 1, 1024, &threads);
       break;
     case 'v':
       if (ax_device_parse(optarg, &dev) != AX_OK ||

@@ -46,15 +46,17 @@ int axi_register_ex(ax_node *n, const char *fn, ax_rpc_handler h, void *user,
 }
 
 int ax_rpc_register(ax_node *n, const char *fn, ax_rpc_handler h, void *user) {
-  if (fn && !strncmp(fn, "_axon.", 6))
-    return ax_seterr(AX_EINVAL, "register: names starting with _axon. are reserved");
+  if (fn && !strncmp(fn, AXI_BUILTIN_PREFIX, strlen(AXI_BUILTIN_PREFIX)))
+    return ax_seterr(AX_EINVAL, "register: names starting with "
+                     AXI_BUILTIN_PREFIX " are reserved");
   return axi_register(n, fn, h, user);
 }
 
 int ax_rpc_register_inline(ax_node *n, const char *fn, ax_rpc_handler h,
                            void *user) {
-  if (fn && !strncmp(fn, "_axon.", 6))
-    return ax_seterr(AX_EINVAL, "register: names starting with _axon. are reserved");
+  if (fn && !strncmp(fn, AXI_BUILTIN_PREFIX, strlen(AXI_BUILTIN_PREFIX)))
+    return ax_seterr(AX_EINVAL, "register: names starting with "
+                     AXI_BUILTIN_PREFIX " are reserved");
   return axi_register_ex(n, fn, h, user, 1);
 }
 
@@ -313,11 +315,12 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
 }
 
 /* Holds c if this node has not joined yet (see node-impl.h): every call
- * but the "_axon." built-ins. A built-in's reply that has no way back yet
+ * but the rendezvous built-ins (AXI_RENDEZVOUS_PREFIX). A built-in's reply that has no way back yet
  * (a call over the data channel from a member whose address only the
  * membership gives) waits for that address (rpc/peer_early.c). */
 static int hold_until_joined(ax_node *n, ax_call_ctx *c) {
-  if (!strncmp(c->fn->name, "_axon.", 6))
+  if (!strncmp(c->fn->name, AXI_RENDEZVOUS_PREFIX,
+               strlen(AXI_RENDEZVOUS_PREFIX)))
     return 0;
   pthread_mutex_lock(&n->mu);
   int hold = !n->joined;

@@ -1,12 +1,12 @@
 /* Ending a world (node.h, ax_node_shutdown_world): the master's two phases
- * and the members' built-in "ax.node.leave" [phase].
+ * and the members' built-in "axon.node.leave" [phase].
  *
  * Phase 1 (drain) is answered late: the handler defers its reply and the
  * node's timer thread (axi_leave_tick, every tick) answers once this node's
  * program is done and no call is in flight, or with AX_ETIMEOUT a little
  * before the caller's deadline. Phase 2 (leave) sets the flag that
  * ax_node_wait_leave reports. The built-in's name does not start with
- * "_axon.", so a request that reaches a member before its join completed is
+ * "axon.rendezvous.", so a request that reaches a member before its join completed is
  * held until then, when the master's name is known. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +15,7 @@
 
 #include "axon/rpc/node-impl.h"
 
-#define LEAVE_FN "ax.node.leave"
+#define LEAVE_FN "axon.node.leave"
 
 enum { PHASE_DRAIN = 1, PHASE_LEAVE = 2 };
 

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "axon/rpc/builtin-impl.h"
 #include "axon/rpc/codec-impl.h"
 #include "axon/rpc/rpc.h"
 #include "axon/rpc/transport.h"
@@ -113,7 +114,7 @@ struct ax_node {
   char **retired_names;
   int nretired;
   /* Until the membership is known (joined), calls from peers to anything
-   * but the "_axon." built-ins wait in held: handlers may need ranks. */
+   * but the rendezvous built-ins wait in held: handlers may need ranks. */
   int joined;
   struct ax_call_ctx *held_head, **held_tail;
   /* master rendezvous state */
@@ -247,13 +248,7 @@ void axi_pcall_drop(ax_node *n, axi_pcall *c, uint64_t id);
  * connection is being closed (else the frame was refused and answered). */
 void axi_limit_log(ax_node *n, const char *peer, const char *what,
                    int closing);
-/* Registers a built-in without the "_axon." check. */
-int axi_register(ax_node *n, const char *fn, ax_rpc_handler h, void *user);
-/* Same, with the handler run on the receiving thread when inline_ is set. */
-int axi_register_ex(ax_node *n, const char *fn, ax_rpc_handler h, void *user,
-                    int inline_);
-
-/* leave.c: the "ax.node.leave" built-in of ax_node_shutdown_world. */
+/* leave.c: the "axon.node.leave" built-in of ax_node_shutdown_world. */
 int axi_leave_init(ax_node *n);
 /* Answers a pending drain request once drained or at its deadline (timer
  * thread, every tick). */
@@ -264,7 +259,7 @@ void axi_leave_close(ax_node *n);
 /* rendezvous.c */
 int axi_rendezvous_init(ax_node *n);
 void axi_rendezvous_fini(ax_node *n);
-/* Records a membership list (the master's answer to "_axon.join": world,
+/* Records a membership list (the master's answer to "axon.rendezvous.join": world,
  * master name, then name, address and bulk address per rank) on n; a list
  * of the wrong shape is ignored. */
 void axi_rendezvous_apply(ax_node *n, const ax_values *v);

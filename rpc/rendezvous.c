@@ -1,6 +1,6 @@
 /* Rendezvous: the master collects joins and publishes the membership once
- * the world is complete; built-in functions "_axon.join" and
- * "_axon.stats". */
+ * the world is complete; built-in functions "axon.rendezvous.join" and
+ * "axon.rendezvous.stats". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,7 +184,7 @@ static void push_done(ax_future *f, void *user) {
 }
 
 /* After a rejoin: every other member learns the new membership
- * ("_axon.members"), then the rejoined one gets it as its answer (reply,
+ * ("axon.rendezvous.members"), then the rejoined one gets it as its answer (reply,
  * which takes members). */
 static void push_members(ax_node *n, ax_values *members, const char *skip,
                          ax_future *reply) {
@@ -207,7 +207,7 @@ static void push_members(ax_node *n, ax_values *members, const char *skip,
       continue;
     ax_call_opts o = {.timeout_ms = 5000};
     __atomic_add_fetch(&q->left, 1, __ATOMIC_ACQ_REL);
-    if (ax_rpc_async(n, name, "_axon.members", members, &o, &f) != AX_OK) {
+    if (ax_rpc_async(n, name, "axon.rendezvous.members", members, &o, &f) != AX_OK) {
       push_one_done(q);
     } else if (ax_future_on_done(f, push_done, q) != AX_OK) {
       ax_future_release(f);
@@ -226,7 +226,7 @@ static int members_handler(ax_call_ctx *ctx, const ax_values *args,
   ax_node *n = ax_call_node(ctx);
   const char *from = ax_call_caller(ctx), *master = ax_node_master_name(n);
   if (!from || !master || strcmp(from, master))
-    return ax_seterr(AX_EINVAL, "_axon.members: only the master (%s) hands "
+    return ax_seterr(AX_EINVAL, "axon.rendezvous.members: only the master (%s) hands "
                      "out the membership, not %s", master ? master : "?",
                      from ? from : "?");
   axi_rendezvous_apply(n, args);
@@ -320,9 +320,9 @@ int axi_rendezvous_init(ax_node *n) {
   if (!n->joins)
     return ax_seterr(AX_ENOMEM, "node: no memory");
   n->joins->world = n->o.world_size > 0 ? n->o.world_size : 1;
-  AX_TRY(axi_register(n, "_axon.join", join_handler, NULL));
-  AX_TRY(axi_register(n, "_axon.members", members_handler, NULL));
-  return axi_register(n, "_axon.stats", stats_handler, NULL);
+  AX_TRY(axi_register(n, "axon.rendezvous.join", join_handler, NULL));
+  AX_TRY(axi_register(n, "axon.rendezvous.members", members_handler, NULL));
+  return axi_register(n, "axon.rendezvous.stats", stats_handler, NULL);
 }
 
 void axi_rendezvous_close(ax_node *n) {
@@ -543,7 +543,7 @@ int ax_node_join(ax_node *n, int64_t timeout_ms) {
     }
     ax_call_opts o = {.timeout_ms = left};
     ax_values *res = NULL;
-    rc = ax_rpc_sync(n, to, "_axon.join", a, &o, &res);
+    rc = ax_rpc_sync(n, to, "axon.rendezvous.join", a, &o, &res);
     if (rc == AX_OK) {
       axi_rendezvous_apply(n, res);
       ax_values_free(res);

@@ -54,7 +54,7 @@ typedef int (*ax_rpc_handler)(ax_call_ctx *ctx, const ax_values *args,
                               ax_values *out, void *user);
 
 /* Registers fn on node n. AX_ESTATE if the name is taken. Names starting
- * with "_axon." are reserved for built-ins. */
+ * with "axon." are reserved for axon's built-ins (AX_EINVAL). */
 int ax_rpc_register(ax_node *n, const char *fn, ax_rpc_handler h, void *user);
 
 /* Like ax_rpc_register, for a handler that never blocks and returns quickly

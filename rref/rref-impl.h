@@ -201,7 +201,7 @@ void axi_fork_holder(axi_rctx *rc, uint64_t fork, int holder);
 void axi_rref_sweep(axi_rctx *rc, int64_t now);
 /* Deadline of a fork the owner makes itself (holder still unknown). */
 int64_t axi_owner_fork_deadline(axi_rctx *rc);
-/* Registers "ax.rref.live", "ax.rref.debug" and "ax.rref.list". */
+/* Registers "axon.rref.live", "axon.rref.debug" and "axon.rref.list". */
 int axi_rref_register_debug(ax_node *n);
 /* The call options with metadata rr.conf (the reference is known) added
  * to the caller's; keys/vals are caller storage of 9 entries. */

@@ -73,7 +73,7 @@ typedef struct ax_rref ax_rref;
 typedef enum ax_rref_type { AX_RREF_VALUE = 0, AX_RREF_OBJECT = 1 } ax_rref_type;
 
 /* ---- set-up -------------------------------------------------------------- */
-/* Registers the RRef protocol functions ("ax.rref.*") on n, the value
+/* Registers the RRef protocol functions ("axon.rref.*") on n, the value
  * extension (once per process) and starts the protocol thread. Call after
  * ax_node_create and before ax_node_join returns on any peer that may send
  * RRefs here. Takes the node's peer-down callback (see ax_rref_peer_down).
@@ -228,14 +228,14 @@ void ax_autograd_ctx_set_current(uint64_t ctx);
 /* ---- debugging ---------------------------------------------------------------- */
 /* Live RRef records on this node: values/objects owned, and user forks
  * (including forks whose delete is still to be sent). Remotely:
- * "ax.rref.live" [] -> [owned, users, world size known there]. */
+ * "axon.rref.live" [] -> [owned, users, world size known there]. */
 int ax_rref_live(ax_node *n, long *owned, long *users);
 /* Writes one line per live record into buf (truncated to len). Remotely:
- * "ax.rref.list" [] -> [str]. */
+ * "axon.rref.list" [] -> [str]. */
 int ax_rref_debug_list(ax_node *n, char *buf, size_t len);
 /* Delays the protocol messages of one kind sent BY this node: "fork",
  * "accept" or "delete" (ms = 0 removes the delay). For tests forcing
- * message orders; also callable remotely as "ax.rref.debug" [kind, ms].
+ * message orders; also callable remotely as "axon.rref.debug" [kind, ms].
  * Two more kinds: "create" makes this node, as owner, sleep ms in the
  * creation handler before registering the value (a create that arrives
  * late; blocks one handler thread), and "fork_timeout" sets the sweep

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/rpc/builtin-impl.h"
 #include "axon/rref/rref-impl.h"
 
 static const ax_rref_grad_hooks *g_hooks;
@@ -252,7 +253,7 @@ static int h_call(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
     int r;
     if (ax_node_rank_of(rc->node, caller, &r) == AX_OK)
       rank = r;
-    err = axi_rref_wait_entry(rc, e, ctx, "ax.rref.call", args, rank, grace);
+    err = axi_rref_wait_entry(rc, e, ctx, "axon.rref.call", args, rank, grace);
     pthread_mutex_unlock(&rc->mu);
     return err;
   }
@@ -308,6 +309,6 @@ static int h_call(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
 }
 
 int axi_rref_register_calls(ax_node *n) {
-  return ax_rpc_register(n, "ax.rref.call", h_call, NULL);
+  return axi_register(n, "axon.rref.call", h_call, NULL);
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "axon/rpc/builtin-impl.h"
 #include "axon/rref/rref-impl.h"
 
 static int caller_rank(ax_call_ctx *ctx) {
@@ -221,7 +222,7 @@ static int h_fetch(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
     return err;
   }
   if (e->state == AXI_OWN_PENDING) {
-    err = axi_rref_wait_entry(rc, e, ctx, "ax.rref.fetch", args,
+    err = axi_rref_wait_entry(rc, e, ctx, "axon.rref.fetch", args,
                               caller_rank(ctx), grace);
     pthread_mutex_unlock(&rc->mu);
     return err;
@@ -251,11 +252,11 @@ static int h_fetch(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
 }
 
 int axi_rref_register_proto(ax_node *n) {
-  AX_TRY(ax_rpc_register(n, "ax.rref.fork", h_fork, NULL));
-  AX_TRY(ax_rpc_register(n, "ax.rref.accept", h_accept, NULL));
-  AX_TRY(ax_rpc_register(n, "ax.rref.delete", h_delete, NULL));
-  AX_TRY(ax_rpc_register(n, "ax.rref.create", h_create, NULL));
-  return ax_rpc_register(n, "ax.rref.fetch", h_fetch, NULL);
+  AX_TRY(axi_register(n, "axon.rref.fork", h_fork, NULL));
+  AX_TRY(axi_register(n, "axon.rref.accept", h_accept, NULL));
+  AX_TRY(axi_register(n, "axon.rref.delete", h_delete, NULL));
+  AX_TRY(axi_register(n, "axon.rref.create", h_create, NULL));
+  return axi_register(n, "axon.rref.fetch", h_fetch, NULL);
 }
 
 /* ---- waiters --------------------------------------------------------------- */

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/rpc/builtin-impl.h"
 #include "axon/rref/rref-impl.h"
 
 #define CTR_MASK 0xffffffffffffull
@@ -224,7 +225,7 @@ static int h_debug(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   return ax_rref_debug_delay(ax_call_node(ctx), kind, ms);
 }
 
-/* "ax.rref.list" [] -> [str]: ax_rref_debug_list of the node, remotely. */
+/* "axon.rref.list" [] -> [str]: ax_rref_debug_list of the node, remotely. */
 static int h_list(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
                   void *user) {
   char buf[4096];
@@ -233,7 +234,7 @@ static int h_list(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
 }
 
 int axi_rref_register_debug(ax_node *n) {
-  AX_TRY(ax_rpc_register(n, "ax.rref.live", h_live, NULL));
-  AX_TRY(ax_rpc_register(n, "ax.rref.debug", h_debug, NULL));
-  return ax_rpc_register(n, "ax.rref.list", h_list, NULL);
+  AX_TRY(axi_register(n, "axon.rref.live", h_live, NULL));
+  AX_TRY(axi_register(n, "axon.rref.debug", h_debug, NULL));
+  return axi_register(n, "axon.rref.list", h_list, NULL);
 }

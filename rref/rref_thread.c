@@ -64,8 +64,8 @@ static void on_sent(ax_future *f, void *user) {
 }
 
 static void send_one(axi_rctx *rc, axi_pmsg *m) {
-  static const char *fns[AXI_MSG_N] = {"ax.rref.fork", "ax.rref.accept",
-                                       "ax.rref.delete"};
+  static const char *fns[AXI_MSG_N] = {"axon.rref.fork", "axon.rref.accept",
+                                       "axon.rref.delete"};
   ax_values *a = ax_values_new();
   sent *s = malloc(sizeof *s);
   ax_future *f = NULL;

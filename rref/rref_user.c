@@ -113,7 +113,7 @@ static int create_remote(ax_node *n, const char *to, int mode, const char *fn,
   if (err == AX_OK) {
     ax_call_opts o = opts ? *opts : (ax_call_opts){0};
     o.autograd_ctx = axi_ctx_of(opts);
-    err = ax_rpc_async(n, to, "ax.rref.create", a, &o, &f);
+    err = ax_rpc_async(n, to, "axon.rref.create", a, &o, &f);
   }
   ax_values_free(a);
   if (err != AX_OK) {
@@ -263,7 +263,7 @@ int ax_rref_to_here(ax_node *n, ax_rref *r, int64_t timeout_ms,
   ax_call_opts o = axi_opts_conf(NULL, r, keys, vals);
   o.timeout_ms = left;
   o.autograd_ctx = ctx;
-  int err = ax_rpc_sync(n, r->owner, "ax.rref.fetch", a, &o, &raw);
+  int err = ax_rpc_sync(n, r->owner, "axon.rref.fetch", a, &o, &raw);
   ax_values_free(a);
   if (err == AX_OK)
     err = axi_take_reply(rc, raw, ctx, r->owner, out);
@@ -347,7 +347,7 @@ int ax_rref_rpc_async(ax_node *n, ax_rref *r, const char *method,
     int64_t vals[9];
     ax_call_opts o = axi_opts_conf(opts, r, keys, vals);
     o.autograd_ctx = ctx;
-    err = ax_rpc_async(n, r->owner, "ax.rref.call", a, &o, &f);
+    err = ax_rpc_async(n, r->owner, "axon.rref.call", a, &o, &f);
   }
   ax_values_free(a);
   if (err != AX_OK) {
@@ -397,9 +397,9 @@ int ax_rref_remote(ax_node *n, ax_rref *r, const char *method,
     o.nmeta = 1;
     o.meta_key = keys;
     o.meta_val = vals;
-    err = create_local(rc, 0, "ax.rref.call", a, NULL, AX_CPU, &o, out);
+    err = create_local(rc, 0, "axon.rref.call", a, NULL, AX_CPU, &o, out);
   } else {
-    err = ax_remote(n, r->owner, "ax.rref.call", a, &o, out);
+    err = ax_remote(n, r->owner, "axon.rref.call", a, &o, out);
   }
   ax_values_free(a);
   return err;

@@ -195,7 +195,7 @@ int rt_remote_zero(ax_node *n, const char *to) {
   while (rt_now_ms() < end) {
     ax_values *r = NULL;
     ax_call_opts o = {.timeout_ms = 5000};
-    int rc = ax_rpc_sync(n, to, "_axon.stats", NULL, &o, &r);
+    int rc = ax_rpc_sync(n, to, "axon.rendezvous.stats", NULL, &o, &r);
     if (rc != AX_OK)
       return rc;
     ax_values_get_i64(r, 0, &calls);
@@ -257,11 +257,11 @@ int dt_counts(ax_node *n, const char *to, int64_t *owned, int64_t *users,
   }
   ax_values *r = NULL;
   ax_call_opts co = {.timeout_ms = 5000};
-  AX_TRY(ax_rpc_sync(n, to, "ax.rref.live", NULL, &co, &r));
+  AX_TRY(ax_rpc_sync(n, to, "axon.rref.live", NULL, &co, &r));
   ax_values_get_i64(r, 0, owned);
   ax_values_get_i64(r, 1, users);
   ax_values_free(r);
-  AX_TRY(ax_rpc_sync(n, to, "ax.dist.live", NULL, &co, &r));
+  AX_TRY(ax_rpc_sync(n, to, "axon.autograd.live", NULL, &co, &r));
   ax_values_get_i64(r, 0, ctxs);
   ax_values_free(r);
   return AX_OK;
@@ -284,7 +284,7 @@ int dt_wait_counts(ax_node *n, const char *to, int64_t owned, int64_t users,
     ax_values *r = NULL;
     const char *s = NULL;
     ax_call_opts co = {.timeout_ms = 5000};
-    if (ax_rpc_sync(n, to, "ax.rref.list", NULL, &co, &r) == AX_OK &&
+    if (ax_rpc_sync(n, to, "axon.rref.list", NULL, &co, &r) == AX_OK &&
         ax_values_get_str(r, 0, &s) == AX_OK)
       snprintf(buf, sizeof buf, "%s", s);
     ax_values_free(r);

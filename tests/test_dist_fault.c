@@ -128,7 +128,7 @@ static void test_peer_dies_during_backward(void **state) {
   /* w2 holds the gradient for 1.5 s; w1 dies meanwhile. */
   int64_t ms = 1500;
   ax_values *a = dt_i64s(1, &ms);
-  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w2", "ax.dist.debug", a, NULL, NULL));
+  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w2", "axon.autograd.debug", a, NULL, NULL));
   ax_values_free(a);
   killer k = {g_pids[0], 300};
   pthread_t th;
@@ -149,7 +149,7 @@ static void test_peer_dies_during_backward(void **state) {
   for (int i = 1; i < NAGENTS; i++)
     AX_ASSERT_OK(dt_wait_counts(g_drv, g_names[i], 1, 0, 0));
   a = dt_i64s(1, (int64_t[]){0});
-  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w2", "ax.dist.debug", a, NULL, NULL));
+  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w2", "axon.autograd.debug", a, NULL, NULL));
   ax_values_free(a);
 }
 

@@ -1,16 +1,16 @@
-/* Stage-driven execution, the agent's side (runtime/pipeline/stage/stage_line.h):
+/* Stage-driven execution, the agent's side (runtime/pipeline/stage/stage_line-impl.h):
  * a rank's actions run in their sequence order whatever order they arrive
  * in; bad sequences (repeated, far ahead, negative, of an older train
  * call) are refused; a newer train call cancels what an older one left; a
  * failed action cancels the rest of its call; a host torn down cancels its
- * queued actions; and a real agent's pipe.stage refuses hostile sequence
+ * queued actions; and a real agent's axon.pipe.stage refuses hostile sequence
  * metadata and keeps serving. Zero live calls on every node after each. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
-#include "axon/runtime/pipeline/stage/stage_line.h"
+#include "axon/runtime/pipeline/stage/stage_line-impl.h"
 #include "tests/mp_testutil.h"
 
 #define NAGENTS 1
@@ -23,7 +23,7 @@ typedef struct recorder {
   pthread_mutex_t mu;
   int64_t order[64];
   int n;
-  axp_line *line;
+  axi_pipe_line *line;
 } recorder;
 
 static int rec_create(ax_node *n, const char *config, ax_device dev,
@@ -38,7 +38,7 @@ static int rec_create(ax_node *n, const char *config, ax_device dev,
 
 static void rec_destroy(void *obj) {
   recorder *r = obj;
-  axp_line_detach(&r->line, r);
+  axi_pipe_line_detach(&r->line, r);
   pthread_mutex_destroy(&r->mu);
   free(r);
 }
@@ -64,13 +64,13 @@ static int rec_run(ax_call_ctx *cc, void *obj, const ax_values *args,
 
 static int m_run(ax_call_ctx *cc, void *obj, const ax_values *args,
                  ax_values *out) {
-  return axp_line_call(cc, &((recorder *)obj)->line, obj, rec_run, args,
+  return axi_pipe_line_call(cc, &((recorder *)obj)->line, obj, rec_run, args,
                        out);
 }
 
 static int m_detach(ax_call_ctx *cc, void *obj, const ax_values *args,
                     ax_values *out) {
-  axp_line_detach(&((recorder *)obj)->line, obj);
+  axi_pipe_line_detach(&((recorder *)obj)->line, obj);
   return AX_OK;
 }
 
@@ -109,9 +109,9 @@ static ax_future *run_on(ax_rref *h, int64_t line, int64_t gen, int64_t seq,
  * first (seen in CI: a detach that overtook the call it was to cancel). */
 static void wait_queued(recorder *r, int k) {
   int64_t t0 = rt_now_ms();
-  while (axp_line_queued(&r->line) < k && rt_now_ms() - t0 < 10000)
+  while (axi_pipe_line_queued(&r->line) < k && rt_now_ms() - t0 < 10000)
     rt_sleep_ms(2);
-  assert_true(axp_line_queued(&r->line) >= k);
+  assert_true(axi_pipe_line_queued(&r->line) >= k);
 }
 
 static int outcome(ax_future *f) {
@@ -217,7 +217,7 @@ static void test_deadline_frees_waiting(void **state) {
 static void test_agent_refuses_hostile_sequence(void **state) {
   ax_call_opts co = {.timeout_ms = 10000};
   ax_rref *h = NULL;
-  AX_ASSERT_OK(ax_remote_object(g_drv, g_names[0], "pipe.stage",
+  AX_ASSERT_OK(ax_remote_object(g_drv, g_names[0], "axon.pipe.stage",
                                 "model=mlp,stage=0,splits=0/3,seed=3,"
                                 "widths=8/8/8/4",
                                 AX_CPU, &co, &h));

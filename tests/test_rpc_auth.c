@@ -144,7 +144,7 @@ static void test_hello_address_not_dialled(void **state) {
   ax_values *r = NULL;
   ax_call_opts co = {.timeout_ms = 10000};
   assert_int_not_equal(
-      ax_rpc_sync(g_drv, "latecomer", "_axon.stats", NULL, &co, &r), AX_OK);
+      ax_rpc_sync(g_drv, "latecomer", "axon.rendezvous.stats", NULL, &co, &r), AX_OK);
   fprintf(stderr, "call to the latecomer: %s\n", ax_errmsg());
   assert_true(rt_now_ms() - t0 < 5000);
   ax_values_free(r);

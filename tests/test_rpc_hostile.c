@@ -135,7 +135,7 @@ static int join_inc(const char *name, int64_t rank, const char *addr,
   if (inc >= 0)
     ax_values_add_i64(a, inc);
   ax_call_opts o = {.timeout_ms = 20000};
-  int rc = ax_rpc_sync(g_drv, "boss", "_axon.join", a, &o, res);
+  int rc = ax_rpc_sync(g_drv, "boss", "axon.rendezvous.join", a, &o, res);
   ax_values_free(a);
   return rc;
 }

@@ -219,7 +219,7 @@ static void test_inprocess_pair(void **state) {
   AX_ASSERT_OK(ax_rpc_register(a, "echo", h_echo, NULL));
   AX_ASSERT_OK(ax_rpc_register(b, "echo", h_echo, NULL));
   AX_ASSERT_ERR(ax_rpc_register(b, "echo", h_echo, NULL), AX_ESTATE);
-  AX_ASSERT_ERR(ax_rpc_register(b, "_axon.x", h_echo, NULL), AX_EINVAL);
+  AX_ASSERT_ERR(ax_rpc_register(b, "axon.x", h_echo, NULL), AX_EINVAL);
   /* b joins on a thread while the master a joins here. */
   pthread_t th;
   struct jargs ja = {b, -1};

@@ -102,7 +102,7 @@ static void set_delay(const char *node, const char *msg, int64_t ms) {
   if (!strcmp(node, "driver"))
     AX_ASSERT_OK(ax_rref_debug_delay(g_drv, msg, ms));
   else
-    AX_ASSERT_OK(ax_rpc_sync(g_drv, node, "ax.rref.debug", a, NULL, NULL));
+    AX_ASSERT_OK(ax_rpc_sync(g_drv, node, "axon.rref.debug", a, NULL, NULL));
   ax_values_free(a);
 }
 

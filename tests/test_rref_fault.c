@@ -45,11 +45,11 @@ static void set_debug(const char *node, const char *kind, int64_t ms) {
   ax_values *a = ax_values_new();
   ax_values_add_str(a, kind);
   ax_values_add_i64(a, ms);
-  AX_ASSERT_OK(ax_rpc_sync(g_drv, node, "ax.rref.debug", a, NULL, NULL));
+  AX_ASSERT_OK(ax_rpc_sync(g_drv, node, "axon.rref.debug", a, NULL, NULL));
   ax_values_free(a);
 }
 
-/* A raw "ax.rref.fetch" of id on w1; conf: claim an acknowledged ref. */
+/* A raw "axon.rref.fetch" of id on w1; conf: claim an acknowledged ref. */
 static int raw_fetch_async(uint64_t id, int conf, int64_t timeout_ms,
                            ax_future **f) {
   int64_t v = (int64_t)id;
@@ -58,7 +58,7 @@ static int raw_fetch_async(uint64_t id, int conf, int64_t timeout_ms,
   int64_t vals[1] = {1};
   ax_call_opts o = {.timeout_ms = timeout_ms, .nmeta = conf ? 1 : 0,
                     .meta_key = keys, .meta_val = vals};
-  int err = ax_rpc_async(g_drv, "w1", "ax.rref.fetch", a, &o, f);
+  int err = ax_rpc_async(g_drv, "w1", "axon.rref.fetch", a, &o, f);
   ax_values_free(a);
   return err;
 }
@@ -99,7 +99,7 @@ static void test_stale_ids(void **state) {
   ax_values_add_bytes(a, NULL, 0);
   ax_call_opts co = {.timeout_ms = 8000};
   int64_t t0 = rt_now_ms();
-  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w1", "ax.rref.call", a, &co, NULL),
+  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w1", "axon.rref.call", a, &co, NULL),
                 AX_ESTALE);
   assert_true(rt_now_ms() - t0 < 1000);
   ax_values_free(a);

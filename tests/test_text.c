@@ -14,7 +14,7 @@
 #include <zlib.h>
 
 #include "axon/models/data/dataset.h"
-#include "axon/models/data/text.h"
+#include "axon/models/data/text-impl.h"
 
 #define GCIDE "/usr/share/dictd/gcide.dict.dz"
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "axon/models/data/dataset-impl.h"
-#include "axon/models/data/text.h"
+#include "axon/models/data/text-impl.h"
 
 #define TEST_FRAC 0.1
 #define MLM_PROB 0.15

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "axon/models/data/text.h"
+#include "axon/models/data/text-impl.h"
 
 typedef struct cleaner {
   char *out;

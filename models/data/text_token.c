@@ -2,7 +2,7 @@
 #include <ctype.h>
 #include <string.h>
 
-#include "axon/models/data/text.h"
+#include "axon/models/data/text-impl.h"
 
 #define TOK_MAX 48 /* longer words are cut to this many bytes */
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "axon/models/data/text.h"
+#include "axon/models/data/text-impl.h"
 
 static const char *const specials[AX_TOK_SPECIALS] = {"[PAD]", "[UNK]", "[CLS]",
                                                       "[SEP]", "[MASK]"};

@@ -12,67 +12,67 @@
 
 enum { AXD_SRC_NONE = 0, AXD_SRC_LOCAL = 1, AXD_SRC_REMOTE = 2 };
 
-typedef struct axd_fn axd_fn;
+typedef struct axi_ag_fn axi_ag_fn;
 
 /* Where the gradient of a tensor goes. */
-typedef struct axd_src {
+typedef struct axi_ag_src {
   int kind;
-  axd_fn *fn;  /* local: producing function */
+  axi_ag_fn *fn;  /* local: producing function */
   int k;       /* output index at the producer */
   char from[AXD_NAME]; /* remote: producing node */
   uint64_t rfn;        /* remote: function id there */
-} axd_src;
+} axi_ag_src;
 
-struct axd_fn {
+struct axi_ag_fn {
   uint64_t id;
   const ax_dist_fn_ops *ops;
   void *state;
   int n_in, n_out;
-  axd_src in[AX_TLIST_MAX];
+  axi_ag_src in[AX_TLIST_MAX];
   ax_tensor *dout[AX_TLIST_MAX];
   int dout_own[AX_TLIST_MAX]; /* dout[k] is our own sum buffer */
   int expected, received, ran;
   int held;                 /* ax_dist_record_held: the owner runs it */
   char consumer[AXD_NAME];  /* node of the first send of an output */
-  axd_fn *next;
+  axi_ag_fn *next;
 };
 
-typedef struct axd_map { /* tensor handle -> gradient source */
+typedef struct axi_ag_map { /* tensor handle -> gradient source */
   ax_tensor *t;           /* retained */
-  axd_src s;
-  struct axd_map *next;
-} axd_map;
+  axi_ag_src s;
+  struct axi_ag_map *next;
+} axi_ag_map;
 
-typedef struct axd_grad {
+typedef struct axi_ag_grad {
   uint64_t key;
   ax_tensor *g;
-  struct axd_grad *next;
-} axd_grad;
+  struct axi_ag_grad *next;
+} axi_ag_grad;
 
-typedef struct axd_peer {
+typedef struct axi_ag_peer {
   char name[AXD_NAME];
-  struct axd_peer *next;
-} axd_peer;
+  struct axi_ag_peer *next;
+} axi_ag_peer;
 
-typedef struct axd_ctx {
+typedef struct axi_ag_ctx {
   uint64_t id;
-  axd_fn *fns;
-  axd_map *map;
-  axd_grad *grads;
-  axd_peer *peers;
+  axi_ag_fn *fns;
+  axi_ag_map *map;
+  axi_ag_grad *grads;
+  axi_ag_peer *peers;
   int busy;     /* backward callbacks running */
   int released; /* unlinked; freed when busy drops to zero */
-  struct axd_ctx *next;
-} axd_ctx;
+  struct axi_ag_ctx *next;
+} axi_ag_ctx;
 
 #define AXD_RELEASED_RING 1024
 #define AXD_POOL_MAX 16 /* recycled gradient buffers kept per node */
 
-typedef struct axd_state {
+typedef struct axi_ag_state {
   ax_node *node;
   char name[AXD_NAME];
   pthread_mutex_t mu;
-  axd_ctx *ctxs;
+  axi_ag_ctx *ctxs;
   long nctx;
   uint64_t counter, fn_counter;
   uint64_t released[AXD_RELEASED_RING];
@@ -81,25 +81,25 @@ typedef struct axd_state {
   pthread_cond_t cv;  /* a held function got a gradient (with mu) */
   ax_tensor *pool[AXD_POOL_MAX]; /* recycled gradient buffers (mu) */
   int npool;
-} axd_state;
+} axi_ag_state;
 
-axd_state *axd_get(void);
+axi_ag_state *axi_ag_get(void);
 /* Finds ctx; creates it when create and it was not released. mu held. */
-axd_ctx *axd_ctx_find(axd_state *d, uint64_t id, int create);
+axi_ag_ctx *axi_ag_ctx_find(axi_ag_state *d, uint64_t id, int create);
 /* Whether id is among the recently released contexts, which are never
  * created again (d->mu held). */
-int axd_was_released(axd_state *d, uint64_t id);
-void axd_peer_add(axd_ctx *c, const char *name);
-axd_fn *axd_fn_find(axd_ctx *c, uint64_t id);
-axd_map *axd_map_find(axd_ctx *c, const ax_tensor *t);
+int axi_ag_was_released(axi_ag_state *d, uint64_t id);
+void axi_ag_peer_add(axi_ag_ctx *c, const char *name);
+axi_ag_fn *axi_ag_fn_find(axi_ag_ctx *c, uint64_t id);
+axi_ag_map *axi_ag_map_find(axi_ag_ctx *c, const ax_tensor *t);
 /* Frees a context unlinked from the table (mu not held). */
-void axd_ctx_free(axd_ctx *c);
+void axi_ag_ctx_free(axi_ag_ctx *c);
 
 /* engine.c */
-int axd_engine_register(ax_node *n);
+int axi_ag_engine_register(ax_node *n);
 
 /* optim_dist.c, stage.c */
-int axd_optim_register(ax_node *n);
-int axd_stages_register(ax_node *n);
+int axi_ag_optim_register(ax_node *n);
+int axi_ag_stages_register(ax_node *n);
 
 #endif

@@ -9,11 +9,11 @@
 #include "axon/runtime/autograd/autograd-impl.h"
 #include "axon/runtime/autograd/collective.h"
 
-static axd_state *g_d;
+static axi_ag_state *g_d;
 
-axd_state *axd_get(void) { return __atomic_load_n(&g_d, __ATOMIC_ACQUIRE); }
+axi_ag_state *axi_ag_get(void) { return __atomic_load_n(&g_d, __ATOMIC_ACQUIRE); }
 
-int axd_was_released(axd_state *d, uint64_t id) {
+int axi_ag_was_released(axi_ag_state *d, uint64_t id) {
   long n = d->nrel < AXD_RELEASED_RING ? d->nrel : AXD_RELEASED_RING;
   for (long i = 0; i < n; i++)
     if (d->released[i] == id)
@@ -21,13 +21,13 @@ int axd_was_released(axd_state *d, uint64_t id) {
   return 0;
 }
 
-axd_ctx *axd_ctx_find(axd_state *d, uint64_t id, int create) {
-  for (axd_ctx *c = d->ctxs; c; c = c->next)
+axi_ag_ctx *axi_ag_ctx_find(axi_ag_state *d, uint64_t id, int create) {
+  for (axi_ag_ctx *c = d->ctxs; c; c = c->next)
     if (c->id == id)
       return c;
-  if (!create || !id || axd_was_released(d, id))
+  if (!create || !id || axi_ag_was_released(d, id))
     return NULL;
-  axd_ctx *c = calloc(1, sizeof *c);
+  axi_ag_ctx *c = calloc(1, sizeof *c);
   if (!c)
     return NULL;
   c->id = id;
@@ -37,11 +37,11 @@ axd_ctx *axd_ctx_find(axd_state *d, uint64_t id, int create) {
   return c;
 }
 
-void axd_peer_add(axd_ctx *c, const char *name) {
-  for (axd_peer *p = c->peers; p; p = p->next)
+void axi_ag_peer_add(axi_ag_ctx *c, const char *name) {
+  for (axi_ag_peer *p = c->peers; p; p = p->next)
     if (!strcmp(p->name, name))
       return;
-  axd_peer *p = calloc(1, sizeof *p);
+  axi_ag_peer *p = calloc(1, sizeof *p);
   if (!p)
     return;
   snprintf(p->name, sizeof p->name, "%s", name);
@@ -49,22 +49,22 @@ void axd_peer_add(axd_ctx *c, const char *name) {
   c->peers = p;
 }
 
-axd_fn *axd_fn_find(axd_ctx *c, uint64_t id) {
-  for (axd_fn *f = c->fns; f; f = f->next)
+axi_ag_fn *axi_ag_fn_find(axi_ag_ctx *c, uint64_t id) {
+  for (axi_ag_fn *f = c->fns; f; f = f->next)
     if (f->id == id)
       return f;
   return NULL;
 }
 
-axd_map *axd_map_find(axd_ctx *c, const ax_tensor *t) {
-  for (axd_map *m = c->map; m; m = m->next)
+axi_ag_map *axi_ag_map_find(axi_ag_ctx *c, const ax_tensor *t) {
+  for (axi_ag_map *m = c->map; m; m = m->next)
     if (m->t == t)
       return m;
   return NULL;
 }
 
-void axd_ctx_free(axd_ctx *c) {
-  for (axd_fn *f = c->fns, *nx; f; f = nx) {
+void axi_ag_ctx_free(axi_ag_ctx *c) {
+  for (axi_ag_fn *f = c->fns, *nx; f; f = nx) {
     nx = f->next;
     if (!f->ran && f->ops->release)
       f->ops->release(f->state);
@@ -72,17 +72,17 @@ void axd_ctx_free(axd_ctx *c) {
       ax_tensor_release(f->dout[k]);
     free(f);
   }
-  for (axd_map *m = c->map, *nx; m; m = nx) {
+  for (axi_ag_map *m = c->map, *nx; m; m = nx) {
     nx = m->next;
     ax_tensor_release(m->t);
     free(m);
   }
-  for (axd_grad *g = c->grads, *nx; g; g = nx) {
+  for (axi_ag_grad *g = c->grads, *nx; g; g = nx) {
     nx = g->next;
     ax_tensor_release(g->g);
     free(g);
   }
-  for (axd_peer *p = c->peers, *nx; p; p = nx) {
+  for (axi_ag_peer *p = c->peers, *nx; p; p = nx) {
     nx = p->next;
     free(p);
   }
@@ -91,13 +91,13 @@ void axd_ctx_free(axd_ctx *c) {
 
 /* ---- contexts ---------------------------------------------------------------- */
 int ax_dist_context_new(ax_node *n, uint64_t *out) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n || !out)
     return ax_seterr(AX_ESTATE, "dist: node not initialised");
   uint64_t c = __atomic_add_fetch(&d->counter, 1, __ATOMIC_RELAXED);
   uint64_t id = ((uint64_t)(ax_node_rank(n) + 1) << 48) | c;
   pthread_mutex_lock(&d->mu);
-  axd_ctx *x = axd_ctx_find(d, id, 1);
+  axi_ag_ctx *x = axi_ag_ctx_find(d, id, 1);
   pthread_mutex_unlock(&d->mu);
   if (!x)
     return ax_seterr(AX_ENOMEM, "dist: no memory");
@@ -107,7 +107,7 @@ int ax_dist_context_new(ax_node *n, uint64_t *out) {
 }
 
 long ax_dist_live_contexts(ax_node *n) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (!d)
     return 0;
   pthread_mutex_lock(&d->mu);
@@ -117,8 +117,8 @@ long ax_dist_live_contexts(ax_node *n) {
 }
 
 /* ---- recording --------------------------------------------------------------- */
-static int map_add(axd_ctx *c, ax_tensor *t, const axd_src *s) {
-  axd_map *m = calloc(1, sizeof *m);
+static int map_add(axi_ag_ctx *c, ax_tensor *t, const axi_ag_src *s) {
+  axi_ag_map *m = calloc(1, sizeof *m);
   if (!m)
     return AX_ENOMEM;
   m->t = ax_tensor_retain(t);
@@ -130,14 +130,14 @@ static int map_add(axd_ctx *c, ax_tensor *t, const axd_src *s) {
 
 static const ax_dist_fn_ops g_held_ops = {NULL, NULL};
 
-static int record(axd_state *d, uint64_t ctx, const ax_dist_fn_ops *ops,
+static int record(axi_ag_state *d, uint64_t ctx, const ax_dist_fn_ops *ops,
                   void *state, const ax_tlist *inputs,
                   const ax_tlist *outputs, uint64_t *id);
 
 int ax_dist_record(ax_node *n, uint64_t ctx, const ax_dist_fn_ops *ops,
                    void *state, const ax_tlist *inputs,
                    const ax_tlist *outputs) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n || !ops || !ops->backward || !inputs || !outputs)
     return ax_seterr(AX_EINVAL, "dist: bad arguments to record");
   return record(d, ctx, ops, state, inputs, outputs, NULL);
@@ -145,17 +145,17 @@ int ax_dist_record(ax_node *n, uint64_t ctx, const ax_dist_fn_ops *ops,
 
 int ax_dist_record_held(ax_node *n, uint64_t ctx, const ax_tlist *inputs,
                         const ax_tlist *outputs, uint64_t *fn) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n || !inputs || !outputs || !fn)
     return ax_seterr(AX_EINVAL, "dist: bad arguments to record_held");
   return record(d, ctx, &g_held_ops, NULL, inputs, outputs, fn);
 }
 
 /* Records a function; held when ops is g_held_ops (its id into *id). */
-static int record(axd_state *d, uint64_t ctx, const ax_dist_fn_ops *ops,
+static int record(axi_ag_state *d, uint64_t ctx, const ax_dist_fn_ops *ops,
                   void *state, const ax_tlist *inputs,
                   const ax_tlist *outputs, uint64_t *id) {
-  axd_fn *f = calloc(1, sizeof *f);
+  axi_ag_fn *f = calloc(1, sizeof *f);
   if (!f)
     return AX_ENOMEM;
   f->id = __atomic_add_fetch(&d->fn_counter, 1, __ATOMIC_RELAXED);
@@ -168,12 +168,12 @@ static int record(axd_state *d, uint64_t ctx, const ax_dist_fn_ops *ops,
   f->n_out = outputs->n;
   int err = AX_OK;
   pthread_mutex_lock(&d->mu);
-  axd_ctx *c = axd_ctx_find(d, ctx, 1);
+  axi_ag_ctx *c = axi_ag_ctx_find(d, ctx, 1);
   if (!c)
     err = ax_seterr(AX_ESTALE, "dist: context %llx released",
                     (unsigned long long)ctx);
   for (int i = 0; err == AX_OK && i < inputs->n; i++) {
-    axd_map *m = inputs->t[i] ? axd_map_find(c, inputs->t[i]) : NULL;
+    axi_ag_map *m = inputs->t[i] ? axi_ag_map_find(c, inputs->t[i]) : NULL;
     if (!m)
       continue;
     f->in[i] = m->s;
@@ -181,7 +181,7 @@ static int record(axd_state *d, uint64_t ctx, const ax_dist_fn_ops *ops,
       m->s.fn->expected++;
   }
   for (int k = 0; err == AX_OK && k < outputs->n; k++) {
-    axd_src s = {.kind = AXD_SRC_LOCAL, .fn = f, .k = k};
+    axi_ag_src s = {.kind = AXD_SRC_LOCAL, .fn = f, .k = k};
     if (outputs->t[k])
       err = map_add(c, outputs->t[k], &s);
   }
@@ -197,10 +197,10 @@ static int record(axd_state *d, uint64_t ctx, const ax_dist_fn_ops *ops,
 }
 
 /* ---- hooks ---------------------------------------------------------------------- */
-typedef struct axd_desc {
+typedef struct axi_ag_desc {
   uint32_t index, k;
   uint64_t fn;
-} axd_desc;
+} axi_ag_desc;
 
 /* The function a tensor received with autograd metadata gets on the
  * receiving node (its RECV edge): every local use of the tensor (a recorded
@@ -223,8 +223,8 @@ static const ax_dist_fn_ops g_recv_ops = {
 
 /* Records t's RECV edge from s (a remote source) in c: a function with
  * input s and output t, to which the map points t. d->mu held. */
-static int recv_edge(axd_state *d, axd_ctx *c, ax_tensor *t, const axd_src *s) {
-  axd_fn *f = calloc(1, sizeof *f);
+static int recv_edge(axi_ag_state *d, axi_ag_ctx *c, ax_tensor *t, const axi_ag_src *s) {
+  axi_ag_fn *f = calloc(1, sizeof *f);
   if (!f)
     return ax_seterr(AX_ENOMEM, "dist: no memory for a receive edge");
   f->id = __atomic_add_fetch(&d->fn_counter, 1, __ATOMIC_RELAXED);
@@ -232,7 +232,7 @@ static int recv_edge(axd_state *d, axd_ctx *c, ax_tensor *t, const axd_src *s) {
   f->n_in = 1;
   f->n_out = 1;
   f->in[0] = *s;
-  axd_src out = {.kind = AXD_SRC_LOCAL, .fn = f, .k = 0};
+  axi_ag_src out = {.kind = AXD_SRC_LOCAL, .fn = f, .k = 0};
   int err = map_add(c, t, &out);
   if (err != AX_OK) {
     free(f);
@@ -246,30 +246,30 @@ static int recv_edge(axd_state *d, axd_ctx *c, ax_tensor *t, const axd_src *s) {
 static int hook_send(ax_node *n, uint64_t ctx, const char *to,
                      const ax_values *vals, size_t first, void **desc,
                      size_t *len) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   *desc = NULL;
   *len = 0;
   if (!d)
     return AX_OK;
   size_t cnt = ax_values_count(vals), nd = 0;
-  axd_desc *out = calloc(cnt ? cnt : 1, sizeof *out);
+  axi_ag_desc *out = calloc(cnt ? cnt : 1, sizeof *out);
   if (!out)
     return AX_ENOMEM;
   pthread_mutex_lock(&d->mu);
-  axd_ctx *c = axd_ctx_find(d, ctx, 1);
+  axi_ag_ctx *c = axi_ag_ctx_find(d, ctx, 1);
   if (!c) {
     pthread_mutex_unlock(&d->mu);
     free(out);
     return ax_seterr(AX_ESTALE, "dist: context %llx released",
                      (unsigned long long)ctx);
   }
-  axd_peer_add(c, to);
+  axi_ag_peer_add(c, to);
   for (size_t i = first; i < cnt; i++) {
     ax_tensor *t;
     if (ax_values_type(vals, i) != AX_VAL_TENSOR ||
         ax_values_get_tensor(vals, i, &t) != AX_OK)
       continue;
-    axd_map *m = axd_map_find(c, t);
+    axi_ag_map *m = axi_ag_map_find(c, t);
     if (!m || m->s.kind != AXD_SRC_LOCAL)
       continue; /* not differentiable in this context */
     m->s.fn->expected++; /* received tensors: their RECV edge function */
@@ -293,22 +293,22 @@ static int hook_send(ax_node *n, uint64_t ctx, const char *to,
 static int hook_recv(ax_node *n, uint64_t ctx, const char *from,
                      const ax_values *vals, size_t first, const void *desc,
                      size_t len) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (!d)
     return AX_OK;
-  if (len % sizeof(axd_desc))
+  if (len % sizeof(axi_ag_desc))
     return ax_seterr(AX_EMALFORMED, "dist: descriptor of %zu bytes", len);
-  size_t nd = len / sizeof(axd_desc);
+  size_t nd = len / sizeof(axi_ag_desc);
   int err = AX_OK;
   pthread_mutex_lock(&d->mu);
-  axd_ctx *c = axd_ctx_find(d, ctx, 1);
+  axi_ag_ctx *c = axi_ag_ctx_find(d, ctx, 1);
   if (!c)
     err = ax_seterr(AX_ESTALE, "dist: context %llx released",
                     (unsigned long long)ctx);
   else
-    axd_peer_add(c, from);
+    axi_ag_peer_add(c, from);
   for (size_t j = 0; err == AX_OK && j < nd; j++) {
-    axd_desc e;
+    axi_ag_desc e;
     memcpy(&e, (const char *)desc + j * sizeof e, sizeof e);
     ax_tensor *t;
     if (e.k >= AX_TLIST_MAX ||
@@ -316,7 +316,7 @@ static int hook_recv(ax_node *n, uint64_t ctx, const char *from,
       err = ax_seterr(AX_EMALFORMED, "dist: bad descriptor entry");
       break;
     }
-    axd_src s = {.kind = AXD_SRC_REMOTE, .k = (int)e.k, .rfn = e.fn};
+    axi_ag_src s = {.kind = AXD_SRC_REMOTE, .k = (int)e.k, .rfn = e.fn};
     snprintf(s.from, sizeof s.from, "%s", from);
     err = recv_edge(d, c, t, &s);
   }
@@ -331,15 +331,15 @@ static const ax_rref_grad_hooks g_hooks = {
 
 /* ---- gradient buffers ------------------------------------------------------ */
 /* The buffer of stage `key` in context c (NULL-safe; d->mu held). */
-static axd_grad *grad_find(axd_ctx *c, uint64_t key) {
-  axd_grad *g = c ? c->grads : NULL;
+static axi_ag_grad *grad_find(axi_ag_ctx *c, uint64_t key) {
+  axi_ag_grad *g = c ? c->grads : NULL;
   while (g && g->key != key)
     g = g->next;
   return g;
 }
 
 /* A recycled buffer of nfloats on dev, zeroed, or NULL (d->mu held). */
-static ax_tensor *pool_take(axd_state *d, size_t nfloats, ax_device dev) {
+static ax_tensor *pool_take(axi_ag_state *d, size_t nfloats, ax_device dev) {
   for (int i = 0; i < d->npool; i++) {
     ax_tensor *t = d->pool[i];
     if (ax_tensor_numel(t) != nfloats || !ax_device_eq(t->device, dev))
@@ -355,13 +355,13 @@ static ax_tensor *pool_take(axd_state *d, size_t nfloats, ax_device dev) {
 
 int ax_dist_grads(ax_node *n, uint64_t ctx, uint64_t key, size_t nfloats,
                   ax_device dev, ax_tensor **out) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n)
     return ax_seterr(AX_ESTATE, "dist: node not initialised");
   int err = AX_OK;
   pthread_mutex_lock(&d->mu);
-  axd_ctx *c = axd_ctx_find(d, ctx, 1);
-  axd_grad *g = grad_find(c, key);
+  axi_ag_ctx *c = axi_ag_ctx_find(d, ctx, 1);
+  axi_ag_grad *g = grad_find(c, key);
   if (!c) {
     err = ax_seterr(AX_ESTALE, "dist: context released");
   } else if (!g) {
@@ -391,12 +391,12 @@ int ax_dist_grads(ax_node *n, uint64_t ctx, uint64_t key, size_t nfloats,
 
 int ax_dist_get_gradients(ax_node *n, uint64_t ctx, uint64_t key,
                           ax_tensor **out) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n)
     return ax_seterr(AX_ESTATE, "dist: node not initialised");
   int err = AX_OK;
   pthread_mutex_lock(&d->mu);
-  axd_grad *g = grad_find(axd_ctx_find(d, ctx, 0), key);
+  axi_ag_grad *g = grad_find(axi_ag_ctx_find(d, ctx, 0), key);
   if (!g)
     err = ax_seterr(AX_ENOTFOUND, "dist: no gradients for %llx in %llx",
                     (unsigned long long)key, (unsigned long long)ctx);
@@ -409,14 +409,14 @@ int ax_dist_get_gradients(ax_node *n, uint64_t ctx, uint64_t key,
 /* ---- set-up ----------------------------------------------------------------------- */
 static void on_peer_down(ax_node *n, const char *peer, void *user) {
   ax_rref_peer_down(n, peer);
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   int rank = -1;
   if (!d || ax_node_rank_of(n, peer, &rank) != AX_OK)
     return;
-  axd_ctx *gone = NULL;
+  axi_ag_ctx *gone = NULL;
   pthread_mutex_lock(&d->mu);
-  for (axd_ctx **pp = &d->ctxs; *pp;) {
-    axd_ctx *c = *pp;
+  for (axi_ag_ctx **pp = &d->ctxs; *pp;) {
+    axi_ag_ctx *c = *pp;
     if ((c->id >> 48) == (uint64_t)(rank + 1)) {
       *pp = c->next;
       d->nctx--;
@@ -431,28 +431,28 @@ static void on_peer_down(ax_node *n, const char *peer, void *user) {
     }
   }
   pthread_mutex_unlock(&d->mu);
-  for (axd_ctx *c = gone, *nx; c; c = nx) {
+  for (axi_ag_ctx *c = gone, *nx; c; c = nx) {
     nx = c->next;
-    axd_ctx_free(c);
+    axi_ag_ctx_free(c);
   }
 }
 
 int ax_dist_init(ax_node *n) {
-  if (axd_get())
+  if (axi_ag_get())
     return ax_seterr(AX_ESTATE, "dist: a node of this process is initialised");
   AX_TRY(ax_rref_init(n));
-  axd_state *d = calloc(1, sizeof *d);
+  axi_ag_state *d = calloc(1, sizeof *d);
   if (!d)
     return AX_ENOMEM;
   d->node = n;
   snprintf(d->name, sizeof d->name, "%s", ax_node_name(n));
   pthread_mutex_init(&d->mu, NULL);
   pthread_cond_init(&d->cv, NULL);
-  int err = axd_engine_register(n);
+  int err = axi_ag_engine_register(n);
   if (err == AX_OK)
-    err = axd_optim_register(n);
+    err = axi_ag_optim_register(n);
   if (err == AX_OK)
-    err = axd_stages_register(n);
+    err = axi_ag_stages_register(n);
   if (err != AX_OK) {
     free(d);
     return err;
@@ -464,15 +464,15 @@ int ax_dist_init(ax_node *n) {
 }
 
 void ax_dist_fini(ax_node *n) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n)
     return;
   ax_node_on_peer_down(n, NULL, NULL);
   ax_rref_set_grad_hooks(NULL);
   __atomic_store_n(&g_d, NULL, __ATOMIC_RELEASE);
-  for (axd_ctx *c = d->ctxs, *nx; c; c = nx) {
+  for (axi_ag_ctx *c = d->ctxs, *nx; c; c = nx) {
     nx = c->next;
-    axd_ctx_free(c);
+    axi_ag_ctx_free(c);
   }
   ax_rref_fini(n);
   ax_coll_fini(n); /* after the objects: stage hosts free their groups */
@@ -486,20 +486,20 @@ void ax_dist_fini(ax_node *n) {
 /* ---- taking and recycling gradient buffers --------------------------------- */
 int ax_dist_take_gradients(ax_node *n, uint64_t ctx, uint64_t key,
                            ax_tensor **out) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n)
     return ax_seterr(AX_ESTATE, "dist: node not initialised");
   int err = AX_OK;
   pthread_mutex_lock(&d->mu);
-  axd_ctx *c = axd_ctx_find(d, ctx, 0);
-  axd_grad **pp = c ? &c->grads : NULL;
+  axi_ag_ctx *c = axi_ag_ctx_find(d, ctx, 0);
+  axi_ag_grad **pp = c ? &c->grads : NULL;
   while (pp && *pp && (*pp)->key != key)
     pp = &(*pp)->next;
   if (!pp || !*pp) {
     err = ax_seterr(AX_ENOTFOUND, "dist: no gradients for %llx in %llx",
                     (unsigned long long)key, (unsigned long long)ctx);
   } else {
-    axd_grad *g = *pp;
+    axi_ag_grad *g = *pp;
     *pp = g->next;
     *out = g->g;
     free(g);
@@ -509,7 +509,7 @@ int ax_dist_take_gradients(ax_node *n, uint64_t ctx, uint64_t key,
 }
 
 void ax_dist_grads_recycle(ax_node *n, ax_tensor *g) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (!g)
     return;
   if (d && d->node == n) {
@@ -542,7 +542,7 @@ int ax_dist_send_edges(ax_node *n, uint64_t ctx, const char *to,
                        const ax_tlist *t, void **desc, size_t *len) {
   *desc = NULL;
   *len = 0;
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n || !to || !t)
     return ax_seterr(AX_EINVAL, "dist: bad arguments to send_edges");
   ax_values *v = tlist_values(t);
@@ -555,7 +555,7 @@ int ax_dist_send_edges(ax_node *n, uint64_t ctx, const char *to,
 
 int ax_dist_recv_edges(ax_node *n, uint64_t ctx, const char *from,
                        const ax_tlist *t, const void *desc, size_t len) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n || !from || !t)
     return ax_seterr(AX_EINVAL, "dist: bad arguments to recv_edges");
   ax_values *v = tlist_values(t);
@@ -567,14 +567,14 @@ int ax_dist_recv_edges(ax_node *n, uint64_t ctx, const char *from,
 }
 
 int ax_dist_forget(ax_node *n, uint64_t ctx, const ax_tlist *t) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n || !t)
     return ax_seterr(AX_EINVAL, "dist: bad arguments to forget");
-  axd_map *gone = NULL;
+  axi_ag_map *gone = NULL;
   pthread_mutex_lock(&d->mu);
-  axd_ctx *c = axd_ctx_find(d, ctx, 0);
-  for (axd_map **pp = c ? &c->map : NULL; pp && *pp;) {
-    axd_map *m = *pp;
+  axi_ag_ctx *c = axi_ag_ctx_find(d, ctx, 0);
+  for (axi_ag_map **pp = c ? &c->map : NULL; pp && *pp;) {
+    axi_ag_map *m = *pp;
     int hit = 0;
     for (int i = 0; i < t->n && !hit; i++)
       hit = t->t[i] && m->t == t->t[i];
@@ -587,7 +587,7 @@ int ax_dist_forget(ax_node *n, uint64_t ctx, const ax_tlist *t) {
     }
   }
   pthread_mutex_unlock(&d->mu);
-  for (axd_map *nx; gone; gone = nx) {
+  for (axi_ag_map *nx; gone; gone = nx) {
     nx = gone->next;
     ax_tensor_release(gone->t);
     free(gone);

@@ -27,7 +27,7 @@
  *
  * Backward. ax_dist_backward seeds the roots with ones, runs local
  * functions once all their expected contributions have arrived, and sends
- * input gradients back along RECV edges ("ax.dist.grad"); every such call
+ * input gradients back along RECV edges ("axon.autograd.grad"); every such call
  * is answered only after the receiving node finished its part, so the root
  * returns when every node has finished, and an error anywhere (including
  * AX_EPEERDOWN) is returned at the root. Each function runs its backward
@@ -144,7 +144,7 @@ int ax_dist_forget(ax_node *n, uint64_t ctx, const ax_tlist *t);
  * A pipeline stage runs a unit's backward when the coordinator asks, not
  * when the gradient arrives. ax_dist_record_held records a function like
  * ax_dist_record, but without a callback: output gradients that arrive
- * (from local functions or "ax.dist.grad") are summed and kept. The owner
+ * (from local functions or "axon.autograd.grad") are summed and kept. The owner
  * then takes them with ax_dist_take_grads, computes the input gradients
  * itself and sends them along the function's input edges with
  * ax_dist_pass_grads (to the producers' functions, local or remote). */
@@ -178,8 +178,8 @@ int ax_dist_backward_rrefs(ax_node *n, uint64_t ctx, ax_rref *const *roots,
                            int nroots, int64_t timeout_ms);
 
 /* ---- debugging ------------------------------------------------------------- */
-/* Delays every "ax.dist.grad" handler on this node by ms (tests that kill a
- * peer during a backward). Also remote: "ax.dist.debug" [ms]. */
+/* Delays every "axon.autograd.grad" handler on this node by ms (tests that kill a
+ * peer during a backward). Also remote: "axon.autograd.debug" [ms]. */
 void ax_dist_debug_grad_delay(ax_node *n, int64_t ms);
 
 #ifdef __cplusplus

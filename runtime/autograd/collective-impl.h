@@ -10,7 +10,7 @@
 #include "axon/runtime/autograd/collective.h"
 
 #define AXI_COLL_TAG 64
-#define AXI_COLL_FN "ax.coll.put"
+#define AXI_COLL_FN "axon.coll.put"
 
 /* One received message waiting to be taken. */
 typedef struct axi_coll_msg {

@@ -1,4 +1,4 @@
-/* Collectives: the per-node mailbox behind "ax.coll.put", groups and their
+/* Collectives: the per-node mailbox behind "axon.coll.put", groups and their
  * communication thread, and the bounded send/receive primitives. The ring
  * algorithms are in collective_ring.c. */
 #include <errno.h>
@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "axon/rpc/builtin-impl.h"
 #include "axon/rpc/rpc.h"
 #include "axon/runtime/autograd/collective-impl.h"
 
@@ -28,7 +29,7 @@ static axi_coll_box *box_find(ax_node *n) {
   return b;
 }
 
-/* "ax.coll.put" [tag, seq, step, tensor] -> []: stores the message. Runs
+/* "axon.coll.put" [tag, seq, step, tensor] -> []: stores the message. Runs
  * inline on the transport thread; never blocks beyond the box lock. */
 static int h_put(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
                  void *user) {
@@ -43,7 +44,7 @@ static int h_put(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   AX_TRY(ax_values_get_i64(args, 2, &step));
   AX_TRY(ax_values_get_tensor(args, 3, &t));
   if (t->dtype != AX_F32 || strlen(tag) >= AXI_COLL_TAG)
-    return ax_seterr(AX_EBADARG, "ax.coll.put: bad tag or tensor type");
+    return ax_seterr(AX_EBADARG, "axon.coll.put: bad tag or tensor type");
   axi_coll_msg *m = calloc(1, sizeof *m);
   if (!m)
     return AX_ENOMEM;
@@ -70,7 +71,7 @@ int ax_coll_init(ax_node *n) {
   b->node = n;
   pthread_mutex_init(&b->mu, NULL);
   pthread_cond_init(&b->cv, NULL);
-  int rc = ax_rpc_register_inline(n, AXI_COLL_FN, h_put, b);
+  int rc = axi_register_ex(n, AXI_COLL_FN, h_put, b, 1);
   if (rc != AX_OK) {
     free(b);
     return rc;

@@ -3,7 +3,7 @@
  * (D-PSGD) and broadcast, between the members of a group of nodes.
  *
  * Transport: every message is one call of the built-in function
- * "ax.coll.put" [tag, seq, step, tensor] on the receiving node, which
+ * "axon.coll.put" [tag, seq, step, tensor] on the receiving node, which
  * stores the tensor in that node's mailbox (an inline handler that never
  * blocks). Tensors of bulk_threshold bytes (1 MiB) and more travel over the
  * bulk channel like any other call. A message may arrive before the
@@ -27,7 +27,7 @@
  * names it; the tensor's range then holds partial sums. Every later
  * operation of that group fails at once with the same error. A member
  * whose group fails (an operation's error, or ax_coll_group_abort) tells
- * the other members once ("ax.coll.put" with seq -1): their waits in that
+ * the other members once ("axon.coll.put" with seq -1): their waits in that
  * group then fail at once with AX_ECANCELLED naming it, rather than at
  * their timeout. Survivors call
  * ax_coll_group_shrink to form a new ring without the dead members (every
@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-/* Registers "ax.coll.put" and the mailbox on n. Call once after
+/* Registers "axon.coll.put" and the mailbox on n. Call once after
  * ax_node_create (before join, so early messages find the handler). */
 int ax_coll_init(ax_node *n);
 /* Frees the mailbox (after ax_node_shutdown, once every group of n is

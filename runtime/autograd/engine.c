@@ -1,11 +1,12 @@
 /* The distributed backward: gradient delivery to recorded functions, the
- * "ax.dist.grad" / "ax.dist.root" / "ax.dist.release" handlers, and the
+ * "axon.autograd.grad" / "axon.autograd.root" / "axon.autograd.release" handlers, and the
  * root-side ax_dist_backward and ax_dist_context_release. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "axon/rpc/builtin-impl.h"
 #include "axon/kernels/backend-impl.h"
 #include "axon/runtime/autograd/autograd-impl.h"
 
@@ -71,12 +72,12 @@ static ax_future *agg_finish(agg *a, int err, const char *msg) {
 }
 
 /* ---- delivery ------------------------------------------------------------------ */
-static int deliver(axd_state *d, uint64_t ctx, axd_fn *fn, int k,
+static int deliver(axi_ag_state *d, uint64_t ctx, axi_ag_fn *fn, int k,
                    ax_tensor *g, agg *a);
 
 /* Sends g (NULL: "no gradient", which still counts as the contribution)
- * along a RECV edge: "ax.dist.grad" [fn, k, (g)]. */
-static int send_grad(axd_state *d, uint64_t ctx, const axd_src *s,
+ * along a RECV edge: "axon.autograd.grad" [fn, k, (g)]. */
+static int send_grad(axi_ag_state *d, uint64_t ctx, const axi_ag_src *s,
                      ax_tensor *g, agg *a) {
   ax_values *v = ax_values_new();
   if (!v)
@@ -87,7 +88,7 @@ static int send_grad(axd_state *d, uint64_t ctx, const axd_src *s,
     ax_values_add_tensor(v, g);
   ax_call_opts o = {.timeout_ms = AXD_CALL_MS, .autograd_ctx = ctx};
   ax_future *f = NULL;
-  int err = ax_rpc_async(d->node, s->from, "ax.dist.grad", v, &o, &f);
+  int err = ax_rpc_async(d->node, s->from, "axon.autograd.grad", v, &o, &f);
   ax_values_free(v);
   if (err == AX_OK)
     agg_add(a, f);
@@ -98,7 +99,7 @@ static int send_grad(axd_state *d, uint64_t ctx, const axd_src *s,
  * the input gradients on. Every input with a source gets its contribution,
  * NULL where the backward gave none (integer ids, a mask passed through):
  * the producer counts it and runs once all its consumers reported. */
-static int run_fn(axd_state *d, uint64_t ctx, axd_fn *fn, agg *a) {
+static int run_fn(axi_ag_state *d, uint64_t ctx, axi_ag_fn *fn, agg *a) {
   ax_tlist dout = {0}, din = {0};
   int any = 0;
   dout.n = fn->n_out;
@@ -129,15 +130,15 @@ static int run_fn(axd_state *d, uint64_t ctx, axd_fn *fn, agg *a) {
 
 /* Adds g to fn's output k (g NULL: a contribution without gradient); runs
  * fn when every expected contribution came. */
-static int deliver(axd_state *d, uint64_t ctx, axd_fn *fn, int k,
+static int deliver(axi_ag_state *d, uint64_t ctx, axi_ag_fn *fn, int k,
                    ax_tensor *g, agg *a) {
   if (k < 0 || k >= fn->n_out)
     return ax_seterr(AX_EINVAL, "dist: output %d of a %d-output function", k,
                      fn->n_out);
   int err = AX_OK, ready = 0;
-  axd_ctx *c = NULL;
+  axi_ag_ctx *c = NULL;
   pthread_mutex_lock(&d->mu);
-  c = axd_ctx_find(d, ctx, 0);
+  c = axi_ag_ctx_find(d, ctx, 0);
   if (!c || fn->ran) {
     err = ax_seterr(AX_ESTATE, "dist: function already ran or context gone");
   } else if (!g) {
@@ -183,21 +184,21 @@ static int deliver(axd_state *d, uint64_t ctx, axd_fn *fn, int k,
   int free_it = --c->busy == 0 && c->released;
   pthread_mutex_unlock(&d->mu);
   if (free_it)
-    axd_ctx_free(c);
+    axi_ag_ctx_free(c);
   return err;
 }
 
 /* Seeds root tensors with ones and delivers them. */
-static int seed_roots(axd_state *d, uint64_t ctx, const ax_tlist *roots,
+static int seed_roots(axi_ag_state *d, uint64_t ctx, const ax_tlist *roots,
                       agg *a) {
   for (int i = 0; i < roots->n; i++) {
     ax_tensor *t = roots->t[i];
     if (!t)
       continue;
-    axd_src s = {0};
+    axi_ag_src s = {0};
     pthread_mutex_lock(&d->mu);
-    axd_ctx *c = axd_ctx_find(d, ctx, 0);
-    axd_map *m = c ? axd_map_find(c, t) : NULL;
+    axi_ag_ctx *c = axi_ag_ctx_find(d, ctx, 0);
+    axi_ag_map *m = c ? axi_ag_map_find(c, t) : NULL;
     if (m) {
       s = m->s;
       if (s.kind == AXD_SRC_LOCAL)
@@ -226,7 +227,7 @@ static int seed_roots(axd_state *d, uint64_t ctx, const ax_tlist *roots,
 /* ---- handlers -------------------------------------------------------------------- */
 static int h_grad(ax_call_ctx *cc, const ax_values *args, ax_values *out,
                   void *user) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   int64_t fid, k;
   ax_tensor *g = NULL;
   AX_TRY(ax_values_get_i64(args, 0, &fid));
@@ -240,8 +241,8 @@ static int h_grad(ax_call_ctx *cc, const ax_values *args, ax_values *out,
   }
   uint64_t ctx = ax_call_autograd_ctx(cc);
   pthread_mutex_lock(&d->mu);
-  axd_ctx *c = axd_ctx_find(d, ctx, 0);
-  axd_fn *fn = c ? axd_fn_find(c, (uint64_t)fid) : NULL;
+  axi_ag_ctx *c = axi_ag_ctx_find(d, ctx, 0);
+  axi_ag_fn *fn = c ? axi_ag_fn_find(c, (uint64_t)fid) : NULL;
   pthread_mutex_unlock(&d->mu);
   if (!fn)
     return ax_seterr(AX_ESTALE, "%s: no function %lld in context %llx",
@@ -260,7 +261,7 @@ static int h_grad(ax_call_ctx *cc, const ax_values *args, ax_values *out,
 
 static int h_root(ax_call_ctx *cc, const ax_values *args, ax_values *out,
                   void *user) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   ax_rref *r;
   const ax_values *v;
   AX_TRY(ax_values_get_rref(args, 0, &r));
@@ -282,10 +283,10 @@ static int h_root(ax_call_ctx *cc, const ax_values *args, ax_values *out,
 }
 
 /* Unlinks ctx and returns its peers (caller frees), or AX_ESTALE. */
-static int release_local(axd_state *d, uint64_t ctx, axd_peer **peers) {
+static int release_local(axi_ag_state *d, uint64_t ctx, axi_ag_peer **peers) {
   pthread_mutex_lock(&d->mu);
-  axd_ctx *c = NULL;
-  for (axd_ctx **pp = &d->ctxs; *pp; pp = &(*pp)->next)
+  axi_ag_ctx *c = NULL;
+  for (axi_ag_ctx **pp = &d->ctxs; *pp; pp = &(*pp)->next)
     if ((*pp)->id == ctx) {
       c = *pp;
       *pp = c->next;
@@ -299,7 +300,7 @@ static int release_local(axd_state *d, uint64_t ctx, axd_peer **peers) {
     c->peers = NULL;
     c->released = 1;
     free_now = c->busy == 0;
-  } else if (ctx && !axd_was_released(d, ctx)) {
+  } else if (ctx && !axi_ag_was_released(d, ctx)) {
     /* Released before this node saw it (a call under ctx still on its
      * way, e.g. queued behind a failure): the call must not create it
      * afterwards, where nothing would ever release it again. */
@@ -309,7 +310,7 @@ static int release_local(axd_state *d, uint64_t ctx, axd_peer **peers) {
   if (!c)
     return AX_ESTALE;
   if (free_now)
-    axd_ctx_free(c);
+    axi_ag_ctx_free(c);
   return AX_OK;
 }
 
@@ -323,12 +324,12 @@ static int covered(const ax_values *v, const char *name) {
   return 0;
 }
 
-/* Sends "ax.dist.release" [the nodes this release covers...] to every peer
+/* Sends "axon.autograd.release" [the nodes this release covers...] to every peer
  * not covered yet (by the release that reached us: `cover`, its caller
  * `skip`). Each receiver then forwards only to peers nobody covers: when
  * the context's creator saw every node (a pipeline's coordinator), one
  * round reaches them all, without node-to-node repeats. Frees peers. */
-static void release_peers(axd_state *d, uint64_t ctx, axd_peer *peers,
+static void release_peers(axi_ag_state *d, uint64_t ctx, axi_ag_peer *peers,
                           const char *skip, const ax_values *cover, agg *a) {
   ax_values *list = ax_values_new();
   for (size_t i = 0; list && cover && i < ax_values_count(cover); i++) {
@@ -336,8 +337,8 @@ static void release_peers(axd_state *d, uint64_t ctx, axd_peer *peers,
     if (ax_values_get_str(cover, i, &s) == AX_OK)
       ax_values_add_str(list, s);
   }
-  axd_peer *todo = NULL;
-  for (axd_peer *p = peers, *nx; p; p = nx) {
+  axi_ag_peer *todo = NULL;
+  for (axi_ag_peer *p = peers, *nx; p; p = nx) {
     nx = p->next;
     if ((skip && !strcmp(p->name, skip)) || covered(cover, p->name)) {
       free(p);
@@ -350,11 +351,11 @@ static void release_peers(axd_state *d, uint64_t ctx, axd_peer *peers,
   }
   if (list)
     ax_values_add_str(list, d->name);
-  for (axd_peer *p = todo, *nx; p; p = nx) {
+  for (axi_ag_peer *p = todo, *nx; p; p = nx) {
     nx = p->next;
     ax_call_opts o = {.timeout_ms = 10000, .autograd_ctx = ctx};
     ax_future *f = NULL;
-    if (ax_rpc_async(d->node, p->name, "ax.dist.release", list, &o, &f) ==
+    if (ax_rpc_async(d->node, p->name, "axon.autograd.release", list, &o, &f) ==
         AX_OK)
       agg_add(a, f);
     free(p);
@@ -364,8 +365,8 @@ static void release_peers(axd_state *d, uint64_t ctx, axd_peer *peers,
 
 static int h_release(ax_call_ctx *cc, const ax_values *args, ax_values *out,
                      void *user) {
-  axd_state *d = axd_get();
-  axd_peer *peers = NULL;
+  axi_ag_state *d = axi_ag_get();
+  axi_ag_peer *peers = NULL;
   uint64_t ctx = ax_call_autograd_ctx(cc);
   if (release_local(d, ctx, &peers) != AX_OK)
     return AX_OK; /* already released here */
@@ -392,16 +393,16 @@ static int h_debug(ax_call_ctx *cc, const ax_values *args, ax_values *out,
   return AX_OK;
 }
 
-int axd_engine_register(ax_node *n) {
-  AX_TRY(ax_rpc_register(n, "ax.dist.grad", h_grad, NULL));
-  AX_TRY(ax_rpc_register(n, "ax.dist.root", h_root, NULL));
-  AX_TRY(ax_rpc_register(n, "ax.dist.release", h_release, NULL));
-  AX_TRY(ax_rpc_register(n, "ax.dist.live", h_live, NULL));
-  return ax_rpc_register(n, "ax.dist.debug", h_debug, NULL);
+int axi_ag_engine_register(ax_node *n) {
+  AX_TRY(axi_register(n, "axon.autograd.grad", h_grad, NULL));
+  AX_TRY(axi_register(n, "axon.autograd.root", h_root, NULL));
+  AX_TRY(axi_register(n, "axon.autograd.release", h_release, NULL));
+  AX_TRY(axi_register(n, "axon.autograd.live", h_live, NULL));
+  return axi_register(n, "axon.autograd.debug", h_debug, NULL);
 }
 
 void ax_dist_debug_grad_delay(ax_node *n, int64_t ms) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (d && d->node == n)
     __atomic_store_n(&d->grad_delay_ms, ms, __ATOMIC_RELAXED);
 }
@@ -419,7 +420,7 @@ static int wait_agg(ax_future *f, int64_t timeout_ms) {
 
 int ax_dist_backward(ax_node *n, uint64_t ctx, const ax_tlist *roots,
                      int64_t timeout_ms) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n || !roots)
     return ax_seterr(AX_EINVAL, "dist: bad arguments");
   agg *a = agg_new(0);
@@ -431,7 +432,7 @@ int ax_dist_backward(ax_node *n, uint64_t ctx, const ax_tlist *roots,
 
 int ax_dist_backward_rrefs(ax_node *n, uint64_t ctx, ax_rref *const *roots,
                            int nroots, int64_t timeout_ms) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n || (!roots && nroots))
     return ax_seterr(AX_EINVAL, "dist: bad arguments");
   agg *a = agg_new(0);
@@ -449,7 +450,7 @@ int ax_dist_backward_rrefs(ax_node *n, uint64_t ctx, ax_rref *const *roots,
     ax_call_opts o = {.timeout_ms = timeout_ms > 0 ? timeout_ms : AXD_CALL_MS,
                       .autograd_ctx = ctx};
     if (err == AX_OK)
-      err = ax_rpc_async(n, ax_rref_owner(roots[i]), "ax.dist.root", v, &o, &f);
+      err = ax_rpc_async(n, ax_rref_owner(roots[i]), "axon.autograd.root", v, &o, &f);
     ax_values_free(v);
     if (err == AX_OK)
       agg_add(a, f);
@@ -458,12 +459,12 @@ int ax_dist_backward_rrefs(ax_node *n, uint64_t ctx, ax_rref *const *roots,
 }
 
 int ax_dist_context_release(ax_node *n, uint64_t ctx, int64_t timeout_ms) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n)
     return ax_seterr(AX_EINVAL, "dist: node not initialised");
   if (ax_autograd_ctx_current() == ctx)
     ax_autograd_ctx_set_current(0);
-  axd_peer *peers = NULL;
+  axi_ag_peer *peers = NULL;
   if (release_local(d, ctx, &peers) != AX_OK)
     return ax_seterr(AX_ESTALE, "dist: no context %llx here",
                      (unsigned long long)ctx);
@@ -478,7 +479,7 @@ int ax_dist_context_release(ax_node *n, uint64_t ctx, int64_t timeout_ms) {
 /* ---- held functions ---------------------------------------------------------- */
 int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
                        int64_t timeout_ms, ax_tlist *dout) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   memset(dout, 0, sizeof *dout);
   if (!d || d->node != n)
     return ax_seterr(AX_ESTATE, "dist: node not initialised");
@@ -490,8 +491,8 @@ int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
   char consumer[AXD_NAME] = "";
   pthread_mutex_lock(&d->mu);
   for (;;) {
-    axd_ctx *c = axd_ctx_find(d, ctx, 0);
-    axd_fn *fn = c ? axd_fn_find(c, fid) : NULL;
+    axi_ag_ctx *c = axi_ag_ctx_find(d, ctx, 0);
+    axi_ag_fn *fn = c ? axi_ag_fn_find(c, fid) : NULL;
     if (!fn || !fn->held) {
       err = ax_seterr(AX_ESTALE, "dist: no held function %llu in context "
                       "%llx", (unsigned long long)fid,
@@ -528,7 +529,7 @@ int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
       pthread_mutex_lock(&d->mu);
       /* A gradient that arrived while the lock was free woke nobody:
        * look again before waiting. */
-      if (!(c = axd_ctx_find(d, ctx, 0)) || !(fn = axd_fn_find(c, fid)) ||
+      if (!(c = axi_ag_ctx_find(d, ctx, 0)) || !(fn = axi_ag_fn_find(c, fid)) ||
           fn->received >= fn->expected)
         continue;
       if (down) {
@@ -551,16 +552,16 @@ int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
 
 int ax_dist_pass_grads(ax_node *n, uint64_t ctx, uint64_t fid,
                        const ax_tlist *din, ax_future **done) {
-  axd_state *d = axd_get();
+  axi_ag_state *d = axi_ag_get();
   if (done)
     *done = NULL;
   if (!d || d->node != n || !din)
     return ax_seterr(AX_EINVAL, "dist: bad arguments to pass_grads");
-  axd_src in[AX_TLIST_MAX];
+  axi_ag_src in[AX_TLIST_MAX];
   int n_in = 0;
   pthread_mutex_lock(&d->mu);
-  axd_ctx *c = axd_ctx_find(d, ctx, 0);
-  axd_fn *fn = c ? axd_fn_find(c, fid) : NULL;
+  axi_ag_ctx *c = axi_ag_ctx_find(d, ctx, 0);
+  axi_ag_fn *fn = c ? axi_ag_fn_find(c, fid) : NULL;
   if (fn) {
     n_in = fn->n_in;
     memcpy(in, fn->in, sizeof in);
@@ -585,7 +586,7 @@ int ax_dist_pass_grads(ax_node *n, uint64_t ctx, uint64_t fid,
   int free_it = --c->busy == 0 && c->released;
   pthread_mutex_unlock(&d->mu);
   if (free_it)
-    axd_ctx_free(c);
+    axi_ag_ctx_free(c);
   if (!a)
     return err;
   char msg[256];

@@ -14,14 +14,14 @@ static int params_create(ax_node *n, const char *cfg, ax_device dev,
   return ax_seterr(AX_EUNSUPPORTED, "stage.params: made by stage.parameters");
 }
 
-static void params_destroy(void *obj) { axd_stage_release(obj); }
+static void params_destroy(void *obj) { axi_ag_stage_release(obj); }
 
 /* "optim_init" [config, (i64 check_only)]: creates (or replaces) the local
  * optimizer; with check_only = 1 only checks the configuration and answers
  * [the stage's key] (two parameter-set objects of one stage share it). */
 static int p_optim_init(ax_call_ctx *cc, void *obj, const ax_values *args,
                         ax_values *out) {
-  axd_stage *s = obj;
+  axi_ag_stage *s = obj;
   const char *cfg_s;
   int64_t check_only = 0;
   AX_TRY(ax_values_get_str(args, 0, &cfg_s));
@@ -49,7 +49,7 @@ static int p_optim_init(ax_call_ctx *cc, void *obj, const ax_values *args,
  * [1] when it stepped, [0] when it did not. */
 static int p_step(ax_call_ctx *cc, void *obj, const ax_values *args,
                   ax_values *out) {
-  axd_stage *s = obj;
+  axi_ag_stage *s = obj;
   uint64_t ctx = ax_autograd_ctx_current();
   ax_tensor *g = NULL;
   int err = ax_dist_get_gradients(s->node, ctx, s->key, &g);
@@ -78,10 +78,10 @@ static const ax_robj_method_def g_params_methods[] = {
     {NULL, NULL},
 };
 
-const ax_robj_kind axd_params_kind = {"stage.params", params_create,
+const ax_robj_kind axi_ag_params_kind = {"stage.params", params_create,
                                       params_destroy, g_params_methods};
 
-int axd_optim_register(ax_node *n) { return AX_OK; }
+int axi_ag_optim_register(ax_node *n) { return AX_OK; }
 
 /* ---- the distributed optimizer ------------------------------------------- */
 struct ax_dist_optim {

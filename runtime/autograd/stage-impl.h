@@ -9,7 +9,7 @@
 #include "axon/runtime/autograd/stage.h"
 #include "axon/models/optim.h"
 
-typedef struct axd_stage {
+typedef struct axi_ag_stage {
   int refs; /* atomic: the stage object, parameter sets, recorded calls */
   ax_node *node;
   const ax_model_def *def;
@@ -19,18 +19,18 @@ typedef struct axd_stage {
   ax_net *net;
   ax_optim *opt; /* the owner's local optimizer (mu) */
   pthread_mutex_t mu; /* serialises forward, backward, step and state */
-} axd_stage;
+} axi_ag_stage;
 
-void axd_stage_release(axd_stage *s);
+void axi_ag_stage_release(axi_ag_stage *s);
 /* Builds a stage of `model` from a stage configuration (stage.h keys) into
- * *obj (an axd_stage with one reference). */
+ * *obj (an axi_ag_stage with one reference). */
 /* Appends [a host copy of the flat parameters (P), of the buffers (Q) or an
  * empty tensor] to out, under the stage's lock: the "state_save" method of
  * every stage kind. */
-int axd_stage_state_save(axd_stage *s, ax_values *out);
+int axi_ag_stage_state_save(axi_ag_stage *s, ax_values *out);
 
-int axd_stage_create(ax_node *n, const char *model, const char *config,
+int axi_ag_stage_create(ax_node *n, const char *model, const char *config,
                      ax_device dev, void **obj);
-extern const ax_robj_kind axd_params_kind; /* "stage.params" */
+extern const ax_robj_kind axi_ag_params_kind; /* "stage.params" */
 
 #endif

@@ -12,7 +12,7 @@
 
 static uint64_t g_stage_keys;
 
-void axd_stage_release(axd_stage *s) {
+void axi_ag_stage_release(axi_ag_stage *s) {
   if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL))
     return;
   ax_optim_free(s->opt);
@@ -21,7 +21,7 @@ void axd_stage_release(axd_stage *s) {
   free(s);
 }
 
-int axd_stage_create(ax_node *n, const char *model, const char *config,
+int axi_ag_stage_create(ax_node *n, const char *model, const char *config,
                      ax_device dev, void **obj) {
   ax_config all, mover;
   AX_TRY(ax_config_parse(&all, config));
@@ -47,7 +47,7 @@ int axd_stage_create(ax_node *n, const char *model, const char *config,
   }
   if (err != AX_OK)
     return ax_seterr(AX_EINVAL, "stage: bad configuration %s", config);
-  axd_stage *s = calloc(1, sizeof *s);
+  axi_ag_stage *s = calloc(1, sizeof *s);
   if (!s)
     return AX_ENOMEM;
   s->refs = 1;
@@ -84,18 +84,18 @@ int axd_stage_create(ax_node *n, const char *model, const char *config,
                          &s->net);
   }
   if (err != AX_OK) {
-    axd_stage_release(s);
+    axi_ag_stage_release(s);
     return err;
   }
   *obj = s;
   return AX_OK;
 }
 
-static void stage_destroy(void *obj) { axd_stage_release(obj); }
+static void stage_destroy(void *obj) { axi_ag_stage_release(obj); }
 
 /* ---- forward / backward ------------------------------------------------------- */
 typedef struct fwd_state {
-  axd_stage *s;
+  axi_ag_stage *s;
   ax_slot *slot;
   ax_tlist dlogits; /* loss stages: d loss / d logits */
   int loss;
@@ -108,14 +108,14 @@ static void fwd_release(void *p) {
     return;
   ax_slot_free(st->slot);
   ax_tlist_clear(&st->dlogits);
-  axd_stage_release(st->s);
+  axi_ag_stage_release(st->s);
   free(st);
 }
 
 static int fwd_backward(void *p, uint64_t ctx, const ax_tlist *dout,
                         ax_tlist *din) {
   fwd_state *st = p;
-  axd_stage *s = st->s;
+  axi_ag_stage *s = st->s;
   ax_tensor *g = NULL;
   AX_TRY(ax_dist_grads(s->node, ctx, s->key, s->net->n_params, s->dev, &g));
   ax_tlist dy = {0};
@@ -157,7 +157,7 @@ static const ax_dist_fn_ops g_fwd_ops = {
 };
 
 /* Collects the input tensors: tensors at [2, 2 + n_in) or one RRef there. */
-static int gather_inputs(axd_stage *s, const ax_values *args, size_t end,
+static int gather_inputs(axi_ag_stage *s, const ax_values *args, size_t end,
                          uint64_t ctx, ax_values **held, ax_tlist *in) {
   memset(in, 0, sizeof *in);
   *held = NULL;
@@ -178,7 +178,7 @@ static int gather_inputs(axd_stage *s, const ax_values *args, size_t end,
 
 static int m_forward(ax_call_ctx *cc, void *obj, const ax_values *args,
                      ax_values *out) {
-  axd_stage *s = obj;
+  axi_ag_stage *s = obj;
   int64_t seed, nlab;
   AX_TRY(ax_values_get_i64(args, 0, &seed));
   AX_TRY(ax_values_get_i64(args, 1, &nlab));
@@ -254,7 +254,7 @@ static ax_tensor *copy_of(const ax_tensor *t) {
   return c;
 }
 
-int axd_stage_state_save(axd_stage *s, ax_values *out) {
+int axi_ag_stage_state_save(axi_ag_stage *s, ax_values *out) {
   int64_t zero = 0;
   pthread_mutex_lock(&s->mu);
   ax_tensor *p = copy_of(s->net->params);
@@ -273,12 +273,12 @@ int axd_stage_state_save(axd_stage *s, ax_values *out) {
 
 static int m_state_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                         ax_values *out) {
-  return axd_stage_state_save(obj, out);
+  return axi_ag_stage_state_save(obj, out);
 }
 
 static int m_state_load(ax_call_ctx *cc, void *obj, const ax_values *args,
                         ax_values *out) {
-  axd_stage *s = obj;
+  axi_ag_stage *s = obj;
   ax_tensor *p, *b;
   AX_TRY(ax_values_get_tensor(args, 0, &p));
   AX_TRY(ax_values_get_tensor(args, 1, &b));
@@ -297,7 +297,7 @@ static int m_state_load(ax_call_ctx *cc, void *obj, const ax_values *args,
 
 static int m_gradients(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out) {
-  axd_stage *s = obj;
+  axi_ag_stage *s = obj;
   ax_tensor *g;
   AX_TRY(ax_dist_get_gradients(s->node, ax_autograd_ctx_current(), s->key, &g));
   int err = ax_values_add_tensor(out, g);
@@ -307,12 +307,12 @@ static int m_gradients(ax_call_ctx *cc, void *obj, const ax_values *args,
 
 static int m_parameters(ax_call_ctx *cc, void *obj, const ax_values *args,
                         ax_values *out) {
-  axd_stage *s = obj;
+  axi_ag_stage *s = obj;
   __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
   ax_rref *r;
-  int err = ax_rref_own_object(s->node, &axd_params_kind, s, &r);
+  int err = ax_rref_own_object(s->node, &axi_ag_params_kind, s, &r);
   if (err != AX_OK) {
-    axd_stage_release(s);
+    axi_ag_stage_release(s);
     return err;
   }
   err = ax_values_add_rref(out, r);
@@ -343,7 +343,7 @@ static stage_kind *g_kinds;
 
 static int stage_kind_create(const ax_robj_kind *kind, ax_node *n,
                              const char *cfg, ax_device dev, void **obj) {
-  return axd_stage_create(n, ((const stage_kind *)kind)->model, cfg, dev, obj);
+  return axi_ag_stage_create(n, ((const stage_kind *)kind)->model, cfg, dev, obj);
 }
 
 static const ax_robj_kind *resolve_stage_kind(ax_node *n, const char *kind,
@@ -376,7 +376,7 @@ static const ax_robj_kind *resolve_stage_kind(ax_node *n, const char *kind,
   return k ? &k->kind : NULL;
 }
 
-int axd_stages_register(ax_node *n) {
+int axi_ag_stages_register(ax_node *n) {
   ax_robj_set_resolver(n, resolve_stage_kind, NULL);
-  return ax_robj_register(n, &axd_params_kind);
+  return ax_robj_register(n, &axi_ag_params_kind);
 }

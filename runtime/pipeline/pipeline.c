@@ -2,7 +2,7 @@
 #include "axon/runtime/pipeline/pipeline.h"
 
 #include "axon/runtime/autograd/collective.h"
-#include "axon/runtime/pipeline/stage/stage_host.h"
+#include "axon/runtime/pipeline/stage/stage_host-impl.h"
 
 int ax_pipe_init(ax_node *n) {
   AX_TRY(ax_dist_init(n));

@@ -1,6 +1,6 @@
 /* Setting up a node for pipelines. The pipeline layer builds on distributed
  * autograd (runtime/autograd/), never the other way round, so the stage host
- * kind "pipe.stage" is registered here rather than by ax_dist_init. */
+ * kind "axon.pipe.stage" is registered here rather than by ax_dist_init. */
 #ifndef AX_PIPELINE_PIPELINE_H
 #define AX_PIPELINE_PIPELINE_H
 
@@ -12,7 +12,7 @@ extern "C" {
 
 /* ax_dist_init(n), the collectives' mailbox (ax_coll_init: the replicas
  * of a stage all-reduce their gradients), then registers the pipeline stage
- * host kind "pipe.stage" (stage_host.h) and its stage-to-stage inbox. The
+ * host kind "axon.pipe.stage" (stage_host.h) and its stage-to-stage inbox. The
  * single call an agent that hosts pipeline stages, or a coordinator, makes
  * after ax_node_create; undo it with ax_dist_fini (which also frees the
  * mailbox). On error nothing stays initialised. */

@@ -3,7 +3,7 @@
  *    must parse back to the same configuration;
  *  - the model, optimizer and data-set parsers behind --model-config,
  *    --optim and --data-config, run the way axon-run checks them
- *    (axr_check_configs, agents/axon_run_check.c: each parser with the key
+ *    (axi_run_check_configs, agents/axon_run_check.c: each parser with the key
  *    recorder, then unknown keys refused);
  *  - the option checks of axon-agent and axon-run (agents/axon_cli.h:
  *    ranged integers with K/M/G units, HOST:PORT) and the --device and
@@ -60,12 +60,12 @@ static void cli(const char *s, uint8_t sel) {
            {0, INT64_MAX, 0}, {1, 1 << 20, 0}, {INT64_MIN, INT64_MAX, 1}};
   int k = sel % (sizeof r / sizeof r[0]);
   int64_t v;
-  if (axc_int("fuzz", "--flag", s, r[k].lo, r[k].hi, r[k].units, &v))
+  if (axi_cli_int("fuzz", "--flag", s, r[k].lo, r[k].hi, r[k].units, &v))
     FUZZ_CHECK(v >= r[k].lo && v <= r[k].hi);
   int i32;
-  if (axc_i32("fuzz", "--flag", s, -1, 65535, &i32))
+  if (axi_cli_i32("fuzz", "--flag", s, -1, 65535, &i32))
     FUZZ_CHECK(i32 >= -1 && i32 <= 65535);
-  if (axc_hostport("fuzz", "--listen", s, 1)) {
+  if (axi_cli_hostport("fuzz", "--listen", s, 1)) {
     const char *c = strrchr(s, ':');
     FUZZ_CHECK(c && c != s && atoi(c + 1) >= 1 && atoi(c + 1) <= 65535);
   }
@@ -100,7 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   o.optim_config = line[1];
   o.dataset = "synthetic";
   o.data_config = line[2];
-  axr_check_configs(&o);
+  axi_run_check_configs(&o);
   cli(line[3], sel >> 2);
   free(buf);
   return 0;

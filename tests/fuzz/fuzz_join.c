@@ -4,7 +4,7 @@
  * sequence of frames, each decoded by the real codec
  * (axi_frame_decode_lim, as the control stream does):
  *  - a REQUEST runs the handler the node registered under its function
- *    name ("_axon.join", "_axon.stats"), as a worker would;
+ *    name ("axon.rendezvous.join", "axon.rendezvous.stats"), as a worker would;
  *  - a RESPONSE is a membership list as a joiner receives it from its
  *    master, applied with axi_rendezvous_apply (what ax_node_join does).
  *

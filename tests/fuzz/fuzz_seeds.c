@@ -237,13 +237,13 @@ static void join_seeds(void) {
     ax_values *a = join_args(j[i].name, j[i].rank, 7000 + 10 * (int)i, 3);
     axi_msg m = {.kind = AXI_REQUEST,
                  .call_id = i + 1,
-                 .fn = "_axon.join",
+                 .fn = "axon.rendezvous.join",
                  .values = a,
                  .node = j[i].name};
     add_len_frame(&b, &m);
     ax_values_free(a);
   }
-  axi_msg st = {.kind = AXI_REQUEST, .call_id = 99, .fn = "_axon.stats"};
+  axi_msg st = {.kind = AXI_REQUEST, .call_id = 99, .fn = "axon.rendezvous.stats"};
   add_len_frame(&b, &st);
   put("join", "world3", b.p, b.n);
   free(b.p);

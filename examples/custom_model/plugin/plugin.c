@@ -1,7 +1,7 @@
 /* The plugin's entry points (runtime/autograd/plugin.h): the model registers
  * when the plugin is loaded, before any node exists; the node phase has
  * nothing to add (the model's "fmcnn.stage" kind and the pipeline host
- * "pipe.stage" with model=fmcnn come with the model). */
+ * "axon.pipe.stage" with model=fmcnn come with the model). */
 #include <axon/runtime/autograd/plugin.h>
 #include "custom.h"
 

@@ -46,7 +46,7 @@ static void *rel_main(void *arg) {
   return NULL;
 }
 
-int axp_release_start(ax_pipe *p, size_t units) {
+int axi_pipe_release_start(ax_pipe *p, size_t units) {
   p->rel_head = p->rel_tail = 0;
   p->rel_stop = 0;
   p->rel_running = 0;
@@ -64,7 +64,7 @@ int axp_release_start(ax_pipe *p, size_t units) {
   return AX_OK;
 }
 
-int axp_release_push(ax_pipe *p, uint64_t ctx) {
+int axi_pipe_release_push(ax_pipe *p, uint64_t ctx) {
   if (!p->rel_running || !ctx)
     return 0;
   p->relq[p->rel_tail++] = ctx; /* each context is queued at most once */
@@ -72,7 +72,7 @@ int axp_release_push(ax_pipe *p, uint64_t ctx) {
   return 1;
 }
 
-void axp_release_stop(ax_pipe *p) {
+void axi_pipe_release_stop(ax_pipe *p) {
   if (!p->rel_running)
     return;
   pthread_mutex_lock(&p->mu);

@@ -9,24 +9,24 @@
 #include "axon/runtime/autograd/autograd.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
 #include "axon/runtime/pipeline/stage/stage_host.h"
-#include "axon/runtime/pipeline/stage/stage_line.h"
+#include "axon/runtime/pipeline/stage/stage_line-impl.h"
 #include "axon/runtime/pipeline/coord/train.h"
 
 #define POLL_MS 100
 
-int axp_down_stage(const ax_pipe *p) {
+int axi_pipe_down_stage(const ax_pipe *p) {
   for (int j = 0; j < p->K; j++)
     if (ax_node_peer_is_down(p->node, p->agents[j]))
       return j;
   return -1;
 }
 
-void axp_fail(ax_pipe *p, int s, int err, const char *what) {
+void axi_pipe_fail(ax_pipe *p, int s, int err, const char *what) {
   if (p->err == AX_OK) {
     p->err = err;
     /* A lost agent is often noticed first by a neighbour waiting for its
      * tensors (stage-driven execution): name the agent that is down. */
-    int down = err == AX_EPEERDOWN ? axp_down_stage(p) : -1;
+    int down = err == AX_EPEERDOWN ? axi_pipe_down_stage(p) : -1;
     /* Not seen from here yet: the stage's message names it ("A is down",
      * stage_inbox.c and the autograd engine). */
     for (int j = 0; err == AX_EPEERDOWN && down < 0 && j < p->K; j++) {
@@ -62,7 +62,7 @@ static long ctx_index(const ax_pipe *p, const ax_pipe_op *o) {
 
 /* Loads mini-batch t (mu held): the inputs, labels and per-output norms. */
 static int batch_load(ax_pipe *p, long t) {
-  axp_batch *b = &p->b[t];
+  axi_pipe_batch *b = &p->b[t];
   if (b->loaded)
     return AX_OK;
   AX_TRY(p->batch_fn(p->user, p->base + t, &b->in, &b->lab));
@@ -120,7 +120,7 @@ static int make_args(ax_pipe *p, const ax_pipe_op *o, int step,
     err = batch_load(p, o->batch);
   if (err != AX_OK)
     return err;
-  axp_batch *b = &p->b[o->batch];
+  axi_pipe_batch *b = &p->b[o->batch];
   int rec = ax_pipe_replays(p->o.mode, p->o.recompute, p->U, o->micro);
   ax_values_add_i64(a, gid);
   ax_values_add_i64(a, o->micro);
@@ -206,7 +206,7 @@ static uint64_t op_finished(ax_pipe *p, const ax_pipe_op *o, int merged,
     return 0;
   }
   event_add(p, o, t_issue, r);
-  axp_batch *b = &p->b[o->batch];
+  axi_pipe_batch *b = &p->b[o->batch];
   if (o->kind == AX_OP_FWD && o->stage == p->K - 1) {
     double l = 0;
     int64_t c = 0, k = 0;
@@ -224,7 +224,7 @@ static uint64_t op_finished(ax_pipe *p, const ax_pipe_op *o, int merged,
     b->units_left--;
     rel = p->ctx[ci];
     p->ctx[ci] = 0;
-    if (axp_release_push(p, rel))
+    if (axi_pipe_release_push(p, rel))
       rel = 0; /* the background releaser owns it now */
     *batch_done = b->units_left == 0;
   }
@@ -263,7 +263,7 @@ typedef struct driver {
   int s;          /* its rank (agent) */
   inflight *q;    /* ring of o.ahead issued actions, oldest at head */
   int head, count;
-  int64_t seq;    /* sequenced actions issued (stage_line.h) */
+  int64_t seq;    /* sequenced actions issued (stage_line-impl.h) */
   double t_last;  /* when the last answer came (or the run began) */
 } driver;
 
@@ -290,7 +290,7 @@ static int issue(driver *d, const ax_pipe_op *o, int merged,
     ts.tv_nsec %= 1000000000L;
     pthread_cond_timedwait(&p->cv, &p->mu, &ts);
     if (ax_now() - start > lim)
-      axp_fail(p, o->stage, AX_ETIMEOUT, "waited too long for a neighbour");
+      axi_pipe_fail(p, o->stage, AX_ETIMEOUT, "waited too long for a neighbour");
   }
   int err = p->err != AX_OK ? AX_ECANCELLED : AX_OK;
   ax_values *a = NULL;
@@ -308,7 +308,7 @@ static int issue(driver *d, const ax_pipe_op *o, int merged,
   if (err == AX_OK)
     err = make_args(p, o, merged, &a);
   if (err != AX_OK && err != AX_ECANCELLED)
-    axp_fail(p, o->stage, err, ax_errmsg());
+    axi_pipe_fail(p, o->stage, err, ax_errmsg());
   pthread_mutex_unlock(&p->mu);
   int ahead = p->o.ahead;
   const char *keys[3] = {AXP_META_LINE, AXP_META_GEN, AXP_META_SEQ};
@@ -336,7 +336,7 @@ static int issue(driver *d, const ax_pipe_op *o, int merged,
     snprintf(what, sizeof what, "%s %s of batch %d/%d: %s", ax_strerror(err),
              g_what[o->kind], o->batch, o->micro, ax_errmsg());
     pthread_mutex_lock(&p->mu);
-    axp_fail(p, o->stage, err, what);
+    axi_pipe_fail(p, o->stage, err, what);
     pthread_mutex_unlock(&p->mu);
   }
   return err;
@@ -365,13 +365,13 @@ static int reap(driver *d) {
     rel = op_finished(p, o, e.merged, ax_future_values(f), e.t_issue,
                       &batch_done);
   else if (err != AX_ECANCELLED)
-    axp_fail(p, o->stage, err, what);
+    axi_pipe_fail(p, o->stage, err, what);
   pthread_mutex_unlock(&p->mu);
   ax_future_release(f);
   if (rel)
     ax_dist_context_release(p->node, rel, 10000);
   if (batch_done) {
-    axp_batch *b = &p->b[o->batch];
+    axi_pipe_batch *b = &p->b[o->batch];
     ax_pipe_step_info info = {p->base + o->batch, b->loss, ax_now() - p->t0,
                               b->correct, b->count};
     if (p->step_fn)
@@ -432,14 +432,14 @@ int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
     return ax_seterr(AX_EINVAL, "pipeline: bad arguments to train");
   if (!p->frozen)
     return train_call(p, n, batch, step, user);
-  axp_frozen_feed w = {p->frozen, batch, step, user}; /* freeze.h */
-  return train_call(p, n, axp_frozen_batch, axp_frozen_step, &w);
+  axi_pipe_frozen_feed w = {p->frozen, batch, step, user}; /* freeze.h */
+  return train_call(p, n, axi_pipe_frozen_batch, axi_pipe_frozen_step, &w);
 }
 
 static int train_call(ax_pipe *p, long n, ax_pipe_batch_fn batch,
                       ax_pipe_step_fn step, void *user) {
   if (p->nrep)
-    return axp_replicas_train(p, n, batch, step, user);
+    return axi_pipe_replicas_train(p, n, batch, step, user);
   size_t units = (size_t)n * (size_t)p->U;
   p->n = n;
   int perr = ax_pipe_plan_new(p->o.mode, p->R, p->v, p->o.M, n, &p->plan);
@@ -466,7 +466,7 @@ static int train_call(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   }
   /* Without the releaser (no thread), contexts are released synchronously
    * by the drivers, as before: slower, still correct. */
-  axp_release_start(p, units);
+  axi_pipe_release_start(p, units);
   ax_node_stats ns0, ns1;
   ax_node_stats_get(p->node, &ns0);
   p->t0 = ax_now();
@@ -478,13 +478,13 @@ static int train_call(ax_pipe *p, long n, ax_pipe_batch_fn batch,
     d[s] = (driver){p, s, calloc((size_t)p->o.ahead, sizeof(inflight))};
     if (!d[s].q) {
       pthread_mutex_lock(&p->mu);
-      axp_fail(p, s, AX_ENOMEM, "no memory for a driver");
+      axi_pipe_fail(p, s, AX_ENOMEM, "no memory for a driver");
       pthread_mutex_unlock(&p->mu);
       break;
     }
     if (pthread_create(&th[s], NULL, driver_main, &d[s]) != 0) {
       pthread_mutex_lock(&p->mu);
-      axp_fail(p, s, AX_ENOMEM, "cannot start a driver thread");
+      axi_pipe_fail(p, s, AX_ENOMEM, "cannot start a driver thread");
       pthread_mutex_unlock(&p->mu);
       break;
     }
@@ -495,7 +495,7 @@ static int train_call(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   for (int s = 0; s < p->R && s <= started; s++)
     free(d[s].q);
   double wall = ax_now() - p->t0;
-  axp_release_stop(p); /* drains the queue: no context outlives the call */
+  axi_pipe_release_stop(p); /* drains the queue: no context outlives the call */
   ax_node_stats_get(p->node, &ns1);
   p->stats.seconds = wall;
   p->stats.batches = n;

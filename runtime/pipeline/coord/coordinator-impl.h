@@ -10,27 +10,27 @@
 
 #define AXP_NAME 64
 
-typedef struct axp_batch { /* one mini-batch while it is in flight */
+typedef struct axi_pipe_batch { /* one mini-batch while it is in flight */
   int loaded;
   ax_tlist in, lab;
   int64_t norm[AX_TLIST_MAX]; /* kept labels per output in the mini-batch */
   int units_left;             /* first-stage backwards still to run */
   double loss;
   int64_t correct, count;
-} axp_batch;
+} axi_pipe_batch;
 
-typedef struct axp_frozen axp_frozen; /* a frozen prefix (freeze.h) */
+typedef struct axi_pipe_frozen axi_pipe_frozen; /* a frozen prefix (freeze.h) */
 
 /* Creating one part of a replicated or tensor-parallel pipeline
  * (replicas.c): R data replicas of T tensor-parallel members each, this
  * part's replica r and member t, the group tags' id and every part's
  * agents (part r T + t at agents[(r T + t) ranks ..]). */
-typedef struct axp_replica_of {
+typedef struct axi_pipe_replica_of {
   int R, r;
   uint64_t id;
   const char *const *agents;
   int T, t;
-} axp_replica_of;
+} axi_pipe_replica_of;
 
 struct ax_pipe {
   ax_node *node;
@@ -38,9 +38,9 @@ struct ax_pipe {
   int member, members;     /* a part's tensor-parallel member index and
                               count (0 and 1 when none): its stage files
                               in a checkpoint are its own */
-  struct axp_ckpt_job *ckpt_job; /* the outermost object's checkpoint
+  struct axi_pipe_ckpt_job *ckpt_job; /* the outermost object's checkpoint
                                     still being written (checkpoint.c) */
-  axp_frozen *frozen;      /* the outermost object's frozen prefix
+  axi_pipe_frozen *frozen;      /* the outermost object's frozen prefix
                               (freeze.h), or NULL */
   char (*pool)[AXP_NAME];  /* after a freeze: every agent the pipelines
                               before it had (some may be idle), for the
@@ -57,7 +57,7 @@ struct ax_pipe {
   ax_rref *optim[AX_PIPE_MAX_STAGES]; /* on o.optimizer_host, or NULL */
   char optim_host[AXP_NAME];          /* o.optimizer_host's name */
   uint64_t line[AX_PIPE_MAX_STAGES]; /* each agent's line id (random;
-                                        stage_line.h) */
+                                        stage_line-impl.h) */
   int64_t gen;    /* train calls so far (the lines' "pipe.gen") */
   long base;      /* global id of the next train call's first mini-batch */
   long eval_ids;  /* ids of evaluation batches (negative) */
@@ -69,7 +69,7 @@ struct ax_pipe {
   unsigned char *done; /* [K][AX_OP_KINDS][n * U] */
   uint64_t *ctx;       /* one per unit */
   int *stages_left;    /* per unit: stages still to finish its backward */
-  axp_batch *b;        /* [n] */
+  axi_pipe_batch *b;        /* [n] */
   int err;
   char msg[512];
   ax_pipe_batch_fn batch_fn;
@@ -90,73 +90,73 @@ struct ax_pipe {
   long rel_failed;     /* releases that returned an error */
 };
 
-/* The background releaser (coord_release.c). axp_release_start allocates a
+/* The background releaser (coord_release.c). axi_pipe_release_start allocates a
  * queue for `units` contexts and starts the thread (AX_ENOMEM, or an error
  * when the thread cannot start: the caller then releases synchronously, see
- * axp_release_push). axp_release_push queues ctx (mu held); when the
+ * axi_pipe_release_push). axi_pipe_release_push queues ctx (mu held); when the
  * thread is not running it returns 0 and the caller releases ctx itself.
- * axp_release_stop (mu NOT held) lets the thread drain the queue, each
+ * axi_pipe_release_stop (mu NOT held) lets the thread drain the queue, each
  * release bounded by the run's timeout, joins it and frees the queue. */
-int axp_release_start(ax_pipe *p, size_t units);
-int axp_release_push(ax_pipe *p, uint64_t ctx);
-void axp_release_stop(ax_pipe *p);
+int axi_pipe_release_start(ax_pipe *p, size_t units);
+int axi_pipe_release_push(ax_pipe *p, uint64_t ctx);
+void axi_pipe_release_stop(ax_pipe *p);
 
 /* A zeroed pipeline of node n with a copy of o whose caller-owned arrays
  * and strings (agents, bounds, devices, optimizer_host) are cleared; NULL
  * on no memory (coordinator.c). */
-ax_pipe *axp_pipe_alloc(ax_node *n, const ax_pipe_opts *o);
+ax_pipe *axi_pipe_alloc(ax_node *n, const ax_pipe_opts *o);
 /* One pipeline, or replica rep->r of R (rep may be NULL), as ax_pipe_new
  * (coordinator.c). */
-int axp_pipe_create(ax_node *n, const ax_pipe_opts *o,
-                    const axp_replica_of *rep, ax_pipe **out);
+int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
+                    const axi_pipe_replica_of *rep, ax_pipe **out);
 /* ax_pipe_new / ax_pipe_train of a replicated pipeline (replicas.c). */
-int axp_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out);
-int axp_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
+int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out);
+int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
                        ax_pipe_step_fn step, void *user);
 
 /* The first stage whose agent this node sees down, or -1. */
-int axp_down_stage(const ax_pipe *p);
+int axi_pipe_down_stage(const ax_pipe *p);
 /* Records the first error of a run as "stage s on agent A: ..." and wakes
  * every driver. mu held. */
-void axp_fail(ax_pipe *p, int s, int err, const char *what);
+void axi_pipe_fail(ax_pipe *p, int s, int err, const char *what);
 
 /* Calls method on every stage of p (not a front) at once: args(s) builds
  * stage s's arguments, reply (NULL: none) reads its answer. Errors name
  * the stage and its agent (checkpoint.c). */
-typedef int (*axp_args_fn)(void *user, int s, ax_values **out);
-typedef int (*axp_reply_fn)(void *user, int s, const ax_values *r);
-int axp_all_stages(ax_pipe *p, const char *method, axp_args_fn args,
-                   axp_reply_fn reply, void *user);
+typedef int (*axi_pipe_args_fn)(void *user, int s, ax_values **out);
+typedef int (*axi_pipe_reply_fn)(void *user, int s, const ax_values *r);
+int axi_pipe_all_stages(ax_pipe *p, const char *method, axi_pipe_args_fn args,
+                   axi_pipe_reply_fn reply, void *user);
 
 /* The frozen prefix of a pipeline (freeze.h; freeze_cache.c): blocks
  * [0, blocks) as a net on the coordinator's CPU (taken, also on error),
  * with the AutoCache of its outputs (budget bytes; 0: 1 GiB; < 0: none). */
-int axp_frozen_new(ax_net *net, int blocks, int64_t budget,
-                   axp_frozen **out);
-void axp_frozen_free(axp_frozen *f); /* NULL-safe */
-int axp_frozen_blocks(const axp_frozen *f); /* 0 for NULL */
-ax_net *axp_frozen_net(axp_frozen *f);
-void axp_frozen_counts(axp_frozen *f, long *hits, long *misses,
+int axi_pipe_frozen_new(ax_net *net, int blocks, int64_t budget,
+                   axi_pipe_frozen **out);
+void axi_pipe_frozen_free(axi_pipe_frozen *f); /* NULL-safe */
+int axi_pipe_frozen_blocks(const axi_pipe_frozen *f); /* 0 for NULL */
+ax_net *axi_pipe_frozen_net(axi_pipe_frozen *f);
+void axi_pipe_frozen_counts(axi_pipe_frozen *f, long *hits, long *misses,
                        int64_t *bytes);
 /* Drops every cached output (the prefix's values changed). */
-void axp_frozen_clear_cache(axp_frozen *f);
+void axi_pipe_frozen_clear_cache(axi_pipe_frozen *f);
 /* Replaces the inputs in (CPU tensors, a mini-batch) by the prefix's
  * outputs, from the cache where it has them. Thread-safe. */
-int axp_frozen_apply(axp_frozen *f, ax_tlist *in);
+int axi_pipe_frozen_apply(axi_pipe_frozen *f, ax_tlist *in);
 /* A caller's batch and step functions behind the prefix: pass
- * axp_frozen_batch / axp_frozen_step with a feed as their user. */
-typedef struct axp_frozen_feed {
-  axp_frozen *f;
+ * axi_pipe_frozen_batch / axi_pipe_frozen_step with a feed as their user. */
+typedef struct axi_pipe_frozen_feed {
+  axi_pipe_frozen *f;
   ax_pipe_batch_fn batch;
   ax_pipe_step_fn step;
   void *user;
-} axp_frozen_feed;
-int axp_frozen_batch(void *feed, long t, ax_tlist *in, ax_tlist *lab);
-void axp_frozen_step(void *feed, const ax_pipe_step_info *si);
+} axi_pipe_frozen_feed;
+int axi_pipe_frozen_batch(void *feed, long t, ax_tlist *in, ax_tlist *lab);
+void axi_pipe_frozen_step(void *feed, const ax_pipe_step_info *si);
 
 /* Tensor-parallel members per replica of p (a front: its parts'; 1 when
  * none): nrep = replicas x members. */
-static inline int axp_members(const ax_pipe *p) {
+static inline int axi_pipe_members(const ax_pipe *p) {
   return p->nrep ? p->rep[0]->members : p->members > 1 ? p->members : 1;
 }
 

@@ -113,7 +113,7 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
 /* Setup's group arguments for stage s (stage_host.h): [R, tag, the agent
  * of stage s in every replica (this member's), zero], then with T > 1 [T,
  * tag, the agent of stage s of every member of this replica]. */
-static void add_replicas(ax_pipe *p, int s, const axp_replica_of *rep,
+static void add_replicas(ax_pipe *p, int s, const axi_pipe_replica_of *rep,
                          ax_values *a) {
   char tag[48];
   snprintf(tag, sizeof tag, "pp%016llx.%d.t%d", (unsigned long long)rep->id,
@@ -134,14 +134,14 @@ static void add_replicas(ax_pipe *p, int s, const axp_replica_of *rep,
     ax_values_add_str(a, rep->agents[(rep->r * rep->T + t) * p->R + rank]);
 }
 
-/* Moves every stage's optimizer to o.optimizer_host: a "pipe.optim" object
+/* Moves every stage's optimizer to o.optimizer_host: a "axon.pipe.optim" object
  * there per stage, given the stage's parameters and the optimizer
  * configuration, and handed to the stage (stage_offload.c). */
 static int offload_optimizers(ax_pipe *p) {
   ax_call_opts co = {.timeout_ms = timeout_of(p)};
   for (int s = 0; s < p->K; s++) {
     ax_tensor *params = NULL, *bufs = NULL;
-    AX_TRY(named(p, s, ax_remote_object(p->node, p->optim_host, "pipe.optim",
+    AX_TRY(named(p, s, ax_remote_object(p->node, p->optim_host, "axon.pipe.optim",
                                         "", AX_CPU, &co, &p->optim[s])));
     AX_TRY(ax_pipe_stage_state(p, s, &params, &bufs));
     ax_values *a = ax_values_new(), *r = NULL;
@@ -172,7 +172,7 @@ static int offload_optimizers(ax_pipe *p) {
 }
 
 static int create_hosts(ax_pipe *p, const int *bounds,
-                        const axp_replica_of *rep) {
+                        const axi_pipe_replica_of *rep) {
   char splits[512] = "";
   size_t len = 0;
   for (int s = 0; s <= p->K; s++)
@@ -188,7 +188,7 @@ static int create_hosts(ax_pipe *p, const int *bounds,
              p->model, s, splits, (unsigned long long)p->o.seed,
              p->o.model_config ? "," : "",
              p->o.model_config ? p->o.model_config : "", tp);
-    AX_TRY(named(p, s, ax_remote_object(p->node, p->agents[s], "pipe.stage",
+    AX_TRY(named(p, s, ax_remote_object(p->node, p->agents[s], "axon.pipe.stage",
                                         cfg, p->o.devices ? p->o.devices[s]
                                                           : p->o.device,
                                         &co, &p->host[s])));
@@ -232,15 +232,15 @@ static int create_hosts(ax_pipe *p, const int *bounds,
 int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   *out = NULL;
   if (o && (o->replicas > 1 || o->tensor_parallel > 1))
-    return axp_replicas_new(n, o, out);
+    return axi_pipe_replicas_new(n, o, out);
   if (o && o->zero)
     return ax_seterr(AX_EINVAL, "pipeline: zero %d shards over replicas, "
                      "and there is one", o->zero);
-  return axp_pipe_create(n, o, NULL, out);
+  return axi_pipe_create(n, o, NULL, out);
 }
 
-int axp_pipe_create(ax_node *n, const ax_pipe_opts *o,
-                    const axp_replica_of *rep, ax_pipe **out) {
+int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
+                    const axi_pipe_replica_of *rep, ax_pipe **out) {
   ax_model_info info;
   const ax_model_def *def;
   *out = NULL;
@@ -258,7 +258,7 @@ int axp_pipe_create(ax_node *n, const ax_pipe_opts *o,
   } else {
     AX_TRY(ax_split_uniform(info.n_blocks, S, bounds));
   }
-  ax_pipe *p = axp_pipe_alloc(n, o);
+  ax_pipe *p = axi_pipe_alloc(n, o);
   if (!p)
     return AX_ENOMEM;
   p->o.devices = o->devices; /* read by create_hosts only, cleared below */
@@ -302,7 +302,7 @@ int axp_pipe_create(ax_node *n, const ax_pipe_opts *o,
   return AX_OK;
 }
 
-ax_pipe *axp_pipe_alloc(ax_node *n, const ax_pipe_opts *o) {
+ax_pipe *axi_pipe_alloc(ax_node *n, const ax_pipe_opts *o) {
   ax_pipe *p = calloc(1, sizeof *p);
   if (!p)
     return NULL;
@@ -333,7 +333,7 @@ void ax_pipe_free(ax_pipe *p) {
   if (!p)
     return;
   ax_pipe_checkpoint_wait(p); /* its files outlive nothing they need */
-  axp_frozen_free(p->frozen);
+  axi_pipe_frozen_free(p->frozen);
   free(p->pool);
   if (p->nrep) {
     for (int r = 0; r < p->nrep; r++)
@@ -534,16 +534,16 @@ int ax_pipe_evaluate(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,
                      double *accuracy, double *loss) {
   if (!p->frozen)
     return eval_call(p, n, batch, user, accuracy, loss);
-  axp_frozen_feed w = {p->frozen, batch, NULL, user}; /* freeze.h */
-  return eval_call(p, n, axp_frozen_batch, &w, accuracy, loss);
+  axi_pipe_frozen_feed w = {p->frozen, batch, NULL, user}; /* freeze.h */
+  return eval_call(p, n, axi_pipe_frozen_batch, &w, accuracy, loss);
 }
 
 static int eval_call(ax_pipe *p, long n, ax_pipe_batch_fn batch, void *user,
                      double *accuracy, double *loss) {
-  if (p->nrep && axp_members(p) <= 1)
+  if (p->nrep && axi_pipe_members(p) <= 1)
     return eval_call(p->rep[0], n, batch, user, accuracy, loss);
   ax_pipe *const *parts = p->nrep ? p->rep : &p;
-  int T = axp_members(p);
+  int T = axi_pipe_members(p);
   int64_t correct = 0, count = 0;
   double lsum = 0;
   long done = 0;

@@ -1,14 +1,14 @@
 /* The pipeline coordinator: trains a model split into K stages hosted on K
  * agents, in one of the modes of schedule.h.
  *
- * ax_pipe_new creates one "pipe.stage" host per agent (stage_host.h), hands
+ * ax_pipe_new creates one "axon.pipe.stage" host per agent (stage_host.h), hands
  * each its neighbours' RRefs and the optimizer configuration. ax_pipe_train
  * then runs one driver thread per agent that walks the agent's list of
  * actions (the mode's plan, mode.h). Stage-driven (the default): a driver
  * issues up to opts.ahead actions before the first of them is answered
  * (asynchronous calls through the hosts' RRefs), waiting only for the
  * dependencies that carry no data (the forward lock of ddg and fr); each
- * agent runs its actions in its list's order (stage_line.h) and waits for
+ * agent runs its actions in its list's order (stage_line-impl.h) and waits for
  * its inputs itself, so an action starts as soon as its activations or
  * gradients arrive. With opts.ahead = 1 (coordinator-driven) an action is
  * issued once the agent finished its previous one and the actions it
@@ -80,7 +80,7 @@ typedef struct ax_pipe_opts {
   /* Stage-driven execution: how many of an agent's actions its driver
    * issues before the first of them is answered (0: AX_PIPE_AHEAD). The
    * stages wait for their inputs themselves and run the agent's actions in
-   * its list's order (stage_line.h), so an action starts as soon as its
+   * its list's order (stage_line-impl.h), so an action starts as soon as its
    * activations or gradients arrive. 1: coordinator-driven, every action
    * issued once its dependencies completed (one round trip per action on
    * the critical path). The math is the same either way. */
@@ -118,7 +118,7 @@ typedef struct ax_pipe_opts {
   int zero;
   /* ZeRO-Offload adapted: an agent (e.g. a CPU-only host next to the GPU
    * hosts) that keeps every stage's optimizer state and runs its update
-   * ("pipe.optim", created there per stage and per replica): at each STEP
+   * ("axon.pipe.optim", created there per stage and per replica): at each STEP
    * a stage sends its gradient there and goes on; the updated parameters
    * are copied in before the next operation that reads them (the next
    * forward, once its input is there), so the update overlaps the wait.

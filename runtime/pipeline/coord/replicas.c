@@ -17,7 +17,7 @@
 #include "axon/runtime/pipeline/stage/stage_host.h"
 #include "axon/runtime/pipeline/coord/train.h"
 
-int axp_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
+int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   int R = o->replicas > 1 ? o->replicas : 1, K = o->K;
   int T = o->tensor_parallel > 1 ? o->tensor_parallel : 1;
   *out = NULL;
@@ -39,7 +39,7 @@ int axp_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
                          "x %d tensor-parallel members must be %d distinct "
                          "names (%s twice)", N * K, R, T, N * K,
                          o->agents[i] ? o->agents[i] : "none");
-  ax_pipe *f = axp_pipe_alloc(n, o); /* the front */
+  ax_pipe *f = axi_pipe_alloc(n, o); /* the front */
   if (!f)
     return AX_ENOMEM;
   uint64_t id = 0;
@@ -50,8 +50,8 @@ int axp_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
     ax_pipe_opts ro = *o;
     ro.replicas = 0;
     ro.agents = o->agents + (size_t)i * K;
-    axp_replica_of of = {R, i / T, id, o->agents, T, i % T};
-    err = axp_pipe_create(n, &ro, &of, &f->rep[i]);
+    axi_pipe_replica_of of = {R, i / T, id, o->agents, T, i % T};
+    err = axi_pipe_create(n, &ro, &of, &f->rep[i]);
     if (err == AX_OK)
       f->nrep = i + 1;
     else if (T > 1) /* ax_seterr may quote its own message */
@@ -209,16 +209,16 @@ static void *replica_main(void *arg) {
     if (o == rr->p)
       continue;
     pthread_mutex_lock(&o->mu); /* before or after its call: harmless */
-    axp_fail(o, 0, AX_ECANCELLED, "another replica failed");
+    axi_pipe_fail(o, 0, AX_ECANCELLED, "another replica failed");
     pthread_mutex_unlock(&o->mu);
   }
   return NULL;
 }
 
-int axp_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
+int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
                        ax_pipe_step_fn step, void *user) {
   int R = p->nrep;
-  int T = axp_members(p);
+  int T = axi_pipe_members(p);
   share sh = {R / T, T, R, p->rep, 0, p->rep[0]->base,
               batch,  step,  user};
   pthread_mutex_init(&sh.mu, NULL);
@@ -243,7 +243,7 @@ int axp_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
    * others then fail in their all-reduce, naming a peer), else the first. */
   int pick = -1;
   for (int r = 0; r < started && pick < 0; r++)
-    if (rr[r].err == AX_EPEERDOWN && axp_down_stage(p->rep[r]) >= 0)
+    if (rr[r].err == AX_EPEERDOWN && axi_pipe_down_stage(p->rep[r]) >= 0)
       pick = r;
   for (int r = 0; r < started && pick < 0; r++) /* not the cancelled ones */
     if (rr[r].err != AX_OK && rr[r].err != AX_ECANCELLED)

@@ -6,10 +6,10 @@
 
 #include "axon/runtime/autograd/collective.h"
 #include "axon/runtime/autograd/stage-impl.h"
-#include "axon/runtime/pipeline/state/ckpt_file.h"
+#include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
 #include "axon/runtime/pipeline/stage/stage_inbox.h"
-#include "axon/runtime/pipeline/stage/stage_line.h"
+#include "axon/runtime/pipeline/stage/stage_line-impl.h"
 #include "axon/runtime/pipeline/stage/staleness-impl.h"
 #include "axon/runtime/pipeline/trace/trace.h"
 
@@ -35,11 +35,11 @@ typedef struct pgrad { /* a unit's parameter gradients, taken from its
 } pgrad;
 
 typedef struct phost {
-  axd_stage *s;
+  axi_ag_stage *s;
   int is_last;
   const ax_pipe_mode_def *def; /* the mode's table entry */
   ax_rref *prev, *next;
-  axp_inbox in;   /* its own lock; everything else under s->mu */
+  axi_pipe_inbox in;   /* its own lock; everything else under s->mu */
   pstate *states;
   pgrad *grads;   /* taken, not yet summed (s->mu) */
   ax_tensor *acc; /* sum of micro-batches 0 .. acc_next-1 of acc_batch */
@@ -51,26 +51,26 @@ typedef struct phost {
   long shadow_for;
   axi_stale stale; /* the staleness correction (staleness.h; s->mu) */
   ax_trace *tr;   /* stage-side events (stage_events.h); its own lock */
-  int versions;   /* weight versions at the last axp_host_report (s->mu) */
-  axp_line *line; /* its rank's order (stage_line.h) */
+  int versions;   /* weight versions at the last axi_pipe_host_report (s->mu) */
+  axi_pipe_line *line; /* its rank's order (stage_line-impl.h) */
   ax_coll_group *replicas; /* the same stage in every replica (--replicas):
                               each STEP averages the gradients over it;
                               NULL: one replica (s->mu to use it; set
                               and freed also under group_mu) */
   ax_coll_group *tp; /* the same stage in every tensor-parallel member of
                         this replica: its split layers sum over it
-                        (axp_host_exec); NULL: none (as replicas) */
+                        (axi_pipe_host_exec); NULL: none (as replicas) */
   pthread_mutex_t group_mu; /* lets host_quiesce abort the groups while an
                                action waits in one holding s->mu */
   /* Checkpoint files being written in the background ("ckpt_save" with
    * async; stage_ckpt.c), until "ckpt_wait" collects them. */
   pthread_mutex_t ckpt_mu;
   pthread_cond_t ckpt_cv;
-  struct axp_ckpt_write *writes;
+  struct axi_pipe_ckpt_write *writes;
   int zero;          /* optimizer state and averaged gradients sharded over
                         the replicas (ZeRO 1/2): the optimizer holds only */
   size_t zero_off, zero_len; /* this shard of the parameters */
-  ax_rref *offload; /* the optimizer on another agent ("pipe.optim",
+  ax_rref *offload; /* the optimizer on another agent ("axon.pipe.optim",
                        stage_offload.c), or NULL: the local one (s->mu) */
   ax_future *offload_pending; /* its update in flight: the parameters come
                                  back before anything reads them (s->mu) */
@@ -78,68 +78,71 @@ typedef struct phost {
 } phost;
 
 /* The net's exec (ax_net_exec) with the host's tensor-parallel sum. */
-ax_exec axp_host_exec(phost *h, int training);
+ax_exec axi_pipe_host_exec(phost *h, int training);
 /* Frees a state and everything it keeps (NULL-safe). */
-void axp_state_free(pstate *st);
+void axi_pipe_state_free(pstate *st);
 /* Appends [busy_us, live_states, weight_versions, state_bytes] (s->mu
  * held) and keeps weight_versions in h->versions for the stage events. */
-int axp_host_report(phost *h, int64_t t0_us, ax_values *out);
+int axi_pipe_host_report(phost *h, int64_t t0_us, ax_values *out);
 /* How long an operation waits for its neighbour's tensors: what is left of
  * its call's deadline (at most 10 minutes). */
-static inline int64_t axp_wait_ms(ax_call_ctx *cc) {
+static inline int64_t axi_pipe_wait_ms(ax_call_ctx *cc) {
   int64_t left = ax_call_remaining_ms(cc);
   return left < 1 ? 1 : left > 600000 ? 600000 : left;
 }
 /* The "bwd", "bwdi", "bwdw" and "step" methods (stage_host_bwd.c). */
-int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                  ax_values *out);
-int axp_host_bwd_input(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_bwd_input(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out);
-int axp_host_bwd_weight(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_bwd_weight(ax_call_ctx *cc, void *obj, const ax_values *args,
                         ax_values *out);
-int axp_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
                   ax_values *out);
-/* "pipe.optim" (stage_offload.c): registers the kind; one STEP through
+/* "axon.pipe.optim" (stage_offload.c): registers the kind; one STEP through
  * h->offload (the gradient in h->acc goes there, the parameters come back;
  * s->mu held). */
-int axp_optim_register(ax_node *n);
-int axp_offload_step(phost *h);
+int axi_pipe_optim_register(ax_node *n);
+int axi_pipe_offload_step(phost *h);
 /* Waits for the update in flight, if any, and copies its parameters into
  * the stage's (s->mu held): every operation that reads the parameters
  * calls it first, so the update overlaps what comes between (the next
  * forward's wait for its input). Sticky: after a failed update it returns
  * that failure. */
-int axp_offload_settle(phost *h);
+int axi_pipe_offload_settle(phost *h);
 /* Drops an update in flight (teardown; s->mu held). */
-void axp_offload_drop(phost *h);
+void axi_pipe_offload_drop(phost *h);
 /* "ckpt_save", "ckpt_load", "ckpt_drop" (stage_ckpt.c). */
-int axp_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out);
-int axp_host_ckpt_load(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_ckpt_load(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out);
-int axp_host_ckpt_drop(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_ckpt_drop(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out);
 /* The stage's state as a checkpoint file in memory (*buf malloc'd, the
  * caller frees); AX_ESTATE unless the stage is at a consistent cut. */
-int axp_ckpt_snapshot(phost *h, uint8_t **buf, size_t *len,
+int axi_pipe_ckpt_snapshot(phost *h, uint8_t **buf, size_t *len,
                       char sha[2 * AX_SHA256_LEN + 1]);
 /* Checks r (a stage file) against the stage, then loads it: all or
  * nothing. */
-int axp_ckpt_apply(phost *h, const axi_ckr *r);
+int axi_pipe_ckpt_apply(phost *h, const axi_ckr *r);
 /* "ckpt_mem_save", "ckpt_mem_load" (stage_ckpt_mem.c; stage_host.h). */
-int axp_host_ckpt_mem_save(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_ckpt_mem_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                            ax_values *out);
-int axp_host_ckpt_mem_load(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_ckpt_mem_load(ax_call_ctx *cc, void *obj, const ax_values *args,
                            ax_values *out);
-/* The agent's store of in-memory checkpoint copies ("pipe.mem_keep",
- * "pipe.mem_fetch", "pipe.mem_forget"; stage_ckpt_mem.c). */
-int axp_mem_store_register(ax_node *n);
+/* The agent's store of in-memory checkpoint copies ("axon.pipe.mem_keep",
+ * "axon.pipe.mem_fetch", "axon.pipe.mem_forget"; stage_ckpt_mem.c). */
+int axi_pipe_mem_store_register(ax_node *n);
 /* "ckpt_wait" [path]: the outcome of the background write of path. */
-int axp_host_ckpt_wait(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_ckpt_wait(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out);
 /* Waits for every background write and forgets them (teardown). */
-void axp_ckpt_writes_drain(phost *h);
+void axi_pipe_ckpt_writes_drain(phost *h);
 /* Drops the taken gradients and the running sum (s->mu held). */
-void axp_grads_clear(phost *h);
+void axi_pipe_grads_clear(phost *h);
+
+/* Registers "axon.pipe.stage" on n (called by ax_pipe_init, pipeline.h). */
+int axi_pipe_host_register(ax_node *n);
 
 #endif

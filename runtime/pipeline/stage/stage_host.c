@@ -1,4 +1,4 @@
-/* The pipeline stage host ("pipe.stage"): per-unit states, weight stashing,
+/* The pipeline stage host ("axon.pipe.stage"): per-unit states, weight stashing,
  * recompute and replay, per-context gradients and the update rule of each
  * mode. Contract in stage_host.h. */
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 #include "axon/runtime/pipeline/stage/stage_host-impl.h"
 #include "axon/runtime/pipeline/stage/stage_host.h"
 
-void axp_state_free(pstate *st) {
+void axi_pipe_state_free(pstate *st) {
   if (!st)
     return;
   ax_slot_free(st->slot);
@@ -29,7 +29,7 @@ static int tp_sum(void *g, ax_tensor *t) {
   return ax_coll_allreduce(g, t, AX_COLL_SUM);
 }
 
-ax_exec axp_host_exec(phost *h, int training) {
+ax_exec axi_pipe_host_exec(phost *h, int training) {
   ax_exec ex = ax_net_exec(h->s->net, training);
   if (h->tp) { /* set by setup under s->mu, which the caller holds */
     ex.tp_allreduce = tp_sum;
@@ -44,10 +44,10 @@ static void host_clear(phost *h) {
   h->prev = h->next = NULL;
   for (pstate *st = h->states, *nx; st; st = nx) {
     nx = st->next;
-    axp_state_free(st);
+    axi_pipe_state_free(st);
   }
   h->states = NULL;
-  axp_grads_clear(h);
+  axi_pipe_grads_clear(h);
   ax_tensor_release(h->shadow);
   h->shadow = NULL;
   h->last_step = -1;
@@ -58,10 +58,10 @@ static void host_clear(phost *h) {
   pthread_mutex_unlock(&h->group_mu);
   ax_coll_group_free(g);
   ax_coll_group_free(tp);
-  axp_offload_drop(h);
+  axi_pipe_offload_drop(h);
   ax_rref_release(h->offload);
   h->offload = NULL;
-  axp_inbox_close(&h->in);
+  axi_pipe_inbox_close(&h->in);
 }
 
 /* A member list [N, tag, N names] of setup's arguments at *at (moved past
@@ -73,7 +73,7 @@ static int member_list(phost *h, const ax_values *args, size_t *at,
   size_t na = ax_values_count(args);
   AX_TRY(ax_values_get_i64(args, *at, &N));
   if (N < 1 || N > AX_PIPE_MAX_REPLICAS || *at + 2 + (size_t)N > na)
-    return ax_seterr(AX_EINVAL, "pipe.stage %d: %lld %s with %zu setup "
+    return ax_seterr(AX_EINVAL, "axon.pipe.stage %d: %lld %s with %zu setup "
                      "arguments", h->s->index, (long long)N, what, na);
   AX_TRY(ax_values_get_str(args, *at + 1, tag));
   for (int64_t i = 0; i < N; i++)
@@ -105,11 +105,11 @@ static int replica_group(phost *h, const ax_values *args, int64_t tmo,
     AX_TRY(member_list(h, args, &at, "tensor-parallel members", &T, &ttag,
                        tnames));
   if (na != at)
-    return ax_seterr(AX_EINVAL, "pipe.stage %d: %zu setup arguments",
+    return ax_seterr(AX_EINVAL, "axon.pipe.stage %d: %zu setup arguments",
                      h->s->index, na);
   if (z < 0 || z > 2 || (z && R < 2) ||
       (z && (size_t)R > h->s->net->n_params))
-    return ax_seterr(AX_EINVAL, "pipe.stage %d: zero %lld with %d "
+    return ax_seterr(AX_EINVAL, "axon.pipe.stage %d: zero %lld with %d "
                      "replicas of %zu parameters", h->s->index, (long long)z,
                      R, h->s->net->n_params);
   *zero = (int)z;
@@ -129,12 +129,12 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
   char model[32];
   const char *rest = config ? config : "";
   if (strncmp(rest, "model=", 6) != 0)
-    return ax_seterr(AX_EINVAL, "pipe.stage: config must start with "
+    return ax_seterr(AX_EINVAL, "axon.pipe.stage: config must start with "
                      "model=NAME, got '%s'", rest);
   rest += 6;
   size_t len = strcspn(rest, ",");
   if (len == 0 || len >= sizeof model)
-    return ax_seterr(AX_EINVAL, "pipe.stage: bad model name in '%s'", config);
+    return ax_seterr(AX_EINVAL, "axon.pipe.stage: bad model name in '%s'", config);
   memcpy(model, rest, len);
   model[len] = 0;
   rest += len + (rest[len] == ',');
@@ -142,7 +142,7 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
   if (!h)
     return AX_ENOMEM;
   void *s = NULL;
-  int err = axd_stage_create(n, model, rest, dev, &s);
+  int err = axi_ag_stage_create(n, model, rest, dev, &s);
   if (err != AX_OK) {
     free(h);
     return err;
@@ -155,7 +155,7 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
   h->last_step = -1;
   axi_stale_clear(&h->stale);
   h->tr = ax_trace_new(AXP_STAGE_EVENTS_MAX); /* NULL: no events */
-  axp_inbox_init(&h->in, h->s->index, dev, h->tr);
+  axi_pipe_inbox_init(&h->in, h->s->index, dev, h->tr);
   *obj = h;
   return AX_OK;
 }
@@ -163,26 +163,26 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
 /* Stops the host's actions: wakes the one waiting for activations, cancels
  * the queued ones and waits for the running one (s->mu not held). */
 static void host_quiesce(phost *h) {
-  axp_inbox_close(&h->in);
+  axi_pipe_inbox_close(&h->in);
   /* A STEP waiting in the replicas' all-reduce for a replica whose call
    * ended would wait out its timeout: the group fails it now. */
   pthread_mutex_lock(&h->group_mu);
   ax_coll_group_abort(h->replicas, "the stage was torn down");
   ax_coll_group_abort(h->tp, "the stage was torn down");
   pthread_mutex_unlock(&h->group_mu);
-  axp_line_detach(&h->line, h);
+  axi_pipe_line_detach(&h->line, h);
 }
 
 static void host_destroy(void *obj) {
   phost *h = obj;
   host_quiesce(h);
   host_clear(h);
-  axp_ckpt_writes_drain(h);
+  axi_pipe_ckpt_writes_drain(h);
   pthread_mutex_destroy(&h->ckpt_mu);
   pthread_cond_destroy(&h->ckpt_cv);
   pthread_mutex_destroy(&h->group_mu);
-  axp_inbox_destroy(&h->in);
-  axd_stage_release(h->s);
+  axi_pipe_inbox_destroy(&h->in);
+  axi_ag_stage_release(h->s);
   ax_trace_free(h->tr);
   free(h);
 }
@@ -190,7 +190,7 @@ static void host_destroy(void *obj) {
 static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
                    ax_values *out) {
   phost *h = obj;
-  axd_stage *s = h->s;
+  axi_ag_stage *s = h->s;
   int64_t mode, rc;
   const char *ocfg;
   AX_TRY(ax_values_get_i64(args, 0, &mode));
@@ -199,7 +199,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   const ax_pipe_mode_def *def =
       mode >= 0 && mode < AX_MODE_COUNT ? ax_pipe_mode_get((int)mode) : NULL;
   if (!def)
-    return ax_seterr(AX_EINVAL, "pipe.stage: bad mode %lld (valid: 0..%d, "
+    return ax_seterr(AX_EINVAL, "axon.pipe.stage: bad mode %lld (valid: 0..%d, "
                      "%s)", (long long)mode, AX_MODE_COUNT - 1,
                      ax_pipe_mode_list());
   ax_rref *nb[2] = {NULL, NULL};
@@ -209,7 +209,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   int64_t self_id = 0;
   if (ax_values_count(args) < 6 ||
       ax_values_get_i64(args, 5, &self_id) != AX_OK || self_id == 0)
-    return ax_seterr(AX_EBADARG, "pipe.stage: setup needs the id of the "
+    return ax_seterr(AX_EBADARG, "axon.pipe.stage: setup needs the id of the "
                      "host's own RRef (argument 5)");
   int64_t skind = AX_STALE_NONE, sdelay = 0, swarm = 0;
   double sgamma = -1;
@@ -220,7 +220,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
     AX_TRY(ax_values_get_i64(args, 9, &swarm));
     if (skind < 0 || skind >= AX_STALE_COUNT || sdelay < 0 ||
         sdelay > 1 << 20 || swarm < 0 || swarm > 1 << 30)
-      return ax_seterr(AX_EINVAL, "pipe.stage %d: bad staleness correction "
+      return ax_seterr(AX_EINVAL, "axon.pipe.stage %d: bad staleness correction "
                        "%lld (delay %lld, warm-up %lld)", s->index,
                        (long long)skind, (long long)sdelay, (long long)swarm);
     AX_TRY(ax_staleness_check((int)mode, (int)skind,
@@ -235,7 +235,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   AX_TRY(ax_config_parse(&c, ocfg));
   AX_TRY(ax_optim_cfg_parse(&c, &oc));
   if (def->split && !ax_module_can_split(s->net->root))
-    return ax_seterr(AX_EUNSUPPORTED, "pipe.stage %d: %s splits the backward "
+    return ax_seterr(AX_EUNSUPPORTED, "axon.pipe.stage %d: %s splits the backward "
                      "but a layer of this stage has no split backward "
                      "(models/module.h)", s->index, def->name);
   host_quiesce(h); /* a set-up again (recovery) ends what was in flight */
@@ -244,12 +244,12 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   pthread_mutex_unlock(&s->mu);
   ax_coll_group *g = NULL, *tp = NULL;
   int zero = 0;
-  AX_TRY(replica_group(h, args, axp_wait_ms(cc), &g, &zero, &tp));
+  AX_TRY(replica_group(h, args, axi_pipe_wait_ms(cc), &g, &zero, &tp));
   size_t zoff = 0, zlen = s->net->n_params;
   if (zero && skind != AX_STALE_NONE) {
     ax_coll_group_free(tp);
     ax_coll_group_free(g);
-    return ax_seterr(AX_EINVAL, "pipe.stage %d: a staleness correction "
+    return ax_seterr(AX_EINVAL, "axon.pipe.stage %d: a staleness correction "
                      "needs the whole optimizer state (no zero)", s->index);
   }
   if (zero) /* the optimizer keeps this replica's shard only */
@@ -276,13 +276,13 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   h->stale = stale;
   ax_optim_free(s->opt);
   s->opt = o;
-  int err = axp_inbox_open(&h->in, (uint64_t)self_id);
+  int err = axi_pipe_inbox_open(&h->in, (uint64_t)self_id);
   pthread_mutex_unlock(&s->mu);
   return err;
 }
 
 /* ---- statistics reported with every operation ------------------------------ */
-int axp_host_report(phost *h, int64_t t0, ax_values *out) {
+int axi_pipe_host_report(phost *h, int64_t t0, ax_values *out) {
   long live = 0, vers = 1;
   size_t bytes = 0;
   for (pstate *st = h->states; st; st = st->next) {
@@ -326,7 +326,7 @@ static int run_loss(phost *h, const ax_values *args, size_t at,
   AX_TRY(ax_values_get_i64(args, at, &nlab));
   if (nlab < 1 || nlab > AX_TLIST_MAX ||
       ax_values_count(args) < at + 1 + 2 * (size_t)nlab)
-    return ax_seterr(AX_EBADARG, "pipe.stage: last stage needs labels");
+    return ax_seterr(AX_EBADARG, "axon.pipe.stage: last stage needs labels");
   ax_tlist lab = {0};
   int64_t norm[AX_TLIST_MAX] = {0};
   for (int i = 0; i < nlab; i++) {
@@ -344,7 +344,7 @@ static int run_loss(phost *h, const ax_values *args, size_t at,
 static int take_inputs(ax_call_ctx *cc, phost *h, const ax_values *args,
                        int64_t nin, long batch, int micro, uint64_t ctx,
                        ax_tlist *in, int64_t *wait_us) {
-  axd_stage *s = h->s;
+  axi_ag_stage *s = h->s;
   if (nin > 0) {
     for (int i = 0; i < nin; i++) {
       ax_tensor *x;
@@ -354,29 +354,29 @@ static int take_inputs(ax_call_ctx *cc, phost *h, const ax_values *args,
     }
     return AX_OK;
   }
-  axp_received meta;
-  AX_TRY(axp_inbox_take(&h->in, s->node,
+  axi_pipe_received meta;
+  AX_TRY(axi_pipe_inbox_take(&h->in, s->node,
                         h->prev ? ax_rref_owner(h->prev) : NULL,
-                        batch, micro, axp_wait_ms(cc), in,
+                        batch, micro, axi_pipe_wait_ms(cc), in,
                         &meta));
   *wait_us = meta.wait_us;
   int err = AX_OK;
   if (meta.ctx != ctx)
-    err = ax_seterr(AX_ESTATE, "pipe.stage %d: activations of %ld/%d came "
+    err = ax_seterr(AX_ESTATE, "axon.pipe.stage %d: activations of %ld/%d came "
                     "under context %llx, the forward runs under %llx",
                     s->index, batch, micro, (unsigned long long)meta.ctx,
                     (unsigned long long)ctx);
   else if (ctx)
     err = ax_dist_recv_edges(s->node, ctx, meta.from, in, meta.desc,
                              meta.len);
-  axp_received_clear(&meta);
+  axi_pipe_received_clear(&meta);
   return err;
 }
 
 static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                  ax_values *out) {
   phost *h = obj;
-  axd_stage *s = h->s;
+  axi_ag_stage *s = h->s;
   int64_t t0 = ax_trace_now_us(), batch, micro, seed, flags, nin;
   AX_TRY(ax_values_get_i64(args, 0, &batch));
   AX_TRY(ax_values_get_i64(args, 1, &micro));
@@ -384,15 +384,15 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   AX_TRY(ax_values_get_i64(args, 3, &flags));
   AX_TRY(ax_values_get_i64(args, 4, &nin));
   if (nin < 0 || nin > AX_TLIST_MAX)
-    return ax_seterr(AX_EBADARG, "pipe.stage: %lld inputs", (long long)nin);
+    return ax_seterr(AX_EBADARG, "axon.pipe.stage: %lld inputs", (long long)nin);
   int train = (flags & AX_PIPE_FLAG_TRAIN) != 0;
   uint64_t ctx = train ? ax_call_autograd_ctx(cc) : 0;
   if (train && !ctx)
-    return ax_seterr(AX_ESTATE, "pipe.stage %d: a training forward runs "
+    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: a training forward runs "
                      "under a distributed autograd context", s->index);
   ax_tlist in = {0}, y = {0};
   int64_t waited = 0;
-  int err = axp_inbox_error(&h->in);
+  int err = axi_pipe_inbox_error(&h->in);
   if (err == AX_OK)
     err = take_inputs(cc, h, args, nin, (long)batch, (int)micro, ctx, &in,
                       &waited);
@@ -411,7 +411,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   memset(&r, 0, sizeof r);
   pthread_mutex_lock(&s->mu);
   if (err == AX_OK && h->offload) /* the last update's parameters */
-    err = axp_offload_settle(h);
+    err = axi_pipe_offload_settle(h);
   int64_t tc = ax_trace_now_us();
   ax_tensor *w = s->net->params; /* the weights this forward uses */
   if (err == AX_OK && train &&
@@ -419,7 +419,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     if (h->shadow && h->shadow_for == batch)
       w = h->shadow; /* the live weights moved on: batch uses the shadow */
     else if (batch - 2 > h->last_step)
-      err = ax_seterr(AX_ESTATE, "pipe.stage %d: %s forward of batch %lld "
+      err = ax_seterr(AX_ESTATE, "axon.pipe.stage %d: %s forward of batch %lld "
                       "before the update of batch %lld (too few "
                       "micro-batches?)", s->index, h->def->name,
                       (long long)batch, (long long)batch - 2);
@@ -431,7 +431,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   if (err == AX_OK && wf)
     w = wf;
   if (err == AX_OK) {
-    ax_exec ex = axp_host_exec(h, train);
+    ax_exec ex = axi_pipe_host_exec(h, train);
     ex.params = w;
     ex.seed = (uint64_t)seed;
     ex.update_stats = train;
@@ -465,13 +465,13 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   }
   ax_tensor_release(wf);
   if (err == AX_OK)
-    err = axp_host_report(h, t0, out);
+    err = axi_pipe_host_report(h, t0, out);
   int live = 0, vers = h->versions;
   for (pstate *o = h->states; o; o = o->next)
     live++;
   pthread_mutex_unlock(&s->mu);
   if (err == AX_OK && train)
-    axp_event_compute(h->tr, s->index, ax_node_rank(s->node), "forward",
+    axi_pipe_event_compute(h->tr, s->index, ax_node_rank(s->node), "forward",
                       (long)batch, (int)micro, tc, ax_trace_now_us(), live,
                       vers);
   if (err == AX_OK && h->is_last) {
@@ -479,10 +479,10 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     ax_values_add_i64(out, r.correct[0]);
     err = ax_values_add_i64(out, r.count[0]);
   } else if (err == AX_OK) {
-    err = axp_push(s->node, &h->in, h->next, ctx, (long)batch, (int)micro,
+    err = axi_pipe_push(s->node, &h->in, h->next, ctx, (long)batch, (int)micro,
                    &y);
   }
-  axp_state_free(st);
+  axi_pipe_state_free(st);
   ax_tlist_clear(&in);
   ax_tlist_clear(&y);
   return err;
@@ -493,9 +493,9 @@ static int m_state_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                         ax_values *out) {
   phost *h = obj;
   pthread_mutex_lock(&h->s->mu);
-  int err = h->offload ? axp_offload_settle(h) : AX_OK;
+  int err = h->offload ? axi_pipe_offload_settle(h) : AX_OK;
   pthread_mutex_unlock(&h->s->mu);
-  return err == AX_OK ? axd_stage_state_save(h->s, out) : err;
+  return err == AX_OK ? axi_ag_stage_state_save(h->s, out) : err;
 }
 
 static int m_teardown(ax_call_ctx *cc, void *obj, const ax_values *args,
@@ -508,7 +508,7 @@ static int m_teardown(ax_call_ctx *cc, void *obj, const ax_values *args,
   return AX_OK;
 }
 
-/* "offload" [optimizer RRef]: STEPs update through that "pipe.optim"
+/* "offload" [optimizer RRef]: STEPs update through that "axon.pipe.optim"
  * object from now on; the local optimizer and its state are freed. */
 static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
                      ax_values *out) {
@@ -519,15 +519,15 @@ static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
   pthread_mutex_lock(&h->s->mu);
   int err = AX_OK;
   if (r && (h->zero || h->stale.kind != AX_STALE_NONE))
-    err = ax_seterr(AX_EINVAL, "pipe.stage %d: an optimizer on another agent "
+    err = ax_seterr(AX_EINVAL, "axon.pipe.stage %d: an optimizer on another agent "
                     "with %s", h->s->index,
                     h->zero ? "a sharded one (zero)" : "a staleness correction");
   if (err == AX_OK && !r)
-    err = ax_seterr(AX_EINVAL, "pipe.stage %d: offload needs the optimizer's "
+    err = ax_seterr(AX_EINVAL, "axon.pipe.stage %d: offload needs the optimizer's "
                     "RRef (the local state is gone; set up again to get it "
                     "back)", h->s->index);
   if (err == AX_OK && h->offload) /* the old target's update first */
-    err = axp_offload_settle(h);
+    err = axi_pipe_offload_settle(h);
   if (err == AX_OK) {
     ax_rref_release(h->offload);
     h->offload = ax_rref_retain(r);
@@ -540,20 +540,20 @@ static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
 
 static int m_trace(ax_call_ctx *cc, void *obj, const ax_values *args,
                    ax_values *out) {
-  return axp_events_take(((phost *)obj)->tr, out);
+  return axi_pipe_events_take(((phost *)obj)->tr, out);
 }
 
-/* The training actions run in their rank's order (stage_line.h). */
+/* The training actions run in their rank's order (stage_line-impl.h). */
 #define IN_LINE(name, fn)                                                     \
   static int name(ax_call_ctx *cc, void *obj, const ax_values *args,          \
                   ax_values *out) {                                           \
-    return axp_line_call(cc, &((phost *)obj)->line, obj, fn, args, out);      \
+    return axi_pipe_line_call(cc, &((phost *)obj)->line, obj, fn, args, out);      \
   }
 IN_LINE(l_fwd, m_fwd)
-IN_LINE(l_bwd, axp_host_bwd)
-IN_LINE(l_bwdi, axp_host_bwd_input)
-IN_LINE(l_bwdw, axp_host_bwd_weight)
-IN_LINE(l_step, axp_host_step)
+IN_LINE(l_bwd, axi_pipe_host_bwd)
+IN_LINE(l_bwdi, axi_pipe_host_bwd_input)
+IN_LINE(l_bwdw, axi_pipe_host_bwd_weight)
+IN_LINE(l_step, axi_pipe_host_step)
 
 static const ax_robj_method_def g_methods[] = {
     {"setup", m_setup}, {"fwd", l_fwd},
@@ -561,20 +561,20 @@ static const ax_robj_method_def g_methods[] = {
     {"bwdw", l_bwdw}, {"step", l_step},
     {"state_save", m_state_save}, {"teardown", m_teardown},
     {"trace", m_trace}, {"offload", m_offload},
-    {"ckpt_save", axp_host_ckpt_save},
-    {"ckpt_load", axp_host_ckpt_load}, {"ckpt_drop", axp_host_ckpt_drop},
-    {"ckpt_wait", axp_host_ckpt_wait},
-    {"ckpt_mem_save", axp_host_ckpt_mem_save},
-    {"ckpt_mem_load", axp_host_ckpt_mem_load},
+    {"ckpt_save", axi_pipe_host_ckpt_save},
+    {"ckpt_load", axi_pipe_host_ckpt_load}, {"ckpt_drop", axi_pipe_host_ckpt_drop},
+    {"ckpt_wait", axi_pipe_host_ckpt_wait},
+    {"ckpt_mem_save", axi_pipe_host_ckpt_mem_save},
+    {"ckpt_mem_load", axi_pipe_host_ckpt_mem_load},
     {NULL, NULL},
 };
 
-static const ax_robj_kind g_kind = {"pipe.stage", host_create, host_destroy,
+static const ax_robj_kind g_kind = {"axon.pipe.stage", host_create, host_destroy,
                                     g_methods};
 
 int axi_pipe_host_register(ax_node *n) {
-  AX_TRY(axp_inbox_register_rpc(n));
-  AX_TRY(axp_optim_register(n));
-  AX_TRY(axp_mem_store_register(n));
+  AX_TRY(axi_pipe_inbox_register_rpc(n));
+  AX_TRY(axi_pipe_optim_register(n));
+  AX_TRY(axi_pipe_mem_store_register(n));
   return ax_robj_register(n, &g_kind);
 }

@@ -1,4 +1,4 @@
-/* The pipeline stage host: remote object kind "pipe.stage" (registered by
+/* The pipeline stage host: remote object kind "axon.pipe.stage" (registered by
  * ax_pipe_init on every agent) that runs one model stage under a schedule
  * the coordinator drives (runtime/pipeline/coord/coordinator.h).
  *
@@ -8,7 +8,7 @@
  *
  * Methods (every call on one host runs one at a time under the stage lock).
  * "fwd", "bwd", "bwdi", "bwdw" and "step" calls that carry the sequence
- * metadata of stage_line.h run in their agent's order on its line, one at
+ * metadata of stage_line-impl.h run in their agent's order on its line, one at
  * a time across the stages the agent holds, however many are in flight;
  * without it they run at once. "setup", "teardown" and destroying the host
  * cancel its queued actions and wait for the running one. A push
@@ -93,15 +93,15 @@
  *  - "ckpt_drop" [dir, name]: removes that file of an old checkpoint.
  *  - "ckpt_mem_save" [key, peer]: keeps the stage's file (as "ckpt_save"
  *    makes it) in this agent's memory and sends a copy to agent peer
- *    ("pipe.mem_keep"; "" or this agent: no copy), both under the
+ *    ("axon.pipe.mem_keep"; "" or this agent: no copy), both under the
  *    caller's name and key; [size, sha256 hex]. ax_pipe_checkpoint_memory.
  *  - "ckpt_mem_load" [key, holder, size, sha256 hex]: the caller's copy
- *    under key from agent holder ("pipe.mem_fetch"; this agent's own
+ *    under key from agent holder ("axon.pipe.mem_fetch"; this agent's own
  *    memory when it is holder), checked as "ckpt_load" checks a file, then
- *    loaded. The agent-wide store and its "pipe.mem_keep",
- *    "pipe.mem_fetch" and "pipe.mem_forget" are in stage_ckpt_mem.c.
+ *    loaded. The agent-wide store and its "axon.pipe.mem_keep",
+ *    "axon.pipe.mem_fetch" and "axon.pipe.mem_forget" are in stage_ckpt_mem.c.
  *  - "offload" [optimizer RRef]: every STEP from now on sends the
- *    (averaged) gradient to that "pipe.optim" object on another agent and
+ *    (averaged) gradient to that "axon.pipe.optim" object on another agent and
  *    copies the parameters it answers (stage_offload.c; the coordinator
  *    made it and gave it the parameters and the optimizer configuration);
  *    the local optimizer and its state are freed ("setup" makes one
@@ -116,8 +116,5 @@
 
 #define AX_PIPE_FLAG_TRAIN 1
 #define AX_PIPE_FLAG_RECOMPUTE 2
-
-/* Registers "pipe.stage" on n (called by ax_pipe_init, pipeline.h). */
-int axi_pipe_host_register(ax_node *n);
 
 #endif

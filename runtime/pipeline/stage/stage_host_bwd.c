@@ -55,7 +55,7 @@ static int shadow_live(phost *h, long t) {
 }
 
 /* ---- taken gradients and their sum in micro-batch order ------------------- */
-void axp_grads_clear(phost *h) {
+void axi_pipe_grads_clear(phost *h) {
   for (pgrad *g = h->grads, *nx; g; g = nx) {
     nx = g->next;
     ax_tensor_release(g->g);
@@ -71,9 +71,9 @@ void axp_grads_clear(phost *h) {
  * micro-batch in order is there, so the sum is always 0, 1, ..., U-1 and a
  * buffer goes back to the pool as soon as it is added. s->mu held. */
 static int fold(phost *h, long t) {
-  axd_stage *s = h->s;
+  axi_ag_stage *s = h->s;
   if (h->acc && h->acc_batch != t)
-    return ax_seterr(AX_ESTATE, "pipe.stage %d: gradients of batch %ld not "
+    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: gradients of batch %ld not "
                      "stepped before batch %ld", s->index, h->acc_batch, t);
   for (;;) {
     pgrad **pp = &h->grads;
@@ -102,7 +102,7 @@ static int fold(phost *h, long t) {
  * the gradients (the all-reduce's first half, the same bits), this shard's
  * optimizer step, then every replica's updated shard (its second half). */
 static int zero_step(phost *h) {
-  axd_stage *s = h->s;
+  axi_ag_stage *s = h->s;
   int64_t n = (int64_t)h->zero_len;
   AX_TRY(ax_coll_reduce_scatter(h->replicas, h->acc, AX_COLL_AVG));
   ax_tensor *p = ax_tensor_view(s->net->params, h->zero_off, 1, &n),
@@ -117,14 +117,14 @@ static int zero_step(phost *h) {
  * micro-batch order, updates the weights (states still using the live
  * weights get their stashed copy first). s->mu held. */
 static int step_locked(phost *h, long t, int units) {
-  axd_stage *s = h->s;
+  axi_ag_stage *s = h->s;
   if (!s->opt && !h->offload)
-    return ax_seterr(AX_ESTATE, "pipe.stage: no optimizer (setup)");
+    return ax_seterr(AX_ESTATE, "axon.pipe.stage: no optimizer (setup)");
   if (h->offload) /* the previous update's parameters first */
-    AX_TRY(axp_offload_settle(h));
+    AX_TRY(axi_pipe_offload_settle(h));
   AX_TRY(fold(h, t));
   if (!h->acc || h->acc_next != units)
-    return ax_seterr(AX_ESTATE, "pipe.stage %d: step of batch %ld with the "
+    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: step of batch %ld with the "
                      "gradients of %d of its %d units", s->index, t,
                      h->acc ? h->acc_next : 0, units);
   int dbuf = h->def->fwd_weights == AX_FWD_DOUBLE_BUFFERED;
@@ -142,7 +142,7 @@ static int step_locked(phost *h, long t, int units) {
     if (err == AX_OK && h->replicas) /* data parallel: every replica's */
       err = ax_coll_allreduce(h->replicas, h->acc, AX_COLL_AVG);
     if (err == AX_OK)
-      err = h->offload ? axp_offload_step(h)
+      err = h->offload ? axi_pipe_offload_step(h)
                        : ax_optim_step(s->opt, s->net->params, h->acc);
   }
   if (err == AX_OK)
@@ -168,9 +168,9 @@ enum { PART_FULL = 0, PART_INPUT = 1, PART_WEIGHT = 2 };
 static int backward_locked(phost *h, pstate *st, int part,
                            const ax_tlist *dy, ax_tensor *g, ax_tlist *din,
                            int64_t mark[3]) {
-  axd_stage *s = h->s;
+  axi_ag_stage *s = h->s;
   ax_net *net = s->net;
-  ax_exec ex = axp_host_exec(h, 1);
+  ax_exec ex = axi_pipe_host_exec(h, 1);
   ex.params = st->ver ? st->ver : net->params;
   ex.seed = st->seed;
   ax_tensor *wb = NULL; /* pipemare's corrected weights (staleness.h) */
@@ -218,7 +218,7 @@ static int output_grads(ax_call_ctx *cc, phost *h, pstate *st, uint64_t ctx,
     return AX_OK;
   }
   int64_t t0 = ax_trace_now_us();
-  AX_TRY(ax_dist_take_grads(h->s->node, ctx, st->fn, axp_wait_ms(cc), dy));
+  AX_TRY(ax_dist_take_grads(h->s->node, ctx, st->fn, axi_pipe_wait_ms(cc), dy));
   *wait_us = ax_trace_now_us() - t0;
   for (int i = 0; i < dy->n; i++) { /* onto the stage's device */
     ax_tensor *x = dy->t[i] ? ax_tensor_to(dy->t[i], h->s->dev) : NULL;
@@ -227,7 +227,7 @@ static int output_grads(ax_call_ctx *cc, phost *h, pstate *st, uint64_t ctx,
     ax_tensor_release(dy->t[i]);
     dy->t[i] = x;
   }
-  axp_event_xfer(h->tr, h->s->index, 0, AXP_GRADIENTS, st->batch, st->micro,
+  axi_pipe_event_xfer(h->tr, h->s->index, 0, AXP_GRADIENTS, st->batch, st->micro,
                  h->s->index + 1, dy, t0, ax_trace_now_us());
   return AX_OK;
 }
@@ -235,7 +235,7 @@ static int output_grads(ax_call_ctx *cc, phost *h, pstate *st, uint64_t ctx,
 /* The unit's parameter gradients leave its context for the sum in
  * micro-batch order (s->mu held). */
 static int collect_grads(phost *h, uint64_t ctx, long batch, int micro) {
-  axd_stage *s = h->s;
+  axi_ag_stage *s = h->s;
   ax_tensor *taken = NULL;
   pgrad *pg = calloc(1, sizeof *pg);
   int err = pg ? ax_dist_take_gradients(s->node, ctx, s->key, &taken)
@@ -277,7 +277,7 @@ static pstate *state_for(phost *h, long batch, int micro, int part,
  * bwdw, [step, units]. */
 static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
                          int part, ax_values *out) {
-  axd_stage *s = h->s;
+  axi_ag_stage *s = h->s;
   int64_t t0 = ax_trace_now_us(), batch, micro, step = 0, units = 1;
   AX_TRY(ax_values_get_i64(args, 0, &batch));
   AX_TRY(ax_values_get_i64(args, 1, &micro));
@@ -285,19 +285,19 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
     AX_TRY(ax_values_get_i64(args, 2, &step));
   if (step && (ax_values_get_i64(args, 3, &units) != AX_OK || units < 1 ||
                units > 1 << 20))
-    return ax_seterr(AX_EBADARG, "pipe.stage: a backward with a step needs "
+    return ax_seterr(AX_EBADARG, "axon.pipe.stage: a backward with a step needs "
                      "the batch's unit count (argument 3)");
   uint64_t ctx = ax_call_autograd_ctx(cc);
   if (!ctx)
-    return ax_seterr(AX_ESTATE, "pipe.stage %d: a backward runs under its "
+    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: a backward runs under its "
                      "unit's distributed autograd context", s->index);
-  AX_TRY(axp_inbox_error(&h->in));
+  AX_TRY(axi_pipe_inbox_error(&h->in));
   const char *why = NULL;
   pthread_mutex_lock(&s->mu);
   pstate *st = state_for(h, batch, (int)micro, part, &why);
   pthread_mutex_unlock(&s->mu);
   if (!st)
-    return ax_seterr(AX_ENOTFOUND, "pipe.stage %d: batch %lld/%lld: %s",
+    return ax_seterr(AX_ENOTFOUND, "axon.pipe.stage %d: batch %lld/%lld: %s",
                      s->index, (long long)batch, (long long)micro, why);
   ax_tlist dy = {0}, din = {0};
   int64_t waited = 0;
@@ -313,7 +313,7 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
     err = ax_dist_grads(s->node, ctx, s->key, s->net->n_params, s->dev, &g);
   pthread_mutex_lock(&s->mu);
   if (err == AX_OK && h->offload)
-    err = axp_offload_settle(h);
+    err = axi_pipe_offload_settle(h);
   if (err == AX_OK)
     err = backward_locked(h, st, part, &dy, g, &din, mark);
   if (err == AX_OK && part != PART_INPUT)
@@ -331,26 +331,26 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
           *pp = st->next;
           break;
         }
-      axp_state_free(st);
+      axi_pipe_state_free(st);
     }
   } else {
-    axp_state_free(st);
+    axi_pipe_state_free(st);
   }
   if (err == AX_OK)
-    err = axp_host_report(h, t0, out);
+    err = axi_pipe_host_report(h, t0, out);
   for (pstate *o = h->states; o; o = o->next)
     live++;
   int vers = h->versions, agent = ax_node_rank(s->node);
   pthread_mutex_unlock(&s->mu);
   if (err == AX_OK) {
     if (replay)
-      axp_event_compute(h->tr, s->index, agent, "recompute", (long)batch,
+      axi_pipe_event_compute(h->tr, s->index, agent, "recompute", (long)batch,
                         (int)micro, mark[0], mark[1], -1, -1);
-    axp_event_compute(h->tr, s->index, agent,
+    axi_pipe_event_compute(h->tr, s->index, agent,
                       part == PART_WEIGHT ? "weight" : "backward",
                       (long)batch, (int)micro, mark[1], mark[2], live, vers);
     if (step)
-      axp_event_compute(h->tr, s->index, agent, "optim", (long)batch,
+      axi_pipe_event_compute(h->tr, s->index, agent, "optim", (long)batch,
                         (int)micro, mark[2], mark[3], -1, vers);
   }
   if (err == AX_OK && part != PART_WEIGHT && !s->is_first) {
@@ -359,11 +359,11 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
     ax_future *f = NULL;
     err = ax_dist_pass_grads(s->node, ctx, fn, &din, &f);
     if (err == AX_OK) {
-      err = ax_future_on_done(f, axp_on_pushed, (void *)(uintptr_t)h->in.id);
+      err = ax_future_on_done(f, axi_pipe_on_pushed, (void *)(uintptr_t)h->in.id);
       ax_future_release(f);
     }
     if (err == AX_OK)
-      axp_event_xfer(h->tr, s->index, 1, AXP_GRADIENTS, (long)batch,
+      axi_pipe_event_xfer(h->tr, s->index, 1, AXP_GRADIENTS, (long)batch,
                      (int)micro, s->index - 1, &din, ts, ax_trace_now_us());
   }
   ax_tensor_release(g);
@@ -372,38 +372,38 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
   return err;
 }
 
-int axp_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                  ax_values *out) {
   return host_backward(cc, obj, args, PART_FULL, out);
 }
 
-int axp_host_bwd_input(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_bwd_input(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out) {
   return host_backward(cc, obj, args, PART_INPUT, out);
 }
 
-int axp_host_bwd_weight(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_bwd_weight(ax_call_ctx *cc, void *obj, const ax_values *args,
                         ax_values *out) {
   return host_backward(cc, obj, args, PART_WEIGHT, out);
 }
 
-int axp_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
                   ax_values *out) {
   phost *h = obj;
   int64_t t0 = ax_trace_now_us(), batch, units;
   AX_TRY(ax_values_get_i64(args, 0, &batch));
   AX_TRY(ax_values_get_i64(args, 1, &units));
   if (units < 1 || units > 1 << 20)
-    return ax_seterr(AX_EBADARG, "pipe.stage: step over %lld units",
+    return ax_seterr(AX_EBADARG, "axon.pipe.stage: step over %lld units",
                      (long long)units);
   pthread_mutex_lock(&h->s->mu);
   int err = step_locked(h, (long)batch, (int)units);
   if (err == AX_OK)
-    err = axp_host_report(h, t0, out);
+    err = axi_pipe_host_report(h, t0, out);
   int vers = h->versions;
   pthread_mutex_unlock(&h->s->mu);
   if (err == AX_OK)
-    axp_event_compute(h->tr, h->s->index, ax_node_rank(h->s->node), "optim",
+    axi_pipe_event_compute(h->tr, h->s->index, ax_node_rank(h->s->node), "optim",
                       (long)batch, 0, t0, ax_trace_now_us(), -1, vers);
   return err;
 }

@@ -6,25 +6,26 @@
 #include <string.h>
 #include <time.h>
 
+#include "axon/rpc/builtin-impl.h"
 #include "axon/runtime/autograd/autograd.h"
 #include "axon/runtime/pipeline/trace/stage_events.h"
 #include "axon/runtime/pipeline/stage/stage_inbox.h"
 
-struct axp_ientry { /* pushed activations waiting for their forward */
+struct axi_pipe_ientry { /* pushed activations waiting for their forward */
   long batch;
   int micro;
   ax_tlist t;
-  axp_received meta; /* context, sender and autograd descriptor */
-  struct axp_ientry *next;
+  axi_pipe_received meta; /* context, sender and autograd descriptor */
+  struct axi_pipe_ientry *next;
 };
 
-static void entry_free(axp_ientry *e) {
+static void entry_free(axi_pipe_ientry *e) {
   ax_tlist_clear(&e->t);
   free(e->meta.desc);
   free(e);
 }
 
-void axp_received_clear(axp_received *r) {
+void axi_pipe_received_clear(axi_pipe_received *r) {
   free(r->desc);
   memset(r, 0, sizeof *r);
 }
@@ -32,20 +33,20 @@ void axp_received_clear(axp_received *r) {
 /* Every registered inbox of this process, by id. Lock order: g_mu, then an
  * inbox's mu. */
 typedef struct reg {
-  axp_inbox *ib;
+  axi_pipe_inbox *ib;
   struct reg *next;
 } reg;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static reg *g_reg;
 
-static axp_inbox *find_locked(uint64_t id) {
+static axi_pipe_inbox *find_locked(uint64_t id) {
   for (reg *r = g_reg; r; r = r->next)
     if (r->ib->id == id)
       return r->ib;
   return NULL;
 }
 
-static void unregister(axp_inbox *ib) {
+static void unregister(axi_pipe_inbox *ib) {
   pthread_mutex_lock(&g_mu);
   for (reg **pp = &g_reg; *pp; pp = &(*pp)->next)
     if ((*pp)->ib == ib) {
@@ -58,7 +59,7 @@ static void unregister(axp_inbox *ib) {
   pthread_mutex_unlock(&g_mu);
 }
 
-void axp_inbox_init(axp_inbox *ib, int stage, ax_device dev, ax_trace *tr) {
+void axi_pipe_inbox_init(axi_pipe_inbox *ib, int stage, ax_device dev, ax_trace *tr) {
   memset(ib, 0, sizeof *ib);
   pthread_mutex_init(&ib->mu, NULL);
   pthread_cond_init(&ib->cv, NULL);
@@ -67,27 +68,27 @@ void axp_inbox_init(axp_inbox *ib, int stage, ax_device dev, ax_trace *tr) {
   ib->tr = tr;
 }
 
-void axp_inbox_close(axp_inbox *ib) {
+void axi_pipe_inbox_close(axi_pipe_inbox *ib) {
   unregister(ib);
   pthread_mutex_lock(&ib->mu);
-  axp_ientry *e = ib->head;
+  axi_pipe_ientry *e = ib->head;
   ib->head = NULL;
   ib->closed = 1;
   pthread_cond_broadcast(&ib->cv);
   pthread_mutex_unlock(&ib->mu);
-  for (axp_ientry *nx; e; e = nx) {
+  for (axi_pipe_ientry *nx; e; e = nx) {
     nx = e->next;
     entry_free(e);
   }
 }
 
-void axp_inbox_destroy(axp_inbox *ib) {
-  axp_inbox_close(ib);
+void axi_pipe_inbox_destroy(axi_pipe_inbox *ib) {
+  axi_pipe_inbox_close(ib);
   pthread_cond_destroy(&ib->cv);
   pthread_mutex_destroy(&ib->mu);
 }
 
-int axp_inbox_open(axp_inbox *ib, uint64_t id) {
+int axi_pipe_inbox_open(axi_pipe_inbox *ib, uint64_t id) {
   unregister(ib);
   reg *r = calloc(1, sizeof *r);
   if (!r)
@@ -96,7 +97,7 @@ int axp_inbox_open(axp_inbox *ib, uint64_t id) {
   if (id == 0 || find_locked(id)) {
     pthread_mutex_unlock(&g_mu);
     free(r);
-    return ax_seterr(AX_ESTATE, "pipe.stage %d: inbox id %llx is taken",
+    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: inbox id %llx is taken",
                      ib->stage, (unsigned long long)id);
   }
   pthread_mutex_lock(&ib->mu);
@@ -112,7 +113,7 @@ int axp_inbox_open(axp_inbox *ib, uint64_t id) {
   return AX_OK;
 }
 
-/* "pipe.give" [id, batch, micro, desc, tensors or i64 0 ...], inline
+/* "axon.pipe.give" [id, batch, micro, desc, tensors or i64 0 ...], inline
  * on the transport thread: stores the list (moved to the inbox's device),
  * its context, sender and autograd descriptor in the inbox and wakes its
  * operation. */
@@ -127,9 +128,9 @@ static int h_give(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   AX_TRY(ax_values_get_bytes(args, 3, &desc, &dlen));
   size_t n = ax_values_count(args) - 4;
   if (n > AX_TLIST_MAX || dlen > 4096)
-    return ax_seterr(AX_EBADARG, "pipe.give: %zu tensors, %zu descriptor "
+    return ax_seterr(AX_EBADARG, "axon.pipe.give: %zu tensors, %zu descriptor "
                      "bytes", n, dlen);
-  axp_ientry *e = calloc(1, sizeof *e);
+  axi_pipe_ientry *e = calloc(1, sizeof *e);
   if (!e || (dlen && !(e->meta.desc = malloc(dlen)))) {
     free(e);
     return AX_ENOMEM;
@@ -143,9 +144,9 @@ static int h_give(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   e->meta.len = dlen;
   int err = AX_OK;
   pthread_mutex_lock(&g_mu);
-  axp_inbox *ib = find_locked((uint64_t)id);
+  axi_pipe_inbox *ib = find_locked((uint64_t)id);
   if (!ib)
-    err = ax_seterr(AX_ENOTFOUND, "pipe.give: no stage with id %llx on this "
+    err = ax_seterr(AX_ENOTFOUND, "axon.pipe.give: no stage with id %llx on this "
                     "node (torn down?)", (unsigned long long)id);
   for (size_t i = 0; err == AX_OK && i < n; i++) {
     ax_tensor *x = NULL;
@@ -170,18 +171,18 @@ static int h_give(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   return err;
 }
 
-int axp_inbox_register_rpc(ax_node *n) {
-  return ax_rpc_register_inline(n, "pipe.give", h_give, NULL);
+int axi_pipe_inbox_register_rpc(ax_node *n) {
+  return axi_register_ex(n, "axon.pipe.give", h_give, NULL, 1);
 }
 
 /* A push finished: a failure is kept by the producer (found by its id). */
-void axp_on_pushed(ax_future *f, void *user) {
+void axi_pipe_on_pushed(ax_future *f, void *user) {
   uint64_t self = (uint64_t)(uintptr_t)user;
   int err = ax_future_err(f);
   if (err == AX_OK)
     return;
   pthread_mutex_lock(&g_mu);
-  axp_inbox *ib = find_locked(self);
+  axi_pipe_inbox *ib = find_locked(self);
   if (ib) {
     pthread_mutex_lock(&ib->mu);
     if (ib->err == AX_OK) {
@@ -194,10 +195,10 @@ void axp_on_pushed(ax_future *f, void *user) {
   pthread_mutex_unlock(&g_mu);
 }
 
-int axp_push(ax_node *n, axp_inbox *self, ax_rref *to, uint64_t ctx,
+int axi_pipe_push(ax_node *n, axi_pipe_inbox *self, ax_rref *to, uint64_t ctx,
              long batch, int micro, const ax_tlist *t) {
   if (!to)
-    return ax_seterr(AX_ESTATE, "pipe.stage %d: no neighbour to send to "
+    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: no neighbour to send to "
                      "(setup missing?)", self->stage);
   int64_t t0 = ax_trace_now_us();
   void *desc = NULL;
@@ -225,47 +226,47 @@ int axp_push(ax_node *n, axp_inbox *self, ax_rref *to, uint64_t ctx,
   ax_future *f = NULL;
   ax_call_opts co = {.autograd_ctx = ctx};
   if (err == AX_OK)
-    err = ax_rpc_async(n, ax_rref_owner(to), "pipe.give", a, &co, &f);
+    err = ax_rpc_async(n, ax_rref_owner(to), "axon.pipe.give", a, &co, &f);
   ax_values_free(a);
   if (err == AX_OK) {
-    err = ax_future_on_done(f, axp_on_pushed, (void *)(uintptr_t)self->id);
+    err = ax_future_on_done(f, axi_pipe_on_pushed, (void *)(uintptr_t)self->id);
     ax_future_release(f);
   }
   if (err == AX_OK)
-    axp_event_xfer(self->tr, self->stage, 1, AXP_ACTIVATIONS, batch, micro,
+    axi_pipe_event_xfer(self->tr, self->stage, 1, AXP_ACTIVATIONS, batch, micro,
                    self->stage + 1, t, t0, ax_trace_now_us());
   return err;
 }
 
-static axp_ientry *unlink_locked(axp_inbox *ib, long batch, int micro) {
-  for (axp_ientry **pp = &ib->head; *pp; pp = &(*pp)->next)
+static axi_pipe_ientry *unlink_locked(axi_pipe_inbox *ib, long batch, int micro) {
+  for (axi_pipe_ientry **pp = &ib->head; *pp; pp = &(*pp)->next)
     if ((*pp)->batch == batch &&
         (*pp)->micro == micro) {
-      axp_ientry *e = *pp;
+      axi_pipe_ientry *e = *pp;
       *pp = e->next;
       return e;
     }
   return NULL;
 }
 
-int axp_inbox_take(axp_inbox *ib, ax_node *n, const char *from, long batch, int micro, int64_t timeout_ms, ax_tlist *t,
-                   axp_received *meta) {
+int axi_pipe_inbox_take(axi_pipe_inbox *ib, ax_node *n, const char *from, long batch, int micro, int64_t timeout_ms, ax_tlist *t,
+                   axi_pipe_received *meta) {
   memset(t, 0, sizeof *t);
   memset(meta, 0, sizeof *meta);
   int64_t t0 = ax_trace_now_us(), end = t0 + timeout_ms * 1000;
   const char *what = "activation";
   int err = AX_OK;
-  axp_ientry *e = NULL;
+  axi_pipe_ientry *e = NULL;
   pthread_mutex_lock(&ib->mu);
   while (!(e = unlink_locked(ib, batch, micro))) {
     if (ib->closed) {
-      err = ax_seterr(AX_ECLOSED, "pipe.stage %d: torn down while waiting for "
+      err = ax_seterr(AX_ECLOSED, "axon.pipe.stage %d: torn down while waiting for "
                       "the %s of batch %ld/%d", ib->stage, what, batch, micro);
       break;
     }
     int64_t now = ax_trace_now_us();
     if (now >= end) {
-      err = ax_seterr(AX_ETIMEOUT, "pipe.stage %d: no %s of batch %ld/%d "
+      err = ax_seterr(AX_ETIMEOUT, "axon.pipe.stage %d: no %s of batch %ld/%d "
                       "from %s in %lld ms", ib->stage, what, batch, micro,
                       from ? from : "the neighbour", (long long)timeout_ms);
       break;
@@ -275,7 +276,7 @@ int axp_inbox_take(axp_inbox *ib, ax_node *n, const char *from, long batch, int 
       pthread_mutex_lock(&ib->mu);
       if ((e = unlink_locked(ib, batch, micro)))
         break; /* it arrived after all */
-      err = ax_seterr(AX_EPEERDOWN, "pipe.stage %d: %s is down; no %s of "
+      err = ax_seterr(AX_EPEERDOWN, "axon.pipe.stage %d: %s is down; no %s of "
                       "batch %ld/%d", ib->stage, from, what, batch, micro);
       break;
     }
@@ -297,18 +298,18 @@ int axp_inbox_take(axp_inbox *ib, ax_node *n, const char *from, long batch, int 
   *meta = e->meta;
   meta->wait_us = ax_trace_now_us() - t0;
   free(e);
-  axp_event_xfer(ib->tr, ib->stage, 0, AXP_ACTIVATIONS, batch, micro,
+  axi_pipe_event_xfer(ib->tr, ib->stage, 0, AXP_ACTIVATIONS, batch, micro,
                  ib->stage - 1, t, t0,
                  ax_trace_now_us());
   return AX_OK;
 }
 
-int axp_inbox_error(axp_inbox *ib) {
+int axi_pipe_inbox_error(axi_pipe_inbox *ib) {
   pthread_mutex_lock(&ib->mu);
   int err = ib->err;
   char msg[256];
   snprintf(msg, sizeof msg, "%s", ib->msg);
   pthread_mutex_unlock(&ib->mu);
   return err == AX_OK ? AX_OK
-                      : ax_seterr(err, "pipe.stage %d: %s", ib->stage, msg);
+                      : ax_seterr(err, "axon.pipe.stage %d: %s", ib->stage, msg);
 }

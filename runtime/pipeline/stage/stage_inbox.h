@@ -9,15 +9,15 @@
  *
  * Addressing: every host registers its inbox under the global id of its
  * own RRef (ax_rref_id, passed by the coordinator at setup); a producer
- * sends "pipe.give" [id, batch, micro, desc, tensors or i64 0 ...] to
+ * sends "axon.pipe.give" [id, batch, micro, desc, tensors or i64 0 ...] to
  * the owner of its neighbour's RRef, under the unit's distributed autograd
  * context: desc is the sender's ax_dist_send_edges descriptor, which the
  * consumer turns into receive edges (ax_dist_recv_edges) when it uses the
  * tensors. Only activations travel this way; gradients go back along
- * those edges ("ax.dist.grad", runtime/autograd/autograd.h).
+ * those edges ("axon.autograd.grad", runtime/autograd/autograd.h).
  *
  * Errors: a push that fails (peer down, no such inbox) is remembered by the
- * producer's inbox and returned by its next operation (axp_inbox_error);
+ * producer's inbox and returned by its next operation (axi_pipe_inbox_error);
  * a consumer waits at most until its call's deadline, and gives up early
  * when the producer's node is down or the inbox is closed (teardown).
  *
@@ -35,23 +35,23 @@
 #define AXP_ACTIVATIONS 0
 #define AXP_GRADIENTS 1
 
-typedef struct axp_ientry axp_ientry;
+typedef struct axi_pipe_ientry axi_pipe_ientry;
 
 /* What came with a pushed list: its context, the producing node and the
- * autograd descriptor (malloc'd; axp_received_clear frees it). */
-typedef struct axp_received {
+ * autograd descriptor (malloc'd; axi_pipe_received_clear frees it). */
+typedef struct axi_pipe_received {
   uint64_t ctx;
   char from[64];
   void *desc;
   size_t len;
   int64_t wait_us; /* how long the take waited for them */
-} axp_received;
-void axp_received_clear(axp_received *r);
+} axi_pipe_received;
+void axi_pipe_received_clear(axi_pipe_received *r);
 
-typedef struct axp_inbox {
+typedef struct axi_pipe_inbox {
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  axp_ientry *head;
+  axi_pipe_ientry *head;
   int stage;       /* for messages and trace events */
   ax_device dev;   /* where received tensors are moved */
   uint64_t id;     /* registered under this id; 0 = not registered */
@@ -59,40 +59,40 @@ typedef struct axp_inbox {
   int err;         /* first failed push of this host (AX_OK: none) */
   char msg[256];
   ax_trace *tr;    /* events (may be NULL) */
-} axp_inbox;
+} axi_pipe_inbox;
 
-void axp_inbox_init(axp_inbox *ib, int stage, ax_device dev, ax_trace *tr);
+void axi_pipe_inbox_init(axi_pipe_inbox *ib, int stage, ax_device dev, ax_trace *tr);
 /* Unregisters, wakes waiters (AX_ECLOSED), drops every entry. The inbox
- * may be registered again afterwards (axp_inbox_open). */
-void axp_inbox_close(axp_inbox *ib);
+ * may be registered again afterwards (axi_pipe_inbox_open). */
+void axi_pipe_inbox_close(axi_pipe_inbox *ib);
 /* Close, then destroy the lock and condition. */
-void axp_inbox_destroy(axp_inbox *ib);
+void axi_pipe_inbox_destroy(axi_pipe_inbox *ib);
 /* Registers ib under id (reopening it); AX_ESTATE if id is taken. */
-int axp_inbox_open(axp_inbox *ib, uint64_t id);
+int axi_pipe_inbox_open(axi_pipe_inbox *ib, uint64_t id);
 
-/* Registers the inline "pipe.give" handler on n (once per node). */
-int axp_inbox_register_rpc(ax_node *n);
+/* Registers the inline "axon.pipe.give" handler on n (once per node). */
+int axi_pipe_inbox_register_rpc(ax_node *n);
 
 /* Sends t (borrowed) to the inbox of the host `to` refers to under ctx
  * (0: none; else its send edges are recorded and the context then forgets
  * t, ax_dist_forget, before it is sent), without waiting for the
  * answer; a failure is recorded in `self` (the producer's inbox). Records a
  * send event. AX_OK once queued. */
-int axp_push(ax_node *n, axp_inbox *self, ax_rref *to, uint64_t ctx,
+int axi_pipe_push(ax_node *n, axi_pipe_inbox *self, ax_rref *to, uint64_t ctx,
              long batch, int micro, const ax_tlist *t);
 /* The completion callback of a send whose failure the producer keeps:
  * user = (uintptr_t) the producer inbox's id. */
-void axp_on_pushed(ax_future *f, void *user);
+void axi_pipe_on_pushed(ax_future *f, void *user);
 
 /* Takes (kind, batch, micro) from ib into *t (new references on ib->dev)
  * and *meta (the caller clears it), waiting until timeout_ms passes, the
  * inbox is closed, or `from` (the producer's node, may be NULL) is down.
  * Records a recv event covering the wait. */
-int axp_inbox_take(axp_inbox *ib, ax_node *n, const char *from, long batch,
+int axi_pipe_inbox_take(axi_pipe_inbox *ib, ax_node *n, const char *from, long batch,
                    int micro, int64_t timeout_ms, ax_tlist *t,
-                   axp_received *meta);
+                   axi_pipe_received *meta);
 
 /* The first failed push of this host, as an error (AX_OK if none). */
-int axp_inbox_error(axp_inbox *ib);
+int axi_pipe_inbox_error(axi_pipe_inbox *ib);
 
 #endif

@@ -1,4 +1,4 @@
-/* The order of one rank's actions on its agent (stage_line.h). */
+/* The order of one rank's actions on its agent (stage_line-impl.h). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,13 +7,13 @@
 
 #include "axon/kernels/error.h"
 #include "axon/rref/rref.h"
-#include "axon/runtime/pipeline/stage/stage_line.h"
+#include "axon/runtime/pipeline/stage/stage_line-impl.h"
 
 typedef struct lentry { /* a sequenced call waiting for its turn */
   int64_t gen, seq;
   ax_call_ctx *cc; /* valid until f completes (rpc.h) */
   void *host;
-  axp_line_fn fn;
+  axi_pipe_line_fn fn;
   ax_values *args; /* a copy: the call's own list dies with the handler */
   ax_future *f;    /* the deferred reply */
   int err;         /* once run: its outcome, answered by the answerer */
@@ -22,7 +22,7 @@ typedef struct lentry { /* a sequenced call waiting for its turn */
   struct lentry *next;
 } lentry;
 
-struct axp_line {
+struct axi_pipe_line {
   ax_node *node;
   char caller[128];
   uint64_t id;
@@ -44,15 +44,15 @@ struct axp_line {
   void *cur_host;     /* whose action runs now (NULL: none) */
   lentry *pending;
   int npending;
-  axp_line *link;
+  axi_pipe_line *link;
 };
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static axp_line *g_lines;
+static axi_pipe_line *g_lines;
 
 static void *line_main(void *arg);
 static void *answer_main(void *arg);
-static void line_free(axp_line *l);
+static void line_free(axi_pipe_line *l);
 
 static void entry_end(lentry *e, int err, ax_values *vals, const char *msg) {
   ax_future_complete(e->f, err, vals, msg);
@@ -62,7 +62,7 @@ static void entry_end(lentry *e, int err, ax_values *vals, const char *msg) {
 }
 
 /* Answers every queued entry that `drop` selects (mu held). */
-static void drop_where(axp_line *l, int (*drop)(const lentry *, const void *),
+static void drop_where(axi_pipe_line *l, int (*drop)(const lentry *, const void *),
                        const void *arg, int err, const char *msg) {
   for (lentry **pp = &l->pending; *pp;) {
     lentry *e = *pp;
@@ -92,8 +92,8 @@ static int expired(const lentry *e, const void *unused) {
 
 /* Finds or makes the line (caller, id) of node n and takes a reference
  * (g_mu held). */
-static axp_line *line_get_locked(ax_node *n, const char *caller, uint64_t id) {
-  axp_line *l = g_lines;
+static axi_pipe_line *line_get_locked(ax_node *n, const char *caller, uint64_t id) {
+  axi_pipe_line *l = g_lines;
   while (l && !(l->node == n && l->id == id && !strcmp(l->caller, caller)))
     l = l->link;
   if (!l && (l = calloc(1, sizeof *l))) {
@@ -130,11 +130,11 @@ static axp_line *line_get_locked(ax_node *n, const char *caller, uint64_t id) {
 
 /* Drops a reference; the last one frees the line (g_mu not held). Every
  * host joined holds one, and every call while it uses the line. */
-static void line_put(axp_line *l) {
+static void line_put(axi_pipe_line *l) {
   pthread_mutex_lock(&g_mu);
   int last = --l->refs == 0;
   if (last)
-    for (axp_line **pp = &g_lines; *pp; pp = &(*pp)->link)
+    for (axi_pipe_line **pp = &g_lines; *pp; pp = &(*pp)->link)
       if (*pp == l) {
         *pp = l->link;
         break;
@@ -165,23 +165,23 @@ static void line_put(axp_line *l) {
 
 /* A line thread ends (mu held; unlocks): the last of the two frees a
  * line whose last host left from inside one of them. */
-static void thread_exit(axp_line *l) {
+static void thread_exit(axi_pipe_line *l) {
   int last = --l->alive == 0 && l->self_free;
   pthread_mutex_unlock(&l->mu);
   if (last)
     line_free(l);
 }
 
-static void line_free(axp_line *l) {
+static void line_free(axi_pipe_line *l) {
   pthread_cond_destroy(&l->acv);
   pthread_mutex_destroy(&l->mu);
   pthread_cond_destroy(&l->cv);
   free(l);
 }
 
-void axp_line_detach(axp_line **slot, void *host) {
+void axi_pipe_line_detach(axi_pipe_line **slot, void *host) {
   pthread_mutex_lock(&g_mu);
-  axp_line *l = slot ? *slot : NULL;
+  axi_pipe_line *l = slot ? *slot : NULL;
   if (slot)
     *slot = NULL;
   pthread_mutex_unlock(&g_mu);
@@ -189,16 +189,16 @@ void axp_line_detach(axp_line **slot, void *host) {
     return;
   pthread_mutex_lock(&l->mu);
   drop_where(l, of_host, host, AX_ECANCELLED,
-             "pipe.stage: the stage was torn down before this action ran");
+             "axon.pipe.stage: the stage was torn down before this action ran");
   while (l->cur_host == host && !pthread_equal(l->th, pthread_self()))
     pthread_cond_wait(&l->cv, &l->mu);
   pthread_mutex_unlock(&l->mu);
   line_put(l);
 }
 
-int axp_line_queued(axp_line *const *slot) {
+int axi_pipe_line_queued(axi_pipe_line *const *slot) {
   pthread_mutex_lock(&g_mu);
-  axp_line *l = slot ? *slot : NULL;
+  axi_pipe_line *l = slot ? *slot : NULL;
   if (l)
     l->refs++; /* kept while we look */
   pthread_mutex_unlock(&g_mu);
@@ -214,7 +214,7 @@ int axp_line_queued(axp_line *const *slot) {
 /* The line's thread: runs its actions in order, each once it is queued;
  * answers those whose caller's deadline passed while they waited. */
 static void *line_main(void *arg) {
-  axp_line *l = arg;
+  axi_pipe_line *l = arg;
   pthread_mutex_lock(&l->mu);
   while (!l->stop) {
     lentry **pp = &l->pending;
@@ -227,7 +227,7 @@ static void *line_main(void *arg) {
       ts.tv_sec += 1;
       pthread_cond_timedwait(&l->cv, &l->mu, &ts);
       drop_where(l, expired, NULL, AX_ETIMEOUT,
-                 "pipe.stage: the deadline passed while the action waited "
+                 "axon.pipe.stage: the deadline passed while the action waited "
                  "for the rank's earlier ones");
       continue;
     }
@@ -236,7 +236,7 @@ static void *line_main(void *arg) {
     l->next++;
     if (e->gen <= l->failed_gen) {
       entry_end(e, AX_ECANCELLED, NULL,
-                "pipe.stage: an earlier action of this rank failed");
+                "axon.pipe.stage: an earlier action of this rank failed");
       continue;
     }
     l->cur_host = e->host;
@@ -253,7 +253,7 @@ static void *line_main(void *arg) {
     if (err != AX_OK && e->gen > l->failed_gen) {
       l->failed_gen = e->gen;
       drop_where(l, of_gen, &e->gen, AX_ECANCELLED,
-                 "pipe.stage: an earlier action of this rank failed");
+                 "axon.pipe.stage: an earlier action of this rank failed");
     }
     l->cur_host = NULL;
     pthread_cond_broadcast(&l->cv);
@@ -280,7 +280,7 @@ static void *line_main(void *arg) {
 /* The answerer: completes the deferred replies of the actions run (the
  * reply's callbacks run here), in order; drains them before it ends. */
 static void *answer_main(void *arg) {
-  axp_line *l = arg;
+  axi_pipe_line *l = arg;
   pthread_mutex_lock(&l->mu);
   for (;;) {
     lentry *e = l->answers;
@@ -304,30 +304,30 @@ static void *answer_main(void *arg) {
 }
 
 /* Queues the call (mu held); AX_OK, or an error for the caller. */
-static int line_queue(axp_line *l, ax_call_ctx *cc, void *host,
-                      axp_line_fn fn, const ax_values *args, int64_t gen,
+static int line_queue(axi_pipe_line *l, ax_call_ctx *cc, void *host,
+                      axi_pipe_line_fn fn, const ax_values *args, int64_t gen,
                       int64_t seq) {
   if (gen < l->gen)
-    return ax_seterr(AX_ESTALE, "pipe.stage: an action of train call %lld "
+    return ax_seterr(AX_ESTALE, "axon.pipe.stage: an action of train call %lld "
                      "after call %lld began", (long long)gen,
                      (long long)l->gen);
   if (gen > l->gen) { /* a new train call: what the old one left is void */
     drop_where(l, older_gen, &gen, AX_ECANCELLED,
-               "pipe.stage: a newer train call began");
+               "axon.pipe.stage: a newer train call began");
     l->gen = gen;
     l->next = 0;
   }
   if (gen <= l->failed_gen)
-    return ax_seterr(AX_ECANCELLED, "pipe.stage: an earlier action of this "
+    return ax_seterr(AX_ECANCELLED, "axon.pipe.stage: an earlier action of this "
                      "rank failed");
   if (seq < l->next || seq - l->next > AXP_LINE_AHEAD_MAX ||
       l->npending >= AXP_LINE_AHEAD_MAX)
-    return ax_seterr(AX_EBADARG, "pipe.stage: action %lld out of order "
+    return ax_seterr(AX_EBADARG, "axon.pipe.stage: action %lld out of order "
                      "(next %lld, %d queued)", (long long)seq,
                      (long long)l->next, l->npending);
   for (const lentry *e = l->pending; e; e = e->next)
     if (e->gen == gen && e->seq == seq)
-      return ax_seterr(AX_EBADARG, "pipe.stage: action %lld sent twice",
+      return ax_seterr(AX_EBADARG, "axon.pipe.stage: action %lld sent twice",
                        (long long)seq);
   lentry *e = calloc(1, sizeof *e);
   if (!e || !(e->args = ax_values_clone(args)) ||
@@ -355,8 +355,8 @@ static int line_queue(axp_line *l, ax_call_ctx *cc, void *host,
   return AX_OK;
 }
 
-int axp_line_call(ax_call_ctx *cc, axp_line **slot, void *host,
-                  axp_line_fn fn, const ax_values *args, ax_values *out) {
+int axi_pipe_line_call(ax_call_ctx *cc, axi_pipe_line **slot, void *host,
+                  axi_pipe_line_fn fn, const ax_values *args, ax_values *out) {
   int64_t id, gen, seq;
   if (ax_call_meta(cc, AXP_META_LINE, &id) != AX_OK ||
       ax_call_meta(cc, AXP_META_GEN, &gen) != AX_OK ||
@@ -365,17 +365,17 @@ int axp_line_call(ax_call_ctx *cc, axp_line **slot, void *host,
     return fn(cc, host, args, out);
   }
   if (gen < 0 || seq < 0)
-    return ax_seterr(AX_EBADARG, "pipe.stage: negative train call or "
+    return ax_seterr(AX_EBADARG, "axon.pipe.stage: negative train call or "
                      "action number");
   const char *caller = ax_call_caller(cc);
-  axp_line *l = NULL;
+  axi_pipe_line *l = NULL;
   for (;;) { /* join the call's line: a reference for this call, and the
                 host's own (in *slot) the first time */
     pthread_mutex_lock(&g_mu);
     l = *slot;
     if (l && (l->id != (uint64_t)id || strcmp(l->caller, caller))) {
       pthread_mutex_unlock(&g_mu);
-      axp_line_detach(slot, host); /* the host moved to another line */
+      axi_pipe_line_detach(slot, host); /* the host moved to another line */
       continue;
     }
     if (!l && (l = line_get_locked(ax_call_node(cc), caller, (uint64_t)id)))

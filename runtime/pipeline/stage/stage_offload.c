@@ -1,4 +1,4 @@
-/* "pipe.optim": a pipeline stage's optimizer kept on another agent
+/* "axon.pipe.optim": a pipeline stage's optimizer kept on another agent
  * (ax_pipe_opts.optimizer_host; ZeRO-Offload adapted to this runtime). The
  * coordinator creates one per stage on the optimizer host, gives it the
  * stage's parameters and optimizer configuration ("init"), and hands its
@@ -53,7 +53,7 @@ static int m_init(ax_call_ctx *cc, void *obj, const ax_values *args,
   AX_TRY(ax_values_get_str(args, 0, &cfg));
   AX_TRY(ax_values_get_tensor(args, 1, &p));
   if (p->dtype != AX_F32 || ax_tensor_numel(p) == 0)
-    return ax_seterr(AX_EINVAL, "pipe.optim: parameters must be f32");
+    return ax_seterr(AX_EINVAL, "axon.pipe.optim: parameters must be f32");
   ax_config c;
   ax_optim_cfg oc;
   AX_TRY(ax_config_parse(&c, cfg));
@@ -84,10 +84,10 @@ static int m_step(ax_call_ctx *cc, void *obj, const ax_values *args,
   pthread_mutex_lock(&o->mu);
   int err = AX_OK;
   if (!o->opt)
-    err = ax_seterr(AX_ESTATE, "pipe.optim: step before init");
+    err = ax_seterr(AX_ESTATE, "axon.pipe.optim: step before init");
   else if (g->dtype != AX_F32 ||
            ax_tensor_numel(g) != ax_tensor_numel(o->params))
-    err = ax_seterr(AX_EINVAL, "pipe.optim: a gradient of %zu values for "
+    err = ax_seterr(AX_EINVAL, "axon.pipe.optim: a gradient of %zu values for "
                     "%zu parameters", ax_tensor_numel(g),
                     ax_tensor_numel(o->params));
   ax_tensor *gd = NULL;
@@ -104,19 +104,19 @@ static int m_step(ax_call_ctx *cc, void *obj, const ax_values *args,
 
 static const ax_robj_method_def g_methods[] = {
     {"init", m_init}, {"step", m_step}, {NULL, NULL}};
-static const ax_robj_kind g_kind = {"pipe.optim", optim_create,
+static const ax_robj_kind g_kind = {"axon.pipe.optim", optim_create,
                                     optim_destroy, g_methods};
 
-int axp_optim_register(ax_node *n) { return ax_robj_register(n, &g_kind); }
+int axi_pipe_optim_register(ax_node *n) { return ax_robj_register(n, &g_kind); }
 
 #define OFFLOAD_TIMEOUT_MS 120000
 
 /* Sends the gradient (h->acc, which the message keeps alive: the caller
  * releases its reference and does not recycle it) and returns; the
- * parameters come back in axp_offload_settle. */
-int axp_offload_step(phost *h) {
-  axd_stage *s = h->s;
-  AX_TRY(axp_offload_settle(h));
+ * parameters come back in axi_pipe_offload_settle. */
+int axi_pipe_offload_step(phost *h) {
+  axi_ag_stage *s = h->s;
+  AX_TRY(axi_pipe_offload_settle(h));
   ax_values *a = ax_values_new();
   int err = a ? ax_values_add_tensor(a, h->acc) : AX_ENOMEM;
   ax_call_opts co = {.timeout_ms = OFFLOAD_TIMEOUT_MS};
@@ -132,12 +132,12 @@ int axp_offload_step(phost *h) {
   return err;
 }
 
-int axp_offload_settle(phost *h) {
-  axd_stage *s = h->s;
+int axi_pipe_offload_settle(phost *h) {
+  axi_ag_stage *s = h->s;
   ax_future *f = h->offload_pending;
   if (!f)
     return h->offload_err
-               ? ax_seterr(h->offload_err, "pipe.stage %d: an earlier update "
+               ? ax_seterr(h->offload_err, "axon.pipe.stage %d: an earlier update "
                            "on the optimizer host failed", s->index)
                : AX_OK;
   h->offload_pending = NULL;
@@ -145,14 +145,14 @@ int axp_offload_settle(phost *h) {
   if (err == AX_OK)
     err = ax_future_err(f);
   if (err != AX_OK)
-    err = ax_seterr(err, "pipe.stage %d: the update on the optimizer host: "
+    err = ax_seterr(err, "axon.pipe.stage %d: the update on the optimizer host: "
                     "%s", s->index, ax_future_is_done(f) ? ax_future_errmsg(f)
                                                           : "no answer");
   ax_tensor *np = NULL;
   if (err == AX_OK)
     err = ax_values_get_tensor(ax_future_values(f), 0, &np);
   if (err == AX_OK && ax_tensor_numel(np) != s->net->n_params)
-    err = ax_seterr(AX_EMALFORMED, "pipe.stage %d: the optimizer host sent "
+    err = ax_seterr(AX_EMALFORMED, "axon.pipe.stage %d: the optimizer host sent "
                     "%zu parameters for %zu", s->index, ax_tensor_numel(np),
                     s->net->n_params);
   if (err == AX_OK)
@@ -162,7 +162,7 @@ int axp_offload_settle(phost *h) {
   return err;
 }
 
-void axp_offload_drop(phost *h) {
+void axi_pipe_offload_drop(phost *h) {
   if (h->offload_pending) /* bounded: a dead host fails it at once */
     ax_future_wait(h->offload_pending, 5000);
   ax_future_release(h->offload_pending);

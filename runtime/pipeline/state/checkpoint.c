@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "axon/runtime/pipeline/state/checkpoint.h"
-#include "axon/runtime/pipeline/state/ckpt_file.h"
+#include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
 
 static int64_t timeout_of(const ax_pipe *p) {
@@ -32,8 +32,8 @@ static int named(ax_pipe *p, int s, int err) {
   return ax_seterr(err, "stage %d on agent %s: %s", s, p->agents[s], m);
 }
 
-int axp_all_stages(ax_pipe *p, const char *method, axp_args_fn args,
-                   axp_reply_fn reply, void *user) {
+int axi_pipe_all_stages(ax_pipe *p, const char *method, axi_pipe_args_fn args,
+                   axi_pipe_reply_fn reply, void *user) {
   ax_future *f[AX_PIPE_MAX_STAGES] = {NULL};
   ax_call_opts co = {.timeout_ms = timeout_of(p)};
   int err = AX_OK, bad = -1;
@@ -135,13 +135,13 @@ static int wait_args_of(void *user, int s, ax_values **out) {
 
 /* The frozen prefix's file (freeze.h): blocks [0, f) of the coordinator's
  * net, in the stage file format (stage -1), listed in the manifest. */
-static int save_prefix(axp_frozen *f, const char *dir, axi_manifest *m) {
-  ax_net *net = axp_frozen_net(f);
+static int save_prefix(axi_pipe_frozen *f, const char *dir, axi_manifest *m) {
+  ax_net *net = axi_pipe_frozen_net(f);
   axi_ckw w;
   axi_ckw_init(&w, AXI_CK_STAGE);
   axi_ckw_i64(&w, "stage", -1);
   axi_ckw_i64(&w, "blocks.first", 0);
-  axi_ckw_i64(&w, "blocks.last", axp_frozen_blocks(f));
+  axi_ckw_i64(&w, "blocks.last", axi_pipe_frozen_blocks(f));
   axi_ckw_tensor(&w, "params", net->params);
   axi_ckw_tensor(&w, "buffers", net->buffers);
   char path[1200];
@@ -153,7 +153,7 @@ static int save_prefix(axp_frozen *f, const char *dir, axi_manifest *m) {
 
 /* Loads the prefix's file into f's net (checked: blocks and sizes) and
  * drops the cache, whose outputs came from other values. */
-static int load_prefix(axp_frozen *f, const char *dir, const axi_manifest *m) {
+static int load_prefix(axi_pipe_frozen *f, const char *dir, const axi_manifest *m) {
   int64_t size, first, last;
   const char *sha;
   char path[1200];
@@ -163,21 +163,21 @@ static int load_prefix(axp_frozen *f, const char *dir, const axi_manifest *m) {
                      "no " AXI_CK_PREFIX_FILE, dir);
   axi_ckr r;
   AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
-  ax_net *net = axp_frozen_net(f);
+  ax_net *net = axi_pipe_frozen_net(f);
   int err = axi_ckr_i64(&r, "blocks.first", &first);
   if (err == AX_OK)
     err = axi_ckr_i64(&r, "blocks.last", &last);
-  if (err == AX_OK && (first != 0 || last != axp_frozen_blocks(f)))
+  if (err == AX_OK && (first != 0 || last != axi_pipe_frozen_blocks(f)))
     err = ax_seterr(AX_EINVAL, "checkpoint file %s: blocks [%lld, %lld), "
                     "the frozen prefix is [0, %d)", path, (long long)first,
-                    (long long)last, axp_frozen_blocks(f));
+                    (long long)last, axi_pipe_frozen_blocks(f));
   if (err == AX_OK)
     err = axi_ckr_tensor(&r, "params", net->params);
   if (err == AX_OK)
     err = axi_ckr_tensor(&r, "buffers", net->buffers);
   axi_ckr_close(&r);
   if (err == AX_OK)
-    axp_frozen_clear_cache(f);
+    axi_pipe_frozen_clear_cache(f);
   return err;
 }
 
@@ -212,7 +212,7 @@ static void prune(ax_pipe *const *parts, int n_parts, const char *root,
     axi_ckpt_dirname(root, steps[i], a.dir, sizeof a.dir);
     for (int t = 0; t < n_parts; t++) {
       a.p = parts[t];
-      axp_all_stages(parts[t], "ckpt_drop", save_args_of, NULL, &a);
+      axi_pipe_all_stages(parts[t], "ckpt_drop", save_args_of, NULL, &a);
     }
     axi_ckpt_remove(a.dir);
   }
@@ -231,7 +231,7 @@ static int ckpt_supported(const ax_pipe *p) {
 /* A checkpoint whose stage files are still being written (AX_CKPT_ASYNC):
  * its finisher collects the writes, then writes the manifest (which makes
  * the checkpoint valid) and prunes the old ones. */
-typedef struct axp_ckpt_job {
+typedef struct axi_pipe_ckpt_job {
   ax_pipe *parts[AX_PIPE_MAX_REPLICAS];
   int T, keep;
   save_args a;
@@ -240,14 +240,14 @@ typedef struct axp_ckpt_job {
   int err;
   char msg[512];
   pthread_t th;
-} axp_ckpt_job;
+} axi_pipe_ckpt_job;
 
 static void *finish_main(void *arg) {
-  axp_ckpt_job *j = arg;
+  axi_pipe_ckpt_job *j = arg;
   int err = AX_OK;
   for (int t = 0; t < j->T && err == AX_OK; t++) {
     j->a.p = j->parts[t];
-    err = axp_all_stages(j->parts[t], "ckpt_wait", wait_args_of, NULL, &j->a);
+    err = axi_pipe_all_stages(j->parts[t], "ckpt_wait", wait_args_of, NULL, &j->a);
   }
   if (err == AX_OK)
     err = axi_manifest_write(j->a.dir, &j->m);
@@ -260,7 +260,7 @@ static void *finish_main(void *arg) {
 }
 
 int ax_pipe_checkpoint_wait(ax_pipe *p) {
-  axp_ckpt_job *j = p ? p->ckpt_job : NULL;
+  axi_pipe_ckpt_job *j = p ? p->ckpt_job : NULL;
   if (!j)
     return AX_OK;
   pthread_join(j->th, NULL);
@@ -276,7 +276,7 @@ int ax_pipe_checkpoint_wait(ax_pipe *p) {
 static int finish_later(ax_pipe *front, ax_pipe *const *parts, int T,
                         const save_args *a, const axi_manifest *m,
                         const char *root, int keep) {
-  axp_ckpt_job *j = calloc(1, sizeof *j);
+  axi_pipe_ckpt_job *j = calloc(1, sizeof *j);
   if (!j)
     return AX_ENOMEM;
   for (int t = 0; t < T; t++)
@@ -304,7 +304,7 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
   /* The replicas hold the same weights and optimizer state: replica 0's
    * members (one part without tensor parallelism) are saved. */
   ax_pipe *front = p;
-  int T = axp_members(p);
+  int T = axi_pipe_members(p);
   ax_pipe *const *parts = p->nrep ? p->rep : &front;
   p = parts[0];
   if (p->plan)
@@ -327,7 +327,7 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
   remove(mpath);
   axi_ckw w;
   axi_ckw_init(&w, AXI_CK_COORD);
-  coord_records(p, in, flags, axp_frozen_blocks(front->frozen), &w);
+  coord_records(p, in, flags, axi_pipe_frozen_blocks(front->frozen), &w);
   char path[1200];
   snprintf(path, sizeof path, "%s/" AXI_CK_COORD_FILE, a.dir);
   snprintf(m.f[0].name, sizeof m.f[0].name, AXI_CK_COORD_FILE);
@@ -338,7 +338,7 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
     a.first = 1 + t * p->K;
     for (int s = 0; s < p->K; s++)
       stage_file(parts[t], s, m.f[a.first + s].name, sizeof m.f[0].name);
-    err = axp_all_stages(parts[t], "ckpt_save", save_args_of, save_reply, &a);
+    err = axi_pipe_all_stages(parts[t], "ckpt_save", save_args_of, save_reply, &a);
   }
   m.nfiles = 1 + T * p->K;
   if (err == AX_OK && front->frozen) /* the coordinator's own blocks */
@@ -494,10 +494,10 @@ static int restore_prefix(ax_pipe *p, const char *path) {
   if (axi_ckr_i64(&r, "frozen_blocks", &f) != AX_OK)
     f = 0; /* written before freezing */
   axi_ckr_close(&r);
-  if (f != axp_frozen_blocks(p->frozen))
+  if (f != axi_pipe_frozen_blocks(p->frozen))
     return ax_seterr(AX_EINVAL, "checkpoint %s has %lld frozen blocks, this "
                      "pipeline %d (freeze it the same way first)", dir,
-                     (long long)f, axp_frozen_blocks(p->frozen));
+                     (long long)f, axi_pipe_frozen_blocks(p->frozen));
   return f ? load_prefix(p->frozen, dir, &m) : AX_OK;
 }
 
@@ -511,7 +511,7 @@ int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
     return restore_part(p, path, info);
   for (int r = 0; r < p->nrep; r++) { /* every replica, the same files */
     int err = restore_part(p->rep[r], path, info);
-    int T = axp_members(p);
+    int T = axi_pipe_members(p);
     if (err != AX_OK && T > 1)
       return ax_seterr(err, "replica %d member %d: %s", r / T, r % T,
                        ax_errmsg());
@@ -563,7 +563,7 @@ static int restore_part(ax_pipe *p, const char *path, ax_ckpt_info *info) {
                        dir, name);
   }
   load_args a = {p, dir, &m, here != 0};
-  AX_TRY(axp_all_stages(p, "ckpt_load", load_args_of, NULL, &a));
+  AX_TRY(axi_pipe_all_stages(p, "ckpt_load", load_args_of, NULL, &a));
   p->base = info->step;
   return AX_OK;
 }

@@ -1,4 +1,4 @@
-/* Checkpoint directories and their manifest (ckpt_file.h). */
+/* Checkpoint directories and their manifest (ckpt_file-impl.h). */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "axon/runtime/pipeline/state/ckpt_file.h"
+#include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 
 #define HEAD "axon-checkpoint 1\n"
 

@@ -1,5 +1,5 @@
-/* Checkpoint files: records, atomic writes, checked reads (ckpt_file.h). */
-#include "axon/runtime/pipeline/state/ckpt_file.h"
+/* Checkpoint files: records, atomic writes, checked reads (ckpt_file-impl.h). */
+#include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -95,7 +95,7 @@ int ax_pipe_checkpoint_memory(ax_pipe *p, const ax_ckpt_info *info,
     m->st[s].peer_inc = incarnation(p->node, m->st[s].peer);
   }
   mem_args a = {p, m};
-  int err = axp_all_stages(p, "ckpt_mem_save", save_args_of, save_reply, &a);
+  int err = axi_pipe_all_stages(p, "ckpt_mem_save", save_args_of, save_reply, &a);
   if (err == AX_OK)
     *out = *m; /* a failed one leaves *out, the last complete one, as it was */
   free(m);
@@ -143,7 +143,7 @@ int ax_pipe_restore_memory(ax_pipe *p, const ax_mem_ckpt *m,
       return ax_seterr(AX_ENOTFOUND, "in-memory restore: stage %d's copies "
                        "were on %s and %s, both lost (restore from disk)", s,
                        m->st[s].agent, *m->st[s].peer ? m->st[s].peer : "-");
-  AX_TRY(axp_all_stages(p, "ckpt_mem_load", load_args_of, NULL, &a));
+  AX_TRY(axi_pipe_all_stages(p, "ckpt_mem_load", load_args_of, NULL, &a));
   p->base = m->info.step;
   if (info)
     *info = m->info;
@@ -164,7 +164,7 @@ void ax_pipe_memory_forget(ax_pipe *p, const ax_mem_ckpt *m) {
         seen = !strcmp(who[j], who[i]);
       ax_values *none = seen ? NULL : ax_values_new();
       if (none)
-        ax_rpc_sync(n, who[i], "pipe.mem_forget", none, &o, NULL);
+        ax_rpc_sync(n, who[i], "axon.pipe.mem_forget", none, &o, NULL);
       ax_values_free(none);
     }
   }

@@ -8,7 +8,7 @@
 #include "axon/models/layers/parallel.h"
 #include "axon/models/model.h"
 #include "axon/runtime/pipeline/state/checkpoint.h"
-#include "axon/runtime/pipeline/state/ckpt_file.h"
+#include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 
 typedef struct whole { /* the whole model's flat buffers, on the host */
   float *params, *buffers;

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "axon/models/model.h"
-#include "axon/runtime/pipeline/state/ckpt_file.h"
+#include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
 #include "axon/runtime/pipeline/state/freeze.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
@@ -92,7 +92,7 @@ static int gather(ax_pipe *one, gathered *g) {
   stage_files a;
   memset(&a, 0, sizeof a);
   memset(g, 0, sizeof *g);
-  int err = axp_all_stages(one, "ckpt_save", gather_args_of, gather_reply, &a);
+  int err = axi_pipe_all_stages(one, "ckpt_save", gather_args_of, gather_reply, &a);
   for (int s = 0; s < one->K && err == AX_OK; s++) {
     uint8_t *buf = NULL;
     size_t len = (size_t)a.size[s];
@@ -188,14 +188,14 @@ static int stage_file(const gathered *g, int mode, int s, int b0, int b1,
 /* Blocks [0, f) on the coordinator's CPU: the old prefix's values, then
  * blocks [f_old, f) of the joined state. */
 static int prefix_net(const ax_model_def *def, const ax_config *cfg,
-                      uint64_t seed, axp_frozen *old, int f_old, int f,
+                      uint64_t seed, axi_pipe_frozen *old, int f_old, int f,
                       const gathered *g, const size_t *pa, const size_t *ba,
                       ax_net **out) {
   ax_net *net = NULL;
   AX_TRY(ax_model_stage(def, cfg, 0, f, AX_CPU, seed, &net));
   size_t op = 0, ob = 0;
   if (old) {
-    ax_net *o = axp_frozen_net(old);
+    ax_net *o = axi_pipe_frozen_net(old);
     op = o->n_params, ob = o->n_buffers;
     memcpy(net->params->data, o->params->data, op * sizeof(float));
     if (ob)
@@ -239,7 +239,7 @@ static int agents_of(const ax_pipe *p, char (*names)[AXP_NAME]) {
 }
 
 static int check_freezable(const ax_pipe *p, const ax_pipe *one) {
-  if (p->nrep && axp_members(p) > 1)
+  if (p->nrep && axi_pipe_members(p) > 1)
     return ax_seterr(AX_EUNSUPPORTED, "freeze: not of tensor-parallel "
                      "pipelines yet");
   if (one->o.zero || one->optim_host[0] || one->o.staleness)
@@ -286,7 +286,7 @@ static int load_all(ax_pipe *np, stage_files *la, long base) {
   int parts = np->nrep ? np->nrep : 1;
   for (int i = 0; i < parts; i++) {
     ax_pipe *q = np->nrep ? np->rep[i] : np;
-    AX_TRY(axp_all_stages(q, "ckpt_load", load_args_of, NULL, la));
+    AX_TRY(axi_pipe_all_stages(q, "ckpt_load", load_args_of, NULL, la));
     q->base = base;
   }
   np->base = base;
@@ -296,7 +296,7 @@ static int load_all(ax_pipe *np, stage_files *la, long base) {
 static int repack(ax_pipe *p, ax_pipe *one, const ax_freeze_opts *fo,
                   const ax_model_def *def, const ax_config *cfg, int n,
                   ax_pipe **out) {
-  int f_old = axp_frozen_blocks(p->frozen), f = fo->blocks;
+  int f_old = axi_pipe_frozen_blocks(p->frozen), f = fo->blocks;
   char names[4 * AX_PIPE_MAX_STAGES][AXP_NAME];
   const char *agents[4 * AX_PIPE_MAX_STAGES];
   int na = agents_of(p, names);
@@ -347,7 +347,7 @@ static int repack(ax_pipe *p, ax_pipe *one, const ax_freeze_opts *fo,
   if (err == AX_OK) {
     memcpy(np->pool, names, (size_t)na * sizeof *names);
     np->npool = na;
-    err = axp_frozen_new(pre, f, fo->cache_bytes, &np->frozen);
+    err = axi_pipe_frozen_new(pre, f, fo->cache_bytes, &np->frozen);
   } else {
     ax_net_free(pre);
   }
@@ -376,7 +376,7 @@ int ax_pipe_freeze(ax_pipe **pp, const ax_freeze_opts *fo) {
   ax_model_info info;
   AX_TRY(ax_model_config(def, one->o.model_config, &cfg));
   AX_TRY(def->describe(&cfg, &info));
-  int f_old = axp_frozen_blocks(p->frozen);
+  int f_old = axi_pipe_frozen_blocks(p->frozen);
   if (fo->blocks <= f_old || fo->blocks >= info.n_blocks)
     return ax_seterr(AX_EINVAL, "freeze: %d blocks (%d frozen already, %d "
                      "in the model: at least one must train)", fo->blocks,
@@ -391,11 +391,11 @@ int ax_pipe_freeze(ax_pipe **pp, const ax_freeze_opts *fo) {
 void ax_pipe_freeze_stats(const ax_pipe *p, ax_freeze_stats *out) {
   memset(out, 0, sizeof *out);
   const ax_pipe *one = p->nrep ? p->rep[0] : p;
-  out->blocks = axp_frozen_blocks(p->frozen);
+  out->blocks = axi_pipe_frozen_blocks(p->frozen);
   out->K = one->R;
-  out->replicas = p->nrep ? p->nrep / axp_members(p) : 1;
+  out->replicas = p->nrep ? p->nrep / axi_pipe_members(p) : 1;
   if (p->frozen)
-    axp_frozen_counts(p->frozen, &out->hits, &out->misses, &out->cache_bytes);
+    axi_pipe_frozen_counts(p->frozen, &out->hits, &out->misses, &out->cache_bytes);
 }
 
 int ax_freeze_schedule_parse(const char *s, ax_freeze_point *pts, int cap,

@@ -17,7 +17,7 @@ typedef struct centry {
                     empty slot */
 } centry;
 
-struct axp_frozen {
+struct axi_pipe_frozen {
   ax_net *net;
   int blocks;
   pthread_mutex_t mu;
@@ -35,9 +35,9 @@ struct axp_frozen {
   size_t exb[AX_TLIST_MAX], ex_bytes;
 };
 
-int axp_frozen_new(ax_net *net, int blocks, int64_t budget,
-                   axp_frozen **out) {
-  axp_frozen *f = calloc(1, sizeof *f);
+int axi_pipe_frozen_new(ax_net *net, int blocks, int64_t budget,
+                   axi_pipe_frozen **out) {
+  axi_pipe_frozen *f = calloc(1, sizeof *f);
   if (!f) {
     ax_net_free(net);
     return AX_ENOMEM;
@@ -50,19 +50,19 @@ int axp_frozen_new(ax_net *net, int blocks, int64_t budget,
   return AX_OK;
 }
 
-void axp_frozen_free(axp_frozen *f) {
+void axi_pipe_frozen_free(axi_pipe_frozen *f) {
   if (!f)
     return;
-  axp_frozen_clear_cache(f);
+  axi_pipe_frozen_clear_cache(f);
   ax_net_free(f->net);
   pthread_mutex_destroy(&f->mu);
   free(f);
 }
 
-int axp_frozen_blocks(const axp_frozen *f) { return f ? f->blocks : 0; }
-ax_net *axp_frozen_net(axp_frozen *f) { return f->net; }
+int axi_pipe_frozen_blocks(const axi_pipe_frozen *f) { return f ? f->blocks : 0; }
+ax_net *axi_pipe_frozen_net(axi_pipe_frozen *f) { return f->net; }
 
-void axp_frozen_counts(axp_frozen *f, long *hits, long *misses,
+void axi_pipe_frozen_counts(axi_pipe_frozen *f, long *hits, long *misses,
                        int64_t *bytes) {
   pthread_mutex_lock(&f->mu);
   *hits = f->hits;
@@ -71,7 +71,7 @@ void axp_frozen_counts(axp_frozen *f, long *hits, long *misses,
   pthread_mutex_unlock(&f->mu);
 }
 
-void axp_frozen_clear_cache(axp_frozen *f) {
+void axi_pipe_frozen_clear_cache(axi_pipe_frozen *f) {
   pthread_mutex_lock(&f->mu);
   for (size_t i = 0; i < f->cap; i++)
     free(f->tab[i].data);
@@ -92,7 +92,7 @@ static centry *slot_of(centry *tab, size_t cap, const uint8_t *key) {
       return &tab[i];
 }
 
-static const uint8_t *lookup(axp_frozen *f, const uint8_t *key) {
+static const uint8_t *lookup(axi_pipe_frozen *f, const uint8_t *key) {
   if (!f->cap)
     return NULL;
   centry *e = slot_of(f->tab, f->cap, key);
@@ -100,7 +100,7 @@ static const uint8_t *lookup(axp_frozen *f, const uint8_t *key) {
 }
 
 /* Keeps a copy of the example's output rows (nothing past the budget). */
-static void insert(axp_frozen *f, const uint8_t *key, const uint8_t *rows) {
+static void insert(axi_pipe_frozen *f, const uint8_t *key, const uint8_t *rows) {
   int64_t cost = (int64_t)(f->ex_bytes + sizeof(centry));
   if (f->budget < 0 || f->bytes + cost > f->budget)
     return;
@@ -181,7 +181,7 @@ static int gather(const ax_tlist *in, const size_t *exb, const int64_t *idx,
 }
 
 /* Records the outputs' per-example shape (the first time), or checks it. */
-static int template_of(axp_frozen *f, const ax_tlist *y, int64_t k) {
+static int template_of(axi_pipe_frozen *f, const ax_tlist *y, int64_t k) {
   if (f->nout) {
     if (y->n != f->nout)
       return ax_seterr(AX_EINTERNAL, "frozen prefix: %d outputs, then %d",
@@ -203,14 +203,14 @@ static int template_of(axp_frozen *f, const ax_tlist *y, int64_t k) {
 }
 
 /* The prefix forward of a batch (inference mode). */
-static int run_prefix(axp_frozen *f, const ax_tlist *in, ax_tlist *y) {
+static int run_prefix(axi_pipe_frozen *f, const ax_tlist *in, ax_tlist *y) {
   ax_exec ex = ax_net_exec(f->net, 0);
   return ax_forward(f->net->root, &ex, NULL, in, y);
 }
 
 /* Fills out (B examples) from the cache (hit[e]) and, in order, the
  * prefix's outputs y of the examples it lacked; keeps the new ones. */
-static int assemble(axp_frozen *f, int64_t B, uint8_t (*keys)[AX_SHA256_LEN],
+static int assemble(axi_pipe_frozen *f, int64_t B, uint8_t (*keys)[AX_SHA256_LEN],
                     const uint8_t **hit, const ax_tlist *y, ax_tlist *out) {
   memset(out, 0, sizeof *out);
   for (int i = 0; i < f->nout; i++) {
@@ -248,7 +248,7 @@ static int assemble(axp_frozen *f, int64_t B, uint8_t (*keys)[AX_SHA256_LEN],
   return AX_OK;
 }
 
-static int apply_cached(axp_frozen *f, ax_tlist *in) {
+static int apply_cached(axi_pipe_frozen *f, ax_tlist *in) {
   int64_t B = in->t[0]->shape[0];
   size_t exb[AX_TLIST_MAX], all = 0;
   for (int i = 0; i < in->n; i++) {
@@ -296,7 +296,7 @@ static int apply_cached(axp_frozen *f, ax_tlist *in) {
   return err;
 }
 
-int axp_frozen_apply(axp_frozen *f, ax_tlist *in) {
+int axi_pipe_frozen_apply(axi_pipe_frozen *f, ax_tlist *in) {
   if (in->n < 1 || !in->t[0])
     return ax_seterr(AX_EINVAL, "frozen prefix: a batch without inputs");
   pthread_mutex_lock(&f->mu);
@@ -316,10 +316,10 @@ int axp_frozen_apply(axp_frozen *f, ax_tlist *in) {
   return err;
 }
 
-int axp_frozen_batch(void *feed, long t, ax_tlist *in, ax_tlist *lab) {
-  axp_frozen_feed *w = feed;
+int axi_pipe_frozen_batch(void *feed, long t, ax_tlist *in, ax_tlist *lab) {
+  axi_pipe_frozen_feed *w = feed;
   AX_TRY(w->batch(w->user, t, in, lab));
-  int err = axp_frozen_apply(w->f, in);
+  int err = axi_pipe_frozen_apply(w->f, in);
   if (err != AX_OK) {
     ax_tlist_clear(in);
     ax_tlist_clear(lab);
@@ -327,8 +327,8 @@ int axp_frozen_batch(void *feed, long t, ax_tlist *in, ax_tlist *lab) {
   return err;
 }
 
-void axp_frozen_step(void *feed, const ax_pipe_step_info *si) {
-  axp_frozen_feed *w = feed;
+void axi_pipe_frozen_step(void *feed, const ax_pipe_step_info *si) {
+  axi_pipe_frozen_feed *w = feed;
   if (w->step)
     w->step(w->user, si);
 }

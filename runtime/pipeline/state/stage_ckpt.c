@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "axon/runtime/pipeline/state/ckpt_file.h"
+#include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 #include "axon/runtime/pipeline/stage/stage_host-impl.h"
 
 static int mode_index(const ax_pipe_mode_def *def) {
@@ -22,14 +22,14 @@ static int path_arg(const ax_values *a, size_t i, char *out, size_t cap) {
   const char *s;
   AX_TRY(ax_values_get_str(a, i, &s));
   if (!*s || strlen(s) >= cap || strstr(s, ".."))
-    return ax_seterr(AX_EINVAL, "pipe.stage: bad checkpoint path '%s'", s);
+    return ax_seterr(AX_EINVAL, "axon.pipe.stage: bad checkpoint path '%s'", s);
   snprintf(out, cap, "%s", s);
   return AX_OK;
 }
 
 /* The state into w (s->mu held, no unit in flight). */
 static void put_state(phost *h, axi_ckw *w) {
-  axd_stage *s = h->s;
+  axi_ag_stage *s = h->s;
   ax_optim *o = s->opt;
   axi_ckw_i64(w, "stage", s->index);
   axi_ckw_i64(w, "blocks.first", s->first);
@@ -49,19 +49,19 @@ static void put_state(phost *h, axi_ckw *w) {
 static int quiet_stage(phost *h) {
   if (h->states || h->grads || h->acc)
     return ax_seterr(AX_ESTATE,
-                     "pipe.stage %d: a checkpoint needs a "
+                     "axon.pipe.stage %d: a checkpoint needs a "
                      "consistent cut (no unit in flight)",
                      h->s->index);
   if (!h->s->opt || h->zero || h->offload)
-    return ax_seterr(AX_ESTATE, "pipe.stage %d: not set up, or its optimizer "
+    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: not set up, or its optimizer "
                      "is sharded or on another agent (no checkpoints yet)",
                      h->s->index);
   return AX_OK;
 }
 
 /* A file written in the background ("ckpt_save" with async). */
-typedef struct axp_ckpt_write {
-  struct axp_ckpt_write *next;
+typedef struct axi_pipe_ckpt_write {
+  struct axi_pipe_ckpt_write *next;
   phost *h;
   char path[1000];
   uint8_t *buf;
@@ -69,10 +69,10 @@ typedef struct axp_ckpt_write {
   int done, err;
   char msg[256];
   pthread_t th;
-} axp_ckpt_write;
+} axi_pipe_ckpt_write;
 
 static void *write_main(void *arg) {
-  axp_ckpt_write *w = arg;
+  axi_pipe_ckpt_write *w = arg;
   int err = axi_write_atomic(w->path, w->buf, w->len);
   free(w->buf);
   w->buf = NULL;
@@ -88,7 +88,7 @@ static void *write_main(void *arg) {
 
 /* Starts writing buf (taken) to path in the background. */
 static int write_async(phost *h, const char *path, uint8_t *buf, size_t len) {
-  axp_ckpt_write *w = calloc(1, sizeof *w);
+  axi_pipe_ckpt_write *w = calloc(1, sizeof *w);
   if (!w) {
     free(buf);
     return AX_ENOMEM;
@@ -102,7 +102,7 @@ static int write_async(phost *h, const char *path, uint8_t *buf, size_t len) {
     pthread_mutex_unlock(&h->ckpt_mu);
     free(w->buf);
     free(w);
-    return ax_seterr(AX_ENOMEM, "pipe.stage: cannot start a writer");
+    return ax_seterr(AX_ENOMEM, "axon.pipe.stage: cannot start a writer");
   }
   w->next = h->writes;
   h->writes = w;
@@ -111,10 +111,10 @@ static int write_async(phost *h, const char *path, uint8_t *buf, size_t len) {
 }
 
 /* Takes path's write out of the list once it is done (ckpt_mu held). */
-static axp_ckpt_write *take_done(phost *h, const char *path, int *found) {
+static axi_pipe_ckpt_write *take_done(phost *h, const char *path, int *found) {
   *found = 0;
-  for (axp_ckpt_write **pp = &h->writes; *pp; pp = &(*pp)->next) {
-    axp_ckpt_write *w = *pp;
+  for (axi_pipe_ckpt_write **pp = &h->writes; *pp; pp = &(*pp)->next) {
+    axi_pipe_ckpt_write *w = *pp;
     if (strcmp(w->path, path))
       continue;
     *found = 1;
@@ -126,14 +126,14 @@ static axp_ckpt_write *take_done(phost *h, const char *path, int *found) {
   return NULL;
 }
 
-int axp_host_ckpt_wait(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_ckpt_wait(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out) {
   phost *h = obj;
   const char *path;
   AX_TRY(ax_values_get_str(args, 0, &path));
-  int64_t end = ax_trace_now_us() / 1000 + axp_wait_ms(cc);
+  int64_t end = ax_trace_now_us() / 1000 + axi_pipe_wait_ms(cc);
   int found = 0;
-  axp_ckpt_write *w = NULL;
+  axi_pipe_ckpt_write *w = NULL;
   pthread_mutex_lock(&h->ckpt_mu);
   while (!(w = take_done(h, path, &found)) && found &&
          ax_trace_now_us() / 1000 < end) {
@@ -146,9 +146,9 @@ int axp_host_ckpt_wait(ax_call_ctx *cc, void *obj, const ax_values *args,
   }
   pthread_mutex_unlock(&h->ckpt_mu);
   if (!w)
-    return found ? ax_seterr(AX_ETIMEOUT, "pipe.stage: %s not written in "
+    return found ? ax_seterr(AX_ETIMEOUT, "axon.pipe.stage: %s not written in "
                              "time", path)
-                 : ax_seterr(AX_ENOTFOUND, "pipe.stage: no write of %s",
+                 : ax_seterr(AX_ENOTFOUND, "axon.pipe.stage: no write of %s",
                              path);
   pthread_join(w->th, NULL);
   int err = w->err == AX_OK ? AX_OK : ax_seterr(w->err, "%s", w->msg);
@@ -156,12 +156,12 @@ int axp_host_ckpt_wait(ax_call_ctx *cc, void *obj, const ax_values *args,
   return err;
 }
 
-void axp_ckpt_writes_drain(phost *h) {
+void axi_pipe_ckpt_writes_drain(phost *h) {
   pthread_mutex_lock(&h->ckpt_mu);
-  axp_ckpt_write *all = h->writes;
+  axi_pipe_ckpt_write *all = h->writes;
   h->writes = NULL;
   pthread_mutex_unlock(&h->ckpt_mu);
-  for (axp_ckpt_write *w = all, *nx; w; w = nx) {
+  for (axi_pipe_ckpt_write *w = all, *nx; w; w = nx) {
     nx = w->next;
     pthread_join(w->th, NULL); /* a local disk write: it ends */
     free(w);
@@ -172,7 +172,7 @@ void axp_ckpt_writes_drain(phost *h) {
  * dir/name on this host (creating dir), in the background with async, or
  * with send = 1 returns the file instead; returns [size, sha256 hex] and
  * then the file's bytes (axi_ck_pack). */
-int axp_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out) {
   phost *h = obj;
   char dir[900], name[64], path[1000];
@@ -184,14 +184,14 @@ int axp_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
   if (ax_values_count(args) > 3)
     AX_TRY(ax_values_get_i64(args, 3, &async));
   if (strchr(name, '/'))
-    return ax_seterr(AX_EINVAL, "pipe.stage: bad file name '%s'", name);
+    return ax_seterr(AX_EINVAL, "axon.pipe.stage: bad file name '%s'", name);
   snprintf(path, sizeof path, "%s/%s", dir, name);
   if (!send)
     AX_TRY(axi_mkdirs(dir));
   char sha[2 * AX_SHA256_LEN + 1];
   uint8_t *buf = NULL;
   size_t len = 0;
-  int err = axp_ckpt_snapshot(h, &buf, &len, sha);
+  int err = axi_pipe_ckpt_snapshot(h, &buf, &len, sha);
   if (err == AX_OK && !send && async) {
     err = write_async(h, path, buf, len); /* takes buf */
     buf = NULL;
@@ -211,7 +211,7 @@ int axp_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
   return err;
 }
 
-int axp_ckpt_snapshot(phost *h, uint8_t **buf, size_t *len,
+int axi_pipe_ckpt_snapshot(phost *h, uint8_t **buf, size_t *len,
                       char sha[2 * AX_SHA256_LEN + 1]) {
   axi_ckw w;
   axi_ckw_init(&w, AXI_CK_STAGE);
@@ -240,10 +240,10 @@ static int want_i64(const axi_ckr *r, const char *name, int64_t v) {
 
 /* Checks everything before changing anything (s->mu held). */
 static int check_state(phost *h, const axi_ckr *r, int64_t *shadow_for) {
-  axd_stage *s = h->s;
+  axi_ag_stage *s = h->s;
   ax_optim *o = s->opt;
   if (!o || h->zero || h->offload)
-    return ax_seterr(AX_ESTATE, "pipe.stage %d: not set up, or its optimizer "
+    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: not set up, or its optimizer "
                      "is sharded or on another agent (no checkpoints yet)",
                      s->index);
   AX_TRY(want_i64(r, "stage", s->index));
@@ -274,7 +274,7 @@ static int check_state(phost *h, const axi_ckr *r, int64_t *shadow_for) {
 }
 
 static int load_state(phost *h, const axi_ckr *r, int64_t shadow_for) {
-  axd_stage *s = h->s;
+  axi_ag_stage *s = h->s;
   int64_t steps, last;
   AX_TRY(axi_ckr_i64(r, "optim.steps", &steps));
   AX_TRY(axi_ckr_i64(r, "last_step", &last));
@@ -299,7 +299,7 @@ static int load_state(phost *h, const axi_ckr *r, int64_t shadow_for) {
  * this host, or the one given (axi_ck_pack; path names it). Checks it (its
  * checksum and the manifest's, this stage's split, mode and optimizer) and only
  * then loads it. */
-int axp_host_ckpt_load(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_ckpt_load(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out) {
   phost *h = obj;
   char path[1000];
@@ -318,12 +318,12 @@ int axp_host_ckpt_load(ax_call_ctx *cc, void *obj, const ax_values *args,
   } else {
     AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
   }
-  int err = axp_ckpt_apply(h, &r);
+  int err = axi_pipe_ckpt_apply(h, &r);
   axi_ckr_close(&r);
   return err;
 }
 
-int axp_ckpt_apply(phost *h, const axi_ckr *r) {
+int axi_pipe_ckpt_apply(phost *h, const axi_ckr *r) {
   pthread_mutex_lock(&h->s->mu);
   int64_t shadow_for = -1;
   int err = quiet_stage(h);
@@ -337,13 +337,13 @@ int axp_ckpt_apply(phost *h, const axi_ckr *r) {
 
 /* "ckpt_drop" [dir, file name]: removes this host's file of an old
  * checkpoint and the directory once empty (missing files are fine). */
-int axp_host_ckpt_drop(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_ckpt_drop(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out) {
   char dir[900], name[64], path[1000];
   AX_TRY(path_arg(args, 0, dir, sizeof dir));
   AX_TRY(path_arg(args, 1, name, sizeof name));
   if (strchr(name, '/'))
-    return ax_seterr(AX_EINVAL, "pipe.stage: bad file name '%s'", name);
+    return ax_seterr(AX_EINVAL, "axon.pipe.stage: bad file name '%s'", name);
   snprintf(path, sizeof path, "%s/%s", dir, name);
   unlink(path);
   rmdir(dir); /* fails while other files are left: fine */

@@ -4,11 +4,11 @@
  * ("stage-SS"), and the stage methods that fill it and load from it.
  *
  * A stage's "ckpt_mem_save" keeps its file in its own agent's store and
- * sends a copy to its neighbour's agent ("pipe.mem_keep"), so that losing
+ * sends a copy to its neighbour's agent ("axon.pipe.mem_keep"), so that losing
  * one agent loses no stage's copy. "ckpt_mem_load" takes the file from the
- * store of the agent the coordinator names ("pipe.mem_fetch"; this agent's
+ * store of the agent the coordinator names ("axon.pipe.mem_fetch"; this agent's
  * own store when it names itself), checks its size and SHA-256 and loads
- * it. An owner's copies go with "pipe.mem_forget" (the end of its run);
+ * it. An owner's copies go with "axon.pipe.mem_forget" (the end of its run);
  * a later copy under the same owner and key replaces the earlier one, and
  * an owner keeps at most AXP_MEM_KEYS of them on one node. Members are
  * trusted (the world's token or certificates): any member may keep or
@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/rpc/builtin-impl.h"
 #include "axon/rref/rref.h"
 #include "axon/runtime/pipeline/coord/coordinator.h"
 #include "axon/runtime/pipeline/stage/stage_host-impl.h"
@@ -50,7 +51,7 @@ static int keep(ax_node *n, const char *owner, const char *key,
   if (!name_ok(owner, sizeof g_store->owner) ||
       !name_ok(key, sizeof g_store->key) || strlen(sha) != 2 * AX_SHA256_LEN) {
     ax_tensor_release(file);
-    return ax_seterr(AX_EINVAL, "pipe.mem_keep: bad owner, key or checksum");
+    return ax_seterr(AX_EINVAL, "axon.pipe.mem_keep: bad owner, key or checksum");
   }
   pthread_mutex_lock(&g_mu);
   int count = 0;
@@ -64,7 +65,7 @@ static int keep(ax_node *n, const char *owner, const char *key,
   if (!e && count >= AXP_MEM_KEYS) {
     pthread_mutex_unlock(&g_mu);
     ax_tensor_release(file);
-    return ax_seterr(AX_ETOOBIG, "pipe.mem_keep: %s keeps %d copies on %s "
+    return ax_seterr(AX_ETOOBIG, "axon.pipe.mem_keep: %s keeps %d copies on %s "
                      "already", owner, count, ax_node_name(n));
   }
   if (!e && !(e = calloc(1, sizeof *e))) {
@@ -130,7 +131,7 @@ static void forget(ax_node *n, const char *owner) {
   }
 }
 
-/* "pipe.mem_keep" [owner, key, size, sha256 hex, file (axi_ck_pack)]: the
+/* "axon.pipe.mem_keep" [owner, key, size, sha256 hex, file (axi_ck_pack)]: the
  * file is checked (its size and SHA-256) and kept as it came, on the host. */
 static int h_keep(ax_call_ctx *cc, const ax_values *args, ax_values *out,
                   void *user) {
@@ -145,7 +146,7 @@ static int h_keep(ax_call_ctx *cc, const ax_values *args, ax_values *out,
   size_t nb = ax_tensor_nbytes(t);
   if (size < 0 || t->dtype != AX_I32 || nb < (size_t)size ||
       nb >= (size_t)size + 4)
-    return ax_seterr(AX_EINVAL, "pipe.mem_keep: a file of %lld bytes in a "
+    return ax_seterr(AX_EINVAL, "axon.pipe.mem_keep: a file of %lld bytes in a "
                      "tensor of %zu", (long long)size, nb);
   ax_tensor *h = ax_tensor_to(t, AX_CPU); /* t itself when on the host */
   if (!h)
@@ -153,7 +154,7 @@ static int h_keep(ax_call_ctx *cc, const ax_values *args, ax_values *out,
   char hex[2 * AX_SHA256_LEN + 1];
   int err = ax_sha256_hex(h->data, (size_t)size, hex);
   if (err == AX_OK && strcmp(hex, sha))
-    err = ax_seterr(AX_EMALFORMED, "pipe.mem_keep: %s of %s arrived damaged",
+    err = ax_seterr(AX_EMALFORMED, "axon.pipe.mem_keep: %s of %s arrived damaged",
                     key, owner);
   if (err != AX_OK) {
     ax_tensor_release(h);
@@ -170,7 +171,7 @@ static int put_file(ax_values *out, ax_tensor *file, size_t len,
   return ax_values_add_tensor(out, file);
 }
 
-/* "pipe.mem_fetch" [owner, key] -> [size, sha256 hex, file]. */
+/* "axon.pipe.mem_fetch" [owner, key] -> [size, sha256 hex, file]. */
 static int h_fetch(ax_call_ctx *cc, const ax_values *args, ax_values *out,
                    void *user) {
   const char *owner, *key;
@@ -185,7 +186,7 @@ static int h_fetch(ax_call_ctx *cc, const ax_values *args, ax_values *out,
   return err;
 }
 
-/* "pipe.mem_forget" []: the caller's copies on this node go. */
+/* "axon.pipe.mem_forget" []: the caller's copies on this node go. */
 static int h_forget(ax_call_ctx *cc, const ax_values *args, ax_values *out,
                     void *user) {
   const char *owner = ax_call_caller(cc);
@@ -198,11 +199,11 @@ static void node_gone(ax_node *n, void *user) {
   forget(n, NULL);
 }
 
-int axp_mem_store_register(ax_node *n) {
+int axi_pipe_mem_store_register(ax_node *n) {
   AX_TRY(ax_node_on_destroy(n, node_gone, NULL));
-  AX_TRY(ax_rpc_register(n, "pipe.mem_keep", h_keep, NULL));
-  AX_TRY(ax_rpc_register(n, "pipe.mem_fetch", h_fetch, NULL));
-  return ax_rpc_register(n, "pipe.mem_forget", h_forget, NULL);
+  AX_TRY(axi_register(n, "axon.pipe.mem_keep", h_keep, NULL));
+  AX_TRY(axi_register(n, "axon.pipe.mem_fetch", h_fetch, NULL));
+  return axi_register(n, "axon.pipe.mem_forget", h_forget, NULL);
 }
 
 /* The caller of a stage method: the coordinator that owns the copies. */
@@ -213,7 +214,7 @@ static const char *owner_of(ax_call_ctx *cc) {
 
 /* "ckpt_mem_save" [key, peer]: keeps the stage's file here and on agent
  * peer ("" or this agent: here only); returns [size, sha256 hex]. */
-int axp_host_ckpt_mem_save(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_ckpt_mem_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                            ax_values *out) {
   phost *h = obj;
   ax_node *n = ax_call_node(cc);
@@ -223,7 +224,7 @@ int axp_host_ckpt_mem_save(ax_call_ctx *cc, void *obj, const ax_values *args,
   uint8_t *buf = NULL;
   size_t len = 0;
   char sha[2 * AX_SHA256_LEN + 1];
-  AX_TRY(axp_ckpt_snapshot(h, &buf, &len, sha));
+  AX_TRY(axi_pipe_ckpt_snapshot(h, &buf, &len, sha));
   ax_tensor *file = axi_ck_pack(buf, len); /* kept here and sent as is */
   free(buf);
   if (!file)
@@ -237,13 +238,13 @@ int axp_host_ckpt_mem_save(ax_call_ctx *cc, void *obj, const ax_values *args,
       ax_values_add_str(a, key);
       err = put_file(a, file, len, sha);
     }
-    ax_call_opts o = {.timeout_ms = axp_wait_ms(cc)};
+    ax_call_opts o = {.timeout_ms = axi_pipe_wait_ms(cc)};
     if (err == AX_OK)
-      err = ax_rpc_sync(n, peer, "pipe.mem_keep", a, &o, NULL);
+      err = ax_rpc_sync(n, peer, "axon.pipe.mem_keep", a, &o, NULL);
     ax_values_free(a);
     if (err != AX_OK) {
       ax_tensor_release(file);
-      return ax_seterr(err, "pipe.stage %d: its in-memory copy on %s: %s",
+      return ax_seterr(err, "axon.pipe.stage %d: its in-memory copy on %s: %s",
                        h->s->index, peer, ax_errmsg());
     }
   }
@@ -266,8 +267,8 @@ static int copy_from(ax_call_ctx *cc, const char *holder, const char *key,
     return AX_ENOMEM;
   ax_values_add_str(a, owner_of(cc));
   ax_values_add_str(a, key);
-  ax_call_opts o = {.timeout_ms = axp_wait_ms(cc)};
-  int err = ax_rpc_sync(n, holder, "pipe.mem_fetch", a, &o, &r);
+  ax_call_opts o = {.timeout_ms = axi_pipe_wait_ms(cc)};
+  int err = ax_rpc_sync(n, holder, "axon.pipe.mem_fetch", a, &o, &r);
   ax_values_free(a);
   ax_tensor *t = NULL;
   if (err == AX_OK)
@@ -281,7 +282,7 @@ static int copy_from(ax_call_ctx *cc, const char *holder, const char *key,
 /* "ckpt_mem_load" [key, holder, size, sha256 hex]: the caller's copy under
  * key from agent holder, checked against size and sha (and the stage), then
  * loaded. */
-int axp_host_ckpt_mem_load(ax_call_ctx *cc, void *obj, const ax_values *args,
+int axi_pipe_host_ckpt_mem_load(ax_call_ctx *cc, void *obj, const ax_values *args,
                            ax_values *out) {
   phost *h = obj;
   const char *key, *holder, *sha;
@@ -299,13 +300,13 @@ int axp_host_ckpt_mem_load(ax_call_ctx *cc, void *obj, const ax_values *args,
     err = axi_ck_unpack(file, (size_t)size, &buf);
   ax_tensor_release(file);
   if (err != AX_OK)
-    return ax_seterr(err, "pipe.stage %d: its in-memory copy from %s: %s",
+    return ax_seterr(err, "axon.pipe.stage %d: its in-memory copy from %s: %s",
                      h->s->index, holder, ax_errmsg());
   char name[200];
   snprintf(name, sizeof name, "in-memory %s on %s", key, holder);
   axi_ckr r;
   AX_TRY(axi_ckr_mem(&r, name, buf, (size_t)size, AXI_CK_STAGE, size, sha));
-  err = axp_ckpt_apply(h, &r);
+  err = axi_pipe_ckpt_apply(h, &r);
   axi_ckr_close(&r);
   return err;
 }

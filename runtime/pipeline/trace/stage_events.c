@@ -5,7 +5,7 @@
 
 #include "axon/runtime/pipeline/trace/stage_events.h"
 
-void axp_event_compute(ax_trace *tr, int stage, int agent, const char *cat,
+void axi_pipe_event_compute(ax_trace *tr, int stage, int agent, const char *cat,
                        long batch, int micro, int64_t t0_us, int64_t t1_us,
                        int stash, int versions) {
   if (!tr)
@@ -27,7 +27,7 @@ void axp_event_compute(ax_trace *tr, int stage, int agent, const char *cat,
   ax_trace_add(tr, &e);
 }
 
-void axp_event_xfer(ax_trace *tr, int stage, int send, int kind, long batch,
+void axi_pipe_event_xfer(ax_trace *tr, int stage, int send, int kind, long batch,
                     int micro, int peer, const ax_tlist *t, int64_t t0_us,
                     int64_t t1_us) {
   if (!tr)
@@ -48,7 +48,7 @@ void axp_event_xfer(ax_trace *tr, int stage, int send, int kind, long batch,
   ax_trace_add(tr, &e);
 }
 
-int axp_events_take(ax_trace *tr, ax_values *out) {
+int axi_pipe_events_take(ax_trace *tr, ax_values *out) {
   void *buf = NULL;
   size_t len = 0;
   if (!tr)

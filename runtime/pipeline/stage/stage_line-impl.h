@@ -37,23 +37,23 @@
 #define AXP_META_SEQ "pipe.seq"
 #define AXP_LINE_AHEAD_MAX 4096
 
-typedef struct axp_line axp_line;
-typedef int (*axp_line_fn)(ax_call_ctx *cc, void *host, const ax_values *args,
+typedef struct axi_pipe_line axi_pipe_line;
+typedef int (*axi_pipe_line_fn)(ax_call_ctx *cc, void *host, const ax_values *args,
                            ax_values *out);
 
 /* Runs fn(cc, host, args, out) now when cc carries no sequence; else
  * queues it on its line (joining *slot, the host's line, to it) and answers
  * through a deferred future, running the line if it is idle. */
-int axp_line_call(ax_call_ctx *cc, axp_line **slot, void *host,
-                  axp_line_fn fn, const ax_values *args, ax_values *out);
+int axi_pipe_line_call(ax_call_ctx *cc, axi_pipe_line **slot, void *host,
+                  axi_pipe_line_fn fn, const ax_values *args, ax_values *out);
 
 /* Cancels host's queued calls (AX_ECANCELLED), waits until none of them
  * is running, and leaves its line (*slot = NULL). Call before clearing or
  * freeing the host, without holding any lock its actions take. */
-void axp_line_detach(axp_line **slot, void *host);
+void axi_pipe_line_detach(axi_pipe_line **slot, void *host);
 
 /* Calls queued on the host's line and not yet run (0 without a line): for
  * tests that must know a call arrived before they send the next. */
-int axp_line_queued(axp_line *const *slot);
+int axi_pipe_line_queued(axi_pipe_line *const *slot);
 
 #endif
