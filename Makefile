@@ -8,7 +8,7 @@ FUZZ_TEST_SECONDS ?= 12
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps build demo test clean fuzz fuzz-build
+.PHONY: all deps build demo test clean fuzz fuzz-build format
 
 all: build
 
@@ -40,6 +40,11 @@ test: build fuzz-build
 	@cmake --build $(BUILD) --target check-rpc-asan
 	@bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_TEST_SECONDS)
 	@cd $(BUILD) && ctest --output-on-failure -j2 $(CTEST_ARGS)
+
+# Rewrites the C sources to the checked-in .clang-format (make test checks
+# them: ctest test_format).
+format: deps
+	@bash scripts/check_format.sh --fix
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)

@@ -19,11 +19,13 @@
 #include "axon/runtime/pipeline/pipeline.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
+  fprintf(
+      f,
       "usage: axon-agent --name NAME --master HOST:PORT [options]\n"
       "\n"
       "  --name NAME          unique node name (required)\n"
-      "  --master HOST:PORT   master to join; default from AXON_MASTER_ADDR and\n"
+      "  --master HOST:PORT   master to join; default from AXON_MASTER_ADDR "
+      "and\n"
       "                       AXON_MASTER_PORT; equal to --listen: this agent\n"
       "                       is the master\n"
       "  --listen ADDR        control-plane address HOST:PORT (port 0: any;\n"
@@ -33,14 +35,16 @@ static void usage(FILE *f) {
       "  --device-map MAP     where received tensors land by the device the\n"
       "                       sender had them on: SRC=DST[,SRC=DST...], e.g.\n"
       "                       cuda:0=cpu,cpu=cuda:1 (':' may stand for '=':\n"
-      "                       cuda:0:cpu,cpu:cuda:1); devices cpu, cuda, cuda:N;\n"
+      "                       cuda:0:cpu,cpu:cuda:1); devices cpu, cuda, "
+      "cuda:N;\n"
       "                       unlisted senders' devices land on --device\n"
       "  --threads N          handler worker threads (default 4)\n"
       "  --metrics-port P     serve /healthz and /metrics on this port\n"
       "                       (default: no HTTP endpoint)\n"
       "  --world-size N       nodes in the world, for the master (default 1)\n"
       "  --rank R             this node's rank (default: SLURM_PROCID or\n"
-      "                       OMPI_COMM_WORLD_RANK, else assigned by the master)\n"
+      "                       OMPI_COMM_WORLD_RANK, else assigned by the "
+      "master)\n"
       "  --join-timeout-ms T  give up joining after T ms (default 60000); the\n"
       "                       retries while the master is unreachable are\n"
       "                       reported (--join-timeout is the same flag)\n"
@@ -66,7 +70,8 @@ static void usage(FILE *f) {
       "  --insecure           allow a non-loopback --listen without a token\n"
       "                       or TLS (refused otherwise)\n"
       "  --data-transport T   tcp, tls or shm (default: AXON_DATA_TRANSPORT,\n"
-      "                       else tls with TLS, else shm: TCP to other hosts,\n"
+      "                       else tls with TLS, else shm: TCP to other "
+      "hosts,\n"
       "                       shared memory to agents of this host)\n"
       "  --plugin FILE.so     load a plugin: its models, object kinds and\n"
       "                       functions are served here (repeatable;\n"
@@ -120,77 +125,134 @@ int main(int argc, char **argv) {
   int64_t join_ms = 60000;
   const char *device = "cpu", *device_map = NULL;
   agent a = {0};
-  static const struct option lo[] = {
-      {"name", 1, 0, 'n'},         {"master", 1, 0, 'm'},
-      {"listen", 1, 0, 'l'},       {"device", 1, 0, 'd'},
-      {"threads", 1, 0, 't'},      {"metrics-port", 1, 0, 'p'},
-      {"world-size", 1, 0, 'w'},   {"rank", 1, 0, 'r'},
-      {"join-timeout-ms", 1, 0, 'J'}, {"heartbeat-ms", 1, 0, 'H'},
-      {"peer-timeout-ms", 1, 0, 'P'}, {"stay", 0, 0, 's'},
-      {"max-msg-bytes", 1, 0, 'M'}, {"device-map", 1, 0, 'D'},
-      {"max-hdr-bytes", 1, 0, 'B'}, {"max-values", 1, 0, 'V'},
-      {"max-inflight-bytes", 1, 0, 'I'}, {"max-grpc-msg-bytes", 1, 0, 'G'},
-      {"max-call-depth", 1, 0, 'C'}, {"join-timeout", 1, 0, 'J'},
-      {"token-file", 1, 0, 'T'},   {"plugin", 1, 0, 'L'},
-      {"tls-ca", 1, 0, 'A'},       {"tls-cert", 1, 0, 'E'},
-      {"tls-key", 1, 0, 'K'},      {"insecure", 0, 0, 'X'},
-      {"data-transport", 1, 0, 'Y'},
-      {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
+  static const struct option lo[] = {{"name", 1, 0, 'n'},
+                                     {"master", 1, 0, 'm'},
+                                     {"listen", 1, 0, 'l'},
+                                     {"device", 1, 0, 'd'},
+                                     {"threads", 1, 0, 't'},
+                                     {"metrics-port", 1, 0, 'p'},
+                                     {"world-size", 1, 0, 'w'},
+                                     {"rank", 1, 0, 'r'},
+                                     {"join-timeout-ms", 1, 0, 'J'},
+                                     {"heartbeat-ms", 1, 0, 'H'},
+                                     {"peer-timeout-ms", 1, 0, 'P'},
+                                     {"stay", 0, 0, 's'},
+                                     {"max-msg-bytes", 1, 0, 'M'},
+                                     {"device-map", 1, 0, 'D'},
+                                     {"max-hdr-bytes", 1, 0, 'B'},
+                                     {"max-values", 1, 0, 'V'},
+                                     {"max-inflight-bytes", 1, 0, 'I'},
+                                     {"max-grpc-msg-bytes", 1, 0, 'G'},
+                                     {"max-call-depth", 1, 0, 'C'},
+                                     {"join-timeout", 1, 0, 'J'},
+                                     {"token-file", 1, 0, 'T'},
+                                     {"plugin", 1, 0, 'L'},
+                                     {"tls-ca", 1, 0, 'A'},
+                                     {"tls-cert", 1, 0, 'E'},
+                                     {"tls-key", 1, 0, 'K'},
+                                     {"insecure", 0, 0, 'X'},
+                                     {"data-transport", 1, 0, 'Y'},
+                                     {"help", 0, 0, 'h'},
+                                     {0, 0, 0, 0}};
   int c, ok = 1;
 #define size_flag(flag, dst)                                                   \
-  (axi_cli_int(P, flag, optarg, 1, INT64_MAX, 1, &v64) ? (*(dst) = (size_t)v64, 1) \
-                                                   : 0)
+  (axi_cli_int(P, flag, optarg, 1, INT64_MAX, 1, &v64)                         \
+       ? (*(dst) = (size_t)v64, 1)                                             \
+       : 0)
   int64_t v64;
   while (ok && (c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (c) {
-    case 'n': o.name = optarg; break;
-    case 'm': o.master = optarg; break;
-    case 'l': o.listen = optarg; break;
-    case 'd': device = optarg; break;
-    case 'D': device_map = optarg; break;
-    case 't': ok = axi_cli_i32(P, "--threads", optarg, 1, 1024, &o.threads); break;
+    case 'n':
+      o.name = optarg;
+      break;
+    case 'm':
+      o.master = optarg;
+      break;
+    case 'l':
+      o.listen = optarg;
+      break;
+    case 'd':
+      device = optarg;
+      break;
+    case 'D':
+      device_map = optarg;
+      break;
+    case 't':
+      ok = axi_cli_i32(P, "--threads", optarg, 1, 1024, &o.threads);
+      break;
     case 'p':
       ok = axi_cli_i32(P, "--metrics-port", optarg, 1, 65535, &metrics_port);
       break;
     case 'w':
       ok = axi_cli_i32(P, "--world-size", optarg, 1, 1 << 16, &o.world_size);
       break;
-    case 'r': ok = axi_cli_i32(P, "--rank", optarg, -1, (1 << 16) - 1, &o.rank); break;
+    case 'r':
+      ok = axi_cli_i32(P, "--rank", optarg, -1, (1 << 16) - 1, &o.rank);
+      break;
     case 'J':
-      ok = axi_cli_int(P, "--join-timeout-ms", optarg, 1, INT64_MAX, 0, &join_ms);
+      ok = axi_cli_int(P, "--join-timeout-ms", optarg, 1, INT64_MAX, 0,
+                       &join_ms);
       break;
     case 'H':
-      ok = axi_cli_int(P, "--heartbeat-ms", optarg, 1, 3600000, 0, &o.heartbeat_ms);
+      ok = axi_cli_int(P, "--heartbeat-ms", optarg, 1, 3600000, 0,
+                       &o.heartbeat_ms);
       break;
     case 'P':
       ok = axi_cli_int(P, "--peer-timeout-ms", optarg, 1, INT64_MAX, 0,
-                   &o.peer_timeout_ms);
+                       &o.peer_timeout_ms);
       break;
-    case 's': a.stay = 1; break;
+    case 's':
+      a.stay = 1;
+      break;
     case 'L': /* models register now, before any node exists */
       if (ax_plugin_load(optarg) != AX_OK) {
         fprintf(stderr, "axon-agent: %s\n", ax_errmsg());
         return 1;
       }
       break;
-    case 'T': o.token_file = optarg; break;
-    case 'A': o.tls_ca = optarg; break;
-    case 'E': o.tls_cert = optarg; break;
-    case 'K': o.tls_key = optarg; break;
-    case 'X': o.insecure = 1; break;
-    case 'Y': o.data_transport = optarg; break;
-    case 'M': ok = size_flag("--max-msg-bytes", &o.max_msg_bytes); break;
-    case 'B': ok = size_flag("--max-hdr-bytes", &o.max_hdr_bytes); break;
-    case 'V': ok = size_flag("--max-values", &o.max_values); break;
-    case 'I': ok = size_flag("--max-inflight-bytes", &o.max_inflight_bytes); break;
+    case 'T':
+      o.token_file = optarg;
+      break;
+    case 'A':
+      o.tls_ca = optarg;
+      break;
+    case 'E':
+      o.tls_cert = optarg;
+      break;
+    case 'K':
+      o.tls_key = optarg;
+      break;
+    case 'X':
+      o.insecure = 1;
+      break;
+    case 'Y':
+      o.data_transport = optarg;
+      break;
+    case 'M':
+      ok = size_flag("--max-msg-bytes", &o.max_msg_bytes);
+      break;
+    case 'B':
+      ok = size_flag("--max-hdr-bytes", &o.max_hdr_bytes);
+      break;
+    case 'V':
+      ok = size_flag("--max-values", &o.max_values);
+      break;
+    case 'I':
+      ok = size_flag("--max-inflight-bytes", &o.max_inflight_bytes);
+      break;
     case 'G':
       ok = size_flag("--max-grpc-msg-bytes", &o.max_grpc_msg_bytes);
       break;
     case 'C':
-      ok = axi_cli_i32(P, "--max-call-depth", optarg, 1, 1 << 20, &o.max_call_depth);
+      ok = axi_cli_i32(P, "--max-call-depth", optarg, 1, 1 << 20,
+                       &o.max_call_depth);
       break;
-    case 'h': usage(stdout); return 0;
-    default: usage(stderr); return 2;
+    case 'h':
+      usage(stdout);
+      return 0;
+    default:
+      usage(stderr);
+      return 2;
     }
   }
 #undef size_flag
@@ -217,8 +279,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (ax_device_check(o.device) != AX_OK) {
-    fprintf(stderr, "axon-agent: --device %s does not exist here: %s\n",
-            device, ax_errmsg());
+    fprintf(stderr, "axon-agent: --device %s does not exist here: %s\n", device,
+            ax_errmsg());
     return 2;
   }
   if (ax_device_map_parse(device_map, &o.device_map) != AX_OK) {

@@ -64,7 +64,8 @@ static int echo(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
       break;
     }
     default:
-      return ax_seterr(AX_EBADARG, "echo: value %zu has an unsupported type", i);
+      return ax_seterr(AX_EBADARG, "echo: value %zu has an unsupported type",
+                       i);
     }
   }
   return AX_OK;
@@ -83,7 +84,8 @@ static int sleep_ms(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   int64_t ms;
   AX_TRY(ax_values_get_i64(args, 0, &ms));
   if (ms < 0 || ms > 60000)
-    return ax_seterr(AX_EINVAL, "sleep_ms: %lld out of [0, 60000]", (long long)ms);
+    return ax_seterr(AX_EINVAL, "sleep_ms: %lld out of [0, 60000]",
+                     (long long)ms);
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
   return ax_values_add_i64(out, ms);
@@ -94,7 +96,8 @@ static void chain_done(ax_future *nested, void *user) {
   ax_future *p = user;
   int64_t d = -1;
   int err = ax_future_err(nested);
-  if (err == AX_OK && ax_values_get_i64(ax_future_values(nested), 0, &d) != AX_OK)
+  if (err == AX_OK &&
+      ax_values_get_i64(ax_future_values(nested), 0, &d) != AX_OK)
     err = AX_EMALFORMED;
   ax_values *v = NULL;
   if (err == AX_OK && (v = ax_values_new()))

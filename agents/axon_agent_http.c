@@ -23,41 +23,46 @@ static void metrics(struct evhttp_request *req, void *arg) {
   ax_node_stats s;
   ax_node_stats_get(n, &s);
   const char *node = ax_node_name(n);
-  evbuffer_add_printf(b,
-      "# HELP axon_calls_total Calls served, by function.\n"
-      "# TYPE axon_calls_total counter\n");
+  evbuffer_add_printf(b, "# HELP axon_calls_total Calls served, by function.\n"
+                         "# TYPE axon_calls_total counter\n");
   ax_fn_stats f;
   for (size_t i = 0; ax_node_fn_stats(n, i, &f) == AX_OK; i++)
     evbuffer_add_printf(b, "axon_calls_total{node=\"%s\",fn=\"%s\"} %llu\n",
                         node, f.fn, (unsigned long long)f.calls);
-  evbuffer_add_printf(b,
-      "# HELP axon_call_errors_total Calls answered with an error, by function.\n"
-      "# TYPE axon_call_errors_total counter\n");
+  evbuffer_add_printf(b, "# HELP axon_call_errors_total Calls answered with an "
+                         "error, by function.\n"
+                         "# TYPE axon_call_errors_total counter\n");
   for (size_t i = 0; ax_node_fn_stats(n, i, &f) == AX_OK; i++)
-    evbuffer_add_printf(b, "axon_call_errors_total{node=\"%s\",fn=\"%s\"} %llu\n",
+    evbuffer_add_printf(b,
+                        "axon_call_errors_total{node=\"%s\",fn=\"%s\"} %llu\n",
                         node, f.fn, (unsigned long long)f.errors);
-  evbuffer_add_printf(b,
-      "# HELP axon_call_latency_seconds Handler latency, by function.\n"
-      "# TYPE axon_call_latency_seconds histogram\n");
+  evbuffer_add_printf(
+      b, "# HELP axon_call_latency_seconds Handler latency, by function.\n"
+         "# TYPE axon_call_latency_seconds histogram\n");
   for (size_t i = 0; ax_node_fn_stats(n, i, &f) == AX_OK; i++) {
     unsigned long long cum = 0;
     for (int k = 0; k < AX_LAT_BUCKETS; k++) {
       cum += f.lat_count[k];
       if (k == AX_LAT_BUCKETS - 1)
         evbuffer_add_printf(b,
-            "axon_call_latency_seconds_bucket{node=\"%s\",fn=\"%s\",le=\"+Inf\"} %llu\n",
-            node, f.fn, cum);
+                            "axon_call_latency_seconds_bucket{node=\"%s\",fn="
+                            "\"%s\",le=\"+Inf\"} %llu\n",
+                            node, f.fn, cum);
       else
         evbuffer_add_printf(b,
-            "axon_call_latency_seconds_bucket{node=\"%s\",fn=\"%s\",le=\"%g\"} %llu\n",
-            node, f.fn, ax_lat_bounds_s[k], cum);
+                            "axon_call_latency_seconds_bucket{node=\"%s\",fn="
+                            "\"%s\",le=\"%g\"} %llu\n",
+                            node, f.fn, ax_lat_bounds_s[k], cum);
     }
-    evbuffer_add_printf(b, "axon_call_latency_seconds_sum{node=\"%s\",fn=\"%s\"} %.9f\n",
-                        node, f.fn, f.lat_sum_s);
-    evbuffer_add_printf(b, "axon_call_latency_seconds_count{node=\"%s\",fn=\"%s\"} %llu\n",
-                        node, f.fn, cum);
+    evbuffer_add_printf(
+        b, "axon_call_latency_seconds_sum{node=\"%s\",fn=\"%s\"} %.9f\n", node,
+        f.fn, f.lat_sum_s);
+    evbuffer_add_printf(
+        b, "axon_call_latency_seconds_count{node=\"%s\",fn=\"%s\"} %llu\n",
+        node, f.fn, cum);
   }
-  evbuffer_add_printf(b,
+  evbuffer_add_printf(
+      b,
       "# HELP axon_bytes_in_total Bytes received (control and bulk).\n"
       "# TYPE axon_bytes_in_total counter\n"
       "axon_bytes_in_total{node=\"%s\"} %llu\n"

@@ -78,7 +78,8 @@ static int make_batch(const char *model, const ax_config *cfg, int batch,
     in->n = 1;
     in->t[0] = rand_f32(&r, 4, s);
     lab->n = 1;
-    lab->t[0] = rand_i32(&r, 1, &nb, 0, (int)ax_config_int(cfg, "classes", 10, &err));
+    lab->t[0] =
+        rand_i32(&r, 1, &nb, 0, (int)ax_config_int(cfg, "classes", 10, &err));
   } else {
     int64_t w[32];
     int n = ax_config_ints(cfg, "widths", w, 32, &err);
@@ -98,21 +99,36 @@ static int bench_train(int argc, char **argv) {
   int batch = 0, steps = 10, warmup = 2, threads = 0, seq = 0;
   ax_device dev = AX_CPU;
   static const struct option opts[] = {
-      {"model", 1, 0, 'm'}, {"model-config", 1, 0, 'M'}, {"batch", 1, 0, 'b'},
-      {"steps", 1, 0, 's'}, {"warmup", 1, 0, 'w'},       {"threads", 1, 0, 't'},
-      {"device", 1, 0, 'v'}, {"seq", 1, 0, 'q'},         {"help", 0, 0, 'h'},
-      {0, 0, 0, 0}};
+      {"model", 1, 0, 'm'},  {"model-config", 1, 0, 'M'},
+      {"batch", 1, 0, 'b'},  {"steps", 1, 0, 's'},
+      {"warmup", 1, 0, 'w'}, {"threads", 1, 0, 't'},
+      {"device", 1, 0, 'v'}, {"seq", 1, 0, 'q'},
+      {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
   int c;
   optind = 2;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
-    case 'm': model = optarg; break;
-    case 'M': mconf = optarg; break;
-    case 'b': batch = atoi(optarg); break;
-    case 's': steps = atoi(optarg); break;
-    case 'w': warmup = atoi(optarg); break;
-    case 't': threads = atoi(optarg); break;
-    case 'q': seq = atoi(optarg); break;
+    case 'm':
+      model = optarg;
+      break;
+    case 'M':
+      mconf = optarg;
+      break;
+    case 'b':
+      batch = atoi(optarg);
+      break;
+    case 's':
+      steps = atoi(optarg);
+      break;
+    case 'w':
+      warmup = atoi(optarg);
+      break;
+    case 't':
+      threads = atoi(optarg);
+      break;
+    case 'q':
+      seq = atoi(optarg);
+      break;
     case 'v':
       if (ax_device_parse(optarg, &dev) != AX_OK) {
         fprintf(stderr, "axon-bench: %s\n", ax_errmsg());
@@ -124,7 +140,8 @@ static int bench_train(int argc, char **argv) {
              "[--steps N] [--warmup N] [--threads N] [--device DEV] "
              "[--seq N] [--model-config K=V,..]\n");
       return 0;
-    default: return 2;
+    default:
+      return 2;
     }
   }
   ax_cpu_set_threads(threads);
@@ -187,7 +204,8 @@ static int bench_train(int argc, char **argv) {
     double sps = (double)steps * batch / dt;
     char dname[16];
     printf("bench train: model=%s batch=%d threads=%d device=%s params=%zu "
-           "step_ms=%.2f samples_per_s=%.2f", model, batch, ax_cpu_threads(),
+           "step_ms=%.2f samples_per_s=%.2f",
+           model, batch, ax_cpu_threads(),
            ax_device_str(dev, dname, sizeof dname), net->n_params,
            1000.0 * dt / steps, sps);
     if (strcmp(model, "bert") == 0)
@@ -241,7 +259,8 @@ int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "join") == 0 && ax_bench_join_main)
     return ax_bench_join_main(argc - 1, argv + 1);
   fprintf(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
-          "usage: axon-bench train|rpc|dist|pipe|gemm|split|join [options]  (--help after the command "
+          "usage: axon-bench train|rpc|dist|pipe|gemm|split|join [options]  "
+          "(--help after the command "
           "for its options)\n");
   return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
 }

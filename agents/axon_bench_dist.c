@@ -33,11 +33,11 @@
 #include <unistd.h>
 
 #include "agents/axon_bench_local.h"
-#include "axon/rpc/launch.h"
 #include "axon/models/loss.h"
 #include "axon/models/model.h"
-#include "axon/runtime/autograd/stage.h"
 #include "axon/models/optim.h"
+#include "axon/rpc/launch.h"
+#include "axon/runtime/autograd/stage.h"
 #include "axon/runtime/pipeline/coord/train.h"
 
 #define NAG 3
@@ -45,17 +45,18 @@ static const char *g_names[NAG] = {"w1", "w2", "w3"};
 static ax_node *g_drv;
 static const char *g_optim = "opt=sgd,lr=0.01,momentum=0.9";
 
-#define CK(x)                                                                \
-  do {                                                                       \
-    int e_ = (x);                                                            \
-    if (e_ != AX_OK) {                                                       \
-      fprintf(stderr, "axon-bench dist: %s:%d %s: %s\n", __FILE__, __LINE__, \
-              ax_strerror(e_), ax_errmsg());                                 \
-      return e_;                                                             \
-    }                                                                        \
+#define CK(x)                                                                  \
+  do {                                                                         \
+    int e_ = (x);                                                              \
+    if (e_ != AX_OK) {                                                         \
+      fprintf(stderr, "axon-bench dist: %s:%d %s: %s\n", __FILE__, __LINE__,   \
+              ax_strerror(e_), ax_errmsg());                                   \
+      return e_;                                                               \
+    }                                                                          \
   } while (0)
 
-/* ---- the two kinds of step ------------------------------------------------- */
+/* ---- the two kinds of step -------------------------------------------------
+ */
 static void rand_fill(ax_rng *r, ax_tensor *t) {
   for (size_t i = 0; i < ax_tensor_numel(t); i++)
     ax_f32(t)[i] = (float)ax_rng_normal(r);
@@ -235,7 +236,8 @@ static int bench_edge(int iters, double *us3, double *us1, double *us_local) {
   CK(ax_model_stage(def, &mcfg, 0, 3, AX_CPU, 3, &net));
   ax_tlist in = {0}, lab = {0};
   CK(make_batch("mlp", &mcfg, 1, &in, &lab));
-  double *a = calloc((size_t)iters, sizeof *a), *c = calloc((size_t)iters, sizeof *c);
+  double *a = calloc((size_t)iters, sizeof *a),
+         *c = calloc((size_t)iters, sizeof *c);
   double *l = calloc((size_t)iters, sizeof *l);
   for (int i = -iters / 10; i < iters; i++) { /* interleaved */
     double x, y, z;
@@ -267,24 +269,39 @@ int ax_bench_dist_main(int argc, char **argv) {
   int steps = 10, warmup = 2, threads = 1, athreads = 2, iters = 200;
   const char *only = NULL;
   static const struct option opts[] = {
-      {"steps", 1, 0, 's'},  {"warmup", 1, 0, 'w'},     {"threads", 1, 0, 't'},
-      {"agent-threads", 1, 0, 'a'}, {"edge-iters", 1, 0, 'e'},
-      {"only", 1, 0, 'o'},   {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+      {"steps", 1, 0, 's'},      {"warmup", 1, 0, 'w'},
+      {"threads", 1, 0, 't'},    {"agent-threads", 1, 0, 'a'},
+      {"edge-iters", 1, 0, 'e'}, {"only", 1, 0, 'o'},
+      {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
-    case 's': steps = atoi(optarg); break;
-    case 'w': warmup = atoi(optarg); break;
-    case 't': threads = atoi(optarg); break;
-    case 'a': athreads = atoi(optarg); break;
-    case 'e': iters = atoi(optarg); break;
-    case 'o': only = optarg; break;
+    case 's':
+      steps = atoi(optarg);
+      break;
+    case 'w':
+      warmup = atoi(optarg);
+      break;
+    case 't':
+      threads = atoi(optarg);
+      break;
+    case 'a':
+      athreads = atoi(optarg);
+      break;
+    case 'e':
+      iters = atoi(optarg);
+      break;
+    case 'o':
+      only = optarg;
+      break;
     case 'h':
-      printf("usage: axon-bench dist [--steps N] [--warmup N] [--threads N] "
-             "[--agent-threads N] [--edge-iters N] [--only mlp|resnet20|edge]\n");
+      printf(
+          "usage: axon-bench dist [--steps N] [--warmup N] [--threads N] "
+          "[--agent-threads N] [--edge-iters N] [--only mlp|resnet20|edge]\n");
       return 0;
-    default: return 2;
+    default:
+      return 2;
     }
   }
   if (steps < 1 || iters < 1)
@@ -296,20 +313,20 @@ int ax_bench_dist_main(int argc, char **argv) {
   snprintf(at, sizeof at, "%d", athreads);
   const char *args[] = {"--threads", at, NULL};
   for (int i = 0; i < NAG; i++) /* before gRPC starts in this process */
-    pids[i] = axi_bench_spawn_agent(g_names[i], port, "AXON_THREADS", th, 1,
-                                    args);
+    pids[i] =
+        axi_bench_spawn_agent(g_names[i], port, "AXON_THREADS", th, 1, args);
   ax_cpu_set_threads(threads);
   int err = axi_bench_master("driver", port, NAG + 1, &g_drv);
   if (err)
     fprintf(stderr, "axon-bench dist: driver: %s: %s\n", ax_strerror(err),
             ax_errmsg());
   printf("# axon dist: 3 agents, %d compute thread(s) per process, %d handler "
-         "threads per agent, %s; medians of %d steps\n", threads, athreads,
-         g_optim, steps);
+         "threads per agent, %s; medians of %d steps\n",
+         threads, athreads, g_optim, steps);
   double d, l;
   if (!err && (!only || !strcmp(only, "mlp")) &&
-      !(err = bench_model("mlp", "widths=784/256/128/10", 64, steps, warmup,
-                          &d, &l)))
+      !(err = bench_model("mlp", "widths=784/256/128/10", 64, steps, warmup, &d,
+                          &l)))
     printf("%-28s %10.2f ms dist  %10.2f ms local  x%.2f\n",
            "mlp 784/256/128/10 b64", d, l, d / l);
   if (!err && (!only || !strcmp(only, "resnet20")) &&
@@ -321,8 +338,8 @@ int ax_bench_dist_main(int argc, char **argv) {
   if (!err && (!only || !strcmp(only, "edge")) &&
       !(err = bench_edge(iters, &u3, &u1, &ul)))
     printf("%-28s %10.1f us 3-stage bwd  %8.1f us 1-stage bwd  %8.1f us "
-           "per edge  (local bwd %.1f us)\n", "edge mlp 4/4/4/4 b1", u3, u1,
-           (u3 - u1) / 2, ul);
+           "per edge  (local bwd %.1f us)\n",
+           "edge mlp 4/4/4/4 b1", u3, u1, (u3 - u1) / 2, ul);
   fflush(stdout);
   if (g_drv) { /* the agents leave when told to; signals as the fallback */
     ax_local_end_world(g_drv, NAG, pids, 10000, NULL, "axon-bench dist");

@@ -29,9 +29,9 @@
 #include <string.h>
 
 #include "axon/kernels/backend-impl.h"
-#include "axon/runtime/pipeline/coord/train.h"
 #include "axon/kernels/rng.h"
 #include "axon/kernels/tensor.h"
+#include "axon/runtime/pipeline/coord/train.h"
 
 #define GEMM_MAX_REPEAT 32
 #define GEMM_CHECKS 64

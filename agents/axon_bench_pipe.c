@@ -31,9 +31,10 @@
  * reported, which leaves out its wait for activations or gradients, less
  * the nominal sleep), i.e. the copies, the push of the outputs and the
  * timer slack. "issue" and "rpc" are shown for --ahead 1 only: an action
- * issued ahead waits on its agent, so its call's times bound nothing. For flushed modes the warm-up is
- * one mini-batch; for the others K + 1 mini-batches, and the last K - 1
- * (the drain, faster than the steady state) are not measured.
+ * issued ahead waits on its agent, so its call's times bound nothing. For
+ * flushed modes the warm-up is one mini-batch; for the others K + 1
+ * mini-batches, and the last K - 1 (the drain, faster than the steady state)
+ * are not measured.
  *
  * --ahead lists the values of ax_pipe_opts.ahead to compare (default: 0,
  * the library's default, stage-driven; 1 is coordinator-driven): each mode
@@ -52,8 +53,8 @@
 #include "axon/rpc/launch.h"
 #include "axon/runtime/autograd/autograd.h"
 #include "axon/runtime/pipeline/coord/coordinator.h"
-#include "axon/runtime/pipeline/schedule/formula.h"
 #include "axon/runtime/pipeline/coord/train.h"
+#include "axon/runtime/pipeline/schedule/formula.h"
 
 #define MAXR 16
 
@@ -70,7 +71,8 @@ typedef struct bp_run { /* one training run of one mode */
   long steps;
 } bp_run;
 
-/* ---- one run ------------------------------------------------------------------ */
+/* ---- one run
+ * ------------------------------------------------------------------ */
 static int bp_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
   const bp_args *a = ((const bp_run *)user)->a;
   int64_t xs[2] = {a->batch, 16}, ys[1] = {a->batch};
@@ -119,10 +121,10 @@ static void overheads(ax_pipe *p, const bp_args *a, int mode,
                     ax_pipe_stage_rank(mode, a->K, e->op.stage) &&
                 f->t_done <= e->t_issue;
       for (int k = 0; !dep && k < nd; k++) /* a STEP rides on its B */
-        dep = f->op.kind == (deps[k].kind == AX_OP_STEP ? AX_OP_BWD
-                                                        : deps[k].kind) &&
-              f->op.stage == deps[k].stage &&
-              f->op.batch == deps[k].batch && f->op.micro == deps[k].micro;
+        dep = f->op.kind ==
+                  (deps[k].kind == AX_OP_STEP ? AX_OP_BWD : deps[k].kind) &&
+              f->op.stage == deps[k].stage && f->op.batch == deps[k].batch &&
+              f->op.micro == deps[k].micro;
       if (dep && f->t_done > ready)
         ready = f->t_done;
     }
@@ -134,8 +136,8 @@ static void overheads(ax_pipe *p, const bp_args *a, int mode,
     int replay = ax_pipe_replays(mode, AX_RECOMPUTE_NEVER,
                                  ax_pipe_units(mode, M), e->op.micro);
     double f = a->fwd_ms / v, b = a->bwd_ms / v, w = a->w_ms / v;
-    double nominal = e->op.kind == AX_OP_FWD           ? f
-                     : e->op.kind == AX_OP_INPUT_GRAD  ? b - w + (replay ? f : 0)
+    double nominal = e->op.kind == AX_OP_FWD          ? f
+                     : e->op.kind == AX_OP_INPUT_GRAD ? b - w + (replay ? f : 0)
                      : e->op.kind == AX_OP_WEIGHT_GRAD ? w
                                                        : b + (replay ? f : 0);
     ss += e->busy_s - 1e-3 * nominal;
@@ -164,12 +166,24 @@ static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
   /* Chunked modes split each agent's work into v stages of 1/v the time. */
   int v = ax_pipe_chunks(mode, 0);
   char cfg[160];
-  snprintf(cfg, sizeof cfg, "blocks=%d,fwd_ms=%g,bwd_ms=%g,w_ms=%g,"
-           "width=16,classes=10", a->K * v, a->fwd_ms / v, a->bwd_ms / v,
-           a->w_ms / v);
-  ax_pipe_opts o = {"sleep", cfg, a->K, ag, NULL, mode, a->M,
-                    AX_RECOMPUTE_NEVER, "opt=sgd,lr=0.01", 1, AX_CPU, 30000,
-                    NULL, v};
+  snprintf(cfg, sizeof cfg,
+           "blocks=%d,fwd_ms=%g,bwd_ms=%g,w_ms=%g,"
+           "width=16,classes=10",
+           a->K * v, a->fwd_ms / v, a->bwd_ms / v, a->w_ms / v);
+  ax_pipe_opts o = {"sleep",
+                    cfg,
+                    a->K,
+                    ag,
+                    NULL,
+                    mode,
+                    a->M,
+                    AX_RECOMPUTE_NEVER,
+                    "opt=sgd,lr=0.01",
+                    1,
+                    AX_CPU,
+                    30000,
+                    NULL,
+                    v};
   o.ahead = ahead;
   int flushed = ax_pipe_flushes(mode);
   /* Modes without a flush drain at the end (the last K - 1 mini-batches
@@ -196,29 +210,48 @@ static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
   return err;
 }
 
-/* ---- command line and table ----------------------------------------------------- */
+/* ---- command line and table
+ * ----------------------------------------------------- */
 static int parse(int argc, char **argv, bp_args *a) {
   static const struct option lo[] = {
-      {"stages", 1, 0, 'K'}, {"micro", 1, 0, 'M'},  {"fwd-ms", 1, 0, 'f'},
-      {"bwd-ms", 1, 0, 'b'}, {"w-ms", 1, 0, 'w'},
-      {"repeat", 1, 0, 'r'}, {"modes", 1, 0, 'm'},
-      {"agent-threads", 1, 0, 't'}, {"batch", 1, 0, 'B'},
-      {"ahead", 1, 0, 'a'},
+      {"stages", 1, 0, 'K'}, {"micro", 1, 0, 'M'},
+      {"fwd-ms", 1, 0, 'f'}, {"bwd-ms", 1, 0, 'b'},
+      {"w-ms", 1, 0, 'w'},   {"repeat", 1, 0, 'r'},
+      {"modes", 1, 0, 'm'},  {"agent-threads", 1, 0, 't'},
+      {"batch", 1, 0, 'B'},  {"ahead", 1, 0, 'a'},
       {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
   *a = (bp_args){4, 8, 3, 4, 16, 20, 40, -1, NULL, {0}, 1};
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (c) {
-    case 'K': a->K = atoi(optarg); break;
-    case 'M': a->M = atoi(optarg); break;
-    case 'f': a->fwd_ms = atof(optarg); break;
-    case 'b': a->bwd_ms = atof(optarg); break;
-    case 'w': a->w_ms = atof(optarg); break;
-    case 'r': a->repeat = atoi(optarg); break;
-    case 'm': a->modes = optarg; break;
-    case 't': a->agent_threads = atoi(optarg); break;
-    case 'B': a->batch = atoi(optarg); break;
+    case 'K':
+      a->K = atoi(optarg);
+      break;
+    case 'M':
+      a->M = atoi(optarg);
+      break;
+    case 'f':
+      a->fwd_ms = atof(optarg);
+      break;
+    case 'b':
+      a->bwd_ms = atof(optarg);
+      break;
+    case 'w':
+      a->w_ms = atof(optarg);
+      break;
+    case 'r':
+      a->repeat = atoi(optarg);
+      break;
+    case 'm':
+      a->modes = optarg;
+      break;
+    case 't':
+      a->agent_threads = atoi(optarg);
+      break;
+    case 'B':
+      a->batch = atoi(optarg);
+      break;
     case 'a': {
       a->n_ahead = 0;
       char *end = optarg;
@@ -233,16 +266,18 @@ static int parse(int argc, char **argv, bp_args *a) {
              "[--bwd-ms B] [--w-ms W] [--repeat R] [--modes a,b,..] "
              "[--agent-threads N] [--batch N] [--ahead a,b,..]\n");
       return 1;
-    default: return 2;
+    default:
+      return 2;
     }
   }
   if (a->w_ms < 0)
     a->w_ms = a->bwd_ms / 2; /* the split modes' weight half */
   if (a->K < 1 || a->K > AX_PIPE_MAX_STAGES || a->M < 1 || a->repeat < 1 ||
       a->repeat > MAXR || a->batch < a->M || a->w_ms > a->bwd_ms ||
-      2 * a->K > AX_PIPE_MAX_STAGES || a->n_ahead < 1 ||
-      a->ahead[0] < 0 || a->ahead[a->n_ahead - 1] < 0) {
-    fprintf(stderr, "axon-bench pipe: need 1 <= K <= %d, M >= 1, batch >= M,"
+      2 * a->K > AX_PIPE_MAX_STAGES || a->n_ahead < 1 || a->ahead[0] < 0 ||
+      a->ahead[a->n_ahead - 1] < 0) {
+    fprintf(stderr,
+            "axon-bench pipe: need 1 <= K <= %d, M >= 1, batch >= M,"
             " 0 <= w-ms <= bwd-ms, 1 <= repeat <= %d\n",
             AX_PIPE_MAX_STAGES / 2, MAXR);
     return 2;
@@ -253,11 +288,11 @@ static int parse(int argc, char **argv, bp_args *a) {
 static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
   printf("# axon-bench pipe: K=%d agents, M=%d, per agent and unit t_f=%g "
          "t_b=%g ms (weight half %g), sleep model, batch %d, median of %d "
-         "runs\n", a->K, a->M, a->fwd_ms, a->bwd_ms, a->w_ms, a->batch,
-         a->repeat);
-  printf("%-11s %5s %11s %12s %7s %10s %10s %8s %9s %7s %9s\n", "mode",
-         "ahead", "formula_ms", "measured_ms", "ratio", "bubble_f",
-         "bubble_m", "idle_m", "issue_ms", "rpc_ms", "in_stage");
+         "runs\n",
+         a->K, a->M, a->fwd_ms, a->bwd_ms, a->w_ms, a->batch, a->repeat);
+  printf("%-11s %5s %11s %12s %7s %10s %10s %8s %9s %7s %9s\n", "mode", "ahead",
+         "formula_ms", "measured_ms", "ratio", "bubble_f", "bubble_m", "idle_m",
+         "issue_ms", "rpc_ms", "in_stage");
   char list[256];
   snprintf(list, sizeof list, "%s", a->modes ? a->modes : ax_pipe_mode_list());
   for (char *c = list; *c; c++)
@@ -288,11 +323,13 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
                         &is[k][r], &rp[k][r], &st[k][r]));
     /* One agent's compute per mini-batch (a replay adds a forward). */
     int U = ax_pipe_units(mode, a->M);
-    double work = 1e-3 * U *
-                  (a->fwd_ms * (1 + ax_pipe_replays(mode, 0, U, 0)) +
-                   a->bwd_ms);
-    int g = !strcmp(m, "1f1b") ? 0 : !strcmp(m, "zb-h1") ? 1
-            : !strcmp(m, "zbv") ? 2 : -1;
+    double work =
+        1e-3 * U *
+        (a->fwd_ms * (1 + ax_pipe_replays(mode, 0, U, 0)) + a->bwd_ms);
+    int g = !strcmp(m, "1f1b")    ? 0
+            : !strcmp(m, "zb-h1") ? 1
+            : !strcmp(m, "zbv")   ? 2
+                                  : -1;
     for (int k = 0; k < a->n_ahead; k++) {
       double mt = axi_bench_median(t[k], a->repeat), ratio = mt / f;
       double idle[MAXR]; /* per run: 1 - measured compute / time */
@@ -349,8 +386,8 @@ int ax_bench_pipe_main(int argc, char **argv) {
   for (int s = 0; s < a.K; s++) {
     snprintf(names[s], sizeof names[s], "agent%d", s);
     ag[s] = names[s];
-    pids[s] = axi_bench_spawn_agent(names[s], port, "AXON_THREADS", "1", 0,
-                                    args);
+    pids[s] =
+        axi_bench_spawn_agent(names[s], port, "AXON_THREADS", "1", 0, args);
   }
   ax_node *node = NULL;
   rc = axi_bench_master("coordinator", port, a.K + 1, &node);

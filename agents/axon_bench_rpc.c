@@ -238,16 +238,12 @@ void axi_bench_rpc_run(ax_node *n, int iters, int reps, axi_rpc_row *r) {
 
 int ax_bench_rpc_main(int argc, char **argv) {
   int iters = 5000, reps = 10, rounds = 3, tls = 0, shm = 0, c;
-  static const struct option lo[] = {{"iters", 1, 0, 'i'},
-                                     {"reps", 1, 0, 'r'},
-                                     {"worker", 0, 0, 'w'},
-                                     {"bulk-threshold", 1, 0, 'b'},
-                                     {"grpc-small", 0, 0, 'g'},
-                                     {"tls", 0, 0, 't'},
-                                     {"shm", 0, 0, 's'},
-                                     {"rounds", 1, 0, 'R'},
-                                     {"help", 0, 0, 'h'},
-                                     {0, 0, 0, 0}};
+  static const struct option lo[] = {
+      {"iters", 1, 0, 'i'},      {"reps", 1, 0, 'r'},
+      {"worker", 0, 0, 'w'},     {"bulk-threshold", 1, 0, 'b'},
+      {"grpc-small", 0, 0, 'g'}, {"tls", 0, 0, 't'},
+      {"shm", 0, 0, 's'},        {"rounds", 1, 0, 'R'},
+      {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
   optind = 1;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     if (c == 'i')

@@ -167,8 +167,7 @@ int axi_bench_rpc_pair(int shm, int iters, int reps, int rounds) {
     m[w][1] = axi_bench_median(p99[w], rounds);
     m[w][2] = axi_bench_median(cps[w], rounds);
   }
-  printf("axon-bench rpc %s (loopback, %d interleaved rounds)\n", what,
-         rounds);
+  printf("axon-bench rpc %s (loopback, %d interleaved rounds)\n", what, rounds);
   printf("%-28s %12s %12s %8s %s\n", "", "tcp", dt[1], "ratio", "goal");
   printf("%-28s %12.1f %12.1f %8.2f %s\n", "small call p50 (us)", m[0][0],
          m[1][0], m[1][0] / m[0][0], shm ? "" : "<= 1.3");
@@ -181,6 +180,8 @@ int axi_bench_rpc_pair(int shm, int iters, int reps, int rounds) {
   for (int s = 0; s < 3; s++)
     printf("%-28s %12.2f %12.2f %8.2f %s\n", names[s], gbs[0][s], gbs[1][s],
            gbs[1][s] / gbs[0][s],
-           shm ? (s ? ">= 2" : "") : s == 2 ? ">= 0.5" : "");
+           shm      ? (s ? ">= 2" : "")
+           : s == 2 ? ">= 0.5"
+                    : "");
   return 0;
 }

@@ -14,7 +14,7 @@
 /* Parses a whole decimal integer in [lo, hi] (an optional K/M/G suffix
  * multiplies by 2^10/2^20/2^30 when `units` is set). */
 static inline int axi_cli_int(const char *prog, const char *flag, const char *s,
-                          int64_t lo, int64_t hi, int units, int64_t *out) {
+                              int64_t lo, int64_t hi, int units, int64_t *out) {
   char *end = NULL;
   errno = 0;
   long long v = s ? strtoll(s, &end, 10) : 0;
@@ -42,7 +42,7 @@ static inline int axi_cli_int(const char *prog, const char *flag, const char *s,
 
 /* The same into an int. */
 static inline int axi_cli_i32(const char *prog, const char *flag, const char *s,
-                          int lo, int hi, int *out) {
+                              int lo, int hi, int *out) {
   int64_t v;
   if (!axi_cli_int(prog, flag, s, lo, hi, 0, &v))
     return 0;
@@ -53,7 +53,7 @@ static inline int axi_cli_i32(const char *prog, const char *flag, const char *s,
 /* Checks a HOST:PORT address: a non-empty host and a port in
  * [min_port, 65535]. */
 static inline int axi_cli_hostport(const char *prog, const char *flag,
-                               const char *s, int min_port) {
+                                   const char *s, int min_port) {
   const char *c = s ? strrchr(s, ':') : NULL;
   int64_t port;
   if (!c || c == s) {

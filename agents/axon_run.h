@@ -16,15 +16,15 @@ typedef struct axi_run_pipe_args {
   uint64_t seed;
   ax_device device;
   int K, M, mode, recompute, local, agent_threads, quiet;
-  int chunks; /* stages per agent for chunked modes (--chunks) */
-  int ahead;  /* --ahead: actions issued ahead per agent (0: default) */
+  int chunks;   /* stages per agent for chunked modes (--chunks) */
+  int ahead;    /* --ahead: actions issued ahead per agent (0: default) */
   int replicas; /* --replicas R: R copies of the pipeline (K = agents / R) */
   int tensor_parallel; /* --tensor-parallel T: T agents per stage (K =
                           agents / (R T)) */
-  int nagents;  /* names given with --agents */
-  int zero;     /* --zero 1|2: optimizer state sharded over the replicas */
-  const char *optimizer_host; /* --optimizer-host: every stage's optimizer
-                                 there (started too with --local) */
+  int nagents;         /* names given with --agents */
+  int zero; /* --zero 1|2: optimizer state sharded over the replicas */
+  const char *optimizer_host;  /* --optimizer-host: every stage's optimizer
+                                  there (started too with --local) */
   int staleness, stale_warmup; /* --staleness, --pipemare-warmup */
   double stale_gamma;          /* --pipemare-gamma (0: the default) */
   int emulate;    /* --emulate: every stage in this process (emulate.h) */
@@ -34,8 +34,8 @@ typedef struct axi_run_pipe_args {
 #define AXR_PARTS(a)                                                           \
   (((a)->replicas > 1 ? (a)->replicas : 1) *                                   \
    ((a)->tensor_parallel > 1 ? (a)->tensor_parallel : 1))
-  const char *master;        /* --master HOST:PORT when joining agents */
-  const char *listen;        /* --listen HOST:PORT of the coordinator */
+  const char *master; /* --master HOST:PORT when joining agents */
+  const char *listen; /* --listen HOST:PORT of the coordinator */
   /* --tls-ca/--tls-cert/--tls-key, --insecure of the coordinator node */
   const char *tls_ca, *tls_cert, *tls_key;
   int insecure;
@@ -96,8 +96,8 @@ typedef struct axi_run_feed {
  * --loss-log. *seconds: training time without
  * the checkpoints, *ckpt_s: the checkpoints' time. */
 int axi_run_train(const axi_run_pipe_args *a, ax_pipe **p, long total,
-              const axi_run_feed *feed, long *start, double *seconds,
-              double *ckpt_s);
+                  const axi_run_feed *feed, long *start, double *seconds,
+                  double *ckpt_s);
 /* `axon-run eval` and `axon-run export` (axon_run_use.c): exit status. */
 int axi_run_use_main(int argc, char **argv);
 
@@ -111,7 +111,7 @@ int axi_run_check_configs(const ax_train_opts *o);
  * AXON_PIN_AGENTS pins agent s to a core (axon_run_local.c). 0, or -1 with
  * a message on stderr. */
 int axi_run_spawn_local(int K, const char *const *names, int port, int threads,
-                    const char *const *plugins, int nplugins, pid_t *pids);
+                        const char *const *plugins, int nplugins, pid_t *pids);
 /* Reserves a loopback port (a bound socket kept open in *fd; close it once
  * the node listens). The port, or -1. */
 int axi_run_reserve_port(int *fd);
@@ -125,7 +125,7 @@ int axi_run_plan(const axi_run_pipe_args *a);
 /* The links between a->agents' neighbouring stages of mode m from
  * --links (lat_s[b], Bps[b], b < stages - 1); AX_OK with *have = 0 when
  * no file was given. */
-int axi_run_stage_links(const axi_run_pipe_args *a, int m, double *lat_s, double *Bps,
-                    int *have);
+int axi_run_stage_links(const axi_run_pipe_args *a, int m, double *lat_s,
+                        double *Bps, int *have);
 
 #endif

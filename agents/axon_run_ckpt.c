@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "agents/axon_run.h"
+#include "axon/runtime/pipeline/schedule/partition.h"
 #include "axon/runtime/pipeline/state/checkpoint.h"
 #include "axon/runtime/pipeline/state/freeze.h"
-#include "axon/runtime/pipeline/schedule/partition.h"
 
 /* The run's configuration as "key=value;..." : what a resume must repeat
  * (--steps, --epochs and the checkpoint options may change). */
@@ -92,8 +92,9 @@ static int seek_to(const axi_run_feed *feed, const ax_ckpt_info *info,
 
 /* Loads the newest checkpoint at `path` (or that one) into p and moves the
  * data there: *start is its step. */
-static int restore(const axi_run_pipe_args *a, ax_pipe *p, const axi_run_feed *feed,
-                   const char *path, const char *why, long *start) {
+static int restore(const axi_run_pipe_args *a, ax_pipe *p,
+                   const axi_run_feed *feed, const char *path, const char *why,
+                   long *start) {
   char dir[1024], cfg[2048];
   ax_ckpt_info info;
   AX_TRY(ax_ckpt_find(path, dir, sizeof dir));
@@ -120,8 +121,7 @@ static int restore(const axi_run_pipe_args *a, ax_pipe *p, const axi_run_feed *f
 /* Rolls p back to the in-memory checkpoint m (the stages' copies on their
  * agents or their neighbours') and moves the data there. */
 static int restore_memory(ax_pipe *p, const axi_run_feed *feed,
-                          const ax_mem_ckpt *m, const char *why,
-                          long *start) {
+                          const ax_mem_ckpt *m, const char *why, long *start) {
   ax_ckpt_info info;
   AX_TRY(ax_pipe_restore_memory(p, m, &info));
   return seek_to(feed, &info, why, "memory", start);
@@ -132,9 +132,9 @@ static int restore_memory(ax_pipe *p, const axi_run_feed *feed,
  * (feed->rebuild) and rolls
  * back to the newest checkpoint of --checkpoint-dir, or to the run's start
  * when none was written yet. *t: the step training goes on from. */
-static int recover(const axi_run_pipe_args *a, ax_pipe **p, const axi_run_feed *feed,
-                   const ax_mem_ckpt *mem, int failure, long first,
-                   long reached, long *t) {
+static int recover(const axi_run_pipe_args *a, ax_pipe **p,
+                   const axi_run_feed *feed, const ax_mem_ckpt *mem,
+                   int failure, long first, long reached, long *t) {
   if (!feed->rebuild || (!a->nspares && !a->restarts))
     return failure;
   double t0 = ax_now();
@@ -165,16 +165,17 @@ static int recover(const axi_run_pipe_args *a, ax_pipe **p, const axi_run_feed *
     *t = first;
     AX_TRY(feed->seek(feed->user, first, 1, &(long){0}, &(long){0}));
   }
-  fprintf(stderr, "axon-run: recovered in %.2f s; back at step %ld, %ld "
-          "step(s) lost\n", ax_now() - t0, *t,
-          reached > *t ? reached - *t : 0);
+  fprintf(stderr,
+          "axon-run: recovered in %.2f s; back at step %ld, %ld "
+          "step(s) lost\n",
+          ax_now() - t0, *t, reached > *t ? reached - *t : 0);
   return AX_OK;
 }
 
 /* Checkpoint `step`: on disk under --checkpoint-dir, and into *mem (when
  * not NULL) in memory. */
-static int save(const axi_run_pipe_args *a, ax_pipe *p, const axi_run_feed *feed,
-                long step, ax_mem_ckpt *mem) {
+static int save(const axi_run_pipe_args *a, ax_pipe *p,
+                const axi_run_feed *feed, long step, ax_mem_ckpt *mem) {
   ax_ckpt_info in;
   memset(&in, 0, sizeof in);
   in.step = step;
@@ -221,13 +222,15 @@ static int freeze_at(const axi_run_pipe_args *a, ax_pipe **pp,
   ax_pipe_freeze_stats(*pp, &after);
   long steps = t - fz->phase_from;
   if (!quiet)
-    fprintf(stderr, "axon-run: freeze at step %ld: blocks 0..%d frozen, "
-          "re-packed from %d agents x %d replicas to %d x %d in %.2f s "
-          "(the phase before: %ld steps, %.1f samples/s; cache %ld hits, "
-          "%ld misses)\n", t, pt->blocks - 1, before.K, before.replicas,
-          after.K, after.replicas, ax_now() - t0, steps,
-          fz->phase_s > 0 ? (double)(steps * a->batch) / fz->phase_s : 0.0,
-          before.hits, before.misses);
+    fprintf(stderr,
+            "axon-run: freeze at step %ld: blocks 0..%d frozen, "
+            "re-packed from %d agents x %d replicas to %d x %d in %.2f s "
+            "(the phase before: %ld steps, %.1f samples/s; cache %ld hits, "
+            "%ld misses)\n",
+            t, pt->blocks - 1, before.K, before.replicas, after.K,
+            after.replicas, ax_now() - t0, steps,
+            fz->phase_s > 0 ? (double)(steps * a->batch) / fz->phase_s : 0.0,
+            before.hits, before.misses);
   fz->phase_s = 0;
   fz->phase_from = t;
   if (feed->repacked)
@@ -236,8 +239,8 @@ static int freeze_at(const axi_run_pipe_args *a, ax_pipe **pp,
 }
 
 int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
-              const axi_run_feed *feed, long *start, double *seconds,
-              double *ckpt_s) {
+                  const axi_run_feed *feed, long *start, double *seconds,
+                  double *ckpt_s) {
   wrap w = {feed, NULL, 0};
   freezer fz = {.n = 0};
   if (a->freeze_schedule)
@@ -264,9 +267,8 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
                      *start, total);
   if (a->loss_log && !(w.loss_log = fopen(a->loss_log, *start ? "a" : "w")))
     return ax_seterr(AX_EIO, "--loss-log %s: cannot open", a->loss_log);
-  long N = (a->ckpt_dir || a->ckpt_memory) && a->ckpt_every > 0
-               ? a->ckpt_every
-               : 0;
+  long N =
+      (a->ckpt_dir || a->ckpt_memory) && a->ckpt_every > 0 ? a->ckpt_every : 0;
   ax_mem_ckpt *mem = a->ckpt_memory ? calloc(1, sizeof *mem) : NULL;
   int err = a->ckpt_memory && !mem ? AX_ENOMEM : AX_OK;
   for (long t = *start; err == AX_OK && t < total;) {
@@ -282,8 +284,7 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
     *seconds += ax_now() - t0;
     fz.phase_s += ax_now() - t0;
     if (err != AX_OK) { /* a lost stage agent, with a spare left? */
-      err = recover(a, pp, feed, mem, err, *start, w.done > t ? w.done : t,
-                    &t);
+      err = recover(a, pp, feed, mem, err, *start, w.done > t ? w.done : t, &t);
       continue;
     }
     t = end;

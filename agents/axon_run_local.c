@@ -51,7 +51,7 @@ static void pin_child(int s) {
 /* Starts K agents named names[0..K) joining 127.0.0.1:port, each loading
  * the plugins. */
 int axi_run_spawn_local(int K, const char *const *names, int port, int threads,
-                    const char *const *plugins, int nplugins, pid_t *pids) {
+                        const char *const *plugins, int nplugins, pid_t *pids) {
   char exe[4096], path[4200], master[64], th[16];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   exe[n > 0 ? n : 0] = 0;

@@ -15,18 +15,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "axon/rpc/launch.h"
 #include "agents/axon_run.h"
-#include "axon/runtime/pipeline/state/freeze.h"
 #include "axon/models/data/dataset.h"
-#include "axon/runtime/pipeline/stage/staleness.h"
+#include "axon/rpc/launch.h"
 #include "axon/runtime/autograd/autograd.h"
 #include "axon/runtime/autograd/plugin.h"
 #include "axon/runtime/pipeline/coord/coordinator.h"
-#include "axon/runtime/pipeline/schedule/emulate.h"
-#include "axon/runtime/pipeline/trace/metrics.h"
-#include "axon/runtime/pipeline/schedule/partition.h"
 #include "axon/runtime/pipeline/pipeline.h"
+#include "axon/runtime/pipeline/schedule/emulate.h"
+#include "axon/runtime/pipeline/schedule/partition.h"
+#include "axon/runtime/pipeline/stage/staleness.h"
+#include "axon/runtime/pipeline/state/freeze.h"
+#include "axon/runtime/pipeline/trace/metrics.h"
 #include "axon/runtime/pipeline/trace/trace.h"
 
 typedef struct feed { /* the training batches, epoch after epoch */
@@ -151,14 +151,17 @@ static int feed_rebuild(void *user, int failure, ax_pipe **p) {
   *p = f->p = NULL;
   if (f->next_spare < a->nspares) {
     const char *spare = a->spares[f->next_spare++];
-    fprintf(stderr, "axon-run: stage agent %s lost (%s); rebuilding the "
-            "pipeline with spare %s\n", f->cur[lost], why, spare);
+    fprintf(stderr,
+            "axon-run: stage agent %s lost (%s); rebuilding the "
+            "pipeline with spare %s\n",
+            f->cur[lost], why, spare);
     f->cur[lost] = spare;
   } else { /* --restarts: the same name, from a restarted agent */
     f->restarts++;
-    fprintf(stderr, "axon-run: stage agent %s lost (%s); waiting up to 60 s "
-            "for it to rejoin (restart %d of %d)\n", f->cur[lost], why,
-            f->restarts, a->restarts);
+    fprintf(stderr,
+            "axon-run: stage agent %s lost (%s); waiting up to 60 s "
+            "for it to rejoin (restart %d of %d)\n",
+            f->cur[lost], why, f->restarts, a->restarts);
     double end = ax_now() + 60.0;
     while (ax_node_peer_is_down(f->node, f->cur[lost]) && ax_now() < end)
       usleep(50 * 1000);
@@ -167,8 +170,10 @@ static int feed_rebuild(void *user, int failure, ax_pipe **p) {
                        why, f->cur[lost]);
     uint64_t inc = 0;
     ax_node_member_incarnation(f->node, f->cur[lost], &inc);
-    fprintf(stderr, "axon-run: %s rejoined; rebuilding the pipeline (its "
-            "incarnation %llu)\n", f->cur[lost], (unsigned long long)inc);
+    fprintf(stderr,
+            "axon-run: %s rejoined; rebuilding the pipeline (its "
+            "incarnation %llu)\n",
+            f->cur[lost], (unsigned long long)inc);
   }
   ax_pipe *np = NULL;
   AX_TRY(ax_pipe_new(f->node, f->o, &np));
@@ -188,21 +193,22 @@ static void add_coordinator_view(const axi_run_pipe_args *a, ax_pipe *p,
   const ax_pipe_event *ev = ax_pipe_events(p, &ne);
   for (long i = 0; i < ne; i++) {
     const ax_pipe_event *e = &ev[i];
-    int64_t done = (int64_t)(e->t_done * 1e6), iss = (int64_t)(e->t_issue * 1e6);
+    int64_t done = (int64_t)(e->t_done * 1e6),
+            iss = (int64_t)(e->t_issue * 1e6);
     int64_t start = done - (int64_t)(e->busy_s * 1e6);
     char name[32];
-    snprintf(name, sizeof name, "%c%d.%d", e->op.kind ? 'B' : 'F',
-             e->op.batch, e->op.micro);
-    ax_trace_event te = ax_trace_event_make(
-        name, e->op.kind ? "backward" : "forward", e->op.stage, 0,
-        start > iss ? start : iss, done);
+    snprintf(name, sizeof name, "%c%d.%d", e->op.kind ? 'B' : 'F', e->op.batch,
+             e->op.micro);
+    ax_trace_event te =
+        ax_trace_event_make(name, e->op.kind ? "backward" : "forward",
+                            e->op.stage, 0, start > iss ? start : iss, done);
     te.step = e->op.batch;
     te.micro = ax_pipe_units(a->mode, a->M) > 1 ? e->op.micro : -1;
     te.stash = e->live;
     ax_trace_add(tr, &te);
     if (start > iss) {
-      ax_trace_event rv = ax_trace_event_make("recv", "recv", e->op.stage, 1,
-                                              iss, start);
+      ax_trace_event rv =
+          ax_trace_event_make("recv", "recv", e->op.stage, 1, iss, start);
       rv.step = e->op.batch;
       ax_trace_add(tr, &rv);
     }
@@ -246,7 +252,8 @@ static void write_outputs(const axi_run_pipe_args *a, ax_pipe *p, const feed *f,
     ax_metrics_init(&m, t, S);
     m.samples = f->batch;
     m.loss = f->loss[t];
-    m.coord_bytes = (int64_t)(st.coord_bytes / (uint64_t)(f->steps ? f->steps : 1));
+    m.coord_bytes =
+        (int64_t)(st.coord_bytes / (uint64_t)(f->steps ? f->steps : 1));
     double lo = t ? f->done_at[t - 1] : t0;
     int64_t t0u = (int64_t)(lo * 1e6), t1u = (int64_t)(f->done_at[t] * 1e6);
     if (t1u <= t0u)
@@ -303,9 +310,8 @@ static int feed_segment(void *user, long done) {
   int m = ax_pipe_costs_model(f->costs, &spb) == AX_OK;
   printf("epoch: %ld steps=%ld train_loss=%.4f test_loss=%.4f "
          "test_accuracy=%.2f%% train_seconds=%.2f modelled_seconds=%.3f\n",
-         (done + f->per_epoch - 1) / f->per_epoch, done,
-         f->loss[f->steps - 1], loss, 100.0 * acc, f->train_s,
-         m ? spb * (double)done : -1.0);
+         (done + f->per_epoch - 1) / f->per_epoch, done, f->loss[f->steps - 1],
+         loss, 100.0 * acc, f->train_s, m ? spb * (double)done : -1.0);
   fflush(stdout);
   return AX_OK;
 }
@@ -329,13 +335,21 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
   if (rc == AX_OK)
     rc = def->describe(&mcfg, &info);
   if (rc == AX_OK && axi_run_stages(a) > info.n_blocks)
-    rc = ax_seterr(AX_EINVAL, "%d stages for %d blocks", axi_run_stages(a), info.n_blocks);
+    rc = ax_seterr(AX_EINVAL, "%d stages for %d blocks", axi_run_stages(a),
+                   info.n_blocks);
   if (rc == AX_OK && a->partition && !strcmp(a->partition, "balanced")) {
     ax_tlist in = {0}, lab = {0};
     ax_loader_start(f.ld, 0);
     rc = ax_loader_next(f.ld, &in, &lab);
-    ax_partition_opts po = {axi_run_stages(a), ax_pipe_mode_name(a->mode), a->M,
-                            a->recompute, 0, 0, 0, NULL, NULL};
+    ax_partition_opts po = {axi_run_stages(a),
+                            ax_pipe_mode_name(a->mode),
+                            a->M,
+                            a->recompute,
+                            0,
+                            0,
+                            0,
+                            NULL,
+                            NULL};
     /* --links: each boundary weighed by its link (axon-run probe --out) */
     double lat[AX_PIPE_MAX_STAGES], bw[AX_PIPE_MAX_STAGES];
     int have = 0;
@@ -354,32 +368,54 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
   }
   char sb[256];
   if (rc == AX_OK)
-    fprintf(stderr, "axon-run: %s on %s, %s%s%s, %d stages (blocks %s)%s, "
-            "%d micro-batches, batch %d\n", a->model, a->dataset,
-            ax_pipe_mode_name(a->mode),
+    fprintf(stderr,
+            "axon-run: %s on %s, %s%s%s, %d stages (blocks %s)%s, "
+            "%d micro-batches, batch %d\n",
+            a->model, a->dataset, ax_pipe_mode_name(a->mode),
             a->staleness ? " with staleness " : "",
-            a->staleness ? ax_staleness_name(a->staleness) : "", axi_run_stages(a),
+            a->staleness ? ax_staleness_name(a->staleness) : "",
+            axi_run_stages(a),
             ax_partition_format(bounds, axi_run_stages(a), sb, sizeof sb),
-            a->replicas > 1 ? " x replicas" : "",
-            ax_pipe_units(a->mode, a->M), a->batch);
+            a->replicas > 1 ? " x replicas" : "", ax_pipe_units(a->mode, a->M),
+            a->batch);
   if (rc == AX_OK && a->replicas > 1)
-    fprintf(stderr, "axon-run: %d replicas, each on batch / %d rows of every "
-            "mini-batch, gradients averaged at each update\n", a->replicas,
-            a->replicas);
+    fprintf(stderr,
+            "axon-run: %d replicas, each on batch / %d rows of every "
+            "mini-batch, gradients averaged at each update\n",
+            a->replicas, a->replicas);
   if (rc == AX_OK && a->tensor_parallel > 1)
-    fprintf(stderr, "axon-run: every stage on %d agents, its split layers "
-            "shared among them\n", a->tensor_parallel);
+    fprintf(stderr,
+            "axon-run: every stage on %d agents, its split layers "
+            "shared among them\n",
+            a->tensor_parallel);
   ax_pipe *p = NULL;
   const char *cur[2 * AX_PIPE_MAX_STAGES]; /* spares may replace lost
                                                ones; every replica's */
   int R = a->replicas > 1 ? a->replicas : 1;
   for (int k = 0; k < a->K * AXR_PARTS(a) && k < 2 * AX_PIPE_MAX_STAGES; k++)
     cur[k] = a->agents[k];
-  ax_pipe_opts o = {a->model, a->model_config, a->K, cur, bounds,
-                    a->mode, a->M, a->recompute, a->optim, a->seed, a->device,
-                    120000, NULL, a->chunks, a->staleness, a->stale_gamma,
-                    a->stale_warmup, a->ahead, R, a->zero,
-                    a->optimizer_host, a->tensor_parallel};
+  ax_pipe_opts o = {a->model,
+                    a->model_config,
+                    a->K,
+                    cur,
+                    bounds,
+                    a->mode,
+                    a->M,
+                    a->recompute,
+                    a->optim,
+                    a->seed,
+                    a->device,
+                    120000,
+                    NULL,
+                    a->chunks,
+                    a->staleness,
+                    a->stale_gamma,
+                    a->stale_warmup,
+                    a->ahead,
+                    R,
+                    a->zero,
+                    a->optimizer_host,
+                    a->tensor_parallel};
   f.first = -1;
   f.a = a;
   f.node = node;
@@ -407,9 +443,10 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
   f.per_epoch = per_epoch;
   f.total = total;
   if (rc == AX_OK) {
-    axi_run_feed fd = {feed_batch, feed_step, feed_seek, &f, feed_segment,
-                   a->epoch_eval ? per_epoch : 0, feed_rebuild,
-                   feed_repacked};
+    axi_run_feed fd = {feed_batch,   feed_step,
+                       feed_seek,    &f,
+                       feed_segment, a->epoch_eval ? per_epoch : 0,
+                       feed_rebuild, feed_repacked};
     ax_progress_start(&f.bar, a->quiet ? NULL : stderr, total);
     rc = axi_run_train(a, &p, total, &fd, &start, &train_s, &ckpt_s);
     ax_progress_end(&f.bar);
@@ -419,9 +456,10 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
     st.coord_bytes = f.coord_bytes;
     total -= start;
     if (ckpt_s > 0)
-      fprintf(stderr, "axon-run: checkpoints took %.3f s, %.3f ms per step "
-              "(%.2f%% of the training time)\n", ckpt_s,
-              1e3 * ckpt_s / (double)total, 100.0 * ckpt_s / train_s);
+      fprintf(stderr,
+              "axon-run: checkpoints took %.3f s, %.3f ms per step "
+              "(%.2f%% of the training time)\n",
+              ckpt_s, 1e3 * ckpt_s / (double)total, 100.0 * ckpt_s / train_s);
   }
   double acc = 0, tl = 0, spb = 0;
   if (rc == AX_OK) {
@@ -429,14 +467,16 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
     rc = evaluate(a, p, test, &acc, &tl);
   }
   /* The modelled time: the timing model fed with the measured costs. */
-  int modelled = rc == AX_OK && !f.repacked &&
-                 ax_pipe_costs_model(&costs, &spb) == AX_OK;
+  int modelled =
+      rc == AX_OK && !f.repacked && ax_pipe_costs_model(&costs, &spb) == AX_OK;
   if (rc == AX_OK) {
     printf("summary: model=%s dataset=%s mode=%s stages=%d micro=%d steps=%ld"
            " final_loss=%.4f test_accuracy=%.2f%% samples_per_s=%.1f "
            "ms_per_step=%.1f coordinator_bytes_per_step=%.0f train_seconds="
-           "%.1f test_loss=%.9g", a->model, a->dataset, ax_pipe_mode_name(a->mode), axi_run_stages(a),
-           ax_pipe_units(a->mode, a->M), f.steps, f.steps ? f.loss[f.steps - 1] : 0.0, 100.0 * acc,
+           "%.1f test_loss=%.9g",
+           a->model, a->dataset, ax_pipe_mode_name(a->mode), axi_run_stages(a),
+           ax_pipe_units(a->mode, a->M), f.steps,
+           f.steps ? f.loss[f.steps - 1] : 0.0, 100.0 * acc,
            (double)(f.steps * a->batch) / st.seconds,
            1e3 * st.seconds / (double)total, (double)st.coord_bytes / total,
            st.seconds, tl);
@@ -451,13 +491,13 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
     ax_pipe_freeze_stats(p, &fz);
     if (fz.blocks)
       printf(" frozen_blocks=%d final_stages=%d final_replicas=%d "
-             "cache_hits=%ld cache_misses=%ld", fz.blocks,
-             ax_pipe_stages(p), fz.replicas, fz.hits, fz.misses);
+             "cache_hits=%ld cache_misses=%ld",
+             fz.blocks, ax_pipe_stages(p), fz.replicas, fz.hits, fz.misses);
     printf("%s\n", a->emulate ? " emulated=1" : "");
     printf("stages:"); /* the last pipeline's (a freeze re-packs) */
     for (int s = 0; s < ax_pipe_stages(p); s++)
-      printf(" [%d %s busy %.0f%% peak states %d versions %d state %.1f MB]",
-             s, ax_pipe_stage_agent(p, s), 100 * st.busy_frac[s], st.peak_live[s],
+      printf(" [%d %s busy %.0f%% peak states %d versions %d state %.1f MB]", s,
+             ax_pipe_stage_agent(p, s), 100 * st.busy_frac[s], st.peak_live[s],
              st.peak_versions[s], (double)st.peak_bytes[s] / 1e6);
     printf("\n");
     if (a->trace)
@@ -498,7 +538,7 @@ int axi_run_pipe_main(axi_run_pipe_args *a) {
       agents[nlocal++] = a->optimizer_host;
     a->agents = agents;
     if (axi_run_spawn_local(nlocal, agents, port, a->agent_threads, a->plugins,
-                        a->nplugins, pids) != 0) {
+                            a->nplugins, pids) != 0) {
       close(reserved);
       return 1;
     }

@@ -64,8 +64,10 @@ static int read_links(const char *path, links *L) {
         sscanf(line, "%63s %63s %lf %lf", r->from, r->to, &r->rtt_us,
                &r->gbit) != 4 ||
         !(r->rtt_us >= 0) || !(r->gbit > 0))
-      rc = ax_seterr(AX_EINVAL, "plan: %s line %d: want 'FROM TO RTT_US "
-                     "GBIT_S' (axon-run probe --out)", path, ln);
+      rc = ax_seterr(AX_EINVAL,
+                     "plan: %s line %d: want 'FROM TO RTT_US "
+                     "GBIT_S' (axon-run probe --out)",
+                     path, ln);
     else
       L->n++;
   }
@@ -80,16 +82,15 @@ static int read_links(const char *path, links *L) {
 
 /* The link from agent a to b: one-way seconds and bytes/s (0, 0: same
  * agent or unknown; unknown pairs are an error the caller reports). */
-static const link_row *find_link(const links *L, const char *a,
-                                 const char *b) {
+static const link_row *find_link(const links *L, const char *a, const char *b) {
   for (int i = 0; i < L->n; i++)
     if (!strcmp(L->row[i].from, a) && !strcmp(L->row[i].to, b))
       return &L->row[i];
   return NULL;
 }
 
-static int link_of(const links *L, const char *a, const char *b,
-                   double *lat_s, double *Bps) {
+static int link_of(const links *L, const char *a, const char *b, double *lat_s,
+                   double *Bps) {
   *lat_s = 0;
   *Bps = 0;
   if (!L->n || !strcmp(a, b))
@@ -192,28 +193,32 @@ static int profile(const axi_run_pipe_args *a, const ax_model_def *def,
 
 typedef struct plan_row {
   int mode, balanced, S, bounds[AX_PIPE_MAX_STAGES + 1];
-  double spb;      /* predicted seconds per mini-batch */
-  size_t peak;     /* the largest agent's bytes */
+  double spb;  /* predicted seconds per mini-batch */
+  size_t peak; /* the largest agent's bytes */
 } plan_row;
 
 /* Predicts one mode and split; step_s and copy_s: update_costs. */
-static int predict(const axi_run_pipe_args *a, const links *L, int m, int balanced,
-                   const ax_block_profile *p, int n, double step_s,
-                   double copy_s, plan_row *row) {
+static int predict(const axi_run_pipe_args *a, const links *L, int m,
+                   int balanced, const ax_block_profile *p, int n,
+                   double step_s, double copy_s, plan_row *row) {
   const ax_pipe_mode_def *md = ax_pipe_mode_get(m);
   int K = a->K, v = ax_pipe_chunks(m, a->chunks), S = K * v;
   int U = ax_pipe_units(m, a->M);
   if (S > n || S > AX_PIPE_MAX_STAGES || U < ax_pipe_min_units(m, K) ||
-      (md->chunked &&
-      md->placement == AX_PLACE_LOOP && U % K))
+      (md->chunked && md->placement == AX_PLACE_LOOP && U % K))
     return AX_EUNSUPPORTED; /* not possible with this model or M */
   double lat[AX_PIPE_MAX_STAGES], bw[AX_PIPE_MAX_STAGES],
       back_lat[AX_PIPE_MAX_STAGES], back_bw[AX_PIPE_MAX_STAGES];
   AX_TRY(boundary_links(L, a, m, S, lat, bw, back_lat, back_bw));
   /* the cap is per agent: its v stages share it */
-  ax_partition_opts po = {S, md->name, a->M, a->recompute, 0,
+  ax_partition_opts po = {S,
+                          md->name,
+                          a->M,
+                          a->recompute,
+                          0,
                           (size_t)(a->plan_mem_cap / v),
-                          optim_copies(a->optim), L->n ? lat : NULL,
+                          optim_copies(a->optim),
+                          L->n ? lat : NULL,
                           L->n ? bw : NULL};
   row->mode = m;
   row->balanced = balanced;
@@ -222,8 +227,8 @@ static int predict(const axi_run_pipe_args *a, const links *L, int m, int balanc
     AX_TRY(ax_partition_balanced(p, n, &po, row->bounds, NULL));
   else
     AX_TRY(ax_split_uniform(n, S, row->bounds));
-  double tf[AX_PIPE_MAX_STAGES], tb[AX_PIPE_MAX_STAGES],
-      tw[AX_PIPE_MAX_STAGES], fwd[AX_PIPE_MAX_STAGES], bwd[AX_PIPE_MAX_STAGES],
+  double tf[AX_PIPE_MAX_STAGES], tb[AX_PIPE_MAX_STAGES], tw[AX_PIPE_MAX_STAGES],
+      fwd[AX_PIPE_MAX_STAGES], bwd[AX_PIPE_MAX_STAGES],
       step[AX_PIPE_MAX_STAGES], fbusy[AX_PIPE_MAX_STAGES],
       bbusy[AX_PIPE_MAX_STAGES];
   size_t mem[AX_PIPE_MAX_STAGES] = {0};
@@ -266,16 +271,21 @@ static int predict(const axi_run_pipe_args *a, const links *L, int m, int balanc
     AX_TRY(link_of(L, a->agents[0], a->agents[r], &l, &b));
     issue[r] = 2 * l;
   }
-  ax_formula_comm c = {fwd, bwd, a->plan_action_us * 1e-6, step,
-                       L->n ? issue : NULL, a->ahead > 0 ? a->ahead : 8,
-                       fbusy, bbusy};
+  ax_formula_comm c = {fwd,
+                       bwd,
+                       a->plan_action_us * 1e-6,
+                       step,
+                       L->n ? issue : NULL,
+                       a->ahead > 0 ? a->ahead : 8,
+                       fbusy,
+                       bbusy};
   return ax_formula_time_comm(md->name, K, v, a->M, tf, tb,
                               md->split ? tw : NULL, a->recompute, &c,
                               &row->spb);
 }
 
-int axi_run_stage_links(const axi_run_pipe_args *a, int m, double *lat_s, double *Bps,
-                    int *have) {
+int axi_run_stage_links(const axi_run_pipe_args *a, int m, double *lat_s,
+                        double *Bps, int *have) {
   links L;
   *have = 0;
   if (a->K * ax_pipe_chunks(m, a->chunks) > AX_PIPE_MAX_STAGES)
@@ -283,8 +293,8 @@ int axi_run_stage_links(const axi_run_pipe_args *a, int m, double *lat_s, double
                      AX_PIPE_MAX_STAGES);
   AX_TRY(read_links(a->plan_links, &L));
   double back_lat[AX_PIPE_MAX_STAGES], back_Bps[AX_PIPE_MAX_STAGES];
-  int rc = boundary_links(&L, a, m, a->K * ax_pipe_chunks(m, a->chunks),
-                          lat_s, Bps, back_lat, back_Bps);
+  int rc = boundary_links(&L, a, m, a->K * ax_pipe_chunks(m, a->chunks), lat_s,
+                          Bps, back_lat, back_Bps);
   *have = L.n > 0 && rc == AX_OK;
   free(L.row);
   return rc;
@@ -309,8 +319,7 @@ static int modes_known(const char *modes) {
     char name[64];
     snprintf(name, sizeof name, "%.*s", (int)(k < 63 ? k : 63), s);
     if (ax_pipe_mode_index(name) < 0)
-      return ax_seterr(AX_EINVAL, "plan: --modes names '%s', not a mode",
-                       name);
+      return ax_seterr(AX_EINVAL, "plan: --modes names '%s', not a mode", name);
     s += k + (s[k] == ',');
   }
   return AX_OK;
@@ -329,7 +338,8 @@ int axi_run_plan(const axi_run_pipe_args *a) {
   ax_dataset *ds = NULL;
   int rc = ax_dataset_open(a->dataset, &dcfg, AX_SPLIT_TRAIN, &ds);
   /* profiles per unit: a mini-batch, and a micro-batch of batch / M */
-  static ax_block_profile pmini[AX_MODEL_MAX_BLOCKS], pmicro[AX_MODEL_MAX_BLOCKS];
+  static ax_block_profile pmini[AX_MODEL_MAX_BLOCKS],
+      pmicro[AX_MODEL_MAX_BLOCKS];
   int n = 0;
   if (rc == AX_OK)
     rc = profile(a, def, &mcfg, ds, 1, pmini, &n);
@@ -377,8 +387,10 @@ int axi_run_plan(const axi_run_pipe_args *a) {
   if (rc != AX_OK)
     return rc;
   if (best.mode < 0)
-    return ax_seterr(AX_EINVAL, "plan: no mode and split fits %lld bytes per "
-                     "agent", (long long)a->plan_mem_cap);
+    return ax_seterr(AX_EINVAL,
+                     "plan: no mode and split fits %lld bytes per "
+                     "agent",
+                     (long long)a->plan_mem_cap);
   char sb[256];
   printf("plan: mode=%s partition=%s blocks=%s predicted_ms_per_step=%.2f "
          "predicted_samples_per_s=%.1f peak_mib=%.1f\n",

@@ -23,11 +23,13 @@ int axi_run_probe(const axi_run_pipe_args *a, ax_node *node) {
   if (a->probe_out && !(out = fopen(a->probe_out, "w")))
     return ax_seterr(AX_EIO, "probe: cannot write %s", a->probe_out);
   if (out)
-    fprintf(out, "# axon-run probe: FROM TO RTT_US GBIT_S (%d calls, %lld "
-            "bytes)\n", iters, (long long)bytes);
+    fprintf(out,
+            "# axon-run probe: FROM TO RTT_US GBIT_S (%d calls, %lld "
+            "bytes)\n",
+            iters, (long long)bytes);
   printf("axon-run probe: %d agents, median round trip of %d small calls "
-         "(us) / best Gbit/s of %lld-byte tensors\n", n, iters,
-         (long long)bytes);
+         "(us) / best Gbit/s of %lld-byte tensors\n",
+         n, iters, (long long)bytes);
   int rc = AX_OK;
   for (int i = 0; i < n && rc == AX_OK; i++)
     for (int j = 0; j < n && rc == AX_OK; j++) {

@@ -25,10 +25,10 @@ extern "C" {
 
 /* 2-D convolution geometry (NCHW input, KCRS filter, no dilation/groups). */
 typedef struct ax_conv_desc {
-  int n, c, h, w;   /* input (N, C, H, W) */
-  int k, r, s;      /* filter (K, C, R, S) */
-  int stride, pad;  /* same in both dimensions */
-  int oh, ow;       /* output (N, K, OH, OW), filled by ax_conv_desc_init */
+  int n, c, h, w;  /* input (N, C, H, W) */
+  int k, r, s;     /* filter (K, C, R, S) */
+  int stride, pad; /* same in both dimensions */
+  int oh, ow;      /* output (N, K, OH, OW), filled by ax_conv_desc_init */
 } ax_conv_desc;
 
 /* 2-D pooling geometry (NCHW). */
@@ -44,7 +44,8 @@ typedef struct ax_backend_i {
   /* ---- memory and copies ---- */
   void *(*alloc)(ax_backend *be, size_t bytes); /* NULL on out-of-memory */
   void (*free)(ax_backend *be, void *ptr);
-  int (*copy_from_host)(ax_backend *be, void *dst, const void *src, size_t bytes);
+  int (*copy_from_host)(ax_backend *be, void *dst, const void *src,
+                        size_t bytes);
   int (*copy_to_host)(ax_backend *be, void *dst, const void *src, size_t bytes);
   int (*copy)(ax_backend *be, void *dst, const void *src, size_t bytes);
   int (*synchronize)(ax_backend *be);
@@ -97,8 +98,8 @@ typedef struct ax_backend_i {
   /* ---- convolution ---- */
   int (*conv2d_fwd)(ax_backend *be, const ax_conv_desc *d, const float *x,
                     const float *w, float *y);
-  int (*conv2d_bwd_data)(ax_backend *be, const ax_conv_desc *d,
-                         const float *dy, const float *w, float *dx);
+  int (*conv2d_bwd_data)(ax_backend *be, const ax_conv_desc *d, const float *dy,
+                         const float *w, float *dx);
   int (*conv2d_bwd_filter)(ax_backend *be, const ax_conv_desc *d,
                            const float *x, const float *dy, float *dw);
 
@@ -193,11 +194,11 @@ typedef struct ax_backend_i {
    * named in each contract, which give the same values. */
   /* y = relu(bn_fwd_train(x)): bn_fwd_train followed by relu_fwd, with the
    * same saved statistics and running-statistics update. */
-  int (*bn_relu_fwd_train)(ax_backend *be, int n, int c, int hw,
-                           const float *x, const float *gamma,
-                           const float *beta, float *y, float *save_mean,
-                           float *save_invstd, float *run_mean, float *run_var,
-                           float momentum, float eps);
+  int (*bn_relu_fwd_train)(ax_backend *be, int n, int c, int hw, const float *x,
+                           const float *gamma, const float *beta, float *y,
+                           float *save_mean, float *save_invstd,
+                           float *run_mean, float *run_var, float momentum,
+                           float eps);
   /* The backward of bn_relu_fwd_train: bn_bwd on dy * (y > 0), where y is
    * that forward's output. dx must not alias dy, x or y. */
   int (*bn_relu_bwd)(ax_backend *be, int n, int c, int hw, const float *x,
@@ -217,7 +218,7 @@ struct ax_backend {
 /* Calls kernel `fn` of backend `be`: AX_K(be, relu_fwd, n, x, y). A backend
  * may leave a kernel NULL; calling it then gives AX_EUNSUPPORTED. */
 #define AX_K(be, fn, ...)                                                      \
-  ((be)->iface.fn ? (be)->iface.fn((be), ##__VA_ARGS__)                          \
+  ((be)->iface.fn ? (be)->iface.fn((be), ##__VA_ARGS__)                        \
                   : ax_seterr(AX_EUNSUPPORTED, "%s backend has no kernel %s",  \
                               (be)->iface.name, #fn))
 
@@ -235,7 +236,8 @@ static inline uint64_t ax_mix64(uint64_t z) {
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-static inline float ax_dropout_uniform(uint64_t seed, uint64_t i) {
+    static inline float
+    ax_dropout_uniform(uint64_t seed, uint64_t i) {
   uint64_t z = seed ^ (i * 0xd1b54a32d192ed03ull);
   z += 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

@@ -50,9 +50,8 @@ static void load(void) {
     if (dladdr((void *)&axi_cuda_device_count, &di) && di.dli_fname) {
       const char *slash = strrchr(di.dli_fname, '/');
       int dir = slash ? (int)(slash - di.dli_fname) : 0;
-      if (dir > 0 &&
-          snprintf(path, sizeof path, "%.*s/%s", dir, di.dli_fname,
-                   AXON_CUDA_SONAME) < (int)sizeof path)
+      if (dir > 0 && snprintf(path, sizeof path, "%.*s/%s", dir, di.dli_fname,
+                              AXON_CUDA_SONAME) < (int)sizeof path)
         g_lib = try_open(path);
     }
     if (!g_lib)

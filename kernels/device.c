@@ -55,14 +55,15 @@ int ax_device_check(ax_device d) {
   int n = ax_cuda_device_count();
   const char *why = n ? NULL : axi_cuda_load_error();
   if (d.index >= n)
-    return ax_seterr(AX_ENODEV, "%s: no such device (%d CUDA device%s here%s%s)",
-                     ax_device_str(d, b, sizeof b), n, n == 1 ? "" : "s",
-                     why ? "; the CUDA backend cannot be loaded: " : "",
-                     why ? why : "");
+    return ax_seterr(
+        AX_ENODEV, "%s: no such device (%d CUDA device%s here%s%s)",
+        ax_device_str(d, b, sizeof b), n, n == 1 ? "" : "s",
+        why ? "; the CUDA backend cannot be loaded: " : "", why ? why : "");
   return AX_OK;
 }
 
-/* ---- device maps ---------------------------------------------------------- */
+/* ---- device maps ----------------------------------------------------------
+ */
 
 /* Reads one device name at *p ("cpu", "cuda", "cuda:N") and advances *p past
  * it. A ':' after "cuda" belongs to the name only when a digit follows. */
@@ -101,7 +102,8 @@ int ax_device_map_parse(const char *s, ax_device_map *out) {
     }
     if (!ok) {
       memset(out, 0, sizeof *out);
-      return ax_seterr(AX_EINVAL, "device map: bad entry at '%s' (want "
+      return ax_seterr(AX_EINVAL,
+                       "device map: bad entry at '%s' (want "
                        "SRC=DST[,SRC=DST...], devices cpu, cuda or cuda:N)",
                        entry);
     }
@@ -161,8 +163,7 @@ int ax_backend_get(ax_device d, ax_backend **out) {
   } else if (d.type == AX_DEV_CUDA && d.index >= 0 &&
              d.index < AX_MAX_CUDA_DEVICES) {
     if (!cuda_ready[d.index] &&
-        (rc = axi_cuda_backend_init(&cuda_backends[d.index], d.index)) ==
-            AX_OK)
+        (rc = axi_cuda_backend_init(&cuda_backends[d.index], d.index)) == AX_OK)
       cuda_ready[d.index] = 1;
     *out = &cuda_backends[d.index];
   } else {

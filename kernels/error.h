@@ -44,7 +44,7 @@ typedef enum ax_err {
 #define AX_ERR_ENUM_(name, msg) AX_E##name,
   AX_ERRNO_MAP(AX_ERR_ENUM_)
 #undef AX_ERR_ENUM_
-  AX_ERR_MAX_
+      AX_ERR_MAX_
 } ax_err;
 
 /* A static message for an error code; never NULL ("unknown error" for codes

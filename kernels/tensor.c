@@ -230,8 +230,8 @@ ax_tensor *ax_tensor_reshape(const ax_tensor *t, int ndim,
     n *= (size_t)shape[i];
   if (ndim > AX_MAX_DIMS || n != ax_tensor_numel(t)) {
     char b[64];
-    ax_seterr(AX_ESHAPE, "reshape: %zu elements into a tensor %s",
-              n, ax_tensor_shape_str(t, b, sizeof b));
+    ax_seterr(AX_ESHAPE, "reshape: %zu elements into a tensor %s", n,
+              ax_tensor_shape_str(t, b, sizeof b));
     return NULL;
   }
   return view_of(t, 0, ndim, shape, t->dtype);
@@ -243,8 +243,8 @@ ax_tensor *ax_tensor_view(const ax_tensor *base, size_t off, int ndim,
   for (int i = 0; i < ndim; i++)
     n *= (size_t)shape[i];
   if (base->dtype != AX_F32 || off + n > ax_tensor_numel(base)) {
-    ax_seterr(AX_EINVAL, "view: [%zu, %zu) outside buffer of %zu", off,
-              off + n, ax_tensor_numel(base));
+    ax_seterr(AX_EINVAL, "view: [%zu, %zu) outside buffer of %zu", off, off + n,
+              ax_tensor_numel(base));
     return NULL;
   }
   return view_of(base, off * sizeof(float), ndim, shape, AX_F32);
@@ -321,8 +321,8 @@ ax_tensor *ax_tensor_to(const ax_tensor *t, ax_device dev) {
 
 int ax_tensor_write(ax_tensor *t, const void *host, size_t nbytes) {
   if (nbytes != ax_tensor_nbytes(t))
-    return ax_seterr(AX_ESHAPE, "write: %zu bytes into a tensor of %zu",
-                     nbytes, ax_tensor_nbytes(t));
+    return ax_seterr(AX_ESHAPE, "write: %zu bytes into a tensor of %zu", nbytes,
+                     ax_tensor_nbytes(t));
   if (!nbytes)
     return AX_OK;
   ax_backend *be = ax_backend_of(t->device);
@@ -331,8 +331,8 @@ int ax_tensor_write(ax_tensor *t, const void *host, size_t nbytes) {
 
 int ax_tensor_read(const ax_tensor *t, void *host, size_t nbytes) {
   if (nbytes != ax_tensor_nbytes(t))
-    return ax_seterr(AX_ESHAPE, "read: %zu bytes from a tensor of %zu",
-                     nbytes, ax_tensor_nbytes(t));
+    return ax_seterr(AX_ESHAPE, "read: %zu bytes from a tensor of %zu", nbytes,
+                     ax_tensor_nbytes(t));
   if (!nbytes)
     return AX_OK;
   ax_backend *be = ax_backend_of(t->device);

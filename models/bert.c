@@ -4,8 +4,8 @@
  * norm, dropout), 1..L "layer1".."layerL" (post-LN encoder layers), L + 1
  * "heads" (masked-LM head and next-sentence head). The MLM decoder is not
  * tied to the token embedding, so every stage owns its weights. */
-#include "axon/models/layers/tf-impl.h"
 #include "axon/models/layers/parallel.h"
+#include "axon/models/layers/tf-impl.h"
 #include "axon/models/model.h"
 
 #include <stdio.h>
@@ -49,9 +49,10 @@ static int bert_parse(const ax_config *cfg, bert_cfg *c) {
                      c->ff, c->vocab, c->seq, c->types);
   if (c->tp.size < 1 || c->tp.rank < 0 || c->tp.rank >= c->tp.size ||
       c->heads % c->tp.size != 0 || c->ff % c->tp.size != 0)
-    return ax_seterr(AX_EINVAL, "bert: tp=%d tp_rank=%d: tp must divide "
-                     "heads=%d and ff=%d, 0 <= tp_rank < tp", c->tp.size,
-                     c->tp.rank, c->heads, c->ff);
+    return ax_seterr(AX_EINVAL,
+                     "bert: tp=%d tp_rank=%d: tp must divide "
+                     "heads=%d and ff=%d, 0 <= tp_rank < tp",
+                     c->tp.size, c->tp.rank, c->heads, c->ff);
   if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
     return ax_seterr(AX_EINVAL, "bert: dropout=%g outside [0, 1)",
                      (double)c->dropout);

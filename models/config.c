@@ -142,8 +142,10 @@ int ax_config_ints(const ax_config *c, const char *key, int64_t *out, int max,
     long long x = strtoll(p, &end, 10);
     if (end == p || (*end && *end != '/') || n >= max) {
       if (err)
-        *err = ax_seterr(AX_EINVAL, "config: %s=%s is not a list of at most "
-                         "%d integers", key, v, max);
+        *err = ax_seterr(AX_EINVAL,
+                         "config: %s=%s is not a list of at most "
+                         "%d integers",
+                         key, v, max);
       return -1;
     }
     out[n++] = x;
@@ -156,7 +158,7 @@ char *ax_config_format(const ax_config *c, char *buf, size_t len) {
   size_t o = 0;
   buf[0] = '\0';
   for (int i = 0; i < c->n && o < len; i++)
-    o += (size_t)snprintf(buf + o, len - o, "%s%s=%s", i ? "," : "",
-                          c->key[i], c->val[i]);
+    o += (size_t)snprintf(buf + o, len - o, "%s%s=%s", i ? "," : "", c->key[i],
+                          c->val[i]);
   return buf;
 }

@@ -10,8 +10,8 @@
 #include "axon/models/module.h"
 
 typedef struct ax_loss_result {
-  double loss;           /* the summed mean losses */
-  int64_t count[AX_TLIST_MAX]; /* kept rows per output */
+  double loss;                   /* the summed mean losses */
+  int64_t count[AX_TLIST_MAX];   /* kept rows per output */
   int64_t correct[AX_TLIST_MAX]; /* rows whose argmax equals the label */
 } ax_loss_result;
 

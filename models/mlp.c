@@ -20,8 +20,7 @@ static int mlp_widths(const ax_config *cfg, int64_t *w) {
   }
   for (int i = 0; i < n; i++)
     if (w[i] <= 0) {
-      ax_seterr(AX_EINVAL, "mlp: width %lld must be positive",
-                (long long)w[i]);
+      ax_seterr(AX_EINVAL, "mlp: width %lld must be positive", (long long)w[i]);
       return -1;
     }
   return n;

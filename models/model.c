@@ -185,8 +185,9 @@ int ax_model_stage(const ax_model_def *def, const ax_config *cfg, int first,
   }
   stage_init si = {root, first, seed};
   *out = ax_net_new_with_init(root, dev, init_blocks, &si);
-  return *out ? AX_OK : ax_seterr(AX_ENOMEM, "%s: cannot allocate stage: %s",
-                                  def->name, ax_errmsg());
+  return *out ? AX_OK
+              : ax_seterr(AX_ENOMEM, "%s: cannot allocate stage: %s", def->name,
+                          ax_errmsg());
 }
 
 int ax_split_uniform(int n_blocks, int k, int *bounds) {

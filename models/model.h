@@ -2,11 +2,12 @@
  * pipeline stages.
  *
  * A model is known by name ("mlp", "resnet20", "bert", or one a program
- * registered with ax_model_register) through its ax_model_def. Blocks are built from a configuration (models/config.h) and
- * a block index, so any process can build any stage on its own. Block i's
- * parameters are initialised from an rng seeded with (seed, i), so a stage
- * made of blocks [a, b) holds exactly the values those blocks have in the
- * whole model: split and unsplit training start from the same point.
+ * registered with ax_model_register) through its ax_model_def. Blocks are built
+ * from a configuration (models/config.h) and a block index, so any process can
+ * build any stage on its own. Block i's parameters are initialised from an rng
+ * seeded with (seed, i), so a stage made of blocks [a, b) holds exactly the
+ * values those blocks have in the whole model: split and unsplit training start
+ * from the same point.
  *
  * Every model maps its inputs tlist to an outputs tlist of logits; the loss
  * is the sum over i of the mean cross-entropy of outputs[i] against
@@ -44,8 +45,8 @@ typedef struct ax_model_def {
 
 /* ---- the registry -------------------------------------------------------
  * Holds the built-in models (mlp, resnet20, bert, sleep) and the models a
- * program or a plugin (runtime/autograd/plugin.h) registers. Every function here
- * is thread-safe.
+ * program or a plugin (runtime/autograd/plugin.h) registers. Every function
+ * here is thread-safe.
  *
  * Ownership: the registry stores the def pointer, not a copy. The def, its
  * strings and the code its functions point to must stay valid and unchanged

@@ -51,8 +51,9 @@ ax_net *ax_net_new_with_init(ax_module *root, ax_device dev,
   int ok = hp && hb && net->params && net->grads && (!nb || net->buffers);
   if (ok) {
     init(arg, hp, hb);
-    ok = ax_tensor_write(net->params, hp, net->n_params * 4) == AX_OK &&
-         (!nb || ax_tensor_write(net->buffers, hb, net->n_buffers * 4) == AX_OK);
+    ok =
+        ax_tensor_write(net->params, hp, net->n_params * 4) == AX_OK &&
+        (!nb || ax_tensor_write(net->buffers, hb, net->n_buffers * 4) == AX_OK);
   }
   free(hp);
   free(hb);

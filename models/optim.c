@@ -69,7 +69,7 @@ int ax_optim_cfg_parse(const ax_config *c, ax_optim_cfg *out) {
   if (o.lr <= 0 || o.step_size <= 0 || o.warmup < 0 || o.momentum < 0 ||
       (o.nesterov && o.momentum == 0))
     return ax_seterr(AX_EINVAL, "optimizer: bad lr/step_size/warmup/momentum "
-                     "(Nesterov needs momentum)");
+                                "(Nesterov needs momentum)");
   *out = o;
   return AX_OK;
 }
@@ -125,14 +125,17 @@ void ax_optim_free(ax_optim *o) {
 int ax_optim_step(ax_optim *o, ax_tensor *params, const ax_tensor *grads) {
   if (params->dtype != AX_F32 || grads->dtype != AX_F32 ||
       ax_tensor_numel(params) != o->n || ax_tensor_numel(grads) != o->n)
-    return ax_seterr(AX_ESHAPE, "optimizer: built for %zu parameters, got "
-                     "%zu and %zu gradients", o->n, ax_tensor_numel(params),
-                     ax_tensor_numel(grads));
+    return ax_seterr(AX_ESHAPE,
+                     "optimizer: built for %zu parameters, got "
+                     "%zu and %zu gradients",
+                     o->n, ax_tensor_numel(params), ax_tensor_numel(grads));
   if (!ax_device_eq(params->device, o->dev) ||
       !ax_device_eq(grads->device, o->dev)) {
     char a[16], b[16], d[16];
-    return ax_seterr(AX_EDEVICE, "optimizer on %s: parameters on %s, "
-                     "gradients on %s", ax_device_str(o->dev, d, sizeof d),
+    return ax_seterr(AX_EDEVICE,
+                     "optimizer on %s: parameters on %s, "
+                     "gradients on %s",
+                     ax_device_str(o->dev, d, sizeof d),
                      ax_device_str(params->device, a, sizeof a),
                      ax_device_str(grads->device, b, sizeof b));
   }
@@ -145,9 +148,9 @@ int ax_optim_step(ax_optim *o, ax_tensor *params, const ax_tensor *grads) {
               o->m ? ax_f32(o->m) : NULL, lr, c->momentum, c->dampening,
               c->weight_decay, c->nesterov, o->step == 0);
   else
-    rc = AX_K(be, adamw_step, o->n, ax_f32(params), ax_f32(grads),
-              ax_f32(o->m), ax_f32(o->v), lr, c->beta1, c->beta2, c->eps,
-              c->weight_decay, (int)o->step + 1);
+    rc = AX_K(be, adamw_step, o->n, ax_f32(params), ax_f32(grads), ax_f32(o->m),
+              ax_f32(o->v), lr, c->beta1, c->beta2, c->eps, c->weight_decay,
+              (int)o->step + 1);
   if (rc == AX_OK)
     o->step++;
   return rc;
@@ -157,8 +160,10 @@ long ax_optim_steps(const ax_optim *o) { return o->step; }
 
 int ax_optim_set_lr_scale(ax_optim *o, float scale) {
   if (!(scale > 0.0f) || !isfinite(scale))
-    return ax_seterr(AX_EINVAL, "optimizer: learning-rate scale %g (must be "
-                     "positive and finite)", (double)scale);
+    return ax_seterr(AX_EINVAL,
+                     "optimizer: learning-rate scale %g (must be "
+                     "positive and finite)",
+                     (double)scale);
   o->lr_scale = scale;
   return AX_OK;
 }

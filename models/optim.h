@@ -6,8 +6,8 @@
 #ifndef AX_OPTIM_H
 #define AX_OPTIM_H
 
-#include "axon/models/config.h"
 #include "axon/kernels/tensor.h"
+#include "axon/models/config.h"
 
 typedef enum ax_optim_kind { AX_OPT_SGD = 0, AX_OPT_ADAMW = 1 } ax_optim_kind;
 typedef enum ax_lr_sched {
@@ -51,8 +51,8 @@ int ax_optim_step(ax_optim *o, ax_tensor *params, const ax_tensor *grads);
 long ax_optim_steps(const ax_optim *o);
 /* Multiplies the scheduled learning rate of the following steps by scale
  * (> 0, finite; 1 when created): a per-stage step size such as PipeMare's
- * learning-rate rescheduling (runtime/pipeline/stage/staleness.h). AX_EINVAL on a
- * bad scale, which leaves the optimizer unchanged. */
+ * learning-rate rescheduling (runtime/pipeline/stage/staleness.h). AX_EINVAL on
+ * a bad scale, which leaves the optimizer unchanged. */
 int ax_optim_set_lr_scale(ax_optim *o, float scale);
 /* Checkpoints: the optimizer's state buffer i (0: SGD momentum or AdamW
  * first moment, 1: AdamW second moment), borrowed, or NULL when it has none;

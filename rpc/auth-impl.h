@@ -51,7 +51,6 @@ int axi_auth_verify(const ax_node *n, const char *label, const uint8_t *nonce,
  * from another control address while the member is up. Both channels'
  * hellos are checked here. */
 int axi_hello_member_ok(ax_node *n, const char *name, const char *addr,
-                        uint64_t inc, int authenticated, char *why,
-                        size_t len);
+                        uint64_t inc, int authenticated, char *why, size_t len);
 
 #endif

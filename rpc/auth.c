@@ -113,12 +113,15 @@ int axi_hello_member_ok(ax_node *n, const char *name, const char *addr,
               !(down && inc > p->incarnation);
   pthread_mutex_unlock(&p->mu);
   if (moved)
-    snprintf(why, len, "a hello under the name of member %.100s from "
-             "%.100s, another address, while that member is up", name,
-             addr);
+    snprintf(why, len,
+             "a hello under the name of member %.100s from "
+             "%.100s, another address, while that member is up",
+             name, addr);
   else if (other)
-    snprintf(why, len, "a hello from another process (incarnation %llu) "
+    snprintf(why, len,
+             "a hello from another process (incarnation %llu) "
              "under the name of member %.100s, while that member is up or "
-             "after it was replaced", (unsigned long long)inc, name);
+             "after it was replaced",
+             (unsigned long long)inc, name);
   return !moved && !other;
 }

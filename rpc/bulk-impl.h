@@ -13,13 +13,14 @@
 
 #define AXI_BULK_HELLO_MAGIC 0x48425841u /* "AXBH" */
 #define AXI_BULK_CHAL_MAGIC 0x43425841u  /* "AXBC": magic, 16-byte nonce */
-#define AXI_BULK_ACK_MAGIC 0x50425841u   /* "AXBP": magic, the acceptor's
-                                            32-byte proof */
+#define AXI_BULK_ACK_MAGIC                                                     \
+  0x50425841u /* "AXBP": magic, the acceptor's                                 \
+                 32-byte proof */
 /* "name\naddr\nbulk_addr\nincarnation" bytes (a name of up to 255, two
  * addresses of up to 127, a 64-bit number in decimal) */
 #define AXI_BULK_HELLO_MAX 540
 #define AXI_BULK_IOV 16
-#define AXI_BULK_STEP (4u << 20) /* largest single read */
+#define AXI_BULK_STEP (4u << 20)  /* largest single read */
 #define AXI_BULK_RBUF (64u << 10) /* read-ahead buffer for small frames */
 #define AXI_BULK_WIOV 64          /* iovecs per sendmsg, across frames */
 /* Bytes of a tensor that must have arrived before its storage is
@@ -30,8 +31,8 @@
 typedef struct bframe {
   uint8_t *head;
   size_t head_len;
-  ax_values *vals;   /* tensors moved to the CPU at queue time */
-  size_t seg, off;   /* progress: segment (0 = head) and offset in it */
+  ax_values *vals; /* tensors moved to the CPU at queue time */
+  size_t seg, off; /* progress: segment (0 = head) and offset in it */
   size_t nseg;
   struct iovec *segs;
   struct bframe *next;
@@ -143,8 +144,8 @@ ssize_t axi_bulk_io_writev(bconn *c, const struct iovec *iov, int n);
 int axi_bulk_read_wait(int fd, struct ssl_st *ssl, void *buf, size_t len,
                        int64_t deadline_ms);
 /* Writes all of len bytes the same way: AX_OK, or AX_EPEERDOWN. */
-int axi_bulk_write_wait(int fd, struct ssl_st *ssl, const void *buf,
-                        size_t len, int64_t deadline_ms);
+int axi_bulk_write_wait(int fd, struct ssl_st *ssl, const void *buf, size_t len,
+                        int64_t deadline_ms);
 /* Dialling side: the TLS handshake on the connected socket fd (5 s at
  * most), then the acceptor's certificate CN must be `want` (NULL: any
  * member). The session, or NULL with the error set (the reason named). */

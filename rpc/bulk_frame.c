@@ -77,8 +77,8 @@ bframe *axi_bulk_hello(const ax_node *n, const uint8_t *mac,
     memcpy(p + 8 + nl, mac, AXI_MAC_LEN);
     memcpy(p + 8 + nl + AXI_MAC_LEN, nonce, AXI_NONCE_LEN);
   }
-  return axi_bulk_frame_new(
-      p, 8 + nl + (mac ? AXI_MAC_LEN + AXI_NONCE_LEN : 0), NULL);
+  return axi_bulk_frame_new(p, 8 + nl + (mac ? AXI_MAC_LEN + AXI_NONCE_LEN : 0),
+                            NULL);
 }
 
 void axi_bulk_frames_free(bframe *f) {
@@ -146,7 +146,8 @@ static ssize_t rd(bconn *c, void *dst, size_t n) {
   if (c->rpos == c->rlen) {
     if (c->rdry) /* drained by a short read: epoll will tell us */
       return 0;
-    if (n >= AXI_BULK_RBUF || (!c->rbuf && !(c->rbuf = malloc(AXI_BULK_RBUF)))) {
+    if (n >= AXI_BULK_RBUF ||
+        (!c->rbuf && !(c->rbuf = malloc(AXI_BULK_RBUF)))) {
       ssize_t r = axi_bulk_io_read(c, dst, n);
       c->rdry = r > 0 && (size_t)r < n;
       return r;
@@ -260,21 +261,22 @@ static int hello_ok(bconn *c, const char *name, const char *addr,
   unsigned long long inc = incs ? strtoull(incs, &end, 10) : 0;
   if (!addr || !bulk || !incs || !*incs || *end)
     why = "a hello without addresses and incarnation";
-  else if (n->token_len &&
-           !axi_auth_verify(n, AXI_AUTH_BULK, c->nonce, name, addr, bulk, inc,
-                            mac, AXI_MAC_LEN))
+  else if (n->token_len && !axi_auth_verify(n, AXI_AUTH_BULK, c->nonce, name,
+                                            addr, bulk, inc, mac, AXI_MAC_LEN))
     why = "no valid proof of the shared secret";
   else if (c->tls && strcmp(name, c->cn)) {
     snprintf(w, sizeof w, "a certificate for %.100s", c->cn);
     why = w;
-  } else if (!axi_hello_member_ok(n, name, addr, inc,
-                                  n->token_len || c->tls, w, sizeof w))
+  } else if (!axi_hello_member_ok(n, name, addr, inc, n->token_len || c->tls, w,
+                                  sizeof w))
     why = w;
   if (!why)
     return 1;
   if (axi_refusal_logged(n))
-    fprintf(stderr, "axon: %s: closing a data connection (hello as %.100s): "
-            "%s\n", n->name, name, why);
+    fprintf(stderr,
+            "axon: %s: closing a data connection (hello as %.100s): "
+            "%s\n",
+            n->name, name, why);
   return 0;
 }
 

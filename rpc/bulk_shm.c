@@ -31,8 +31,8 @@
 #include "axon/rpc/auth-impl.h"
 #include "axon/rpc/bulk-impl.h"
 
-#define SHM_MAGIC 0x52535841u /* "AXSR" */
-#define SHM_DATA_OFF 4096u    /* the ring's bytes start one page in */
+#define SHM_MAGIC 0x52535841u  /* "AXSR" */
+#define SHM_DATA_OFF 4096u     /* the ring's bytes start one page in */
 #define SHM_CHUNK (256u << 10) /* indices are published every chunk */
 #define SHM_OFFER 'M'          /* the first byte, carrying the memfd */
 #define SHM_BELL 'B'
@@ -153,8 +153,10 @@ int axi_shm_offer(int fd, size_t size, axi_shm_ring **out) {
       char buf[CMSG_SPACE(sizeof(int))];
     } u;
     memset(&u, 0, sizeof u);
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
-                        .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    struct msghdr mh = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = u.buf,
+                        .msg_controllen = sizeof u.buf};
     struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;
@@ -187,8 +189,10 @@ int axi_shm_take(bconn *c) {
     struct cmsghdr c;
     char buf[CMSG_SPACE(4 * sizeof(int))];
   } u;
-  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
-                      .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+  struct msghdr mh = {.msg_iov = &iov,
+                      .msg_iovlen = 1,
+                      .msg_control = u.buf,
+                      .msg_controllen = sizeof u.buf};
   ssize_t r;
   do
     r = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
@@ -198,8 +202,8 @@ int axi_shm_take(bconn *c) {
   int fds[4], nfd = 0;
   for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
     if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
-      for (size_t i = 0; (i + 1) * sizeof(int) <= cm->cmsg_len - CMSG_LEN(0) &&
-                         nfd < 4; i++)
+      for (size_t i = 0;
+           (i + 1) * sizeof(int) <= cm->cmsg_len - CMSG_LEN(0) && nfd < 4; i++)
         memcpy(&fds[nfd++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
   const char *why = NULL;
   struct stat st;
@@ -208,7 +212,8 @@ int axi_shm_take(bconn *c) {
     why = r == 0 ? NULL : "no ring offered";
   else if (seals < 0 || !(seals & F_SEAL_SHRINK))
     why = "ring not sealed against shrinking";
-  else if (fstat(fds[0], &st) || st.st_size < (off_t)SHM_DATA_OFF + AXI_SHM_MIN ||
+  else if (fstat(fds[0], &st) ||
+           st.st_size < (off_t)SHM_DATA_OFF + AXI_SHM_MIN ||
            st.st_size > (off_t)SHM_DATA_OFF + AXI_SHM_MAX)
     why = "ring of a bad size";
   axi_shm_ring *ring = NULL;
@@ -285,15 +290,15 @@ static void ring_copy(axi_shm_ring *r, uint64_t at, void *buf, size_t n,
 
 /* Bytes the writer may still put in (-1: the reader's index is off). */
 static int64_t ring_space(axi_shm_ring *r) {
-  uint64_t used = r->mine - atomic_load_explicit(&r->h->tail,
-                                                 memory_order_acquire);
+  uint64_t used =
+      r->mine - atomic_load_explicit(&r->h->tail, memory_order_acquire);
   return used > r->size ? -1 : (int64_t)(r->size - used);
 }
 
 /* Bytes the reader may take (-1: the writer's index is off). */
 static int64_t ring_avail(axi_shm_ring *r) {
-  uint64_t a = atomic_load_explicit(&r->h->head, memory_order_acquire) -
-               r->mine;
+  uint64_t a =
+      atomic_load_explicit(&r->h->head, memory_order_acquire) - r->mine;
   return a > r->size ? -1 : (int64_t)a;
 }
 
@@ -332,8 +337,7 @@ ssize_t axi_shm_read(bconn *c, void *dst, size_t n) {
     if (a < 0) {
       if (axi_refusal_logged(c->b->node))
         fprintf(stderr, "axon: %s: shared-memory ring from %s is corrupt\n",
-                c->b->node->name,
-                c->peer ? AXI_PNAME(c->peer) : "a stranger");
+                c->b->node->name, c->peer ? AXI_PNAME(c->peer) : "a stranger");
       return -1;
     }
     size_t k = n - got < (size_t)a ? n - got : (size_t)a;
@@ -359,8 +363,8 @@ static ssize_t ring_writev(axi_shm_ring *r, int fd, const struct iovec *iov,
         return (ssize_t)put;
       if (s < 0)
         return -1;
-      size_t k = iov[i].iov_len - off < (size_t)s ? iov[i].iov_len - off
-                                                  : (size_t)s;
+      size_t k =
+          iov[i].iov_len - off < (size_t)s ? iov[i].iov_len - off : (size_t)s;
       k = k < SHM_CHUNK ? k : SHM_CHUNK;
       ring_copy(r, r->mine, (uint8_t *)iov[i].iov_base + off, k, 1);
       r->mine += k;

@@ -1,8 +1,8 @@
 /* The TCP bulk channel: one framed TCP connection per ordered node pair
  * (a Unix socket and a shared-memory ring to a node of this host under
- * "shm", bulk_shm.c), driven by a libevent loop on its own thread. libevent only reports
- * readiness; bytes move with our own readv/writev straight between the
- * socket and tensor storage in large steps (bufferevents would copy through
+ * "shm", bulk_shm.c), driven by a libevent loop on its own thread. libevent
+ * only reports readiness; bytes move with our own readv/writev straight between
+ * the socket and tensor storage in large steps (bufferevents would copy through
  * 4 KiB reads). Connections are closed only on the I/O thread and freed
  * only when the channel stops, so a pointer held by a sender stays valid. */
 #include <arpa/inet.h>
@@ -296,8 +296,10 @@ static int authenticate(ax_node *n, int fd, struct ssl_st *ssl,
   if (axi_bulk_read_wait(fd, ssl, chal, sizeof chal, end) == AX_OK)
     memcpy(&magic, chal, 4);
   else if (axi_now_ms() >= end) /* silence is not a wrong secret */
-    return ax_seterr(AX_EPEERDOWN, "bulk: no challenge from %s within 5 s "
-                     "(overloaded or hung)", addr);
+    return ax_seterr(AX_EPEERDOWN,
+                     "bulk: no challenge from %s within 5 s "
+                     "(overloaded or hung)",
+                     addr);
   if (magic != AXI_BULK_CHAL_MAGIC)
     return ax_seterr(AX_EPEERDOWN,
                      "bulk: no authentication challenge from %s (does it run "
@@ -316,24 +318,26 @@ static int authenticate(ax_node *n, int fd, struct ssl_st *ssl,
   axi_bulk_frames_free(h);
   uint8_t ack[4 + AXI_MAC_LEN];
   magic = 0;
-  int rrc = wrc == AX_OK ? axi_bulk_read_wait(fd, ssl, ack, sizeof ack, end)
-                         : wrc;
+  int rrc =
+      wrc == AX_OK ? axi_bulk_read_wait(fd, ssl, ack, sizeof ack, end) : wrc;
   if (rrc == AX_OK)
     memcpy(&magic, ack, 4);
   else /* no answer (a timeout under load, or closed): not a refusal */
-    return ax_seterr(AX_EPEERDOWN, "bulk: %s did not answer the hello%s",
-                     addr, axi_now_ms() >= end
-                               ? " within 5 s (overloaded or hung)"
-                               : " (it closed the connection: does it run "
-                                 "with the same token?)");
+    return ax_seterr(AX_EPEERDOWN, "bulk: %s did not answer the hello%s", addr,
+                     axi_now_ms() >= end
+                         ? " within 5 s (overloaded or hung)"
+                         : " (it closed the connection: does it run "
+                           "with the same token?)");
   if (magic != AXI_BULK_ACK_MAGIC ||
       !axi_auth_verify(n, AXI_AUTH_BULK_ACK, mine, "", "", "", 0, ack + 4,
                        AXI_MAC_LEN)) {
     if (axi_refusal_logged(n))
-      fprintf(stderr, "axon: %s: %s did not prove the shared secret on the "
-              "data channel\n", n->name, addr);
-    return ax_seterr(AX_EPEERDOWN,
-                     "bulk: %s did not prove the shared secret", addr);
+      fprintf(stderr,
+              "axon: %s: %s did not prove the shared secret on the "
+              "data channel\n",
+              n->name, addr);
+    return ax_seterr(AX_EPEERDOWN, "bulk: %s did not prove the shared secret",
+                     addr);
   }
   return AX_OK;
 }
@@ -689,11 +693,11 @@ static void tcp_free(axi_transport *t) {
 }
 
 /* The three entries share the channel; only what start sets up differs. */
-#define BULK_ENTRY(entry_name, start_fn)                                      \
-  {                                                                           \
-    .name = entry_name, .role = AXI_TRANSPORT_DATA, .start = start_fn,        \
-    .send = tcp_send, .drop_peer = tcp_drop_peer, .stop = tcp_stop,           \
-    .free = tcp_free, .probe = tcp_probe, .would_block = tcp_would_block,     \
+#define BULK_ENTRY(entry_name, start_fn)                                       \
+  {                                                                            \
+    .name = entry_name, .role = AXI_TRANSPORT_DATA, .start = start_fn,         \
+    .send = tcp_send, .drop_peer = tcp_drop_peer, .stop = tcp_stop,            \
+    .free = tcp_free, .probe = tcp_probe, .would_block = tcp_would_block,      \
   }
 
 const axi_transport_ops axi_tcp_transport = BULK_ENTRY("tcp", tcp_start);

@@ -140,8 +140,7 @@ static ssize_t tls_writev(bconn *c, const struct iovec *iov, int n) {
   size_t len = 0;
   if (i < n && iov[i].iov_len - skip >= TLS_COALESCE) { /* large: in place */
     p = (const uint8_t *)iov[i].iov_base + skip;
-    len = iov[i].iov_len - skip < TLS_WSTEP ? iov[i].iov_len - skip
-                                            : TLS_WSTEP;
+    len = iov[i].iov_len - skip < TLS_WSTEP ? iov[i].iov_len - skip : TLS_WSTEP;
   } else { /* small ones gathered into one record */
     for (; i < n && len < sizeof buf; i++, skip = 0) {
       size_t k = iov[i].iov_len - skip;
@@ -233,8 +232,8 @@ int axi_bulk_read_wait(int fd, struct ssl_st *ssl, void *buf, size_t len,
   return AX_OK;
 }
 
-int axi_bulk_write_wait(int fd, struct ssl_st *ssl, const void *buf,
-                        size_t len, int64_t deadline_ms) {
+int axi_bulk_write_wait(int fd, struct ssl_st *ssl, const void *buf, size_t len,
+                        int64_t deadline_ms) {
   size_t done = 0;
   while (done < len) {
     ssize_t w;

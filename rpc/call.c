@@ -47,16 +47,18 @@ int axi_register_ex(ax_node *n, const char *fn, ax_rpc_handler h, void *user,
 
 int ax_rpc_register(ax_node *n, const char *fn, ax_rpc_handler h, void *user) {
   if (fn && !strncmp(fn, AXI_BUILTIN_PREFIX, strlen(AXI_BUILTIN_PREFIX)))
-    return ax_seterr(AX_EINVAL, "register: names starting with "
-                     AXI_BUILTIN_PREFIX " are reserved");
+    return ax_seterr(AX_EINVAL,
+                     "register: names starting with " AXI_BUILTIN_PREFIX
+                     " are reserved");
   return axi_register(n, fn, h, user);
 }
 
 int ax_rpc_register_inline(ax_node *n, const char *fn, ax_rpc_handler h,
                            void *user) {
   if (fn && !strncmp(fn, AXI_BUILTIN_PREFIX, strlen(AXI_BUILTIN_PREFIX)))
-    return ax_seterr(AX_EINVAL, "register: names starting with "
-                     AXI_BUILTIN_PREFIX " are reserved");
+    return ax_seterr(AX_EINVAL,
+                     "register: names starting with " AXI_BUILTIN_PREFIX
+                     " are reserved");
   return axi_register_ex(n, fn, h, user, 1);
 }
 
@@ -130,13 +132,18 @@ static void reply(ax_call_ctx *c, int err, ax_values *vals, const char *msg) {
     axi_pcall_complete(n, NULL, c->local_id, err, vals, full);
     vals = NULL;
   } else if (c->peer) {
-    axi_msg m = {.kind = AXI_RESPONSE, .call_id = c->msg.call_id,
-                 .values = vals, .err = err, .errmsg = full,
+    axi_msg m = {.kind = AXI_RESPONSE,
+                 .call_id = c->msg.call_id,
+                 .values = vals,
+                 .err = err,
+                 .errmsg = full,
                  .node = n->name};
     int rc = axi_peer_send(c->peer, &m, c->stream);
     if (rc == AX_ETOOBIG || rc == AX_ENOMEM) { /* tell the caller why */
-      axi_msg e = {.kind = AXI_RESPONSE, .call_id = c->msg.call_id,
-                   .err = rc, .errmsg = "reply could not be sent",
+      axi_msg e = {.kind = AXI_RESPONSE,
+                   .call_id = c->msg.call_id,
+                   .err = rc,
+                   .errmsg = "reply could not be sent",
                    .node = n->name};
       axi_peer_send(c->peer, &e, c->stream);
     }
@@ -212,8 +219,7 @@ static void *worker_main(void *arg) {
  * wait than workers are idle (n->mu held). An idle agent runs no worker;
  * a busy one up to ax_node_opts.threads. */
 static void wake_locked(ax_node *n) {
-  if (n->q_len > n->idle_workers && n->nworkers < n->o.threads &&
-      !n->q_stop &&
+  if (n->q_len > n->idle_workers && n->nworkers < n->o.threads && !n->q_stop &&
       pthread_create(&n->workers[n->nworkers], NULL, worker_main, n) == 0)
     n->nworkers++;
   pthread_cond_signal(&n->q_cv);
@@ -244,16 +250,18 @@ static void reply_error(ax_node *n, axi_peer *p, axi_stream *s, uint64_t id,
                         const char *fn, int err, const char *msg) {
   char full[512];
   snprintf(full, sizeof full, "%s: %s: %s", n->name, fn ? fn : "?", msg);
-  axi_msg m = {.kind = AXI_RESPONSE, .call_id = id, .err = err,
-               .errmsg = full, .node = n->name};
+  axi_msg m = {.kind = AXI_RESPONSE,
+               .call_id = id,
+               .err = err,
+               .errmsg = full,
+               .node = n->name};
   axi_peer_send(p, &m, s);
   __atomic_add_fetch(&n->errors_in, 1, __ATOMIC_RELAXED);
 }
 
 static int hold_until_joined(ax_node *n, ax_call_ctx *c);
 
-void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
-                  int rc) {
+void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m, int rc) {
   if (rc != AX_OK) {
     __atomic_add_fetch(&n->malformed, 1, __ATOMIC_RELAXED);
     if (m->kind == AXI_REQUEST && m->call_id)
@@ -315,9 +323,9 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m,
 }
 
 /* Holds c if this node has not joined yet (see node-impl.h): every call
- * but the rendezvous built-ins (AXI_RENDEZVOUS_PREFIX). A built-in's reply that has no way back yet
- * (a call over the data channel from a member whose address only the
- * membership gives) waits for that address (rpc/peer_early.c). */
+ * but the rendezvous built-ins (AXI_RENDEZVOUS_PREFIX). A built-in's reply that
+ * has no way back yet (a call over the data channel from a member whose address
+ * only the membership gives) waits for that address (rpc/peer_early.c). */
 static int hold_until_joined(ax_node *n, ax_call_ctx *c) {
   if (!strncmp(c->fn->name, AXI_RENDEZVOUS_PREFIX,
                strlen(AXI_RENDEZVOUS_PREFIX)))

@@ -27,7 +27,7 @@ enum axi_kind {
 
 #define AXI_PREFIX_LEN 24
 #define AXI_BULK_MAGIC 0x31425841u /* "AXB1" */
-#define AXI_MAX_HDR (16u << 20)   /* a FrameBody larger than this is bad */
+#define AXI_MAX_HDR (16u << 20)    /* a FrameBody larger than this is bad */
 
 typedef struct axi_prefix {
   uint8_t kind, flags;
@@ -49,9 +49,9 @@ typedef struct axi_msg {
   const char *errmsg;
   const char *node, *addr, *bulk_addr;
   uint64_t autograd_ctx;
-  uint32_t depth; /* REQUEST: nesting depth (0: not nested) */
+  uint32_t depth;       /* REQUEST: nesting depth (0: not nested) */
   uint64_t incarnation; /* HELLO: the sender's (rpc/node.h) */
-  const uint8_t *auth; /* CHALLENGE: nonce; HELLO: proof (rpc/auth-impl.h) */
+  const uint8_t *auth;  /* CHALLENGE: nonce; HELLO: proof (rpc/auth-impl.h) */
   size_t auth_len;
   int nmeta;
   const char *meta_key[AXI_MAX_META];

@@ -9,8 +9,16 @@
 
 static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static uint32_t get32(const uint8_t *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+static uint64_t get64(const uint8_t *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
 
 void axi_prefix_put(uint8_t *p, const axi_prefix *x) {
   p[0] = x->kind;
@@ -78,9 +86,18 @@ static int build_body(const axi_msg *m, Axon__FrameBody *b, void **arena,
     const axi_value *x = &m->values->v[i];
     Axon__Value *v = &vals[i];
     switch (x->type) {
-    case AX_VAL_I64: v->v_case = AXON__VALUE__V_I; v->i = x->u.i; break;
-    case AX_VAL_F64: v->v_case = AXON__VALUE__V_D; v->d = x->u.d; break;
-    case AX_VAL_STR: v->v_case = AXON__VALUE__V_S; v->s = x->u.buf.p; break;
+    case AX_VAL_I64:
+      v->v_case = AXON__VALUE__V_I;
+      v->i = x->u.i;
+      break;
+    case AX_VAL_F64:
+      v->v_case = AXON__VALUE__V_D;
+      v->d = x->u.d;
+      break;
+    case AX_VAL_STR:
+      v->v_case = AXON__VALUE__V_S;
+      v->s = x->u.buf.p;
+      break;
     case AX_VAL_BYTES:
       v->v_case = AXON__VALUE__V_B;
       v->b.data = (uint8_t *)x->u.buf.p;
@@ -155,8 +172,10 @@ int axi_frame_encode(const axi_msg *m, size_t lead, int with_blob,
     free(arena);
     return ax_seterr(AX_ENOMEM, "codec: no memory for %zu bytes", total);
   }
-  axi_prefix x = {.kind = (uint8_t)m->kind, .hdr_len = (uint32_t)hl,
-                  .call_id = m->call_id, .blob_len = *blob_len};
+  axi_prefix x = {.kind = (uint8_t)m->kind,
+                  .hdr_len = (uint32_t)hl,
+                  .call_id = m->call_id,
+                  .blob_len = *blob_len};
   axi_prefix_put(p + lead, &x);
   axon__frame_body__pack(&b, p + lead + AXI_PREFIX_LEN);
   free_ext_payloads(&b);
@@ -196,22 +215,29 @@ static int decode_value(const Axon__Value *pv, ax_device dev,
                         const ax_device_map *map, size_t max_bytes, int lazy,
                         const char *from, ax_values *vals, uint64_t *sum) {
   switch (pv->v_case) {
-  case AXON__VALUE__V_I: return ax_values_add_i64(vals, pv->i);
-  case AXON__VALUE__V_D: return ax_values_add_f64(vals, pv->d);
-  case AXON__VALUE__V_S: return ax_values_add_str(vals, pv->s ? pv->s : "");
-  case AXON__VALUE__V_B: return ax_values_add_bytes(vals, pv->b.data, pv->b.len);
+  case AXON__VALUE__V_I:
+    return ax_values_add_i64(vals, pv->i);
+  case AXON__VALUE__V_D:
+    return ax_values_add_f64(vals, pv->d);
+  case AXON__VALUE__V_S:
+    return ax_values_add_str(vals, pv->s ? pv->s : "");
+  case AXON__VALUE__V_B:
+    return ax_values_add_bytes(vals, pv->b.data, pv->b.len);
   case AXON__VALUE__V_T: {
     const Axon__TensorDesc *t = pv->t;
-    if (!t || t->dtype < AX_F32 || t->dtype > AX_I64 || t->n_shape > AX_MAX_DIMS)
+    if (!t || t->dtype < AX_F32 || t->dtype > AX_I64 ||
+        t->n_shape > AX_MAX_DIMS)
       return ax_seterr(AX_EMALFORMED, "frame: bad tensor descriptor");
     uint64_t numel = 1;
     for (size_t d = 0; d < t->n_shape; d++) {
-      if (t->shape[d] < 0 || (t->shape[d] && numel > UINT64_MAX / 8 / (uint64_t)t->shape[d]))
+      if (t->shape[d] < 0 ||
+          (t->shape[d] && numel > UINT64_MAX / 8 / (uint64_t)t->shape[d]))
         return ax_seterr(AX_EMALFORMED, "frame: bad tensor shape");
       numel *= (uint64_t)t->shape[d];
     }
     if (numel * ax_dtype_size(t->dtype) != t->nbytes)
-      return ax_seterr(AX_EMALFORMED, "frame: tensor size does not match shape");
+      return ax_seterr(AX_EMALFORMED,
+                       "frame: tensor size does not match shape");
     if (t->nbytes > max_bytes || *sum + t->nbytes > max_bytes)
       return ax_seterr(AX_ETOOBIG, "frame: tensor of %llu bytes over the limit",
                        (unsigned long long)t->nbytes);
@@ -336,8 +362,9 @@ int axi_frame_decode_body(const axi_prefix *x, const uint8_t *hdr,
     rc = decode_value(b->values[i], dev, map, lim->max_tensor, lazy, b->node,
                       m->values, &sum);
   if (rc == AX_OK && sum != x->blob_len)
-    rc = ax_seterr(AX_EMALFORMED, "frame: blob of %llu bytes, tensors need %llu",
-                   (unsigned long long)x->blob_len, (unsigned long long)sum);
+    rc =
+        ax_seterr(AX_EMALFORMED, "frame: blob of %llu bytes, tensors need %llu",
+                  (unsigned long long)x->blob_len, (unsigned long long)sum);
   if (rc != AX_OK) {
     int kind = m->kind;
     uint64_t id = m->call_id;

@@ -34,8 +34,7 @@ void ax_future_release(ax_future *f);      /* NULL-safe */
  * (which may be NULL for an empty result); on error vals is freed and msg
  * (may be NULL) is copied. Returns AX_ESTATE if f was already complete, in
  * which case vals is freed too. */
-int ax_future_complete(ax_future *f, int err, ax_values *vals,
-                       const char *msg);
+int ax_future_complete(ax_future *f, int err, ax_values *vals, const char *msg);
 
 /* Waits up to timeout_ms (>= 0) for completion. Returns the future's code
  * when it completed in time, AX_ETIMEOUT otherwise (the future stays

@@ -63,9 +63,9 @@ static void request_next(ax_node *n) {
   grpc_call_details_init(&g->details);
   grpc_metadata_array_init(&g->req_md);
   axi_grpc_op_begin(g);
-  grpc_call_error e = grpc_server_request_call(
-      g->server, &g->new_call, &g->details, &g->req_md, g->cq, g->cq,
-      &g->accept_op);
+  grpc_call_error e =
+      grpc_server_request_call(g->server, &g->new_call, &g->details, &g->req_md,
+                               g->cq, g->cq, &g->accept_op);
   if (e != GRPC_CALL_OK) {
     grpc_call_details_destroy(&g->details);
     grpc_metadata_array_destroy(&g->req_md);
@@ -137,8 +137,9 @@ int axi_grpc_start(ax_node *n, const char *listen, const axi_rx *rx,
     grpc_server_destroy(g->server);
     g->server = NULL;
     grpc_completion_queue_shutdown(g->cq);
-    while (grpc_completion_queue_next(g->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
-                                      NULL).type != GRPC_QUEUE_SHUTDOWN)
+    while (grpc_completion_queue_next(g->cq,
+                                      gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
+               .type != GRPC_QUEUE_SHUTDOWN)
       ;
     grpc_completion_queue_destroy(g->cq);
     free(g);
@@ -190,8 +191,8 @@ void axi_grpc_stop(axi_transport *t, int64_t timeout_ms) {
   while (!g->shutdown_done || g->ops_total > 0) {
     timed_wait(g, deadline);
     if (!warned && axi_now_ms() > deadline) {
-      fprintf(stderr, "axon: %s: gRPC shutdown slower than %lld ms\n",
-              n->name, (long long)timeout_ms);
+      fprintf(stderr, "axon: %s: gRPC shutdown slower than %lld ms\n", n->name,
+              (long long)timeout_ms);
       warned = 1;
       for (axi_stream *s = g->streams; s; s = s->next)
         grpc_call_cancel(s->call, NULL);

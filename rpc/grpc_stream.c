@@ -207,8 +207,10 @@ static void reject(axi_stream *s, const char *why) {
   ax_node *n = s->node;
   s->rejected = 1;
   if (axi_refusal_logged(n))
-    fprintf(stderr, "axon: %s: closing an unauthenticated control stream: "
-            "%s\n", n->name, why);
+    fprintf(stderr,
+            "axon: %s: closing an unauthenticated control stream: "
+            "%s\n",
+            n->name, why);
   grpc_call_cancel_with_status(s->call, GRPC_STATUS_PERMISSION_DENIED, why,
                                NULL);
 }
@@ -238,9 +240,8 @@ static int check_hello(axi_stream *s, const uint8_t *p, size_t len) {
     reject(s, "no valid proof of the shared secret");
     ok = 0;
   } else if (n->tls && strcmp(m.node, s->cn)) {
-    snprintf(why, sizeof why,
-             "a hello as %.100s with a certificate for %.100s", m.node,
-             s->cn[0] ? s->cn : "(no name)");
+    snprintf(why, sizeof why, "a hello as %.100s with a certificate for %.100s",
+             m.node, s->cn[0] ? s->cn : "(no name)");
     reject(s, why);
     ok = 0;
   } else if (!axi_hello_member_ok(n, m.node, m.addr, m.incarnation, 1, why,
@@ -253,9 +254,13 @@ static int check_hello(axi_stream *s, const uint8_t *p, size_t len) {
     size_t blen, bl;
     axi_auth_mac(n, AXI_AUTH_HELLO_ACK, m.auth + AXI_MAC_LEN, n->name, n->addr,
                  n->bulk_addr, n->incarnation, mac);
-    axi_msg ack = {.kind = AXI_HELLO, .node = n->name, .addr = n->addr,
-                   .bulk_addr = n->bulk_addr, .incarnation = n->incarnation,
-                   .auth = mac, .auth_len = AXI_MAC_LEN};
+    axi_msg ack = {.kind = AXI_HELLO,
+                   .node = n->name,
+                   .addr = n->addr,
+                   .bulk_addr = n->bulk_addr,
+                   .incarnation = n->incarnation,
+                   .auth = mac,
+                   .auth_len = AXI_MAC_LEN};
     if (axi_frame_encode(&ack, 4, 1, &buf, &blen, &bl) != AX_OK ||
         axi_stream_send(s, buf, blen) != AX_OK)
       ok = 0;
@@ -299,8 +304,11 @@ static void answer_challenge(axi_stream *s, const axi_msg *c) {
   axi_auth_mac(n, AXI_AUTH_HELLO, c->auth, n->name, n->addr, n->bulk_addr,
                n->incarnation, proof);
   memcpy(proof + AXI_MAC_LEN, s->mine, AXI_NONCE_LEN);
-  axi_msg hello = {.kind = AXI_HELLO, .node = n->name, .addr = n->addr,
-                   .bulk_addr = n->bulk_addr, .incarnation = n->incarnation,
+  axi_msg hello = {.kind = AXI_HELLO,
+                   .node = n->name,
+                   .addr = n->addr,
+                   .bulk_addr = n->bulk_addr,
+                   .incarnation = n->incarnation,
                    .auth = proof,
                    .auth_len = sizeof proof};
   uint8_t *buf;
@@ -468,8 +476,7 @@ static void on_end(axi_op *op, int ok) {
       snprintf(why, sizeof why, "%s refused the connection: %.300s",
                AXI_PNAME(s->peer), d ? d : "");
     else
-      snprintf(why, sizeof why,
-               "stream to %s ended%s (gRPC status %d: %.200s)",
+      snprintf(why, sizeof why, "stream to %s ended%s (gRPC status %d: %.200s)",
                AXI_PNAME(s->peer),
                s->established ? ""
                : s->node->tls ? " before it was up [this node uses TLS: "
@@ -535,8 +542,8 @@ void axi_stream_accept(ax_node *n, grpc_call *call) {
     grpc_auth_context *ac = grpc_call_auth_context(call);
     grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(
         ac, GRPC_X509_CN_PROPERTY_NAME);
-    const grpc_auth_property *pr = ac ? grpc_auth_property_iterator_next(&it)
-                                      : NULL;
+    const grpc_auth_property *pr =
+        ac ? grpc_auth_property_iterator_next(&it) : NULL;
     if (pr && pr->value_length < sizeof s->cn &&
         !memchr(pr->value, 0, pr->value_length)) {
       memcpy(s->cn, pr->value, pr->value_length);
@@ -548,8 +555,8 @@ void axi_stream_accept(ax_node *n, grpc_call *call) {
   }
   if (n->token_len) { /* the challenge: nothing is read before its answer */
     s->need_auth = 1;
-    axi_msg c = {.kind = AXI_CHALLENGE, .auth = s->nonce,
-                 .auth_len = AXI_NONCE_LEN};
+    axi_msg c = {
+        .kind = AXI_CHALLENGE, .auth = s->nonce, .auth_len = AXI_NONCE_LEN};
     uint8_t *buf;
     size_t len, bl;
     if (axi_auth_nonce(s->nonce) != AX_OK ||
@@ -576,8 +583,10 @@ static int verify_cn(const char *target, const char *pem, void *user) {
     return 0;
   if (axi_tls_pem_cn(pem, cn, sizeof cn) == AX_OK && !strcmp(cn, w->name))
     return 0;
-  fprintf(stderr, "axon: %s: %s, dialled as %s, shows a certificate for "
-          "'%s'\n", w->node, w->addr, w->name, cn);
+  fprintf(stderr,
+          "axon: %s: %s, dialled as %s, shows a certificate for "
+          "'%s'\n",
+          w->node, w->addr, w->name, cn);
   return 1;
 }
 
@@ -587,9 +596,8 @@ static int verify_cn(const char *target, const char *pem, void *user) {
  * its address only ("@HOST:PORT", before the membership) is checked
  * against that address: its certificate must name it (a SAN). May add the
  * override to args (one spare entry). */
-static grpc_channel_credentials *channel_creds(ax_node *n, axi_peer *p,
-                                               grpc_channel_args *ca,
-                                               grpc_arg *args) {
+static grpc_channel_credentials *
+channel_creds(ax_node *n, axi_peer *p, grpc_channel_args *ca, grpc_arg *args) {
   if (!n->tls)
     return grpc_insecure_credentials_create();
   tls_want *w = calloc(1, sizeof *w);
@@ -617,10 +625,9 @@ int axi_stream_open(ax_node *n, axi_peer *p, axi_stream **out) {
   int digit = p->addr[0] >= '0' && p->addr[0] <= '9';
   snprintf(target, sizeof target, "%s%s", digit ? "ipv4:" : "", p->addr);
   grpc_arg args[5];
-  const char *keys[4] = {GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-                         GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
-                         GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
-                         GRPC_ARG_ENABLE_RETRIES};
+  const char *keys[4] = {
+      GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
+      GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, GRPC_ARG_ENABLE_RETRIES};
   int vals[4] = {axi_grpc_limit(n), -1, 1, 0};
   for (int i = 0; i < 4; i++) {
     args[i].type = GRPC_ARG_INTEGER;
@@ -656,8 +663,11 @@ int axi_stream_open(ax_node *n, axi_peer *p, axi_stream **out) {
   ops[0].data.recv_status_on_client.status = &s->status;
   ops[0].data.recv_status_on_client.status_details = &s->details;
   axi_stream_batch(s, ops, 1, &s->op_end);
-  axi_msg hello = {.kind = AXI_HELLO, .node = n->name, .addr = n->addr,
-                   .bulk_addr = n->bulk_addr, .incarnation = n->incarnation};
+  axi_msg hello = {.kind = AXI_HELLO,
+                   .node = n->name,
+                   .addr = n->addr,
+                   .bulk_addr = n->bulk_addr,
+                   .incarnation = n->incarnation};
   uint8_t *buf;
   size_t len, bl;
   if (n->token_len) /* the HELLO answers the server's challenge */

@@ -22,9 +22,9 @@ static int grpc_send(axi_transport *t, axi_peer *p, const axi_msg *m,
                      axi_stream *via) {
   (void)t;
   pthread_mutex_lock(&p->mu);
-  axi_stream *s = axi_stream_alive(via)                              ? via
+  axi_stream *s = axi_stream_alive(via)                                ? via
                   : axi_stream_alive(p->in) && m->kind == AXI_RESPONSE ? p->in
-                                                                     : p->out;
+                                                                       : p->out;
   if (s)
     axi_stream_retain(s);
   int rc = s ? AX_OK : no_stream_locked(p);

@@ -2,11 +2,11 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -40,8 +40,10 @@ static int64_t now_ms(void) {
 /* Ends a child seen stopped: SIGTERM then SIGCONT (it may exit cleanly), and
  * the time after which it is SIGKILLed. */
 static int64_t end_stopped(pid_t pid, const char *why) {
-  fprintf(stderr, "axon: child %d is stopped (%s): SIGTERM + SIGCONT, "
-          "SIGKILL in %d ms\n", (int)pid, why, STOPPED_GRACE_MS);
+  fprintf(stderr,
+          "axon: child %d is stopped (%s): SIGTERM + SIGCONT, "
+          "SIGKILL in %d ms\n",
+          (int)pid, why, STOPPED_GRACE_MS);
   kill(pid, SIGTERM);
   kill(pid, SIGCONT);
   return now_ms() + STOPPED_GRACE_MS;
@@ -50,8 +52,7 @@ static int64_t end_stopped(pid_t pid, const char *why) {
 /* Reaps children until none is left or timeout_ms passed; returns how many
  * are still running. A child that is stopped (reported by WUNTRACED) is
  * ended within STOPPED_GRACE_MS instead (see end_stopped). */
-static int wait_children(int n, pid_t *pids, int64_t timeout_ms,
-                         int *status) {
+static int wait_children(int n, pid_t *pids, int64_t timeout_ms, int *status) {
   int64_t end = now_ms() + timeout_ms;
   int64_t *kill_at = calloc((size_t)(n > 0 ? n : 1), sizeof *kill_at);
   int left = 0;
@@ -103,8 +104,8 @@ int ax_local_reap(int n, pid_t *pids, int64_t timeout_ms, int *status) {
   return killed;
 }
 
-int ax_local_end_world(ax_node *master, int n, pid_t *pids,
-                       int64_t timeout_ms, int *status, const char *who) {
+int ax_local_end_world(ax_node *master, int n, pid_t *pids, int64_t timeout_ms,
+                       int *status, const char *who) {
   ax_world_report rep;
   int rc = ax_node_shutdown_world(master, timeout_ms, &rep);
   if (rc != AX_OK)
@@ -191,9 +192,8 @@ int ax_local_fork(int n, int first_rank, ax_local_child_fn fn, void *user,
   return 0;
 }
 
-int ax_local_reap_report(int n, pid_t *pids, int first_rank,
-                         int64_t timeout_ms, const char *who,
-                         const char *role, int victim) {
+int ax_local_reap_report(int n, pid_t *pids, int first_rank, int64_t timeout_ms,
+                         const char *who, const char *role, int victim) {
   int *sts = calloc((size_t)(n > 0 ? n : 1), sizeof *sts);
   if (!sts) {
     ax_local_stop(n, pids, timeout_ms, NULL);

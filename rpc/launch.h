@@ -44,8 +44,8 @@ int ax_local_stop(int n, pid_t *pids, int64_t timeout_ms, int *status);
  * timeout_ms later (ax_local_reap). Without a joined world the wait is
  * skipped. status as for ax_local_reap (may be NULL). Returns the code of
  * ax_node_shutdown_world. */
-int ax_local_end_world(ax_node *master, int n, pid_t *pids,
-                       int64_t timeout_ms, int *status, const char *who);
+int ax_local_end_world(ax_node *master, int n, pid_t *pids, int64_t timeout_ms,
+                       int *status, const char *who);
 
 /* A world on this machine authenticates with a secret of its own: when
  * AXON_TOKEN_FILE is unset, writes 32 random bytes (hex) to a private
@@ -71,9 +71,8 @@ int ax_local_fork(int n, int first_rank, ax_local_child_fn fn, void *user,
  * with 3" (stdout) or "... did not exit: SIGKILL" (stderr). A child killed
  * by a signal is a failure unless its rank is `victim` (a failure drill;
  * -1: none). Returns 0 when every child ended as expected, else 1. */
-int ax_local_reap_report(int n, pid_t *pids, int first_rank,
-                         int64_t timeout_ms, const char *who,
-                         const char *role, int victim);
+int ax_local_reap_report(int n, pid_t *pids, int first_rank, int64_t timeout_ms,
+                         const char *who, const char *role, int victim);
 
 /* The whole `--local N` pattern: picks a free loopback port and writes
  * "127.0.0.1:PORT" into master (len bytes; the children and the parent

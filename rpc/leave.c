@@ -6,8 +6,8 @@
  * program is done and no call is in flight, or with AX_ETIMEOUT a little
  * before the caller's deadline. Phase 2 (leave) sets the flag that
  * ax_node_wait_leave reports. The built-in's name does not start with
- * "axon.rendezvous.", so a request that reaches a member before its join completed is
- * held until then, when the master's name is known. */
+ * "axon.rendezvous.", so a request that reaches a member before its join
+ * completed is held until then, when the master's name is known. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -13,7 +13,7 @@
 #include "axon/rpc/transport.h"
 
 typedef struct axi_peer axi_peer;
-typedef struct axi_early axi_early; /* a message waiting for an address */
+typedef struct axi_early axi_early;   /* a message waiting for an address */
 typedef struct axi_pcalls axi_pcalls; /* the pending-call table (pcall.c) */
 
 /* ---- peers ----------------------------------------------------------- */
@@ -27,7 +27,7 @@ struct axi_peer {
   /* The incarnation the membership names for this peer (mu); 0: not yet
    * known. A hello from another one is refused while the peer is not down. */
   uint64_t incarnation;
-  int state;          /* guarded by mu */
+  int state; /* guarded by mu */
   /* Why the peer was last declared down (mu): a send that finds no
    * stream says so, e.g. a stream that never came up and the TLS or
    * token hint its end gave. */
@@ -66,7 +66,7 @@ typedef struct axi_fn {
   char *name;
   ax_rpc_handler h;
   void *user;
-  int inline_; /* run on the receiving transport thread */
+  int inline_;            /* run on the receiving transport thread */
   uint64_t calls, errors; /* atomics */
   uint64_t lat_count[AX_LAT_BUCKETS];
   uint64_t lat_sum_us;
@@ -85,7 +85,7 @@ struct ax_call_ctx { /* an incoming call */
   ax_future *deferred;
   char *lmeta[AXI_MAX_META]; /* local calls: copied metadata keys */
   char *behalf;              /* local calls: ax_call_opts.on_behalf_of */
-  struct ax_call_ctx *next; /* worker queue */
+  struct ax_call_ctx *next;  /* worker queue */
 };
 
 #define AXI_TOKEN_MAX 256
@@ -128,9 +128,9 @@ struct ax_node {
   int q_stop;
   pthread_cond_t q_cv;
   /* transports (rpc/transport.h) */
-  axi_transport *ctl;  /* the control transport */
-  axi_transport *data; /* read under data_lk; NULL once stopping or when
-                          the data transport could not start */
+  axi_transport *ctl;       /* the control transport */
+  axi_transport *data;      /* read under data_lk; NULL once stopping or when
+                               the data transport could not start */
   pthread_rwlock_t data_lk; /* users of data hold it shared */
   pthread_t timer_thread;
   int timer_stop;
@@ -138,9 +138,9 @@ struct ax_node {
   void *down_user;
   struct axi_on_destroy *on_destroy; /* ax_node_on_destroy, newest first */
   /* ending the world (leave.c), under mu */
-  int leave_ready;         /* this node's program is done */
-  int leave_told;          /* the master told it to leave */
-  ax_future *leave_drain;  /* the deferred answer to a drain request */
+  int leave_ready;        /* this node's program is done */
+  int leave_told;         /* the master told it to leave */
+  ax_future *leave_drain; /* the deferred answer to a drain request */
   int64_t leave_deadline_ms;
   /* stats (atomics) */
   uint64_t bytes_in, bytes_out, calls_in, calls_out, errors_in, malformed;
@@ -234,8 +234,8 @@ ax_call_ctx *axi_call_current(void);
 /* Registers an outgoing call to p (NULL: this node) with deadline
  * deadline_ms; returns it with its id set and a reference to f, or NULL on
  * no memory. */
-axi_pcall *axi_pcall_add(ax_node *n, axi_peer *p, const char *fn,
-                         ax_future *f, int64_t deadline_ms);
+axi_pcall *axi_pcall_add(ax_node *n, axi_peer *p, const char *fn, ax_future *f,
+                         int64_t deadline_ms);
 /* Completes the pending call id (vals taken) if it went to p (NULL: this
  * node); a call that went elsewhere is left alone and the reply counted as
  * forged. Returns 1 if a call was completed. */
@@ -246,8 +246,7 @@ int axi_pcall_complete(ax_node *n, axi_peer *p, uint64_t id, int err,
 void axi_pcall_drop(ax_node *n, axi_pcall *c, uint64_t id);
 /* Logs a limit a peer broke (rate-limited) and counts it; closing: its
  * connection is being closed (else the frame was refused and answered). */
-void axi_limit_log(ax_node *n, const char *peer, const char *what,
-                   int closing);
+void axi_limit_log(ax_node *n, const char *peer, const char *what, int closing);
 /* leave.c: the "axon.node.leave" built-in of ax_node_shutdown_world. */
 int axi_leave_init(ax_node *n);
 /* Answers a pending drain request once drained or at its deadline (timer
@@ -259,9 +258,9 @@ void axi_leave_close(ax_node *n);
 /* rendezvous.c */
 int axi_rendezvous_init(ax_node *n);
 void axi_rendezvous_fini(ax_node *n);
-/* Records a membership list (the master's answer to "axon.rendezvous.join": world,
- * master name, then name, address and bulk address per rank) on n; a list
- * of the wrong shape is ignored. */
+/* Records a membership list (the master's answer to "axon.rendezvous.join":
+ * world, master name, then name, address and bulk address per rank) on n; a
+ * list of the wrong shape is ignored. */
 void axi_rendezvous_apply(ax_node *n, const ax_values *v);
 /* Fails the joins still waiting for the world (at the start of shutdown,
  * while the transport can still answer them). */

@@ -100,14 +100,16 @@ static int start_transports(ax_node *n) {
                                           : "shm";
   const axi_transport_ops *data = axi_transport_find(dname, AXI_TRANSPORT_DATA);
   if (!data)
-    return ax_seterr(AX_EINVAL, "node %s: no data transport named '%s' (known: %s)",
+    return ax_seterr(AX_EINVAL,
+                     "node %s: no data transport named '%s' (known: %s)",
                      n->name, dname, axi_transport_names(AXI_TRANSPORT_DATA));
   if (n->tls != !strcmp(dname, "tls"))
     return ax_seterr(AX_EINVAL, "node %s: data transport '%s' %s", n->name,
-                     dname, n->tls ? "would carry data unencrypted under TLS "
-                                     "(use tls)"
-                                   : "needs TLS credentials (tls_ca, "
-                                     "tls_cert, tls_key)");
+                     dname,
+                     n->tls ? "would carry data unencrypted under TLS "
+                              "(use tls)"
+                            : "needs TLS credentials (tls_ca, "
+                              "tls_cert, tls_key)");
   AX_TRY(ctl->start(n, n->listen, &rx, &n->ctl, n->addr, sizeof n->addr));
   char listen[160];
   snprintf(listen, sizeof listen, "%s", n->addr);
@@ -373,8 +375,8 @@ int ax_node_member_alive_as(ax_node *n, const char *name, uint64_t inc) {
   uint64_t now = 0;
   if (ax_node_peer_is_down(n, name))
     return 0;
-  return !inc || (ax_node_member_incarnation(n, name, &now) == AX_OK &&
-                  now == inc);
+  return !inc ||
+         (ax_node_member_incarnation(n, name, &now) == AX_OK && now == inc);
 }
 
 void ax_node_on_peer_down(ax_node *n, ax_peer_down_cb cb, void *user) {

@@ -42,13 +42,13 @@ typedef struct ax_node_opts {
    * the mapped device. ax_node_create checks that `device` and every
    * mapped destination exist here (AX_ENODEV otherwise). */
   ax_device_map device_map;
-  int64_t timeout_ms;        /* default call deadline; 60000. Deadlines
-                                saturate: INT64_MAX means no practical
-                                limit. */
-  int64_t heartbeat_ms;      /* ping interval; 500 */
-  int64_t peer_timeout_ms;   /* silence before a peer is down; 4000 */
-  size_t bulk_threshold;     /* tensor bytes from which the bulk channel is
-                                used; 1 MiB */
+  int64_t timeout_ms;      /* default call deadline; 60000. Deadlines
+                              saturate: INT64_MAX means no practical
+                              limit. */
+  int64_t heartbeat_ms;    /* ping interval; 500 */
+  int64_t peer_timeout_ms; /* silence before a peer is down; 4000 */
+  size_t bulk_threshold;   /* tensor bytes from which the bulk channel is
+                              used; 1 MiB */
   /* Limits on what one peer may send (a frame over a limit closes that
    * peer's connection, with the reason logged on stderr; the node keeps
    * serving the others). See docs/SECURITY.md. */
@@ -113,9 +113,9 @@ int ax_node_opts_from_env(ax_node_opts *o);
 /* Creates a node and starts serving (before joining, so a master can
  * accept joins). AX_EINVAL on bad options (among them: unreadable token or
  * TLS files, a certificate whose CN is not o->name, a non-loopback listen
- * address with neither a token nor TLS and no o->insecure), AX_ENODEV when o->device or a
- * destination of o->device_map does not exist on this machine, AX_EIO if
- * the address cannot be bound. */
+ * address with neither a token nor TLS and no o->insecure), AX_ENODEV when
+ * o->device or a destination of o->device_map does not exist on this machine,
+ * AX_EIO if the address cannot be bound. */
 int ax_node_create(const ax_node_opts *o, ax_node **out);
 
 /* Rendezvous with the master; blocks until the membership is complete or
@@ -227,18 +227,18 @@ typedef struct ax_fn_stats {
 } ax_fn_stats;
 
 typedef struct ax_node_stats {
-  uint64_t bytes_in, bytes_out;   /* control plane and bulk, payload bytes */
+  uint64_t bytes_in, bytes_out; /* control plane and bulk, payload bytes */
   uint64_t calls_in, calls_out, errors_in;
-  uint64_t malformed;             /* undecodable frames received */
-  uint64_t forged;                /* replies dropped: not from the callee */
-  uint64_t limit_drops;           /* frames refused or connections closed
-                                     over a limit (ax_node_opts) */
-  uint64_t auth_refused;          /* connections closed without a valid
-                                     proof of the shared secret, or with
-                                     no valid certificate for the name
-                                     they said hello with */
-  long live_calls;                /* process-wide, see ax_rpc_live_calls */
-  long live_futures;              /* process-wide */
+  uint64_t malformed;    /* undecodable frames received */
+  uint64_t forged;       /* replies dropped: not from the callee */
+  uint64_t limit_drops;  /* frames refused or connections closed
+                            over a limit (ax_node_opts) */
+  uint64_t auth_refused; /* connections closed without a valid
+                            proof of the shared secret, or with
+                            no valid certificate for the name
+                            they said hello with */
+  long live_calls;       /* process-wide, see ax_rpc_live_calls */
+  long live_futures;     /* process-wide */
   int peers_up, peers_down;
 } ax_node_stats;
 

@@ -136,8 +136,7 @@ int axi_peer_route(axi_peer *p, const axi_msg *m, axi_stream *via) {
   pthread_rwlock_rdlock(&n->data_lk);
   if (n->data && has_data_addr && (!n->o.small_over_grpc || !small) &&
       !(small && m->kind == AXI_RESPONSE && ctl->alive(via)) &&
-      !(n->data->ops->would_block &&
-        n->data->ops->would_block(n->data, p))) {
+      !(n->data->ops->would_block && n->data->ops->would_block(n->data, p))) {
     int rc = n->data->ops->send(n->data, p, m, NULL);
     pthread_rwlock_unlock(&n->data_lk);
     return rc;
@@ -170,12 +169,14 @@ void *axi_timer_main(void *arg) {
       pthread_mutex_lock(&p->mu);
       axi_early *expired = axi_peer_early_take_expired_locked(p, now);
       int64_t last = __atomic_load_n(&p->last_recv_ms, __ATOMIC_RELAXED);
-      int64_t conn_to = n->o.peer_timeout_ms > 5000 ? n->o.peer_timeout_ms : 5000;
+      int64_t conn_to =
+          n->o.peer_timeout_ms > 5000 ? n->o.peer_timeout_ms : 5000;
       if (p->state == AXI_PEER_UP && now - last > n->o.peer_timeout_ms)
         why = "heartbeats missed";
       else if (p->state == AXI_PEER_CONNECTING && now - p->connect_ms > conn_to)
         why = "connect timed out";
-      else if (p->state == AXI_PEER_UP && now - p->last_ping_ms >= n->o.heartbeat_ms) {
+      else if (p->state == AXI_PEER_UP &&
+               now - p->last_ping_ms >= n->o.heartbeat_ms) {
         p->last_ping_ms = now;
         ping = 1;
       }

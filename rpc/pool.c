@@ -14,8 +14,8 @@
 #define MIN_SHIFT 16 /* 64 KiB */
 #define MAX_SHIFT 30 /* 1 GiB */
 #define NCLASS (MAX_SHIFT - MIN_SHIFT + 1)
-#define PER_CLASS 4                      /* cached buffers per class */
-#define CACHE_CAP ((size_t)512 << 20)    /* cached bytes in all classes */
+#define PER_CLASS 4                   /* cached buffers per class */
+#define CACHE_CAP ((size_t)512 << 20) /* cached bytes in all classes */
 
 typedef struct pbuf {
   struct pbuf *next;

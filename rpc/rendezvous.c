@@ -12,8 +12,8 @@ typedef struct axi_join {
   int world, count;
   char **name, **addr, **bulk; /* indexed by rank, grown as needed */
   uint64_t *inc; /* per rank: the incarnation of the process that joined */
-  char *picked; /* per rank: 1 when the master chose it (the joiner asked
-                   for none); it may still move until the membership is out */
+  char *picked;  /* per rank: 1 when the master chose it (the joiner asked
+                    for none); it may still move until the membership is out */
   int cap;
   ax_future **waiting; /* deferred join replies */
   int nwaiting;
@@ -81,9 +81,9 @@ static int free_rank(const axi_join *j, int reserved, int skip) {
  * srun or mpirun, its rank from the environment, after a coordinator that
  * asked for none) gets it, and the earlier one moves to another free rank:
  * nobody learns a rank before the membership is complete. */
-static int add_member(axi_join *j, const char *name, int rank,
-                      const char *addr, const char *bulk, uint64_t inc,
-                      int reserved, int down, int *rejoined) {
+static int add_member(axi_join *j, const char *name, int rank, const char *addr,
+                      const char *bulk, uint64_t inc, int reserved, int down,
+                      int *rejoined) {
   for (int r = 0; r < j->cap; r++)
     if (j->name[r] && !strcmp(j->name[r], name)) {
       if (inc == j->inc[r] && !strcmp(j->addr[r], addr))
@@ -94,7 +94,8 @@ static int add_member(axi_join *j, const char *name, int rank,
        * The old process is refused from then on (its incarnation is not
        * the membership's). */
       if (inc <= j->inc[r])
-        return -ax_seterr(AX_ESTATE, "join: %s is an earlier process of "
+        return -ax_seterr(AX_ESTATE,
+                          "join: %s is an earlier process of "
                           "member %s (incarnation %llu, the world has %llu)",
                           addr, name, (unsigned long long)inc,
                           (unsigned long long)j->inc[r]);
@@ -184,8 +185,8 @@ static void push_done(ax_future *f, void *user) {
 }
 
 /* After a rejoin: every other member learns the new membership
- * ("axon.rendezvous.members"), then the rejoined one gets it as its answer (reply,
- * which takes members). */
+ * ("axon.rendezvous.members"), then the rejoined one gets it as its answer
+ * (reply, which takes members). */
 static void push_members(ax_node *n, ax_values *members, const char *skip,
                          ax_future *reply) {
   axi_push *q = malloc(sizeof *q);
@@ -193,8 +194,8 @@ static void push_members(ax_node *n, ax_values *members, const char *skip,
     ax_future_complete(reply, AX_OK, members, NULL);
     return;
   }
-  *q = (axi_push){.left = 1, .reply = ax_future_retain(reply),
-                  .members = members};
+  *q = (axi_push){
+      .left = 1, .reply = ax_future_retain(reply), .members = members};
   int64_t world = 0;
   ax_values_get_i64(members, 0, &world);
   for (int64_t r = 0; r < world; r++) {
@@ -207,7 +208,8 @@ static void push_members(ax_node *n, ax_values *members, const char *skip,
       continue;
     ax_call_opts o = {.timeout_ms = 5000};
     __atomic_add_fetch(&q->left, 1, __ATOMIC_ACQ_REL);
-    if (ax_rpc_async(n, name, "axon.rendezvous.members", members, &o, &f) != AX_OK) {
+    if (ax_rpc_async(n, name, "axon.rendezvous.members", members, &o, &f) !=
+        AX_OK) {
       push_one_done(q);
     } else if (ax_future_on_done(f, push_done, q) != AX_OK) {
       ax_future_release(f);
@@ -226,15 +228,16 @@ static int members_handler(ax_call_ctx *ctx, const ax_values *args,
   ax_node *n = ax_call_node(ctx);
   const char *from = ax_call_caller(ctx), *master = ax_node_master_name(n);
   if (!from || !master || strcmp(from, master))
-    return ax_seterr(AX_EINVAL, "axon.rendezvous.members: only the master (%s) hands "
-                     "out the membership, not %s", master ? master : "?",
-                     from ? from : "?");
+    return ax_seterr(AX_EINVAL,
+                     "axon.rendezvous.members: only the master (%s) hands "
+                     "out the membership, not %s",
+                     master ? master : "?", from ? from : "?");
   axi_rendezvous_apply(n, args);
   return AX_OK;
 }
 
-static int join_handler(ax_call_ctx *ctx, const ax_values *args,
-                        ax_values *out, void *user) {
+static int join_handler(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                        void *user) {
   ax_node *n = ax_call_node(ctx);
   const char *name, *addr, *bulk;
   int64_t rank, world, inc;
@@ -311,7 +314,8 @@ static int stats_handler(ax_call_ctx *ctx, const ax_values *args,
   ax_node *n = ax_call_node(ctx);
   AX_TRY(ax_values_add_i64(out, ax_rpc_live_calls() - 1));
   AX_TRY(ax_values_add_i64(out, ax_future_live_count()));
-  AX_TRY(ax_values_add_i64(out, __atomic_load_n(&n->incalls, __ATOMIC_RELAXED) - 1));
+  AX_TRY(ax_values_add_i64(out,
+                           __atomic_load_n(&n->incalls, __ATOMIC_RELAXED) - 1));
   return AX_OK;
 }
 
@@ -383,9 +387,9 @@ static void retire_locked(ax_node *n, char *old) {
 static void readdress(ax_node *n, axi_peer *p, const char *addr,
                       const char *bulk, uint64_t inc) {
   pthread_mutex_lock(&p->mu);
-  int moved = p->addr && *addr &&
-              (strcmp(p->addr, addr) ||
-               strcmp(p->bulk_addr ? p->bulk_addr : "", bulk));
+  int moved =
+      p->addr && *addr &&
+      (strcmp(p->addr, addr) || strcmp(p->bulk_addr ? p->bulk_addr : "", bulk));
   int reborn = p->incarnation && p->incarnation != inc;
   int down = p->state == AXI_PEER_DOWN;
   p->incarnation = inc;
@@ -396,8 +400,8 @@ static void readdress(ax_node *n, axi_peer *p, const char *addr,
    * the new process's (the rejoin's own reply may be on it). */
   if (!down)
     axi_peer_down(p, NULL, "it rejoined as a new process");
-  char *a = moved ? strdup(addr) : NULL, *b = moved && *bulk ? strdup(bulk)
-                                                             : NULL;
+  char *a = moved ? strdup(addr) : NULL,
+       *b = moved && *bulk ? strdup(bulk) : NULL;
   if (moved && !a) {
     free(b);
     return;
@@ -499,12 +503,14 @@ void axi_rendezvous_apply(ax_node *n, const ax_values *v) {
 }
 
 int axi_is_master(ax_node *n) {
-  if (!n->master || !strcmp(n->master, n->addr) || !strcmp(n->master, n->listen))
+  if (!n->master || !strcmp(n->master, n->addr) ||
+      !strcmp(n->master, n->listen))
     return 1;
   /* "0.0.0.0:P" listens on every interface, the master's too. */
   const char *mp = strrchr(n->master, ':'), *ap = strrchr(n->addr, ':');
   return mp && ap && !strcmp(mp, ap) &&
-         (!strncmp(n->listen, "0.0.0.0:", 8) || !strncmp(n->listen, "[::]:", 5));
+         (!strncmp(n->listen, "0.0.0.0:", 8) ||
+          !strncmp(n->listen, "[::]:", 5));
 }
 
 int ax_node_join(ax_node *n, int64_t timeout_ms) {

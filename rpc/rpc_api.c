@@ -51,7 +51,8 @@ int ax_rpc_async(ax_node *n, const char *to, const char *fn,
   if (!n || !to || !fn || !*fn || !out)
     return ax_seterr(AX_EINVAL, "rpc: bad arguments");
   if (o && (o->nmeta < 0 || o->nmeta > AXI_MAX_META))
-    return ax_seterr(AX_EINVAL, "rpc: at most %d metadata entries", AXI_MAX_META);
+    return ax_seterr(AX_EINVAL, "rpc: at most %d metadata entries",
+                     AXI_MAX_META);
   if (n->closing)
     return ax_seterr(AX_ECLOSED, "rpc: node %s is shut down", n->name);
   int64_t timeout;
@@ -185,8 +186,7 @@ static int64_t sync_spin_us(void) {
 }
 
 int ax_rpc_sync(ax_node *n, const char *to, const char *fn,
-                const ax_values *args, const ax_call_opts *o,
-                ax_values **out) {
+                const ax_values *args, const ax_call_opts *o, ax_values **out) {
   ax_future *f;
   int64_t timeout;
   uint32_t depth;

@@ -54,8 +54,7 @@ typedef struct axi_transport_ops {
    * else on the peer's incoming connection for a response, else on its
    * outgoing one. Data: on the connection to p's data address, opened on
    * first use. AX_EPEERDOWN (or AX_ECLOSED) when it cannot be sent. */
-  int (*send)(axi_transport *t, axi_peer *p, const axi_msg *m,
-              axi_stream *via);
+  int (*send)(axi_transport *t, axi_peer *p, const axi_msg *m, axi_stream *via);
   /* Drops every connection to or from p (p was declared down). */
   void (*drop_peer)(axi_transport *t, axi_peer *p);
   /* Stops serving: closes every connection and the listener, waiting up

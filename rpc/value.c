@@ -147,12 +147,22 @@ ax_values *ax_values_clone(const ax_values *v) {
     const axi_value *x = &v->v[i];
     int rc = AX_OK;
     switch (x->type) {
-    case AX_VAL_I64: rc = ax_values_add_i64(c, x->u.i); break;
-    case AX_VAL_F64: rc = ax_values_add_f64(c, x->u.d); break;
+    case AX_VAL_I64:
+      rc = ax_values_add_i64(c, x->u.i);
+      break;
+    case AX_VAL_F64:
+      rc = ax_values_add_f64(c, x->u.d);
+      break;
     case AX_VAL_STR:
-    case AX_VAL_BYTES: rc = add_buf(c, x->type, x->u.buf.p, x->u.buf.n); break;
-    case AX_VAL_TENSOR: rc = ax_values_add_tensor(c, x->u.t); break;
-    case AX_VAL_EXT: rc = ax_values_add_ext(c, x->u.ext.kind, x->u.ext.obj); break;
+    case AX_VAL_BYTES:
+      rc = add_buf(c, x->type, x->u.buf.p, x->u.buf.n);
+      break;
+    case AX_VAL_TENSOR:
+      rc = ax_values_add_tensor(c, x->u.t);
+      break;
+    case AX_VAL_EXT:
+      rc = ax_values_add_ext(c, x->u.ext.kind, x->u.ext.obj);
+      break;
     }
     if (rc != AX_OK) {
       ax_values_free(c);
@@ -170,12 +180,18 @@ ax_value_type ax_values_type(const ax_values *v, size_t i) {
 
 const char *ax_value_type_name(ax_value_type t) {
   switch (t) {
-  case AX_VAL_I64: return "i64";
-  case AX_VAL_F64: return "f64";
-  case AX_VAL_STR: return "str";
-  case AX_VAL_BYTES: return "bytes";
-  case AX_VAL_TENSOR: return "tensor";
-  case AX_VAL_EXT: return "ext";
+  case AX_VAL_I64:
+    return "i64";
+  case AX_VAL_F64:
+    return "f64";
+  case AX_VAL_STR:
+    return "str";
+  case AX_VAL_BYTES:
+    return "bytes";
+  case AX_VAL_TENSOR:
+    return "tensor";
+  case AX_VAL_EXT:
+    return "ext";
   }
   return "none";
 }
@@ -232,14 +248,13 @@ int ax_values_get_tensor(const ax_values *v, size_t i, ax_tensor **out) {
   return AX_OK;
 }
 
-int ax_values_get_ext(const ax_values *v, size_t i, uint32_t kind,
-                      void **out) {
+int ax_values_get_ext(const ax_values *v, size_t i, uint32_t kind, void **out) {
   const axi_value *x = get(v, i, AX_VAL_EXT);
   if (!x)
     return AX_EBADARG;
   if (x->u.ext.kind != kind)
-    return ax_seterr(AX_EBADARG, "argument %zu is ext kind %u, expected %u",
-                     i, x->u.ext.kind, kind);
+    return ax_seterr(AX_EBADARG, "argument %zu is ext kind %u, expected %u", i,
+                     x->u.ext.kind, kind);
   *out = x->u.ext.obj;
   return AX_OK;
 }

@@ -55,7 +55,7 @@ typedef struct ax_value_ext_ops {
  * stay valid for the life of the process. AX_ESTATE if already taken. */
 int ax_value_ext_register(uint32_t kind, const ax_value_ext_ops *ops);
 
-ax_values *ax_values_new(void); /* NULL on out-of-memory */
+ax_values *ax_values_new(void);    /* NULL on out-of-memory */
 void ax_values_free(ax_values *v); /* NULL-safe; releases tensors */
 /* A copy sharing tensors (retained) and extension objects (retained). */
 ax_values *ax_values_clone(const ax_values *v);
@@ -79,8 +79,7 @@ int ax_values_get_bytes(const ax_values *v, size_t i, const void **p,
                         size_t *n);
 /* Borrowed tensor; retain it to keep it beyond the list. */
 int ax_values_get_tensor(const ax_values *v, size_t i, ax_tensor **out);
-int ax_values_get_ext(const ax_values *v, size_t i, uint32_t kind,
-                      void **out);
+int ax_values_get_ext(const ax_values *v, size_t i, uint32_t kind, void **out);
 
 /* Total bytes of tensor data in the list (decides inline vs bulk). */
 size_t ax_values_tensor_bytes(const ax_values *v);

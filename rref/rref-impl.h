@@ -31,7 +31,7 @@ typedef struct axi_waiter {
   ax_values *args;
   uint64_t ctx;
   int64_t caller_rank;
-  int nmeta;     /* the waiting call's metadata (rr.keep among them) */
+  int nmeta; /* the waiting call's metadata (rr.keep among them) */
   char *meta_key[8];
   int64_t meta_val[8];
   int64_t deadline_ms;
@@ -63,7 +63,7 @@ typedef struct axi_owned {
   void *obj;
   axi_fork *forks; /* mu */
   int nforks, capforks;
-  int local_refs; /* owner handles alive (mu) */
+  int local_refs;      /* owner handles alive (mu) */
   axi_waiter *waiters; /* mu */
   struct axi_owned *next;
 } axi_owned;
@@ -84,7 +84,7 @@ struct ax_rref {
   axi_child *children; /* unaccepted child forks (mu) */
   int pending_children, capchildren;
   int busy; /* protocol messages or a creation in flight naming it */
-  int err; /* creation error stored (AX_OK when none) */
+  int err;  /* creation error stored (AX_OK when none) */
   char *errmsg;
   ax_future *created; /* completes with the creation outcome */
   struct ax_rref *next;
@@ -182,8 +182,7 @@ void axi_waiters_expire(axi_rctx *rc, int64_t now);
  * AX_ESTALE (answer at once) when the id was freed, was minted here, or the
  * caller's reference was acknowledged (known); else AX_OK and *grace_ms,
  * the longest the call may wait for the creation before AX_ESTALE. */
-int axi_absent_verdict(axi_rctx *rc, uint64_t id, int known,
-                       int64_t *grace_ms);
+int axi_absent_verdict(axi_rctx *rc, uint64_t id, int known, int64_t *grace_ms);
 /* Looks id up for a fetch or call: the entry (pending ones created), or
  * NULL with AX_ESTALE/AX_ENOMEM set in *err. mu held. */
 axi_owned *axi_owned_lookup(axi_rctx *rc, uint64_t id, ax_call_ctx *ctx,
@@ -227,7 +226,7 @@ const ax_rref_grad_hooks *axi_grad_hooks(void);
 /* The autograd context of a call: opts->autograd_ctx, else the current. */
 uint64_t axi_ctx_of(const ax_call_opts *o);
 /* Splits a reply [values..., bytes descriptor] (feeding the recv hook). */
-int axi_take_reply(axi_rctx *rc, ax_values *raw, uint64_t ctx,
-                   const char *from, ax_values **out);
+int axi_take_reply(axi_rctx *rc, ax_values *raw, uint64_t ctx, const char *from,
+                   ax_values **out);
 
 #endif

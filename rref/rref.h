@@ -58,8 +58,8 @@
 
 #include <stdint.h>
 
-#include "axon/rpc/rpc.h"
 #include "axon/models/config.h"
+#include "axon/rpc/rpc.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,7 +70,10 @@ typedef struct ax_rref ax_rref;
 /* The extension kind RRefs use inside value lists (rpc/value.h). */
 #define AX_VALUE_EXT_RREF 1u
 
-typedef enum ax_rref_type { AX_RREF_VALUE = 0, AX_RREF_OBJECT = 1 } ax_rref_type;
+typedef enum ax_rref_type {
+  AX_RREF_VALUE = 0,
+  AX_RREF_OBJECT = 1
+} ax_rref_type;
 
 /* ---- set-up -------------------------------------------------------------- */
 /* Registers the RRef protocol functions ("axon.rref.*") on n, the value
@@ -93,10 +96,11 @@ void ax_rref_peer_down(ax_node *n, const char *peer);
  * node: an owner RRef, created synchronously). opts: deadline of the
  * creation; autograd_ctx passes a distributed autograd context (0: the
  * current one of this thread). */
-int ax_remote(ax_node *n, const char *to, const char *fn,
-              const ax_values *args, const ax_call_opts *opts, ax_rref **out);
+int ax_remote(ax_node *n, const char *to, const char *fn, const ax_values *args,
+              const ax_call_opts *opts, ax_rref **out);
 
-/* ---- handles --------------------------------------------------------------- */
+/* ---- handles ---------------------------------------------------------------
+ */
 ax_rref *ax_rref_retain(ax_rref *r); /* NULL-safe; returns r */
 void ax_rref_release(ax_rref *r);    /* NULL-safe */
 uint64_t ax_rref_id(const ax_rref *r);
@@ -109,11 +113,12 @@ int ax_rref_confirmed(const ax_rref *r);
  * creation error, or AX_ETIMEOUT (the RRef stays usable). */
 int ax_rref_wait_created(ax_rref *r, int64_t timeout_ms);
 
-/* ---- values ---------------------------------------------------------------- */
+/* ---- values ----------------------------------------------------------------
+ */
 /* A copy of the value (tensors shared) fetched from the owner within
  * timeout_ms (0: 60 s; negative: AX_ETIMEOUT at once, an exhausted
- * remaining time; INT64_MAX: no practical limit). Returns the creation error if it
- * failed, AX_ETIMEOUT past the deadline, AX_EUNSUPPORTED for objects. Under
+ * remaining time; INT64_MAX: no practical limit). Returns the creation error if
+ * it failed, AX_ETIMEOUT past the deadline, AX_EUNSUPPORTED for objects. Under
  * a distributed autograd context (current or autograd_ctx) the transfer is
  * recorded as a send on the owner and a recv here. */
 int ax_rref_to_here(ax_node *n, ax_rref *r, int64_t timeout_ms,
@@ -141,12 +146,14 @@ int ax_rref_remote(ax_node *n, ax_rref *r, const char *method,
                    const ax_values *args, const ax_call_opts *opts,
                    ax_rref **out);
 
-/* ---- value lists ----------------------------------------------------------- */
+/* ---- value lists -----------------------------------------------------------
+ */
 int ax_values_add_rref(ax_values *v, ax_rref *r); /* retains r */
 /* Borrowed; retain it to keep it beyond the list. AX_EBADARG otherwise. */
 int ax_values_get_rref(const ax_values *v, size_t i, ax_rref **out);
 
-/* ---- object kinds ------------------------------------------------------------ */
+/* ---- object kinds
+ * ------------------------------------------------------------ */
 /* A method: reads args (borrowed), appends results to out. May defer with
  * ax_call_defer like an RPC handler. Runs on a worker thread with the
  * call's autograd context current. */
@@ -200,7 +207,8 @@ int ax_remote_object(ax_node *n, const char *to, const char *kind,
 int ax_rref_own_object(ax_node *n, const ax_robj_kind *kind, void *obj,
                        ax_rref **out);
 
-/* ---- autograd hooks (installed by runtime/autograd) ---------------------------- */
+/* ---- autograd hooks (installed by runtime/autograd)
+ * ---------------------------- */
 /* The layer above records distributed autograd edges for tensors that cross
  * nodes through RRef calls and fetches. send: `vals` leave for node `to`
  * under ctx; returns a malloc'ed descriptor (or NULL, len 0 when nothing
@@ -209,9 +217,8 @@ int ax_rref_own_object(ax_node *n, const ax_robj_kind *kind, void *obj,
 typedef struct ax_rref_grad_hooks {
   int (*send)(ax_node *n, uint64_t ctx, const char *to, const ax_values *vals,
               size_t first, void **desc, size_t *len);
-  int (*recv)(ax_node *n, uint64_t ctx, const char *from,
-              const ax_values *vals, size_t first, const void *desc,
-              size_t len);
+  int (*recv)(ax_node *n, uint64_t ctx, const char *from, const ax_values *vals,
+              size_t first, const void *desc, size_t len);
 } ax_rref_grad_hooks;
 void ax_rref_set_grad_hooks(const ax_rref_grad_hooks *h);
 
@@ -225,7 +232,8 @@ void ax_autograd_ctx_set_current(uint64_t ctx);
  * into another box; "clear" []; "fetch" [index, timeout_ms] -> the value
  * of the index-th RRef. Used to build fork trees in tests. */
 
-/* ---- debugging ---------------------------------------------------------------- */
+/* ---- debugging
+ * ---------------------------------------------------------------- */
 /* Live RRef records on this node: values/objects owned, and user forks
  * (including forks whose delete is still to be sent). Remotely:
  * "axon.rref.live" [] -> [owned, users, world size known there]. */

@@ -107,7 +107,7 @@ static int m_fetch(ax_call_ctx *ctx, void *obj, const ax_values *args,
 }
 
 static const ax_robj_method_def g_box_methods[] = {
-    {"put", m_put},     {"send", m_send},   {"clear", m_clear},
+    {"put", m_put},     {"send", m_send}, {"clear", m_clear},
     {"fetch", m_fetch}, {NULL, NULL},
 };
 

@@ -24,7 +24,8 @@ uint64_t axi_ctx_of(const ax_call_opts *o) {
   return (o && o->autograd_ctx) ? o->autograd_ctx : t_ctx;
 }
 
-/* ---- value list helpers ---------------------------------------------------- */
+/* ---- value list helpers ----------------------------------------------------
+ */
 int axi_values_append(ax_values *dst, const ax_values *src, size_t first,
                       size_t end) {
   for (size_t i = first; i < end; i++) {
@@ -37,17 +38,33 @@ int axi_values_append(ax_values *dst, const ax_values *src, size_t first,
     ax_tensor *t;
     void *o;
     switch (ax_values_type(src, i)) {
-    case AX_VAL_I64: ax_values_get_i64(src, i, &x); rc = ax_values_add_i64(dst, x); break;
-    case AX_VAL_F64: ax_values_get_f64(src, i, &d); rc = ax_values_add_f64(dst, d); break;
-    case AX_VAL_STR: ax_values_get_str(src, i, &s); rc = ax_values_add_str(dst, s); break;
-    case AX_VAL_BYTES: ax_values_get_bytes(src, i, &p, &n); rc = ax_values_add_bytes(dst, p, n); break;
-    case AX_VAL_TENSOR: ax_values_get_tensor(src, i, &t); rc = ax_values_add_tensor(dst, t); break;
+    case AX_VAL_I64:
+      ax_values_get_i64(src, i, &x);
+      rc = ax_values_add_i64(dst, x);
+      break;
+    case AX_VAL_F64:
+      ax_values_get_f64(src, i, &d);
+      rc = ax_values_add_f64(dst, d);
+      break;
+    case AX_VAL_STR:
+      ax_values_get_str(src, i, &s);
+      rc = ax_values_add_str(dst, s);
+      break;
+    case AX_VAL_BYTES:
+      ax_values_get_bytes(src, i, &p, &n);
+      rc = ax_values_add_bytes(dst, p, n);
+      break;
+    case AX_VAL_TENSOR:
+      ax_values_get_tensor(src, i, &t);
+      rc = ax_values_add_tensor(dst, t);
+      break;
     case AX_VAL_EXT:
       rc = ax_values_get_ext(src, i, AX_VALUE_EXT_RREF, &o);
       if (rc == AX_OK)
         rc = ax_values_add_ext(dst, AX_VALUE_EXT_RREF, o);
       break;
-    default: rc = ax_seterr(AX_EINVAL, "values: bad index %zu", i);
+    default:
+      rc = ax_seterr(AX_EINVAL, "values: bad index %zu", i);
     }
     if (rc != AX_OK)
       return rc;
@@ -66,8 +83,8 @@ ax_values *axi_values_tail(const ax_values *v, size_t first, size_t end) {
 
 /* Splits a reply [values..., bytes desc]: returns the values and feeds the
  * descriptor to the recv hook. */
-int axi_take_reply(axi_rctx *rc, ax_values *raw, uint64_t ctx,
-                      const char *from, ax_values **out) {
+int axi_take_reply(axi_rctx *rc, ax_values *raw, uint64_t ctx, const char *from,
+                   ax_values **out) {
   size_t n = ax_values_count(raw);
   const void *desc = NULL;
   size_t len = 0;
@@ -88,7 +105,8 @@ int axi_take_reply(axi_rctx *rc, ax_values *raw, uint64_t ctx,
   return AX_OK;
 }
 
-/* ---- object kinds ------------------------------------------------------------ */
+/* ---- object kinds
+ * ------------------------------------------------------------ */
 static const ax_robj_kind *kind_lookup(axi_rctx *rc, const char *name) {
   const ax_robj_kind *k = NULL;
   for (struct axi_kindreg *r = rc->kinds; r && !k; r = r->next)
@@ -311,4 +329,3 @@ static int h_call(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
 int axi_rref_register_calls(ax_node *n) {
   return axi_register(n, "axon.rref.call", h_call, NULL);
 }
-

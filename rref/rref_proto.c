@@ -143,9 +143,9 @@ static int h_create(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
     struct timespec ts = {delay / 1000, (delay % 1000) * 1000000L};
     nanosleep(&ts, NULL);
   }
-  axi_owned *e = create_begin(rc, (uint64_t)id, (uint64_t)fork,
-                              mode ? AX_RREF_OBJECT : AX_RREF_VALUE,
-                              caller_rank(ctx));
+  axi_owned *e =
+      create_begin(rc, (uint64_t)id, (uint64_t)fork,
+                   mode ? AX_RREF_OBJECT : AX_RREF_VALUE, caller_rank(ctx));
   if (!e)
     return ax_seterr(AX_ENOMEM, "rref: no memory");
   if (mode == 1) {
@@ -180,7 +180,9 @@ static int h_create(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
     int64_t vals[1] = {1};
     ax_call_opts o = {.timeout_ms = ax_call_remaining_ms(ctx),
                       .autograd_ctx = ax_call_autograd_ctx(ctx),
-                      .nmeta = 1, .meta_key = keys, .meta_val = vals,
+                      .nmeta = 1,
+                      .meta_key = keys,
+                      .meta_val = vals,
                       .on_behalf_of = ax_call_caller(ctx)};
     if (o.timeout_ms <= 0)
       o.timeout_ms = 1;
@@ -206,7 +208,8 @@ static int h_create(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   return AX_OK;
 }
 
-/* ---- fetch ----------------------------------------------------------------- */
+/* ---- fetch -----------------------------------------------------------------
+ */
 /* args: [id]. Replies [values..., bytes autograd descriptor]. */
 static int h_fetch(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
                    void *user) {
@@ -259,7 +262,8 @@ int axi_rref_register_proto(ax_node *n) {
   return axi_register(n, "axon.rref.fetch", h_fetch, NULL);
 }
 
-/* ---- waiters --------------------------------------------------------------- */
+/* ---- waiters ---------------------------------------------------------------
+ */
 static void waiter_free(axi_waiter *w) {
   ax_future_release(w->reply);
   ax_values_free(w->args);
@@ -270,8 +274,8 @@ static void waiter_free(axi_waiter *w) {
 }
 
 int axi_rref_wait_entry(axi_rctx *rc, axi_owned *e, ax_call_ctx *ctx,
-                        const char *fn, const ax_values *args,
-                        int64_t caller, int64_t grace_ms) {
+                        const char *fn, const ax_values *args, int64_t caller,
+                        int64_t grace_ms) {
   axi_waiter *w = calloc(1, sizeof *w);
   if (!w || !(w->reply = ax_future_new()) || !(w->fn = strdup(fn)) ||
       !(w->args = ax_values_clone(args))) {
@@ -322,7 +326,6 @@ static void on_rerun(ax_future *f, void *user) {
   ax_future_release(f);
 }
 
-
 void axi_waiters_run(axi_rctx *rc, axi_waiter *w, int err, const char *msg) {
   for (axi_waiter *nx; w; w = nx) {
     nx = w->next;
@@ -335,7 +338,8 @@ void axi_waiters_run(axi_rctx *rc, axi_waiter *w, int err, const char *msg) {
         from = NULL; /* not a member (yet): the call reads as our own */
       ax_clearerr();
       ax_call_opts o = {.timeout_ms = left > 0 ? left : 1,
-                        .autograd_ctx = w->ctx, .nmeta = w->nmeta,
+                        .autograd_ctx = w->ctx,
+                        .nmeta = w->nmeta,
                         .meta_key = (const char *const *)w->meta_key,
                         .meta_val = w->meta_val,
                         .on_behalf_of = from};

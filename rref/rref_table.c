@@ -9,7 +9,9 @@
 
 static axi_rctx *g_rc; /* the one initialised node of this process */
 
-axi_rctx *axi_rctx_get(void) { return __atomic_load_n(&g_rc, __ATOMIC_ACQUIRE); }
+axi_rctx *axi_rctx_get(void) {
+  return __atomic_load_n(&g_rc, __ATOMIC_ACQUIRE);
+}
 
 int64_t axi_rnow_ms(void) {
   struct timespec ts;
@@ -23,7 +25,8 @@ uint64_t axi_rref_new_id(axi_rctx *rc) {
   return (rank << 48) | (c & 0xffffffffffffull);
 }
 
-/* ---- owned entries --------------------------------------------------------- */
+/* ---- owned entries ---------------------------------------------------------
+ */
 axi_owned *axi_owned_find(axi_rctx *rc, uint64_t id, int create) {
   for (axi_owned *e = rc->owned; e; e = e->next)
     if (e->id == id)
@@ -110,7 +113,8 @@ void axi_owned_settle(axi_rctx *rc, axi_owned *e, int err, const char *msg,
   axi_waiters_run(rc, w, err, msg);
 }
 
-/* ---- handles --------------------------------------------------------------- */
+/* ---- handles ---------------------------------------------------------------
+ */
 ax_rref *axi_owner_handle(axi_rctx *rc, axi_owned *e) {
   ax_rref *r = calloc(1, sizeof *r);
   if (!r)
@@ -204,7 +208,8 @@ int ax_rref_confirmed(const ax_rref *r) {
   return c;
 }
 
-/* ---- tombstones ------------------------------------------------------------ */
+/* ---- tombstones ------------------------------------------------------------
+ */
 void axi_tomb_add(axi_rctx *rc, uint64_t id, uint64_t fork) {
   int i = rc->ntomb++ % 256;
   rc->tomb[i][0] = id;
@@ -221,7 +226,8 @@ int axi_tomb_take(axi_rctx *rc, uint64_t id, uint64_t fork) {
   return 0;
 }
 
-/* ---- set-up, peer down, debugging ----------------------------------------- */
+/* ---- set-up, peer down, debugging -----------------------------------------
+ */
 
 int ax_rref_init(ax_node *n) {
   static int ext_done;
@@ -376,10 +382,9 @@ int ax_rref_debug_list(ax_node *n, char *buf, size_t len) {
   buf[0] = 0;
   pthread_mutex_lock(&rc->mu);
   for (axi_owned *e = rc->owned; e && o < len; e = e->next)
-    o += (size_t)snprintf(buf + o, len - o,
-                          "owned %016llx state %d forks %d local %d\n",
-                          (unsigned long long)e->id, e->state, e->nforks,
-                          e->local_refs);
+    o += (size_t)snprintf(
+        buf + o, len - o, "owned %016llx state %d forks %d local %d\n",
+        (unsigned long long)e->id, e->state, e->nforks, e->local_refs);
   for (ax_rref *u = rc->users; u && o < len; u = u->next)
     o += (size_t)snprintf(buf + o, len - o,
                           "user %016llx fork %016llx owner %s confirmed %d "
@@ -411,4 +416,3 @@ int ax_rref_debug_delay(ax_node *n, const char *msg, int64_t ms) {
     }
   return ax_seterr(AX_EINVAL, "rref: no message kind %s", msg);
 }
-

@@ -7,7 +7,8 @@
 
 #include "axon/rref/rref-impl.h"
 
-/* ---- creation (user side) ------------------------------------------------- */
+/* ---- creation (user side) -------------------------------------------------
+ */
 static void on_create_reply(ax_future *f, void *user) {
   ax_rref *u = user;
   axi_rctx *rc = u->rc;
@@ -79,9 +80,8 @@ static int create_local(axi_rctx *rc, int mode, const char *fn,
 }
 
 static int create_remote(ax_node *n, const char *to, int mode, const char *fn,
-                         const ax_values *args, const char *cfg,
-                         ax_device dev, const ax_call_opts *opts,
-                         ax_rref **out) {
+                         const ax_values *args, const char *cfg, ax_device dev,
+                         const ax_call_opts *opts, ax_rref **out) {
   axi_rctx *rc = axi_rctx_get();
   if (!rc || rc->node != n)
     return ax_seterr(AX_ESTATE, "rref: node not initialised");
@@ -121,8 +121,8 @@ static int create_remote(ax_node *n, const char *to, int mode, const char *fn,
     return err;
   }
   pthread_mutex_lock(&rc->mu);
-  ax_rref *u = axi_user_new(rc, id, fork, mode ? AX_RREF_OBJECT : AX_RREF_VALUE,
-                            to);
+  ax_rref *u =
+      axi_user_new(rc, id, fork, mode ? AX_RREF_OBJECT : AX_RREF_VALUE, to);
   if (u) {
     u->created = created;
     u->busy++;
@@ -140,8 +140,8 @@ static int create_remote(ax_node *n, const char *to, int mode, const char *fn,
   return AX_OK;
 }
 
-int ax_remote(ax_node *n, const char *to, const char *fn,
-              const ax_values *args, const ax_call_opts *opts, ax_rref **out) {
+int ax_remote(ax_node *n, const char *to, const char *fn, const ax_values *args,
+              const ax_call_opts *opts, ax_rref **out) {
   return create_remote(n, to, 0, fn, args, NULL, AX_CPU, opts, out);
 }
 
@@ -174,7 +174,8 @@ int ax_rref_own_object(ax_node *n, const ax_robj_kind *kind, void *obj,
   return AX_OK;
 }
 
-/* ---- using an RRef ---------------------------------------------------------- */
+/* ---- using an RRef ----------------------------------------------------------
+ */
 static int stored_error(ax_rref *r) {
   if (r->is_owner || !r->created || !ax_future_is_done(r->created) ||
       r->err == AX_OK)
@@ -206,8 +207,9 @@ static int local_entry(ax_rref *r, ax_rref_type type, axi_owned **e) {
     return ax_seterr(AX_ESTATE, "rref: not the owner");
   pthread_mutex_lock(&r->rc->mu);
   *e = r->entry;
-  int err = (*e)->state == AXI_OWN_READY ? AX_OK
-            : (*e)->state == AXI_OWN_ERROR ? (*e)->err : AX_ESTATE;
+  int err = (*e)->state == AXI_OWN_READY   ? AX_OK
+            : (*e)->state == AXI_OWN_ERROR ? (*e)->err
+                                           : AX_ESTATE;
   if (err == AX_OK && (ax_rref_type)(*e)->type != type)
     err = AX_EUNSUPPORTED;
   if (err != AX_OK) {

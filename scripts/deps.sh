@@ -7,7 +7,8 @@ pkgs=(build-essential cmake pkg-config zlib1g-dev libgrpc-dev protobuf-c-compile
       libprotobuf-c-dev libevent-dev libcmocka-dev libopenblas-dev libssl-dev openssl
       dataset-fashion-mnist dict-gcide gnuplot-nox
       iproute2 # the many-hosts test bed (tests/netns/netbed.sh)
-      clang libfuzzer-14-dev libomp-dev) # the fuzz build (tests/fuzz, make fuzz)
+      clang libfuzzer-14-dev libomp-dev # the fuzz build (tests/fuzz, make fuzz)
+      clang-format) # make format and its check (scripts/check_format.sh)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/kernels/rng.h"
+#include "harness.h"
 
 ax_backend *ct_cpu(void) {
   ax_backend *be = NULL;

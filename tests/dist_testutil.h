@@ -8,13 +8,13 @@
 
 #include <math.h>
 
-#include "harness.h"
 #include "axon/models/data/dataset.h"
 #include "axon/models/loss.h"
 #include "axon/models/model.h"
-#include "axon/runtime/autograd/stage.h"
 #include "axon/models/optim.h"
+#include "axon/runtime/autograd/stage.h"
 #include "axon/runtime/pipeline/coord/train.h"
+#include "harness.h"
 #include "tests/mp_testutil.h"
 
 #define DT_MAX_STAGES 8
@@ -84,9 +84,8 @@ static inline int dt_bert_batch(void *user, long t, ax_tlist *in,
  * rtol of want, relative to floor + |want|: floor is 1e-6 or, when
  * PT_FLOOR_RMS is defined (as for pipe_testutil.h's pt_worst), 1e-2 times
  * the root mean square of want. */
-static inline void dt_compare(const ax_tensor *got, const float *want,
-                              size_t n, double rtol, const char *what,
-                              int stage) {
+static inline void dt_compare(const ax_tensor *got, const float *want, size_t n,
+                              double rtol, const char *what, int stage) {
   assert_int_equal(ax_tensor_numel(got), n);
   double worst = 0.0, floor = 1e-6;
 #ifdef PT_FLOOR_RMS
@@ -102,19 +101,18 @@ static inline void dt_compare(const ax_tensor *got, const float *want,
       worst = isnan(d) ? INFINITY : d;
   }
   if (worst > rtol)
-    fail_msg("stage %d %s: relative difference %.3g > %.3g", stage, what,
-             worst, rtol);
+    fail_msg("stage %d %s: relative difference %.3g > %.3g", stage, what, worst,
+             rtol);
 }
 
 /* The distributed step of an oracle (dt_dist_step's arguments plus the
  * configuration's user pointer) and its single-process counterpart. */
 typedef void (*dt_dist_step_fn)(ax_node *drv, ax_rref **stages, int K,
                                 ax_dist_optim *opt, const ax_tlist *in,
-                                const ax_tlist *lab, uint64_t seed,
-                                void *user);
-typedef void (*dt_local_step_fn)(ax_net *net, ax_optim *opt,
-                                 const ax_tlist *in, const ax_tlist *lab,
-                                 int ignore, uint64_t seed, void *user);
+                                const ax_tlist *lab, uint64_t seed, void *user);
+typedef void (*dt_local_step_fn)(ax_net *net, ax_optim *opt, const ax_tlist *in,
+                                 const ax_tlist *lab, int ignore, uint64_t seed,
+                                 void *user);
 
 typedef struct dt_oracle_cfg {
   const char *model, *kind, *model_cfg, *data_cfg, *optim;
@@ -203,10 +201,11 @@ static inline void dt_run_oracle(ax_node *drv, const char *const *names, int K,
     ax_tlist_clear(&in);
     ax_tlist_clear(&lab);
   }
-  fprintf(stderr, "[bench] %s %d stages: %.2f ms/step distributed, %.2f "
-          "ms/step one process (batch %d, %d steps)\n", c->model, K,
-          1e3 * t_dist / c->steps, 1e3 * t_local / c->steps, c->batch,
-          c->steps);
+  fprintf(stderr,
+          "[bench] %s %d stages: %.2f ms/step distributed, %.2f "
+          "ms/step one process (batch %d, %d steps)\n",
+          c->model, K, 1e3 * t_dist / c->steps, 1e3 * t_local / c->steps,
+          c->batch, c->steps);
   /* Compare each stage's slice of the flat buffers. */
   size_t poff = 0, boff = 0;
   for (int k = 0; k < K; k++) {

@@ -21,7 +21,9 @@
 
 static ax_backend g_cpu_backend, *g_cpu = &g_cpu_backend;
 
-static void *dev(const void *p) { return p ? (void *)((uintptr_t)p + TAG) : NULL; }
+static void *dev(const void *p) {
+  return p ? (void *)((uintptr_t)p + TAG) : NULL;
+}
 static void *host(const void *p) {
   return p ? (void *)((uintptr_t)p - TAG) : NULL;
 }
@@ -47,11 +49,11 @@ static int f_copy(ax_backend *be, void *d, const void *s, size_t n) {
 static int f_sync(ax_backend *be) { return AX_OK; }
 
 static int f_gemm(ax_backend *be, int ta, int tb, int m, int n, int k,
-                  float alpha, const float *a, int lda, long sa,
-                  const float *b, int ldb, long sb, float beta, float *c,
-                  int ldc, long sc, int batch) {
-  return AX_K(g_cpu, gemm, ta, tb, m, n, k, alpha, H(a), lda, sa, H(b), ldb,
-              sb, beta, H(c), ldc, sc, batch);
+                  float alpha, const float *a, int lda, long sa, const float *b,
+                  int ldb, long sb, float beta, float *c, int ldc, long sc,
+                  int batch) {
+  return AX_K(g_cpu, gemm, ta, tb, m, n, k, alpha, H(a), lda, sa, H(b), ldb, sb,
+              beta, H(c), ldc, sc, batch);
 }
 static int f_fill(ax_backend *be, float *x, size_t n, float v) {
   return AX_K(g_cpu, fill, H(x), n, v);
@@ -63,19 +65,19 @@ static int f_axpby(ax_backend *be, size_t n, float a, const float *x, float b,
 static int f_sum(ax_backend *be, size_t n, const float *x, double *out_host) {
   return AX_K(g_cpu, sum, n, H(x), out_host);
 }
-static int f_bias_add(ax_backend *be, float *y, const float *bias, int o,
-                      int c, int i) {
+static int f_bias_add(ax_backend *be, float *y, const float *bias, int o, int c,
+                      int i) {
   return AX_K(g_cpu, bias_add, H(y), H(bias), o, c, i);
 }
-static int f_bias_grad(ax_backend *be, const float *dy, float *db, int o,
-                       int c, int i) {
+static int f_bias_grad(ax_backend *be, const float *dy, float *db, int o, int c,
+                       int i) {
   return AX_K(g_cpu, bias_grad, H(dy), H(db), o, c, i);
 }
 static int f_relu_fwd(ax_backend *be, size_t n, const float *x, float *y) {
   return AX_K(g_cpu, relu_fwd, n, H(x), H(y));
 }
-static int f_relu_bwd(ax_backend *be, size_t n, const float *y,
-                      const float *dy, float *dx) {
+static int f_relu_bwd(ax_backend *be, size_t n, const float *y, const float *dy,
+                      float *dx) {
   return AX_K(g_cpu, relu_bwd, n, H(y), H(dy), H(dx));
 }
 static int f_xent_fwd(ax_backend *be, int rows, int classes,
@@ -84,23 +86,23 @@ static int f_xent_fwd(ax_backend *be, int rows, int classes,
   return AX_K(g_cpu, xent_fwd, rows, classes, H(logits), H(labels), ignore,
               H(probs), loss_host, count_host);
 }
-static int f_xent_bwd(ax_backend *be, int rows, int classes,
-                      const float *probs, const int32_t *labels, int ignore,
-                      float scale, float *dlogits) {
+static int f_xent_bwd(ax_backend *be, int rows, int classes, const float *probs,
+                      const int32_t *labels, int ignore, float scale,
+                      float *dlogits) {
   return AX_K(g_cpu, xent_bwd, rows, classes, H(probs), H(labels), ignore,
               scale, H(dlogits));
 }
-static int f_sgd(ax_backend *be, size_t n, float *w, const float *g,
-                 float *mom, float lr, float momentum, float damp, float wd,
-                 int nesterov, int first) {
+static int f_sgd(ax_backend *be, size_t n, float *w, const float *g, float *mom,
+                 float lr, float momentum, float damp, float wd, int nesterov,
+                 int first) {
   return AX_K(g_cpu, sgd_step, n, H(w), H(g), H(mom), lr, momentum, damp, wd,
               nesterov, first);
 }
-static int f_adamw(ax_backend *be, size_t n, float *w, const float *g,
-                   float *m, float *v, float lr, float b1, float b2, float eps,
-                   float wd, int step) {
-  return AX_K(g_cpu, adamw_step, n, H(w), H(g), H(m), H(v), lr, b1, b2, eps,
-              wd, step);
+static int f_adamw(ax_backend *be, size_t n, float *w, const float *g, float *m,
+                   float *v, float lr, float b1, float b2, float eps, float wd,
+                   int step) {
+  return AX_K(g_cpu, adamw_step, n, H(w), H(g), H(m), H(v), lr, b1, b2, eps, wd,
+              step);
 }
 
 int axi_cuda_device_count(void) {

@@ -13,8 +13,10 @@ int ax_test_run(const char *name, const struct CMUnitTest *tests, size_t n) {
   int failed = _cmocka_run_group_tests(name, tests, n, NULL, NULL);
   long t1 = ax_tensor_live_count(), s1 = ax_storage_live_count();
   if (t1 != t0 || s1 != s0) {
-    fprintf(stderr, "[  LEAK    ] %s: %ld tensor handles and %ld storages "
-            "still alive\n", name, t1 - t0, s1 - s0);
+    fprintf(stderr,
+            "[  LEAK    ] %s: %ld tensor handles and %ld storages "
+            "still alive\n",
+            name, t1 - t0, s1 - s0);
     failed++;
   }
   return failed;
@@ -24,7 +26,8 @@ int ax_test_run_cuda(const char *name, const struct CMUnitTest *tests,
                      size_t n) {
   if (ax_cuda_device_count() == 0) {
     printf("SKIP: %s: no CUDA device present (the CUDA code is compiled; "
-           "these tests run on a GPU host)\n", name);
+           "these tests run on a GPU host)\n",
+           name);
     return 77;
   }
   return ax_test_run(name, tests, n);
@@ -119,8 +122,8 @@ static void check_coord(ax_tensor *x, size_t i, float analytic, ax_net *net,
   double ratio = fabs(analytic - numeric) / (atol + rtol * fabs(numeric));
   if (ratio > *worst) {
     *worst = ratio;
-    snprintf(report, report_len, "%s[%zu]: analytic %.6g numeric %.6g", what,
-             i, (double)analytic, numeric);
+    snprintf(report, report_len, "%s[%zu]: analytic %.6g numeric %.6g", what, i,
+             (double)analytic, numeric);
   }
 }
 
@@ -196,8 +199,8 @@ static void gradcheck(ax_device dev, ax_module *m, const ax_tlist *host_in,
   for (int i = 0; i < out.n; i++) {
     if (!out.t[i] || out.t[i]->dtype != AX_F32)
       continue;
-    ax_tensor *h = ax_tensor_new(AX_F32, out.t[i]->ndim, out.t[i]->shape,
-                                 AX_CPU);
+    ax_tensor *h =
+        ax_tensor_new(AX_F32, out.t[i]->ndim, out.t[i]->shape, AX_CPU);
     assert_non_null(h);
     ax_rng r;
     ax_rng_seed(&r, 1000 + (uint64_t)i);
@@ -240,8 +243,8 @@ static void gradcheck(ax_device dev, ax_module *m, const ax_tlist *host_in,
     snprintf(what, sizeof what, "input%d", k);
     for (int s = 0; s < samples && nx; s++) {
       size_t i = (size_t)ax_rng_below(&pick, nx);
-      check_coord(x, i, ax_f32(dx)[i], net, &in, eps, atol, rtol, what,
-                  &worst, report, sizeof report);
+      check_coord(x, i, ax_f32(dx)[i], net, &in, eps, atol, rtol, what, &worst,
+                  report, sizeof report);
     }
     ax_tensor_release(dx);
   }

@@ -162,8 +162,8 @@ int mt_stop_checked(const char *name, pid_t pid) {
   return 1;
 }
 
-void mt_master_opts(ax_node_opts *o, const char *name, int port,
-                           int world, int threads, char *listen) {
+void mt_master_opts(ax_node_opts *o, const char *name, int port, int world,
+                    int threads, char *listen) {
   snprintf(listen, 64, "127.0.0.1:%d", port);
   ax_node_opts_init(o);
   o->name = name;
@@ -289,10 +289,11 @@ int dt_wait_counts(ax_node *n, const char *to, int64_t owned, int64_t users,
       snprintf(buf, sizeof buf, "%s", s);
     ax_values_free(r);
   }
-  return ax_seterr(AX_ESTATE, "%s: %lld owned, %lld users, %lld contexts "
-                   "(want %lld/%lld/%lld)\n%s", to ? to : "local",
-                   (long long)o, (long long)u, (long long)c, (long long)owned,
-                   (long long)users, (long long)ctxs, buf);
+  return ax_seterr(AX_ESTATE,
+                   "%s: %lld owned, %lld users, %lld contexts "
+                   "(want %lld/%lld/%lld)\n%s",
+                   to ? to : "local", (long long)o, (long long)u, (long long)c,
+                   (long long)owned, (long long)users, (long long)ctxs, buf);
 }
 
 int dt_all_zero(ax_node *n, const char *const *names, int k) {

@@ -76,8 +76,8 @@ void mt_master_opts(ax_node_opts *o, const char *name, int port, int world,
 /* The master node of an RPC test: listens on port, expects `world` nodes. */
 int rt_driver(const char *name, int port, int world, ax_node **out);
 
-/* Polls `axon.rendezvous.stats` on node `to` (up to 10 s) until it reports zero live
- * calls and futures. Returns AX_OK or AX_ESTATE with the last counts. */
+/* Polls `axon.rendezvous.stats` on node `to` (up to 10 s) until it reports zero
+ * live calls and futures. Returns AX_OK or AX_ESTATE with the last counts. */
 int rt_remote_zero(ax_node *n, const char *to);
 
 /* Waits (up to 10 s) for this process to have zero live calls/futures. */

@@ -44,9 +44,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/rpc/node.h"
 #include "axon/runtime/pipeline/coord/coordinator.h"
+#include "harness.h"
 
 /* What the stages recorded about one operation (-1: nothing yet). */
 typedef struct pe_op {

@@ -9,8 +9,8 @@
 
 #include <math.h>
 
-#include "harness.h"
 #include "axon/models/optim.h"
+#include "harness.h"
 
 /* Per-stage history of the corrections' reference (see the top). */
 typedef struct pt_stale_hist {

@@ -39,13 +39,13 @@
 #include <pthread.h>
 #include <signal.h>
 
-#include "harness.h"
 #include "axon/models/data/dataset.h"
 #include "axon/models/loss.h"
 #include "axon/models/model.h"
 #include "axon/models/optim.h"
 #include "axon/runtime/pipeline/coord/coordinator.h"
 #include "axon/runtime/pipeline/stage/staleness.h"
+#include "harness.h"
 #include "tests/mp_testutil.h"
 #include "tests/pipe_eventcheck.h"
 #include "tests/pipe_staleref.h"
@@ -118,8 +118,9 @@ static inline int ref_delay(int kind, int d) {
 }
 
 /* The dropout seed of unit m of mini-batch t (U units per mini-batch), as
- * the coordinator derives it for the stages (runtime/pipeline/coord/coord_run.c,
- * make_args; base = 0, the pipe's first train). */
+ * the coordinator derives it for the stages
+ * (runtime/pipeline/coord/coord_run.c, make_args; base = 0, the pipe's first
+ * train). */
 static inline uint64_t pt_unit_seed(uint64_t seed, long t, int U, int m) {
   return seed * 1000003u + (uint64_t)(t * U + m);
 }
@@ -210,16 +211,16 @@ static inline void pt_reference_ex(const ax_model_def *def,
       bwd_w[k] = ax_tensor_retain(ver[k][vb]);
       if (stale == AX_STALE_PREDICT) {
         ax_tensor_release(fwd_w[k]);
-        fwd_w[k] = pt_shift(ver[k][vf], -(double)sk * hist[k].lr[vf],
-                            hist[k].mom[vf]);
+        fwd_w[k] =
+            pt_shift(ver[k][vf], -(double)sk * hist[k].lr[vf], hist[k].mom[vf]);
         if (kind != REF_REPLAY) {
           ax_tensor_release(bwd_w[k]);
           bwd_w[k] = ax_tensor_retain(fwd_w[k]);
         }
       } else if (stale == AX_STALE_PIPEMARE) {
         ax_tensor_release(bwd_w[k]);
-        bwd_w[k] = pt_shift(ver[k][t], -(double)(t < sk ? t : sk),
-                            hist[k].avg[t]);
+        bwd_w[k] =
+            pt_shift(ver[k][t], -(double)(t < sk ? t : sk), hist[k].avg[t]);
       }
     }
     for (int m = 0; m < U; m++) {
@@ -276,7 +277,8 @@ static inline void pt_reference_ex(const ax_model_def *def,
       if (stale == AX_STALE_PIPEMARE && tau > 1) {
         double e = ro->warmup > 0 && t < ro->warmup
                        ? 1.0 - (double)t / ro->warmup
-                       : ro->warmup > 0 ? 0.0 : 1.0;
+                   : ro->warmup > 0 ? 0.0
+                                    : 1.0;
         scale = pow(tau, -e);
       }
       pt_stale_step(&ocfg, &hist[k], ver[k][t], net[k]->grads, t, scale,
@@ -379,8 +381,7 @@ static inline void pt_check_events(ax_pipe *p, int mode, int K, int M,
     assert_false(seen[at]); /* exactly once */
     seen[at] = 1;
     assert_true(ev[i].live <= ax_pipe_live_bound(mode, K, o->stage, M));
-    assert_true(ev[i].versions <=
-                ax_pipe_version_bound(mode, K, o->stage, M));
+    assert_true(ev[i].versions <= ax_pipe_version_bound(mode, K, o->stage, M));
   }
   free(seen);
   pt_check_stage_trace(p, mode, K, M, recompute, n);
@@ -407,8 +408,8 @@ static inline void pt_train_until_killed(ax_pipe *p, pid_t *pid,
   int err = ax_pipe_train(p, 1000000, batch, NULL, user);
   double took = (double)(rt_now_ms() - t0) / 1e3 - 1.5;
   pthread_join(th, NULL);
-  fprintf(stderr, "  %s killed: %s after %.1f s: %s\n", who,
-          ax_strerror(err), took, ax_errmsg());
+  fprintf(stderr, "  %s killed: %s after %.1f s: %s\n", who, ax_strerror(err),
+          took, ax_errmsg());
   assert_int_equal(err, AX_EPEERDOWN);
   for (int i = 0; names && names[i]; i++)
     assert_non_null(strstr(ax_errmsg(), names[i]));

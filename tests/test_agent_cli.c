@@ -140,8 +140,8 @@ static void test_run_numbers(void **state) {
 static void test_run_staleness(void **state) {
   const char *bad[] = {"train", "--staleness", "sometimes", NULL};
   expect("axon-run", bad, 2, "expected none, predict or pipemare");
-  const char *flushed[] = {"train", "--local", "2", "--mode", "gpipe",
-                           "--staleness", "predict", NULL};
+  const char *flushed[] = {"train", "--local",     "2",       "--mode",
+                           "gpipe", "--staleness", "predict", NULL};
   expect("axon-run", flushed, 2, "asynchronous modes");
   const char *gamma[] = {"train", "--pipemare-gamma", "1.5", NULL};
   expect("axon-run", gamma, 2, "--pipemare-gamma");

@@ -14,10 +14,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "mp_testutil.h"
 #include "axon/rpc/launch.h"
 #include "axon/runtime/pipeline/pipeline.h"
+#include "harness.h"
+#include "mp_testutil.h"
 
 /* Starts `axon-agent --name name` with the variables vars (NULL-terminated
  * NAME=VALUE list) added to this environment and stderr sent to errfile

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "harness.h"
 #include "axon/rpc/rpc.h"
+#include "harness.h"
 #include "tests/mp_testutil.h"
 
 #define NAG 48

@@ -4,8 +4,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/models/model.h"
+#include "harness.h"
 
 #define TINY "layers=2,hidden=16,heads=2,ff=32,vocab=50,seq=8"
 

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/kernels/backend-impl.h"
 #include "cuda_testutil.h"
 #include "harness.h"
-#include "axon/kernels/backend-impl.h"
 
 /* Internal to the CUDA backend (kernels/cuda/cuda_alloc.cu), which libaxon
  * loads on demand: found through the loader (NULL without it). */
@@ -44,11 +44,16 @@ static void check_gemm(gemm_case g, uint64_t seed, double atol, double rtol) {
                     sa, db, ldb, sb, g.beta, dc, ldc, sc, g.batch));
   ct_down(got, dc, nc * 4);
   char what[128];
-  snprintf(what, sizeof what, "gemm ta=%d tb=%d %dx%dx%d batch %d pad %d",
-           g.ta, g.tb, g.m, g.n, g.k, g.batch, g.pad);
+  snprintf(what, sizeof what, "gemm ta=%d tb=%d %dx%dx%d batch %d pad %d", g.ta,
+           g.tb, g.m, g.n, g.k, g.batch, g.pad);
   ct_expect_close(what, got, c, nc, atol, rtol);
-  ct_free(da); ct_free(db); ct_free(dc);
-  free(a); free(b); free(c); free(got);
+  ct_free(da);
+  ct_free(db);
+  ct_free(dc);
+  free(a);
+  free(b);
+  free(c);
+  free(got);
 }
 
 /* FP32 tolerance: both sides accumulate in fp32 in different orders; the
@@ -138,8 +143,8 @@ static void axpby_modes(void **state) {
   const size_t n = 100003;
   float *x = ct_randn(100, n, 1), *y0 = ct_randn(101, n, 1);
   float *got = malloc(n * 4), *ref = malloc(n * 4);
-  const float ab[4][2] = {{1.5f, -0.25f}, {1.0f, 1.0f}, {2.0f, 0.0f},
-                          {-1.0f, 0.5f}};
+  const float ab[4][2] = {
+      {1.5f, -0.25f}, {1.0f, 1.0f}, {2.0f, 0.0f}, {-1.0f, 0.5f}};
   for (int t = 0; t < 4; t++) {
     memcpy(ref, y0, n * 4);
     if (ab[t][1] == 0.0f)
@@ -150,10 +155,14 @@ static void axpby_modes(void **state) {
     AX_ASSERT_OK(AX_K(ct_gpu(), axpby, n, ab[t][0], dx, ab[t][1], dy));
     ct_down(got, dy, n * 4);
     ct_expect_close("axpby", got, ref, n, 1e-6, 1.2e-7);
-    ct_free(dx); ct_free(dy);
+    ct_free(dx);
+    ct_free(dy);
   }
   AX_ASSERT_OK(AX_K(ct_gpu(), axpby, 0, 1.0f, NULL, 1.0f, NULL));
-  free(x); free(y0); free(got); free(ref);
+  free(x);
+  free(y0);
+  free(got);
+  free(ref);
 }
 
 /* The CPU sums sequentially in double, the GPU in double in a tree: the
@@ -182,8 +191,8 @@ static void sum_deterministic(void **state) {
 }
 
 static const int bias_shapes[][3] = {
-    {3, 5, 7}, {1000, 37, 1}, {2, 64, 1024}, {4096, 768, 1}, {128, 16, 1024},
-    {1, 1, 1}, {5, 3000, 1}, {7, 1, 300}};
+    {3, 5, 7},       {1000, 37, 1}, {2, 64, 1024}, {4096, 768, 1},
+    {128, 16, 1024}, {1, 1, 1},     {5, 3000, 1},  {7, 1, 300}};
 
 /* bias_add is one float add per element: bit-identical. */
 static void bias_add_parity(void **state) {
@@ -196,8 +205,11 @@ static void bias_add_parity(void **state) {
     AX_ASSERT_OK(AX_K(ct_gpu(), bias_add, dy, db, o, c, in));
     ct_down(got, dy, n * 4);
     assert_memory_equal(got, y, n * 4);
-    ct_free(dy); ct_free(db);
-    free(y); free(b); free(got);
+    ct_free(dy);
+    ct_free(db);
+    free(y);
+    free(b);
+    free(got);
   }
 }
 
@@ -223,8 +235,14 @@ static void bias_grad_parity(void **state) {
     ct_expect_close("bias_grad", got, ref, c, 1e-6 * sqrt((double)o * in),
                     2.4e-7);
     assert_memory_equal(got, got2, c * 4);
-    ct_free(ddy); ct_free(db); ct_free(db2);
-    free(dy); free(b0); free(ref); free(got); free(got2);
+    ct_free(ddy);
+    ct_free(db);
+    ct_free(db2);
+    free(dy);
+    free(b0);
+    free(ref);
+    free(got);
+    free(got2);
   }
 }
 
@@ -289,8 +307,12 @@ static void alloc_oom(void **state) {
  * plus a device-to-device copy. Bytes must come back unchanged. */
 static void copies_roundtrip(void **state) {
   ax_backend *g = ct_gpu();
-  const size_t sizes[] = {4, 100, (256 << 10) - 4, 256 << 10,
-                          ((size_t)9 << 20) + 12, ((size_t)8 << 20)};
+  const size_t sizes[] = {4,
+                          100,
+                          (256 << 10) - 4,
+                          256 << 10,
+                          ((size_t)9 << 20) + 12,
+                          ((size_t)8 << 20)};
   for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
     size_t n = sizes[t] / 4;
     float *h = ct_randn(700 + t, n, 1), *back = malloc(n * 4);
@@ -303,8 +325,10 @@ static void copies_roundtrip(void **state) {
     memset(back, 0, n * 4);
     ct_down(back, d, n * 4);
     assert_memory_equal(back, h, n * 4);
-    ct_free(d); ct_free(d2);
-    free(h); free(back);
+    ct_free(d);
+    ct_free(d2);
+    free(h);
+    free(back);
   }
 }
 

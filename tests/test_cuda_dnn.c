@@ -21,9 +21,9 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "axon/kernels/backend-impl.h"
 #include "cuda_testutil.h"
 #include "harness.h"
-#include "axon/kernels/backend-impl.h"
 
 /* Defined by kernels/cuda/cuda_dnn.cu, inside the CUDA backend that libaxon
  * loads on demand: found through the loader (NULL without it). */

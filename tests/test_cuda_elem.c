@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/kernels/backend-impl.h"
 #include "cuda_testutil.h"
 #include "harness.h"
-#include "axon/kernels/backend-impl.h"
 
 #define N (((size_t)1 << 20) + 3) /* > one grid of blocks, odd */
 
@@ -66,8 +66,13 @@ static void check_act(const char *what, int op, double atol, double rtol) {
     assert_memory_equal(got, ref, N * 4);
   else
     ct_expect_close(what, got, ref, N, atol, rtol);
-  ct_free(dx); ct_free(dg); ct_free(dout);
-  free(x); free(g); free(ref); free(got);
+  ct_free(dx);
+  ct_free(dg);
+  ct_free(dout);
+  free(x);
+  free(g);
+  free(ref);
+  free(got);
 }
 
 /* relu, relu_bwd, add_relu: a comparison, a select and one rounded add:
@@ -111,8 +116,13 @@ static void in_place(void **state) {
   ct_down(b, dy, N * 4);
   assert_memory_equal(a, b, N * 4);
   AX_ASSERT_OK(AX_K(ct_gpu(), relu_fwd, 0, NULL, NULL)); /* n == 0 */
-  ct_free(dx); ct_free(dy); ct_free(out);
-  free(x); free(g); free(a); free(b);
+  ct_free(dx);
+  ct_free(dy);
+  ct_free(out);
+  free(x);
+  free(g);
+  free(a);
+  free(b);
 }
 
 /* The mask is ax_dropout_uniform(seed, i) >= p on both backends and the
@@ -141,8 +151,11 @@ static void dropout_bit_identical(void **state) {
     }
   AX_ASSERT_ERR(AX_K(ct_gpu(), dropout_fwd, N, dx, dy, 1.0f, 1, 0), AX_EINVAL);
   AX_ASSERT_ERR(AX_K(ct_gpu(), dropout_bwd, N, dx, dy, -0.1f, 1, 0), AX_EINVAL);
-  ct_free(dx); ct_free(dy);
-  free(x); free(ref); free(got);
+  ct_free(dx);
+  ct_free(dy);
+  free(x);
+  free(ref);
+  free(got);
 }
 
 /* ---- optimizers ---------------------------------------------------------- */
@@ -192,13 +205,16 @@ static void sgd_variants(void **state) {
       ct_free(dg);
       free(g);
     }
-    ct_free(dw); ct_free(dm);
-    free(w); free(mom);
+    ct_free(dw);
+    ct_free(dm);
+    free(w);
+    free(mom);
   }
   AX_ASSERT_ERR(
       AX_K(ct_gpu(), sgd_step, 4, gw, gw, NULL, 0.1f, 0.9f, 0.0f, 0.0f, 0, 1),
       AX_EINVAL);
-  free(gw); free(gm);
+  free(gw);
+  free(gm);
 }
 
 /* Six AdamW steps (step counts from 1), a new gradient each; w, m and v
@@ -229,13 +245,18 @@ static void adamw_steps(void **state) {
       ct_free(dg);
       free(g);
     }
-    ct_free(dw); ct_free(dm); ct_free(dv);
-    free(w); free(m); free(v);
+    ct_free(dw);
+    ct_free(dm);
+    ct_free(dv);
+    free(w);
+    free(m);
+    free(v);
   }
   AX_ASSERT_ERR(AX_K(ct_gpu(), adamw_step, 4, gw, gw, gw, gw, 1e-3f, 0.9f,
                      0.999f, 1e-8f, 0.0f, 0),
                 AX_EINVAL);
-  free(gw); free(gmv);
+  free(gw);
+  free(gmv);
 }
 
 int main(void) {

@@ -7,11 +7,11 @@
  * (skipped) without a GPU. */
 #include <stdlib.h>
 
-#include "harness.h"
 #include "axon/models/layers/basic.h"
 #include "axon/models/layers/transformer.h"
 #include "axon/models/layers/vision.h"
 #include "axon/models/model.h"
+#include "harness.h"
 
 #define CUDA0 ((ax_device){AX_DEV_CUDA, 0})
 
@@ -52,8 +52,8 @@ static void vision_layers(void **state) {
          1e-2);
   check1(ax_conv2d_new(3, 4, 3, 2, 0, 0), randn4(2, 2, 3, 7, 7), 1e-2, 1e-3,
          1e-2);
-  check1(ax_batchnorm2d_new(3, 0.1f, 1e-5f), randn4(4, 3, 3, 3, 2), 1e-2,
-         2e-3, 2e-2);
+  check1(ax_batchnorm2d_new(3, 0.1f, 1e-5f), randn4(4, 3, 3, 3, 2), 1e-2, 2e-3,
+         2e-2);
   check1(ax_maxpool2d_new(2, 2, 0), randn4(5, 2, 3, 4, 4), 1e-3, 1e-3, 1e-2);
   check1(ax_avgpool2d_new(3, 2, 1), randn4(6, 2, 3, 5, 5), 1e-2, 1e-3, 1e-2);
 }
@@ -62,8 +62,8 @@ static void transformer_layers(void **state) {
   int64_t shape[3] = {2, 5, 8};
   check1(ax_layernorm_new(8, 1e-12f), ax_test_randn(7, 1.0f, 3, shape), 1e-2,
          2e-3, 2e-2);
-  check1(ax_linear_new(8, 6, 1), ax_test_randn(8, 1.0f, 3, shape), 1e-2,
-         1e-3, 1e-2);
+  check1(ax_linear_new(8, 6, 1), ax_test_randn(8, 1.0f, 3, shape), 1e-2, 1e-3,
+         1e-2);
 }
 
 static void mlp_model(void **state) {
@@ -78,8 +78,8 @@ static void resnet20_model(void **state) {
 }
 
 static void bert_model(void **state) {
-  ax_module *root =
-      whole("bert", "layers=2,hidden=16,heads=2,ff=32,vocab=50,seq=8,dropout=0");
+  ax_module *root = whole(
+      "bert", "layers=2,hidden=16,heads=2,ff=32,vocab=50,seq=8,dropout=0");
   int64_t shape[2] = {2, 8};
   ax_tlist in = {0};
   in.n = 3;
@@ -94,8 +94,8 @@ static void bert_model(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(vision_layers),   cmocka_unit_test(transformer_layers),
-      cmocka_unit_test(mlp_model),       cmocka_unit_test(resnet20_model),
+      cmocka_unit_test(vision_layers), cmocka_unit_test(transformer_layers),
+      cmocka_unit_test(mlp_model),     cmocka_unit_test(resnet20_model),
       cmocka_unit_test(bert_model),
   };
   return AX_CUDA_TEST_MAIN(tests);

@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/kernels/backend-impl.h"
 #include "cuda_testutil.h"
 #include "harness.h"
-#include "axon/kernels/backend-impl.h"
 
 /* ---- layer norm ---- */
 

@@ -40,8 +40,8 @@ static int world_up(void **state) {
   static const char *const gpu_args[] = {
       "--threads", "4", "--device", GPU, "--device-map", "cpu=cpu", NULL};
   static const char *const cpu_args[] = {
-      "--threads", "4", "--device", GPU, "--device-map", "cuda:0=cpu,cpu=cpu",
-      NULL};
+      "--threads",          "4", "--device", GPU, "--device-map",
+      "cuda:0=cpu,cpu=cpu", NULL};
   const char *const *each[NAGENTS] = {gpu_args, cpu_args};
   if (ax_device_parse(GPU, &g_gpu) != AX_OK)
     return -1;
@@ -155,9 +155,14 @@ static void test_rref_to_here(void **state) {
 static void test_dist_autograd(void **state) {
   assert_non_null(g_drv);
   ax_device devs[NAGENTS] = {g_gpu, AX_CPU};
-  dt_oracle_cfg c = {"mlp", "mlp.stage", "widths=784/64/32/10",
+  dt_oracle_cfg c = {"mlp",
+                     "mlp.stage",
+                     "widths=784/64/32/10",
                      "shape=1/28/28,classes=10,examples=640,seed=9",
-                     "opt=sgd,lr=0.05,momentum=0.9", 10, 32, RTOL};
+                     "opt=sgd,lr=0.05,momentum=0.9",
+                     10,
+                     32,
+                     RTOL};
   dt_run_oracle(g_drv, g_names, NAGENTS, devs, &c);
 }
 
@@ -171,8 +176,9 @@ static ax_pipe *train_pipe(const ax_device *devs, int mode, int M, int steps) {
   AX_ASSERT_OK(ax_config_parse(&dcfg, "shape=48,classes=10,examples=256,"
                                       "seed=7"));
   AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
-  ax_pipe_opts o = {"mlp", mcfg, NAGENTS, g_names, NULL, mode, M,
-                    AX_RECOMPUTE_NEVER, optim, 3, AX_CPU, 60000, devs};
+  ax_pipe_opts o = {
+      "mlp", mcfg, NAGENTS, g_names, NULL, mode, M, AX_RECOMPUTE_NEVER,
+      optim, 3,    AX_CPU,  60000,   devs};
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   AX_ASSERT_OK(ax_pipe_train(p, steps, pt_batch, NULL, &data));
@@ -195,9 +201,10 @@ static void test_pipeline_cuda0_cpu(void **state) {
     ax_pipe_free(cpu);
     ax_pipe *mixed = train_pipe(devs, mode, M, steps);
     double worst = pt_worst_stages(mixed, NAGENTS, want, wbuf);
-    fprintf(stderr, "  %-10s stage 0 on %s, stage 1 on cpu: worst relative "
-            "difference to the all-CPU run %.2g\n", ax_pipe_mode_name(mode),
-            GPU, worst);
+    fprintf(stderr,
+            "  %-10s stage 0 on %s, stage 1 on cpu: worst relative "
+            "difference to the all-CPU run %.2g\n",
+            ax_pipe_mode_name(mode), GPU, worst);
     ax_pipe_free(mixed);
     AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
     if (worst > RTOL)

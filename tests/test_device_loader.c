@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/kernels/backend-impl.h"
+#include "harness.h"
 
 #define MISSING "/nonexistent/axon/libaxon_cuda.so.0"
 
@@ -49,8 +49,7 @@ static void test_cpu_works(void **state) {
 static void test_cuda_requests_fail_clearly(void **state) {
   assert_int_equal(ax_cuda_device_count(), 0);
   ax_backend *be = NULL;
-  assert_int_equal(ax_backend_get((ax_device){AX_DEV_CUDA, 0}, &be),
-                   AX_ENODEV);
+  assert_int_equal(ax_backend_get((ax_device){AX_DEV_CUDA, 0}, &be), AX_ENODEV);
   assert_null(be);
   fprintf(stderr, "cuda:0: %s\n", ax_errmsg());
   assert_non_null(strstr(ax_errmsg(), "cannot be loaded"));

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/rpc/codec-impl.h"
 #include "axon/rpc/node.h"
+#include "harness.h"
 
 static ax_device cuda(int i) { return (ax_device){AX_DEV_CUDA, i}; }
 
@@ -151,8 +151,7 @@ static int decode_with(const uint8_t *buf, const axi_prefix *x, ax_device dflt,
   ax_device_map map;
   AX_ASSERT_OK(ax_device_map_parse(spec, &map));
   axi_limits lim = {AXI_MAX_HDR, 65536, 1u << 30};
-  return axi_frame_decode_body(x, buf + AXI_PREFIX_LEN, dflt, &map, &lim, 0,
-                               m);
+  return axi_frame_decode_body(x, buf + AXI_PREFIX_LEN, dflt, &map, &lim, 0, m);
 }
 
 static void test_codec_carries_devices(void **state) {
@@ -165,8 +164,8 @@ static void test_codec_carries_devices(void **state) {
   uint8_t *buf = tagged_header(devs, 3, &x);
   axi_msg m;
   /* every sender device mapped: all land on the CPU */
-  AX_ASSERT_OK(decode_with(buf, &x, nowhere, "cuda:1=cpu,cpu=cpu,cuda:2=cpu",
-                           &m));
+  AX_ASSERT_OK(
+      decode_with(buf, &x, nowhere, "cuda:1=cpu,cpu=cpu,cuda:2=cpu", &m));
   assert_int_equal(ax_values_count(m.values), 3);
   for (int i = 0; i < 3; i++) {
     ax_tensor *t;
@@ -180,8 +179,8 @@ static void test_codec_carries_devices(void **state) {
                        AX_OK);
   assert_null(m.values);
   axi_msg_clear(&m);
-  assert_int_not_equal(decode_with(buf, &x, nowhere, "cuda:1=cpu,cuda:2=cpu",
-                                   &m), AX_OK);
+  assert_int_not_equal(
+      decode_with(buf, &x, nowhere, "cuda:1=cpu,cuda:2=cpu", &m), AX_OK);
   axi_msg_clear(&m);
   free(buf);
   /* the default applies to what is not listed */

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/runtime/autograd/collective.h"
+#include "harness.h"
 #include "tests/mp_testutil.h"
 
 #define MAXN 4
@@ -101,8 +101,8 @@ static void *member_main(void *p) {
   size_t n = 100003;
   ax_tensor *t = filled(m->r, n);
   ax_coll_buckets *b;
-  if (m->rc == AX_OK && (rc = ax_coll_buckets_begin(g, t, 40000, AX_COLL_SUM,
-                                                    &b)) == AX_OK) {
+  if (m->rc == AX_OK &&
+      (rc = ax_coll_buckets_begin(g, t, 40000, AX_COLL_SUM, &b)) == AX_OK) {
     size_t hi = n;
     while (hi > 20000) {
       ax_coll_buckets_ready(b, hi - 7000, 7000);
@@ -313,8 +313,8 @@ static void test_n4(void **s) { run_world(4); }
 
 int main(void) {
   const struct CMUnitTest t[] = {
-      cmocka_unit_test(test_n1), cmocka_unit_test(test_n2),
-      cmocka_unit_test(test_n3), cmocka_unit_test(test_n4),
+      cmocka_unit_test(test_n1),    cmocka_unit_test(test_n2),
+      cmocka_unit_test(test_n3),    cmocka_unit_test(test_n4),
       cmocka_unit_test(test_abort), cmocka_unit_test(test_remote_abort)};
   return AX_TEST_MAIN(t);
 }

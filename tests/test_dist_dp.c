@@ -11,12 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "axon/kernels/rng.h"
 #include "axon/models/data/dataset.h"
 #include "axon/models/loss.h"
 #include "axon/models/model.h"
 #include "axon/models/optim.h"
-#include "axon/kernels/rng.h"
+#include "harness.h"
 
 #define MODEL_CFG "widths=784/48/10"
 #define DATA_CFG "limit=2048"
@@ -112,8 +112,8 @@ static float *reference(int n, int b, int steps, size_t *np) {
     ax_loss_result res;
     AX_ASSERT_OK(ax_dataset_batch(ds, idx, B, &in, &lab));
     AX_ASSERT_OK(ax_net_forward(net, slot, 1, 0, &in, &out));
-    AX_ASSERT_OK(ax_loss_xent(&out, &lab, info.ignore_index, NULL, 1.0f, &res,
-                              &dl));
+    AX_ASSERT_OK(
+        ax_loss_xent(&out, &lab, info.ignore_index, NULL, 1.0f, &res, &dl));
     AX_ASSERT_OK(ax_net_zero_grad(net));
     AX_ASSERT_OK(ax_net_backward(net, slot, 0, 0, &dl, &din));
     AX_ASSERT_OK(ax_optim_step(opt, net->params, net->grads));
@@ -143,11 +143,11 @@ static void check_equal(int n, int b, int steps, const char *bucket_kb) {
   snprintf(ss, sizeof ss, "%d", steps);
   close(mkstemp(dump));
   char *out;
-  int rc = run_dp(&out, "--local", nn, "--batch", bb, "--steps", ss,
-                  "--model-config", MODEL_CFG, "--data-config", DATA_CFG,
-                  "--optim", "opt=sgd,lr=0.05", "--bucket-kb", bucket_kb,
-                  "--eval-limit", "0", "--dump", dump, "--quiet",
-                  "--time-limit", "120", NULL);
+  int rc =
+      run_dp(&out, "--local", nn, "--batch", bb, "--steps", ss,
+             "--model-config", MODEL_CFG, "--data-config", DATA_CFG, "--optim",
+             "opt=sgd,lr=0.05", "--bucket-kb", bucket_kb, "--eval-limit", "0",
+             "--dump", dump, "--quiet", "--time-limit", "120", NULL);
   assert_int_equal(rc, 0);
   for (int r = 0; r < n; r++)
     assert_clean(out, r);
@@ -169,8 +169,10 @@ static void check_equal(int n, int b, int steps, const char *bucket_kb) {
       worst = d;
   }
   double rel = sqrt(num / den);
-  fprintf(stderr, "[dp] N=%d b=%d steps=%d: relative difference %.3g "
-          "(max abs %.3g)\n", n, b, steps, rel, worst);
+  fprintf(stderr,
+          "[dp] N=%d b=%d steps=%d: relative difference %.3g "
+          "(max abs %.3g)\n",
+          n, b, steps, rel, worst);
   assert_true(rel <= 1e-5);
   free(want);
   free(got);
@@ -183,13 +185,14 @@ static void test_allreduce_equals_single(void **s) {
 
 static void run_algo(const char *algo) {
   char *out;
-  int rc = run_dp(&out, "--local", "3", "--algo", algo, "--steps", "60",
-                  "--batch", "16", "--model-config", MODEL_CFG,
-                  "--data-config", DATA_CFG, "--eval-limit", "500", "--quiet",
-                  "--time-limit", "120", NULL);
+  int rc =
+      run_dp(&out, "--local", "3", "--algo", algo, "--steps", "60", "--batch",
+             "16", "--model-config", MODEL_CFG, "--data-config", DATA_CFG,
+             "--eval-limit", "500", "--quiet", "--time-limit", "120", NULL);
   assert_int_equal(rc, 0);
   for (int r = 0; r < 3; r++) {
-    assert_true(result(out, r, "loss_last") < result(out, r, "loss_first") - 0.3);
+    assert_true(result(out, r, "loss_last") <
+                result(out, r, "loss_first") - 0.3);
     assert_clean(out, r);
   }
   assert_true(result(out, 0, "acc") > 0.5);
@@ -221,9 +224,9 @@ static void test_dead_replica(void **s) {
 }
 
 int main(void) {
-  const struct CMUnitTest t[] = {
-      cmocka_unit_test(test_allreduce_equals_single),
-      cmocka_unit_test(test_easgd), cmocka_unit_test(test_dpsgd),
-      cmocka_unit_test(test_dead_replica)};
+  const struct CMUnitTest t[] = {cmocka_unit_test(test_allreduce_equals_single),
+                                 cmocka_unit_test(test_easgd),
+                                 cmocka_unit_test(test_dpsgd),
+                                 cmocka_unit_test(test_dead_replica)};
   return AX_TEST_MAIN(t);
 }

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/runtime/pipeline/coord/train.h"
+#include "harness.h"
 #include "tests/mp_testutil.h"
 
 #define NAGENTS 3
@@ -60,7 +60,8 @@ static void test_grads_per_context(void **state) {
   for (int k = 0; k < NAGENTS; k++) {
     ax_values *g = NULL;
     ax_call_opts o = {.timeout_ms = 10000, .autograd_ctx = ctx};
-    AX_ASSERT_OK(ax_rref_rpc_sync(g_drv, g_stage[k], "gradients", NULL, &o, &g));
+    AX_ASSERT_OK(
+        ax_rref_rpc_sync(g_drv, g_stage[k], "gradients", NULL, &o, &g));
     ax_tensor *t;
     AX_ASSERT_OK(ax_values_get_tensor(g, 0, &t));
     double s = 0;
@@ -103,8 +104,10 @@ static void test_bench_backward_edges(void **state) {
       ax_rref_release(y[k]);
   }
   double us = 1e6 * total / (iters - 5);
-  fprintf(stderr, "[bench] dist backward over 3 tiny stages: %.0f us "
-          "(root call + 2 gradient edges: %.0f us per edge)\n", us, us / 3);
+  fprintf(stderr,
+          "[bench] dist backward over 3 tiny stages: %.0f us "
+          "(root call + 2 gradient edges: %.0f us per edge)\n",
+          us, us / 3);
 }
 
 typedef struct killer {
@@ -162,8 +165,8 @@ static void test_zero_at_end(void **state) {
 }
 
 int main(void) {
-  static const char *const args[] = {"--threads", "2",
-                                      "--peer-timeout-ms", "1500", NULL};
+  static const char *const args[] = {"--threads", "2", "--peer-timeout-ms",
+                                     "1500", NULL};
   if (mt_start("driver", g_names, NAGENTS, args, g_pids, &g_drv) != AX_OK)
     return 1;
   make_stages();

@@ -3,15 +3,15 @@
  * distributed autograd at every step of every trainer, the trainers' local
  * models stay identical (their gradients all-reduced), the loss falls, and
  * every process ends with zero live RRefs, calls and futures. */
-#include "tests/harness.h"
 #include "tests/example_testutil.h"
+#include "tests/harness.h"
 
 #define ZERO "live at exit: rrefs owned 0, user forks 0, calls 0, futures 0"
 
 static void hybrid_trains(void **state) {
   char *out = NULL;
-  char *argv[] = {"hybrid_ps", "--local", "3", "--steps", "60", "--batch",
-                  "32", NULL};
+  char *argv[] = {"hybrid_ps", "--local", "3",  "--steps",
+                  "60",        "--batch", "32", NULL};
   int rc = et_run(argv, 120, &out);
   if (rc != 0 || et_count(out, ZERO) != 4 ||
       et_count(out, "60 of 60 remote steps") != 3 ||

@@ -15,16 +15,26 @@ static pid_t g_pids[NAGENTS];
 static ax_node *g_drv;
 
 static void test_mlp_oracle(void **state) {
-  dt_oracle_cfg c = {"mlp", "mlp.stage", "widths=784/64/32/10",
+  dt_oracle_cfg c = {"mlp",
+                     "mlp.stage",
+                     "widths=784/64/32/10",
                      "shape=1/28/28,classes=10,examples=640,seed=9",
-                     "opt=sgd,lr=0.05,momentum=0.9", 20, 32, 1e-5};
+                     "opt=sgd,lr=0.05,momentum=0.9",
+                     20,
+                     32,
+                     1e-5};
   dt_run_oracle(g_drv, g_names, NAGENTS, NULL, &c);
 }
 
 static void test_resnet20_oracle(void **state) {
-  dt_oracle_cfg c = {"resnet20", "resnet20.stage", "in_channels=1,image=16",
+  dt_oracle_cfg c = {"resnet20",
+                     "resnet20.stage",
+                     "in_channels=1,image=16",
                      "shape=1/16/16,classes=10,examples=64,seed=4",
-                     "opt=adamw,lr=1e-3", 3, 8, 1e-5};
+                     "opt=adamw,lr=1e-3",
+                     3,
+                     8,
+                     1e-5};
   dt_run_oracle(g_drv, g_names, NAGENTS, NULL, &c);
 }
 

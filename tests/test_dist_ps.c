@@ -4,8 +4,8 @@
  * reach 85% test accuracy on Fashion-MNIST with the MLP; a trainer killed
  * mid-run is reported and the others finish; every process ends with zero
  * live RRefs, calls and futures. */
-#include "tests/harness.h"
 #include "tests/example_testutil.h"
+#include "tests/harness.h"
 
 #define ZERO "live at exit: rrefs owned 0, user forks 0, calls 0, futures 0"
 
@@ -33,14 +33,15 @@ static void sync_equals_single(void **state) {
   close(mkstemp(a));
   close(mkstemp(b));
   char *out = NULL;
-  char *dist[] = {"param_server", "--local", "3", "--mode", "sync",
-                  "--steps", "30", "--eval-limit", "500", "--save", a, NULL};
+  char *dist[] = {"param_server", "--local", "3",  "--mode",
+                  "sync",         "--steps", "30", "--eval-limit",
+                  "500",          "--save",  a,    NULL};
   int rc = et_run(dist, 110, &out);
   check_run(rc, out, 4);
   free(out);
-  char *single[] = {"param_server", "--mode", "single", "--shards", "3",
-                    "--steps", "30", "--eval-limit", "500", "--save", b,
-                    NULL};
+  char *single[] = {
+      "param_server", "--mode",       "single", "--shards", "3", "--steps",
+      "30",           "--eval-limit", "500",    "--save",   b,   NULL};
   rc = et_run(single, 60, &out);
   if (rc != 0)
     fail_msg("single: exit %d:\n%s", rc, out);
@@ -66,8 +67,9 @@ static void sync_equals_single(void **state) {
 
 static void accuracy(const char *mode, const char *optim, char *steps) {
   char *out = NULL;
-  char *argv[] = {"param_server", "--local", "2", "--mode", (char *)mode,
-                  "--steps", steps, "--optim", (char *)optim, NULL};
+  char *argv[] = {"param_server", "--local", "2",   "--mode",
+                  (char *)mode,   "--steps", steps, "--optim",
+                  (char *)optim,  NULL};
   int rc = et_run(argv, 115, &out);
   check_run(rc, out, 3);
   double acc = et_number_after(out, "test accuracy ");
@@ -87,9 +89,9 @@ static void hogwild_accuracy(void **state) {
 
 static void killed_trainer(void **state) {
   char *out = NULL;
-  char *argv[] = {"param_server", "--local", "3", "--mode", "sync",
-                  "--steps", "40", "--kill", "2:10", "--eval-limit", "500",
-                  NULL};
+  char *argv[] = {"param_server", "--local",      "3",   "--mode",
+                  "sync",         "--steps",      "40",  "--kill",
+                  "2:10",         "--eval-limit", "500", NULL};
   int rc = et_run(argv, 110, &out);
   /* The server and the two survivors end leak-free. */
   check_run(rc, out, 3);

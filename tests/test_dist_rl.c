@@ -2,15 +2,15 @@
  * agent and its observers reach a running reward of 200 on CartPole; an
  * observer killed mid-run is reported and training carries on with the
  * others; every process ends with zero live RRefs, calls and futures. */
-#include "tests/harness.h"
 #include "tests/example_testutil.h"
+#include "tests/harness.h"
 
 #define ZERO "live at exit: rrefs owned 0, user forks 0, calls 0, futures 0"
 
 static void solves(void **state) {
   char *out = NULL;
-  char *argv[] = {"rl", "--local", "2", "--seed", "1", "--target", "200",
-                  "--episodes", "2000", "--timeout", "100", NULL};
+  char *argv[] = {"rl",  "--local",    "2",    "--seed",    "1",   "--target",
+                  "200", "--episodes", "2000", "--timeout", "100", NULL};
   int rc = et_run(argv, 115, &out);
   if (rc != 0 || !strstr(out, "solved: running reward") ||
       et_count(out, ZERO) != 3)
@@ -21,9 +21,9 @@ static void solves(void **state) {
 
 static void killed_observer(void **state) {
   char *out = NULL;
-  char *argv[] = {"rl", "--local", "3", "--seed", "2", "--target", "200",
-                  "--episodes", "2000", "--kill", "2:5", "--timeout", "100",
-                  NULL};
+  char *argv[] = {"rl",       "--local",   "3",          "--seed", "2",
+                  "--target", "200",       "--episodes", "2000",   "--kill",
+                  "2:5",      "--timeout", "100",        NULL};
   int rc = et_run(argv, 115, &out);
   if (rc != 0 || !strstr(out, "agent: observer2 is down") ||
       !strstr(out, "solved: running reward") || et_count(out, ZERO) != 3)

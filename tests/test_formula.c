@@ -1,8 +1,7 @@
-/* The schedule-time formulas (runtime/pipeline/schedule/formula.h): the simulation
- * against the closed forms for equal stages, and unequal stages. */
-#include "harness.h"
+/* The schedule-time formulas (runtime/pipeline/schedule/formula.h): the
+ * simulation against the closed forms for equal stages, and unequal stages. */
 #include "axon/runtime/pipeline/schedule/formula.h"
-
+#include "harness.h"
 
 static void uniform_matches_closed_form(void **state) {
   (void)state;
@@ -39,18 +38,18 @@ static void interleaved_closed_form(void **state) {
     for (int v = 2; v <= 4; v++)
       for (int M = K; M <= 4 * K; M += K) {
         double got = -1;
-        AX_ASSERT_OK(ax_formula_time_chunks("interleaved", K, v, M, tf, tb, 0,
-                                            &got));
-        double want = ax_formula_uniform_chunks("interleaved", K, v, M,
-                                                0.010, 0.020, 0);
+        AX_ASSERT_OK(
+            ax_formula_time_chunks("interleaved", K, v, M, tf, tb, 0, &got));
+        double want =
+            ax_formula_uniform_chunks("interleaved", K, v, M, 0.010, 0.020, 0);
         if (!(fabs(got - want) <= 1e-9 + 1e-9 * want))
           fail_msg("interleaved K=%d v=%d M=%d: simulated %.9f, closed form "
-                   "%.9f", K, v, M, got, want);
+                   "%.9f",
+                   K, v, M, got, want);
       }
   double t = 0; /* M not a multiple of K */
-  assert_int_equal(ax_formula_time_chunks("interleaved", 4, 2, 6, tf, tb, 0,
-                                          &t),
-                   AX_EINVAL);
+  assert_int_equal(
+      ax_formula_time_chunks("interleaved", 4, 2, 6, tf, tb, 0, &t), AX_EINVAL);
 }
 
 /* ZB-H1 with F = I = W: the bubble is (K - 1)(F + I - W), a third of
@@ -92,8 +91,8 @@ static void zbv_bubble(void **state) {
       AX_ASSERT_OK(ax_formula_time("1f1b", K, M, tf, tb, 0, &fb));
       double frac = K <= 4 ? 4 : 3; /* the greedy order's margin shrinks */
       if (!(zv - work <= (fb - work) / frac + 1e-9))
-        fail_msg("zbv K=%d M=%d: bubble %.4f s, 1f1b's %.4f s", K, M,
-                 zv - work, fb - work);
+        fail_msg("zbv K=%d M=%d: bubble %.4f s, 1f1b's %.4f s", K, M, zv - work,
+                 fb - work);
     }
 }
 
@@ -149,41 +148,40 @@ static void transfers(void **state) {
   double fwd[1] = {0.005}, bwd[1] = {0.007}, step[2] = {0.002, 0.001};
   ax_formula_comm c = {fwd, bwd, 0, NULL};
   /* sequential, one unit: F0, send, F1, B1, send back, B0 */
-  AX_ASSERT_OK(ax_formula_time_comm("sequential", 2, 1, 1, tf, tb, NULL, 0,
-                                    &c, &t));
+  AX_ASSERT_OK(
+      ax_formula_time_comm("sequential", 2, 1, 1, tf, tb, NULL, 0, &c, &t));
   AX_ASSERT_CLOSE(t, 0.01 + 0.005 + 0.02 + 0.04 + 0.007 + 0.03, 1e-12, 0);
   /* per-action costs: 4 actions on the critical path */
   c.per_action = 0.001;
-  AX_ASSERT_OK(ax_formula_time_comm("sequential", 2, 1, 1, tf, tb, NULL, 0,
-                                    &c, &t));
+  AX_ASSERT_OK(
+      ax_formula_time_comm("sequential", 2, 1, 1, tf, tb, NULL, 0, &c, &t));
   AX_ASSERT_CLOSE(t, 0.112 + 0.004, 1e-12, 0);
   /* gpipe with M = 2: each transfer is paid on the critical path once in
    * each direction more than without links, at least */
   AX_ASSERT_OK(ax_formula_time("gpipe", 2, 2, tf, tb, 0, &plain));
   c.per_action = 0;
-  AX_ASSERT_OK(ax_formula_time_comm("gpipe", 2, 1, 2, tf, tb, NULL, 0, &c,
-                                    &t));
+  AX_ASSERT_OK(ax_formula_time_comm("gpipe", 2, 1, 2, tf, tb, NULL, 0, &c, &t));
   assert_true(t >= plain + 0.005 + 0.007 - 1e-12);
   /* the optimizer's step: the flush ends with the slower stage's STEP */
   c.step = step;
   double with_step;
-  AX_ASSERT_OK(ax_formula_time_comm("gpipe", 2, 1, 2, tf, tb, NULL, 0, &c,
-                                    &with_step));
+  AX_ASSERT_OK(
+      ax_formula_time_comm("gpipe", 2, 1, 2, tf, tb, NULL, 0, &c, &with_step));
   assert_true(with_step > t);
   /* no comm at all is ax_formula_time_split */
-  AX_ASSERT_OK(ax_formula_time_comm("gpipe", 2, 1, 2, tf, tb, NULL, 0, NULL,
-                                    &t));
+  AX_ASSERT_OK(
+      ax_formula_time_comm("gpipe", 2, 1, 2, tf, tb, NULL, 0, NULL, &t));
   AX_ASSERT_CLOSE(t, plain, 1e-12, 0);
   /* queued links: gpipe's M forwards leave stage 0 back to back, so a
    * link busy 30 ms per tensor delays the last one by (M - 1) x 30 ms */
   double fbusy[1] = {0.03}, bbusy[1] = {0};
   ax_formula_comm q = {NULL, NULL, 0, NULL, NULL, 0, fbusy, bbusy};
   double queued, unqueued;
-  AX_ASSERT_OK(ax_formula_time_comm("gpipe", 2, 1, 4, tf, tb, NULL, 0, &q,
-                                    &queued));
+  AX_ASSERT_OK(
+      ax_formula_time_comm("gpipe", 2, 1, 4, tf, tb, NULL, 0, &q, &queued));
   ax_formula_comm nq = {fbusy, NULL, 0, NULL, NULL, 0, NULL, NULL};
-  AX_ASSERT_OK(ax_formula_time_comm("gpipe", 2, 1, 4, tf, tb, NULL, 0, &nq,
-                                    &unqueued));
+  AX_ASSERT_OK(
+      ax_formula_time_comm("gpipe", 2, 1, 4, tf, tb, NULL, 0, &nq, &unqueued));
   /* unqueued: stage 1 is the bottleneck (its forwards end at 120 ms, the
    * mini-batch at 310); queued: the fourth activation arrives at 10 + 4 x
    * 30 = 130 ms, stage 1's forwards end at 150, the mini-batch 30 ms
@@ -192,8 +190,7 @@ static void transfers(void **state) {
   AX_ASSERT_CLOSE(queued, 0.34, 1e-9, 0);
   /* negative transfer times are refused */
   fwd[0] = -1;
-  AX_ASSERT_ERR(ax_formula_time_comm("gpipe", 2, 1, 2, tf, tb, NULL, 0, &c,
-                                     &t),
+  AX_ASSERT_ERR(ax_formula_time_comm("gpipe", 2, 1, 2, tf, tb, NULL, 0, &c, &t),
                 AX_EINVAL);
 }
 

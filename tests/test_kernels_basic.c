@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/kernels/backend-impl.h"
+#include "harness.h"
 
 static float *randv(uint64_t seed, size_t n) {
   ax_rng r;
@@ -22,8 +22,10 @@ static void gemm_vs_naive(void **state) {
   const int m = 5, n = 7, k = 3, batch = 2;
   for (int ta = 0; ta < 2; ta++)
     for (int tb = 0; tb < 2; tb++) {
-      float *a = randv(1, (size_t)batch * m * k), *b = randv(2, (size_t)batch * k * n);
-      float *c = randv(3, (size_t)batch * m * n), *ref = malloc(sizeof(float) * batch * m * n);
+      float *a = randv(1, (size_t)batch * m * k),
+            *b = randv(2, (size_t)batch * k * n);
+      float *c = randv(3, (size_t)batch * m * n),
+            *ref = malloc(sizeof(float) * batch * m * n);
       memcpy(ref, c, sizeof(float) * batch * m * n);
       int lda = ta ? m : k, ldb = tb ? k : n;
       for (int z = 0; z < batch; z++)
@@ -31,16 +33,23 @@ static void gemm_vs_naive(void **state) {
           for (int j = 0; j < n; j++) {
             double s = 0;
             for (int p = 0; p < k; p++) {
-              float av = ta ? a[z * m * k + p * lda + i] : a[z * m * k + i * lda + p];
-              float bv = tb ? b[z * k * n + j * ldb + p] : b[z * k * n + p * ldb + j];
+              float av =
+                  ta ? a[z * m * k + p * lda + i] : a[z * m * k + i * lda + p];
+              float bv =
+                  tb ? b[z * k * n + j * ldb + p] : b[z * k * n + p * ldb + j];
               s += (double)av * bv;
             }
-            ref[z * m * n + i * n + j] = (float)(2.0 * s + 0.5 * ref[z * m * n + i * n + j]);
+            ref[z * m * n + i * n + j] =
+                (float)(2.0 * s + 0.5 * ref[z * m * n + i * n + j]);
           }
-      AX_ASSERT_OK(AX_K(be, gemm, ta, tb, m, n, k, 2.0f, a, lda, (long)m * k, b, ldb,
-                        (long)k * n, 0.5f, c, n, (long)m * n, batch));
-      assert_true(ax_test_close_ratio(c, ref, (size_t)batch * m * n, 1e-5, 1e-5) <= 1.0);
-      free(a); free(b); free(c); free(ref);
+      AX_ASSERT_OK(AX_K(be, gemm, ta, tb, m, n, k, 2.0f, a, lda, (long)m * k, b,
+                        ldb, (long)k * n, 0.5f, c, n, (long)m * n, batch));
+      assert_true(ax_test_close_ratio(c, ref, (size_t)batch * m * n, 1e-5,
+                                      1e-5) <= 1.0);
+      free(a);
+      free(b);
+      free(c);
+      free(ref);
     }
 }
 
@@ -97,7 +106,9 @@ static void dropout_mask_is_reproducible(void **state) {
   /* A part starting at counter 1234 draws the whole mask's elements. */
   AX_ASSERT_OK(AX_K(be, dropout_fwd, n - 1234, x, b, 0.25f, 77, 1234));
   assert_memory_equal(b, a + 1234, (n - 1234) * 4);
-  free(x); free(a); free(b);
+  free(x);
+  free(a);
+  free(b);
 }
 
 int main(void) {

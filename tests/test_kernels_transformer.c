@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/kernels/backend-impl.h"
+#include "harness.h"
 
 static ax_backend *cpu(void) {
   ax_backend *be = NULL;

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/kernels/backend-impl.h"
+#include "harness.h"
 
 static ax_backend *cpu(void) { return ax_backend_of(AX_CPU); }
 

@@ -3,10 +3,10 @@
 #include <math.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/models/layers/basic.h"
 #include "axon/models/loss.h"
 #include "axon/models/model.h"
+#include "harness.h"
 
 static void linear_gradcheck(void **state) {
   int64_t shape[3] = {2, 3, 5};

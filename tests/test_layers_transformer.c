@@ -3,8 +3,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/models/layers/transformer.h"
+#include "harness.h"
 
 /* An f32 (B, S) mask with the last `pad` positions of sequence 1 padded. */
 static ax_tensor *pad_mask(int B, int S, int pad) {

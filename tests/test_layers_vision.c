@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/models/layers/vision.h"
+#include "harness.h"
 
 static ax_tensor *randn4(uint64_t seed, int64_t n, int64_t c, int64_t h,
                          int64_t w) {

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
 #include "axon/runtime/pipeline/trace/metrics.h"
+#include "harness.h"
 
 static ax_trace_event ev(const char *cat, int pid, int64_t a, int64_t b,
                          int64_t stash) {
@@ -21,20 +21,19 @@ static void busy_and_bubble(void **state) {
    * at the window start), stage 1 computes 500 us with an overlap counted
    * once, stage 2 only sends (busy 0); events of pid 5 are ignored. */
   ax_trace_event e[] = {
-      ev("forward", 0, 800, 1100, 1),   /* 100 inside */
-      ev("backward", 0, 1500, 1800, 0), /* 300 */
-      ev("forward", 1, 1000, 1300, 2),  /* 300 */
+      ev("forward", 0, 800, 1100, 1),    /* 100 inside */
+      ev("backward", 0, 1500, 1800, 0),  /* 300 */
+      ev("forward", 1, 1000, 1300, 2),   /* 300 */
       ev("recompute", 1, 1200, 1400, 3), /* +100 beyond the overlap */
-      ev("backward", 1, 1900, 2100, 1), /* 100 inside */
-      ev("send", 2, 1000, 2000, 4),
-      ev("forward", 5, 1000, 2000, 9),
+      ev("backward", 1, 1900, 2100, 1),  /* 100 inside */
+      ev("send", 2, 1000, 2000, 4),      ev("forward", 5, 1000, 2000, 9),
       ev("backward", 0, 2500, 2600, 7), /* outside the window */
   };
   ax_step_metrics m;
   AX_ASSERT_OK(ax_metrics_init(&m, 3, 3));
   m.samples = 64;
-  AX_ASSERT_OK(ax_metrics_from_events(&m, e, sizeof e / sizeof e[0], 1000,
-                                      2000));
+  AX_ASSERT_OK(
+      ax_metrics_from_events(&m, e, sizeof e / sizeof e[0], 1000, 2000));
   AX_ASSERT_CLOSE(m.wall_s, 0.001, 1e-12, 0);
   AX_ASSERT_CLOSE(m.samples_per_s, 64000, 1e-6, 0);
   AX_ASSERT_CLOSE(m.busy[0], 0.4, 1e-12, 0);
@@ -102,10 +101,9 @@ static void csv_and_summary(void **state) {
   FILE *f = fopen(path, "r");
   char line[512];
   assert_non_null(fgets(line, sizeof line, f));
-  assert_string_equal(line,
-                      "step,wall_s,samples,samples_per_s,loss,lr,bubble,"
-                      "coord_bytes,busy_0,busy_1,peak_mem_0,peak_mem_1,"
-                      "live_stash_0,live_stash_1\n");
+  assert_string_equal(line, "step,wall_s,samples,samples_per_s,loss,lr,bubble,"
+                            "coord_bytes,busy_0,busy_1,peak_mem_0,peak_mem_1,"
+                            "live_stash_0,live_stash_1\n");
   int rows = 0;
   while (fgets(line, sizeof line, f))
     rows++;

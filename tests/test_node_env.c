@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/rpc/node.h"
+#include "harness.h"
 
 static const char *const vars[] = {"AXON_MASTER_ADDR", "AXON_MASTER_PORT",
                                    "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};

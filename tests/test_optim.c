@@ -3,8 +3,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/models/optim.h"
+#include "harness.h"
 
 static ax_tensor *vec(const float *v, int n) {
   int64_t s = n;
@@ -40,8 +40,7 @@ static void sgd_momentum_nesterov_wd(void **state) {
   AX_ASSERT_CLOSE(ax_f32(w)[0], 1.0 - 0.1 * (0.5 + 0.9 * 0.5), 1e-6, 0);
   AX_ASSERT_OK(ax_optim_step(o, w, g));
   buf = 0.9 * 0.5 + 0.5;
-  AX_ASSERT_CLOSE(ax_f32(w)[0], 1.0 - 0.095 - 0.1 * (0.5 + 0.9 * buf), 1e-6,
-                  0);
+  AX_ASSERT_CLOSE(ax_f32(w)[0], 1.0 - 0.095 - 0.1 * (0.5 + 0.9 * buf), 1e-6, 0);
   ax_optim_free(o);
   ax_tensor_release(w);
   ax_tensor_release(g);

@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "harness.h"
-#include "axon/runtime/pipeline/schedule/partition.h"
 #include "axon/kernels/rng.h"
+#include "axon/runtime/pipeline/schedule/partition.h"
+#include "harness.h"
 
 static void stash_table(void **state) {
   (void)state;
@@ -15,7 +15,8 @@ static void stash_table(void **state) {
   for (int k = 1; k <= K; k++) {
     int d = K - k;
     AX_ASSERT_OK(ax_pipe_stash("sequential", K, k, M, 0, &c));
-    assert_true(c.sets == 1 && c.activation_sets == 1 && c.weight_versions == 1);
+    assert_true(c.sets == 1 && c.activation_sets == 1 &&
+                c.weight_versions == 1);
     AX_ASSERT_OK(ax_pipe_stash("gpipe", K, k, M, AX_RECOMPUTE_NEVER, &c));
     assert_true(c.sets == M && c.activation_sets == M && !c.replay);
     AX_ASSERT_OK(ax_pipe_stash("gpipe", K, k, M, AX_RECOMPUTE_ALWAYS, &c));
@@ -110,8 +111,8 @@ static void dp_matches_brute_force(void **state) {
         assert_true(rep.stage_mem[s] <= o.mem_cap);
     }
     if (rep.max_time != want)
-      fail_msg("trial %d (n=%d K=%d %s): DP %.12g, brute force %.12g", trial,
-               n, o.K, o.mode, rep.max_time, want);
+      fail_msg("trial %d (n=%d K=%d %s): DP %.12g, brute force %.12g", trial, n,
+               o.K, o.mode, rep.max_time, want);
     tested++;
   }
   assert_true(tested > 150);
@@ -132,8 +133,7 @@ static void memory_cap_rejection(void **state) {
   o.mode = "pipedream";
   int b[3];
   /* Stage 1 (k = 1 of 2) keeps 2 activation sets and 2 weight versions. */
-  assert_int_equal(ax_stage_memory(p, 4, 0, 2, 0, &o),
-                   200 * 3 + 2000 * 2);
+  assert_int_equal(ax_stage_memory(p, 4, 0, 2, 0, &o), 200 * 3 + 2000 * 2);
   assert_int_equal(ax_stage_memory(p, 4, 2, 4, 1, &o), 200 * 2 + 2000);
   o.mem_cap = 4600;
   AX_ASSERT_OK(ax_partition_balanced(p, 4, &o, b, NULL));
@@ -256,18 +256,18 @@ static void resnet20_balanced(void **state) {
       worst_u = t > worst_u ? t : worst_u;
     }
     assert_true(rep.max_time <= worst_u);
-    printf("  K=%-2d balanced %-24s slowest %.2f ms (uniform %.2f ms)\n",
-           o.K, ax_partition_format(b, o.K, buf, sizeof buf),
-           1e3 * rep.max_time, 1e3 * worst_u);
+    printf("  K=%-2d balanced %-24s slowest %.2f ms (uniform %.2f ms)\n", o.K,
+           ax_partition_format(b, o.K, buf, sizeof buf), 1e3 * rep.max_time,
+           1e3 * worst_u);
   }
   /* The one-call path. */
   ax_partition_opts o = {0};
   o.K = 3;
   int b[4];
-  AX_ASSERT_OK(ax_partition_model("balanced", def, &cfg, AX_CPU, &in, &po, &o,
-                                  b, NULL));
   AX_ASSERT_OK(
-      ax_partition_model("uniform", def, &cfg, AX_CPU, NULL, NULL, &o, b, NULL));
+      ax_partition_model("balanced", def, &cfg, AX_CPU, &in, &po, &o, b, NULL));
+  AX_ASSERT_OK(ax_partition_model("uniform", def, &cfg, AX_CPU, NULL, NULL, &o,
+                                  b, NULL));
   assert_true(b[1] == 3 && b[2] == 7);
   AX_ASSERT_ERR(
       ax_partition_model("greedy", def, &cfg, AX_CPU, &in, NULL, &o, b, NULL),
@@ -280,8 +280,7 @@ static void bert_layer_boundaries(void **state) {
   const ax_model_def *def = ax_model_find("bert");
   ax_config cfg;
   AX_ASSERT_OK(ax_model_config(
-      def, "layers=4,hidden=32,heads=2,ff=64,vocab=100,seq=8,dropout=0",
-      &cfg));
+      def, "layers=4,hidden=32,heads=2,ff=64,vocab=100,seq=8,dropout=0", &cfg));
   int64_t shape[2] = {2, 8};
   ax_tensor *ids = ax_test_randint(1, 0, 100, 2, shape);
   ax_tensor *seg = ax_test_randint(2, 0, 2, 2, shape);

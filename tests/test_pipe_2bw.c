@@ -33,14 +33,15 @@ static void run_case(int K, int M, int T) {
   pt_data data = {NULL, BATCH};
   AX_ASSERT_OK(ax_config_parse(&dcfg, g_data_cfg));
   AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
-  ax_pipe_opts o = {"mlp", g_model_cfg, K, g_names, bounds, AX_MODE_2BW, M,
-                    AX_RECOMPUTE_NEVER, g_optim, 3, AX_CPU, 30000};
+  ax_pipe_opts o = {"mlp",   g_model_cfg, K,      g_names,
+                    bounds,  AX_MODE_2BW, M,      AX_RECOMPUTE_NEVER,
+                    g_optim, 3,           AX_CPU, 30000};
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   AX_ASSERT_OK(ax_pipe_train(p, T, pt_batch, NULL, &data));
   /* The schedule from the stages' own events (placement included). */
-  pt_check_stage_trace_v(p, AX_MODE_2BW, K, 1, M, AX_RECOMPUTE_NEVER, T,
-                         g_drv, g_names);
+  pt_check_stage_trace_v(p, AX_MODE_2BW, K, 1, M, AX_RECOMPUTE_NEVER, T, g_drv,
+                         g_names);
   ax_pipe_stats st;
   ax_pipe_get_stats(p, &st);
   for (int k = 0; k < K; k++) {
@@ -52,8 +53,8 @@ static void run_case(int K, int M, int T) {
   pt_ref_opts ro = {M, 0};
   pt_reference_ex(def, &mcfg, bounds, K, REF_2BW, T, pt_batch, &data, g_optim,
                   3, &ro, want, wbuf);
-  pt_reference_ex(def, &mcfg, bounds, K, REF_SYNC, T, pt_batch, &data,
-                  g_optim, 3, &ro, sync, sbuf);
+  pt_reference_ex(def, &mcfg, bounds, K, REF_SYNC, T, pt_batch, &data, g_optim,
+                  3, &ro, sync, sbuf);
   double worst = 0, off = 0;
   for (int k = 0; k < K; k++) {
     ax_tensor *got, *gbuf;
@@ -68,9 +69,10 @@ static void run_case(int K, int M, int T) {
     ax_tensor_release(wbuf[k]);
     ax_tensor_release(sbuf[k]);
   }
-  fprintf(stderr, "  2bw K=%d M=%d: %d steps, worst relative difference "
-          "%.2g (against plain SGD: %.2g), peak versions %d\n", K, M, T,
-          worst, off, st.peak_versions[0]);
+  fprintf(stderr,
+          "  2bw K=%d M=%d: %d steps, worst relative difference "
+          "%.2g (against plain SGD: %.2g), peak versions %d\n",
+          K, M, T, worst, off, st.peak_versions[0]);
   assert_true(off > 1e-3); /* the lag is visible */
   if (worst > 1e-5)
     fail_msg("2bw K=%d M=%d: relative difference %.3g > 1e-5", K, M, worst);
@@ -88,8 +90,9 @@ static void test_2bw_equals_its_rule(void **state) {
 }
 
 static void test_2bw_needs_micro_batches(void **state) {
-  ax_pipe_opts o = {"mlp", g_model_cfg, 4, g_names, NULL, AX_MODE_2BW, 2,
-                    AX_RECOMPUTE_NEVER, g_optim, 3, AX_CPU, 5000};
+  ax_pipe_opts o = {"mlp",   g_model_cfg, 4,      g_names,
+                    NULL,    AX_MODE_2BW, 2,      AX_RECOMPUTE_NEVER,
+                    g_optim, 3,           AX_CPU, 5000};
   ax_pipe *p = NULL;
   assert_int_equal(ax_pipe_new(g_drv, &o, &p), AX_EINVAL);
   assert_non_null(strstr(ax_errmsg(), "at least 3 micro-batches"));

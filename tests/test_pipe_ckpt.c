@@ -1,5 +1,5 @@
-/* Checkpoints through the library (runtime/pipeline/state/checkpoint.h), on three
- * real agents:
+/* Checkpoints through the library (runtime/pipeline/state/checkpoint.h), on
+ * three real agents:
  *  - exact resume: a run checkpoints every N steps, trains on past its
  *    last checkpoint, and its coordinator goes away (ax_pipe_free: the
  *    stage hosts are destroyed); a new pipeline on the same agents restores
@@ -33,7 +33,9 @@ static pid_t g_pids[K];
 static ax_node *g_drv;
 static char g_root[64];
 static int g_flags;
-static int g_async_early; /* async checkpoints whose manifest was there at once */ /* of ax_pipe_checkpoint */
+/* Asynchronous checkpoints (ax_pipe_checkpoint) whose manifest was there at
+ * once. */
+static int g_async_early;
 
 typedef struct run {
   pt_data d;
@@ -210,8 +212,10 @@ static void test_resume_async(void **state) {
   g_async_early = 0;
   run_resume(AX_MODE_1F1B);
   run_resume(AX_MODE_PIPEDREAM);
-  fprintf(stderr, "  asynchronous: the manifest was there at return %d "
-          "time(s) of 4 (the writes may finish first)\n", g_async_early);
+  fprintf(stderr,
+          "  asynchronous: the manifest was there at return %d "
+          "time(s) of 4 (the writes may finish first)\n",
+          g_async_early);
   /* Synchronous saving has it there every time: the flag must have been
    * honoured at least once (each early one needs the finisher's round
    * trips to the stages done before the test's next instruction). */

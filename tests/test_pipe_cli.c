@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/models/model.h"
 #include "axon/runtime/pipeline/coord/coordinator.h"
 #include "axon/runtime/pipeline/coord/train.h"
+#include "harness.h"
 #include "tests/mp_testutil.h"
 
 /* Runs axon-run with argv (NULL-terminated, after "train"), stdout and
@@ -177,11 +177,23 @@ static void test_plan(void **state) {
                 (i == 1 && j == 2) || (i == 2 && j == 1) ? "20000 0.01"
                                                          : "50 10");
   fclose(f);
-  const char *base[] = {"--model", "mlp", "--model-config",
-                        "widths=64/256/32/32/32/10", "--dataset", "synthetic",
-                        "--data-config", "shape=64,classes=4,examples=256,seed=3",
-                        "--batch", "32", "--stages", "3", "--agents", "a,b,c",
-                        "--links", links, NULL};
+  const char *base[] = {"--model",
+                        "mlp",
+                        "--model-config",
+                        "widths=64/256/32/32/32/10",
+                        "--dataset",
+                        "synthetic",
+                        "--data-config",
+                        "shape=64,classes=4,examples=256,seed=3",
+                        "--batch",
+                        "32",
+                        "--stages",
+                        "3",
+                        "--agents",
+                        "a,b,c",
+                        "--links",
+                        links,
+                        NULL};
   int nb = 16;
   assert_int_equal(run_axon_cmd(log, 60000, "plan", base), 0);
   char *out = mt_slurp(log);
@@ -236,16 +248,23 @@ static void test_plan(void **state) {
  * is refused by name before any agent starts. */
 static void test_in_memory_flags(void **state) {
   const char *log = "/tmp/axon-test-memflags.log";
-  const char *no_every[] = {"--model", "mlp", "--local", "2",
-                            "--checkpoint-in-memory", NULL};
+  const char *no_every[] = {
+      "--model", "mlp", "--local", "2", "--checkpoint-in-memory", NULL};
   assert_int_equal(run_axon(log, 30000, no_every), 2);
   char *out = mt_slurp(log);
   assert_non_null(strstr(out, "--checkpoint-in-memory needs "
                               "--checkpoint-every"));
   free(out);
-  const char *replicas[] = {"--model", "mlp", "--local", "4", "--replicas",
-                            "2", "--checkpoint-every", "5",
-                            "--checkpoint-in-memory", NULL};
+  const char *replicas[] = {"--model",
+                            "mlp",
+                            "--local",
+                            "4",
+                            "--replicas",
+                            "2",
+                            "--checkpoint-every",
+                            "5",
+                            "--checkpoint-in-memory",
+                            NULL};
   assert_int_equal(run_axon(log, 30000, replicas), 2);
   out = mt_slurp(log);
   assert_non_null(strstr(out, "--checkpoint-in-memory"));
@@ -254,24 +273,59 @@ static void test_in_memory_flags(void **state) {
 }
 
 static void test_balanced_mlp(void **state) {
-  const char *av[] = {"--model", "mlp", "--model-config",
-                      "widths=64/256/32/32/32/10", "--dataset", "synthetic",
-                      "--data-config", "shape=64,classes=4,examples=256,seed=3",
-                      "--optim", "opt=sgd,lr=0.1", "--batch", "32",
-                      "--eval-limit", "64", "--local", "3", "--mode", "gpipe",
-                      "--microbatches", "2", "--steps", "24", NULL};
+  const char *av[] = {"--model",
+                      "mlp",
+                      "--model-config",
+                      "widths=64/256/32/32/32/10",
+                      "--dataset",
+                      "synthetic",
+                      "--data-config",
+                      "shape=64,classes=4,examples=256,seed=3",
+                      "--optim",
+                      "opt=sgd,lr=0.1",
+                      "--batch",
+                      "32",
+                      "--eval-limit",
+                      "64",
+                      "--local",
+                      "3",
+                      "--mode",
+                      "gpipe",
+                      "--microbatches",
+                      "2",
+                      "--steps",
+                      "24",
+                      NULL};
   run_balanced("mlp", av, 3, 5);
 }
 
 /* --staleness end to end: a corrected asynchronous mode trains. */
 static void test_staleness_mlp(void **state) {
-  const char *av[] = {"--model", "mlp", "--model-config",
-                      "widths=64/256/32/32/32/10", "--dataset", "synthetic",
-                      "--data-config", "shape=64,classes=4,examples=256,seed=3",
-                      "--optim", "opt=sgd,lr=0.05,momentum=0.9", "--batch",
-                      "32", "--eval-limit", "64", "--local", "3", "--mode",
-                      "2bw", "--microbatches", "2", "--staleness", "predict",
-                      "--steps", "24", NULL};
+  const char *av[] = {"--model",
+                      "mlp",
+                      "--model-config",
+                      "widths=64/256/32/32/32/10",
+                      "--dataset",
+                      "synthetic",
+                      "--data-config",
+                      "shape=64,classes=4,examples=256,seed=3",
+                      "--optim",
+                      "opt=sgd,lr=0.05,momentum=0.9",
+                      "--batch",
+                      "32",
+                      "--eval-limit",
+                      "64",
+                      "--local",
+                      "3",
+                      "--mode",
+                      "2bw",
+                      "--microbatches",
+                      "2",
+                      "--staleness",
+                      "predict",
+                      "--steps",
+                      "24",
+                      NULL};
   run_balanced("stale", av, 3, 5);
 }
 
@@ -280,13 +334,31 @@ static void test_staleness_mlp(void **state) {
  * names the last pipeline; a freeze that leaves nothing to train ends the
  * run with a clear error. */
 static void test_freeze_mlp(void **state) {
-  const char *av[] = {"--model", "mlp", "--model-config",
-                      "widths=64/256/32/32/32/10", "--dataset", "synthetic",
-                      "--data-config", "shape=64,classes=4,examples=256,seed=3",
-                      "--optim", "opt=sgd,lr=0.1", "--batch", "32",
-                      "--eval-limit", "64", "--local", "4", "--mode", "gpipe",
-                      "--microbatches", "2", "--steps", "24",
-                      "--freeze-schedule", "8:2:2,16:4:1", NULL};
+  const char *av[] = {"--model",
+                      "mlp",
+                      "--model-config",
+                      "widths=64/256/32/32/32/10",
+                      "--dataset",
+                      "synthetic",
+                      "--data-config",
+                      "shape=64,classes=4,examples=256,seed=3",
+                      "--optim",
+                      "opt=sgd,lr=0.1",
+                      "--batch",
+                      "32",
+                      "--eval-limit",
+                      "64",
+                      "--local",
+                      "4",
+                      "--mode",
+                      "gpipe",
+                      "--microbatches",
+                      "2",
+                      "--steps",
+                      "24",
+                      "--freeze-schedule",
+                      "8:2:2,16:4:1",
+                      NULL};
   char log[] = "/tmp/axon_cli_freezeXXXXXX";
   int fd = mkstemp(log);
   assert_true(fd >= 0);
@@ -299,14 +371,26 @@ static void test_freeze_mlp(void **state) {
   assert_int_equal(rc, 0);
   assert_non_null(strstr(out, "re-packed from 4 agents x 1 replicas to 2 x 2"));
   assert_non_null(strstr(out, "re-packed from 2 agents x 2 replicas to 1 x 4"));
-  assert_non_null(strstr(out, "frozen_blocks=4 final_stages=1 final_replicas=4"));
+  assert_non_null(
+      strstr(out, "frozen_blocks=4 final_stages=1 final_replicas=4"));
   free(out);
-  const char *bad[] = {"--model", "mlp", "--model-config",
-                       "widths=64/256/32/32/32/10", "--dataset", "synthetic",
+  const char *bad[] = {"--model",
+                       "mlp",
+                       "--model-config",
+                       "widths=64/256/32/32/32/10",
+                       "--dataset",
+                       "synthetic",
                        "--data-config",
-                       "shape=64,classes=4,examples=256,seed=3", "--batch",
-                       "32", "--local", "2", "--steps", "8",
-                       "--freeze-schedule", "4:5", NULL};
+                       "shape=64,classes=4,examples=256,seed=3",
+                       "--batch",
+                       "32",
+                       "--local",
+                       "2",
+                       "--steps",
+                       "8",
+                       "--freeze-schedule",
+                       "4:5",
+                       NULL};
   rc = run_axon(log, 60000, bad);
   out = mt_slurp(log);
   if (rc == 0 || !out || !strstr(out, "at least one must train"))
@@ -323,12 +407,28 @@ static void test_balanced_resnet20(void **state) {
   ax_model_info info;
   AX_ASSERT_OK(ax_model_config(def, "in_channels=1,image=8", &cfg));
   AX_ASSERT_OK(def->describe(&cfg, &info));
-  const char *av[] = {"--model", "resnet20", "--model-config",
-                      "in_channels=1,image=8", "--dataset", "synthetic",
-                      "--data-config", "shape=1/8/8,classes=4,examples=64,"
-                      "seed=3", "--optim", "opt=sgd,lr=0.05", "--batch", "8",
-                      "--eval-limit", "16", "--local", "3", "--mode",
-                      "pipedream", "--steps", "24", NULL};
+  const char *av[] = {"--model",
+                      "resnet20",
+                      "--model-config",
+                      "in_channels=1,image=8",
+                      "--dataset",
+                      "synthetic",
+                      "--data-config",
+                      "shape=1/8/8,classes=4,examples=64,"
+                      "seed=3",
+                      "--optim",
+                      "opt=sgd,lr=0.05",
+                      "--batch",
+                      "8",
+                      "--eval-limit",
+                      "16",
+                      "--local",
+                      "3",
+                      "--mode",
+                      "pipedream",
+                      "--steps",
+                      "24",
+                      NULL};
   run_balanced("resnet20", av, 3, info.n_blocks);
 }
 
@@ -343,13 +443,20 @@ static void test_agents_and_master(void **state) {
   for (int i = 0; i < NAG; i++) /* forked before gRPC starts here */
     pids[i] = rt_spawn_agent(names[i], port, "--threads", "2",
                              "--peer-timeout-ms", "3000", NULL);
-  const char *av[] = {"--model", "mlp", "--model-config",
-                      "widths=32/32/32/10", "--dataset", "synthetic",
-                      "--data-config", "shape=32,classes=4,examples=128",
-                      "--optim", "opt=sgd,lr=0.1", "--batch", "16",
-                      "--eval-limit", "32", "--stages", "3", "--agents",
-                      "x1,x2,x3", "--master", master, "--mode", "1f1b",
-                      "--microbatches", "2", "--steps", "12", "--quiet", NULL};
+  const char *av[] = {"--model",        "mlp",
+                      "--model-config", "widths=32/32/32/10",
+                      "--dataset",      "synthetic",
+                      "--data-config",  "shape=32,classes=4,examples=128",
+                      "--optim",        "opt=sgd,lr=0.1",
+                      "--batch",        "16",
+                      "--eval-limit",   "32",
+                      "--stages",       "3",
+                      "--agents",       "x1,x2,x3",
+                      "--master",       master,
+                      "--mode",         "1f1b",
+                      "--microbatches", "2",
+                      "--steps",        "12",
+                      "--quiet",        NULL};
   /* axon-run must fork before gRPC starts here too: start it now, without
    * waiting, and join as the master below (it retries until we listen). */
   char path[4200];
@@ -393,8 +500,7 @@ static void test_agents_and_master(void **state) {
     dump_on_failure(out);
   int zero = rc == AX_OK ? dt_all_zero(drv, names, NAG) : rc;
   if (zero != AX_OK)
-    fprintf(stderr, "after the run: %s: %s\n", ax_strerror(zero),
-            ax_errmsg());
+    fprintf(stderr, "after the run: %s: %s\n", ax_strerror(zero), ax_errmsg());
   int clean = 1;
   for (int i = 0; i < NAG; i++) {
     clean &= mt_exit_clean(rt_stop_agent(pids[i], SIGTERM, 15000));

@@ -106,9 +106,9 @@ static void run_case_v(int mode, int K, int v, int M, int steps) {
   AX_ASSERT_OK(def->describe(&mcfg, &info));
   int S = K * v, bounds[16 + 1];
   AX_ASSERT_OK(ax_split_uniform(info.n_blocks, S, bounds));
-  ax_pipe_opts o = {"bert", BERT_CFG, K,    g_names, bounds, mode,  M,
-                    AX_RECOMPUTE_NEVER, OPTIM, SEED, AX_CPU, 30000, NULL,
-                    v};
+  ax_pipe_opts o = {
+      "bert", BERT_CFG, K,      g_names, bounds, mode, M, AX_RECOMPUTE_NEVER,
+      OPTIM,  SEED,     AX_CPU, 30000,   NULL,   v};
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   AX_ASSERT_OK(ax_pipe_train(p, steps, bert_batch, NULL, NULL));
@@ -121,9 +121,10 @@ static void run_case_v(int mode, int K, int v, int M, int steps) {
                   OPTIM, SEED, &ro, off, obuf);
   double worst_off = pt_worst_stages(p, S, off, obuf);
   double worst = pt_worst_stages(p, S, want, wbuf);
-  fprintf(stderr, "  bert %-11s K=%d v=%d M=%d: worst relative difference "
-          "%.2g (%.2g against other masks)\n", ax_pipe_mode_name(mode), K, v,
-          M, worst, worst_off);
+  fprintf(stderr,
+          "  bert %-11s K=%d v=%d M=%d: worst relative difference "
+          "%.2g (%.2g against other masks)\n",
+          ax_pipe_mode_name(mode), K, v, M, worst, worst_off);
   if (worst > 1e-5)
     fail_msg("bert %s K=%d M=%d: relative difference %.3g > 1e-5",
              ax_pipe_mode_name(mode), K, M, worst);

@@ -34,8 +34,8 @@ static void run_kill(int mode, int g) {
   pt_data data = {NULL, 32};
   AX_ASSERT_OK(ax_config_parse(&dcfg, "shape=256,classes=10,examples=512"));
   AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
-  ax_pipe_opts o = {"mlp", "widths=256/256/256/10", PER, names, NULL,
-                    mode, 4, 0, "opt=sgd,lr=0.01", 1, AX_CPU, 30000};
+  ax_pipe_opts o = {"mlp", "widths=256/256/256/10", PER, names,  NULL, mode, 4,
+                    0,     "opt=sgd,lr=0.01",       1,   AX_CPU, 30000};
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   pthread_t th;
@@ -71,9 +71,9 @@ static void test_shutdown_with_stages(void **state) {
   AX_ASSERT_OK(ax_config_parse(&dcfg, "shape=32,classes=10,examples=64"));
   AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
   const char *names[2] = {"e1", "e2"};
-  ax_pipe_opts o = {"mlp", "widths=32/32/10", 2, names, NULL,
-                    AX_MODE_PIPEDREAM, 1, 0, "opt=sgd,lr=0.01", 1, AX_CPU,
-                    30000};
+  ax_pipe_opts o = {
+      "mlp", "widths=32/32/10", 2, names,  NULL, AX_MODE_PIPEDREAM, 1,
+      0,     "opt=sgd,lr=0.01", 1, AX_CPU, 30000};
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   AX_ASSERT_OK(ax_pipe_train(p, 1, pt_batch, NULL, &data));
@@ -83,8 +83,12 @@ static void test_shutdown_with_stages(void **state) {
   for (int i = NKILL; i < NAGENTS; i++) {
     int st = rt_stop_agent(g_pids[i], SIGTERM, 15000);
     fprintf(stderr, "  %s: %s %d\n", g_names[i],
-            st == -1 ? "not stopped" : WIFEXITED(st) ? "exit status" : "signal",
-            st == -1 ? 0 : WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+            st == -1        ? "not stopped"
+            : WIFEXITED(st) ? "exit status"
+                            : "signal",
+            st == -1        ? 0
+            : WIFEXITED(st) ? WEXITSTATUS(st)
+                            : WTERMSIG(st));
     clean &= st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
     g_pids[i] = -1;
   }
@@ -94,8 +98,8 @@ static void test_shutdown_with_stages(void **state) {
 }
 
 int main(void) {
-  static const char *const args[] = {"--threads", "4",
-                                      "--peer-timeout-ms", "2000", NULL};
+  static const char *const args[] = {"--threads", "4", "--peer-timeout-ms",
+                                     "2000", NULL};
   if (mt_start("coord", g_names, NAGENTS, args, g_pids, &g_drv) != AX_OK)
     return 1;
   const struct CMUnitTest tests[] = {

@@ -1,5 +1,5 @@
-/* Freezing and re-packing (runtime/pipeline/state/freeze.h) with real agents: an
- * MLP of 5 blocks trained by gpipe on 4 agents (K = 4), then at step 3
+/* Freezing and re-packing (runtime/pipeline/state/freeze.h) with real agents:
+ * an MLP of 5 blocks trained by gpipe on 4 agents (K = 4), then at step 3
  * blocks 0-1 frozen and the rest re-packed onto K = 2 with 2 replicas, at
  * step 6 blocks 0-3 frozen and block 4 re-packed onto K = 1 with 4
  * replicas, to step 12. Oracle: a single-process run of the same rule
@@ -16,9 +16,9 @@
 
 #include "axon/models/loss.h"
 #include "axon/models/optim.h"
+#include "axon/runtime/pipeline/coord/train.h"
 #include "axon/runtime/pipeline/state/checkpoint.h"
 #include "axon/runtime/pipeline/state/freeze.h"
-#include "axon/runtime/pipeline/coord/train.h"
 #include "tests/pipe_testutil.h"
 
 #define NAGENTS 4
@@ -32,7 +32,8 @@ static ax_node *g_drv;
 #define SEED 11
 #define BATCH 16
 
-/* ---- the single-process reference ------------------------------------------ */
+/* ---- the single-process reference ------------------------------------------
+ */
 
 typedef struct ref {
   ax_net *net;
@@ -40,8 +41,7 @@ typedef struct ref {
 } ref;
 
 /* Offset of block b's first parameter in the whole model. */
-static size_t block_off(const ax_model_def *def, const ax_config *cfg,
-                        int b) {
+static size_t block_off(const ax_model_def *def, const ax_config *cfg, int b) {
   size_t off = 0;
   for (int i = 0; i < b; i++) {
     ax_module *m;
@@ -96,9 +96,8 @@ static double ref_eval(ref *r, pt_data *d, int nb) {
 
 /* Trains the reference: every block until step s1, blocks >= f1 until s2,
  * blocks >= f2 until `end`. */
-static void ref_run(const ax_model_def *def, const ax_config *cfg,
-                    pt_data *d, int f1, long s1, int f2, long s2, long end,
-                    ref *r) {
+static void ref_run(const ax_model_def *def, const ax_config *cfg, pt_data *d,
+                    int f1, long s1, int f2, long s2, long end, ref *r) {
   AX_ASSERT_OK(ax_model_stage(def, cfg, 0, 5, AX_CPU, SEED, &r->net));
   ax_config oc;
   ax_optim_cfg ocfg;
@@ -110,7 +109,8 @@ static void ref_run(const ax_model_def *def, const ax_config *cfg,
   ax_optim_free(r->opt);
 }
 
-/* ---- the test ------------------------------------------------------------- */
+/* ---- the test -------------------------------------------------------------
+ */
 
 static double worst_suffix(ax_pipe *p, const ax_model_def *def,
                            const ax_config *cfg, const ref *r, int f) {
@@ -135,8 +135,9 @@ static void run_case(int second_freeze, double *worst, double *eval_diff,
   AX_ASSERT_OK(ax_config_parse(&dcfg, DATA_CFG));
   pt_data d = {NULL, BATCH};
   AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &d.ds));
-  ax_pipe_opts o = {"mlp", MODEL_CFG, 4, g_names, NULL, AX_MODE_GPIPE, 2,
-                    AX_RECOMPUTE_NEVER, OPTIM, SEED, AX_CPU, 30000};
+  ax_pipe_opts o = {"mlp", MODEL_CFG,     4,      g_names,
+                    NULL,  AX_MODE_GPIPE, 2,      AX_RECOMPUTE_NEVER,
+                    OPTIM, SEED,          AX_CPU, 30000};
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   AX_ASSERT_OK(ax_pipe_train(p, 3, pt_batch, NULL, &d));
@@ -172,14 +173,15 @@ static void test_freeze_equals_reference(void **state) {
   ax_freeze_stats fs, fs_off;
   run_case(1, &worst, &ediff, &fs);
   run_case(0, &worst_off, &ediff_off, &fs_off);
-  fprintf(stderr, "  gpipe K=4 -> freeze 2 blocks, K=2 R=2 -> freeze 4, K=1 "
+  fprintf(stderr,
+          "  gpipe K=4 -> freeze 2 blocks, K=2 R=2 -> freeze 4, K=1 "
           "R=4: trained block's worst relative difference %.2g, evaluation "
           "loss %.2g (without the second freeze: %.2g); cache %ld hits, "
-          "%ld misses, %lld bytes\n", worst, ediff, ediff_off, fs.hits,
-          fs.misses, (long long)fs.cache_bytes);
+          "%ld misses, %lld bytes\n",
+          worst, ediff, ediff_off, fs.hits, fs.misses,
+          (long long)fs.cache_bytes);
   if (worst > 1e-5 || ediff > 1e-5)
-    fail_msg("freeze: relative differences %.3g / %.3g > 1e-5", worst,
-             ediff);
+    fail_msg("freeze: relative differences %.3g / %.3g > 1e-5", worst, ediff);
   assert_true(ediff_off > 1e-4);
   assert_int_equal(fs.blocks, 4);
   assert_int_equal(fs.K, 1);
@@ -201,8 +203,9 @@ static void test_checkpoint(void **state) {
   pt_data d = {NULL, BATCH};
   AX_ASSERT_OK(ax_config_parse(&dcfg, DATA_CFG));
   AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &d.ds));
-  ax_pipe_opts o = {"mlp", MODEL_CFG, 4, g_names, NULL, AX_MODE_GPIPE, 2,
-                    AX_RECOMPUTE_NEVER, OPTIM, SEED, AX_CPU, 30000};
+  ax_pipe_opts o = {"mlp", MODEL_CFG,     4,      g_names,
+                    NULL,  AX_MODE_GPIPE, 2,      AX_RECOMPUTE_NEVER,
+                    OPTIM, SEED,          AX_CPU, 30000};
   char root[] = "/tmp/axon_freeze_ckXXXXXX";
   assert_non_null(mkdtemp(root));
   ax_pipe *a, *b, *c;
@@ -249,7 +252,8 @@ static void test_checkpoint(void **state) {
   AX_ASSERT_OK(ax_model_config(def, MODEL_CFG, &mcfg));
   assert_int_equal(whole->n_params, block_off(def, &mcfg, 5));
   ax_net_free(whole);
-  fprintf(stderr, "  gpipe K=4 -> freeze 2, K=2 R=2: resumed from step 5, "
+  fprintf(stderr,
+          "  gpipe K=4 -> freeze 2, K=2 R=2: resumed from step 5, "
           "equal to the uninterrupted run (evaluation loss %.6f both)\n",
           la);
   ax_pipe_free(a);
@@ -262,8 +266,9 @@ static void test_checkpoint(void **state) {
 }
 
 static void test_refusals(void **state) {
-  ax_pipe_opts o = {"mlp", MODEL_CFG, 4, g_names, NULL, AX_MODE_GPIPE, 2,
-                    AX_RECOMPUTE_NEVER, OPTIM, SEED, AX_CPU, 30000};
+  ax_pipe_opts o = {"mlp", MODEL_CFG,     4,      g_names,
+                    NULL,  AX_MODE_GPIPE, 2,      AX_RECOMPUTE_NEVER,
+                    OPTIM, SEED,          AX_CPU, 30000};
   ax_pipe *p, *before;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   before = p;
@@ -288,8 +293,7 @@ static void test_refusals(void **state) {
   assert_int_equal(pts[1].K, 1);
   const char *bad_s[] = {"100", "100:2,50:3", "100:2,200:2", "1:1x", "0:1"};
   for (int i = 0; i < 5; i++)
-    assert_int_equal(ax_freeze_schedule_parse(bad_s[i], pts, 4, &n),
-                     AX_EINVAL);
+    assert_int_equal(ax_freeze_schedule_parse(bad_s[i], pts, 4, &n), AX_EINVAL);
   ax_pipe_free(p);
   AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
 }

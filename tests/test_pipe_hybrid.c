@@ -30,8 +30,7 @@ typedef struct steps_seen {
 
 static void on_step(void *user, const ax_pipe_step_info *si) {
   steps_seen *s = user;
-  s->in_order &= si->batch == s->last + 1 && si->count == 16 &&
-                 si->loss > 0;
+  s->in_order &= si->batch == s->last + 1 && si->count == 16 && si->loss > 0;
   s->last = si->batch;
   s->n++;
 }
@@ -64,10 +63,9 @@ static void run_case(int mode, int K, int R, int M, int steps) {
   AX_ASSERT_OK(ax_split_uniform(info.n_blocks, S, bounds));
   feed f = {{NULL, 16}, {0, -1, 1}};
   AX_ASSERT_OK(ax_config_parse(&dcfg, g_data_cfg));
-  AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN,
-                               &f.data.ds));
-  ax_pipe_opts o = {"mlp", g_model_cfg, K, g_names, bounds, mode, M,
-                    AX_RECOMPUTE_NEVER, g_optim, 3, AX_CPU, 30000};
+  AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &f.data.ds));
+  ax_pipe_opts o = {"mlp", g_model_cfg,        K,       g_names, bounds, mode,
+                    M,     AX_RECOMPUTE_NEVER, g_optim, 3,       AX_CPU, 30000};
   o.chunks = 2;
   o.replicas = R;
   ax_pipe *p = NULL;
@@ -78,8 +76,8 @@ static void run_case(int mode, int K, int R, int M, int steps) {
   assert_true(f.seen.in_order);
   ax_tensor *want[AX_PIPE_MAX_STAGES], *wbuf[AX_PIPE_MAX_STAGES];
   f.data.batch = 16;
-  pt_reference(def, &mcfg, bounds, S, ref_kind(mode), steps, pt_batch,
-               &f.data, g_optim, 3, want, wbuf);
+  pt_reference(def, &mcfg, bounds, S, ref_kind(mode), steps, pt_batch, &f.data,
+               g_optim, 3, want, wbuf);
   double worst = pt_worst_stages(p, S, want, wbuf); /* releases want */
   if (ref_kind(mode) != REF_SYNC) { /* negative control: plain SGD */
     ax_tensor *sync[AX_PIPE_MAX_STAGES], *sbuf[AX_PIPE_MAX_STAGES];
@@ -100,9 +98,10 @@ static void run_case(int mode, int K, int R, int M, int steps) {
       ax_tensor_release(a), ax_tensor_release(ab);
       ax_tensor_release(b), ax_tensor_release(bb);
     }
-  fprintf(stderr, "  %-11s K=%d R=%d M=%d: %d steps, worst relative "
-          "difference from the whole batch %.2g\n", ax_pipe_mode_name(mode),
-          K, R, M, steps, worst);
+  fprintf(stderr,
+          "  %-11s K=%d R=%d M=%d: %d steps, worst relative "
+          "difference from the whole batch %.2g\n",
+          ax_pipe_mode_name(mode), K, R, M, steps, worst);
   if (worst > 1e-5)
     fail_msg("%s K=%d R=%d: relative difference %.3g", ax_pipe_mode_name(mode),
              K, R, worst);
@@ -137,8 +136,8 @@ static int train_params(int mode, int K, int R, int M, int steps, int zero,
   pt_data data = {NULL, 16};
   AX_ASSERT_OK(ax_config_parse(&dcfg, g_data_cfg));
   AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
-  ax_pipe_opts o = {"mlp", g_model_cfg, K, g_names, NULL, mode, M,
-                    AX_RECOMPUTE_NEVER, optim, 3, AX_CPU, 30000};
+  ax_pipe_opts o = {"mlp", g_model_cfg,        K,     g_names, NULL,   mode,
+                    M,     AX_RECOMPUTE_NEVER, optim, 3,       AX_CPU, 30000};
   o.replicas = R;
   o.zero = zero;
   o.optimizer_host = opt_host;
@@ -182,14 +181,16 @@ static void test_zero_equals_unsharded(void **state) {
     for (int s = 0; s < S; s++) {
       if (!same_bits(plain[s], sharded[s]))
         fail_msg("%s K=%d R=%d zero %d: stage %d differs from the unsharded "
-                 "run", ax_pipe_mode_name(c[i].mode), c[i].K, c[i].R,
-                 c[i].zero, s);
+                 "run",
+                 ax_pipe_mode_name(c[i].mode), c[i].K, c[i].R, c[i].zero, s);
       ax_tensor_release(plain[s]);
       ax_tensor_release(sharded[s]);
     }
-    fprintf(stderr, "  %-10s K=%d R=%d zero %d (%s): equal to the unsharded "
-            "run, bit for bit\n", ax_pipe_mode_name(c[i].mode), c[i].K,
-            c[i].R, c[i].zero, c[i].optim);
+    fprintf(stderr,
+            "  %-10s K=%d R=%d zero %d (%s): equal to the unsharded "
+            "run, bit for bit\n",
+            ax_pipe_mode_name(c[i].mode), c[i].K, c[i].R, c[i].zero,
+            c[i].optim);
   }
 }
 
@@ -209,8 +210,8 @@ static void test_offload_equals_local(void **state) {
     ax_tensor *local[AX_PIPE_MAX_STAGES], *away[AX_PIPE_MAX_STAGES];
     int S = train_params(c[i].mode, c[i].K, c[i].R, c[i].M, 4, 0, c[i].optim,
                          NULL, local);
-    train_params(c[i].mode, c[i].K, c[i].R, c[i].M, 4, 0, c[i].optim,
-                 c[i].host, away);
+    train_params(c[i].mode, c[i].K, c[i].R, c[i].M, 4, 0, c[i].optim, c[i].host,
+                 away);
     for (int s = 0; s < S; s++) {
       if (!same_bits(local[s], away[s]))
         fail_msg("%s K=%d R=%d: stage %d with its optimizer on %s differs",
@@ -218,13 +219,16 @@ static void test_offload_equals_local(void **state) {
       ax_tensor_release(local[s]);
       ax_tensor_release(away[s]);
     }
-    fprintf(stderr, "  %-10s K=%d R=%d, optimizer on %s (%s): equal to the "
-            "local update, bit for bit\n", ax_pipe_mode_name(c[i].mode),
-            c[i].K, c[i].R, c[i].host, c[i].optim);
+    fprintf(stderr,
+            "  %-10s K=%d R=%d, optimizer on %s (%s): equal to the "
+            "local update, bit for bit\n",
+            ax_pipe_mode_name(c[i].mode), c[i].K, c[i].R, c[i].host,
+            c[i].optim);
   }
   const char *two[2] = {"h1", "h2"};
-  ax_pipe_opts o = {"mlp", g_model_cfg, 1, two, NULL, AX_MODE_GPIPE, 2,
-                    AX_RECOMPUTE_NEVER, g_optim, 3, AX_CPU, 30000};
+  ax_pipe_opts o = {
+      "mlp", g_model_cfg,        1,       two, NULL,   AX_MODE_GPIPE,
+      2,     AX_RECOMPUTE_NEVER, g_optim, 3,   AX_CPU, 30000};
   o.replicas = 2;
   o.zero = 1;
   o.optimizer_host = "h3";
@@ -244,10 +248,10 @@ static void test_replicas_resume(void **state) {
     ax_config dcfg;
     pt_data data = {NULL, 16};
     AX_ASSERT_OK(ax_config_parse(&dcfg, g_data_cfg));
-    AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN,
-                                 &data.ds));
-    ax_pipe_opts o = {"mlp", g_model_cfg, 2, g_names, NULL, AX_MODE_1F1B, 2,
-                      AX_RECOMPUTE_NEVER, g_optim, 3, AX_CPU, 30000};
+    AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
+    ax_pipe_opts o = {
+        "mlp", g_model_cfg,        2,       g_names, NULL,   AX_MODE_1F1B,
+        2,     AX_RECOMPUTE_NEVER, g_optim, 3,       AX_CPU, 30000};
     o.replicas = 2;
     ax_pipe *a = NULL, *b = NULL;
     AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &a));
@@ -271,8 +275,8 @@ static void test_replicas_resume(void **state) {
         AX_ASSERT_OK(ax_pipe_stage_state(ax_pipe_replica(a, r), s, &pa, &ba));
         AX_ASSERT_OK(ax_pipe_stage_state(ax_pipe_replica(b, r), s, &pb, &bb));
         if (!same_bits(pa, pb))
-          fail_msg("replica %d stage %d: the resumed run differs (flags %d)",
-                   r, s, flags);
+          fail_msg("replica %d stage %d: the resumed run differs (flags %d)", r,
+                   s, flags);
         ax_tensor_release(pa), ax_tensor_release(ba);
         ax_tensor_release(pb), ax_tensor_release(bb);
       }
@@ -287,7 +291,8 @@ static void test_replicas_resume(void **state) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     assert_int_equal(system(cmd), 0);
-    fprintf(stderr, "  1f1b K=2 R=2: resumed from step 3 (%s), equal to the "
+    fprintf(stderr,
+            "  1f1b K=2 R=2: resumed from step 3 (%s), equal to the "
             "uninterrupted run in both replicas\n",
             flags ? "files through the coordinator" : "files on the agents");
   }
@@ -304,8 +309,9 @@ static void test_lost_replica_agent(void **state) {
   pt_data data = {NULL, 16};
   AX_ASSERT_OK(ax_config_parse(&dcfg, g_data_cfg));
   AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
-  ax_pipe_opts o = {"mlp", g_model_cfg, 2, g_names, NULL, AX_MODE_1F1B, 2,
-                    AX_RECOMPUTE_NEVER, g_optim, 3, AX_CPU, 30000};
+  ax_pipe_opts o = {
+      "mlp", g_model_cfg,        2,       g_names, NULL,   AX_MODE_1F1B,
+      2,     AX_RECOMPUTE_NEVER, g_optim, 3,       AX_CPU, 30000};
   o.replicas = 2;
   ax_pipe *p = NULL;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
@@ -318,8 +324,9 @@ static void test_lost_replica_agent(void **state) {
 
 static void test_bad_replica_options(void **state) {
   const char *twice[4] = {"h1", "h2", "h1", "h4"};
-  ax_pipe_opts o = {"mlp", g_model_cfg, 2, twice, NULL, AX_MODE_GPIPE, 2,
-                    AX_RECOMPUTE_NEVER, g_optim, 3, AX_CPU, 30000};
+  ax_pipe_opts o = {
+      "mlp", g_model_cfg,        2,       twice, NULL,   AX_MODE_GPIPE,
+      2,     AX_RECOMPUTE_NEVER, g_optim, 3,     AX_CPU, 30000};
   o.replicas = 2;
   ax_pipe *p = NULL;
   assert_int_equal(ax_pipe_new(g_drv, &o, &p), AX_EINVAL);

@@ -1,16 +1,17 @@
-/* Stage-driven execution, the agent's side (runtime/pipeline/stage/stage_line-impl.h):
- * a rank's actions run in their sequence order whatever order they arrive
- * in; bad sequences (repeated, far ahead, negative, of an older train
- * call) are refused; a newer train call cancels what an older one left; a
- * failed action cancels the rest of its call; a host torn down cancels its
- * queued actions; and a real agent's axon.pipe.stage refuses hostile sequence
- * metadata and keeps serving. Zero live calls on every node after each. */
+/* Stage-driven execution, the agent's side
+ * (runtime/pipeline/stage/stage_line-impl.h): a rank's actions run in their
+ * sequence order whatever order they arrive in; bad sequences (repeated, far
+ * ahead, negative, of an older train call) are refused; a newer train call
+ * cancels what an older one left; a failed action cancels the rest of its call;
+ * a host torn down cancels its queued actions; and a real agent's
+ * axon.pipe.stage refuses hostile sequence metadata and keeps serving. Zero
+ * live calls on every node after each. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/runtime/pipeline/stage/stage_line-impl.h"
+#include "harness.h"
 #include "tests/mp_testutil.h"
 
 #define NAGENTS 1
@@ -57,15 +58,14 @@ static int rec_run(ax_call_ctx *cc, void *obj, const ax_values *args,
     r->order[r->n++] = v;
   pthread_mutex_unlock(&r->mu);
   if (fail)
-    return ax_seterr(AX_EINVAL, "recorder: told to fail at %lld",
-                     (long long)v);
+    return ax_seterr(AX_EINVAL, "recorder: told to fail at %lld", (long long)v);
   return ax_values_add_i64(out, v);
 }
 
 static int m_run(ax_call_ctx *cc, void *obj, const ax_values *args,
                  ax_values *out) {
   return axi_pipe_line_call(cc, &((recorder *)obj)->line, obj, rec_run, args,
-                       out);
+                            out);
 }
 
 static int m_detach(ax_call_ctx *cc, void *obj, const ax_values *args,
@@ -96,8 +96,8 @@ static ax_future *run_on(ax_rref *h, int64_t line, int64_t gen, int64_t seq,
   ax_values *args = dt_i64s(3, a);
   const char *keys[3] = {AXP_META_LINE, AXP_META_GEN, AXP_META_SEQ};
   int64_t vals[3] = {line, gen, seq};
-  ax_call_opts co = {.timeout_ms = tmo, .nmeta = 3, .meta_key = keys,
-                     .meta_val = vals};
+  ax_call_opts co = {
+      .timeout_ms = tmo, .nmeta = 3, .meta_key = keys, .meta_val = vals};
   ax_future *f = NULL;
   AX_ASSERT_OK(ax_rref_rpc_async(g_drv, h, "run", args, &co, &f));
   ax_values_free(args);
@@ -176,8 +176,7 @@ static void test_failure_cancels_the_rest(void **state) {
   ax_future *later = run_on(h, 9, 1, 1, 2, 0, 0, 10000);
   assert_int_equal(outcome(run_on(h, 9, 1, 0, 1, 1, 0, 10000)), AX_EINVAL);
   assert_int_equal(outcome(later), AX_ECANCELLED);
-  assert_int_equal(outcome(run_on(h, 9, 1, 2, 3, 0, 0, 10000)),
-                   AX_ECANCELLED);
+  assert_int_equal(outcome(run_on(h, 9, 1, 2, 3, 0, 0, 10000)), AX_ECANCELLED);
   /* The next train call runs again. */
   assert_int_equal(outcome(run_on(h, 9, 2, 0, 4, 0, 0, 10000)), AX_OK);
   assert_int_equal(r->n, 2);
@@ -226,8 +225,8 @@ static void test_agent_refuses_hostile_sequence(void **state) {
   int64_t a[5] = {0, 0, 0, 1, 0};
   for (int i = 0; i < 3; i++) {
     ax_values *args = dt_i64s(5, a), *out = NULL;
-    ax_call_opts c = {.timeout_ms = 10000, .nmeta = 3, .meta_key = keys,
-                      .meta_val = bad[i]};
+    ax_call_opts c = {
+        .timeout_ms = 10000, .nmeta = 3, .meta_key = keys, .meta_val = bad[i]};
     int e = ax_rref_rpc_sync(g_drv, h, "fwd", args, &c, &out);
     if (e != AX_EBADARG)
       fprintf(stderr, "  case %d: %s: %s\n", i, ax_strerror(e), ax_errmsg());
@@ -237,8 +236,8 @@ static void test_agent_refuses_hostile_sequence(void **state) {
   /* In order, the action runs (and fails: the host was never set up). */
   int64_t ok[3] = {1, 1, 0};
   ax_values *args = dt_i64s(5, a), *out = NULL;
-  ax_call_opts c = {.timeout_ms = 10000, .nmeta = 3, .meta_key = keys,
-                    .meta_val = ok};
+  ax_call_opts c = {
+      .timeout_ms = 10000, .nmeta = 3, .meta_key = keys, .meta_val = ok};
   int err = ax_rref_rpc_sync(g_drv, h, "fwd", args, &c, &out);
   assert_true(err != AX_OK && err != AX_ETIMEOUT && err != AX_EBADARG);
   ax_values_free(args);

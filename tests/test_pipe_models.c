@@ -43,8 +43,9 @@ static void run_case(const mcase *c, int mode, int K, int M, int steps) {
   AX_ASSERT_OK(def->describe(&mcfg, &info));
   int bounds[NAGENTS + 1];
   AX_ASSERT_OK(ax_split_uniform(info.n_blocks, K, bounds));
-  ax_pipe_opts o = {c->model, c->model_cfg, K, g_names, bounds, mode, M,
-                    AX_RECOMPUTE_NEVER, c->optim, 5, AX_CPU, 30000};
+  ax_pipe_opts o = {
+      c->model, c->model_cfg,       K,        g_names, bounds, mode,
+      M,        AX_RECOMPUTE_NEVER, c->optim, 5,       AX_CPU, 30000};
   ax_pipe *p;
   double t0 = ax_now();
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
@@ -52,12 +53,13 @@ static void run_case(const mcase *c, int mode, int K, int M, int steps) {
   double t1 = ax_now();
   pt_check_events(p, mode, K, M, AX_RECOMPUTE_NEVER, steps);
   ax_tensor *want[NAGENTS], *wbuf[NAGENTS];
-  pt_reference(def, &mcfg, bounds, K, ref_kind(mode), steps, c->batch,
-               c->data, c->optim, 5, want, wbuf);
+  pt_reference(def, &mcfg, bounds, K, ref_kind(mode), steps, c->batch, c->data,
+               c->optim, 5, want, wbuf);
   double worst = pt_worst_stages(p, K, want, wbuf);
-  fprintf(stderr, "  %s %-10s K=%d M=%d: %d steps in %.2f s, worst relative "
-          "difference %.2g\n", c->model, ax_pipe_mode_name(mode), K, M, steps,
-          t1 - t0, worst);
+  fprintf(stderr,
+          "  %s %-10s K=%d M=%d: %d steps in %.2f s, worst relative "
+          "difference %.2g\n",
+          c->model, ax_pipe_mode_name(mode), K, M, steps, t1 - t0, worst);
   if (worst > 1e-5)
     fail_msg("%s %s K=%d M=%d: relative difference %.3g", c->model,
              ax_pipe_mode_name(mode), K, M, worst);
@@ -71,8 +73,8 @@ static void test_resnet20_async(void **state) {
   AX_ASSERT_OK(ax_config_parse(&dcfg, "shape=1/8/8,classes=10,examples=48,"
                                       "seed=4"));
   AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
-  mcase c = {"resnet20", "in_channels=1,image=8", "opt=sgd,lr=0.02",
-             pt_batch, &data};
+  mcase c = {"resnet20", "in_channels=1,image=8", "opt=sgd,lr=0.02", pt_batch,
+             &data};
   for (int K = 2; K <= 4; K++) {
     run_case(&c, AX_MODE_PIPEDREAM, K, 1, 12);
     run_case(&c, AX_MODE_DDG, K, 1, 12);

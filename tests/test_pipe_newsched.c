@@ -32,9 +32,13 @@ static void run_case_mode(int mode, int K, int v, int M, int T) {
   pt_data data = {NULL, 16};
   AX_ASSERT_OK(ax_config_parse(&dcfg, g_data_cfg));
   AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
-  ax_pipe_opts o = {"mlp", g_model_cfg, K, g_names, bounds,
-                    mode, M, AX_RECOMPUTE_NEVER, g_optim, 3,
-                    AX_CPU, 30000, NULL, v};
+  ax_pipe_opts o = {"mlp",   g_model_cfg,
+                    K,       g_names,
+                    bounds,  mode,
+                    M,       AX_RECOMPUTE_NEVER,
+                    g_optim, 3,
+                    AX_CPU,  30000,
+                    NULL,    v};
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   assert_int_equal(ax_pipe_stages(p), S);
@@ -51,16 +55,18 @@ static void run_case_mode(int mode, int K, int v, int M, int T) {
   for (long i = 0; i < ne; i++) {
     const ax_pipe_op *e = &ev[i].op;
     assert_true(once[e->stage][e->kind][e->batch * M + e->micro]++ == 0);
-    assert_true(e->kind == AX_OP_FWD || (split ? e->kind != AX_OP_BWD
-                                               : e->kind == AX_OP_BWD));
+    assert_true(e->kind == AX_OP_FWD ||
+                (split ? e->kind != AX_OP_BWD : e->kind == AX_OP_BWD));
     assert_true(ev[i].live <= ax_pipe_live_bound(mode, S, e->stage, M));
   }
   ax_tensor *want[16], *wbuf[16];
-  pt_reference(def, &mcfg, bounds, S, REF_SYNC, T, pt_batch, &data, g_optim,
-               3, want, wbuf);
+  pt_reference(def, &mcfg, bounds, S, REF_SYNC, T, pt_batch, &data, g_optim, 3,
+               want, wbuf);
   double worst = pt_worst_stages(p, S, want, wbuf);
-  fprintf(stderr, "  %-11s K=%d v=%d M=%d: %d steps, worst relative "
-          "difference %.2g\n", ax_pipe_mode_name(mode), K, v, M, T, worst);
+  fprintf(stderr,
+          "  %-11s K=%d v=%d M=%d: %d steps, worst relative "
+          "difference %.2g\n",
+          ax_pipe_mode_name(mode), K, v, M, T, worst);
   if (worst > 1e-5)
     fail_msg("%s K=%d v=%d M=%d: relative difference %.3g > 1e-5",
              ax_pipe_mode_name(mode), K, v, M, worst);
@@ -74,15 +80,15 @@ static void run_case(int K, int v, int M, int T) {
 }
 
 static void test_zbh1_equals_full_batch(void **state) {
-  static const int km[][2] = {{1, 2}, {2, 2}, {2, 8}, {3, 4}, {4, 4},
-                              {4, 8}, {4, 1}};
+  static const int km[][2] = {{1, 2}, {2, 2}, {2, 8}, {3, 4},
+                              {4, 4}, {4, 8}, {4, 1}};
   for (size_t i = 0; i < sizeof km / sizeof km[0]; i++)
     run_case_mode(AX_MODE_ZBH1, km[i][0], 1, km[i][1], 2);
 }
 
 static void test_zbv_equals_full_batch(void **state) {
-  static const int km[][2] = {{1, 2}, {2, 2}, {2, 5}, {3, 4}, {4, 4},
-                              {4, 8}, {4, 1}};
+  static const int km[][2] = {{1, 2}, {2, 2}, {2, 5}, {3, 4},
+                              {4, 4}, {4, 8}, {4, 1}};
   for (size_t i = 0; i < sizeof km / sizeof km[0]; i++)
     run_case_mode(AX_MODE_ZBV, km[i][0], 2, km[i][1], 2);
 }
@@ -98,9 +104,13 @@ static void test_interleaved_equals_full_batch(void **state) {
 }
 
 static void test_interleaved_refuses(void **state) {
-  ax_pipe_opts o = {"mlp", g_model_cfg, 4, g_names, NULL,
-                    AX_MODE_INTERLEAVED, 6, AX_RECOMPUTE_NEVER, g_optim, 3,
-                    AX_CPU, 5000, NULL, 2};
+  ax_pipe_opts o = {"mlp",   g_model_cfg,
+                    4,       g_names,
+                    NULL,    AX_MODE_INTERLEAVED,
+                    6,       AX_RECOMPUTE_NEVER,
+                    g_optim, 3,
+                    AX_CPU,  5000,
+                    NULL,    2};
   ax_pipe *p = NULL;
   assert_int_equal(ax_pipe_new(g_drv, &o, &p), AX_EINVAL);
   assert_non_null(strstr(ax_errmsg(), "multiple"));

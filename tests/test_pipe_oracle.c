@@ -25,9 +25,12 @@ typedef struct run_cfg {
   double rtol;
 } run_cfg;
 
-static const run_cfg g_mlp = {"mlp", "widths=48/40/32/24/10",
+static const run_cfg g_mlp = {"mlp",
+                              "widths=48/40/32/24/10",
                               "shape=48,classes=10,examples=256,seed=7",
-                              "opt=sgd,lr=0.05,momentum=0.9", 16, 1e-5};
+                              "opt=sgd,lr=0.05,momentum=0.9",
+                              16,
+                              1e-5};
 
 /* Trains `steps` mini-batches in `mode` and compares with the reference. */
 static void run_case(const run_cfg *c, int mode, int K, int M, int steps,
@@ -42,8 +45,8 @@ static void run_case(const run_cfg *c, int mode, int K, int M, int steps,
   pt_data data = {NULL, c->batch};
   AX_ASSERT_OK(ax_config_parse(&dcfg, c->data_cfg));
   AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
-  ax_pipe_opts o = {c->model, c->model_cfg, K, g_names, bounds, mode, M,
-                    recompute, c->optim, 3, AX_CPU, 30000};
+  ax_pipe_opts o = {c->model, c->model_cfg, K,        g_names, bounds, mode,
+                    M,        recompute,    c->optim, 3,       AX_CPU, 30000};
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   AX_ASSERT_OK(ax_pipe_train(p, steps, pt_batch, NULL, &data));
@@ -51,17 +54,18 @@ static void run_case(const run_cfg *c, int mode, int K, int M, int steps,
   ax_pipe_stats st;
   ax_pipe_get_stats(p, &st);
   ax_tensor *want[NAGENTS], *wbuf[NAGENTS];
-  pt_reference(def, &mcfg, bounds, K, ref_kind(mode), steps, pt_batch, &data, c->optim,
-               3, want, wbuf);
+  pt_reference(def, &mcfg, bounds, K, ref_kind(mode), steps, pt_batch, &data,
+               c->optim, 3, want, wbuf);
   double worst = pt_worst_stages(p, K, want, wbuf);
-  fprintf(stderr, "  %-10s K=%d M=%d: %2d steps %.1f ms/step, %.0f "
+  fprintf(stderr,
+          "  %-10s K=%d M=%d: %2d steps %.1f ms/step, %.0f "
           "coordinator bytes/step, worst relative difference %.2g\n",
           ax_pipe_mode_name(mode), K, M, steps, 1e3 * st.seconds / steps,
           (double)st.coord_bytes / steps, worst);
   if (ref_kind(mode) != REF_SYNC && K > 1) { /* negative control */
     ax_tensor *sync[NAGENTS], *sbuf[NAGENTS];
-    pt_reference(def, &mcfg, bounds, K, REF_SYNC, steps, pt_batch, &data, c->optim, 3,
-                 sync, sbuf);
+    pt_reference(def, &mcfg, bounds, K, REF_SYNC, steps, pt_batch, &data,
+                 c->optim, 3, sync, sbuf);
     ax_tensor *got, *gbuf;
     AX_ASSERT_OK(ax_pipe_stage_state(p, 0, &got, &gbuf));
     double off = pt_worst(got, sync[0]);
@@ -85,8 +89,7 @@ static void run_case(const run_cfg *c, int mode, int K, int M, int steps,
 static void test_oracle1_sync_equals_full_batch(void **state) {
   static const int km[][2] = {{2, 4}, {3, 8}, {4, 2}, {4, 8}, {2, 1}};
   for (size_t i = 0; i < sizeof km / sizeof km[0]; i++) {
-    run_case(&g_mlp, AX_MODE_GPIPE, km[i][0], km[i][1], 2,
-             AX_RECOMPUTE_NEVER);
+    run_case(&g_mlp, AX_MODE_GPIPE, km[i][0], km[i][1], 2, AX_RECOMPUTE_NEVER);
     run_case(&g_mlp, AX_MODE_1F1B, km[i][0], km[i][1], 2, AX_RECOMPUTE_NEVER);
   }
   run_case(&g_mlp, AX_MODE_GPIPE, 3, 4, 2, AX_RECOMPUTE_ALWAYS);
@@ -117,8 +120,8 @@ static void test_stage_events_every_mode(void **state) {
 }
 
 static void test_bad_options(void **state) {
-  ax_pipe_opts o = {"mlp", g_mlp.model_cfg, 9, g_names, NULL, AX_MODE_GPIPE,
-                    2, 0, g_mlp.optim, 3, AX_CPU, 5000};
+  ax_pipe_opts o = {"mlp", g_mlp.model_cfg, 9, g_names, NULL, AX_MODE_GPIPE, 2,
+                    0,     g_mlp.optim,     3, AX_CPU,  5000};
   ax_pipe *p = NULL;
   assert_int_equal(ax_pipe_new(g_drv, &o, &p), AX_EINVAL); /* 9 > 4 blocks */
   o.K = 2;

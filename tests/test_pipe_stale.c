@@ -266,8 +266,8 @@ static void test_host_refuses_bad_setup(void **state) {
   char cfg[128];
   snprintf(cfg, sizeof cfg, "model=mlp,stage=0,splits=0/4,seed=3,%s",
            g_model_cfg);
-  AX_ASSERT_OK(
-      ax_remote_object(g_drv, g_names[0], "axon.pipe.stage", cfg, AX_CPU, &co, &h));
+  AX_ASSERT_OK(ax_remote_object(g_drv, g_names[0], "axon.pipe.stage", cfg,
+                                AX_CPU, &co, &h));
   AX_ASSERT_OK(setup_with(h, AX_MODE_PIPEDREAM, AX_STALE_PREDICT, 2, -1, 0));
   assert_int_equal(setup_with(h, AX_MODE_1F1B, AX_STALE_PREDICT, 0, -1, 0),
                    AX_EINVAL);

@@ -32,8 +32,9 @@ static double run(int mode, int M, int recompute, int steps, int inputs_only) {
   AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
   int bounds[NAGENTS + 1];
   AX_ASSERT_OK(ax_split_uniform(4, K, bounds));
-  ax_pipe_opts o = {"mlp", "widths=48/40/32/24/10", K, g_names, bounds, mode,
-                    M, recompute, "opt=sgd,lr=0.05", 3, AX_CPU, 30000};
+  ax_pipe_opts o = {
+      "mlp",     "widths=48/40/32/24/10", K, g_names, bounds, mode, M,
+      recompute, "opt=sgd,lr=0.05",       3, AX_CPU,  30000};
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   AX_ASSERT_OK(ax_pipe_train(p, steps, pt_batch, NULL, &data));
@@ -54,16 +55,18 @@ static double run(int mode, int M, int recompute, int steps, int inputs_only) {
     }
     if (inputs_only && ev[i].state_bytes != ev[i].live * unit_in)
       fail_msg("%s stage %d %s %d/%d: %lld state bytes for %d live states "
-               "of %lld input bytes", ax_pipe_mode_name(mode), s,
-               ev[i].op.kind ? "bwd" : "fwd", ev[i].op.batch, ev[i].op.micro,
-               (long long)ev[i].state_bytes, ev[i].live, (long long)unit_in);
+               "of %lld input bytes",
+               ax_pipe_mode_name(mode), s, ev[i].op.kind ? "bwd" : "fwd",
+               ev[i].op.batch, ev[i].op.micro, (long long)ev[i].state_bytes,
+               ev[i].live, (long long)unit_in);
   }
   int stash = mode == AX_MODE_DDG || mode == AX_MODE_PIPEDREAM;
   for (int s = 0; s < K; s++) {
     int bound = ax_pipe_live_bound(mode, K, s, M);
-    fprintf(stderr, "  %-10s M=%d stage %d: peak %d live states (bound %d), "
-            "%d weight versions\n", ax_pipe_mode_name(mode), M, s, peak[s],
-            bound, peakv[s]);
+    fprintf(stderr,
+            "  %-10s M=%d stage %d: peak %d live states (bound %d), "
+            "%d weight versions\n",
+            ax_pipe_mode_name(mode), M, s, peak[s], bound, peakv[s]);
     assert_int_equal(peak[s], bound);
     assert_int_equal(peakv[s], stash ? bound : 1);
   }

@@ -16,8 +16,8 @@
 
 #define PT_FLOOR_RMS
 #include "axon/models/layers/parallel.h"
-#include "axon/runtime/pipeline/state/checkpoint.h"
 #include "axon/runtime/pipeline/coord/train.h"
+#include "axon/runtime/pipeline/state/checkpoint.h"
 #include "tests/pipe_testutil.h"
 
 #define NAGENTS 4
@@ -57,8 +57,8 @@ static double worst_member(ax_pipe *p, int part_index, const ax_model_def *def,
     AX_ASSERT_OK(ax_tp_slice_params(part->root, whole->root, ax_f32(want[s]),
                                     ax_f32(slice)));
     ax_tensor *got, *gbuf;
-    AX_ASSERT_OK(ax_pipe_stage_state(ax_pipe_replica(p, part_index), s, &got,
-                                     &gbuf));
+    AX_ASSERT_OK(
+        ax_pipe_stage_state(ax_pipe_replica(p, part_index), s, &got, &gbuf));
     double w = pt_worst(got, slice);
     worst = w > worst ? w : worst;
     ax_tensor_release(got);
@@ -86,8 +86,8 @@ static void run_case(int mode, int K, int T, int M, int steps) {
   AX_ASSERT_OK(ax_model_config(def, BERT_CFG, &mcfg));
   int bounds[NAGENTS + 1];
   bert_split(K, bounds);
-  ax_pipe_opts o = {"bert", BERT_CFG, K,     g_names, bounds, mode,
-                    M,      AX_RECOMPUTE_NEVER, OPTIM, SEED, AX_CPU, 30000};
+  ax_pipe_opts o = {"bert", BERT_CFG,           K,     g_names, bounds, mode,
+                    M,      AX_RECOMPUTE_NEVER, OPTIM, SEED,    AX_CPU, 30000};
   o.tensor_parallel = T;
   ax_pipe *p;
   double t0 = ax_now();
@@ -111,7 +111,8 @@ static void run_case(int mode, int K, int T, int M, int steps) {
     worst = w > worst ? w : worst;
     worst_off = wo < worst_off ? wo : worst_off;
   }
-  fprintf(stderr, "  bert %-6s K=%d T=%d M=%d: %d steps in %.2f s, worst "
+  fprintf(stderr,
+          "  bert %-6s K=%d T=%d M=%d: %d steps in %.2f s, worst "
           "relative difference of a member from its slice %.2g (%.2g "
           "against other masks); evaluation loss %.4f\n",
           ax_pipe_mode_name(mode), K, T, M, steps, t1 - t0, worst, worst_off,
@@ -141,8 +142,9 @@ static void test_with_replicas(void **state) {
   const ax_model_def *def = ax_model_find("bert");
   int bounds[2];
   bert_split(1, bounds);
-  ax_pipe_opts o = {"bert", BERT_CFG, 1, g_names, bounds, AX_MODE_GPIPE, 2,
-                    AX_RECOMPUTE_NEVER, OPTIM, SEED, AX_CPU, 30000};
+  ax_pipe_opts o = {"bert", BERT_CFG,      1,      g_names,
+                    bounds, AX_MODE_GPIPE, 2,      AX_RECOMPUTE_NEVER,
+                    OPTIM,  SEED,          AX_CPU, 30000};
   o.replicas = 2;
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
@@ -159,8 +161,10 @@ static void test_with_replicas(void **state) {
       double w = worst_member(p, 2 * r + t, def, 1, bounds, 2, t, want);
       worst = w > worst ? w : worst;
     }
-  fprintf(stderr, "  bert gpipe  K=1 R=2 T=2: worst relative difference of "
-          "a member from its slice of the unsplit replicas %.2g\n", worst);
+  fprintf(stderr,
+          "  bert gpipe  K=1 R=2 T=2: worst relative difference of "
+          "a member from its slice of the unsplit replicas %.2g\n",
+          worst);
   if (worst > 1e-5)
     fail_msg("R=2 T=2: relative difference %.3g > 1e-5", worst);
   ax_tensor_release(want[0]);
@@ -170,8 +174,9 @@ static void test_with_replicas(void **state) {
 }
 
 static void test_refusals(void **state) {
-  ax_pipe_opts o = {"mlp", NULL, 2, g_names, NULL, AX_MODE_GPIPE, 2,
-                    AX_RECOMPUTE_NEVER, OPTIM, SEED, AX_CPU, 30000};
+  ax_pipe_opts o = {"mlp", NULL,          2,      g_names,
+                    NULL,  AX_MODE_GPIPE, 2,      AX_RECOMPUTE_NEVER,
+                    OPTIM, SEED,          AX_CPU, 30000};
   o.tensor_parallel = 2;
   ax_pipe *p = NULL;
   assert_int_equal(ax_pipe_new(g_drv, &o, &p), AX_EUNSUPPORTED);
@@ -206,9 +211,8 @@ static void check_joined(const char *root, ax_pipe *p) {
     AX_ASSERT_OK(ax_model_config(def, cfg, &pc));
     AX_ASSERT_OK(def->describe(&pc, &mi));
     AX_ASSERT_OK(ax_model_stage(def, &pc, 0, mi.n_blocks, AX_CPU, 0, &part));
-    AX_ASSERT_OK(ax_tp_slice_params(part->root, whole->root,
-                                    ax_f32(whole->params),
-                                    ax_f32(part->params)));
+    AX_ASSERT_OK(ax_tp_slice_params(
+        part->root, whole->root, ax_f32(whole->params), ax_f32(part->params)));
     size_t at = 0;
     for (int s = 0; s < 2; s++) {
       ax_tensor *got, *buf;
@@ -238,9 +242,9 @@ static void test_resume(void **state) {
   for (int flags = 0; flags <= AX_CKPT_TO_COORDINATOR; flags++) {
     char root[] = "/tmp/axon_tp_ckptXXXXXX";
     assert_non_null(mkdtemp(root));
-    ax_pipe_opts o = {"bert", BERT_CFG, 2,     g_names, bounds,
-                      AX_MODE_1F1B, 4, AX_RECOMPUTE_NEVER, OPTIM, SEED,
-                      AX_CPU, 30000};
+    ax_pipe_opts o = {"bert", BERT_CFG,     2,      g_names,
+                      bounds, AX_MODE_1F1B, 4,      AX_RECOMPUTE_NEVER,
+                      OPTIM,  SEED,         AX_CPU, 30000};
     o.tensor_parallel = 2;
     ax_pipe *a = NULL, *b = NULL, *c = NULL;
     AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &a));
@@ -266,8 +270,8 @@ static void test_resume(void **state) {
         AX_ASSERT_OK(ax_pipe_stage_state(ax_pipe_replica(b, t), s, &pb, &bb));
         assert_int_equal(ax_tensor_numel(pa), ax_tensor_numel(pb));
         if (memcmp(pa->data, pb->data, ax_tensor_nbytes(pa)))
-          fail_msg("member %d stage %d: the resumed run differs (flags %d)",
-                   t, s, flags);
+          fail_msg("member %d stage %d: the resumed run differs (flags %d)", t,
+                   s, flags);
         ax_tensor_release(pa), ax_tensor_release(ba);
         ax_tensor_release(pb), ax_tensor_release(bb);
       }
@@ -282,7 +286,8 @@ static void test_resume(void **state) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     assert_int_equal(system(cmd), 0);
-    fprintf(stderr, "  1f1b K=2 T=2: resumed from step 3 (%s), equal to the "
+    fprintf(stderr,
+            "  1f1b K=2 T=2: resumed from step 3 (%s), equal to the "
             "uninterrupted run in both members\n",
             flags ? "files through the coordinator" : "files on the agents");
   }
@@ -295,8 +300,9 @@ static void test_resume(void **state) {
 static void test_lost_member(void **state) {
   int bounds[3];
   bert_split(2, bounds);
-  ax_pipe_opts o = {"bert", BERT_CFG, 2,     g_names, bounds, AX_MODE_1F1B,
-                    4,      AX_RECOMPUTE_NEVER, OPTIM, SEED, AX_CPU, 30000};
+  ax_pipe_opts o = {"bert", BERT_CFG,     2,      g_names,
+                    bounds, AX_MODE_1F1B, 4,      AX_RECOMPUTE_NEVER,
+                    OPTIM,  SEED,         AX_CPU, 30000};
   o.tensor_parallel = 2;
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));

@@ -7,8 +7,8 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "examples/custom_model/plugin/custom.h"
 #include "axon/runtime/autograd/plugin.h"
+#include "examples/custom_model/plugin/custom.h"
 #include "tests/harness.h"
 #include "tests/mp_testutil.h"
 

@@ -3,8 +3,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/models/model.h"
+#include "harness.h"
 
 static const ax_model_def *resnet(ax_config *cfg, const char *overrides) {
   const ax_model_def *def = ax_model_find("resnet20");

@@ -2,8 +2,9 @@
  * hold the token (AXON_TOKEN_FILE, generated here) works on both channels;
  * a stranger without it cannot join, call or forge replies, and its
  * connection is closed right after the hello; a member's name claimed from
- * another address is refused even with the token; the dialling side sends nothing past its hello to an acceptor that does not
- * prove the secret in turn. */
+ * another address is refused even with the token; the dialling side sends
+ * nothing past its hello to an acceptor that does not prove the secret in turn.
+ */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -13,9 +14,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "harness.h"
 #include "axon/rpc/codec-impl.h"
 #include "axon/rpc/rpc-debug.h"
+#include "harness.h"
 #include "tests/mp_testutil.h"
 
 enum { W1, W2, NAG };
@@ -144,7 +145,8 @@ static void test_hello_address_not_dialled(void **state) {
   ax_values *r = NULL;
   ax_call_opts co = {.timeout_ms = 10000};
   assert_int_not_equal(
-      ax_rpc_sync(g_drv, "latecomer", "axon.rendezvous.stats", NULL, &co, &r), AX_OK);
+      ax_rpc_sync(g_drv, "latecomer", "axon.rendezvous.stats", NULL, &co, &r),
+      AX_OK);
   fprintf(stderr, "call to the latecomer: %s\n", ax_errmsg());
   assert_true(rt_now_ms() - t0 < 5000);
   ax_values_free(r);
@@ -159,7 +161,7 @@ static void test_hello_address_not_dialled(void **state) {
  * and then counts what else the dialler sends. */
 typedef struct fake_acceptor {
   int lfd, port;
-  int mode; /* 0: a bad proof; 1: no challenge at all */
+  int mode;     /* 0: a bad proof; 1: no challenge at all */
   size_t after; /* bytes received after the hello */
   int got_hello;
 } fake_acceptor;
@@ -183,7 +185,8 @@ static void *fake_main(void *arg) {
     memcpy(&nl, hdr + 4, 4);
     size_t want = nl + 32 + 16, have = 0;
     while (have < want) {
-      ssize_t r = read(fd, buf, want - have < sizeof buf ? want - have : sizeof buf);
+      ssize_t r =
+          read(fd, buf, want - have < sizeof buf ? want - have : sizeof buf);
       if (r <= 0)
         goto out;
       have += (size_t)r;
@@ -245,7 +248,6 @@ static int dial(const char *addr) {
   assert_true(fd >= 0);
   return fd;
 }
-
 
 /* A raw data connection: a hello with a wrong proof, then a request and a
  * burst of forged replies. The agent closes it after the hello; the

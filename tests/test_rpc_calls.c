@@ -85,7 +85,8 @@ static void test_big_tensor(void **state) {
   ax_values_add_tensor(args, t);
   ax_future *f[NAGENTS];
   for (int i = 0; i < NAGENTS; i++)
-    AX_ASSERT_OK(ax_rpc_async(g_drv, g_names[i], "checksum", args, NULL, &f[i]));
+    AX_ASSERT_OK(
+        ax_rpc_async(g_drv, g_names[i], "checksum", args, NULL, &f[i]));
   for (int i = 0; i < NAGENTS; i++) {
     AX_ASSERT_OK(ax_future_wait(f[i], 60000));
     int64_t c, nb;

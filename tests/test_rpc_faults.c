@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/rpc/codec-impl.h"
 #include "axon/rpc/rpc-debug.h"
+#include "harness.h"
 #include "tests/mp_testutil.h"
 
 enum { W1, W2, VICTIM, FROZEN, NAG };
@@ -74,7 +74,8 @@ static void garbage_to(const char *addr, const void *p, size_t len) {
   const char *c = strrchr(addr, ':');
   assert_non_null(c);
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(atoi(c + 1))};
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons(atoi(c + 1))};
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
   assert_true(write(fd, p, len) == (ssize_t)len);
@@ -107,8 +108,8 @@ static void test_malformed_frames(void **state) {
   assert_alive("w1");
   /* Garbage on a raw connection to the control port and the bulk port. */
   char ctl[128], bulk[128];
-  AX_ASSERT_OK(ax_rpc_debug_peer_addrs(g_drv, "w1", ctl, sizeof ctl, bulk,
-                                       sizeof bulk));
+  AX_ASSERT_OK(
+      ax_rpc_debug_peer_addrs(g_drv, "w1", ctl, sizeof ctl, bulk, sizeof bulk));
   assert_true(*ctl && *bulk);
   static uint8_t junk[70000];
   for (size_t i = 0; i < sizeof junk; i++)
@@ -117,8 +118,9 @@ static void test_malformed_frames(void **state) {
   garbage_to(bulk, junk, sizeof junk);
   const char pre[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x04\x08garbage";
   garbage_to(ctl, pre, sizeof pre);
-  uint8_t hello[16] = {'A', 'X', 'B', 'H', 2, 0, 0, 0, 'w', '9',
-                       'Z', 'Z', 'Z', 'Z', 'Z', 'Z'}; /* then a bad magic */
+  uint8_t hello[16] = {
+      'A', 'X', 'B', 'H', 2,   0,   0,   0,
+      'w', '9', 'Z', 'Z', 'Z', 'Z', 'Z', 'Z'}; /* then a bad magic */
   garbage_to(bulk, hello, sizeof hello);
   assert_alive("w1");
   assert_alive("w2");

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/rpc/codec-impl.h"
 #include "axon/rpc/rpc-debug.h"
+#include "harness.h"
 #include "tests/mp_testutil.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -113,7 +113,6 @@ static uint8_t *tensor_head(int64_t elems, uint64_t id, size_t *len) {
   ax_tensor_release(t);
   return buf;
 }
-
 
 static void bulk_addr_of(const char *name, char *bulk) {
   char ctl[128];

@@ -37,7 +37,8 @@ static void test_master_keeps_its_rank(void **state) {
   /* A call right after join: the agent may still be applying the
    * membership; it is held, then served. */
   ax_values *r = NULL;
-  AX_ASSERT_OK(ax_rpc_sync(n, "early1", "axon.rendezvous.stats", NULL, NULL, &r));
+  AX_ASSERT_OK(
+      ax_rpc_sync(n, "early1", "axon.rendezvous.stats", NULL, NULL, &r));
   ax_values_free(r);
   int bad = 0;
   for (int i = 0; i < 2; i++)

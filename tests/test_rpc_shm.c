@@ -16,8 +16,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
-#include "harness.h"
 #include "axon/rpc/rpc-debug.h"
+#include "harness.h"
 #include "tests/mp_testutil.h"
 
 enum { A1, A2, T1, VICTIM, NAG };
@@ -81,8 +81,8 @@ static void assert_echoed(ax_future *f, const ax_tensor *t) {
 static void test_sizes_around_the_ring(void **state) {
   assert_non_null(strstr(ax_rpc_debug_bulk_addr(g_drv), "+shm."));
   const size_t ring = 4u << 20;
-  const size_t sizes[] = {4, 4096, ring - 4, ring, ring + 4, 3 * ring + 1028,
-                          16u << 20, 64u << 20};
+  const size_t sizes[] = {
+      4, 4096, ring - 4, ring, ring + 4, 3 * ring + 1028, 16u << 20, 64u << 20};
   for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
     ax_tensor *t = pattern(sizes[i], (uint32_t)i);
     assert_echoed(echo_async("a1", t), t);
@@ -111,8 +111,8 @@ static void test_many_in_flight(void **state) {
 /* t1 runs "tcp": reached over TCP, no ring on either side. */
 static void test_tcp_agent(void **state) {
   char ctl[128], bulk[256];
-  AX_ASSERT_OK(ax_rpc_debug_peer_addrs(g_drv, "t1", ctl, sizeof ctl, bulk,
-                                       sizeof bulk));
+  AX_ASSERT_OK(
+      ax_rpc_debug_peer_addrs(g_drv, "t1", ctl, sizeof ctl, bulk, sizeof bulk));
   assert_null(strstr(bulk, "+shm."));
   int before = rings_mapped(0);
   ax_tensor *t = pattern(16u << 20, 7);
@@ -158,14 +158,14 @@ static void test_peer_dies_mid_transfer(void **state) {
 /* ---- local strangers on a1's Unix socket ---------------------------------*/
 static int dial_unix(void) {
   char ctl[128], bulk[256];
-  AX_ASSERT_OK(ax_rpc_debug_peer_addrs(g_drv, "a1", ctl, sizeof ctl, bulk,
-                                       sizeof bulk));
+  AX_ASSERT_OK(
+      ax_rpc_debug_peer_addrs(g_drv, "a1", ctl, sizeof ctl, bulk, sizeof bulk));
   char *plus = strstr(bulk, "+shm.");
   assert_non_null(plus);
   *plus = 0;
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  int w = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "axon-shm/%s",
-                   bulk);
+  int w =
+      snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "axon-shm/%s", bulk);
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   assert_true(fd >= 0);
   assert_int_equal(connect(fd, (struct sockaddr *)&sa,

@@ -13,10 +13,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "harness.h"
 #include "axon/rpc/auth-impl.h"
 #include "axon/rpc/bulk-impl.h"
 #include "axon/rpc/rpc-debug.h"
+#include "harness.h"
 #include "tests/mp_testutil.h"
 
 enum { W1, W2, NAG };

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/rpc/codec-impl.h"
 #include "axon/rpc/rpc.h"
+#include "harness.h"
 #include "tests/mp_testutil.h"
 
 static ax_values *sample(void) {
@@ -68,8 +68,12 @@ static void test_values_types(void **state) {
 }
 
 static void encode(const ax_values *v, uint8_t **buf, size_t *len) {
-  axi_msg m = {.kind = AXI_REQUEST, .call_id = 77, .fn = "f", .values =
-               (ax_values *)v, .timeout_ms = 1000, .autograd_ctx = 9};
+  axi_msg m = {.kind = AXI_REQUEST,
+               .call_id = 77,
+               .fn = "f",
+               .values = (ax_values *)v,
+               .timeout_ms = 1000,
+               .autograd_ctx = 9};
   size_t blob;
   AX_ASSERT_OK(axi_frame_encode(&m, 0, 1, buf, len, &blob));
 }
@@ -123,12 +127,14 @@ static void test_codec_malformed(void **state) {
     size_t n = (size_t)(rand() % 200);
     for (size_t i = 0; i < n; i++)
       bad[i % len] = (uint8_t)rand();
-    int rc = axi_frame_decode(bad, n < len ? n : len, AX_CPU, NULL, 1u << 30, &m);
+    int rc =
+        axi_frame_decode(bad, n < len ? n : len, AX_CPU, NULL, 1u << 30, &m);
     assert_true(rc != AX_OK || m.kind != 0);
     axi_msg_clear(&m);
   }
   /* A limit smaller than the tensor bytes gives AX_ETOOBIG. */
-  assert_int_equal(axi_frame_decode(buf, len, AX_CPU, NULL, 16, &m), AX_ETOOBIG);
+  assert_int_equal(axi_frame_decode(buf, len, AX_CPU, NULL, 16, &m),
+                   AX_ETOOBIG);
   axi_msg_clear(&m);
   free(bad);
   free(buf);
@@ -244,8 +250,11 @@ static void test_inprocess_pair(void **state) {
       ax_values_add_i64(args, 42);
       const char *mk[1] = {"k"};
       int64_t mvv[1] = {17};
-      ax_call_opts co = {.timeout_ms = 30000, .autograd_ctx = 123, .nmeta = 1,
-                         .meta_key = mk, .meta_val = mvv};
+      ax_call_opts co = {.timeout_ms = 30000,
+                         .autograd_ctx = 123,
+                         .nmeta = 1,
+                         .meta_key = mk,
+                         .meta_val = mvv};
       ax_values *r = NULL;
       AX_ASSERT_OK(ax_rpc_sync(from, to, "echo", args, &co, &r));
       ax_tensor *u;
@@ -264,7 +273,8 @@ static void test_inprocess_pair(void **state) {
       assert_string_equal(caller, ax_node_name(from));
       ax_values_free(r);
       /* The same through a local call. */
-      AX_ASSERT_OK(ax_rpc_sync(from, ax_node_name(from), "echo", args, &co, &r));
+      AX_ASSERT_OK(
+          ax_rpc_sync(from, ax_node_name(from), "echo", args, &co, &r));
       AX_ASSERT_OK(ax_values_get_i64(r, 3, &x));
       assert_int_equal(x, 17);
       ax_values_free(r);
@@ -273,8 +283,9 @@ static void test_inprocess_pair(void **state) {
     }
     AX_ASSERT_ERR(ax_rpc_sync(from, to, "nope", NULL, NULL, NULL), AX_ENOFUNC);
     assert_non_null(strstr(ax_errmsg(), "nope"));
-    AX_ASSERT_ERR(ax_rpc_sync(from, ax_node_name(from), "nope", NULL, NULL, NULL),
-                  AX_ENOFUNC);
+    AX_ASSERT_ERR(
+        ax_rpc_sync(from, ax_node_name(from), "nope", NULL, NULL, NULL),
+        AX_ENOFUNC);
     AX_ASSERT_ERR(ax_rpc_sync(from, "nobody", "echo", NULL, NULL, NULL),
                   AX_ENOTFOUND);
   }

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/rpc/value-impl.h"
+#include "harness.h"
 #include "tests/mp_testutil.h"
 
 #define NAGENTS 3
@@ -15,7 +15,9 @@ static const char *g_names[NAGENTS] = {"w1", "w2", "w3"};
 static pid_t g_pids[NAGENTS];
 static ax_node *g_drv;
 
-static void zero_all(void) { AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS)); }
+static void zero_all(void) {
+  AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
+}
 
 static ax_rref *make_tensor_on(const char *to, int64_t n, int64_t seed) {
   int64_t a[2] = {n, seed};
@@ -87,8 +89,8 @@ static void test_creation_error_and_deadline(void **state) {
   ax_values_free(v);
   ax_rref_release(r);
   /* A remote object whose construction fails. */
-  AX_ASSERT_OK(ax_remote_module(g_drv, "w1", "mlp.stage", "stage=9", AX_CPU,
-                                &r));
+  AX_ASSERT_OK(
+      ax_remote_module(g_drv, "w1", "mlp.stage", "stage=9", AX_CPU, &r));
   AX_ASSERT_ERR(ax_rref_rpc_sync(g_drv, r, "state_save", NULL, NULL, &v),
                 AX_EINVAL);
   ax_rref_release(r);
@@ -146,7 +148,8 @@ static void test_payload_naming_strangers(void **state) {
   const char *cases[3][2] = {
       {"stranger", "w1"}, {"w1", "stranger"}, {"w1", "w1"}};
   for (int i = 0; i < 3; i++) {
-    wire w = {.id = ((uint64_t)7 << 48) | (900 + i), .fork = 77 + i,
+    wire w = {.id = ((uint64_t)7 << 48) | (900 + i),
+              .fork = 77 + i,
               .type = AX_RREF_VALUE};
     snprintf(w.owner, sizeof w.owner, "%s", cases[i][0]);
     snprintf(w.parent, sizeof w.parent, "%s", cases[i][1]);
@@ -176,8 +179,8 @@ static void fork_tree(const delay *d, int nd, int back_to_owner) {
     set_delay(d[i].node, d[i].msg, d[i].ms);
   ax_rref *b1 = box_on("w1"), *b2 = box_on("w2"), *b3 = box_on("w3");
   ax_rref *v = make_tensor_on("w1", 4, 3);
-  box_call(b2, "put", v); /* driver -> w2 */
-  ax_rref_release(v);     /* the driver's own fork goes at once */
+  box_call(b2, "put", v);   /* driver -> w2 */
+  ax_rref_release(v);       /* the driver's own fork goes at once */
   box_call(b2, "send", b3); /* w2 -> w3 */
   box_call(b2, "clear", NULL);
   if (back_to_owner) { /* w3 -> w1 (user -> owner), then w1 -> w2 */
@@ -204,9 +207,9 @@ static void fork_tree(const delay *d, int nd, int back_to_owner) {
 static void test_fork_trees(void **state) {
   static const delay orders[][3] = {
       {{0}},
-      {{"w2", "fork", 400}},            /* w2's fork after the driver drops */
-      {{"w3", "fork", 400}},            /* w3's fork after w2 clears */
-      {{"w3", "accept", 400}},          /* w2 waits for the accept */
+      {{"w2", "fork", 400}},   /* w2's fork after the driver drops */
+      {{"w3", "fork", 400}},   /* w3's fork after w2 clears */
+      {{"w3", "accept", 400}}, /* w2 waits for the accept */
       {{"driver", "delete", 300}, {"w2", "accept", 300}},
       {{"w2", "delete", 400}, {"w3", "fork", 200}},
       {{"w1", "fork", 300}, {"w3", "accept", 300}, {"w2", "fork", 300}},
@@ -244,8 +247,8 @@ static void test_calls_through_rref(void **state) {
 }
 
 int main(void) {
-  static const char *const args[] = {"--threads", "2",
-                                      "--peer-timeout-ms", "3000", NULL};
+  static const char *const args[] = {"--threads", "2", "--peer-timeout-ms",
+                                     "3000", NULL};
   if (mt_start("driver", g_names, NAGENTS, args, g_pids, &g_drv) != AX_OK)
     return 1;
   const struct CMUnitTest tests[] = {

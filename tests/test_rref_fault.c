@@ -56,8 +56,10 @@ static int raw_fetch_async(uint64_t id, int conf, int64_t timeout_ms,
   ax_values *a = dt_i64s(1, &v);
   const char *keys[1] = {"rr.conf"};
   int64_t vals[1] = {1};
-  ax_call_opts o = {.timeout_ms = timeout_ms, .nmeta = conf ? 1 : 0,
-                    .meta_key = keys, .meta_val = vals};
+  ax_call_opts o = {.timeout_ms = timeout_ms,
+                    .nmeta = conf ? 1 : 0,
+                    .meta_key = keys,
+                    .meta_val = vals};
   int err = ax_rpc_async(g_drv, "w1", "axon.rref.fetch", a, &o, f);
   ax_values_free(a);
   return err;
@@ -106,8 +108,8 @@ static void test_stale_ids(void **state) {
   /* A fetch that overtakes its creation waits for it: learn the driver's
    * next id from a local creation, then fetch that id before creating it. */
   ax_rref *loc = NULL;
-  AX_ASSERT_OK(ax_remote_object(g_drv, "driver", "rref.box", "", AX_CPU,
-                                NULL, &loc));
+  AX_ASSERT_OK(
+      ax_remote_object(g_drv, "driver", "rref.box", "", AX_CPU, NULL, &loc));
   uint64_t next = ax_rref_id(loc) + 1;
   ax_future *f;
   AX_ASSERT_OK(raw_fetch_async(next, 0, 8000, &f));
@@ -173,8 +175,10 @@ static void test_fork_before_create(void **state) {
  * the holder from v1's accept and frees the value once v1 is down. */
 static void test_killed_holder_of_owner_fork(void **state) {
   ax_rref *b1 = NULL, *bv = NULL;
-  AX_ASSERT_OK(ax_remote_object(g_drv, "w1", "rref.box", "", AX_CPU, NULL, &b1));
-  AX_ASSERT_OK(ax_remote_object(g_drv, "v1", "rref.box", "", AX_CPU, NULL, &bv));
+  AX_ASSERT_OK(
+      ax_remote_object(g_drv, "w1", "rref.box", "", AX_CPU, NULL, &b1));
+  AX_ASSERT_OK(
+      ax_remote_object(g_drv, "v1", "rref.box", "", AX_CPU, NULL, &bv));
   ax_rref *r = make_tensor_on("w1", 2, 4, NULL);
   ax_values *a = ax_values_new();
   ax_values_add_rref(a, r);
@@ -183,7 +187,8 @@ static void test_killed_holder_of_owner_fork(void **state) {
   ax_rref_release(r);
   a = ax_values_new();
   ax_values_add_rref(a, bv);
-  AX_ASSERT_OK(ax_rref_rpc_sync(g_drv, b1, "send", a, NULL, NULL)); /* owner -> v1 */
+  AX_ASSERT_OK(
+      ax_rref_rpc_sync(g_drv, b1, "send", a, NULL, NULL)); /* owner -> v1 */
   ax_values_free(a);
   AX_ASSERT_OK(ax_rref_rpc_sync(g_drv, b1, "clear", NULL, NULL, NULL));
   rt_sleep_ms(300); /* v1's accept (naming it the holder) reaches w1 */
@@ -207,7 +212,8 @@ static void test_child_never_accepted(void **state) {
   set_debug("driver", "fork_timeout", 1500);
   set_debug("v2", "fork", 600000);
   ax_rref *bv = NULL;
-  AX_ASSERT_OK(ax_remote_object(g_drv, "v2", "rref.box", "", AX_CPU, NULL, &bv));
+  AX_ASSERT_OK(
+      ax_remote_object(g_drv, "v2", "rref.box", "", AX_CPU, NULL, &bv));
   ax_rref *r = make_tensor_on("w1", 2, 6, NULL);
   AX_ASSERT_OK(ax_rref_wait_created(r, 10000));
   ax_values *a = ax_values_new();
@@ -228,8 +234,8 @@ static void test_child_never_accepted(void **state) {
 }
 
 int main(void) {
-  static const char *const args[] = {"--threads", "2",
-                                      "--peer-timeout-ms", "2000", NULL};
+  static const char *const args[] = {"--threads", "2", "--peer-timeout-ms",
+                                     "2000", NULL};
   if (mt_start("driver", g_names, NAGENTS, args, g_pids, &g_drv) != AX_OK)
     return 1;
   const struct CMUnitTest tests[] = {

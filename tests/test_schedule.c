@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
+#include "harness.h"
 
 #define MAXOPS 4096
 
@@ -83,7 +83,7 @@ static void check_mode(int mode, int K, int M, long n) {
       seen[o->kind][u]++;
       if (o->kind == AX_OP_BWD || o->kind == AX_OP_INPUT_GRAD)
         assert_int_equal(seen[AX_OP_FWD][u], 1); /* forward came first */
-      if (o->kind == AX_OP_WEIGHT_GRAD) /* W after its I */
+      if (o->kind == AX_OP_WEIGHT_GRAD)          /* W after its I */
         assert_int_equal(seen[AX_OP_INPUT_GRAD][u], 1);
       if (o->kind == AX_OP_STEP) {
         steps++;
@@ -114,10 +114,10 @@ static void check_mode(int mode, int K, int M, long n) {
 static void test_invariants(void **state) {
   for (int mode = 0; mode < AX_MODE_COUNT; mode++)
     if (!ax_pipe_mode_get(mode)->chunked) /* test_interleaved_lists */
-    for (int K = 1; K <= 6; K++)
-      for (int M = 1; M <= 8; M += 3)
-        for (long n = 1; n <= 7; n += 3)
-          check_mode(mode, K, M, n);
+      for (int K = 1; K <= 6; K++)
+        for (int M = 1; M <= 8; M += 3)
+          for (long n = 1; n <= 7; n += 3)
+            check_mode(mode, K, M, n);
 }
 
 static void expect(int mode, int K, int s, int M, long n, const char *want) {
@@ -129,8 +129,8 @@ static void expect(int mode, int K, int s, int M, long n, const char *want) {
     int u = ax_pipe_units(mode, M) > 1 && ops[i].kind != AX_OP_STEP
                 ? ops[i].micro
                 : ops[i].batch;
-    len += (size_t)snprintf(got + len, sizeof got - len, "%s%c%d",
-                            i ? " " : "", "FBIWS"[ops[i].kind], u);
+    len += (size_t)snprintf(got + len, sizeof got - len, "%s%c%d", i ? " " : "",
+                            "FBIWS"[ops[i].kind], u);
   }
   assert_string_equal(got, want);
 }
@@ -171,8 +171,8 @@ static void test_interleaved_lists(void **state) {
         for (int r = 0; r < K; r++) {
           long len;
           const ax_pipe_op *l = ax_pipe_plan_actions(p, r, &len);
-          assert_int_equal(len, ax_pipe_nops_chunks(AX_MODE_INTERLEAVED, v,
-                                                    M, n));
+          assert_int_equal(len,
+                           ax_pipe_nops_chunks(AX_MODE_INTERLEAVED, v, M, n));
           for (long i = 0; i < len; i++) {
             const ax_pipe_op *o = &l[i];
             assert_int_equal(o->stage % K, r);

@@ -3,8 +3,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "harness.h"
 #include "axon/models/model.h"
+#include "harness.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -56,8 +56,8 @@ static void head_and_loss_shapes(void **state) {
   (void)state;
   const ax_model_def *def = ax_model_find("sleep");
   ax_config cfg;
-  AX_ASSERT_OK(ax_model_config(def, "blocks=2,fwd_ms=1,bwd_ms=1,classes=5",
-                               &cfg));
+  AX_ASSERT_OK(
+      ax_model_config(def, "blocks=2,fwd_ms=1,bwd_ms=1,classes=5", &cfg));
   ax_net *net;
   AX_ASSERT_OK(ax_model_stage(def, &cfg, 0, 2, AX_CPU, 1, &net));
   assert_int_equal(net->n_params, 16 * 5 + 5);

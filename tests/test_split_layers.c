@@ -4,10 +4,10 @@
  * weight halves of two units run late and in reverse order. */
 #include <stdlib.h>
 
-#include "harness.h"
 #include "axon/models/layers/basic.h"
 #include "axon/models/layers/transformer.h"
 #include "axon/models/layers/vision.h"
+#include "harness.h"
 #include "split_testutil.h"
 
 typedef ax_module *(*maker)(void);

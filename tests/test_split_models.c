@@ -4,11 +4,11 @@
  * calls. */
 #include <string.h>
 
-#include "harness.h"
 #include "axon/models/layers/basic.h"
 #include "axon/models/layers/transformer.h"
 #include "axon/models/layers/vision.h"
 #include "axon/models/model.h"
+#include "harness.h"
 #include "split_testutil.h"
 
 #define TINY_BERT "layers=2,hidden=16,heads=2,ff=32,vocab=50,seq=8"

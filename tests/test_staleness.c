@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
 #include "axon/runtime/pipeline/stage/staleness-impl.h"
+#include "harness.h"
 
 enum { N = 7 };
 

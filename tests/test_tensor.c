@@ -3,12 +3,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/models/config.h"
+#include "harness.h"
 
 static void views_share_storage(void **state) {
-  ax_tensor *t = ax_tensor_new_v(AX_F32, AX_CPU, 3, (int64_t)4, (int64_t)2,
-                                 (int64_t)3);
+  ax_tensor *t =
+      ax_tensor_new_v(AX_F32, AX_CPU, 3, (int64_t)4, (int64_t)2, (int64_t)3);
   assert_non_null(t);
   for (int i = 0; i < 24; i++)
     ax_f32(t)[i] = (float)i;
@@ -66,8 +66,8 @@ static void from_blob_releases_once(void **state) {
   ax_tensor_release(t);
   /* On failure nothing is released and nothing stays live. */
   int64_t bad[1] = {-1};
-  assert_null(ax_tensor_from_blob(AX_F32, 1, bad, AX_CPU, local,
-                                  count_release, &released));
+  assert_null(ax_tensor_from_blob(AX_F32, 1, bad, AX_CPU, local, count_release,
+                                  &released));
   assert_int_equal(released, 1);
   assert_int_equal(ax_storage_live_count(), storages);
 }

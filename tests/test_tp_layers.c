@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/models/layers/parallel.h"
 #include "axon/models/layers/transformer.h"
 #include "axon/models/net.h"
+#include "harness.h"
 
 #define MAXT 4
 #define SEED 4242u
@@ -75,8 +75,8 @@ static float maxabs(const float *a, size_t n) {
   return m;
 }
 
-static void expect_close(const char *what, const float *got,
-                         const float *want, size_t n) {
+static void expect_close(const char *what, const float *got, const float *want,
+                         size_t n) {
   float tol = 1e-5f * fmaxf(maxabs(want, n), 1e-3f);
   for (size_t i = 0; i < n; i++)
     if (!(fabsf(got[i] - want[i]) <= tol))
@@ -84,7 +84,8 @@ static void expect_close(const char *what, const float *got,
                (double)want[i]);
 }
 
-/* ---- one layer run on every member at once -------------------------------- */
+/* ---- one layer run on every member at once --------------------------------
+ */
 
 typedef ax_module *(*make_fn)(ax_tp tp);
 
@@ -160,7 +161,9 @@ static void compare(const char *name, make_fn make, int T, int split,
                     int has_mask, const ax_tensor *x, const ax_tensor *mask,
                     const ax_tensor *dy) {
   run whole = {{NULL, 0}, ax_net_new(make(AX_TP_WHOLE), AX_CPU, SEED),
-               split, has_mask, 1, x, mask, dy};
+               split,     has_mask,
+               1,         x,
+               mask,      dy};
   assert_non_null(whole.net);
   AX_ASSERT_OK(run_member(&whole));
   group g = {T};
@@ -169,7 +172,9 @@ static void compare(const char *name, make_fn make, int T, int split,
   pthread_t th[MAXT];
   for (int t = 0; t < T; t++) {
     part[t] = (run){{&g, t}, ax_net_new(make((ax_tp){T, t}), AX_CPU, SEED),
-                    split, has_mask, 1, x, mask, dy};
+                    split,   has_mask,
+                    1,       x,
+                    mask,    dy};
     assert_non_null(part[t].net);
     assert_true(part[t].net->n_params < whole.net->n_params);
   }
@@ -185,8 +190,8 @@ static void compare(const char *name, make_fn make, int T, int split,
     expect_close("output after a step", ax_f32(part[t].y2), ax_f32(whole.y2),
                  ny);
   }
-  fprintf(stderr, "  %-9s T=%d %s backward: equal to the whole layer\n",
-          name, T, split ? "split" : "fused");
+  fprintf(stderr, "  %-9s T=%d %s backward: equal to the whole layer\n", name,
+          T, split ? "split" : "fused");
   for (int t = 0; t < T; t++)
     run_free(&part[t]);
   run_free(&whole);
@@ -282,9 +287,9 @@ static void test_slice_params(void **state) {
   }
   ax_net *other = ax_net_new(make_attn((ax_tp){2, 0}), AX_CPU, SEED);
   float *buf = calloc(other->n_params, sizeof *buf);
-  AX_ASSERT_ERR(ax_tp_slice_params(other->root, whole->root,
-                                   ax_f32(whole->params), buf),
-                AX_EINVAL);
+  AX_ASSERT_ERR(
+      ax_tp_slice_params(other->root, whole->root, ax_f32(whole->params), buf),
+      AX_EINVAL);
   free(buf);
   ax_net_free(other);
   ax_net_free(whole);

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
 #include "axon/runtime/pipeline/trace/trace.h"
+#include "harness.h"
 
 static void tmp_path(char *buf, size_t len, const char *tag) {
   snprintf(buf, len, "/tmp/axon_trace_%s_%d.json", tag, (int)getpid());
@@ -27,9 +27,9 @@ static void check_json(const char *path) {
 
 static void fill(ax_trace *t, int pid, int n, int64_t base) {
   for (int i = 0; i < n; i++) {
-    ax_trace_event e = ax_trace_event_make(i % 2 ? "B" : "F \"quoted\"\\",
-                                           i % 2 ? "backward" : "forward", pid,
-                                           0, base + 100 * i, base + 100 * i + 40);
+    ax_trace_event e = ax_trace_event_make(
+        i % 2 ? "B" : "F \"quoted\"\\", i % 2 ? "backward" : "forward", pid, 0,
+        base + 100 * i, base + 100 * i + 40);
     e.step = i / 2;
     e.micro = i % 3 ? i % 3 : -1;
     e.bytes = 1024 * i;

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "axon/runtime/pipeline/coord/train.h"
+#include "harness.h"
 
 static void same_seed_same_curve(void **state) {
   ax_cpu_set_threads(2);

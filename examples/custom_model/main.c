@@ -26,8 +26,8 @@
 #include <axon/rpc/launch.h>
 #include <axon/runtime/autograd/plugin.h>
 #include <axon/runtime/pipeline/coord/coordinator.h>
-#include <axon/runtime/pipeline/pipeline.h>
 #include <axon/runtime/pipeline/coord/train.h>
+#include <axon/runtime/pipeline/pipeline.h>
 
 typedef struct opts {
   int local, M, steps, batch, eval_limit;

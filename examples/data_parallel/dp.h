@@ -20,13 +20,13 @@ typedef struct dp_opts {
   double alpha;             /* EASGD elastic rate (eta * rho); <0: 0.9/N */
   long eval_limit;          /* test examples evaluated by rank 0 */
   uint64_t seed;
-  int64_t timeout_ms;       /* bound of every collective */
-  const char *dump;         /* rank 0 writes its final parameters here */
-  int die_rank;             /* fault injection: this rank exits ... */
-  long die_step;            /* ... at the start of this step (-1: never) */
+  int64_t timeout_ms; /* bound of every collective */
+  const char *dump;   /* rank 0 writes its final parameters here */
+  int die_rank;       /* fault injection: this rank exits ... */
+  long die_step;      /* ... at the start of this step (-1: never) */
   int quiet;
-  int threads;              /* CPU kernel threads; 0: the default (--local: cores / N) */
-  double bench_mb;          /* > 0: all-reduce benchmark instead */
+  int threads;     /* CPU kernel threads; 0: the default (--local: cores / N) */
+  double bench_mb; /* > 0: all-reduce benchmark instead */
 } dp_opts;
 
 /* Runs one replica to the end; returns the process exit code. */

@@ -21,7 +21,8 @@ static int open_node(dp_state *s, const dp_opts *o) {
   ax_node_opts no;
   ax_node_opts_init(&no);
   no.name = name;
-  no.listen = o->rank == 0 ? o->master : (o->listen ? o->listen : "127.0.0.1:0");
+  no.listen =
+      o->rank == 0 ? o->master : (o->listen ? o->listen : "127.0.0.1:0");
   no.master = o->rank == 0 ? NULL : o->master;
   no.world_size = o->rank == 0 ? o->world : 0;
   no.rank = o->rank;
@@ -50,11 +51,10 @@ int dp_state_open(dp_state *s, const dp_opts *o) {
   s->o = o;
   s->rank = o->rank;
   s->world = o->world;
-  s->algo = !strcmp(o->algo, "easgd")   ? DP_EASGD
-            : !strcmp(o->algo, "dpsgd") ? DP_DPSGD
-            : !strcmp(o->algo, "allreduce")
-                ? DP_ALLREDUCE
-                : -1;
+  s->algo = !strcmp(o->algo, "easgd")       ? DP_EASGD
+            : !strcmp(o->algo, "dpsgd")     ? DP_DPSGD
+            : !strcmp(o->algo, "allreduce") ? DP_ALLREDUCE
+                                            : -1;
   if (s->algo < 0)
     return ax_seterr(AX_EINVAL, "unknown --algo %s", o->algo);
   if (o->batch < 1 || o->batch > 4096 || o->tau < 1)
@@ -85,8 +85,8 @@ int dp_state_open(dp_state *s, const dp_opts *o) {
                         &s->net));
   if (!(s->slot = ax_slot_new()) ||
       !(s->opt = ax_optim_new(&oc, s->net->n_params, AX_CPU)) ||
-      !(s->aux1 = vec(s->net->n_params)) || !(s->aux2 = vec(s->net->n_params)) ||
-      !(s->sync = vec(3)))
+      !(s->aux1 = vec(s->net->n_params)) ||
+      !(s->aux2 = vec(s->net->n_params)) || !(s->sync = vec(3)))
     return ax_seterr(AX_ENOMEM, "replica buffers");
   AX_TRY(open_node(s, o));
   /* Every replica starts from rank 0's parameters (identical anyway when

@@ -4,16 +4,16 @@
 #define DP_STATE_H
 
 #include "dp.h"
+#include <axon/kernels/rng.h>
 #include <axon/models/data/dataset.h>
 #include <axon/models/loss.h>
 #include <axon/models/model.h>
+#include <axon/models/optim.h>
 #include <axon/rpc/rpc.h>
 #include <axon/rref/rref.h>
 #include <axon/runtime/autograd/autograd.h>
 #include <axon/runtime/autograd/collective.h>
-#include <axon/models/optim.h>
 #include <axon/runtime/pipeline/coord/train.h>
-#include <axon/kernels/rng.h>
 
 enum { DP_ALLREDUCE, DP_EASGD, DP_DPSGD };
 
@@ -32,10 +32,10 @@ typedef struct dp_state {
   int64_t pos;
   long step;
   double alpha;
-  ax_tensor *center;     /* EASGD centre variable, or NULL */
+  ax_tensor *center;      /* EASGD centre variable, or NULL */
   ax_tensor *aux1, *aux2; /* (n_params) scratch */
-  ax_tensor *sync;       /* (3): step, position, epoch */
-  int left;              /* the world ended (dp_leave) */
+  ax_tensor *sync;        /* (3): step, position, epoch */
+  int left;               /* the world ended (dp_leave) */
 } dp_state;
 
 /* Creates the node, joins, forms the ring and builds everything. */

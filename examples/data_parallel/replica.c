@@ -87,7 +87,8 @@ static int compute(dp_state *s, double *loss, int *comm_rc) {
  * (1/3 each for N >= 3; 1/2 self and 1/4 per side, i.e. 1/2 the one
  * neighbour, for N = 2). */
 static void mix(dp_state *s) {
-  float ws = s->world >= 3 ? 1.0f / 3 : 0.5f, wn = s->world >= 3 ? 1.0f / 3 : 0.25f;
+  float ws = s->world >= 3 ? 1.0f / 3 : 0.5f,
+        wn = s->world >= 3 ? 1.0f / 3 : 0.25f;
   float *x = ax_f32(s->net->params), *a = ax_f32(s->aux1), *c = ax_f32(s->aux2);
   for (size_t i = 0; i < s->net->n_params; i++)
     x[i] = ws * x[i] + wn * (a[i] + c[i]);
@@ -145,8 +146,10 @@ static int step(dp_state *s, double *loss) {
  * 0's parameters, centre and data position, so they continue as one. */
 static int reform(dp_state *s) {
   const char *dead = ax_coll_failed_peer(s->group);
-  fprintf(stderr, "dp: rank %d: replica %s is down (%s); re-forming the "
-          "ring without it\n", s->rank, dead ? dead : "?", ax_errmsg());
+  fprintf(stderr,
+          "dp: rank %d: replica %s is down (%s); re-forming the "
+          "ring without it\n",
+          s->rank, dead ? dead : "?", ax_errmsg());
   fflush(stderr);
   sleep_ms(300); /* let every survivor see the failure */
   ax_coll_group *ng = NULL;

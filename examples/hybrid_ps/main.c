@@ -62,11 +62,13 @@ static int check_leaks(ax_node *n, const char *who) {
   }
   long calls = ax_rpc_live_calls(), futs = ax_future_live_count();
   printf("%s: live at exit: rrefs owned %ld, user forks %ld, calls %ld, "
-         "futures %ld\n", who, owned, users, calls, futs);
+         "futures %ld\n",
+         who, owned, users, calls, futs);
   return owned || users || calls || futs;
 }
 
-/* ---- the server ------------------------------------------------------------ */
+/* ---- the server ------------------------------------------------------------
+ */
 typedef struct server {
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -74,8 +76,8 @@ typedef struct server {
   int done;
 } server;
 
-static int fn_embedding(ax_call_ctx *cc, const ax_values *args,
-                        ax_values *out, void *user) {
+static int fn_embedding(ax_call_ctx *cc, const ax_values *args, ax_values *out,
+                        void *user) {
   return ax_values_add_rref(out, ((server *)user)->emb);
 }
 
@@ -146,7 +148,8 @@ static int run_server(int rank, void *user) {
   return rc == AX_OK ? 0 : 1;
 }
 
-/* ---- a trainer --------------------------------------------------------------- */
+/* ---- a trainer
+ * --------------------------------------------------------------- */
 typedef struct trainer {
   const hopts *o;
   ax_node *n;
@@ -169,8 +172,7 @@ static int step(trainer *t, long s, double *loss) {
   ax_values *a = NULL, *r = NULL;
   ax_slot *slot = ax_slot_new();
   uint64_t ctx = 0, fn = 0;
-  int rc = slot ? ax_dataset_batch(t->ds, idx, o->batch, &in, &lab)
-                : AX_ENOMEM;
+  int rc = slot ? ax_dataset_batch(t->ds, idx, o->batch, &in, &lab) : AX_ENOMEM;
   if (rc == AX_OK)
     rc = ax_dist_context_new(t->n, &ctx); /* current on this thread */
   if (rc == AX_OK && !(a = ax_values_new()))
@@ -234,8 +236,7 @@ static int same_as_first(trainer *t, int *same) {
   if (rc == AX_OK)
     rc = ax_coll_broadcast(t->g, c, 0);
   if (rc == AX_OK)
-    *same = !memcmp(c->data, t->net->params->data,
-                    ax_tensor_nbytes(c));
+    *same = !memcmp(c->data, t->net->params->data, ax_tensor_nbytes(c));
   ax_tensor_release(c);
   return rc;
 }
@@ -279,8 +280,7 @@ static int trainer_setup(trainer *t, char *name) {
   AX_TRY(def->describe(&cfg, &info));
   /* Blocks 1.. of the MLP; block i starts from rng stream (seed, i), so
    * every trainer starts from the same local model. */
-  AX_TRY(ax_model_stage(def, &cfg, 1, info.n_blocks, AX_CPU, o->seed,
-                        &t->net));
+  AX_TRY(ax_model_stage(def, &cfg, 1, info.n_blocks, AX_CPU, o->seed, &t->net));
   AX_TRY(ax_config_parse(&oc_cfg, o->optim));
   AX_TRY(ax_optim_cfg_parse(&oc_cfg, &oc));
   if (!(t->opt = ax_optim_new(&oc, t->net->n_params, AX_CPU)))
@@ -307,8 +307,8 @@ static int run_trainer(int rank, void *user) {
     rc = same_as_first(&t, &same);
   if (rc == AX_OK)
     printf("%s: loss %.4f -> %.4f (means of the first and last %ld steps), "
-           "%ld of %ld remote steps, local model %s trainer1's\n", name,
-           first / w, last / w, w, t.remote_steps, o->steps,
+           "%ld of %ld remote steps, local model %s trainer1's\n",
+           name, first / w, last / w, w, t.remote_steps, o->steps,
            same ? "equal to" : "DIFFERENT FROM");
   else
     fprintf(stderr, "%s: %s: %s\n", name, ax_strerror(rc), ax_errmsg());
@@ -334,25 +334,35 @@ static int run_trainer(int rank, void *user) {
 }
 
 int main(int argc, char **argv) {
-  hopts o = {.trainers = 2, .batch = 32, .steps = 200, .seed = 1,
+  hopts o = {.trainers = 2,
+             .batch = 32,
+             .steps = 200,
+             .seed = 1,
              .optim = "opt=sgd,lr=0.05,momentum=0.9"};
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
-    if (!strcmp(a, "--local")) o.trainers = atoi(v);
-    else if (!strcmp(a, "--steps")) o.steps = atol(v);
-    else if (!strcmp(a, "--batch")) o.batch = atoi(v);
-    else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 10);
-    else if (!strcmp(a, "--optim")) o.optim = v;
+    if (!strcmp(a, "--local"))
+      o.trainers = atoi(v);
+    else if (!strcmp(a, "--steps"))
+      o.steps = atol(v);
+    else if (!strcmp(a, "--batch"))
+      o.batch = atoi(v);
+    else if (!strcmp(a, "--seed"))
+      o.seed = strtoull(v, NULL, 10);
+    else if (!strcmp(a, "--optim"))
+      o.optim = v;
     else {
       fprintf(stderr, "usage: hybrid_ps --local N [--steps S] [--batch B] "
-              "[--seed S] [--optim CFG]\n");
+                      "[--seed S] [--optim CFG]\n");
       return 2;
     }
   }
-  if ((argc - 1) % 2 || o.trainers < 1 || o.trainers > MAXT ||
-      o.steps < 2 || o.batch < 1 || o.batch > 256) {
-    fprintf(stderr, "hybrid_ps: --local 1..%d, --steps >= 2, --batch "
-            "1..256\n", MAXT);
+  if ((argc - 1) % 2 || o.trainers < 1 || o.trainers > MAXT || o.steps < 2 ||
+      o.batch < 1 || o.batch > 256) {
+    fprintf(stderr,
+            "hybrid_ps: --local 1..%d, --steps >= 2, --batch "
+            "1..256\n",
+            MAXT);
     return 2;
   }
   ax_cpu_set_threads(1); /* N + 1 processes share the machine */

@@ -20,8 +20,8 @@
 
 #include <axon/models/data/dataset.h>
 #include <axon/models/model.h>
-#include <axon/rref/rref.h>
 #include <axon/models/optim.h>
+#include <axon/rref/rref.h>
 
 #define PS_MAX_TRAINERS 64
 
@@ -39,8 +39,8 @@ typedef struct ps_opts {
   const char *model_config; /* overrides of the MLP's defaults */
   const char *data_config;  /* Fashion-MNIST settings (dir=, limit=) */
   const char *optim_config; /* models/optim.h keys */
-  long eval_limit;    /* test examples evaluated at the end (0: all) */
-  const char *save;   /* file receiving the final flat parameters */
+  long eval_limit;          /* test examples evaluated at the end (0: all) */
+  const char *save;         /* file receiving the final flat parameters */
   int kill_rank;      /* failure drill: this trainer SIGKILLs itself ... */
   long kill_step;     /* ... before this step (kill_rank 0: never) */
   int64_t timeout_ms; /* bound on the whole run */

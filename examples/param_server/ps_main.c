@@ -12,39 +12,45 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <axon/kernels/device.h>
-#include <axon/rpc/launch.h>
-#include <axon/models/loss.h>
 #include "ps.h"
+#include <axon/kernels/device.h>
+#include <axon/models/loss.h>
+#include <axon/rpc/launch.h>
 #include <axon/runtime/pipeline/coord/train.h>
 
 static void usage(FILE *f) {
-  fprintf(f,
-    "usage: param_server --local N [options]\n"
-    "       param_server --rank R --world-size N+1 --master HOST:PORT [options]\n"
-    "                    (--listen HOST:PORT: a trainer's own address, for\n"
-    "                    a server on another host; the server listens on\n"
-    "                    --master)\n"
-    "       param_server --mode single --shards N [options]\n"
-    "options:\n"
-    "  --mode sync|async|hogwild|single  (default sync)\n"
-    "  --steps S          steps per trainer (default 300)\n"
-    "  --batch B          examples per trainer and step (default 64)\n"
-    "  --optim CFG        e.g. opt=sgd,lr=0.05,momentum=0.9 (the default)\n"
-    "  --model-config CFG MLP settings (default widths=784/256/128/10)\n"
-    "  --data-config CFG  Fashion-MNIST settings (dir=...)\n"
-    "  --seed S           (default 1)\n"
-    "  --eval-limit K     test examples evaluated (default all 10000)\n"
-    "  --save FILE        write the final flat parameters (f32, raw)\n"
-    "  --kill R:STEP      failure drill: trainer R SIGKILLs itself at STEP\n"
-    "  --timeout SEC      bound on the whole run (default 600)\n");
+  fprintf(
+      f,
+      "usage: param_server --local N [options]\n"
+      "       param_server --rank R --world-size N+1 --master HOST:PORT "
+      "[options]\n"
+      "                    (--listen HOST:PORT: a trainer's own address, for\n"
+      "                    a server on another host; the server listens on\n"
+      "                    --master)\n"
+      "       param_server --mode single --shards N [options]\n"
+      "options:\n"
+      "  --mode sync|async|hogwild|single  (default sync)\n"
+      "  --steps S          steps per trainer (default 300)\n"
+      "  --batch B          examples per trainer and step (default 64)\n"
+      "  --optim CFG        e.g. opt=sgd,lr=0.05,momentum=0.9 (the default)\n"
+      "  --model-config CFG MLP settings (default widths=784/256/128/10)\n"
+      "  --data-config CFG  Fashion-MNIST settings (dir=...)\n"
+      "  --seed S           (default 1)\n"
+      "  --eval-limit K     test examples evaluated (default all 10000)\n"
+      "  --save FILE        write the final flat parameters (f32, raw)\n"
+      "  --kill R:STEP      failure drill: trainer R SIGKILLs itself at STEP\n"
+      "  --timeout SEC      bound on the whole run (default 600)\n");
 }
 
 static int parse_mode(const char *s) {
-  if (!strcmp(s, "sync")) return PS_SYNC;
-  if (!strcmp(s, "async")) return PS_ASYNC;
-  if (!strcmp(s, "hogwild") || !strcmp(s, "lock-free")) return PS_HOGWILD;
-  if (!strcmp(s, "single")) return PS_SINGLE;
+  if (!strcmp(s, "sync"))
+    return PS_SYNC;
+  if (!strcmp(s, "async"))
+    return PS_ASYNC;
+  if (!strcmp(s, "hogwild") || !strcmp(s, "lock-free"))
+    return PS_HOGWILD;
+  if (!strcmp(s, "single"))
+    return PS_SINGLE;
   return -1;
 }
 
@@ -62,8 +68,12 @@ static int run_server(int rank, void *user) {
 }
 
 int main(int argc, char **argv) {
-  ps_opts o = {.mode = PS_SYNC, .rank = -1, .steps = 300, .batch = 64,
-               .seed = 1, .timeout_ms = 600000};
+  ps_opts o = {.mode = PS_SYNC,
+               .rank = -1,
+               .steps = 300,
+               .batch = 64,
+               .seed = 1,
+               .timeout_ms = 600000};
   int local = 0, world = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -77,22 +87,38 @@ int main(int argc, char **argv) {
       return 2;
     }
     i++;
-    if (!strcmp(a, "--local")) local = atoi(v);
-    else if (!strcmp(a, "--shards")) o.trainers = atoi(v);
-    else if (!strcmp(a, "--rank")) o.rank = atoi(v);
-    else if (!strcmp(a, "--world-size")) world = atoi(v);
-    else if (!strcmp(a, "--master")) o.master = v;
-    else if (!strcmp(a, "--listen")) o.listen = v;
-    else if (!strcmp(a, "--mode")) o.mode = parse_mode(v);
-    else if (!strcmp(a, "--steps")) o.steps = atol(v);
-    else if (!strcmp(a, "--batch")) o.batch = atoi(v);
-    else if (!strcmp(a, "--optim")) o.optim_config = v;
-    else if (!strcmp(a, "--model-config")) o.model_config = v;
-    else if (!strcmp(a, "--data-config")) o.data_config = v;
-    else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 10);
-    else if (!strcmp(a, "--eval-limit")) o.eval_limit = atol(v);
-    else if (!strcmp(a, "--save")) o.save = v;
-    else if (!strcmp(a, "--timeout")) o.timeout_ms = atol(v) * 1000;
+    if (!strcmp(a, "--local"))
+      local = atoi(v);
+    else if (!strcmp(a, "--shards"))
+      o.trainers = atoi(v);
+    else if (!strcmp(a, "--rank"))
+      o.rank = atoi(v);
+    else if (!strcmp(a, "--world-size"))
+      world = atoi(v);
+    else if (!strcmp(a, "--master"))
+      o.master = v;
+    else if (!strcmp(a, "--listen"))
+      o.listen = v;
+    else if (!strcmp(a, "--mode"))
+      o.mode = parse_mode(v);
+    else if (!strcmp(a, "--steps"))
+      o.steps = atol(v);
+    else if (!strcmp(a, "--batch"))
+      o.batch = atoi(v);
+    else if (!strcmp(a, "--optim"))
+      o.optim_config = v;
+    else if (!strcmp(a, "--model-config"))
+      o.model_config = v;
+    else if (!strcmp(a, "--data-config"))
+      o.data_config = v;
+    else if (!strcmp(a, "--seed"))
+      o.seed = strtoull(v, NULL, 10);
+    else if (!strcmp(a, "--eval-limit"))
+      o.eval_limit = atol(v);
+    else if (!strcmp(a, "--save"))
+      o.save = v;
+    else if (!strcmp(a, "--timeout"))
+      o.timeout_ms = atol(v) * 1000;
     else if (!strcmp(a, "--kill")) {
       if (sscanf(v, "%d:%ld", &o.kill_rank, &o.kill_step) != 2) {
         fprintf(stderr, "param_server: --kill wants RANK:STEP, got '%s'\n", v);
@@ -105,7 +131,8 @@ int main(int argc, char **argv) {
     }
   }
   if (o.mode < 0 || o.steps <= 0 || o.batch <= 0 || o.timeout_ms <= 0) {
-    fprintf(stderr, "param_server: bad --mode, --steps, --batch or --timeout\n");
+    fprintf(stderr,
+            "param_server: bad --mode, --steps, --batch or --timeout\n");
     return 2;
   }
   if (o.mode == PS_SINGLE) {
@@ -239,6 +266,7 @@ int ps_check_leaks(ax_node *n, const char *who) {
   }
   long calls = ax_rpc_live_calls(), futs = ax_future_live_count();
   printf("%s: live at exit: rrefs owned %ld, user forks %ld, calls %ld, "
-         "futures %ld\n", who, owned, users, calls, futs);
+         "futures %ld\n",
+         who, owned, users, calls, futs);
   return (owned || users || calls || futs) ? 1 : 0;
 }

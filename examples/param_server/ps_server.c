@@ -45,8 +45,7 @@ static ax_tensor *snapshot(ps_model *m) {
   ax_tensor *t = ax_tensor_like(m->net->params);
   if (t && m->mode == PS_HOGWILD) {
     float *d = ax_f32(t), *s = ax_f32(m->net->params);
-    for (size_t i = 0; i < m->net->n_params; i++)
-    {
+    for (size_t i = 0; i < m->net->n_params; i++) {
       int32_t b = __atomic_load_n((int32_t *)&s[i], __ATOMIC_RELAXED);
       memcpy(&d[i], &b, 4);
     }
@@ -148,7 +147,8 @@ static int m_push(ax_call_ctx *ctx, void *obj, const ax_values *args,
     float *p = ax_f32(m->net->params);
     const float *x = ax_f32(g);
     for (size_t i = 0; i < m->net->n_params; i++) {
-      int32_t *pi = (int32_t *)&p[i], bits = __atomic_load_n(pi, __ATOMIC_RELAXED);
+      int32_t *pi = (int32_t *)&p[i],
+              bits = __atomic_load_n(pi, __ATOMIC_RELAXED);
       float v;
       memcpy(&v, &bits, 4);
       v -= m->lr * x[i];
@@ -185,8 +185,10 @@ static int m_push(ax_call_ctx *ctx, void *obj, const ax_values *args,
   /* sync */
   if (step != m->step || m->grad[r]) {
     pthread_mutex_unlock(&m->mu);
-    return ax_seterr(AX_ESTATE, "push: trainer %lld at step %lld, server at "
-                     "%ld", (long long)r, (long long)step, m->step);
+    return ax_seterr(AX_ESTATE,
+                     "push: trainer %lld at step %lld, server at "
+                     "%ld",
+                     (long long)r, (long long)step, m->step);
   }
   ax_future *f = ax_future_new();
   m->grad[r] = ax_tensor_retain(g);
@@ -216,9 +218,10 @@ static int ps_create(ax_node *n, const char *config, ax_device dev,
 
 static void ps_destroy(void *obj) { (void)obj; /* freed by the server */ }
 
-static const ax_robj_kind ps_kind = {
-    .name = "ps.model", .create = ps_create, .destroy = ps_destroy,
-    .methods = ps_methods};
+static const ax_robj_kind ps_kind = {.name = "ps.model",
+                                     .create = ps_create,
+                                     .destroy = ps_destroy,
+                                     .methods = ps_methods};
 
 /* Peer-down: the RRef layer drops the peer's forks; a trainer that had not
  * finished leaves the run (and, in sync mode, the barrier). */
@@ -311,8 +314,8 @@ int ps_server_main(const ps_opts *o) {
   if (rc == AX_OK) {
     ax_node_on_peer_down(n, on_peer_down, NULL);
     printf("server: %s mode, %d trainer(s), %ld steps of %d, %zu "
-           "parameters\n", names[o->mode], o->trainers, o->steps, o->batch,
-           m.net->n_params);
+           "parameters\n",
+           names[o->mode], o->trainers, o->steps, o->batch, m.net->n_params);
     fflush(stdout);
     rc = ax_node_join(n, 120000);
   }
@@ -334,8 +337,8 @@ int ps_server_main(const ps_opts *o) {
       rc = ax_seterr(AX_ETIMEOUT, "%d trainer(s) still running", left);
     double secs = m.t_last - m.t_first;
     printf("server: %ld updates, %ld samples in %.2f s: %.0f samples/s "
-           "(%d trainer(s) lost)\n", m.updates, m.samples, secs,
-           secs > 0 ? m.samples / secs : 0.0, lost);
+           "(%d trainer(s) lost)\n",
+           m.updates, m.samples, secs, secs > 0 ? m.samples / secs : 0.0, lost);
   }
   if (rc == AX_OK)
     rc = ps_finish(o, m.net);

@@ -56,8 +56,8 @@ static int train(const ps_opts *o, ax_node *n, ax_net *net,
       fflush(stdout);
       raise(SIGKILL);
     }
-    ps_batch_indices(ax_dataset_size(ds), o->trainers, o->rank - 1, o->seed,
-                     s, o->batch, idx);
+    ps_batch_indices(ax_dataset_size(ds), o->trainers, o->rank - 1, o->seed, s,
+                     o->batch, idx);
     rc = ps_grad(net, ds, idx, o->batch, &loss);
     sum += loss;
     ax_values *a = ax_values_new();
@@ -129,8 +129,8 @@ int ps_trainer_main(const ps_opts *o) {
     rc = train(o, n, net, ds, name);
   /* Done: stay until the server ends the world (a failed trainer leaves at
    * once; the server counts it as down). */
-  if (rc == AX_OK && (rc = ax_node_wait_leave(n, o->timeout_ms)) ==
-                         AX_EPEERDOWN) {
+  if (rc == AX_OK &&
+      (rc = ax_node_wait_leave(n, o->timeout_ms)) == AX_EPEERDOWN) {
     printf("%s: %s; leaving\n", name, ax_errmsg());
     rc = AX_OK;
   }
@@ -161,8 +161,8 @@ int ps_single_main(const ps_opts *o) {
   int k = o->trainers, b = o->batch;
   int64_t *idx = malloc(sizeof *idx * (size_t)k * (size_t)b);
   double t0 = ax_now(), loss = 0;
-  printf("single: %d shard(s), %ld steps of %d x %d examples\n", k, o->steps,
-         k, b);
+  printf("single: %d shard(s), %ld steps of %d x %d examples\n", k, o->steps, k,
+         b);
   for (long s = 0; rc == AX_OK && s < o->steps; s++) {
     for (int t = 0; t < k; t++)
       ps_batch_indices(ax_dataset_size(ds), k, t, o->seed, s, b,

@@ -34,14 +34,14 @@ void rl_cartpole_reset(rl_cartpole *e, uint64_t seed, uint64_t stream);
 double rl_cartpole_step(rl_cartpole *e, int action, int max_steps);
 
 typedef struct rl_opts {
-  int observers;      /* N */
+  int observers; /* N */
   int rank;
   const char *master;
-  int hidden;         /* policy width (128) */
-  double lr, gamma;   /* Adam rate (1e-2), discount (0.99) */
-  int max_steps;      /* episode length cap (500) */
-  long max_episodes;  /* stop after this many episodes in all */
-  double target;      /* stop once the running reward reaches it (475) */
+  int hidden;        /* policy width (128) */
+  double lr, gamma;  /* Adam rate (1e-2), discount (0.99) */
+  int max_steps;     /* episode length cap (500) */
+  long max_episodes; /* stop after this many episodes in all */
+  double target;     /* stop once the running reward reaches it (475) */
   uint64_t seed;
   int kill_rank;      /* failure drill: this observer SIGKILLs itself ... */
   long kill_round;    /* ... when asked to run this round */

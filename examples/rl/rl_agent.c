@@ -12,12 +12,12 @@
 #include <string.h>
 #include <time.h>
 
-#include <axon/models/layers/basic.h>
 #include "rl.h"
+#include <axon/kernels/rng.h>
+#include <axon/models/layers/basic.h>
 #include <axon/models/net.h>
 #include <axon/models/optim.h>
 #include <axon/runtime/pipeline/coord/train.h>
-#include <axon/kernels/rng.h>
 
 typedef struct obs_mem {
   float *states; /* (max_steps, 4) */
@@ -62,10 +62,11 @@ static int fn_select_action(ax_call_ctx *ctx, const ax_values *args,
   AX_TRY(ax_values_get_i64(args, 1, &step));
   for (int i = 0; i < 4; i++)
     AX_TRY(ax_values_get_f64(args, 2 + (size_t)i, &v[i]));
-  if (id < 1 || id > a->o->observers || step < 0 ||
-      step >= a->o->max_steps)
-    return ax_seterr(AX_EINVAL, "select_action: bad observer %lld or step "
-                     "%lld", (long long)id, (long long)step);
+  if (id < 1 || id > a->o->observers || step < 0 || step >= a->o->max_steps)
+    return ax_seterr(AX_EINVAL,
+                     "select_action: bad observer %lld or step "
+                     "%lld",
+                     (long long)id, (long long)step);
   obs_mem *m = &a->mem[id];
   if (step == 0)
     ax_rng_seed2(&m->rng, a->o->seed ^ 0x5eedULL,
@@ -91,7 +92,8 @@ static int reinforce(agent *a, ax_optim *opt, const int *ok,
   if (total == 0)
     return AX_OK;
   ax_tensor *x = ax_tensor_new_v(AX_F32, AX_CPU, 2, (int64_t)total, (int64_t)4);
-  ax_tensor *dl = ax_tensor_new_v(AX_F32, AX_CPU, 2, (int64_t)total, (int64_t)2);
+  ax_tensor *dl =
+      ax_tensor_new_v(AX_F32, AX_CPU, 2, (int64_t)total, (int64_t)2);
   double *ret = malloc(sizeof(double) * (size_t)total);
   int32_t *act = malloc(sizeof(int32_t) * (size_t)total);
   if (!x || !dl || !ret || !act) {
@@ -180,8 +182,7 @@ static int train(agent *a, ax_node *n, ax_rref **obs, ax_optim *opt) {
   ax_call_opts co = {.timeout_ms = 120000};
   for (a->round = 0; episodes < o->max_episodes; a->round++) {
     if (ax_now() - t0 > o->timeout_ms / 1000.0)
-      return ax_seterr(AX_ETIMEOUT, "out of time after %ld episodes",
-                       episodes);
+      return ax_seterr(AX_ETIMEOUT, "out of time after %ld episodes", episodes);
     ax_future *f[RL_MAX_OBSERVERS + 1] = {0};
     for (int i = 1; i <= N; i++) {
       if (!obs[i])
@@ -211,8 +212,8 @@ static int train(agent *a, ax_node *n, ax_rref **obs, ax_optim *opt) {
         rc = ax_values_get_i64(v, 0, &steps);
         if (rc == AX_OK)
           rc = ax_values_get_tensor(v, 1, &r);
-        if (rc == AX_OK && (steps != a->mem[i].steps ||
-                            (int64_t)ax_tensor_numel(r) != steps))
+        if (rc == AX_OK &&
+            (steps != a->mem[i].steps || (int64_t)ax_tensor_numel(r) != steps))
           rc = ax_seterr(AX_EMALFORMED, "%s: %lld steps reported, %d seen",
                          name, (long long)steps, a->mem[i].steps);
         if (rc == AX_OK) {
@@ -250,13 +251,14 @@ static int train(agent *a, ax_node *n, ax_rref **obs, ax_optim *opt) {
       played += ok[i];
     if (a->round % 10 == 0 || running >= o->target)
       printf("round %ld: episodes %ld, mean reward %.1f, running reward "
-             "%.1f, %.1f s\n", a->round, episodes,
-             played ? sum / played : 0.0, running, ax_now() - t0);
+             "%.1f, %.1f s\n",
+             a->round, episodes, played ? sum / played : 0.0, running,
+             ax_now() - t0);
     fflush(stdout);
     if (running >= o->target) {
       printf("solved: running reward %.1f >= %.0f after %ld episodes "
-             "(%ld rounds) in %.1f s\n", running, o->target, episodes,
-             a->round + 1, ax_now() - t0);
+             "(%ld rounds) in %.1f s\n",
+             running, o->target, episodes, a->round + 1, ax_now() - t0);
       return AX_OK;
     }
   }
@@ -313,8 +315,9 @@ int rl_agent_main(const rl_opts *o) {
   int solved = 0;
   if (rc == AX_OK) {
     printf("agent: %d observer(s), policy 4-%d-2 (%zu parameters), Adam lr "
-           "%g, gamma %g, target %.0f\n", o->observers, o->hidden,
-           a.net->n_params, o->lr, o->gamma, o->target);
+           "%g, gamma %g, target %.0f\n",
+           o->observers, o->hidden, a.net->n_params, o->lr, o->gamma,
+           o->target);
     rc = train(&a, n, obs, opt);
     solved = rc == AX_OK;
     if (rc == AX_ETIMEOUT)

@@ -10,26 +10,26 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rl.h"
 #include <axon/kernels/device.h>
 #include <axon/rpc/launch.h>
-#include "rl.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-    "usage: rl --local N [options]\n"
-    "       rl --rank R --world-size N+1 --master HOST:PORT [options]\n"
-    "options:\n"
-    "  --target R        stop at this running reward (default 475)\n"
-    "  --episodes E      stop after E episodes in all (default 5000)\n"
-    "  --hidden H        policy width (default 128)\n"
-    "  --lr X            Adam learning rate (default 0.01)\n"
-    "  --gamma G         discount (default 0.99)\n"
-    "  --max-steps T     episode cap (default 500)\n"
-    "  --seed S          (default 1)\n"
-    "  --kill R:ROUND    failure drill: observer R SIGKILLs itself at ROUND\n"
-    "  --timeout SEC     bound on the whole run (default 900)\n");
+  fprintf(
+      f,
+      "usage: rl --local N [options]\n"
+      "       rl --rank R --world-size N+1 --master HOST:PORT [options]\n"
+      "options:\n"
+      "  --target R        stop at this running reward (default 475)\n"
+      "  --episodes E      stop after E episodes in all (default 5000)\n"
+      "  --hidden H        policy width (default 128)\n"
+      "  --lr X            Adam learning rate (default 0.01)\n"
+      "  --gamma G         discount (default 0.99)\n"
+      "  --max-steps T     episode cap (default 500)\n"
+      "  --seed S          (default 1)\n"
+      "  --kill R:ROUND    failure drill: observer R SIGKILLs itself at ROUND\n"
+      "  --timeout SEC     bound on the whole run (default 900)\n");
 }
-
 
 /* A local child (ax_local_fork): its own copy of the options, its rank. */
 static int run_child(int rank, void *user) {
@@ -45,9 +45,15 @@ static int run_agent(int rank, void *user) {
 }
 
 int main(int argc, char **argv) {
-  rl_opts o = {.rank = -1, .hidden = 128, .lr = 1e-2, .gamma = 0.99,
-               .max_steps = 500, .max_episodes = 5000, .target = 475,
-               .seed = 1, .timeout_ms = 900000};
+  rl_opts o = {.rank = -1,
+               .hidden = 128,
+               .lr = 1e-2,
+               .gamma = 0.99,
+               .max_steps = 500,
+               .max_episodes = 5000,
+               .target = 475,
+               .seed = 1,
+               .timeout_ms = 900000};
   int local = 0, world = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -60,18 +66,30 @@ int main(int argc, char **argv) {
       return 2;
     }
     i++;
-    if (!strcmp(a, "--local")) local = atoi(v);
-    else if (!strcmp(a, "--rank")) o.rank = atoi(v);
-    else if (!strcmp(a, "--world-size")) world = atoi(v);
-    else if (!strcmp(a, "--master")) o.master = v;
-    else if (!strcmp(a, "--target")) o.target = atof(v);
-    else if (!strcmp(a, "--episodes")) o.max_episodes = atol(v);
-    else if (!strcmp(a, "--hidden")) o.hidden = atoi(v);
-    else if (!strcmp(a, "--lr")) o.lr = atof(v);
-    else if (!strcmp(a, "--gamma")) o.gamma = atof(v);
-    else if (!strcmp(a, "--max-steps")) o.max_steps = atoi(v);
-    else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 10);
-    else if (!strcmp(a, "--timeout")) o.timeout_ms = atol(v) * 1000;
+    if (!strcmp(a, "--local"))
+      local = atoi(v);
+    else if (!strcmp(a, "--rank"))
+      o.rank = atoi(v);
+    else if (!strcmp(a, "--world-size"))
+      world = atoi(v);
+    else if (!strcmp(a, "--master"))
+      o.master = v;
+    else if (!strcmp(a, "--target"))
+      o.target = atof(v);
+    else if (!strcmp(a, "--episodes"))
+      o.max_episodes = atol(v);
+    else if (!strcmp(a, "--hidden"))
+      o.hidden = atoi(v);
+    else if (!strcmp(a, "--lr"))
+      o.lr = atof(v);
+    else if (!strcmp(a, "--gamma"))
+      o.gamma = atof(v);
+    else if (!strcmp(a, "--max-steps"))
+      o.max_steps = atoi(v);
+    else if (!strcmp(a, "--seed"))
+      o.seed = strtoull(v, NULL, 10);
+    else if (!strcmp(a, "--timeout"))
+      o.timeout_ms = atol(v) * 1000;
     else if (!strcmp(a, "--kill")) {
       if (sscanf(v, "%d:%ld", &o.kill_rank, &o.kill_round) != 2) {
         fprintf(stderr, "rl: --kill wants RANK:ROUND, got '%s'\n", v);
@@ -126,6 +144,7 @@ int rl_check_leaks(ax_node *n, const char *who) {
   }
   long calls = ax_rpc_live_calls(), futs = ax_future_live_count();
   printf("%s: live at exit: rrefs owned %ld, user forks %ld, calls %ld, "
-         "futures %ld\n", who, owned, users, calls, futs);
+         "futures %ld\n",
+         who, owned, users, calls, futs);
   return (owned || users || calls || futs) ? 1 : 0;
 }

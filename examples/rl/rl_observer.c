@@ -22,8 +22,7 @@ typedef struct observer {
   rl_cartpole env;
 } observer;
 
-static int o_create(ax_node *n, const char *config, ax_device dev,
-                    void **obj) {
+static int o_create(ax_node *n, const char *config, ax_device dev, void **obj) {
   ax_config c;
   AX_TRY(ax_config_parse(&c, config));
   int err = AX_OK;
@@ -99,9 +98,10 @@ static int m_run_episode(ax_call_ctx *ctx, void *obj, const ax_values *args,
   return rc;
 }
 
-static const ax_robj_method_def o_methods[] = {
-    {"run_episode", m_run_episode}, {NULL, NULL}};
-static const ax_robj_kind o_kind = {.name = "rl.observer", .create = o_create,
+static const ax_robj_method_def o_methods[] = {{"run_episode", m_run_episode},
+                                               {NULL, NULL}};
+static const ax_robj_kind o_kind = {.name = "rl.observer",
+                                    .create = o_create,
                                     .destroy = o_destroy,
                                     .methods = o_methods};
 
@@ -129,9 +129,10 @@ int rl_observer_main(const rl_opts *o) {
    * so it never leaves while the agent still needs it, nor sees the agent
    * leave first. */
   if (rc == AX_OK && (rc = ax_node_wait_leave(n, o->timeout_ms)) != AX_OK)
-    rc = ax_seterr(rc, "%s", rc == AX_EPEERDOWN ? "the agent went down"
-                             : rc == AX_ETIMEOUT ? "the agent never finished"
-                                                 : ax_errmsg());
+    rc = ax_seterr(rc, "%s",
+                   rc == AX_EPEERDOWN  ? "the agent went down"
+                   : rc == AX_ETIMEOUT ? "the agent never finished"
+                                       : ax_errmsg());
   if (rc != AX_OK)
     fprintf(stderr, "%s: %s: %s\n", name, ax_strerror(rc), ax_errmsg());
   int leaks = n ? rl_check_leaks(n, name) : 0;

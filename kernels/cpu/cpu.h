@@ -22,16 +22,15 @@ int axi_cpu_bias_grad(ax_backend *be, const float *dy, float *db, int outer,
 
 /* cpu_act.c */
 int axi_cpu_relu_fwd(ax_backend *be, size_t n, const float *x, float *y);
-int axi_cpu_relu_bwd(ax_backend *be, size_t n, const float *y,
-                     const float *dy, float *dx);
-int axi_cpu_add_relu_fwd(ax_backend *be, size_t n, const float *x,
-                         float *y);
+int axi_cpu_relu_bwd(ax_backend *be, size_t n, const float *y, const float *dy,
+                     float *dx);
+int axi_cpu_add_relu_fwd(ax_backend *be, size_t n, const float *x, float *y);
 int axi_cpu_tanh_fwd(ax_backend *be, size_t n, const float *x, float *y);
-int axi_cpu_tanh_bwd(ax_backend *be, size_t n, const float *y,
-                     const float *dy, float *dx);
+int axi_cpu_tanh_bwd(ax_backend *be, size_t n, const float *y, const float *dy,
+                     float *dx);
 int axi_cpu_gelu_fwd(ax_backend *be, size_t n, const float *x, float *y);
-int axi_cpu_gelu_bwd(ax_backend *be, size_t n, const float *x,
-                     const float *dy, float *dx);
+int axi_cpu_gelu_bwd(ax_backend *be, size_t n, const float *x, const float *dy,
+                     float *dx);
 int axi_cpu_dropout_fwd(ax_backend *be, size_t n, const float *x, float *y,
                         float p, uint64_t seed, uint64_t first);
 int axi_cpu_dropout_bwd(ax_backend *be, size_t n, const float *dy, float *dx,
@@ -56,9 +55,9 @@ void axi_gemm512_nn(int m, int n, int k, const float *a, long sam, long sak,
                     const float *b, long ldb, const long *boff, float beta,
                     float *c, long ldc);
 /* nn with row i of A (m, k) at a + aoff[i] and B (k, n) row-major. */
-void axi_gemm512_nn_arows(int m, int n, int k, const float *a,
-                          const long *aoff, const float *b, long ldb,
-                          float beta, float *c, long ldc);
+void axi_gemm512_nn_arows(int m, int n, int k, const float *a, const long *aoff,
+                          const float *b, long ldb, float beta, float *c,
+                          long ldc);
 void axi_gemm512_nt(int m, int n, int k, const float *a, long lda,
                     const float *b, long ldb, const long *boff, float *c,
                     long ldc);
@@ -68,8 +67,8 @@ void axi_gemm512_nt(int m, int n, int k, const float *a, long lda,
  * for the data gradient, which supports fewer shapes). Same contracts as the
  * conv2d kernels. */
 int axi_conv_implicit_ok(const ax_conv_desc *d, int data);
-int axi_conv_implicit_fwd(const ax_conv_desc *d, const float *x,
-                          const float *w, float *y);
+int axi_conv_implicit_fwd(const ax_conv_desc *d, const float *x, const float *w,
+                          float *y);
 int axi_conv_implicit_bwd_data(const ax_conv_desc *d, const float *dy,
                                const float *w, float *dx);
 int axi_conv_implicit_bwd_filter(const ax_conv_desc *d, const float *x,
@@ -109,18 +108,17 @@ int axi_cpu_layernorm_bwd(ax_backend *be, int rows, int d, const float *x,
 /* cpu_pool.c */
 int axi_cpu_maxpool_fwd(ax_backend *be, const ax_pool_desc *d, const float *x,
                         float *y, int32_t *argmax);
-int axi_cpu_maxpool_bwd(ax_backend *be, const ax_pool_desc *d,
-                        const float *dy, const int32_t *argmax, float *dx);
+int axi_cpu_maxpool_bwd(ax_backend *be, const ax_pool_desc *d, const float *dy,
+                        const int32_t *argmax, float *dx);
 int axi_cpu_avgpool_fwd(ax_backend *be, const ax_pool_desc *d, const float *x,
                         float *y);
-int axi_cpu_avgpool_bwd(ax_backend *be, const ax_pool_desc *d,
-                        const float *dy, float *dx);
+int axi_cpu_avgpool_bwd(ax_backend *be, const ax_pool_desc *d, const float *dy,
+                        float *dx);
 
 /* cpu_loss.c */
-int axi_cpu_xent_fwd(ax_backend *be, int rows, int classes,
-                     const float *logits, const int32_t *labels,
-                     int ignore_index, float *probs, double *loss_sum,
-                     int64_t *count);
+int axi_cpu_xent_fwd(ax_backend *be, int rows, int classes, const float *logits,
+                     const int32_t *labels, int ignore_index, float *probs,
+                     double *loss_sum, int64_t *count);
 int axi_cpu_xent_bwd(ax_backend *be, int rows, int classes, const float *probs,
                      const int32_t *labels, int ignore_index, float scale,
                      float *dlogits);

@@ -21,7 +21,8 @@ int axi_cpu_softmax_mask_fwd(ax_backend *be, int b, int heads, int sq, int sk,
     return ax_seterr(AX_EINVAL, "softmax_mask_fwd: bad shape (%d, %d, %d, %d)",
                      b, heads, sq, sk);
   long rows = (long)b * heads * sq;
-#pragma omp parallel for num_threads(ax_cpu_threads()) schedule(static) if (rows * sk > ATTN_PAR_MIN)
+#pragma omp parallel for num_threads(ax_cpu_threads())                         \
+    schedule(static) if (rows * sk > ATTN_PAR_MIN)
   for (long r = 0; r < rows; r++) {
     const float *s = scores + (size_t)r * sk;
     float *p = probs + (size_t)r * sk;
@@ -55,7 +56,8 @@ int axi_cpu_softmax_bwd(ax_backend *be, int rows, int cols, const float *probs,
   (void)be;
   if (rows < 0 || cols <= 0)
     return ax_seterr(AX_EINVAL, "softmax_bwd: bad shape (%d, %d)", rows, cols);
-#pragma omp parallel for num_threads(ax_cpu_threads()) schedule(static) if ((long)rows * cols > ATTN_PAR_MIN)
+#pragma omp parallel for num_threads(ax_cpu_threads())                         \
+    schedule(static) if ((long)rows * cols > ATTN_PAR_MIN)
   for (int r = 0; r < rows; r++) {
     const float *p = probs + (size_t)r * cols, *dp = dprobs + (size_t)r * cols;
     float *ds = dscores + (size_t)r * cols;
@@ -79,7 +81,8 @@ int axi_cpu_permute0213(ax_backend *be, int d0, int d1, int d2, int d3,
     return ax_seterr(AX_EINVAL, "permute0213: cannot permute in place");
   long outer = (long)d0 * d1;
   size_t row = sizeof(float) * (size_t)d3;
-#pragma omp parallel for num_threads(ax_cpu_threads()) schedule(static) if (outer * d2 * d3 > ATTN_PAR_MIN)
+#pragma omp parallel for num_threads(ax_cpu_threads())                         \
+    schedule(static) if (outer * d2 * d3 > ATTN_PAR_MIN)
   for (long o = 0; o < outer; o++) {
     long i0 = o / d1, i1 = o % d1;
     const float *src = x + (size_t)o * d2 * d3;
@@ -103,7 +106,8 @@ int axi_cpu_embedding_fwd(ax_backend *be, int n_idx, int dim, int rows,
                        "embedding: id %d at position %d outside [0, %d)",
                        (int)idx[i], i, rows);
   size_t row = sizeof(float) * (size_t)dim;
-#pragma omp parallel for num_threads(ax_cpu_threads()) schedule(static) if ((long)n_idx * dim > ATTN_PAR_MIN)
+#pragma omp parallel for num_threads(ax_cpu_threads())                         \
+    schedule(static) if ((long)n_idx * dim > ATTN_PAR_MIN)
   for (int i = 0; i < n_idx; i++)
     memcpy(y + (size_t)i * dim, table + (size_t)idx[i] * dim, row);
   return AX_OK;
@@ -120,7 +124,8 @@ int axi_cpu_embedding_bwd(ax_backend *be, int n_idx, int dim,
                      n_idx, dim);
   const int band = 64;
   int nbands = (dim + band - 1) / band;
-#pragma omp parallel for num_threads(ax_cpu_threads()) schedule(static) if ((long)n_idx * dim > ATTN_PAR_MIN)
+#pragma omp parallel for num_threads(ax_cpu_threads())                         \
+    schedule(static) if ((long)n_idx * dim > ATTN_PAR_MIN)
   for (int bnd = 0; bnd < nbands; bnd++) {
     int j0 = bnd * band, j1 = j0 + band < dim ? j0 + band : dim;
     for (int i = 0; i < n_idx; i++) {

@@ -64,7 +64,8 @@ int axi_cpu_sum(ax_backend *be, size_t n, const float *x, double *out) {
 int axi_cpu_bias_add(ax_backend *be, float *y, const float *bias, int outer,
                      int c, int inner) {
   (void)be;
-#pragma omp parallel for num_threads(ax_cpu_threads()) collapse(2) if ((long)outer * c * inner > 65536)
+#pragma omp parallel for num_threads(ax_cpu_threads())                         \
+    collapse(2) if ((long)outer * c * inner > 65536)
   for (int o = 0; o < outer; o++)
     for (int j = 0; j < c; j++) {
       float *p = y + ((size_t)o * c + j) * inner;
@@ -78,7 +79,8 @@ int axi_cpu_bias_add(ax_backend *be, float *y, const float *bias, int outer,
 int axi_cpu_bias_grad(ax_backend *be, const float *dy, float *db, int outer,
                       int c, int inner) {
   (void)be;
-#pragma omp parallel for num_threads(ax_cpu_threads()) if ((long)outer * c * inner > 65536)
+#pragma omp parallel for num_threads(                                          \
+    ax_cpu_threads()) if ((long)outer * c * inner > 65536)
   for (int j = 0; j < c; j++) {
     double s = 0.0;
     for (int o = 0; o < outer; o++) {

@@ -240,9 +240,9 @@ void axi_gemm512_nn(int m, int n, int k, const float *a, long sam, long sak,
                     const float *b, long ldb, const long *boff, float beta,
                     float *c, long ldc) {}
 
-void axi_gemm512_nn_arows(int m, int n, int k, const float *a,
-                          const long *aoff, const float *b, long ldb,
-                          float beta, float *c, long ldc) {}
+void axi_gemm512_nn_arows(int m, int n, int k, const float *a, const long *aoff,
+                          const float *b, long ldb, float beta, float *c,
+                          long ldc) {}
 
 void axi_gemm512_nt(int m, int n, int k, const float *a, long lda,
                     const float *b, long ldb, const long *boff, float *c,

@@ -19,7 +19,8 @@ int axi_cpu_layernorm_fwd(ax_backend *be, int rows, int d, const float *x,
   if (rows < 0 || d <= 0)
     return ax_seterr(AX_EINVAL, "layernorm_fwd: bad shape (%d, %d)", rows, d);
   long work = (long)rows * d;
-#pragma omp parallel for num_threads(ax_cpu_threads()) schedule(static) if (work > LN_PAR_MIN)
+#pragma omp parallel for num_threads(ax_cpu_threads())                         \
+    schedule(static) if (work > LN_PAR_MIN)
   for (int r = 0; r < rows; r++) {
     const float *xr = x + (size_t)r * d;
     float *yr = y + (size_t)r * d;

@@ -5,21 +5,23 @@
 #include "axon/kernels/cpu/cpu.h"
 #include "axon/kernels/error.h"
 
-int axi_cpu_xent_fwd(ax_backend *be, int rows, int classes,
-                     const float *logits, const int32_t *labels,
-                     int ignore_index, float *probs, double *loss_sum,
-                     int64_t *count) {
+int axi_cpu_xent_fwd(ax_backend *be, int rows, int classes, const float *logits,
+                     const int32_t *labels, int ignore_index, float *probs,
+                     double *loss_sum, int64_t *count) {
   (void)be;
   for (int r = 0; r < rows; r++)
     if (labels[r] != ignore_index && (labels[r] < 0 || labels[r] >= classes))
-      return ax_seterr(AX_EINVAL, "cross-entropy: label %d of row %d outside "
-                       "[0, %d)", labels[r], r, classes);
+      return ax_seterr(AX_EINVAL,
+                       "cross-entropy: label %d of row %d outside "
+                       "[0, %d)",
+                       labels[r], r, classes);
   /* Per-row losses summed serially afterwards, so the total does not depend
    * on the thread count or scheduling (bit-reproducible loss curves). */
   double *row_loss = malloc(sizeof(double) * (size_t)(rows ? rows : 1));
   if (!row_loss)
     return AX_ENOMEM;
-#pragma omp parallel for num_threads(ax_cpu_threads()) if ((long)rows * classes > 65536)
+#pragma omp parallel for num_threads(                                          \
+    ax_cpu_threads()) if ((long)rows * classes > 65536)
   for (int r = 0; r < rows; r++) {
     const float *z = logits + (size_t)r * classes;
     float *p = probs + (size_t)r * classes;
@@ -53,7 +55,8 @@ int axi_cpu_xent_bwd(ax_backend *be, int rows, int classes, const float *probs,
                      const int32_t *labels, int ignore_index, float scale,
                      float *dlogits) {
   (void)be;
-#pragma omp parallel for num_threads(ax_cpu_threads()) if ((long)rows * classes > 65536)
+#pragma omp parallel for num_threads(                                          \
+    ax_cpu_threads()) if ((long)rows * classes > 65536)
   for (int r = 0; r < rows; r++) {
     const float *p = probs + (size_t)r * classes;
     float *d = dlogits + (size_t)r * classes;

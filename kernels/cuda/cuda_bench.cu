@@ -116,7 +116,7 @@ static int bench_run(bench_res *r, int n, int iters, int tf32,
 }
 
 extern "C" int axi_cudalib_bench_cublas(int ordinal, int n, int iters, int tf32,
-                                     double *seconds) {
+                                        double *seconds) {
   if (n < 1 || iters < 1 || !seconds)
     return ax_seterr(AX_EINVAL,
                      "bench cublas: need n >= 1, iters >= 1 "

@@ -142,8 +142,7 @@ static int cuda_dropout_fwd(ax_backend *be, size_t n, const float *x, float *y,
 
 /* The mask of the forward with the same (p, seed), applied to dy. */
 static int cuda_dropout_bwd(ax_backend *be, size_t n, const float *dy,
-                            float *dx, float p, uint64_t seed,
-                            uint64_t first) {
+                            float *dx, float p, uint64_t seed, uint64_t first) {
   return cuda_dropout_fwd(be, n, dy, dx, p, seed, first);
 }
 

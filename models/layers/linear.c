@@ -14,7 +14,7 @@ enum { PART_WHOLE = 0, PART_COLUMN = 1, PART_ROW = 2 };
 typedef struct linear {
   int in, out, bias; /* this member's sizes; bias: it holds one */
   float init_std;
-  int part;          /* PART_*: which part of the whole layer it is */
+  int part; /* PART_*: which part of the whole layer it is */
   int full_in, full_out, full_bias, segments;
   ax_tp tp;
 } linear;
@@ -25,10 +25,11 @@ static void linear_copy(const linear *L, float *w, float *b, float *params,
 /* The group's sum of t (tensor parallelism), in place. */
 static int tp_sum(const linear *L, const ax_exec *ex, ax_tensor *t) {
   if (!ex->tp_allreduce)
-    return ax_seterr(AX_ESTATE, "linear(%d->%d): member %d of a "
+    return ax_seterr(AX_ESTATE,
+                     "linear(%d->%d): member %d of a "
                      "tensor-parallel group of %d run without the group "
-                     "(ax_exec.tp_allreduce)", L->in, L->out, L->tp.rank,
-                     L->tp.size);
+                     "(ax_exec.tp_allreduce)",
+                     L->in, L->out, L->tp.rank, L->tp.size);
   return ex->tp_allreduce(ex->tp_user, t);
 }
 
@@ -195,21 +196,25 @@ static const ax_module_ops linear_ops;
 static int part_walk(const ax_module *pm, const ax_module *wm, float *whole,
                      float *part, int to_whole) {
   if (pm->ops != wm->ops || pm->n_children != wm->n_children)
-    return ax_seterr(AX_EINVAL, "tensor-parallel slice: a %s where the whole "
-                     "has a %s", pm->ops->kind, wm->ops->kind);
+    return ax_seterr(AX_EINVAL,
+                     "tensor-parallel slice: a %s where the whole "
+                     "has a %s",
+                     pm->ops->kind, wm->ops->kind);
   const linear *L = pm->ops == &linear_ops ? pm->priv : NULL;
   if (L && L->part != PART_WHOLE) {
     const linear *W = wm->priv;
-    if (W->part != PART_WHOLE || W->in != L->full_in ||
-        W->out != L->full_out || W->bias != L->full_bias)
-      return ax_seterr(AX_EINVAL, "tensor-parallel slice: linear(%d->%d) "
-                       "part of a whole linear(%d->%d)", L->full_in,
-                       L->full_out, W->in, W->out);
+    if (W->part != PART_WHOLE || W->in != L->full_in || W->out != L->full_out ||
+        W->bias != L->full_bias)
+      return ax_seterr(AX_EINVAL,
+                       "tensor-parallel slice: linear(%d->%d) "
+                       "part of a whole linear(%d->%d)",
+                       L->full_in, L->full_out, W->in, W->out);
     linear_copy(L, whole, whole + (size_t)W->in * W->out, part, to_whole);
   } else if (pm->n_params != wm->n_params) {
-    return ax_seterr(AX_EINVAL, "tensor-parallel slice: %s with %zu "
-                     "parameters, the whole's %zu", pm->ops->kind,
-                     pm->n_params, wm->n_params);
+    return ax_seterr(AX_EINVAL,
+                     "tensor-parallel slice: %s with %zu "
+                     "parameters, the whole's %zu",
+                     pm->ops->kind, pm->n_params, wm->n_params);
   } else if (to_whole) {
     memcpy(whole, part, pm->n_params * sizeof *part);
   } else {
@@ -254,8 +259,7 @@ static void linear_copy(const linear *L, float *w, float *b, float *params,
   } else {
     for (int r = 0; r < fout; r++)
       AXI_MOVE(params + (size_t)r * L->in,
-               w + (size_t)r * fin + (size_t)L->tp.rank * L->in,
-               (size_t)L->in);
+               w + (size_t)r * fin + (size_t)L->tp.rank * L->in, (size_t)L->in);
     if (L->bias)
       AXI_MOVE(lb, b, (size_t)fout);
   }
@@ -305,9 +309,11 @@ static ax_module *linear_part(int part, int in, int out, int bias,
   int split = part == PART_COLUMN ? out : in;
   int blocks = part == PART_COLUMN ? segments * tp.size : tp.size;
   if (in <= 0 || out <= 0 || segments < 1 || split % blocks != 0) {
-    ax_seterr(AX_EINVAL, "linear(%d->%d) %s part: %s %d not divisible into "
-              "%d x %d", in, out, what, part == PART_COLUMN ? "out" : "in",
-              split, segments, tp.size);
+    ax_seterr(AX_EINVAL,
+              "linear(%d->%d) %s part: %s %d not divisible into "
+              "%d x %d",
+              in, out, what, part == PART_COLUMN ? "out" : "in", split,
+              segments, tp.size);
     return NULL;
   }
   int lin = part == PART_COLUMN ? in : in / tp.size;

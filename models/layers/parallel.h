@@ -55,8 +55,7 @@ ax_module *ax_linear_row_new(int in, int out, int bias, float init_std,
 
 /* Dropout on part `shard` of `shards` of a tensor split along dim 1: the
  * mask of the whole tensor at this part's elements. */
-ax_module *ax_dropout_new_shard(float p, uint64_t salt, int shards,
-                                int shard);
+ax_module *ax_dropout_new_shard(float p, uint64_t salt, int shards, int shard);
 
 /* ax_mhsa_new and ax_encoder_layer_new (models/layers/transformer.h) split
  * over a group: attention by heads (T divides heads), the feed-forward as
@@ -64,8 +63,8 @@ ax_module *ax_dropout_new_shard(float p, uint64_t salt, int shards,
  * whole layer's on every member. */
 ax_module *ax_mhsa_new_tp(int hidden, int heads, float dropout, uint64_t salt,
                           ax_tp tp);
-ax_module *ax_encoder_layer_new_tp(int hidden, int heads, int ff,
-                                   float dropout, uint64_t salt, ax_tp tp);
+ax_module *ax_encoder_layer_new_tp(int hidden, int heads, int ff, float dropout,
+                                   uint64_t salt, ax_tp tp);
 
 /* Member part's parameters from the whole model's: `part` and `whole` are
  * the same module tree built for a member and whole (e.g. a stage built

@@ -214,8 +214,7 @@ ax_module *ax_dropout_new(float p, uint64_t salt) {
   return m;
 }
 
-ax_module *ax_dropout_new_shard(float p, uint64_t salt, int shards,
-                                int shard) {
+ax_module *ax_dropout_new_shard(float p, uint64_t salt, int shards, int shard) {
   if (shards < 1 || shard < 0 || shard >= shards) {
     ax_seterr(AX_EINVAL, "dropout: part %d of %d", shard, shards);
     return NULL;

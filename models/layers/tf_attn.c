@@ -12,8 +12,8 @@
  * the members' outputs), its dropout the whole mask's part. */
 #include <math.h>
 
-#include "axon/models/layers/tf-impl.h"
 #include "axon/models/layers/parallel.h"
+#include "axon/models/layers/tf-impl.h"
 
 #include "axon/kernels/error.h"
 
@@ -244,8 +244,10 @@ ax_module *ax_mhsa_new_tp(int hidden, int heads, float dropout, uint64_t salt,
                           ax_tp tp) {
   if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size ||
       heads % tp.size != 0) {
-    ax_seterr(AX_EINVAL, "attention: member %d of %d must hold a whole "
-              "share of %d heads", tp.rank, tp.size, heads);
+    ax_seterr(AX_EINVAL,
+              "attention: member %d of %d must hold a whole "
+              "share of %d heads",
+              tp.rank, tp.size, heads);
     return NULL;
   }
   if (hidden <= 0 || heads <= 0 || hidden % heads != 0) {
@@ -269,10 +271,9 @@ ax_module *ax_mhsa_new_tp(int hidden, int heads, float dropout, uint64_t salt,
   p->heads = heads / tp.size;
   p->width = hidden / tp.size;
   float std = AX_BERT_INIT_STD;
-  if (ax_module_add(m, ax_linear_column_new(hidden, 3 * hidden, 1, std, 3,
-                                            tp)) ||
-      ax_module_add(m, ax_dropout_new_shard(dropout, salt, tp.size,
-                                            tp.rank)) ||
+  if (ax_module_add(m,
+                    ax_linear_column_new(hidden, 3 * hidden, 1, std, 3, tp)) ||
+      ax_module_add(m, ax_dropout_new_shard(dropout, salt, tp.size, tp.rank)) ||
       ax_module_add(m, ax_linear_row_new(hidden, hidden, 1, std, tp))) {
     ax_module_free(m);
     ax_seterr(AX_ENOMEM, "attention: no memory");

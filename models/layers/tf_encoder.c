@@ -2,8 +2,8 @@
  *
  * Children, in order: 0 attention, 1 dropout, 2 layer norm, 3 dense
  * hidden -> ff, 4 GELU, 5 dense ff -> hidden, 6 dropout, 7 layer norm. */
-#include "axon/models/layers/tf-impl.h"
 #include "axon/models/layers/parallel.h"
+#include "axon/models/layers/tf-impl.h"
 
 #include "axon/kernels/error.h"
 
@@ -145,15 +145,16 @@ static const ax_module_ops enc_ops = {
 
 ax_module *ax_encoder_layer_new(int hidden, int heads, int ff, float dropout,
                                 uint64_t salt) {
-  return ax_encoder_layer_new_tp(hidden, heads, ff, dropout, salt,
-                                 AX_TP_WHOLE);
+  return ax_encoder_layer_new_tp(hidden, heads, ff, dropout, salt, AX_TP_WHOLE);
 }
 
-ax_module *ax_encoder_layer_new_tp(int hidden, int heads, int ff,
-                                   float dropout, uint64_t salt, ax_tp tp) {
+ax_module *ax_encoder_layer_new_tp(int hidden, int heads, int ff, float dropout,
+                                   uint64_t salt, ax_tp tp) {
   if (ff <= 0 || (tp.size > 0 && ff % tp.size != 0)) {
-    ax_seterr(AX_EINVAL, "encoder: feed-forward size %d must be positive "
-              "and divisible by the %d members of its group", ff, tp.size);
+    ax_seterr(AX_EINVAL,
+              "encoder: feed-forward size %d must be positive "
+              "and divisible by the %d members of its group",
+              ff, tp.size);
     return NULL;
   }
   /* The attention constructor checks hidden, heads, dropout and tp. */

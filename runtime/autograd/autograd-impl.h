@@ -17,8 +17,8 @@ typedef struct axi_ag_fn axi_ag_fn;
 /* Where the gradient of a tensor goes. */
 typedef struct axi_ag_src {
   int kind;
-  axi_ag_fn *fn;  /* local: producing function */
-  int k;       /* output index at the producer */
+  axi_ag_fn *fn;       /* local: producing function */
+  int k;               /* output index at the producer */
   char from[AXD_NAME]; /* remote: producing node */
   uint64_t rfn;        /* remote: function id there */
 } axi_ag_src;
@@ -32,13 +32,13 @@ struct axi_ag_fn {
   ax_tensor *dout[AX_TLIST_MAX];
   int dout_own[AX_TLIST_MAX]; /* dout[k] is our own sum buffer */
   int expected, received, ran;
-  int held;                 /* ax_dist_record_held: the owner runs it */
-  char consumer[AXD_NAME];  /* node of the first send of an output */
+  int held;                /* ax_dist_record_held: the owner runs it */
+  char consumer[AXD_NAME]; /* node of the first send of an output */
   axi_ag_fn *next;
 };
 
 typedef struct axi_ag_map { /* tensor handle -> gradient source */
-  ax_tensor *t;           /* retained */
+  ax_tensor *t;             /* retained */
   axi_ag_src s;
   struct axi_ag_map *next;
 } axi_ag_map;
@@ -78,7 +78,7 @@ typedef struct axi_ag_state {
   uint64_t released[AXD_RELEASED_RING];
   long nrel;
   int64_t grad_delay_ms;
-  pthread_cond_t cv;  /* a held function got a gradient (with mu) */
+  pthread_cond_t cv;             /* a held function got a gradient (with mu) */
   ax_tensor *pool[AXD_POOL_MAX]; /* recycled gradient buffers (mu) */
   int npool;
 } axi_ag_state;

@@ -11,7 +11,9 @@
 
 static axi_ag_state *g_d;
 
-axi_ag_state *axi_ag_get(void) { return __atomic_load_n(&g_d, __ATOMIC_ACQUIRE); }
+axi_ag_state *axi_ag_get(void) {
+  return __atomic_load_n(&g_d, __ATOMIC_ACQUIRE);
+}
 
 int axi_ag_was_released(axi_ag_state *d, uint64_t id) {
   long n = d->nrel < AXD_RELEASED_RING ? d->nrel : AXD_RELEASED_RING;
@@ -89,7 +91,8 @@ void axi_ag_ctx_free(axi_ag_ctx *c) {
   free(c);
 }
 
-/* ---- contexts ---------------------------------------------------------------- */
+/* ---- contexts
+ * ---------------------------------------------------------------- */
 int ax_dist_context_new(ax_node *n, uint64_t *out) {
   axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n || !out)
@@ -116,7 +119,8 @@ long ax_dist_live_contexts(ax_node *n) {
   return k;
 }
 
-/* ---- recording --------------------------------------------------------------- */
+/* ---- recording
+ * --------------------------------------------------------------- */
 static int map_add(axi_ag_ctx *c, ax_tensor *t, const axi_ag_src *s) {
   axi_ag_map *m = calloc(1, sizeof *m);
   if (!m)
@@ -131,8 +135,8 @@ static int map_add(axi_ag_ctx *c, ax_tensor *t, const axi_ag_src *s) {
 static const ax_dist_fn_ops g_held_ops = {NULL, NULL};
 
 static int record(axi_ag_state *d, uint64_t ctx, const ax_dist_fn_ops *ops,
-                  void *state, const ax_tlist *inputs,
-                  const ax_tlist *outputs, uint64_t *id);
+                  void *state, const ax_tlist *inputs, const ax_tlist *outputs,
+                  uint64_t *id);
 
 int ax_dist_record(ax_node *n, uint64_t ctx, const ax_dist_fn_ops *ops,
                    void *state, const ax_tlist *inputs,
@@ -153,8 +157,8 @@ int ax_dist_record_held(ax_node *n, uint64_t ctx, const ax_tlist *inputs,
 
 /* Records a function; held when ops is g_held_ops (its id into *id). */
 static int record(axi_ag_state *d, uint64_t ctx, const ax_dist_fn_ops *ops,
-                  void *state, const ax_tlist *inputs,
-                  const ax_tlist *outputs, uint64_t *id) {
+                  void *state, const ax_tlist *inputs, const ax_tlist *outputs,
+                  uint64_t *id) {
   axi_ag_fn *f = calloc(1, sizeof *f);
   if (!f)
     return AX_ENOMEM;
@@ -196,7 +200,8 @@ static int record(axi_ag_state *d, uint64_t ctx, const ax_dist_fn_ops *ops,
   return err;
 }
 
-/* ---- hooks ---------------------------------------------------------------------- */
+/* ---- hooks
+ * ---------------------------------------------------------------------- */
 typedef struct axi_ag_desc {
   uint32_t index, k;
   uint64_t fn;
@@ -223,7 +228,8 @@ static const ax_dist_fn_ops g_recv_ops = {
 
 /* Records t's RECV edge from s (a remote source) in c: a function with
  * input s and output t, to which the map points t. d->mu held. */
-static int recv_edge(axi_ag_state *d, axi_ag_ctx *c, ax_tensor *t, const axi_ag_src *s) {
+static int recv_edge(axi_ag_state *d, axi_ag_ctx *c, ax_tensor *t,
+                     const axi_ag_src *s) {
   axi_ag_fn *f = calloc(1, sizeof *f);
   if (!f)
     return ax_seterr(AX_ENOMEM, "dist: no memory for a receive edge");
@@ -271,7 +277,7 @@ static int hook_send(ax_node *n, uint64_t ctx, const char *to,
       continue;
     axi_ag_map *m = axi_ag_map_find(c, t);
     if (!m || m->s.kind != AXD_SRC_LOCAL)
-      continue; /* not differentiable in this context */
+      continue;          /* not differentiable in this context */
     m->s.fn->expected++; /* received tensors: their RECV edge function */
     if (!m->s.fn->consumer[0])
       snprintf(m->s.fn->consumer, sizeof m->s.fn->consumer, "%s", to);
@@ -329,7 +335,8 @@ static const ax_rref_grad_hooks g_hooks = {
     /* .recv = */ hook_recv,
 };
 
-/* ---- gradient buffers ------------------------------------------------------ */
+/* ---- gradient buffers ------------------------------------------------------
+ */
 /* The buffer of stage `key` in context c (NULL-safe; d->mu held). */
 static axi_ag_grad *grad_find(axi_ag_ctx *c, uint64_t key) {
   axi_ag_grad *g = c ? c->grads : NULL;
@@ -406,7 +413,8 @@ int ax_dist_get_gradients(ax_node *n, uint64_t ctx, uint64_t key,
   return err;
 }
 
-/* ---- set-up ----------------------------------------------------------------------- */
+/* ---- set-up
+ * ----------------------------------------------------------------------- */
 static void on_peer_down(ax_node *n, const char *peer, void *user) {
   ax_rref_peer_down(n, peer);
   axi_ag_state *d = axi_ag_get();
@@ -483,7 +491,8 @@ void ax_dist_fini(ax_node *n) {
   free(d);
 }
 
-/* ---- taking and recycling gradient buffers --------------------------------- */
+/* ---- taking and recycling gradient buffers ---------------------------------
+ */
 int ax_dist_take_gradients(ax_node *n, uint64_t ctx, uint64_t key,
                            ax_tensor **out) {
   axi_ag_state *d = axi_ag_get();
@@ -523,7 +532,8 @@ void ax_dist_grads_recycle(ax_node *n, ax_tensor *g) {
   ax_tensor_release(g);
 }
 
-/* ---- edges on a program's own messages ---------------------------------------- */
+/* ---- edges on a program's own messages
+ * ---------------------------------------- */
 /* The tensors of t as a value list (NULL entries as i64 placeholders), so
  * the RRef hooks' rules apply unchanged. */
 static ax_values *tlist_values(const ax_tlist *t) {

@@ -53,7 +53,7 @@ struct ax_coll_op {
 struct ax_coll_group {
   ax_node *node;
   axi_coll_box *box;
-  char tag[AXI_COLL_TAG];  /* "<base>" or "<base>.e<epoch>" */
+  char tag[AXI_COLL_TAG]; /* "<base>" or "<base>.e<epoch>" */
   char base[AXI_COLL_TAG];
   int epoch, size, rank;
   char **members;

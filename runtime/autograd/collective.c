@@ -117,7 +117,8 @@ void ax_coll_fini(ax_node *n) {
   free(b);
 }
 
-/* ---- failure state ---------------------------------------------------------- */
+/* ---- failure state ----------------------------------------------------------
+ */
 
 static void set_failed(ax_coll_group *g, int rc, const char *peer) {
   pthread_mutex_lock(&g->mu);
@@ -157,8 +158,8 @@ static int check_members(ax_coll_group *g) {
   for (int r = 0; r < g->size; r++) {
     if (r != g->rank && ax_node_peer_is_down(g->node, g->members[r])) {
       set_failed(g, AX_EPEERDOWN, g->members[r]);
-      return ax_seterr(AX_EPEERDOWN, "collective %s: member %s is down",
-                       g->tag, g->members[r]);
+      return ax_seterr(AX_EPEERDOWN, "collective %s: member %s is down", g->tag,
+                       g->members[r]);
     }
   }
   return AX_OK;
@@ -214,7 +215,8 @@ static int check_remote_abort(ax_coll_group *g) {
     g->notified = 1; /* the failure came from there: no echo */
     snprintf(g->abort_why, sizeof g->abort_why,
              "member %s ended the group (its operation failed or its owner "
-             "ended it)", who);
+             "ended it)",
+             who);
   }
   pthread_mutex_unlock(&g->mu);
   return ax_seterr(AX_ECANCELLED, "collective %s: member %s ended the group",
@@ -227,8 +229,7 @@ static int check_aborted(ax_coll_group *g) {
   int rc = g->failed_rc == AX_ECANCELLED ? AX_ECANCELLED : AX_OK;
   pthread_mutex_unlock(&g->mu);
   return rc == AX_OK ? AX_OK
-                     : ax_seterr(rc, "collective %s: %s", g->tag,
-                                 g->abort_why);
+                     : ax_seterr(rc, "collective %s: %s", g->tag, g->abort_why);
 }
 
 void ax_coll_group_abort(ax_coll_group *g, const char *why) {
@@ -497,7 +498,7 @@ int ax_coll_group_shrink(ax_coll_group *g, ax_coll_group **out) {
     return ax_seterr(AX_EPEERDOWN, "shrink %s: this node is not a survivor",
                      g->tag);
   if (rc == AX_OK) {
-    snprintf((*out)->base, sizeof (*out)->base, "%s", g->base);
+    snprintf((*out)->base, sizeof(*out)->base, "%s", g->base);
     (*out)->epoch = g->epoch + 1;
   }
   return rc;
@@ -554,8 +555,8 @@ int axi_coll_submit(ax_coll_op *op) {
 
 int ax_coll_wait(ax_coll_op *op, int64_t timeout_ms) {
   ax_coll_group *g = op->g;
-  int64_t end = axi_coll_now_ms() +
-                (timeout_ms > 0 ? timeout_ms : g->timeout_ms + 1000);
+  int64_t end =
+      axi_coll_now_ms() + (timeout_ms > 0 ? timeout_ms : g->timeout_ms + 1000);
   pthread_mutex_lock(&g->mu);
   while (!op->done && axi_coll_now_ms() < end) {
     struct timespec ts;

@@ -42,8 +42,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "axon/rpc/node.h"
 #include "axon/kernels/tensor.h"
+#include "axon/rpc/node.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -114,12 +114,10 @@ int ax_coll_allreduce(ax_coll_group *g, ax_tensor *t, ax_coll_reduce op);
  * of t (ax_coll_shard) holds the reduction of every member's, with the very
  * bits ax_coll_allreduce gives there (the rest of t is scratch); after
  * ax_coll_allgather every member's t holds every member's shard. */
-int ax_coll_reduce_scatter(ax_coll_group *g, ax_tensor *t,
-                           ax_coll_reduce op);
+int ax_coll_reduce_scatter(ax_coll_group *g, ax_tensor *t, ax_coll_reduce op);
 int ax_coll_allgather(ax_coll_group *g, ax_tensor *t);
 /* This member's shard [*off, *off + *len) of an n-element tensor. */
-void ax_coll_shard(const ax_coll_group *g, size_t n, size_t *off,
-                   size_t *len);
+void ax_coll_shard(const ax_coll_group *g, size_t n, size_t *off, size_t *len);
 
 /* Copies root's t into every member's t (a pipeline along the ring). */
 int ax_coll_broadcast(ax_coll_group *g, ax_tensor *t, int root);

@@ -60,8 +60,8 @@ static int ring_phase(ax_coll_op *op, float *d, int64_t deadline, int base,
       AX_TRY(axi_coll_recv(g, op->seq, msg_id(base + s, p), d + p0, pn, add,
                            deadline));
       if (s + 1 < N - 1) /* forward it as step s + 1 */
-        AX_TRY(axi_coll_send(g, next, op->seq, msg_id(base + s + 1, p),
-                             d + p0, pn));
+        AX_TRY(axi_coll_send(g, next, op->seq, msg_id(base + s + 1, p), d + p0,
+                             pn));
     }
   }
   return AX_OK;
@@ -94,8 +94,7 @@ static int ring_allreduce(ax_coll_op *op, float *d, int64_t deadline) {
   return ring_allgather(op, d, deadline);
 }
 
-void ax_coll_shard(const ax_coll_group *g, size_t n, size_t *off,
-                   size_t *len) {
+void ax_coll_shard(const ax_coll_group *g, size_t n, size_t *off, size_t *len) {
   chunk(0, n, g->size, mod(g->rank + 1, g->size), off, len);
 }
 
@@ -190,8 +189,7 @@ int ax_coll_allreduce(ax_coll_group *g, ax_tensor *t, ax_coll_reduce red) {
   return ax_coll_wait(op, 0);
 }
 
-int ax_coll_reduce_scatter(ax_coll_group *g, ax_tensor *t,
-                           ax_coll_reduce red) {
+int ax_coll_reduce_scatter(ax_coll_group *g, ax_tensor *t, ax_coll_reduce red) {
   ax_coll_op *op;
   AX_TRY(new_op(g, AXI_OP_REDUCE_SCATTER, t, 0, 0, &op));
   op->reduce = red;
@@ -224,13 +222,14 @@ int ax_coll_neighbors_async(ax_coll_group *g, ax_tensor *x,
       ax_tensor_numel(from_prev) != ax_tensor_numel(x) ||
       ax_tensor_numel(from_next) != ax_tensor_numel(x))
     return ax_seterr(AX_EINVAL, "ax_coll_neighbors: outputs must be CPU "
-                     "tensors of x's size");
-  const ax_tensor *dev_out = from_prev->device.type != AX_DEV_CPU ? from_prev
+                                "tensors of x's size");
+  const ax_tensor *dev_out = from_prev->device.type != AX_DEV_CPU   ? from_prev
                              : from_next->device.type != AX_DEV_CPU ? from_next
                                                                     : NULL;
   if (dev_out) { /* received straight into host memory */
     char b[16];
-    return ax_seterr(AX_EUNSUPPORTED, "ax_coll_neighbors: outputs must be CPU "
+    return ax_seterr(AX_EUNSUPPORTED,
+                     "ax_coll_neighbors: outputs must be CPU "
                      "tensors, got one on %s",
                      ax_device_str(dev_out->device, b, sizeof b));
   }

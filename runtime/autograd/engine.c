@@ -1,18 +1,19 @@
 /* The distributed backward: gradient delivery to recorded functions, the
- * "axon.autograd.grad" / "axon.autograd.root" / "axon.autograd.release" handlers, and the
- * root-side ax_dist_backward and ax_dist_context_release. */
+ * "axon.autograd.grad" / "axon.autograd.root" / "axon.autograd.release"
+ * handlers, and the root-side ax_dist_backward and ax_dist_context_release. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "axon/rpc/builtin-impl.h"
 #include "axon/kernels/backend-impl.h"
+#include "axon/rpc/builtin-impl.h"
 #include "axon/runtime/autograd/autograd-impl.h"
 
 #define AXD_CALL_MS 60000
 
-/* ---- aggregate futures: complete once every part did ---------------------- */
+/* ---- aggregate futures: complete once every part did ----------------------
+ */
 typedef struct agg {
   pthread_mutex_t mu;
   ax_future *f;
@@ -71,7 +72,8 @@ static ax_future *agg_finish(agg *a, int err, const char *msg) {
   return f;
 }
 
-/* ---- delivery ------------------------------------------------------------------ */
+/* ---- delivery
+ * ------------------------------------------------------------------ */
 static int deliver(axi_ag_state *d, uint64_t ctx, axi_ag_fn *fn, int k,
                    ax_tensor *g, agg *a);
 
@@ -209,8 +211,10 @@ static int seed_roots(axi_ag_state *d, uint64_t ctx, const ax_tlist *roots,
       return ax_seterr(AX_ESTALE, "dist: no context %llx here",
                        (unsigned long long)ctx);
     if (!m)
-      return ax_seterr(AX_EINVAL, "dist: root %d is not recorded in the "
-                       "context", i);
+      return ax_seterr(AX_EINVAL,
+                       "dist: root %d is not recorded in the "
+                       "context",
+                       i);
     ax_tensor *one = ax_tensor_like(t);
     if (!one || ax_tensor_fill(one, 1.0f) != AX_OK) {
       ax_tensor_release(one);
@@ -224,7 +228,8 @@ static int seed_roots(axi_ag_state *d, uint64_t ctx, const ax_tlist *roots,
   return AX_OK;
 }
 
-/* ---- handlers -------------------------------------------------------------------- */
+/* ---- handlers
+ * -------------------------------------------------------------------- */
 static int h_grad(ax_call_ctx *cc, const ax_values *args, ax_values *out,
                   void *user) {
   axi_ag_state *d = axi_ag_get();
@@ -245,8 +250,8 @@ static int h_grad(ax_call_ctx *cc, const ax_values *args, ax_values *out,
   axi_ag_fn *fn = c ? axi_ag_fn_find(c, (uint64_t)fid) : NULL;
   pthread_mutex_unlock(&d->mu);
   if (!fn)
-    return ax_seterr(AX_ESTALE, "%s: no function %lld in context %llx",
-                     d->name, (long long)fid, (unsigned long long)ctx);
+    return ax_seterr(AX_ESTALE, "%s: no function %lld in context %llx", d->name,
+                     (long long)fid, (unsigned long long)ctx);
   agg *a = agg_new(0);
   if (!a)
     return AX_ENOMEM;
@@ -324,8 +329,8 @@ static int covered(const ax_values *v, const char *name) {
   return 0;
 }
 
-/* Sends "axon.autograd.release" [the nodes this release covers...] to every peer
- * not covered yet (by the release that reached us: `cover`, its caller
+/* Sends "axon.autograd.release" [the nodes this release covers...] to every
+ * peer not covered yet (by the release that reached us: `cover`, its caller
  * `skip`). Each receiver then forwards only to peers nobody covers: when
  * the context's creator saw every node (a pipeline's coordinator), one
  * round reaches them all, without node-to-node repeats. Frees peers. */
@@ -407,7 +412,8 @@ void ax_dist_debug_grad_delay(ax_node *n, int64_t ms) {
     __atomic_store_n(&d->grad_delay_ms, ms, __ATOMIC_RELAXED);
 }
 
-/* ---- root side ----------------------------------------------------------------- */
+/* ---- root side
+ * ----------------------------------------------------------------- */
 static int wait_agg(ax_future *f, int64_t timeout_ms) {
   int err = ax_future_wait(f, timeout_ms > 0 ? timeout_ms : AXD_CALL_MS);
   if (err != AX_OK && ax_future_is_done(f))
@@ -450,7 +456,8 @@ int ax_dist_backward_rrefs(ax_node *n, uint64_t ctx, ax_rref *const *roots,
     ax_call_opts o = {.timeout_ms = timeout_ms > 0 ? timeout_ms : AXD_CALL_MS,
                       .autograd_ctx = ctx};
     if (err == AX_OK)
-      err = ax_rpc_async(n, ax_rref_owner(roots[i]), "axon.autograd.root", v, &o, &f);
+      err = ax_rpc_async(n, ax_rref_owner(roots[i]), "axon.autograd.root", v,
+                         &o, &f);
     ax_values_free(v);
     if (err == AX_OK)
       agg_add(a, f);
@@ -476,7 +483,8 @@ int ax_dist_context_release(ax_node *n, uint64_t ctx, int64_t timeout_ms) {
                   timeout_ms > 0 ? timeout_ms : 10000);
 }
 
-/* ---- held functions ---------------------------------------------------------- */
+/* ---- held functions
+ * ---------------------------------------------------------- */
 int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
                        int64_t timeout_ms, ax_tlist *dout) {
   axi_ag_state *d = axi_ag_get();
@@ -494,14 +502,17 @@ int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
     axi_ag_ctx *c = axi_ag_ctx_find(d, ctx, 0);
     axi_ag_fn *fn = c ? axi_ag_fn_find(c, fid) : NULL;
     if (!fn || !fn->held) {
-      err = ax_seterr(AX_ESTALE, "dist: no held function %llu in context "
-                      "%llx", (unsigned long long)fid,
-                      (unsigned long long)ctx);
+      err = ax_seterr(AX_ESTALE,
+                      "dist: no held function %llu in context "
+                      "%llx",
+                      (unsigned long long)fid, (unsigned long long)ctx);
       break;
     }
     if (fn->ran) {
-      err = ax_seterr(AX_ESTATE, "dist: gradients of function %llu taken "
-                      "twice", (unsigned long long)fid);
+      err = ax_seterr(AX_ESTATE,
+                      "dist: gradients of function %llu taken "
+                      "twice",
+                      (unsigned long long)fid);
       break;
     }
     if (fn->received >= fn->expected) {
@@ -516,9 +527,10 @@ int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
     clock_gettime(CLOCK_MONOTONIC, &now);
     int64_t ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
     if (ms >= end) {
-      err = ax_seterr(AX_ETIMEOUT, "dist: %d of %d gradients for function "
-                      "%llu in %lld ms", fn->received, fn->expected,
-                      (unsigned long long)fid,
+      err = ax_seterr(AX_ETIMEOUT,
+                      "dist: %d of %d gradients for function "
+                      "%llu in %lld ms",
+                      fn->received, fn->expected, (unsigned long long)fid,
                       (long long)(timeout_ms > 0 ? timeout_ms : AXD_CALL_MS));
       break;
     }
@@ -533,8 +545,10 @@ int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
           fn->received >= fn->expected)
         continue;
       if (down) {
-        err = ax_seterr(AX_EPEERDOWN, "dist: %s is down; no gradient for "
-                        "function %llu", consumer, (unsigned long long)fid);
+        err = ax_seterr(AX_EPEERDOWN,
+                        "dist: %s is down; no gradient for "
+                        "function %llu",
+                        consumer, (unsigned long long)fid);
         break;
       }
     }

@@ -79,7 +79,7 @@ static const ax_robj_method_def g_params_methods[] = {
 };
 
 const ax_robj_kind axi_ag_params_kind = {"stage.params", params_create,
-                                      params_destroy, g_params_methods};
+                                         params_destroy, g_params_methods};
 
 int axi_ag_optim_register(ax_node *n) { return AX_OK; }
 
@@ -240,7 +240,8 @@ void ax_dist_optim_free(ax_dist_optim *o) {
   free(o);
 }
 
-/* ---- remote-module wrappers ------------------------------------------------ */
+/* ---- remote-module wrappers ------------------------------------------------
+ */
 int ax_remote_module(ax_node *n, const char *to, const char *kind,
                      const char *config, ax_device dev, ax_rref **out) {
   return ax_remote_object(n, to, kind, config, dev, NULL, out);

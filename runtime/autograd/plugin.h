@@ -51,8 +51,9 @@ extern "C" {
 #endif
 
 /* The plugin ABI of this axon (see above). */
-#define AX_PLUGIN_ABI 2u /* 2: ax_exec.tp_allreduce, dropout kernels' first
-                             counter */
+#define AX_PLUGIN_ABI                                                          \
+  2u /* 2: ax_exec.tp_allreduce, dropout kernels' first                        \
+         counter */
 
 /* Marks the two exported symbols of a plugin. */
 #define AX_PLUGIN_EXPORT __attribute__((visibility("default")))

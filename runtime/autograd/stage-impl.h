@@ -6,8 +6,8 @@
 #include <pthread.h>
 
 #include "axon/models/model.h"
-#include "axon/runtime/autograd/stage.h"
 #include "axon/models/optim.h"
+#include "axon/runtime/autograd/stage.h"
 
 typedef struct axi_ag_stage {
   int refs; /* atomic: the stage object, parameter sets, recorded calls */
@@ -17,7 +17,7 @@ typedef struct axi_ag_stage {
   uint64_t key; /* gradient buffer key in contexts */
   int index, first, last, is_first, ignore_index;
   ax_net *net;
-  ax_optim *opt; /* the owner's local optimizer (mu) */
+  ax_optim *opt;      /* the owner's local optimizer (mu) */
   pthread_mutex_t mu; /* serialises forward, backward, step and state */
 } axi_ag_stage;
 
@@ -30,7 +30,7 @@ void axi_ag_stage_release(axi_ag_stage *s);
 int axi_ag_stage_state_save(axi_ag_stage *s, ax_values *out);
 
 int axi_ag_stage_create(ax_node *n, const char *model, const char *config,
-                     ax_device dev, void **obj);
+                        ax_device dev, void **obj);
 extern const ax_robj_kind axi_ag_params_kind; /* "stage.params" */
 
 #endif

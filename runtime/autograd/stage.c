@@ -22,7 +22,7 @@ void axi_ag_stage_release(axi_ag_stage *s) {
 }
 
 int axi_ag_stage_create(ax_node *n, const char *model, const char *config,
-                     ax_device dev, void **obj) {
+                        ax_device dev, void **obj) {
   ax_config all, mover;
   AX_TRY(ax_config_parse(&all, config));
   const ax_model_def *def = ax_model_find(model);
@@ -93,7 +93,8 @@ int axi_ag_stage_create(ax_node *n, const char *model, const char *config,
 
 static void stage_destroy(void *obj) { axi_ag_stage_release(obj); }
 
-/* ---- forward / backward ------------------------------------------------------- */
+/* ---- forward / backward
+ * ------------------------------------------------------- */
 typedef struct fwd_state {
   axi_ag_stage *s;
   ax_slot *slot;
@@ -210,8 +211,8 @@ static int m_forward(ax_call_ctx *cc, void *obj, const ax_values *args,
   }
   if (err == AX_OK) {
     pthread_mutex_lock(&s->mu);
-    err = ax_net_forward(s->net, st ? st->slot : NULL, ctx != 0,
-                         (uint64_t)seed, &dev_in, &y);
+    err = ax_net_forward(s->net, st ? st->slot : NULL, ctx != 0, (uint64_t)seed,
+                         &dev_in, &y);
     pthread_mutex_unlock(&s->mu);
   }
   ax_tlist res = {0};
@@ -244,7 +245,8 @@ static int m_forward(ax_call_ctx *cc, void *obj, const ax_values *args,
   return err;
 }
 
-/* ---- state ------------------------------------------------------------------------ */
+/* ---- state
+ * ------------------------------------------------------------------------ */
 static ax_tensor *copy_of(const ax_tensor *t) {
   ax_tensor *c = ax_tensor_new(t->dtype, t->ndim, t->shape, AX_CPU);
   if (c && ax_tensor_copy(c, t) != AX_OK) {
@@ -284,9 +286,11 @@ static int m_state_load(ax_call_ctx *cc, void *obj, const ax_values *args,
   AX_TRY(ax_values_get_tensor(args, 1, &b));
   if (ax_tensor_numel(p) != s->net->n_params ||
       ax_tensor_numel(b) != s->net->n_buffers)
-    return ax_seterr(AX_ESHAPE, "stage: state of %zu/%zu floats, expected "
-                     "%zu/%zu", ax_tensor_numel(p), ax_tensor_numel(b),
-                     s->net->n_params, s->net->n_buffers);
+    return ax_seterr(AX_ESHAPE,
+                     "stage: state of %zu/%zu floats, expected "
+                     "%zu/%zu",
+                     ax_tensor_numel(p), ax_tensor_numel(b), s->net->n_params,
+                     s->net->n_buffers);
   pthread_mutex_lock(&s->mu);
   int err = ax_tensor_copy(s->net->params, p);
   if (err == AX_OK && s->net->buffers)
@@ -326,7 +330,8 @@ static const ax_robj_method_def g_stage_methods[] = {
     {"parameters", m_parameters}, {NULL, NULL},
 };
 
-/* ---- kinds ------------------------------------------------------------------------ */
+/* ---- kinds
+ * ------------------------------------------------------------------------ */
 /* One "NAME.stage" kind per model, made on first use by the RRef layer's
  * resolver, so models registered before or after ax_dist_init are served
  * alike. Kinds are process-wide and never freed (they must outlive every
@@ -343,7 +348,8 @@ static stage_kind *g_kinds;
 
 static int stage_kind_create(const ax_robj_kind *kind, ax_node *n,
                              const char *cfg, ax_device dev, void **obj) {
-  return axi_ag_stage_create(n, ((const stage_kind *)kind)->model, cfg, dev, obj);
+  return axi_ag_stage_create(n, ((const stage_kind *)kind)->model, cfg, dev,
+                             obj);
 }
 
 static const ax_robj_kind *resolve_stage_kind(ax_node *n, const char *kind,

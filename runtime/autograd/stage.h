@@ -6,11 +6,11 @@
  * "bert.stage", "sleep.stage") and every model registered with
  * ax_model_register (models/model.h), whether it was registered before or
  * after ax_dist_init (ax_dist_init installs an RRef kind resolver,
- * ax_robj_set_resolver, that makes the kind on first use). They build blocks [splits[stage], splits[stage+1]) of the model
- * with the same initialisation as the whole model. Configuration: stage=K,
- * splits=B0/B1/.../BK (block bounds; default: uniform over nstages=N,
- * default 1), seed=S (default 1); every other key overrides the model's
- * configuration (e.g. widths=784/64/32/10).
+ * ax_robj_set_resolver, that makes the kind on first use). They build blocks
+ * [splits[stage], splits[stage+1]) of the model with the same initialisation as
+ * the whole model. Configuration: stage=K, splits=B0/B1/.../BK (block bounds;
+ * default: uniform over nstages=N, default 1), seed=S (default 1); every other
+ * key overrides the model's configuration (e.g. widths=784/64/32/10).
  *
  * Methods (through ax_rref_rpc_* or the wrappers below):
  *  - "forward" [i64 seed, i64 n_labels, inputs..., labels...]: inputs are
@@ -117,8 +117,8 @@ int ax_dist_optim_new(ax_node *n, ax_rref *const *params, int nparams,
 int ax_dist_optim_step(ax_dist_optim *o, uint64_t ctx, int64_t timeout_ms);
 /* The same; *stepped (may be NULL) receives the number of parameter sets
  * that had gradients and were stepped. */
-int ax_dist_optim_step_count(ax_dist_optim *o, uint64_t ctx,
-                             int64_t timeout_ms, int *stepped);
+int ax_dist_optim_step_count(ax_dist_optim *o, uint64_t ctx, int64_t timeout_ms,
+                             int *stepped);
 void ax_dist_optim_free(ax_dist_optim *o); /* NULL-safe */
 
 #ifdef __cplusplus

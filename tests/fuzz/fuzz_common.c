@@ -27,10 +27,13 @@ static int stub_connect(axi_transport *t, axi_peer *p) {
 }
 static int stub_alive(axi_stream *s) { return s != NULL; }
 static void stub_ref(axi_stream *s, int d) { (void)s, (void)d; }
-static const axi_transport_ops g_stub_ops = {
-    .name = "fuzz-stub", .role = AXI_TRANSPORT_CONTROL, .send = stub_send,
-    .drop_peer = stub_drop, .connect = stub_connect, .alive = stub_alive,
-    .ref = stub_ref};
+static const axi_transport_ops g_stub_ops = {.name = "fuzz-stub",
+                                             .role = AXI_TRANSPORT_CONTROL,
+                                             .send = stub_send,
+                                             .drop_peer = stub_drop,
+                                             .connect = stub_connect,
+                                             .alive = stub_alive,
+                                             .ref = stub_ref};
 
 ax_node *fuzz_node_new(const char *name, int world, int rank, int auth) {
   ax_node *n = calloc(1, sizeof *n);

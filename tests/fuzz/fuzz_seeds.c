@@ -243,7 +243,8 @@ static void join_seeds(void) {
     add_len_frame(&b, &m);
     ax_values_free(a);
   }
-  axi_msg st = {.kind = AXI_REQUEST, .call_id = 99, .fn = "axon.rendezvous.stats"};
+  axi_msg st = {
+      .kind = AXI_REQUEST, .call_id = 99, .fn = "axon.rendezvous.stats"};
   add_len_frame(&b, &st);
   put("join", "world3", b.p, b.n);
   free(b.p);

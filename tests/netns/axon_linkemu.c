@@ -145,9 +145,8 @@ static void take(int i, const uint8_t *p, size_t len, int64_t now) {
     l->dropped++; /* tail drop: the sender's congestion control sees it */
     return;
   }
-  int64_t ser = l->s.rate_mbit > 0
-                    ? (int64_t)((double)len * 8e3 / l->s.rate_mbit)
-                    : 0;
+  int64_t ser =
+      l->s.rate_mbit > 0 ? (int64_t)((double)len * 8e3 / l->s.rate_mbit) : 0;
   l->busy_until = start + ser;
   double jit = l->s.jitter_ms > 0 ? (drand48() * 2 - 1) * l->s.jitter_ms : 0;
   int64_t due = l->busy_until + (int64_t)((l->s.delay_ms + jit) * 1e6);

@@ -2,8 +2,8 @@
  * when the plugin is loaded, before any node exists; the node phase has
  * nothing to add (the model's "fmcnn.stage" kind and the pipeline host
  * "axon.pipe.stage" with model=fmcnn come with the model). */
-#include <axon/runtime/autograd/plugin.h>
 #include "custom.h"
+#include <axon/runtime/autograd/plugin.h>
 
 AX_PLUGIN_EXPORT const uint32_t axon_plugin_abi = AX_PLUGIN_ABI;
 

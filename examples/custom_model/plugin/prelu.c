@@ -55,8 +55,8 @@ enum { SAVE_DY = 1 };
  * da), each in a fixed order (n, then i), so the halves and the fused
  * backward give the same values. */
 static void prelu_grads(const ax_module *m, const ax_exec *ex,
-                        const ax_tensor *x, const ax_tensor *dy,
-                        int64_t inner, float *dxs, float *da) {
+                        const ax_tensor *x, const ax_tensor *dy, int64_t inner,
+                        float *dxs, float *da) {
   const float *a = ax_param(m, ex, 0), *xs = ax_f32(x), *g = ax_f32(dy);
   int64_t N = x->shape[0], C = x->shape[1];
   for (int64_t c = 0; c < C; c++) {
@@ -88,9 +88,9 @@ static int prelu_inputs(const ax_module *m, ax_slot *slot, const ax_tensor *dy,
 }
 
 /* The input half (and, with da, the whole backward). */
-static int prelu_backward_common(ax_module *m, const ax_exec *ex,
-                                 ax_slot *slot, const ax_tlist *dout,
-                                 ax_tlist *din, int whole) {
+static int prelu_backward_common(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                                 const ax_tlist *dout, ax_tlist *din,
+                                 int whole) {
   ax_tensor *x, *dy = dout->t[0];
   int64_t inner;
   AX_TRY(prelu_inputs(m, slot, dy, &x, &inner));
@@ -113,9 +113,8 @@ static int prelu_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return prelu_backward_common(m, ex, slot, dout, din, 1);
 }
 
-static int prelu_backward_input(ax_module *m, const ax_exec *ex,
-                                ax_slot *slot, const ax_tlist *dout,
-                                ax_tlist *din) {
+static int prelu_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                                const ax_tlist *dout, ax_tlist *din) {
   return prelu_backward_common(m, ex, slot, dout, din, 0);
 }
 

@@ -8,9 +8,9 @@
 
 #include "axon/runtime/autograd/autograd.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
+#include "axon/runtime/pipeline/coord/train.h"
 #include "axon/runtime/pipeline/stage/stage_host.h"
 #include "axon/runtime/pipeline/stage/stage_line-impl.h"
-#include "axon/runtime/pipeline/coord/train.h"
 
 #define POLL_MS 100
 
@@ -36,8 +36,10 @@ void axi_pipe_fail(ax_pipe *p, int s, int err, const char *what) {
         down = j;
     }
     if (down >= 0 && down != s)
-      snprintf(p->msg, sizeof p->msg, "stage %d on agent %s: peer is down "
-               "(seen by stage %d: %s)", down, p->agents[down], s, what);
+      snprintf(p->msg, sizeof p->msg,
+               "stage %d on agent %s: peer is down "
+               "(seen by stage %d: %s)",
+               down, p->agents[down], s, what);
     else
       snprintf(p->msg, sizeof p->msg, "stage %d on agent %s: %s", s,
                p->agents[s], what);
@@ -69,8 +71,10 @@ static int batch_load(ax_pipe *p, long t) {
   b->loaded = 1;
   b->units_left = p->U;
   if (b->in.n < 1 || b->lab.n < 1 || b->in.t[0]->shape[0] < p->U)
-    return ax_seterr(AX_EINVAL, "pipeline: mini-batch %ld has fewer examples "
-                     "than %d micro-batches", t, p->U);
+    return ax_seterr(AX_EINVAL,
+                     "pipeline: mini-batch %ld has fewer examples "
+                     "than %d micro-batches",
+                     t, p->U);
   for (int i = 0; i < b->lab.n; i++) {
     const ax_tensor *l = b->lab.t[i];
     int64_t k = 0, n = (int64_t)ax_tensor_numel(l);
@@ -124,8 +128,8 @@ static int make_args(ax_pipe *p, const ax_pipe_op *o, int step,
   int rec = ax_pipe_replays(p->o.mode, p->o.recompute, p->U, o->micro);
   ax_values_add_i64(a, gid);
   ax_values_add_i64(a, o->micro);
-  ax_values_add_i64(a, (int64_t)(p->o.seed * 1000003u +
-                                 (uint64_t)(gid * p->U + o->micro)));
+  ax_values_add_i64(
+      a, (int64_t)(p->o.seed * 1000003u + (uint64_t)(gid * p->U + o->micro)));
   ax_values_add_i64(a, AX_PIPE_FLAG_TRAIN | (rec ? AX_PIPE_FLAG_RECOMPUTE : 0));
   int64_t B = first || last ? b->in.t[0]->shape[0] : 0;
   ax_values_add_i64(a, first ? b->in.n : 0);
@@ -260,18 +264,17 @@ typedef struct inflight { /* an issued action not answered yet */
 
 typedef struct driver {
   ax_pipe *p;
-  int s;          /* its rank (agent) */
-  inflight *q;    /* ring of o.ahead issued actions, oldest at head */
+  int s;       /* its rank (agent) */
+  inflight *q; /* ring of o.ahead issued actions, oldest at head */
   int head, count;
-  int64_t seq;    /* sequenced actions issued (stage_line-impl.h) */
-  double t_last;  /* when the last answer came (or the run began) */
+  int64_t seq;   /* sequenced actions issued (stage_line-impl.h) */
+  double t_last; /* when the last answer came (or the run began) */
 } driver;
 
-static const char *const g_methods[AX_OP_KINDS] = {"fwd", "bwd", "bwdi",
-                                                   "bwdw", "step"};
-static const char *const g_what[AX_OP_KINDS] = {"forward", "backward",
-                                                "input gradient",
-                                                "weight gradient", "step"};
+static const char *const g_methods[AX_OP_KINDS] = {"fwd", "bwd", "bwdi", "bwdw",
+                                                   "step"};
+static const char *const g_what[AX_OP_KINDS] = {
+    "forward", "backward", "input gradient", "weight gradient", "step"};
 
 /* Waits until the nd actions in deps completed, then issues op (and the
  * STEP merged into it) without waiting for its answer. Stage-driven, the
@@ -290,18 +293,20 @@ static int issue(driver *d, const ax_pipe_op *o, int merged,
     ts.tv_nsec %= 1000000000L;
     pthread_cond_timedwait(&p->cv, &p->mu, &ts);
     if (ax_now() - start > lim)
-      axi_pipe_fail(p, o->stage, AX_ETIMEOUT, "waited too long for a neighbour");
+      axi_pipe_fail(p, o->stage, AX_ETIMEOUT,
+                    "waited too long for a neighbour");
   }
   int err = p->err != AX_OK ? AX_ECANCELLED : AX_OK;
   ax_values *a = NULL;
   uint64_t ctx = 0;
   if (err == AX_OK && !g_methods[o->kind])
-    err = ax_seterr(AX_EUNSUPPORTED, "pipeline: the stage host has no %s action",
-                    g_what[o->kind]);
+    err =
+        ax_seterr(AX_EUNSUPPORTED, "pipeline: the stage host has no %s action",
+                  g_what[o->kind]);
   if (err == AX_OK && o->kind != AX_OP_STEP) {
     long ci = ctx_index(p, o);
-    if (!p->ctx[ci] && (err = ax_dist_context_new(p->node, &p->ctx[ci])) ==
-                           AX_OK)
+    if (!p->ctx[ci] &&
+        (err = ax_dist_context_new(p->node, &p->ctx[ci])) == AX_OK)
       ax_autograd_ctx_set_current(0);
     ctx = p->ctx[ci];
   }
@@ -314,8 +319,8 @@ static int issue(driver *d, const ax_pipe_op *o, int merged,
   const char *keys[3] = {AXP_META_LINE, AXP_META_GEN, AXP_META_SEQ};
   int64_t vals[3] = {(int64_t)p->line[d->s], p->gen, d->seq};
   int64_t tmo = timeout_of(p);
-  ax_call_opts co = {.timeout_ms = tmo > INT64_MAX / ahead ? INT64_MAX
-                                                           : tmo * ahead,
+  ax_call_opts co = {.timeout_ms =
+                         tmo > INT64_MAX / ahead ? INT64_MAX : tmo * ahead,
                      .autograd_ctx = ctx};
   if (ahead > 1) {
     co.nmeta = 3;
@@ -354,10 +359,9 @@ static int reap(driver *d) {
   d->t_last = ax_now();
   char what[400] = "";
   if (err != AX_OK && err != AX_ECANCELLED)
-    snprintf(what, sizeof what, "%s %s of batch %d/%d: %s",
-             ax_strerror(err), g_what[o->kind], o->batch,
-             o->micro, ax_future_is_done(f) ? ax_future_errmsg(f)
-                                            : ax_errmsg());
+    snprintf(what, sizeof what, "%s %s of batch %d/%d: %s", ax_strerror(err),
+             g_what[o->kind], o->batch, o->micro,
+             ax_future_is_done(f) ? ax_future_errmsg(f) : ax_errmsg());
   pthread_mutex_lock(&p->mu);
   uint64_t rel = 0;
   int batch_done = 0;
@@ -399,12 +403,10 @@ static void *driver_main(void *arg) {
   for (long i = 0; err == AX_OK && i < n_ops; i++) {
     /* A STEP right after the same stage's backward (or weight half) of that
      * batch rides on that call. */
-    int merged = (ops[i].kind == AX_OP_BWD ||
-                  ops[i].kind == AX_OP_WEIGHT_GRAD) &&
-                 i + 1 < n_ops &&
-                 ops[i + 1].kind == AX_OP_STEP &&
-                 ops[i + 1].stage == ops[i].stage &&
-                 ops[i + 1].batch == ops[i].batch;
+    int merged =
+        (ops[i].kind == AX_OP_BWD || ops[i].kind == AX_OP_WEIGHT_GRAD) &&
+        i + 1 < n_ops && ops[i + 1].kind == AX_OP_STEP &&
+        ops[i + 1].stage == ops[i].stage && ops[i + 1].batch == ops[i].batch;
     ax_pipe_op deps[AX_PIPE_MAX_STAGES + 2];
     int nd = ahead > 1 ? ax_pipe_plan_lock_deps(p->plan, &ops[i], deps)
                        : ax_pipe_plan_deps(p->plan, &ops[i], deps);
@@ -499,8 +501,8 @@ static int train_call(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   ax_node_stats_get(p->node, &ns1);
   p->stats.seconds = wall;
   p->stats.batches = n;
-  p->stats.coord_bytes = (ns1.bytes_in - ns0.bytes_in) +
-                         (ns1.bytes_out - ns0.bytes_out);
+  p->stats.coord_bytes =
+      (ns1.bytes_in - ns0.bytes_in) + (ns1.bytes_out - ns0.bytes_out);
   for (int s = 0; s < p->K; s++)
     p->stats.busy_frac[s] = wall > 0 ? p->stats.busy_frac[s] / wall : 0;
   /* Contexts of units that did not finish (after an error). */

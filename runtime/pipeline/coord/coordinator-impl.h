@@ -34,20 +34,20 @@ typedef struct axi_pipe_replica_of {
 
 struct ax_pipe {
   ax_node *node;
-  int nrep;                /* > 0: the front of nrep parts (below); */
-  int member, members;     /* a part's tensor-parallel member index and
-                              count (0 and 1 when none): its stage files
-                              in a checkpoint are its own */
+  int nrep;            /* > 0: the front of nrep parts (below); */
+  int member, members; /* a part's tensor-parallel member index and
+                          count (0 and 1 when none): its stage files
+                          in a checkpoint are its own */
   struct axi_pipe_ckpt_job *ckpt_job; /* the outermost object's checkpoint
                                     still being written (checkpoint.c) */
-  axi_pipe_frozen *frozen;      /* the outermost object's frozen prefix
-                              (freeze.h), or NULL */
-  char (*pool)[AXP_NAME];  /* after a freeze: every agent the pipelines
-                              before it had (some may be idle), for the
-                              next re-packing; npool names */
+  axi_pipe_frozen *frozen;            /* the outermost object's frozen prefix
+                                    (freeze.h), or NULL */
+  char (*pool)[AXP_NAME]; /* after a freeze: every agent the pipelines
+                             before it had (some may be idle), for the
+                             next re-packing; npool names */
   int npool;
-  ax_pipe *rep[AX_PIPE_MAX_REPLICAS]; /* every call goes to them (rep[0]: evaluation,
-                              state, trace, events, statistics) */
+  ax_pipe *rep[AX_PIPE_MAX_REPLICAS]; /* every call goes to them (rep[0]:
+                              evaluation, state, trace, events, statistics) */
   ax_pipe_opts o;
   char agents[AX_PIPE_MAX_STAGES][AXP_NAME];
   char model[AXP_NAME];
@@ -56,11 +56,11 @@ struct ax_pipe {
   ax_rref *host[AX_PIPE_MAX_STAGES];
   ax_rref *optim[AX_PIPE_MAX_STAGES]; /* on o.optimizer_host, or NULL */
   char optim_host[AXP_NAME];          /* o.optimizer_host's name */
-  uint64_t line[AX_PIPE_MAX_STAGES]; /* each agent's line id (random;
-                                        stage_line-impl.h) */
-  int64_t gen;    /* train calls so far (the lines' "pipe.gen") */
-  long base;      /* global id of the next train call's first mini-batch */
-  long eval_ids;  /* ids of evaluation batches (negative) */
+  uint64_t line[AX_PIPE_MAX_STAGES];  /* each agent's line id (random;
+                                         stage_line-impl.h) */
+  int64_t gen;   /* train calls so far (the lines' "pipe.gen") */
+  long base;     /* global id of the next train call's first mini-batch */
+  long eval_ids; /* ids of evaluation batches (negative) */
   /* One train call. */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -69,7 +69,7 @@ struct ax_pipe {
   unsigned char *done; /* [K][AX_OP_KINDS][n * U] */
   uint64_t *ctx;       /* one per unit */
   int *stages_left;    /* per unit: stages still to finish its backward */
-  axi_pipe_batch *b;        /* [n] */
+  axi_pipe_batch *b;   /* [n] */
   int err;
   char msg[512];
   ax_pipe_batch_fn batch_fn;
@@ -84,10 +84,10 @@ struct ax_pipe {
    * the release round trips stay off the drivers' critical path. */
   pthread_t rel_thread;
   pthread_cond_t rel_cv;
-  uint64_t *relq;      /* [n * U + 1] ring of contexts to release */
+  uint64_t *relq; /* [n * U + 1] ring of contexts to release */
   long rel_head, rel_tail;
   int rel_stop, rel_running;
-  long rel_failed;     /* releases that returned an error */
+  long rel_failed; /* releases that returned an error */
 };
 
 /* The background releaser (coord_release.c). axi_pipe_release_start allocates a
@@ -112,7 +112,7 @@ int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
 /* ax_pipe_new / ax_pipe_train of a replicated pipeline (replicas.c). */
 int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out);
 int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
-                       ax_pipe_step_fn step, void *user);
+                            ax_pipe_step_fn step, void *user);
 
 /* The first stage whose agent this node sees down, or -1. */
 int axi_pipe_down_stage(const ax_pipe *p);
@@ -126,18 +126,18 @@ void axi_pipe_fail(ax_pipe *p, int s, int err, const char *what);
 typedef int (*axi_pipe_args_fn)(void *user, int s, ax_values **out);
 typedef int (*axi_pipe_reply_fn)(void *user, int s, const ax_values *r);
 int axi_pipe_all_stages(ax_pipe *p, const char *method, axi_pipe_args_fn args,
-                   axi_pipe_reply_fn reply, void *user);
+                        axi_pipe_reply_fn reply, void *user);
 
 /* The frozen prefix of a pipeline (freeze.h; freeze_cache.c): blocks
  * [0, blocks) as a net on the coordinator's CPU (taken, also on error),
  * with the AutoCache of its outputs (budget bytes; 0: 1 GiB; < 0: none). */
 int axi_pipe_frozen_new(ax_net *net, int blocks, int64_t budget,
-                   axi_pipe_frozen **out);
-void axi_pipe_frozen_free(axi_pipe_frozen *f); /* NULL-safe */
+                        axi_pipe_frozen **out);
+void axi_pipe_frozen_free(axi_pipe_frozen *f);        /* NULL-safe */
 int axi_pipe_frozen_blocks(const axi_pipe_frozen *f); /* 0 for NULL */
 ax_net *axi_pipe_frozen_net(axi_pipe_frozen *f);
 void axi_pipe_frozen_counts(axi_pipe_frozen *f, long *hits, long *misses,
-                       int64_t *bytes);
+                            int64_t *bytes);
 /* Drops every cached output (the prefix's values changed). */
 void axi_pipe_frozen_clear_cache(axi_pipe_frozen *f);
 /* Replaces the inputs in (CPU tensors, a mini-batch) by the prefix's

@@ -7,11 +7,11 @@
 #include <unistd.h>
 
 #include "axon/models/model.h"
-#include "axon/runtime/pipeline/state/checkpoint.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
+#include "axon/runtime/pipeline/coord/train.h"
 #include "axon/runtime/pipeline/stage/stage_host.h"
 #include "axon/runtime/pipeline/stage/staleness.h"
-#include "axon/runtime/pipeline/coord/train.h"
+#include "axon/runtime/pipeline/state/checkpoint.h"
 
 int ax_pipe_recompute_parse(const char *s, int *out) {
   if (s && !strcmp(s, "always"))
@@ -21,8 +21,10 @@ int ax_pipe_recompute_parse(const char *s, int *out) {
   else if (s && !strcmp(s, "never"))
     *out = AX_RECOMPUTE_NEVER;
   else
-    return ax_seterr(AX_EINVAL, "recompute '%s': expected always, "
-                     "except-last or never", s ? s : "(null)");
+    return ax_seterr(AX_EINVAL,
+                     "recompute '%s': expected always, "
+                     "except-last or never",
+                     s ? s : "(null)");
   return AX_OK;
 }
 
@@ -46,7 +48,8 @@ static int check_tensor_parallel(const ax_pipe_opts *o,
   ax_config user, dflt;
   AX_TRY(ax_config_parse(&user, o->model_config ? o->model_config : ""));
   if (ax_config_has(&user, "tp") || ax_config_has(&user, "tp_rank"))
-    return ax_seterr(AX_EINVAL, "pipeline: tp and tp_rank are set by the "
+    return ax_seterr(AX_EINVAL,
+                     "pipeline: tp and tp_rank are set by the "
                      "coordinator (tensor_parallel, --tensor-parallel), not "
                      "in the model configuration");
   if (o->tensor_parallel < 0 || o->tensor_parallel > AX_PIPE_MAX_REPLICAS)
@@ -54,47 +57,55 @@ static int check_tensor_parallel(const ax_pipe_opts *o,
                      o->tensor_parallel, AX_PIPE_MAX_REPLICAS);
   if (o->tensor_parallel < 2)
     return AX_OK;
-  AX_TRY(ax_config_parse(&dflt, def->default_config ? def->default_config
-                                                     : ""));
+  AX_TRY(
+      ax_config_parse(&dflt, def->default_config ? def->default_config : ""));
   if (!ax_config_has(&dflt, "tp"))
-    return ax_seterr(AX_EUNSUPPORTED, "pipeline: model %s has no "
+    return ax_seterr(AX_EUNSUPPORTED,
+                     "pipeline: model %s has no "
                      "tensor-parallel layers (its default configuration has "
-                     "no tp key; bert has)", def->name);
+                     "no tp key; bert has)",
+                     def->name);
   return AX_OK;
 }
 
 static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
                       const ax_model_def **def) {
   if (!o || !o->model || !o->agents || o->K < 1 || o->K > AX_PIPE_MAX_STAGES)
-    return ax_seterr(AX_EINVAL, "pipeline: need a model, 1..%d stages and "
-                     "their agents", AX_PIPE_MAX_STAGES);
+    return ax_seterr(AX_EINVAL,
+                     "pipeline: need a model, 1..%d stages and "
+                     "their agents",
+                     AX_PIPE_MAX_STAGES);
   if (!ax_pipe_mode_get(o->mode))
     return AX_EINVAL;
   if (o->optimizer_host &&
       (!*o->optimizer_host || strlen(o->optimizer_host) >= AXP_NAME ||
        o->zero || o->staleness != AX_STALE_NONE))
     return ax_seterr(AX_EINVAL, "pipeline: an optimizer host needs a name, "
-                     "and neither zero nor a staleness correction");
+                                "and neither zero nor a staleness correction");
   int S = o->K * ax_pipe_chunks(o->mode, o->chunks);
   if (o->chunks < 0 || S > AX_PIPE_MAX_STAGES)
-    return ax_seterr(AX_EINVAL, "pipeline: %d agents x %d chunks: at most "
-                     "%d stages", o->K, ax_pipe_chunks(o->mode, o->chunks),
+    return ax_seterr(AX_EINVAL,
+                     "pipeline: %d agents x %d chunks: at most "
+                     "%d stages",
+                     o->K, ax_pipe_chunks(o->mode, o->chunks),
                      AX_PIPE_MAX_STAGES);
   if (o->M < 1 || o->M > 1024)
     return ax_seterr(AX_EINVAL, "pipeline: %d micro-batches", o->M);
   int U = ax_pipe_units(o->mode, o->M);
   if (U < ax_pipe_min_units(o->mode, o->K))
-    return ax_seterr(AX_EINVAL, "pipeline: %s with %d stages needs at least "
-                     "%d micro-batches (got %d)", ax_pipe_mode_name(o->mode),
-                     o->K, ax_pipe_min_units(o->mode, o->K), o->M);
+    return ax_seterr(AX_EINVAL,
+                     "pipeline: %s with %d stages needs at least "
+                     "%d micro-batches (got %d)",
+                     ax_pipe_mode_name(o->mode), o->K,
+                     ax_pipe_min_units(o->mode, o->K), o->M);
   if (ax_pipe_mode_get(o->mode)->chunked &&
       ax_pipe_mode_get(o->mode)->placement == AX_PLACE_LOOP && U % o->K)
-    return ax_seterr(AX_EINVAL, "pipeline: %s needs a multiple of its %d "
+    return ax_seterr(AX_EINVAL,
+                     "pipeline: %s needs a multiple of its %d "
                      "agents as micro-batches (got %d)",
                      ax_pipe_mode_name(o->mode), o->K, o->M);
   AX_TRY(ax_staleness_check(o->mode, o->staleness,
-                            o->stale_gamma ? o->stale_gamma
-                                           : AX_PIPEMARE_GAMMA,
+                            o->stale_gamma ? o->stale_gamma : AX_PIPEMARE_GAMMA,
                             o->stale_warmup));
   if (!(*def = ax_model_find(o->model)))
     return AX_ENOTFOUND;
@@ -102,8 +113,8 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
   AX_TRY(ax_model_config(*def, o->model_config, &cfg));
   AX_TRY((*def)->describe(&cfg, info));
   if (S > info->n_blocks)
-    return ax_seterr(AX_EINVAL, "pipeline: %d stages for %d blocks of %s",
-                     S, info->n_blocks, o->model);
+    return ax_seterr(AX_EINVAL, "pipeline: %d stages for %d blocks of %s", S,
+                     info->n_blocks, o->model);
   for (int s = 0; s < o->K; s++)
     if (!o->agents[s] || strlen(o->agents[s]) >= AXP_NAME)
       return ax_seterr(AX_EINVAL, "pipeline: bad agent name for stage %d", s);
@@ -116,8 +127,8 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
 static void add_replicas(ax_pipe *p, int s, const axi_pipe_replica_of *rep,
                          ax_values *a) {
   char tag[48];
-  snprintf(tag, sizeof tag, "pp%016llx.%d.t%d", (unsigned long long)rep->id,
-           s, rep->t);
+  snprintf(tag, sizeof tag, "pp%016llx.%d.t%d", (unsigned long long)rep->id, s,
+           rep->t);
   ax_values_add_i64(a, rep->R);
   ax_values_add_str(a, tag);
   int rank = ax_pipe_stage_rank(p->o.mode, p->R, s);
@@ -126,8 +137,8 @@ static void add_replicas(ax_pipe *p, int s, const axi_pipe_replica_of *rep,
   ax_values_add_i64(a, p->o.zero);
   if (rep->T < 2)
     return;
-  snprintf(tag, sizeof tag, "tp%016llx.%d.r%d", (unsigned long long)rep->id,
-           s, rep->r);
+  snprintf(tag, sizeof tag, "tp%016llx.%d.r%d", (unsigned long long)rep->id, s,
+           rep->r);
   ax_values_add_i64(a, rep->T);
   ax_values_add_str(a, tag);
   for (int t = 0; t < rep->T; t++)
@@ -141,8 +152,9 @@ static int offload_optimizers(ax_pipe *p) {
   ax_call_opts co = {.timeout_ms = timeout_of(p)};
   for (int s = 0; s < p->K; s++) {
     ax_tensor *params = NULL, *bufs = NULL;
-    AX_TRY(named(p, s, ax_remote_object(p->node, p->optim_host, "axon.pipe.optim",
-                                        "", AX_CPU, &co, &p->optim[s])));
+    AX_TRY(named(p, s,
+                 ax_remote_object(p->node, p->optim_host, "axon.pipe.optim", "",
+                                  AX_CPU, &co, &p->optim[s])));
     AX_TRY(ax_pipe_stage_state(p, s, &params, &bufs));
     ax_values *a = ax_values_new(), *r = NULL;
     int err = a ? AX_OK : AX_ENOMEM;
@@ -188,10 +200,10 @@ static int create_hosts(ax_pipe *p, const int *bounds,
              p->model, s, splits, (unsigned long long)p->o.seed,
              p->o.model_config ? "," : "",
              p->o.model_config ? p->o.model_config : "", tp);
-    AX_TRY(named(p, s, ax_remote_object(p->node, p->agents[s], "axon.pipe.stage",
-                                        cfg, p->o.devices ? p->o.devices[s]
-                                                          : p->o.device,
-                                        &co, &p->host[s])));
+    AX_TRY(named(p, s,
+                 ax_remote_object(p->node, p->agents[s], "axon.pipe.stage", cfg,
+                                  p->o.devices ? p->o.devices[s] : p->o.device,
+                                  &co, &p->host[s])));
   }
   for (int s = 0; s < p->K; s++) {
     ax_values *a = ax_values_new();
@@ -199,8 +211,8 @@ static int create_hosts(ax_pipe *p, const int *bounds,
       return AX_ENOMEM;
     ax_values_add_i64(a, p->o.mode);
     ax_values_add_i64(a, p->o.recompute);
-    ax_values_add_str(a, p->o.optim_config ? p->o.optim_config
-                                           : "opt=sgd,lr=0.1");
+    ax_values_add_str(a,
+                      p->o.optim_config ? p->o.optim_config : "opt=sgd,lr=0.1");
     if (s > 0)
       ax_values_add_rref(a, p->host[s - 1]);
     else
@@ -210,7 +222,7 @@ static int create_hosts(ax_pipe *p, const int *bounds,
     else
       ax_values_add_i64(a, 0);
     ax_values_add_i64(a, (int64_t)ax_rref_id(p->host[s])); /* its inbox */
-    if (p->o.staleness != AX_STALE_NONE || rep) { /* staleness.h */
+    if (p->o.staleness != AX_STALE_NONE || rep) {          /* staleness.h */
       ax_values_add_i64(a, p->o.staleness);
       ax_values_add_i64(a, p->o.staleness != AX_STALE_NONE
                                ? ax_pipe_delay(p->o.mode, p->K, s, p->o.M)
@@ -234,8 +246,10 @@ int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   if (o && (o->replicas > 1 || o->tensor_parallel > 1))
     return axi_pipe_replicas_new(n, o, out);
   if (o && o->zero)
-    return ax_seterr(AX_EINVAL, "pipeline: zero %d shards over replicas, "
-                     "and there is one", o->zero);
+    return ax_seterr(AX_EINVAL,
+                     "pipeline: zero %d shards over replicas, "
+                     "and there is one",
+                     o->zero);
   return axi_pipe_create(n, o, NULL, out);
 }
 
@@ -266,8 +280,8 @@ int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
   p->v = v;
   if (p->o.ahead < 0 || p->o.ahead > AX_PIPE_AHEAD_MAX) {
     free(p);
-    return ax_seterr(AX_EINVAL, "pipeline: ahead %d outside 0..%d",
-                     o->ahead, AX_PIPE_AHEAD_MAX);
+    return ax_seterr(AX_EINVAL, "pipeline: ahead %d outside 0..%d", o->ahead,
+                     AX_PIPE_AHEAD_MAX);
   }
   if (p->o.ahead == 0)
     p->o.ahead = AX_PIPE_AHEAD;
@@ -366,8 +380,9 @@ int ax_pipe_stage_state(ax_pipe *p, int s, ax_tensor **params,
     return ax_seterr(AX_EINVAL, "pipeline: no stage %d", s);
   ax_values *r = NULL;
   ax_call_opts co = {.timeout_ms = timeout_of(p)};
-  AX_TRY(named(p, s, ax_rref_rpc_sync(p->node, p->host[s], "state_save", NULL,
-                                      &co, &r)));
+  AX_TRY(named(
+      p, s,
+      ax_rref_rpc_sync(p->node, p->host[s], "state_save", NULL, &co, &r)));
   ax_tensor *a = NULL, *b = NULL;
   int err = ax_values_get_tensor(r, 0, &a);
   if (err == AX_OK)
@@ -388,8 +403,8 @@ int ax_pipe_trace(ax_pipe *p, ax_trace *dst) {
     ax_values *r = NULL;
     const void *buf;
     size_t len;
-    AX_TRY(named(p, s, ax_rref_rpc_sync(p->node, p->host[s], "trace", NULL,
-                                        &co, &r)));
+    AX_TRY(named(
+        p, s, ax_rref_rpc_sync(p->node, p->host[s], "trace", NULL, &co, &r)));
     int err = ax_values_get_bytes(r, 0, &buf, &len);
     if (err == AX_OK && len)
       err = ax_trace_merge(dst, buf, len, 0);
@@ -457,9 +472,9 @@ static int eval_batch(ax_pipe *p, const ax_tlist *in, const ax_tlist *lab,
     if (e == AX_OK)
       e = ax_future_err(f[s]);
     if (e != AX_OK && err == AX_OK) {
-      err = ax_seterr(e, "%s", ax_future_is_done(f[s])
-                                   ? ax_future_errmsg(f[s])
-                                   : "no answer in time");
+      err = ax_seterr(e, "%s",
+                      ax_future_is_done(f[s]) ? ax_future_errmsg(f[s])
+                                              : "no answer in time");
       bad = s;
     }
     if (e == AX_OK && s == p->K - 1) {

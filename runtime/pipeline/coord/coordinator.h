@@ -1,11 +1,11 @@
 /* The pipeline coordinator: trains a model split into K stages hosted on K
  * agents, in one of the modes of schedule.h.
  *
- * ax_pipe_new creates one "axon.pipe.stage" host per agent (stage_host.h), hands
- * each its neighbours' RRefs and the optimizer configuration. ax_pipe_train
- * then runs one driver thread per agent that walks the agent's list of
- * actions (the mode's plan, mode.h). Stage-driven (the default): a driver
- * issues up to opts.ahead actions before the first of them is answered
+ * ax_pipe_new creates one "axon.pipe.stage" host per agent (stage_host.h),
+ * hands each its neighbours' RRefs and the optimizer configuration.
+ * ax_pipe_train then runs one driver thread per agent that walks the agent's
+ * list of actions (the mode's plan, mode.h). Stage-driven (the default): a
+ * driver issues up to opts.ahead actions before the first of them is answered
  * (asynchronous calls through the hosts' RRefs), waiting only for the
  * dependencies that carry no data (the forward lock of ddg and fr); each
  * agent runs its actions in its list's order (stage_line-impl.h) and waits for
@@ -34,8 +34,8 @@
 
 #include <stdint.h>
 
-#include "axon/rref/rref.h"
 #include "axon/models/module.h"
+#include "axon/rref/rref.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
 #include "axon/runtime/pipeline/trace/trace.h"
 
@@ -44,30 +44,31 @@ extern "C" {
 #endif
 
 #define AX_PIPE_MAX_STAGES 16
-#define AX_PIPE_MAX_REPLICAS 16 /* data-parallel copies (opts.replicas)
-                                   times tensor-parallel members */
+#define AX_PIPE_MAX_REPLICAS                                                   \
+  16 /* data-parallel copies (opts.replicas)                                   \
+        times tensor-parallel members */
 
 typedef struct ax_pipe_opts {
-  const char *model;        /* "mlp", "resnet20", "bert" */
-  const char *model_config; /* overrides, or NULL */
-  int K;                    /* stages (1 .. AX_PIPE_MAX_STAGES) */
+  const char *model;         /* "mlp", "resnet20", "bert" */
+  const char *model_config;  /* overrides, or NULL */
+  int K;                     /* stages (1 .. AX_PIPE_MAX_STAGES) */
   const char *const *agents; /* K agent names, stage s on agents[s] */
-  const int *bounds;        /* K + 1 block bounds, or NULL for uniform */
-  int mode;                 /* ax_pipe_mode */
-  int M;                    /* micro-batches (gpipe, 1f1b) */
-  int recompute;            /* AX_RECOMPUTE_* (gpipe) */
-  const char *optim_config; /* models/optim.h keys */
-  uint64_t seed;            /* initialisation and dropout seeds */
-  ax_device device;         /* device of the stages on their agents */
-  int64_t timeout_ms;       /* bound of every wait; default 60000 */
-  const ax_device *devices; /* K devices, stage s on devices[s] (read by
-                               ax_pipe_new only); NULL: all on `device` */
-  int chunks;               /* chunked modes (interleaved): stages per agent
-                               (0 = 2; zbv: always 2); K agents then hold
-                               K * chunks stages, placed as the mode says
-                               (ax_pipe_stage_rank), and bounds and devices
-                               have K * chunks (+ 1) entries. Ignored by the
-                               other modes. */
+  const int *bounds;         /* K + 1 block bounds, or NULL for uniform */
+  int mode;                  /* ax_pipe_mode */
+  int M;                     /* micro-batches (gpipe, 1f1b) */
+  int recompute;             /* AX_RECOMPUTE_* (gpipe) */
+  const char *optim_config;  /* models/optim.h keys */
+  uint64_t seed;             /* initialisation and dropout seeds */
+  ax_device device;          /* device of the stages on their agents */
+  int64_t timeout_ms;        /* bound of every wait; default 60000 */
+  const ax_device *devices;  /* K devices, stage s on devices[s] (read by
+                                ax_pipe_new only); NULL: all on `device` */
+  int chunks;                /* chunked modes (interleaved): stages per agent
+                                (0 = 2; zbv: always 2); K agents then hold
+                                K * chunks stages, placed as the mode says
+                                (ax_pipe_stage_rank), and bounds and devices
+                                have K * chunks (+ 1) entries. Ignored by the
+                                other modes. */
   /* The staleness correction of the asynchronous modes (staleness.h:
    * AX_STALE_NONE, the default, PREDICT or PIPEMARE; anything but none in a
    * flushed mode is AX_EINVAL), carried to every stage with its delay
@@ -171,9 +172,9 @@ typedef int (*ax_pipe_batch_fn)(void *user, long t, ax_tlist *in,
                                 ax_tlist *lab);
 
 typedef struct ax_pipe_step_info {
-  long batch;          /* mini-batch index */
-  double loss;         /* its loss (sum of the unit losses) */
-  double seconds;      /* since ax_pipe_train started */
+  long batch;             /* mini-batch index */
+  double loss;            /* its loss (sum of the unit losses) */
+  double seconds;         /* since ax_pipe_train started */
   int64_t correct, count; /* first output's argmax hits */
 } ax_pipe_step_info;
 /* Called once per mini-batch, in order, when its last backward finished. */
@@ -215,9 +216,9 @@ int ax_pipe_trace(ax_pipe *p, ax_trace *dst);
 const ax_pipe_event *ax_pipe_events(const ax_pipe *p, long *n);
 
 typedef struct ax_pipe_stats {
-  double seconds;          /* wall time of the last ax_pipe_train */
+  double seconds; /* wall time of the last ax_pipe_train */
   long batches;
-  uint64_t coord_bytes;    /* bytes in + out of the coordinator node */
+  uint64_t coord_bytes; /* bytes in + out of the coordinator node */
   double busy_frac[AX_PIPE_MAX_STAGES]; /* compute / wall per stage */
   int peak_live[AX_PIPE_MAX_STAGES];
   int peak_versions[AX_PIPE_MAX_STAGES];

@@ -36,7 +36,8 @@ void ax_progress_update(ax_progress *p, long done, double samples_per_s,
   for (int i = 0; i < 30; i++)
     bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
   bar[30] = '\0';
-  fprintf(p->out, "%s%s [%s] %3d%% %ld/%ld %.0f samples/s loss %.4f ETA %d:%02d%s",
+  fprintf(p->out,
+          "%s%s [%s] %3d%% %ld/%ld %.0f samples/s loss %.4f ETA %d:%02d%s",
           p->tty ? "\r" : "", prefix ? prefix : "", bar, (int)(frac * 100),
           done, p->total, samples_per_s, loss, (int)eta / 60, (int)eta % 60,
           p->tty ? "" : "\n");

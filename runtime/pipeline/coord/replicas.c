@@ -14,8 +14,8 @@
 #include <sys/random.h>
 
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
-#include "axon/runtime/pipeline/stage/stage_host.h"
 #include "axon/runtime/pipeline/coord/train.h"
+#include "axon/runtime/pipeline/stage/stage_host.h"
 
 int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   int R = o->replicas > 1 ? o->replicas : 1, K = o->K;
@@ -24,20 +24,25 @@ int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   if (o->replicas > AX_PIPE_MAX_REPLICAS ||
       o->tensor_parallel > AX_PIPE_MAX_REPLICAS || K < 1 || !o->agents ||
       R * T > AX_PIPE_MAX_REPLICAS || (long)R * T * K > 4L * AX_PIPE_MAX_STAGES)
-    return ax_seterr(AX_EINVAL, "pipeline: %d replicas x %d tensor-parallel "
-                     "members of %d agents (at most %d parts)", o->replicas,
-                     o->tensor_parallel, K, AX_PIPE_MAX_REPLICAS);
+    return ax_seterr(AX_EINVAL,
+                     "pipeline: %d replicas x %d tensor-parallel "
+                     "members of %d agents (at most %d parts)",
+                     o->replicas, o->tensor_parallel, K, AX_PIPE_MAX_REPLICAS);
   if (o->zero < 0 || o->zero > 2 || (o->zero && (o->staleness || R < 2)))
-    return ax_seterr(AX_EINVAL, "pipeline: zero %d (0, 1 or 2, over at "
+    return ax_seterr(AX_EINVAL,
+                     "pipeline: zero %d (0, 1 or 2, over at "
                      "least 2 replicas, and none with a staleness "
-                     "correction)", o->zero);
+                     "correction)",
+                     o->zero);
   int N = R * T;
   for (int i = 0; i < N * K; i++)
     for (int j = 0; j < i; j++)
       if (!o->agents[i] || !strcmp(o->agents[i], o->agents[j]))
-        return ax_seterr(AX_EINVAL, "pipeline: the %d agents of %d replicas "
+        return ax_seterr(AX_EINVAL,
+                         "pipeline: the %d agents of %d replicas "
                          "x %d tensor-parallel members must be %d distinct "
-                         "names (%s twice)", N * K, R, T, N * K,
+                         "names (%s twice)",
+                         N * K, R, T, N * K,
                          o->agents[i] ? o->agents[i] : "none");
   ax_pipe *f = axi_pipe_alloc(n, o); /* the front */
   if (!f)
@@ -55,8 +60,8 @@ int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
     if (err == AX_OK)
       f->nrep = i + 1;
     else if (T > 1) /* ax_seterr may quote its own message */
-      err = ax_seterr(err, "replica %d member %d: %s", i / T, i % T,
-                      ax_errmsg());
+      err =
+          ax_seterr(err, "replica %d member %d: %s", i / T, i % T, ax_errmsg());
     else
       err = ax_seterr(err, "replica %d: %s", i, ax_errmsg());
   }
@@ -77,7 +82,8 @@ int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   return AX_OK;
 }
 
-/* ---- one train call --------------------------------------------------------- */
+/* ---- one train call ---------------------------------------------------------
+ */
 typedef struct shared_batch { /* mini-batch t while replicas take it */
   int loaded, taken, err;
   ax_tlist in, lab;
@@ -93,7 +99,7 @@ typedef struct share {
   int R, T, N;         /* replicas, members of each, parts (R T) */
   ax_pipe *const *rep; /* the parts */
   int failed;          /* a replica's call failed (atomic) */
-  long base; /* global id of the call's first mini-batch */
+  long base;           /* global id of the call's first mini-batch */
   ax_pipe_batch_fn batch;
   ax_pipe_step_fn step;
   void *user;
@@ -120,8 +126,10 @@ static int take_rows(const ax_tlist *src, int64_t B, int r, int R,
     const ax_tensor *x = src->t[i];
     int64_t f = x->shape[0] / B;
     if (f < 1 || x->shape[0] % B)
-      return ax_seterr(AX_ESHAPE, "replicas: a batch tensor of %lld rows for "
-                       "%lld examples", (long long)x->shape[0], (long long)B);
+      return ax_seterr(AX_ESHAPE,
+                       "replicas: a batch tensor of %lld rows for "
+                       "%lld examples",
+                       (long long)x->shape[0], (long long)B);
     if (!(dst->t[dst->n++] = ax_tensor_slice0(x, lo * f, (hi - lo) * f)))
       return AX_ENOMEM;
   }
@@ -143,8 +151,10 @@ static int shard_batch(void *user, long gid, ax_tlist *in, ax_tlist *lab) {
     b->err = sh->batch(sh->user, gid, &b->in, &b->lab);
     b->loaded = 1;
     if (b->err == AX_OK && (b->in.n < 1 || b->in.t[0]->shape[0] < sh->R))
-      b->err = ax_seterr(AX_EINVAL, "replicas: mini-batch %ld has fewer "
-                         "examples than %d replicas", gid, sh->R);
+      b->err = ax_seterr(AX_EINVAL,
+                         "replicas: mini-batch %ld has fewer "
+                         "examples than %d replicas",
+                         gid, sh->R);
   }
   int err = b->err;
   if (err == AX_OK) {
@@ -216,11 +226,10 @@ static void *replica_main(void *arg) {
 }
 
 int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
-                       ax_pipe_step_fn step, void *user) {
+                            ax_pipe_step_fn step, void *user) {
   int R = p->nrep;
   int T = axi_pipe_members(p);
-  share sh = {R / T, T, R, p->rep, 0, p->rep[0]->base,
-              batch,  step,  user};
+  share sh = {R / T, T, R, p->rep, 0, p->rep[0]->base, batch, step, user};
   pthread_mutex_init(&sh.mu, NULL);
   sh.b = calloc((size_t)n + 1, sizeof *sh.b);
   sh.st = calloc((size_t)n + 1, sizeof *sh.st);
@@ -230,8 +239,10 @@ int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   for (int r = 0; r < R && err == AX_OK; r++) {
     rr[r] = (replica_run){&sh, p->rep[r], r / sh.T, r % sh.T, AX_OK, n, ""};
     if (p->rep[r]->base != sh.base)
-      err = ax_seterr(AX_ESTATE, "replicas: replica %d is at mini-batch %ld, "
-                      "replica 0 at %ld", r, p->rep[r]->base, sh.base);
+      err = ax_seterr(AX_ESTATE,
+                      "replicas: replica %d is at mini-batch %ld, "
+                      "replica 0 at %ld",
+                      r, p->rep[r]->base, sh.base);
     else if (pthread_create(&th[r], NULL, replica_main, &rr[r]) != 0)
       err = ax_seterr(AX_ENOMEM, "replicas: cannot start a thread");
     else

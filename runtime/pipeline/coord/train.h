@@ -17,23 +17,23 @@ typedef struct ax_train_opts {
   const char *data_config;  /* data-set config, or NULL */
   const char *optim_config; /* models/optim.h keys, or NULL for defaults */
   int epochs;
-  long max_steps;           /* stop after this many steps (0 = no limit) */
+  long max_steps; /* stop after this many steps (0 = no limit) */
   int batch;
   int eval_batch;
-  long eval_limit;          /* evaluate on at most this many test examples */
+  long eval_limit; /* evaluate on at most this many test examples */
   uint64_t seed;
   ax_device device;
-  const char *csv_path;     /* loss curve (step,epoch,loss,lr,samples_per_s) */
-  FILE *progress;           /* progress bar / log lines, or NULL for none */
+  const char *csv_path; /* loss curve (step,epoch,loss,lr,samples_per_s) */
+  FILE *progress;       /* progress bar / log lines, or NULL for none */
 } ax_train_opts;
 
 typedef struct ax_train_report {
   long steps;
-  double final_loss;      /* mean loss of the last epoch's steps */
-  double test_accuracy;   /* after the last epoch, in [0, 1] */
-  double train_seconds;   /* training time (evaluation excluded) */
+  double final_loss;    /* mean loss of the last epoch's steps */
+  double test_accuracy; /* after the last epoch, in [0, 1] */
+  double train_seconds; /* training time (evaluation excluded) */
   double samples_per_s;
-  double *loss_curve;     /* per-step losses (malloc'd; caller frees) */
+  double *loss_curve; /* per-step losses (malloc'd; caller frees) */
   long n_loss;
 } ax_train_report;
 
@@ -49,8 +49,7 @@ int ax_train_local(const ax_train_opts *o, ax_train_report *rep);
 struct ax_net;
 struct ax_dataset;
 int ax_evaluate(struct ax_net *net, const struct ax_dataset *ds, int batch,
-                long limit, int ignore_index, double *accuracy,
-                double *loss);
+                long limit, int ignore_index, double *accuracy, double *loss);
 
 /* A one-line progress bar: "[=====>    ] 42% 1234 samples/s loss 0.512
  * ETA 0:12". Rewrites the line in place on a terminal, prints a line every

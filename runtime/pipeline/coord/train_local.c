@@ -69,8 +69,8 @@ int ax_evaluate(ax_net *net, const ax_dataset *ds, int batch, long limit,
 
 /* One optimisation step on one batch; returns the batch loss in *loss. */
 static int train_step(ax_net *net, ax_optim *opt, ax_slot *slot,
-                      const ax_tlist *in, const ax_tlist *lab,
-                      int ignore_index, uint64_t seed, double *loss) {
+                      const ax_tlist *in, const ax_tlist *lab, int ignore_index,
+                      uint64_t seed, double *loss) {
   ax_tlist dev_in = {0}, out = {0}, dout = {0}, din = {0};
   int rc = AX_OK;
   dev_in.n = in->n;
@@ -173,7 +173,8 @@ int ax_train_local(const ax_train_opts *o, ax_train_report *rep) {
     long in_epoch = 0;
     double t0 = ax_now();
     epoch_loss = 0.0;
-    while (rep->steps < total && (rc = ax_loader_next(r.loader, &in, &lab)) == AX_OK) {
+    while (rep->steps < total &&
+           (rc = ax_loader_next(r.loader, &in, &lab)) == AX_OK) {
       double loss = 0.0, ts = ax_now();
       uint64_t step_seed = o->seed * 1000003u + (uint64_t)rep->steps;
       rc = train_step(r.net, r.opt, r.slot, &in, &lab, r.info.ignore_index,
@@ -207,7 +208,8 @@ int ax_train_local(const ax_train_opts *o, ax_train_report *rep) {
   }
   rep->n_loss = rep->steps;
   rep->train_seconds = t_train;
-  rep->samples_per_s = t_train > 0 ? (double)rep->steps * o->batch / t_train : 0;
+  rep->samples_per_s =
+      t_train > 0 ? (double)rep->steps * o->batch / t_train : 0;
   run_free(&r);
   return rc;
 }

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "axon/runtime/autograd/plugin.h"
-#include "axon/runtime/pipeline/schedule/formula.h"
 #include "axon/runtime/pipeline/pipeline.h"
+#include "axon/runtime/pipeline/schedule/formula.h"
 
 int ax_pipe_emulator_new(const char *name, int threads, ax_node **out) {
   *out = NULL;

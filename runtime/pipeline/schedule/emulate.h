@@ -3,8 +3,8 @@
  *
  * Emulation. A world of one node (ax_pipe_emulator_new) hosts every stage
  * itself: ax_pipe_new with every agent name equal to the node's own name
- * creates the K "axon.pipe.stage" hosts on this node, and the coordinator drives
- * them exactly as it drives agents: the same action lists in the same
+ * creates the K "axon.pipe.stage" hosts on this node, and the coordinator
+ * drives them exactly as it drives agents: the same action lists in the same
  * order, the same dependencies, the same weight versions. Calls to the
  * stages, stage-to-stage pushes ("axon.pipe.give") and gradients along
  * distributed autograd's edges all go through the rpc layer's local path

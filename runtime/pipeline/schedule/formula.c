@@ -13,11 +13,11 @@
 
 typedef struct sim {
   const ax_pipe_plan *plan;
-  int mode, K, S, U, recompute; /* ranks, stages, units */
+  int mode, K, S, U, recompute;  /* ranks, stages, units */
   const double *t_f, *t_b, *t_w; /* t_w NULL: no weight half apart */
   const ax_formula_comm *comm;   /* NULL: no transfers */
-  double *fin;      /* (AX_OP_KINDS, K, units): finish time, -1 until run */
-  double *start_f0; /* (units) start of F(u) on stage 0 */
+  double *fin;       /* (AX_OP_KINDS, K, units): finish time, -1 until run */
+  double *start_f0;  /* (units) start of F(u) on stage 0 */
   double *batch_end; /* (n) when mini-batch b's last action finished */
   double *fin_pos[MAX_STAGES]; /* with an issue window: finish by position */
   /* with queued links: (S, units) arrival of stage s's output at s + 1
@@ -69,9 +69,8 @@ static void send_out(sim *S, const ax_pipe_op *o, double fin) {
   int s = o->stage;
   size_t u = (size_t)unit_of(S, o);
   if (o->kind == AX_OP_FWD && s + 1 < S->S)
-    S->arr_f[(size_t)s * S->units + u] =
-        send_on(&S->free_f[s], fin, at_or_0(c->fwd_busy, s),
-                at_or_0(c->fwd, s));
+    S->arr_f[(size_t)s * S->units + u] = send_on(
+        &S->free_f[s], fin, at_or_0(c->fwd_busy, s), at_or_0(c->fwd, s));
   else if (is_bwd(o->kind) && s > 0)
     S->arr_b[(size_t)(s - 1) * S->units + u] =
         send_on(&S->free_b[s - 1], fin, at_or_0(c->bwd_busy, s - 1),
@@ -138,9 +137,9 @@ static double run(sim *S) {
         const ax_formula_comm *c = S->comm;
         if (c && c->issue_rtt) { /* not before the coordinator sent it */
           int w = c->ahead > 0 ? c->ahead : 1;
-          double issued = pos[r] < w ? c->issue_rtt[r] / 2
-                                     : S->fin_pos[r][pos[r] - w] +
-                                           c->issue_rtt[r];
+          double issued = pos[r] < w
+                              ? c->issue_rtt[r] / 2
+                              : S->fin_pos[r][pos[r] - w] + c->issue_rtt[r];
           start = issued > start ? issued : start;
         }
         double fin = start + cost(S, o);
@@ -174,8 +173,8 @@ int ax_formula_time(const char *mode, int K, int M, const double *t_f,
 }
 
 int ax_formula_time_chunks(const char *mode, int K, int v, int M,
-                           const double *t_f, const double *t_b,
-                           int recompute, double *out) {
+                           const double *t_f, const double *t_b, int recompute,
+                           double *out) {
   return ax_formula_time_split(mode, K, v, M, t_f, t_b, NULL, recompute, out);
 }
 
@@ -205,8 +204,10 @@ int ax_formula_time_comm(const char *mode, int K, int v, int M,
   for (int s = 0; s < K * v; s++)
     if (!(t_f[s] >= 0) || !(t_b[s] >= 0) || (t_w && !(t_w[s] >= 0)) ||
         (comm && comm->step && !(comm->step[s] >= 0)))
-      return ax_seterr(AX_EINVAL, "formula: stage %d times (%g, %g) must be "
-                       ">= 0", s, t_f[s], t_b[s]);
+      return ax_seterr(AX_EINVAL,
+                       "formula: stage %d times (%g, %g) must be "
+                       ">= 0",
+                       s, t_f[s], t_b[s]);
   if (comm && !(comm->per_action >= 0))
     return ax_seterr(AX_EINVAL, "formula: per-action cost must be >= 0");
   for (int s = 0; comm && s + 1 < K * v; s++) /* the links: S - 1 */
@@ -225,9 +226,16 @@ int ax_formula_time_comm(const char *mode, int K, int v, int M,
   long n = flushed ? (window ? 5 : 1) : 8 * K + 32;
   ax_pipe_plan *plan = NULL;
   AX_TRY(ax_pipe_plan_new(m, K, v, M, n, &plan));
-  sim S = {.plan = plan, .mode = m, .K = K, .S = K * v,
-           .U = ax_pipe_units(m, M), .recompute = recompute, .t_f = t_f,
-           .t_b = t_b, .t_w = t_w, .comm = comm};
+  sim S = {.plan = plan,
+           .mode = m,
+           .K = K,
+           .S = K * v,
+           .U = ax_pipe_units(m, M),
+           .recompute = recompute,
+           .t_f = t_f,
+           .t_b = t_b,
+           .t_w = t_w,
+           .comm = comm};
   S.units = (size_t)n * (size_t)S.U;
   S.fin = malloc(sizeof(double) * AX_OP_KINDS * (size_t)S.S * S.units);
   S.start_f0 = calloc(S.units, sizeof(double));
@@ -259,7 +267,7 @@ int ax_formula_time_comm(const char *mode, int K, int v, int M,
   } else if (flushed) {
     *out = makespan;
   } else { /* steady state: spacing of stage 0's forwards, second half,
-              * times the units of a mini-batch */
+            * times the units of a mini-batch */
     long a = (long)S.units / 2, b = (long)S.units - 1;
     *out = S.U * (S.start_f0[b] - S.start_f0[a]) / (double)(b - a);
   }
@@ -289,7 +297,6 @@ double ax_formula_uniform_chunks(const char *mode, int K, int v, int M,
   }
   if (!ax_pipe_mode_get(m)->uniform_time)
     return -1.0;
-  return ax_pipe_mode_get(m)->uniform_time(K, ax_pipe_chunks(m, v),
-                                           ax_pipe_units(m, M), t_f, t_b,
-                                           recompute);
+  return ax_pipe_mode_get(m)->uniform_time(
+      K, ax_pipe_chunks(m, v), ax_pipe_units(m, M), t_f, t_b, recompute);
 }

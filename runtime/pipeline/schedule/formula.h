@@ -58,16 +58,17 @@ extern "C" {
 /* Expected seconds per mini-batch of `mode` with K stages (1..64) and M
  * micro-batches (>= 1; ignored by the modes without micro-batches), stage
  * times t_f[K], t_b[K] (seconds, >= 0, units as above) and a recompute
- * option (gpipe only; others ignore it). Transfers: ax_formula_time_comm. Returns AX_OK, or AX_EINVAL with a
- * message on a bad argument (out is then untouched). */
+ * option (gpipe only; others ignore it). Transfers: ax_formula_time_comm.
+ * Returns AX_OK, or AX_EINVAL with a message on a bad argument (out is then
+ * untouched). */
 int ax_formula_time(const char *mode, int K, int M, const double *t_f,
                     const double *t_b, int recompute, double *out);
 
 /* The same with K ranks (agents) of v stages each (chunked modes, mode.h):
  * t_f and t_b have K v entries, stage i on rank i mod K. */
 int ax_formula_time_chunks(const char *mode, int K, int v, int M,
-                           const double *t_f, const double *t_b,
-                           int recompute, double *out);
+                           const double *t_f, const double *t_b, int recompute,
+                           double *out);
 
 /* The same with the backward's two halves timed apart: t_b[s] is the input
  * half, t_w[s] the weight half (NULL: none), so a whole backward costs
@@ -110,8 +111,8 @@ int ax_formula_time_comm(const char *mode, int K, int v, int M,
                          const ax_formula_comm *comm, double *out);
 
 /* The closed form for K equal stages (see above); -1.0 for an unknown mode
- * or K, M < 1, or a mode without one. For gpipe, recompute ALWAYS is included, EXCEPT_LAST is not
- * (use ax_formula_time). */
+ * or K, M < 1, or a mode without one. For gpipe, recompute ALWAYS is included,
+ * EXCEPT_LAST is not (use ax_formula_time). */
 double ax_formula_uniform(const char *mode, int K, int M, double t_f,
                           double t_b, int recompute);
 /* ... and for K ranks of v equal stages (t_f, t_b per stage). */

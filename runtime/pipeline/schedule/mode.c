@@ -3,8 +3,8 @@
 #include "axon/runtime/pipeline/schedule/mode.h"
 
 #include <pthread.h>
-#include <stdlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "axon/kernels/error.h"
@@ -16,7 +16,8 @@ static ax_pipe_op op(int kind, int s, long t, int m) {
 
 static int min_i(int a, int b) { return a < b ? a : b; }
 
-/* ---- action generators ------------------------------------------------------ */
+/* ---- action generators ------------------------------------------------------
+ */
 /* F(t) B(t) STEP(t). */
 static void act_sequential(int K, int v, int s, int U, long n, ax_pipe_op *o,
                            long *k) {
@@ -28,7 +29,8 @@ static void act_sequential(int K, int v, int s, int U, long n, ax_pipe_op *o,
 }
 
 /* Per mini-batch: every forward, then the backwards in reverse, then STEP. */
-static void act_gpipe(int K, int v, int s, int U, long n, ax_pipe_op *o, long *k) {
+static void act_gpipe(int K, int v, int s, int U, long n, ax_pipe_op *o,
+                      long *k) {
   for (long t = 0; t < n; t++) {
     for (int m = 0; m < U; m++)
       o[(*k)++] = op(AX_OP_FWD, s, t, m);
@@ -40,7 +42,8 @@ static void act_gpipe(int K, int v, int s, int U, long n, ax_pipe_op *o, long *k
 
 /* Per mini-batch: min(d, U) warm-up forwards, pairs F(w+i) B(i), the
  * remaining backwards, then STEP (the flush). */
-static void act_1f1b(int K, int v, int s, int U, long n, ax_pipe_op *o, long *k) {
+static void act_1f1b(int K, int v, int s, int U, long n, ax_pipe_op *o,
+                     long *k) {
   int w = min_i(K - 1 - s, U);
   for (long t = 0; t < n; t++) {
     for (int m = 0; m < w; m++)
@@ -87,8 +90,8 @@ static ax_pipe_op inter_op(int kind, int K, int v, int r, long t, long k) {
   return op(kind, c * K + r, t, m);
 }
 
-static void act_interleaved(int K, int v, int r, int U, long n,
-                            ax_pipe_op *o, long *k) {
+static void act_interleaved(int K, int v, int r, int U, long n, ax_pipe_op *o,
+                            long *k) {
   long total = (long)v * U;
   long warm = U == K ? total : (long)(K - r - 1) * 2 + (long)(v - 1) * K;
   if (warm > total)
@@ -157,10 +160,9 @@ static void act_zbv(int K, int v, int r, int U, long n, ax_pipe_op *o,
                     long *k) {
   int S = 2 * K, cap = 2 * K;
   enum { F_ = 0, I_ = 1, W_ = 2 };
-  static const int kinds[3] = {AX_OP_FWD, AX_OP_INPUT_GRAD,
-                               AX_OP_WEIGHT_GRAD};
+  static const int kinds[3] = {AX_OP_FWD, AX_OP_INPUT_GRAD, AX_OP_WEIGHT_GRAD};
   /* next[s][kind]: the next unit; done[s][kind][u]: finish time + 1 */
-  int (*next)[3] = calloc((size_t)S, sizeof *next);
+  int(*next)[3] = calloc((size_t)S, sizeof *next);
   long *done = calloc((size_t)S * 3 * (size_t)U, sizeof *done);
   int *inflight = calloc((size_t)K, sizeof *inflight);
   long *busy = calloc((size_t)K, sizeof *busy);
@@ -170,7 +172,7 @@ static void act_zbv(int K, int v, int r, int U, long n, ax_pipe_op *o,
     free(next), free(done), free(inflight), free(busy), free(mine);
     return; /* the caller sees a short list (AX_EINTERNAL) */
   }
-#define DONE(s, q, u) done[((size_t)(s) * 3 + (q)) * (size_t)U + (u)]
+#define DONE(s, q, u) done[((size_t)(s)*3 + (q)) * (size_t)U + (u)]
   for (long t = 0; left > 0; t++) {
     for (int a = 0; a < K; a++) {
       if (busy[a] > t)
@@ -185,8 +187,9 @@ static void act_zbv(int K, int v, int r, int U, long n, ax_pipe_op *o,
             continue;
           int ready;
           if (kind == F_)
-            ready = inflight[a] < cap &&
-                    (st == 0 || (DONE(st - 1, F_, u) && DONE(st - 1, F_, u) <= t));
+            ready =
+                inflight[a] < cap &&
+                (st == 0 || (DONE(st - 1, F_, u) && DONE(st - 1, F_, u) <= t));
           else if (kind == I_)
             ready = DONE(st, F_, u) && DONE(st, F_, u) <= t &&
                     (st == S - 1 ||
@@ -222,7 +225,8 @@ static void act_zbv(int K, int v, int r, int U, long n, ax_pipe_op *o,
   free(next), free(done), free(inflight), free(busy), free(mine);
 }
 
-/* ---- bounds -------------------------------------------------------------------- */
+/* ---- bounds
+ * -------------------------------------------------------------------- */
 static int live_one(int K, int s, int U) { return 1; }
 static int live_all(int K, int s, int U) { return U; }
 static int live_1f1b(int K, int s, int U) { return min_i(K - s, U); }
@@ -258,7 +262,8 @@ static double t_inter(int K, int v, int U, double f, double b, int rc) {
   return ((double)v * U + K - 1) * (f + b);
 }
 
-/* ---- the table ------------------------------------------------------------------ */
+/* ---- the table
+ * ------------------------------------------------------------------ */
 /* name, summary, unit, flush, forward weights, backward weights, keep,
  * recompute_ok, forward_lock, live bound, actions, closed-form time (NULL:
  * the simulation is the model), chunked (several stages per agent,
@@ -266,23 +271,20 @@ static double t_inter(int K, int v, int U, double f, double b, int rc) {
 static const ax_pipe_mode_def g_modes[AX_MODE_COUNT] = {
     [AX_MODE_SEQUENTIAL] = {"sequential", "one mini-batch at a time",
                             AX_UNIT_MINI, 1, AX_FWD_LATEST, AX_WEIGHTS_CURRENT,
-                            AX_KEEP_ACTIVATIONS, 0, 0, live_one,
-                            act_sequential, t_seq},
+                            AX_KEEP_ACTIVATIONS, 0, 0, live_one, act_sequential,
+                            t_seq},
     [AX_MODE_GPIPE] = {"gpipe",
                        "M micro-batches forward, then backward; one update",
                        AX_UNIT_MICRO, 1, AX_FWD_LATEST, AX_WEIGHTS_CURRENT,
-                       AX_KEEP_ACTIVATIONS, 1, 0, live_all, act_gpipe,
-                       t_gpipe},
+                       AX_KEEP_ACTIVATIONS, 1, 0, live_all, act_gpipe, t_gpipe},
     [AX_MODE_1F1B] = {"1f1b", "PipeDream-Flush: one forward, one backward",
                       AX_UNIT_MICRO, 1, AX_FWD_LATEST, AX_WEIGHTS_CURRENT,
-                      AX_KEEP_ACTIVATIONS, 0, 0, live_1f1b, act_1f1b,
-                      t_1f1b},
+                      AX_KEEP_ACTIVATIONS, 0, 0, live_1f1b, act_1f1b, t_1f1b},
     [AX_MODE_DDG] = {"ddg",
                      "delayed gradients with the forward's weights, locked "
                      "forwards",
                      AX_UNIT_MINI, 0, AX_FWD_LATEST, AX_WEIGHTS_STASHED,
-                     AX_KEEP_ACTIVATIONS, 0, 1, live_delay, act_delayed,
-                     t_ddg},
+                     AX_KEEP_ACTIVATIONS, 0, 1, live_delay, act_delayed, t_ddg},
     [AX_MODE_FR] = {"fr",
                     "features replay: inputs kept, forward replayed with the "
                     "latest weights",
@@ -314,8 +316,8 @@ static const ax_pipe_mode_def g_modes[AX_MODE_COUNT] = {
                      "zero bubble V: two stages per agent in a V, the "
                      "backward split into I and W",
                      AX_UNIT_MICRO, 1, AX_FWD_LATEST, AX_WEIGHTS_CURRENT,
-                     AX_KEEP_ACTIVATIONS, 0, 0, live_units, act_zbv, NULL,
-                     1, 1, AX_PLACE_V},
+                     AX_KEEP_ACTIVATIONS, 0, 0, live_units, act_zbv, NULL, 1, 1,
+                     AX_PLACE_V},
 };
 
 const ax_pipe_mode_def *ax_pipe_mode_get(int mode) {
@@ -432,20 +434,24 @@ long ax_pipe_nops(int mode, int M, long n) {
 
 int ax_pipe_schedule_chunks(int mode, int K, int v, int r, int M, long n,
                             ax_pipe_op *ops, long cap) {
-  if (mode < 0 || mode >= AX_MODE_COUNT || K < 1 || r < 0 || r >= K ||
-      M < 1 || n < 0 || !ops)
-    return ax_seterr(AX_EINVAL, "schedule: bad arguments (mode %d, K %d, "
-                     "rank %d, M %d, n %ld)", mode, K, r, M, n);
+  if (mode < 0 || mode >= AX_MODE_COUNT || K < 1 || r < 0 || r >= K || M < 1 ||
+      n < 0 || !ops)
+    return ax_seterr(AX_EINVAL,
+                     "schedule: bad arguments (mode %d, K %d, "
+                     "rank %d, M %d, n %ld)",
+                     mode, K, r, M, n);
   v = ax_pipe_chunks(mode, v);
   int U = ax_pipe_units(mode, M);
   if (g_modes[mode].chunked && g_modes[mode].placement == AX_PLACE_LOOP &&
       U % K)
-    return ax_seterr(AX_EINVAL, "schedule: %s needs a multiple of %d "
-                     "micro-batches (got %d)", g_modes[mode].name, K, U);
+    return ax_seterr(AX_EINVAL,
+                     "schedule: %s needs a multiple of %d "
+                     "micro-batches (got %d)",
+                     g_modes[mode].name, K, U);
   long want = ax_pipe_nops_chunks(mode, v, M, n);
   if (cap < want)
-    return ax_seterr(AX_EINVAL, "schedule: %ld actions do not fit in %ld",
-                     want, cap);
+    return ax_seterr(AX_EINVAL, "schedule: %ld actions do not fit in %ld", want,
+                     cap);
   long k = 0;
   g_modes[mode].actions(K, v, r, U, n, ops, &k);
   if (k != want)

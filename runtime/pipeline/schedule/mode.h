@@ -87,7 +87,7 @@ enum {
   AX_WEIGHTS_LATEST = 2   /* the latest weights, forward replayed first */
 };
 enum {
-  AX_FWD_LATEST = 0,        /* a forward uses the weights as they are */
+  AX_FWD_LATEST = 0,         /* a forward uses the weights as they are */
   AX_FWD_DOUBLE_BUFFERED = 1 /* every unit of mini-batch t uses the weights
                                 before update t-1 (PipeDream-2BW): at most
                                 two versions live, the latest and a shadow */
@@ -115,8 +115,7 @@ typedef struct ax_pipe_mode_def {
    * for chunked modes, and then rank r is stage r) for n mini-batches of U
    * units at out[*k...], advancing *k (the caller sized out with
    * ax_pipe_nops_chunks). */
-  void (*actions)(int K, int v, int r, int U, long n, ax_pipe_op *out,
-                  long *k);
+  void (*actions)(int K, int v, int r, int U, long n, ax_pipe_op *out, long *k);
   /* Seconds per mini-batch for K equal ranks of v stages (t_f, t_b per
    * stage and unit), the closed form the timing simulation is checked
    * against: the makespan of one mini-batch for flushed modes, the
@@ -191,17 +190,16 @@ int ax_pipe_schedule(int mode, int K, int s, int M, long n, ax_pipe_op *ops,
  * corrections (staleness.h) read it. */
 int ax_pipe_delay(int mode, int K, int s, int M);
 
-/* ---- plans: every rank's list plus the dependencies ------------------------ */
+/* ---- plans: every rank's list plus the dependencies ------------------------
+ */
 typedef struct ax_pipe_plan ax_pipe_plan;
 /* The lists of K ranks (agents) holding v stages each (ax_pipe_chunks) for
  * n mini-batches; the stages are K v, stage i on rank i mod K. AX_EINVAL /
  * AX_ENOMEM. */
-int ax_pipe_plan_new(int mode, int K, int v, int M, long n,
-                     ax_pipe_plan **out);
+int ax_pipe_plan_new(int mode, int K, int v, int M, long n, ax_pipe_plan **out);
 void ax_pipe_plan_free(ax_pipe_plan *p); /* NULL-safe */
 /* Rank r's list (borrowed) and its length. */
-const ax_pipe_op *ax_pipe_plan_actions(const ax_pipe_plan *p, int r,
-                                       long *n);
+const ax_pipe_op *ax_pipe_plan_actions(const ax_pipe_plan *p, int r, long *n);
 /* Its stage count (K v). */
 int ax_pipe_plan_stages(const ax_pipe_plan *p);
 /* The actions of OTHER stages that op waits for (at most K + 1) into deps;

@@ -30,7 +30,10 @@ int ax_pipe_stash(const char *mode, int K, int k, int M, int recompute,
     kept += !r;
     replay |= r;
   }
-  ax_stash_count c = {sets, !replay ? sets : kept < sets ? kept : sets,
+  ax_stash_count c = {sets,
+                      !replay       ? sets
+                      : kept < sets ? kept
+                                    : sets,
                       ax_pipe_version_bound(m, K, k - 1, M), replay};
   *out = c;
   return AX_OK;
@@ -162,8 +165,7 @@ static void fill_report(const ax_block_profile *p, int n,
   memset(rep, 0, sizeof *rep);
   rep->K = o->K;
   for (int s = 0; s < o->K; s++) {
-    rep->stage_time[s] =
-        ax_stage_time_at(p, n, bounds[s], bounds[s + 1], s, o);
+    rep->stage_time[s] = ax_stage_time_at(p, n, bounds[s], bounds[s + 1], s, o);
     rep->stage_mem[s] = ax_stage_memory(p, n, bounds[s], bounds[s + 1], s, o);
     if (rep->stage_time[s] > rep->max_time)
       rep->max_time = rep->stage_time[s];

@@ -64,14 +64,14 @@ int ax_pipe_stash(const char *mode, int K, int k, int M, int recompute,
 
 /* ---- profiling ----------------------------------------------------------- */
 typedef struct ax_block_profile {
-  double fwd_s, bwd_s;  /* median seconds of forward / backward (training) */
-  size_t in_bytes;      /* bytes of the block's inputs (what a stage starting
-                           here receives and, in fr/recompute, keeps) */
-  size_t out_bytes;     /* bytes of its outputs (sent to the next stage; the
-                           gradient sent back has the f32 part's size) */
-  size_t param_bytes;   /* trainable parameters, f32 */
-  size_t buffer_bytes;  /* non-trainable buffers (running statistics) */
-  size_t saved_bytes;   /* ax_slot_bytes after its forward */
+  double fwd_s, bwd_s; /* median seconds of forward / backward (training) */
+  size_t in_bytes;     /* bytes of the block's inputs (what a stage starting
+                          here receives and, in fr/recompute, keeps) */
+  size_t out_bytes;    /* bytes of its outputs (sent to the next stage; the
+                          gradient sent back has the f32 part's size) */
+  size_t param_bytes;  /* trainable parameters, f32 */
+  size_t buffer_bytes; /* non-trainable buffers (running statistics) */
+  size_t saved_bytes;  /* ax_slot_bytes after its forward */
 } ax_block_profile;
 
 typedef struct ax_profile_opts {
@@ -135,9 +135,9 @@ size_t ax_stage_memory(const ax_block_profile *p, int n, int first, int last,
 
 typedef struct ax_partition_report {
   int K;
-  double stage_time[AX_PARTITION_MAX_STAGES];  /* seconds, ax_stage_time */
-  size_t stage_mem[AX_PARTITION_MAX_STAGES];   /* bytes, ax_stage_memory */
-  double max_time;                             /* the objective */
+  double stage_time[AX_PARTITION_MAX_STAGES]; /* seconds, ax_stage_time */
+  size_t stage_mem[AX_PARTITION_MAX_STAGES];  /* bytes, ax_stage_memory */
+  double max_time;                            /* the objective */
 } ax_partition_report;
 
 /* Exact minimum over contiguous splits of the slowest stage's time, subject

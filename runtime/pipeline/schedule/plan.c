@@ -8,7 +8,7 @@
 struct ax_pipe_plan {
   int mode, K, v, S, U; /* ranks, stages per rank, stages, units */
   long n, per_rank;
-  ax_pipe_op *ops; /* (K, per_rank) */
+  ax_pipe_op *ops;       /* (K, per_rank) */
   ax_pipe_op **fwd_prev; /* (S, n * U): the action before F(s, u) on its
                             rank's list, or NULL */
 };
@@ -19,8 +19,8 @@ int ax_pipe_plan_new(int mode, int K, int v, int M, long n,
   if (!ax_pipe_mode_get(mode))
     return AX_EINVAL;
   if (K < 1 || M < 1 || n < 0)
-    return ax_seterr(AX_EINVAL, "plan: bad arguments (K %d, M %d, n %ld)", K,
-                     M, n);
+    return ax_seterr(AX_EINVAL, "plan: bad arguments (K %d, M %d, n %ld)", K, M,
+                     n);
   ax_pipe_plan *p = calloc(1, sizeof *p);
   if (!p)
     return AX_ENOMEM;
@@ -47,9 +47,8 @@ int ax_pipe_plan_new(int mode, int K, int v, int M, long n,
     }
     for (long i = 1; i < p->per_rank; i++)
       if (l[i].kind == AX_OP_FWD)
-        p->fwd_prev[(size_t)l[i].stage * units +
-                    (size_t)l[i].batch * p->U + (size_t)l[i].micro] =
-            &l[i - 1];
+        p->fwd_prev[(size_t)l[i].stage * units + (size_t)l[i].batch * p->U +
+                    (size_t)l[i].micro] = &l[i - 1];
   }
   *out = p;
   return AX_OK;
@@ -63,8 +62,7 @@ void ax_pipe_plan_free(ax_pipe_plan *p) {
   free(p);
 }
 
-const ax_pipe_op *ax_pipe_plan_actions(const ax_pipe_plan *p, int r,
-                                       long *n) {
+const ax_pipe_op *ax_pipe_plan_actions(const ax_pipe_plan *p, int r, long *n) {
   *n = p->per_rank;
   return p->ops + (size_t)r * p->per_rank;
 }

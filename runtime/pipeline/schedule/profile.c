@@ -5,8 +5,8 @@
 #include <time.h>
 
 #include "axon/kernels/error.h"
-#include "axon/runtime/pipeline/schedule/partition.h"
 #include "axon/kernels/rng.h"
+#include "axon/runtime/pipeline/schedule/partition.h"
 
 #define MAX_REPS 64
 
@@ -54,8 +54,8 @@ static int make_dout(const ax_tlist *out, uint64_t seed, ax_tlist *dout) {
       ax_tlist_clear(dout);
       return ax_seterr(AX_ENOMEM, "profile: out of memory");
     }
-    float scale = t->ndim > 0 && t->shape[0] > 0 ? 1.0f / (float)t->shape[0]
-                                                 : 1.0f;
+    float scale =
+        t->ndim > 0 && t->shape[0] > 0 ? 1.0f / (float)t->shape[0] : 1.0f;
     for (size_t j = 0; j < n; j++)
       host[j] = scale * (float)ax_rng_normal(&rng);
     int rc = ax_tensor_write(g, host, n * sizeof(float));

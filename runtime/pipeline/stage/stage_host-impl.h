@@ -6,23 +6,23 @@
 
 #include "axon/runtime/autograd/collective.h"
 #include "axon/runtime/autograd/stage-impl.h"
-#include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
 #include "axon/runtime/pipeline/stage/stage_inbox.h"
 #include "axon/runtime/pipeline/stage/stage_line-impl.h"
 #include "axon/runtime/pipeline/stage/staleness-impl.h"
+#include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 #include "axon/runtime/pipeline/trace/trace.h"
 
 typedef struct pstate { /* one unit between its forward and its backward */
   long batch;
   int micro;
   uint64_t seed;
-  uint64_t fn;       /* its held function in the unit's context */
-  int input_done;    /* split modes: I ran, W has not */
-  ax_slot *slot;     /* saved activations; NULL when replayed */
-  ax_tlist input;    /* kept inputs (replay) */
-  ax_tlist dlogits;  /* last stage: d loss / d logits */
-  ax_tensor *ver;    /* weights the forward used (ddg, pipedream) */
+  uint64_t fn;      /* its held function in the unit's context */
+  int input_done;   /* split modes: I ran, W has not */
+  ax_slot *slot;    /* saved activations; NULL when replayed */
+  ax_tlist input;   /* kept inputs (replay) */
+  ax_tlist dlogits; /* last stage: d loss / d logits */
+  ax_tensor *ver;   /* weights the forward used (ddg, pipedream) */
   struct pstate *next;
 } pstate;
 
@@ -39,7 +39,7 @@ typedef struct phost {
   int is_last;
   const ax_pipe_mode_def *def; /* the mode's table entry */
   ax_rref *prev, *next;
-  axi_pipe_inbox in;   /* its own lock; everything else under s->mu */
+  axi_pipe_inbox in; /* its own lock; everything else under s->mu */
   pstate *states;
   pgrad *grads;   /* taken, not yet summed (s->mu) */
   ax_tensor *acc; /* sum of micro-batches 0 .. acc_next-1 of acc_batch */
@@ -50,16 +50,16 @@ typedef struct phost {
                         STEP, used by every forward of batch shadow_for */
   long shadow_for;
   axi_stale stale; /* the staleness correction (staleness.h; s->mu) */
-  ax_trace *tr;   /* stage-side events (stage_events.h); its own lock */
-  int versions;   /* weight versions at the last axi_pipe_host_report (s->mu) */
-  axi_pipe_line *line; /* its rank's order (stage_line-impl.h) */
-  ax_coll_group *replicas; /* the same stage in every replica (--replicas):
-                              each STEP averages the gradients over it;
-                              NULL: one replica (s->mu to use it; set
-                              and freed also under group_mu) */
-  ax_coll_group *tp; /* the same stage in every tensor-parallel member of
-                        this replica: its split layers sum over it
-                        (axi_pipe_host_exec); NULL: none (as replicas) */
+  ax_trace *tr;    /* stage-side events (stage_events.h); its own lock */
+  int versions; /* weight versions at the last axi_pipe_host_report (s->mu) */
+  axi_pipe_line *line;      /* its rank's order (stage_line-impl.h) */
+  ax_coll_group *replicas;  /* the same stage in every replica (--replicas):
+                               each STEP averages the gradients over it;
+                               NULL: one replica (s->mu to use it; set
+                               and freed also under group_mu) */
+  ax_coll_group *tp;        /* the same stage in every tensor-parallel member of
+                               this replica: its split layers sum over it
+                               (axi_pipe_host_exec); NULL: none (as replicas) */
   pthread_mutex_t group_mu; /* lets host_quiesce abort the groups while an
                                action waits in one holding s->mu */
   /* Checkpoint files being written in the background ("ckpt_save" with
@@ -67,8 +67,8 @@ typedef struct phost {
   pthread_mutex_t ckpt_mu;
   pthread_cond_t ckpt_cv;
   struct axi_pipe_ckpt_write *writes;
-  int zero;          /* optimizer state and averaged gradients sharded over
-                        the replicas (ZeRO 1/2): the optimizer holds only */
+  int zero; /* optimizer state and averaged gradients sharded over
+               the replicas (ZeRO 1/2): the optimizer holds only */
   size_t zero_off, zero_len; /* this shard of the parameters */
   ax_rref *offload; /* the optimizer on another agent ("axon.pipe.optim",
                        stage_offload.c), or NULL: the local one (s->mu) */
@@ -92,13 +92,13 @@ static inline int64_t axi_pipe_wait_ms(ax_call_ctx *cc) {
 }
 /* The "bwd", "bwdi", "bwdw" and "step" methods (stage_host_bwd.c). */
 int axi_pipe_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
-                 ax_values *out);
+                      ax_values *out);
 int axi_pipe_host_bwd_input(ax_call_ctx *cc, void *obj, const ax_values *args,
-                       ax_values *out);
+                            ax_values *out);
 int axi_pipe_host_bwd_weight(ax_call_ctx *cc, void *obj, const ax_values *args,
-                        ax_values *out);
+                             ax_values *out);
 int axi_pipe_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
-                  ax_values *out);
+                       ax_values *out);
 /* "axon.pipe.optim" (stage_offload.c): registers the kind; one STEP through
  * h->offload (the gradient in h->acc goes there, the parameters come back;
  * s->mu held). */
@@ -114,29 +114,29 @@ int axi_pipe_offload_settle(phost *h);
 void axi_pipe_offload_drop(phost *h);
 /* "ckpt_save", "ckpt_load", "ckpt_drop" (stage_ckpt.c). */
 int axi_pipe_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
-                       ax_values *out);
+                            ax_values *out);
 int axi_pipe_host_ckpt_load(ax_call_ctx *cc, void *obj, const ax_values *args,
-                       ax_values *out);
+                            ax_values *out);
 int axi_pipe_host_ckpt_drop(ax_call_ctx *cc, void *obj, const ax_values *args,
-                       ax_values *out);
+                            ax_values *out);
 /* The stage's state as a checkpoint file in memory (*buf malloc'd, the
  * caller frees); AX_ESTATE unless the stage is at a consistent cut. */
 int axi_pipe_ckpt_snapshot(phost *h, uint8_t **buf, size_t *len,
-                      char sha[2 * AX_SHA256_LEN + 1]);
+                           char sha[2 * AX_SHA256_LEN + 1]);
 /* Checks r (a stage file) against the stage, then loads it: all or
  * nothing. */
 int axi_pipe_ckpt_apply(phost *h, const axi_ckr *r);
 /* "ckpt_mem_save", "ckpt_mem_load" (stage_ckpt_mem.c; stage_host.h). */
-int axi_pipe_host_ckpt_mem_save(ax_call_ctx *cc, void *obj, const ax_values *args,
-                           ax_values *out);
-int axi_pipe_host_ckpt_mem_load(ax_call_ctx *cc, void *obj, const ax_values *args,
-                           ax_values *out);
+int axi_pipe_host_ckpt_mem_save(ax_call_ctx *cc, void *obj,
+                                const ax_values *args, ax_values *out);
+int axi_pipe_host_ckpt_mem_load(ax_call_ctx *cc, void *obj,
+                                const ax_values *args, ax_values *out);
 /* The agent's store of in-memory checkpoint copies ("axon.pipe.mem_keep",
  * "axon.pipe.mem_fetch", "axon.pipe.mem_forget"; stage_ckpt_mem.c). */
 int axi_pipe_mem_store_register(ax_node *n);
 /* "ckpt_wait" [path]: the outcome of the background write of path. */
 int axi_pipe_host_ckpt_wait(ax_call_ctx *cc, void *obj, const ax_values *args,
-                       ax_values *out);
+                            ax_values *out);
 /* Waits for every background write and forgets them (teardown). */
 void axi_pipe_ckpt_writes_drain(phost *h);
 /* Drops the taken gradients and the running sum (s->mu held). */

@@ -1,6 +1,6 @@
-/* The pipeline stage host ("axon.pipe.stage"): per-unit states, weight stashing,
- * recompute and replay, per-context gradients and the update rule of each
- * mode. Contract in stage_host.h. */
+/* The pipeline stage host ("axon.pipe.stage"): per-unit states, weight
+ * stashing, recompute and replay, per-context gradients and the update rule of
+ * each mode. Contract in stage_host.h. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -10,9 +10,9 @@
 #include "axon/runtime/autograd/autograd.h"
 #include "axon/runtime/pipeline/coord/coordinator.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
-#include "axon/runtime/pipeline/trace/stage_events.h"
 #include "axon/runtime/pipeline/stage/stage_host-impl.h"
 #include "axon/runtime/pipeline/stage/stage_host.h"
+#include "axon/runtime/pipeline/trace/stage_events.h"
 
 void axi_pipe_state_free(pstate *st) {
   if (!st)
@@ -73,8 +73,10 @@ static int member_list(phost *h, const ax_values *args, size_t *at,
   size_t na = ax_values_count(args);
   AX_TRY(ax_values_get_i64(args, *at, &N));
   if (N < 1 || N > AX_PIPE_MAX_REPLICAS || *at + 2 + (size_t)N > na)
-    return ax_seterr(AX_EINVAL, "axon.pipe.stage %d: %lld %s with %zu setup "
-                     "arguments", h->s->index, (long long)N, what, na);
+    return ax_seterr(AX_EINVAL,
+                     "axon.pipe.stage %d: %lld %s with %zu setup "
+                     "arguments",
+                     h->s->index, (long long)N, what, na);
   AX_TRY(ax_values_get_str(args, *at + 1, tag));
   for (int64_t i = 0; i < N; i++)
     AX_TRY(ax_values_get_str(args, *at + 2 + (size_t)i, &names[i]));
@@ -107,16 +109,16 @@ static int replica_group(phost *h, const ax_values *args, int64_t tmo,
   if (na != at)
     return ax_seterr(AX_EINVAL, "axon.pipe.stage %d: %zu setup arguments",
                      h->s->index, na);
-  if (z < 0 || z > 2 || (z && R < 2) ||
-      (z && (size_t)R > h->s->net->n_params))
-    return ax_seterr(AX_EINVAL, "axon.pipe.stage %d: zero %lld with %d "
-                     "replicas of %zu parameters", h->s->index, (long long)z,
-                     R, h->s->net->n_params);
+  if (z < 0 || z > 2 || (z && R < 2) || (z && (size_t)R > h->s->net->n_params))
+    return ax_seterr(AX_EINVAL,
+                     "axon.pipe.stage %d: zero %lld with %d "
+                     "replicas of %zu parameters",
+                     h->s->index, (long long)z, R, h->s->net->n_params);
   *zero = (int)z;
   if (R > 1)
     AX_TRY(ax_coll_group_new(h->s->node, tag, R, names, tmo, g));
-  int err = T > 1 ? ax_coll_group_new(h->s->node, ttag, T, tnames, tmo, tp)
-                  : AX_OK;
+  int err =
+      T > 1 ? ax_coll_group_new(h->s->node, ttag, T, tnames, tmo, tp) : AX_OK;
   if (err != AX_OK) {
     ax_coll_group_free(*g);
     *g = NULL;
@@ -129,12 +131,15 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
   char model[32];
   const char *rest = config ? config : "";
   if (strncmp(rest, "model=", 6) != 0)
-    return ax_seterr(AX_EINVAL, "axon.pipe.stage: config must start with "
-                     "model=NAME, got '%s'", rest);
+    return ax_seterr(AX_EINVAL,
+                     "axon.pipe.stage: config must start with "
+                     "model=NAME, got '%s'",
+                     rest);
   rest += 6;
   size_t len = strcspn(rest, ",");
   if (len == 0 || len >= sizeof model)
-    return ax_seterr(AX_EINVAL, "axon.pipe.stage: bad model name in '%s'", config);
+    return ax_seterr(AX_EINVAL, "axon.pipe.stage: bad model name in '%s'",
+                     config);
   memcpy(model, rest, len);
   model[len] = 0;
   rest += len + (rest[len] == ',');
@@ -199,9 +204,10 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   const ax_pipe_mode_def *def =
       mode >= 0 && mode < AX_MODE_COUNT ? ax_pipe_mode_get((int)mode) : NULL;
   if (!def)
-    return ax_seterr(AX_EINVAL, "axon.pipe.stage: bad mode %lld (valid: 0..%d, "
-                     "%s)", (long long)mode, AX_MODE_COUNT - 1,
-                     ax_pipe_mode_list());
+    return ax_seterr(AX_EINVAL,
+                     "axon.pipe.stage: bad mode %lld (valid: 0..%d, "
+                     "%s)",
+                     (long long)mode, AX_MODE_COUNT - 1, ax_pipe_mode_list());
   ax_rref *nb[2] = {NULL, NULL};
   for (int i = 0; i < 2; i++)
     if (ax_values_type(args, 3 + (size_t)i) == AX_VAL_EXT)
@@ -210,7 +216,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   if (ax_values_count(args) < 6 ||
       ax_values_get_i64(args, 5, &self_id) != AX_OK || self_id == 0)
     return ax_seterr(AX_EBADARG, "axon.pipe.stage: setup needs the id of the "
-                     "host's own RRef (argument 5)");
+                                 "host's own RRef (argument 5)");
   int64_t skind = AX_STALE_NONE, sdelay = 0, swarm = 0;
   double sgamma = -1;
   if (ax_values_count(args) > 6) { /* the staleness correction */
@@ -220,9 +226,11 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
     AX_TRY(ax_values_get_i64(args, 9, &swarm));
     if (skind < 0 || skind >= AX_STALE_COUNT || sdelay < 0 ||
         sdelay > 1 << 20 || swarm < 0 || swarm > 1 << 30)
-      return ax_seterr(AX_EINVAL, "axon.pipe.stage %d: bad staleness correction "
-                       "%lld (delay %lld, warm-up %lld)", s->index,
-                       (long long)skind, (long long)sdelay, (long long)swarm);
+      return ax_seterr(AX_EINVAL,
+                       "axon.pipe.stage %d: bad staleness correction "
+                       "%lld (delay %lld, warm-up %lld)",
+                       s->index, (long long)skind, (long long)sdelay,
+                       (long long)swarm);
     AX_TRY(ax_staleness_check((int)mode, (int)skind,
                               sgamma < 0 ? AX_PIPEMARE_GAMMA : sgamma,
                               (int)swarm));
@@ -235,9 +243,11 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   AX_TRY(ax_config_parse(&c, ocfg));
   AX_TRY(ax_optim_cfg_parse(&c, &oc));
   if (def->split && !ax_module_can_split(s->net->root))
-    return ax_seterr(AX_EUNSUPPORTED, "axon.pipe.stage %d: %s splits the backward "
+    return ax_seterr(AX_EUNSUPPORTED,
+                     "axon.pipe.stage %d: %s splits the backward "
                      "but a layer of this stage has no split backward "
-                     "(models/module.h)", s->index, def->name);
+                     "(models/module.h)",
+                     s->index, def->name);
   host_quiesce(h); /* a set-up again (recovery) ends what was in flight */
   pthread_mutex_lock(&s->mu);
   host_clear(h); /* frees the old replica group before a new one */
@@ -249,8 +259,10 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   if (zero && skind != AX_STALE_NONE) {
     ax_coll_group_free(tp);
     ax_coll_group_free(g);
-    return ax_seterr(AX_EINVAL, "axon.pipe.stage %d: a staleness correction "
-                     "needs the whole optimizer state (no zero)", s->index);
+    return ax_seterr(AX_EINVAL,
+                     "axon.pipe.stage %d: a staleness correction "
+                     "needs the whole optimizer state (no zero)",
+                     s->index);
   }
   if (zero) /* the optimizer keeps this replica's shard only */
     ax_coll_shard(g, s->net->n_params, &zoff, &zlen);
@@ -281,7 +293,8 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   return err;
 }
 
-/* ---- statistics reported with every operation ------------------------------ */
+/* ---- statistics reported with every operation ------------------------------
+ */
 int axi_pipe_host_report(phost *h, int64_t t0, ax_values *out) {
   long live = 0, vers = 1;
   size_t bytes = 0;
@@ -301,8 +314,7 @@ int axi_pipe_host_report(phost *h, int64_t t0, ax_values *out) {
   /* Under a correction, a prediction no state uses yet and pipemare's
    * shadow (2bw; its states stash nothing) count too. */
   ax_tensor *extra[2] = {h->stale.pred,
-                         h->stale.kind == AX_STALE_PIPEMARE ? h->shadow
-                                                            : NULL};
+                         h->stale.kind == AX_STALE_PIPEMARE ? h->shadow : NULL};
   for (int i = 0; i < 2; i++) {
     int seen = !extra[i] || extra[i] == h->s->net->params;
     for (pstate *o = h->states; !seen && o; o = o->next)
@@ -319,7 +331,8 @@ int axi_pipe_host_report(phost *h, int64_t t0, ax_values *out) {
   return ax_values_add_i64(out, (int64_t)bytes);
 }
 
-/* ---- forward ------------------------------------------------------------------ */
+/* ---- forward
+ * ------------------------------------------------------------------ */
 static int run_loss(phost *h, const ax_values *args, size_t at,
                     const ax_tlist *y, pstate *st, ax_loss_result *r) {
   int64_t nlab;
@@ -356,19 +369,18 @@ static int take_inputs(ax_call_ctx *cc, phost *h, const ax_values *args,
   }
   axi_pipe_received meta;
   AX_TRY(axi_pipe_inbox_take(&h->in, s->node,
-                        h->prev ? ax_rref_owner(h->prev) : NULL,
-                        batch, micro, axi_pipe_wait_ms(cc), in,
-                        &meta));
+                             h->prev ? ax_rref_owner(h->prev) : NULL, batch,
+                             micro, axi_pipe_wait_ms(cc), in, &meta));
   *wait_us = meta.wait_us;
   int err = AX_OK;
   if (meta.ctx != ctx)
-    err = ax_seterr(AX_ESTATE, "axon.pipe.stage %d: activations of %ld/%d came "
+    err = ax_seterr(AX_ESTATE,
+                    "axon.pipe.stage %d: activations of %ld/%d came "
                     "under context %llx, the forward runs under %llx",
                     s->index, batch, micro, (unsigned long long)meta.ctx,
                     (unsigned long long)ctx);
   else if (ctx)
-    err = ax_dist_recv_edges(s->node, ctx, meta.from, in, meta.desc,
-                             meta.len);
+    err = ax_dist_recv_edges(s->node, ctx, meta.from, in, meta.desc, meta.len);
   axi_pipe_received_clear(&meta);
   return err;
 }
@@ -384,12 +396,15 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   AX_TRY(ax_values_get_i64(args, 3, &flags));
   AX_TRY(ax_values_get_i64(args, 4, &nin));
   if (nin < 0 || nin > AX_TLIST_MAX)
-    return ax_seterr(AX_EBADARG, "axon.pipe.stage: %lld inputs", (long long)nin);
+    return ax_seterr(AX_EBADARG, "axon.pipe.stage: %lld inputs",
+                     (long long)nin);
   int train = (flags & AX_PIPE_FLAG_TRAIN) != 0;
   uint64_t ctx = train ? ax_call_autograd_ctx(cc) : 0;
   if (train && !ctx)
-    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: a training forward runs "
-                     "under a distributed autograd context", s->index);
+    return ax_seterr(AX_ESTATE,
+                     "axon.pipe.stage %d: a training forward runs "
+                     "under a distributed autograd context",
+                     s->index);
   ax_tlist in = {0}, y = {0};
   int64_t waited = 0;
   int err = axi_pipe_inbox_error(&h->in);
@@ -414,20 +429,20 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     err = axi_pipe_offload_settle(h);
   int64_t tc = ax_trace_now_us();
   ax_tensor *w = s->net->params; /* the weights this forward uses */
-  if (err == AX_OK && train &&
-      h->def->fwd_weights == AX_FWD_DOUBLE_BUFFERED) {
+  if (err == AX_OK && train && h->def->fwd_weights == AX_FWD_DOUBLE_BUFFERED) {
     if (h->shadow && h->shadow_for == batch)
       w = h->shadow; /* the live weights moved on: batch uses the shadow */
     else if (batch - 2 > h->last_step)
-      err = ax_seterr(AX_ESTATE, "axon.pipe.stage %d: %s forward of batch %lld "
+      err = ax_seterr(AX_ESTATE,
+                      "axon.pipe.stage %d: %s forward of batch %lld "
                       "before the update of batch %lld (too few "
-                      "micro-batches?)", s->index, h->def->name,
-                      (long long)batch, (long long)batch - 2);
+                      "micro-batches?)",
+                      s->index, h->def->name, (long long)batch,
+                      (long long)batch - 2);
   }
   ax_tensor *wf = NULL; /* w, or its prediction (staleness.h) */
   if (err == AX_OK)
-    err = train ? axi_stale_forward(&h->stale, w, (long)batch, &wf)
-                : AX_OK;
+    err = train ? axi_stale_forward(&h->stale, w, (long)batch, &wf) : AX_OK;
   if (err == AX_OK && wf)
     w = wf;
   if (err == AX_OK) {
@@ -472,15 +487,15 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   pthread_mutex_unlock(&s->mu);
   if (err == AX_OK && train)
     axi_pipe_event_compute(h->tr, s->index, ax_node_rank(s->node), "forward",
-                      (long)batch, (int)micro, tc, ax_trace_now_us(), live,
-                      vers);
+                           (long)batch, (int)micro, tc, ax_trace_now_us(), live,
+                           vers);
   if (err == AX_OK && h->is_last) {
     ax_values_add_f64(out, r.loss);
     ax_values_add_i64(out, r.correct[0]);
     err = ax_values_add_i64(out, r.count[0]);
   } else if (err == AX_OK) {
     err = axi_pipe_push(s->node, &h->in, h->next, ctx, (long)batch, (int)micro,
-                   &y);
+                        &y);
   }
   axi_pipe_state_free(st);
   ax_tlist_clear(&in);
@@ -488,7 +503,8 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   return err;
 }
 
-/* ---- state and teardown -------------------------------------------------------- */
+/* ---- state and teardown
+ * -------------------------------------------------------- */
 static int m_state_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                         ax_values *out) {
   phost *h = obj;
@@ -519,13 +535,18 @@ static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
   pthread_mutex_lock(&h->s->mu);
   int err = AX_OK;
   if (r && (h->zero || h->stale.kind != AX_STALE_NONE))
-    err = ax_seterr(AX_EINVAL, "axon.pipe.stage %d: an optimizer on another agent "
-                    "with %s", h->s->index,
-                    h->zero ? "a sharded one (zero)" : "a staleness correction");
+    err =
+        ax_seterr(AX_EINVAL,
+                  "axon.pipe.stage %d: an optimizer on another agent "
+                  "with %s",
+                  h->s->index,
+                  h->zero ? "a sharded one (zero)" : "a staleness correction");
   if (err == AX_OK && !r)
-    err = ax_seterr(AX_EINVAL, "axon.pipe.stage %d: offload needs the optimizer's "
+    err = ax_seterr(AX_EINVAL,
+                    "axon.pipe.stage %d: offload needs the optimizer's "
                     "RRef (the local state is gone; set up again to get it "
-                    "back)", h->s->index);
+                    "back)",
+                    h->s->index);
   if (err == AX_OK && h->offload) /* the old target's update first */
     err = axi_pipe_offload_settle(h);
   if (err == AX_OK) {
@@ -544,10 +565,10 @@ static int m_trace(ax_call_ctx *cc, void *obj, const ax_values *args,
 }
 
 /* The training actions run in their rank's order (stage_line-impl.h). */
-#define IN_LINE(name, fn)                                                     \
-  static int name(ax_call_ctx *cc, void *obj, const ax_values *args,          \
-                  ax_values *out) {                                           \
-    return axi_pipe_line_call(cc, &((phost *)obj)->line, obj, fn, args, out);      \
+#define IN_LINE(name, fn)                                                      \
+  static int name(ax_call_ctx *cc, void *obj, const ax_values *args,           \
+                  ax_values *out) {                                            \
+    return axi_pipe_line_call(cc, &((phost *)obj)->line, obj, fn, args, out);  \
   }
 IN_LINE(l_fwd, m_fwd)
 IN_LINE(l_bwd, axi_pipe_host_bwd)
@@ -556,21 +577,27 @@ IN_LINE(l_bwdw, axi_pipe_host_bwd_weight)
 IN_LINE(l_step, axi_pipe_host_step)
 
 static const ax_robj_method_def g_methods[] = {
-    {"setup", m_setup}, {"fwd", l_fwd},
-    {"bwd", l_bwd}, {"bwdi", l_bwdi},
-    {"bwdw", l_bwdw}, {"step", l_step},
-    {"state_save", m_state_save}, {"teardown", m_teardown},
-    {"trace", m_trace}, {"offload", m_offload},
+    {"setup", m_setup},
+    {"fwd", l_fwd},
+    {"bwd", l_bwd},
+    {"bwdi", l_bwdi},
+    {"bwdw", l_bwdw},
+    {"step", l_step},
+    {"state_save", m_state_save},
+    {"teardown", m_teardown},
+    {"trace", m_trace},
+    {"offload", m_offload},
     {"ckpt_save", axi_pipe_host_ckpt_save},
-    {"ckpt_load", axi_pipe_host_ckpt_load}, {"ckpt_drop", axi_pipe_host_ckpt_drop},
+    {"ckpt_load", axi_pipe_host_ckpt_load},
+    {"ckpt_drop", axi_pipe_host_ckpt_drop},
     {"ckpt_wait", axi_pipe_host_ckpt_wait},
     {"ckpt_mem_save", axi_pipe_host_ckpt_mem_save},
     {"ckpt_mem_load", axi_pipe_host_ckpt_mem_load},
     {NULL, NULL},
 };
 
-static const ax_robj_kind g_kind = {"axon.pipe.stage", host_create, host_destroy,
-                                    g_methods};
+static const ax_robj_kind g_kind = {"axon.pipe.stage", host_create,
+                                    host_destroy, g_methods};
 
 int axi_pipe_host_register(ax_node *n) {
   AX_TRY(axi_pipe_inbox_register_rpc(n));

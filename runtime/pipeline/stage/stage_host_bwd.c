@@ -7,10 +7,11 @@
 #include "axon/kernels/backend-impl.h"
 #include "axon/runtime/autograd/autograd.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
-#include "axon/runtime/pipeline/trace/stage_events.h"
 #include "axon/runtime/pipeline/stage/stage_host-impl.h"
+#include "axon/runtime/pipeline/trace/stage_events.h"
 
-/* ---- backward and update ------------------------------------------------------- */
+/* ---- backward and update
+ * ------------------------------------------------------- */
 
 /* Before the live weights change, states whose forward used them move to
  * one separate copy (the stashed version). s->mu held. */
@@ -54,7 +55,8 @@ static int shadow_live(phost *h, long t) {
   return AX_OK;
 }
 
-/* ---- taken gradients and their sum in micro-batch order ------------------- */
+/* ---- taken gradients and their sum in micro-batch order -------------------
+ */
 void axi_pipe_grads_clear(phost *h) {
   for (pgrad *g = h->grads, *nx; g; g = nx) {
     nx = g->next;
@@ -73,8 +75,10 @@ void axi_pipe_grads_clear(phost *h) {
 static int fold(phost *h, long t) {
   axi_ag_stage *s = h->s;
   if (h->acc && h->acc_batch != t)
-    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: gradients of batch %ld not "
-                     "stepped before batch %ld", s->index, h->acc_batch, t);
+    return ax_seterr(AX_ESTATE,
+                     "axon.pipe.stage %d: gradients of batch %ld not "
+                     "stepped before batch %ld",
+                     s->index, h->acc_batch, t);
   for (;;) {
     pgrad **pp = &h->grads;
     while (*pp && !((*pp)->batch == t && (*pp)->micro == h->acc_next))
@@ -124,15 +128,16 @@ static int step_locked(phost *h, long t, int units) {
     AX_TRY(axi_pipe_offload_settle(h));
   AX_TRY(fold(h, t));
   if (!h->acc || h->acc_next != units)
-    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: step of batch %ld with the "
-                     "gradients of %d of its %d units", s->index, t,
-                     h->acc ? h->acc_next : 0, units);
+    return ax_seterr(AX_ESTATE,
+                     "axon.pipe.stage %d: step of batch %ld with the "
+                     "gradients of %d of its %d units",
+                     s->index, t, h->acc ? h->acc_next : 0, units);
   int dbuf = h->def->fwd_weights == AX_FWD_DOUBLE_BUFFERED;
   /* Under predict the forwards of t + 1 use their prediction, made from
    * the live weights before this update (axi_stale_before_step): no
    * shadow. */
   int err = dbuf && h->stale.kind != AX_STALE_PREDICT ? shadow_live(h, t)
-                                                       : stash_live(h);
+                                                      : stash_live(h);
   if (err == AX_OK) /* the correction's view of the update (staleness.h) */
     err = axi_stale_before_step(&h->stale, s->opt, s->net->params,
                                 dbuf ? t + 1 : -1);
@@ -165,19 +170,18 @@ enum { PART_FULL = 0, PART_INPUT = 1, PART_WEIGHT = 2 };
  * into din and the parameter gradients (FULL, WEIGHT) into g, a buffer of
  * the unit's context. A replayed state recomputes its forward first (FULL,
  * INPUT). mark: [start, replay done, backward done] (us). s->mu held. */
-static int backward_locked(phost *h, pstate *st, int part,
-                           const ax_tlist *dy, ax_tensor *g, ax_tlist *din,
-                           int64_t mark[3]) {
+static int backward_locked(phost *h, pstate *st, int part, const ax_tlist *dy,
+                           ax_tensor *g, ax_tlist *din, int64_t mark[3]) {
   axi_ag_stage *s = h->s;
   ax_net *net = s->net;
   ax_exec ex = axi_pipe_host_exec(h, 1);
   ex.params = st->ver ? st->ver : net->params;
   ex.seed = st->seed;
   ax_tensor *wb = NULL; /* pipemare's corrected weights (staleness.h) */
-  int err = st->ver ? AX_OK
-                    : axi_stale_backward(&h->stale, net->params,
-                                         s->opt ? ax_optim_steps(s->opt) : 0,
-                                         &wb);
+  int err = st->ver
+                ? AX_OK
+                : axi_stale_backward(&h->stale, net->params,
+                                     s->opt ? ax_optim_steps(s->opt) : 0, &wb);
   if (err != AX_OK)
     return err;
   if (wb)
@@ -227,8 +231,8 @@ static int output_grads(ax_call_ctx *cc, phost *h, pstate *st, uint64_t ctx,
     ax_tensor_release(dy->t[i]);
     dy->t[i] = x;
   }
-  axi_pipe_event_xfer(h->tr, h->s->index, 0, AXP_GRADIENTS, st->batch, st->micro,
-                 h->s->index + 1, dy, t0, ax_trace_now_us());
+  axi_pipe_event_xfer(h->tr, h->s->index, 0, AXP_GRADIENTS, st->batch,
+                      st->micro, h->s->index + 1, dy, t0, ax_trace_now_us());
   return AX_OK;
 }
 
@@ -238,8 +242,8 @@ static int collect_grads(phost *h, uint64_t ctx, long batch, int micro) {
   axi_ag_stage *s = h->s;
   ax_tensor *taken = NULL;
   pgrad *pg = calloc(1, sizeof *pg);
-  int err = pg ? ax_dist_take_gradients(s->node, ctx, s->key, &taken)
-               : AX_ENOMEM;
+  int err =
+      pg ? ax_dist_take_gradients(s->node, ctx, s->key, &taken) : AX_ENOMEM;
   if (err != AX_OK) {
     free(pg);
     return err;
@@ -285,12 +289,15 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
     AX_TRY(ax_values_get_i64(args, 2, &step));
   if (step && (ax_values_get_i64(args, 3, &units) != AX_OK || units < 1 ||
                units > 1 << 20))
-    return ax_seterr(AX_EBADARG, "axon.pipe.stage: a backward with a step needs "
+    return ax_seterr(AX_EBADARG,
+                     "axon.pipe.stage: a backward with a step needs "
                      "the batch's unit count (argument 3)");
   uint64_t ctx = ax_call_autograd_ctx(cc);
   if (!ctx)
-    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: a backward runs under its "
-                     "unit's distributed autograd context", s->index);
+    return ax_seterr(AX_ESTATE,
+                     "axon.pipe.stage %d: a backward runs under its "
+                     "unit's distributed autograd context",
+                     s->index);
   AX_TRY(axi_pipe_inbox_error(&h->in));
   const char *why = NULL;
   pthread_mutex_lock(&s->mu);
@@ -301,8 +308,8 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
                      s->index, (long long)batch, (long long)micro, why);
   ax_tlist dy = {0}, din = {0};
   int64_t waited = 0;
-  int err = part == PART_WEIGHT ? AX_OK
-                                : output_grads(cc, h, st, ctx, &dy, &waited);
+  int err =
+      part == PART_WEIGHT ? AX_OK : output_grads(cc, h, st, ctx, &dy, &waited);
   t0 += waited; /* busy time: not the wait for the gradient */
   int replay = st->slot == NULL && part != PART_WEIGHT;
   int64_t mark[4] = {0, 0, 0, 0};
@@ -345,13 +352,13 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
   if (err == AX_OK) {
     if (replay)
       axi_pipe_event_compute(h->tr, s->index, agent, "recompute", (long)batch,
-                        (int)micro, mark[0], mark[1], -1, -1);
-    axi_pipe_event_compute(h->tr, s->index, agent,
-                      part == PART_WEIGHT ? "weight" : "backward",
-                      (long)batch, (int)micro, mark[1], mark[2], live, vers);
+                             (int)micro, mark[0], mark[1], -1, -1);
+    axi_pipe_event_compute(
+        h->tr, s->index, agent, part == PART_WEIGHT ? "weight" : "backward",
+        (long)batch, (int)micro, mark[1], mark[2], live, vers);
     if (step)
       axi_pipe_event_compute(h->tr, s->index, agent, "optim", (long)batch,
-                        (int)micro, mark[2], mark[3], -1, vers);
+                             (int)micro, mark[2], mark[3], -1, vers);
   }
   if (err == AX_OK && part != PART_WEIGHT && !s->is_first) {
     /* back along the receive edges */
@@ -359,12 +366,14 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
     ax_future *f = NULL;
     err = ax_dist_pass_grads(s->node, ctx, fn, &din, &f);
     if (err == AX_OK) {
-      err = ax_future_on_done(f, axi_pipe_on_pushed, (void *)(uintptr_t)h->in.id);
+      err =
+          ax_future_on_done(f, axi_pipe_on_pushed, (void *)(uintptr_t)h->in.id);
       ax_future_release(f);
     }
     if (err == AX_OK)
       axi_pipe_event_xfer(h->tr, s->index, 1, AXP_GRADIENTS, (long)batch,
-                     (int)micro, s->index - 1, &din, ts, ax_trace_now_us());
+                          (int)micro, s->index - 1, &din, ts,
+                          ax_trace_now_us());
   }
   ax_tensor_release(g);
   ax_tlist_clear(&dy);
@@ -373,22 +382,22 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
 }
 
 int axi_pipe_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
-                 ax_values *out) {
+                      ax_values *out) {
   return host_backward(cc, obj, args, PART_FULL, out);
 }
 
 int axi_pipe_host_bwd_input(ax_call_ctx *cc, void *obj, const ax_values *args,
-                       ax_values *out) {
+                            ax_values *out) {
   return host_backward(cc, obj, args, PART_INPUT, out);
 }
 
 int axi_pipe_host_bwd_weight(ax_call_ctx *cc, void *obj, const ax_values *args,
-                        ax_values *out) {
+                             ax_values *out) {
   return host_backward(cc, obj, args, PART_WEIGHT, out);
 }
 
 int axi_pipe_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
-                  ax_values *out) {
+                       ax_values *out) {
   phost *h = obj;
   int64_t t0 = ax_trace_now_us(), batch, units;
   AX_TRY(ax_values_get_i64(args, 0, &batch));
@@ -403,7 +412,8 @@ int axi_pipe_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
   int vers = h->versions;
   pthread_mutex_unlock(&h->s->mu);
   if (err == AX_OK)
-    axi_pipe_event_compute(h->tr, h->s->index, ax_node_rank(h->s->node), "optim",
-                      (long)batch, 0, t0, ax_trace_now_us(), -1, vers);
+    axi_pipe_event_compute(h->tr, h->s->index, ax_node_rank(h->s->node),
+                           "optim", (long)batch, 0, t0, ax_trace_now_us(), -1,
+                           vers);
   return err;
 }

@@ -8,8 +8,8 @@
 
 #include "axon/rpc/builtin-impl.h"
 #include "axon/runtime/autograd/autograd.h"
-#include "axon/runtime/pipeline/trace/stage_events.h"
 #include "axon/runtime/pipeline/stage/stage_inbox.h"
+#include "axon/runtime/pipeline/trace/stage_events.h"
 
 struct axi_pipe_ientry { /* pushed activations waiting for their forward */
   long batch;
@@ -59,7 +59,8 @@ static void unregister(axi_pipe_inbox *ib) {
   pthread_mutex_unlock(&g_mu);
 }
 
-void axi_pipe_inbox_init(axi_pipe_inbox *ib, int stage, ax_device dev, ax_trace *tr) {
+void axi_pipe_inbox_init(axi_pipe_inbox *ib, int stage, ax_device dev,
+                         ax_trace *tr) {
   memset(ib, 0, sizeof *ib);
   pthread_mutex_init(&ib->mu, NULL);
   pthread_cond_init(&ib->cv, NULL);
@@ -128,8 +129,10 @@ static int h_give(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   AX_TRY(ax_values_get_bytes(args, 3, &desc, &dlen));
   size_t n = ax_values_count(args) - 4;
   if (n > AX_TLIST_MAX || dlen > 4096)
-    return ax_seterr(AX_EBADARG, "axon.pipe.give: %zu tensors, %zu descriptor "
-                     "bytes", n, dlen);
+    return ax_seterr(AX_EBADARG,
+                     "axon.pipe.give: %zu tensors, %zu descriptor "
+                     "bytes",
+                     n, dlen);
   axi_pipe_ientry *e = calloc(1, sizeof *e);
   if (!e || (dlen && !(e->meta.desc = malloc(dlen)))) {
     free(e);
@@ -146,8 +149,10 @@ static int h_give(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   pthread_mutex_lock(&g_mu);
   axi_pipe_inbox *ib = find_locked((uint64_t)id);
   if (!ib)
-    err = ax_seterr(AX_ENOTFOUND, "axon.pipe.give: no stage with id %llx on this "
-                    "node (torn down?)", (unsigned long long)id);
+    err = ax_seterr(AX_ENOTFOUND,
+                    "axon.pipe.give: no stage with id %llx on this "
+                    "node (torn down?)",
+                    (unsigned long long)id);
   for (size_t i = 0; err == AX_OK && i < n; i++) {
     ax_tensor *x = NULL;
     if (ax_values_type(args, 4 + i) == AX_VAL_TENSOR) {
@@ -196,15 +201,16 @@ void axi_pipe_on_pushed(ax_future *f, void *user) {
 }
 
 int axi_pipe_push(ax_node *n, axi_pipe_inbox *self, ax_rref *to, uint64_t ctx,
-             long batch, int micro, const ax_tlist *t) {
+                  long batch, int micro, const ax_tlist *t) {
   if (!to)
-    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: no neighbour to send to "
-                     "(setup missing?)", self->stage);
+    return ax_seterr(AX_ESTATE,
+                     "axon.pipe.stage %d: no neighbour to send to "
+                     "(setup missing?)",
+                     self->stage);
   int64_t t0 = ax_trace_now_us();
   void *desc = NULL;
   size_t dlen = 0;
-  int err = ctx ? ax_dist_send_edges(n, ctx, ax_rref_owner(to), t, &desc,
-                                     &dlen)
+  int err = ctx ? ax_dist_send_edges(n, ctx, ax_rref_owner(to), t, &desc, &dlen)
                 : AX_OK;
   /* The send is counted: the context stops holding t before it leaves. A
    * neighbour on this node gets these very tensors and may record them in
@@ -234,14 +240,14 @@ int axi_pipe_push(ax_node *n, axi_pipe_inbox *self, ax_rref *to, uint64_t ctx,
   }
   if (err == AX_OK)
     axi_pipe_event_xfer(self->tr, self->stage, 1, AXP_ACTIVATIONS, batch, micro,
-                   self->stage + 1, t, t0, ax_trace_now_us());
+                        self->stage + 1, t, t0, ax_trace_now_us());
   return err;
 }
 
-static axi_pipe_ientry *unlink_locked(axi_pipe_inbox *ib, long batch, int micro) {
+static axi_pipe_ientry *unlink_locked(axi_pipe_inbox *ib, long batch,
+                                      int micro) {
   for (axi_pipe_ientry **pp = &ib->head; *pp; pp = &(*pp)->next)
-    if ((*pp)->batch == batch &&
-        (*pp)->micro == micro) {
+    if ((*pp)->batch == batch && (*pp)->micro == micro) {
       axi_pipe_ientry *e = *pp;
       *pp = e->next;
       return e;
@@ -249,8 +255,9 @@ static axi_pipe_ientry *unlink_locked(axi_pipe_inbox *ib, long batch, int micro)
   return NULL;
 }
 
-int axi_pipe_inbox_take(axi_pipe_inbox *ib, ax_node *n, const char *from, long batch, int micro, int64_t timeout_ms, ax_tlist *t,
-                   axi_pipe_received *meta) {
+int axi_pipe_inbox_take(axi_pipe_inbox *ib, ax_node *n, const char *from,
+                        long batch, int micro, int64_t timeout_ms, ax_tlist *t,
+                        axi_pipe_received *meta) {
   memset(t, 0, sizeof *t);
   memset(meta, 0, sizeof *meta);
   int64_t t0 = ax_trace_now_us(), end = t0 + timeout_ms * 1000;
@@ -260,14 +267,18 @@ int axi_pipe_inbox_take(axi_pipe_inbox *ib, ax_node *n, const char *from, long b
   pthread_mutex_lock(&ib->mu);
   while (!(e = unlink_locked(ib, batch, micro))) {
     if (ib->closed) {
-      err = ax_seterr(AX_ECLOSED, "axon.pipe.stage %d: torn down while waiting for "
-                      "the %s of batch %ld/%d", ib->stage, what, batch, micro);
+      err = ax_seterr(AX_ECLOSED,
+                      "axon.pipe.stage %d: torn down while waiting for "
+                      "the %s of batch %ld/%d",
+                      ib->stage, what, batch, micro);
       break;
     }
     int64_t now = ax_trace_now_us();
     if (now >= end) {
-      err = ax_seterr(AX_ETIMEOUT, "axon.pipe.stage %d: no %s of batch %ld/%d "
-                      "from %s in %lld ms", ib->stage, what, batch, micro,
+      err = ax_seterr(AX_ETIMEOUT,
+                      "axon.pipe.stage %d: no %s of batch %ld/%d "
+                      "from %s in %lld ms",
+                      ib->stage, what, batch, micro,
                       from ? from : "the neighbour", (long long)timeout_ms);
       break;
     }
@@ -276,8 +287,10 @@ int axi_pipe_inbox_take(axi_pipe_inbox *ib, ax_node *n, const char *from, long b
       pthread_mutex_lock(&ib->mu);
       if ((e = unlink_locked(ib, batch, micro)))
         break; /* it arrived after all */
-      err = ax_seterr(AX_EPEERDOWN, "axon.pipe.stage %d: %s is down; no %s of "
-                      "batch %ld/%d", ib->stage, from, what, batch, micro);
+      err = ax_seterr(AX_EPEERDOWN,
+                      "axon.pipe.stage %d: %s is down; no %s of "
+                      "batch %ld/%d",
+                      ib->stage, from, what, batch, micro);
       break;
     }
     pthread_mutex_lock(&ib->mu);
@@ -299,8 +312,7 @@ int axi_pipe_inbox_take(axi_pipe_inbox *ib, ax_node *n, const char *from, long b
   meta->wait_us = ax_trace_now_us() - t0;
   free(e);
   axi_pipe_event_xfer(ib->tr, ib->stage, 0, AXP_ACTIVATIONS, batch, micro,
-                 ib->stage - 1, t, t0,
-                 ax_trace_now_us());
+                      ib->stage - 1, t, t0, ax_trace_now_us());
   return AX_OK;
 }
 
@@ -310,6 +322,7 @@ int axi_pipe_inbox_error(axi_pipe_inbox *ib) {
   char msg[256];
   snprintf(msg, sizeof msg, "%s", ib->msg);
   pthread_mutex_unlock(&ib->mu);
-  return err == AX_OK ? AX_OK
-                      : ax_seterr(err, "axon.pipe.stage %d: %s", ib->stage, msg);
+  return err == AX_OK
+             ? AX_OK
+             : ax_seterr(err, "axon.pipe.stage %d: %s", ib->stage, msg);
 }

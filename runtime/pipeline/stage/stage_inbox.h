@@ -28,8 +28,8 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "axon/rref/rref.h"
 #include "axon/models/module.h"
+#include "axon/rref/rref.h"
 #include "axon/runtime/pipeline/trace/trace.h"
 
 #define AXP_ACTIVATIONS 0
@@ -52,16 +52,17 @@ typedef struct axi_pipe_inbox {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   axi_pipe_ientry *head;
-  int stage;       /* for messages and trace events */
-  ax_device dev;   /* where received tensors are moved */
-  uint64_t id;     /* registered under this id; 0 = not registered */
-  int closed;      /* teardown: waiters give up */
-  int err;         /* first failed push of this host (AX_OK: none) */
+  int stage;     /* for messages and trace events */
+  ax_device dev; /* where received tensors are moved */
+  uint64_t id;   /* registered under this id; 0 = not registered */
+  int closed;    /* teardown: waiters give up */
+  int err;       /* first failed push of this host (AX_OK: none) */
   char msg[256];
-  ax_trace *tr;    /* events (may be NULL) */
+  ax_trace *tr; /* events (may be NULL) */
 } axi_pipe_inbox;
 
-void axi_pipe_inbox_init(axi_pipe_inbox *ib, int stage, ax_device dev, ax_trace *tr);
+void axi_pipe_inbox_init(axi_pipe_inbox *ib, int stage, ax_device dev,
+                         ax_trace *tr);
 /* Unregisters, wakes waiters (AX_ECLOSED), drops every entry. The inbox
  * may be registered again afterwards (axi_pipe_inbox_open). */
 void axi_pipe_inbox_close(axi_pipe_inbox *ib);
@@ -79,7 +80,7 @@ int axi_pipe_inbox_register_rpc(ax_node *n);
  * answer; a failure is recorded in `self` (the producer's inbox). Records a
  * send event. AX_OK once queued. */
 int axi_pipe_push(ax_node *n, axi_pipe_inbox *self, ax_rref *to, uint64_t ctx,
-             long batch, int micro, const ax_tlist *t);
+                  long batch, int micro, const ax_tlist *t);
 /* The completion callback of a send whose failure the producer keeps:
  * user = (uintptr_t) the producer inbox's id. */
 void axi_pipe_on_pushed(ax_future *f, void *user);
@@ -88,9 +89,9 @@ void axi_pipe_on_pushed(ax_future *f, void *user);
  * and *meta (the caller clears it), waiting until timeout_ms passes, the
  * inbox is closed, or `from` (the producer's node, may be NULL) is down.
  * Records a recv event covering the wait. */
-int axi_pipe_inbox_take(axi_pipe_inbox *ib, ax_node *n, const char *from, long batch,
-                   int micro, int64_t timeout_ms, ax_tlist *t,
-                   axi_pipe_received *meta);
+int axi_pipe_inbox_take(axi_pipe_inbox *ib, ax_node *n, const char *from,
+                        long batch, int micro, int64_t timeout_ms, ax_tlist *t,
+                        axi_pipe_received *meta);
 
 /* The first failed push of this host, as an error (AX_OK if none). */
 int axi_pipe_inbox_error(axi_pipe_inbox *ib);

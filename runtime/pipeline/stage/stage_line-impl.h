@@ -21,10 +21,10 @@
  * thread of the line sends their replies (so the next action does not wait
  * for a reply's encoding and sending); every sequenced call answers
  * through a deferred future. The threads exist while a host uses the line
- * (a pipeline is set up), none on an idle agent. A call of a newer gen cancels what an older one
- * left queued (AX_ECANCELLED); one of an older gen is refused (AX_ESTALE).
- * Once an action fails, the rest of its gen is cancelled instead of run.
- * Hostile values are bounded: seq at most AXP_LINE_AHEAD_MAX beyond the
+ * (a pipeline is set up), none on an idle agent. A call of a newer gen cancels
+ * what an older one left queued (AX_ECANCELLED); one of an older gen is refused
+ * (AX_ESTALE). Once an action fails, the rest of its gen is cancelled instead
+ * of run. Hostile values are bounded: seq at most AXP_LINE_AHEAD_MAX beyond the
  * next one, a seq queued twice is refused, entries past their caller's
  * deadline are answered with AX_ETIMEOUT. Internal to runtime/pipeline/. */
 #ifndef AX_PIPELINE_STAGE_LINE_H
@@ -38,14 +38,15 @@
 #define AXP_LINE_AHEAD_MAX 4096
 
 typedef struct axi_pipe_line axi_pipe_line;
-typedef int (*axi_pipe_line_fn)(ax_call_ctx *cc, void *host, const ax_values *args,
-                           ax_values *out);
+typedef int (*axi_pipe_line_fn)(ax_call_ctx *cc, void *host,
+                                const ax_values *args, ax_values *out);
 
 /* Runs fn(cc, host, args, out) now when cc carries no sequence; else
  * queues it on its line (joining *slot, the host's line, to it) and answers
  * through a deferred future, running the line if it is idle. */
 int axi_pipe_line_call(ax_call_ctx *cc, axi_pipe_line **slot, void *host,
-                  axi_pipe_line_fn fn, const ax_values *args, ax_values *out);
+                       axi_pipe_line_fn fn, const ax_values *args,
+                       ax_values *out);
 
 /* Cancels host's queued calls (AX_ECANCELLED), waits until none of them
  * is running, and leaves its line (*slot = NULL). Call before clearing or

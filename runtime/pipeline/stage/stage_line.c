@@ -29,19 +29,19 @@ struct axi_pipe_line {
   int refs; /* hosts joined, and calls using it (g_mu) */
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int64_t gen, next; /* the gen being run and its next seq */
+  int64_t gen, next;  /* the gen being run and its next seq */
   int64_t failed_gen; /* an action of this gen failed: cancel the rest */
   pthread_t th;       /* runs the line's actions */
   pthread_t ath;      /* answers them: a reply's encoding and sending stay
                          off the actions' thread */
   pthread_cond_t acv;
   lentry *answers, **answers_tail; /* run, not yet answered (in order) */
-  int alive;          /* of the two threads */
-  int line_done;      /* the actions' thread has ended */
-  int stop;           /* the line is being freed: the threads end */
-  int self_free;      /* ... and the last one frees it (its last host left
-                         from inside one of them) */
-  void *cur_host;     /* whose action runs now (NULL: none) */
+  int alive;                       /* of the two threads */
+  int line_done;                   /* the actions' thread has ended */
+  int stop;       /* the line is being freed: the threads end */
+  int self_free;  /* ... and the last one frees it (its last host left
+                     from inside one of them) */
+  void *cur_host; /* whose action runs now (NULL: none) */
   lentry *pending;
   int npending;
   axi_pipe_line *link;
@@ -62,7 +62,8 @@ static void entry_end(lentry *e, int err, ax_values *vals, const char *msg) {
 }
 
 /* Answers every queued entry that `drop` selects (mu held). */
-static void drop_where(axi_pipe_line *l, int (*drop)(const lentry *, const void *),
+static void drop_where(axi_pipe_line *l,
+                       int (*drop)(const lentry *, const void *),
                        const void *arg, int err, const char *msg) {
   for (lentry **pp = &l->pending; *pp;) {
     lentry *e = *pp;
@@ -92,7 +93,8 @@ static int expired(const lentry *e, const void *unused) {
 
 /* Finds or makes the line (caller, id) of node n and takes a reference
  * (g_mu held). */
-static axi_pipe_line *line_get_locked(ax_node *n, const char *caller, uint64_t id) {
+static axi_pipe_line *line_get_locked(ax_node *n, const char *caller,
+                                      uint64_t id) {
   axi_pipe_line *l = g_lines;
   while (l && !(l->node == n && l->id == id && !strcmp(l->caller, caller)))
     l = l->link;
@@ -308,9 +310,10 @@ static int line_queue(axi_pipe_line *l, ax_call_ctx *cc, void *host,
                       axi_pipe_line_fn fn, const ax_values *args, int64_t gen,
                       int64_t seq) {
   if (gen < l->gen)
-    return ax_seterr(AX_ESTALE, "axon.pipe.stage: an action of train call %lld "
-                     "after call %lld began", (long long)gen,
-                     (long long)l->gen);
+    return ax_seterr(AX_ESTALE,
+                     "axon.pipe.stage: an action of train call %lld "
+                     "after call %lld began",
+                     (long long)gen, (long long)l->gen);
   if (gen > l->gen) { /* a new train call: what the old one left is void */
     drop_where(l, older_gen, &gen, AX_ECANCELLED,
                "axon.pipe.stage: a newer train call began");
@@ -318,20 +321,21 @@ static int line_queue(axi_pipe_line *l, ax_call_ctx *cc, void *host,
     l->next = 0;
   }
   if (gen <= l->failed_gen)
-    return ax_seterr(AX_ECANCELLED, "axon.pipe.stage: an earlier action of this "
+    return ax_seterr(AX_ECANCELLED,
+                     "axon.pipe.stage: an earlier action of this "
                      "rank failed");
   if (seq < l->next || seq - l->next > AXP_LINE_AHEAD_MAX ||
       l->npending >= AXP_LINE_AHEAD_MAX)
-    return ax_seterr(AX_EBADARG, "axon.pipe.stage: action %lld out of order "
-                     "(next %lld, %d queued)", (long long)seq,
-                     (long long)l->next, l->npending);
+    return ax_seterr(AX_EBADARG,
+                     "axon.pipe.stage: action %lld out of order "
+                     "(next %lld, %d queued)",
+                     (long long)seq, (long long)l->next, l->npending);
   for (const lentry *e = l->pending; e; e = e->next)
     if (e->gen == gen && e->seq == seq)
       return ax_seterr(AX_EBADARG, "axon.pipe.stage: action %lld sent twice",
                        (long long)seq);
   lentry *e = calloc(1, sizeof *e);
-  if (!e || !(e->args = ax_values_clone(args)) ||
-      !(e->f = ax_future_new())) {
+  if (!e || !(e->args = ax_values_clone(args)) || !(e->f = ax_future_new())) {
     if (e)
       ax_values_free(e->args);
     free(e);
@@ -356,7 +360,8 @@ static int line_queue(axi_pipe_line *l, ax_call_ctx *cc, void *host,
 }
 
 int axi_pipe_line_call(ax_call_ctx *cc, axi_pipe_line **slot, void *host,
-                  axi_pipe_line_fn fn, const ax_values *args, ax_values *out) {
+                       axi_pipe_line_fn fn, const ax_values *args,
+                       ax_values *out) {
   int64_t id, gen, seq;
   if (ax_call_meta(cc, AXP_META_LINE, &id) != AX_OK ||
       ax_call_meta(cc, AXP_META_GEN, &gen) != AX_OK ||
@@ -366,7 +371,7 @@ int axi_pipe_line_call(ax_call_ctx *cc, axi_pipe_line **slot, void *host,
   }
   if (gen < 0 || seq < 0)
     return ax_seterr(AX_EBADARG, "axon.pipe.stage: negative train call or "
-                     "action number");
+                                 "action number");
   const char *caller = ax_call_caller(cc);
   axi_pipe_line *l = NULL;
   for (;;) { /* join the call's line: a reference for this call, and the

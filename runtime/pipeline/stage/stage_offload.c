@@ -87,9 +87,10 @@ static int m_step(ax_call_ctx *cc, void *obj, const ax_values *args,
     err = ax_seterr(AX_ESTATE, "axon.pipe.optim: step before init");
   else if (g->dtype != AX_F32 ||
            ax_tensor_numel(g) != ax_tensor_numel(o->params))
-    err = ax_seterr(AX_EINVAL, "axon.pipe.optim: a gradient of %zu values for "
-                    "%zu parameters", ax_tensor_numel(g),
-                    ax_tensor_numel(o->params));
+    err = ax_seterr(AX_EINVAL,
+                    "axon.pipe.optim: a gradient of %zu values for "
+                    "%zu parameters",
+                    ax_tensor_numel(g), ax_tensor_numel(o->params));
   ax_tensor *gd = NULL;
   if (err == AX_OK && !(gd = ax_tensor_to(g, o->dev)))
     err = AX_ENOMEM;
@@ -136,25 +137,29 @@ int axi_pipe_offload_settle(phost *h) {
   axi_ag_stage *s = h->s;
   ax_future *f = h->offload_pending;
   if (!f)
-    return h->offload_err
-               ? ax_seterr(h->offload_err, "axon.pipe.stage %d: an earlier update "
-                           "on the optimizer host failed", s->index)
-               : AX_OK;
+    return h->offload_err ? ax_seterr(h->offload_err,
+                                      "axon.pipe.stage %d: an earlier update "
+                                      "on the optimizer host failed",
+                                      s->index)
+                          : AX_OK;
   h->offload_pending = NULL;
   int err = ax_future_wait(f, OFFLOAD_TIMEOUT_MS + 1000);
   if (err == AX_OK)
     err = ax_future_err(f);
   if (err != AX_OK)
-    err = ax_seterr(err, "axon.pipe.stage %d: the update on the optimizer host: "
-                    "%s", s->index, ax_future_is_done(f) ? ax_future_errmsg(f)
-                                                          : "no answer");
+    err = ax_seterr(err,
+                    "axon.pipe.stage %d: the update on the optimizer host: "
+                    "%s",
+                    s->index,
+                    ax_future_is_done(f) ? ax_future_errmsg(f) : "no answer");
   ax_tensor *np = NULL;
   if (err == AX_OK)
     err = ax_values_get_tensor(ax_future_values(f), 0, &np);
   if (err == AX_OK && ax_tensor_numel(np) != s->net->n_params)
-    err = ax_seterr(AX_EMALFORMED, "axon.pipe.stage %d: the optimizer host sent "
-                    "%zu parameters for %zu", s->index, ax_tensor_numel(np),
-                    s->net->n_params);
+    err = ax_seterr(AX_EMALFORMED,
+                    "axon.pipe.stage %d: the optimizer host sent "
+                    "%zu parameters for %zu",
+                    s->index, ax_tensor_numel(np), s->net->n_params);
   if (err == AX_OK)
     err = ax_tensor_copy(s->net->params, np);
   ax_future_release(f);

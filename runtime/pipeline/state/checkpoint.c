@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "axon/runtime/pipeline/coord/coordinator-impl.h"
 #include "axon/runtime/pipeline/state/checkpoint.h"
 #include "axon/runtime/pipeline/state/ckpt_file-impl.h"
-#include "axon/runtime/pipeline/coord/coordinator-impl.h"
 
 static int64_t timeout_of(const ax_pipe *p) {
   return p->o.timeout_ms > 0 ? p->o.timeout_ms : 60000;
@@ -33,7 +33,7 @@ static int named(ax_pipe *p, int s, int err) {
 }
 
 int axi_pipe_all_stages(ax_pipe *p, const char *method, axi_pipe_args_fn args,
-                   axi_pipe_reply_fn reply, void *user) {
+                        axi_pipe_reply_fn reply, void *user) {
   ax_future *f[AX_PIPE_MAX_STAGES] = {NULL};
   ax_call_opts co = {.timeout_ms = timeout_of(p)};
   int err = AX_OK, bad = -1;
@@ -72,8 +72,8 @@ typedef struct save_args {
   const ax_pipe *p; /* the part whose stages save */
   axi_manifest *m;  /* file first + s is stage s's */
   int first;
-  int send;         /* the stages send their files here */
-  int async;        /* the stages write them in the background */
+  int send;  /* the stages send their files here */
+  int async; /* the stages write them in the background */
 } save_args;
 
 /* Writes the file stage s sent (after checking it is what it says). */
@@ -104,7 +104,8 @@ static int save_reply(void *user, int s, const ax_values *r) {
   AX_TRY(ax_values_get_str(r, 1, &sha));
   if (strlen(sha) != 2 * AX_SHA256_LEN || a->m->f[a->first + s].size < 0)
     return ax_seterr(AX_EMALFORMED, "checkpoint: a bad checksum or size");
-  snprintf(a->m->f[a->first + s].sha, sizeof a->m->f[a->first + s].sha, "%s", sha);
+  snprintf(a->m->f[a->first + s].sha, sizeof a->m->f[a->first + s].sha, "%s",
+           sha);
   return a->send ? save_here(a, s, r) : AX_OK;
 }
 
@@ -153,14 +154,17 @@ static int save_prefix(axi_pipe_frozen *f, const char *dir, axi_manifest *m) {
 
 /* Loads the prefix's file into f's net (checked: blocks and sizes) and
  * drops the cache, whose outputs came from other values. */
-static int load_prefix(axi_pipe_frozen *f, const char *dir, const axi_manifest *m) {
+static int load_prefix(axi_pipe_frozen *f, const char *dir,
+                       const axi_manifest *m) {
   int64_t size, first, last;
   const char *sha;
   char path[1200];
   snprintf(path, sizeof path, "%s/" AXI_CK_PREFIX_FILE, dir);
   if (!axi_manifest_find(m, AXI_CK_PREFIX_FILE, &size, &sha))
-    return ax_seterr(AX_EFORMAT, "checkpoint %s/" AXI_CK_MANIFEST " lists "
-                     "no " AXI_CK_PREFIX_FILE, dir);
+    return ax_seterr(AX_EFORMAT,
+                     "checkpoint %s/" AXI_CK_MANIFEST " lists "
+                     "no " AXI_CK_PREFIX_FILE,
+                     dir);
   axi_ckr r;
   AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
   ax_net *net = axi_pipe_frozen_net(f);
@@ -168,9 +172,11 @@ static int load_prefix(axi_pipe_frozen *f, const char *dir, const axi_manifest *
   if (err == AX_OK)
     err = axi_ckr_i64(&r, "blocks.last", &last);
   if (err == AX_OK && (first != 0 || last != axi_pipe_frozen_blocks(f)))
-    err = ax_seterr(AX_EINVAL, "checkpoint file %s: blocks [%lld, %lld), "
-                    "the frozen prefix is [0, %d)", path, (long long)first,
-                    (long long)last, axi_pipe_frozen_blocks(f));
+    err = ax_seterr(AX_EINVAL,
+                    "checkpoint file %s: blocks [%lld, %lld), "
+                    "the frozen prefix is [0, %d)",
+                    path, (long long)first, (long long)last,
+                    axi_pipe_frozen_blocks(f));
   if (err == AX_OK)
     err = axi_ckr_tensor(&r, "params", net->params);
   if (err == AX_OK)
@@ -223,7 +229,8 @@ static void prune(ax_pipe *const *parts, int n_parts, const char *root,
 static int ckpt_supported(const ax_pipe *p) {
   const ax_pipe *one = p->nrep ? p->rep[0] : p;
   if (one->o.zero || one->optim_host[0])
-    return ax_seterr(AX_EUNSUPPORTED, "checkpoint: not of sharded (zero) or "
+    return ax_seterr(AX_EUNSUPPORTED,
+                     "checkpoint: not of sharded (zero) or "
                      "offloaded (optimizer host) optimizer state yet");
   return AX_OK;
 }
@@ -247,7 +254,8 @@ static void *finish_main(void *arg) {
   int err = AX_OK;
   for (int t = 0; t < j->T && err == AX_OK; t++) {
     j->a.p = j->parts[t];
-    err = axi_pipe_all_stages(j->parts[t], "ckpt_wait", wait_args_of, NULL, &j->a);
+    err = axi_pipe_all_stages(j->parts[t], "ckpt_wait", wait_args_of, NULL,
+                              &j->a);
   }
   if (err == AX_OK)
     err = axi_manifest_write(j->a.dir, &j->m);
@@ -311,8 +319,7 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
     return ax_seterr(AX_ESTATE, "checkpoint: only between ax_pipe_train "
                                 "calls");
   if (T * p->K > AXI_CK_MAX_FILES - 1)
-    return ax_seterr(AX_EINVAL, "checkpoint: %d stages of %d members", p->K,
-                     T);
+    return ax_seterr(AX_EINVAL, "checkpoint: %d stages of %d members", p->K, T);
   axi_manifest m;
   memset(&m, 0, sizeof m);
   m.step = in->step;
@@ -338,7 +345,8 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
     a.first = 1 + t * p->K;
     for (int s = 0; s < p->K; s++)
       stage_file(parts[t], s, m.f[a.first + s].name, sizeof m.f[0].name);
-    err = axi_pipe_all_stages(parts[t], "ckpt_save", save_args_of, save_reply, &a);
+    err = axi_pipe_all_stages(parts[t], "ckpt_save", save_args_of, save_reply,
+                              &a);
   }
   m.nfiles = 1 + T * p->K;
   if (err == AX_OK && front->frozen) /* the coordinator's own blocks */
@@ -495,9 +503,10 @@ static int restore_prefix(ax_pipe *p, const char *path) {
     f = 0; /* written before freezing */
   axi_ckr_close(&r);
   if (f != axi_pipe_frozen_blocks(p->frozen))
-    return ax_seterr(AX_EINVAL, "checkpoint %s has %lld frozen blocks, this "
-                     "pipeline %d (freeze it the same way first)", dir,
-                     (long long)f, axi_pipe_frozen_blocks(p->frozen));
+    return ax_seterr(AX_EINVAL,
+                     "checkpoint %s has %lld frozen blocks, this "
+                     "pipeline %d (freeze it the same way first)",
+                     dir, (long long)f, axi_pipe_frozen_blocks(p->frozen));
   return f ? load_prefix(p->frozen, dir, &m) : AX_OK;
 }
 
@@ -548,9 +557,10 @@ static int restore_part(ax_pipe *p, const char *path, ax_ckpt_info *info) {
     return ax_seterr(AX_EINVAL,
                      "checkpoint %s is of %s with %lld stages of %lld "
                      "tensor-parallel members and %lld units, this run is %s "
-                     "with %d of %d and %d", dir, ax_pipe_mode_name((int)mode),
-                     (long long)K, (long long)T, (long long)U,
-                     ax_pipe_mode_name(p->o.mode), p->K, p->members, p->U);
+                     "with %d of %d and %d",
+                     dir, ax_pipe_mode_name((int)mode), (long long)K,
+                     (long long)T, (long long)U, ax_pipe_mode_name(p->o.mode),
+                     p->K, p->members, p->U);
   for (int s = 0; s < p->K; s++) {
     char name[64];
     int64_t size;

@@ -1,4 +1,5 @@
-/* Checkpoint files: records, atomic writes, checked reads (ckpt_file-impl.h). */
+/* Checkpoint files: records, atomic writes, checked reads (ckpt_file-impl.h).
+ */
 #include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 
 #include <errno.h>

@@ -5,15 +5,16 @@
 #include <string.h>
 
 #include "axon/rpc/digest.h"
-#include "axon/runtime/pipeline/state/checkpoint.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
+#include "axon/runtime/pipeline/state/checkpoint.h"
 
 static int plain(const ax_pipe *p, const char *what) {
-  if (p->nrep || p->members > 1 || p->frozen || p->o.zero ||
-      p->optim_host[0])
-    return ax_seterr(AX_EUNSUPPORTED, "%s: only of a plain pipeline (no "
+  if (p->nrep || p->members > 1 || p->frozen || p->o.zero || p->optim_host[0])
+    return ax_seterr(AX_EUNSUPPORTED,
+                     "%s: only of a plain pipeline (no "
                      "replicas, tensor parallelism, freezing, zero or "
-                     "optimizer host)", what);
+                     "optimizer host)",
+                     what);
   if (p->plan)
     return ax_seterr(AX_ESTATE, "%s: only between ax_pipe_train calls", what);
   return AX_OK;
@@ -24,8 +25,8 @@ static int plain(const ax_pipe *p, const char *what) {
  * half way leaves the previous one whole. */
 static int key_of(const ax_mem_ckpt *m, int s, ax_values **out) {
   char key[64];
-  snprintf(key, sizeof key, "%016llx/stage-%02d.%d",
-           (unsigned long long)m->tag, s, m->gen);
+  snprintf(key, sizeof key, "%016llx/stage-%02d.%d", (unsigned long long)m->tag,
+           s, m->gen);
   ax_values *v = *out = ax_values_new();
   return v ? ax_values_add_str(v, key) : AX_ENOMEM;
 }
@@ -81,10 +82,10 @@ int ax_pipe_checkpoint_memory(ax_pipe *p, const ax_ckpt_info *info,
   /* The run's own keys: another pipeline of this coordinator on the same
    * agents keeps its copies apart. */
   static uint64_t runs;
-  m->tag = out->S > 0 ? out->tag
-                      : ax_node_incarnation(p->node) ^
-                            (__atomic_add_fetch(&runs, 1, __ATOMIC_RELAXED)
-                             << 48);
+  m->tag = out->S > 0
+               ? out->tag
+               : ax_node_incarnation(p->node) ^
+                     (__atomic_add_fetch(&runs, 1, __ATOMIC_RELAXED) << 48);
   m->mode = p->o.mode;
   m->S = p->K;
   m->U = p->U;
@@ -95,7 +96,8 @@ int ax_pipe_checkpoint_memory(ax_pipe *p, const ax_ckpt_info *info,
     m->st[s].peer_inc = incarnation(p->node, m->st[s].peer);
   }
   mem_args a = {p, m};
-  int err = axi_pipe_all_stages(p, "ckpt_mem_save", save_args_of, save_reply, &a);
+  int err =
+      axi_pipe_all_stages(p, "ckpt_mem_save", save_args_of, save_reply, &a);
   if (err == AX_OK)
     *out = *m; /* a failed one leaves *out, the last complete one, as it was */
   free(m);
@@ -133,16 +135,19 @@ int ax_pipe_restore_memory(ax_pipe *p, const ax_mem_ckpt *m,
   if (m->S < 1)
     return ax_seterr(AX_ENOTFOUND, "in-memory restore: no checkpoint taken");
   if (m->mode != p->o.mode || m->S != p->K || m->U != p->U)
-    return ax_seterr(AX_EINVAL, "in-memory restore: the checkpoint is of %s "
+    return ax_seterr(AX_EINVAL,
+                     "in-memory restore: the checkpoint is of %s "
                      "with %d stages and %d units, this pipeline %s with %d "
-                     "and %d", ax_pipe_mode_name(m->mode), m->S, m->U,
+                     "and %d",
+                     ax_pipe_mode_name(m->mode), m->S, m->U,
                      ax_pipe_mode_name(p->o.mode), p->K, p->U);
   load_args a = {m, {NULL}};
   for (int s = 0; s < p->K; s++)
     if (!(a.holder[s] = holder_of(p->node, m, s)))
-      return ax_seterr(AX_ENOTFOUND, "in-memory restore: stage %d's copies "
-                       "were on %s and %s, both lost (restore from disk)", s,
-                       m->st[s].agent, *m->st[s].peer ? m->st[s].peer : "-");
+      return ax_seterr(AX_ENOTFOUND,
+                       "in-memory restore: stage %d's copies "
+                       "were on %s and %s, both lost (restore from disk)",
+                       s, m->st[s].agent, *m->st[s].peer ? m->st[s].peer : "-");
   AX_TRY(axi_pipe_all_stages(p, "ckpt_mem_load", load_args_of, NULL, &a));
   p->base = m->info.step;
   if (info)
@@ -158,8 +163,8 @@ void ax_pipe_memory_forget(ax_pipe *p, const ax_mem_ckpt *m) {
     for (int i = 0; i < 2; i++) {
       int seen = !*who[i] || ax_node_peer_is_down(n, who[i]);
       for (int t = 0; t < s && !seen; t++) /* each agent once */
-        seen = !strcmp(m->st[t].agent, who[i]) ||
-               !strcmp(m->st[t].peer, who[i]);
+        seen =
+            !strcmp(m->st[t].agent, who[i]) || !strcmp(m->st[t].peer, who[i]);
       for (int j = 0; j < i && !seen; j++)
         seen = !strcmp(who[j], who[i]);
       ax_values *none = seen ? NULL : ax_values_new();

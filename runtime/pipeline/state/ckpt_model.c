@@ -81,9 +81,10 @@ static int join_members(const char *dir, const axi_manifest *m,
     if (err == AX_OK)
       err = axi_ckr_f32(&r, "params", &d, &n);
     if (err == AX_OK && n != part->n_params)
-      err = ax_seterr(AX_EFORMAT, "checkpoint file %s: %zu parameters, "
-                      "member %d of the stage has %zu", path, n, T,
-                      part->n_params);
+      err = ax_seterr(AX_EFORMAT,
+                      "checkpoint file %s: %zu parameters, "
+                      "member %d of the stage has %zu",
+                      path, n, T, part->n_params);
     if (err == AX_OK) {
       memcpy(part->params->data, d, n * sizeof(float)); /* aligned copy */
       err = ax_tp_join_params(part->root, stage->root, ax_f32(part->params),
@@ -100,8 +101,8 @@ static int join_members(const char *dir, const axi_manifest *m,
     err = ax_seterr(AX_EFORMAT, "checkpoint %s lists no member of stage %d",
                     dir, s);
   if (err == AX_OK) {
-    float *p = realloc(w->params, (w->np + stage->n_params + 1) *
-                                      sizeof(float));
+    float *p =
+        realloc(w->params, (w->np + stage->n_params + 1) * sizeof(float));
     err = p ? AX_OK : AX_ENOMEM;
     if (p) {
       memcpy(p + w->np, joined, stage->n_params * sizeof(float));

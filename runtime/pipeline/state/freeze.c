@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "axon/models/model.h"
-#include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
-#include "axon/runtime/pipeline/state/freeze.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
+#include "axon/runtime/pipeline/state/ckpt_file-impl.h"
+#include "axon/runtime/pipeline/state/freeze.h"
 
 /* One float record of every stage, joined in block order. */
 typedef struct joined {
@@ -92,7 +92,8 @@ static int gather(ax_pipe *one, gathered *g) {
   stage_files a;
   memset(&a, 0, sizeof a);
   memset(g, 0, sizeof *g);
-  int err = axi_pipe_all_stages(one, "ckpt_save", gather_args_of, gather_reply, &a);
+  int err =
+      axi_pipe_all_stages(one, "ckpt_save", gather_args_of, gather_reply, &a);
   for (int s = 0; s < one->K && err == AX_OK; s++) {
     uint8_t *buf = NULL;
     size_t len = (size_t)a.size[s];
@@ -115,8 +116,10 @@ static int gather(ax_pipe *one, gathered *g) {
     } else if (err == AX_OK &&
                (v[0] != g->kind || v[1] != g->steps || v[2] != g->last_step ||
                 v[3] != g->shadow_for)) {
-      err = ax_seterr(AX_ESTATE, "freeze: stage %d is at another update "
-                      "than stage 0 (not a consistent cut)", s);
+      err = ax_seterr(AX_ESTATE,
+                      "freeze: stage %d is at another update "
+                      "than stage 0 (not a consistent cut)",
+                      s);
     }
     for (int i = 0; i < J_N && err == AX_OK; i++)
       err = append(&g->j[i], &r, g_rec[i]);
@@ -140,7 +143,8 @@ static int block_sizes(const ax_model_def *def, const ax_config *cfg, int n,
   return AX_OK;
 }
 
-/* ---- the new stages' files ------------------------------------------------- */
+/* ---- the new stages' files -------------------------------------------------
+ */
 
 static int load_args_of(void *user, int s, ax_values **out) {
   stage_files *a = user;
@@ -183,7 +187,8 @@ static int stage_file(const gathered *g, int mode, int s, int b0, int b1,
   return a->file[s] ? AX_OK : AX_ENOMEM;
 }
 
-/* ---- the frozen prefix ----------------------------------------------------- */
+/* ---- the frozen prefix -----------------------------------------------------
+ */
 
 /* Blocks [0, f) on the coordinator's CPU: the old prefix's values, then
  * blocks [f_old, f) of the joined state. */
@@ -204,8 +209,10 @@ static int prefix_net(const ax_model_def *def, const ax_config *cfg,
   size_t np = pa[f] - pa[f_old], nb = ba[f] - ba[f_old];
   if (op + np != net->n_params || ob + nb != net->n_buffers) {
     ax_net_free(net);
-    return ax_seterr(AX_EINTERNAL, "freeze: the prefix has %zu parameters, "
-                     "the joined state %zu", net->n_params, op + np);
+    return ax_seterr(AX_EINTERNAL,
+                     "freeze: the prefix has %zu parameters, "
+                     "the joined state %zu",
+                     net->n_params, op + np);
   }
   memcpy(ax_f32(net->params) + op, g->j[J_PARAMS].v + pa[f_old],
          np * sizeof(float));
@@ -216,7 +223,8 @@ static int prefix_net(const ax_model_def *def, const ax_config *cfg,
   return AX_OK;
 }
 
-/* ---- re-packing ------------------------------------------------------------- */
+/* ---- re-packing -------------------------------------------------------------
+ */
 
 /* Every agent of p, each part's ranks in order, and then those an earlier
  * re-packing left idle. */
@@ -241,9 +249,10 @@ static int agents_of(const ax_pipe *p, char (*names)[AXP_NAME]) {
 static int check_freezable(const ax_pipe *p, const ax_pipe *one) {
   if (p->nrep && axi_pipe_members(p) > 1)
     return ax_seterr(AX_EUNSUPPORTED, "freeze: not of tensor-parallel "
-                     "pipelines yet");
+                                      "pipelines yet");
   if (one->o.zero || one->optim_host[0] || one->o.staleness)
-    return ax_seterr(AX_EUNSUPPORTED, "freeze: not with sharded or "
+    return ax_seterr(AX_EUNSUPPORTED,
+                     "freeze: not with sharded or "
                      "offloaded optimizer state or a staleness correction");
   if (one->plan)
     return ax_seterr(AX_ESTATE, "freeze: only between ax_pipe_train calls");
@@ -268,8 +277,10 @@ static int plan_split(const ax_pipe *one, const ax_freeze_opts *fo, int n,
     K = K > most ? most : K < 1 ? 1 : K;
   }
   if (K < 1 || K > agents || K * v > left)
-    return ax_seterr(AX_EINVAL, "freeze: %d agents x %d stages each for %d "
-                     "blocks left on %d agents", K, v, left, agents);
+    return ax_seterr(AX_EINVAL,
+                     "freeze: %d agents x %d stages each for %d "
+                     "blocks left on %d agents",
+                     K, v, left, agents);
   pn->K = K;
   pn->S = K * v;
   pn->R = agents / K;
@@ -318,8 +329,10 @@ static int repack(ax_pipe *p, ax_pipe *one, const ax_freeze_opts *fo,
   for (int i = 0; i < J_N && err == AX_OK; i++) {
     size_t want = i == J_BUFFERS ? ba[n] : pa[n];
     if (g.j[i].n && g.j[i].n != want)
-      err = ax_seterr(AX_EINTERNAL, "freeze: joined %s has %zu values, the "
-                      "blocks %zu", g_rec[i], g.j[i].n, want);
+      err = ax_seterr(AX_EINTERNAL,
+                      "freeze: joined %s has %zu values, the "
+                      "blocks %zu",
+                      g_rec[i], g.j[i].n, want);
   }
   ax_net *pre = NULL;
   if (err == AX_OK)
@@ -328,8 +341,8 @@ static int repack(ax_pipe *p, ax_pipe *one, const ax_freeze_opts *fo,
   stage_files la;
   memset(&la, 0, sizeof la);
   for (int s = 0; s < pn.S && err == AX_OK; s++)
-    err = stage_file(&g, one->o.mode, s, pn.bounds[s], pn.bounds[s + 1], pa,
-                     ba, &la);
+    err = stage_file(&g, one->o.mode, s, pn.bounds[s], pn.bounds[s + 1], pa, ba,
+                     &la);
   ax_pipe *np = NULL;
   if (err == AX_OK) {
     ax_pipe_opts o = one->o;
@@ -378,9 +391,10 @@ int ax_pipe_freeze(ax_pipe **pp, const ax_freeze_opts *fo) {
   AX_TRY(def->describe(&cfg, &info));
   int f_old = axi_pipe_frozen_blocks(p->frozen);
   if (fo->blocks <= f_old || fo->blocks >= info.n_blocks)
-    return ax_seterr(AX_EINVAL, "freeze: %d blocks (%d frozen already, %d "
-                     "in the model: at least one must train)", fo->blocks,
-                     f_old, info.n_blocks);
+    return ax_seterr(AX_EINVAL,
+                     "freeze: %d blocks (%d frozen already, %d "
+                     "in the model: at least one must train)",
+                     fo->blocks, f_old, info.n_blocks);
   ax_pipe *np = NULL;
   AX_TRY(repack(p, one, fo, def, &cfg, info.n_blocks, &np));
   ax_pipe_free(p);
@@ -395,7 +409,8 @@ void ax_pipe_freeze_stats(const ax_pipe *p, ax_freeze_stats *out) {
   out->K = one->R;
   out->replicas = p->nrep ? p->nrep / axi_pipe_members(p) : 1;
   if (p->frozen)
-    axi_pipe_frozen_counts(p->frozen, &out->hits, &out->misses, &out->cache_bytes);
+    axi_pipe_frozen_counts(p->frozen, &out->hits, &out->misses,
+                           &out->cache_bytes);
 }
 
 int ax_freeze_schedule_parse(const char *s, ax_freeze_point *pts, int cap,
@@ -409,9 +424,11 @@ int ax_freeze_schedule_parse(const char *s, ax_freeze_point *pts, int cap,
     if (got < 2 || step < 1 || blocks < 1 || K < 0 || *n >= cap ||
         (*n && (step <= pts[*n - 1].step || blocks <= pts[*n - 1].blocks)) ||
         (at[used] && at[used] != ','))
-      return ax_seterr(AX_EINVAL, "freeze schedule '%s': entry %d is not "
+      return ax_seterr(AX_EINVAL,
+                       "freeze schedule '%s': entry %d is not "
                        "STEP:BLOCKS[:K] with steps and blocks rising (at "
-                       "most %d entries)", s, *n + 1, cap);
+                       "most %d entries)",
+                       s, *n + 1, cap);
     pts[(*n)++] = (ax_freeze_point){step, blocks, K};
     at += used + (at[used] == ',');
   }

@@ -58,10 +58,10 @@ typedef struct ax_freeze_opts {
 int ax_pipe_freeze(ax_pipe **p, const ax_freeze_opts *fo);
 
 typedef struct ax_freeze_stats {
-  int blocks;           /* frozen blocks (0: none) */
-  int K, replicas;      /* the pipeline's agents per replica, replicas */
-  long hits, misses;    /* examples the cache answered / the prefix ran */
-  int64_t cache_bytes;  /* held by the cache */
+  int blocks;          /* frozen blocks (0: none) */
+  int K, replicas;     /* the pipeline's agents per replica, replicas */
+  long hits, misses;   /* examples the cache answered / the prefix ran */
+  int64_t cache_bytes; /* held by the cache */
 } ax_freeze_stats;
 
 void ax_pipe_freeze_stats(const ax_pipe *p, ax_freeze_stats *out);

@@ -36,7 +36,7 @@ struct axi_pipe_frozen {
 };
 
 int axi_pipe_frozen_new(ax_net *net, int blocks, int64_t budget,
-                   axi_pipe_frozen **out) {
+                        axi_pipe_frozen **out) {
   axi_pipe_frozen *f = calloc(1, sizeof *f);
   if (!f) {
     ax_net_free(net);
@@ -59,11 +59,13 @@ void axi_pipe_frozen_free(axi_pipe_frozen *f) {
   free(f);
 }
 
-int axi_pipe_frozen_blocks(const axi_pipe_frozen *f) { return f ? f->blocks : 0; }
+int axi_pipe_frozen_blocks(const axi_pipe_frozen *f) {
+  return f ? f->blocks : 0;
+}
 ax_net *axi_pipe_frozen_net(axi_pipe_frozen *f) { return f->net; }
 
 void axi_pipe_frozen_counts(axi_pipe_frozen *f, long *hits, long *misses,
-                       int64_t *bytes) {
+                            int64_t *bytes) {
   pthread_mutex_lock(&f->mu);
   *hits = f->hits;
   *misses = f->misses;
@@ -100,7 +102,8 @@ static const uint8_t *lookup(axi_pipe_frozen *f, const uint8_t *key) {
 }
 
 /* Keeps a copy of the example's output rows (nothing past the budget). */
-static void insert(axi_pipe_frozen *f, const uint8_t *key, const uint8_t *rows) {
+static void insert(axi_pipe_frozen *f, const uint8_t *key,
+                   const uint8_t *rows) {
   int64_t cost = (int64_t)(f->ex_bytes + sizeof(centry));
   if (f->budget < 0 || f->bytes + cost > f->budget)
     return;
@@ -128,15 +131,16 @@ static void insert(axi_pipe_frozen *f, const uint8_t *key, const uint8_t *rows) 
   f->bytes += (int64_t)f->ex_bytes;
 }
 
-/* ---- examples ------------------------------------------------------------- */
+/* ---- examples -------------------------------------------------------------
+ */
 
 /* Bytes of one example of t (B examples). */
 static int example_bytes(const ax_tensor *t, int64_t B, size_t *out) {
   if (t->ndim < 1 || B < 1 || t->shape[0] % B || t->device.type != AX_DEV_CPU)
-    return ax_seterr(AX_ESHAPE, "frozen prefix: a CPU tensor of %lld rows "
-                     "for %lld examples", (long long)(t->ndim ? t->shape[0]
-                                                              : 0),
-                     (long long)B);
+    return ax_seterr(AX_ESHAPE,
+                     "frozen prefix: a CPU tensor of %lld rows "
+                     "for %lld examples",
+                     (long long)(t->ndim ? t->shape[0] : 0), (long long)B);
   *out = ax_tensor_nbytes(t) / (size_t)B;
   return AX_OK;
 }
@@ -153,8 +157,7 @@ static int key_of(const ax_tlist *in, const size_t *exb, int64_t e,
       hdr[d] = (int32_t)t->shape[d];
     memcpy(scratch + at, hdr, sizeof hdr);
     at += sizeof hdr;
-    memcpy(scratch + at, (const uint8_t *)t->data + (size_t)e * exb[i],
-           exb[i]);
+    memcpy(scratch + at, (const uint8_t *)t->data + (size_t)e * exb[i], exb[i]);
     at += exb[i];
   }
   return ax_sha256(scratch, at, key);
@@ -210,15 +213,16 @@ static int run_prefix(axi_pipe_frozen *f, const ax_tlist *in, ax_tlist *y) {
 
 /* Fills out (B examples) from the cache (hit[e]) and, in order, the
  * prefix's outputs y of the examples it lacked; keeps the new ones. */
-static int assemble(axi_pipe_frozen *f, int64_t B, uint8_t (*keys)[AX_SHA256_LEN],
-                    const uint8_t **hit, const ax_tlist *y, ax_tlist *out) {
+static int assemble(axi_pipe_frozen *f, int64_t B,
+                    uint8_t (*keys)[AX_SHA256_LEN], const uint8_t **hit,
+                    const ax_tlist *y, ax_tlist *out) {
   memset(out, 0, sizeof *out);
   for (int i = 0; i < f->nout; i++) {
     int64_t shape[AX_MAX_DIMS];
     memcpy(shape, f->dims[i], sizeof shape);
     shape[0] = f->rows[i] * B;
-    if (!(out->t[out->n++] = ax_tensor_new(f->dtype[i], f->ndim[i], shape,
-                                           AX_CPU)))
+    if (!(out->t[out->n++] =
+              ax_tensor_new(f->dtype[i], f->ndim[i], shape, AX_CPU)))
       return AX_ENOMEM;
   }
   uint8_t *row = malloc(f->ex_bytes + 1);
@@ -268,8 +272,7 @@ static int apply_cached(axi_pipe_frozen *f, ax_tlist *in) {
       miss[k++] = e;
   }
   if (err == AX_OK && k) {
-    err = k == B ? run_prefix(f, in, &y)
-                 : gather(in, exb, miss, k, B, &sub);
+    err = k == B ? run_prefix(f, in, &y) : gather(in, exb, miss, k, B, &sub);
     if (err == AX_OK && k < B)
       err = run_prefix(f, &sub, &y);
     if (err == AX_OK)

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 #include "axon/runtime/pipeline/stage/stage_host-impl.h"
+#include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 
 static int mode_index(const ax_pipe_mode_def *def) {
   for (int i = 0; i < AX_MODE_COUNT; i++)
@@ -53,7 +53,8 @@ static int quiet_stage(phost *h) {
                      "consistent cut (no unit in flight)",
                      h->s->index);
   if (!h->s->opt || h->zero || h->offload)
-    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: not set up, or its optimizer "
+    return ax_seterr(AX_ESTATE,
+                     "axon.pipe.stage %d: not set up, or its optimizer "
                      "is sharded or on another agent (no checkpoints yet)",
                      h->s->index);
   return AX_OK;
@@ -127,7 +128,7 @@ static axi_pipe_ckpt_write *take_done(phost *h, const char *path, int *found) {
 }
 
 int axi_pipe_host_ckpt_wait(ax_call_ctx *cc, void *obj, const ax_values *args,
-                       ax_values *out) {
+                            ax_values *out) {
   phost *h = obj;
   const char *path;
   AX_TRY(ax_values_get_str(args, 0, &path));
@@ -146,8 +147,10 @@ int axi_pipe_host_ckpt_wait(ax_call_ctx *cc, void *obj, const ax_values *args,
   }
   pthread_mutex_unlock(&h->ckpt_mu);
   if (!w)
-    return found ? ax_seterr(AX_ETIMEOUT, "axon.pipe.stage: %s not written in "
-                             "time", path)
+    return found ? ax_seterr(AX_ETIMEOUT,
+                             "axon.pipe.stage: %s not written in "
+                             "time",
+                             path)
                  : ax_seterr(AX_ENOTFOUND, "axon.pipe.stage: no write of %s",
                              path);
   pthread_join(w->th, NULL);
@@ -173,7 +176,7 @@ void axi_pipe_ckpt_writes_drain(phost *h) {
  * with send = 1 returns the file instead; returns [size, sha256 hex] and
  * then the file's bytes (axi_ck_pack). */
 int axi_pipe_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
-                       ax_values *out) {
+                            ax_values *out) {
   phost *h = obj;
   char dir[900], name[64], path[1000];
   int64_t send = 0, async = 0;
@@ -212,7 +215,7 @@ int axi_pipe_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
 }
 
 int axi_pipe_ckpt_snapshot(phost *h, uint8_t **buf, size_t *len,
-                      char sha[2 * AX_SHA256_LEN + 1]) {
+                           char sha[2 * AX_SHA256_LEN + 1]) {
   axi_ckw w;
   axi_ckw_init(&w, AXI_CK_STAGE);
   pthread_mutex_lock(&h->s->mu);
@@ -243,7 +246,8 @@ static int check_state(phost *h, const axi_ckr *r, int64_t *shadow_for) {
   axi_ag_stage *s = h->s;
   ax_optim *o = s->opt;
   if (!o || h->zero || h->offload)
-    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: not set up, or its optimizer "
+    return ax_seterr(AX_ESTATE,
+                     "axon.pipe.stage %d: not set up, or its optimizer "
                      "is sharded or on another agent (no checkpoints yet)",
                      s->index);
   AX_TRY(want_i64(r, "stage", s->index));
@@ -300,7 +304,7 @@ static int load_state(phost *h, const axi_ckr *r, int64_t shadow_for) {
  * checksum and the manifest's, this stage's split, mode and optimizer) and only
  * then loads it. */
 int axi_pipe_host_ckpt_load(ax_call_ctx *cc, void *obj, const ax_values *args,
-                       ax_values *out) {
+                            ax_values *out) {
   phost *h = obj;
   char path[1000];
   const char *sha;
@@ -338,7 +342,7 @@ int axi_pipe_ckpt_apply(phost *h, const axi_ckr *r) {
 /* "ckpt_drop" [dir, file name]: removes this host's file of an old
  * checkpoint and the directory once empty (missing files are fine). */
 int axi_pipe_host_ckpt_drop(ax_call_ctx *cc, void *obj, const ax_values *args,
-                       ax_values *out) {
+                            ax_values *out) {
   char dir[900], name[64], path[1000];
   AX_TRY(path_arg(args, 0, dir, sizeof dir));
   AX_TRY(path_arg(args, 1, name, sizeof name));

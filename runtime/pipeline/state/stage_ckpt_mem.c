@@ -40,18 +40,17 @@ typedef struct mem_entry {
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static mem_entry *g_store;
 
-static int name_ok(const char *s, size_t cap) {
-  return *s && strlen(s) < cap;
-}
+static int name_ok(const char *s, size_t cap) { return *s && strlen(s) < cap; }
 
 /* Keeps file (a host tensor of len bytes whose SHA-256 is sha; the
  * reference is taken) as owner's key on n, replacing an earlier copy. */
-static int keep(ax_node *n, const char *owner, const char *key,
-                ax_tensor *file, size_t len, const char *sha) {
+static int keep(ax_node *n, const char *owner, const char *key, ax_tensor *file,
+                size_t len, const char *sha) {
   if (!name_ok(owner, sizeof g_store->owner) ||
       !name_ok(key, sizeof g_store->key) || strlen(sha) != 2 * AX_SHA256_LEN) {
     ax_tensor_release(file);
-    return ax_seterr(AX_EINVAL, "axon.pipe.mem_keep: bad owner, key or checksum");
+    return ax_seterr(AX_EINVAL,
+                     "axon.pipe.mem_keep: bad owner, key or checksum");
   }
   pthread_mutex_lock(&g_mu);
   int count = 0;
@@ -65,8 +64,10 @@ static int keep(ax_node *n, const char *owner, const char *key,
   if (!e && count >= AXP_MEM_KEYS) {
     pthread_mutex_unlock(&g_mu);
     ax_tensor_release(file);
-    return ax_seterr(AX_ETOOBIG, "axon.pipe.mem_keep: %s keeps %d copies on %s "
-                     "already", owner, count, ax_node_name(n));
+    return ax_seterr(AX_ETOOBIG,
+                     "axon.pipe.mem_keep: %s keeps %d copies on %s "
+                     "already",
+                     owner, count, ax_node_name(n));
   }
   if (!e && !(e = calloc(1, sizeof *e))) {
     pthread_mutex_unlock(&g_mu);
@@ -94,8 +95,8 @@ static int fetch(ax_node *n, const char *owner, const char *key,
                  ax_tensor **file, size_t *len, char *sha) {
   pthread_mutex_lock(&g_mu);
   mem_entry *e = g_store;
-  while (e && !(e->node == n && !strcmp(e->owner, owner) &&
-                !strcmp(e->key, key)))
+  while (e &&
+         !(e->node == n && !strcmp(e->owner, owner) && !strcmp(e->key, key)))
     e = e->next;
   if (e) {
     *file = ax_tensor_retain(e->file);
@@ -104,8 +105,10 @@ static int fetch(ax_node *n, const char *owner, const char *key,
   }
   pthread_mutex_unlock(&g_mu);
   return e ? AX_OK
-           : ax_seterr(AX_ENOTFOUND, "%s holds no in-memory checkpoint %s "
-                       "of %s", ax_node_name(n), key, owner);
+           : ax_seterr(AX_ENOTFOUND,
+                       "%s holds no in-memory checkpoint %s "
+                       "of %s",
+                       ax_node_name(n), key, owner);
 }
 
 /* Drops owner's copies on n (every owner's with NULL: the node goes). */
@@ -146,16 +149,18 @@ static int h_keep(ax_call_ctx *cc, const ax_values *args, ax_values *out,
   size_t nb = ax_tensor_nbytes(t);
   if (size < 0 || t->dtype != AX_I32 || nb < (size_t)size ||
       nb >= (size_t)size + 4)
-    return ax_seterr(AX_EINVAL, "axon.pipe.mem_keep: a file of %lld bytes in a "
-                     "tensor of %zu", (long long)size, nb);
+    return ax_seterr(AX_EINVAL,
+                     "axon.pipe.mem_keep: a file of %lld bytes in a "
+                     "tensor of %zu",
+                     (long long)size, nb);
   ax_tensor *h = ax_tensor_to(t, AX_CPU); /* t itself when on the host */
   if (!h)
     return AX_ENOMEM;
   char hex[2 * AX_SHA256_LEN + 1];
   int err = ax_sha256_hex(h->data, (size_t)size, hex);
   if (err == AX_OK && strcmp(hex, sha))
-    err = ax_seterr(AX_EMALFORMED, "axon.pipe.mem_keep: %s of %s arrived damaged",
-                    key, owner);
+    err = ax_seterr(AX_EMALFORMED,
+                    "axon.pipe.mem_keep: %s of %s arrived damaged", key, owner);
   if (err != AX_OK) {
     ax_tensor_release(h);
     return err;
@@ -214,8 +219,8 @@ static const char *owner_of(ax_call_ctx *cc) {
 
 /* "ckpt_mem_save" [key, peer]: keeps the stage's file here and on agent
  * peer ("" or this agent: here only); returns [size, sha256 hex]. */
-int axi_pipe_host_ckpt_mem_save(ax_call_ctx *cc, void *obj, const ax_values *args,
-                           ax_values *out) {
+int axi_pipe_host_ckpt_mem_save(ax_call_ctx *cc, void *obj,
+                                const ax_values *args, ax_values *out) {
   phost *h = obj;
   ax_node *n = ax_call_node(cc);
   const char *key, *peer;
@@ -282,8 +287,8 @@ static int copy_from(ax_call_ctx *cc, const char *holder, const char *key,
 /* "ckpt_mem_load" [key, holder, size, sha256 hex]: the caller's copy under
  * key from agent holder, checked against size and sha (and the stage), then
  * loaded. */
-int axi_pipe_host_ckpt_mem_load(ax_call_ctx *cc, void *obj, const ax_values *args,
-                           ax_values *out) {
+int axi_pipe_host_ckpt_mem_load(ax_call_ctx *cc, void *obj,
+                                const ax_values *args, ax_values *out) {
   phost *h = obj;
   const char *key, *holder, *sha;
   int64_t size;

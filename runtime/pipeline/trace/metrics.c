@@ -42,8 +42,9 @@ int ax_metrics_from_events(ax_step_metrics *m, const ax_trace_event *ev,
     return ax_seterr(AX_EINVAL, "metrics: bad arguments (initialise with "
                                 "ax_metrics_init)");
   if (t1_us <= t0_us)
-    return ax_seterr(AX_EINVAL, "metrics: empty window [%" PRId64 ", %" PRId64
-                     "]", t0_us, t1_us);
+    return ax_seterr(AX_EINVAL,
+                     "metrics: empty window [%" PRId64 ", %" PRId64 "]", t0_us,
+                     t1_us);
   span *sp = malloc((n ? n : 1) * sizeof *sp);
   if (!sp)
     return ax_seterr(AX_ENOMEM, "metrics: out of memory");
@@ -123,8 +124,8 @@ int ax_metrics_csv_row(ax_metrics_csv *w, const ax_step_metrics *m) {
   if (m->K != w->K)
     return ax_seterr(AX_EINVAL, "metrics csv: row has %d stages, header %d",
                      m->K, w->K);
-  fprintf(w->f, "%ld,%.6f,%ld,%.3f,%.6g,%.6g,%.4f,%" PRId64, m->step,
-          m->wall_s, m->samples, m->samples_per_s, m->loss, m->lr, m->bubble,
+  fprintf(w->f, "%ld,%.6f,%ld,%.3f,%.6g,%.6g,%.4f,%" PRId64, m->step, m->wall_s,
+          m->samples, m->samples_per_s, m->loss, m->lr, m->bubble,
           m->coord_bytes);
   for (int s = 0; s < m->K; s++)
     fprintf(w->f, ",%.4f", m->busy[s]);
@@ -174,7 +175,8 @@ char *ax_metrics_summary(const ax_step_metrics *m, char *buf, size_t len) {
     app(buf, len, &u, "%s%.0f%%", s ? "/" : "", 100.0 * m->busy[s]);
   app(buf, len, &u, ", peak MiB ");
   for (int s = 0; s < m->K; s++)
-    app(buf, len, &u, "%s%.1f", s ? "/" : "", (double)m->peak_mem[s] / 1048576.0);
+    app(buf, len, &u, "%s%.1f", s ? "/" : "",
+        (double)m->peak_mem[s] / 1048576.0);
   app(buf, len, &u, ", stash ");
   for (int s = 0; s < m->K; s++)
     app(buf, len, &u, "%s%d", s ? "/" : "", m->live_stash[s]);

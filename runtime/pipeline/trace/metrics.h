@@ -34,17 +34,17 @@ extern "C" {
 
 typedef struct ax_step_metrics {
   long step;
-  int K;                 /* stages, 1..AX_METRICS_MAX_STAGES */
-  double wall_s;         /* step wall time */
-  long samples;          /* examples in the step */
+  int K;         /* stages, 1..AX_METRICS_MAX_STAGES */
+  double wall_s; /* step wall time */
+  long samples;  /* examples in the step */
   double samples_per_s;
-  double loss;           /* mean loss of the step */
-  double lr;             /* learning rate used (0 = not reported) */
+  double loss; /* mean loss of the step */
+  double lr;   /* learning rate used (0 = not reported) */
   double busy[AX_METRICS_MAX_STAGES];
   double bubble;
   size_t peak_mem[AX_METRICS_MAX_STAGES];
   int live_stash[AX_METRICS_MAX_STAGES];
-  int64_t coord_bytes;   /* bytes sent + received by the coordinator */
+  int64_t coord_bytes; /* bytes sent + received by the coordinator */
 } ax_step_metrics;
 
 /* Zeroes *m, sets step and K, live_stash[] = -1. AX_EINVAL for a bad K. */

@@ -6,8 +6,8 @@
 #include "axon/runtime/pipeline/trace/stage_events.h"
 
 void axi_pipe_event_compute(ax_trace *tr, int stage, int agent, const char *cat,
-                       long batch, int micro, int64_t t0_us, int64_t t1_us,
-                       int stash, int versions) {
+                            long batch, int micro, int64_t t0_us, int64_t t1_us,
+                            int stash, int versions) {
   if (!tr)
     return;
   char name[32];
@@ -27,9 +27,9 @@ void axi_pipe_event_compute(ax_trace *tr, int stage, int agent, const char *cat,
   ax_trace_add(tr, &e);
 }
 
-void axi_pipe_event_xfer(ax_trace *tr, int stage, int send, int kind, long batch,
-                    int micro, int peer, const ax_tlist *t, int64_t t0_us,
-                    int64_t t1_us) {
+void axi_pipe_event_xfer(ax_trace *tr, int stage, int send, int kind,
+                         long batch, int micro, int peer, const ax_tlist *t,
+                         int64_t t0_us, int64_t t1_us) {
   if (!tr)
     return;
   int64_t bytes = 0;

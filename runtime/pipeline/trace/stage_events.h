@@ -34,14 +34,14 @@
  * schedule oracle (tests/pipe_eventcheck.h) checks placement and version
  * bounds from them. */
 void axi_pipe_event_compute(ax_trace *tr, int stage, int agent, const char *cat,
-                       long batch, int micro, int64_t t0_us, int64_t t1_us,
-                       int stash, int versions);
+                            long batch, int micro, int64_t t0_us, int64_t t1_us,
+                            int stash, int versions);
 
 /* A transfer event on the receive or send lane: kind 0 = activations,
  * 1 = input gradients; bytes = tensor bytes moved; peer = the other stage. */
-void axi_pipe_event_xfer(ax_trace *tr, int stage, int send, int kind, long batch,
-                    int micro, int peer, const ax_tlist *t, int64_t t0_us,
-                    int64_t t1_us);
+void axi_pipe_event_xfer(ax_trace *tr, int stage, int send, int kind,
+                         long batch, int micro, int peer, const ax_tlist *t,
+                         int64_t t0_us, int64_t t1_us);
 
 /* The "trace" method: appends [bytes] = ax_trace_encode(tr, clear = 1). */
 int axi_pipe_events_take(ax_trace *tr, ax_values *out);

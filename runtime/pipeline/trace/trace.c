@@ -149,9 +149,9 @@ int ax_trace_get_name(const ax_trace *t, int pid, int tid, char *buf,
       rc = AX_OK;
     }
   UNLOCK(t);
-  return rc == AX_OK ? rc
-                     : ax_seterr(rc, "trace: no name for pid %d tid %d", pid,
-                                 tid);
+  return rc == AX_OK
+             ? rc
+             : ax_seterr(rc, "trace: no name for pid %d tid %d", pid, tid);
 }
 
 size_t ax_trace_count(const ax_trace *t) {
@@ -334,8 +334,10 @@ int ax_trace_merge(ax_trace *dst, const void *buf, size_t len,
   /* Each label takes >= 9 bytes and each event >= 66: reject impossible
    * counts before allocating. */
   if ((uint64_t)nl * 9 + (uint64_t)ne * 66 > (uint64_t)(r.end - r.p))
-    return ax_seterr(AX_EFORMAT, "trace: buffer too short for %u labels and "
-                     "%u events", nl, ne);
+    return ax_seterr(AX_EFORMAT,
+                     "trace: buffer too short for %u labels and "
+                     "%u events",
+                     nl, ne);
   axi_trace_label *labels = calloc(nl ? nl : 1, sizeof *labels);
   ax_trace_event *ev = calloc(ne ? ne : 1, sizeof *ev);
   if (!labels || !ev) {

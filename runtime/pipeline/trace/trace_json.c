@@ -46,8 +46,9 @@ int ax_trace_write(const ax_trace *t, const char *path) {
   pthread_mutex_lock((pthread_mutex_t *)&t->mu);
   for (size_t i = 0; i < t->n_labels; i++) {
     const axi_trace_label *l = &t->labels[i];
-    fprintf(f, "%s{\"name\":\"%s\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
-               "\"args\":{\"name\":",
+    fprintf(f,
+            "%s{\"name\":\"%s\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+            "\"args\":{\"name\":",
             first ? "" : ",\n", l->tid < 0 ? "process_name" : "thread_name",
             l->pid, l->tid < 0 ? 0 : l->tid);
     put_json_str(f, l->name);
@@ -273,8 +274,8 @@ int ax_trace_read(const char *path, ax_trace **out) {
   free(line);
   fclose(f);
   if (rc == AX_OK && !saw_header)
-    rc = ax_seterr(AX_EFORMAT, "trace: %s is not a trace written by axon",
-                   path);
+    rc =
+        ax_seterr(AX_EFORMAT, "trace: %s is not a trace written by axon", path);
   if (rc != AX_OK) {
     ax_trace_free(t);
     return rc;
