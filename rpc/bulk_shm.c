@@ -255,7 +255,9 @@ static void ring_bell(int fd) {
 /* Reads the doorbells (and the EOF) off the socket: -1 once the peer
  * closed it or sent anything but bells, else 0. At most 16 reads a call:
  * a peer that keeps ringing cannot hold the I/O thread (the event is
- * level-triggered: what is left comes back). */
+ * level-triggered: what is left comes back). A short read emptied the
+ * socket, so the usual single bell costs one read, not a second that
+ * fails with EAGAIN. */
 int axi_shm_drain(bconn *c) {
   char buf[256];
   for (int i = 0; i < 16; i++) {
@@ -263,6 +265,8 @@ int axi_shm_drain(bconn *c) {
     for (ssize_t k = 0; k < r; k++)
       if (buf[k] != SHM_BELL)
         return -1;
+    if (r > 0 && (size_t)r < sizeof buf)
+      return 0;
     if (r > 0 || (r < 0 && errno == EINTR))
       continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -351,16 +355,25 @@ ssize_t axi_shm_read(bconn *c, void *dst, size_t n) {
 }
 
 /* Puts what fits of iov in the ring: the bytes taken, 0 when it is full
- * (the reader's bell wakes the I/O thread), -1 when the ring is corrupt. */
+ * (the reader's bell wakes the I/O thread), -1 when the ring is corrupt.
+ * The index is published once per chunk and once at the end, not per
+ * segment: a small frame's segments reach a sleeping reader with one bell
+ * and wake it once. */
 static ssize_t ring_writev(axi_shm_ring *r, int fd, const struct iovec *iov,
                            int n) {
-  size_t put = 0;
+  size_t put = 0, unpublished = 0;
   for (int i = 0; i < n; i++) {
     size_t off = 0;
     while (off < iov[i].iov_len) {
       int64_t s = ring_space(r);
-      if (s == 0 && (s = ring_sleep(r, 1)) == 0)
-        return (ssize_t)put;
+      if (s == 0) {
+        if (unpublished) { /* the reader must see them to make room */
+          ring_publish(r, fd, 1);
+          unpublished = 0;
+        }
+        if ((s = ring_sleep(r, 1)) == 0)
+          return (ssize_t)put;
+      }
       if (s < 0)
         return -1;
       size_t k =
@@ -370,9 +383,15 @@ static ssize_t ring_writev(axi_shm_ring *r, int fd, const struct iovec *iov,
       r->mine += k;
       off += k;
       put += k;
-      ring_publish(r, fd, 1);
+      unpublished += k;
+      if (unpublished >= SHM_CHUNK) {
+        ring_publish(r, fd, 1);
+        unpublished = 0;
+      }
     }
   }
+  if (unpublished)
+    ring_publish(r, fd, 1);
   return (ssize_t)put;
 }
 
