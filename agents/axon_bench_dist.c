@@ -55,8 +55,7 @@ static const char *g_optim = "opt=sgd,lr=0.01,momentum=0.9";
     }                                                                          \
   } while (0)
 
-/* ---- the two kinds of step -------------------------------------------------
- */
+/* ---- the two kinds of step ----------------------------------------------- */
 static void rand_fill(ax_rng *r, ax_tensor *t) {
   for (size_t i = 0; i < ax_tensor_numel(t); i++)
     ax_f32(t)[i] = (float)ax_rng_normal(r);

@@ -71,8 +71,7 @@ typedef struct bp_run { /* one training run of one mode */
   long steps;
 } bp_run;
 
-/* ---- one run
- * ------------------------------------------------------------------ */
+/* ---- one run ------------------------------------------------------------- */
 static int bp_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
   const bp_args *a = ((const bp_run *)user)->a;
   int64_t xs[2] = {a->batch, 16}, ys[1] = {a->batch};
@@ -210,8 +209,7 @@ static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
   return err;
 }
 
-/* ---- command line and table
- * ----------------------------------------------------- */
+/* ---- command line and table ---------------------------------------------- */
 static int parse(int argc, char **argv, bp_args *a) {
   static const struct option lo[] = {
       {"stages", 1, 0, 'K'}, {"micro", 1, 0, 'M'},

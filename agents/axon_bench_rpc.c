@@ -132,8 +132,7 @@ int axi_bench_rpc_child(int raw_port, const char *master) {
   return 0;
 }
 
-/* ---- client (parent) -------------------------------------------------------
- */
+/* ---- client (parent) ----------------------------------------------------- */
 const size_t axi_bench_rpc_sizes[3] = {1u << 20, 16u << 20, 64u << 20};
 
 static void raw_bench(int fd, int iters, int reps, axi_rpc_row *r) {

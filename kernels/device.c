@@ -62,8 +62,7 @@ int ax_device_check(ax_device d) {
   return AX_OK;
 }
 
-/* ---- device maps ----------------------------------------------------------
- */
+/* ---- device maps --------------------------------------------------------- */
 
 /* Reads one device name at *p ("cpu", "cuda", "cuda:N") and advances *p past
  * it. A ':' after "cuda" belongs to the name only when a digit follows. */

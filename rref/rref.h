@@ -99,8 +99,7 @@ void ax_rref_peer_down(ax_node *n, const char *peer);
 int ax_remote(ax_node *n, const char *to, const char *fn, const ax_values *args,
               const ax_call_opts *opts, ax_rref **out);
 
-/* ---- handles ---------------------------------------------------------------
- */
+/* ---- handles ------------------------------------------------------------- */
 ax_rref *ax_rref_retain(ax_rref *r); /* NULL-safe; returns r */
 void ax_rref_release(ax_rref *r);    /* NULL-safe */
 uint64_t ax_rref_id(const ax_rref *r);
@@ -113,8 +112,7 @@ int ax_rref_confirmed(const ax_rref *r);
  * creation error, or AX_ETIMEOUT (the RRef stays usable). */
 int ax_rref_wait_created(ax_rref *r, int64_t timeout_ms);
 
-/* ---- values ----------------------------------------------------------------
- */
+/* ---- values -------------------------------------------------------------- */
 /* A copy of the value (tensors shared) fetched from the owner within
  * timeout_ms (0: 60 s; negative: AX_ETIMEOUT at once, an exhausted
  * remaining time; INT64_MAX: no practical limit). Returns the creation error if
@@ -146,14 +144,12 @@ int ax_rref_remote(ax_node *n, ax_rref *r, const char *method,
                    const ax_values *args, const ax_call_opts *opts,
                    ax_rref **out);
 
-/* ---- value lists -----------------------------------------------------------
- */
+/* ---- value lists --------------------------------------------------------- */
 int ax_values_add_rref(ax_values *v, ax_rref *r); /* retains r */
 /* Borrowed; retain it to keep it beyond the list. AX_EBADARG otherwise. */
 int ax_values_get_rref(const ax_values *v, size_t i, ax_rref **out);
 
-/* ---- object kinds
- * ------------------------------------------------------------ */
+/* ---- object kinds -------------------------------------------------------- */
 /* A method: reads args (borrowed), appends results to out. May defer with
  * ax_call_defer like an RPC handler. Runs on a worker thread with the
  * call's autograd context current. */
@@ -207,8 +203,7 @@ int ax_remote_object(ax_node *n, const char *to, const char *kind,
 int ax_rref_own_object(ax_node *n, const ax_robj_kind *kind, void *obj,
                        ax_rref **out);
 
-/* ---- autograd hooks (installed by runtime/autograd)
- * ---------------------------- */
+/* ---- autograd hooks (installed by runtime/autograd) ---------------------- */
 /* The layer above records distributed autograd edges for tensors that cross
  * nodes through RRef calls and fetches. send: `vals` leave for node `to`
  * under ctx; returns a malloc'ed descriptor (or NULL, len 0 when nothing
@@ -232,8 +227,7 @@ void ax_autograd_ctx_set_current(uint64_t ctx);
  * into another box; "clear" []; "fetch" [index, timeout_ms] -> the value
  * of the index-th RRef. Used to build fork trees in tests. */
 
-/* ---- debugging
- * ---------------------------------------------------------------- */
+/* ---- debugging ----------------------------------------------------------- */
 /* Live RRef records on this node: values/objects owned, and user forks
  * (including forks whose delete is still to be sent). Remotely:
  * "axon.rref.live" [] -> [owned, users, world size known there]. */

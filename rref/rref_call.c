@@ -24,8 +24,7 @@ uint64_t axi_ctx_of(const ax_call_opts *o) {
   return (o && o->autograd_ctx) ? o->autograd_ctx : t_ctx;
 }
 
-/* ---- value list helpers ----------------------------------------------------
- */
+/* ---- value list helpers -------------------------------------------------- */
 int axi_values_append(ax_values *dst, const ax_values *src, size_t first,
                       size_t end) {
   for (size_t i = first; i < end; i++) {
@@ -105,8 +104,7 @@ int axi_take_reply(axi_rctx *rc, ax_values *raw, uint64_t ctx, const char *from,
   return AX_OK;
 }
 
-/* ---- object kinds
- * ------------------------------------------------------------ */
+/* ---- object kinds -------------------------------------------------------- */
 static const ax_robj_kind *kind_lookup(axi_rctx *rc, const char *name) {
   const ax_robj_kind *k = NULL;
   for (struct axi_kindreg *r = rc->kinds; r && !k; r = r->next)

@@ -208,8 +208,7 @@ static int h_create(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   return AX_OK;
 }
 
-/* ---- fetch -----------------------------------------------------------------
- */
+/* ---- fetch --------------------------------------------------------------- */
 /* args: [id]. Replies [values..., bytes autograd descriptor]. */
 static int h_fetch(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
                    void *user) {
@@ -262,8 +261,7 @@ int axi_rref_register_proto(ax_node *n) {
   return axi_register(n, "axon.rref.fetch", h_fetch, NULL);
 }
 
-/* ---- waiters ---------------------------------------------------------------
- */
+/* ---- waiters ------------------------------------------------------------- */
 static void waiter_free(axi_waiter *w) {
   ax_future_release(w->reply);
   ax_values_free(w->args);

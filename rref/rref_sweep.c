@@ -109,8 +109,7 @@ ax_call_opts axi_opts_conf(const ax_call_opts *o, const ax_rref *r,
   return c;
 }
 
-/* ---- children and holderless forks ----------------------------------------
- */
+/* ---- children and holderless forks --------------------------------------- */
 static int64_t fork_timeout(axi_rctx *rc) {
   int64_t t = __atomic_load_n(&rc->fork_timeout_ms, __ATOMIC_RELAXED);
   return t > 0 ? t : AXI_FORK_TIMEOUT_MS;

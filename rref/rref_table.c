@@ -25,8 +25,7 @@ uint64_t axi_rref_new_id(axi_rctx *rc) {
   return (rank << 48) | (c & 0xffffffffffffull);
 }
 
-/* ---- owned entries ---------------------------------------------------------
- */
+/* ---- owned entries ------------------------------------------------------- */
 axi_owned *axi_owned_find(axi_rctx *rc, uint64_t id, int create) {
   for (axi_owned *e = rc->owned; e; e = e->next)
     if (e->id == id)
@@ -113,8 +112,7 @@ void axi_owned_settle(axi_rctx *rc, axi_owned *e, int err, const char *msg,
   axi_waiters_run(rc, w, err, msg);
 }
 
-/* ---- handles ---------------------------------------------------------------
- */
+/* ---- handles ------------------------------------------------------------- */
 ax_rref *axi_owner_handle(axi_rctx *rc, axi_owned *e) {
   ax_rref *r = calloc(1, sizeof *r);
   if (!r)
@@ -208,8 +206,7 @@ int ax_rref_confirmed(const ax_rref *r) {
   return c;
 }
 
-/* ---- tombstones ------------------------------------------------------------
- */
+/* ---- tombstones ---------------------------------------------------------- */
 void axi_tomb_add(axi_rctx *rc, uint64_t id, uint64_t fork) {
   int i = rc->ntomb++ % 256;
   rc->tomb[i][0] = id;
@@ -226,8 +223,7 @@ int axi_tomb_take(axi_rctx *rc, uint64_t id, uint64_t fork) {
   return 0;
 }
 
-/* ---- set-up, peer down, debugging -----------------------------------------
- */
+/* ---- set-up, peer down, debugging ---------------------------------------- */
 
 int ax_rref_init(ax_node *n) {
   static int ext_done;

@@ -7,8 +7,7 @@
 
 #include "axon/rref/rref-impl.h"
 
-/* ---- creation (user side) -------------------------------------------------
- */
+/* ---- creation (user side) ------------------------------------------------ */
 static void on_create_reply(ax_future *f, void *user) {
   ax_rref *u = user;
   axi_rctx *rc = u->rc;
@@ -174,8 +173,7 @@ int ax_rref_own_object(ax_node *n, const ax_robj_kind *kind, void *obj,
   return AX_OK;
 }
 
-/* ---- using an RRef ----------------------------------------------------------
- */
+/* ---- using an RRef ------------------------------------------------------- */
 static int stored_error(ax_rref *r) {
   if (r->is_owner || !r->created || !ax_future_is_done(r->created) ||
       r->err == AX_OK)

@@ -32,8 +32,7 @@ static ax_node *g_drv;
 #define SEED 11
 #define BATCH 16
 
-/* ---- the single-process reference ------------------------------------------
- */
+/* ---- the single-process reference ---------------------------------------- */
 
 typedef struct ref {
   ax_net *net;
@@ -109,8 +108,7 @@ static void ref_run(const ax_model_def *def, const ax_config *cfg, pt_data *d,
   ax_optim_free(r->opt);
 }
 
-/* ---- the test -------------------------------------------------------------
- */
+/* ---- the test ------------------------------------------------------------ */
 
 static double worst_suffix(ax_pipe *p, const ax_model_def *def,
                            const ax_config *cfg, const ref *r, int f) {

@@ -28,8 +28,7 @@ static void assert_msg_has(int rc, int want, const char *msg, ...) {
   va_end(ap);
 }
 
-/* ---- the example's layer and model -----------------------------------------
- */
+/* ---- the example's layer and model --------------------------------------- */
 static void prelu_gradcheck(void **state) {
   int64_t s4[4] = {2, 3, 4, 5}, s2[2] = {6, 3};
   ax_tensor *x = ax_test_randn(11, 1.0f, 4, s4);
@@ -93,8 +92,7 @@ static void fmcnn_gradcheck(void **state) {
   assert_int_equal(def->describe(&cfg, &info), AX_EINVAL);
 }
 
-/* ---- the loader
- * ---------------------------------------------------------------- */
+/* ---- the loader ---------------------------------------------------------- */
 static void loader_errors(void **state) {
   char path[4200];
   plugin_path("no_such_plugin.so", path, sizeof path);
@@ -128,8 +126,7 @@ static void loader_errors(void **state) {
   assert_int_equal(ax_plugin_attach(NULL), AX_EINVAL);
 }
 
-/* ---- the registry
- * ---------------------------------------------------------------- */
+/* ---- the registry -------------------------------------------------------- */
 static int mlp_describe(const ax_config *c, ax_model_info *i) {
   return ax_model_mlp.describe(c, i);
 }

@@ -387,8 +387,7 @@ static void test_forged_replies(void **state) {
   assert_alive("w1");
 }
 
-/* ---- deadlines ------------------------------------------------------------
- */
+/* ---- deadlines ----------------------------------------------------------- */
 static int g_nested_rc;
 static int64_t g_nested_ms;
 

@@ -84,8 +84,7 @@ static void expect_close(const char *what, const float *got, const float *want,
                (double)want[i]);
 }
 
-/* ---- one layer run on every member at once --------------------------------
- */
+/* ---- one layer run on every member at once ------------------------------- */
 
 typedef ax_module *(*make_fn)(ax_tp tp);
 

@@ -67,8 +67,7 @@ static int check_leaks(ax_node *n, const char *who) {
   return owned || users || calls || futs;
 }
 
-/* ---- the server ------------------------------------------------------------
- */
+/* ---- the server ---------------------------------------------------------- */
 typedef struct server {
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -148,8 +147,7 @@ static int run_server(int rank, void *user) {
   return rc == AX_OK ? 0 : 1;
 }
 
-/* ---- a trainer
- * --------------------------------------------------------------- */
+/* ---- a trainer ----------------------------------------------------------- */
 typedef struct trainer {
   const hopts *o;
   ax_node *n;

@@ -91,8 +91,7 @@ void axi_ag_ctx_free(axi_ag_ctx *c) {
   free(c);
 }
 
-/* ---- contexts
- * ---------------------------------------------------------------- */
+/* ---- contexts ------------------------------------------------------------ */
 int ax_dist_context_new(ax_node *n, uint64_t *out) {
   axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n || !out)
@@ -119,8 +118,7 @@ long ax_dist_live_contexts(ax_node *n) {
   return k;
 }
 
-/* ---- recording
- * --------------------------------------------------------------- */
+/* ---- recording ----------------------------------------------------------- */
 static int map_add(axi_ag_ctx *c, ax_tensor *t, const axi_ag_src *s) {
   axi_ag_map *m = calloc(1, sizeof *m);
   if (!m)
@@ -200,8 +198,7 @@ static int record(axi_ag_state *d, uint64_t ctx, const ax_dist_fn_ops *ops,
   return err;
 }
 
-/* ---- hooks
- * ---------------------------------------------------------------------- */
+/* ---- hooks --------------------------------------------------------------- */
 typedef struct axi_ag_desc {
   uint32_t index, k;
   uint64_t fn;
@@ -335,8 +332,7 @@ static const ax_rref_grad_hooks g_hooks = {
     /* .recv = */ hook_recv,
 };
 
-/* ---- gradient buffers ------------------------------------------------------
- */
+/* ---- gradient buffers ---------------------------------------------------- */
 /* The buffer of stage `key` in context c (NULL-safe; d->mu held). */
 static axi_ag_grad *grad_find(axi_ag_ctx *c, uint64_t key) {
   axi_ag_grad *g = c ? c->grads : NULL;
@@ -413,8 +409,7 @@ int ax_dist_get_gradients(ax_node *n, uint64_t ctx, uint64_t key,
   return err;
 }
 
-/* ---- set-up
- * ----------------------------------------------------------------------- */
+/* ---- set-up -------------------------------------------------------------- */
 static void on_peer_down(ax_node *n, const char *peer, void *user) {
   ax_rref_peer_down(n, peer);
   axi_ag_state *d = axi_ag_get();
@@ -491,8 +486,7 @@ void ax_dist_fini(ax_node *n) {
   free(d);
 }
 
-/* ---- taking and recycling gradient buffers ---------------------------------
- */
+/* ---- taking and recycling gradient buffers ------------------------------- */
 int ax_dist_take_gradients(ax_node *n, uint64_t ctx, uint64_t key,
                            ax_tensor **out) {
   axi_ag_state *d = axi_ag_get();
@@ -532,8 +526,7 @@ void ax_dist_grads_recycle(ax_node *n, ax_tensor *g) {
   ax_tensor_release(g);
 }
 
-/* ---- edges on a program's own messages
- * ---------------------------------------- */
+/* ---- edges on a program's own messages ----------------------------------- */
 /* The tensors of t as a value list (NULL entries as i64 placeholders), so
  * the RRef hooks' rules apply unchanged. */
 static ax_values *tlist_values(const ax_tlist *t) {

@@ -72,8 +72,7 @@ int ax_dist_init(ax_node *n);
  * (ax_coll_fini). */
 void ax_dist_fini(ax_node *n);
 
-/* ---- contexts
- * ---------------------------------------------------------------- */
+/* ---- contexts ------------------------------------------------------------ */
 /* Creates a context and makes it current on the calling thread. */
 int ax_dist_context_new(ax_node *n, uint64_t *ctx);
 /* Releases ctx here and on every node that saw it, waiting up to
@@ -123,16 +122,15 @@ int ax_dist_take_gradients(ax_node *n, uint64_t ctx, uint64_t key,
  * ignored. */
 void ax_dist_grads_recycle(ax_node *n, ax_tensor *g);
 
-/* ---- edges on a program's own messages
- * --------------------------------------- RRef calls record send/recv edges by
- * themselves. A program that moves tensors over its own functions (the
- * pipeline's stage-to-stage pushes) records them with these: the sender calls
- * ax_dist_send_edges for the tensors it sends to node `to` under ctx and ships
- * the descriptor (*desc, *len bytes, malloc'd, NULL when no tensor is a
- * recorded output; the caller frees it) with them; the receiver calls
- * ax_dist_recv_edges on the tensors as it will use them (after moving them to
- * their device), with the same tensor positions. Both AX_ESTALE if ctx was
- * released here. */
+/* ---- edges on a program's own messages --------------------------------------
+ * RRef calls record send/recv edges by themselves. A program that moves tensors
+ * over its own functions (the pipeline's stage-to-stage pushes) records them
+ * with these: the sender calls ax_dist_send_edges for the tensors it sends to
+ * node `to` under ctx and ships the descriptor (*desc, *len bytes, malloc'd,
+ * NULL when no tensor is a recorded output; the caller frees it) with them; the
+ * receiver calls ax_dist_recv_edges on the tensors as it will use them (after
+ * moving them to their device), with the same tensor positions. Both AX_ESTALE
+ * if ctx was released here. */
 int ax_dist_send_edges(ax_node *n, uint64_t ctx, const char *to,
                        const ax_tlist *t, void **desc, size_t *len);
 int ax_dist_recv_edges(ax_node *n, uint64_t ctx, const char *from,
@@ -170,8 +168,7 @@ int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fn,
 int ax_dist_pass_grads(ax_node *n, uint64_t ctx, uint64_t fn,
                        const ax_tlist *din, ax_future **done);
 
-/* ---- backward
- * ------------------------------------------------------------------ */
+/* ---- backward ------------------------------------------------------------ */
 /* Runs the backward from root tensors on this node (recorded outputs, or
  * tensors fetched under ctx), seeded with ones. Waits up to timeout_ms. */
 int ax_dist_backward(ax_node *n, uint64_t ctx, const ax_tlist *roots,
@@ -180,8 +177,7 @@ int ax_dist_backward(ax_node *n, uint64_t ctx, const ax_tlist *roots,
 int ax_dist_backward_rrefs(ax_node *n, uint64_t ctx, ax_rref *const *roots,
                            int nroots, int64_t timeout_ms);
 
-/* ---- debugging -------------------------------------------------------------
- */
+/* ---- debugging ----------------------------------------------------------- */
 /* Delays every "axon.autograd.grad" handler on this node by ms (tests that kill
  * a peer during a backward). Also remote: "axon.autograd.debug" [ms]. */
 void ax_dist_debug_grad_delay(ax_node *n, int64_t ms);

@@ -117,8 +117,7 @@ void ax_coll_fini(ax_node *n) {
   free(b);
 }
 
-/* ---- failure state ----------------------------------------------------------
- */
+/* ---- failure state ------------------------------------------------------- */
 
 static void set_failed(ax_coll_group *g, int rc, const char *peer) {
   pthread_mutex_lock(&g->mu);

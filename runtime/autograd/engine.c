@@ -12,8 +12,7 @@
 
 #define AXD_CALL_MS 60000
 
-/* ---- aggregate futures: complete once every part did ----------------------
- */
+/* ---- aggregate futures: complete once every part did --------------------- */
 typedef struct agg {
   pthread_mutex_t mu;
   ax_future *f;
@@ -72,8 +71,7 @@ static ax_future *agg_finish(agg *a, int err, const char *msg) {
   return f;
 }
 
-/* ---- delivery
- * ------------------------------------------------------------------ */
+/* ---- delivery ------------------------------------------------------------ */
 static int deliver(axi_ag_state *d, uint64_t ctx, axi_ag_fn *fn, int k,
                    ax_tensor *g, agg *a);
 
@@ -228,8 +226,7 @@ static int seed_roots(axi_ag_state *d, uint64_t ctx, const ax_tlist *roots,
   return AX_OK;
 }
 
-/* ---- handlers
- * -------------------------------------------------------------------- */
+/* ---- handlers ------------------------------------------------------------ */
 static int h_grad(ax_call_ctx *cc, const ax_values *args, ax_values *out,
                   void *user) {
   axi_ag_state *d = axi_ag_get();
@@ -412,8 +409,7 @@ void ax_dist_debug_grad_delay(ax_node *n, int64_t ms) {
     __atomic_store_n(&d->grad_delay_ms, ms, __ATOMIC_RELAXED);
 }
 
-/* ---- root side
- * ----------------------------------------------------------------- */
+/* ---- root side ----------------------------------------------------------- */
 static int wait_agg(ax_future *f, int64_t timeout_ms) {
   int err = ax_future_wait(f, timeout_ms > 0 ? timeout_ms : AXD_CALL_MS);
   if (err != AX_OK && ax_future_is_done(f))
@@ -483,8 +479,7 @@ int ax_dist_context_release(ax_node *n, uint64_t ctx, int64_t timeout_ms) {
                   timeout_ms > 0 ? timeout_ms : 10000);
 }
 
-/* ---- held functions
- * ---------------------------------------------------------- */
+/* ---- held functions ------------------------------------------------------ */
 int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
                        int64_t timeout_ms, ax_tlist *dout) {
   axi_ag_state *d = axi_ag_get();

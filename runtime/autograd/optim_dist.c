@@ -240,8 +240,7 @@ void ax_dist_optim_free(ax_dist_optim *o) {
   free(o);
 }
 
-/* ---- remote-module wrappers ------------------------------------------------
- */
+/* ---- remote-module wrappers ---------------------------------------------- */
 int ax_remote_module(ax_node *n, const char *to, const char *kind,
                      const char *config, ax_device dev, ax_rref **out) {
   return ax_remote_object(n, to, kind, config, dev, NULL, out);

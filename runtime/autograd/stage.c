@@ -93,8 +93,7 @@ int axi_ag_stage_create(ax_node *n, const char *model, const char *config,
 
 static void stage_destroy(void *obj) { axi_ag_stage_release(obj); }
 
-/* ---- forward / backward
- * ------------------------------------------------------- */
+/* ---- forward / backward -------------------------------------------------- */
 typedef struct fwd_state {
   axi_ag_stage *s;
   ax_slot *slot;
@@ -245,8 +244,7 @@ static int m_forward(ax_call_ctx *cc, void *obj, const ax_values *args,
   return err;
 }
 
-/* ---- state
- * ------------------------------------------------------------------------ */
+/* ---- state --------------------------------------------------------------- */
 static ax_tensor *copy_of(const ax_tensor *t) {
   ax_tensor *c = ax_tensor_new(t->dtype, t->ndim, t->shape, AX_CPU);
   if (c && ax_tensor_copy(c, t) != AX_OK) {
@@ -330,8 +328,7 @@ static const ax_robj_method_def g_stage_methods[] = {
     {"parameters", m_parameters}, {NULL, NULL},
 };
 
-/* ---- kinds
- * ------------------------------------------------------------------------ */
+/* ---- kinds --------------------------------------------------------------- */
 /* One "NAME.stage" kind per model, made on first use by the RRef layer's
  * resolver, so models registered before or after ax_dist_init are served
  * alike. Kinds are process-wide and never freed (they must outlive every

@@ -82,8 +82,7 @@ int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   return AX_OK;
 }
 
-/* ---- one train call ---------------------------------------------------------
- */
+/* ---- one train call ------------------------------------------------------ */
 typedef struct shared_batch { /* mini-batch t while replicas take it */
   int loaded, taken, err;
   ax_tlist in, lab;

@@ -16,8 +16,7 @@ static ax_pipe_op op(int kind, int s, long t, int m) {
 
 static int min_i(int a, int b) { return a < b ? a : b; }
 
-/* ---- action generators ------------------------------------------------------
- */
+/* ---- action generators --------------------------------------------------- */
 /* F(t) B(t) STEP(t). */
 static void act_sequential(int K, int v, int s, int U, long n, ax_pipe_op *o,
                            long *k) {
@@ -225,8 +224,7 @@ static void act_zbv(int K, int v, int r, int U, long n, ax_pipe_op *o,
   free(next), free(done), free(inflight), free(busy), free(mine);
 }
 
-/* ---- bounds
- * -------------------------------------------------------------------- */
+/* ---- bounds -------------------------------------------------------------- */
 static int live_one(int K, int s, int U) { return 1; }
 static int live_all(int K, int s, int U) { return U; }
 static int live_1f1b(int K, int s, int U) { return min_i(K - s, U); }
@@ -262,8 +260,7 @@ static double t_inter(int K, int v, int U, double f, double b, int rc) {
   return ((double)v * U + K - 1) * (f + b);
 }
 
-/* ---- the table
- * ------------------------------------------------------------------ */
+/* ---- the table ----------------------------------------------------------- */
 /* name, summary, unit, flush, forward weights, backward weights, keep,
  * recompute_ok, forward_lock, live bound, actions, closed-form time (NULL:
  * the simulation is the model), chunked (several stages per agent,

@@ -190,8 +190,7 @@ int ax_pipe_schedule(int mode, int K, int s, int M, long n, ax_pipe_op *ops,
  * corrections (staleness.h) read it. */
 int ax_pipe_delay(int mode, int K, int s, int M);
 
-/* ---- plans: every rank's list plus the dependencies ------------------------
- */
+/* ---- plans: every rank's list plus the dependencies ---------------------- */
 typedef struct ax_pipe_plan ax_pipe_plan;
 /* The lists of K ranks (agents) holding v stages each (ax_pipe_chunks) for
  * n mini-batches; the stages are K v, stage i on rank i mod K. AX_EINVAL /

@@ -293,8 +293,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   return err;
 }
 
-/* ---- statistics reported with every operation ------------------------------
- */
+/* ---- statistics reported with every operation ---------------------------- */
 int axi_pipe_host_report(phost *h, int64_t t0, ax_values *out) {
   long live = 0, vers = 1;
   size_t bytes = 0;
@@ -331,8 +330,7 @@ int axi_pipe_host_report(phost *h, int64_t t0, ax_values *out) {
   return ax_values_add_i64(out, (int64_t)bytes);
 }
 
-/* ---- forward
- * ------------------------------------------------------------------ */
+/* ---- forward ------------------------------------------------------------- */
 static int run_loss(phost *h, const ax_values *args, size_t at,
                     const ax_tlist *y, pstate *st, ax_loss_result *r) {
   int64_t nlab;
@@ -503,8 +501,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   return err;
 }
 
-/* ---- state and teardown
- * -------------------------------------------------------- */
+/* ---- state and teardown -------------------------------------------------- */
 static int m_state_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                         ax_values *out) {
   phost *h = obj;

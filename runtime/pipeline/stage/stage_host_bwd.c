@@ -10,8 +10,7 @@
 #include "axon/runtime/pipeline/stage/stage_host-impl.h"
 #include "axon/runtime/pipeline/trace/stage_events.h"
 
-/* ---- backward and update
- * ------------------------------------------------------- */
+/* ---- backward and update ------------------------------------------------- */
 
 /* Before the live weights change, states whose forward used them move to
  * one separate copy (the stashed version). s->mu held. */
@@ -55,8 +54,7 @@ static int shadow_live(phost *h, long t) {
   return AX_OK;
 }
 
-/* ---- taken gradients and their sum in micro-batch order -------------------
- */
+/* ---- taken gradients and their sum in micro-batch order ------------------ */
 void axi_pipe_grads_clear(phost *h) {
   for (pgrad *g = h->grads, *nx; g; g = nx) {
     nx = g->next;

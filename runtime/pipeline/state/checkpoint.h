@@ -144,8 +144,7 @@ int ax_pipe_restore_memory(ax_pipe *p, const ax_mem_ckpt *m,
  * is up (best effort; the end of a run). */
 void ax_pipe_memory_forget(ax_pipe *p, const ax_mem_ckpt *m);
 
-/* ---- using a checkpoint without the pipeline ------------------------------
- */
+/* ---- using a checkpoint without the pipeline ----------------------------- */
 /* The whole model of checkpoint dir (every stage file read here, so they
  * must be on this host's disk) or of an exported file, as one net on dev:
  * the stages' parameters and buffers concatenated in block order are the

@@ -92,8 +92,7 @@ int axi_ckr_f32(const axi_ckr *r, const char *name, const uint8_t **data,
  * be empty). AX_EFORMAT naming the file when the sizes differ. */
 int axi_ckr_tensor(const axi_ckr *r, const char *name, ax_tensor *t);
 
-/* ---- directories and the manifest -----------------------------------------
- */
+/* ---- directories and the manifest ---------------------------------------- */
 #define AXI_CK_MANIFEST "MANIFEST"
 #define AXI_CK_COORD_FILE "coordinator.axck"
 #define AXI_CK_MAX_FILES 40

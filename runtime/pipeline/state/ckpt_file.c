@@ -13,8 +13,7 @@
 #define MAGIC "AXCKPT01"
 #define HDR (8 + 4 + 4)
 
-/* ---- writing ---------------------------------------------------------------
- */
+/* ---- writing ------------------------------------------------------------- */
 static void put(axi_ckw *w, const void *p, size_t n) {
   if (w->err)
     return;
@@ -207,8 +206,7 @@ int axi_ck_unpack(const ax_tensor *t, size_t len, uint8_t **out) {
   return AX_OK;
 }
 
-/* ---- reading ---------------------------------------------------------------
- */
+/* ---- reading ------------------------------------------------------------- */
 static uint64_t get_u(const uint8_t *p, int bytes) {
   uint64_t v = 0;
   for (int i = 0; i < bytes; i++)

@@ -143,8 +143,7 @@ static int block_sizes(const ax_model_def *def, const ax_config *cfg, int n,
   return AX_OK;
 }
 
-/* ---- the new stages' files -------------------------------------------------
- */
+/* ---- the new stages' files ----------------------------------------------- */
 
 static int load_args_of(void *user, int s, ax_values **out) {
   stage_files *a = user;
@@ -187,8 +186,7 @@ static int stage_file(const gathered *g, int mode, int s, int b0, int b1,
   return a->file[s] ? AX_OK : AX_ENOMEM;
 }
 
-/* ---- the frozen prefix -----------------------------------------------------
- */
+/* ---- the frozen prefix --------------------------------------------------- */
 
 /* Blocks [0, f) on the coordinator's CPU: the old prefix's values, then
  * blocks [f_old, f) of the joined state. */
@@ -223,8 +221,7 @@ static int prefix_net(const ax_model_def *def, const ax_config *cfg,
   return AX_OK;
 }
 
-/* ---- re-packing -------------------------------------------------------------
- */
+/* ---- re-packing ---------------------------------------------------------- */
 
 /* Every agent of p, each part's ranks in order, and then those an earlier
  * re-packing left idle. */

@@ -131,8 +131,7 @@ static void insert(axi_pipe_frozen *f, const uint8_t *key,
   f->bytes += (int64_t)f->ex_bytes;
 }
 
-/* ---- examples -------------------------------------------------------------
- */
+/* ---- examples ------------------------------------------------------------ */
 
 /* Bytes of one example of t (B examples). */
 static int example_bytes(const ax_tensor *t, int64_t B, size_t *out) {
