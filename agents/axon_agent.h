@@ -1,6 +1,6 @@
 /* Shared declarations of the axon-agent program (agents/axon_agent*.c).
  * The checksum is also used by the tests to check tensors sent through the
- * agent's "checksum" built-in. */
+ * agent's "axon.test.checksum" built-in. */
 #ifndef AX_AGENT_H
 #define AX_AGENT_H
 
@@ -13,8 +13,10 @@
 struct event_base;
 struct evhttp;
 
-/* Registers the built-in test functions: echo, add, sleep_ms, chain,
- * checksum, make_tensor, device_of and fail (see axon_agent_builtins.c). */
+/* Registers the agent's built-in functions: axon.agent.sink and
+ * axon.agent.probe (for `axon-run probe`) and the test functions
+ * axon.test.echo, add, sleep_ms, chain, checksum, make_tensor, device_of
+ * and fail (see axon_agent_builtins.c). */
 int ax_agent_register_builtins(ax_node *n);
 
 /* The endpoint's request handling without a socket: an evhttp server on

@@ -1,29 +1,35 @@
-/* Built-in functions of axon-agent, used by the multi-process tests and the
- * benchmark:
- *   echo(...)                 -> the same values, every type
- *   add(i64 a, i64 b)         -> a + b (AX_EBADARG on other types)
- *   sleep_ms(i64 ms)          -> ms, after sleeping (at most 60 s)
- *   chain(i64 depth, str nodes) -> depth: forwards chain(depth - 1) to the
- *                                next name in the comma-separated list
- *                                (round robin after the caller's own name),
- *                                deferring instead of blocking a worker
- *   checksum(tensor)          -> (i64 checksum of its bytes, i64 nbytes)
- *   make_tensor(i64 n, i64 seed) -> f32 tensor (n,) with values seed + i
- *   device_of(tensor...)      -> str per tensor: the device it landed on
- *                                here ("cpu", "cuda:0"; --device-map tests)
- *   fail(i64 code, str msg)   -> the error code with that message
- *   sink(tensor...)           -> i64 bytes received (nothing else done)
- *   probe(str peer, i64 iters, i64 bytes) -> (f64 median round trip of a
- *                                small call to peer in microseconds, f64
- *                                Gbit/s: `bytes` over the best of 3 sends
- *                                of a tensor that size to peer's sink, less
- *                                the small call's round trip): `axon-run
- *                                probe` */
+/* Built-in functions of axon-agent, in the reserved namespace (rpc/
+ * builtin-impl.h). The agent's own, for `axon-run probe`:
+ *   axon.agent.sink(...)      -> i64 tensor bytes received (other values
+ *                                are ignored; nothing else done)
+ *   axon.agent.probe(str peer, i64 iters, i64 bytes) -> (f64 median round
+ *                                trip of a small call to peer's sink in
+ *                                microseconds, f64 Gbit/s: `bytes` over
+ *                                the best of 3 sends of a tensor that size
+ *                                to peer's sink, less the small call's
+ *                                round trip)
+ * The test functions, used by the multi-process tests and the benchmark:
+ *   axon.test.echo(...)       -> the same values, every type
+ *   axon.test.add(i64 a, i64 b) -> a + b (AX_EBADARG on other types)
+ *   axon.test.sleep_ms(i64 ms) -> ms, after sleeping (at most 60 s)
+ *   axon.test.chain(i64 depth, str nodes) -> depth: forwards chain(depth -
+ *                                1) to the next name in the comma-separated
+ *                                list (round robin after the caller's own
+ *                                name), deferring instead of blocking a
+ *                                worker
+ *   axon.test.checksum(tensor) -> (i64 checksum of its bytes, i64 nbytes)
+ *   axon.test.make_tensor(i64 n, i64 seed) -> f32 tensor (n,) with values
+ *                                seed + i
+ *   axon.test.device_of(tensor...) -> str per tensor: the device it landed
+ *                                on here ("cpu", "cuda:0"; --device-map
+ *                                tests)
+ *   axon.test.fail(i64 code, str msg) -> the error code with that message */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "axon/rpc/builtin-impl.h"
 #include "axon/rpc/value.h"
 
 #include "agents/axon_agent.h"
@@ -135,7 +141,7 @@ static int chain(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   ax_values_add_str(a, nodes);
   ax_call_opts o = {.timeout_ms = ax_call_remaining_ms(ctx)};
   ax_future *nested;
-  int rc = ax_rpc_async(n, next, "chain", a, &o, &nested);
+  int rc = ax_rpc_async(n, next, "axon.test.chain", a, &o, &nested);
   ax_values_free(a);
   if (rc != AX_OK)
     return rc;
@@ -248,10 +254,11 @@ static int probe(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
     rc = ax_values_add_i64(a, 1);
   if (rc == AX_OK)
     rc = ax_values_add_i64(a, 2);
-  /* one call first: connections are set up outside the measurement */
+  /* one call first: connections are set up outside the measurement; the
+   * small call is the sink's with two integers (no tensor) */
   for (int64_t i = -1; rc == AX_OK && i < iters; i++) {
     double t0 = mono_s();
-    rc = ax_rpc_sync(n, peer, "add", a, &o, NULL);
+    rc = ax_rpc_sync(n, peer, "axon.agent.sink", a, &o, NULL);
     if (i >= 0)
       rt[i] = (mono_s() - t0) * 1e6;
   }
@@ -273,7 +280,7 @@ static int probe(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
     rc = b ? ax_values_add_tensor(b, t) : AX_ENOMEM;
     double t0 = mono_s();
     if (rc == AX_OK)
-      rc = ax_rpc_sync(n, peer, "sink", b, &o, NULL);
+      rc = ax_rpc_sync(n, peer, "axon.agent.sink", b, &o, NULL);
     /* the bytes' time: the call's less a small call's (latency) */
     double s = mono_s() - t0, net = s - rtt * 1e-6;
     double gbit = (double)ax_tensor_nbytes(t) * 8 / (net > 0 ? net : s) / 1e9;
@@ -289,14 +296,14 @@ static int probe(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
 }
 
 int ax_agent_register_builtins(ax_node *n) {
-  AX_TRY(ax_rpc_register(n, "sink", sink, NULL));
-  AX_TRY(ax_rpc_register(n, "probe", probe, NULL));
-  AX_TRY(ax_rpc_register(n, "echo", echo, NULL));
-  AX_TRY(ax_rpc_register(n, "add", add, NULL));
-  AX_TRY(ax_rpc_register(n, "sleep_ms", sleep_ms, NULL));
-  AX_TRY(ax_rpc_register(n, "chain", chain, NULL));
-  AX_TRY(ax_rpc_register(n, "checksum", checksum, NULL));
-  AX_TRY(ax_rpc_register(n, "make_tensor", make_tensor, NULL));
-  AX_TRY(ax_rpc_register(n, "device_of", device_of, NULL));
-  return ax_rpc_register(n, "fail", fail, NULL);
+  AX_TRY(axi_register(n, "axon.agent.sink", sink, NULL));
+  AX_TRY(axi_register(n, "axon.agent.probe", probe, NULL));
+  AX_TRY(axi_register(n, "axon.test.echo", echo, NULL));
+  AX_TRY(axi_register(n, "axon.test.add", add, NULL));
+  AX_TRY(axi_register(n, "axon.test.sleep_ms", sleep_ms, NULL));
+  AX_TRY(axi_register(n, "axon.test.chain", chain, NULL));
+  AX_TRY(axi_register(n, "axon.test.checksum", checksum, NULL));
+  AX_TRY(axi_register(n, "axon.test.make_tensor", make_tensor, NULL));
+  AX_TRY(axi_register(n, "axon.test.device_of", device_of, NULL));
+  return axi_register(n, "axon.test.fail", fail, NULL);
 }

@@ -144,7 +144,7 @@ int ax_bench_join_main(int argc, char **argv) {
   for (int i = 0; f && i < nag; i++) {
     char name[32];
     snprintf(name, sizeof name, "a%d", i);
-    bad += ax_rpc_async(m, name, "echo", NULL, NULL, &f[i]) != AX_OK;
+    bad += ax_rpc_async(m, name, "axon.test.echo", NULL, NULL, &f[i]) != AX_OK;
   }
   for (int i = 0; f && i < nag; i++)
     if (f[i]) {

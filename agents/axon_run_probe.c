@@ -1,9 +1,9 @@
 /* axon-run probe: the links between the agents of a world, as a pipeline's
  * stages use them. Every agent measures its link to every other one (the
- * agents' built-in `probe`: the median round trip of a small call, and the
- * best Gbit/s of three tensors of --bytes sent one way), one pair at a
- * time so that measurements do not share the network. Prints the matrix
- * and, with --out, writes one line per ordered pair:
+ * agents' built-in `axon.agent.probe`: the median round trip of a small
+ * call, and the best Gbit/s of three tensors of --bytes sent one way), one
+ * pair at a time so that measurements do not share the network. Prints the
+ * matrix and, with --out, writes one line per ordered pair:
  *
  *   # axon-run probe: FROM TO RTT_US GBIT_S
  *   stage0 stage1 52.3 18.41
@@ -45,7 +45,8 @@ int axi_run_probe(const axi_run_pipe_args *a, ax_node *node) {
         rc = ax_values_add_i64(args, bytes);
       ax_call_opts o = {.timeout_ms = 300000};
       if (rc == AX_OK)
-        rc = ax_rpc_sync(node, a->agents[i], "probe", args, &o, &res);
+        rc =
+            ax_rpc_sync(node, a->agents[i], "axon.agent.probe", args, &o, &res);
       double rtt = 0, gbit = 0;
       if (rc == AX_OK && (ax_values_get_f64(res, 0, &rtt) != AX_OK ||
                           ax_values_get_f64(res, 1, &gbit) != AX_OK))

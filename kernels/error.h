@@ -55,7 +55,9 @@ const char *ax_strerror(int err);
 const char *ax_errname(int err);
 
 /* Records a detail message for the calling thread (printf format) and returns
- * err, so library code can write `return ax_seterr(AX_ESHAPE, "...", ...)`. */
+ * err, so library code can write `return ax_seterr(AX_ESHAPE, "...", ...)`.
+ * A message longer than 511 bytes keeps its start and its end, joined by
+ * " ... " (a remote error nested many calls deep keeps its cause). */
 int ax_seterr(int err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -154,11 +154,23 @@ static int embed_tables_grad(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-/* The backward walk: the children whole or their input halves (`part`);
- * the whole backward then makes the tables' gradients at once, the input
- * half keeps de for the weight half. */
+/* The weight half: the tables' gradients from the de the input half kept,
+ * then the children's weight halves. */
+static int embed_weight(ax_module *m, const ax_exec *ex, ax_slot *slot) {
+  ax_tensor *de = ax_slot_get(slot, SAVE_DE);
+  if (!de || !ax_slot_get(slot, SAVE_IDS) || !ax_slot_get(slot, SAVE_SEG))
+    return ax_seterr(AX_ESTATE, "bert embed: weight half without input half");
+  AX_TRY(embed_tables_grad(m, ex, slot, de));
+  return ax_walk_children(AX_BWD_WEIGHT, m, ex, slot, NULL, NULL);
+}
+
+/* The backward (module.h's walk): the children whole or their input halves
+ * (`part`); the whole backward then makes the tables' gradients at once,
+ * the input half keeps de for the weight half. */
 static int embed_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
                       ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
+  if (part == AX_BWD_WEIGHT)
+    return embed_weight(m, ex, slot);
   if (!ax_slot_get(slot, SAVE_IDS) || !ax_slot_get(slot, SAVE_SEG) ||
       ax_slot_get(slot, SAVE_DE))
     return ax_slot_get(slot, SAVE_DE)
@@ -182,25 +194,6 @@ static int embed_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
   return rc;
 }
 
-static int embed_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                          const ax_tlist *dout, ax_tlist *din) {
-  return embed_walk(AX_BWD_FULL, m, ex, slot, dout, din);
-}
-
-static int embed_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                                const ax_tlist *dout, ax_tlist *din) {
-  return embed_walk(AX_BWD_INPUT, m, ex, slot, dout, din);
-}
-
-static int embed_backward_weight(ax_module *m, const ax_exec *ex,
-                                 ax_slot *slot) {
-  ax_tensor *de = ax_slot_get(slot, SAVE_DE);
-  if (!de || !ax_slot_get(slot, SAVE_IDS) || !ax_slot_get(slot, SAVE_SEG))
-    return ax_seterr(AX_ESTATE, "bert embed: weight half without input half");
-  AX_TRY(embed_tables_grad(m, ex, slot, de));
-  return ax_backward_weight_children(m, ex, slot);
-}
-
 static void embed_init(ax_module *m, float *params, float *buffers,
                        ax_rng *rng) {
   axi_tf_normal(params, m->n_params, AX_BERT_INIT_STD, rng);
@@ -209,11 +202,12 @@ static void embed_init(ax_module *m, float *params, float *buffers,
 static const ax_module_ops embed_ops = {
     /* .kind = */ "bert_embed",
     /* .forward = */ embed_forward,
-    /* .backward = */ embed_backward,
+    /* .backward = */ NULL,
     /* .init = */ embed_init,
     /* .destroy = */ NULL,
-    /* .backward_input = */ embed_backward_input,
-    /* .backward_weight = */ embed_backward_weight,
+    /* .backward_input = */ NULL,
+    /* .backward_weight = */ NULL,
+    /* .walk = */ embed_walk,
 };
 
 static ax_module *embed_new(const bert_cfg *c) {

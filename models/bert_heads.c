@@ -127,9 +127,14 @@ static int heads_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-/* The backward walk, each child whole or only its input half (`part`). */
+/* The backward (module.h's walk), each child whole or only its input half
+ * (`part`). The input half keeps nothing of its own: the dense layers keep
+ * their inputs and output gradients, the layer norm its (2, H) sums, so
+ * the weight half is the children's. */
 static int heads_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
                       ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
+  if (part == AX_BWD_WEIGHT)
+    return ax_walk_children(part, m, ex, slot, dout, din);
   heads_priv *p = m->priv;
   ax_tensor *idx = ax_slot_get(slot, 0), *x = ax_slot_get(slot, 1);
   if (!idx || !x)
@@ -164,26 +169,15 @@ static int heads_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
   return AX_OK;
 }
 
-static int heads_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                          const ax_tlist *dout, ax_tlist *din) {
-  return heads_walk(AX_BWD_FULL, m, ex, slot, dout, din);
-}
-
-/* The input half keeps nothing of its own: the dense layers keep their
- * inputs and output gradients, the layer norm its (2, H) sums. */
-static int heads_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                                const ax_tlist *dout, ax_tlist *din) {
-  return heads_walk(AX_BWD_INPUT, m, ex, slot, dout, din);
-}
-
 static const ax_module_ops heads_ops = {
     /* .kind = */ "bert_heads",
     /* .forward = */ heads_forward,
-    /* .backward = */ heads_backward,
+    /* .backward = */ NULL,
     /* .init = */ NULL,
     /* .destroy = */ NULL,
-    /* .backward_input = */ heads_backward_input,
-    /* .backward_weight = */ ax_backward_weight_children,
+    /* .backward_input = */ NULL,
+    /* .backward_weight = */ NULL,
+    /* .walk = */ heads_walk,
 };
 
 ax_module *axi_bert_heads_new(int hidden, int vocab) {

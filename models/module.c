@@ -207,15 +207,22 @@ static int no_split(const ax_module *m) {
                    m->ops->kind);
 }
 
+/* Whether m's own ops have the split backward (its children aside). */
+static int has_split(const ax_module *m) {
+  return m->ops->walk || m->ops->backward_input;
+}
+
 int ax_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                 const ax_tlist *dout, ax_tlist *din) {
   din->n = 0;
   AX_TRY(bwd_check("backward", m, ex, slot, dout, 1));
   const ax_module_ops *o = m->ops;
-  if (!o->backward && !o->backward_input)
+  if (!o->walk && !o->backward && !o->backward_input)
     return ax_seterr(AX_EUNSUPPORTED, "backward: %s has none", o->kind);
   int rc;
-  if (o->backward) {
+  if (o->walk) {
+    rc = o->walk(AX_BWD_FULL, m, ex, slot, dout, din);
+  } else if (o->backward) {
     rc = o->backward(m, ex, slot, dout, din);
   } else { /* the two halves back to back */
     rc = o->backward_input(m, ex, slot, dout, din);
@@ -231,9 +238,11 @@ int ax_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
                       const ax_tlist *dout, ax_tlist *din) {
   din->n = 0;
   AX_TRY(bwd_check("backward_input", m, ex, slot, dout, 1));
-  if (!m->ops->backward_input)
+  if (!has_split(m))
     return no_split(m);
-  int rc = m->ops->backward_input(m, ex, slot, dout, din);
+  const ax_module_ops *o = m->ops;
+  int rc = o->walk ? o->walk(AX_BWD_INPUT, m, ex, slot, dout, din)
+                   : o->backward_input(m, ex, slot, dout, din);
   if (rc != AX_OK)
     ax_tlist_clear(din);
   return rc;
@@ -241,13 +250,16 @@ int ax_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
 
 int ax_backward_weight(ax_module *m, const ax_exec *ex, ax_slot *slot) {
   AX_TRY(bwd_check("backward_weight", m, ex, slot, NULL, 0));
-  if (!m->ops->backward_input)
+  if (!has_split(m))
     return no_split(m);
-  return m->ops->backward_weight ? m->ops->backward_weight(m, ex, slot) : AX_OK;
+  const ax_module_ops *o = m->ops;
+  if (o->walk)
+    return o->walk(AX_BWD_WEIGHT, m, ex, slot, NULL, NULL);
+  return o->backward_weight ? o->backward_weight(m, ex, slot) : AX_OK;
 }
 
 int ax_module_can_split(const ax_module *m) {
-  if (!m || !m->ops->backward_input)
+  if (!m || !has_split(m))
     return 0;
   for (int i = 0; i < m->n_children; i++)
     if (!ax_module_can_split(m->children[i]))
@@ -257,8 +269,17 @@ int ax_module_can_split(const ax_module *m) {
 
 int ax_backward_part(ax_bwd_part part, ax_module *m, const ax_exec *ex,
                      ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
-  return part == AX_BWD_INPUT ? ax_backward_input(m, ex, slot, dout, din)
-                              : ax_backward(m, ex, slot, dout, din);
+  switch (part) {
+  case AX_BWD_FULL:
+    return ax_backward(m, ex, slot, dout, din);
+  case AX_BWD_INPUT:
+    return ax_backward_input(m, ex, slot, dout, din);
+  case AX_BWD_WEIGHT:
+    if (din)
+      din->n = 0;
+    return ax_backward_weight(m, ex, slot);
+  }
+  return ax_seterr(AX_EINVAL, "backward: no part %d", (int)part);
 }
 
 /* Trainable floats of a subtree (the module's own plus its children's). */
@@ -278,27 +299,49 @@ static void report_ready(const ax_module *m, int i, const ax_exec *ex) {
     ex->grad_ready(ex->grad_ready_user, m->children[i]->param_off, n);
 }
 
-/* Every child's weight half, last child first; with `report`, each child's
- * range goes to ex->grad_ready once its weight half is done. */
-static int children_weight(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                           int report) {
-  ax_exec cex = *ex;
-  cex.grad_ready = NULL; /* only the caller reports */
-  cex.grad_ready_user = NULL;
+/* ax_walk_children; with `report`, each child's range goes to
+ * ex->grad_ready once the part that writes its gradients (the whole
+ * backward or the weight half) is done. */
+static int walk_chain(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                      ax_slot *slot, const ax_tlist *dout, ax_tlist *din,
+                      int report) {
+  int weight = part == AX_BWD_WEIGHT;
+  ax_tlist cur = {0};
+  if (!weight)
+    cur = *dout;
+  int owned = 0;
   for (int i = m->n_children - 1; i >= 0; i--) {
+    ax_exec cex = *ex;
+    if (!weight)
+      cex.need_dx = i > 0 ? 1 : ex->need_dx;
+    cex.grad_ready = NULL; /* only the walk's caller reports */
+    cex.grad_ready_user = NULL;
+    ax_tlist next = {0};
     ax_slot *cs = ax_slot_child(slot, i);
-    if (!cs)
-      return ax_seterr(AX_ENOMEM, "%s: out of memory", m->ops->kind);
-    AX_TRY(ax_backward_weight(m->children[i], &cex, cs));
-    if (report)
+    int rc = cs ? ax_backward_part(part, m->children[i], &cex, cs, &cur, &next)
+                : ax_seterr(AX_ENOMEM, "%s: out of memory", m->ops->kind);
+    if (owned)
+      ax_tlist_clear(&cur);
+    if (rc != AX_OK)
+      return rc;
+    if (report && part != AX_BWD_INPUT)
       report_ready(m, i, ex);
+    cur = next;
+    owned = 1;
   }
+  if (weight)
+    return AX_OK;
+  if (!owned) { /* no children: the gradients pass through */
+    for (int i = 0; i < dout->n; i++)
+      cur.t[i] = ax_tensor_retain(dout->t[i]);
+  }
+  *din = cur;
   return AX_OK;
 }
 
-int ax_backward_weight_children(ax_module *m, const ax_exec *ex,
-                                ax_slot *slot) {
-  return children_weight(m, ex, slot, 0);
+int ax_walk_children(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                     ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
+  return walk_chain(part, m, ex, slot, dout, din, 0);
 }
 
 /* ---- sequential ---- */
@@ -328,59 +371,22 @@ static int seq_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-/* The backward walk: each child's whole backward (reported to grad_ready)
- * or its input half, last child first, threading the gradients. */
+/* The sequential container's backward: the chain's walk, each child's
+ * range reported to ex->grad_ready once its gradients are final. */
 static int seq_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
                     ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
-  ax_tlist cur = *dout;
-  int owned = 0;
-  for (int i = m->n_children - 1; i >= 0; i--) {
-    ax_exec cex = *ex;
-    cex.need_dx = i > 0 ? 1 : ex->need_dx;
-    cex.grad_ready = NULL; /* only the outermost container reports */
-    cex.grad_ready_user = NULL;
-    ax_tlist next = {0};
-    int rc = ax_backward_part(part, m->children[i], &cex,
-                              ax_slot_child(slot, i), &cur, &next);
-    if (owned)
-      ax_tlist_clear(&cur);
-    if (rc != AX_OK)
-      return rc;
-    if (part == AX_BWD_FULL)
-      report_ready(m, i, ex);
-    cur = next;
-    owned = 1;
-  }
-  if (!owned) {
-    for (int i = 0; i < dout->n; i++)
-      cur.t[i] = ax_tensor_retain(dout->t[i]);
-  }
-  *din = cur;
-  return AX_OK;
-}
-
-static int seq_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                        const ax_tlist *dout, ax_tlist *din) {
-  return seq_walk(AX_BWD_FULL, m, ex, slot, dout, din);
-}
-
-static int seq_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                              const ax_tlist *dout, ax_tlist *din) {
-  return seq_walk(AX_BWD_INPUT, m, ex, slot, dout, din);
-}
-
-static int seq_backward_weight(ax_module *m, const ax_exec *ex, ax_slot *slot) {
-  return children_weight(m, ex, slot, 1);
+  return walk_chain(part, m, ex, slot, dout, din, 1);
 }
 
 static const ax_module_ops seq_ops = {
     /* .kind = */ "sequential",
     /* .forward = */ seq_forward,
-    /* .backward = */ seq_backward,
+    /* .backward = */ NULL,
     /* .init = */ NULL,
     /* .destroy = */ NULL,
-    /* .backward_input = */ seq_backward_input,
-    /* .backward_weight = */ seq_backward_weight,
+    /* .backward_input = */ NULL,
+    /* .backward_weight = */ NULL,
+    /* .walk = */ seq_walk,
 };
 
 ax_module *ax_sequential_new(void) { return ax_module_new(&seq_ops, 0); }

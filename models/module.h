@@ -82,6 +82,14 @@ typedef struct ax_exec {
 typedef struct ax_module ax_module;
 typedef struct ax_slot ax_slot;
 
+/* The parts of a backward: the whole (fused) backward, its input half B or
+ * its weight half W. A composite's walk (below) gets one of them. */
+typedef enum ax_bwd_part {
+  AX_BWD_FULL = 0,
+  AX_BWD_INPUT = 1,
+  AX_BWD_WEIGHT = 2
+} ax_bwd_part;
+
 typedef struct ax_module_ops {
   const char *kind;
   /* Computes out from in. `in` is borrowed; out receives new references
@@ -95,9 +103,8 @@ typedef struct ax_module_ops {
    * gradients (NULL entries for inputs without gradient). dout is borrowed.
    * May be NULL when backward_input is given: ax_backward then runs the two
    * halves back to back. A module keeps a fused backward only where it is
-   * cheaper than the halves (composites, whose fused backward runs each
-   * child's whole backward in turn and so frees each child's state at
-   * once); it must give the same values as the halves. */
+   * cheaper than the halves; it must give the same values as the halves.
+   * Composites write theirs as the walk's AX_BWD_FULL part (below). */
   int (*backward)(ax_module *m, const ax_exec *ex, ax_slot *slot,
                   const ax_tlist *dout, ax_tlist *din);
   /* Writes initial values of this module's OWN parameters and buffers
@@ -106,8 +113,9 @@ typedef struct ax_module_ops {
   void (*init)(ax_module *m, float *params, float *buffers, ax_rng *rng);
   /* Frees the module's private data (not its children). May be NULL. */
   void (*destroy)(ax_module *m);
-  /* The input half B of the split backward; NULL when the module has no
-   * split backward (ax_backward_input then fails with AX_EUNSUPPORTED).
+  /* The input half B of the split backward; NULL when the module has a
+   * walk (below) or no split backward (ax_backward_input then fails with
+   * AX_EUNSUPPORTED).
    * Consumes the state forward saved in slot, computes the input gradients
    * into din exactly as backward does when ex->need_dx (with need_dx = 0 it
    * computes none), and saves into slot what backward_weight needs: the
@@ -123,6 +131,18 @@ typedef struct ax_module_ops {
    * The built-in layers' weight halves read no parameter, only the slot,
    * and write only ex->grads. NULL: nothing to do (parameter-free layers). */
   int (*backward_weight)(ax_module *m, const ax_exec *ex, ax_slot *slot);
+  /* A composite's backward, written once for its three parts: `part` says
+   * which (AX_BWD_FULL, the fused backward: each child's whole backward, so
+   * each child's state is freed at once; AX_BWD_INPUT, the input half;
+   * AX_BWD_WEIGHT, the weight half, with dout and din NULL). It runs that
+   * part of each child's backward, last child first, through
+   * ax_backward_part or ax_walk_children (below), and does its own work
+   * between them; each part keeps the contract of the function above it
+   * stands for. When set, ax_backward, ax_backward_input and
+   * ax_backward_weight call it and never backward, backward_input or
+   * backward_weight (leave those NULL). NULL: those three serve (leaves). */
+  int (*walk)(ax_bwd_part part, ax_module *m, const ax_exec *ex, ax_slot *slot,
+              const ax_tlist *dout, ax_tlist *din);
 } ax_module_ops;
 
 struct ax_module {
@@ -215,7 +235,8 @@ int ax_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
  * same ex->grads. B retains the dout tensors until W: the caller may
  * release its references but must not write into them before W ran.
  * Errors: AX_EUNSUPPORTED when m has no split backward (a module whose
- * ops lack backward_input, or a composite with such a child), AX_ESTATE
+ * ops have neither backward_input nor walk, or a composite with such a
+ * child), AX_ESTATE
  * when the slot holds no state for the half (W before B, B twice, B
  * without a training forward). On error din is empty and the slot's state
  * is unspecified (run a new forward on it). */
@@ -227,18 +248,23 @@ int ax_backward_weight(ax_module *m, const ax_exec *ex, ax_slot *slot);
  * ax_backward_input cannot fail with AX_EUNSUPPORTED), else 0. */
 int ax_module_can_split(const ax_module *m);
 
-/* ---- helpers for composite modules ---- */
-/* Which backward a composite's walk over its children runs: each child's
- * whole backward (the composite's fused backward) or each child's input
- * half (the composite's input half). One walk then serves both. */
-typedef enum ax_bwd_part { AX_BWD_FULL = 0, AX_BWD_INPUT = 1 } ax_bwd_part;
-/* ax_backward (AX_BWD_FULL) or ax_backward_input (AX_BWD_INPUT). */
+/* ---- helpers for composite modules (their walk) ---- */
+/* One part of m's backward: ax_backward (AX_BWD_FULL), ax_backward_input
+ * (AX_BWD_INPUT) or ax_backward_weight (AX_BWD_WEIGHT, which reads no dout
+ * and leaves din, which may then be NULL, empty). */
 int ax_backward_part(ax_bwd_part part, ax_module *m, const ax_exec *ex,
                      ax_slot *slot, const ax_tlist *dout, ax_tlist *din);
-/* The weight half of a composite that keeps child i's state in child slot
- * i: runs every child's weight half, last child first, with ex->grad_ready
- * cleared. */
-int ax_backward_weight_children(ax_module *m, const ax_exec *ex, ax_slot *slot);
+/* The walk of a chain, for a composite that keeps child i's state in child
+ * slot i: runs `part` of every child's backward, last child first, with
+ * ex->grad_ready cleared. For AX_BWD_FULL and AX_BWD_INPUT the gradients
+ * are threaded through the children as in the sequential container (dout
+ * into the last child, the first child's input gradients into din; only
+ * the first child gets ex->need_dx, the others produce theirs); for
+ * AX_BWD_WEIGHT dout and din are unused (may be NULL). The weight half of
+ * a composite whose children keep what their weight halves need is this
+ * walk's AX_BWD_WEIGHT part. */
+int ax_walk_children(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                     ax_slot *slot, const ax_tlist *dout, ax_tlist *din);
 
 #ifdef __cplusplus
 }

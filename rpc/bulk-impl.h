@@ -98,7 +98,7 @@ typedef struct bconn {
 typedef struct axi_bulk {
   axi_transport t; /* the node's n->data */
   ax_node *node;
-  int tls; /* every connection runs TLS (axi_bulk_tls_ops) */
+  int tls; /* every connection runs TLS (axi_tls_transport) */
   /* "shm" (shm_listener set): peers whose data address carries this
    * host's identity are dialled on their Unix socket with a ring */
   char host_id[64];

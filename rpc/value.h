@@ -30,7 +30,7 @@ typedef enum ax_value_type {
   AX_VAL_STR = 3,
   AX_VAL_BYTES = 4,
   AX_VAL_TENSOR = 5,
-  AX_VAL_EXT = 6, /* an extension kind (RRefs, next issue) */
+  AX_VAL_EXT = 6, /* an extension kind (RRefs: rref/rref_codec.c) */
 } ax_value_type;
 
 typedef struct ax_values ax_values;

@@ -351,7 +351,7 @@ int rt_alive(ax_node *n, const char *name) {
   ax_values_add_i64(a, 20);
   ax_values_add_i64(a, 22);
   ax_call_opts o = {.timeout_ms = 20000};
-  int err = ax_rpc_sync(n, name, "add", a, &o, &r);
+  int err = ax_rpc_sync(n, name, "axon.test.add", a, &o, &r);
   int64_t x = 0;
   if (err == AX_OK)
     err = ax_values_get_i64(r, 0, &x);

@@ -53,7 +53,8 @@ static void test_many_agents(void **state) {
   assert_true(thr_max > 0 && thr_max < THREADS_BOUND);
   ax_future *f[NAG];
   for (int i = 0; i < NAG; i++)
-    AX_ASSERT_OK(ax_rpc_async(g_drv, g_names[i], "echo", NULL, NULL, &f[i]));
+    AX_ASSERT_OK(
+        ax_rpc_async(g_drv, g_names[i], "axon.test.echo", NULL, NULL, &f[i]));
   for (int i = 0; i < NAG; i++) {
     AX_ASSERT_OK(ax_future_wait(f[i], 60000));
     ax_future_release(f[i]);

@@ -70,7 +70,7 @@ static ax_values *call(const char *to, const char *fn, ax_tensor *const *t,
 }
 
 static void expect_landing(const char *to, ax_tensor *t, const char *want) {
-  ax_values *r = call(to, "device_of", &t, 1);
+  ax_values *r = call(to, "axon.test.device_of", &t, 1);
   const char *got;
   AX_ASSERT_OK(ax_values_get_str(r, 0, &got));
   if (strcmp(got, want))
@@ -104,7 +104,7 @@ static void test_landing_devices(void **state) {
     expect_landing("c1", g[i], "cpu"); /* GPU sender: c1's map */
   }
   /* The bytes: g0 checksums what landed on its GPU; echo sends it back. */
-  ax_values *r = call("g0", "checksum", &g[0], 1);
+  ax_values *r = call("g0", "axon.test.checksum", &g[0], 1);
   int64_t sum;
   AX_ASSERT_OK(ax_values_get_i64(r, 0, &sum));
   assert_true((uint64_t)sum ==
@@ -112,7 +112,7 @@ static void test_landing_devices(void **state) {
   ax_values_free(r);
   const char *to[2] = {"g0", "c1"};
   for (int a = 0; a < 2; a++) {
-    r = call(to[a], "echo", g, 3);
+    r = call(to[a], "axon.test.echo", g, 3);
     for (int i = 0; i < 3; i++)
       expect_same(r, (size_t)i, h[i]);
     ax_values_free(r);
@@ -133,8 +133,8 @@ static void test_rref_to_here(void **state) {
   ax_values *a = ax_values_new();
   AX_ASSERT_OK(ax_values_add_tensor(a, g));
   ax_rref *val, *where;
-  AX_ASSERT_OK(ax_remote(g_drv, "g0", "echo", a, NULL, &val));
-  AX_ASSERT_OK(ax_remote(g_drv, "g0", "device_of", a, NULL, &where));
+  AX_ASSERT_OK(ax_remote(g_drv, "g0", "axon.test.echo", a, NULL, &val));
+  AX_ASSERT_OK(ax_remote(g_drv, "g0", "axon.test.device_of", a, NULL, &where));
   ax_values_free(a);
   ax_values *v = NULL;
   const char *dev;

@@ -58,14 +58,14 @@ static void test_members_work(void **state) {
   ax_tensor *t = ax_tensor_zeros(AX_F32, 1, &n, AX_CPU);
   ax_values *a = ax_values_new(), *r = NULL;
   ax_values_add_tensor(a, t);
-  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w2", "checksum", a, NULL, &r));
+  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w2", "axon.test.checksum", a, NULL, &r));
   ax_values_free(r);
   ax_values_free(a);
   ax_tensor_release(t);
   a = ax_values_new();
   ax_values_add_i64(a, 4);
   ax_values_add_str(a, "w1,w2");
-  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w1", "chain", a, NULL, &r));
+  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w1", "axon.test.chain", a, NULL, &r));
   ax_values_free(r);
   ax_values_free(a);
 }

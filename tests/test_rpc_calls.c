@@ -32,7 +32,8 @@ static void test_every_type_sync_async(void **state) {
   AX_ASSERT_OK(ax_values_add_tensor(args, ti));
   ax_future *f[NAGENTS];
   for (int i = 0; i < NAGENTS; i++)
-    AX_ASSERT_OK(ax_rpc_async(g_drv, g_names[i], "echo", args, NULL, &f[i]));
+    AX_ASSERT_OK(
+        ax_rpc_async(g_drv, g_names[i], "axon.test.echo", args, NULL, &f[i]));
   for (int i = 0; i < NAGENTS + 1; i++) {
     ax_values *r = NULL;
     if (i < NAGENTS) {
@@ -40,7 +41,7 @@ static void test_every_type_sync_async(void **state) {
       r = ax_future_take_values(f[i]);
       ax_future_release(f[i]);
     } else { /* and once synchronously */
-      AX_ASSERT_OK(ax_rpc_sync(g_drv, "w2", "echo", args, NULL, &r));
+      AX_ASSERT_OK(ax_rpc_sync(g_drv, "w2", "axon.test.echo", args, NULL, &r));
     }
     assert_int_equal(ax_values_count(r), 7);
     int64_t x;
@@ -85,8 +86,8 @@ static void test_big_tensor(void **state) {
   ax_values_add_tensor(args, t);
   ax_future *f[NAGENTS];
   for (int i = 0; i < NAGENTS; i++)
-    AX_ASSERT_OK(
-        ax_rpc_async(g_drv, g_names[i], "checksum", args, NULL, &f[i]));
+    AX_ASSERT_OK(ax_rpc_async(g_drv, g_names[i], "axon.test.checksum", args,
+                              NULL, &f[i]));
   for (int i = 0; i < NAGENTS; i++) {
     AX_ASSERT_OK(ax_future_wait(f[i], 60000));
     int64_t c, nb;
@@ -102,7 +103,8 @@ static void test_big_tensor(void **state) {
   ax_values_add_i64(args, n);
   ax_values_add_i64(args, 11);
   ax_values *r = NULL;
-  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w3", "make_tensor", args, NULL, &r));
+  AX_ASSERT_OK(
+      ax_rpc_sync(g_drv, "w3", "axon.test.make_tensor", args, NULL, &r));
   ax_tensor *u;
   AX_ASSERT_OK(ax_values_get_tensor(r, 0, &u));
   assert_int_equal(ax_tensor_numel(u), n);
@@ -123,8 +125,8 @@ static void test_nested_16(void **state) {
     ax_values_add_str(args, "w1,w2,w3");
     ax_future *f[4];
     for (int k = 0; k < 4; k++) /* several chains at once */
-      AX_ASSERT_OK(ax_rpc_async(g_drv, g_names[k % NAGENTS], "chain", args,
-                                NULL, &f[k]));
+      AX_ASSERT_OK(ax_rpc_async(g_drv, g_names[k % NAGENTS], "axon.test.chain",
+                                args, NULL, &f[k]));
     for (int k = 0; k < 4; k++) {
       AX_ASSERT_OK(ax_future_wait(f[k], 60000));
       int64_t d;
@@ -168,7 +170,8 @@ static void test_metrics(void **state) {
   assert_non_null(strstr(buf, "200"));
   assert_non_null(strstr(buf, "ok"));
   assert_true(http_get(g_metrics_port, "/metrics", buf, sizeof buf) > 0);
-  assert_non_null(strstr(buf, "axon_calls_total{node=\"w1\",fn=\"echo\"}"));
+  assert_non_null(
+      strstr(buf, "axon_calls_total{node=\"w1\",fn=\"axon.test.echo\"}"));
   assert_non_null(strstr(buf, "axon_call_latency_seconds_bucket"));
   assert_non_null(strstr(buf, "axon_bytes_in_total"));
   assert_non_null(strstr(buf, "axon_live_futures"));

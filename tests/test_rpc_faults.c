@@ -26,10 +26,11 @@ static void test_deadline(void **state) {
   ax_values_add_i64(a, 3000);
   ax_call_opts o = {.timeout_ms = 300};
   int64_t t0 = rt_now_ms();
-  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w1", "sleep_ms", a, &o, NULL), AX_ETIMEOUT);
+  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w1", "axon.test.sleep_ms", a, &o, NULL),
+                AX_ETIMEOUT);
   int64_t dt = rt_now_ms() - t0;
   assert_true(dt >= 290 && dt < 2500);
-  assert_non_null(strstr(ax_errmsg(), "sleep_ms"));
+  assert_non_null(strstr(ax_errmsg(), "axon.test.sleep_ms"));
   ax_values_free(a);
   assert_alive("w1"); /* the other worker thread answers */
 }
@@ -39,7 +40,7 @@ static void test_unknown_function(void **state) {
                 AX_ENOFUNC);
   assert_non_null(strstr(ax_errmsg(), "w1"));
   assert_non_null(strstr(ax_errmsg(), "no_such_fn"));
-  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "nobody", "add", NULL, NULL, NULL),
+  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "nobody", "axon.test.add", NULL, NULL, NULL),
                 AX_ENOTFOUND);
   assert_alive("w1");
 }
@@ -48,16 +49,19 @@ static void test_wrong_argument_type(void **state) {
   ax_values *a = ax_values_new();
   ax_values_add_str(a, "x");
   ax_values_add_i64(a, 1);
-  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w1", "add", a, NULL, NULL), AX_EBADARG);
-  assert_non_null(strstr(ax_errmsg(), "w1: add: argument 0 is str"));
+  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w1", "axon.test.add", a, NULL, NULL),
+                AX_EBADARG);
+  assert_non_null(strstr(ax_errmsg(), "w1: axon.test.add: argument 0 is str"));
   ax_values_free(a);
-  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w1", "add", NULL, NULL, NULL), AX_EBADARG);
+  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w1", "axon.test.add", NULL, NULL, NULL),
+                AX_EBADARG);
   /* A remote error keeps its code, the node and the function name. */
   a = ax_values_new();
   ax_values_add_i64(a, AX_EIO);
   ax_values_add_str(a, "disk on fire");
-  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w2", "fail", a, NULL, NULL), AX_EIO);
-  assert_string_equal(ax_errmsg(), "w2: fail: disk on fire");
+  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w2", "axon.test.fail", a, NULL, NULL),
+                AX_EIO);
+  assert_string_equal(ax_errmsg(), "w2: axon.test.fail: disk on fire");
   ax_values_free(a);
   assert_alive("w1");
 }
@@ -133,7 +137,7 @@ static void test_oversized(void **state) {
     ax_tensor *t = ax_tensor_zeros(AX_F32, 1, &n, AX_CPU);
     ax_values *a = ax_values_new();
     ax_values_add_tensor(a, t);
-    AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w2", "checksum", a, NULL, NULL),
+    AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w2", "axon.test.checksum", a, NULL, NULL),
                   AX_ETOOBIG);
     ax_values_free(a);
     ax_tensor_release(t);
@@ -146,14 +150,16 @@ static void test_kill9(void **state) {
   ax_values *a = ax_values_new();
   ax_values_add_i64(a, 30000);
   for (int i = 0; i < 3; i++)
-    AX_ASSERT_OK(ax_rpc_async(g_drv, "victim", "sleep_ms", a, NULL, &f[i]));
+    AX_ASSERT_OK(
+        ax_rpc_async(g_drv, "victim", "axon.test.sleep_ms", a, NULL, &f[i]));
   ax_values_free(a);
   int64_t n = 8 << 20; /* 32 MiB in flight too */
   ax_tensor *t = ax_tensor_zeros(AX_F32, 1, &n, AX_CPU);
   a = ax_values_new();
   ax_values_add_tensor(a, t);
   ax_values_add_i64(a, 1);
-  AX_ASSERT_OK(ax_rpc_async(g_drv, "victim", "sleep_ms", a, NULL, &f[3]));
+  AX_ASSERT_OK(
+      ax_rpc_async(g_drv, "victim", "axon.test.sleep_ms", a, NULL, &f[3]));
   ax_values_free(a);
   ax_tensor_release(t);
   rt_sleep_ms(300);
@@ -173,7 +179,7 @@ static void test_kill9(void **state) {
   g_pids[VICTIM] = 0;
   assert_true(ax_node_peer_is_down(g_drv, "victim"));
   ax_future *g;
-  int rc = ax_rpc_async(g_drv, "victim", "add", NULL, NULL, &g);
+  int rc = ax_rpc_async(g_drv, "victim", "axon.test.add", NULL, NULL, &g);
   assert_int_equal(rc, AX_EPEERDOWN);
   assert_alive("w1");
   assert_alive("w2");
@@ -185,14 +191,16 @@ static void test_frozen_peer(void **state) {
   ax_values *a = ax_values_new();
   ax_values_add_i64(a, 1);
   ax_future *f;
-  AX_ASSERT_OK(ax_rpc_async(g_drv, "frozen", "sleep_ms", a, NULL, &f));
+  AX_ASSERT_OK(
+      ax_rpc_async(g_drv, "frozen", "axon.test.sleep_ms", a, NULL, &f));
   ax_values_free(a);
   kill(g_pids[FROZEN], SIGSTOP);
   rt_sleep_ms(50);
   a = ax_values_new();
   ax_values_add_i64(a, 1);
   ax_future *g;
-  AX_ASSERT_OK(ax_rpc_async(g_drv, "frozen", "sleep_ms", a, NULL, &g));
+  AX_ASSERT_OK(
+      ax_rpc_async(g_drv, "frozen", "axon.test.sleep_ms", a, NULL, &g));
   ax_values_free(a);
   int64_t t0 = rt_now_ms();
   AX_ASSERT_ERR(ax_future_wait(g, 15000), AX_EPEERDOWN);

@@ -89,9 +89,9 @@ static void hello(int fd, const char *name) {
   hello_inc(fd, name, "127.0.0.1:1", 1);
 }
 
-/* A bulk frame head (magic, prefix, header) announcing a REQUEST "checksum"
- * with one f32 tensor of `elems` elements; its bytes are not included.
- * Caller frees. */
+/* A bulk frame head (magic, prefix, header) announcing a REQUEST
+ * "axon.test.checksum" with one f32 tensor of `elems` elements; its bytes
+ * are not included. Caller frees. */
 static uint8_t *tensor_head(int64_t elems, uint64_t id, size_t *len) {
   static float dummy;
   ax_tensor *t = ax_tensor_from_blob(AX_F32, 1, &elems, AX_CPU, &dummy, NULL,
@@ -100,7 +100,7 @@ static uint8_t *tensor_head(int64_t elems, uint64_t id, size_t *len) {
   ax_values_add_tensor(v, t);
   axi_msg m = {.kind = AXI_REQUEST,
                .call_id = id,
-               .fn = "checksum",
+               .fn = "axon.test.checksum",
                .timeout_ms = 10000,
                .values = v,
                .node = "stranger"};
@@ -254,7 +254,8 @@ static void test_too_many_values(void **state) {
   for (int i = 0; i < 70000; i++)
     ax_values_add_i64(a, i);
   ax_call_opts o = {.timeout_ms = 20000};
-  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "boss", "echo", a, &o, NULL), AX_ETOOBIG);
+  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "boss", "axon.test.echo", a, &o, NULL),
+                AX_ETOOBIG);
   assert_non_null(strstr(ax_errmsg(), "values"));
   ax_values_free(a);
   assert_alive("boss");
@@ -374,7 +375,7 @@ static void test_forged_replies(void **state) {
   ax_values_add_i64(a, 2);
   for (int i = 0; i < 300; i++) {
     ax_call_opts o = {.timeout_ms = 20000};
-    AX_ASSERT_OK(ax_rpc_sync(g_drv, "w1", "sleep_ms", a, &o, NULL));
+    AX_ASSERT_OK(ax_rpc_sync(g_drv, "w1", "axon.test.sleep_ms", a, &o, NULL));
   }
   ax_values_free(a);
   g_spray_stop = 1;
@@ -399,7 +400,7 @@ static int late_nest(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   int64_t t0 = rt_now_ms();
   __atomic_store_n(
       &g_nested_rc,
-      ax_rpc_sync(ax_call_node(ctx), "w1", "add", args, NULL, NULL),
+      ax_rpc_sync(ax_call_node(ctx), "w1", "axon.test.add", args, NULL, NULL),
       __ATOMIC_RELEASE);
   __atomic_store_n(&g_nested_ms, rt_now_ms() - t0, __ATOMIC_RELEASE);
   return AX_OK;
@@ -417,13 +418,14 @@ static void test_deadlines(void **state) {
   ax_values_add_i64(a, 1);
   ax_values_add_i64(a, 2);
   ax_call_opts inf = {.timeout_ms = INT64_MAX};
-  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w1", "add", a, &inf, &r));
+  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w1", "axon.test.add", a, &inf, &r));
   ax_values_free(r);
   AX_ASSERT_OK(ax_rpc_sync(g_drv, "driver", "add_local", a, &inf, &r));
   ax_values_free(r);
   /* A negative (exhausted) timeout is an error, not the default. */
   ax_call_opts neg = {.timeout_ms = -1};
-  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w1", "add", a, &neg, NULL), AX_ETIMEOUT);
+  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w1", "axon.test.add", a, &neg, NULL),
+                AX_ETIMEOUT);
   /* A nested call inherits the remaining time: none left is AX_ETIMEOUT. */
   g_nested_rc = -1;
   ax_call_opts shortd = {.timeout_ms = 150};
@@ -459,7 +461,8 @@ static ax_values *chain_args(int64_t depth, const char *nodes) {
 static void test_self_call_storm(void **state) {
   ax_values *a = chain_args(1000000, "w2");
   int64_t t0 = rt_now_ms();
-  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w2", "chain", a, NULL, NULL), AX_EINVAL);
+  AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w2", "axon.test.chain", a, NULL, NULL),
+                AX_EINVAL);
   assert_non_null(strstr(ax_errmsg(), "call depth"));
   assert_true(rt_now_ms() - t0 < 20000);
   ax_values_free(a);
@@ -477,7 +480,7 @@ static void test_sigterm_during_storm(void **state) {
   ax_future *f[8];
   ax_values *a = chain_args(1000000, "w2");
   for (int i = 0; i < 8; i++)
-    AX_ASSERT_OK(ax_rpc_async(g_drv, "w2", "chain", a, NULL, &f[i]));
+    AX_ASSERT_OK(ax_rpc_async(g_drv, "w2", "axon.test.chain", a, NULL, &f[i]));
   ax_values_free(a);
   int st = rt_stop_agent(g_pids[W2], SIGTERM, 15000);
   g_pids[W2] = 0;
@@ -507,7 +510,7 @@ static void test_oversized_grpc(void **state) {
   assert_int_not_equal(ax_future_wait(f, 20000), AX_OK);
   ax_future_release(f);
   ax_values *a = chain_args(1, "w1,boss"), *r = NULL;
-  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w1", "chain", a, NULL, &r));
+  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w1", "axon.test.chain", a, NULL, &r));
   ax_values_free(r);
   ax_values_free(a);
   long after = rss_kib(g_pids[BOSS]);

@@ -63,7 +63,7 @@ static ax_future *echo_async(const char *to, ax_tensor *t) {
   ax_values_add_tensor(a, t);
   ax_call_opts o = {.timeout_ms = 60000};
   ax_future *f = NULL;
-  AX_ASSERT_OK(ax_rpc_async(g_drv, to, "echo", a, &o, &f));
+  AX_ASSERT_OK(ax_rpc_async(g_drv, to, "axon.test.echo", a, &o, &f));
   ax_values_free(a);
   return f;
 }
@@ -136,7 +136,7 @@ static void test_peer_dies_mid_transfer(void **state) {
   ax_values_add_tensor(a, big);
   ax_call_opts o = {.timeout_ms = 60000};
   ax_future *f = NULL;
-  AX_ASSERT_OK(ax_rpc_async(g_drv, "victim", "checksum", a, &o, &f));
+  AX_ASSERT_OK(ax_rpc_async(g_drv, "victim", "axon.test.checksum", a, &o, &f));
   ax_values_free(a);
   rt_sleep_ms(30);
   assert_int_equal(kill(g_pids[VICTIM], SIGKILL), 0);

@@ -46,7 +46,7 @@ static void *caller_main(void *arg) {
     c->s[i].idx = idx;
     c->s[i].want = idx + 1000000LL * c->id;
     ax_call_opts o = {.timeout_ms = 120000};
-    int rc = ax_rpc_async(g_drv, "w1", "add", a, &o, &c->f[i]);
+    int rc = ax_rpc_async(g_drv, "w1", "axon.test.add", a, &o, &c->f[i]);
     ax_values_free(a);
     if (rc == AX_OK)
       rc = ax_future_on_done(c->f[i], on_done, &c->s[i]);

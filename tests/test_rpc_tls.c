@@ -74,7 +74,7 @@ static void test_members_work(void **state) {
     d[i] = (float)(i % 1000);
   ax_values *a = ax_values_new(), *r = NULL;
   ax_values_add_tensor(a, t);
-  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w2", "echo", a, NULL, &r));
+  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w2", "axon.test.echo", a, NULL, &r));
   assert_int_equal(ax_values_count(r), 1);
   ax_tensor *back = NULL;
   AX_ASSERT_OK(ax_values_get_tensor(r, 0, &back));
@@ -87,7 +87,7 @@ static void test_members_work(void **state) {
   a = ax_values_new();
   ax_values_add_i64(a, 4);
   ax_values_add_str(a, "w1,w2");
-  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w1", "chain", a, NULL, &r));
+  AX_ASSERT_OK(ax_rpc_sync(g_drv, "w1", "axon.test.chain", a, NULL, &r));
   ax_values_free(r);
   ax_values_free(a);
 }

@@ -41,7 +41,7 @@ static ax_future *sleep_on(ax_node *n, const char *to, int64_t ms) {
   ax_values *a = dt_i64s(1, &ms);
   ax_future *f = NULL;
   ax_call_opts co = {.timeout_ms = 30000};
-  AX_ASSERT_OK(ax_rpc_async(n, to, "sleep_ms", a, &co, &f));
+  AX_ASSERT_OK(ax_rpc_async(n, to, "axon.test.sleep_ms", a, &co, &f));
   ax_values_free(a);
   return f;
 }

@@ -23,7 +23,7 @@ static ax_rref *make_tensor_on(const char *to, int64_t n, int64_t seed) {
   int64_t a[2] = {n, seed};
   ax_values *args = dt_i64s(2, a);
   ax_rref *r = NULL;
-  AX_ASSERT_OK(ax_remote(g_drv, to, "make_tensor", args, NULL, &r));
+  AX_ASSERT_OK(ax_remote(g_drv, to, "axon.test.make_tensor", args, NULL, &r));
   ax_values_free(args);
   return r;
 }
@@ -63,7 +63,7 @@ static void test_creation_error_and_deadline(void **state) {
   ax_values_add_i64(a, AX_EIO);
   ax_values_add_str(a, "boom");
   ax_rref *r = NULL;
-  AX_ASSERT_OK(ax_remote(g_drv, "w2", "fail", a, NULL, &r));
+  AX_ASSERT_OK(ax_remote(g_drv, "w2", "axon.test.fail", a, NULL, &r));
   ax_values_free(a);
   ax_values *v = NULL;
   AX_ASSERT_ERR(ax_rref_to_here(g_drv, r, 10000, 0, &v), AX_EIO);
@@ -77,7 +77,7 @@ static void test_creation_error_and_deadline(void **state) {
   /* to_here past its deadline, then again with time enough. */
   int64_t ms = 1500;
   a = dt_i64s(1, &ms);
-  AX_ASSERT_OK(ax_remote(g_drv, "w3", "sleep_ms", a, NULL, &r));
+  AX_ASSERT_OK(ax_remote(g_drv, "w3", "axon.test.sleep_ms", a, NULL, &r));
   ax_values_free(a);
   int64_t t0 = rt_now_ms();
   AX_ASSERT_ERR(ax_rref_to_here(g_drv, r, 200, 0, &v), AX_ETIMEOUT);

@@ -24,7 +24,7 @@ static ax_rref *make_tensor_on(const char *to, int64_t n, int64_t seed,
   int64_t a[2] = {n, seed};
   ax_values *args = dt_i64s(2, a);
   ax_rref *r = NULL;
-  AX_ASSERT_OK(ax_remote(g_drv, to, "make_tensor", args, o, &r));
+  AX_ASSERT_OK(ax_remote(g_drv, to, "axon.test.make_tensor", args, o, &r));
   ax_values_free(args);
   return r;
 }

@@ -1,5 +1,6 @@
 /* Tensors (views, reshapes, reference counts, copies, errors), devices and
  * configurations. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -163,6 +164,23 @@ static void error_strings(void **state) {
   assert_string_equal(ax_strerror(-12345), "unknown error");
   assert_int_equal(ax_seterr(AX_EIO, "file %s", "x"), AX_EIO);
   assert_string_equal(ax_errmsg(), "file x");
+  /* A message over 511 bytes keeps its start and its end (the cause of a
+   * nested remote error), and may quote the message it replaces. */
+  char nested[1200];
+  size_t k = 0;
+  for (int i = 0; i < 50; i++)
+    k += (size_t)snprintf(nested + k, sizeof nested - k,
+                          "w2: axon.test.chain: ");
+  snprintf(nested + k, sizeof nested - k, "call depth 33");
+  ax_seterr(AX_EINVAL, "%s", nested);
+  const char *m = ax_errmsg();
+  assert_int_equal(strlen(m), 511);
+  assert_memory_equal(m, "w2: axon.test.chain: w2:", 24);
+  assert_non_null(strstr(m, " ... "));
+  assert_string_equal(m + 511 - 24, "est.chain: call depth 33");
+  ax_seterr(AX_EINVAL, "outer: %s", ax_errmsg());
+  assert_memory_equal(ax_errmsg(), "outer: w2: axon.test.chain", 26);
+  assert_non_null(strstr(ax_errmsg(), "call depth 33"));
 }
 
 int main(void) {

@@ -2,7 +2,7 @@
  * sentence prediction) from the running text of dict-gcide's dictionary.
  *
  * Opening reads the first max_bytes of the (decompressed) corpus, cleans it,
- * tokenizes it and builds the vocabulary (text.h). The last tenth of the
+ * tokenizes it and builds the vocabulary (text-impl.h). The last tenth of the
  * sentences belongs to the test split, the rest to the train split, so the
  * two never share a sentence. Example e of a split is drawn from the stream
  * (seed, e) alone: a batch is the same whatever else is in it and in

@@ -1,4 +1,4 @@
-/* Running text out of dictionary markup (see axi_text_clean in text.h).
+/* Running text out of dictionary markup (see axi_text_clean in text-impl.h).
  *
  * The input is processed line by line. Paragraphs are runs of non-blank
  * lines; each becomes one output line. Square brackets may span lines

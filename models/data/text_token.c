@@ -1,4 +1,4 @@
-/* The word-level tokenizer and sentence splitter (see text.h). */
+/* The word-level tokenizer and sentence splitter (see text-impl.h). */
 #include <ctype.h>
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* Sentences as token ids and the frequency-ranked vocabulary (text.h).
+/* Sentences as token ids and the frequency-ranked vocabulary (text-impl.h).
  *
  * Pass 1 interns every token in a hash table (raw ids in order of first
  * appearance) while recording the sentences. Pass 2 counts the tokens of the

@@ -103,9 +103,15 @@ static int bb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-/* The backward walk, each child whole or only its input half (`part`). */
+/* The backward (module.h's walk): the whole backward or the input half
+ * thread the gradient through the children, each child whole or only its
+ * input half (`part`). The input half keeps nothing of its own: the
+ * convolutions keep their inputs and output gradients, the batch norms
+ * their (2, C) sums, so the weight half is the children's. */
 static int bb_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
                    ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
+  if (part == AX_BWD_WEIGHT)
+    return ax_walk_children(part, m, ex, slot, dout, din);
   basic_block *B = m->priv;
   ax_tensor *y = ax_slot_get(slot, SAVE_Y);        // (N, out, OH, OW)
   ax_tensor *dy = dout->n > 0 ? dout->t[0] : NULL; // like y
@@ -161,27 +167,15 @@ static int bb_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
   return AX_OK;
 }
 
-static int bb_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                       const ax_tlist *dout, ax_tlist *din) {
-  return bb_walk(AX_BWD_FULL, m, ex, slot, dout, din);
-}
-
-/* The input half keeps nothing of its own: the convolutions keep their
- * inputs and output gradients, the batch norms their (2, C) sums, for
- * their weight halves. */
-static int bb_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                             const ax_tlist *dout, ax_tlist *din) {
-  return bb_walk(AX_BWD_INPUT, m, ex, slot, dout, din);
-}
-
 static const ax_module_ops bb_ops = {
     /* .kind = */ "basic_block",
     /* .forward = */ bb_forward,
-    /* .backward = */ bb_backward,
+    /* .backward = */ NULL,
     /* .init = */ NULL,
     /* .destroy = */ NULL,
-    /* .backward_input = */ bb_backward_input,
-    /* .backward_weight = */ ax_backward_weight_children,
+    /* .backward_input = */ NULL,
+    /* .backward_weight = */ NULL,
+    /* .walk = */ bb_walk,
 };
 
 ax_module *ax_basic_block_new(int in, int out, int stride) {

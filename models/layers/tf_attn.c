@@ -194,8 +194,13 @@ static int mhsa_grad(ax_bwd_part part, ax_module *m, const ax_exec *ex,
   return axi_tf_child_bwd(part, m, 0, ex, slot, ex->need_dx, *dpd, dx);
 }
 
+/* The backward (module.h's walk). The input half keeps nothing of its
+ * own: the projections keep their inputs and output gradients, so the
+ * weight half is the children's. */
 static int mhsa_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
                      ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
+  if (part == AX_BWD_WEIGHT)
+    return ax_walk_children(part, m, ex, slot, dout, din);
   AX_TRY(axi_tf_check_in("attention", dout, 1));
   tmp_set t = {{0}};
   ax_tensor *dx = NULL;
@@ -214,26 +219,15 @@ static int mhsa_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
   return AX_OK;
 }
 
-static int mhsa_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                         const ax_tlist *dout, ax_tlist *din) {
-  return mhsa_walk(AX_BWD_FULL, m, ex, slot, dout, din);
-}
-
-/* The input half keeps nothing of its own: the projections keep their
- * inputs and output gradients for their weight halves. */
-static int mhsa_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                               const ax_tlist *dout, ax_tlist *din) {
-  return mhsa_walk(AX_BWD_INPUT, m, ex, slot, dout, din);
-}
-
 static const ax_module_ops mhsa_ops = {
     /* .kind = */ "attention",
     /* .forward = */ mhsa_forward,
-    /* .backward = */ mhsa_backward,
+    /* .backward = */ NULL,
     /* .init = */ NULL,
     /* .destroy = */ NULL,
-    /* .backward_input = */ mhsa_backward_input,
-    /* .backward_weight = */ ax_backward_weight_children,
+    /* .backward_input = */ NULL,
+    /* .backward_weight = */ NULL,
+    /* .walk = */ mhsa_walk,
 };
 
 ax_module *ax_mhsa_new(int hidden, int heads, float dropout, uint64_t salt) {

@@ -107,8 +107,12 @@ static int enc_grad(ax_bwd_part part, ax_module *m, const ax_exec *ex,
   return rc;
 }
 
+/* The backward (module.h's walk). The children keep what their weight
+ * halves need, so the weight half is theirs. */
 static int enc_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
                     ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
+  if (part == AX_BWD_WEIGHT)
+    return ax_walk_children(part, m, ex, slot, dout, din);
   AX_TRY(axi_tf_check_in("encoder", dout, 1));
   ax_tensor *t[ENC_TMP] = {0}, *dx = NULL;
   int rc = enc_grad(part, m, ex, slot, dout->t[0], t, &dx);
@@ -123,24 +127,15 @@ static int enc_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
   return AX_OK;
 }
 
-static int enc_backward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                        const ax_tlist *dout, ax_tlist *din) {
-  return enc_walk(AX_BWD_FULL, m, ex, slot, dout, din);
-}
-
-static int enc_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                              const ax_tlist *dout, ax_tlist *din) {
-  return enc_walk(AX_BWD_INPUT, m, ex, slot, dout, din);
-}
-
 static const ax_module_ops enc_ops = {
     /* .kind = */ "encoder",
     /* .forward = */ enc_forward,
-    /* .backward = */ enc_backward,
+    /* .backward = */ NULL,
     /* .init = */ NULL,
     /* .destroy = */ NULL,
-    /* .backward_input = */ enc_backward_input,
-    /* .backward_weight = */ ax_backward_weight_children,
+    /* .backward_input = */ NULL,
+    /* .backward_weight = */ NULL,
+    /* .walk = */ enc_walk,
 };
 
 ax_module *ax_encoder_layer_new(int hidden, int heads, int ff, float dropout,

@@ -1,5 +1,5 @@
 /* The pipeline coordinator: trains a model split into K stages hosted on K
- * agents, in one of the modes of schedule.h.
+ * agents, in one of the modes of the mode table (schedule/mode.h).
  *
  * ax_pipe_new creates one "axon.pipe.stage" host per agent (stage_host.h),
  * hands each its neighbours' RRefs and the optimizer configuration.
@@ -16,8 +16,9 @@
  * gradients go from stage to stage (pushed by their producer, stage_inbox.h);
  * the coordinator sends control
  * messages, the inputs to the first stage and the labels to the last.
- * Each unit (micro-batch for sequential, gpipe and 1f1b; mini-batch for
- * ddg, fr and pipedream) runs in its own distributed autograd context,
+ * Each unit (a micro-batch or a whole mini-batch, as the mode's entry says:
+ * mini-batches for sequential, ddg, fr and pipedream, micro-batches for the
+ * others) runs in its own distributed autograd context,
  * released once the first stage finished its backward.
  *
  * Errors: the first failing operation stops every driver within ~100 ms;

@@ -1,37 +1,42 @@
 /* The pipeline mode table: every mode is defined here and nowhere else.
  *
  * A mode is one entry of the table (ax_pipe_mode_def): its name and unit,
- * when it updates, which weights its backward uses, what it keeps per unit,
- * its bounds, and the function that writes each stage's ordered list of
- * actions. The coordinator walks those lists (coordinator.h), the stage
- * host keeps and replays what the entry says (stage_host.h), the
- * partitioner's memory model (partition.h) and the timing model
- * (formula.h, a simulation of these same lists) read the entry; nothing
- * else knows a mode by name.
+ * when it updates, which weights its forward and backward use, what it
+ * keeps per unit, its bounds, its closed-form time, its chunks and their
+ * placement, whether its backward is split, and the function that writes
+ * each agent's ordered list of actions. The coordinator's drivers and the
+ * stages walk those lists (coord/coordinator.h, stage/stage_line-impl.h),
+ * the stage host keeps and replays what the entry says
+ * (stage/stage_host.h), the partitioner's memory model (partition.h) and
+ * the timing model (formula.h, a simulation of these same lists) read the
+ * entry; nothing else knows a mode by name.
  *
  * Adding a mode: an enum value below, its entry and action generator in
- * mode.c, its reference in tests/pipe_testutil.h and a case in
- * tests/test_pipe_oracle.c.
+ * mode.c, its orders in tests/test_schedule.c, and an oracle over agents:
+ * its reference in tests/pipe_testutil.h (or its own, as
+ * tests/test_pipe_2bw.c) and a case in tests/test_pipe_oracle.c or
+ * tests/test_pipe_newsched.c.
  *
- * Stages are 0-based: s in [0, K), d = K - 1 - s (the seed's d_k with
- * k = s + 1). A UNIT is what one forward carries and what one distributed
- * autograd context covers: a micro-batch (M per mini-batch) or a whole
- * mini-batch (ax_pipe_units returns 1 for those modes).
+ * Stages are 0-based: s in [0, K), d = K - 1 - s (the papers' d_k with
+ * k = s + 1); a chunked mode has K v stages on its K agents. A UNIT is
+ * what one forward carries and what one distributed autograd context
+ * covers: a micro-batch (M per mini-batch) or a whole mini-batch
+ * (ax_pipe_units returns 1 for those modes).
  *
  * Actions. F (forward of one unit), B (its whole backward), I and W (the
- * input-gradient and weight-gradient halves of B, for schedules that split
- * it; no current mode emits them) and STEP (update the stage's weights with
- * the gradients of mini-batch t's units, taken from their contexts and
- * summed in micro-batch order 0..U-1). Every mode has one STEP per
- * mini-batch on every stage; a flushed mode runs no action of mini-batch
- * t+1 on a stage before its STEP(t).
+ * input-gradient and weight-gradient halves of B, for the modes with
+ * `split`: zb-h1 and zbv emit them instead of B) and STEP (update the
+ * stage's weights with the gradients of mini-batch t's units, taken from
+ * their contexts and summed in micro-batch order 0..U-1). Every mode has
+ * one STEP per mini-batch on every stage; a flushed mode runs no action of
+ * mini-batch t+1 on a stage before its STEP(t).
  *
  * Dependencies (ax_pipe_plan_deps), derived from the lists, never written
- * per mode: F(s,u) needs F(s-1,u); B or I (s,u) needs B or I (s+1,u); an
- * action's own stage runs its list in order. A mode with forward_lock (the
- * seed's ddg and fr) also makes stage 0's F(t) wait until every stage j
- * finished the action its list puts right before its own F(t) (the round
- * t-1 is over).
+ * per mode: F(s,u) needs F(s-1,u); B(s,u) needs B(s+1,u) and I(s,u) needs
+ * I(s+1,u); W and STEP follow only their own agent's earlier actions; an
+ * agent runs its list in order. A mode with forward_lock (ddg and fr) also
+ * makes stage 0's F(t) wait until every stage j finished the action its
+ * list puts right before its own F(t) (the round t-1 is over).
  *
  * Thread safety: the table is constant; every function is reentrant. */
 #ifndef AX_PIPELINE_MODE_H
@@ -107,7 +112,7 @@ typedef struct ax_pipe_mode_def {
   int bwd_weights;     /* AX_WEIGHTS_* */
   int keep;            /* AX_KEEP_*: what a unit keeps between F and B */
   int recompute_ok;    /* --recompute applies */
-  int forward_lock;    /* the seed's forward locking (see above) */
+  int forward_lock;    /* ddg's and fr's forward locking (see above) */
   /* The most units stage s keeps at once (forwarded, not yet backwarded),
    * with U units per mini-batch. */
   int (*live_bound)(int K, int s, int U);
@@ -193,7 +198,8 @@ int ax_pipe_delay(int mode, int K, int s, int M);
 /* ---- plans: every rank's list plus the dependencies ---------------------- */
 typedef struct ax_pipe_plan ax_pipe_plan;
 /* The lists of K ranks (agents) holding v stages each (ax_pipe_chunks) for
- * n mini-batches; the stages are K v, stage i on rank i mod K. AX_EINVAL /
+ * n mini-batches; the stages are K v, stage i on rank
+ * ax_pipe_stage_rank(mode, K, i) (i mod K but for a V). AX_EINVAL /
  * AX_ENOMEM. */
 int ax_pipe_plan_new(int mode, int K, int v, int M, long n, ax_pipe_plan **out);
 void ax_pipe_plan_free(ax_pipe_plan *p); /* NULL-safe */
