@@ -2,10 +2,10 @@
  * worlds run in one run, each a client node here and a forked server
  * child:
  * - --tls: plaintext TCP against mutual TLS on both channels (certificates
- *   made by scripts/make_certs.sh in a temporary directory); goals of
- *   issue 11: p50 <= 1.3x, 64 MiB >= 0.5x;
+ *   made by scripts/make_certs.sh in a temporary directory); goals:
+ *   p50 <= 1.3x, 64 MiB >= 0.5x;
  * - --shm: TCP against the shared-memory transport (both on this host);
- *   goal of issue 15: 16 and 64 MiB >= 2x.
+ *   goal: 16 and 64 MiB >= 2x.
  * The same measurements (axi_bench_rpc_run) alternate between them for
  * --rounds rounds, so that both see the same machine load; the table gives
  * the median small-call p50/p99 and calls/s over the rounds, the best

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Checkpoint overhead (issue 13): ResNet20 over K=4 local agents, a
+# Checkpoint overhead: ResNet20 over K=4 local agents, a
 # checkpoint every 50 steps, runs with and without checkpoints interleaved
 # (ROUNDS pairs per mode). The cost of a run with checkpoints is its
 # training time (for the async modes it includes the drain at each cut)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pipeline speed-up benchmark (issue 5): ResNet20 on Fashion-MNIST, K local
+# Pipeline speed-up benchmark: ResNet20 on Fashion-MNIST, K local
 # agents pinned one per core (AXON_PIN_AGENTS=1, one compute thread each),
 # the same split for every mode; samples/s of each mode and its ratio to
 # sequential, measured back to back in one run, ROUNDS times interleaved.

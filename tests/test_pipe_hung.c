@@ -1,6 +1,6 @@
 /* A hung (SIGSTOPped) stage during `axon-run train --local 3`: the run
  * stops with a clear error naming the stage, and axon-run does not wait on
- * the stopped child (issue 13, item 6): it exits non-zero within a few
+ * the stopped child: it exits non-zero within a few
  * seconds of the stop (heartbeats notice the stage after the 3 s peer
  * timeout; before the fix the stopped child then cost 10 s more, 24.8 s in
  * all), and leaves no child behind. This process is a child subreaper, so

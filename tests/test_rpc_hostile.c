@@ -1,4 +1,4 @@
-/* Hostile input against real agents (issue 11, first part): join ranks
+/* Hostile input against real agents: join ranks
  * chosen to crash or bloat the master, partial and oversized frames from
  * strangers on the bulk port, too many values, a peer over its in-flight
  * budget, forged replies sprayed at the coordinator, deadlines (INT64_MAX,

@@ -55,7 +55,7 @@
  *    (ax_autograd_ctx_current). It reads them with ax_dist_get_gradients
  *    under its key; AX_ENOTFOUND means the object got no gradient in that
  *    context, and it must then leave its parameters and optimizer state
- *    unchanged (issue 10; "stage.params" still steps with zeros there). It
+ *    unchanged ("stage.params" still steps with zeros there). It
  *    answers [] or an error, which ax_dist_optim_step returns.
  * Both may run on any worker thread, concurrently with the object's other
  * methods (e.g. a backward of another context): the object serialises them

@@ -1,5 +1,5 @@
 /* Checkpoints of a pipeline run, resuming from one, and using one without
- * the pipeline (issue 13; the files: docs/CHECKPOINTS.md).
+ * the pipeline (the files: docs/CHECKPOINTS.md).
  *
  * What is saved. Each stage writes its own file on its own agent's disk,
  * under the same directory path: its parameters, buffers (batch-norm
