@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The seed's convergence study (seeds/000), reproduced through
+# Kang's convergence study (EPFL MLO, 2019; docs/CONVERGENCE.md), reproduced through
 # `axon-run train --emulate` (one process per run, every stage in it, the
 # mode's exact math; runtime/pipeline/schedule/emulate.h):
 #
 #  1. ResNet20 on Fashion-MNIST, SGD with momentum, for every variant in
 #     CONV_VARIANTS, K in CONV_KS and learning rate in CONV_LRS (and seed in
-#     CONV_SEEDS): test top-1 after every epoch. Writes the seed's table
+#     CONV_SEEDS): test top-1 after every epoch. Writes Kang's table
 #     (best top-1 over the epochs, mean +- std over the seeds, at the best
 #     learning rate, per variant and K) and PNG plots of test accuracy
 #     against epoch and against modelled time (the timing model fed with
@@ -16,7 +16,7 @@
 #     diverged when a training loss is not finite or the run fails with a
 #     non-finite value, or when the mean loss of its last BERT_WIN steps is
 #     above the mean of its first BERT_WIN steps (it ended worse than it
-#     started). Writes the seed's table (diverged runs / runs).
+#     started). Writes Kang's table (diverged runs / runs).
 #
 # A variant is a mode, optionally with a staleness correction:
 # "pipedream:predict" runs --mode pipedream --staleness predict. A variant

@@ -2,7 +2,7 @@
  * synthetic-stage benchmark compares measured times with.
  *
  * Modes are named as on the command line (ax_pipe_mode_list, mode.h).
- * Stages are 0-based here (s in [0, K)); the seed's 1-based k is s + 1 and
+ * Stages are 0-based here (s in [0, K)); Kang's 1-based k is s + 1 and
  * d_k = K - k = K - 1 - s.
  *
  * Units. t_f[s] and t_b[s] are the forward and backward times of stage s for
@@ -33,10 +33,10 @@
  *    time.
  *  - ddg: the forward of mini-batch t runs through all stages (T_F), then
  *    every stage runs its delayed backward in parallel (t_b); the next
- *    forward starts when the round is over (the seed's forward locking):
+ *    forward starts when the round is over (Kang's forward locking):
  *    K t_f + t_b = T_F + T_B / K per mini-batch in steady state.
  *  - fr: as ddg, but each backward first replays the stage's forward:
- *    K t_f + (t_f + t_b). (The seed's table writes T_F + T_B / K for FR
+ *    K t_f + (t_f + t_b). (Kang's table writes T_F + T_B / K for FR
  *    too, counting the replay inside T_B.)
  *  - pipedream: stage s runs K - s warm-up forwards, then alternates one
  *    backward and one forward and never flushes. In steady state every
