@@ -62,7 +62,8 @@ static int parse_double(const char *prog, const axi_cli_opt *r, const char *s,
                         double *out) {
   char *end;
   double x = strtod(s, &end), lo = (double)r->lo, hi = (double)r->hi;
-  int open_lo = r->flags & AXI_CLI_OPEN_LO, open_hi = r->flags & AXI_CLI_OPEN_HI;
+  int open_lo = r->flags & AXI_CLI_OPEN_LO,
+      open_hi = r->flags & AXI_CLI_OPEN_HI;
   int bounded = r->hi != INT64_MAX;
   if (end != s && !*end && (open_lo ? x > lo : x >= lo) &&
       (!bounded || (open_hi ? x < hi : x <= hi))) {
@@ -74,8 +75,8 @@ static int parse_double(const char *prog, const axi_cli_opt *r, const char *s,
             prog, r->name, s, open_lo ? '(' : '[', (long long)r->lo,
             (long long)r->hi, open_hi ? ')' : ']');
   else
-    fprintf(stderr, "%s: --%s '%s': expected a number %s %lld\n", prog,
-            r->name, s, open_lo ? ">" : ">=", (long long)r->lo);
+    fprintf(stderr, "%s: --%s '%s': expected a number %s %lld\n", prog, r->name,
+            s, open_lo ? ">" : ">=", (long long)r->lo);
   return 0;
 }
 
@@ -188,7 +189,8 @@ static void long_opts(const axi_cli_prog *p, const axi_cli_cmd *c,
             dup = !strcmp(lo[j].name, r->name);
           if (!dup && n < MAX_OPTS) {
             rows[n] = r;
-            lo[n] = (struct option){r->name, r->arg ? 1 : 0, 0, opt_val(rows, n)};
+            lo[n] =
+                (struct option){r->name, r->arg ? 1 : 0, 0, opt_val(rows, n)};
             n++;
           }
         }
@@ -216,8 +218,7 @@ int axi_cli_parse(const axi_cli_prog *p, const axi_cli_cmd *c, int first,
   long_opts(p, c, lo);
   optind = first;
   int k, at = 0, rc = -1;
-  while (rc < 0 &&
-         (k = getopt_long(argc, argv, p->shorts, lo, &at)) != -1) {
+  while (rc < 0 && (k = getopt_long(argc, argv, p->shorts, lo, &at)) != -1) {
     if (k == 'h') {
       axi_cli_help(p, c, stdout);
       return 0;

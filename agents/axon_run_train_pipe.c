@@ -70,11 +70,12 @@ static int lib_parse(int rc) {
 static int set_mode(void *dst, const char *s) {
   axi_run_cli *r = dst;
   return lib_parse((r->pa.mode = ax_pipe_mode_index(s)) < 0 ? AX_EINVAL
-                                                             : AX_OK);
+                                                            : AX_OK);
 }
 
 static int set_recompute(void *dst, const char *s) {
-  return lib_parse(ax_pipe_recompute_parse(s, &((axi_run_cli *)dst)->pa.recompute));
+  return lib_parse(
+      ax_pipe_recompute_parse(s, &((axi_run_cli *)dst)->pa.recompute));
 }
 
 static int set_staleness(void *dst, const char *s) {
@@ -103,8 +104,8 @@ const axi_cli_opt axi_run_pipe_opts[] = {
      .help = "mutual TLS: its key"},
     {"insecure", NULL, AXI_CLI_FLAG, F(pa.insecure),
      .help = "allow a non-loopback --listen without credentials"},
-    {"mode", "MODE", AXI_CLI_FN, .values_fn = ax_pipe_mode_list,
-     .fn = set_mode, .help = "%s (pipedream)"},
+    {"mode", "MODE", AXI_CLI_FN, .values_fn = ax_pipe_mode_list, .fn = set_mode,
+     .help = "%s (pipedream)"},
     {"microbatches", "M", AXI_CLI_INT, F(pa.M), 1, 1 << 16,
      .help = "micro-batches per mini-batch, gpipe/1f1b/2bw/\n"
              "interleaved (4)"},
@@ -222,11 +223,11 @@ static int check_modes(const axi_run_pipe_args *pa, int pipe) {
                   "--emulate needs --stages K and no --local, --agents or "
                   "--master (no agents take part)");
   if (rc < 0)
-    rc = refuse((pa->ckpt_dir || pa->resume || pa->ckpt_every ||
-                 pa->ckpt_memory) &&
-                    !pipe,
-                "checkpoints are for pipeline training (--local K or "
-                "--stages K)");
+    rc = refuse(
+        (pa->ckpt_dir || pa->resume || pa->ckpt_every || pa->ckpt_memory) &&
+            !pipe,
+        "checkpoints are for pipeline training (--local K or "
+        "--stages K)");
   if (rc < 0)
     rc = refuse(pa->ckpt_every && !ckpt, "--checkpoint-every needs "
                                          "--checkpoint-dir or "
@@ -236,11 +237,11 @@ static int check_modes(const axi_run_pipe_args *pa, int pipe) {
                 "--checkpoint-in-memory needs --checkpoint-every N and "
                 "agents (no --emulate)");
   if (rc < 0)
-    rc = refuse((pa->nspares || pa->restarts) &&
-                    (!ckpt || !pipe || pa->emulate),
-                "--spares and --restarts need pipeline training over agents "
-                "with --checkpoint-dir or --checkpoint-in-memory (a lost "
-                "stage rolls back to the newest checkpoint)");
+    rc =
+        refuse((pa->nspares || pa->restarts) && (!ckpt || !pipe || pa->emulate),
+               "--spares and --restarts need pipeline training over agents "
+               "with --checkpoint-dir or --checkpoint-in-memory (a lost "
+               "stage rolls back to the newest checkpoint)");
   return rc;
 }
 
@@ -258,12 +259,12 @@ static int check_world(const axi_run_pipe_args *pa) {
             MAXS, MAXS);
     return 2;
   }
-  int rc = refuse(pa->optimizer_host &&
-                      (pa->zero || pa->staleness || pa->emulate ||
-                       pa->ckpt_dir || pa->resume || pa->ckpt_memory ||
-                       !*pa->optimizer_host),
-                  "--optimizer-host needs an agent name, and no --zero, "
-                  "--staleness, --emulate or checkpoints");
+  int rc =
+      refuse(pa->optimizer_host &&
+                 (pa->zero || pa->staleness || pa->emulate || pa->ckpt_dir ||
+                  pa->resume || pa->ckpt_memory || !*pa->optimizer_host),
+             "--optimizer-host needs an agent name, and no --zero, "
+             "--staleness, --emulate or checkpoints");
   if (rc < 0)
     rc = refuse(pa->zero && (pa->replicas < 2 || pa->staleness),
                 "--zero needs --replicas R >= 2 and no --staleness "
@@ -279,16 +280,16 @@ static int check_parts(axi_run_pipe_args *pa) {
   int R = AXR_PARTS(pa), total = pa->local ? pa->local : pa->nagents;
   if (pa->agents && pa->K == pa->nagents)
     pa->K = pa->nagents / R; /* --stages not given */
-  return refuse(pa->emulate || pa->nspares || pa->restarts || total % R ||
-                    (pa->agents && pa->K * R != total) ||
-                    ((pa->ckpt_dir || pa->resume) &&
-                     (pa->zero || pa->optimizer_host)) ||
-                    pa->ckpt_memory,
-                "--replicas R and --tensor-parallel T need R * T * K agents "
-                "(--local R*T*K, or --stages K --agents with R*T*K names) "
-                "and, for now, no --emulate, --spares, --restarts or "
-                "--checkpoint-in-memory, nor checkpoints with --zero or "
-                "--optimizer-host");
+  return refuse(
+      pa->emulate || pa->nspares || pa->restarts || total % R ||
+          (pa->agents && pa->K * R != total) ||
+          ((pa->ckpt_dir || pa->resume) && (pa->zero || pa->optimizer_host)) ||
+          pa->ckpt_memory,
+      "--replicas R and --tensor-parallel T need R * T * K agents "
+      "(--local R*T*K, or --stages K --agents with R*T*K names) "
+      "and, for now, no --emulate, --spares, --restarts or "
+      "--checkpoint-in-memory, nor checkpoints with --zero or "
+      "--optimizer-host");
 }
 
 /* --freeze-schedule, the staleness correction and the partition. */
@@ -301,9 +302,8 @@ static int check_schedule(const axi_run_pipe_args *pa) {
       fprintf(stderr, "axon-run: --freeze-schedule: %s\n", ax_errmsg());
       return 2;
     }
-    if (pa->emulate || pa->nspares || pa->restarts ||
-        pa->tensor_parallel > 1 || pa->zero || pa->optimizer_host ||
-        pa->staleness)
+    if (pa->emulate || pa->nspares || pa->restarts || pa->tensor_parallel > 1 ||
+        pa->zero || pa->optimizer_host || pa->staleness)
       return refuse(1, "--freeze-schedule: not yet with --emulate, "
                        "--spares, --restarts, --tensor-parallel, --zero, "
                        "--optimizer-host or --staleness");
