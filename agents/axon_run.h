@@ -158,6 +158,9 @@ int axi_run_reserve_port(int *fd);
 
 /* Stages of the run: the agents, times --chunks for chunked modes. */
 int axi_run_stages(const axi_run_pipe_args *a);
+/* Says on stderr what the run trains how: the mode, the first block of
+ * every stage (bounds), the replicas and tensor parallelism. */
+void axi_run_announce(const axi_run_pipe_args *a, const int *bounds);
 /* What a pipeline run recorded (axon_run_pipe.c): the steps done, with
  * `batch` samples each, and each one's loss and completion time. */
 typedef struct axi_run_steps {

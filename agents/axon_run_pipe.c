@@ -267,31 +267,6 @@ static int split_stages(const axi_run_pipe_args *a, const ax_model_def *def,
   return rc;
 }
 
-/* Says what is trained how: the mode, the split, the replicas. */
-static void announce(const axi_run_pipe_args *a, const int *bounds) {
-  char sb[256];
-  fprintf(stderr,
-          "axon-run: %s on %s, %s%s%s, %d stages (blocks %s)%s, "
-          "%d micro-batches, batch %d\n",
-          a->model, a->dataset, ax_pipe_mode_name(a->mode),
-          a->staleness ? " with staleness " : "",
-          a->staleness ? ax_staleness_name(a->staleness) : "",
-          axi_run_stages(a),
-          ax_partition_format(bounds, axi_run_stages(a), sb, sizeof sb),
-          a->replicas > 1 ? " x replicas" : "", ax_pipe_units(a->mode, a->M),
-          a->batch);
-  if (a->replicas > 1)
-    fprintf(stderr,
-            "axon-run: %d replicas, each on batch / %d rows of every "
-            "mini-batch, gradients averaged at each update\n",
-            a->replicas, a->replicas);
-  if (a->tensor_parallel > 1)
-    fprintf(stderr,
-            "axon-run: every stage on %d agents, its split layers "
-            "shared among them\n",
-            a->tensor_parallel);
-}
-
 /* Trains the pipeline *p of f (with f->o its options) for the run's steps,
  * then writes the outputs, evaluates and prints the summary. */
 static int train_and_report(const axi_run_pipe_args *a, feed *f, ax_pipe **p,
@@ -366,7 +341,7 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
   if (rc == AX_OK)
     rc = split_stages(a, def, &mcfg, f.ld, info.n_blocks, bounds);
   if (rc == AX_OK)
-    announce(a, bounds);
+    axi_run_announce(a, bounds);
   ax_pipe *p = NULL;
   const char *cur[2 * AX_PIPE_MAX_STAGES]; /* spares may replace lost
                                                ones; every replica's */

@@ -1,15 +1,42 @@
-/* axon-run train's pipeline results (axon_run_pipe.c runs it): the trace
- * and the per-step metrics of --trace and --csv, and the summary. */
+/* What axon-run train's pipeline run (axon_run_pipe.c) says: how it trains,
+ * the trace and the per-step metrics of --trace and --csv, and the
+ * summary. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "agents/axon_run.h"
+#include "axon/runtime/pipeline/schedule/partition.h"
+#include "axon/runtime/pipeline/stage/staleness.h"
 #include "axon/runtime/pipeline/state/freeze.h"
 #include "axon/runtime/pipeline/trace/metrics.h"
 #include "axon/runtime/pipeline/trace/trace.h"
 
 int axi_run_stages(const axi_run_pipe_args *a) {
   return a->K * ax_pipe_chunks(a->mode, a->chunks);
+}
+
+void axi_run_announce(const axi_run_pipe_args *a, const int *bounds) {
+  char sb[256];
+  fprintf(stderr,
+          "axon-run: %s on %s, %s%s%s, %d stages (blocks %s)%s, "
+          "%d micro-batches, batch %d\n",
+          a->model, a->dataset, ax_pipe_mode_name(a->mode),
+          a->staleness ? " with staleness " : "",
+          a->staleness ? ax_staleness_name(a->staleness) : "",
+          axi_run_stages(a),
+          ax_partition_format(bounds, axi_run_stages(a), sb, sizeof sb),
+          a->replicas > 1 ? " x replicas" : "", ax_pipe_units(a->mode, a->M),
+          a->batch);
+  if (a->replicas > 1)
+    fprintf(stderr,
+            "axon-run: %d replicas, each on batch / %d rows of every "
+            "mini-batch, gradients averaged at each update\n",
+            a->replicas, a->replicas);
+  if (a->tensor_parallel > 1)
+    fprintf(stderr,
+            "axon-run: every stage on %d agents, its split layers "
+            "shared among them\n",
+            a->tensor_parallel);
 }
 
 /* Trace events as the coordinator saw them (issue, completion, busy). */
