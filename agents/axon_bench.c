@@ -94,10 +94,51 @@ static int make_batch(const char *model, const ax_config *cfg, int batch,
   return err;
 }
 
-static int bench_train(int argc, char **argv) {
-  const char *model = "resnet20", *mconf = NULL;
-  int batch = 0, steps = 10, warmup = 2, threads = 0, seq = 0;
-  ax_device dev = AX_CPU;
+/* Runs warmup + steps training steps of net on the batch (in, lab) on
+ * dev; *dt gets the seconds of the last `steps`. */
+static int time_steps(ax_net *net, ax_optim *opt, ax_tlist *in,
+                      const ax_tlist *lab, int ignore, ax_device dev,
+                      int warmup, int steps, double *dt) {
+  ax_slot *slot = ax_slot_new();
+  ax_tlist din = {0};
+  double t0 = 0.0;
+  int rc = AX_OK;
+  for (int s = 0; rc == AX_OK && s < warmup + steps; s++) {
+    if (s == warmup)
+      t0 = ax_now();
+    ax_tlist out = {0}, dout = {0};
+    ax_loss_result res;
+    rc = ax_net_zero_grad(net);
+    if (rc == AX_OK)
+      rc = ax_net_forward(net, slot, 1, (uint64_t)s, in, &out);
+    if (rc == AX_OK)
+      rc = ax_loss_xent(&out, lab, ignore, NULL, 1.0f, &res, &dout);
+    if (rc == AX_OK)
+      rc = ax_net_backward(net, slot, (uint64_t)s, 0, &dout, &din);
+    if (rc == AX_OK)
+      rc = ax_optim_step(opt, net->params, net->grads);
+    if (rc == AX_OK)
+      rc = ax_device_synchronize(dev);
+    ax_tlist_clear(&out);
+    ax_tlist_clear(&dout);
+    ax_tlist_clear(&din);
+    ax_slot_reset(slot);
+  }
+  *dt = ax_now() - t0;
+  ax_slot_free(slot);
+  return rc;
+}
+
+/* The options of `train`. */
+typedef struct train_args {
+  const char *model, *mconf;
+  int batch, steps, warmup, threads, seq;
+  ax_device dev;
+} train_args;
+
+/* Parses train's options into t: -1, or the exit status. */
+static int parse_train(int argc, char **argv, train_args *t) {
+  *t = (train_args){"resnet20", NULL, 0, 10, 2, 0, 0, AX_CPU};
   static const struct option opts[] = {
       {"model", 1, 0, 'm'},  {"model-config", 1, 0, 'M'},
       {"batch", 1, 0, 'b'},  {"steps", 1, 0, 's'},
@@ -109,28 +150,28 @@ static int bench_train(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
     case 'm':
-      model = optarg;
+      t->model = optarg;
       break;
     case 'M':
-      mconf = optarg;
+      t->mconf = optarg;
       break;
     case 'b':
-      batch = atoi(optarg);
+      t->batch = atoi(optarg);
       break;
     case 's':
-      steps = atoi(optarg);
+      t->steps = atoi(optarg);
       break;
     case 'w':
-      warmup = atoi(optarg);
+      t->warmup = atoi(optarg);
       break;
     case 't':
-      threads = atoi(optarg);
+      t->threads = atoi(optarg);
       break;
     case 'q':
-      seq = atoi(optarg);
+      t->seq = atoi(optarg);
       break;
     case 'v':
-      if (ax_device_parse(optarg, &dev) != AX_OK) {
+      if (ax_device_parse(optarg, &t->dev) != AX_OK) {
         fprintf(stderr, "axon-bench: %s\n", ax_errmsg());
         return 2;
       }
@@ -144,7 +185,18 @@ static int bench_train(int argc, char **argv) {
       return 2;
     }
   }
-  ax_cpu_set_threads(threads);
+  return -1;
+}
+
+static int bench_train(int argc, char **argv) {
+  train_args t;
+  int rc = parse_train(argc, argv, &t);
+  if (rc >= 0)
+    return rc;
+  const char *model = t.model, *mconf = t.mconf;
+  int batch = t.batch, steps = t.steps, warmup = t.warmup, seq = t.seq;
+  ax_device dev = t.dev;
+  ax_cpu_set_threads(t.threads);
   const ax_model_def *def = ax_model_find(model);
   ax_config cfg;
   char over[256] = "";
@@ -161,8 +213,8 @@ static int bench_train(int argc, char **argv) {
     batch = strcmp(model, "bert") == 0 ? 8 : 128;
   ax_model_info info;
   ax_net *net = NULL;
-  ax_tlist in = {0}, lab = {0}, din = {0};
-  int rc = def->describe(&cfg, &info);
+  ax_tlist in = {0}, lab = {0};
+  rc = def->describe(&cfg, &info);
   if (rc == AX_OK)
     rc = ax_model_stage(def, &cfg, 0, info.n_blocks, dev, 1, &net);
   if (rc == AX_OK)
@@ -176,30 +228,10 @@ static int bench_train(int argc, char **argv) {
   ocfg.lr = 1e-4f;
   ocfg.momentum = 0.9f;
   ax_optim *opt = net ? ax_optim_new(&ocfg, net->n_params, dev) : NULL;
-  ax_slot *slot = ax_slot_new();
-  double t0 = 0.0;
-  for (int s = 0; rc == AX_OK && s < warmup + steps; s++) {
-    if (s == warmup)
-      t0 = ax_now();
-    ax_tlist out = {0}, dout = {0};
-    ax_loss_result res;
-    rc = ax_net_zero_grad(net);
-    if (rc == AX_OK)
-      rc = ax_net_forward(net, slot, 1, (uint64_t)s, &in, &out);
-    if (rc == AX_OK)
-      rc = ax_loss_xent(&out, &lab, info.ignore_index, NULL, 1.0f, &res, &dout);
-    if (rc == AX_OK)
-      rc = ax_net_backward(net, slot, (uint64_t)s, 0, &dout, &din);
-    if (rc == AX_OK)
-      rc = ax_optim_step(opt, net->params, net->grads);
-    if (rc == AX_OK)
-      rc = ax_device_synchronize(dev);
-    ax_tlist_clear(&out);
-    ax_tlist_clear(&dout);
-    ax_tlist_clear(&din);
-    ax_slot_reset(slot);
-  }
-  double dt = ax_now() - t0;
+  double dt = 0;
+  if (rc == AX_OK)
+    rc = time_steps(net, opt, &in, &lab, info.ignore_index, dev, warmup, steps,
+                    &dt);
   if (rc == AX_OK) {
     double sps = (double)steps * batch / dt;
     char dname[16];
@@ -215,7 +247,6 @@ static int bench_train(int argc, char **argv) {
   } else {
     fprintf(stderr, "axon-bench: %s: %s\n", ax_strerror(rc), ax_errmsg());
   }
-  ax_slot_free(slot);
   ax_optim_free(opt);
   ax_tlist_clear(&in);
   ax_tlist_clear(&lab);

@@ -54,6 +54,45 @@ static void proc_cost(pid_t pid, long *pss_kb, int *threads) {
     fclose(f);
 }
 
+/* The membership's strings, as master m hands them out: every member's
+ * name, control and data addresses (m's own data address is not public:
+ * counted as long as its control address, both "127.0.0.1:PORT"). */
+static size_t membership_bytes(ax_node *m) {
+  size_t bytes = 0;
+  for (int r = 0; r < ax_node_world_size(m); r++) {
+    const char *name;
+    char ctl[256] = "", bulk[256] = "";
+    if (ax_node_member(m, r, &name) != AX_OK)
+      continue;
+    if (!strcmp(name, ax_node_name(m)))
+      snprintf(ctl, sizeof ctl, "%s", ax_node_address(m)),
+          snprintf(bulk, sizeof bulk, "%s", ax_node_address(m));
+    else
+      ax_rpc_debug_peer_addrs(m, name, ctl, sizeof ctl, bulk, sizeof bulk);
+    bytes += strlen(name) + strlen(ctl) + strlen(bulk);
+  }
+  return bytes;
+}
+
+/* One barrier: a call to every agent a0..a(n-1) at once, then every
+ * reply. The calls that failed. */
+static int barrier_round(ax_node *m, int n) {
+  ax_future **f = calloc((size_t)n, sizeof *f);
+  int bad = 0;
+  for (int i = 0; f && i < n; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "a%d", i);
+    bad += ax_rpc_async(m, name, "axon.test.echo", NULL, NULL, &f[i]) != AX_OK;
+  }
+  for (int i = 0; f && i < n; i++)
+    if (f[i]) {
+      bad += ax_future_wait(f[i], 60000) != AX_OK;
+      ax_future_release(f[i]);
+    }
+  free(f);
+  return bad;
+}
+
 int ax_bench_join_main(int argc, char **argv) {
   int nag = 16, athreads = 4, c;
   static const struct option lo[] = {{"agents", 1, 0, 'n'},
@@ -121,38 +160,10 @@ int ax_bench_join_main(int argc, char **argv) {
     thr_sum += t;
     thr_max = t > thr_max ? t : thr_max;
   }
-  /* The membership's strings, as this master hands them out: every
-   * member's name, control and data addresses (this node's own data
-   * address is not public: counted as long as its control address, both
-   * "127.0.0.1:PORT"). */
-  size_t member_bytes = 0;
-  for (int r = 0; r < ax_node_world_size(m); r++) {
-    const char *name;
-    char ctl[256] = "", bulk[256] = "";
-    if (ax_node_member(m, r, &name) != AX_OK)
-      continue;
-    if (!strcmp(name, ax_node_name(m)))
-      snprintf(ctl, sizeof ctl, "%s", ax_node_address(m)),
-          snprintf(bulk, sizeof bulk, "%s", ax_node_address(m));
-    else
-      ax_rpc_debug_peer_addrs(m, name, ctl, sizeof ctl, bulk, sizeof bulk);
-    member_bytes += strlen(name) + strlen(ctl) + strlen(bulk);
-  }
+  size_t member_bytes = membership_bytes(m);
   double t1 = now_s();
-  ax_future **f = calloc((size_t)nag, sizeof *f);
-  int bad = 0;
-  for (int i = 0; f && i < nag; i++) {
-    char name[32];
-    snprintf(name, sizeof name, "a%d", i);
-    bad += ax_rpc_async(m, name, "axon.test.echo", NULL, NULL, &f[i]) != AX_OK;
-  }
-  for (int i = 0; f && i < nag; i++)
-    if (f[i]) {
-      bad += ax_future_wait(f[i], 60000) != AX_OK;
-      ax_future_release(f[i]);
-    }
+  int bad = barrier_round(m, nag);
   double t_round = now_s() - t1;
-  free(f);
   double t2 = now_s();
   int st = ax_local_end_world(m, nag, pids, 30000, NULL, "axon-bench join");
   ax_node_shutdown(m, 5000);

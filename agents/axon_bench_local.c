@@ -2,38 +2,32 @@
  * agents/axon_bench_local.h. */
 #include "agents/axon_bench_local.h"
 
-#include <errno.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
+#include "axon/rpc/launch.h"
 #include "axon/runtime/autograd/autograd.h"
 #include "axon/runtime/pipeline/pipeline.h"
 
 pid_t axi_bench_spawn_agent(const char *name, int port, const char *env,
                             const char *val, int overwrite,
                             const char *const *args) {
-  char exe[4096], path[4200], master[64];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  exe[n > 0 ? n : 0] = 0;
-  snprintf(path, sizeof path, "%s/axon-agent", dirname(exe));
+  char path[4200], master[64], var[256];
+  ax_local_program("axon-agent", path, sizeof path); /* exec says if not */
   snprintf(master, sizeof master, "127.0.0.1:%d", port);
   const char *argv[32] = {path, "--name", name, "--master", master};
   int argc = 5;
   for (int i = 0; argc < 31 && args && args[i]; i++)
     argv[argc++] = args[i];
   argv[argc] = NULL;
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (env)
-      setenv(env, val, overwrite);
-    execv(path, (char *const *)argv);
-    fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
-    _exit(127);
-  }
-  return pid;
+  snprintf(var, sizeof var, "%s=%s", env ? env : "", val ? val : "");
+  const char *const vars[] = {var, NULL};
+  ax_spawn_opts o = {.argv = argv, .pin = -1};
+  if (env && overwrite)
+    o.env = vars;
+  else if (env)
+    o.env_default = vars;
+  return ax_local_spawn(&o);
 }
 
 /* Orders doubles for qsort. */

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "agents/axon_bench_rpc.h"
+#include "axon/rpc/launch.h"
 #include "axon/rpc/rpc.h"
 
 #define STEP (1u << 20)
@@ -235,6 +236,35 @@ void axi_bench_rpc_run(ax_node *n, int iters, int reps, axi_rpc_row *r) {
   }
 }
 
+int axi_bench_listen(int backlog, int *port) {
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t sl = sizeof sa;
+  bind(ls, (struct sockaddr *)&sa, sizeof sa);
+  listen(ls, backlog);
+  getsockname(ls, (struct sockaddr *)&sa, &sl);
+  *port = ntohs(sa.sin_port);
+  return ls;
+}
+
+/* The table of raw TCP against axon RPC. */
+static void print_rows(const axi_rpc_row *raw, const axi_rpc_row *rpc) {
+  printf("%-28s %12s %12s %8s\n", "axon-bench rpc (loopback)", "raw TCP",
+         "axon RPC", "ratio");
+  printf("%-28s %12.1f %12.1f %8.2f\n", "small call p50 (us)", raw->p50_us,
+         rpc->p50_us, rpc->p50_us / raw->p50_us);
+  printf("%-28s %12.1f %12.1f %8.2f\n", "small call p99 (us)", raw->p99_us,
+         rpc->p99_us, rpc->p99_us / raw->p99_us);
+  printf("%-28s %12.0f %12.0f %8.2f\n", "calls/s, 64 in flight", raw->calls_s,
+         rpc->calls_s, rpc->calls_s / raw->calls_s);
+  const char *names[3] = {"1 MiB tensor (GB/s)", "16 MiB tensor (GB/s)",
+                          "64 MiB tensor (GB/s)"};
+  for (int s = 0; s < 3; s++)
+    printf("%-28s %12.2f %12.2f %8.2f\n", names[s], raw->gbs[s], rpc->gbs[s],
+           rpc->gbs[s] / raw->gbs[s]);
+}
+
 int ax_bench_rpc_main(int argc, char **argv) {
   int iters = 5000, reps = 10, rounds = 3, tls = 0, shm = 0, c;
   static const struct option lo[] = {
@@ -287,22 +317,9 @@ int ax_bench_rpc_main(int argc, char **argv) {
   if (tls || shm)
     return axi_bench_rpc_pair(shm, iters, reps, rounds < 1 ? 1 : rounds);
   setenv("AXON_DATA_TRANSPORT", "tcp", 0); /* axon's TCP against raw TCP */
-  int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-  struct sockaddr_in sa = {.sin_family = AF_INET};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t sl = sizeof sa;
-  bind(ls, (struct sockaddr *)&sa, sizeof sa);
-  listen(ls, 1);
-  getsockname(ls, (struct sockaddr *)&sa, &sl);
-  int raw_port = ntohs(sa.sin_port);
-  int tmp = socket(AF_INET, SOCK_STREAM, 0); /* a free port for the master */
-  struct sockaddr_in ma = {.sin_family = AF_INET};
-  ma.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(tmp, (struct sockaddr *)&ma, sizeof ma);
-  getsockname(tmp, (struct sockaddr *)&ma, &sl);
-  close(tmp);
-  char master[64];
-  snprintf(master, sizeof master, "127.0.0.1:%d", ntohs(ma.sin_port));
+  int raw_port, one = 1, ls = axi_bench_listen(1, &raw_port);
+  char master[64]; /* a free port for the master */
+  snprintf(master, sizeof master, "127.0.0.1:%d", ax_local_free_port());
   pid_t pid = fork(); /* before any gRPC initialisation */
   if (pid == 0)
     _exit(axi_bench_rpc_child(raw_port, master));
@@ -335,18 +352,6 @@ int ax_bench_rpc_main(int argc, char **argv) {
   int st = 0;
   waitpid(pid, &st, 0);
   ax_node_destroy(n);
-  printf("%-28s %12s %12s %8s\n", "axon-bench rpc (loopback)", "raw TCP",
-         "axon RPC", "ratio");
-  printf("%-28s %12.1f %12.1f %8.2f\n", "small call p50 (us)", raw.p50_us,
-         rpc.p50_us, rpc.p50_us / raw.p50_us);
-  printf("%-28s %12.1f %12.1f %8.2f\n", "small call p99 (us)", raw.p99_us,
-         rpc.p99_us, rpc.p99_us / raw.p99_us);
-  printf("%-28s %12.0f %12.0f %8.2f\n", "calls/s, 64 in flight", raw.calls_s,
-         rpc.calls_s, rpc.calls_s / raw.calls_s);
-  const char *names[3] = {"1 MiB tensor (GB/s)", "16 MiB tensor (GB/s)",
-                          "64 MiB tensor (GB/s)"};
-  for (int s = 0; s < 3; s++)
-    printf("%-28s %12.2f %12.2f %8.2f\n", names[s], raw.gbs[s], rpc.gbs[s],
-           rpc.gbs[s] / raw.gbs[s]);
+  print_rows(&raw, &rpc);
   return 0;
 }

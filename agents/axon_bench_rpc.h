@@ -20,6 +20,8 @@ extern const size_t axi_bench_rpc_sizes[3]; /* 1, 16 and 64 MiB */
 int axi_bench_rpc_child(int raw_port, const char *master);
 /* Measures n's calls to "bench-server". */
 void axi_bench_rpc_run(ax_node *n, int iters, int reps, axi_rpc_row *r);
+/* A socket listening on a free loopback port (*port) with `backlog`. */
+int axi_bench_listen(int backlog, int *port);
 /* axon-bench rpc --tls (shm 0: tcp against tls) or --shm (shm 1: tcp
  * against shm); returns the exit status. */
 int axi_bench_rpc_pair(int shm, int iters, int reps, int rounds);

@@ -24,6 +24,7 @@
 
 #include "agents/axon_bench_local.h"
 #include "agents/axon_bench_rpc.h"
+#include "axon/rpc/launch.h"
 
 /* Runs scripts/make_certs.sh (from AXON_SOURCE_DIR, else next to the
  * build directory holding this program) into dir. */
@@ -51,67 +52,20 @@ static int make_certs(const char *dir) {
   return 0;
 }
 
-/* A free loopback port (bound, then released). */
-static int free_port(void) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof a;
-  bind(s, (struct sockaddr *)&a, sizeof a);
-  getsockname(s, (struct sockaddr *)&a, &l);
-  close(s);
-  return ntohs(a.sin_port);
-}
-
 static void pem(char *buf, size_t len, const char *dir, const char *name,
                 const char *ext) {
   snprintf(buf, len, "%s/%s.%s", dir, name, ext);
 }
 
-int axi_bench_rpc_pair(int shm, int iters, int reps, int rounds) {
-  char dir[64] = "/tmp/axon-bench-tls-XXXXXX", rm[128];
-  if (!mkdtemp(dir))
-    return 1;
-  snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
-  const char *what = shm ? "--shm" : "--tls";
-  /* world 0, world 1: their data transports */
-  const char *dt[2] = {"tcp", shm ? "shm" : "tls"};
-  if (!shm && make_certs(dir)) {
-    system(rm);
-    return 1;
-  }
-  char ca[128], scert[128], skey[128], ccert[128], ckey[128];
+/* The client nodes of both worlds: n[w] joins master[w] with data
+ * transport dt[w] (world 1 with the client's certificates under dir when
+ * not shm). AX_OK, or the first error. */
+static int join_clients(int shm, const char *const *dt, char master[2][64],
+                        const char *dir, ax_node **n) {
+  char ca[128], ccert[128], ckey[128];
   pem(ca, sizeof ca, dir, "ca", "pem");
-  pem(scert, sizeof scert, dir, "bench-server", "pem");
-  pem(skey, sizeof skey, dir, "bench-server", "key");
   pem(ccert, sizeof ccert, dir, "bench-client", "pem");
   pem(ckey, sizeof ckey, dir, "bench-client", "key");
-  /* The children's raw sockets only tell them when the parent is done. */
-  int ls = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t sl = sizeof sa;
-  bind(ls, (struct sockaddr *)&sa, sizeof sa);
-  listen(ls, 2);
-  getsockname(ls, (struct sockaddr *)&sa, &sl);
-  char master[2][64];
-  pid_t pid[2];
-  int fd[2];
-  for (int w = 0; w < 2; w++) { /* 0: plaintext, 1: TLS */
-    snprintf(master[w], sizeof master[w], "127.0.0.1:%d", free_port());
-    if ((pid[w] = fork()) == 0) { /* before any gRPC initialisation */
-      setenv("AXON_DATA_TRANSPORT", dt[w], 1);
-      if (w && !shm) {
-        setenv("AXON_TLS_CA", ca, 1);
-        setenv("AXON_TLS_CERT", scert, 1);
-        setenv("AXON_TLS_KEY", skey, 1);
-      }
-      _exit(axi_bench_rpc_child(ntohs(sa.sin_port), master[w]));
-    }
-    fd[w] = accept(ls, NULL, NULL);
-  }
-  close(ls);
-  ax_node *n[2] = {NULL, NULL};
   int rc = AX_OK;
   for (int w = 0; w < 2 && rc == AX_OK; w++) {
     ax_node_opts o;
@@ -130,6 +84,68 @@ int axi_bench_rpc_pair(int shm, int iters, int reps, int rounds) {
     if (rc == AX_OK)
       rc = ax_node_join(n[w], 30000);
   }
+  return rc;
+}
+
+/* The table: medians m[w] (p50, p99, calls/s) and the best GB/s of both
+ * worlds, with the goals. */
+static void print_pair(int shm, const char *what, const char *dt1, int rounds,
+                       double m[2][3], double gbs[2][3]) {
+  printf("axon-bench rpc %s (loopback, %d interleaved rounds)\n", what, rounds);
+  printf("%-28s %12s %12s %8s %s\n", "", "tcp", dt1, "ratio", "goal");
+  printf("%-28s %12.1f %12.1f %8.2f %s\n", "small call p50 (us)", m[0][0],
+         m[1][0], m[1][0] / m[0][0], shm ? "" : "<= 1.3");
+  printf("%-28s %12.1f %12.1f %8.2f\n", "small call p99 (us)", m[0][1], m[1][1],
+         m[1][1] / m[0][1]);
+  printf("%-28s %12.0f %12.0f %8.2f\n", "calls/s, 64 in flight", m[0][2],
+         m[1][2], m[1][2] / m[0][2]);
+  const char *names[3] = {"1 MiB tensor (GB/s)", "16 MiB tensor (GB/s)",
+                          "64 MiB tensor (GB/s)"};
+  for (int s = 0; s < 3; s++)
+    printf("%-28s %12.2f %12.2f %8.2f %s\n", names[s], gbs[0][s], gbs[1][s],
+           gbs[1][s] / gbs[0][s],
+           shm      ? (s ? ">= 2" : "")
+           : s == 2 ? ">= 0.5"
+                    : "");
+}
+
+int axi_bench_rpc_pair(int shm, int iters, int reps, int rounds) {
+  char dir[64] = "/tmp/axon-bench-tls-XXXXXX", rm[128];
+  if (!mkdtemp(dir))
+    return 1;
+  snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+  const char *what = shm ? "--shm" : "--tls";
+  /* world 0, world 1: their data transports */
+  const char *dt[2] = {"tcp", shm ? "shm" : "tls"};
+  if (!shm && make_certs(dir)) {
+    system(rm);
+    return 1;
+  }
+  char ca[128], scert[128], skey[128];
+  pem(ca, sizeof ca, dir, "ca", "pem");
+  pem(scert, sizeof scert, dir, "bench-server", "pem");
+  pem(skey, sizeof skey, dir, "bench-server", "key");
+  /* The children's raw sockets only tell them when the parent is done. */
+  int raw_port, ls = axi_bench_listen(2, &raw_port);
+  char master[2][64];
+  pid_t pid[2];
+  int fd[2];
+  for (int w = 0; w < 2; w++) { /* 0: plaintext, 1: TLS */
+    snprintf(master[w], sizeof master[w], "127.0.0.1:%d", ax_local_free_port());
+    if ((pid[w] = fork()) == 0) { /* before any gRPC initialisation */
+      setenv("AXON_DATA_TRANSPORT", dt[w], 1);
+      if (w && !shm) {
+        setenv("AXON_TLS_CA", ca, 1);
+        setenv("AXON_TLS_CERT", scert, 1);
+        setenv("AXON_TLS_KEY", skey, 1);
+      }
+      _exit(axi_bench_rpc_child(raw_port, master[w]));
+    }
+    fd[w] = accept(ls, NULL, NULL);
+  }
+  close(ls);
+  ax_node *n[2] = {NULL, NULL};
+  int rc = join_clients(shm, dt, master, dir, n);
   if (rc != AX_OK) {
     fprintf(stderr, "axon-bench rpc %s: %s\n", what, ax_errmsg());
     for (int w = 0; w < 2; w++)
@@ -167,21 +183,6 @@ int axi_bench_rpc_pair(int shm, int iters, int reps, int rounds) {
     m[w][1] = axi_bench_median(p99[w], rounds);
     m[w][2] = axi_bench_median(cps[w], rounds);
   }
-  printf("axon-bench rpc %s (loopback, %d interleaved rounds)\n", what, rounds);
-  printf("%-28s %12s %12s %8s %s\n", "", "tcp", dt[1], "ratio", "goal");
-  printf("%-28s %12.1f %12.1f %8.2f %s\n", "small call p50 (us)", m[0][0],
-         m[1][0], m[1][0] / m[0][0], shm ? "" : "<= 1.3");
-  printf("%-28s %12.1f %12.1f %8.2f\n", "small call p99 (us)", m[0][1], m[1][1],
-         m[1][1] / m[0][1]);
-  printf("%-28s %12.0f %12.0f %8.2f\n", "calls/s, 64 in flight", m[0][2],
-         m[1][2], m[1][2] / m[0][2]);
-  const char *names[3] = {"1 MiB tensor (GB/s)", "16 MiB tensor (GB/s)",
-                          "64 MiB tensor (GB/s)"};
-  for (int s = 0; s < 3; s++)
-    printf("%-28s %12.2f %12.2f %8.2f %s\n", names[s], gbs[0][s], gbs[1][s],
-           gbs[1][s] / gbs[0][s],
-           shm      ? (s ? ">= 2" : "")
-           : s == 2 ? ">= 0.5"
-                    : "");
+  print_pair(shm, what, dt[1], rounds, m, gbs);
   return 0;
 }

@@ -1,11 +1,15 @@
-/* axon-run internals shared by its files: the pipeline path of `train`. */
+/* axon-run internals shared by its files: the commands (one file each,
+ * their options described by tables that agents/axon_cli.h reads) and the
+ * pipeline path of `train`. */
 #ifndef AX_AXON_RUN_H
 #define AX_AXON_RUN_H
 
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "agents/axon_cli.h"
 #include "axon/kernels/device.h"
+#include "axon/runtime/autograd/plugin.h"
 #include "axon/runtime/pipeline/coord/coordinator.h"
 #include "axon/runtime/pipeline/coord/train.h"
 
@@ -98,8 +102,44 @@ typedef struct axi_run_feed {
 int axi_run_train(const axi_run_pipe_args *a, ax_pipe **p, long total,
                   const axi_run_feed *feed, long *start, double *seconds,
                   double *ckpt_s);
-/* `axon-run eval` and `axon-run export` (axon_run_use.c): exit status. */
-int axi_run_use_main(int argc, char **argv);
+/* The program and its commands: train (axon_run_train.c), eval and export
+ * (axon_run_use.c), probe (axon_run_probe.c), plan (axon_run_plan.c). */
+extern const axi_cli_prog axi_run_prog;
+extern const axi_cli_cmd axi_run_train_cmd, axi_run_eval_cmd,
+    axi_run_export_cmd, axi_run_probe_cmd, axi_run_plan_cmd;
+
+/* What the options of train, probe and plan fill (one family: probe and
+ * plan take train's options too). */
+typedef struct axi_run_cli {
+  ax_train_opts o;      /* the model, the data, the training */
+  axi_run_pipe_args pa; /* pipeline training, probe's and plan's own */
+  int threads, quiet;   /* --threads (0: every core), --quiet */
+  /* The storage behind pa.agents (--agents), pa.spares and pa.plugins. */
+  const char *agent_list[AX_PIPE_MAX_STAGES], *spare_list[AX_PIPE_MAX_STAGES];
+  char agent_buf[1024], spare_buf[1024];
+  const char *plugins[AX_PLUGIN_MAX];
+  char plugin_path[AX_PLUGIN_MAX][4096];
+} axi_run_cli;
+
+/* The options of train's pipeline training and of its checkpoints
+ * (axon_run_train_pipe.c), rows of the train command's table. */
+extern const axi_cli_opt axi_run_pipe_opts[], axi_run_ckpt_opts[];
+
+/* Parses the command line of command c (train, probe or plan) into r
+ * from the defaults, then the checks every one of them needs (the
+ * configuration keys, the settings defaulted by others). -1 when the
+ * command goes on, else its exit status (axon_run_train.c). */
+int axi_run_cli_parse(const axi_cli_cmd *c, int argc, char **argv,
+                      axi_run_cli *r);
+/* Whether r asks for pipeline training (--local, --stages, --agents or
+ * --emulate). */
+int axi_run_cli_pipe(const axi_run_cli *r);
+/* The checks of the pipeline options against each other (for train and
+ * probe): -1 when they hold, else 2 after a message. */
+int axi_run_cli_check_pipe(axi_run_cli *r);
+/* Copies the training options into r->pa (the pipeline's paths read only
+ * those) and sets this process's compute threads (1 unless --threads). */
+void axi_run_cli_to_pipe(axi_run_cli *r);
 
 /* AX_EINVAL naming the first --model-config, --optim or --data-config key
  * that the model, optimizer or data set does not read, with the keys it
@@ -115,6 +155,29 @@ int axi_run_spawn_local(int K, const char *const *names, int port, int threads,
 /* Reserves a loopback port (a bound socket kept open in *fd; close it once
  * the node listens). The port, or -1. */
 int axi_run_reserve_port(int *fd);
+
+/* Stages of the run: the agents, times --chunks for chunked modes. */
+int axi_run_stages(const axi_run_pipe_args *a);
+/* Says on stderr what the run trains how: the mode, the first block of
+ * every stage (bounds), the replicas and tensor parallelism. */
+void axi_run_announce(const axi_run_pipe_args *a, const int *bounds);
+/* What a pipeline run recorded (axon_run_pipe.c): the steps done, with
+ * `batch` samples each, and each one's loss and completion time. */
+typedef struct axi_run_steps {
+  long steps, batch;
+  const double *loss, *done_at;
+} axi_run_steps;
+/* The trace of every stage (--trace) and the per-step metrics (--csv)
+ * of pipeline p after the steps r, the first started at t0
+ * (axon_run_report.c); failures are reported, not returned. */
+void axi_run_write_outputs(const axi_run_pipe_args *a, ax_pipe *p,
+                           const axi_run_steps *r, double t0);
+/* The "summary:" line of the run (total steps trained here, test accuracy
+ * acc and loss tl, spb the modelled seconds per batch or < 0 for none)
+ * and the "stages:" line of each stage's figures. */
+void axi_run_summary(const axi_run_pipe_args *a, ax_pipe *p,
+                     const axi_run_steps *r, const ax_pipe_stats *st,
+                     long total, double acc, double tl, double spb);
 
 /* Runs `axon-run train` in pipeline mode; returns the exit status. */
 int axi_run_pipe_main(axi_run_pipe_args *a);

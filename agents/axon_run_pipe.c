@@ -7,7 +7,6 @@
  * --emulate this process is a world of one that hosts every stage itself
  * (runtime/pipeline/schedule/emulate.h). */
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,9 +24,7 @@
 #include "axon/runtime/pipeline/schedule/emulate.h"
 #include "axon/runtime/pipeline/schedule/partition.h"
 #include "axon/runtime/pipeline/stage/staleness.h"
-#include "axon/runtime/pipeline/state/freeze.h"
 #include "axon/runtime/pipeline/trace/metrics.h"
-#include "axon/runtime/pipeline/trace/trace.h"
 
 typedef struct feed { /* the training batches, epoch after epoch */
   ax_loader *ld;
@@ -186,88 +183,6 @@ static int eval_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
   return ax_loader_next(user, in, lab);
 }
 
-/* Trace events as the coordinator saw them (issue, completion, busy). */
-static void add_coordinator_view(const axi_run_pipe_args *a, ax_pipe *p,
-                                 ax_trace *tr) {
-  long ne;
-  const ax_pipe_event *ev = ax_pipe_events(p, &ne);
-  for (long i = 0; i < ne; i++) {
-    const ax_pipe_event *e = &ev[i];
-    int64_t done = (int64_t)(e->t_done * 1e6),
-            iss = (int64_t)(e->t_issue * 1e6);
-    int64_t start = done - (int64_t)(e->busy_s * 1e6);
-    char name[32];
-    snprintf(name, sizeof name, "%c%d.%d", e->op.kind ? 'B' : 'F', e->op.batch,
-             e->op.micro);
-    ax_trace_event te =
-        ax_trace_event_make(name, e->op.kind ? "backward" : "forward",
-                            e->op.stage, 0, start > iss ? start : iss, done);
-    te.step = e->op.batch;
-    te.micro = ax_pipe_units(a->mode, a->M) > 1 ? e->op.micro : -1;
-    te.stash = e->live;
-    ax_trace_add(tr, &te);
-    if (start > iss) {
-      ax_trace_event rv =
-          ax_trace_event_make("recv", "recv", e->op.stage, 1, iss, start);
-      rv.step = e->op.batch;
-      ax_trace_add(tr, &rv);
-    }
-  }
-}
-
-/* Stages of the run: the agents, times --chunks for chunked modes. */
-static int axi_run_stages(const axi_run_pipe_args *a) {
-  return a->K * ax_pipe_chunks(a->mode, a->chunks);
-}
-
-/* Trace (the stages' events) and per-step metrics. */
-static void write_outputs(const axi_run_pipe_args *a, ax_pipe *p, const feed *f,
-                          double t0) {
-  ax_trace *tr = ax_trace_new(0);
-  if (!tr)
-    return;
-  int S = ax_pipe_stages(p); /* the last pipeline's (a freeze re-packs) */
-  for (int s = 0; s < S; s++) {
-    ax_trace_name_process(tr, s, ax_pipe_stage_agent(p, s));
-    ax_trace_name_thread(tr, s, 0, "compute");
-    ax_trace_name_thread(tr, s, 1, "recv");
-    ax_trace_name_thread(tr, s, 2, "send");
-  }
-  /* The stages' own events; without them (an old agent), the coordinator's
-   * view: compute as the stage reported it, the wait before it as recv. */
-  if (ax_pipe_trace(p, tr) != AX_OK || ax_trace_count(tr) == 0)
-    add_coordinator_view(a, p, tr);
-  if (a->trace && ax_trace_write(tr, a->trace) != AX_OK)
-    fprintf(stderr, "axon-run: trace: %s\n", ax_errmsg());
-  ax_metrics_csv *csv = NULL;
-  if (a->csv && ax_metrics_csv_open(a->csv, S, &csv) != AX_OK)
-    fprintf(stderr, "axon-run: csv: %s\n", ax_errmsg());
-  ax_trace_event *all = NULL;
-  size_t n = 0;
-  ax_trace_events(tr, &all, &n);
-  ax_pipe_stats st;
-  ax_pipe_get_stats(p, &st);
-  for (long t = 0; csv && t < f->steps; t++) {
-    ax_step_metrics m;
-    ax_metrics_init(&m, t, S);
-    m.samples = f->batch;
-    m.loss = f->loss[t];
-    m.coord_bytes =
-        (int64_t)(st.coord_bytes / (uint64_t)(f->steps ? f->steps : 1));
-    double lo = t ? f->done_at[t - 1] : t0;
-    int64_t t0u = (int64_t)(lo * 1e6), t1u = (int64_t)(f->done_at[t] * 1e6);
-    if (t1u <= t0u)
-      t1u = t0u + 1;
-    ax_metrics_from_events(&m, all, n, t0u, t1u);
-    for (int s = 0; s < S; s++)
-      m.peak_mem[s] = (size_t)st.peak_bytes[s];
-    ax_metrics_csv_row(csv, &m);
-  }
-  ax_metrics_csv_close(csv);
-  free(all);
-  ax_trace_free(tr);
-}
-
 /* Test accuracy and mean loss over --eval-limit examples (all without). */
 static int evaluate(const axi_run_pipe_args *a, ax_pipe *p, ax_dataset *test,
                     double *acc, double *loss) {
@@ -316,6 +231,92 @@ static int feed_segment(void *user, long done) {
   return AX_OK;
 }
 
+/* The first block of every stage into bounds (S + 1 entries): uniform,
+ * or --partition balanced on one profiled batch of ld (each boundary
+ * weighed by its --links link when given). */
+static int split_stages(const axi_run_pipe_args *a, const ax_model_def *def,
+                        const ax_config *mcfg, ax_loader *ld, int n_blocks,
+                        int *bounds) {
+  if (!a->partition || strcmp(a->partition, "balanced"))
+    return ax_split_uniform(n_blocks, axi_run_stages(a), bounds);
+  ax_tlist in = {0}, lab = {0};
+  ax_loader_start(ld, 0);
+  int rc = ax_loader_next(ld, &in, &lab);
+  ax_partition_opts po = {axi_run_stages(a),
+                          ax_pipe_mode_name(a->mode),
+                          a->M,
+                          a->recompute,
+                          0,
+                          0,
+                          0,
+                          NULL,
+                          NULL};
+  /* --links: each boundary weighed by its link (axon-run probe --out) */
+  double lat[AX_PIPE_MAX_STAGES], bw[AX_PIPE_MAX_STAGES];
+  int have = 0;
+  if (rc == AX_OK && a->plan_links)
+    rc = axi_run_stage_links(a, a->mode, lat, bw, &have);
+  if (have)
+    po.link_lat_s = lat, po.link_Bps = bw;
+  ax_partition_report rep;
+  if (rc == AX_OK)
+    rc = ax_partition_model("balanced", def, mcfg, AX_CPU, &in, NULL, &po,
+                            bounds, &rep);
+  ax_tlist_clear(&in);
+  ax_tlist_clear(&lab);
+  return rc;
+}
+
+/* Trains the pipeline *p of f (with f->o its options) for the run's steps,
+ * then writes the outputs, evaluates and prints the summary. */
+static int train_and_report(const axi_run_pipe_args *a, feed *f, ax_pipe **p,
+                            ax_dataset *test) {
+  long total = a->steps > 0 ? a->steps : f->per_epoch * a->epochs;
+  if (total <= 0)
+    return ax_seterr(AX_EINVAL, "nothing to train");
+  if (!(f->done_at = calloc((size_t)total, sizeof(double))) ||
+      !(f->loss = calloc((size_t)total, sizeof(double))))
+    return AX_ENOMEM;
+  double t0 = ax_now(), train_s = 0, ckpt_s = 0;
+  long start = 0;
+  ax_pipe_stats st = {0};
+  ax_pipe_costs costs;
+  ax_pipe_costs_init(&costs, f->o);
+  f->p = *p;
+  f->test = test;
+  f->costs = &costs;
+  f->total = total;
+  axi_run_feed fd = {feed_batch,   feed_step,
+                     feed_seek,    f,
+                     feed_segment, a->epoch_eval ? f->per_epoch : 0,
+                     feed_rebuild, feed_repacked};
+  ax_progress_start(&f->bar, a->quiet ? NULL : stderr, total);
+  int rc = axi_run_train(a, p, total, &fd, &start, &train_s, &ckpt_s);
+  ax_progress_end(&f->bar);
+  if (*p)
+    ax_pipe_get_stats(*p, &st);
+  st.seconds = train_s; /* every call's, not only the last one's */
+  st.coord_bytes = f->coord_bytes;
+  total -= start;
+  if (ckpt_s > 0)
+    fprintf(stderr,
+            "axon-run: checkpoints took %.3f s, %.3f ms per step "
+            "(%.2f%% of the training time)\n",
+            ckpt_s, 1e3 * ckpt_s / (double)total, 100.0 * ckpt_s / train_s);
+  double acc = 0, tl = 0, spb = 0;
+  axi_run_steps steps = {f->steps, f->batch, f->loss, f->done_at};
+  if (rc == AX_OK) {
+    axi_run_write_outputs(a, *p, &steps, t0);
+    rc = evaluate(a, *p, test, &acc, &tl);
+  }
+  /* The modelled time: the timing model fed with the measured costs. */
+  int modelled =
+      rc == AX_OK && !f->repacked && ax_pipe_costs_model(&costs, &spb) == AX_OK;
+  if (rc == AX_OK)
+    axi_run_summary(a, *p, &steps, &st, total, acc, tl, modelled ? spb : -1);
+  return rc;
+}
+
 static int run(const axi_run_pipe_args *a, ax_node *node) {
   const ax_model_def *def = ax_model_find(a->model);
   if (!def)
@@ -337,57 +338,10 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
   if (rc == AX_OK && axi_run_stages(a) > info.n_blocks)
     rc = ax_seterr(AX_EINVAL, "%d stages for %d blocks", axi_run_stages(a),
                    info.n_blocks);
-  if (rc == AX_OK && a->partition && !strcmp(a->partition, "balanced")) {
-    ax_tlist in = {0}, lab = {0};
-    ax_loader_start(f.ld, 0);
-    rc = ax_loader_next(f.ld, &in, &lab);
-    ax_partition_opts po = {axi_run_stages(a),
-                            ax_pipe_mode_name(a->mode),
-                            a->M,
-                            a->recompute,
-                            0,
-                            0,
-                            0,
-                            NULL,
-                            NULL};
-    /* --links: each boundary weighed by its link (axon-run probe --out) */
-    double lat[AX_PIPE_MAX_STAGES], bw[AX_PIPE_MAX_STAGES];
-    int have = 0;
-    if (rc == AX_OK && a->plan_links)
-      rc = axi_run_stage_links(a, a->mode, lat, bw, &have);
-    if (have)
-      po.link_lat_s = lat, po.link_Bps = bw;
-    ax_partition_report rep;
-    if (rc == AX_OK)
-      rc = ax_partition_model("balanced", def, &mcfg, AX_CPU, &in, NULL, &po,
-                              bounds, &rep);
-    ax_tlist_clear(&in);
-    ax_tlist_clear(&lab);
-  } else if (rc == AX_OK) {
-    rc = ax_split_uniform(info.n_blocks, axi_run_stages(a), bounds);
-  }
-  char sb[256];
   if (rc == AX_OK)
-    fprintf(stderr,
-            "axon-run: %s on %s, %s%s%s, %d stages (blocks %s)%s, "
-            "%d micro-batches, batch %d\n",
-            a->model, a->dataset, ax_pipe_mode_name(a->mode),
-            a->staleness ? " with staleness " : "",
-            a->staleness ? ax_staleness_name(a->staleness) : "",
-            axi_run_stages(a),
-            ax_partition_format(bounds, axi_run_stages(a), sb, sizeof sb),
-            a->replicas > 1 ? " x replicas" : "", ax_pipe_units(a->mode, a->M),
-            a->batch);
-  if (rc == AX_OK && a->replicas > 1)
-    fprintf(stderr,
-            "axon-run: %d replicas, each on batch / %d rows of every "
-            "mini-batch, gradients averaged at each update\n",
-            a->replicas, a->replicas);
-  if (rc == AX_OK && a->tensor_parallel > 1)
-    fprintf(stderr,
-            "axon-run: every stage on %d agents, its split layers "
-            "shared among them\n",
-            a->tensor_parallel);
+    rc = split_stages(a, def, &mcfg, f.ld, info.n_blocks, bounds);
+  if (rc == AX_OK)
+    axi_run_announce(a, bounds);
   ax_pipe *p = NULL;
   const char *cur[2 * AX_PIPE_MAX_STAGES]; /* spares may replace lost
                                                ones; every replica's */
@@ -421,87 +375,12 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
   f.node = node;
   f.o = &o;
   f.cur = cur;
+  f.per_epoch = f.ld ? ax_loader_batches(f.ld) : 0;
   if (rc == AX_OK)
     rc = ax_pipe_new(node, &o, &p);
-  if (rc == AX_OK)
+  if (rc == AX_OK) {
     note_incarnations(&f);
-  long per_epoch = f.ld ? ax_loader_batches(f.ld) : 0;
-  long total = a->steps > 0 ? a->steps : per_epoch * a->epochs;
-  if (rc == AX_OK && total <= 0)
-    rc = ax_seterr(AX_EINVAL, "nothing to train");
-  if (rc == AX_OK && (!(f.done_at = calloc((size_t)total, sizeof(double))) ||
-                      !(f.loss = calloc((size_t)total, sizeof(double)))))
-    rc = AX_ENOMEM;
-  double t0 = ax_now(), train_s = 0, ckpt_s = 0;
-  long start = 0;
-  ax_pipe_stats st = {0};
-  ax_pipe_costs costs;
-  ax_pipe_costs_init(&costs, &o);
-  f.p = p;
-  f.test = test;
-  f.costs = &costs;
-  f.per_epoch = per_epoch;
-  f.total = total;
-  if (rc == AX_OK) {
-    axi_run_feed fd = {feed_batch,   feed_step,
-                       feed_seek,    &f,
-                       feed_segment, a->epoch_eval ? per_epoch : 0,
-                       feed_rebuild, feed_repacked};
-    ax_progress_start(&f.bar, a->quiet ? NULL : stderr, total);
-    rc = axi_run_train(a, &p, total, &fd, &start, &train_s, &ckpt_s);
-    ax_progress_end(&f.bar);
-    if (p)
-      ax_pipe_get_stats(p, &st);
-    st.seconds = train_s; /* every call's, not only the last one's */
-    st.coord_bytes = f.coord_bytes;
-    total -= start;
-    if (ckpt_s > 0)
-      fprintf(stderr,
-              "axon-run: checkpoints took %.3f s, %.3f ms per step "
-              "(%.2f%% of the training time)\n",
-              ckpt_s, 1e3 * ckpt_s / (double)total, 100.0 * ckpt_s / train_s);
-  }
-  double acc = 0, tl = 0, spb = 0;
-  if (rc == AX_OK) {
-    write_outputs(a, p, &f, t0);
-    rc = evaluate(a, p, test, &acc, &tl);
-  }
-  /* The modelled time: the timing model fed with the measured costs. */
-  int modelled =
-      rc == AX_OK && !f.repacked && ax_pipe_costs_model(&costs, &spb) == AX_OK;
-  if (rc == AX_OK) {
-    printf("summary: model=%s dataset=%s mode=%s stages=%d micro=%d steps=%ld"
-           " final_loss=%.4f test_accuracy=%.2f%% samples_per_s=%.1f "
-           "ms_per_step=%.1f coordinator_bytes_per_step=%.0f train_seconds="
-           "%.1f test_loss=%.9g",
-           a->model, a->dataset, ax_pipe_mode_name(a->mode), axi_run_stages(a),
-           ax_pipe_units(a->mode, a->M), f.steps,
-           f.steps ? f.loss[f.steps - 1] : 0.0, 100.0 * acc,
-           (double)(f.steps * a->batch) / st.seconds,
-           1e3 * st.seconds / (double)total, (double)st.coord_bytes / total,
-           st.seconds, tl);
-    if (modelled)
-      printf(" modelled_seconds=%.3f modelled_ms_per_step=%.2f",
-             spb * (double)f.steps, 1e3 * spb);
-    if (a->replicas > 1)
-      printf(" replicas=%d", a->replicas);
-    if (a->tensor_parallel > 1)
-      printf(" tensor_parallel=%d", a->tensor_parallel);
-    ax_freeze_stats fz;
-    ax_pipe_freeze_stats(p, &fz);
-    if (fz.blocks)
-      printf(" frozen_blocks=%d final_stages=%d final_replicas=%d "
-             "cache_hits=%ld cache_misses=%ld",
-             fz.blocks, ax_pipe_stages(p), fz.replicas, fz.hits, fz.misses);
-    printf("%s\n", a->emulate ? " emulated=1" : "");
-    printf("stages:"); /* the last pipeline's (a freeze re-packs) */
-    for (int s = 0; s < ax_pipe_stages(p); s++)
-      printf(" [%d %s busy %.0f%% peak states %d versions %d state %.1f MB]", s,
-             ax_pipe_stage_agent(p, s), 100 * st.busy_frac[s], st.peak_live[s],
-             st.peak_versions[s], (double)st.peak_bytes[s] / 1e6);
-    printf("\n");
-    if (a->trace)
-      printf("trace: %s (open in https://ui.perfetto.dev)\n", a->trace);
+    rc = train_and_report(a, &f, &p, test);
   }
   ax_pipe_free(p);
   free(f.done_at);

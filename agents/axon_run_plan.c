@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stddef.h>
+
 #include "agents/axon_run.h"
 #include "axon/models/data/dataset.h"
 #include "axon/models/optim.h"
@@ -399,3 +401,64 @@ int axi_run_plan(const axi_run_pipe_args *a) {
          1e3 * best.spb, a->batch / best.spb, best.peak / 1048576.0);
   return AX_OK;
 }
+
+/* The stages come from --stages K; --agents only names them for the
+ * links file (stage0.. without it). */
+static int plan_main(int argc, char **argv) {
+  static axi_run_cli r;
+  static const char *names[AX_PIPE_MAX_STAGES];
+  static char buf[AX_PIPE_MAX_STAGES][16];
+  int rc = axi_run_cli_parse(&axi_run_plan_cmd, argc, argv, &r);
+  if (rc >= 0)
+    return rc;
+  axi_run_pipe_args *pa = &r.pa;
+  if (pa->K < 1 || pa->local || pa->emulate) {
+    fprintf(stderr, "axon-run plan: needs --stages K (and --agents A,B,... "
+                    "to read their links)\n");
+    return 2;
+  }
+  for (int s = 0; !pa->agents && s < pa->K; s++) {
+    snprintf(buf[s], sizeof buf[s], "stage%d", s);
+    names[s] = buf[s];
+  }
+  if (!pa->agents)
+    pa->agents = names;
+  if (pa->nagents && pa->nagents != pa->K) {
+    fprintf(stderr, "axon-run plan: --agents names one agent per stage\n");
+    return 2;
+  }
+  axi_run_cli_to_pipe(&r);
+  if ((rc = axi_run_plan(pa)) != AX_OK)
+    fprintf(stderr, "axon-run plan: %s\n", ax_errmsg());
+  return rc == AX_OK ? 0 : 1;
+}
+
+#define F(field) offsetof(axi_run_cli, field)
+
+static const axi_cli_opt g_plan_opts[] = {
+    {"modes", "all|M,..", AXI_CLI_STR, F(pa.plan_modes),
+     .help = "the modes predicted (all)"},
+    {"mem-cap", "BYTES", AXI_CLI_I64, F(pa.plan_mem_cap), 1, INT64_MAX,
+     AXI_CLI_UNITS,
+     .help = "the most memory of one agent, K/M/G suffixes (no cap)"},
+    {"action-us", "US", AXI_CLI_DOUBLE, F(pa.plan_action_us), 0, INT64_MAX,
+     .help = "a fixed cost added to every forward and backward (0)"},
+    {"compute-scale", "X", AXI_CLI_DOUBLE, F(pa.plan_compute_scale), 0,
+     INT64_MAX, AXI_CLI_OPEN_LO,
+     .help = "multiplies every block's measured time (1)"},
+    AXI_CLI_END};
+
+static const axi_cli_opt *const g_plan_tables[] = {g_plan_opts, NULL};
+
+const axi_cli_cmd axi_run_plan_cmd = {
+    "plan",
+    "--stages K [--agents A,B,...] [--links FILE]\n"
+    "[--modes all|M,..] [--mem-cap BYTES] [--action-us US]\n"
+    "[--compute-scale X] [train's options]",
+    "Every mode and split (uniform, balanced) predicted with the timing "
+    "model\nover the links of FILE (axon-run probe --out): ms/step, "
+    "samples/s, peak\nmemory per agent; picks the fastest under the cap.",
+    g_plan_tables,
+    &axi_run_train_cmd,
+    0,
+    plan_main};

@@ -9,11 +9,14 @@
  *   stage0 stage1 52.3 18.41
  *
  * (tests/netns/netbed.sh checks a test bed's shaping with it). */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "agents/axon_run.h"
 #include "axon/rpc/value.h"
+
+#define F(field) offsetof(axi_run_cli, field)
 
 int axi_run_probe(const axi_run_pipe_args *a, ax_node *node) {
   int n = a->local ? a->local : a->nagents;
@@ -67,3 +70,45 @@ int axi_run_probe(const axi_run_pipe_args *a, ax_node *node) {
   fflush(stdout);
   return rc;
 }
+
+/* The world comes from train's options (--local, or --agents and
+ * --master); the pipeline's checks hold for it as for training. */
+static int probe_main(int argc, char **argv) {
+  static axi_run_cli r;
+  int rc = axi_run_cli_parse(&axi_run_probe_cmd, argc, argv, &r);
+  if (rc >= 0)
+    return rc;
+  if (!axi_run_cli_pipe(&r) || r.pa.emulate) {
+    fprintf(stderr, "axon-run probe: needs --local K, or --agents A,B,... "
+                    "--master HOST:PORT\n");
+    return 2;
+  }
+  r.pa.probe = 1;
+  if ((rc = axi_run_cli_check_pipe(&r)) >= 0)
+    return rc;
+  axi_run_cli_to_pipe(&r);
+  return axi_run_pipe_main(&r.pa);
+}
+
+static const axi_cli_opt g_probe_opts[] = {
+    {"iters", "N", AXI_CLI_INT, F(pa.probe_iters), 1, 100000,
+     .help = "small calls per pair (200)"},
+    {"bytes", "N", AXI_CLI_I64, F(pa.probe_bytes), 4, (int64_t)1 << 31,
+     AXI_CLI_UNITS, .help = "the tensor's size, K/M/G suffixes (16M)"},
+    {"out", "FILE", AXI_CLI_STR, F(pa.probe_out),
+     .help = "write 'FROM TO RTT_US GBIT_S' lines"},
+    AXI_CLI_END};
+
+static const axi_cli_opt *const g_probe_tables[] = {g_probe_opts, NULL};
+
+const axi_cli_cmd axi_run_probe_cmd = {
+    "probe",
+    "(--local K | --agents A,B,... --master HOST:PORT)\n"
+    "[--iters N (200)] [--bytes N (16M)] [--out FILE]",
+    "Every ordered pair of agents: the median round trip of a small call and\n"
+    "the best Gbit/s of a tensor of --bytes; --out writes 'FROM TO RTT_US\n"
+    "GBIT_S' lines.",
+    g_probe_tables,
+    &axi_run_train_cmd,
+    0,
+    probe_main};

@@ -2,19 +2,16 @@
  * --out FILE: a pipeline's checkpoint used without the pipeline, as one
  * net in this process (runtime/pipeline/state/checkpoint.h: the stages' flat
  * buffers joined in block order are the whole model's). */
-#include <getopt.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "agents/axon_cli.h"
 #include "agents/axon_run.h"
 #include "axon/models/config.h"
 #include "axon/models/data/dataset.h"
 #include "axon/models/model.h"
 #include "axon/runtime/pipeline/state/checkpoint.h"
-
-#define P "axon-run"
 
 static int fail(int rc) {
   fprintf(stderr, "axon-run: %s: %s\n", ax_strerror(rc), ax_errmsg());
@@ -51,65 +48,72 @@ static int eval(const char *path, int batch, long limit, ax_device dev) {
   return 0;
 }
 
-int axi_run_use_main(int argc, char **argv) {
-  const char *cmd = argv[1], *ckpt = NULL, *out = NULL;
-  int batch = 500, threads = 0, ok = 1, c;
-  long limit = 0;
-  int64_t v;
-  ax_device dev = AX_CPU;
-  static const struct option opts[] = {
-      {"checkpoint", 1, 0, 'c'}, {"out", 1, 0, 'o'},
-      {"eval-batch", 1, 0, 'E'}, {"eval-limit", 1, 0, 'L'},
-      {"threads", 1, 0, 't'},    {"device", 1, 0, 'v'},
-      {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
-  optind = 2;
-  while (ok && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (c) {
-    case 'c':
-      ckpt = optarg;
-      break;
-    case 'o':
-      out = optarg;
-      break;
-    case 'E':
-      ok = axi_cli_i32(P, "--eval-batch", optarg, 1, 1 << 20, &batch);
-      break;
-    case 'L':
-      ok = axi_cli_int(P, "--eval-limit", optarg, 1, LONG_MAX, 0, &v);
-      limit = (long)v;
-      break;
-    case 't':
-      ok = axi_cli_i32(P, "--threads", optarg, 1, 1024, &threads);
-      break;
-    case 'v':
-      if (ax_device_parse(optarg, &dev) != AX_OK ||
-          ax_device_check(dev) != AX_OK) {
-        fprintf(stderr, "axon-run: --device %s: %s\n", optarg, ax_errmsg());
-        return 2;
-      }
-      break;
-    case 'h':
-      printf("usage: axon-run eval --checkpoint DIR|FILE [--eval-batch N] "
-             "[--eval-limit N] [--threads N] [--device DEV]\n"
-             "       axon-run export --checkpoint DIR|FILE --out FILE\n");
-      return 0;
-    default:
-      return 2;
-    }
-  }
-  if (!ok)
-    return 2;
-  if (optind != argc || !ckpt || (!strcmp(cmd, "export") && !out)) {
-    fprintf(stderr, "axon-run: %s needs --checkpoint DIR%s (try --help)\n", cmd,
-            strcmp(cmd, "export") ? "" : " and --out FILE");
+/* What eval's and export's options fill. */
+typedef struct use_cli {
+  const char *ckpt, *out;
+  int batch, threads;
+  long limit;
+  ax_device dev;
+} use_cli;
+
+/* eval and export share their options (export reads --checkpoint and
+ * --out, eval the others). */
+static int use_main(int argc, char **argv) {
+  const axi_cli_cmd *c =
+      strcmp(argv[1], "eval") ? &axi_run_export_cmd : &axi_run_eval_cmd;
+  use_cli u = {.batch = 500, .dev = AX_CPU};
+  int rc = axi_cli_parse(&axi_run_prog, c, 2, argc, argv, &u);
+  if (rc >= 0)
+    return rc;
+  int exp = c == &axi_run_export_cmd;
+  if (!u.ckpt || (exp && !u.out)) {
+    fprintf(stderr, "axon-run: %s needs --checkpoint DIR%s (try --help)\n",
+            c->name, exp ? " and --out FILE" : "");
     return 2;
   }
-  ax_cpu_set_threads(threads);
-  if (!strcmp(cmd, "eval"))
-    return eval(ckpt, batch, limit, dev);
-  int rc = ax_ckpt_export(ckpt, out);
-  if (rc != AX_OK)
+  ax_cpu_set_threads(u.threads);
+  if (!exp)
+    return eval(u.ckpt, u.batch, u.limit, u.dev);
+  if ((rc = ax_ckpt_export(u.ckpt, u.out)) != AX_OK)
     return fail(rc);
-  printf("export: %s -> %s\n", ckpt, out);
+  printf("export: %s -> %s\n", u.ckpt, u.out);
   return 0;
 }
+
+#define F(field) offsetof(use_cli, field)
+
+static const axi_cli_opt g_use_opts[] = {
+    {"checkpoint", "DIR|FILE", AXI_CLI_STR, F(ckpt),
+     .help = "a checkpoint's directory, or an exported file"},
+    {"out", "FILE", AXI_CLI_STR, F(out),
+     .help = "export: the file written, the whole model"},
+    {"eval-batch", "N", AXI_CLI_INT, F(batch), 1, 1 << 20,
+     .help = "eval: evaluation batch size (default 500)"},
+    {"eval-limit", "N", AXI_CLI_LONG, F(limit), 1, LONG_MAX,
+     .help = "eval: at most N test examples (default all)"},
+    {"threads", "N", AXI_CLI_INT, F(threads), 1, 1024,
+     .help = "CPU threads, 1..1024 (default: all cores)"},
+    {"device", "DEV", AXI_CLI_DEVICE, F(dev),
+     .help = "cpu | cuda:N (default cpu)"},
+    AXI_CLI_END};
+
+static const axi_cli_opt *const g_use_tables[] = {g_use_opts, NULL};
+
+const axi_cli_cmd axi_run_eval_cmd = {
+    "eval",
+    "--checkpoint DIR|FILE [--eval-batch N] [--eval-limit N]\n"
+    "[--threads N] [--device DEV]",
+    "Test accuracy of a checkpoint's model in one process.",
+    g_use_tables,
+    NULL,
+    1,
+    use_main};
+
+const axi_cli_cmd axi_run_export_cmd = {
+    "export",
+    "--checkpoint DIR|FILE --out FILE",
+    "A checkpoint's whole model in one file.",
+    g_use_tables,
+    NULL,
+    1,
+    use_main};

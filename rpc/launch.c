@@ -1,8 +1,11 @@
 #include "axon/rpc/launch.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,6 +169,94 @@ int ax_local_token(void) {
   atexit(token_unlink);
   setenv("AXON_TOKEN_FILE", g_token_path, 1);
   return 0;
+}
+
+/* Pins this child, local agent number s, to one core as AXON_PIN_AGENTS
+ * asks (launch.h); reports a failure and runs unpinned. */
+static void pin_child(int s) {
+  const char *env = getenv("AXON_PIN_AGENTS");
+  if (!env || !*env || !strcmp(env, "0"))
+    return;
+  int cores[CPU_SETSIZE], n = 0;
+  cpu_set_t set;
+  if (strcmp(env, "1")) {
+    for (const char *c = env; c && n < CPU_SETSIZE; c = strchr(c, ',')) {
+      c += *c == ',';
+      cores[n++] = atoi(c);
+    }
+  } else if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int i = 0; i < CPU_SETSIZE; i++)
+      if (CPU_ISSET(i, &set))
+        cores[n++] = i;
+  }
+  if (n == 0)
+    return;
+  /* One core: one compute thread (the default is one per online core, and
+   * two OpenMP threads spinning on one core slow every kernel down). */
+  setenv("AXON_THREADS", "1", 0);
+  CPU_ZERO(&set);
+  CPU_SET(cores[s % n], &set);
+  if (sched_setaffinity(0, sizeof set, &set) != 0)
+    fprintf(stderr, "axon: cannot pin local agent %d to core %d: %s\n", s,
+            cores[s % n], strerror(errno));
+}
+
+/* Sets the "NAME=VALUE" variables of list (NULL: none), replacing values
+ * already set when overwrite is non-zero. */
+static void set_env(const char *const *list, int overwrite) {
+  for (int i = 0; list && list[i]; i++) {
+    const char *eq = strchr(list[i], '=');
+    char name[256];
+    if (!eq || (size_t)(eq - list[i]) >= sizeof name)
+      continue;
+    memcpy(name, list[i], (size_t)(eq - list[i]));
+    name[eq - list[i]] = 0;
+    setenv(name, eq + 1, overwrite);
+  }
+}
+
+/* Sends file `path` (created or truncated) to the descriptors of mask
+ * (1: stdout, 2: stderr). */
+static void redirect(const char *path, int mask) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0)
+    return;
+  if (mask & 1)
+    dup2(fd, 1);
+  if (mask & 2)
+    dup2(fd, 2);
+  if (fd > 2)
+    close(fd);
+}
+
+pid_t ax_local_spawn(const ax_spawn_opts *o) {
+  fflush(NULL); /* nothing buffered is written twice */
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("fork");
+    return -1;
+  }
+  if (pid > 0)
+    return pid;
+  set_env(o->env, 1);
+  set_env(o->env_default, 0);
+  if (o->pin >= 0)
+    pin_child(o->pin);
+  if (o->out)
+    redirect(o->out, 3);
+  else if (o->err)
+    redirect(o->err, 2);
+  execv(o->argv[0], (char *const *)o->argv);
+  fprintf(stderr, "exec %s: %s\n", o->argv[0], strerror(errno));
+  _exit(127);
+}
+
+int ax_local_program(const char *name, char *buf, size_t len) {
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = 0;
+  snprintf(buf, len, "%s/%s", dirname(exe), name);
+  return access(buf, X_OK) == 0 ? 0 : -1;
 }
 
 int ax_local_fork(int n, int first_rank, ax_local_child_fn fn, void *user,

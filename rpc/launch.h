@@ -1,5 +1,5 @@
 /* Starting and stopping local child processes for `--local N` modes (the
- * examples, axon-run, axon-bench).
+ * examples, axon-run, axon-bench) and the tests' agents.
  *
  * gRPC must not be initialised before fork(): pick the port and fork the
  * children first, then create this process's node. Every wait here is
@@ -54,6 +54,42 @@ int ax_local_end_world(ax_node *master, int n, pid_t *pids, int64_t timeout_ms,
  * "" to run without authentication. Call before forking; idempotent.
  * Returns 0, or -1 (perror'd) when no file could be written. */
 int ax_local_token(void);
+
+/* What ax_local_spawn starts and how. */
+typedef struct ax_spawn_opts {
+  /* The program's path and its arguments, NULL-terminated (argv[0] is
+   * the path). */
+  const char *const *argv;
+  /* "NAME=VALUE" variables set in the child, replacing a value already
+   * there; NULL-terminated, or NULL for none. */
+  const char *const *env;
+  /* The same, set only where NAME is unset (e.g. "AXON_THREADS=1"). */
+  const char *const *env_default;
+  /* The child's stdout and stderr go into this file (created or
+   * truncated); NULL: both inherited. */
+  const char *out;
+  /* Only the child's stderr goes into this file (created or truncated);
+   * NULL: inherited. Ignored with `out`. */
+  const char *err;
+  /* >= 0: the child is local agent number `pin` and pinned to one core
+   * when AXON_PIN_AGENTS asks for it: "1" = core pin modulo the cores this
+   * process may use, "a,b,c" = the pin-th listed core (modulo the list);
+   * a pinned child gets AXON_THREADS=1 unless set. A failure to pin is
+   * reported and the child runs unpinned. -1: never pinned. */
+  int pin;
+} ax_spawn_opts;
+
+/* Forks and execs o->argv[0] with o's arguments, environment, output and
+ * pinning (stdio flushed first; a failed exec says so on the child's
+ * stderr and exits with 127). The caller makes the world's token first
+ * when it wants one (ax_local_token). Returns the child's pid, or -1 when
+ * fork fails (perror'd). Call it before anything initialises gRPC. */
+pid_t ax_local_spawn(const ax_spawn_opts *o);
+
+/* The path of program `name` in the directory of this process's
+ * executable (e.g. the axon-agent next to axon-run) into buf (len
+ * bytes). Returns 0, or -1 when it is not an executable file there. */
+int ax_local_program(const char *name, char *buf, size_t len);
 
 /* A child's body: runs in the forked process with its rank; its return
  * value is the child's exit status. */

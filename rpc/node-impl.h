@@ -165,6 +165,12 @@ static inline int64_t axi_add_sat(int64_t a, int64_t b) {
 int64_t axi_now_ms(void);
 int64_t axi_now_us(void);
 void axi_live_calls_add(long d);
+/* The end of ax_node_destroy: frees what n owns (rendezvous state, peers,
+ * registered functions, member names, TLS credentials, locks, the
+ * pending-call table) and n itself. Only when no thread, transport or
+ * worker uses n any more; the control transport, if any, is already
+ * freed. The harnesses of tests/fuzz end their bare nodes with it. */
+void axi_node_free(ax_node *n);
 
 /* peer.c */
 /* The timer thread: heartbeats, connect timeouts and call deadlines. */

@@ -264,21 +264,9 @@ int ax_node_on_destroy(ax_node *n, void (*fn)(ax_node *n, void *user),
   return AX_OK;
 }
 
-void ax_node_destroy(ax_node *n) {
-  if (!n)
-    return;
-  ax_node_shutdown(n, 1000);
-  if (n->leaked)
-    return; /* a handler never returned; freeing would crash it */
-  for (axi_on_destroy *d = n->on_destroy, *nx; d; d = nx) {
-    nx = d->next;
-    d->fn(n, d->user);
-    free(d);
-  }
-  n->on_destroy = NULL;
-  if (n->ctl)
-    n->ctl->ops->free(n->ctl);
-  n->ctl = NULL;
+/* Frees what a node owns once nothing runs on it any more (see
+ * node-impl.h). */
+void axi_node_free(ax_node *n) {
   axi_rendezvous_fini(n);
   for (axi_peer *p = n->peers, *nx; p; p = nx) {
     nx = p->next;
@@ -312,6 +300,24 @@ void ax_node_destroy(ax_node *n) {
   axi_pcalls_free(n);
   pthread_rwlock_destroy(&n->data_lk);
   free(n);
+}
+
+void ax_node_destroy(ax_node *n) {
+  if (!n)
+    return;
+  ax_node_shutdown(n, 1000);
+  if (n->leaked)
+    return; /* a handler never returned; freeing would crash it */
+  for (axi_on_destroy *d = n->on_destroy, *nx; d; d = nx) {
+    nx = d->next;
+    d->fn(n, d->user);
+    free(d);
+  }
+  n->on_destroy = NULL;
+  if (n->ctl)
+    n->ctl->ops->free(n->ctl);
+  n->ctl = NULL;
+  axi_node_free(n);
   /* The last node gone: cached receive buffers are no longer needed. */
   if (__atomic_sub_fetch(&g_nodes, 1, __ATOMIC_RELAXED) == 0)
     axi_pool_trim();

@@ -1,12 +1,9 @@
 /* Helpers for the multi-process tests; see tests/mp_testutil.h. Compiled
  * into every test program next to harness.c. */
-#include <fcntl.h>
 
+#include "tests/mp_testutil.h"
 #include "axon/rpc/launch.h"
 #include "axon/runtime/pipeline/pipeline.h"
-#include "tests/mp_testutil.h"
-
-#include "axon/rpc/launch.h"
 
 int64_t rt_now_ms(void) {
   struct timespec ts;
@@ -107,13 +104,8 @@ pid_t rt_spawn_agentv(const char *name, int master_port,
    * share a fresh token (unless the test set AXON_TOKEN_FILE itself). */
   if (ax_local_token() != 0)
     return -1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    execv(path, (char *const *)argv);
-    fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
-    _exit(127);
-  }
-  return pid;
+  ax_spawn_opts o = {.argv = argv, .pin = -1};
+  return ax_local_spawn(&o);
 }
 
 pid_t rt_spawn_agent(const char *name, int master_port, ...) {
@@ -395,19 +387,8 @@ pid_t mt_spawn_axon_run(const char *out, const char *const *argv) {
   while (ac < 63 && argv[ac - 1])
     av[ac] = argv[ac - 1], ac++;
   av[ac] = NULL;
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    execv(path, (char *const *)av);
-    _exit(127);
-  }
-  return pid;
+  ax_spawn_opts o = {.argv = av, .out = out, .pin = -1};
+  return ax_local_spawn(&o);
 }
 
 char *mt_slurp(const char *path) {

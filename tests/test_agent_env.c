@@ -28,20 +28,9 @@ static pid_t spawn_env_agent(const char *name, const char *const *vars,
   rt_agent_path(path, sizeof path);
   if (ax_local_token() != 0)
     return -1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    for (int i = 0; vars[i]; i++)
-      putenv((char *)vars[i]);
-    if (errfile) {
-      int fd = open(errfile, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      if (fd >= 0)
-        dup2(fd, 2);
-    }
-    execl(path, path, "--name", name, (char *)NULL);
-    fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
-    _exit(127);
-  }
-  return pid;
+  const char *argv[] = {path, "--name", name, NULL};
+  ax_spawn_opts o = {.argv = argv, .env = vars, .err = errfile, .pin = -1};
+  return ax_local_spawn(&o);
 }
 
 /* The master (this process, rank 0) is up first; an agent that asks for

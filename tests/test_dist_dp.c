@@ -16,6 +16,7 @@
 #include "axon/models/loss.h"
 #include "axon/models/model.h"
 #include "axon/models/optim.h"
+#include "axon/rpc/launch.h"
 #include "harness.h"
 
 #define MODEL_CFG "widths=784/48/10"
@@ -38,13 +39,8 @@ static int run_dp(char **out, ...) {
   argv[argc] = NULL;
   int fd = mkstemp(log);
   assert_true(fd >= 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execv(path, (char *const *)argv);
-    _exit(127);
-  }
+  ax_spawn_opts so = {.argv = argv, .out = log, .pin = -1};
+  pid_t pid = ax_local_spawn(&so);
   int st = -1;
   waitpid(pid, &st, 0);
   off_t n = lseek(fd, 0, SEEK_END);

@@ -459,25 +459,12 @@ static void test_agents_and_master(void **state) {
                       "--quiet",        NULL};
   /* axon-run must fork before gRPC starts here too: start it now, without
    * waiting, and join as the master below (it retries until we listen). */
-  char path[4200];
-  mt_bin_path("axon-run", path, sizeof path);
-  const char *full[48] = {path, "train"};
-  int ac = 2;
+  const char *full[48] = {"train"};
+  int ac = 1;
   for (int i = 0; av[i]; i++)
     full[ac++] = av[i];
   full[ac] = NULL;
-  fflush(NULL);
-  pid_t run = fork();
-  if (run == 0) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    execv(path, (char *const *)full);
-    _exit(127);
-  }
+  pid_t run = mt_spawn_axon_run(log, full);
   ax_node *drv = NULL;
   int rc = dt_driver("master", port, NAG + 2, &drv);
   if (rc != AX_OK)

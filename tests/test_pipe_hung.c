@@ -58,12 +58,11 @@ static void agent_name(pid_t pid, char *name, size_t len) {
 }
 
 static void test_stopped_stage(void **state) {
-  char path[4200], log[] = "/tmp/axon-hung-XXXXXX";
+  char log[] = "/tmp/axon-hung-XXXXXX";
   int fd = mkstemp(log);
   assert_true(fd >= 0);
-  mt_bin_path("axon-run", path, sizeof path);
-  const char *av[] = {path,
-                      "train",
+  close(fd);
+  const char *av[] = {"train",
                       "--local",
                       "3",
                       "--mode",
@@ -80,15 +79,7 @@ static void test_stopped_stage(void **state) {
                       "1000000",
                       "--quiet",
                       NULL};
-  fflush(NULL);
-  pid_t run = fork();
-  if (run == 0) {
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execv(path, (char *const *)av);
-    _exit(127);
-  }
-  close(fd);
+  pid_t run = mt_spawn_axon_run(log, av);
   /* Waits until the three agents run and the training started. */
   pid_t kids[8];
   int nk = 0;

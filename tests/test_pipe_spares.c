@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "axon/rpc/launch.h"
 #include "harness.h"
 #include "tests/mp_testutil.h"
 
@@ -105,14 +106,15 @@ static pid_t start_agent(const char *name, const char *master,
                          const char *token, const char *listen) {
   char path[4200];
   mt_bin_path("axon-agent", path, sizeof path);
-  pid_t pid = fork();
-  if (pid == 0) {
-    setenv("AXON_TOKEN_FILE", token, 1);
-    execl(path, path, "--name", name, "--master", master, "--threads", "2",
-          "--listen", listen ? listen : "127.0.0.1:0", (char *)NULL);
-    _exit(127);
-  }
-  return pid;
+  char var[4200];
+  snprintf(var, sizeof var, "AXON_TOKEN_FILE=%s", token);
+  const char *const env[] = {var, NULL};
+  const char *argv[] = {path,       "--name",   name,
+                        "--master", master,     "--threads",
+                        "2",        "--listen", listen ? listen : "127.0.0.1:0",
+                        NULL};
+  ax_spawn_opts o = {.argv = argv, .env = env, .pin = -1};
+  return ax_local_spawn(&o);
 }
 
 /* The control address agent `name` said it serves on, from axon-run's
