@@ -100,7 +100,7 @@ axi_value *axi_values_push(ax_values *v) {
 #define PUSH_OR_FAIL(x, v)                                                     \
   axi_value *x = (v) ? axi_values_push(v) : NULL;                              \
   if (!x)                                                                      \
-    return ax_seterr((v) && !(v)->view ? AX_ENOMEM : AX_EINVAL,              \
+    return ax_seterr((v) && !(v)->view ? AX_ENOMEM : AX_EINVAL,                \
                      "values: cannot append");
 
 int ax_values_add_i64(ax_values *v, int64_t i) {

@@ -39,8 +39,8 @@ int axi_take_reply(axi_rctx *rc, ax_values *raw, uint64_t ctx, const char *from,
   int err = AX_OK;
   if (h && ctx && len && strcmp(from, rc->name)) {
     ax_values_view view;
-    err = h->recv(rc->node, ctx, from, ax_values_view_range(raw, 0, n - 1, &view),
-                  0, desc, len);
+    err = h->recv(rc->node, ctx, from,
+                  ax_values_view_range(raw, 0, n - 1, &view), 0, desc, len);
   }
   if (err != AX_OK) {
     ax_values_free(raw);
