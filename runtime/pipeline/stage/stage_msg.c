@@ -125,9 +125,10 @@ static int rd_or_zero(rd *r, int rref, void **out) {
   }
   if (!rref && t == AX_VAL_TENSOR)
     return rd_tensor(r, (ax_tensor **)out);
-  return bad(AX_EBADARG, r->m, r->f, r->at, "%s %s, expected %s",
-             t == AX_VAL_EXT ? "an extension value of another kind" : "a",
-             t == AX_VAL_EXT ? "" : ax_value_type_name(t), what);
+  const char *have = t == AX_VAL_EXT   ? "an extension value"
+                     : t == AX_VAL_I64 ? "an i64 other than 0"
+                                       : ax_value_type_name(t);
+  return bad(AX_EBADARG, r->m, r->f, r->at, "%s, expected %s", have, what);
 }
 
 static int rd_tensors(rd *r, int64_t n, ax_tlist *l) {
