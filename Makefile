@@ -3,7 +3,7 @@
 BUILD ?= build
 FUZZ_BUILD ?= build-fuzz
 SECONDS ?= 60
-# Seconds per harness in `make test` (6 harnesses).
+# Seconds per harness in `make test` (7 harnesses).
 FUZZ_TEST_SECONDS ?= 12
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=

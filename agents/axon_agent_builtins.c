@@ -36,45 +36,11 @@
 
 static int echo(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
                 void *user) {
-  for (size_t i = 0; i < ax_values_count(args); i++) {
-    switch (ax_values_type(args, i)) {
-    case AX_VAL_I64: {
-      int64_t x;
-      ax_values_get_i64(args, i, &x);
-      AX_TRY(ax_values_add_i64(out, x));
-      break;
-    }
-    case AX_VAL_F64: {
-      double x;
-      ax_values_get_f64(args, i, &x);
-      AX_TRY(ax_values_add_f64(out, x));
-      break;
-    }
-    case AX_VAL_STR: {
-      const char *s;
-      ax_values_get_str(args, i, &s);
-      AX_TRY(ax_values_add_str(out, s));
-      break;
-    }
-    case AX_VAL_BYTES: {
-      const void *p;
-      size_t n;
-      ax_values_get_bytes(args, i, &p, &n);
-      AX_TRY(ax_values_add_bytes(out, p, n));
-      break;
-    }
-    case AX_VAL_TENSOR: {
-      ax_tensor *t;
-      ax_values_get_tensor(args, i, &t);
-      AX_TRY(ax_values_add_tensor(out, t));
-      break;
-    }
-    default:
+  for (size_t i = 0; i < ax_values_count(args); i++)
+    if (ax_values_type(args, i) == AX_VAL_EXT) /* RRefs are not echoed */
       return ax_seterr(AX_EBADARG, "echo: value %zu has an unsupported type",
                        i);
-    }
-  }
-  return AX_OK;
+  return ax_values_append(out, args);
 }
 
 static int add(ax_call_ctx *ctx, const ax_values *args, ax_values *out,

@@ -21,9 +21,12 @@ typedef struct axi_value {
   } u;
 } axi_value;
 
+/* The layout of ax_values_view (value.h): a view is a list whose items
+ * belong to another (view = 1: it never grows and is never freed). */
 struct ax_values {
   axi_value *v;
   size_t n, cap;
+  int view;
 };
 
 const ax_value_ext_ops *axi_value_ext_ops(uint32_t kind);

@@ -45,7 +45,7 @@ static void value_clear(axi_value *x) {
 }
 
 void ax_values_free(ax_values *v) {
-  if (!v)
+  if (!v || v->view)
     return;
   for (size_t i = 0; i < v->n; i++)
     value_clear(&v->v[i]);
@@ -53,7 +53,37 @@ void ax_values_free(ax_values *v) {
   free(v);
 }
 
+void ax_values_truncate(ax_values *v, size_t n) {
+  if (!v || v->view)
+    return;
+  while (v->n > n)
+    value_clear(&v->v[--v->n]);
+}
+
+/* A view is a list (value-impl.h) in the caller's ax_values_view. */
+_Static_assert(sizeof(ax_values_view) == sizeof(ax_values) &&
+                   _Alignof(ax_values_view) == _Alignof(ax_values),
+               "ax_values_view must have the layout of ax_values");
+
+const ax_values *ax_values_view_range(const ax_values *v, size_t from,
+                                      size_t end, ax_values_view *out) {
+  size_t n = ax_values_count(v);
+  if (!out || from > end || end > n) {
+    ax_seterr(AX_EINVAL, "values: no view [%zu, %zu) of a list of %zu", from,
+              end, n);
+    return NULL;
+  }
+  ax_values *w = (ax_values *)(void *)out;
+  w->v = end > from ? v->v + from : NULL;
+  w->n = end - from;
+  w->cap = w->n;
+  w->view = 1;
+  return w;
+}
+
 axi_value *axi_values_push(ax_values *v) {
+  if (v->view)
+    return NULL;
   if (v->n == v->cap) {
     size_t cap = v->cap ? v->cap * 2 : 4;
     axi_value *p = realloc(v->v, cap * sizeof *p);
@@ -70,7 +100,8 @@ axi_value *axi_values_push(ax_values *v) {
 #define PUSH_OR_FAIL(x, v)                                                     \
   axi_value *x = (v) ? axi_values_push(v) : NULL;                              \
   if (!x)                                                                      \
-    return ax_seterr((v) ? AX_ENOMEM : AX_EINVAL, "values: cannot append");
+    return ax_seterr((v) && !(v)->view ? AX_ENOMEM : AX_EINVAL,                \
+                     "values: cannot append");
 
 int ax_values_add_i64(ax_values *v, int64_t i) {
   PUSH_OR_FAIL(x, v);
@@ -96,7 +127,8 @@ static int add_buf(ax_values *v, ax_value_type t, const void *p, size_t n) {
   axi_value *x = v ? axi_values_push(v) : NULL;
   if (!x) {
     free(c);
-    return ax_seterr(v ? AX_ENOMEM : AX_EINVAL, "values: cannot append");
+    return ax_seterr(v && !v->view ? AX_ENOMEM : AX_EINVAL,
+                     "values: cannot append");
   }
   x->type = t;
   x->u.buf.p = c;
@@ -139,35 +171,42 @@ int ax_values_add_ext(ax_values *v, uint32_t kind, void *obj) {
   return AX_OK;
 }
 
-ax_values *ax_values_clone(const ax_values *v) {
-  ax_values *c = ax_values_new();
-  if (!c || !v)
-    return c;
-  for (size_t i = 0; i < v->n; i++) {
-    const axi_value *x = &v->v[i];
+int ax_values_append(ax_values *dst, const ax_values *src) {
+  if (!dst)
+    return ax_seterr(AX_EINVAL, "values: cannot append");
+  size_t n = src ? src->n : 0; /* src may be dst */
+  for (size_t i = 0; i < n; i++) {
+    const axi_value *x = &src->v[i];
     int rc = AX_OK;
     switch (x->type) {
     case AX_VAL_I64:
-      rc = ax_values_add_i64(c, x->u.i);
+      rc = ax_values_add_i64(dst, x->u.i);
       break;
     case AX_VAL_F64:
-      rc = ax_values_add_f64(c, x->u.d);
+      rc = ax_values_add_f64(dst, x->u.d);
       break;
     case AX_VAL_STR:
     case AX_VAL_BYTES:
-      rc = add_buf(c, x->type, x->u.buf.p, x->u.buf.n);
+      rc = add_buf(dst, x->type, x->u.buf.p, x->u.buf.n);
       break;
     case AX_VAL_TENSOR:
-      rc = ax_values_add_tensor(c, x->u.t);
+      rc = ax_values_add_tensor(dst, x->u.t);
       break;
     case AX_VAL_EXT:
-      rc = ax_values_add_ext(c, x->u.ext.kind, x->u.ext.obj);
+      rc = ax_values_add_ext(dst, x->u.ext.kind, x->u.ext.obj);
       break;
     }
-    if (rc != AX_OK) {
-      ax_values_free(c);
-      return NULL;
-    }
+    if (rc != AX_OK)
+      return rc;
+  }
+  return AX_OK;
+}
+
+ax_values *ax_values_clone(const ax_values *v) {
+  ax_values *c = ax_values_new();
+  if (c && ax_values_append(c, v) != AX_OK) {
+    ax_values_free(c);
+    return NULL;
   }
   return c;
 }

@@ -57,8 +57,32 @@ int ax_value_ext_register(uint32_t kind, const ax_value_ext_ops *ops);
 
 ax_values *ax_values_new(void);    /* NULL on out-of-memory */
 void ax_values_free(ax_values *v); /* NULL-safe; releases tensors */
-/* A copy sharing tensors (retained) and extension objects (retained). */
+/* Appends every value of src (NULL: none) to dst: strings and bytes
+ * copied, tensors and extension objects shared (retained). The one copy of
+ * value lists: a part of a list is appended through a view of it
+ * (ax_values_view). On an error dst may hold part of src. */
+int ax_values_append(ax_values *dst, const ax_values *src);
+/* A copy (ax_values_append into a new list); NULL on out-of-memory. */
 ax_values *ax_values_clone(const ax_values *v);
+/* Drops the values from index n on (releasing their tensors and extension
+ * objects); nothing when the list holds n values or fewer. */
+void ax_values_truncate(ax_values *v, size_t n);
+
+/* A borrowed view of the values [from, end) of a list: a list of its own
+ * to every reader (getters, ax_values_count, ax_values_append, a method's
+ * arguments) without copying or retaining anything. Its storage is the
+ * caller's (a local variable, say) and its fields are private to
+ * rpc/value.c. The view is valid while the viewed list lives and is not
+ * modified; it is never freed (ax_values_free ignores it) and never grows.
+ * Returns the view as a list, or NULL with AX_EINVAL set when the range is
+ * not within the list. */
+typedef struct ax_values_view {
+  void *items_;
+  size_t n_, cap_;
+  int view_;
+} ax_values_view;
+const ax_values *ax_values_view_range(const ax_values *v, size_t from,
+                                      size_t end, ax_values_view *out);
 
 int ax_values_add_i64(ax_values *v, int64_t x);
 int ax_values_add_f64(ax_values *v, double x);

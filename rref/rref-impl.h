@@ -218,14 +218,11 @@ const ax_robj_kind *axi_kind_find(axi_rctx *rc, const char *name);
 /* Runs the kind's constructor (create_kind or create). */
 int axi_kind_create(const ax_robj_kind *k, ax_node *n, const char *config,
                     ax_device dev, void **obj);
-/* Copies v[first..] into a new list (tensors and ext objects shared). */
-ax_values *axi_values_tail(const ax_values *v, size_t first, size_t end);
-int axi_values_append(ax_values *dst, const ax_values *src, size_t first,
-                      size_t end);
 const ax_rref_grad_hooks *axi_grad_hooks(void);
 /* The autograd context of a call: opts->autograd_ctx, else the current. */
 uint64_t axi_ctx_of(const ax_call_opts *o);
-/* Splits a reply [values..., bytes descriptor] (feeding the recv hook). */
+/* Splits a reply [values..., bytes descriptor] (feeding the recv hook):
+ * takes raw, which becomes *out without its descriptor (freed on error). */
 int axi_take_reply(axi_rctx *rc, ax_values *raw, uint64_t ctx, const char *from,
                    ax_values **out);
 

@@ -101,7 +101,7 @@ static int m_fetch(ax_call_ctx *ctx, void *obj, const ax_values *args,
   int err = ax_rref_to_here(ax_call_node(ctx), r, t, 0, &v);
   ax_rref_release(r);
   if (err == AX_OK)
-    err = axi_values_append(out, v, 0, ax_values_count(v));
+    err = ax_values_append(out, v);
   ax_values_free(v);
   return err;
 }

@@ -24,83 +24,30 @@ uint64_t axi_ctx_of(const ax_call_opts *o) {
   return (o && o->autograd_ctx) ? o->autograd_ctx : t_ctx;
 }
 
-/* ---- value list helpers -------------------------------------------------- */
-int axi_values_append(ax_values *dst, const ax_values *src, size_t first,
-                      size_t end) {
-  for (size_t i = first; i < end; i++) {
-    int rc = AX_OK;
-    int64_t x;
-    double d;
-    const char *s;
-    const void *p;
-    size_t n;
-    ax_tensor *t;
-    void *o;
-    switch (ax_values_type(src, i)) {
-    case AX_VAL_I64:
-      ax_values_get_i64(src, i, &x);
-      rc = ax_values_add_i64(dst, x);
-      break;
-    case AX_VAL_F64:
-      ax_values_get_f64(src, i, &d);
-      rc = ax_values_add_f64(dst, d);
-      break;
-    case AX_VAL_STR:
-      ax_values_get_str(src, i, &s);
-      rc = ax_values_add_str(dst, s);
-      break;
-    case AX_VAL_BYTES:
-      ax_values_get_bytes(src, i, &p, &n);
-      rc = ax_values_add_bytes(dst, p, n);
-      break;
-    case AX_VAL_TENSOR:
-      ax_values_get_tensor(src, i, &t);
-      rc = ax_values_add_tensor(dst, t);
-      break;
-    case AX_VAL_EXT:
-      rc = ax_values_get_ext(src, i, AX_VALUE_EXT_RREF, &o);
-      if (rc == AX_OK)
-        rc = ax_values_add_ext(dst, AX_VALUE_EXT_RREF, o);
-      break;
-    default:
-      rc = ax_seterr(AX_EINVAL, "values: bad index %zu", i);
-    }
-    if (rc != AX_OK)
-      return rc;
-  }
-  return AX_OK;
-}
-
-ax_values *axi_values_tail(const ax_values *v, size_t first, size_t end) {
-  ax_values *o = ax_values_new();
-  if (o && axi_values_append(o, v, first, end) != AX_OK) {
-    ax_values_free(o);
-    return NULL;
-  }
-  return o;
-}
-
-/* Splits a reply [values..., bytes desc]: returns the values and feeds the
- * descriptor to the recv hook. */
+/* Splits a reply [values..., bytes desc]: feeds the descriptor to the recv
+ * hook, drops it and hands the list itself over as the values. */
 int axi_take_reply(axi_rctx *rc, ax_values *raw, uint64_t ctx, const char *from,
                    ax_values **out) {
   size_t n = ax_values_count(raw);
   const void *desc = NULL;
   size_t len = 0;
-  if (n == 0 || ax_values_get_bytes(raw, n - 1, &desc, &len) != AX_OK)
+  if (n == 0 || ax_values_get_bytes(raw, n - 1, &desc, &len) != AX_OK) {
+    ax_values_free(raw);
     return ax_seterr(AX_EMALFORMED, "rref: reply without descriptor");
-  ax_values *v = axi_values_tail(raw, 0, n - 1);
-  if (!v)
-    return AX_ENOMEM;
+  }
   const ax_rref_grad_hooks *h = axi_grad_hooks();
   int err = AX_OK;
-  if (h && ctx && len && strcmp(from, rc->name))
-    err = h->recv(rc->node, ctx, from, v, 0, desc, len);
+  if (h && ctx && len && strcmp(from, rc->name)) {
+    ax_values_view view;
+    err = h->recv(rc->node, ctx, from,
+                  ax_values_view_range(raw, 0, n - 1, &view), 0, desc, len);
+  }
   if (err != AX_OK) {
-    ax_values_free(v);
+    ax_values_free(raw);
     return err;
   }
-  *out = v;
+  ax_values_truncate(raw, n - 1);
+  *out = raw;
   return AX_OK;
 }
 
@@ -292,10 +239,9 @@ static int h_call(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   if (err != AX_OK)
     return err;
   uint64_t agc = ax_call_autograd_ctx(ctx);
-  ax_values *margs = axi_values_tail(args, 2, n - 1);
+  ax_values_view view; /* the method's arguments, borrowed from args */
+  const ax_values *margs = ax_values_view_range(args, 2, n - 1, &view);
   const ax_rref_grad_hooks *h = axi_grad_hooks();
-  if (!margs)
-    err = AX_ENOMEM;
   if (err == AX_OK && h && agc && len && strcmp(caller, rc->name))
     err = h->recv(rc->node, agc, caller, margs, 0, desc, len);
   uint64_t saved = t_ctx;
@@ -306,7 +252,6 @@ static int h_call(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   int deferred = t_deferred;
   t_deferred = 0;
   t_ctx = saved;
-  ax_values_free(margs);
   pthread_mutex_lock(&rc->mu);
   e->local_refs--;
   axi_owned *dead = axi_owned_maybe_unlink(rc, e);

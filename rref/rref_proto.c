@@ -171,7 +171,9 @@ static int h_create(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
     ax_values_add_str(out, err ? msg : "");
     return AX_OK;
   }
-  ax_values *rest = axi_values_tail(args, 4, ax_values_count(args));
+  ax_values_view view; /* the function's arguments, borrowed from args */
+  const ax_values *rest =
+      ax_values_view_range(args, 4, ax_values_count(args), &view);
   creating *c = calloc(1, sizeof *c);
   ax_future *reply = ax_future_new(), *f = NULL;
   int err = (rest && c && reply) ? AX_OK : AX_ENOMEM;
@@ -188,7 +190,6 @@ static int h_create(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
       o.timeout_ms = 1;
     err = ax_rpc_async(rc->node, rc->name, fn, rest, &o, &f);
   }
-  ax_values_free(rest);
   if (err != AX_OK) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s: %s", rc->name, ax_errmsg());
@@ -235,7 +236,7 @@ static int h_fetch(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   } else if (e->type != AX_RREF_VALUE) {
     err = ax_seterr(AX_EUNSUPPORTED, "rref: to_here of an object");
   } else {
-    err = axi_values_append(out, e->vals, 0, ax_values_count(e->vals));
+    err = ax_values_append(out, e->vals);
   }
   pthread_mutex_unlock(&rc->mu);
   if (err != AX_OK)

@@ -103,7 +103,7 @@ static int create_remote(ax_node *n, const char *to, int mode, const char *fn,
       ax_values_add_str(a, cfg ? cfg : "");
       ax_values_add_str(a, ax_device_str(dev, ds, sizeof ds));
     } else {
-      err = axi_values_append(a, args, 0, ax_values_count(args));
+      err = ax_values_append(a, args);
     }
   }
   ax_future *created = ax_future_new(), *f = NULL;
@@ -266,8 +266,9 @@ int ax_rref_to_here(ax_node *n, ax_rref *r, int64_t timeout_ms,
   int err = ax_rpc_sync(n, r->owner, "axon.rref.fetch", a, &o, &raw);
   ax_values_free(a);
   if (err == AX_OK)
-    err = axi_take_reply(rc, raw, ctx, r->owner, out);
-  ax_values_free(raw);
+    err = axi_take_reply(rc, raw, ctx, r->owner, out); /* takes raw */
+  else
+    ax_values_free(raw);
   return err;
 }
 
@@ -283,8 +284,7 @@ static void on_call_reply(ax_future *f, void *user) {
   int err = ax_future_err(f);
   ax_values *v = NULL, *raw = err ? NULL : ax_future_take_values(f);
   if (err == AX_OK)
-    err = axi_take_reply(w->rc, raw, w->ctx, w->from, &v);
-  ax_values_free(raw);
+    err = axi_take_reply(w->rc, raw, w->ctx, w->from, &v); /* takes raw */
   ax_future_complete(w->out, err, v,
                      ax_future_err(f) ? ax_future_errmsg(f) : ax_errmsg());
   ax_future_release(w->out);
@@ -300,7 +300,7 @@ static int call_args(axi_rctx *rc, ax_rref *r, const char *method,
     return AX_ENOMEM;
   ax_values_add_i64(a, (int64_t)r->id);
   ax_values_add_str(a, method);
-  int err = axi_values_append(a, args, 0, ax_values_count(args));
+  int err = ax_values_append(a, args);
   void *desc = NULL;
   size_t len = 0;
   const ax_rref_grad_hooks *h = axi_grad_hooks();

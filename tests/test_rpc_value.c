@@ -78,6 +78,48 @@ static void encode(const ax_values *v, uint8_t **buf, size_t *len) {
   AX_ASSERT_OK(axi_frame_encode(&m, 0, 1, buf, len, &blob));
 }
 
+/* A view of a part of a list reads like a list of its own, copies nothing,
+ * never grows and is never freed; append copies it; truncate drops. */
+static void test_values_view(void **state) {
+  ax_values *v = sample();
+  ax_values_view view;
+  const ax_values *w = ax_values_view_range(v, 2, 5, &view);
+  assert_non_null(w);
+  assert_int_equal(ax_values_count(w), 3);
+  const char *s, *s0;
+  ax_tensor *t, *t0;
+  AX_ASSERT_OK(ax_values_get_str(w, 0, &s));
+  AX_ASSERT_OK(ax_values_get_str(v, 2, &s0));
+  assert_ptr_equal(s, s0); /* the list's own string */
+  AX_ASSERT_OK(ax_values_get_tensor(w, 2, &t));
+  AX_ASSERT_OK(ax_values_get_tensor(v, 4, &t0));
+  assert_ptr_equal(t, t0);
+  AX_ASSERT_ERR(ax_values_get_i64(w, 3, &(int64_t){0}), AX_EBADARG);
+  AX_ASSERT_ERR(ax_values_add_i64((ax_values *)w, 1), AX_EINVAL);
+  ax_values_free((ax_values *)w); /* ignored */
+  ax_values_truncate((ax_values *)w, 0);
+  assert_int_equal(ax_values_count(w), 3);
+  assert_null(ax_values_view_range(v, 4, 3, &view));
+  assert_null(ax_values_view_range(v, 0, 7, &view));
+  assert_int_equal(ax_values_count(ax_values_view_range(v, 6, 6, &view)), 0);
+  /* append: a copy of the view; the original and the copy stay apart */
+  ax_values *c = ax_values_new();
+  AX_ASSERT_OK(ax_values_append(c, ax_values_view_range(v, 2, 5, &view)));
+  AX_ASSERT_OK(ax_values_append(c, c)); /* itself: doubled */
+  assert_int_equal(ax_values_count(c), 6);
+  AX_ASSERT_OK(ax_values_get_str(c, 3, &s));
+  assert_string_equal(s, "héllo");
+  assert_ptr_not_equal(s, s0);
+  AX_ASSERT_OK(ax_values_get_tensor(c, 5, &t));
+  assert_ptr_equal(t, t0); /* tensors shared */
+  ax_values_truncate(c, 1);
+  assert_int_equal(ax_values_count(c), 1);
+  ax_values_truncate(c, 5);
+  assert_int_equal(ax_values_count(c), 1);
+  ax_values_free(c);
+  ax_values_free(v);
+}
+
 static void test_codec_roundtrip(void **state) {
   ax_values *v = sample();
   uint8_t *buf;
@@ -299,6 +341,7 @@ static void test_inprocess_pair(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_values_types),
+      cmocka_unit_test(test_values_view),
       cmocka_unit_test(test_codec_roundtrip),
       cmocka_unit_test(test_codec_malformed),
       cmocka_unit_test(test_future),

@@ -24,9 +24,13 @@ typedef struct axi_ag_stage {
 void axi_ag_stage_release(axi_ag_stage *s);
 /* Builds a stage of `model` from a stage configuration (stage.h keys) into
  * *obj (an axi_ag_stage with one reference). */
-/* Appends [a host copy of the flat parameters (P), of the buffers (Q) or an
- * empty tensor] to out, under the stage's lock: the "state_save" method of
- * every stage kind. */
+/* Host copies of the flat parameters (P) and of the buffers (Q, or an
+ * empty tensor), taken under the stage's lock (new references). */
+int axi_ag_stage_state_copy(axi_ag_stage *s, ax_tensor **params,
+                            ax_tensor **buffers);
+/* Appends those copies [params, buffers] to out: the "state_save" method
+ * of the stage kinds of stage.h (the pipeline stage host's reply is its
+ * own message, runtime/pipeline/stage/stage_msg-impl.h). */
 int axi_ag_stage_state_save(axi_ag_stage *s, ax_values *out);
 
 int axi_ag_stage_create(ax_node *n, const char *model, const char *config,

@@ -254,14 +254,27 @@ static ax_tensor *copy_of(const ax_tensor *t) {
   return c;
 }
 
-int axi_ag_stage_state_save(axi_ag_stage *s, ax_values *out) {
+int axi_ag_stage_state_copy(axi_ag_stage *s, ax_tensor **params,
+                            ax_tensor **buffers) {
   int64_t zero = 0;
   pthread_mutex_lock(&s->mu);
   ax_tensor *p = copy_of(s->net->params);
   ax_tensor *b = s->net->buffers ? copy_of(s->net->buffers)
                                  : ax_tensor_new(AX_F32, 1, &zero, AX_CPU);
   pthread_mutex_unlock(&s->mu);
-  int err = (p && b) ? AX_OK : AX_ENOMEM;
+  if (!p || !b) {
+    ax_tensor_release(p);
+    ax_tensor_release(b);
+    return AX_ENOMEM;
+  }
+  *params = p;
+  *buffers = b;
+  return AX_OK;
+}
+
+int axi_ag_stage_state_save(axi_ag_stage *s, ax_values *out) {
+  ax_tensor *p = NULL, *b = NULL;
+  int err = axi_ag_stage_state_copy(s, &p, &b);
   if (err == AX_OK)
     err = ax_values_add_tensor(out, p);
   if (err == AX_OK)

@@ -2,7 +2,8 @@
  * the real encoders: frames from axi_frame_encode, bulk hellos from
  * axi_bulk_hello with proofs from axi_auth_mac (over the harness's token
  * and its all-zero challenge), joins and memberships as ax_node_join and
- * the master send them. Run from the fuzz build:
+ * the master send them, every stage message from its encoder
+ * (stage_msg-impl.h). Run from the fuzz build:
  *   build-fuzz/tests/fuzz/fuzz_seeds tests/fuzz/corpus
  * It is not run by the tests; its output is checked in. */
 #include <errno.h>
@@ -15,7 +16,9 @@
 #include "axon/rpc/bulk-impl.h"
 #include "axon/rpc/codec-impl.h"
 #include "axon/rpc/value-impl.h"
+#include "axon/rref/rref.h"
 #include "tests/fuzz/fuzz_common.h"
+#include "tests/stage_msg_samples.h"
 
 static const char *g_dir;
 
@@ -332,6 +335,81 @@ static void rref_seeds(void) {
   free(all.p);
 }
 
+/* The RRef of the stage message seeds is an object of "fuzz" (the
+ * harness's node), as its payload travels (rref_seeds); without an RRef
+ * context here, an extension kind of this program writes that payload. */
+static int seed_rref_encode(void *obj, void **out, size_t *len) {
+  FUZZ_CHECK((*out = malloc(sizeof(wire))));
+  memcpy(*out, obj, sizeof(wire));
+  *len = sizeof(wire);
+  return AX_OK;
+}
+static int seed_rref_decode(const void *d, size_t n, const char *f, void **o) {
+  return AX_EUNSUPPORTED;
+}
+static const ax_value_ext_ops g_seed_rref = {"rref payload", seed_rref_encode,
+                                             seed_rref_decode, NULL, NULL};
+
+/* A frame of a call carrying v, after byte 0 (from which value on the
+ * harness's decoders see the list). */
+static void put_call(const char *name, uint8_t from, ax_values *v) {
+  axi_msg m = {.kind = AXI_REQUEST,
+               .call_id = 1,
+               .fn = "axon.rref.call",
+               .values = v,
+               .node = "peer"};
+  buf b = {0};
+  add_u8(&b, from);
+  add_frame(&b, &m, 0);
+  put("stage_msg", name, b.p, b.n);
+  free(b.p);
+}
+
+static void stage_msg_seeds(void) {
+  FUZZ_CHECK(ax_value_ext_register(AX_VALUE_EXT_RREF, &g_seed_rref) == AX_OK);
+  wire w = {
+      0x0000000000000007ull, 0x0000000000000008ull, 0, 1, 0, "fuzz", "fuzz"};
+  ax_tensor *t[3];
+  for (int i = 0; i < 3; i++) {
+    int64_t n = i + 2;
+    FUZZ_CHECK((t[i] = ax_tensor_new(i == 2 ? AX_I32 : AX_F32, 1, &n, AX_CPU)));
+    memset(t[i]->data, 0, ax_tensor_nbytes(t[i]));
+  }
+  for (int id = 0; id < axi_pipe_msg_count(); id++) {
+    size_t n_full = 0;
+    for (int full = 1; full >= 0; full--) { /* "min": no optional part */
+      sm_any m;
+      sm_sample(id, &m, full, t, (ax_rref *)&w);
+      ax_values *v = ax_values_new();
+      FUZZ_CHECK(v && axi_pipe_msg_encode(id, &m, v) == AX_OK);
+      if (full)
+        n_full = ax_values_count(v);
+      else if (ax_values_count(v) == n_full) { /* none: the same message */
+        ax_values_free(v);
+        continue;
+      }
+      char name[96];
+      snprintf(name, sizeof name, "%s%s", axi_pipe_msg_name(id),
+               full ? "" : " min");
+      for (char *c = name; *c; c++)
+        *c = (*c == ' ' || *c == '.') ? '_' : *c;
+      put_call(name, 0, v);
+      if (full && sm_is(id, "axon.pipe.stage step")) {
+        /* The tail of a longer list: [h, "x", step...] from value 2. */
+        ax_values *u = ax_values_new();
+        ax_values_add_i64(u, 9);
+        ax_values_add_str(u, "x");
+        FUZZ_CHECK(ax_values_append(u, v) == AX_OK);
+        put_call("tail_view", 2, u);
+        ax_values_free(u);
+      }
+      ax_values_free(v);
+    }
+  }
+  for (int i = 0; i < 3; i++)
+    ax_tensor_release(t[i]);
+}
+
 static void text(const char *target, const char *name, const char *s) {
   put(target, name, s, strlen(s));
 }
@@ -384,5 +462,6 @@ int main(int argc, char **argv) {
   rref_seeds();
   http_seeds();
   config_seeds();
+  stage_msg_seeds();
   return 0;
 }

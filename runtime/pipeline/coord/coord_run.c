@@ -11,6 +11,7 @@
 #include "axon/runtime/pipeline/coord/train.h"
 #include "axon/runtime/pipeline/stage/stage_host.h"
 #include "axon/runtime/pipeline/stage/stage_line-impl.h"
+#include "axon/runtime/pipeline/stage/stage_msg-impl.h"
 
 #define POLL_MS 100
 
@@ -104,20 +105,15 @@ static int make_args(ax_pipe *p, const ax_pipe_op *o, int step,
     return AX_ENOMEM;
   *out = a;
   long gid = p->base + o->batch;
-  if (o->kind == AX_OP_STEP) {
-    ax_values_add_i64(a, gid);
-    return ax_values_add_i64(a, p->U);
-  }
-  if (o->kind == AX_OP_INPUT_GRAD) {
-    ax_values_add_i64(a, gid);
-    return ax_values_add_i64(a, o->micro);
-  }
-  if (o->kind == AX_OP_BWD || o->kind == AX_OP_WEIGHT_GRAD) {
-    ax_values_add_i64(a, gid);
-    ax_values_add_i64(a, o->micro);
-    ax_values_add_i64(a, step);
-    return ax_values_add_i64(a, p->U);
-  }
+  if (o->kind == AX_OP_STEP)
+    return axi_pipe_step_encode(&(axi_pipe_step_msg){gid, p->U}, a);
+  if (o->kind == AX_OP_INPUT_GRAD)
+    return axi_pipe_bwdi_encode(&(axi_pipe_bwdi_msg){gid, o->micro}, a);
+  axi_pipe_bwd_msg bm = {gid, o->micro, step, p->U};
+  if (o->kind == AX_OP_BWD)
+    return axi_pipe_bwd_encode(&bm, a);
+  if (o->kind == AX_OP_WEIGHT_GRAD)
+    return axi_pipe_bwdw_encode(&bm, a);
   int first = o->stage == 0, last = o->stage == p->K - 1;
   int err = AX_OK;
   if (first || last)
@@ -126,28 +122,27 @@ static int make_args(ax_pipe *p, const ax_pipe_op *o, int step,
     return err;
   axi_pipe_batch *b = &p->b[o->batch];
   int rec = ax_pipe_replays(p->o.mode, p->o.recompute, p->U, o->micro);
-  ax_values_add_i64(a, gid);
-  ax_values_add_i64(a, o->micro);
-  ax_values_add_i64(
-      a, (int64_t)(p->o.seed * 1000003u + (uint64_t)(gid * p->U + o->micro)));
-  ax_values_add_i64(a, AX_PIPE_FLAG_TRAIN | (rec ? AX_PIPE_FLAG_RECOMPUTE : 0));
+  axi_pipe_fwd_msg m;
+  memset(&m, 0, sizeof m);
+  m.batch = gid;
+  m.micro = o->micro;
+  m.seed = (int64_t)(p->o.seed * 1000003u + (uint64_t)(gid * p->U + o->micro));
+  m.flags = AX_PIPE_FLAG_TRAIN | (rec ? AX_PIPE_FLAG_RECOMPUTE : 0);
   int64_t B = first || last ? b->in.t[0]->shape[0] : 0;
-  ax_values_add_i64(a, first ? b->in.n : 0);
-  for (int i = 0; first && err == AX_OK && i < b->in.n; i++) {
-    ax_tensor *x = unit_slice(p, b->in.t[i], B, o->micro);
-    err = x ? ax_values_add_tensor(a, x) : AX_ENOMEM;
-    ax_tensor_release(x);
+  /* The unit's rows of the inputs (stage 0) and labels (the last stage). */
+  for (int i = 0; first && err == AX_OK && i < b->in.n; i++)
+    if (!(m.in.t[m.in.n++] = unit_slice(p, b->in.t[i], B, o->micro)))
+      err = AX_ENOMEM;
+  m.has_labels = last;
+  for (int i = 0; last && err == AX_OK && i < b->lab.n; i++) {
+    if (!(m.lab.t.t[m.lab.t.n++] = unit_slice(p, b->lab.t[i], B, o->micro)))
+      err = AX_ENOMEM;
+    m.lab.norm[i] = b->norm[i];
   }
-  if (last && err == AX_OK) {
-    ax_values_add_i64(a, b->lab.n);
-    for (int i = 0; err == AX_OK && i < b->lab.n; i++) {
-      ax_tensor *x = unit_slice(p, b->lab.t[i], B, o->micro);
-      err = x ? ax_values_add_tensor(a, x) : AX_ENOMEM;
-      ax_tensor_release(x);
-    }
-    for (int i = 0; err == AX_OK && i < b->lab.n; i++)
-      err = ax_values_add_i64(a, b->norm[i]);
-  }
+  if (err == AX_OK)
+    err = axi_pipe_fwd_encode(&m, a);
+  ax_tlist_clear(&m.in);
+  ax_tlist_clear(&m.lab.t);
   return err;
 }
 
@@ -159,7 +154,7 @@ static int deps_done(ax_pipe *p, const ax_pipe_op *deps, int nd) {
 }
 
 static void event_add(ax_pipe *p, const ax_pipe_op *o, double t_issue,
-                      const ax_values *r) {
+                      const axi_pipe_report_msg *r) {
   if (p->nev == p->cap_ev) {
     long cap = p->cap_ev ? 2 * p->cap_ev : 256;
     ax_pipe_event *e = realloc(p->ev, (size_t)cap * sizeof *e);
@@ -169,16 +164,13 @@ static void event_add(ax_pipe *p, const ax_pipe_op *o, double t_issue,
     p->cap_ev = cap;
   }
   ax_pipe_event *e = &p->ev[p->nev++];
-  int64_t v[4] = {0, 0, 0, 0};
-  for (int i = 0; i < 4; i++)
-    ax_values_get_i64(r, (size_t)i, &v[i]);
   e->op = *o;
   e->t_issue = t_issue;
   e->t_done = ax_now();
-  e->busy_s = (double)v[0] * 1e-6;
-  e->live = (int)v[1];
-  e->versions = (int)v[2];
-  e->state_bytes = v[3];
+  e->busy_s = (double)r->busy_us * 1e-6;
+  e->live = (int)r->live;
+  e->versions = (int)r->versions;
+  e->state_bytes = r->state_bytes;
   ax_pipe_stats *st = &p->stats;
   int s = o->stage;
   st->busy_frac[s] += e->busy_s; /* normalised at the end */
@@ -197,7 +189,7 @@ static void event_add(ax_pipe *p, const ax_pipe_op *o, double t_issue,
  * release itself (0: none, or queued) and whether the mini-batch is
  * finished. */
 static uint64_t op_finished(ax_pipe *p, const ax_pipe_op *o, int merged,
-                            const ax_values *r, double t_issue,
+                            const axi_pipe_report_msg *r, double t_issue,
                             int *batch_done) {
   *done_at(p, o) = 1;
   if (merged) {
@@ -212,14 +204,9 @@ static uint64_t op_finished(ax_pipe *p, const ax_pipe_op *o, int merged,
   event_add(p, o, t_issue, r);
   axi_pipe_batch *b = &p->b[o->batch];
   if (o->kind == AX_OP_FWD && o->stage == p->K - 1) {
-    double l = 0;
-    int64_t c = 0, k = 0;
-    ax_values_get_f64(r, 4, &l);
-    ax_values_get_i64(r, 5, &c);
-    ax_values_get_i64(r, 6, &k);
-    b->loss += l;
-    b->correct += c;
-    b->count += k;
+    b->loss += r->loss; /* 0 without a loss part */
+    b->correct += r->correct;
+    b->count += r->count;
   }
   uint64_t rel = 0;
   long ci = ctx_index(p, o);
@@ -357,17 +344,20 @@ static int reap(driver *d) {
   ax_future *f = e.f;
   int err = wait_future(p, f, e.t_issue > d->t_last ? e.t_issue : d->t_last);
   d->t_last = ax_now();
+  axi_pipe_report_msg rep;
+  if (err == AX_OK)
+    err = axi_pipe_report_decode(ax_future_values(f), &rep);
   char what[400] = "";
   if (err != AX_OK && err != AX_ECANCELLED)
     snprintf(what, sizeof what, "%s %s of batch %d/%d: %s", ax_strerror(err),
              g_what[o->kind], o->batch, o->micro,
-             ax_future_is_done(f) ? ax_future_errmsg(f) : ax_errmsg());
+             ax_future_is_done(f) && ax_future_err(f) ? ax_future_errmsg(f)
+                                                      : ax_errmsg());
   pthread_mutex_lock(&p->mu);
   uint64_t rel = 0;
   int batch_done = 0;
   if (err == AX_OK)
-    rel = op_finished(p, o, e.merged, ax_future_values(f), e.t_issue,
-                      &batch_done);
+    rel = op_finished(p, o, e.merged, &rep, e.t_issue, &batch_done);
   else if (err != AX_ECANCELLED)
     axi_pipe_fail(p, o->stage, err, what);
   pthread_mutex_unlock(&p->mu);

@@ -10,6 +10,7 @@
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
 #include "axon/runtime/pipeline/coord/train.h"
 #include "axon/runtime/pipeline/stage/stage_host.h"
+#include "axon/runtime/pipeline/stage/stage_msg-impl.h"
 #include "axon/runtime/pipeline/stage/staleness.h"
 #include "axon/runtime/pipeline/state/checkpoint.h"
 
@@ -121,28 +122,30 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
   return check_tensor_parallel(o, *def);
 }
 
-/* Setup's group arguments for stage s (stage_host.h): [R, tag, the agent
- * of stage s in every replica (this member's), zero], then with T > 1 [T,
- * tag, the agent of stage s of every member of this replica]. */
+/* Setup's groups for stage s (stage_msg-impl.h): the replicas [R, tag, the
+ * agent of stage s in every replica (this member's), zero], then with
+ * T > 1 the tensor-parallel members [T, tag, the agent of stage s of every
+ * member of this replica]. The tags live in tags[2]. */
 static void add_replicas(ax_pipe *p, int s, const axi_pipe_replica_of *rep,
-                         ax_values *a) {
-  char tag[48];
-  snprintf(tag, sizeof tag, "pp%016llx.%d.t%d", (unsigned long long)rep->id, s,
-           rep->t);
-  ax_values_add_i64(a, rep->R);
-  ax_values_add_str(a, tag);
+                         axi_pipe_setup_msg *m, char tags[2][48]) {
   int rank = ax_pipe_stage_rank(p->o.mode, p->R, s);
+  snprintf(tags[0], 48, "pp%016llx.%d.t%d", (unsigned long long)rep->id, s,
+           rep->t);
+  m->has_replicas = m->has_zero = 1;
+  m->replicas.n = rep->R;
+  m->replicas.tag = tags[0];
   for (int r = 0; r < rep->R; r++)
-    ax_values_add_str(a, rep->agents[(r * rep->T + rep->t) * p->R + rank]);
-  ax_values_add_i64(a, p->o.zero);
+    m->replicas.names[r] = rep->agents[(r * rep->T + rep->t) * p->R + rank];
+  m->zero = p->o.zero;
   if (rep->T < 2)
     return;
-  snprintf(tag, sizeof tag, "tp%016llx.%d.r%d", (unsigned long long)rep->id, s,
+  snprintf(tags[1], 48, "tp%016llx.%d.r%d", (unsigned long long)rep->id, s,
            rep->r);
-  ax_values_add_i64(a, rep->T);
-  ax_values_add_str(a, tag);
+  m->has_tp = 1;
+  m->tp.n = rep->T;
+  m->tp.tag = tags[1];
   for (int t = 0; t < rep->T; t++)
-    ax_values_add_str(a, rep->agents[(rep->r * rep->T + t) * p->R + rank]);
+    m->tp.names[t] = rep->agents[(rep->r * rep->T + t) * p->R + rank];
 }
 
 /* Moves every stage's optimizer to o.optimizer_host: a "axon.pipe.optim" object
@@ -157,12 +160,9 @@ static int offload_optimizers(ax_pipe *p) {
                                   AX_CPU, &co, &p->optim[s])));
     AX_TRY(ax_pipe_stage_state(p, s, &params, &bufs));
     ax_values *a = ax_values_new(), *r = NULL;
-    int err = a ? AX_OK : AX_ENOMEM;
-    if (err == AX_OK) {
-      ax_values_add_str(a, p->o.optim_config ? p->o.optim_config
-                                             : "opt=sgd,lr=0.1");
-      err = ax_values_add_tensor(a, params);
-    }
+    axi_pipe_optim_init_msg im = {
+        p->o.optim_config ? p->o.optim_config : "opt=sgd,lr=0.1", params};
+    int err = a ? axi_pipe_optim_init_encode(&im, a) : AX_ENOMEM;
     ax_tensor_release(params);
     ax_tensor_release(bufs);
     if (err == AX_OK)
@@ -170,14 +170,14 @@ static int offload_optimizers(ax_pipe *p) {
     ax_values_free(a);
     ax_values_free(r);
     r = NULL;
-    if (err == AX_OK && !(a = ax_values_new()))
-      err = AX_ENOMEM;
-    if (err == AX_OK) {
-      ax_values_add_rref(a, p->optim[s]);
+    a = err == AX_OK ? ax_values_new() : NULL;
+    axi_pipe_offload_msg om = {p->optim[s]};
+    if (err == AX_OK)
+      err = a ? axi_pipe_offload_encode(&om, a) : AX_ENOMEM;
+    if (err == AX_OK)
       err = ax_rref_rpc_sync(p->node, p->host[s], "offload", a, &co, &r);
-      ax_values_free(a);
-      ax_values_free(r);
-    }
+    ax_values_free(a);
+    ax_values_free(r);
     AX_TRY(named(p, s, err));
   }
   return AX_OK;
@@ -206,34 +206,28 @@ static int create_hosts(ax_pipe *p, const int *bounds,
                                   &co, &p->host[s])));
   }
   for (int s = 0; s < p->K; s++) {
-    ax_values *a = ax_values_new();
-    if (!a)
-      return AX_ENOMEM;
-    ax_values_add_i64(a, p->o.mode);
-    ax_values_add_i64(a, p->o.recompute);
-    ax_values_add_str(a,
-                      p->o.optim_config ? p->o.optim_config : "opt=sgd,lr=0.1");
-    if (s > 0)
-      ax_values_add_rref(a, p->host[s - 1]);
-    else
-      ax_values_add_i64(a, 0);
-    if (s < p->K - 1)
-      ax_values_add_rref(a, p->host[s + 1]);
-    else
-      ax_values_add_i64(a, 0);
-    ax_values_add_i64(a, (int64_t)ax_rref_id(p->host[s])); /* its inbox */
-    if (p->o.staleness != AX_STALE_NONE || rep) {          /* staleness.h */
-      ax_values_add_i64(a, p->o.staleness);
-      ax_values_add_i64(a, p->o.staleness != AX_STALE_NONE
-                               ? ax_pipe_delay(p->o.mode, p->K, s, p->o.M)
-                               : 0);
-      ax_values_add_f64(a, p->o.stale_gamma ? p->o.stale_gamma : -1.0);
-      ax_values_add_i64(a, p->o.stale_warmup);
-    }
+    axi_pipe_setup_msg m;
+    memset(&m, 0, sizeof m);
+    m.mode = p->o.mode;
+    m.recompute = p->o.recompute;
+    m.optim = p->o.optim_config ? p->o.optim_config : "opt=sgd,lr=0.1";
+    m.prev = s > 0 ? p->host[s - 1] : NULL;
+    m.next = s < p->K - 1 ? p->host[s + 1] : NULL;
+    m.self_id = (int64_t)ax_rref_id(p->host[s]); /* its inbox */
+    m.has_stale = p->o.staleness != AX_STALE_NONE || rep != NULL;
+    m.stale = p->o.staleness; /* staleness.h */
+    m.delay = p->o.staleness != AX_STALE_NONE
+                  ? ax_pipe_delay(p->o.mode, p->K, s, p->o.M)
+                  : 0;
+    m.gamma = p->o.stale_gamma ? p->o.stale_gamma : -1.0;
+    m.warmup = p->o.stale_warmup;
+    char tags[2][48];
     if (rep)
-      add_replicas(p, s, rep, a);
-    ax_values *r = NULL;
-    int err = ax_rref_rpc_sync(p->node, p->host[s], "setup", a, &co, &r);
+      add_replicas(p, s, rep, &m, tags);
+    ax_values *a = ax_values_new(), *r = NULL;
+    int err = a ? axi_pipe_setup_encode(&m, a) : AX_ENOMEM;
+    if (err == AX_OK)
+      err = ax_rref_rpc_sync(p->node, p->host[s], "setup", a, &co, &r);
     ax_values_free(a);
     ax_values_free(r);
     AX_TRY(named(p, s, err));
@@ -383,13 +377,11 @@ int ax_pipe_stage_state(ax_pipe *p, int s, ax_tensor **params,
   AX_TRY(named(
       p, s,
       ax_rref_rpc_sync(p->node, p->host[s], "state_save", NULL, &co, &r)));
-  ax_tensor *a = NULL, *b = NULL;
-  int err = ax_values_get_tensor(r, 0, &a);
-  if (err == AX_OK)
-    err = ax_values_get_tensor(r, 1, &b);
+  axi_pipe_state_msg m;
+  int err = axi_pipe_state_decode(r, &m);
   if (err == AX_OK) {
-    *params = ax_tensor_retain(a);
-    *buffers = ax_tensor_numel(b) ? ax_tensor_retain(b) : NULL;
+    *params = ax_tensor_retain(m.params);
+    *buffers = ax_tensor_numel(m.buffers) ? ax_tensor_retain(m.buffers) : NULL;
   }
   ax_values_free(r);
   return err;
@@ -401,13 +393,12 @@ int ax_pipe_trace(ax_pipe *p, ax_trace *dst) {
   ax_call_opts co = {.timeout_ms = timeout_of(p)};
   for (int s = 0; s < p->K; s++) {
     ax_values *r = NULL;
-    const void *buf;
-    size_t len;
+    axi_pipe_trace_msg m;
     AX_TRY(named(
         p, s, ax_rref_rpc_sync(p->node, p->host[s], "trace", NULL, &co, &r)));
-    int err = ax_values_get_bytes(r, 0, &buf, &len);
-    if (err == AX_OK && len)
-      err = ax_trace_merge(dst, buf, len, 0);
+    int err = axi_pipe_trace_decode(r, &m);
+    if (err == AX_OK && m.events.n)
+      err = ax_trace_merge(dst, m.events.p, m.events.n, 0);
     ax_values_free(r);
     if (err != AX_OK)
       return named(p, s, err);
@@ -442,25 +433,18 @@ static int eval_batch(ax_pipe *p, const ax_tlist *in, const ax_tlist *lab,
   ax_future *f[AX_PIPE_MAX_STAGES] = {NULL};
   int err = AX_OK, bad = -1;
   for (int s = 0; s < p->K && err == AX_OK; s++) {
+    axi_pipe_fwd_msg m; /* batch id, micro 0, seed 0, no flags */
+    memset(&m, 0, sizeof m);
+    m.batch = id;
+    if (s == 0)
+      m.in = *in;
+    m.has_labels = s == p->K - 1;
+    if (m.has_labels)
+      m.lab.t = *lab; /* norms 0 */
     ax_values *a = ax_values_new();
-    if (!a) {
-      err = AX_ENOMEM;
-      break;
-    }
-    int64_t hdr[4] = {id, 0, 0, 0};
-    for (int i = 0; i < 4; i++)
-      ax_values_add_i64(a, hdr[i]);
-    ax_values_add_i64(a, s == 0 ? in->n : 0);
-    for (int i = 0; s == 0 && i < in->n; i++)
-      ax_values_add_tensor(a, in->t[i]);
-    if (s == p->K - 1) {
-      ax_values_add_i64(a, lab->n);
-      for (int i = 0; i < lab->n; i++)
-        ax_values_add_tensor(a, lab->t[i]);
-      for (int i = 0; i < lab->n; i++)
-        ax_values_add_i64(a, 0);
-    }
-    err = ax_rref_rpc_async(p->node, p->host[s], "fwd", a, &co, &f[s]);
+    err = a ? axi_pipe_fwd_encode(&m, a) : AX_ENOMEM;
+    if (err == AX_OK)
+      err = ax_rref_rpc_async(p->node, p->host[s], "fwd", a, &co, &f[s]);
     ax_values_free(a);
     if (err != AX_OK)
       bad = s;
@@ -477,13 +461,16 @@ static int eval_batch(ax_pipe *p, const ax_tlist *in, const ax_tlist *lab,
                                               : "no answer in time");
       bad = s;
     }
+    axi_pipe_report_msg rep;
     if (e == AX_OK && s == p->K - 1) {
-      const ax_values *r = ax_future_values(f[s]);
-      e = ax_values_get_f64(r, 4, loss);
-      if (e == AX_OK)
-        e = ax_values_get_i64(r, 5, correct);
-      if (e == AX_OK)
-        e = ax_values_get_i64(r, 6, count);
+      e = axi_pipe_report_decode(ax_future_values(f[s]), &rep);
+      if (e == AX_OK && !rep.has_loss)
+        e = ax_seterr(AX_EBADARG, "stage report: no loss from the last stage");
+      if (e == AX_OK) {
+        *loss = rep.loss;
+        *correct = rep.correct;
+        *count = rep.count;
+      }
       if (e != AX_OK && err == AX_OK) {
         err = e;
         bad = s;

@@ -9,6 +9,7 @@
 #include "axon/runtime/pipeline/schedule/mode.h"
 #include "axon/runtime/pipeline/stage/stage_inbox.h"
 #include "axon/runtime/pipeline/stage/stage_line-impl.h"
+#include "axon/runtime/pipeline/stage/stage_msg-impl.h"
 #include "axon/runtime/pipeline/stage/staleness-impl.h"
 #include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 #include "axon/runtime/pipeline/trace/trace.h"
@@ -81,9 +82,10 @@ typedef struct phost {
 ax_exec axi_pipe_host_exec(phost *h, int training);
 /* Frees a state and everything it keeps (NULL-safe). */
 void axi_pipe_state_free(pstate *st);
-/* Appends [busy_us, live_states, weight_versions, state_bytes] (s->mu
- * held) and keeps weight_versions in h->versions for the stage events. */
-int axi_pipe_host_report(phost *h, int64_t t0_us, ax_values *out);
+/* Fills the statistics of r (stage_msg-impl.h: busy_us since t0_us, live
+ * states, weight versions, state bytes; s->mu held) and keeps the weight
+ * versions in h->versions for the stage events. */
+void axi_pipe_host_report(phost *h, int64_t t0_us, axi_pipe_report_msg *r);
 /* How long an operation waits for its neighbour's tensors: what is left of
  * its call's deadline (at most 10 minutes). */
 static inline int64_t axi_pipe_wait_ms(ax_call_ctx *cc) {

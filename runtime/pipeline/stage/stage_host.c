@@ -64,61 +64,29 @@ static void host_clear(phost *h) {
   axi_pipe_inbox_close(&h->in);
 }
 
-/* A member list [N, tag, N names] of setup's arguments at *at (moved past
- * it); what = "replicas" or "tensor-parallel members". */
-static int member_list(phost *h, const ax_values *args, size_t *at,
-                       const char *what, int *n, const char **tag,
-                       const char **names) {
-  int64_t N;
-  size_t na = ax_values_count(args);
-  AX_TRY(ax_values_get_i64(args, *at, &N));
-  if (N < 1 || N > AX_PIPE_MAX_REPLICAS || *at + 2 + (size_t)N > na)
-    return ax_seterr(AX_EINVAL,
-                     "axon.pipe.stage %d: %lld %s with %zu setup "
-                     "arguments",
-                     h->s->index, (long long)N, what, na);
-  AX_TRY(ax_values_get_str(args, *at + 1, tag));
-  for (int64_t i = 0; i < N; i++)
-    AX_TRY(ax_values_get_str(args, *at + 2 + (size_t)i, &names[i]));
-  *n = (int)N;
-  *at += 2 + (size_t)N;
-  return AX_OK;
-}
-
-/* The groups of setup's arguments 10..: [R, tag, R member names, zero
- * (optional)] the replicas (*g; NULL with one), then [T, tag, T names]
- * the tensor-parallel members (*tp; none or T = 1: NULL). This node must
- * be one of the members of each. */
-static int replica_group(phost *h, const ax_values *args, int64_t tmo,
+/* The groups of setup (stage_msg-impl.h): the replicas (*g; NULL with
+ * one) and the tensor-parallel members (*tp; none or T = 1: NULL). This
+ * node must be one of the members of each. */
+static int replica_group(phost *h, const axi_pipe_setup_msg *m, int64_t tmo,
                          ax_coll_group **g, int *zero, ax_coll_group **tp) {
   *g = *tp = NULL;
   *zero = 0;
-  int64_t z = 0;
-  size_t na = ax_values_count(args), at = 10;
-  if (na <= at)
+  if (!m->has_replicas)
     return AX_OK;
-  const char *tag, *ttag, *names[AX_PIPE_MAX_REPLICAS],
-      *tnames[AX_PIPE_MAX_REPLICAS];
-  int R, T = 1;
-  AX_TRY(member_list(h, args, &at, "replicas", &R, &tag, names));
-  if (na > at)
-    AX_TRY(ax_values_get_i64(args, at++, &z));
-  if (na > at)
-    AX_TRY(member_list(h, args, &at, "tensor-parallel members", &T, &ttag,
-                       tnames));
-  if (na != at)
-    return ax_seterr(AX_EINVAL, "axon.pipe.stage %d: %zu setup arguments",
-                     h->s->index, na);
-  if (z < 0 || z > 2 || (z && R < 2) || (z && (size_t)R > h->s->net->n_params))
+  int R = (int)m->replicas.n, T = m->has_tp ? (int)m->tp.n : 1;
+  int64_t z = m->zero; /* 0 when absent */
+  if ((z && R < 2) || (z && (size_t)R > h->s->net->n_params))
     return ax_seterr(AX_EINVAL,
                      "axon.pipe.stage %d: zero %lld with %d "
                      "replicas of %zu parameters",
                      h->s->index, (long long)z, R, h->s->net->n_params);
   *zero = (int)z;
   if (R > 1)
-    AX_TRY(ax_coll_group_new(h->s->node, tag, R, names, tmo, g));
+    AX_TRY(ax_coll_group_new(h->s->node, m->replicas.tag, R, m->replicas.names,
+                             tmo, g));
   int err =
-      T > 1 ? ax_coll_group_new(h->s->node, ttag, T, tnames, tmo, tp) : AX_OK;
+      T > 1 ? ax_coll_group_new(h->s->node, m->tp.tag, T, m->tp.names, tmo, tp)
+            : AX_OK;
   if (err != AX_OK) {
     ax_coll_group_free(*g);
     *g = NULL;
@@ -196,34 +164,21 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
                    ax_values *out) {
   phost *h = obj;
   axi_ag_stage *s = h->s;
-  int64_t mode, rc;
-  const char *ocfg;
-  AX_TRY(ax_values_get_i64(args, 0, &mode));
-  AX_TRY(ax_values_get_i64(args, 1, &rc));
-  AX_TRY(ax_values_get_str(args, 2, &ocfg));
-  const ax_pipe_mode_def *def =
-      mode >= 0 && mode < AX_MODE_COUNT ? ax_pipe_mode_get((int)mode) : NULL;
+  axi_pipe_setup_msg m;
+  AX_TRY(axi_pipe_setup_decode(args, &m));
+  const ax_pipe_mode_def *def = ax_pipe_mode_get((int)m.mode);
   if (!def)
     return ax_seterr(AX_EINVAL,
                      "axon.pipe.stage: bad mode %lld (valid: 0..%d, "
                      "%s)",
-                     (long long)mode, AX_MODE_COUNT - 1, ax_pipe_mode_list());
-  ax_rref *nb[2] = {NULL, NULL};
-  for (int i = 0; i < 2; i++)
-    if (ax_values_type(args, 3 + (size_t)i) == AX_VAL_EXT)
-      AX_TRY(ax_values_get_rref(args, 3 + (size_t)i, &nb[i]));
-  int64_t self_id = 0;
-  if (ax_values_count(args) < 6 ||
-      ax_values_get_i64(args, 5, &self_id) != AX_OK || self_id == 0)
+                     (long long)m.mode, AX_MODE_COUNT - 1, ax_pipe_mode_list());
+  if (m.self_id == 0)
     return ax_seterr(AX_EBADARG, "axon.pipe.stage: setup needs the id of the "
                                  "host's own RRef (argument 5)");
-  int64_t skind = AX_STALE_NONE, sdelay = 0, swarm = 0;
-  double sgamma = -1;
-  if (ax_values_count(args) > 6) { /* the staleness correction */
-    AX_TRY(ax_values_get_i64(args, 6, &skind));
-    AX_TRY(ax_values_get_i64(args, 7, &sdelay));
-    AX_TRY(ax_values_get_f64(args, 8, &sgamma));
-    AX_TRY(ax_values_get_i64(args, 9, &swarm));
+  int64_t skind = m.has_stale ? m.stale : AX_STALE_NONE, sdelay = m.delay,
+          swarm = m.warmup;
+  double sgamma = m.has_stale ? m.gamma : -1;
+  if (m.has_stale) { /* the staleness correction */
     if (skind < 0 || skind >= AX_STALE_COUNT || sdelay < 0 ||
         sdelay > 1 << 20 || swarm < 0 || swarm > 1 << 30)
       return ax_seterr(AX_EINVAL,
@@ -231,7 +186,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
                        "%lld (delay %lld, warm-up %lld)",
                        s->index, (long long)skind, (long long)sdelay,
                        (long long)swarm);
-    AX_TRY(ax_staleness_check((int)mode, (int)skind,
+    AX_TRY(ax_staleness_check((int)m.mode, (int)skind,
                               sgamma < 0 ? AX_PIPEMARE_GAMMA : sgamma,
                               (int)swarm));
   }
@@ -240,7 +195,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   AX_TRY(axi_stale_init(&stale, (int)skind, (int)sdelay, sgamma, (int)swarm));
   ax_config c;
   ax_optim_cfg oc;
-  AX_TRY(ax_config_parse(&c, ocfg));
+  AX_TRY(ax_config_parse(&c, m.optim));
   AX_TRY(ax_optim_cfg_parse(&c, &oc));
   if (def->split && !ax_module_can_split(s->net->root))
     return ax_seterr(AX_EUNSUPPORTED,
@@ -254,7 +209,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   pthread_mutex_unlock(&s->mu);
   ax_coll_group *g = NULL, *tp = NULL;
   int zero = 0;
-  AX_TRY(replica_group(h, args, axi_pipe_wait_ms(cc), &g, &zero, &tp));
+  AX_TRY(replica_group(h, &m, axi_pipe_wait_ms(cc), &g, &zero, &tp));
   size_t zoff = 0, zlen = s->net->n_params;
   if (zero && skind != AX_STALE_NONE) {
     ax_coll_group_free(tp);
@@ -281,20 +236,20 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   h->zero_off = zoff;
   h->zero_len = zlen;
   h->def = def;
-  (void)rc; /* what to keep comes with each forward (its flags) */
-  h->prev = ax_rref_retain(nb[0]);
-  h->next = ax_rref_retain(nb[1]);
-  h->is_last = nb[1] == NULL;
+  /* m.recompute is informational: each forward's flags say what to keep. */
+  h->prev = ax_rref_retain(m.prev);
+  h->next = ax_rref_retain(m.next);
+  h->is_last = m.next == NULL;
   h->stale = stale;
   ax_optim_free(s->opt);
   s->opt = o;
-  int err = axi_pipe_inbox_open(&h->in, (uint64_t)self_id);
+  int err = axi_pipe_inbox_open(&h->in, (uint64_t)m.self_id);
   pthread_mutex_unlock(&s->mu);
   return err;
 }
 
 /* ---- statistics reported with every operation ---------------------------- */
-int axi_pipe_host_report(phost *h, int64_t t0, ax_values *out) {
+void axi_pipe_host_report(phost *h, int64_t t0, axi_pipe_report_msg *r) {
   long live = 0, vers = 1;
   size_t bytes = 0;
   for (pstate *st = h->states; st; st = st->next) {
@@ -324,45 +279,32 @@ int axi_pipe_host_report(phost *h, int64_t t0, ax_values *out) {
     }
   }
   h->versions = (int)vers;
-  AX_TRY(ax_values_add_i64(out, ax_trace_now_us() - t0));
-  AX_TRY(ax_values_add_i64(out, live));
-  AX_TRY(ax_values_add_i64(out, vers));
-  return ax_values_add_i64(out, (int64_t)bytes);
+  r->busy_us = ax_trace_now_us() - t0;
+  r->live = live;
+  r->versions = vers;
+  r->state_bytes = (int64_t)bytes;
 }
 
 /* ---- forward ------------------------------------------------------------- */
-static int run_loss(phost *h, const ax_values *args, size_t at,
-                    const ax_tlist *y, pstate *st, ax_loss_result *r) {
-  int64_t nlab;
-  AX_TRY(ax_values_get_i64(args, at, &nlab));
-  if (nlab < 1 || nlab > AX_TLIST_MAX ||
-      ax_values_count(args) < at + 1 + 2 * (size_t)nlab)
+static int run_loss(phost *h, const axi_pipe_fwd_msg *m, const ax_tlist *y,
+                    pstate *st, ax_loss_result *r) {
+  if (!m->has_labels)
     return ax_seterr(AX_EBADARG, "axon.pipe.stage: last stage needs labels");
-  ax_tlist lab = {0};
-  int64_t norm[AX_TLIST_MAX] = {0};
-  for (int i = 0; i < nlab; i++) {
-    AX_TRY(ax_values_get_tensor(args, at + 1 + (size_t)i, &lab.t[i]));
-    AX_TRY(ax_values_get_i64(args, at + 1 + (size_t)(nlab + i), &norm[i]));
-  }
-  lab.n = (int)nlab;
-  return ax_loss_xent(y, &lab, h->s->ignore_index, norm, 1.0f, r,
+  return ax_loss_xent(y, &m->lab.t, h->s->ignore_index, m->lab.norm, 1.0f, r,
                       st ? &st->dlogits : NULL);
 }
 
 /* The unit's inputs: the coordinator's tensors (stage 0), or the
  * activations prev pushed under the unit's context, whose receive edges are
  * recorded in that context when training. */
-static int take_inputs(ax_call_ctx *cc, phost *h, const ax_values *args,
-                       int64_t nin, long batch, int micro, uint64_t ctx,
-                       ax_tlist *in, int64_t *wait_us) {
+static int take_inputs(ax_call_ctx *cc, phost *h, const ax_tlist *given,
+                       long batch, int micro, uint64_t ctx, ax_tlist *in,
+                       int64_t *wait_us) {
   axi_ag_stage *s = h->s;
-  if (nin > 0) {
-    for (int i = 0; i < nin; i++) {
-      ax_tensor *x;
-      AX_TRY(ax_values_get_tensor(args, 5 + (size_t)i, &x));
-      if (!(in->t[in->n++] = ax_tensor_to(x, s->dev)))
+  if (given->n > 0) {
+    for (int i = 0; i < given->n; i++)
+      if (!(in->t[in->n++] = ax_tensor_to(given->t[i], s->dev)))
         return AX_ENOMEM;
-    }
     return AX_OK;
   }
   axi_pipe_received meta;
@@ -387,15 +329,10 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                  ax_values *out) {
   phost *h = obj;
   axi_ag_stage *s = h->s;
-  int64_t t0 = ax_trace_now_us(), batch, micro, seed, flags, nin;
-  AX_TRY(ax_values_get_i64(args, 0, &batch));
-  AX_TRY(ax_values_get_i64(args, 1, &micro));
-  AX_TRY(ax_values_get_i64(args, 2, &seed));
-  AX_TRY(ax_values_get_i64(args, 3, &flags));
-  AX_TRY(ax_values_get_i64(args, 4, &nin));
-  if (nin < 0 || nin > AX_TLIST_MAX)
-    return ax_seterr(AX_EBADARG, "axon.pipe.stage: %lld inputs",
-                     (long long)nin);
+  int64_t t0 = ax_trace_now_us();
+  axi_pipe_fwd_msg m;
+  AX_TRY(axi_pipe_fwd_decode(args, &m));
+  int64_t batch = m.batch, micro = m.micro, seed = m.seed, flags = m.flags;
   int train = (flags & AX_PIPE_FLAG_TRAIN) != 0;
   uint64_t ctx = train ? ax_call_autograd_ctx(cc) : 0;
   if (train && !ctx)
@@ -407,8 +344,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   int64_t waited = 0;
   int err = axi_pipe_inbox_error(&h->in);
   if (err == AX_OK)
-    err = take_inputs(cc, h, args, nin, (long)batch, (int)micro, ctx, &in,
-                      &waited);
+    err = take_inputs(cc, h, &m.in, (long)batch, (int)micro, ctx, &in, &waited);
   t0 += waited; /* busy time: not the wait for the activations */
   pstate *st = NULL;
   if (err == AX_OK && train) {
@@ -463,7 +399,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     }
   }
   if (err == AX_OK && h->is_last)
-    err = run_loss(h, args, 5 + (size_t)nin, &y, st, &r);
+    err = run_loss(h, &m, &y, st, &r);
   if (err == AX_OK && st) { /* the unit's function in its context */
     ax_tlist none = {0};
     err = ax_dist_record_held(s->node, ctx, &in, h->is_last ? &none : &y,
@@ -477,8 +413,9 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     st = NULL;
   }
   ax_tensor_release(wf);
+  axi_pipe_report_msg rep = {0};
   if (err == AX_OK)
-    err = axi_pipe_host_report(h, t0, out);
+    axi_pipe_host_report(h, t0, &rep);
   int live = 0, vers = h->versions;
   for (pstate *o = h->states; o; o = o->next)
     live++;
@@ -488,13 +425,16 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                            (long)batch, (int)micro, tc, ax_trace_now_us(), live,
                            vers);
   if (err == AX_OK && h->is_last) {
-    ax_values_add_f64(out, r.loss);
-    ax_values_add_i64(out, r.correct[0]);
-    err = ax_values_add_i64(out, r.count[0]);
+    rep.has_loss = 1;
+    rep.loss = r.loss;
+    rep.correct = r.correct[0];
+    rep.count = r.count[0];
   } else if (err == AX_OK) {
     err = axi_pipe_push(s->node, &h->in, h->next, ctx, (long)batch, (int)micro,
                         &y);
   }
+  if (err == AX_OK)
+    err = axi_pipe_report_encode(&rep, out);
   axi_pipe_state_free(st);
   ax_tlist_clear(&in);
   ax_tlist_clear(&y);
@@ -508,7 +448,14 @@ static int m_state_save(ax_call_ctx *cc, void *obj, const ax_values *args,
   pthread_mutex_lock(&h->s->mu);
   int err = h->offload ? axi_pipe_offload_settle(h) : AX_OK;
   pthread_mutex_unlock(&h->s->mu);
-  return err == AX_OK ? axi_ag_stage_state_save(h->s, out) : err;
+  axi_pipe_state_msg m = {NULL, NULL};
+  if (err == AX_OK)
+    err = axi_ag_stage_state_copy(h->s, &m.params, &m.buffers);
+  if (err == AX_OK)
+    err = axi_pipe_state_encode(&m, out);
+  ax_tensor_release(m.params);
+  ax_tensor_release(m.buffers);
+  return err;
 }
 
 static int m_teardown(ax_call_ctx *cc, void *obj, const ax_values *args,
@@ -526,9 +473,9 @@ static int m_teardown(ax_call_ctx *cc, void *obj, const ax_values *args,
 static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
                      ax_values *out) {
   phost *h = obj;
-  ax_rref *r = NULL;
-  if (ax_values_type(args, 0) == AX_VAL_EXT)
-    AX_TRY(ax_values_get_rref(args, 0, &r));
+  axi_pipe_offload_msg m;
+  AX_TRY(axi_pipe_offload_decode(args, &m));
+  ax_rref *r = m.optim;
   pthread_mutex_lock(&h->s->mu);
   int err = AX_OK;
   if (r && (h->zero || h->stale.kind != AX_STALE_NONE))
@@ -558,7 +505,13 @@ static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
 
 static int m_trace(ax_call_ctx *cc, void *obj, const ax_values *args,
                    ax_values *out) {
-  return axi_pipe_events_take(((phost *)obj)->tr, out);
+  axi_pipe_trace_msg m = {{NULL, 0}};
+  void *buf = NULL;
+  AX_TRY(axi_pipe_events_take(((phost *)obj)->tr, &buf, &m.events.n));
+  m.events.p = buf;
+  int err = axi_pipe_trace_encode(&m, out);
+  free(buf);
+  return err;
 }
 
 /* The training actions run in their rank's order (stage_line-impl.h). */

@@ -6,6 +6,11 @@
  * "model=mlp,stage=1,splits=0/2/4,seed=3,widths=784/64/10": the model name
  * first, then the keys of the model stage kinds (runtime/autograd/stage.h).
  *
+ * Every method's argument list and reply is a typed message of
+ * stage_msg-impl.h, written and read only by its encoder and its decoder,
+ * which refuses a malformed list (AX_EBADARG naming the message and the
+ * field) before the method looks at it.
+ *
  * Methods (every call on one host runs one at a time under the stage lock).
  * "fwd", "bwd", "bwdi", "bwdw" and "step" calls that carry the sequence
  * metadata of stage_line-impl.h run in their agent's order on its line, one at

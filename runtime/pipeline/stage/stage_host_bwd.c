@@ -275,21 +275,22 @@ static pstate *state_for(phost *h, long batch, int micro, int part,
   return NULL;
 }
 
-/* The "bwd", "bwdi" and "bwdw" methods: [batch, micro] and, for bwd and
- * bwdw, [step, units]. */
+/* The "bwd", "bwdi" and "bwdw" methods (stage_msg-impl.h). */
 static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
                          int part, ax_values *out) {
   axi_ag_stage *s = h->s;
-  int64_t t0 = ax_trace_now_us(), batch, micro, step = 0, units = 1;
-  AX_TRY(ax_values_get_i64(args, 0, &batch));
-  AX_TRY(ax_values_get_i64(args, 1, &micro));
-  if (part != PART_INPUT)
-    AX_TRY(ax_values_get_i64(args, 2, &step));
-  if (step && (ax_values_get_i64(args, 3, &units) != AX_OK || units < 1 ||
-               units > 1 << 20))
-    return ax_seterr(AX_EBADARG,
-                     "axon.pipe.stage: a backward with a step needs "
-                     "the batch's unit count (argument 3)");
+  int64_t t0 = ax_trace_now_us();
+  axi_pipe_bwd_msg m = {0, 0, 0, 1}; /* bwdi: no step */
+  if (part == PART_INPUT) {
+    axi_pipe_bwdi_msg mi;
+    AX_TRY(axi_pipe_bwdi_decode(args, &mi));
+    m.batch = mi.batch;
+    m.micro = mi.micro;
+  } else {
+    AX_TRY(part == PART_FULL ? axi_pipe_bwd_decode(args, &m)
+                             : axi_pipe_bwdw_decode(args, &m));
+  }
+  int64_t batch = m.batch, micro = m.micro, step = m.step, units = m.units;
   uint64_t ctx = ax_call_autograd_ctx(cc);
   if (!ctx)
     return ax_seterr(AX_ESTATE,
@@ -341,8 +342,9 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
   } else {
     axi_pipe_state_free(st);
   }
+  axi_pipe_report_msg rep = {0};
   if (err == AX_OK)
-    err = axi_pipe_host_report(h, t0, out);
+    axi_pipe_host_report(h, t0, &rep);
   for (pstate *o = h->states; o; o = o->next)
     live++;
   int vers = h->versions, agent = ax_node_rank(s->node);
@@ -373,6 +375,8 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
                           (int)micro, s->index - 1, &din, ts,
                           ax_trace_now_us());
   }
+  if (err == AX_OK)
+    err = axi_pipe_report_encode(&rep, out);
   ax_tensor_release(g);
   ax_tlist_clear(&dy);
   ax_tlist_clear(&din);
@@ -397,18 +401,19 @@ int axi_pipe_host_bwd_weight(ax_call_ctx *cc, void *obj, const ax_values *args,
 int axi_pipe_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out) {
   phost *h = obj;
-  int64_t t0 = ax_trace_now_us(), batch, units;
-  AX_TRY(ax_values_get_i64(args, 0, &batch));
-  AX_TRY(ax_values_get_i64(args, 1, &units));
-  if (units < 1 || units > 1 << 20)
-    return ax_seterr(AX_EBADARG, "axon.pipe.stage: step over %lld units",
-                     (long long)units);
+  int64_t t0 = ax_trace_now_us();
+  axi_pipe_step_msg m;
+  AX_TRY(axi_pipe_step_decode(args, &m));
+  long batch = (long)m.batch;
+  axi_pipe_report_msg rep = {0};
   pthread_mutex_lock(&h->s->mu);
-  int err = step_locked(h, (long)batch, (int)units);
+  int err = step_locked(h, batch, (int)m.units);
   if (err == AX_OK)
-    err = axi_pipe_host_report(h, t0, out);
+    axi_pipe_host_report(h, t0, &rep);
   int vers = h->versions;
   pthread_mutex_unlock(&h->s->mu);
+  if (err == AX_OK)
+    err = axi_pipe_report_encode(&rep, out);
   if (err == AX_OK)
     axi_pipe_event_compute(h->tr, h->s->index, ax_node_rank(h->s->node),
                            "optim", (long)batch, 0, t0, ax_trace_now_us(), -1,

@@ -9,6 +9,7 @@
 #include "axon/rpc/builtin-impl.h"
 #include "axon/runtime/autograd/autograd.h"
 #include "axon/runtime/pipeline/stage/stage_inbox.h"
+#include "axon/runtime/pipeline/stage/stage_msg-impl.h"
 #include "axon/runtime/pipeline/trace/stage_events.h"
 
 struct axi_pipe_ientry { /* pushed activations waiting for their forward */
@@ -114,53 +115,40 @@ int axi_pipe_inbox_open(axi_pipe_inbox *ib, uint64_t id) {
   return AX_OK;
 }
 
-/* "axon.pipe.give" [id, batch, micro, desc, tensors or i64 0 ...], inline
- * on the transport thread: stores the list (moved to the inbox's device),
+/* "axon.pipe.give" (axi_pipe_give_msg, stage_msg-impl.h), inline on the
+ * transport thread: stores the list (moved to the inbox's device),
  * its context, sender and autograd descriptor in the inbox and wakes its
  * operation. */
 static int h_give(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
                   void *user) {
-  int64_t id, batch, micro;
-  const void *desc;
-  size_t dlen;
-  AX_TRY(ax_values_get_i64(args, 0, &id));
-  AX_TRY(ax_values_get_i64(args, 1, &batch));
-  AX_TRY(ax_values_get_i64(args, 2, &micro));
-  AX_TRY(ax_values_get_bytes(args, 3, &desc, &dlen));
-  size_t n = ax_values_count(args) - 4;
-  if (n > AX_TLIST_MAX || dlen > 4096)
-    return ax_seterr(AX_EBADARG,
-                     "axon.pipe.give: %zu tensors, %zu descriptor "
-                     "bytes",
-                     n, dlen);
+  axi_pipe_give_msg m;
+  AX_TRY(axi_pipe_give_decode(args, &m));
+  size_t dlen = m.desc.n;
   axi_pipe_ientry *e = calloc(1, sizeof *e);
   if (!e || (dlen && !(e->meta.desc = malloc(dlen)))) {
     free(e);
     return AX_ENOMEM;
   }
-  e->batch = (long)batch;
-  e->micro = (int)micro;
+  e->batch = (long)m.batch;
+  e->micro = (int)m.micro;
   e->meta.ctx = ax_call_autograd_ctx(ctx);
   snprintf(e->meta.from, sizeof e->meta.from, "%s", ax_call_caller(ctx));
   if (dlen)
-    memcpy(e->meta.desc, desc, dlen);
+    memcpy(e->meta.desc, m.desc.p, dlen);
   e->meta.len = dlen;
   int err = AX_OK;
   pthread_mutex_lock(&g_mu);
-  axi_pipe_inbox *ib = find_locked((uint64_t)id);
+  axi_pipe_inbox *ib = find_locked((uint64_t)m.id);
   if (!ib)
     err = ax_seterr(AX_ENOTFOUND,
                     "axon.pipe.give: no stage with id %llx on this "
                     "node (torn down?)",
-                    (unsigned long long)id);
-  for (size_t i = 0; err == AX_OK && i < n; i++) {
-    ax_tensor *x = NULL;
-    if (ax_values_type(args, 4 + i) == AX_VAL_TENSOR) {
-      err = ax_values_get_tensor(args, 4 + i, &x);
-      if (err == AX_OK && !(x = ax_tensor_to(x, ib->dev)))
-        err = AX_ENOMEM;
-    }
-    e->t.t[e->t.n++] = x; /* NULL: an input without gradient */
+                    (unsigned long long)m.id);
+  for (int i = 0; err == AX_OK && i < m.t.n; i++) {
+    ax_tensor *x = m.t.t[i]; /* NULL: an input without gradient */
+    if (x && !(x = ax_tensor_to(x, ib->dev)))
+      err = AX_ENOMEM;
+    e->t.t[e->t.n++] = x;
   }
   if (err == AX_OK) {
     pthread_mutex_lock(&ib->mu);
@@ -221,14 +209,11 @@ int axi_pipe_push(ax_node *n, axi_pipe_inbox *self, ax_rref *to, uint64_t ctx,
   ax_values *a = err == AX_OK ? ax_values_new() : NULL;
   if (err == AX_OK && !a)
     err = AX_ENOMEM;
-  int64_t hdr[3] = {(int64_t)ax_rref_id(to), batch, micro};
-  for (int i = 0; err == AX_OK && i < 3; i++)
-    err = ax_values_add_i64(a, hdr[i]);
+  axi_pipe_give_msg m = {
+      (int64_t)ax_rref_id(to), batch, micro, {desc, dlen}, *t};
   if (err == AX_OK)
-    err = ax_values_add_bytes(a, desc, dlen);
+    err = axi_pipe_give_encode(&m, a);
   free(desc);
-  for (int i = 0; err == AX_OK && i < t->n; i++)
-    err = t->t[i] ? ax_values_add_tensor(a, t->t[i]) : ax_values_add_i64(a, 0);
   ax_future *f = NULL;
   ax_call_opts co = {.autograd_ctx = ctx};
   if (err == AX_OK)

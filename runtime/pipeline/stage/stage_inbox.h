@@ -9,7 +9,8 @@
  *
  * Addressing: every host registers its inbox under the global id of its
  * own RRef (ax_rref_id, passed by the coordinator at setup); a producer
- * sends "axon.pipe.give" [id, batch, micro, desc, tensors or i64 0 ...] to
+ * sends "axon.pipe.give" [id, batch, micro, desc, tensors or i64 0 ...]
+ * (axi_pipe_give_msg, stage_msg-impl.h) to
  * the owner of its neighbour's RRef, under the unit's distributed autograd
  * context: desc is the sender's ax_dist_send_edges descriptor, which the
  * consumer turns into receive edges (ax_dist_recv_edges) when it uses the

@@ -6,7 +6,7 @@
  * the stage sends its gradient there ("step") and takes the updated
  * parameters back. The optimizer state never lives on the stage's agent.
  *
- * Methods:
+ * Methods (their messages in stage_msg-impl.h):
  *  - "init" [optim config (str), params (P f32)]: keeps a copy of the
  *    parameters on this agent and makes the optimizer (models/optim.h).
  *  - "step" [grads (P f32)]: one update of that copy; answers [params].
@@ -48,15 +48,14 @@ static void optim_destroy(void *obj) {
 static int m_init(ax_call_ctx *cc, void *obj, const ax_values *args,
                   ax_values *out) {
   poptim *o = obj;
-  const char *cfg;
-  ax_tensor *p;
-  AX_TRY(ax_values_get_str(args, 0, &cfg));
-  AX_TRY(ax_values_get_tensor(args, 1, &p));
+  axi_pipe_optim_init_msg m;
+  AX_TRY(axi_pipe_optim_init_decode(args, &m));
+  ax_tensor *p = m.params;
   if (p->dtype != AX_F32 || ax_tensor_numel(p) == 0)
     return ax_seterr(AX_EINVAL, "axon.pipe.optim: parameters must be f32");
   ax_config c;
   ax_optim_cfg oc;
-  AX_TRY(ax_config_parse(&c, cfg));
+  AX_TRY(ax_config_parse(&c, m.config));
   AX_TRY(ax_optim_cfg_parse(&c, &oc));
   int64_t n = (int64_t)ax_tensor_numel(p);
   ax_tensor *copy = ax_tensor_new(AX_F32, 1, &n, o->dev);
@@ -79,8 +78,9 @@ static int m_init(ax_call_ctx *cc, void *obj, const ax_values *args,
 static int m_step(ax_call_ctx *cc, void *obj, const ax_values *args,
                   ax_values *out) {
   poptim *o = obj;
-  ax_tensor *g;
-  AX_TRY(ax_values_get_tensor(args, 0, &g));
+  axi_pipe_optim_step_msg m;
+  AX_TRY(axi_pipe_optim_step_decode(args, &m));
+  ax_tensor *g = m.grads;
   pthread_mutex_lock(&o->mu);
   int err = AX_OK;
   if (!o->opt)
@@ -96,8 +96,9 @@ static int m_step(ax_call_ctx *cc, void *obj, const ax_values *args,
     err = AX_ENOMEM;
   if (err == AX_OK)
     err = ax_optim_step(o->opt, o->params, gd);
+  axi_pipe_optim_reply_msg r = {o->params};
   if (err == AX_OK)
-    err = ax_values_add_tensor(out, o->params);
+    err = axi_pipe_optim_reply_encode(&r, out);
   pthread_mutex_unlock(&o->mu);
   ax_tensor_release(gd);
   return err;
@@ -119,7 +120,8 @@ int axi_pipe_offload_step(phost *h) {
   axi_ag_stage *s = h->s;
   AX_TRY(axi_pipe_offload_settle(h));
   ax_values *a = ax_values_new();
-  int err = a ? ax_values_add_tensor(a, h->acc) : AX_ENOMEM;
+  axi_pipe_optim_step_msg m = {h->acc};
+  int err = a ? axi_pipe_optim_step_encode(&m, a) : AX_ENOMEM;
   ax_call_opts co = {.timeout_ms = OFFLOAD_TIMEOUT_MS};
   /* Outside the unit's autograd context: the update outlives the call
    * whose context it would inherit (released before the update runs). */
@@ -152,9 +154,10 @@ int axi_pipe_offload_settle(phost *h) {
                     "%s",
                     s->index,
                     ax_future_is_done(f) ? ax_future_errmsg(f) : "no answer");
-  ax_tensor *np = NULL;
+  axi_pipe_optim_reply_msg r = {NULL};
   if (err == AX_OK)
-    err = ax_values_get_tensor(ax_future_values(f), 0, &np);
+    err = axi_pipe_optim_reply_decode(ax_future_values(f), &r);
+  ax_tensor *np = r.params;
   if (err == AX_OK && ax_tensor_numel(np) != s->net->n_params)
     err = ax_seterr(AX_EMALFORMED,
                     "axon.pipe.stage %d: the optimizer host sent "

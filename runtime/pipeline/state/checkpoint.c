@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
+#include "axon/runtime/pipeline/stage/stage_msg-impl.h"
 #include "axon/runtime/pipeline/state/checkpoint.h"
 #include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 
@@ -77,13 +78,13 @@ typedef struct save_args {
 } save_args;
 
 /* Writes the file stage s sent (after checking it is what it says). */
-static int save_here(save_args *a, int s, const ax_values *r) {
-  ax_tensor *t;
+static int save_here(save_args *a, int s, const axi_pipe_file_msg *r) {
   uint8_t *buf;
   char hex[2 * AX_SHA256_LEN + 1], path[1200];
   size_t len = (size_t)a->m->f[a->first + s].size;
-  AX_TRY(ax_values_get_tensor(r, 2, &t));
-  AX_TRY(axi_ck_unpack(t, len, &buf));
+  if (!r->has_file)
+    return ax_seterr(AX_EMALFORMED, "checkpoint: stage %d sent no file", s);
+  AX_TRY(axi_ck_unpack(r->file, len, &buf));
   int err = ax_sha256_hex(buf, len, hex);
   if (err == AX_OK && strcmp(hex, a->m->f[a->first + s].sha))
     err = ax_seterr(AX_EMALFORMED,
@@ -99,27 +100,22 @@ static int save_here(save_args *a, int s, const ax_values *r) {
 
 static int save_reply(void *user, int s, const ax_values *r) {
   save_args *a = user;
-  const char *sha;
-  AX_TRY(ax_values_get_i64(r, 0, &a->m->f[a->first + s].size));
-  AX_TRY(ax_values_get_str(r, 1, &sha));
-  if (strlen(sha) != 2 * AX_SHA256_LEN || a->m->f[a->first + s].size < 0)
-    return ax_seterr(AX_EMALFORMED, "checkpoint: a bad checksum or size");
+  axi_pipe_file_msg m; /* size >= 0, a checksum of the right length */
+  AX_TRY(axi_pipe_file_decode(r, &m));
+  a->m->f[a->first + s].size = m.size;
   snprintf(a->m->f[a->first + s].sha, sizeof a->m->f[a->first + s].sha, "%s",
-           sha);
-  return a->send ? save_here(a, s, r) : AX_OK;
+           m.sha);
+  return a->send ? save_here(a, s, &m) : AX_OK;
 }
 
+/* "ckpt_save" (and "ckpt_drop") of stage s's file. */
 static int save_args_of(void *user, int s, ax_values **out) {
   save_args *a = user;
   char name[64];
   stage_file(a->p, s, name, sizeof name);
+  axi_pipe_ckpt_save_msg m = {a->dir, name, 1, a->send, 1, a->async};
   ax_values *v = *out = ax_values_new();
-  if (!v)
-    return AX_ENOMEM;
-  ax_values_add_str(v, a->dir);
-  ax_values_add_str(v, name);
-  ax_values_add_i64(v, a->send);
-  return ax_values_add_i64(v, a->async);
+  return v ? axi_pipe_ckpt_save_encode(&m, v) : AX_ENOMEM;
 }
 
 /* "ckpt_wait" [dir/name of stage s's file]. */
@@ -128,8 +124,9 @@ static int wait_args_of(void *user, int s, ax_values **out) {
   char name[64], path[1200];
   stage_file(a->p, s, name, sizeof name);
   snprintf(path, sizeof path, "%s/%s", a->dir, name);
+  axi_pipe_ckpt_wait_msg m = {path};
   ax_values *v = *out = ax_values_new();
-  return v ? ax_values_add_str(v, path) : AX_ENOMEM;
+  return v ? axi_pipe_ckpt_wait_encode(&m, v) : AX_ENOMEM;
 }
 
 #define AXI_CK_PREFIX_FILE "prefix.axck"
@@ -471,20 +468,18 @@ static int load_args_of(void *user, int s, ax_values **out) {
   stage_file(a->p, s, name, sizeof name);
   axi_manifest_find(a->m, name, &size, &sha);
   snprintf(path, sizeof path, "%s/%s", a->dir, name);
-  ax_values *v = *out = ax_values_new();
-  if (!v)
-    return AX_ENOMEM;
-  ax_values_add_str(v, path);
-  ax_values_add_i64(v, size);
-  int err = ax_values_add_str(v, sha);
-  if (err == AX_OK && a->here) { /* the stage checks it again */
+  axi_pipe_ckpt_load_msg m = {path, size, sha, a->here, NULL};
+  if (a->here) { /* the stage checks it again */
     axi_ckr r;
     AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
-    ax_tensor *t = axi_ck_pack(r.buf, r.len);
+    m.file = axi_ck_pack(r.buf, r.len);
     axi_ckr_close(&r);
-    err = t ? ax_values_add_tensor(v, t) : AX_ENOMEM;
-    ax_tensor_release(t);
+    if (!m.file)
+      return AX_ENOMEM;
   }
+  ax_values *v = *out = ax_values_new();
+  int err = v ? axi_pipe_ckpt_load_encode(&m, v) : AX_ENOMEM;
+  ax_tensor_release(m.file);
   return err;
 }
 

@@ -6,6 +6,7 @@
 
 #include "axon/rpc/digest.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
+#include "axon/runtime/pipeline/stage/stage_msg-impl.h"
 #include "axon/runtime/pipeline/state/checkpoint.h"
 
 static int plain(const ax_pipe *p, const char *what) {
@@ -20,15 +21,12 @@ static int plain(const ax_pipe *p, const char *what) {
   return AX_OK;
 }
 
-/* A new argument list starting with the key of stage s's copies of
- * generation gen: two generations alternate, so a checkpoint that fails
- * half way leaves the previous one whole. */
-static int key_of(const ax_mem_ckpt *m, int s, ax_values **out) {
-  char key[64];
-  snprintf(key, sizeof key, "%016llx/stage-%02d.%d", (unsigned long long)m->tag,
-           s, m->gen);
-  ax_values *v = *out = ax_values_new();
-  return v ? ax_values_add_str(v, key) : AX_ENOMEM;
+/* The key of stage s's copies of generation gen: two generations
+ * alternate, so a checkpoint that fails half way leaves the previous one
+ * whole. */
+static void key_of(const ax_mem_ckpt *m, int s, char key[64]) {
+  snprintf(key, 64, "%016llx/stage-%02d.%d", (unsigned long long)m->tag, s,
+           m->gen);
 }
 
 /* The agent that keeps stage s's second copy: the next stage's agent that
@@ -49,18 +47,19 @@ typedef struct mem_args {
 
 static int save_args_of(void *user, int s, ax_values **out) {
   mem_args *a = user;
-  AX_TRY(key_of(a->m, s, out));
-  return ax_values_add_str(*out, a->m->st[s].peer);
+  char key[64];
+  key_of(a->m, s, key);
+  axi_pipe_mem_save_msg m = {key, a->m->st[s].peer};
+  ax_values *v = *out = ax_values_new();
+  return v ? axi_pipe_mem_save_encode(&m, v) : AX_ENOMEM;
 }
 
 static int save_reply(void *user, int s, const ax_values *r) {
   mem_args *a = user;
-  const char *sha;
-  AX_TRY(ax_values_get_i64(r, 0, &a->m->st[s].size));
-  AX_TRY(ax_values_get_str(r, 1, &sha));
-  if (strlen(sha) != 2 * AX_SHA256_LEN || a->m->st[s].size < 0)
-    return ax_seterr(AX_EMALFORMED, "checkpoint: a bad checksum or size");
-  snprintf(a->m->st[s].sha, sizeof a->m->st[s].sha, "%s", sha);
+  axi_pipe_file_msg m; /* size >= 0, a checksum of the right length */
+  AX_TRY(axi_pipe_file_decode(r, &m));
+  a->m->st[s].size = m.size;
+  snprintf(a->m->st[s].sha, sizeof a->m->st[s].sha, "%s", m.sha);
   return AX_OK;
 }
 
@@ -122,11 +121,12 @@ typedef struct load_args {
 
 static int load_args_of(void *user, int s, ax_values **out) {
   load_args *a = user;
-  AX_TRY(key_of(a->m, s, out));
-  ax_values *v = *out;
-  ax_values_add_str(v, a->holder[s]);
-  ax_values_add_i64(v, a->m->st[s].size);
-  return ax_values_add_str(v, a->m->st[s].sha);
+  char key[64];
+  key_of(a->m, s, key);
+  axi_pipe_mem_load_msg m = {key, a->holder[s], a->m->st[s].size,
+                             a->m->st[s].sha};
+  ax_values *v = *out = ax_values_new();
+  return v ? axi_pipe_mem_load_encode(&m, v) : AX_ENOMEM;
 }
 
 int ax_pipe_restore_memory(ax_pipe *p, const ax_mem_ckpt *m,
@@ -168,7 +168,7 @@ void ax_pipe_memory_forget(ax_pipe *p, const ax_mem_ckpt *m) {
       for (int j = 0; j < i && !seen; j++)
         seen = !strcmp(who[j], who[i]);
       ax_values *none = seen ? NULL : ax_values_new();
-      if (none)
+      if (none && axi_pipe_mem_forget_encode(none) == AX_OK)
         ax_rpc_sync(n, who[i], "axon.pipe.mem_forget", none, &o, NULL);
       ax_values_free(none);
     }

@@ -11,6 +11,7 @@
 #include "axon/models/model.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
+#include "axon/runtime/pipeline/stage/stage_msg-impl.h"
 #include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 #include "axon/runtime/pipeline/state/freeze.h"
 
@@ -65,25 +66,20 @@ static void stage_files_free(stage_files *a) {
 static int gather_args_of(void *user, int s, ax_values **out) {
   char name[32];
   snprintf(name, sizeof name, "stage-%02d.axck", s);
+  axi_pipe_ckpt_save_msg m = {"freeze", name, 1, 1}; /* send it back */
   ax_values *v = *out = ax_values_new();
-  if (!v)
-    return AX_ENOMEM;
-  ax_values_add_str(v, "freeze");
-  ax_values_add_str(v, name);
-  return ax_values_add_i64(v, 1); /* send it back */
+  return v ? axi_pipe_ckpt_save_encode(&m, v) : AX_ENOMEM;
 }
 
 static int gather_reply(void *user, int s, const ax_values *r) {
   stage_files *a = user;
-  const char *sha;
-  ax_tensor *t;
-  AX_TRY(ax_values_get_i64(r, 0, &a->size[s]));
-  AX_TRY(ax_values_get_str(r, 1, &sha));
-  AX_TRY(ax_values_get_tensor(r, 2, &t));
-  if (a->size[s] < 0 || strlen(sha) != 2 * AX_SHA256_LEN)
-    return ax_seterr(AX_EMALFORMED, "freeze: stage %d sent a bad file", s);
-  snprintf(a->sha[s], sizeof a->sha[s], "%s", sha);
-  a->file[s] = ax_tensor_retain(t);
+  axi_pipe_file_msg m; /* size >= 0, a checksum of the right length */
+  AX_TRY(axi_pipe_file_decode(r, &m));
+  if (!m.has_file)
+    return ax_seterr(AX_EMALFORMED, "freeze: stage %d sent no file", s);
+  a->size[s] = m.size;
+  snprintf(a->sha[s], sizeof a->sha[s], "%s", m.sha);
+  a->file[s] = ax_tensor_retain(m.file);
   return AX_OK;
 }
 
@@ -147,13 +143,9 @@ static int block_sizes(const ax_model_def *def, const ax_config *cfg, int n,
 
 static int load_args_of(void *user, int s, ax_values **out) {
   stage_files *a = user;
+  axi_pipe_ckpt_load_msg m = {"freeze", a->size[s], a->sha[s], 1, a->file[s]};
   ax_values *v = *out = ax_values_new();
-  if (!v)
-    return AX_ENOMEM;
-  ax_values_add_str(v, "freeze");
-  ax_values_add_i64(v, a->size[s]);
-  ax_values_add_str(v, a->sha[s]);
-  return ax_values_add_tensor(v, a->file[s]);
+  return v ? axi_pipe_ckpt_load_encode(&m, v) : AX_ENOMEM;
 }
 
 /* Stage s of the new split: blocks [b0, b1) of the joined state, whose

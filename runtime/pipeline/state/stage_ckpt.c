@@ -18,9 +18,8 @@ static int mode_index(const ax_pipe_mode_def *def) {
   return -1;
 }
 
-static int path_arg(const ax_values *a, size_t i, char *out, size_t cap) {
-  const char *s;
-  AX_TRY(ax_values_get_str(a, i, &s));
+/* A path of a message into out, unless it is empty, too long or climbs. */
+static int path_arg(const char *s, char *out, size_t cap) {
   if (!*s || strlen(s) >= cap || strstr(s, ".."))
     return ax_seterr(AX_EINVAL, "axon.pipe.stage: bad checkpoint path '%s'", s);
   snprintf(out, cap, "%s", s);
@@ -130,8 +129,9 @@ static axi_pipe_ckpt_write *take_done(phost *h, const char *path, int *found) {
 int axi_pipe_host_ckpt_wait(ax_call_ctx *cc, void *obj, const ax_values *args,
                             ax_values *out) {
   phost *h = obj;
-  const char *path;
-  AX_TRY(ax_values_get_str(args, 0, &path));
+  axi_pipe_ckpt_wait_msg m;
+  AX_TRY(axi_pipe_ckpt_wait_decode(args, &m));
+  const char *path = m.path;
   int64_t end = ax_trace_now_us() / 1000 + axi_pipe_wait_ms(cc);
   int found = 0;
   axi_pipe_ckpt_write *w = NULL;
@@ -179,13 +179,11 @@ int axi_pipe_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                             ax_values *out) {
   phost *h = obj;
   char dir[900], name[64], path[1000];
-  int64_t send = 0, async = 0;
-  AX_TRY(path_arg(args, 0, dir, sizeof dir));
-  AX_TRY(path_arg(args, 1, name, sizeof name));
-  if (ax_values_count(args) > 2)
-    AX_TRY(ax_values_get_i64(args, 2, &send));
-  if (ax_values_count(args) > 3)
-    AX_TRY(ax_values_get_i64(args, 3, &async));
+  axi_pipe_ckpt_save_msg m;
+  AX_TRY(axi_pipe_ckpt_save_decode(args, &m));
+  int64_t send = m.send, async = m.async; /* 0 when absent */
+  AX_TRY(path_arg(m.dir, dir, sizeof dir));
+  AX_TRY(path_arg(m.name, name, sizeof name));
   if (strchr(name, '/'))
     return ax_seterr(AX_EINVAL, "axon.pipe.stage: bad file name '%s'", name);
   snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -201,15 +199,12 @@ int axi_pipe_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
   } else if (err == AX_OK && !send) {
     err = axi_write_atomic(path, buf, len);
   }
+  axi_pipe_file_msg r = {(int64_t)len, sha, (int)send, NULL};
+  if (err == AX_OK && send && !(r.file = axi_ck_pack(buf, len)))
+    err = AX_ENOMEM;
   if (err == AX_OK)
-    err = ax_values_add_i64(out, (int64_t)len);
-  if (err == AX_OK)
-    err = ax_values_add_str(out, sha);
-  if (err == AX_OK && send) {
-    ax_tensor *t = axi_ck_pack(buf, len);
-    err = t ? ax_values_add_tensor(out, t) : AX_ENOMEM;
-    ax_tensor_release(t);
-  }
+    err = axi_pipe_file_encode(&r, out);
+  ax_tensor_release(r.file);
   free(buf);
   return err;
 }
@@ -307,17 +302,15 @@ int axi_pipe_host_ckpt_load(ax_call_ctx *cc, void *obj, const ax_values *args,
                             ax_values *out) {
   phost *h = obj;
   char path[1000];
-  const char *sha;
-  int64_t size;
-  AX_TRY(path_arg(args, 0, path, sizeof path));
-  AX_TRY(ax_values_get_i64(args, 1, &size));
-  AX_TRY(ax_values_get_str(args, 2, &sha));
+  axi_pipe_ckpt_load_msg m;
+  AX_TRY(axi_pipe_ckpt_load_decode(args, &m));
+  const char *sha = m.sha;
+  int64_t size = m.size;
+  AX_TRY(path_arg(m.path, path, sizeof path));
   axi_ckr r;
-  if (ax_values_count(args) > 3) { /* the file itself, from the caller */
-    ax_tensor *t;
+  if (m.has_file) { /* the file itself, from the caller */
     uint8_t *buf;
-    AX_TRY(ax_values_get_tensor(args, 3, &t));
-    AX_TRY(axi_ck_unpack(t, size < 0 ? 0 : (size_t)size, &buf));
+    AX_TRY(axi_ck_unpack(m.file, size < 0 ? 0 : (size_t)size, &buf));
     AX_TRY(axi_ckr_mem(&r, path, buf, (size_t)size, AXI_CK_STAGE, size, sha));
   } else {
     AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
@@ -339,13 +332,15 @@ int axi_pipe_ckpt_apply(phost *h, const axi_ckr *r) {
   return err;
 }
 
-/* "ckpt_drop" [dir, file name]: removes this host's file of an old
+/* "ckpt_drop" [dir, file name, ...]: removes this host's file of an old
  * checkpoint and the directory once empty (missing files are fine). */
 int axi_pipe_host_ckpt_drop(ax_call_ctx *cc, void *obj, const ax_values *args,
                             ax_values *out) {
   char dir[900], name[64], path[1000];
-  AX_TRY(path_arg(args, 0, dir, sizeof dir));
-  AX_TRY(path_arg(args, 1, name, sizeof name));
+  axi_pipe_ckpt_save_msg m; /* ckpt_save's message; send and async unused */
+  AX_TRY(axi_pipe_ckpt_save_decode(args, &m));
+  AX_TRY(path_arg(m.dir, dir, sizeof dir));
+  AX_TRY(path_arg(m.name, name, sizeof name));
   if (strchr(name, '/'))
     return ax_seterr(AX_EINVAL, "axon.pipe.stage: bad file name '%s'", name);
   snprintf(path, sizeof path, "%s/%s", dir, name);

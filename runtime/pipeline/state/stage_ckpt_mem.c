@@ -22,6 +22,7 @@
 #include "axon/rref/rref.h"
 #include "axon/runtime/pipeline/coord/coordinator.h"
 #include "axon/runtime/pipeline/stage/stage_host-impl.h"
+#include "axon/runtime/pipeline/stage/stage_msg-impl.h"
 
 #define AXP_MEM_KEYS (2 * AX_PIPE_MAX_STAGES)
 
@@ -138,14 +139,11 @@ static void forget(ax_node *n, const char *owner) {
  * file is checked (its size and SHA-256) and kept as it came, on the host. */
 static int h_keep(ax_call_ctx *cc, const ax_values *args, ax_values *out,
                   void *user) {
-  const char *owner, *key, *sha;
-  int64_t size;
-  ax_tensor *t;
-  AX_TRY(ax_values_get_str(args, 0, &owner));
-  AX_TRY(ax_values_get_str(args, 1, &key));
-  AX_TRY(ax_values_get_i64(args, 2, &size));
-  AX_TRY(ax_values_get_str(args, 3, &sha));
-  AX_TRY(ax_values_get_tensor(args, 4, &t));
+  axi_pipe_mem_keep_msg m;
+  AX_TRY(axi_pipe_mem_keep_decode(args, &m));
+  const char *owner = m.owner, *key = m.key, *sha = m.sha;
+  int64_t size = m.size;
+  ax_tensor *t = m.file;
   size_t nb = ax_tensor_nbytes(t);
   if (size < 0 || t->dtype != AX_I32 || nb < (size_t)size ||
       nb >= (size_t)size + 4)
@@ -168,32 +166,25 @@ static int h_keep(ax_call_ctx *cc, const ax_values *args, ax_values *out,
   return keep(ax_call_node(cc), owner, key, h, (size_t)size, sha);
 }
 
-/* Adds [size, sha256 hex, file] to out. */
-static int put_file(ax_values *out, ax_tensor *file, size_t len,
-                    const char *sha) {
-  AX_TRY(ax_values_add_i64(out, (int64_t)len));
-  AX_TRY(ax_values_add_str(out, sha));
-  return ax_values_add_tensor(out, file);
-}
-
 /* "axon.pipe.mem_fetch" [owner, key] -> [size, sha256 hex, file]. */
 static int h_fetch(ax_call_ctx *cc, const ax_values *args, ax_values *out,
                    void *user) {
-  const char *owner, *key;
-  AX_TRY(ax_values_get_str(args, 0, &owner));
-  AX_TRY(ax_values_get_str(args, 1, &key));
-  ax_tensor *file = NULL;
-  size_t len = 0;
+  axi_pipe_mem_fetch_msg m;
+  AX_TRY(axi_pipe_mem_fetch_decode(args, &m));
   char sha[2 * AX_SHA256_LEN + 1];
-  AX_TRY(fetch(ax_call_node(cc), owner, key, &file, &len, sha));
-  int err = put_file(out, file, len, sha);
-  ax_tensor_release(file);
+  axi_pipe_file_msg r = {0, sha, 1, NULL};
+  size_t len = 0;
+  AX_TRY(fetch(ax_call_node(cc), m.owner, m.key, &r.file, &len, sha));
+  r.size = (int64_t)len;
+  int err = axi_pipe_file_encode(&r, out);
+  ax_tensor_release(r.file);
   return err;
 }
 
 /* "axon.pipe.mem_forget" []: the caller's copies on this node go. */
 static int h_forget(ax_call_ctx *cc, const ax_values *args, ax_values *out,
                     void *user) {
+  AX_TRY(axi_pipe_mem_forget_decode(args));
   const char *owner = ax_call_caller(cc);
   forget(ax_call_node(cc), owner ? owner : ax_node_name(ax_call_node(cc)));
   return AX_OK;
@@ -223,9 +214,9 @@ int axi_pipe_host_ckpt_mem_save(ax_call_ctx *cc, void *obj,
                                 const ax_values *args, ax_values *out) {
   phost *h = obj;
   ax_node *n = ax_call_node(cc);
-  const char *key, *peer;
-  AX_TRY(ax_values_get_str(args, 0, &key));
-  AX_TRY(ax_values_get_str(args, 1, &peer));
+  axi_pipe_mem_save_msg m;
+  AX_TRY(axi_pipe_mem_save_decode(args, &m));
+  const char *key = m.key, *peer = m.peer;
   uint8_t *buf = NULL;
   size_t len = 0;
   char sha[2 * AX_SHA256_LEN + 1];
@@ -237,12 +228,8 @@ int axi_pipe_host_ckpt_mem_save(ax_call_ctx *cc, void *obj,
   int err = AX_OK;
   if (*peer && strcmp(peer, ax_node_name(n))) { /* the neighbour's copy */
     ax_values *a = ax_values_new();
-    err = a ? AX_OK : AX_ENOMEM;
-    if (err == AX_OK) {
-      ax_values_add_str(a, owner_of(cc));
-      ax_values_add_str(a, key);
-      err = put_file(a, file, len, sha);
-    }
+    axi_pipe_mem_keep_msg k = {owner_of(cc), key, (int64_t)len, sha, file};
+    err = a ? axi_pipe_mem_keep_encode(&k, a) : AX_ENOMEM;
     ax_call_opts o = {.timeout_ms = axi_pipe_wait_ms(cc)};
     if (err == AX_OK)
       err = ax_rpc_sync(n, peer, "axon.pipe.mem_keep", a, &o, NULL);
@@ -254,8 +241,8 @@ int axi_pipe_host_ckpt_mem_save(ax_call_ctx *cc, void *obj,
     }
   }
   AX_TRY(keep(n, owner_of(cc), key, file, len, sha)); /* takes file */
-  AX_TRY(ax_values_add_i64(out, (int64_t)len));
-  return ax_values_add_str(out, sha);
+  axi_pipe_file_msg r = {(int64_t)len, sha, 0, NULL};
+  return axi_pipe_file_encode(&r, out);
 }
 
 /* The caller's copy under key from agent holder's store (this agent's own
@@ -268,18 +255,20 @@ static int copy_from(ax_call_ctx *cc, const char *holder, const char *key,
   if (!strcmp(holder, ax_node_name(n)))
     return fetch(n, owner_of(cc), key, file, &len, sha);
   ax_values *a = ax_values_new(), *r = NULL;
-  if (!a)
-    return AX_ENOMEM;
-  ax_values_add_str(a, owner_of(cc));
-  ax_values_add_str(a, key);
+  axi_pipe_mem_fetch_msg m = {owner_of(cc), key};
+  int err = a ? axi_pipe_mem_fetch_encode(&m, a) : AX_ENOMEM;
   ax_call_opts o = {.timeout_ms = axi_pipe_wait_ms(cc)};
-  int err = ax_rpc_sync(n, holder, "axon.pipe.mem_fetch", a, &o, &r);
+  if (err == AX_OK)
+    err = ax_rpc_sync(n, holder, "axon.pipe.mem_fetch", a, &o, &r);
   ax_values_free(a);
-  ax_tensor *t = NULL;
+  axi_pipe_file_msg f;
   if (err == AX_OK)
-    err = ax_values_get_tensor(r, 2, &t);
+    err = axi_pipe_file_decode(r, &f);
+  if (err == AX_OK && !f.has_file)
+    err = ax_seterr(AX_EMALFORMED, "axon.pipe.mem_fetch: %s sent no file",
+                    holder);
   if (err == AX_OK)
-    *file = ax_tensor_retain(t);
+    *file = ax_tensor_retain(f.file);
   ax_values_free(r);
   return err;
 }
@@ -290,14 +279,10 @@ static int copy_from(ax_call_ctx *cc, const char *holder, const char *key,
 int axi_pipe_host_ckpt_mem_load(ax_call_ctx *cc, void *obj,
                                 const ax_values *args, ax_values *out) {
   phost *h = obj;
-  const char *key, *holder, *sha;
-  int64_t size;
-  AX_TRY(ax_values_get_str(args, 0, &key));
-  AX_TRY(ax_values_get_str(args, 1, &holder));
-  AX_TRY(ax_values_get_i64(args, 2, &size));
-  AX_TRY(ax_values_get_str(args, 3, &sha));
-  if (size < 0)
-    return ax_seterr(AX_EINVAL, "ckpt_mem_load: size %lld", (long long)size);
+  axi_pipe_mem_load_msg m;
+  AX_TRY(axi_pipe_mem_load_decode(args, &m));
+  const char *key = m.key, *holder = m.holder, *sha = m.sha;
+  int64_t size = m.size; /* >= 0 */
   ax_tensor *file = NULL;
   uint8_t *buf = NULL;
   int err = copy_from(cc, holder, key, &file);

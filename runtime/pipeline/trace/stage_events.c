@@ -48,13 +48,8 @@ void axi_pipe_event_xfer(ax_trace *tr, int stage, int send, int kind,
   ax_trace_add(tr, &e);
 }
 
-int axi_pipe_events_take(ax_trace *tr, ax_values *out) {
-  void *buf = NULL;
-  size_t len = 0;
-  if (!tr)
-    return ax_values_add_bytes(out, "", 0);
-  AX_TRY(ax_trace_encode(tr, 1, &buf, &len));
-  int err = ax_values_add_bytes(out, buf, len);
-  free(buf);
-  return err;
+int axi_pipe_events_take(ax_trace *tr, void **buf, size_t *len) {
+  *buf = NULL;
+  *len = 0;
+  return tr ? ax_trace_encode(tr, 1, buf, len) : AX_OK;
 }

@@ -43,7 +43,8 @@ void axi_pipe_event_xfer(ax_trace *tr, int stage, int send, int kind,
                          long batch, int micro, int peer, const ax_tlist *t,
                          int64_t t0_us, int64_t t1_us);
 
-/* The "trace" method: appends [bytes] = ax_trace_encode(tr, clear = 1). */
-int axi_pipe_events_take(ax_trace *tr, ax_values *out);
+/* The events of the "trace" method: ax_trace_encode(tr, clear = 1) into
+ * *buf (malloc'd, the caller frees; NULL and 0 when tr is NULL). */
+int axi_pipe_events_take(ax_trace *tr, void **buf, size_t *len);
 
 #endif
