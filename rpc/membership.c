@@ -67,4 +67,3 @@ int ax_node_member_alive_as(ax_node *n, const char *name, uint64_t inc) {
   return !inc ||
          (ax_node_member_incarnation(n, name, &now) == AX_OK && now == inc);
 }
-
