@@ -1,6 +1,7 @@
-/* ax_pipe_train: one driver thread per agent (rank) walks its action list
- * (the mode table's plan, mode.h; the actions of every stage it holds),
- * issuing each action once its dependencies completed. */
+/* A train call of one pipeline (axi_pipe_train_one, behind ax_pipe_train):
+ * one driver thread per agent (rank) walks its action list (the mode
+ * table's plan, mode.h; the actions of every stage it holds), issuing each
+ * action once its dependencies completed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -425,23 +426,8 @@ static void *driver_main(void *arg) {
   return NULL;
 }
 
-static int train_call(ax_pipe *p, long n, ax_pipe_batch_fn batch,
-                      ax_pipe_step_fn step, void *user);
-
-int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
-                  ax_pipe_step_fn step, void *user) {
-  if (!p || n < 0 || !batch)
-    return ax_seterr(AX_EINVAL, "pipeline: bad arguments to train");
-  if (!p->frozen)
-    return train_call(p, n, batch, step, user);
-  axi_pipe_frozen_feed w = {p->frozen, batch, step, user}; /* freeze.h */
-  return train_call(p, n, axi_pipe_frozen_batch, axi_pipe_frozen_step, &w);
-}
-
-static int train_call(ax_pipe *p, long n, ax_pipe_batch_fn batch,
-                      ax_pipe_step_fn step, void *user) {
-  if (p->nrep)
-    return axi_pipe_replicas_train(p, n, batch, step, user);
+int axi_pipe_train_one(ax_pipe *p, long n, ax_pipe_batch_fn batch,
+                       ax_pipe_step_fn step, void *user) {
   size_t units = (size_t)n * (size_t)p->U;
   p->n = n;
   int perr = ax_pipe_plan_new(p->o.mode, p->R, p->v, p->o.M, n, &p->plan);

@@ -1,5 +1,6 @@
-/* The coordinator's set-up, evaluation through the stages, and state
- * access. The driver threads of training are in coord_run.c. */
+/* The coordinator's set-up of one pipeline, evaluation through the stages,
+ * and state access. ax_pipe_new is in coord_front.c, the driver threads of
+ * training in coord_run.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,18 +240,6 @@ static int create_hosts(ax_pipe *p, const int *bounds,
     AX_TRY(named(p, s, err));
   }
   return AX_OK;
-}
-
-int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
-  *out = NULL;
-  if (o && (o->replicas > 1 || o->tensor_parallel > 1))
-    return axi_pipe_replicas_new(n, o, out);
-  if (o && o->zero)
-    return ax_seterr(AX_EINVAL,
-                     "pipeline: zero %d shards over replicas, "
-                     "and there is one",
-                     o->zero);
-  return axi_pipe_create(n, o, NULL, out);
 }
 
 int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,

@@ -4,7 +4,7 @@
  * stage hosts of a stage's members sum their split layers' partial results
  * (setup's tensor-parallel group), and those of a stage's replicas average
  * their gradients at every STEP (setup's replica group). A train call runs
- * every part's ax_pipe_train at once, one thread each; they share every
+ * every part's train call at once, one thread each; they share every
  * mini-batch (loaded once, each replica taking its rows, every member of a
  * replica the same rows) and report each mini-batch once, when every part
  * finished it. */
@@ -209,7 +209,8 @@ static void shard_step(void *user, const ax_pipe_step_info *si) {
 static void *replica_main(void *arg) {
   replica_run *rr = arg;
   share *sh = rr->sh;
-  rr->err = ax_pipe_train(rr->p, rr->n, shard_batch, shard_step, rr);
+  /* A part is one pipeline, without a frozen prefix (the front has it). */
+  rr->err = axi_pipe_train_one(rr->p, rr->n, shard_batch, shard_step, rr);
   if (rr->err == AX_OK)
     return NULL;
   snprintf(rr->msg, sizeof rr->msg, "%s", ax_errmsg());
