@@ -23,15 +23,10 @@
 #include <unistd.h>
 
 #include "agents/axon_bench_local.h"
+#include "axon/kernels/clock.h"
 #include "axon/rpc/launch.h"
 #include "axon/rpc/rpc-debug.h"
 #include "axon/rpc/rpc.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* PSS in KiB and the thread count of process pid (0 when gone). */
 static void proc_cost(pid_t pid, long *pss_kb, int *threads) {
@@ -91,7 +86,7 @@ int ax_bench_join_main(int argc, char **argv) {
   char at[16];
   snprintf(at, sizeof at, "%d", athreads);
   const char *args[] = {"--threads", at, NULL};
-  double t0 = now_s();
+  double t0 = ax_clock_s();
   for (int i = 0; i < nag; i++) { /* before gRPC starts in this process */
     char name[32];
     snprintf(name, sizeof name, "a%d", i);
@@ -99,7 +94,7 @@ int ax_bench_join_main(int argc, char **argv) {
   }
   ax_node *m = NULL;
   int err = axi_bench_master("driver", port, nag + 1, &m);
-  double t_join = now_s() - t0;
+  double t_join = ax_clock_s() - t0;
   if (err) {
     fprintf(stderr, "axon-bench join: %s\n", ax_errmsg());
     for (int i = 0; i < nag; i++)
@@ -138,7 +133,7 @@ int ax_bench_join_main(int argc, char **argv) {
       ax_rpc_debug_peer_addrs(m, name, ctl, sizeof ctl, bulk, sizeof bulk);
     member_bytes += strlen(name) + strlen(ctl) + strlen(bulk);
   }
-  double t1 = now_s();
+  double t1 = ax_clock_s();
   ax_future **f = calloc((size_t)nag, sizeof *f);
   int bad = 0;
   for (int i = 0; f && i < nag; i++) {
@@ -151,12 +146,12 @@ int ax_bench_join_main(int argc, char **argv) {
       bad += ax_future_wait(f[i], 60000) != AX_OK;
       ax_future_release(f[i]);
     }
-  double t_round = now_s() - t1;
+  double t_round = ax_clock_s() - t1;
   free(f);
-  double t2 = now_s();
+  double t2 = ax_clock_s();
   int st = ax_local_end_world(m, nag, pids, 30000, NULL, "axon-bench join");
   ax_node_shutdown(m, 5000);
-  double t_end = now_s() - t2;
+  double t_end = ax_clock_s() - t2;
   printf("axon-bench join: %d agents (--threads %d), one host\n", nag,
          athreads);
   printf("%-34s %10.2f s\n", "join (fork to world complete)", t_join);

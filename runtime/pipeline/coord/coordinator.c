@@ -7,9 +7,9 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/models/model.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
-#include "axon/runtime/pipeline/coord/train.h"
 #include "axon/runtime/pipeline/stage/stage_host.h"
 #include "axon/runtime/pipeline/stage/staleness.h"
 #include "axon/runtime/pipeline/state/checkpoint.h"
@@ -277,7 +277,7 @@ int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
   if (getrandom(p->line, sizeof p->line, 0) != (ssize_t)sizeof p->line)
     for (int r = 0; r < AX_PIPE_MAX_STAGES; r++) /* no entropy: unlikely */
       p->line[r] = ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)p ^
-                   (uint64_t)(ax_now() * 1e9) ^ (uint64_t)r;
+                   (uint64_t)(ax_clock_s() * 1e9) ^ (uint64_t)r;
   p->K = S;
   p->U = ax_pipe_units(o->mode, o->M);
   p->ignore_index = info.ignore_index;

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
-#include "axon/runtime/pipeline/coord/train.h"
 #include "axon/runtime/pipeline/stage/stage_host.h"
 
 int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
@@ -49,7 +49,7 @@ int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
     return AX_ENOMEM;
   uint64_t id = 0;
   if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
-    id = (uint64_t)(uintptr_t)f ^ (uint64_t)(ax_now() * 1e9);
+    id = (uint64_t)(uintptr_t)f ^ (uint64_t)(ax_clock_s() * 1e9);
   int err = AX_OK;
   for (int i = 0; i < N && err == AX_OK; i++) {
     ax_pipe_opts ro = *o;
