@@ -1,5 +1,6 @@
-/* The RRef tables of this process: owned entries, user records, the value
- * codec hooks and handle reference counting. */
+/* The RRef tables of this process: owned entries, user records, handle
+ * reference counting, the protocol message queue and tombstones. Start-up
+ * and shutdown are in rref_init.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,7 +237,7 @@ int axi_tomb_take(axi_rctx *rc, uint64_t id, uint64_t fork) {
   return 0;
 }
 
-/* ---- set-up, peer down, debugging -----------------------------------------
+/* ---- peer down, debugging -------------------------------------------------
  */
 
 void ax_rref_peer_down(ax_node *n, const char *peer) {
