@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/builtin-impl.h"
 #include "axon/rpc/value.h"
 
@@ -188,12 +189,6 @@ static int sink(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   return ax_values_add_i64(out, nb);
 }
 
-static double mono_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -223,10 +218,10 @@ static int probe(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   /* one call first: connections are set up outside the measurement; the
    * small call is the sink's with two integers (no tensor) */
   for (int64_t i = -1; rc == AX_OK && i < iters; i++) {
-    double t0 = mono_s();
+    double t0 = ax_clock_s();
     rc = ax_rpc_sync(n, peer, "axon.agent.sink", a, &o, NULL);
     if (i >= 0)
-      rt[i] = (mono_s() - t0) * 1e6;
+      rt[i] = (ax_clock_s() - t0) * 1e6;
   }
   ax_values_free(a);
   double best = 0, rtt = 0;
@@ -244,11 +239,11 @@ static int probe(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   for (int r = 0; rc == AX_OK && r < 3; r++) {
     ax_values *b = ax_values_new();
     rc = b ? ax_values_add_tensor(b, t) : AX_ENOMEM;
-    double t0 = mono_s();
+    double t0 = ax_clock_s();
     if (rc == AX_OK)
       rc = ax_rpc_sync(n, peer, "axon.agent.sink", b, &o, NULL);
     /* the bytes' time: the call's less a small call's (latency) */
-    double s = mono_s() - t0, net = s - rtt * 1e-6;
+    double s = ax_clock_s() - t0, net = s - rtt * 1e-6;
     double gbit = (double)ax_tensor_nbytes(t) * 8 / (net > 0 ? net : s) / 1e9;
     best = gbit > best ? gbit : best;
     ax_values_free(b);

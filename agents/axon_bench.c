@@ -18,10 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/models/loss.h"
 #include "axon/models/model.h"
 #include "axon/models/optim.h"
-#include "axon/runtime/pipeline/coord/train.h"
 
 /* Provided by agents/axon_bench_rpc.c when the RPC layer is built. */
 __attribute__((weak)) int ax_bench_rpc_main(int argc, char **argv);
@@ -105,7 +105,7 @@ static int time_steps(ax_net *net, ax_optim *opt, ax_tlist *in,
   int rc = AX_OK;
   for (int s = 0; rc == AX_OK && s < warmup + steps; s++) {
     if (s == warmup)
-      t0 = ax_now();
+      t0 = ax_clock_s();
     ax_tlist out = {0}, dout = {0};
     ax_loss_result res;
     rc = ax_net_zero_grad(net);
@@ -124,7 +124,7 @@ static int time_steps(ax_net *net, ax_optim *opt, ax_tlist *in,
     ax_tlist_clear(&din);
     ax_slot_reset(slot);
   }
-  *dt = ax_now() - t0;
+  *dt = ax_clock_s() - t0;
   ax_slot_free(slot);
   return rc;
 }

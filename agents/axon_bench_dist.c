@@ -33,12 +33,12 @@
 #include <unistd.h>
 
 #include "agents/axon_bench_local.h"
+#include "axon/kernels/clock.h"
 #include "axon/models/loss.h"
 #include "axon/models/model.h"
 #include "axon/models/optim.h"
 #include "axon/rpc/launch.h"
 #include "axon/runtime/autograd/stage.h"
-#include "axon/runtime/pipeline/coord/train.h"
 
 #define NAG 3
 static const char *g_names[NAG] = {"w1", "w2", "w3"};
@@ -100,11 +100,11 @@ static int local_step(ax_net *net, ax_optim *opt, const ax_tlist *in,
     err = ax_net_forward(net, slot, 1, 7, in, &out);
   if (!err)
     err = ax_loss_xent(&out, lab, ignore, NULL, 1.0f, &r, &dout);
-  double t0 = ax_now();
+  double t0 = ax_clock_s();
   if (!err)
     err = ax_net_backward(net, slot, 7, 0, &dout, &din);
   if (bwd_s)
-    *bwd_s = ax_now() - t0;
+    *bwd_s = ax_clock_s() - t0;
   if (!err && do_opt)
     err = ax_optim_step(opt, net->params, net->grads);
   ax_tlist_clear(&out);
@@ -135,11 +135,11 @@ static int dist_step(ax_rref **st, int nst, ax_dist_optim *opt,
     err = ax_rmod_forward_remote(g_drv, st[k], a, &y[k]);
     ax_values_free(a);
   }
-  double t0 = ax_now();
+  double t0 = ax_clock_s();
   if (!err)
     err = ax_dist_backward_rrefs(g_drv, ctx, &y[nst - 1], 1, 60000);
   if (bwd_s)
-    *bwd_s = ax_now() - t0;
+    *bwd_s = ax_clock_s() - t0;
   if (!err && opt)
     err = ax_dist_optim_step(opt, ctx, 60000);
   int e2 = ax_dist_context_release(g_drv, ctx, 10000);
@@ -194,11 +194,11 @@ static int bench_model(const char *model, const char *mconf, int batch,
   double *td = calloc((size_t)steps, sizeof *td);
   double *tl = calloc((size_t)steps, sizeof *tl);
   for (int s = -warmup; s < steps; s++) { /* alternate: same load for both */
-    double t0 = ax_now();
+    double t0 = ax_clock_s();
     CK(dist_step(st, NAG, dopt, &in, &lab, NULL));
-    double t1 = ax_now();
+    double t1 = ax_clock_s();
     CK(local_step(net, lopt, &in, &lab, info.ignore_index, 1, NULL));
-    double t2 = ax_now();
+    double t2 = ax_clock_s();
     if (s >= 0) {
       td[s] = t1 - t0;
       tl[s] = t2 - t1;

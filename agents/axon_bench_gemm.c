@@ -29,9 +29,9 @@
 #include <string.h>
 
 #include "axon/kernels/backend-impl.h"
+#include "axon/kernels/clock.h"
 #include "axon/kernels/rng.h"
 #include "axon/kernels/tensor.h"
-#include "axon/runtime/pipeline/coord/train.h"
 
 #define GEMM_MAX_REPEAT 32
 #define GEMM_CHECKS 64
@@ -134,10 +134,10 @@ static int time_backend(const gemm_args *g, ax_backend *be, const ax_tensor *a,
   AX_TRY(run_gemm(be, g->n, a, b, c, g->dev.type == AX_DEV_CUDA ? 3 : 1));
   AX_TRY(ax_device_synchronize(g->dev));
   for (int r = 0; r < g->repeat; r++) {
-    double t0 = ax_now();
+    double t0 = ax_clock_s();
     AX_TRY(run_gemm(be, g->n, a, b, c, g->iters));
     AX_TRY(ax_device_synchronize(g->dev));
-    t[r] = (ax_now() - t0) / g->iters;
+    t[r] = (ax_clock_s() - t0) / g->iters;
   }
   *sec = median(t, g->repeat);
   return AX_OK;

@@ -23,15 +23,10 @@
 #include <unistd.h>
 
 #include "agents/axon_bench_local.h"
+#include "axon/kernels/clock.h"
 #include "axon/rpc/launch.h"
 #include "axon/rpc/rpc-debug.h"
 #include "axon/rpc/rpc.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* PSS in KiB and the thread count of process pid (0 when gone). */
 static void proc_cost(pid_t pid, long *pss_kb, int *threads) {
@@ -130,7 +125,7 @@ int ax_bench_join_main(int argc, char **argv) {
   char at[16];
   snprintf(at, sizeof at, "%d", athreads);
   const char *args[] = {"--threads", at, NULL};
-  double t0 = now_s();
+  double t0 = ax_clock_s();
   for (int i = 0; i < nag; i++) { /* before gRPC starts in this process */
     char name[32];
     snprintf(name, sizeof name, "a%d", i);
@@ -138,7 +133,7 @@ int ax_bench_join_main(int argc, char **argv) {
   }
   ax_node *m = NULL;
   int err = axi_bench_master("driver", port, nag + 1, &m);
-  double t_join = now_s() - t0;
+  double t_join = ax_clock_s() - t0;
   if (err) {
     fprintf(stderr, "axon-bench join: %s\n", ax_errmsg());
     for (int i = 0; i < nag; i++)
@@ -161,13 +156,13 @@ int ax_bench_join_main(int argc, char **argv) {
     thr_max = t > thr_max ? t : thr_max;
   }
   size_t member_bytes = membership_bytes(m);
-  double t1 = now_s();
+  double t1 = ax_clock_s();
   int bad = barrier_round(m, nag);
-  double t_round = now_s() - t1;
-  double t2 = now_s();
+  double t_round = ax_clock_s() - t1;
+  double t2 = ax_clock_s();
   int st = ax_local_end_world(m, nag, pids, 30000, NULL, "axon-bench join");
   ax_node_shutdown(m, 5000);
-  double t_end = now_s() - t2;
+  double t_end = ax_clock_s() - t2;
   printf("axon-bench join: %d agents (--threads %d), one host\n", nag,
          athreads);
   printf("%-34s %10.2f s\n", "join (fork to world complete)", t_join);

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "agents/axon_bench_rpc.h"
+#include "axon/kernels/clock.h"
 #include "axon/rpc/launch.h"
 #include "axon/rpc/rpc.h"
 
@@ -41,12 +42,6 @@
 static int g_worker;              /* --worker: handlers on the worker pool */
 static long long g_bulk_thr = -1; /* --bulk-threshold; -1: node default */
 static int g_grpc_small;          /* --grpc-small: small calls over gRPC */
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int xfer(int fd, void *p, size_t n, int wr) {
   char *c = p;
@@ -141,12 +136,12 @@ static void raw_bench(int fd, int iters, int reps, axi_rpc_row *r) {
   uint64_t n = sizeof msg;
   double *lat = malloc(iters * sizeof *lat);
   for (int i = 0; i < iters + 100; i++) {
-    double t0 = now_s();
+    double t0 = ax_clock_s();
     xfer(fd, &n, 8, 1);
     xfer(fd, msg, n, 1);
     xfer(fd, msg, n, 0);
     if (i >= 100)
-      lat[i - 100] = now_s() - t0;
+      lat[i - 100] = ax_clock_s() - t0;
   }
   qsort(lat, iters, sizeof *lat, cmp_d);
   r->p50_us = lat[iters / 2] * 1e6;
@@ -156,7 +151,7 @@ static void raw_bench(int fd, int iters, int reps, axi_rpc_row *r) {
   int total = iters * 4;
   char req[72];
   memcpy(req, &n, 8);
-  double t0 = now_s();
+  double t0 = ax_clock_s();
   for (int i = 0; i < 64; i++)
     xfer(fd, req, sizeof req, 1);
   for (int i = 0; i < total; i++) {
@@ -164,18 +159,18 @@ static void raw_bench(int fd, int iters, int reps, axi_rpc_row *r) {
     if (i + 64 < total)
       xfer(fd, req, sizeof req, 1);
   }
-  r->calls_s = total / (now_s() - t0);
+  r->calls_s = total / (ax_clock_s() - t0);
   char *buf = malloc(64u << 20);
   memset(buf, 1, 64u << 20);
   for (int s = 0; s < 3; s++) {
     double best = 1e9;
     for (int k = 0; k < reps; k++) {
       uint64_t len = axi_bench_rpc_sizes[s], ack;
-      double t = now_s();
+      double t = ax_clock_s();
       xfer(fd, &len, 8, 1);
       xfer(fd, buf, len, 1);
       xfer(fd, &ack, 8, 0);
-      t = now_s() - t;
+      t = ax_clock_s() - t;
       best = t < best ? t : best;
     }
     r->gbs[s] = axi_bench_rpc_sizes[s] / best / 1e9;
@@ -188,13 +183,13 @@ void axi_bench_rpc_run(ax_node *n, int iters, int reps, axi_rpc_row *r) {
   ax_values_add_i64(a, 7);
   double *lat = malloc(iters * sizeof *lat);
   for (int i = 0; i < iters + 100; i++) {
-    double t0 = now_s();
+    double t0 = ax_clock_s();
     ax_values *res = NULL;
     if (ax_rpc_sync(n, "bench-server", "ping", a, NULL, &res) != AX_OK)
       fprintf(stderr, "ping: %s\n", ax_errmsg());
     ax_values_free(res);
     if (i >= 100)
-      lat[i - 100] = now_s() - t0;
+      lat[i - 100] = ax_clock_s() - t0;
   }
   qsort(lat, iters, sizeof *lat, cmp_d);
   r->p50_us = lat[iters / 2] * 1e6;
@@ -202,7 +197,7 @@ void axi_bench_rpc_run(ax_node *n, int iters, int reps, axi_rpc_row *r) {
   free(lat);
   int total = iters * 4;
   ax_future *ring[64];
-  double t0 = now_s();
+  double t0 = ax_clock_s();
   for (int i = 0; i < total + 64; i++) {
     ax_future **slot = &ring[i % 64];
     if (i >= 64) {
@@ -212,7 +207,7 @@ void axi_bench_rpc_run(ax_node *n, int iters, int reps, axi_rpc_row *r) {
     if (i < total && ax_rpc_async(n, "bench-server", "ping", a, NULL, slot))
       fprintf(stderr, "async: %s\n", ax_errmsg());
   }
-  r->calls_s = total / (now_s() - t0);
+  r->calls_s = total / (ax_clock_s() - t0);
   ax_values_free(a);
   for (int s = 0; s < 3; s++) {
     int64_t numel = (int64_t)(axi_bench_rpc_sizes[s] / 4);
@@ -223,10 +218,10 @@ void axi_bench_rpc_run(ax_node *n, int iters, int reps, axi_rpc_row *r) {
     double best = 1e9;
     for (int k = 0; k < reps; k++) {
       ax_values *res = NULL;
-      double t1 = now_s();
+      double t1 = ax_clock_s();
       if (ax_rpc_sync(n, "bench-server", "sink", ta, NULL, &res) != AX_OK)
         fprintf(stderr, "sink: %s\n", ax_errmsg());
-      t1 = now_s() - t1;
+      t1 = ax_clock_s() - t1;
       ax_values_free(res);
       best = t1 < best ? t1 : best;
     }

@@ -17,13 +17,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/models/model.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct split_opts {
   const char *model, *mconf;
@@ -131,20 +126,20 @@ static int time_block(const split_opts *o, ax_net *net, const ax_tlist *in,
     ax_tlist_clear(&y);
     if (rc == AX_OK)
       rc = ax_device_synchronize(o->dev);
-    double t0 = now_s(), t1 = t0;
+    double t0 = ax_clock_s(), t1 = t0;
     if (rc == AX_OK && !split)
       rc = ax_backward(net->root, &ex, slot, &dout, &din);
     if (rc == AX_OK && split) {
       rc = ax_backward_input(net->root, &ex, slot, &dout, &din);
       if (rc == AX_OK)
         rc = ax_device_synchronize(o->dev);
-      t1 = now_s();
+      t1 = ax_clock_s();
       if (rc == AX_OK)
         rc = ax_backward_weight(net->root, &ex, slot);
     }
     if (rc == AX_OK)
       rc = ax_device_synchronize(o->dev);
-    double t2 = now_s();
+    double t2 = ax_clock_s();
     if (split) {
       t[1][r / 2] = t1 - t0;
       t[2][r / 2] = t2 - t1;

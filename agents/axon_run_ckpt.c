@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "agents/axon_run.h"
+#include "axon/kernels/clock.h"
 #include "axon/runtime/pipeline/schedule/partition.h"
 #include "axon/runtime/pipeline/state/checkpoint.h"
 #include "axon/runtime/pipeline/state/freeze.h"
@@ -137,7 +138,7 @@ static int recover(const axi_run_pipe_args *a, ax_pipe **p,
                    int failure, long first, long reached, long *t) {
   if (!feed->rebuild || (!a->nspares && !a->restarts))
     return failure;
-  double t0 = ax_now();
+  double t0 = ax_clock_s();
   /* A checkpoint still being written is complete or not before the
    * newest one is looked for (its failure is the lost agent's). */
   ax_pipe_checkpoint_wait(*p);
@@ -168,7 +169,7 @@ static int recover(const axi_run_pipe_args *a, ax_pipe **p,
   fprintf(stderr,
           "axon-run: recovered in %.2f s; back at step %ld, %ld "
           "step(s) lost\n",
-          ax_now() - t0, *t, reached > *t ? reached - *t : 0);
+          ax_clock_s() - t0, *t, reached > *t ? reached - *t : 0);
   return AX_OK;
 }
 
@@ -217,7 +218,7 @@ static int freeze_at(const axi_run_pipe_args *a, ax_pipe **pp,
   ax_pipe_freeze_stats(*pp, &before);
   int64_t mb = a->freeze_cache_mb;
   ax_freeze_opts fo = {pt->blocks, pt->K, mb < 0 ? -1 : mb * (1 << 20)};
-  double t0 = ax_now();
+  double t0 = ax_clock_s();
   AX_TRY(ax_pipe_freeze(pp, &fo));
   ax_pipe_freeze_stats(*pp, &after);
   long steps = t - fz->phase_from;
@@ -228,7 +229,7 @@ static int freeze_at(const axi_run_pipe_args *a, ax_pipe **pp,
             "(the phase before: %ld steps, %.1f samples/s; cache %ld hits, "
             "%ld misses)\n",
             t, pt->blocks - 1, before.K, before.replicas, after.K,
-            after.replicas, ax_now() - t0, steps,
+            after.replicas, ax_clock_s() - t0, steps,
             fz->phase_s > 0 ? (double)(steps * a->batch) / fz->phase_s : 0.0,
             before.hits, before.misses);
   fz->phase_s = 0;
@@ -279,10 +280,10 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
     if (fz.next < fz.n && fz.pt[fz.next].step < end)
       end = fz.pt[fz.next].step;
     end = end < total ? end : total;
-    double t0 = ax_now();
+    double t0 = ax_clock_s();
     err = ax_pipe_train(*pp, end - t, w_batch, w_step, &w);
-    *seconds += ax_now() - t0;
-    fz.phase_s += ax_now() - t0;
+    *seconds += ax_clock_s() - t0;
+    fz.phase_s += ax_clock_s() - t0;
     if (err != AX_OK) { /* a lost stage agent, with a spare left? */
       err = recover(a, pp, feed, mem, err, *start, w.done > t ? w.done : t, &t);
       continue;
@@ -296,9 +297,9 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
       err = freeze_at(a, pp, feed, &fz, t, 0);
     if (err == AX_OK && (a->ckpt_dir || mem) &&
         (N ? t % N == 0 || t == total : t == total)) {
-      t0 = ax_now();
+      t0 = ax_clock_s();
       err = save(a, *pp, feed, t, mem);
-      *ckpt_s += ax_now() - t0;
+      *ckpt_s += ax_clock_s() - t0;
       if (err != AX_OK) /* lost while saving: the previous one is whole */
         err = recover(a, pp, feed, mem, err, *start, t, &t);
     }
@@ -308,9 +309,9 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
   free(mem);
   if (w.loss_log)
     fclose(w.loss_log);
-  double w0 = ax_now(); /* the last checkpoint's files, if still going */
+  double w0 = ax_clock_s(); /* the last checkpoint's files, if still going */
   int werr = *pp ? ax_pipe_checkpoint_wait(*pp) : AX_OK;
-  *ckpt_s += ax_now() - w0;
+  *ckpt_s += ax_clock_s() - w0;
   if (err == AX_OK)
     err = werr;
   if (err == AX_OK && fz.n && fz.phase_s > 0)

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "agents/axon_run.h"
+#include "axon/kernels/clock.h"
 #include "axon/models/data/dataset.h"
 #include "axon/rpc/launch.h"
 #include "axon/runtime/autograd/autograd.h"
@@ -82,7 +83,7 @@ static int feed_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
 
 static void feed_step(void *user, const ax_pipe_step_info *s) {
   feed *f = user;
-  f->done_at[f->steps] = ax_now();
+  f->done_at[f->steps] = ax_clock_s();
   f->loss[f->steps] = s->loss;
   f->steps++;
   f->loss_sum += s->loss;
@@ -134,8 +135,8 @@ static int feed_rebuild(void *user, int failure, ax_pipe **p) {
   if (!f->node || (f->next_spare >= a->nspares && f->restarts >= a->restarts))
     return ax_seterr(failure, "%s", why);
   int lost = -1;
-  double until = ax_now() + 5.0;
-  while (lost < 0 && ax_now() < until) {
+  double until = ax_clock_s() + 5.0;
+  while (lost < 0 && ax_clock_s() < until) {
     for (int k = 0; k < a->K && lost < 0; k++)
       if (stage_lost(f, k))
         lost = k;
@@ -159,8 +160,8 @@ static int feed_rebuild(void *user, int failure, ax_pipe **p) {
             "axon-run: stage agent %s lost (%s); waiting up to 60 s "
             "for it to rejoin (restart %d of %d)\n",
             f->cur[lost], why, f->restarts, a->restarts);
-    double end = ax_now() + 60.0;
-    while (ax_node_peer_is_down(f->node, f->cur[lost]) && ax_now() < end)
+    double end = ax_clock_s() + 60.0;
+    while (ax_node_peer_is_down(f->node, f->cur[lost]) && ax_clock_s() < end)
       usleep(50 * 1000);
     if (ax_node_peer_is_down(f->node, f->cur[lost]))
       return ax_seterr(failure, "%s (no replacement joined as %s within 60 s)",
@@ -277,7 +278,7 @@ static int train_and_report(const axi_run_pipe_args *a, feed *f, ax_pipe **p,
   if (!(f->done_at = calloc((size_t)total, sizeof(double))) ||
       !(f->loss = calloc((size_t)total, sizeof(double))))
     return AX_ENOMEM;
-  double t0 = ax_now(), train_s = 0, ckpt_s = 0;
+  double t0 = ax_clock_s(), train_s = 0, ckpt_s = 0;
   long start = 0;
   ax_pipe_stats st = {0};
   ax_pipe_costs costs;

@@ -29,6 +29,7 @@
 #include <stddef.h>
 
 #include "agents/axon_run.h"
+#include "axon/kernels/clock.h"
 #include "axon/models/data/dataset.h"
 #include "axon/models/optim.h"
 #include "axon/runtime/pipeline/schedule/partition.h"
@@ -130,12 +131,6 @@ static int optim_copies(const char *cfg) {
   return o.kind == AX_OPT_ADAMW ? 2 : o.momentum != 0 ? 1 : 0;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Seconds per parameter of one optimizer step (--optim) and of copying
  * one (a stashed weight version), timed on 1M parameters here. */
 static int update_costs(const char *optim, double *step_s, double *copy_s) {
@@ -156,11 +151,11 @@ static int update_costs(const char *optim, double *step_s, double *copy_s) {
     memset(g->data, 0, N * 4);
   }
   for (int r = 0; rc == AX_OK && r < REPS; r++) {
-    double t0 = now_s();
+    double t0 = ax_clock_s();
     rc = ax_optim_step(o, w, g);
-    double t1 = now_s();
+    double t1 = ax_clock_s();
     memcpy(d->data, w->data, N * 4);
-    double t2 = now_s();
+    double t2 = ax_clock_s();
     if (r) /* the first warms up */
       best_step = t1 - t0 < best_step ? t1 - t0 : best_step,
       best_copy = t2 - t1 < best_copy ? t2 - t1 : best_copy;

@@ -32,6 +32,7 @@
 #include <sys/prctl.h>
 #include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/models/layers/basic.h"
 #include "axon/models/model.h"
 
@@ -80,11 +81,7 @@ static void sleep_ms(double ms) {
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     slack_set = 1;
   }
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  long long ns = (long long)t.tv_nsec + (long long)(ms * 1e6);
-  t.tv_sec += (time_t)(ns / 1000000000LL);
-  t.tv_nsec = (long)(ns % 1000000000LL);
+  struct timespec t = ax_clock_after_us(CLOCK_MONOTONIC, (int64_t)(ms * 1e3));
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) == EINTR)
     ;
 }

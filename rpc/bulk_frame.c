@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/auth-impl.h"
 #include "axon/rpc/bulk-impl.h"
 #include "axon/rpc/value-impl.h"
@@ -290,7 +291,7 @@ static int prove(bconn *c, const uint8_t *theirs) {
   memcpy(ack, &magic, 4);
   axi_auth_mac(c->b->node, AXI_AUTH_BULK_ACK, theirs, "", "", "", 0, ack + 4);
   return axi_bulk_write_wait(c->fd, c->ssl, ack, sizeof ack,
-                             axi_now_ms() + 100);
+                             ax_clock_ms() + 100);
 }
 
 int axi_bulk_recv(bconn *c) {

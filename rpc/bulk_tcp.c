@@ -23,6 +23,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/auth-impl.h"
 #include "axon/rpc/bulk-impl.h"
 
@@ -290,12 +291,12 @@ static void on_accept_shm(struct evconnlistener *l, evutil_socket_t fd,
  * acceptor proved it holds the secret. */
 static int authenticate(ax_node *n, int fd, struct ssl_st *ssl,
                         axi_shm_ring *ring, const char *addr) {
-  int64_t end = axi_now_ms() + 5000;
+  int64_t end = ax_clock_ms() + 5000;
   uint8_t chal[4 + AXI_NONCE_LEN];
   uint32_t magic = 0;
   if (axi_bulk_read_wait(fd, ssl, chal, sizeof chal, end) == AX_OK)
     memcpy(&magic, chal, 4);
-  else if (axi_now_ms() >= end) /* silence is not a wrong secret */
+  else if (ax_clock_ms() >= end) /* silence is not a wrong secret */
     return ax_seterr(AX_EPEERDOWN,
                      "bulk: no challenge from %s within 5 s "
                      "(overloaded or hung)",
@@ -324,7 +325,7 @@ static int authenticate(ax_node *n, int fd, struct ssl_st *ssl,
     memcpy(&magic, ack, 4);
   else /* no answer (a timeout under load, or closed): not a refusal */
     return ax_seterr(AX_EPEERDOWN, "bulk: %s did not answer the hello%s", addr,
-                     axi_now_ms() >= end
+                     ax_clock_ms() >= end
                          ? " within 5 s (overloaded or hung)"
                          : " (it closed the connection: does it run "
                            "with the same token?)");

@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/auth-impl.h"
 #include "axon/rpc/bulk-impl.h"
 #include "axon/rpc/tls-impl.h"
@@ -197,7 +198,7 @@ void axi_bulk_tls_close(bconn *c) {
 /* ---- handshakes ----------------------------------------------------------*/
 /* Waits for fd to be ready for what ssl asked for (e), until deadline. */
 static int wait_for(int fd, int e, int64_t deadline_ms) {
-  int64_t left = deadline_ms - axi_now_ms();
+  int64_t left = deadline_ms - ax_clock_ms();
   struct pollfd pf = {.fd = fd,
                       .events = e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN};
   return left > 0 && poll(&pf, 1, (int)left) == 1;
@@ -276,7 +277,7 @@ struct ssl_st *axi_bulk_tls_connect(ax_node *n, int fd, const char *want,
     ax_seterr(AX_ENOMEM, "bulk: no memory for a TLS session");
     return NULL;
   }
-  int64_t end = axi_now_ms() + 5000;
+  int64_t end = ax_clock_ms() + 5000;
   for (;;) {
     int r = SSL_connect(s);
     if (r == 1)

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/node-impl.h"
 
 const double ax_lat_bounds_s[AX_LAT_BUCKETS] = {
@@ -101,7 +102,7 @@ static void ctx_free(ax_call_ctx *c) {
 static void record(axi_fn *f, int err, int64_t t0_us) {
   if (!f)
     return;
-  int64_t us = axi_now_us() - t0_us;
+  int64_t us = ax_clock_us() - t0_us;
   double s = us * 1e-6;
   int b = 0;
   while (b < AX_LAT_BUCKETS - 1 && s > ax_lat_bounds_s[b])
@@ -168,7 +169,7 @@ void axi_call_run(ax_call_ctx *c) {
     reply(c, AX_ECLOSED, NULL, "node is shutting down");
     return;
   }
-  if (c->deadline_ms && axi_now_ms() > c->deadline_ms) {
+  if (c->deadline_ms && ax_clock_ms() > c->deadline_ms) {
     reply(c, AX_ETIMEOUT, NULL, "deadline passed before the handler ran");
     return;
   }
@@ -240,7 +241,7 @@ static ax_call_ctx *ctx_new(ax_node *n) {
   if (!c)
     return NULL;
   c->node = n;
-  c->t0_us = axi_now_us();
+  c->t0_us = ax_clock_us();
   __atomic_add_fetch(&n->incalls, 1, __ATOMIC_RELAXED);
   axi_live_calls_add(1);
   return c;
@@ -313,7 +314,7 @@ void axi_on_frame(ax_node *n, axi_peer *p, axi_stream *s, axi_msg *m, int rc) {
   memset(m, 0, sizeof *m);
   c->fn = f;
   if (c->msg.timeout_ms > 0)
-    c->deadline_ms = axi_add_sat(axi_now_ms(), c->msg.timeout_ms);
+    c->deadline_ms = axi_add_sat(ax_clock_ms(), c->msg.timeout_ms);
   if (hold_until_joined(n, c))
     return;
   if (f->inline_)
@@ -380,9 +381,7 @@ void axi_calls_stop(ax_node *n) {
   pthread_cond_broadcast(&n->q_cv);
   pthread_mutex_unlock(&n->mu);
   for (int i = 0; i < n->nworkers; i++) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += 5;
+    struct timespec ts = ax_clock_after_ms(CLOCK_REALTIME, 5000);
     if (pthread_timedjoin_np(n->workers[i], NULL, &ts) != 0) {
       fprintf(stderr, "axon: %s: a handler did not return; leaking the node\n",
               n->name);

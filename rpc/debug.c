@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/node-impl.h"
 #include "axon/rpc/rpc-debug.h"
 #include "axon/rpc/tls-impl.h"
@@ -17,9 +18,10 @@ int ax_rpc_debug_send_raw(ax_node *n, const char *to, const void *frame,
   /* An ordinary pending call, whose id the raw frame carries. */
   ax_future *f = ax_future_new();
   uint8_t *buf = malloc(len + 4);
-  axi_pcall *c = f && buf ? axi_pcall_add(n, p, "(raw frame)", f,
-                                          axi_add_sat(axi_now_ms(), timeout_ms))
-                          : NULL;
+  axi_pcall *c = f && buf
+                     ? axi_pcall_add(n, p, "(raw frame)", f,
+                                     axi_add_sat(ax_clock_ms(), timeout_ms))
+                     : NULL;
   if (!c) {
     ax_future_release(f);
     free(buf);
@@ -35,7 +37,7 @@ int ax_rpc_debug_send_raw(ax_node *n, const char *to, const void *frame,
     rc = ax_seterr(AX_EPEERDOWN, "debug: %s is down", to);
   else if (!p->out && (rc = n->ctl->ops->connect(n->ctl, p)) == AX_OK) {
     p->state = AXI_PEER_CONNECTING;
-    p->connect_ms = p->last_ping_ms = axi_now_ms();
+    p->connect_ms = p->last_ping_ms = ax_clock_ms();
   }
   pthread_mutex_unlock(&p->mu);
   if (rc == AX_OK)

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/future-impl.h"
 
 typedef struct cb_node {
@@ -111,14 +112,8 @@ int ax_future_wait(ax_future *f, int64_t timeout_ms) {
     return ax_seterr(AX_EINVAL, "future: NULL");
   if (timeout_ms < 0)
     timeout_ms = 0;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += timeout_ms / 1000;
-  ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
+  /* f->cv waits on CLOCK_MONOTONIC (ax_future_new). */
+  struct timespec ts = ax_clock_after_ms(CLOCK_MONOTONIC, timeout_ms);
   pthread_mutex_lock(&f->mu);
   while (!f->done)
     if (pthread_cond_timedwait(&f->cv, &f->mu, &ts) == ETIMEDOUT)
@@ -143,16 +138,12 @@ static inline void cpu_relax(void) {
 
 int axi_future_wait_spin(ax_future *f, int64_t spin_us, int64_t timeout_ms) {
   if (f && spin_us > 0 && !__atomic_load_n(&f->done, __ATOMIC_ACQUIRE)) {
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int64_t ns = spin_us * 1000;
+    int64_t t0 = ax_clock_us();
     do {
       cpu_relax(); /* sched_yield measured worse on a loaded machine */
       if (__atomic_load_n(&f->done, __ATOMIC_ACQUIRE))
         break;
-      clock_gettime(CLOCK_MONOTONIC, &t);
-    } while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) <
-             ns);
+    } while (ax_clock_us() - t0 < spin_us);
   }
   return ax_future_wait(f, timeout_ms);
 }

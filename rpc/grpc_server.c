@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/grpc-impl.h"
 
 void axi_grpc_op_begin(axi_grpc *g) {
@@ -159,23 +160,19 @@ int axi_grpc_start(ax_node *n, const char *listen, const axi_rx *rx,
 }
 
 static void timed_wait(axi_grpc *g, int64_t deadline_ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  int64_t left = deadline_ms - axi_now_ms();
+  int64_t left = deadline_ms - ax_clock_ms();
   if (left > 50)
     left = 50;
   if (left < 1)
     left = 1;
-  ts.tv_nsec += left * 1000000L;
-  ts.tv_sec += ts.tv_nsec / 1000000000L;
-  ts.tv_nsec %= 1000000000L;
+  struct timespec ts = ax_clock_after_ms(CLOCK_REALTIME, left);
   pthread_cond_timedwait(&g->cv, &g->mu, &ts);
 }
 
 void axi_grpc_stop(axi_transport *t, int64_t timeout_ms) {
   axi_grpc *g = (axi_grpc *)t;
   ax_node *n = t->node;
-  int64_t deadline = axi_now_ms() + (timeout_ms > 0 ? timeout_ms : 1000);
+  int64_t deadline = ax_clock_ms() + (timeout_ms > 0 ? timeout_ms : 1000);
   pthread_mutex_lock(&g->mu);
   g->stopping = 1;
   for (axi_stream *s = g->streams; s; s = s->next)
@@ -190,7 +187,7 @@ void axi_grpc_stop(axi_transport *t, int64_t timeout_ms) {
   int warned = 0;
   while (!g->shutdown_done || g->ops_total > 0) {
     timed_wait(g, deadline);
-    if (!warned && axi_now_ms() > deadline) {
+    if (!warned && ax_clock_ms() > deadline) {
       fprintf(stderr, "axon: %s: gRPC shutdown slower than %lld ms\n", n->name,
               (long long)timeout_ms);
       warned = 1;

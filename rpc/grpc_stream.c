@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/auth-impl.h"
 #include "axon/rpc/grpc-impl.h"
 #include "axon/rpc/tls-impl.h"
@@ -410,7 +411,7 @@ static void on_recv(axi_op *op, int ok) {
   s->recv_bb = NULL;
   if (ok && bb) {
     if (s->client && s->peer)
-      __atomic_store_n(&s->peer->last_recv_ms, axi_now_ms(), __ATOMIC_RELAXED);
+      __atomic_store_n(&s->peer->last_recv_ms, ax_clock_ms(), __ATOMIC_RELAXED);
     grpc_byte_buffer_reader r;
     grpc_byte_buffer_reader_init(&r, bb);
     grpc_slice sl = grpc_byte_buffer_reader_readall(&r);
@@ -451,7 +452,7 @@ static void stream_up(axi_stream *s) {
   pthread_mutex_lock(&p->mu);
   if (p->out == s && p->state == AXI_PEER_CONNECTING)
     p->state = AXI_PEER_UP;
-  p->last_recv_ms = axi_now_ms();
+  p->last_recv_ms = ax_clock_ms();
   pthread_mutex_unlock(&p->mu);
   s->established = 1;
 }

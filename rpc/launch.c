@@ -1,4 +1,5 @@
 #include "axon/rpc/launch.h"
+#include "axon/kernels/clock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -29,12 +30,6 @@ int ax_local_free_port(void) {
   return port;
 }
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* How long a stopped (SIGSTOPped) child gets, after SIGCONT and SIGTERM, to
  * exit before SIGKILL: it cannot exit by itself while stopped, so waiting
  * out the caller's whole timeout on it would only delay the end. */
@@ -49,14 +44,14 @@ static int64_t end_stopped(pid_t pid, const char *why) {
           (int)pid, why, STOPPED_GRACE_MS);
   kill(pid, SIGTERM);
   kill(pid, SIGCONT);
-  return now_ms() + STOPPED_GRACE_MS;
+  return ax_clock_ms() + STOPPED_GRACE_MS;
 }
 
 /* Reaps children until none is left or timeout_ms passed; returns how many
  * are still running. A child that is stopped (reported by WUNTRACED) is
  * ended within STOPPED_GRACE_MS instead (see end_stopped). */
 static int wait_children(int n, pid_t *pids, int64_t timeout_ms, int *status) {
-  int64_t end = now_ms() + timeout_ms;
+  int64_t end = ax_clock_ms() + timeout_ms;
   int64_t *kill_at = calloc((size_t)(n > 0 ? n : 1), sizeof *kill_at);
   int left = 0;
   for (int i = 0; i < n; i++)
@@ -79,12 +74,13 @@ static int wait_children(int n, pid_t *pids, int64_t timeout_ms, int *status) {
         left--;
         continue;
       }
-      if (pids[i] > 0 && kill_at && kill_at[i] > 0 && now_ms() >= kill_at[i]) {
+      if (pids[i] > 0 && kill_at && kill_at[i] > 0 &&
+          ax_clock_ms() >= kill_at[i]) {
         kill(pids[i], SIGKILL); /* reaped by a later waitpid */
         kill_at[i] = -1;
       }
     }
-    if (left == 0 || now_ms() >= end)
+    if (left == 0 || ax_clock_ms() >= end)
       break;
     nanosleep(&(struct timespec){0, 10000000}, NULL);
   }

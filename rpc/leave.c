@@ -2,7 +2,7 @@
  * and the members' built-in "axon.node.leave" [phase].
  *
  * Phase 1 (drain) is answered late: the handler defers its reply and the
- * node's timer thread (axi_leave_tick, every tick) answers once this node's
+ * node's timer thread (the tick hook axi_leave_tick) answers once this node's
  * program is done and no call is in flight, or with AX_ETIMEOUT a little
  * before the caller's deadline. Phase 2 (leave) sets the flag that
  * ax_node_wait_leave reports. The built-in's name does not start with
@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/node-impl.h"
 
 #define LEAVE_FN "axon.node.leave"
@@ -58,7 +59,7 @@ static int leave_handler(ax_call_ctx *ctx, const ax_values *args,
   pthread_mutex_lock(&n->mu);
   ax_future *old = n->leave_drain;
   n->leave_drain = ax_future_retain(f);
-  n->leave_deadline_ms = axi_now_ms() + left - margin;
+  n->leave_deadline_ms = ax_clock_ms() + left - margin;
   pthread_mutex_unlock(&n->mu);
   if (old) { /* a repeated request replaces the first */
     ax_future_complete(old, AX_ECANCELLED, NULL,
@@ -75,7 +76,7 @@ int axi_leave_init(ax_node *n) {
   return axi_register(n, LEAVE_FN, leave_handler, NULL);
 }
 
-void axi_leave_tick(ax_node *n, int64_t now_ms) {
+void axi_leave_tick(ax_node *n, int64_t now_ms, void *arg) {
   pthread_mutex_lock(&n->mu);
   ax_future *f = n->leave_drain;
   if (!f) {
@@ -117,7 +118,7 @@ void axi_leave_close(ax_node *n) {
 }
 
 int ax_node_wait_leave(ax_node *n, int64_t timeout_ms) {
-  int64_t end = axi_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+  int64_t end = ax_clock_ms() + (timeout_ms > 0 ? timeout_ms : 0);
   for (;;) {
     pthread_mutex_lock(&n->mu);
     n->leave_ready = 1;
@@ -139,7 +140,7 @@ int ax_node_wait_leave(ax_node *n, int64_t timeout_ms) {
       return ax_seterr(AX_ECLOSED, "leave: %s is shutting down", n->name);
     if (ax_node_peer_is_down(n, master))
       return ax_seterr(AX_EPEERDOWN, "leave: the master %s is down", master);
-    if (axi_now_ms() >= end)
+    if (ax_clock_ms() >= end)
       return ax_seterr(AX_ETIMEOUT, "leave: not told to leave in %lld ms",
                        (long long)timeout_ms);
     struct timespec ts = {0, 20000000L};
@@ -252,7 +253,7 @@ int ax_node_shutdown_world(ax_node *n, int64_t timeout_ms,
   }
   if (timeout_ms <= 0)
     timeout_ms = n->o.timeout_ms;
-  int64_t end = axi_now_ms() + timeout_ms;
+  int64_t end = ax_clock_ms() + timeout_ms;
   for (int i = 0; i < k; i++)
     m[i].send = 1, m[i].ok = M_DRAINED;
   run_phase(n, m, k, PHASE_DRAIN, timeout_ms);
@@ -262,7 +263,7 @@ int ax_node_shutdown_world(ax_node *n, int64_t timeout_ms,
     m[i].send = m[i].state == M_DRAINED || m[i].state == M_LATE;
     m[i].ok = m[i].state == M_DRAINED ? M_LEFT : M_LATE;
   }
-  int64_t left = end - axi_now_ms();
+  int64_t left = end - ax_clock_ms();
   run_phase(n, m, k, PHASE_LEAVE, left > 1000 ? left : 1000);
   int err = report(m, k, rep);
   free(m);

@@ -15,6 +15,7 @@
 typedef struct axi_peer axi_peer;
 typedef struct axi_early axi_early;   /* a message waiting for an address */
 typedef struct axi_pcalls axi_pcalls; /* the pending-call table (pcall.c) */
+typedef struct axi_tick axi_tick;     /* a tick hook (timer.c) */
 
 /* ---- peers ----------------------------------------------------------- */
 enum { AXI_PEER_IDLE = 0, AXI_PEER_CONNECTING, AXI_PEER_UP, AXI_PEER_DOWN };
@@ -134,6 +135,7 @@ struct ax_node {
   pthread_rwlock_t data_lk; /* users of data hold it shared */
   pthread_t timer_thread;
   int timer_stop;
+  axi_tick *ticks; /* run by the timer thread, in registration order */
   ax_peer_down_cb down_cb;
   void *down_user;
   struct axi_on_destroy *on_destroy; /* ax_node_on_destroy, newest first */
@@ -162,8 +164,7 @@ static inline int64_t axi_add_sat(int64_t a, int64_t b) {
   return b > 0 && a > INT64_MAX - b ? INT64_MAX : a + b;
 }
 
-int64_t axi_now_ms(void);
-int64_t axi_now_us(void);
+/* counters.c: adds d to the process's live calls (ax_rpc_live_calls). */
 void axi_live_calls_add(long d);
 /* The end of ax_node_destroy: frees what n owns (rendezvous state, peers,
  * registered functions, member names, TLS credentials, locks, the
@@ -172,9 +173,17 @@ void axi_live_calls_add(long d);
  * freed. The harnesses of tests/fuzz end their bare nodes with it. */
 void axi_node_free(ax_node *n);
 
-/* peer.c */
-/* The timer thread: heartbeats, connect timeouts and call deadlines. */
+/* timer.c: the node's timer thread runs every tick hook each AXI_TICK_MS,
+ * in registration order, without n->mu, with the time of the tick
+ * (ax_clock_ms). The node's parts register theirs as the node is created
+ * (node.c); a hook registered later runs from the next tick on. */
+#define AXI_TICK_MS 20
+typedef void (*axi_tick_fn)(ax_node *n, int64_t now_ms, void *arg);
+int axi_node_on_tick(ax_node *n, axi_tick_fn fn, void *arg);
+void axi_node_ticks_free(ax_node *n); /* after the timer stopped */
 void *axi_timer_main(void *arg);
+
+/* peer.c */
 axi_peer *axi_peer_find(ax_node *n, const char *name);
 /* Finds or creates the peer `name` (addresses may be NULL/empty; known
  * addresses are updated). NULL on no memory. */
@@ -183,11 +192,6 @@ axi_peer *axi_peer_get(ax_node *n, const char *name, const char *addr,
 /* Declares p down if `s` is still its current stream (NULL: whatever the
  * stream), failing its pending calls with AX_EPEERDOWN. */
 void axi_peer_down(axi_peer *p, axi_stream *s, const char *why);
-/* Sends a message to p: queued (peer_early.c) while p's address is not
- * known and no connection leads back to it before this node applied the
- * membership, or while earlier messages to p still wait; else routed at
- * once (axi_peer_route). */
-int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via);
 /* Routes a message to p, opening its control connection if needed: over
  * the data transport once p's data address is known (only from
  * bulk_threshold tensor bytes with small_over_grpc), else over the control
@@ -197,19 +201,29 @@ int axi_peer_route(axi_peer *p, const axi_msg *m, axi_stream *via);
  * on p's own control connection to us (p->mu held). */
 int axi_peer_way_back_locked(const axi_peer *p, const axi_msg *m,
                              axi_stream *via);
+/* Tick hook: declares down the peers whose heartbeats stopped or whose
+ * connection did not come up in time, and pings the others every
+ * ax_node_opts.heartbeat_ms. */
+void axi_peer_heartbeat(ax_node *n, int64_t now_ms, void *arg);
 
-/* peer_early.c: messages waiting for a peer's address (p->mu held for the
- * _locked ones). Whether m must wait; queues a copy of m (AX_ETOOBIG past
- * the bounds); sends what waits once p's address is known; takes what
- * waited longer than ax_node_opts.timeout_ms off the queue, and drops it
- * (logged; without p->mu); frees the queue (node destroy). */
+/* peer_early.c */
+/* Sends a message to p: queued while p's address is not known and no
+ * connection leads back to it before this node applied the membership, or
+ * while earlier messages to p still wait; else routed at once
+ * (axi_peer_route). */
+int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via);
+/* Messages waiting for a peer's address (p->mu held for the _locked ones):
+ * whether m must wait; queues a copy of m (AX_ETOOBIG past the bounds);
+ * sends what waits once p's address is known; frees the queue (node
+ * destroy). */
 int axi_peer_early_wanted_locked(const axi_peer *p, const axi_msg *m,
                                  axi_stream *via);
 int axi_peer_early_queue_locked(axi_peer *p, const axi_msg *m);
 void axi_peer_early_flush(axi_peer *p);
-axi_early *axi_peer_early_take_expired_locked(axi_peer *p, int64_t now);
-void axi_peer_early_drop(axi_peer *p, axi_early *gone);
 void axi_peer_early_free(axi_peer *p);
+/* Tick hook: drops (logged) what waited longer than
+ * ax_node_opts.timeout_ms for its peer's address. */
+void axi_peer_early_expire(ax_node *n, int64_t now_ms, void *arg);
 /* Resets a down peer so the next send reconnects (join retries only). */
 void axi_peer_reset(axi_peer *p);
 
@@ -231,9 +245,10 @@ int axi_pcalls_init(ax_node *n);
 void axi_pcalls_free(ax_node *n);
 /* Outgoing calls still pending. */
 long axi_pcall_count(ax_node *n);
-/* Fails calls on peer p (NULL: all) with err; expired ones with timeout. */
+/* Fails calls on peer p (NULL: all) with err. */
 void axi_calls_fail(ax_node *n, axi_peer *p, int err, const char *why);
-void axi_calls_expire(ax_node *n, int64_t now_ms);
+/* Tick hook: fails the calls whose deadline passed with AX_ETIMEOUT. */
+void axi_calls_expire(ax_node *n, int64_t now_ms, void *arg);
 /* The incoming call whose handler runs on this thread, or NULL. Nested calls
  * made from it inherit its remaining time and depth. */
 ax_call_ctx *axi_call_current(void);
@@ -255,9 +270,9 @@ void axi_pcall_drop(ax_node *n, axi_pcall *c, uint64_t id);
 void axi_limit_log(ax_node *n, const char *peer, const char *what, int closing);
 /* leave.c: the "axon.node.leave" built-in of ax_node_shutdown_world. */
 int axi_leave_init(ax_node *n);
-/* Answers a pending drain request once drained or at its deadline (timer
- * thread, every tick). */
-void axi_leave_tick(ax_node *n, int64_t now_ms);
+/* Tick hook: answers a pending drain request once drained or at its
+ * deadline. */
+void axi_leave_tick(ax_node *n, int64_t now_ms, void *arg);
 /* Fails a pending drain request (shutdown, after the timer stopped). */
 void axi_leave_close(ax_node *n);
 

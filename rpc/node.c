@@ -1,31 +1,21 @@
-/* Nodes: options, creation, shutdown and the membership accessors. */
+/* Nodes: options, creation, shutdown and destruction. Creating a node
+ * starts the rpc subsystem on top of its parts (the pending-call table,
+ * credentials, workers, built-ins, transports, the timer and its tick
+ * hooks); the parts never call back into this file. The membership
+ * accessors are in membership.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/auth-impl.h"
 #include "axon/rpc/node-impl.h"
 #include "axon/rpc/pool-impl.h"
 #include "axon/rpc/tls-impl.h"
 
-static long g_live_calls;
 static long g_nodes; /* nodes created and not yet destroyed */
-
-long ax_rpc_live_calls(void) {
-  return __atomic_load_n(&g_live_calls, __ATOMIC_RELAXED);
-}
-void axi_live_calls_add(long d) {
-  __atomic_add_fetch(&g_live_calls, d, __ATOMIC_RELAXED);
-}
-
-int64_t axi_now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-int64_t axi_now_ms(void) { return axi_now_us() / 1000; }
 
 void ax_node_opts_init(ax_node_opts *o) {
   memset(o, 0, sizeof *o);
@@ -124,6 +114,16 @@ static int start_transports(ax_node *n) {
   return AX_OK;
 }
 
+/* What the timer thread runs every tick, in this order: call deadlines,
+ * a pending drain request, messages that waited too long for an address,
+ * then heartbeats and connect timeouts. */
+static int register_ticks(ax_node *n) {
+  AX_TRY(axi_node_on_tick(n, axi_calls_expire, NULL));
+  AX_TRY(axi_node_on_tick(n, axi_leave_tick, NULL));
+  AX_TRY(axi_node_on_tick(n, axi_peer_early_expire, NULL));
+  return axi_node_on_tick(n, axi_peer_heartbeat, NULL);
+}
+
 int ax_node_create(const ax_node_opts *o, ax_node **out) {
   if (!o || !o->name || !*o->name || strchr(o->name, '@') || !out)
     return ax_seterr(AX_EINVAL, "node: a name (without '@') is required");
@@ -190,6 +190,8 @@ int ax_node_create(const ax_node_opts *o, ax_node **out) {
   if (rc == AX_OK)
     rc = start_transports(n);
   n->o.data_transport = NULL; /* borrowed: read once */
+  if (rc == AX_OK)
+    rc = register_ticks(n);
   if (rc == AX_OK && pthread_create(&n->timer_thread, NULL, axi_timer_main, n))
     rc = ax_seterr(AX_ENOMEM, "node: cannot start the timer thread");
   if (rc != AX_OK) {
@@ -211,9 +213,9 @@ int ax_node_shutdown(ax_node *n, int64_t timeout_ms) {
   if (already)
     return AX_OK;
   axi_rendezvous_close(n); /* joins still waiting for the world fail now */
-  int64_t deadline = axi_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+  int64_t deadline = ax_clock_ms() + (timeout_ms > 0 ? timeout_ms : 0);
   while (__atomic_load_n(&n->incalls, __ATOMIC_RELAXED) > 0 &&
-         axi_now_ms() < deadline) {
+         ax_clock_ms() < deadline) {
     struct timespec ts = {0, 2000000};
     nanosleep(&ts, NULL);
   }
@@ -227,7 +229,7 @@ int ax_node_shutdown(ax_node *n, int64_t timeout_ms) {
   }
   axi_leave_close(n);
   axi_calls_fail(n, NULL, AX_ECLOSED, "node is shutting down");
-  int64_t left = deadline - axi_now_ms();
+  int64_t left = deadline - ax_clock_ms();
   axi_calls_stop(n); /* joins the workers (bounded; leaks n on a stuck one) */
   pthread_rwlock_wrlock(&n->data_lk); /* no sender or dropper inside */
   axi_transport *data = n->data;
@@ -267,6 +269,7 @@ int ax_node_on_destroy(ax_node *n, void (*fn)(ax_node *n, void *user),
 /* Frees what a node owns once nothing runs on it any more (see
  * node-impl.h). */
 void axi_node_free(ax_node *n) {
+  axi_node_ticks_free(n);
   axi_rendezvous_fini(n);
   for (axi_peer *p = n->peers, *nx; p; p = nx) {
     nx = p->next;
@@ -321,68 +324,6 @@ void ax_node_destroy(ax_node *n) {
   /* The last node gone: cached receive buffers are no longer needed. */
   if (__atomic_sub_fetch(&g_nodes, 1, __ATOMIC_RELAXED) == 0)
     axi_pool_trim();
-}
-
-const char *ax_node_name(const ax_node *n) { return n->name; }
-int ax_node_rank(const ax_node *n) { return n->rank; }
-int ax_node_world_size(const ax_node *n) { return n->world_size; }
-const char *ax_node_address(const ax_node *n) { return n->addr; }
-uint64_t ax_node_incarnation(const ax_node *n) { return n->incarnation; }
-
-int ax_node_member(const ax_node *n, int rank, const char **name) {
-  ax_node *m = (ax_node *)n; /* the lock only */
-  pthread_mutex_lock(&m->mu);
-  const char *s = rank >= 0 && rank < n->nmembers ? n->member_name[rank] : NULL;
-  pthread_mutex_unlock(&m->mu);
-  if (!s)
-    return ax_seterr(AX_ENOTFOUND, "node: no member with rank %d", rank);
-  *name = s;
-  return AX_OK;
-}
-
-int ax_node_rank_of(const ax_node *n, const char *name, int *rank) {
-  ax_node *m = (ax_node *)n; /* the lock only */
-  int found = -1;
-  pthread_mutex_lock(&m->mu);
-  for (int i = 0; i < n->nmembers && found < 0; i++)
-    if (n->member_name[i] && !strcmp(n->member_name[i], name))
-      found = i;
-  pthread_mutex_unlock(&m->mu);
-  if (found < 0)
-    return ax_seterr(AX_ENOTFOUND, "node: no member named %s", name);
-  *rank = found;
-  return AX_OK;
-}
-
-const char *ax_node_master_name(const ax_node *n) { return n->master_name; }
-
-int ax_node_peer_is_down(ax_node *n, const char *name) {
-  axi_peer *p = axi_peer_find(n, name);
-  return p && __atomic_load_n(&p->state, __ATOMIC_RELAXED) == AXI_PEER_DOWN;
-}
-
-int ax_node_member_incarnation(ax_node *n, const char *name, uint64_t *inc) {
-  if (!strcmp(name, n->name)) {
-    *inc = n->incarnation;
-    return AX_OK;
-  }
-  axi_peer *p = axi_peer_find(n, name);
-  if (!p)
-    return ax_seterr(AX_ENOTFOUND, "no member named %s", name);
-  pthread_mutex_lock(&p->mu);
-  *inc = p->incarnation;
-  pthread_mutex_unlock(&p->mu);
-  return *inc ? AX_OK
-              : ax_seterr(AX_ENOTFOUND, "%s's incarnation is not known yet",
-                          name);
-}
-
-int ax_node_member_alive_as(ax_node *n, const char *name, uint64_t inc) {
-  uint64_t now = 0;
-  if (ax_node_peer_is_down(n, name))
-    return 0;
-  return !inc ||
-         (ax_node_member_incarnation(n, name, &now) == AX_OK && now == inc);
 }
 
 void ax_node_on_peer_down(ax_node *n, ax_peer_down_cb cb, void *user) {

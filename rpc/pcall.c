@@ -155,7 +155,7 @@ void axi_calls_fail(ax_node *n, axi_peer *p, int err, const char *why) {
   }
 }
 
-void axi_calls_expire(ax_node *n, int64_t now_ms) {
+void axi_calls_expire(ax_node *n, int64_t now_ms, void *arg) {
   for (axi_pcall *c = pcall_take_all(n, NULL, now_ms), *nx; c; c = nx) {
     nx = c->next;
     char msg[256];

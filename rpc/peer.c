@@ -1,10 +1,11 @@
 /* Peers: the table of nodes this one talks to, the route a message takes
- * to a peer, and liveness (heartbeats, connect timeouts, call deadlines). */
+ * to a peer, and liveness (heartbeats and connect timeouts, a tick hook of
+ * the node's timer). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/node-impl.h"
 
 axi_peer *axi_peer_find(ax_node *n, const char *name) {
@@ -83,17 +84,6 @@ int axi_peer_way_back_locked(const axi_peer *p, const axi_msg *m,
   return ctl->alive(via) || (m->kind == AXI_RESPONSE && ctl->alive(p->in));
 }
 
-int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via) {
-  pthread_mutex_lock(&p->mu);
-  if (p->state != AXI_PEER_DOWN && axi_peer_early_wanted_locked(p, m, via)) {
-    int rc = axi_peer_early_queue_locked(p, m);
-    pthread_mutex_unlock(&p->mu);
-    return rc;
-  }
-  pthread_mutex_unlock(&p->mu);
-  return axi_peer_route(p, m, via);
-}
-
 int axi_peer_route(axi_peer *p, const axi_msg *m, axi_stream *via) {
   ax_node *n = p->node;
   const axi_transport_ops *ctl = n->ctl->ops;
@@ -121,7 +111,7 @@ int axi_peer_route(axi_peer *p, const axi_msg *m, axi_stream *via) {
       return rc;
     }
     p->state = AXI_PEER_CONNECTING;
-    p->connect_ms = p->last_ping_ms = axi_now_ms();
+    p->connect_ms = p->last_ping_ms = ax_clock_ms();
   }
   int has_data_addr = p->bulk_addr != NULL;
   pthread_mutex_unlock(&p->mu);
@@ -145,53 +135,32 @@ int axi_peer_route(axi_peer *p, const axi_msg *m, axi_stream *via) {
   return ctl->send(n->ctl, p, m, via);
 }
 
-/* Heartbeats, connect timeouts and call deadlines, every 20 ms. */
-void *axi_timer_main(void *arg) {
-  ax_node *n = arg;
+void axi_peer_heartbeat(ax_node *n, int64_t now, void *arg) {
   pthread_mutex_lock(&n->mu);
-  while (!n->timer_stop) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 20 * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(&n->cv, &n->mu, &ts);
-    if (n->timer_stop)
-      break;
-    axi_peer *peers = n->peers;
-    pthread_mutex_unlock(&n->mu);
-    int64_t now = axi_now_ms();
-    axi_calls_expire(n, now);
-    axi_leave_tick(n, now);
-    for (axi_peer *p = peers; p; p = p->next) {
-      const char *why = NULL;
-      int ping = 0;
-      pthread_mutex_lock(&p->mu);
-      axi_early *expired = axi_peer_early_take_expired_locked(p, now);
-      int64_t last = __atomic_load_n(&p->last_recv_ms, __ATOMIC_RELAXED);
-      int64_t conn_to =
-          n->o.peer_timeout_ms > 5000 ? n->o.peer_timeout_ms : 5000;
-      if (p->state == AXI_PEER_UP && now - last > n->o.peer_timeout_ms)
-        why = "heartbeats missed";
-      else if (p->state == AXI_PEER_CONNECTING && now - p->connect_ms > conn_to)
-        why = "connect timed out";
-      else if (p->state == AXI_PEER_UP &&
-               now - p->last_ping_ms >= n->o.heartbeat_ms) {
-        p->last_ping_ms = now;
-        ping = 1;
-      }
-      axi_stream *cur = p->out;
-      pthread_mutex_unlock(&p->mu);
-      axi_peer_early_drop(p, expired);
-      if (why)
-        axi_peer_down(p, cur, why);
-      if (ping) {
-        axi_msg m = {.kind = AXI_PING};
-        n->ctl->ops->send(n->ctl, p, &m, NULL);
-      }
-    }
-    pthread_mutex_lock(&n->mu);
-  }
+  axi_peer *peers = n->peers; /* peers are only ever prepended */
   pthread_mutex_unlock(&n->mu);
-  return NULL;
+  for (axi_peer *p = peers; p; p = p->next) {
+    const char *why = NULL;
+    int ping = 0;
+    pthread_mutex_lock(&p->mu);
+    int64_t last = __atomic_load_n(&p->last_recv_ms, __ATOMIC_RELAXED);
+    int64_t conn_to = n->o.peer_timeout_ms > 5000 ? n->o.peer_timeout_ms : 5000;
+    if (p->state == AXI_PEER_UP && now - last > n->o.peer_timeout_ms)
+      why = "heartbeats missed";
+    else if (p->state == AXI_PEER_CONNECTING && now - p->connect_ms > conn_to)
+      why = "connect timed out";
+    else if (p->state == AXI_PEER_UP &&
+             now - p->last_ping_ms >= n->o.heartbeat_ms) {
+      p->last_ping_ms = now;
+      ping = 1;
+    }
+    axi_stream *cur = p->out;
+    pthread_mutex_unlock(&p->mu);
+    if (why)
+      axi_peer_down(p, cur, why);
+    if (ping) {
+      axi_msg m = {.kind = AXI_PING};
+      n->ctl->ops->send(n->ctl, p, &m, NULL);
+    }
+  }
 }

@@ -9,13 +9,15 @@
  * peer's queue is not empty, or being flushed, every later message to it
  * joins the queue, so nothing overtakes what waits. The queue is bounded
  * (AXI_EARLY_MAX messages, ax_node_opts.max_inflight_bytes of tensors) and
- * a message waits at most ax_node_opts.timeout_ms (the timer takes what
- * waited longer: axi_peer_early_take_expired_locked); a request's
- * deadline counts the wait. */
+ * a message waits at most ax_node_opts.timeout_ms (a tick hook of the
+ * node's timer takes what waited longer: axi_peer_early_expire); a
+ * request's deadline counts the wait. Every message to a peer passes
+ * here (axi_peer_send): it waits, or goes on to axi_peer_route. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/node-impl.h"
 
 #define AXI_EARLY_MAX 256
@@ -73,7 +75,7 @@ static axi_early *early_new(const axi_msg *m) {
     return NULL;
   }
   e->bytes = ax_values_tensor_bytes(m->values);
-  e->queued_ms = axi_now_ms();
+  e->queued_ms = ax_clock_ms();
   return e;
 }
 
@@ -110,6 +112,17 @@ int axi_peer_early_queue_locked(axi_peer *p, const axi_msg *m) {
   return AX_OK;
 }
 
+int axi_peer_send(axi_peer *p, const axi_msg *m, axi_stream *via) {
+  pthread_mutex_lock(&p->mu);
+  if (p->state != AXI_PEER_DOWN && axi_peer_early_wanted_locked(p, m, via)) {
+    int rc = axi_peer_early_queue_locked(p, m);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return axi_peer_route(p, m, via);
+}
+
 /* Takes the head of p's queue (p->mu held). */
 static axi_early *pop_locked(axi_peer *p) {
   axi_early *e = p->early;
@@ -138,7 +151,7 @@ void axi_peer_early_flush(axi_peer *p) {
     }
     pthread_mutex_unlock(&p->mu);
     if (e->m.kind == AXI_REQUEST && e->m.timeout_ms > 0) {
-      int64_t left = e->m.timeout_ms - (axi_now_ms() - e->queued_ms);
+      int64_t left = e->m.timeout_ms - (ax_clock_ms() - e->queued_ms);
       e->m.timeout_ms = left > 1 ? left : 1;
     }
     if (axi_peer_route(p, &e->m, NULL) != AX_OK)
@@ -152,7 +165,9 @@ void axi_peer_early_flush(axi_peer *p) {
   pthread_mutex_unlock(&p->mu);
 }
 
-axi_early *axi_peer_early_take_expired_locked(axi_peer *p, int64_t now) {
+/* Takes what waited longer than ax_node_opts.timeout_ms off p's queue
+ * (p->mu held). */
+static axi_early *take_expired_locked(axi_peer *p, int64_t now) {
   axi_early *gone = NULL;
   while (!p->early_flushing && p->early &&
          now - p->early->queued_ms > p->node->o.timeout_ms) {
@@ -163,7 +178,8 @@ axi_early *axi_peer_early_take_expired_locked(axi_peer *p, int64_t now) {
   return gone;
 }
 
-void axi_peer_early_drop(axi_peer *p, axi_early *gone) {
+/* Drops what take_expired_locked took, logged (without p->mu). */
+static void drop(axi_peer *p, axi_early *gone) {
   int k = 0;
   for (axi_early *nx; gone; gone = nx, k++) {
     nx = gone->next;
@@ -174,6 +190,18 @@ void axi_peer_early_drop(axi_peer *p, axi_early *gone) {
             "axon: %s: dropped %d message(s) to %s: its address "
             "did not come with a membership within %lld ms\n",
             p->node->name, k, AXI_PNAME(p), (long long)p->node->o.timeout_ms);
+}
+
+void axi_peer_early_expire(ax_node *n, int64_t now, void *arg) {
+  pthread_mutex_lock(&n->mu);
+  axi_peer *peers = n->peers; /* peers are only ever prepended */
+  pthread_mutex_unlock(&n->mu);
+  for (axi_peer *p = peers; p; p = p->next) {
+    pthread_mutex_lock(&p->mu);
+    axi_early *expired = take_expired_locked(p, now);
+    pthread_mutex_unlock(&p->mu);
+    drop(p, expired);
+  }
 }
 
 void axi_peer_early_free(axi_peer *p) {

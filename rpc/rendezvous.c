@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/node-impl.h"
 
 typedef struct axi_join {
@@ -514,7 +515,7 @@ int axi_is_master(ax_node *n) {
 }
 
 int ax_node_join(ax_node *n, int64_t timeout_ms) {
-  int64_t deadline = axi_add_sat(axi_now_ms(), timeout_ms);
+  int64_t deadline = axi_add_sat(ax_clock_ms(), timeout_ms);
   ax_values *a = ax_values_new();
   if (!a)
     return AX_ENOMEM;
@@ -536,10 +537,10 @@ int ax_node_join(ax_node *n, int64_t timeout_ms) {
     to = n->master_peer->name;
   }
   int rc, attempts = 0;
-  int64_t t0 = axi_now_ms(), next_log = t0 + 1000; /* quiet at start-up */
+  int64_t t0 = ax_clock_ms(), next_log = t0 + 1000; /* quiet at start-up */
   char last[512] = "";
   for (;;) {
-    int64_t left = deadline - axi_now_ms();
+    int64_t left = deadline - ax_clock_ms();
     if (left <= 0) {
       rc = ax_seterr(AX_ETIMEOUT,
                      "join: master %s not complete in %lld ms%s%s%s",
@@ -564,7 +565,7 @@ int ax_node_join(ax_node *n, int64_t timeout_ms) {
      * (rpc/grpc_transport.c), so the timeout keeps the TLS or token hint
      * (seen in CI: "unreachable: ...: no stream" at the deadline). */
     snprintf(last, sizeof last, "%s", ax_errmsg());
-    int64_t now = axi_now_ms();
+    int64_t now = ax_clock_ms();
     if (now >= next_log) {
       fprintf(stderr,
               "axon: %s: master %s not reachable (attempt %d, %.1f s of "

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/future-impl.h"
 #include "axon/rpc/node-impl.h"
 
@@ -32,7 +33,7 @@ static int call_budget(ax_node *n, const char *to, const char *fn,
   if (t == 0) {
     t = n->o.timeout_ms > 0 ? n->o.timeout_ms : 60000;
     if (cur && cur->deadline_ms) {
-      int64_t left = cur->deadline_ms - axi_now_ms();
+      int64_t left = cur->deadline_ms - ax_clock_ms();
       if (left <= 0)
         return ax_seterr(AX_ETIMEOUT,
                          "rpc: %s on %s: the calling handler's deadline passed",
@@ -68,7 +69,8 @@ int ax_rpc_async(ax_node *n, const char *to, const char *fn,
     return ax_seterr(AX_ENOTFOUND, "rpc: no node named %s", to);
   ax_future *f = ax_future_new();
   axi_pcall *c =
-      f ? axi_pcall_add(n, p, fn, f, axi_add_sat(axi_now_ms(), timeout)) : NULL;
+      f ? axi_pcall_add(n, p, fn, f, axi_add_sat(ax_clock_ms(), timeout))
+        : NULL;
   if (!c) {
     ax_future_release(f);
     return ax_seterr(AX_ENOMEM, "rpc: no memory");
@@ -128,7 +130,7 @@ static int local_call(ax_node *n, const char *fn, const ax_values *args,
   }
   /* The call is pending like a remote one, so that it expires at its
    * deadline even while every worker is busy. */
-  c->deadline_ms = axi_add_sat(axi_now_ms(), timeout);
+  c->deadline_ms = axi_add_sat(ax_clock_ms(), timeout);
   axi_pcall *pc = axi_pcall_add(n, NULL, fn, fut, c->deadline_ms);
   if (!pc) {
     ax_values_free(a);
@@ -138,7 +140,7 @@ static int local_call(ax_node *n, const char *fn, const ax_values *args,
     return ax_seterr(AX_ENOMEM, "rpc: no memory");
   }
   c->node = n;
-  c->t0_us = axi_now_us();
+  c->t0_us = ax_clock_us();
   c->fn = f;
   c->local_id = pc->id;
   c->behalf = behalf;
@@ -242,7 +244,7 @@ int ax_call_meta_at(const ax_call_ctx *c, int i, const char **key,
 int64_t ax_call_remaining_ms(const ax_call_ctx *c) {
   if (!c->deadline_ms)
     return INT64_MAX;
-  int64_t left = c->deadline_ms - axi_now_ms();
+  int64_t left = c->deadline_ms - ax_clock_ms();
   return left > 0 ? left : -1; /* never 0, which would mean "the default" */
 }
 

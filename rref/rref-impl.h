@@ -134,8 +134,8 @@ typedef struct axi_rctx {
 
 /* rref_table.c */
 axi_rctx *axi_rctx_get(void);
+void axi_rctx_set(axi_rctx *rc);        /* ax_rref_init, ax_rref_fini (NULL) */
 uint64_t axi_rref_new_id(axi_rctx *rc); /* mu not held */
-int64_t axi_rnow_ms(void);
 /* Finds the owned entry id; creates a pending one when create != 0. mu
  * held. */
 axi_owned *axi_owned_find(axi_rctx *rc, uint64_t id, int create);
@@ -143,16 +143,15 @@ axi_owned *axi_owned_find(axi_rctx *rc, uint64_t id, int create);
  * destroyed after unlocking via the returned pointer (NULL: kept). */
 axi_owned *axi_owned_maybe_unlink(axi_rctx *rc, axi_owned *e);
 void axi_owned_free(axi_owned *e);
-/* Marks e created (vals taken) or failed, and wakes its waiters. mu not
- * held. */
-void axi_owned_settle(axi_rctx *rc, axi_owned *e, int err, const char *msg,
-                      ax_values *vals, const ax_robj_kind *kind, void *obj);
+/* Records a freed id in the ring axi_absent_verdict reads (mu held). */
+void axi_freed_add(axi_rctx *rc, uint64_t id);
 /* A new owner handle on e (local_refs++). mu held. */
 ax_rref *axi_owner_handle(axi_rctx *rc, axi_owned *e);
 /* A new user record, in the table. mu held. */
 ax_rref *axi_user_new(axi_rctx *rc, uint64_t id, uint64_t fork, int type,
                       const char *owner);
-/* Queues a protocol message (mu held). */
+/* Queues a protocol message for the protocol thread (mu held); dropped
+ * once ax_rref_fini began. */
 void axi_pmsg_push(axi_rctx *rc, int kind, const char *to, uint64_t a,
                    uint64_t b, ax_rref *rec);
 void axi_user_free(ax_rref *u);
@@ -169,12 +168,20 @@ int axi_owned_del_fork(axi_owned *e, uint64_t fork);
 
 /* rref_proto.c: protocol handlers */
 int axi_rref_register_proto(ax_node *n);
+
+/* rref_wait.c: waiters on values still being created. */
+/* Marks e created (vals taken) or failed, and wakes its waiters. mu not
+ * held. */
+void axi_owned_settle(axi_rctx *rc, axi_owned *e, int err, const char *msg,
+                      ax_values *vals, const ax_robj_kind *kind, void *obj);
 /* Adds a waiter for a pending entry: defers ctx and re-issues fn(args) once
  * the entry settles. mu held. */
 int axi_rref_wait_entry(axi_rctx *rc, axi_owned *e, ax_call_ctx *ctx,
                         const char *fn, const ax_values *args,
                         int64_t caller_rank, int64_t grace_ms);
+/* Re-issues (err AX_OK) or fails the waiters w and frees them. */
 void axi_waiters_run(axi_rctx *rc, axi_waiter *w, int err, const char *msg);
+/* Answers the waiters whose deadline passed (the protocol thread). */
 void axi_waiters_expire(axi_rctx *rc, int64_t now);
 
 /* rref_sweep.c: stale ids and sweeps of forks nobody accepted. */
@@ -187,8 +194,7 @@ int axi_absent_verdict(axi_rctx *rc, uint64_t id, int known, int64_t *grace_ms);
  * NULL with AX_ESTALE/AX_ENOMEM set in *err. mu held. */
 axi_owned *axi_owned_lookup(axi_rctx *rc, uint64_t id, ax_call_ctx *ctx,
                             int64_t *grace_ms, int *err);
-void axi_freed_add(axi_rctx *rc, uint64_t id); /* mu held */
-void axi_hw_note(axi_rctx *rc, uint64_t id);   /* mu held */
+void axi_hw_note(axi_rctx *rc, uint64_t id); /* mu held */
 /* Records an unaccepted child fork of u (mu held). */
 void axi_child_add(axi_rctx *rc, ax_rref *u, uint64_t fork);
 /* The child `fork` of u was accepted (mu held). */

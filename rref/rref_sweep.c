@@ -26,14 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/builtin-impl.h"
 #include "axon/rref/rref-impl.h"
 
 #define CTR_MASK 0xffffffffffffull
-
-void axi_freed_add(axi_rctx *rc, uint64_t id) {
-  rc->freed[rc->nfreed++ % AXI_FREED_MAX] = id;
-}
 
 static int freed_has(const axi_rctx *rc, uint64_t id) {
   long n = rc->nfreed < AXI_FREED_MAX ? rc->nfreed : AXI_FREED_MAX;
@@ -127,7 +124,7 @@ void axi_child_add(axi_rctx *rc, ax_rref *u, uint64_t fork) {
     u->capchildren = cap;
   }
   u->children[u->pending_children].fork = fork;
-  u->children[u->pending_children].deadline = axi_rnow_ms() + fork_timeout(rc);
+  u->children[u->pending_children].deadline = ax_clock_ms() + fork_timeout(rc);
   u->pending_children++;
 }
 
@@ -203,7 +200,7 @@ void axi_rref_sweep(axi_rctx *rc, int64_t now) {
 
 /* Deadline of a fork the owner makes itself (holder still unknown). */
 int64_t axi_owner_fork_deadline(axi_rctx *rc) {
-  return axi_rnow_ms() + fork_timeout(rc);
+  return ax_clock_ms() + fork_timeout(rc);
 }
 
 static int h_live(ax_call_ctx *ctx, const ax_values *args, ax_values *out,

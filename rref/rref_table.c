@@ -1,10 +1,11 @@
-/* The RRef tables of this process: owned entries, user records, the value
- * codec hooks and handle reference counting. */
+/* The RRef tables of this process: owned entries, user records, handle
+ * reference counting, the protocol message queue and tombstones. Start-up
+ * and shutdown are in rref_init.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rref/rref-impl.h"
 
 static axi_rctx *g_rc; /* the one initialised node of this process */
@@ -13,10 +14,8 @@ axi_rctx *axi_rctx_get(void) {
   return __atomic_load_n(&g_rc, __ATOMIC_ACQUIRE);
 }
 
-int64_t axi_rnow_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+void axi_rctx_set(axi_rctx *rc) {
+  __atomic_store_n(&g_rc, rc, __ATOMIC_RELEASE);
 }
 
 uint64_t axi_rref_new_id(axi_rctx *rc) {
@@ -72,6 +71,10 @@ int axi_owned_del_fork(axi_owned *e, uint64_t fork) {
   return 0;
 }
 
+void axi_freed_add(axi_rctx *rc, uint64_t id) {
+  rc->freed[rc->nfreed++ % AXI_FREED_MAX] = id;
+}
+
 axi_owned *axi_owned_maybe_unlink(axi_rctx *rc, axi_owned *e) {
   if (e->nforks || e->local_refs || e->waiters)
     return NULL;
@@ -95,21 +98,6 @@ void axi_owned_free(axi_owned *e) {
   free(e->msg);
   free(e->forks);
   free(e);
-}
-
-void axi_owned_settle(axi_rctx *rc, axi_owned *e, int err, const char *msg,
-                      ax_values *vals, const ax_robj_kind *kind, void *obj) {
-  pthread_mutex_lock(&rc->mu);
-  axi_waiter *w = e->waiters;
-  e->waiters = NULL;
-  e->err = err;
-  e->msg = msg ? strdup(msg) : NULL;
-  e->vals = vals;
-  e->kind = kind;
-  e->obj = obj;
-  e->state = err == AX_OK ? AXI_OWN_READY : AXI_OWN_ERROR;
-  pthread_mutex_unlock(&rc->mu);
-  axi_waiters_run(rc, w, err, msg);
 }
 
 /* ---- handles ------------------------------------------------------------- */
@@ -206,6 +194,28 @@ int ax_rref_confirmed(const ax_rref *r) {
   return c;
 }
 
+/* ---- the protocol message queue (sent by the protocol thread) ------------ */
+void axi_pmsg_push(axi_rctx *rc, int kind, const char *to, uint64_t a,
+                   uint64_t b, ax_rref *rec) {
+  if (rc->stop) /* ax_rref_fini: nothing sends any more */
+    return;
+  axi_pmsg *m = calloc(1, sizeof *m);
+  if (!m)
+    return;
+  m->kind = kind;
+  snprintf(m->to, sizeof m->to, "%s", to);
+  m->a = a;
+  m->b = b;
+  m->rec = rec;
+  m->not_before_ms =
+      ax_clock_ms() + __atomic_load_n(&rc->delay_ms[kind], __ATOMIC_RELAXED);
+  axi_pmsg **pp = &rc->q;
+  while (*pp)
+    pp = &(*pp)->next;
+  *pp = m;
+  pthread_cond_broadcast(&rc->cv);
+}
+
 /* ---- tombstones ---------------------------------------------------------- */
 void axi_tomb_add(axi_rctx *rc, uint64_t id, uint64_t fork) {
   int i = rc->ntomb++ % 256;
@@ -223,106 +233,7 @@ int axi_tomb_take(axi_rctx *rc, uint64_t id, uint64_t fork) {
   return 0;
 }
 
-/* ---- set-up, peer down, debugging ---------------------------------------- */
-
-int ax_rref_init(ax_node *n) {
-  static int ext_done;
-  if (!n)
-    return ax_seterr(AX_EINVAL, "rref: NULL node");
-  if (!__atomic_exchange_n(&ext_done, 1, __ATOMIC_ACQ_REL)) {
-    int rc = ax_value_ext_register(AX_VALUE_EXT_RREF, &axi_rref_ext_ops);
-    if (rc != AX_OK)
-      return rc;
-  }
-  if (axi_rctx_get())
-    return ax_seterr(AX_ESTATE, "rref: a node of this process is initialised");
-  axi_rctx *rc = calloc(1, sizeof *rc);
-  if (!rc)
-    return AX_ENOMEM;
-  rc->node = n;
-  snprintf(rc->name, sizeof rc->name, "%s", ax_node_name(n));
-  pthread_mutex_init(&rc->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&rc->cv, &ca);
-  pthread_condattr_destroy(&ca);
-  int err = axi_rref_register_proto(n);
-  if (err == AX_OK)
-    err = axi_rref_register_calls(n);
-  if (err == AX_OK)
-    err = axi_rref_register_debug(n);
-  if (err == AX_OK && pthread_create(&rc->thread, NULL, axi_proto_thread, rc))
-    err = ax_seterr(AX_ENOMEM, "rref: cannot start the protocol thread");
-  if (err != AX_OK) {
-    free(rc);
-    return err;
-  }
-  __atomic_store_n(&g_rc, rc, __ATOMIC_RELEASE);
-  return ax_robj_register(n, &axi_box_kind);
-}
-
-void ax_rref_fini(ax_node *n) {
-  axi_rctx *rc = axi_rctx_get();
-  if (!rc || rc->node != n)
-    return;
-  pthread_mutex_lock(&rc->mu);
-  rc->stop = 1; /* from now on axi_pmsg_push drops messages */
-  pthread_cond_broadcast(&rc->cv);
-  pthread_mutex_unlock(&rc->mu);
-  pthread_join(rc->thread, NULL);
-  __atomic_store_n(&g_rc, NULL, __ATOMIC_RELEASE);
-  pthread_mutex_lock(&rc->mu);
-  axi_pmsg *q = rc->q;
-  axi_owned *owned = rc->owned;
-  rc->q = NULL;
-  rc->owned = NULL;
-  rc->nowned = 0;
-  pthread_mutex_unlock(&rc->mu);
-  for (axi_pmsg *m = q, *nx; m; m = nx) {
-    nx = m->next;
-    free(m);
-  }
-  /* Destroying an object may release the RRefs it holds (under rc->mu). */
-  int survivors = 0;
-  for (axi_owned *e = owned, *nx; e; e = nx) {
-    nx = e->next;
-    survivors += e->local_refs > 0;
-    axi_waiters_run(rc, e->waiters, AX_ECLOSED, "rref: node shut down");
-    e->waiters = NULL;
-    axi_owned_free(e);
-  }
-  /* User records still referenced by handles stay allocated (their owners
-   * may release later; they are no longer in the table); unreferenced ones
-   * are freed. */
-  pthread_mutex_lock(&rc->mu);
-  ax_rref *users = rc->users;
-  rc->users = NULL;
-  rc->nusers = 0;
-  survivors += rc->inflight > 0;
-  pthread_mutex_unlock(&rc->mu);
-  for (ax_rref *u = users, *nx; u; u = nx) {
-    nx = u->next;
-    u->next = NULL;
-    u->dead = 1;
-    u->in_table = 0;
-    if (u->dropped)
-      axi_user_free(u);
-    else
-      survivors++;
-  }
-  for (struct axi_kindreg *k = rc->kinds, *nx; k; k = nx) {
-    nx = k->next;
-    free(k);
-  }
-  rc->kinds = NULL;
-  rc->resolver = NULL;
-  if (survivors) /* handles or callbacks still point at rc: kept on purpose */
-    return;
-  pthread_cond_destroy(&rc->cv);
-  pthread_mutex_destroy(&rc->mu);
-  free(rc);
-}
+/* ---- peer down, debugging ------------------------------------------------ */
 
 void ax_rref_peer_down(ax_node *n, const char *peer) {
   axi_rctx *rc = axi_rctx_get();

@@ -3,31 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rref/rref-impl.h"
-
-/* ---- the protocol thread ------------------------------------------------- */
-void axi_pmsg_push(axi_rctx *rc, int kind, const char *to, uint64_t a,
-                   uint64_t b, ax_rref *rec) {
-  if (rc->stop) /* ax_rref_fini: nothing sends any more */
-    return;
-  axi_pmsg *m = calloc(1, sizeof *m);
-  if (!m)
-    return;
-  m->kind = kind;
-  snprintf(m->to, sizeof m->to, "%s", to);
-  m->a = a;
-  m->b = b;
-  m->rec = rec;
-  m->not_before_ms =
-      axi_rnow_ms() + __atomic_load_n(&rc->delay_ms[kind], __ATOMIC_RELAXED);
-  axi_pmsg **pp = &rc->q;
-  while (*pp)
-    pp = &(*pp)->next;
-  *pp = m;
-  pthread_cond_broadcast(&rc->cv);
-}
 
 /* The owner answered (or could not be asked about) the fork of u: confirm
  * it and tell the parent that its child is accounted for. mu held. */
@@ -104,7 +82,7 @@ void *axi_proto_thread(void *arg) {
   axi_rctx *rc = arg;
   pthread_mutex_lock(&rc->mu);
   while (!rc->stop) {
-    int64_t now = axi_rnow_ms(), next = now + 50;
+    int64_t now = ax_clock_ms(), next = now + 50;
     axi_pmsg *due = NULL, **pp = &rc->q;
     while (*pp) {
       axi_pmsg *m = *pp;
@@ -130,7 +108,8 @@ void *axi_proto_thread(void *arg) {
     pthread_mutex_lock(&rc->mu);
     if (rc->stop)
       break;
-    struct timespec ts = {next / 1000, (next % 1000) * 1000000L};
+    /* rc->cv waits on CLOCK_MONOTONIC (ax_rref_init). */
+    struct timespec ts = ax_clock_at_ms(next);
     pthread_cond_timedwait(&rc->cv, &rc->mu, &ts);
   }
   pthread_mutex_unlock(&rc->mu);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rref/rref-impl.h"
 
 /* ---- creation (user side) ------------------------------------------------ */
@@ -243,14 +244,14 @@ int ax_rref_to_here(ax_node *n, ax_rref *r, int64_t timeout_ms,
     return ax_seterr(AX_ETIMEOUT, "rref: to_here with no time left");
   if (timeout_ms == 0)
     timeout_ms = 60000;
-  int64_t end = axi_rnow_ms();
+  int64_t end = ax_clock_ms();
   end = end > INT64_MAX - timeout_ms ? INT64_MAX : end + timeout_ms;
   if (!r->is_owner && r->created) {
     AX_TRY(ax_rref_wait_created(r, timeout_ms));
   }
   if (r->type != AX_RREF_VALUE)
     return ax_seterr(AX_EUNSUPPORTED, "rref: to_here of an object");
-  int64_t left = end - axi_rnow_ms();
+  int64_t left = end - ax_clock_ms();
   if (left <= 0)
     return ax_seterr(AX_ETIMEOUT, "rref: to_here deadline passed");
   uint64_t ctx = autograd_ctx ? autograd_ctx : ax_autograd_ctx_current();

@@ -8,7 +8,8 @@ pkgs=(build-essential cmake pkg-config zlib1g-dev libgrpc-dev protobuf-c-compile
       dataset-fashion-mnist dict-gcide gnuplot-nox
       iproute2 # the many-hosts test bed (tests/netns/netbed.sh)
       clang libfuzzer-14-dev libomp-dev # the fuzz build (tests/fuzz, make fuzz)
-      clang-format) # make format and its check (scripts/check_format.sh)
+      clang-format # make format and its check (scripts/check_format.sh)
+      cscope universal-ctags) # the call graph check (scripts/callgraph.sh)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

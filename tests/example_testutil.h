@@ -39,16 +39,14 @@ static inline int et_run(char *const *argv, int timeout_s, char **out) {
     _exit(127);
   }
   int st = 0, code = -1;
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  double t0 = ax_clock_s();
   for (;;) {
     pid_t r = waitpid(pid, &st, WNOHANG);
     if (r == pid) {
       code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
       break;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (r < 0 || t1.tv_sec - t0.tv_sec > timeout_s) {
+    if (r < 0 || ax_clock_s() - t0 > timeout_s) {
       fprintf(stderr, "%s: over %d s, killed\n", argv[0], timeout_s);
       kill(-pid, SIGKILL);
       waitpid(pid, &st, 0);

@@ -5,12 +5,6 @@
 #include "axon/rpc/launch.h"
 #include "axon/runtime/pipeline/pipeline.h"
 
-int64_t rt_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void rt_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
@@ -125,9 +119,9 @@ int rt_stop_agent(pid_t pid, int sig, int timeout_ms) {
   if (pid <= 0)
     return -1;
   kill(pid, sig);
-  int64_t end = rt_now_ms() + timeout_ms;
+  int64_t end = ax_clock_ms() + timeout_ms;
   int st = 0;
-  while (rt_now_ms() < end) {
+  while (ax_clock_ms() < end) {
     pid_t r = waitpid(pid, &st, WNOHANG);
     if (r == pid)
       return st;
@@ -182,9 +176,9 @@ int rt_driver(const char *name, int port, int world, ax_node **out) {
 }
 
 int rt_remote_zero(ax_node *n, const char *to) {
-  int64_t end = rt_now_ms() + 10000;
+  int64_t end = ax_clock_ms() + 10000;
   int64_t calls = -1, futs = -1;
-  while (rt_now_ms() < end) {
+  while (ax_clock_ms() < end) {
     ax_values *r = NULL;
     ax_call_opts o = {.timeout_ms = 5000};
     int rc = ax_rpc_sync(n, to, "axon.rendezvous.stats", NULL, &o, &r);
@@ -202,8 +196,8 @@ int rt_remote_zero(ax_node *n, const char *to) {
 }
 
 int rt_local_zero(void) {
-  int64_t end = rt_now_ms() + 10000;
-  while (rt_now_ms() < end) {
+  int64_t end = ax_clock_ms() + 10000;
+  while (ax_clock_ms() < end) {
     if (ax_rpc_live_calls() == 0 && ax_future_live_count() == 0)
       return AX_OK;
     rt_sleep_ms(20);
@@ -261,8 +255,8 @@ int dt_counts(ax_node *n, const char *to, int64_t *owned, int64_t *users,
 
 int dt_wait_counts(ax_node *n, const char *to, int64_t owned, int64_t users,
                    int64_t ctxs) {
-  int64_t end = rt_now_ms() + 10000, o = -1, u = -1, c = -1;
-  while (rt_now_ms() < end) {
+  int64_t end = ax_clock_ms() + 10000, o = -1, u = -1, c = -1;
+  while (ax_clock_ms() < end) {
     AX_TRY(dt_counts(n, to, &o, &u, &c));
     if ((owned < 0 || o == owned) && (users < 0 || u == users) &&
         (ctxs < 0 || c == ctxs))

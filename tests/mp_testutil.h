@@ -24,12 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/rpc.h"
 #include "axon/runtime/autograd/autograd.h"
 #include "axon/runtime/autograd/stage.h"
-
-/* Milliseconds of the monotonic clock. */
-int64_t rt_now_ms(void);
 
 /* Sleeps ms milliseconds. */
 void rt_sleep_ms(int ms);

@@ -404,9 +404,9 @@ static inline void pt_train_until_killed(ax_pipe *p, pid_t *pid,
                                          const char *const *names) {
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, pt_kill_after_1500ms, pid), 0);
-  int64_t t0 = rt_now_ms();
+  int64_t t0 = ax_clock_ms();
   int err = ax_pipe_train(p, 1000000, batch, NULL, user);
-  double took = (double)(rt_now_ms() - t0) / 1e3 - 1.5;
+  double took = (double)(ax_clock_ms() - t0) / 1e3 - 1.5;
   pthread_join(th, NULL);
   fprintf(stderr, "  %s killed: %s after %.1f s: %s\n", who, ax_strerror(err),
           took, ax_errmsg());

@@ -18,7 +18,7 @@ static int run(const char *prog, const char *const *args, char *err, size_t len,
   mt_bin_path(prog, path, sizeof path);
   int pfd[2];
   assert_int_equal(pipe(pfd), 0);
-  int64_t t0 = rt_now_ms();
+  int64_t t0 = ax_clock_ms();
   pid_t pid = fork();
   if (pid == 0) {
     dup2(pfd[1], 2);
@@ -46,7 +46,7 @@ static int run(const char *prog, const char *const *args, char *err, size_t len,
   int st = 0;
   waitpid(pid, &st, 0);
   if (ms)
-    *ms = rt_now_ms() - t0;
+    *ms = ax_clock_ms() - t0;
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

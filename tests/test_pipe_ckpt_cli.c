@@ -35,14 +35,14 @@ static int run_axon(const char *log, const char *watch, int timeout_ms,
   pid_t pid = mt_spawn_axon_run(log, argv);
   if (pid < 0)
     return -1;
-  int64_t end = rt_now_ms() + timeout_ms;
+  int64_t end = ax_clock_ms() + timeout_ms;
   int st = 0;
   struct stat sb;
   while (waitpid(pid, &st, WNOHANG) == 0) {
-    if (rt_now_ms() > end || (watch && stat(watch, &sb) == 0)) {
+    if (ax_clock_ms() > end || (watch && stat(watch, &sb) == 0)) {
       kill(pid, SIGKILL);
       waitpid(pid, &st, 0);
-      if (!watch || rt_now_ms() > end)
+      if (!watch || ax_clock_ms() > end)
         return -1;
       break;
     }
@@ -69,13 +69,13 @@ static void field(const char *out, const char *key, char *v, size_t len) {
  * exited (they see their master go down); fails if one is still running
  * after 30 s. */
 static void reap_orphans(void) {
-  int64_t end = rt_now_ms() + 30000;
+  int64_t end = ax_clock_ms() + 30000;
   for (;;) {
     int st;
     pid_t p = waitpid(-1, &st, WNOHANG);
     if (p < 0)
       return; /* no child left */
-    if (p == 0 && rt_now_ms() > end) {
+    if (p == 0 && ax_clock_ms() > end) {
       fprintf(stderr, "  an agent is still running 30 s after its master "
                       "was killed\n");
       fail();

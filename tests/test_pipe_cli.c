@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/models/model.h"
 #include "axon/runtime/pipeline/coord/coordinator.h"
-#include "axon/runtime/pipeline/coord/train.h"
 #include "harness.h"
 #include "tests/mp_testutil.h"
 
@@ -34,10 +34,10 @@ static int run_axon_cmd(const char *log, int timeout_ms, const char *cmd,
   pid_t pid = mt_spawn_axon_run(log, av);
   if (pid < 0)
     return -1;
-  int64_t end = rt_now_ms() + timeout_ms;
+  int64_t end = ax_clock_ms() + timeout_ms;
   int st = 0;
   while (waitpid(pid, &st, WNOHANG) == 0) {
-    if (rt_now_ms() > end) {
+    if (ax_clock_ms() > end) {
       kill(pid, SIGKILL);
       waitpid(pid, &st, 0);
       fprintf(stderr, "axon-run did not finish in %d ms\n", timeout_ms);
@@ -130,10 +130,10 @@ static void run_balanced(const char *tag, const char **argv, int K,
   av[ac++] = csv;
   av[ac++] = "--quiet";
   av[ac] = NULL;
-  double t0 = ax_now();
+  double t0 = ax_clock_s();
   int rc = run_axon(log, 80000, av);
   char *out = mt_slurp(log);
-  fprintf(stderr, "  %s: exit %d in %.1f s\n", tag, rc, ax_now() - t0);
+  fprintf(stderr, "  %s: exit %d in %.1f s\n", tag, rc, ax_clock_s() - t0);
   if (rc != 0 || !strstr(out ? out : "", "summary:"))
     dump_on_failure(out);
   assert_int_equal(rc, 0);
@@ -470,9 +470,9 @@ static void test_agents_and_master(void **state) {
   if (rc != AX_OK)
     fprintf(stderr, "driver: %s: %s\n", ax_strerror(rc), ax_errmsg());
   int st = -1;
-  int64_t end = rt_now_ms() + 80000;
+  int64_t end = ax_clock_ms() + 80000;
   while (run > 0 && waitpid(run, &st, WNOHANG) == 0) {
-    if (rt_now_ms() > end) {
+    if (ax_clock_ms() > end) {
       kill(run, SIGKILL);
       waitpid(run, &st, 0);
       st = -1;

@@ -145,11 +145,11 @@ static int run_axon(const char *out, const char *loss_log, int kill_at,
   pid_t pid = mt_spawn_axon_run(out, argv);
   if (pid < 0)
     return -1;
-  int64_t end = rt_now_ms() + 300000;
+  int64_t end = ax_clock_ms() + 300000;
   int st = 0, killed = 0;
   pid_t again = -1, stopped = -1;
   while (waitpid(pid, &st, WNOHANG) == 0) {
-    if (rt_now_ms() > end) {
+    if (ax_clock_ms() > end) {
       kill(pid, SIGKILL);
       waitpid(pid, &st, 0);
       return -1;
@@ -193,10 +193,10 @@ static int run_axon(const char *out, const char *loss_log, int kill_at,
     kill(stopped, SIGKILL);
   if (again > 0) { /* it leaves when the world ends */
     int ast = 0;
-    int64_t t_end = rt_now_ms() + 20000;
-    while (waitpid(again, &ast, WNOHANG) == 0 && rt_now_ms() < t_end)
+    int64_t t_end = ax_clock_ms() + 20000;
+    while (waitpid(again, &ast, WNOHANG) == 0 && ax_clock_ms() < t_end)
       rt_sleep_ms(20);
-    if (rt_now_ms() >= t_end) {
+    if (ax_clock_ms() >= t_end) {
       kill(again, SIGKILL);
       waitpid(again, &ast, 0);
       fprintf(stderr, "  the restarted agent did not leave with the world\n");

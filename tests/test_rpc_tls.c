@@ -217,13 +217,13 @@ static void test_data_channel_strangers(void **state) {
     assert_true(k > 0 || rt_closed_by_peer(fd));
     close(fd);
     /* The refusal is counted once the agent's I/O thread got to it. */
-    int64_t end = rt_now_ms() + 10000;
+    int64_t end = ax_clock_ms() + 10000;
     do {
       ax_node_stats_get(g_drv, &after);
       if (after.auth_refused > before.auth_refused)
         break;
       rt_sleep_ms(20);
-    } while (rt_now_ms() < end);
+    } while (ax_clock_ms() < end);
     fprintf(stderr, "data stranger %d: refused %llu\n", k,
             (unsigned long long)(after.auth_refused - before.auth_refused));
     assert_true(after.auth_refused > before.auth_refused);

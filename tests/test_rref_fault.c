@@ -67,10 +67,10 @@ static int raw_fetch_async(uint64_t id, int conf, int64_t timeout_ms,
 
 static int raw_fetch(uint64_t id, int conf, int64_t *ms) {
   ax_future *f;
-  int64_t t0 = rt_now_ms();
+  int64_t t0 = ax_clock_ms();
   AX_ASSERT_OK(raw_fetch_async(id, conf, 8000, &f));
   int err = ax_future_wait(f, 10000);
-  *ms = rt_now_ms() - t0;
+  *ms = ax_clock_ms() - t0;
   ax_future_release(f);
   return err;
 }
@@ -100,10 +100,10 @@ static void test_stale_ids(void **state) {
   ax_values_add_str(a, "put");
   ax_values_add_bytes(a, NULL, 0);
   ax_call_opts co = {.timeout_ms = 8000};
-  int64_t t0 = rt_now_ms();
+  int64_t t0 = ax_clock_ms();
   AX_ASSERT_ERR(ax_rpc_sync(g_drv, "w1", "axon.rref.call", a, &co, NULL),
                 AX_ESTALE);
-  assert_true(rt_now_ms() - t0 < 1000);
+  assert_true(ax_clock_ms() - t0 < 1000);
   ax_values_free(a);
   /* A fetch that overtakes its creation waits for it: learn the driver's
    * next id from a local creation, then fetch that id before creating it. */
@@ -193,13 +193,13 @@ static void test_killed_holder_of_owner_fork(void **state) {
   AX_ASSERT_OK(ax_rref_rpc_sync(g_drv, b1, "clear", NULL, NULL, NULL));
   rt_sleep_ms(300); /* v1's accept (naming it the holder) reaches w1 */
   AX_ASSERT_OK(dt_wait_counts(g_drv, "w1", 2, -1, -1)); /* b1 + the value */
-  int64_t t0 = rt_now_ms();
+  int64_t t0 = ax_clock_ms();
   kill(g_pids[2], SIGKILL);
   waitpid(g_pids[2], NULL, 0);
   g_pids[2] = 0;
   AX_ASSERT_OK(dt_wait_counts(g_drv, "w1", 1, -1, -1)); /* only b1 */
   fprintf(stderr, "[rref] owner freed the killed holder's value in %lld ms\n",
-          (long long)(rt_now_ms() - t0));
+          (long long)(ax_clock_ms() - t0));
   ax_rref_release(bv);
   ax_rref_release(b1);
   zero_live();
@@ -224,10 +224,10 @@ static void test_child_never_accepted(void **state) {
   kill(g_pids[3], SIGKILL);
   waitpid(g_pids[3], NULL, 0);
   g_pids[3] = 0;
-  int64_t t0 = rt_now_ms();
+  int64_t t0 = ax_clock_ms();
   AX_ASSERT_OK(dt_wait_counts(g_drv, "w1", 0, -1, -1));
   fprintf(stderr, "[rref] unaccepted child swept, value freed in %lld ms\n",
-          (long long)(rt_now_ms() - t0));
+          (long long)(ax_clock_ms() - t0));
   ax_rref_release(bv);
   set_debug("driver", "fork_timeout", 0);
   zero_live();

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <time.h>
 
+#include <axon/kernels/clock.h>
+
 #include "dp_state.h"
 
 int dp_bench_allreduce(const dp_opts *o) {
@@ -37,10 +39,10 @@ int dp_bench_allreduce(const dp_opts *o) {
   double t0 = 0;
   for (int i = 0; rc == AX_OK && i < warm + iters; i++) {
     if (i == warm)
-      t0 = ax_now();
+      t0 = ax_clock_s();
     rc = ax_coll_allreduce(g, t, AX_COLL_SUM);
   }
-  double per = (ax_now() - t0) / iters, bytes = (double)count * 4;
+  double per = (ax_clock_s() - t0) / iters, bytes = (double)count * 4;
   if (rc == AX_OK && o->rank == 0)
     printf("dp: bench allreduce N=%d size=%.1f MiB time=%.2f ms "
            "algbw=%.1f MB/s busbw=%.1f MB/s\n",

@@ -4,6 +4,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <axon/kernels/clock.h>
+
 #include "dp_state.h"
 
 static char g_live[160] = "live_calls=? live_futures=? rrefs=? contexts=?";
@@ -162,8 +164,9 @@ void dp_state_close(dp_state *s) {
     ax_coll_group_free(s->group);
   }
   if (s->node) {
-    double end = ax_now() + 5;
-    while ((ax_rpc_live_calls() || ax_future_live_count()) && ax_now() < end) {
+    double end = ax_clock_s() + 5;
+    while ((ax_rpc_live_calls() || ax_future_live_count()) &&
+           ax_clock_s() < end) {
       struct timespec ts = {0, 20000000L};
       nanosleep(&ts, NULL);
     }

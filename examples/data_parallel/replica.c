@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <axon/kernels/clock.h>
+
 #include "dp.h"
 #include "dp_state.h"
 
@@ -190,7 +192,7 @@ int dp_replica(const dp_opts *o) {
   int bar = s->rank == 0 && !o->quiet;
   if (bar)
     ax_progress_start(&prog, stderr, o->steps);
-  double t0 = ax_now(), loss = 0, first = 0, last = 0;
+  double t0 = ax_clock_s(), loss = 0, first = 0, last = 0;
   long nfirst = 0, nlast = 0, samples = 0;
   while (rc == AX_OK && s->step < o->steps) {
     if (s->step == o->die_step && o->rank == o->die_rank) {
@@ -216,10 +218,10 @@ int dp_replica(const dp_opts *o) {
     }
     s->step++;
     if (bar)
-      ax_progress_update(&prog, s->step, samples * s->world / (ax_now() - t0),
-                         loss, "dp");
+      ax_progress_update(&prog, s->step,
+                         samples * s->world / (ax_clock_s() - t0), loss, "dp");
   }
-  double secs = ax_now() - t0;
+  double secs = ax_clock_s() - t0;
   if (bar)
     ax_progress_end(&prog);
   if (rc != AX_OK) {

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <axon/kernels/clock.h>
 #include <axon/kernels/device.h>
 #include <axon/models/data/dataset.h>
 #include <axon/models/loss.h>
@@ -122,9 +123,7 @@ static int run_server(int rank, void *user) {
     time_t end = time(NULL) + 600;
     pthread_mutex_lock(&s.mu);
     while (s.done < o->trainers && time(NULL) < end) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_sec += 1;
+      struct timespec ts = ax_clock_after_ms(CLOCK_REALTIME, 1000);
       pthread_cond_timedwait(&s.cv, &s.mu, &ts);
     }
     if (s.done < o->trainers)

@@ -22,7 +22,7 @@
 #include <time.h>
 
 #include "ps.h"
-#include <axon/runtime/pipeline/coord/train.h>
+#include <axon/kernels/clock.h>
 
 typedef struct ps_model {
   pthread_mutex_t mu;
@@ -107,12 +107,6 @@ static void complete_all(ax_future **fut, int nf, ax_tensor *params) {
   ax_tensor_release(params);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int m_pull(ax_call_ctx *ctx, void *obj, const ax_values *args,
                   ax_values *out) {
   ps_model *m = obj;
@@ -142,7 +136,7 @@ static int m_push(ax_call_ctx *ctx, void *obj, const ax_values *args,
       ax_tensor_numel(g) != m->net->n_params)
     return ax_seterr(AX_EINVAL, "push: bad trainer %lld or gradient size",
                      (long long)r);
-  double t = now_s();
+  double t = ax_clock_s();
   if (m->mode == PS_HOGWILD) {
     float *p = ax_f32(m->net->params);
     const float *x = ax_f32(g);
@@ -160,7 +154,7 @@ static int m_push(ax_call_ctx *ctx, void *obj, const ax_values *args,
     m->updates++;
     if (m->t_first == 0)
       m->t_first = t;
-    m->t_last = now_s();
+    m->t_last = ax_clock_s();
     pthread_mutex_unlock(&m->mu);
     ax_tensor *s = snapshot(m);
     ax_values_add_tensor(out, s);
@@ -175,7 +169,7 @@ static int m_push(ax_call_ctx *ctx, void *obj, const ax_values *args,
     int rc = ax_optim_step(m->opt, m->net->params, g);
     ax_tensor *s = rc == AX_OK ? snapshot(m) : NULL;
     m->updates++;
-    m->t_last = now_s();
+    m->t_last = ax_clock_s();
     pthread_mutex_unlock(&m->mu);
     AX_TRY(rc);
     ax_values_add_tensor(out, s);
@@ -197,7 +191,7 @@ static int m_push(ax_call_ctx *ctx, void *obj, const ax_values *args,
   ax_future *fire[PS_MAX_TRAINERS];
   ax_tensor *params = NULL;
   int nf = barrier_fire(m, fire, &params);
-  m->t_last = now_s();
+  m->t_last = ax_clock_s();
   pthread_mutex_unlock(&m->mu);
   int rc = ax_robj_defer(ctx, f);
   ax_future_release(f);
@@ -321,12 +315,10 @@ int ps_server_main(const ps_opts *o) {
   }
   if (rc == AX_OK) {
     /* Wait until every trainer finished or went down (bounded). */
-    double end = now_s() + o->timeout_ms / 1000.0;
+    double end = ax_clock_s() + o->timeout_ms / 1000.0;
     pthread_mutex_lock(&m.mu);
-    while (live_trainers(&m) > 0 && now_s() < end) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_sec += 1;
+    while (live_trainers(&m) > 0 && ax_clock_s() < end) {
+      struct timespec ts = ax_clock_after_ms(CLOCK_REALTIME, 1000);
       pthread_cond_timedwait(&m.cv, &m.mu, &ts);
     }
     int left = live_trainers(&m), lost = 0;

@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "ps.h"
-#include <axon/runtime/pipeline/coord/train.h>
+#include <axon/kernels/clock.h>
 
 static int open_train(const ps_opts *o, ax_dataset **ds) {
   ax_config dc;
@@ -48,7 +48,7 @@ static int train(const ps_opts *o, ax_node *n, ax_net *net,
     rc = set_params(net, v);
   ax_values_free(v);
   int64_t *idx = malloc(sizeof *idx * (size_t)o->batch);
-  double t0 = ax_now(), loss = 0, sum = 0;
+  double t0 = ax_clock_s(), loss = 0, sum = 0;
   long s = 0;
   for (; rc == AX_OK && s < o->steps; s++) {
     if (o->kill_rank == o->rank && s == o->kill_step) {
@@ -79,7 +79,7 @@ static int train(const ps_opts *o, ax_node *n, ax_net *net,
     }
   }
   free(idx);
-  double secs = ax_now() - t0;
+  double secs = ax_clock_s() - t0;
   if (rc == AX_OK)
     printf("%s: %ld steps, %.0f samples/s\n", name, s,
            s * o->batch / (secs > 0 ? secs : 1));
@@ -160,7 +160,7 @@ int ps_single_main(const ps_opts *o) {
     rc = AX_ENOMEM;
   int k = o->trainers, b = o->batch;
   int64_t *idx = malloc(sizeof *idx * (size_t)k * (size_t)b);
-  double t0 = ax_now(), loss = 0;
+  double t0 = ax_clock_s(), loss = 0;
   printf("single: %d shard(s), %ld steps of %d x %d examples\n", k, o->steps, k,
          b);
   for (long s = 0; rc == AX_OK && s < o->steps; s++) {
@@ -171,7 +171,7 @@ int ps_single_main(const ps_opts *o) {
     if (rc == AX_OK)
       rc = ax_optim_step(opt, net->params, net->grads);
   }
-  double secs = ax_now() - t0;
+  double secs = ax_clock_s() - t0;
   free(idx);
   if (rc == AX_OK)
     printf("single: %.0f samples/s, last loss %.4f\n",

@@ -13,11 +13,11 @@
 #include <time.h>
 
 #include "rl.h"
+#include <axon/kernels/clock.h>
 #include <axon/kernels/rng.h>
 #include <axon/models/layers/basic.h>
 #include <axon/models/net.h>
 #include <axon/models/optim.h>
-#include <axon/runtime/pipeline/coord/train.h>
 
 typedef struct obs_mem {
   float *states; /* (max_steps, 4) */
@@ -177,11 +177,11 @@ static void on_peer_down(ax_node *n, const char *peer, void *user) {
 static int train(agent *a, ax_node *n, ax_rref **obs, ax_optim *opt) {
   const rl_opts *o = a->o;
   int N = o->observers, alive = N;
-  double running = 10, t0 = ax_now();
+  double running = 10, t0 = ax_clock_s();
   long episodes = 0;
   ax_call_opts co = {.timeout_ms = 120000};
   for (a->round = 0; episodes < o->max_episodes; a->round++) {
-    if (ax_now() - t0 > o->timeout_ms / 1000.0)
+    if (ax_clock_s() - t0 > o->timeout_ms / 1000.0)
       return ax_seterr(AX_ETIMEOUT, "out of time after %ld episodes", episodes);
     ax_future *f[RL_MAX_OBSERVERS + 1] = {0};
     for (int i = 1; i <= N; i++) {
@@ -253,12 +253,12 @@ static int train(agent *a, ax_node *n, ax_rref **obs, ax_optim *opt) {
       printf("round %ld: episodes %ld, mean reward %.1f, running reward "
              "%.1f, %.1f s\n",
              a->round, episodes, played ? sum / played : 0.0, running,
-             ax_now() - t0);
+             ax_clock_s() - t0);
     fflush(stdout);
     if (running >= o->target) {
       printf("solved: running reward %.1f >= %.0f after %ld episodes "
              "(%ld rounds) in %.1f s\n",
-             running, o->target, episodes, a->round + 1, ax_now() - t0);
+             running, o->target, episodes, a->round + 1, ax_clock_s() - t0);
       return AX_OK;
     }
   }

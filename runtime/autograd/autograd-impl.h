@@ -84,6 +84,9 @@ typedef struct axi_ag_state {
 } axi_ag_state;
 
 axi_ag_state *axi_ag_get(void);
+void axi_ag_set(axi_ag_state *d); /* ax_dist_init, ax_dist_fini (NULL) */
+/* The send/recv hooks RRef calls and fetches run (ax_rref_set_grad_hooks). */
+extern const ax_rref_grad_hooks axi_ag_grad_hooks;
 /* Finds ctx; creates it when create and it was not released. mu held. */
 axi_ag_ctx *axi_ag_ctx_find(axi_ag_state *d, uint64_t id, int create);
 /* Whether id is among the recently released contexts, which are never

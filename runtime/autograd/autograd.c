@@ -1,18 +1,21 @@
 /* Distributed autograd contexts: the table, recording of functions, the
  * send/recv hooks used by RRef calls and fetches, per-context gradient
- * buffers and release. */
+ * buffers and release. Start-up and shutdown are in autograd_init.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "axon/kernels/backend-impl.h"
 #include "axon/runtime/autograd/autograd-impl.h"
-#include "axon/runtime/autograd/collective.h"
 
 static axi_ag_state *g_d;
 
 axi_ag_state *axi_ag_get(void) {
   return __atomic_load_n(&g_d, __ATOMIC_ACQUIRE);
+}
+
+void axi_ag_set(axi_ag_state *d) {
+  __atomic_store_n(&g_d, d, __ATOMIC_RELEASE);
 }
 
 int axi_ag_was_released(axi_ag_state *d, uint64_t id) {
@@ -327,7 +330,7 @@ static int hook_recv(ax_node *n, uint64_t ctx, const char *from,
   return err;
 }
 
-static const ax_rref_grad_hooks g_hooks = {
+const ax_rref_grad_hooks axi_ag_grad_hooks = {
     /* .send = */ hook_send,
     /* .recv = */ hook_recv,
 };
@@ -407,83 +410,6 @@ int ax_dist_get_gradients(ax_node *n, uint64_t ctx, uint64_t key,
     *out = ax_tensor_retain(g->g);
   pthread_mutex_unlock(&d->mu);
   return err;
-}
-
-/* ---- set-up -------------------------------------------------------------- */
-static void on_peer_down(ax_node *n, const char *peer, void *user) {
-  ax_rref_peer_down(n, peer);
-  axi_ag_state *d = axi_ag_get();
-  int rank = -1;
-  if (!d || ax_node_rank_of(n, peer, &rank) != AX_OK)
-    return;
-  axi_ag_ctx *gone = NULL;
-  pthread_mutex_lock(&d->mu);
-  for (axi_ag_ctx **pp = &d->ctxs; *pp;) {
-    axi_ag_ctx *c = *pp;
-    if ((c->id >> 48) == (uint64_t)(rank + 1)) {
-      *pp = c->next;
-      d->nctx--;
-      d->released[d->nrel++ % AXD_RELEASED_RING] = c->id;
-      c->released = 1;
-      if (!c->busy) {
-        c->next = gone;
-        gone = c;
-      }
-    } else {
-      pp = &c->next;
-    }
-  }
-  pthread_mutex_unlock(&d->mu);
-  for (axi_ag_ctx *c = gone, *nx; c; c = nx) {
-    nx = c->next;
-    axi_ag_ctx_free(c);
-  }
-}
-
-int ax_dist_init(ax_node *n) {
-  if (axi_ag_get())
-    return ax_seterr(AX_ESTATE, "dist: a node of this process is initialised");
-  AX_TRY(ax_rref_init(n));
-  axi_ag_state *d = calloc(1, sizeof *d);
-  if (!d)
-    return AX_ENOMEM;
-  d->node = n;
-  snprintf(d->name, sizeof d->name, "%s", ax_node_name(n));
-  pthread_mutex_init(&d->mu, NULL);
-  pthread_cond_init(&d->cv, NULL);
-  int err = axi_ag_engine_register(n);
-  if (err == AX_OK)
-    err = axi_ag_optim_register(n);
-  if (err == AX_OK)
-    err = axi_ag_stages_register(n);
-  if (err != AX_OK) {
-    free(d);
-    return err;
-  }
-  __atomic_store_n(&g_d, d, __ATOMIC_RELEASE);
-  ax_rref_set_grad_hooks(&g_hooks);
-  ax_node_on_peer_down(n, on_peer_down, NULL);
-  return AX_OK;
-}
-
-void ax_dist_fini(ax_node *n) {
-  axi_ag_state *d = axi_ag_get();
-  if (!d || d->node != n)
-    return;
-  ax_node_on_peer_down(n, NULL, NULL);
-  ax_rref_set_grad_hooks(NULL);
-  __atomic_store_n(&g_d, NULL, __ATOMIC_RELEASE);
-  for (axi_ag_ctx *c = d->ctxs, *nx; c; c = nx) {
-    nx = c->next;
-    axi_ag_ctx_free(c);
-  }
-  ax_rref_fini(n);
-  ax_coll_fini(n); /* after the objects: stage hosts free their groups */
-  for (int i = 0; i < d->npool; i++)
-    ax_tensor_release(d->pool[i]);
-  pthread_cond_destroy(&d->cv);
-  pthread_mutex_destroy(&d->mu);
-  free(d);
 }
 
 /* ---- taking and recycling gradient buffers ------------------------------- */

@@ -1,6 +1,9 @@
 /* Internals of the collectives (runtime/autograd/collective.h): the per-node
  * mailbox, groups with their communication thread, operations, and the
- * send/receive primitives the algorithms in collective_ring.c use. */
+ * send/receive primitives the algorithms in collective_ring.c use. The
+ * files, bottom to top: collective.c (mailbox, failure state, send and
+ * receive), collective_ring.c (the algorithms), collective_group.c (groups
+ * and their thread), collective_ops.c (the public operations). */
 #ifndef AX_DIST_COLLECTIVE_IMPL_H
 #define AX_DIST_COLLECTIVE_IMPL_H
 
@@ -75,18 +78,31 @@ struct ax_coll_group {
   int nsends, capsends;
 };
 
+/* collective.c */
+/* The mailbox of node n (ax_coll_init), or NULL. */
+axi_coll_box *axi_coll_box_find(ax_node *n);
+/* Drops the messages of group `tag` waiting in b (every one: NULL). */
+void axi_coll_drop_msgs(axi_coll_box *b, const char *tag);
+/* Records g's first failure: rc, and the member to blame (or NULL). */
+void axi_coll_set_failed(ax_coll_group *g, int rc, const char *peer);
+/* Reaps g's answered sends; returns the first failure (and records it). */
+int axi_coll_check_sends(ax_coll_group *g);
+/* Tells the other members, once, that g failed here, so that their waits
+ * fail at once. */
+void axi_coll_notify_abort(ax_coll_group *g);
 /* Sends elements [off, off + n) of host tensor t (copied) to member `to`
  * as message (seq, step) of g. */
 int axi_coll_send(ax_coll_group *g, int to, int64_t seq, int64_t step,
                   const float *src, size_t n);
 /* Takes message (seq, step) of g into dst (n elements; AX_ESHAPE if the
  * sizes differ). add != 0: dst += message, else dst = message. Bounded by
- * the deadline (absolute ms, rt clock of axi_coll_now_ms); fails with
- * AX_EPEERDOWN as soon as a member is down or a send failed. */
+ * the deadline (absolute ms, ax_clock_ms); fails with AX_EPEERDOWN as soon
+ * as a member is down or a send failed. */
 int axi_coll_recv(ax_coll_group *g, int64_t seq, int64_t step, float *dst,
                   size_t n, int add, int64_t deadline_ms);
-int64_t axi_coll_now_ms(void);
-/* Runs one operation on host data (collective_ring.c). */
+/* collective_ring.c: runs one operation on host data. */
 int axi_coll_run(ax_coll_op *op, float *data);
+/* collective_group.c: queues op on its group's thread. */
+int axi_coll_submit(ax_coll_op *op);
 
 #endif

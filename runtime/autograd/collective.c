@@ -1,12 +1,15 @@
-/* Collectives: the per-node mailbox behind "axon.coll.put", groups and their
- * communication thread, and the bounded send/receive primitives. The ring
- * algorithms are in collective_ring.c. */
+/* Collectives: the per-node mailbox behind "axon.coll.put", a group's
+ * failure state, and the bounded send/receive primitives. The ring
+ * algorithms are in collective_ring.c, groups and their communication
+ * thread in collective_group.c, the public operations in
+ * collective_ops.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/builtin-impl.h"
 #include "axon/rpc/rpc.h"
 #include "axon/runtime/autograd/collective-impl.h"
@@ -14,13 +17,7 @@
 static pthread_mutex_t g_boxes_mu = PTHREAD_MUTEX_INITIALIZER;
 static axi_coll_box *g_boxes;
 
-int64_t axi_coll_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static axi_coll_box *box_find(ax_node *n) {
+axi_coll_box *axi_coll_box_find(ax_node *n) {
   pthread_mutex_lock(&g_boxes_mu);
   axi_coll_box *b = g_boxes;
   while (b && b->node != n)
@@ -63,7 +60,7 @@ static int h_put(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
 int ax_coll_init(ax_node *n) {
   if (!n)
     return ax_seterr(AX_EINVAL, "ax_coll_init: no node");
-  if (box_find(n))
+  if (axi_coll_box_find(n))
     return AX_OK;
   axi_coll_box *b = calloc(1, sizeof *b);
   if (!b)
@@ -83,7 +80,7 @@ int ax_coll_init(ax_node *n) {
   return AX_OK;
 }
 
-static void drop_msgs(axi_coll_box *b, const char *tag) {
+void axi_coll_drop_msgs(axi_coll_box *b, const char *tag) {
   pthread_mutex_lock(&b->mu);
   axi_coll_msg **pp = &b->head;
   while (*pp) {
@@ -111,7 +108,7 @@ void ax_coll_fini(ax_node *n) {
   pthread_mutex_unlock(&g_boxes_mu);
   if (!b)
     return;
-  drop_msgs(b, NULL);
+  axi_coll_drop_msgs(b, NULL);
   pthread_mutex_destroy(&b->mu);
   pthread_cond_destroy(&b->cv);
   free(b);
@@ -119,7 +116,7 @@ void ax_coll_fini(ax_node *n) {
 
 /* ---- failure state ------------------------------------------------------- */
 
-static void set_failed(ax_coll_group *g, int rc, const char *peer) {
+void axi_coll_set_failed(ax_coll_group *g, int rc, const char *peer) {
   pthread_mutex_lock(&g->mu);
   if (!g->failed_rc) {
     g->failed_rc = rc;
@@ -129,7 +126,7 @@ static void set_failed(ax_coll_group *g, int rc, const char *peer) {
 }
 
 /* Reaps answered sends; returns the first failure (and records it). */
-static int check_sends(ax_coll_group *g) {
+int axi_coll_check_sends(ax_coll_group *g) {
   int i = 0, bad = AX_OK;
   while (i < g->nsends) {
     ax_future *f = g->sends[i];
@@ -140,7 +137,7 @@ static int check_sends(ax_coll_group *g) {
     int rc = ax_future_err(f);
     if (rc != AX_OK && bad == AX_OK) {
       bad = rc;
-      set_failed(g, rc, g->members[g->send_to[i]]);
+      axi_coll_set_failed(g, rc, g->members[g->send_to[i]]);
       ax_seterr(rc, "collective %s: send to %s failed: %s", g->tag,
                 g->members[g->send_to[i]], ax_future_errmsg(f));
     }
@@ -156,7 +153,7 @@ static int check_sends(ax_coll_group *g) {
 static int check_members(ax_coll_group *g) {
   for (int r = 0; r < g->size; r++) {
     if (r != g->rank && ax_node_peer_is_down(g->node, g->members[r])) {
-      set_failed(g, AX_EPEERDOWN, g->members[r]);
+      axi_coll_set_failed(g, AX_EPEERDOWN, g->members[r]);
       return ax_seterr(AX_EPEERDOWN, "collective %s: member %s is down", g->tag,
                        g->members[r]);
     }
@@ -168,7 +165,7 @@ static int check_members(ax_coll_group *g) {
  * (seq -1, step -(rank + 1)) that fails their waits at once, instead of
  * leaving them to wait for this member until their timeout. Fire and
  * forget: a member that is gone fails its send. */
-static void notify_abort(ax_coll_group *g) {
+void axi_coll_notify_abort(ax_coll_group *g) {
   pthread_mutex_lock(&g->mu);
   int done = g->notified;
   g->notified = 1;
@@ -195,7 +192,7 @@ static void notify_abort(ax_coll_group *g) {
 }
 
 /* AX_ECANCELLED naming the member whose group failed and told this one
- * (notify_abort), else AX_OK. */
+ * (axi_coll_notify_abort), else AX_OK. */
 static int check_remote_abort(ax_coll_group *g) {
   axi_coll_box *b = g->box;
   int64_t from = 0;
@@ -244,7 +241,7 @@ void ax_coll_group_abort(ax_coll_group *g, const char *why) {
   pthread_mutex_lock(&g->box->mu);
   pthread_cond_broadcast(&g->box->cv);
   pthread_mutex_unlock(&g->box->mu);
-  notify_abort(g);
+  axi_coll_notify_abort(g);
 }
 
 int axi_coll_send(ax_coll_group *g, int to, int64_t seq, int64_t step,
@@ -281,7 +278,7 @@ int axi_coll_send(ax_coll_group *g, int to, int64_t seq, int64_t step,
   ax_values_free(v);
   if (rc != AX_OK) {
     if (rc == AX_EPEERDOWN)
-      set_failed(g, rc, g->members[to]);
+      axi_coll_set_failed(g, rc, g->members[to]);
     return rc;
   }
   g->sends[g->nsends] = f;
@@ -309,25 +306,20 @@ int axi_coll_recv(ax_coll_group *g, int64_t seq, int64_t step, float *dst,
     pthread_mutex_lock(&b->mu);
     m = take(b, g->tag, seq, step);
     if (!m) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 20 * 1000000L; /* re-check liveness every 20 ms */
-      if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-      }
+      /* re-check liveness every 20 ms */
+      struct timespec ts = ax_clock_after_ms(CLOCK_REALTIME, 20);
       pthread_cond_timedwait(&b->cv, &b->mu, &ts);
       m = take(b, g->tag, seq, step);
     }
     pthread_mutex_unlock(&b->mu);
     if (m)
       break;
-    AX_TRY(check_sends(g));
+    AX_TRY(axi_coll_check_sends(g));
     AX_TRY(check_members(g));
     AX_TRY(check_aborted(g));
     AX_TRY(check_remote_abort(g));
-    if (axi_coll_now_ms() > deadline_ms) {
-      set_failed(g, AX_ETIMEOUT, NULL);
+    if (ax_clock_ms() > deadline_ms) {
+      axi_coll_set_failed(g, AX_ETIMEOUT, NULL);
       return ax_seterr(AX_ETIMEOUT, "collective %s: no message %lld/%lld",
                        g->tag, (long long)seq, (long long)step);
     }
@@ -353,227 +345,5 @@ int axi_coll_recv(ax_coll_group *g, int64_t seq, int64_t step, float *dst,
   free(tmp);
   ax_tensor_release(m->t);
   free(m);
-  return rc;
-}
-
-/* ---- groups and the communication thread --------------------------------- */
-
-static void op_free(ax_coll_op *op) {
-  ax_tensor_release(op->t);
-  ax_tensor_release(op->a);
-  ax_tensor_release(op->b);
-  free(op);
-}
-
-static void run_op(ax_coll_group *g, ax_coll_op *op) {
-  pthread_mutex_lock(&g->mu);
-  int failed = g->failed_rc;
-  pthread_mutex_unlock(&g->mu);
-  if (failed) {
-    op->rc = failed;
-    if (failed == AX_ECANCELLED)
-      snprintf(op->msg, sizeof op->msg, "collective %s: %s", g->tag,
-               g->abort_why);
-    else
-      snprintf(op->msg, sizeof op->msg, "collective %s failed earlier%s%s",
-               g->tag, g->failed_peer[0] ? ": member down: " : "",
-               g->failed_peer);
-    return;
-  }
-  /* The algorithms work on host floats. A device tensor is run on a host
-   * copy of the op's range only: the rest of it (gradients a backward is
-   * still accumulating, other buckets) is neither read nor written back. */
-  ax_tensor *t = op->t, *range = NULL;
-  float *data = ax_f32(t), *host = NULL;
-  size_t off = op->off, bytes = op->n * sizeof(float);
-  if (t->device.type != AX_DEV_CPU) {
-    int64_t n = (int64_t)op->n;
-    range = ax_tensor_view(t, off, 1, &n);
-    host = malloc(bytes + 1);
-    op->rc = range && host ? ax_tensor_read(range, host, bytes) : AX_ENOMEM;
-    data = host;
-    op->off = 0; /* offsets now count from the copy */
-  }
-  if (op->rc == AX_OK)
-    op->rc = axi_coll_run(op, data);
-  if (op->rc == AX_OK && host)
-    op->rc = ax_tensor_write(range, host, bytes);
-  op->off = off;
-  ax_tensor_release(range);
-  if (op->rc != AX_OK) {
-    snprintf(op->msg, sizeof op->msg, "%s", ax_errmsg());
-    if (op->rc != AX_EPEERDOWN)
-      set_failed(g, op->rc, NULL);
-    notify_abort(g); /* the others need not wait for this member */
-  }
-  free(host);
-  check_sends(g);
-}
-
-static void *comm_main(void *arg) {
-  ax_coll_group *g = arg;
-  pthread_mutex_lock(&g->mu);
-  for (;;) {
-    while (!g->qhead && !g->stop)
-      pthread_cond_wait(&g->cv, &g->mu);
-    if (!g->qhead)
-      break;
-    ax_coll_op *op = g->qhead;
-    g->qhead = op->next;
-    if (!g->qhead)
-      g->qtail = NULL;
-    pthread_mutex_unlock(&g->mu);
-    run_op(g, op);
-    pthread_mutex_lock(&g->mu);
-    op->done = 1;
-    if (op->abandoned)
-      op_free(op);
-    pthread_cond_broadcast(&g->cv);
-  }
-  pthread_mutex_unlock(&g->mu);
-  return NULL;
-}
-
-int ax_coll_group_new(ax_node *n, const char *tag, int n_members,
-                      const char *const *members, int64_t timeout_ms,
-                      ax_coll_group **out) {
-  *out = NULL;
-  if (!n || !tag || strlen(tag) + 8 >= AXI_COLL_TAG || n_members < 1 ||
-      !members)
-    return ax_seterr(AX_EINVAL, "ax_coll_group_new: bad arguments");
-  axi_coll_box *box = box_find(n);
-  if (!box)
-    return ax_seterr(AX_ESTATE, "ax_coll_group_new: ax_coll_init not called");
-  ax_coll_group *g = calloc(1, sizeof *g);
-  if (!g || !(g->members = calloc(n_members, sizeof(char *)))) {
-    free(g);
-    return AX_ENOMEM;
-  }
-  g->node = n;
-  g->box = box;
-  snprintf(g->tag, sizeof g->tag, "%s", tag);
-  snprintf(g->base, sizeof g->base, "%s", tag);
-  g->size = n_members;
-  g->rank = -1;
-  g->timeout_ms = timeout_ms > 0 ? timeout_ms : 60000;
-  for (int i = 0; i < n_members; i++) {
-    g->members[i] = strdup(members[i]);
-    if (strcmp(members[i], ax_node_name(n)) == 0)
-      g->rank = i;
-  }
-  pthread_mutex_init(&g->mu, NULL);
-  pthread_cond_init(&g->cv, NULL);
-  if (g->rank < 0) {
-    ax_coll_group_free(g);
-    return ax_seterr(AX_EINVAL, "ax_coll_group_new: %s is not a member",
-                     ax_node_name(n));
-  }
-  if (pthread_create(&g->th, NULL, comm_main, g) != 0) {
-    ax_coll_group_free(g);
-    return ax_seterr(AX_ENOMEM, "ax_coll_group_new: no thread");
-  }
-  g->started = 1;
-  *out = g;
-  return AX_OK;
-}
-
-int ax_coll_group_shrink(ax_coll_group *g, ax_coll_group **out) {
-  const char **live = calloc(g->size, sizeof(char *));
-  if (!live)
-    return AX_ENOMEM;
-  int k = 0;
-  for (int r = 0; r < g->size; r++) {
-    const char *m = g->members[r];
-    int dead = strcmp(m, g->failed_peer) == 0 ||
-               (r != g->rank && ax_node_peer_is_down(g->node, m));
-    if (!dead)
-      live[k++] = m;
-  }
-  char tag[AXI_COLL_TAG + 16];
-  snprintf(tag, sizeof tag, "%s.e%d", g->base, g->epoch + 1);
-  int rc = ax_coll_group_new(g->node, tag, k, live, g->timeout_ms, out);
-  free(live);
-  if (rc == AX_EINVAL)
-    return ax_seterr(AX_EPEERDOWN, "shrink %s: this node is not a survivor",
-                     g->tag);
-  if (rc == AX_OK) {
-    snprintf((*out)->base, sizeof(*out)->base, "%s", g->base);
-    (*out)->epoch = g->epoch + 1;
-  }
-  return rc;
-}
-
-void ax_coll_group_free(ax_coll_group *g) {
-  if (!g)
-    return;
-  if (g->started) {
-    pthread_mutex_lock(&g->mu);
-    g->stop = 1;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-    pthread_join(g->th, NULL); /* each queued op is bounded by its deadline */
-  }
-  for (int i = 0; i < g->nsends; i++) {
-    ax_future_wait(g->sends[i], g->timeout_ms + 1000);
-    ax_future_release(g->sends[i]);
-  }
-  drop_msgs(g->box, g->tag);
-  for (int i = 0; i < g->size; i++)
-    free(g->members[i]);
-  free(g->members);
-  free(g->sends);
-  free(g->send_to);
-  pthread_mutex_destroy(&g->mu);
-  pthread_cond_destroy(&g->cv);
-  free(g);
-}
-
-int ax_coll_group_size(const ax_coll_group *g) { return g->size; }
-int ax_coll_group_rank(const ax_coll_group *g) { return g->rank; }
-const char *ax_coll_group_member(const ax_coll_group *g, int rank) {
-  return rank >= 0 && rank < g->size ? g->members[rank] : NULL;
-}
-const char *ax_coll_failed_peer(const ax_coll_group *g) {
-  return g->failed_peer[0] ? g->failed_peer : NULL;
-}
-
-/* Queues op on its group's thread (collective_ring.c builds the ops). */
-int axi_coll_submit(ax_coll_op *op) {
-  ax_coll_group *g = op->g;
-  pthread_mutex_lock(&g->mu);
-  op->seq = g->next_seq++;
-  if (g->qtail)
-    g->qtail->next = op;
-  else
-    g->qhead = op;
-  g->qtail = op;
-  pthread_cond_signal(&g->cv);
-  pthread_mutex_unlock(&g->mu);
-  return AX_OK;
-}
-
-int ax_coll_wait(ax_coll_op *op, int64_t timeout_ms) {
-  ax_coll_group *g = op->g;
-  int64_t end =
-      axi_coll_now_ms() + (timeout_ms > 0 ? timeout_ms : g->timeout_ms + 1000);
-  pthread_mutex_lock(&g->mu);
-  while (!op->done && axi_coll_now_ms() < end) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += 1;
-    pthread_cond_timedwait(&g->cv, &g->mu, &ts);
-  }
-  if (!op->done) {
-    op->abandoned = 1; /* the thread frees it */
-    if (!g->failed_rc)
-      g->failed_rc = AX_ETIMEOUT;
-    pthread_mutex_unlock(&g->mu);
-    return ax_seterr(AX_ETIMEOUT, "collective %s: wait timed out", g->tag);
-  }
-  pthread_mutex_unlock(&g->mu);
-  int rc = op->rc;
-  if (rc != AX_OK)
-    ax_seterr(rc, "%s", op->msg);
-  op_free(op);
   return rc;
 }

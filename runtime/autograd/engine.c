@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "axon/kernels/backend-impl.h"
+#include "axon/kernels/clock.h"
 #include "axon/rpc/builtin-impl.h"
 #include "axon/runtime/autograd/autograd-impl.h"
 
@@ -486,10 +487,7 @@ int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
   memset(dout, 0, sizeof *dout);
   if (!d || d->node != n)
     return ax_seterr(AX_ESTATE, "dist: node not initialised");
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  int64_t end = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 +
-                (timeout_ms > 0 ? timeout_ms : AXD_CALL_MS);
+  int64_t end = ax_clock_ms() + (timeout_ms > 0 ? timeout_ms : AXD_CALL_MS);
   int err = AX_OK;
   char consumer[AXD_NAME] = "";
   pthread_mutex_lock(&d->mu);
@@ -519,8 +517,7 @@ int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
       }
       break;
     }
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    int64_t ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    int64_t ms = ax_clock_ms();
     if (ms >= end) {
       err = ax_seterr(AX_ETIMEOUT,
                       "dist: %d of %d gradients for function "
@@ -547,12 +544,8 @@ int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
         break;
       }
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
     int64_t wait = end - ms < 100 ? end - ms : 100;
-    ts.tv_nsec += (long)wait * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
+    struct timespec ts = ax_clock_after_ms(CLOCK_REALTIME, wait);
     pthread_cond_timedwait(&d->cv, &d->mu, &ts);
   }
   pthread_mutex_unlock(&d->mu);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/runtime/autograd/autograd.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
 
@@ -27,11 +28,7 @@ static void *rel_main(void *arg) {
     if (p->rel_head == p->rel_tail) {
       if (p->rel_stop)
         break;
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += REL_POLL_MS * 1000000L;
-      ts.tv_sec += ts.tv_nsec / 1000000000L;
-      ts.tv_nsec %= 1000000000L;
+      struct timespec ts = ax_clock_after_ms(CLOCK_REALTIME, REL_POLL_MS);
       pthread_cond_timedwait(&p->rel_cv, &p->mu, &ts);
       continue;
     }

@@ -1,14 +1,15 @@
-/* ax_pipe_train: one driver thread per agent (rank) walks its action list
- * (the mode table's plan, mode.h; the actions of every stage it holds),
- * issuing each action once its dependencies completed. */
+/* A train call of one pipeline (axi_pipe_train_one, behind ax_pipe_train):
+ * one driver thread per agent (rank) walks its action list (the mode
+ * table's plan, mode.h; the actions of every stage it holds), issuing each
+ * action once its dependencies completed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/runtime/autograd/autograd.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
-#include "axon/runtime/pipeline/coord/train.h"
 #include "axon/runtime/pipeline/stage/stage_host.h"
 #include "axon/runtime/pipeline/stage/stage_line-impl.h"
 #include "axon/runtime/pipeline/stage/stage_msg-impl.h"
@@ -166,7 +167,7 @@ static void event_add(ax_pipe *p, const ax_pipe_op *o, double t_issue,
   ax_pipe_event *e = &p->ev[p->nev++];
   e->op = *o;
   e->t_issue = t_issue;
-  e->t_done = ax_now();
+  e->t_done = ax_clock_s();
   e->busy_s = (double)r->busy_us * 1e-6;
   e->live = (int)r->live;
   e->versions = (int)r->versions;
@@ -236,7 +237,7 @@ static int wait_future(ax_pipe *p, ax_future *f, double since) {
       return ax_future_err(f);
     if (__atomic_load_n(&p->err, __ATOMIC_ACQUIRE) != AX_OK)
       return AX_ECANCELLED;
-    if ((int64_t)(ax_now() * 1e3) > end)
+    if ((int64_t)(ax_clock_s() * 1e3) > end)
       return ax_seterr(AX_ETIMEOUT, "no answer in %lld ms",
                        (long long)timeout_of(p));
   }
@@ -270,16 +271,12 @@ static const char *const g_what[AX_OP_KINDS] = {
 static int issue(driver *d, const ax_pipe_op *o, int merged,
                  const ax_pipe_op *deps, int nd) {
   ax_pipe *p = d->p;
-  double start = ax_now(), lim = timeout_of(p) * 1e-3;
+  double start = ax_clock_s(), lim = timeout_of(p) * 1e-3;
   pthread_mutex_lock(&p->mu);
   while (p->err == AX_OK && !deps_done(p, deps, nd)) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += POLL_MS * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
+    struct timespec ts = ax_clock_after_ms(CLOCK_REALTIME, POLL_MS);
     pthread_cond_timedwait(&p->cv, &p->mu, &ts);
-    if (ax_now() - start > lim)
+    if (ax_clock_s() - start > lim)
       axi_pipe_fail(p, o->stage, AX_ETIMEOUT,
                     "waited too long for a neighbour");
   }
@@ -315,7 +312,7 @@ static int issue(driver *d, const ax_pipe_op *o, int merged,
     co.meta_val = vals;
   }
   inflight *e = &d->q[(d->head + d->count) % ahead];
-  *e = (inflight){*o, merged, NULL, ax_now()};
+  *e = (inflight){*o, merged, NULL, ax_clock_s()};
   if (err == AX_OK)
     err = ax_rref_rpc_async(p->node, p->host[o->stage], g_methods[o->kind], a,
                             &co, &e->f);
@@ -343,7 +340,7 @@ static int reap(driver *d) {
   d->count--;
   ax_future *f = e.f;
   int err = wait_future(p, f, e.t_issue > d->t_last ? e.t_issue : d->t_last);
-  d->t_last = ax_now();
+  d->t_last = ax_clock_s();
   axi_pipe_report_msg rep;
   if (err == AX_OK)
     err = axi_pipe_report_decode(ax_future_values(f), &rep);
@@ -366,7 +363,7 @@ static int reap(driver *d) {
     ax_dist_context_release(p->node, rel, 10000);
   if (batch_done) {
     axi_pipe_batch *b = &p->b[o->batch];
-    ax_pipe_step_info info = {p->base + o->batch, b->loss, ax_now() - p->t0,
+    ax_pipe_step_info info = {p->base + o->batch, b->loss, ax_clock_s() - p->t0,
                               b->correct, b->count};
     if (p->step_fn)
       p->step_fn(p->user, &info);
@@ -389,7 +386,7 @@ static void *driver_main(void *arg) {
   long n_ops = 0;
   const ax_pipe_op *ops = ax_pipe_plan_actions(p->plan, d->s, &n_ops);
   int err = AX_OK, ahead = p->o.ahead;
-  d->t_last = ax_now();
+  d->t_last = ax_clock_s();
   for (long i = 0; err == AX_OK && i < n_ops; i++) {
     /* A STEP right after the same stage's backward (or weight half) of that
      * batch rides on that call. */
@@ -415,23 +412,8 @@ static void *driver_main(void *arg) {
   return NULL;
 }
 
-static int train_call(ax_pipe *p, long n, ax_pipe_batch_fn batch,
-                      ax_pipe_step_fn step, void *user);
-
-int ax_pipe_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
-                  ax_pipe_step_fn step, void *user) {
-  if (!p || n < 0 || !batch)
-    return ax_seterr(AX_EINVAL, "pipeline: bad arguments to train");
-  if (!p->frozen)
-    return train_call(p, n, batch, step, user);
-  axi_pipe_frozen_feed w = {p->frozen, batch, step, user}; /* freeze.h */
-  return train_call(p, n, axi_pipe_frozen_batch, axi_pipe_frozen_step, &w);
-}
-
-static int train_call(ax_pipe *p, long n, ax_pipe_batch_fn batch,
-                      ax_pipe_step_fn step, void *user) {
-  if (p->nrep)
-    return axi_pipe_replicas_train(p, n, batch, step, user);
+int axi_pipe_train_one(ax_pipe *p, long n, ax_pipe_batch_fn batch,
+                       ax_pipe_step_fn step, void *user) {
   size_t units = (size_t)n * (size_t)p->U;
   p->n = n;
   int perr = ax_pipe_plan_new(p->o.mode, p->R, p->v, p->o.M, n, &p->plan);
@@ -461,7 +443,7 @@ static int train_call(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   axi_pipe_release_start(p, units);
   ax_node_stats ns0, ns1;
   ax_node_stats_get(p->node, &ns0);
-  p->t0 = ax_now();
+  p->t0 = ax_clock_s();
   pthread_t th[AX_PIPE_MAX_STAGES];
   driver d[AX_PIPE_MAX_STAGES];
   int started = 0;
@@ -486,7 +468,7 @@ static int train_call(ax_pipe *p, long n, ax_pipe_batch_fn batch,
     pthread_join(th[s], NULL);
   for (int s = 0; s < p->R && s <= started; s++)
     free(d[s].q);
-  double wall = ax_now() - p->t0;
+  double wall = ax_clock_s() - p->t0;
   axi_pipe_release_stop(p); /* drains the queue: no context outlives the call */
   ax_node_stats_get(p->node, &ns1);
   p->stats.seconds = wall;

@@ -109,6 +109,10 @@ ax_pipe *axi_pipe_alloc(ax_node *n, const ax_pipe_opts *o);
  * (coordinator.c). */
 int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
                     const axi_pipe_replica_of *rep, ax_pipe **out);
+/* A train call of one pipeline, not a front, as ax_pipe_train without a
+ * frozen prefix (coord_run.c). */
+int axi_pipe_train_one(ax_pipe *p, long n, ax_pipe_batch_fn batch,
+                       ax_pipe_step_fn step, void *user);
 /* ax_pipe_new / ax_pipe_train of a replicated pipeline (replicas.c). */
 int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out);
 int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,

@@ -1,14 +1,15 @@
-/* The coordinator's set-up, evaluation through the stages, and state
- * access. The driver threads of training are in coord_run.c. */
+/* The coordinator's set-up of one pipeline, evaluation through the stages,
+ * and state access. ax_pipe_new is in coord_front.c, the driver threads of
+ * training in coord_run.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/models/model.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
-#include "axon/runtime/pipeline/coord/train.h"
 #include "axon/runtime/pipeline/stage/stage_host.h"
 #include "axon/runtime/pipeline/stage/stage_msg-impl.h"
 #include "axon/runtime/pipeline/stage/staleness.h"
@@ -235,18 +236,6 @@ static int create_hosts(ax_pipe *p, const int *bounds,
   return AX_OK;
 }
 
-int ax_pipe_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
-  *out = NULL;
-  if (o && (o->replicas > 1 || o->tensor_parallel > 1))
-    return axi_pipe_replicas_new(n, o, out);
-  if (o && o->zero)
-    return ax_seterr(AX_EINVAL,
-                     "pipeline: zero %d shards over replicas, "
-                     "and there is one",
-                     o->zero);
-  return axi_pipe_create(n, o, NULL, out);
-}
-
 int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
                     const axi_pipe_replica_of *rep, ax_pipe **out) {
   ax_model_info info;
@@ -282,7 +271,7 @@ int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
   if (getrandom(p->line, sizeof p->line, 0) != (ssize_t)sizeof p->line)
     for (int r = 0; r < AX_PIPE_MAX_STAGES; r++) /* no entropy: unlikely */
       p->line[r] = ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)p ^
-                   (uint64_t)(ax_now() * 1e9) ^ (uint64_t)r;
+                   (uint64_t)(ax_clock_s() * 1e9) ^ (uint64_t)r;
   p->K = S;
   p->U = ax_pipe_units(o->mode, o->M);
   p->ignore_index = info.ignore_index;

@@ -198,7 +198,7 @@ int ax_pipe_stage_state(ax_pipe *p, int s, ax_tensor **params,
 /* ---- what happened (traces, metrics, tests) ------------------------------ */
 typedef struct ax_pipe_event {
   ax_pipe_op op;
-  double t_issue, t_done; /* coordinator clock (ax_now seconds) */
+  double t_issue, t_done; /* coordinator clock (ax_clock_s seconds) */
   double busy_s;          /* compute time the stage reported */
   int live;               /* states the stage kept after the op */
   int versions;           /* weight versions it held (live one included) */

@@ -1,20 +1,14 @@
-/* Progress bar and clock for training loops. */
+/* Progress bar for training loops. */
 #include <stdio.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/runtime/pipeline/coord/train.h"
-
-double ax_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void ax_progress_start(ax_progress *p, FILE *out, long total) {
   p->out = out;
   p->tty = out && isatty(fileno(out));
-  p->start = p->last_print = ax_now();
+  p->start = p->last_print = ax_clock_s();
   p->total = total;
   p->done = 0;
 }
@@ -23,7 +17,7 @@ void ax_progress_update(ax_progress *p, long done, double samples_per_s,
                         double loss, const char *prefix) {
   if (!p->out)
     return;
-  double now = ax_now();
+  double now = ax_clock_s();
   p->done = done;
   int final = done >= p->total;
   if (!final && now - p->last_print < (p->tty ? 0.2 : 5.0))

@@ -4,7 +4,7 @@
  * stage hosts of a stage's members sum their split layers' partial results
  * (setup's tensor-parallel group), and those of a stage's replicas average
  * their gradients at every STEP (setup's replica group). A train call runs
- * every part's ax_pipe_train at once, one thread each; they share every
+ * every part's train call at once, one thread each; they share every
  * mini-batch (loaded once, each replica taking its rows, every member of a
  * replica the same rows) and report each mini-batch once, when every part
  * finished it. */
@@ -13,8 +13,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
-#include "axon/runtime/pipeline/coord/train.h"
 #include "axon/runtime/pipeline/stage/stage_host.h"
 
 int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
@@ -49,7 +49,7 @@ int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
     return AX_ENOMEM;
   uint64_t id = 0;
   if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
-    id = (uint64_t)(uintptr_t)f ^ (uint64_t)(ax_now() * 1e9);
+    id = (uint64_t)(uintptr_t)f ^ (uint64_t)(ax_clock_s() * 1e9);
   int err = AX_OK;
   for (int i = 0; i < N && err == AX_OK; i++) {
     ax_pipe_opts ro = *o;
@@ -208,7 +208,8 @@ static void shard_step(void *user, const ax_pipe_step_info *si) {
 static void *replica_main(void *arg) {
   replica_run *rr = arg;
   share *sh = rr->sh;
-  rr->err = ax_pipe_train(rr->p, rr->n, shard_batch, shard_step, rr);
+  /* A part is one pipeline, without a frozen prefix (the front has it). */
+  rr->err = axi_pipe_train_one(rr->p, rr->n, shard_batch, shard_step, rr);
   if (rr->err == AX_OK)
     return NULL;
   snprintf(rr->msg, sizeof rr->msg, "%s", ax_errmsg());

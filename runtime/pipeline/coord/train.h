@@ -64,6 +64,5 @@ void ax_progress_start(ax_progress *p, FILE *out, long total);
 void ax_progress_update(ax_progress *p, long done, double samples_per_s,
                         double loss, const char *prefix);
 void ax_progress_end(ax_progress *p);
-double ax_now(void); /* monotonic seconds */
 
 #endif

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/models/data/dataset.h"
 #include "axon/models/loss.h"
 #include "axon/models/model.h"
@@ -171,11 +172,11 @@ int ax_train_local(const ax_train_opts *o, ax_train_report *rep) {
     ax_loader_start(r.loader, epoch);
     ax_tlist in = {0}, lab = {0};
     long in_epoch = 0;
-    double t0 = ax_now();
+    double t0 = ax_clock_s();
     epoch_loss = 0.0;
     while (rep->steps < total &&
            (rc = ax_loader_next(r.loader, &in, &lab)) == AX_OK) {
-      double loss = 0.0, ts = ax_now();
+      double loss = 0.0, ts = ax_clock_s();
       uint64_t step_seed = o->seed * 1000003u + (uint64_t)rep->steps;
       rc = train_step(r.net, r.opt, r.slot, &in, &lab, r.info.ignore_index,
                       step_seed, &loss);
@@ -184,11 +185,11 @@ int ax_train_local(const ax_train_opts *o, ax_train_report *rep) {
       ax_tlist_clear(&lab);
       if (rc != AX_OK)
         break;
-      t_train += ax_now() - ts;
+      t_train += ax_clock_s() - ts;
       rep->loss_curve[rep->steps++] = loss;
       epoch_loss += loss;
       in_epoch++;
-      double sps = (double)(in_epoch * bs) / (ax_now() - t0);
+      double sps = (double)(in_epoch * bs) / (ax_clock_s() - t0);
       if (r.csv)
         fprintf(r.csv, "%ld,%d,%.9g,%.6g,%.1f\n", rep->steps, epoch, loss,
                 ax_lr_at(ax_optim_config(r.opt), rep->steps - 1), sps);

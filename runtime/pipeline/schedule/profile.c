@@ -4,17 +4,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/kernels/error.h"
 #include "axon/kernels/rng.h"
 #include "axon/runtime/pipeline/schedule/partition.h"
 
 #define MAX_REPS 64
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static size_t tlist_bytes(const ax_tlist *l) {
   size_t b = 0;
@@ -86,12 +81,12 @@ static int one_pass(prof_ctx *c, ax_device dev, uint64_t seed, int r,
   int rc = AX_OK;
   for (int i = 0; i < c->n && rc == AX_OK; i++) {
     ax_slot_reset(c->slots[i]);
-    double t0 = now_s();
+    double t0 = ax_clock_s();
     rc = ax_net_forward(c->nets[i], c->slots[i], 1, seed, cur, &c->outs[i]);
     if (rc == AX_OK)
       rc = ax_device_synchronize(dev);
     if (r >= 0)
-      c->fwd[i][r] = now_s() - t0;
+      c->fwd[i][r] = ax_clock_s() - t0;
     out[i].in_bytes = tlist_bytes(cur);
     out[i].out_bytes = tlist_bytes(&c->outs[i]);
     out[i].saved_bytes = ax_slot_bytes(c->slots[i]);
@@ -101,13 +96,13 @@ static int one_pass(prof_ctx *c, ax_device dev, uint64_t seed, int r,
     rc = make_dout(&c->outs[c->n - 1], seed, &c->dout);
   ax_tlist g = {0}, din = {0};
   for (int i = c->n - 1; i >= 0 && rc == AX_OK; i--) {
-    double t0 = now_s();
+    double t0 = ax_clock_s();
     rc = ax_net_backward(c->nets[i], c->slots[i], seed, i > 0,
                          i == c->n - 1 ? &c->dout : &g, &din);
     if (rc == AX_OK)
       rc = ax_device_synchronize(dev);
     if (r >= 0)
-      c->bwd[i][r] = now_s() - t0;
+      c->bwd[i][r] = ax_clock_s() - t0;
     ax_tlist_clear(&g);
     g = din;
     memset(&din, 0, sizeof din);

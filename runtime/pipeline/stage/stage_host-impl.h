@@ -1,6 +1,7 @@
 /* Internals of the pipeline stage host (stage_host.c: creation, setup,
  * forward, state and teardown; stage_host_bwd.c: backward and the update
- * rule of each mode). Contract of the methods in stage_host.h. */
+ * rule of each mode; stage_host_state.c: what both share). Contract of the
+ * methods in stage_host.h. */
 #ifndef AX_PIPELINE_STAGE_HOST_IMPL_H
 #define AX_PIPELINE_STAGE_HOST_IMPL_H
 

@@ -14,30 +14,6 @@
 #include "axon/runtime/pipeline/stage/stage_host.h"
 #include "axon/runtime/pipeline/trace/stage_events.h"
 
-void axi_pipe_state_free(pstate *st) {
-  if (!st)
-    return;
-  ax_slot_free(st->slot);
-  ax_tlist_clear(&st->input);
-  ax_tlist_clear(&st->dlogits);
-  ax_tensor_release(st->ver);
-  free(st);
-}
-
-/* ax_exec.tp_allreduce over the tensor-parallel members (a sum). */
-static int tp_sum(void *g, ax_tensor *t) {
-  return ax_coll_allreduce(g, t, AX_COLL_SUM);
-}
-
-ax_exec axi_pipe_host_exec(phost *h, int training) {
-  ax_exec ex = ax_net_exec(h->s->net, training);
-  if (h->tp) { /* set by setup under s->mu, which the caller holds */
-    ex.tp_allreduce = tp_sum;
-    ex.tp_user = h->tp;
-  }
-  return ex;
-}
-
 static void host_clear(phost *h) {
   ax_rref_release(h->prev);
   ax_rref_release(h->next);
@@ -246,43 +222,6 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   int err = axi_pipe_inbox_open(&h->in, (uint64_t)m.self_id);
   pthread_mutex_unlock(&s->mu);
   return err;
-}
-
-/* ---- statistics reported with every operation ---------------------------- */
-void axi_pipe_host_report(phost *h, int64_t t0, axi_pipe_report_msg *r) {
-  long live = 0, vers = 1;
-  size_t bytes = 0;
-  for (pstate *st = h->states; st; st = st->next) {
-    live++;
-    bytes += ax_slot_bytes(st->slot);
-    for (int i = 0; i < st->input.n; i++)
-      bytes += st->input.t[i] ? ax_tensor_nbytes(st->input.t[i]) : 0;
-    int seen = st->ver == NULL || st->ver == h->s->net->params;
-    for (pstate *o = h->states; !seen && o != st; o = o->next)
-      seen = o->ver == st->ver;
-    if (!seen) {
-      vers++;
-      bytes += ax_tensor_nbytes(st->ver);
-    }
-  }
-  /* Under a correction, a prediction no state uses yet and pipemare's
-   * shadow (2bw; its states stash nothing) count too. */
-  ax_tensor *extra[2] = {h->stale.pred,
-                         h->stale.kind == AX_STALE_PIPEMARE ? h->shadow : NULL};
-  for (int i = 0; i < 2; i++) {
-    int seen = !extra[i] || extra[i] == h->s->net->params;
-    for (pstate *o = h->states; !seen && o; o = o->next)
-      seen = o->ver == extra[i];
-    if (!seen) {
-      vers++;
-      bytes += ax_tensor_nbytes(extra[i]);
-    }
-  }
-  h->versions = (int)vers;
-  r->busy_us = ax_trace_now_us() - t0;
-  r->live = live;
-  r->versions = vers;
-  r->state_bytes = (int64_t)bytes;
 }
 
 /* ---- forward ------------------------------------------------------------- */

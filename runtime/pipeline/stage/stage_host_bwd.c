@@ -55,18 +55,6 @@ static int shadow_live(phost *h, long t) {
 }
 
 /* ---- taken gradients and their sum in micro-batch order ------------------ */
-void axi_pipe_grads_clear(phost *h) {
-  for (pgrad *g = h->grads, *nx; g; g = nx) {
-    nx = g->next;
-    ax_tensor_release(g->g);
-    free(g);
-  }
-  h->grads = NULL;
-  ax_tensor_release(h->acc);
-  h->acc = NULL;
-  h->acc_next = 0;
-}
-
 /* Adds the taken gradients of batch t to the running sum while the next
  * micro-batch in order is there, so the sum is always 0, 1, ..., U-1 and a
  * buffer goes back to the pool as soon as it is added. s->mu held. */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/rpc/builtin-impl.h"
 #include "axon/runtime/autograd/autograd.h"
 #include "axon/runtime/pipeline/stage/stage_inbox.h"
@@ -281,12 +282,8 @@ int axi_pipe_inbox_take(axi_pipe_inbox *ib, ax_node *n, const char *from,
     pthread_mutex_lock(&ib->mu);
     if ((e = unlink_locked(ib, batch, micro)))
       break; /* arrived while the lock was free */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
     int64_t wait_us = end - now < 100000 ? end - now : 100000;
-    ts.tv_nsec += (long)(wait_us % 1000000) * 1000;
-    ts.tv_sec += (time_t)(wait_us / 1000000) + ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
+    struct timespec ts = ax_clock_after_us(CLOCK_REALTIME, wait_us);
     pthread_cond_timedwait(&ib->cv, &ib->mu, &ts);
   }
   pthread_mutex_unlock(&ib->mu);

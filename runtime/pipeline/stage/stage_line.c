@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/kernels/error.h"
 #include "axon/rref/rref.h"
 #include "axon/runtime/pipeline/stage/stage_line-impl.h"
@@ -224,9 +225,7 @@ static void *line_main(void *arg) {
       pp = &(*pp)->next;
     lentry *e = *pp;
     if (!e) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_sec += 1;
+      struct timespec ts = ax_clock_after_ms(CLOCK_REALTIME, 1000);
       pthread_cond_timedwait(&l->cv, &l->mu, &ts);
       drop_where(l, expired, NULL, AX_ETIMEOUT,
                  "axon.pipe.stage: the deadline passed while the action waited "

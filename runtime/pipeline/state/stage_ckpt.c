@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/runtime/pipeline/stage/stage_host-impl.h"
 #include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 
@@ -138,11 +139,7 @@ int axi_pipe_host_ckpt_wait(ax_call_ctx *cc, void *obj, const ax_values *args,
   pthread_mutex_lock(&h->ckpt_mu);
   while (!(w = take_done(h, path, &found)) && found &&
          ax_trace_now_us() / 1000 < end) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 50 * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
+    struct timespec ts = ax_clock_after_ms(CLOCK_REALTIME, 50);
     pthread_cond_timedwait(&h->ckpt_cv, &h->ckpt_mu, &ts);
   }
   pthread_mutex_unlock(&h->ckpt_mu);

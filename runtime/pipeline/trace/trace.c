@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "axon/kernels/clock.h"
 #include "axon/kernels/error.h"
 #include "axon/runtime/pipeline/trace/trace-impl.h"
 
@@ -28,11 +29,7 @@ void ax_trace_free(ax_trace *t) {
   free(t);
 }
 
-int64_t ax_trace_now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
+int64_t ax_trace_now_us(void) { return ax_clock_us(); }
 
 static void copy_str(char *dst, size_t cap, const char *src) {
   size_t n = src ? strlen(src) : 0;

@@ -56,7 +56,8 @@ typedef struct ax_trace ax_trace;
 ax_trace *ax_trace_new(size_t max_events);
 void ax_trace_free(ax_trace *t); /* NULL-safe */
 
-/* CLOCK_MONOTONIC in microseconds. */
+/* The clock of trace events: ax_clock_us (kernels/clock.h, CLOCK_MONOTONIC
+ * in microseconds) under the trace's name. */
 int64_t ax_trace_now_us(void);
 
 /* An event with the given fields, every argument absent (-1) and
