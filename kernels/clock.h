@@ -10,6 +10,7 @@
 #define AX_CLOCK_H
 
 #include <stdint.h>
+#include <sys/types.h> /* clockid_t, also under strict -std=c11 */
 #include <time.h>
 
 #ifdef __cplusplus
