@@ -88,6 +88,10 @@ void axi_ag_ctx_free(axi_ag_ctx *c) {
     nx = p->next;
     free(p);
   }
+  for (axi_ag_box *b = c->boxes, *nx; b; b = nx) {
+    nx = b->next;
+    axi_ag_box_free(b);
+  }
   free(c);
 }
 
@@ -438,6 +442,7 @@ static void on_peer_down(ax_node *n, const char *peer, void *user) {
       pp = &c->next;
     }
   }
+  pthread_cond_broadcast(&d->cv); /* takes under those contexts end */
   pthread_mutex_unlock(&d->mu);
   for (axi_ag_ctx *c = gone, *nx; c; c = nx) {
     nx = c->next;
@@ -461,6 +466,8 @@ int ax_dist_init(ax_node *n) {
     err = axi_ag_optim_register(n);
   if (err == AX_OK)
     err = axi_ag_stages_register(n);
+  if (err == AX_OK)
+    err = axi_ag_push_register(n);
   if (err != AX_OK) {
     free(d);
     return err;
@@ -486,6 +493,7 @@ void ax_dist_fini(ax_node *n) {
   ax_coll_fini(n); /* after the objects: stage hosts free their groups */
   for (int i = 0; i < d->npool; i++)
     ax_tensor_release(d->pool[i]);
+  free(d->closed);
   pthread_cond_destroy(&d->cv);
   pthread_mutex_destroy(&d->mu);
   free(d);
@@ -548,8 +556,8 @@ static ax_values *tlist_values(const ax_tlist *t) {
   return v;
 }
 
-int ax_dist_send_edges(ax_node *n, uint64_t ctx, const char *to,
-                       const ax_tlist *t, void **desc, size_t *len) {
+int axi_ag_send_edges(ax_node *n, uint64_t ctx, const char *to,
+                      const ax_tlist *t, void **desc, size_t *len) {
   *desc = NULL;
   *len = 0;
   axi_ag_state *d = axi_ag_get();
@@ -563,8 +571,8 @@ int ax_dist_send_edges(ax_node *n, uint64_t ctx, const char *to,
   return err;
 }
 
-int ax_dist_recv_edges(ax_node *n, uint64_t ctx, const char *from,
-                       const ax_tlist *t, const void *desc, size_t len) {
+int axi_ag_recv_edges(ax_node *n, uint64_t ctx, const char *from,
+                      const ax_tlist *t, const void *desc, size_t len) {
   axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n || !from || !t)
     return ax_seterr(AX_EINVAL, "dist: bad arguments to recv_edges");

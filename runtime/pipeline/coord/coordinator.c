@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "axon/models/model.h"
+#include "axon/runtime/autograd/autograd.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
 #include "axon/runtime/pipeline/coord/train.h"
 #include "axon/runtime/pipeline/stage/stage_host.h"
@@ -221,7 +222,7 @@ static int create_hosts(ax_pipe *p, const int *bounds,
       ax_values_add_rref(a, p->host[s + 1]);
     else
       ax_values_add_i64(a, 0);
-    ax_values_add_i64(a, (int64_t)ax_rref_id(p->host[s])); /* its inbox */
+    ax_values_add_i64(a, (int64_t)ax_rref_id(p->host[s])); /* its key */
     if (p->o.staleness != AX_STALE_NONE || rep) {          /* staleness.h */
       ax_values_add_i64(a, p->o.staleness);
       ax_values_add_i64(a, p->o.staleness != AX_STALE_NONE
@@ -433,14 +434,20 @@ void ax_pipe_get_stats(const ax_pipe *p, ax_pipe_stats *out) {
 /* ---- evaluation: forward stage to stage, like training ------------------- */
 /* Issues the forward of one evaluation batch on every stage at once: stage
  * 0 gets the inputs, the last stage the labels, and the activations flow
- * from stage to stage (each stage waits for its input in its inbox); the
- * coordinator only waits for the answers. */
+ * from stage to stage under the batch's own distributed autograd context
+ * (each stage takes its input there, as in training, and nothing is
+ * recorded); the coordinator only waits for the answers, then releases
+ * the context. */
 static int eval_batch(ax_pipe *p, const ax_tlist *in, const ax_tlist *lab,
                       double *loss, int64_t *correct, int64_t *count) {
   long id = -(++p->eval_ids);
-  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  uint64_t ctx = 0;
+  int err = ax_dist_context_new(p->node, &ctx), bad = -1;
+  ax_autograd_ctx_set_current(0);
+  if (err != AX_OK)
+    return err;
+  ax_call_opts co = {.timeout_ms = timeout_of(p), .autograd_ctx = ctx};
   ax_future *f[AX_PIPE_MAX_STAGES] = {NULL};
-  int err = AX_OK, bad = -1;
   for (int s = 0; s < p->K && err == AX_OK; s++) {
     ax_values *a = ax_values_new();
     if (!a) {
@@ -491,7 +498,11 @@ static int eval_batch(ax_pipe *p, const ax_tlist *in, const ax_tlist *lab,
     }
     ax_future_release(f[s]);
   }
-  return bad < 0 ? err : named(p, bad, err);
+  err = bad < 0 ? err : named(p, bad, err);
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", err != AX_OK ? ax_errmsg() : "");
+  ax_dist_context_release(p->node, ctx, 10000);
+  return err == AX_OK ? AX_OK : ax_seterr(err, "%s", msg);
 }
 
 /* One evaluation batch on parts[0 .. T - 1], the members of one replica,
