@@ -62,7 +62,8 @@ int ax_dist_take_close(ax_node *n, uint64_t key, int closed) {
   }
   pthread_cond_broadcast(&d->cv); /* takes waiting on key end */
   pthread_mutex_unlock(&d->mu);
-  return err == AX_OK ? AX_OK : ax_seterr(err, "dist: no memory to close a key");
+  return err == AX_OK ? AX_OK
+                      : ax_seterr(err, "dist: no memory to close a key");
 }
 
 /* ---- the producer's side
@@ -218,8 +219,7 @@ static int take_wait(axi_ag_state *d, uint64_t ctx, uint64_t key,
       if ((b = box_unlink(d, ctx, key)))
         break;
       if (down) {
-        err = ax_seterr(AX_EPEERDOWN, "dist: %s is down; nothing pushed",
-                        from);
+        err = ax_seterr(AX_EPEERDOWN, "dist: %s is down; nothing pushed", from);
         break;
       }
     }

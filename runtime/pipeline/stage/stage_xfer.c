@@ -100,9 +100,9 @@ int axi_pipe_xfer_error(phost *h) {
   char msg[256];
   snprintf(msg, sizeof msg, "%s", h->sent->msg);
   pthread_mutex_unlock(&h->sent->mu);
-  return err == AX_OK ? AX_OK
-                      : ax_seterr(err, "axon.pipe.stage %d: %s",
-                                  h->s->index, msg);
+  return err == AX_OK
+             ? AX_OK
+             : ax_seterr(err, "axon.pipe.stage %d: %s", h->s->index, msg);
 }
 
 /* ---- forward: activations
@@ -118,7 +118,8 @@ int axi_pipe_take_input(phost *h, uint64_t ctx, long batch, int micro,
   if (err != AX_OK) {
     char msg[256];
     snprintf(msg, sizeof msg, "%s", ax_errmsg());
-    return ax_seterr(err, "axon.pipe.stage %d: the activations of batch %ld/%d: %s",
+    return ax_seterr(err,
+                     "axon.pipe.stage %d: the activations of batch %ld/%d: %s",
                      s->index, batch, micro, msg);
   }
   *wait_us = t1 - t0;
