@@ -23,7 +23,14 @@
  *   axon.test.device_of(tensor...) -> str per tensor: the device it landed
  *                                on here ("cpu", "cuda:0"; --device-map
  *                                tests)
- *   axon.test.fail(i64 code, str msg) -> the error code with that message */
+ *   axon.test.fail(i64 code, str msg) -> the error code with that message
+ *   axon.test.push(str to, i64 key, i64 delay_ms, tensor or i64 0 ...) ->
+ *                                nothing: after delay_ms (at most 60 s)
+ *                                pushes the tensors (i64 0: no tensor) to
+ *                                node `to` under the call's autograd
+ *                                context for consumer `key`
+ *                                (ax_dist_push), answering once `to`
+ *                                stored them or failed */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +39,7 @@
 #include "axon/kernels/clock.h"
 #include "axon/rpc/builtin-impl.h"
 #include "axon/rpc/value.h"
+#include "axon/runtime/autograd/autograd.h"
 
 #include "agents/axon_agent.h"
 
@@ -62,6 +70,34 @@ static int sleep_ms(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
   return ax_values_add_i64(out, ms);
+}
+
+static int push(ax_call_ctx *ctx, const ax_values *args, ax_values *out,
+                void *user) {
+  const char *to;
+  int64_t key, ms;
+  AX_TRY(ax_values_get_str(args, 0, &to));
+  AX_TRY(ax_values_get_i64(args, 1, &key));
+  AX_TRY(ax_values_get_i64(args, 2, &ms));
+  size_t n = ax_values_count(args);
+  if (ms < 0 || ms > 60000 || n - 3 > AX_TLIST_MAX)
+    return ax_seterr(AX_EINVAL, "push: delay %lld ms, %zu tensors",
+                     (long long)ms, n - 3);
+  ax_tlist t = {0}; /* borrowed from args */
+  for (size_t i = 3; i < n; i++) {
+    t.t[t.n] = NULL;
+    if (ax_values_type(args, i) == AX_VAL_TENSOR)
+      AX_TRY(ax_values_get_tensor(args, i, &t.t[t.n]));
+    t.n++;
+  }
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+  ax_future *f = NULL;
+  AX_TRY(ax_dist_push(ax_call_node(ctx), ax_call_autograd_ctx(ctx), to,
+                      (uint64_t)key, &t, &f));
+  int err = ax_call_defer(ctx, f);
+  ax_future_release(f);
+  return err;
 }
 
 /* Completes the promise with the nested depth + 1. */
@@ -266,5 +302,6 @@ int ax_agent_register_builtins(ax_node *n) {
   AX_TRY(axi_register(n, "axon.test.checksum", checksum, NULL));
   AX_TRY(axi_register(n, "axon.test.make_tensor", make_tensor, NULL));
   AX_TRY(axi_register(n, "axon.test.device_of", device_of, NULL));
+  AX_TRY(axi_register(n, "axon.test.push", push, NULL));
   return axi_register(n, "axon.test.fail", fail, NULL);
 }

@@ -46,7 +46,7 @@ endforeach()
 # backend's kernels, the transport table, the RPC test hooks and the stage
 # host's own parts (axi_ functions, *-impl.h includes).
 set(AX_INTERNAL_HEADERS kernels/cpu/cpu.h rpc/transport.h rpc/rpc-debug.h
-  runtime/pipeline/trace/stage_events.h runtime/pipeline/stage/stage_inbox.h)
+  runtime/pipeline/trace/stage_events.h)
 file(GLOB_RECURSE AX_PUBLIC_HEADERS RELATIVE ${CMAKE_SOURCE_DIR}
   CONFIGURE_DEPENDS kernels/*.h models/*.h rpc/*.h rref/*.h runtime/*.h)
 list(FILTER AX_PUBLIC_HEADERS EXCLUDE REGEX "-impl\\.h$")

@@ -161,9 +161,9 @@ static int local_call(ax_node *n, const char *fn, const ax_values *args,
   if (f->inline_) {
     /* An inline handler never blocks, so it runs here, as it would on a
      * transport thread: queued behind calls that wait for it (a stage's
-     * forward waiting for the push "axon.pipe.give" delivers), it could wait
-     * for a worker that never comes free. The future is complete when
-     * this returns. */
+     * forward waiting for the push "axon.autograd.push" delivers), it
+     * could wait for a worker that never comes free. The future is
+     * complete when this returns. */
     axi_call_run(c);
     return AX_OK;
   }

@@ -52,9 +52,6 @@ static void sm_sample(int id, void *p, int full, ax_tensor *const t[3],
   } else if (sm_is(id, "stage report")) {
     *(axi_pipe_report_msg *)p =
         (axi_pipe_report_msg){120, 2, 3, 4096, full, 0.25, 7, 8};
-  } else if (sm_is(id, "axon.pipe.give")) {
-    *(axi_pipe_give_msg *)p = (axi_pipe_give_msg){
-        1234, 5, 3, {"abc", 3}, {full ? 3 : 0, {t[0], NULL, t[1]}}};
   } else if (sm_is(id, "axon.pipe.stage offload")) {
     ((axi_pipe_offload_msg *)p)->optim = r;
   } else if (sm_is(id, "axon.pipe.stage state_save reply")) {

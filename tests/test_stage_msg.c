@@ -133,13 +133,6 @@ static void test_decoded_fields(void **state) {
   assert_true(fd.lab.t.n == 2 && fd.lab.t.t[1] == g_t[2]);
   assert_true(fd.lab.norm[0] == 4 && fd.lab.norm[1] == 0);
   ax_values_truncate(v, 0);
-  axi_pipe_give_msg g = {-3, -1, 0, {"\0x", 2}, {2, {NULL, g_t[1]}}}, gd;
-  AX_ASSERT_OK(axi_pipe_give_encode(&g, v));
-  AX_ASSERT_OK(axi_pipe_give_decode(v, &gd));
-  assert_true(gd.id == -3 && gd.batch == -1 && gd.desc.n == 2);
-  assert_memory_equal(gd.desc.p, "\0x", 2);
-  assert_true(gd.t.n == 2 && !gd.t.t[0] && gd.t.t[1] == g_t[1]);
-  ax_values_truncate(v, 0);
   axi_pipe_setup_msg s, sd;
   sm_sample(0, &s, 1, g_t, g_rref);
   assert_true(sm_is(0, "axon.pipe.stage setup"));

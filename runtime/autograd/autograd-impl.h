@@ -54,14 +54,26 @@ typedef struct axi_ag_peer {
   struct axi_ag_peer *next;
 } axi_ag_peer;
 
+/* A list pushed to consumer `key` under a context (ax_dist_push), kept as
+ * received until ax_dist_take or the context's release. */
+typedef struct axi_ag_box {
+  uint64_t key;
+  char from[AXD_NAME]; /* the producing node */
+  ax_tlist t;          /* retained; NULL entries: no tensor */
+  void *desc;          /* the producer's send-edge descriptor (malloc'd) */
+  size_t len;
+  struct axi_ag_box *next;
+} axi_ag_box;
+
 typedef struct axi_ag_ctx {
   uint64_t id;
   axi_ag_fn *fns;
   axi_ag_map *map;
   axi_ag_grad *grads;
   axi_ag_peer *peers;
-  int busy;     /* backward callbacks running */
-  int released; /* unlinked; freed when busy drops to zero */
+  axi_ag_box *boxes; /* pushed, not taken yet, in arrival order */
+  int busy;          /* backward callbacks running */
+  int released;      /* unlinked; freed when busy drops to zero */
   struct axi_ag_ctx *next;
 } axi_ag_ctx;
 
@@ -78,9 +90,12 @@ typedef struct axi_ag_state {
   uint64_t released[AXD_RELEASED_RING];
   long nrel;
   int64_t grad_delay_ms;
-  pthread_cond_t cv;             /* a held function got a gradient (with mu) */
+  pthread_cond_t cv; /* a held function got a gradient, a list was pushed,
+                        a context released or a key closed (with mu) */
   ax_tensor *pool[AXD_POOL_MAX]; /* recycled gradient buffers (mu) */
   int npool;
+  uint64_t *closed; /* consumer keys closed by ax_dist_take_close (mu) */
+  int nclosed, capclosed;
 } axi_ag_state;
 
 axi_ag_state *axi_ag_get(void);
@@ -98,8 +113,23 @@ axi_ag_map *axi_ag_map_find(axi_ag_ctx *c, const ax_tensor *t);
 /* Frees a context unlinked from the table (mu not held). */
 void axi_ag_ctx_free(axi_ag_ctx *c);
 
+/* The edges of tensors a program moves itself (push.c): the sender records
+ * the send edges of t to node `to` under ctx and ships the descriptor
+ * (*desc, *len bytes, malloc'd, NULL when no tensor is a recorded output;
+ * the caller frees it) with them; the receiver records the receive edges
+ * of the tensors as it will use them (after moving them to their device),
+ * with the same positions. Both AX_ESTALE if ctx was released here. */
+int axi_ag_send_edges(ax_node *n, uint64_t ctx, const char *to,
+                      const ax_tlist *t, void **desc, size_t *len);
+int axi_ag_recv_edges(ax_node *n, uint64_t ctx, const char *from,
+                      const ax_tlist *t, const void *desc, size_t len);
+
 /* engine.c */
 int axi_ag_engine_register(ax_node *n);
+
+/* push.c: "axon.autograd.push"; frees a box (NULL-safe). */
+int axi_ag_push_register(ax_node *n);
+void axi_ag_box_free(axi_ag_box *b);
 
 /* optim_dist.c, stage.c */
 int axi_ag_optim_register(ax_node *n);

@@ -91,6 +91,10 @@ void axi_ag_ctx_free(axi_ag_ctx *c) {
     nx = p->next;
     free(p);
   }
+  for (axi_ag_box *b = c->boxes, *nx; b; b = nx) {
+    nx = b->next;
+    axi_ag_box_free(b);
+  }
   free(c);
 }
 
@@ -344,19 +348,42 @@ static axi_ag_grad *grad_find(axi_ag_ctx *c, uint64_t key) {
   return g;
 }
 
-/* A recycled buffer of nfloats on dev, zeroed, or NULL (d->mu held). */
+/* A recycled buffer of nfloats on dev, not zeroed yet, or NULL (d->mu
+ * held). */
 static ax_tensor *pool_take(axi_ag_state *d, size_t nfloats, ax_device dev) {
   for (int i = 0; i < d->npool; i++) {
     ax_tensor *t = d->pool[i];
     if (ax_tensor_numel(t) != nfloats || !ax_device_eq(t->device, dev))
       continue;
     d->pool[i] = d->pool[--d->npool];
-    if (ax_tensor_fill(t, 0.0f) == AX_OK)
-      return t;
-    ax_tensor_release(t);
-    return NULL;
+    return t;
   }
   return NULL;
+}
+
+/* Finds key's buffer in ctx or, when fresh (a zero-filled buffer) is given,
+ * links it there (*fresh = NULL: the context holds it now). d->mu held. */
+static int grads_find(axi_ag_state *d, uint64_t ctx, uint64_t key,
+                      size_t nfloats, ax_tensor **fresh, ax_tensor **out) {
+  axi_ag_ctx *c = axi_ag_ctx_find(d, ctx, 1);
+  axi_ag_grad *g = grad_find(c, key);
+  if (!c)
+    return ax_seterr(AX_ESTALE, "dist: context released");
+  if (!g && !*fresh)
+    return AX_ENOTFOUND; /* not yet: the caller makes one */
+  if (!g) {
+    if (!(g = calloc(1, sizeof *g)))
+      return ax_seterr(AX_ENOMEM, "dist: no memory for gradients");
+    g->key = key;
+    g->g = *fresh;
+    *fresh = NULL;
+    g->next = c->grads;
+    c->grads = g;
+  }
+  if (ax_tensor_numel(g->g) != nfloats)
+    return ax_seterr(AX_ESHAPE, "dist: gradient buffer size mismatch");
+  *out = ax_tensor_retain(g->g);
+  return AX_OK;
 }
 
 int ax_dist_grads(ax_node *n, uint64_t ctx, uint64_t key, size_t nfloats,
@@ -364,34 +391,27 @@ int ax_dist_grads(ax_node *n, uint64_t ctx, uint64_t key, size_t nfloats,
   axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n)
     return ax_seterr(AX_ESTATE, "dist: node not initialised");
-  int err = AX_OK;
+  ax_tensor *fresh = NULL;
   pthread_mutex_lock(&d->mu);
-  axi_ag_ctx *c = axi_ag_ctx_find(d, ctx, 1);
-  axi_ag_grad *g = grad_find(c, key);
-  if (!c) {
-    err = ax_seterr(AX_ESTALE, "dist: context released");
-  } else if (!g) {
-    int64_t shape[1] = {(int64_t)nfloats};
-    g = calloc(1, sizeof *g);
-    if (g)
-      g->g = pool_take(d, nfloats, dev);
-    if (g && !g->g && !(g->g = ax_tensor_zeros(AX_F32, 1, shape, dev))) {
-      free(g);
-      g = NULL;
-    }
-    if (!g) {
-      err = ax_seterr(AX_ENOMEM, "dist: no memory for gradients");
-    } else {
-      g->key = key;
-      g->next = c->grads;
-      c->grads = g;
-    }
-  } else if (ax_tensor_numel(g->g) != nfloats) {
-    err = ax_seterr(AX_ESHAPE, "dist: gradient buffer size mismatch");
-  }
-  if (err == AX_OK)
-    *out = ax_tensor_retain(g->g);
+  int err = grads_find(d, ctx, key, nfloats, &fresh, out);
+  if (err == AX_ENOTFOUND)
+    fresh = pool_take(d, nfloats, dev);
   pthread_mutex_unlock(&d->mu);
+  if (err != AX_ENOTFOUND)
+    return err;
+  /* A new buffer is zeroed without the lock, which pushes and gradients
+   * arriving meanwhile take. */
+  if (fresh && ax_tensor_fill(fresh, 0.0f) != AX_OK) {
+    ax_tensor_release(fresh);
+    fresh = NULL;
+  }
+  int64_t shape[1] = {(int64_t)nfloats};
+  if (!fresh && !(fresh = ax_tensor_zeros(AX_F32, 1, shape, dev)))
+    return ax_seterr(AX_ENOMEM, "dist: no memory for gradients");
+  pthread_mutex_lock(&d->mu);
+  err = grads_find(d, ctx, key, nfloats, &fresh, out);
+  pthread_mutex_unlock(&d->mu);
+  ax_dist_grads_recycle(n, fresh); /* made by another thread meanwhile */
   return err;
 }
 
@@ -467,8 +487,8 @@ static ax_values *tlist_values(const ax_tlist *t) {
   return v;
 }
 
-int ax_dist_send_edges(ax_node *n, uint64_t ctx, const char *to,
-                       const ax_tlist *t, void **desc, size_t *len) {
+int axi_ag_send_edges(ax_node *n, uint64_t ctx, const char *to,
+                      const ax_tlist *t, void **desc, size_t *len) {
   *desc = NULL;
   *len = 0;
   axi_ag_state *d = axi_ag_get();
@@ -482,8 +502,8 @@ int ax_dist_send_edges(ax_node *n, uint64_t ctx, const char *to,
   return err;
 }
 
-int ax_dist_recv_edges(ax_node *n, uint64_t ctx, const char *from,
-                       const ax_tlist *t, const void *desc, size_t len) {
+int axi_ag_recv_edges(ax_node *n, uint64_t ctx, const char *from,
+                      const ax_tlist *t, const void *desc, size_t len) {
   axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n || !from || !t)
     return ax_seterr(AX_EINVAL, "dist: bad arguments to recv_edges");

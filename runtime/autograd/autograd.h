@@ -13,15 +13,16 @@
  *
  * Edges. When tensors that are recorded outputs leave a node under a
  * context (arguments of calls through RRefs, results of such calls, values
- * fetched with to_here) the sender records a SEND (the producing function
- * expects one more gradient contribution) and the receiver records a RECV:
- * a pass-through function whose output is the received tensor and whose
- * input is its remote source. Every local use of a received tensor (a
- * recorded consumer, a backward root) and every send of it onwards is one
- * contribution to that function, which sends their sum back to the source
- * once. So a node that passes on a tensor it received (the driver relay
- * y = B.forward(x); C.forward(y), or a value fetched and re-sent, over any
- * number of hops) returns the tensor's gradient to its original producer.
+ * fetched with to_here, pushes with ax_dist_push) the sender records a
+ * SEND (the producing function expects one more gradient contribution) and
+ * the receiver records a RECV: a pass-through function whose output is the
+ * received tensor and whose input is its remote source. Every local use of
+ * a received tensor (a recorded consumer, a backward root) and every send
+ * of it onwards is one contribution to that function, which sends their
+ * sum back to the source once. So a node that passes on a tensor it
+ * received (the driver relay y = B.forward(x); C.forward(y), or a value
+ * fetched and re-sent, over any number of hops) returns the tensor's
+ * gradient to its original producer.
  * Handlers of RRef calls run with the call's context current, so nested
  * calls inherit it.
  *
@@ -122,19 +123,44 @@ int ax_dist_take_gradients(ax_node *n, uint64_t ctx, uint64_t key,
  * ignored. */
 void ax_dist_grads_recycle(ax_node *n, ax_tensor *g);
 
-/* ---- edges on a program's own messages --------------------------------------
- * RRef calls record send/recv edges by themselves. A program that moves tensors
- * over its own functions (the pipeline's stage-to-stage pushes) records them
- * with these: the sender calls ax_dist_send_edges for the tensors it sends to
- * node `to` under ctx and ships the descriptor (*desc, *len bytes, malloc'd,
- * NULL when no tensor is a recorded output; the caller frees it) with them; the
- * receiver calls ax_dist_recv_edges on the tensors as it will use them (after
- * moving them to their device), with the same tensor positions. Both AX_ESTALE
- * if ctx was released here. */
-int ax_dist_send_edges(ax_node *n, uint64_t ctx, const char *to,
-                       const ax_tlist *t, void **desc, size_t *len);
-int ax_dist_recv_edges(ax_node *n, uint64_t ctx, const char *from,
-                       const ax_tlist *t, const void *desc, size_t len);
+/* ---- pushes and takes: tensors a program moves under a context ----------
+ * The mirror of the held functions' gradients (below) for what flows
+ * forward: a producer pushes tensors under a unit's context to a consumer
+ * on another node (or on this one), which takes them when its operation
+ * runs (a pipeline stage's activations). `key` addresses the consumer
+ * inside the context (e.g. the id of the consumer's RRef), so consumers
+ * sharing a node never mix their inputs; each (ctx, key) is pushed once.
+ *
+ * ax_dist_push sends t (borrowed; NULL entries travel as "no tensor") to
+ * node `to` under ctx (non-zero) for `key`, without waiting: the send
+ * edges of t's recorded outputs are recorded here and their descriptor
+ * travels with them, so the gradients the consumer sends back along its
+ * receive edges reach their producers. The context then stops holding t
+ * (ax_dist_forget, before the send: a consumer on this node receives these
+ * very tensors). *done (may be NULL: then errors are dropped) completes
+ * once the receiver stored the list, with its error (AX_EPEERDOWN when
+ * `to` is down). AX_ESTALE if ctx was released here. On the receiver
+ * ("axon.autograd.push", run on the receiving thread, which it never
+ * blocks) the list is kept as received, in ctx, which the push creates
+ * there unless it was released: a push under a released context is dropped
+ * (its memory freed, and no error); one nobody takes is freed when the
+ * context is released. */
+int ax_dist_push(ax_node *n, uint64_t ctx, const char *to, uint64_t key,
+                 const ax_tlist *t, ax_future **done);
+/* Waits up to timeout_ms (<= 0: 60 s) for the list pushed to key under
+ * ctx, moves it onto dev (on the calling thread; new references in *out,
+ * NULL entries where the producer pushed none) and records its receive
+ * edges in ctx. AX_ETIMEOUT at the deadline, AX_EPEERDOWN as soon as
+ * `from` (the producer's node; NULL: not watched) is down, AX_ESTALE if
+ * ctx is released, AX_ECLOSED while key is closed. */
+int ax_dist_take(ax_node *n, uint64_t ctx, uint64_t key, const char *from,
+                 ax_device dev, int64_t timeout_ms, ax_tlist *out);
+/* Closes (closed = 1) or reopens (0) consumer key on this node: while it
+ * is closed every take on key, waiting or new, fails with AX_ECLOSED (a
+ * consumer's teardown wakes its waiting operation). Keys start open;
+ * reopening forgets the key. Pushes to a closed key are still kept. */
+int ax_dist_take_close(ax_node *n, uint64_t key, int closed);
+
 /* Drops ctx's bookkeeping for tensors t (their recorded output or remote
  * source), once no further send or record will name them: the context then
  * stops holding them. Unknown tensors are ignored. */

@@ -32,6 +32,7 @@ static void on_peer_down(ax_node *n, const char *peer, void *user) {
       pp = &c->next;
     }
   }
+  pthread_cond_broadcast(&d->cv); /* takes under those contexts end */
   pthread_mutex_unlock(&d->mu);
   for (axi_ag_ctx *c = gone, *nx; c; c = nx) {
     nx = c->next;
@@ -55,6 +56,8 @@ int ax_dist_init(ax_node *n) {
     err = axi_ag_optim_register(n);
   if (err == AX_OK)
     err = axi_ag_stages_register(n);
+  if (err == AX_OK)
+    err = axi_ag_push_register(n);
   if (err != AX_OK) {
     free(d);
     return err;
@@ -80,6 +83,7 @@ void ax_dist_fini(ax_node *n) {
   ax_coll_fini(n); /* after the objects: stage hosts free their groups */
   for (int i = 0; i < d->npool; i++)
     ax_tensor_release(d->pool[i]);
+  free(d->closed);
   pthread_cond_destroy(&d->cv);
   pthread_mutex_destroy(&d->mu);
   free(d);

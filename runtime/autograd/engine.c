@@ -303,6 +303,7 @@ static int release_local(axi_ag_state *d, uint64_t ctx, axi_ag_peer **peers) {
     c->peers = NULL;
     c->released = 1;
     free_now = c->busy == 0;
+    pthread_cond_broadcast(&d->cv); /* takes under ctx end (AX_ESTALE) */
   } else if (ctx && !axi_ag_was_released(d, ctx)) {
     /* Released before this node saw it (a call under ctx still on its
      * way, e.g. queued behind a failure): the call must not create it

@@ -12,9 +12,10 @@ extern "C" {
 
 /* ax_dist_init(n), the collectives' mailbox (ax_coll_init: the replicas
  * of a stage all-reduce their gradients), then registers the pipeline stage
- * host kind "axon.pipe.stage" (stage_host.h) and its stage-to-stage inbox. The
- * single call an agent that hosts pipeline stages, or a coordinator, makes
- * after ax_node_create; undo it with ax_dist_fini (which also frees the
+ * host kind "axon.pipe.stage" (stage_host.h), the offloaded optimizer kind
+ * "axon.pipe.optim" and the in-memory checkpoint store. The single call an
+ * agent that hosts pipeline stages, or a coordinator, makes after
+ * ax_node_create; undo it with ax_dist_fini (which also frees the
  * mailbox). On error nothing stays initialised. */
 int ax_pipe_init(ax_node *n);
 

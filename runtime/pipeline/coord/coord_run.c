@@ -30,7 +30,7 @@ void axi_pipe_fail(ax_pipe *p, int s, int err, const char *what) {
      * tensors (stage-driven execution): name the agent that is down. */
     int down = err == AX_EPEERDOWN ? axi_pipe_down_stage(p) : -1;
     /* Not seen from here yet: the stage's message names it ("A is down",
-     * stage_inbox.c and the autograd engine). */
+     * from the autograd engine's takes). */
     for (int j = 0; err == AX_EPEERDOWN && down < 0 && j < p->K; j++) {
       char said[AXP_NAME + 16];
       snprintf(said, sizeof said, " %s is down", p->agents[j]);

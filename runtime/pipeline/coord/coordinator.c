@@ -9,6 +9,7 @@
 
 #include "axon/kernels/clock.h"
 #include "axon/models/model.h"
+#include "axon/runtime/autograd/autograd.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
 #include "axon/runtime/pipeline/stage/stage_host.h"
 #include "axon/runtime/pipeline/stage/stage_msg-impl.h"
@@ -214,7 +215,7 @@ static int create_hosts(ax_pipe *p, const int *bounds,
     m.optim = p->o.optim_config ? p->o.optim_config : "opt=sgd,lr=0.1";
     m.prev = s > 0 ? p->host[s - 1] : NULL;
     m.next = s < p->K - 1 ? p->host[s + 1] : NULL;
-    m.self_id = (int64_t)ax_rref_id(p->host[s]); /* its inbox */
+    m.self_id = (int64_t)ax_rref_id(p->host[s]); /* its key */
     m.has_stale = p->o.staleness != AX_STALE_NONE || rep != NULL;
     m.stale = p->o.staleness; /* staleness.h */
     m.delay = p->o.staleness != AX_STALE_NONE
@@ -413,14 +414,20 @@ void ax_pipe_get_stats(const ax_pipe *p, ax_pipe_stats *out) {
 /* ---- evaluation: forward stage to stage, like training ------------------- */
 /* Issues the forward of one evaluation batch on every stage at once: stage
  * 0 gets the inputs, the last stage the labels, and the activations flow
- * from stage to stage (each stage waits for its input in its inbox); the
- * coordinator only waits for the answers. */
+ * from stage to stage under the batch's own distributed autograd context
+ * (each stage takes its input there, as in training, and nothing is
+ * recorded); the coordinator only waits for the answers, then releases
+ * the context. */
 static int eval_batch(ax_pipe *p, const ax_tlist *in, const ax_tlist *lab,
                       double *loss, int64_t *correct, int64_t *count) {
   long id = -(++p->eval_ids);
-  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  uint64_t ctx = 0;
+  int err = ax_dist_context_new(p->node, &ctx), bad = -1;
+  ax_autograd_ctx_set_current(0);
+  if (err != AX_OK)
+    return err;
+  ax_call_opts co = {.timeout_ms = timeout_of(p), .autograd_ctx = ctx};
   ax_future *f[AX_PIPE_MAX_STAGES] = {NULL};
-  int err = AX_OK, bad = -1;
   for (int s = 0; s < p->K && err == AX_OK; s++) {
     axi_pipe_fwd_msg m; /* batch id, micro 0, seed 0, no flags */
     memset(&m, 0, sizeof m);
@@ -467,7 +474,11 @@ static int eval_batch(ax_pipe *p, const ax_tlist *in, const ax_tlist *lab,
     }
     ax_future_release(f[s]);
   }
-  return bad < 0 ? err : named(p, bad, err);
+  err = bad < 0 ? err : named(p, bad, err);
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", err != AX_OK ? ax_errmsg() : "");
+  ax_dist_context_release(p->node, ctx, 10000);
+  return err == AX_OK ? AX_OK : ax_seterr(err, "%s", msg);
 }
 
 /* One evaluation batch on parts[0 .. T - 1], the members of one replica,

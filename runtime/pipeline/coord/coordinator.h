@@ -12,10 +12,11 @@
  * its inputs itself, so an action starts as soon as its activations or
  * gradients arrive. With opts.ahead = 1 (coordinator-driven) an action is
  * issued once the agent finished its previous one and the actions it
- * depends on (ax_pipe_plan_deps) completed. Activations and
- * gradients go from stage to stage (pushed by their producer, stage_inbox.h);
- * the coordinator sends control
- * messages, the inputs to the first stage and the labels to the last.
+ * depends on (ax_pipe_plan_deps) completed. Activations and gradients go
+ * from stage to stage under the unit's distributed autograd context
+ * (pushed by their producer: ax_dist_push and ax_dist_pass_grads,
+ * runtime/autograd/autograd.h); the coordinator sends control messages,
+ * the inputs to the first stage and the labels to the last.
  * Each unit (a micro-batch or a whole mini-batch, as the mode's entry says:
  * mini-batches for sequential, ddg, fr and pipedream, micro-batches for the
  * others) runs in its own distributed autograd context,

@@ -6,7 +6,7 @@
  * creates the K "axon.pipe.stage" hosts on this node, and the coordinator
  * drives them exactly as it drives agents: the same action lists in the same
  * order, the same dependencies, the same weight versions. Calls to the
- * stages, stage-to-stage pushes ("axon.pipe.give") and gradients along
+ * stages, stage-to-stage pushes ("axon.autograd.push") and gradients along
  * distributed autograd's edges all go through the rpc layer's local path
  * (rpc.h: a node's calls to itself), so no socket carries a tensor and no
  * agent process runs, but the stage code is the very code the agents run:

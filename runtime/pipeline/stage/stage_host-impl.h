@@ -8,12 +8,13 @@
 #include "axon/runtime/autograd/collective.h"
 #include "axon/runtime/autograd/stage-impl.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
-#include "axon/runtime/pipeline/stage/stage_inbox.h"
 #include "axon/runtime/pipeline/stage/stage_line-impl.h"
 #include "axon/runtime/pipeline/stage/stage_msg-impl.h"
 #include "axon/runtime/pipeline/stage/staleness-impl.h"
 #include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 #include "axon/runtime/pipeline/trace/trace.h"
+
+typedef struct axi_pipe_sent axi_pipe_sent; /* stage_xfer.c */
 
 typedef struct pstate { /* one unit between its forward and its backward */
   long batch;
@@ -41,7 +42,10 @@ typedef struct phost {
   int is_last;
   const ax_pipe_mode_def *def; /* the mode's table entry */
   ax_rref *prev, *next;
-  axi_pipe_inbox in; /* its own lock; everything else under s->mu */
+  uint64_t self;       /* the id of its own RRef (setup): the key its input is
+                          pushed to (stage_xfer.c) */
+  axi_pipe_sent *sent; /* its first failed send (its own lock; everything
+                          else under s->mu) */
   pstate *states;
   pgrad *grads;   /* taken, not yet summed (s->mu) */
   ax_tensor *acc; /* sum of micro-batches 0 .. acc_next-1 of acc_batch */
@@ -78,6 +82,34 @@ typedef struct phost {
                                  back before anything reads them (s->mu) */
   int offload_err;            /* a failed update: every later one fails */
 } phost;
+
+/* The data path (stage_xfer.c). init gives a new host its record of
+ * failed sends; open (setup) makes `self` its key and forgets earlier
+ * failures; close (teardown) wakes and fails its waiting take and every
+ * later one until it is opened again; free forgets the key and the
+ * record. error: the first failed send since open, as an error (AX_OK:
+ * none). */
+int axi_pipe_xfer_init(phost *h);
+int axi_pipe_xfer_open(phost *h, uint64_t self);
+void axi_pipe_xfer_close(phost *h);
+void axi_pipe_xfer_free(phost *h);
+int axi_pipe_xfer_error(phost *h);
+/* A forward's input: the activations prev pushed to this host under ctx,
+ * on the stage's device with their receive edges recorded, waited for up
+ * to timeout_ms (*wait_us: how long). A forward's output: pushed to next
+ * under ctx, not waited for (a failure is kept). */
+int axi_pipe_take_input(phost *h, uint64_t ctx, long batch, int micro,
+                        int64_t timeout_ms, ax_tlist *in, int64_t *wait_us);
+int axi_pipe_push_output(phost *h, uint64_t ctx, long batch, int micro,
+                         const ax_tlist *y);
+/* Their mirror in a backward: the output gradient next sent back to the
+ * unit's function fn, on the stage's device (*wait_us: the wait); the
+ * input gradient passed back along fn's receive edges, not waited for. */
+int axi_pipe_take_grad(phost *h, uint64_t ctx, uint64_t fn, long batch,
+                       int micro, int64_t timeout_ms, ax_tlist *dy,
+                       int64_t *wait_us);
+int axi_pipe_pass_grad(phost *h, uint64_t ctx, uint64_t fn, long batch,
+                       int micro, const ax_tlist *din);
 
 /* The net's exec (ax_net_exec) with the host's tensor-parallel sum. */
 ax_exec axi_pipe_host_exec(phost *h, int training);

@@ -37,7 +37,7 @@ static void host_clear(phost *h) {
   axi_pipe_offload_drop(h);
   ax_rref_release(h->offload);
   h->offload = NULL;
-  axi_pipe_inbox_close(&h->in);
+  axi_pipe_xfer_close(h);
 }
 
 /* The groups of setup (stage_msg-impl.h): the replicas (*g; NULL with
@@ -97,6 +97,11 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
     return err;
   }
   h->s = s;
+  if ((err = axi_pipe_xfer_init(h)) != AX_OK) {
+    axi_ag_stage_release(h->s);
+    free(h);
+    return err;
+  }
   pthread_mutex_init(&h->group_mu, NULL);
   pthread_mutex_init(&h->ckpt_mu, NULL);
   pthread_cond_init(&h->ckpt_cv, NULL);
@@ -104,7 +109,6 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
   h->last_step = -1;
   axi_stale_clear(&h->stale);
   h->tr = ax_trace_new(AXP_STAGE_EVENTS_MAX); /* NULL: no events */
-  axi_pipe_inbox_init(&h->in, h->s->index, dev, h->tr);
   *obj = h;
   return AX_OK;
 }
@@ -112,7 +116,7 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
 /* Stops the host's actions: wakes the one waiting for activations, cancels
  * the queued ones and waits for the running one (s->mu not held). */
 static void host_quiesce(phost *h) {
-  axi_pipe_inbox_close(&h->in);
+  axi_pipe_xfer_close(h);
   /* A STEP waiting in the replicas' all-reduce for a replica whose call
    * ended would wait out its timeout: the group fails it now. */
   pthread_mutex_lock(&h->group_mu);
@@ -130,7 +134,7 @@ static void host_destroy(void *obj) {
   pthread_mutex_destroy(&h->ckpt_mu);
   pthread_cond_destroy(&h->ckpt_cv);
   pthread_mutex_destroy(&h->group_mu);
-  axi_pipe_inbox_destroy(&h->in);
+  axi_pipe_xfer_free(h);
   axi_ag_stage_release(h->s);
   ax_trace_free(h->tr);
   free(h);
@@ -219,7 +223,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   h->stale = stale;
   ax_optim_free(s->opt);
   s->opt = o;
-  int err = axi_pipe_inbox_open(&h->in, (uint64_t)m.self_id);
+  int err = axi_pipe_xfer_open(h, (uint64_t)m.self_id);
   pthread_mutex_unlock(&s->mu);
   return err;
 }
@@ -235,7 +239,7 @@ static int run_loss(phost *h, const axi_pipe_fwd_msg *m, const ax_tlist *y,
 
 /* The unit's inputs: the coordinator's tensors (stage 0), or the
  * activations prev pushed under the unit's context, whose receive edges are
- * recorded in that context when training. */
+ * recorded in that context. */
 static int take_inputs(ax_call_ctx *cc, phost *h, const ax_tlist *given,
                        long batch, int micro, uint64_t ctx, ax_tlist *in,
                        int64_t *wait_us) {
@@ -246,22 +250,8 @@ static int take_inputs(ax_call_ctx *cc, phost *h, const ax_tlist *given,
         return AX_ENOMEM;
     return AX_OK;
   }
-  axi_pipe_received meta;
-  AX_TRY(axi_pipe_inbox_take(&h->in, s->node,
-                             h->prev ? ax_rref_owner(h->prev) : NULL, batch,
-                             micro, axi_pipe_wait_ms(cc), in, &meta));
-  *wait_us = meta.wait_us;
-  int err = AX_OK;
-  if (meta.ctx != ctx)
-    err = ax_seterr(AX_ESTATE,
-                    "axon.pipe.stage %d: activations of %ld/%d came "
-                    "under context %llx, the forward runs under %llx",
-                    s->index, batch, micro, (unsigned long long)meta.ctx,
-                    (unsigned long long)ctx);
-  else if (ctx)
-    err = ax_dist_recv_edges(s->node, ctx, meta.from, in, meta.desc, meta.len);
-  axi_pipe_received_clear(&meta);
-  return err;
+  return axi_pipe_take_input(h, ctx, batch, micro, axi_pipe_wait_ms(cc), in,
+                             wait_us);
 }
 
 static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
@@ -273,15 +263,15 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   AX_TRY(axi_pipe_fwd_decode(args, &m));
   int64_t batch = m.batch, micro = m.micro, seed = m.seed, flags = m.flags;
   int train = (flags & AX_PIPE_FLAG_TRAIN) != 0;
-  uint64_t ctx = train ? ax_call_autograd_ctx(cc) : 0;
-  if (train && !ctx)
+  uint64_t ctx = ax_call_autograd_ctx(cc); /* activations travel under it */
+  if (!ctx && (train || m.in.n == 0 || !h->is_last))
     return ax_seterr(AX_ESTATE,
-                     "axon.pipe.stage %d: a training forward runs "
-                     "under a distributed autograd context",
+                     "axon.pipe.stage %d: a forward runs under its unit's "
+                     "distributed autograd context",
                      s->index);
   ax_tlist in = {0}, y = {0};
   int64_t waited = 0;
-  int err = axi_pipe_inbox_error(&h->in);
+  int err = axi_pipe_xfer_error(h);
   if (err == AX_OK)
     err = take_inputs(cc, h, &m.in, (long)batch, (int)micro, ctx, &in, &waited);
   t0 += waited; /* busy time: not the wait for the activations */
@@ -369,8 +359,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     rep.correct = r.correct[0];
     rep.count = r.count[0];
   } else if (err == AX_OK) {
-    err = axi_pipe_push(s->node, &h->in, h->next, ctx, (long)batch, (int)micro,
-                        &y);
+    err = axi_pipe_push_output(h, ctx, (long)batch, (int)micro, &y);
   }
   if (err == AX_OK)
     err = axi_pipe_report_encode(&rep, out);
@@ -489,7 +478,6 @@ static const ax_robj_kind g_kind = {"axon.pipe.stage", host_create,
                                     host_destroy, g_methods};
 
 int axi_pipe_host_register(ax_node *n) {
-  AX_TRY(axi_pipe_inbox_register_rpc(n));
   AX_TRY(axi_pipe_optim_register(n));
   AX_TRY(axi_pipe_mem_store_register(n));
   return ax_robj_register(n, &g_kind);

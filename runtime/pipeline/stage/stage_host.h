@@ -25,8 +25,9 @@
  *    the recompute option is informational (each "fwd" says in its flags
  *    whether the unit keeps only its inputs); prev/next are the
  *    neighbours' object RRefs, or i64 0 at the ends;
- *    self id is ax_rref_id of this host's own RRef, under which its inbox
- *    receives the neighbours' pushes (stage_inbox.h). Creates the local
+ *    self id is ax_rref_id of this host's own RRef, the key prev pushes
+ *    its activations to (ax_dist_push, runtime/autograd/autograd.h).
+ *    Creates the local
  *    optimizer (models/optim.h keys). The staleness correction
  *    (staleness.h; absent: none) with the stage's delay (ax_pipe_delay)
  *    changes the weights a training forward and a backward use and the
@@ -41,13 +42,15 @@
  *  - "fwd" [batch, micro, seed, flags, n_in, inputs..., n_lab, labels...,
  *    norms (n_lab i64)]: flags bit 0 = training, bit 1 = keep only the
  *    inputs and replay the forward at backward (the mode table's
- *    ax_pipe_replays). With n_in = 0 the inputs are the activations prev
- *    pushed (waited for in the inbox up to the call's deadline). Training
- *    runs under the unit's distributed autograd context (the call's;
- *    AX_ESTATE without one): the receive edges of the pushed activations
- *    and the unit's function are recorded in it (ax_dist_record_held), and
- *    a stage with a next pushes its outputs there right away under the
- *    context (stage to stage, not through the caller), recording the send.
+ *    ax_pipe_replays). A forward runs under its unit's distributed
+ *    autograd context (the call's; AX_ESTATE without one, unless it
+ *    neither takes nor pushes activations nor trains). With n_in = 0 the
+ *    inputs are the activations prev pushed under it (ax_dist_take,
+ *    waited for up to the call's deadline), whose receive edges it
+ *    records; a stage with a next pushes its outputs there right away
+ *    under the context (ax_dist_push: stage to stage, not through the
+ *    caller), recording the send. Training records the unit's function
+ *    in the context (ax_dist_record_held).
  *    Training keeps a per-unit state until its backward: the saved
  *    activations (or only the inputs) and, when the mode's backward uses
  *    stashed weights, the version the forward used (copy-on-update: before

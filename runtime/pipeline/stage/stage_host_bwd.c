@@ -201,24 +201,12 @@ static int backward_locked(phost *h, pstate *st, int part, const ax_tlist *dy,
  * the ones the next stage sent back along the unit's context. */
 static int output_grads(ax_call_ctx *cc, phost *h, pstate *st, uint64_t ctx,
                         ax_tlist *dy, int64_t *wait_us) {
-  if (h->is_last) {
-    dy->n = st->dlogits.n;
-    for (int i = 0; i < dy->n; i++)
-      dy->t[i] = ax_tensor_retain(st->dlogits.t[i]);
-    return AX_OK;
-  }
-  int64_t t0 = ax_trace_now_us();
-  AX_TRY(ax_dist_take_grads(h->s->node, ctx, st->fn, axi_pipe_wait_ms(cc), dy));
-  *wait_us = ax_trace_now_us() - t0;
-  for (int i = 0; i < dy->n; i++) { /* onto the stage's device */
-    ax_tensor *x = dy->t[i] ? ax_tensor_to(dy->t[i], h->s->dev) : NULL;
-    if (dy->t[i] && !x)
-      return AX_ENOMEM;
-    ax_tensor_release(dy->t[i]);
-    dy->t[i] = x;
-  }
-  axi_pipe_event_xfer(h->tr, h->s->index, 0, AXP_GRADIENTS, st->batch,
-                      st->micro, h->s->index + 1, dy, t0, ax_trace_now_us());
+  if (!h->is_last)
+    return axi_pipe_take_grad(h, ctx, st->fn, st->batch, st->micro,
+                              axi_pipe_wait_ms(cc), dy, wait_us);
+  dy->n = st->dlogits.n;
+  for (int i = 0; i < dy->n; i++)
+    dy->t[i] = ax_tensor_retain(st->dlogits.t[i]);
   return AX_OK;
 }
 
@@ -285,7 +273,7 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
                      "axon.pipe.stage %d: a backward runs under its "
                      "unit's distributed autograd context",
                      s->index);
-  AX_TRY(axi_pipe_inbox_error(&h->in));
+  AX_TRY(axi_pipe_xfer_error(h));
   const char *why = NULL;
   pthread_mutex_lock(&s->mu);
   pstate *st = state_for(h, batch, (int)micro, part, &why);
@@ -348,21 +336,8 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
       axi_pipe_event_compute(h->tr, s->index, agent, "optim", (long)batch,
                              (int)micro, mark[2], mark[3], -1, vers);
   }
-  if (err == AX_OK && part != PART_WEIGHT && !s->is_first) {
-    /* back along the receive edges */
-    int64_t ts = ax_trace_now_us();
-    ax_future *f = NULL;
-    err = ax_dist_pass_grads(s->node, ctx, fn, &din, &f);
-    if (err == AX_OK) {
-      err =
-          ax_future_on_done(f, axi_pipe_on_pushed, (void *)(uintptr_t)h->in.id);
-      ax_future_release(f);
-    }
-    if (err == AX_OK)
-      axi_pipe_event_xfer(h->tr, s->index, 1, AXP_GRADIENTS, (long)batch,
-                          (int)micro, s->index - 1, &din, ts,
-                          ax_trace_now_us());
-  }
+  if (err == AX_OK && part != PART_WEIGHT && !s->is_first)
+    err = axi_pipe_pass_grad(h, ctx, fn, (long)batch, (int)micro, &din);
   if (err == AX_OK)
     err = axi_pipe_report_encode(&rep, out);
   ax_tensor_release(g);

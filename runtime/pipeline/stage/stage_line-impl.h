@@ -1,9 +1,9 @@
 /* Stage-driven execution, the agent's side: the order of one rank's actions.
  *
  * The coordinator (coord_run.c) issues each rank's actions ahead of their
- * dependencies; the stages wait for the data themselves (activations in
- * their inbox, gradients in the unit's context), so an action starts the
- * moment its inputs arrive instead of a coordinator round trip later. What
+ * dependencies; the stages wait for the data themselves (activations and
+ * gradients in the unit's context), so an action starts the moment its
+ * inputs arrive instead of a coordinator round trip later. What
  * the coordinator's wait gave before, the line gives now: a rank runs its
  * actions one at a time, in its list's order, even when several calls
  * arrive at once or out of order, and even across the stages it holds

@@ -1,6 +1,5 @@
 /* Typed stage messages: the argument and reply lists of the stage host's
- * methods (stage_host.h), of the push between stages ("axon.pipe.give",
- * stage_inbox.h), of the agents' store of in-memory checkpoints
+ * methods (stage_host.h), of the agents' store of in-memory checkpoints
  * ("axon.pipe.mem_keep", "mem_fetch", "mem_forget") and of a stage's
  * optimizer on another agent ("axon.pipe.optim"), each a C struct with one
  * encoder and one decoder. Senders (the coordinator, the stages) and
@@ -39,8 +38,7 @@
 #include "axon/rref/rref.h"
 #include "axon/runtime/pipeline/coord/coordinator.h"
 
-#define AXP_UNITS_MAX (1 << 20) /* units (micro-batches) of one batch */
-#define AXP_GIVE_DESC_MAX 4096  /* autograd descriptor bytes of a push */
+#define AXP_UNITS_MAX (1 << 20)         /* units (micro-batches) of one batch */
 #define AXP_SHA_HEX (2 * AX_SHA256_LEN) /* a SHA-256 in hex */
 
 /* Bytes borrowed from a list. */
@@ -66,7 +64,7 @@ typedef struct axi_pipe_setup_msg {
   int64_t recompute; /* AX_RECOMPUTE_* (informational) */
   const char *optim; /* models/optim.h keys */
   ax_rref *prev, *next;
-  int64_t self_id; /* ax_rref_id of the host's own RRef: its inbox */
+  int64_t self_id; /* ax_rref_id of the host's own RRef: its consumer key */
   int has_stale;
   int64_t stale, delay; /* int range; the host checks them */
   double gamma;         /* < 0: the default */
@@ -127,17 +125,6 @@ typedef struct axi_pipe_report_msg {
   double loss;
   int64_t correct, count; /* >= 0 */
 } axi_pipe_report_msg;
-
-/* "axon.pipe.give" [id, batch, micro, desc, tensors or i64 0 ...]: the
- * activations of (batch, micro) for the inbox registered under id, with
- * the producer's autograd send descriptor (ax_dist_send_edges). Holds
- * nothing but what travels. */
-typedef struct axi_pipe_give_msg {
-  int64_t id; /* the consumer's inbox (its RRef's id, as int64_t) */
-  int64_t batch, micro;
-  axi_pipe_bytes desc; /* 0 .. AXP_GIVE_DESC_MAX bytes */
-  ax_tlist t;          /* 0 .. AX_TLIST_MAX; NULL: no tensor (i64 0) */
-} axi_pipe_give_msg;
 
 /* "offload" [optimizer RRef, or i64 0 (NULL: refused by the host)]. */
 typedef struct axi_pipe_offload_msg {
@@ -243,8 +230,6 @@ int axi_pipe_step_encode(const axi_pipe_step_msg *m, ax_values *out);
 int axi_pipe_step_decode(const ax_values *v, axi_pipe_step_msg *m);
 int axi_pipe_report_encode(const axi_pipe_report_msg *m, ax_values *out);
 int axi_pipe_report_decode(const ax_values *v, axi_pipe_report_msg *m);
-int axi_pipe_give_encode(const axi_pipe_give_msg *m, ax_values *out);
-int axi_pipe_give_decode(const ax_values *v, axi_pipe_give_msg *m);
 int axi_pipe_offload_encode(const axi_pipe_offload_msg *m, ax_values *out);
 int axi_pipe_offload_decode(const ax_values *v, axi_pipe_offload_msg *m);
 int axi_pipe_state_encode(const axi_pipe_state_msg *m, ax_values *out);

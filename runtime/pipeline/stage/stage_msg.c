@@ -383,10 +383,6 @@ MSG(report, "stage report", I64(report, busy_us, "busy_us", ANY),
     ONE(report, has_loss, "loss", K_OPT), ONE(report, loss, "loss", K_F64),
     I64(report, correct, "correct", NONNEG),
     I64(report, count, "count", NONNEG))
-MSG(give, "axon.pipe.give", I64(give, id, "id", ANY),
-    I64(give, batch, "batch", ANY), I64(give, micro, "micro", MICRO),
-    F(give, desc, "descriptor", K_BYTES, 0, AXP_GIVE_DESC_MAX),
-    F(give, t, "tensors", K_REST, 0, AX_TLIST_MAX))
 MSG(offload, "axon.pipe.stage offload",
     ONE(offload, optim, "optimizer", K_RREF))
 MSG(state, "axon.pipe.stage state_save reply",
@@ -435,11 +431,11 @@ int axi_pipe_mem_forget_decode(const ax_values *v) {
 
 /* Every message by number. */
 static const message *const g_all[] = {
-    &g_setup,      &g_fwd,         &g_bwd,       &g_bwdi,      &g_bwdw,
-    &g_step,       &g_report,      &g_give,      &g_offload,   &g_state,
-    &g_trace,      &g_ckpt_save,   &g_ckpt_wait, &g_file,      &g_ckpt_load,
-    &g_mem_save,   &g_mem_load,    &g_mem_keep,  &g_mem_fetch, &g_optim_init,
-    &g_optim_step, &g_optim_reply, &g_mem_forget};
+    &g_setup,       &g_fwd,       &g_bwd,       &g_bwdi,       &g_bwdw,
+    &g_step,        &g_report,    &g_offload,   &g_state,      &g_trace,
+    &g_ckpt_save,   &g_ckpt_wait, &g_file,      &g_ckpt_load,  &g_mem_save,
+    &g_mem_load,    &g_mem_keep,  &g_mem_fetch, &g_optim_init, &g_optim_step,
+    &g_optim_reply, &g_mem_forget};
 #define N_MSG ((int)(sizeof g_all / sizeof g_all[0]))
 _Static_assert(sizeof(axi_pipe_setup_msg) <= AXP_MSG_MAX,
                "AXP_MSG_MAX holds every message");

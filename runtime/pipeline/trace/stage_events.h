@@ -22,6 +22,10 @@
 #define AXP_LANE_RECV 1
 #define AXP_LANE_SEND 2
 
+/* What a transfer event moves (axi_pipe_event_xfer's kind). */
+#define AXP_ACTIVATIONS 0
+#define AXP_GRADIENTS 1
+
 /* Events a host keeps between two collections (older ones are dropped). */
 #define AXP_STAGE_EVENTS_MAX 200000
 
@@ -37,8 +41,9 @@ void axi_pipe_event_compute(ax_trace *tr, int stage, int agent, const char *cat,
                             long batch, int micro, int64_t t0_us, int64_t t1_us,
                             int stash, int versions);
 
-/* A transfer event on the receive or send lane: kind 0 = activations,
- * 1 = input gradients; bytes = tensor bytes moved; peer = the other stage. */
+/* A transfer event on the receive or send lane: kind AXP_ACTIVATIONS or
+ * AXP_GRADIENTS (input gradients); bytes = tensor bytes moved; peer = the other
+ * stage. */
 void axi_pipe_event_xfer(ax_trace *tr, int stage, int send, int kind,
                          long batch, int micro, int peer, const ax_tlist *t,
                          int64_t t0_us, int64_t t1_us);
