@@ -436,16 +436,34 @@ static bframe *frame_of(ax_node *n, const axi_msg *m) {
   return f;
 }
 
+/* p's outgoing connection when it is up, read without dial_mu: the
+ * pointer is written under dial_mu, and an outgoing connection is freed
+ * only when the transport stops. */
+static bconn *live_conn(axi_peer *p) {
+  bconn *c = __atomic_load_n(&p->bulk_conn, __ATOMIC_ACQUIRE);
+  if (!c)
+    return NULL;
+  pthread_mutex_lock(&c->mu);
+  int dead = c->dead;
+  pthread_mutex_unlock(&c->mu);
+  return dead ? NULL : c;
+}
+
 static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
                     axi_stream *via) {
   (void)via;
   axi_bulk *b = (axi_bulk *)t;
   /* The frame is encoded only once a connection is up: encoding an RRef
    * forks it, and a fork encoded for a frame that never leaves would stay
-   * without a holder until the sweep. */
-  pthread_mutex_lock(&b->dial_mu); /* one dial per peer at a time */
-  bconn *c = p->bulk_conn;
-  if (!c || c->dead) {
+   * without a holder until the sweep. A send over a live connection never
+   * waits for dial_mu: a dial holds it for up to the hello's 5 s, and an
+   * I/O thread answering an inline call behind it could not send the
+   * challenge that dial (or another member's) waits for. */
+  bconn *c = live_conn(p);
+  int locked = !c;
+  if (locked)
+    pthread_mutex_lock(&b->dial_mu); /* one dial per peer at a time */
+  if (locked && (!(c = p->bulk_conn) || c->dead)) {
     const char *addr = p->bulk_addr;
     axi_shm_ring *ring = NULL;
     int fd = -1, rc = dial_peer(b, addr, &fd, &ring);
@@ -482,9 +500,10 @@ static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
       h = axi_bulk_hello(b->node, NULL, NULL);
     if (h)
       axi_bulk_queue(c, h);
-    p->bulk_conn = c;
+    __atomic_store_n(&p->bulk_conn, c, __ATOMIC_RELEASE);
   }
-  pthread_mutex_unlock(&b->dial_mu);
+  if (locked)
+    pthread_mutex_unlock(&b->dial_mu);
   pthread_mutex_lock(&c->mu);
   int dead = c->dead;
   pthread_mutex_unlock(&c->mu);
