@@ -127,8 +127,9 @@ int axi_ag_recv_edges(ax_node *n, uint64_t ctx, const char *from,
 /* engine.c */
 int axi_ag_engine_register(ax_node *n);
 
-/* push.c: "axon.autograd.push"; frees a box (NULL-safe). */
+/* push.c: registers "axon.autograd.push". */
 int axi_ag_push_register(ax_node *n);
+/* autograd.c, beside the contexts that keep them: frees a box (NULL-safe). */
 void axi_ag_box_free(axi_ag_box *b);
 
 /* optim_dist.c, stage.c */

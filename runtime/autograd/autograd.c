@@ -68,6 +68,15 @@ axi_ag_map *axi_ag_map_find(axi_ag_ctx *c, const ax_tensor *t) {
   return NULL;
 }
 
+/* A pushed list (push.c) kept in a context until taken. */
+void axi_ag_box_free(axi_ag_box *b) {
+  if (!b)
+    return;
+  ax_tlist_clear(&b->t);
+  free(b->desc);
+  free(b);
+}
+
 void axi_ag_ctx_free(axi_ag_ctx *c) {
   for (axi_ag_fn *f = c->fns, *nx; f; f = nx) {
     nx = f->next;

@@ -14,14 +14,6 @@
 #define AXD_TAKE_MS 60000 /* a take's deadline when none is given */
 #define AXD_DESC_MAX 4096 /* descriptor bytes a push may carry */
 
-void axi_ag_box_free(axi_ag_box *b) {
-  if (!b)
-    return;
-  ax_tlist_clear(&b->t);
-  free(b->desc);
-  free(b);
-}
-
 /* ---- closed keys --------------------------------------------------------- */
 /* The index of key among the closed keys, or -1 (d->mu held). */
 static int closed_at(const axi_ag_state *d, uint64_t key) {
