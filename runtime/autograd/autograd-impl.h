@@ -127,6 +127,18 @@ int axi_ag_recv_edges(ax_node *n, uint64_t ctx, const char *from,
 /* engine.c */
 int axi_ag_engine_register(ax_node *n);
 
+/* take_wait.c: the one wait of the takes (ax_dist_take_grads,
+ * ax_dist_take). Called and returning with d->mu held. ready(d, arg) runs
+ * under d->mu: 1 when the data is there (it takes it), 0 not yet, or a
+ * negative error code (-AX_E..., already set with ax_seterr) that ends the
+ * wait; it may refresh the string `peer` points to. Between looks the wait
+ * sleeps on d->cv, which every delivery broadcasts. Returns AX_OK (ready),
+ * the predicate's error, AX_ETIMEOUT once ax_clock_ms() reaches end_ms, or
+ * AX_EPEERDOWN as soon as node `peer` (NULL or "": not watched) is down;
+ * those two are not set: the caller names them. */
+typedef int (*axi_ag_ready_fn)(axi_ag_state *d, void *arg);
+int axi_ag_wait(axi_ag_state *d, int64_t end_ms, const char *peer,
+                axi_ag_ready_fn ready, void *arg);
 /* push.c: registers "axon.autograd.push". */
 int axi_ag_push_register(ax_node *n);
 /* autograd.c, beside the contexts that keep them: frees a box (NULL-safe). */

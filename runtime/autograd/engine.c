@@ -482,74 +482,55 @@ int ax_dist_context_release(ax_node *n, uint64_t ctx, int64_t timeout_ms) {
 }
 
 /* ---- held functions ------------------------------------------------------ */
+/* ax_dist_take_grads' look at its function (d->mu held; axi_ag_wait). */
+typedef struct grads_look {
+  uint64_t ctx, fid;
+  ax_tlist *dout;
+  char consumer[AXD_NAME]; /* the node that owes the gradients */
+  int received, expected;
+} grads_look;
+
+static int grads_ready(axi_ag_state *d, void *arg) {
+  grads_look *g = arg;
+  axi_ag_ctx *c = axi_ag_ctx_find(d, g->ctx, 0);
+  axi_ag_fn *fn = c ? axi_ag_fn_find(c, g->fid) : NULL;
+  if (!fn || !fn->held)
+    return -ax_seterr(AX_ESTALE, "dist: no held function %llu in context %llx",
+                      (unsigned long long)g->fid, (unsigned long long)g->ctx);
+  if (fn->ran)
+    return -ax_seterr(AX_ESTATE, "dist: gradients of function %llu taken twice",
+                      (unsigned long long)g->fid);
+  g->received = fn->received;
+  g->expected = fn->expected;
+  snprintf(g->consumer, sizeof g->consumer, "%s", fn->consumer);
+  if (fn->received < fn->expected)
+    return 0;
+  fn->ran = 1;
+  g->dout->n = fn->n_out;
+  for (int k = 0; k < fn->n_out; k++) {
+    g->dout->t[k] = fn->dout[k]; /* the context's reference moves */
+    fn->dout[k] = NULL;
+  }
+  return 1;
+}
+
 int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
                        int64_t timeout_ms, ax_tlist *dout) {
   axi_ag_state *d = axi_ag_get();
   memset(dout, 0, sizeof *dout);
   if (!d || d->node != n)
     return ax_seterr(AX_ESTATE, "dist: node not initialised");
-  int64_t end = ax_clock_ms() + (timeout_ms > 0 ? timeout_ms : AXD_CALL_MS);
-  int err = AX_OK;
-  char consumer[AXD_NAME] = "";
+  int64_t tmo = timeout_ms > 0 ? timeout_ms : AXD_CALL_MS;
+  grads_look g = {.ctx = ctx, .fid = fid, .dout = dout};
   pthread_mutex_lock(&d->mu);
-  for (;;) {
-    axi_ag_ctx *c = axi_ag_ctx_find(d, ctx, 0);
-    axi_ag_fn *fn = c ? axi_ag_fn_find(c, fid) : NULL;
-    if (!fn || !fn->held) {
-      err = ax_seterr(AX_ESTALE,
-                      "dist: no held function %llu in context "
-                      "%llx",
-                      (unsigned long long)fid, (unsigned long long)ctx);
-      break;
-    }
-    if (fn->ran) {
-      err = ax_seterr(AX_ESTATE,
-                      "dist: gradients of function %llu taken "
-                      "twice",
-                      (unsigned long long)fid);
-      break;
-    }
-    if (fn->received >= fn->expected) {
-      fn->ran = 1;
-      dout->n = fn->n_out;
-      for (int k = 0; k < fn->n_out; k++) {
-        dout->t[k] = fn->dout[k]; /* the context's reference moves */
-        fn->dout[k] = NULL;
-      }
-      break;
-    }
-    int64_t ms = ax_clock_ms();
-    if (ms >= end) {
-      err = ax_seterr(AX_ETIMEOUT,
-                      "dist: %d of %d gradients for function "
-                      "%llu in %lld ms",
-                      fn->received, fn->expected, (unsigned long long)fid,
-                      (long long)(timeout_ms > 0 ? timeout_ms : AXD_CALL_MS));
-      break;
-    }
-    snprintf(consumer, sizeof consumer, "%s", fn->consumer);
-    if (consumer[0]) { /* the node that owes the gradient may be gone */
-      pthread_mutex_unlock(&d->mu);
-      int down = ax_node_peer_is_down(n, consumer);
-      pthread_mutex_lock(&d->mu);
-      /* A gradient that arrived while the lock was free woke nobody:
-       * look again before waiting. */
-      if (!(c = axi_ag_ctx_find(d, ctx, 0)) || !(fn = axi_ag_fn_find(c, fid)) ||
-          fn->received >= fn->expected)
-        continue;
-      if (down) {
-        err = ax_seterr(AX_EPEERDOWN,
-                        "dist: %s is down; no gradient for "
-                        "function %llu",
-                        consumer, (unsigned long long)fid);
-        break;
-      }
-    }
-    int64_t wait = end - ms < 100 ? end - ms : 100;
-    struct timespec ts = ax_clock_after_ms(CLOCK_REALTIME, wait);
-    pthread_cond_timedwait(&d->cv, &d->mu, &ts);
-  }
+  int err = axi_ag_wait(d, ax_clock_ms() + tmo, g.consumer, grads_ready, &g);
   pthread_mutex_unlock(&d->mu);
+  if (err == AX_ETIMEOUT)
+    ax_seterr(err, "dist: %d of %d gradients for function %llu in %lld ms",
+              g.received, g.expected, (unsigned long long)fid, (long long)tmo);
+  else if (err == AX_EPEERDOWN)
+    ax_seterr(err, "dist: %s is down; no gradient for function %llu",
+              g.consumer, (unsigned long long)fid);
   return err;
 }
 

@@ -167,52 +167,39 @@ static axi_ag_box *box_unlink(axi_ag_state *d, uint64_t ctx, uint64_t key) {
   return NULL;
 }
 
+/* take_wait's look at the context (d->mu held; axi_ag_wait). */
+typedef struct push_look {
+  uint64_t ctx, key;
+  axi_ag_box *b;
+} push_look;
+
+static int push_ready(axi_ag_state *d, void *arg) {
+  push_look *l = arg;
+  if (closed_at(d, l->key) >= 0)
+    return -ax_seterr(AX_ECLOSED, "dist: consumer %llx closed (torn down)",
+                      (unsigned long long)l->key);
+  if ((l->b = box_unlink(d, l->ctx, l->key)))
+    return 1;
+  if (!axi_ag_ctx_find(d, l->ctx, 0) && axi_ag_was_released(d, l->ctx))
+    return -ax_seterr(AX_ESTALE, "dist: context %llx released",
+                      (unsigned long long)l->ctx);
+  return 0;
+}
+
 /* Waits for the list pushed to key under ctx (d->mu not held). */
 static int take_wait(axi_ag_state *d, uint64_t ctx, uint64_t key,
                      const char *from, int64_t timeout_ms, axi_ag_box **out) {
   int64_t tmo = timeout_ms > 0 ? timeout_ms : AXD_TAKE_MS;
-  int64_t end = ax_clock_ms() + tmo;
-  int err = AX_OK;
-  axi_ag_box *b = NULL;
+  push_look l = {ctx, key, NULL};
   pthread_mutex_lock(&d->mu);
-  for (;;) {
-    if (closed_at(d, key) >= 0) {
-      err = ax_seterr(AX_ECLOSED, "dist: consumer %llx closed (torn down)",
-                      (unsigned long long)key);
-      break;
-    }
-    if ((b = box_unlink(d, ctx, key)))
-      break;
-    if (!axi_ag_ctx_find(d, ctx, 0) && axi_ag_was_released(d, ctx)) {
-      err = ax_seterr(AX_ESTALE, "dist: context %llx released",
-                      (unsigned long long)ctx);
-      break;
-    }
-    int64_t ms = ax_clock_ms();
-    if (ms >= end) {
-      err = ax_seterr(AX_ETIMEOUT, "dist: nothing pushed from %s in %lld ms",
-                      from && from[0] ? from : "the producer", (long long)tmo);
-      break;
-    }
-    if (from && from[0]) { /* the producer's node may be gone */
-      pthread_mutex_unlock(&d->mu);
-      int down = ax_node_peer_is_down(d->node, from);
-      pthread_mutex_lock(&d->mu);
-      /* A push that arrived while the lock was free woke nobody: look
-       * again before giving up or waiting. */
-      if ((b = box_unlink(d, ctx, key)))
-        break;
-      if (down) {
-        err = ax_seterr(AX_EPEERDOWN, "dist: %s is down; nothing pushed", from);
-        break;
-      }
-    }
-    int64_t wait = end - ms < 100 ? end - ms : 100;
-    struct timespec ts = ax_clock_after_ms(CLOCK_REALTIME, wait);
-    pthread_cond_timedwait(&d->cv, &d->mu, &ts);
-  }
+  int err = axi_ag_wait(d, ax_clock_ms() + tmo, from, push_ready, &l);
   pthread_mutex_unlock(&d->mu);
-  *out = b;
+  if (err == AX_ETIMEOUT)
+    ax_seterr(err, "dist: nothing pushed from %s in %lld ms",
+              from && from[0] ? from : "the producer", (long long)tmo);
+  else if (err == AX_EPEERDOWN)
+    ax_seterr(err, "dist: %s is down; nothing pushed", from);
+  *out = l.b;
   return err;
 }
 
