@@ -283,6 +283,13 @@ static int train_and_report(const axi_run_pipe_args *a, feed *f, ax_pipe **p,
   ax_pipe_stats st = {0};
   ax_pipe_costs costs;
   ax_pipe_costs_init(&costs, f->o);
+  /* --local CPU agents share this host's cores: the model runs one
+   * pipeline's K agents on its share of them (agents elsewhere: cores
+   * unknown, each its own). */
+  if (a->local > 0 && a->device.type == AX_DEV_CPU) {
+    int cores = ax_local_cores(a->local) * a->K / a->local;
+    costs.cores = cores > 0 ? cores : 1;
+  }
   f->p = *p;
   f->test = test;
   f->costs = &costs;

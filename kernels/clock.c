@@ -15,6 +15,13 @@ double ax_clock_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+int64_t ax_clock_cpu_us(int whole_process) {
+  struct timespec ts;
+  clock_gettime(
+      whole_process ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 /* ts plus sec seconds and nsec nanoseconds (0 <= nsec < 1e9), normalised. */
 static struct timespec add(struct timespec ts, int64_t sec, long nsec) {
   ts.tv_sec += (time_t)sec;

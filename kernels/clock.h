@@ -23,6 +23,12 @@ int64_t ax_clock_us(void);
 int64_t ax_clock_ms(void);
 double ax_clock_s(void);
 
+/* CPU time in microseconds: the calling thread's (CLOCK_THREAD_CPUTIME_ID)
+ * when whole_process is 0, else the process's, all its threads together
+ * (CLOCK_PROCESS_CPUTIME_ID). Differences of two readings are the CPU time
+ * used between them; the origin is unspecified. */
+int64_t ax_clock_cpu_us(int whole_process);
+
 /* The time `ms` milliseconds (`us` microseconds) from now on clock `clk`,
  * normalised (0 <= tv_nsec < 1e9), for pthread_cond_timedwait on a
  * condition variable whose clock is clk: CLOCK_REALTIME unless

@@ -167,14 +167,15 @@ int ax_local_token(void) {
   return 0;
 }
 
-/* Pins this child, local agent number s, to one core as AXON_PIN_AGENTS
- * asks (launch.h); reports a failure and runs unpinned. */
-static void pin_child(int s) {
+/* The cores AXON_PIN_AGENTS pins local agents to, in order, into
+ * cores[CPU_SETSIZE]: its list, or for "1" the cores this process may use.
+ * Their number; 0 when it asks for no pinning. */
+static int pin_cores(int *cores) {
   const char *env = getenv("AXON_PIN_AGENTS");
-  if (!env || !*env || !strcmp(env, "0"))
-    return;
-  int cores[CPU_SETSIZE], n = 0;
+  int n = 0;
   cpu_set_t set;
+  if (!env || !*env || !strcmp(env, "0"))
+    return 0;
   if (strcmp(env, "1")) {
     for (const char *c = env; c && n < CPU_SETSIZE; c = strchr(c, ',')) {
       c += *c == ',';
@@ -185,6 +186,32 @@ static void pin_child(int s) {
       if (CPU_ISSET(i, &set))
         cores[n++] = i;
   }
+  return n;
+}
+
+int ax_local_cores(int k) {
+  int cores[CPU_SETSIZE], n = pin_cores(cores), distinct = 0;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int s = 0; n > 0 && s < k; s++) /* agent s on cores[s % n] */
+    if (cores[s % n] >= 0 && cores[s % n] < CPU_SETSIZE &&
+        !CPU_ISSET(cores[s % n], &set)) {
+      CPU_SET(cores[s % n], &set);
+      distinct++;
+    }
+  if (n > 0)
+    return distinct > 0 ? distinct : 1;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    return CPU_COUNT(&set);
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? (int)online : 1;
+}
+
+/* Pins this child, local agent number s, to one core as AXON_PIN_AGENTS
+ * asks (launch.h); reports a failure and runs unpinned. */
+static void pin_child(int s) {
+  int cores[CPU_SETSIZE], n = pin_cores(cores);
+  cpu_set_t set;
   if (n == 0)
     return;
   /* One core: one compute thread (the default is one per online core, and

@@ -79,6 +79,13 @@ typedef struct ax_spawn_opts {
   int pin;
 } ax_spawn_opts;
 
+/* The cores k local agents started with `pin` 0..k-1 run on: with
+ * AXON_PIN_AGENTS, the distinct cores they are pinned to; without, the
+ * cores this process may use (sched_getaffinity; the online ones if that
+ * fails). At least 1. For the timing model (ax_pipe_costs.cores), which
+ * treats them as one pool the agents share. */
+int ax_local_cores(int k);
+
 /* Forks and execs o->argv[0] with o's arguments, environment, output and
  * pinning (stdio flushed first; a failed exec says so on the child's
  * stderr and exits with 127). The caller makes the world's token first

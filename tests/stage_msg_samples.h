@@ -51,7 +51,7 @@ static void sm_sample(int id, void *p, int full, ax_tensor *const t[3],
     *(axi_pipe_step_msg *)p = (axi_pipe_step_msg){6, 4};
   } else if (sm_is(id, "stage report")) {
     *(axi_pipe_report_msg *)p =
-        (axi_pipe_report_msg){120, 2, 3, 4096, full, 0.25, 7, 8};
+        (axi_pipe_report_msg){120, 90, 2, 3, 4096, full, 0.25, 7, 8};
   } else if (sm_is(id, "axon.pipe.stage offload")) {
     ((axi_pipe_offload_msg *)p)->optim = r;
   } else if (sm_is(id, "axon.pipe.stage state_save reply")) {

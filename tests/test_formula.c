@@ -194,6 +194,84 @@ static void transfers(void **state) {
                 AX_EINVAL);
 }
 
+/* Ranks sharing cores (ax_formula_comm.cores), for every mode: as many
+ * cores as ranks or more is today's model, each rank its own. */
+static void cores_as_many_as_ranks(void **state) {
+  (void)state;
+  double tf[16], tb[16], tw[16];
+  for (int s = 0; s < 16; s++)
+    tf[s] = 0.010 + 0.003 * s, tb[s] = 0.020 + 0.001 * s, tw[s] = 0.004;
+  for (int m = 0; m < AX_MODE_COUNT; m++)
+    for (int K = 1; K <= 4; K++)
+      for (int M = 1; M <= 4; M += 3) {
+        const char *name = ax_pipe_mode_name(m);
+        int v = ax_pipe_chunks(m, 2);
+        if (ax_pipe_mode_get(m)->chunked && ax_pipe_units(m, M) % K)
+          continue;
+        double own = -1, got = -1;
+        AX_ASSERT_OK(
+            ax_formula_time_comm(name, K, v, M, tf, tb, tw, 0, NULL, &own));
+        for (int cores = K; cores <= K + 3; cores += 3) {
+          ax_formula_comm c = {.cores = cores};
+          AX_ASSERT_OK(
+              ax_formula_time_comm(name, K, v, M, tf, tb, tw, 0, &c, &got));
+          if (got != own)
+            fail_msg("%s K=%d M=%d on %d cores: %.9f, own cores %.9f", name, K,
+                     M, cores, got, own);
+        }
+      }
+}
+
+/* One core runs every action of a mini-batch one after the other: every
+ * mode's time is the sum of its actions' costs (replays included). */
+static void one_core_sums_the_actions(void **state) {
+  (void)state;
+  double tf[16], tb[16], tw[16];
+  for (int s = 0; s < 16; s++)
+    tf[s] = 0.010 + 0.003 * s, tb[s] = 0.020 + 0.001 * s, tw[s] = 0.004;
+  for (int m = 0; m < AX_MODE_COUNT; m++)
+    for (int K = 2; K <= 4; K++)
+      for (int M = 1; M <= 4; M += 3) {
+        const char *name = ax_pipe_mode_name(m);
+        int v = ax_pipe_chunks(m, 2), U = ax_pipe_units(m, M);
+        if (ax_pipe_mode_get(m)->chunked && U % K)
+          continue;
+        double sum = 0, got = -1;
+        for (int s = 0; s < K * v; s++)
+          for (int u = 0; u < U; u++)
+            sum += tf[s] + tb[s] + tw[s] +
+                   (ax_pipe_replays(m, 0, U, u) ? tf[s] : 0);
+        ax_formula_comm c = {.cores = 1};
+        AX_ASSERT_OK(
+            ax_formula_time_comm(name, K, v, M, tf, tb, tw, 0, &c, &got));
+        if (!(fabs(got - sum) <= 1e-9 * sum))
+          fail_msg("%s K=%d M=%d on 1 core: %.9f, actions' sum %.9f", name, K,
+                   M, got, sum);
+      }
+}
+
+/* Two cores for four equal stages: sequential never overlaps stages, so
+ * it takes as long as on four; gpipe's overlap is halved, so its time is
+ * between four cores' and one's. */
+static void two_cores_four_stages(void **state) {
+  (void)state;
+  double tf[4] = {0.01, 0.01, 0.01, 0.01}, tb[4] = {0.02, 0.02, 0.02, 0.02};
+  double t[5];
+  for (int cores = 1; cores <= 4; cores++) {
+    ax_formula_comm c = {.cores = cores};
+    AX_ASSERT_OK(ax_formula_time_comm("sequential", 4, 1, 1, tf, tb, NULL, 0,
+                                      &c, &t[0]));
+    AX_ASSERT_CLOSE(t[0], 0.12, 1e-12, 0);
+    AX_ASSERT_OK(
+        ax_formula_time_comm("gpipe", 4, 1, 4, tf, tb, NULL, 0, &c, &t[cores]));
+  }
+  /* four cores: (M + K - 1)(t_f + t_b); one: all 16 units' actions */
+  AX_ASSERT_CLOSE(t[4], 7 * 0.03, 1e-12, 0);
+  AX_ASSERT_CLOSE(t[1], 16 * 0.03, 1e-12, 0);
+  assert_true(t[2] > t[4] && t[2] < t[1]);
+  assert_true(t[2] >= t[1] / 2 - 1e-12); /* no more than 2 cores' work */
+}
+
 static void bad_arguments(void **state) {
   (void)state;
   double tf[2] = {1, 1}, tb[2] = {1, -1}, t = 42;
@@ -204,6 +282,9 @@ static void bad_arguments(void **state) {
   AX_ASSERT_ERR(ax_formula_time("gpipe", 2, 1, tf, tb, 0, &t), AX_EINVAL);
   AX_ASSERT_ERR(ax_formula_time("gpipe", 2, 1, tf, tf, 7, &t), AX_EINVAL);
   AX_ASSERT_ERR(ax_formula_time("gpipe", 2, 1, NULL, tf, 0, &t), AX_EINVAL);
+  ax_formula_comm c = {.cores = -1};
+  AX_ASSERT_ERR(ax_formula_time_comm("gpipe", 2, 1, 1, tf, tf, NULL, 0, &c, &t),
+                AX_EINVAL);
   assert_true(t == 42);
   assert_true(ax_formula_uniform("nope", 2, 1, 1, 1, 0) < 0);
   assert_int_equal(ax_pipe_mode_index("pipedream"), 5);
@@ -219,6 +300,9 @@ int main(void) {
       cmocka_unit_test(issue_benchmark_numbers),
       cmocka_unit_test(unequal_stages),
       cmocka_unit_test(transfers),
+      cmocka_unit_test(cores_as_many_as_ranks),
+      cmocka_unit_test(one_core_sums_the_actions),
+      cmocka_unit_test(two_cores_four_stages),
       cmocka_unit_test(bad_arguments),
   };
   return AX_TEST_MAIN(t);

@@ -145,10 +145,11 @@ static void test_decoded_fields(void **state) {
   assert_string_equal(sd.tp.tag, "tp1");
   assert_string_equal(sd.tp.names[2], "e");
   ax_values_truncate(v, 0);
-  axi_pipe_report_msg r = {1, 2, 3, 4, 0}, rd;
+  axi_pipe_report_msg r = {1, 5, 2, 3, 4, 0}, rd;
   AX_ASSERT_OK(axi_pipe_report_encode(&r, v));
   AX_ASSERT_OK(axi_pipe_report_decode(v, &rd));
   assert_true(!rd.has_loss && rd.state_bytes == 4 && rd.loss == 0);
+  assert_true(rd.busy_us == 1 && rd.cpu_us == 5);
   ax_values_truncate(v, 0);
   AX_ASSERT_OK(axi_pipe_mem_forget_encode(v));
   AX_ASSERT_OK(axi_pipe_mem_forget_decode(v));

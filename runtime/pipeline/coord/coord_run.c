@@ -169,6 +169,7 @@ static void event_add(ax_pipe *p, const ax_pipe_op *o, double t_issue,
   e->t_issue = t_issue;
   e->t_done = ax_clock_s();
   e->busy_s = (double)r->busy_us * 1e-6;
+  e->cpu_s = (double)r->cpu_us * 1e-6;
   e->live = (int)r->live;
   e->versions = (int)r->versions;
   e->state_bytes = r->state_bytes;

@@ -200,7 +200,8 @@ int ax_pipe_stage_state(ax_pipe *p, int s, ax_tensor **params,
 typedef struct ax_pipe_event {
   ax_pipe_op op;
   double t_issue, t_done; /* coordinator clock (ax_clock_s seconds) */
-  double busy_s;          /* compute time the stage reported */
+  double busy_s;          /* compute time the stage reported (wall) */
+  double cpu_s;           /* the CPU time it reported for the action */
   int live;               /* states the stage kept after the op */
   int versions;           /* weight versions it held (live one included) */
   int64_t state_bytes;    /* bytes of those states */

@@ -64,9 +64,16 @@ void ax_pipe_costs_init(ax_pipe_costs *c, const ax_pipe_opts *o) {
     c->f[s] = c->b[s] = c->br[s] = c->w[s] = -1.0;
 }
 
-static void keep_min(double *m, double x) {
-  if (*m < 0 || x < *m)
+/* Adds x, a run of one action kind of one stage, to its cost *m after *n
+ * runs: the fastest wall time, or the mean CPU time with cores known (CPU
+ * time does not grow while others run, so its mean is the core time the
+ * action takes; the fastest run would be an uncommon, lucky one). */
+static void keep(const ax_pipe_costs *c, double *m, long *n, double x) {
+  if (c->cores > 0)
+    *m = *n > 0 ? *m + (x - *m) / (double)(*n + 1) : x;
+  else if (*m < 0 || x < *m)
     *m = x;
+  ++*n;
 }
 
 void ax_pipe_costs_add(ax_pipe_costs *c, const ax_pipe *p) {
@@ -76,20 +83,22 @@ void ax_pipe_costs_add(ax_pipe_costs *c, const ax_pipe *p) {
   for (long i = 0; i < n; i++) {
     const ax_pipe_op *o = &ev[i].op;
     int s = o->stage;
+    double t = c->cores > 0 ? ev[i].cpu_s : ev[i].busy_s;
     if (s < 0 || s >= S)
       continue;
     switch (o->kind) {
     case AX_OP_FWD:
-      keep_min(&c->f[s], ev[i].busy_s);
+      keep(c, &c->f[s], &c->runs[0][s], t);
       break;
     case AX_OP_BWD:
     case AX_OP_INPUT_GRAD:
-      keep_min(ax_pipe_replays(c->mode, c->recompute, U, o->micro) ? &c->br[s]
-                                                                   : &c->b[s],
-               ev[i].busy_s);
+      if (ax_pipe_replays(c->mode, c->recompute, U, o->micro))
+        keep(c, &c->br[s], &c->runs[2][s], t);
+      else
+        keep(c, &c->b[s], &c->runs[1][s], t);
       break;
     case AX_OP_WEIGHT_GRAD:
-      keep_min(&c->w[s], ev[i].busy_s);
+      keep(c, &c->w[s], &c->runs[3][s], t);
       break;
     default:
       break;
@@ -116,6 +125,7 @@ int ax_pipe_costs_times(const ax_pipe_costs *c, double *t_f, double *t_b,
 int ax_pipe_costs_model(const ax_pipe_costs *c, double *seconds_per_batch) {
   double tf[AX_PIPE_MAX_STAGES], tb[AX_PIPE_MAX_STAGES], tw[AX_PIPE_MAX_STAGES];
   AX_TRY(ax_pipe_costs_times(c, tf, tb, tw));
-  return ax_formula_time_split(ax_pipe_mode_name(c->mode), c->R, c->v, c->M, tf,
-                               tb, tw, c->recompute, seconds_per_batch);
+  ax_formula_comm shared = {.cores = c->cores};
+  return ax_formula_time_comm(ax_pipe_mode_name(c->mode), c->R, c->v, c->M, tf,
+                              tb, tw, c->recompute, &shared, seconds_per_batch);
 }

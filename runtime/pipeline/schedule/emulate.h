@@ -17,7 +17,8 @@
  * coordinator's events, ax_pipe_events), the fastest per stage and kind, are
  * fed to the timing model (formula.h: a simulation of the same lists), which
  * gives the seconds per mini-batch the mode would take with one device per
- * agent and free communication. Stages that share this machine's cores in
+ * agent (or the cores they share: ax_pipe_costs.cores) and free
+ * communication. Stages that share this machine's cores in
  * an emulation still run slower than alone when every run of an action
  * overlapped others, so the times are upper bounds of a dedicated
  * device's.
@@ -46,13 +47,23 @@ void ax_pipe_emulator_free(ax_node *n);
  * per stage so far. Other work on the same cores (the other stages of an
  * emulation, other programs) only adds to an action's measured time, so
  * the fastest run is the estimate of a dedicated device's time; a mean
- * would follow the machine's load. */
+ * would follow the machine's load. With the cores the agents share known
+ * (cores > 0) the costs are CPU times, which others' work does not
+ * lengthen, and the mean run of each is kept: the core time it takes. */
 typedef struct ax_pipe_costs {
   int mode, R, v, M, recompute; /* the run's options (R agents, v chunks) */
+  /* The cores the R agents share (set after ax_pipe_costs_init, before the
+   * first ax_pipe_costs_add): 0 (init's), unknown: the actions' costs are
+   * their wall times (busy_s) and each agent has a processor of its own.
+   * > 0: their CPU times (cpu_s; the wall time of an action that shares a
+   * core counts the time others ran), simulated on that many cores
+   * (ax_formula_comm.cores). */
+  int cores;
   /* Seconds: forwards, backwards that did not replay a forward, backwards
    * that did (the replay included), weight halves; < 0: none measured. */
   double f[AX_PIPE_MAX_STAGES], b[AX_PIPE_MAX_STAGES], br[AX_PIPE_MAX_STAGES],
       w[AX_PIPE_MAX_STAGES];
+  long runs[4][AX_PIPE_MAX_STAGES]; /* runs measured of f, b, br, w */
 } ax_pipe_costs;
 
 /* Starts with nothing measured, for a run with options o (mode, K agents,

@@ -117,8 +117,38 @@ static double cost(const sim *S, const ax_pipe_op *o) {
   }
 }
 
-/* Runs every rank's list in order; returns the makespan, or -1 on a
- * deadlock. */
+/* When action o (position pos of rank r's list, ready at `ready`, the rank
+ * free at free_r) may start: not before the coordinator issued it when
+ * actions go through its window. */
+static double earliest(const sim *S, int r, long pos, double ready,
+                       double free_r) {
+  double start = ready > free_r ? ready : free_r;
+  const ax_formula_comm *c = S->comm;
+  if (c && c->issue_rtt) { /* not before the coordinator sent it */
+    int w = c->ahead > 0 ? c->ahead : 1;
+    double issued = pos < w ? c->issue_rtt[r] / 2
+                            : S->fin_pos[r][pos - w] + c->issue_rtt[r];
+    start = issued > start ? issued : start;
+  }
+  return start;
+}
+
+/* Records that o (position pos of rank r's list) ran from start to fin. */
+static void commit(sim *S, int r, long pos, const ax_pipe_op *o, double start,
+                   double fin) {
+  if (S->arr_f)
+    send_out(S, o, fin);
+  if (S->fin_pos[r])
+    S->fin_pos[r][pos] = fin;
+  if (fin > S->batch_end[o->batch])
+    S->batch_end[o->batch] = fin;
+  *fin_at(S, o->kind, o->stage, unit_of(S, o)) = fin;
+  if (o->kind == AX_OP_FWD && o->stage == 0)
+    S->start_f0[unit_of(S, o)] = start;
+}
+
+/* Runs every rank's list in order, each rank on its own processor; returns
+ * the makespan, or -1 on a deadlock. */
 static double run(sim *S) {
   long pos[MAX_STAGES] = {0}, len[MAX_STAGES];
   const ax_pipe_op *lists[MAX_STAGES];
@@ -133,25 +163,9 @@ static double run(sim *S) {
         double ready = ready_at(S, o);
         if (ready < 0)
           break;
-        double start = ready > free_at[r] ? ready : free_at[r];
-        const ax_formula_comm *c = S->comm;
-        if (c && c->issue_rtt) { /* not before the coordinator sent it */
-          int w = c->ahead > 0 ? c->ahead : 1;
-          double issued = pos[r] < w
-                              ? c->issue_rtt[r] / 2
-                              : S->fin_pos[r][pos[r] - w] + c->issue_rtt[r];
-          start = issued > start ? issued : start;
-        }
+        double start = earliest(S, r, pos[r], ready, free_at[r]);
         double fin = start + cost(S, o);
-        if (S->arr_f)
-          send_out(S, o, fin);
-        if (S->fin_pos[r])
-          S->fin_pos[r][pos[r]] = fin;
-        if (fin > S->batch_end[o->batch])
-          S->batch_end[o->batch] = fin;
-        *fin_at(S, o->kind, o->stage, unit_of(S, o)) = fin;
-        if (o->kind == AX_OP_FWD && o->stage == 0)
-          S->start_f0[unit_of(S, o)] = start;
+        commit(S, r, pos[r], o, start, fin);
         free_at[r] = fin;
         if (fin > end)
           end = fin;
@@ -164,6 +178,48 @@ static double run(sim *S) {
       return end;
     if (!progress)
       return -1;
+  }
+}
+
+/* The same with the ranks sharing `cores` (< K) processors: list
+ * scheduling (formula.h). Each round starts the ranks' next action that can
+ * start first (its inputs there, its rank free, a core free), the lowest
+ * rank on a tie, on the core that is free first. */
+static double run_shared(sim *S, int cores) {
+  long pos[MAX_STAGES] = {0}, len[MAX_STAGES];
+  const ax_pipe_op *lists[MAX_STAGES];
+  double free_at[MAX_STAGES] = {0}, core_free[MAX_STAGES] = {0}, end = 0;
+  for (int r = 0; r < S->K; r++)
+    lists[r] = ax_pipe_plan_actions(S->plan, r, &len[r]);
+  for (;;) {
+    int c = 0, best = -1, left = 0;
+    for (int i = 1; i < cores; i++)
+      if (core_free[i] < core_free[c])
+        c = i;
+    double best_t = 0;
+    for (int r = 0; r < S->K; r++) {
+      if (pos[r] >= len[r])
+        continue;
+      left = 1;
+      double ready = ready_at(S, &lists[r][pos[r]]);
+      if (ready < 0)
+        continue;
+      double t = earliest(S, r, pos[r], ready, free_at[r]);
+      t = t > core_free[c] ? t : core_free[c];
+      if (best < 0 || t < best_t) {
+        best = r;
+        best_t = t;
+      }
+    }
+    if (best < 0)
+      return left ? -1 : end;
+    const ax_pipe_op *o = &lists[best][pos[best]];
+    double fin = best_t + cost(S, o);
+    commit(S, best, pos[best], o, best_t, fin);
+    free_at[best] = core_free[c] = fin;
+    if (fin > end)
+      end = fin;
+    pos[best]++;
   }
 }
 
@@ -210,6 +266,8 @@ int ax_formula_time_comm(const char *mode, int K, int v, int M,
                        s, t_f[s], t_b[s]);
   if (comm && !(comm->per_action >= 0))
     return ax_seterr(AX_EINVAL, "formula: per-action cost must be >= 0");
+  if (comm && comm->cores < 0)
+    return ax_seterr(AX_EINVAL, "formula: %d cores", comm->cores);
   for (int s = 0; comm && s + 1 < K * v; s++) /* the links: S - 1 */
     if ((comm->fwd && !(comm->fwd[s] >= 0)) ||
         (comm->fwd_busy && !(comm->fwd_busy[s] >= 0)) ||
@@ -257,7 +315,8 @@ int ax_formula_time_comm(const char *mode, int K, int v, int M,
   }
   for (size_t i = 0; i < AX_OP_KINDS * (size_t)S.S * S.units; i++)
     S.fin[i] = -1;
-  double makespan = run(&S);
+  int cores = comm ? comm->cores : 0;
+  double makespan = cores > 0 && cores < K ? run_shared(&S, cores) : run(&S);
   if (makespan < 0) {
     rc = ax_seterr(AX_EINTERNAL, "formula: %s schedule deadlocked", mode);
     goto done;

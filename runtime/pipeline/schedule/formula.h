@@ -93,7 +93,16 @@ int ax_formula_time_split(const char *mode, int K, int v, int M,
  * fwd_busy / bwd_busy ([S - 1]: seconds a transfer occupies the link
  * from stage s to s + 1, or back; NULL: 0): each link carries one
  * transfer at a time, in the order they are sent; a transfer starts when
- * the link is free and arrives fwd[s] (bwd[s]) seconds after it left. */
+ * the link is free and arrives fwd[s] (bwd[s]) seconds after it left.
+ * cores: the processors the K ranks share (agents on one host with fewer
+ * cores than agents); 0 or >= K: each rank has its own, as without comm.
+ * With 0 < cores < K an action also needs a free core: list scheduling,
+ * in time order. Whenever a core is free, the next action of each rank
+ * whose dependencies have finished (and whose rank is free) is a
+ * candidate; the one that can start first starts, the lowest rank on a
+ * tie, on the core that was free first, and holds it for its cost (no
+ * preemption). With 1 core every mode's time is the sum of its actions'
+ * costs per mini-batch. */
 typedef struct ax_formula_comm {
   const double *fwd, *bwd;
   double per_action;
@@ -101,6 +110,7 @@ typedef struct ax_formula_comm {
   const double *issue_rtt;
   int ahead;
   const double *fwd_busy, *bwd_busy;
+  int cores;
 } ax_formula_comm;
 
 /* ax_formula_time_split with transfers and per-action costs (comm may be

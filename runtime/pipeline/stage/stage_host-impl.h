@@ -115,10 +115,15 @@ int axi_pipe_pass_grad(phost *h, uint64_t ctx, uint64_t fn, long batch,
 ax_exec axi_pipe_host_exec(phost *h, int training);
 /* Frees a state and everything it keeps (NULL-safe). */
 void axi_pipe_state_free(pstate *st);
-/* Fills the statistics of r (stage_msg-impl.h: busy_us since t0_us, live
- * states, weight versions, state bytes; s->mu held) and keeps the weight
- * versions in h->versions for the stage events. */
-void axi_pipe_host_report(phost *h, int64_t t0_us, axi_pipe_report_msg *r);
+/* The CPU time an operation's report counts (microseconds; differences
+ * only): the process's, all its threads (stage_host_state.c says why). */
+int64_t axi_pipe_host_cpu_us(void);
+/* Fills the statistics of r (stage_msg-impl.h: busy_us since t0_us, cpu_us
+ * since c0_us (axi_pipe_host_cpu_us), live states, weight versions, state
+ * bytes; s->mu held) and keeps the weight versions in h->versions for the
+ * stage events. */
+void axi_pipe_host_report(phost *h, int64_t t0_us, int64_t c0_us,
+                          axi_pipe_report_msg *r);
 /* How long an operation waits for its neighbour's tensors: what is left of
  * its call's deadline (at most 10 minutes). */
 static inline int64_t axi_pipe_wait_ms(ax_call_ctx *cc) {

@@ -258,7 +258,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                  ax_values *out) {
   phost *h = obj;
   axi_ag_stage *s = h->s;
-  int64_t t0 = ax_trace_now_us();
+  int64_t t0 = ax_trace_now_us(), c0 = axi_pipe_host_cpu_us();
   axi_pipe_fwd_msg m;
   AX_TRY(axi_pipe_fwd_decode(args, &m));
   int64_t batch = m.batch, micro = m.micro, seed = m.seed, flags = m.flags;
@@ -344,7 +344,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   ax_tensor_release(wf);
   axi_pipe_report_msg rep = {0};
   if (err == AX_OK)
-    axi_pipe_host_report(h, t0, &rep);
+    axi_pipe_host_report(h, t0, c0, &rep);
   int live = 0, vers = h->versions;
   for (pstate *o = h->states; o; o = o->next)
     live++;

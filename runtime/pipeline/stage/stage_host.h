@@ -56,7 +56,7 @@
  *    stashed weights, the version the forward used (copy-on-update: before
  *    an update, states that still use the live weights get one separate
  *    copy of the flat buffer). Returns [busy_us (the call's time less its
- *    wait for the activations), live_states,
+ *    wait for the activations), cpu_us (the CPU time it used), live_states,
  *    weight_versions, state_bytes] and, on the last stage, [loss, correct,
  *    count] after them.
  *  - "bwd" [batch, micro, step, units]: under the unit's context. The
@@ -70,11 +70,11 @@
  *    the input gradient goes back to prev along the receive edge
  *    (ax_dist_pass_grads), without waiting. step = 1 runs the STEP of
  *    `batch` after it (see "step"). Returns [busy_us (less the wait for
- *    the output gradient), live_states,
+ *    the output gradient), cpu_us, live_states,
  *    weight_versions, state_bytes].
  *  - "step" [batch, units]: updates the weights with the sum, in
  *    micro-batch order 0..units-1, of the gradients of batch's units
- *    (AX_ESTATE unless every unit's backward ran). Returns the four
+ *    (AX_ESTATE unless every unit's backward ran). Returns the five
  *    statistics.
  *  - "state_save" []: [params (P), buffers (Q) or an empty tensor].
  *  - "trace" []: [bytes] the events recorded since the last "trace"

@@ -255,7 +255,7 @@ static pstate *state_for(phost *h, long batch, int micro, int part,
 static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
                          int part, ax_values *out) {
   axi_ag_stage *s = h->s;
-  int64_t t0 = ax_trace_now_us();
+  int64_t t0 = ax_trace_now_us(), c0 = axi_pipe_host_cpu_us();
   axi_pipe_bwd_msg m = {0, 0, 0, 1}; /* bwdi: no step */
   if (part == PART_INPUT) {
     axi_pipe_bwdi_msg mi;
@@ -320,7 +320,7 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
   }
   axi_pipe_report_msg rep = {0};
   if (err == AX_OK)
-    axi_pipe_host_report(h, t0, &rep);
+    axi_pipe_host_report(h, t0, c0, &rep);
   for (pstate *o = h->states; o; o = o->next)
     live++;
   int vers = h->versions, agent = ax_node_rank(s->node);
@@ -364,7 +364,7 @@ int axi_pipe_host_bwd_weight(ax_call_ctx *cc, void *obj, const ax_values *args,
 int axi_pipe_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out) {
   phost *h = obj;
-  int64_t t0 = ax_trace_now_us();
+  int64_t t0 = ax_trace_now_us(), c0 = axi_pipe_host_cpu_us();
   axi_pipe_step_msg m;
   AX_TRY(axi_pipe_step_decode(args, &m));
   long batch = (long)m.batch;
@@ -372,7 +372,7 @@ int axi_pipe_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
   pthread_mutex_lock(&h->s->mu);
   int err = step_locked(h, batch, (int)m.units);
   if (err == AX_OK)
-    axi_pipe_host_report(h, t0, &rep);
+    axi_pipe_host_report(h, t0, c0, &rep);
   int vers = h->versions;
   pthread_mutex_unlock(&h->s->mu);
   if (err == AX_OK)

@@ -115,11 +115,12 @@ typedef struct axi_pipe_step_msg {
   int64_t batch, units;
 } axi_pipe_step_msg;
 
-/* The reply of fwd, bwd, bwdi, bwdw and step: [busy_us, live_states,
- * weight_versions, state_bytes, (loss, correct, count)]: the loss part
- * from a last stage's forward. */
+/* The reply of fwd, bwd, bwdi, bwdw and step: [busy_us, cpu_us,
+ * live_states, weight_versions, state_bytes, (loss, correct, count)]: the
+ * loss part from a last stage's forward. */
 typedef struct axi_pipe_report_msg {
   int64_t busy_us; /* the call's time less its waits for neighbours */
+  int64_t cpu_us;  /* the CPU time it used (axi_pipe_host_cpu_us) */
   int64_t live, versions, state_bytes; /* >= 0 */
   int has_loss;
   double loss;

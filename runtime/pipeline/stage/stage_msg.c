@@ -377,6 +377,7 @@ MSG(bwdi, "axon.pipe.stage bwdi", I64(bwdi, batch, "batch", ANY),
 MSG(step, "axon.pipe.stage step", I64(step, batch, "batch", ANY),
     I64(step, units, "units", 1, AXP_UNITS_MAX))
 MSG(report, "stage report", I64(report, busy_us, "busy_us", ANY),
+    I64(report, cpu_us, "cpu_us", ANY),
     I64(report, live, "live states", NONNEG),
     I64(report, versions, "weight versions", NONNEG),
     I64(report, state_bytes, "state bytes", NONNEG),
