@@ -14,12 +14,16 @@
 # Usage: scripts/callgraph.sh [--edges]   (--edges also lists every edge)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in cscope ctags; do
+# Debian's universal-ctags also installs itself as ctags-universal, which
+# another ctags package cannot take over.
+ctags=ctags
+command -v ctags-universal >/dev/null && ctags=ctags-universal
+for tool in cscope "$ctags"; do
   command -v "$tool" >/dev/null ||
     { echo "callgraph: $tool not found (scripts/deps.sh installs it)"; exit 1; }
 done
-ctags --version 2>/dev/null | grep -q 'Universal Ctags' ||
-  { echo "callgraph: ctags is not universal-ctags"; exit 1; }
+"$ctags" --version 2>/dev/null | grep -q 'Universal Ctags' ||
+  { echo "callgraph: $ctags is not universal-ctags"; exit 1; }
 show_edges=0
 [[ ${1:-} == --edges ]] && show_edges=1
 
@@ -29,7 +33,7 @@ export LC_ALL=C
 find rpc rref runtime -name '*.c' | sort >"$tmp/files"
 
 # Definitions: name, file, "static" or "-".
-ctags -x --kinds-C=f --language-force=C \
+"$ctags" -x --kinds-C=f --language-force=C \
   --_xformat='%N	%F	%{C.properties}' -L "$tmp/files" |
   awk -F'\t' '{ print $1 "\t" $2 "\t" ($3 ~ /static/ ? "static" : "-") }' |
   sort -u >"$tmp/defs"
