@@ -20,7 +20,8 @@
 # The build's RUNPATH is removed when patchelf is installed (Debian package
 # patchelf); else it stays, harmless: LD_LIBRARY_PATH is searched first.
 # Fails when the build has no CUDA backend, a library is missing here, or
-# the bundle reaches 60 MiB (the device tool carries 64 MiB in all).
+# the bundle reaches 60 MiB (kept small enough to copy to a GPU host with
+# the source tree in one transfer of at most 64 MiB).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -24,8 +24,8 @@
 #     seq=128 (batch 8 and 32) training steps, FP32 and TF32; the N=4096
 #     GEMM, FP32 and TF32, axon's backend vs raw cuBLAS vs torch.mm;
 #  6. a summary: tests, every result line, axon/torch ratios.
-# Output goes to stdout and, when $OUT is set (the device tool returns
-# files under it), to $OUT/gpu_check.log, with the summary also in
+# Output goes to stdout and, when $OUT is set (a directory collected after
+# the run), to $OUT/gpu_check.log, with the summary also in
 # $OUT/gpu_summary.txt. Exit status: 0 all good; 1 a test or benchmark
 # failed; 2 no GPU or no bundle; 3 libraries missing.
 set -euo pipefail
