@@ -261,6 +261,8 @@ pid_t ax_local_spawn(const ax_spawn_opts *o) {
   }
   if (pid > 0)
     return pid;
+  if (o->own_group)
+    setpgid(0, 0);
   set_env(o->env, 1);
   set_env(o->env_default, 0);
   if (o->pin >= 0)

@@ -77,6 +77,9 @@ typedef struct ax_spawn_opts {
    * a pinned child gets AXON_THREADS=1 unless set. A failure to pin is
    * reported and the child runs unpinned. -1: never pinned. */
   int pin;
+  /* Non-zero: the child leads a process group of its own, so that the
+   * caller can end it with everything it started (kill(-pid, sig)). */
+  int own_group;
 } ax_spawn_opts;
 
 /* The cores k local agents started with `pin` 0..k-1 run on: with

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "axon/rpc/launch.h"
 #include "tests/mp_testutil.h"
 
 /* Runs example argv[0] (a name, found by mt_bin_path) with argv[1..]
@@ -27,16 +28,15 @@ static inline int et_run(char *const *argv, int timeout_s, char **out) {
   int fd = mkstemp(tmpl);
   if (fd < 0)
     return -1;
-  unlink(tmpl);
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execv(path, argv);
-    fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
-    _exit(127);
+  const char *av[64] = {path};
+  for (int i = 1; i < 63 && argv[i - 1] && argv[i]; i++)
+    av[i] = argv[i];
+  ax_spawn_opts o = {.argv = av, .out = tmpl, .pin = -1, .own_group = 1};
+  pid_t pid = ax_local_spawn(&o);
+  if (pid < 0) {
+    close(fd);
+    unlink(tmpl);
+    return -1;
   }
   int st = 0, code = -1;
   double t0 = ax_clock_s();
@@ -61,6 +61,7 @@ static inline int et_run(char *const *argv, int timeout_s, char **out) {
     s[k > 0 ? k : 0] = 0;
   }
   close(fd);
+  unlink(tmpl);
   *out = s;
   return code;
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/rpc/launch.h"
 #include "harness.h"
 #include "tests/mp_testutil.h"
 
@@ -14,39 +15,25 @@
  * returns its exit status (-1 if it did not exit) and its stderr in err. */
 static int run(const char *prog, const char *const *args, char *err, size_t len,
                int64_t *ms) {
-  char path[512];
+  char path[512], tmpl[] = "/tmp/axon_cli_err_XXXXXX";
   mt_bin_path(prog, path, sizeof path);
-  int pfd[2];
-  assert_int_equal(pipe(pfd), 0);
+  int fd = mkstemp(tmpl);
+  assert_true(fd >= 0);
+  const char *av[32] = {path};
+  for (int n = 1; args[n - 1] && n < 31; n++)
+    av[n] = args[n - 1];
   int64_t t0 = ax_clock_ms();
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(pfd[1], 2);
-    int null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
-    close(pfd[0]);
-    const char *av[32] = {path};
-    int n = 1;
-    for (; args[n - 1] && n < 31; n++)
-      av[n] = args[n - 1];
-    av[n] = NULL;
-    execv(path, (char *const *)av);
-    _exit(127);
-  }
-  close(pfd[1]);
-  size_t have = 0;
-  ssize_t r;
-  while ((r = read(pfd[0], err + have, len - 1 - have)) > 0 &&
-         have + (size_t)r < len - 1)
-    have += (size_t)r;
-  if (r > 0)
-    have += (size_t)r;
-  err[have] = 0;
-  close(pfd[0]);
+  ax_spawn_opts o = {.argv = av, .err = tmpl, .pin = -1};
+  pid_t pid = ax_local_spawn(&o);
+  assert_true(pid > 0);
   int st = 0;
   waitpid(pid, &st, 0);
   if (ms)
     *ms = ax_clock_ms() - t0;
+  ssize_t have = pread(fd, err, len - 1, 0);
+  err[have > 0 ? have : 0] = 0;
+  close(fd);
+  unlink(tmpl);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
