@@ -124,13 +124,19 @@ int axi_pipe_down_stage(const ax_pipe *p);
  * every driver. mu held. */
 void axi_pipe_fail(ax_pipe *p, int s, int err, const char *what);
 
-/* Calls method on every stage of p (not a front) at once: args(s) builds
- * stage s's arguments, reply (NULL: none) reads its answer. Errors name
- * the stage and its agent (checkpoint.c). */
+/* coord_stages.c. Calls method on every stage of p (not a front) at once,
+ * under autograd context ctx (0: none), and waits for every issued call:
+ * args(s) builds stage s's arguments, reply (NULL: none) reads its answer.
+ * The first error is returned as "stage s on agent A: ..." (the form of
+ * axi_pipe_stage_err, which turns the current error into it). The calls'
+ * deadline is axi_pipe_timeout (ax_pipe_opts.timeout_ms, else 60 s). */
 typedef int (*axi_pipe_args_fn)(void *user, int s, ax_values **out);
 typedef int (*axi_pipe_reply_fn)(void *user, int s, const ax_values *r);
-int axi_pipe_all_stages(ax_pipe *p, const char *method, axi_pipe_args_fn args,
-                        axi_pipe_reply_fn reply, void *user);
+int axi_pipe_all_stages(ax_pipe *p, uint64_t ctx, const char *method,
+                        axi_pipe_args_fn args, axi_pipe_reply_fn reply,
+                        void *user);
+int axi_pipe_stage_err(ax_pipe *p, int s, int err);
+int64_t axi_pipe_timeout(const ax_pipe *p);
 
 /* The frozen prefix of a pipeline (freeze.h; freeze_cache.c): blocks
  * [0, blocks) as a net on the coordinator's CPU (taken, also on error),

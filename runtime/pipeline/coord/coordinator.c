@@ -31,18 +31,6 @@ int ax_pipe_recompute_parse(const char *s, int *out) {
   return AX_OK;
 }
 
-static int64_t timeout_of(const ax_pipe *p) {
-  return p->o.timeout_ms > 0 ? p->o.timeout_ms : 60000;
-}
-
-static int named(ax_pipe *p, int s, int err) {
-  if (err == AX_OK)
-    return err;
-  char m[400];
-  snprintf(m, sizeof m, "%s", ax_errmsg());
-  return ax_seterr(err, "stage %d on agent %s: %s", s, p->agents[s], m);
-}
-
 /* Tensor parallelism needs a model with split layers: one whose default
  * configuration names `tp` (models/layers/parallel.h); the coordinator
  * sets tp and tp_rank itself. */
@@ -154,12 +142,13 @@ static void add_replicas(ax_pipe *p, int s, const axi_pipe_replica_of *rep,
  * there per stage, given the stage's parameters and the optimizer
  * configuration, and handed to the stage (stage_offload.c). */
 static int offload_optimizers(ax_pipe *p) {
-  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  ax_call_opts co = {.timeout_ms = axi_pipe_timeout(p)};
   for (int s = 0; s < p->K; s++) {
     ax_tensor *params = NULL, *bufs = NULL;
-    AX_TRY(named(p, s,
-                 ax_remote_object(p->node, p->optim_host, "axon.pipe.optim", "",
-                                  AX_CPU, &co, &p->optim[s])));
+    AX_TRY(axi_pipe_stage_err(p, s,
+                              ax_remote_object(p->node, p->optim_host,
+                                               "axon.pipe.optim", "", AX_CPU,
+                                               &co, &p->optim[s])));
     AX_TRY(ax_pipe_stage_state(p, s, &params, &bufs));
     ax_values *a = ax_values_new(), *r = NULL;
     axi_pipe_optim_init_msg im = {
@@ -180,7 +169,7 @@ static int offload_optimizers(ax_pipe *p) {
       err = ax_rref_rpc_sync(p->node, p->host[s], "offload", a, &co, &r);
     ax_values_free(a);
     ax_values_free(r);
-    AX_TRY(named(p, s, err));
+    AX_TRY(axi_pipe_stage_err(p, s, err));
   }
   return AX_OK;
 }
@@ -192,7 +181,7 @@ static int create_hosts(ax_pipe *p, const int *bounds,
   for (int s = 0; s <= p->K; s++)
     len += (size_t)snprintf(splits + len, sizeof splits - len, "%s%d",
                             s ? "/" : "", bounds[s]);
-  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  ax_call_opts co = {.timeout_ms = axi_pipe_timeout(p)};
   char tp[48] = ""; /* this member's part of the split layers */
   if (rep && rep->T > 1)
     snprintf(tp, sizeof tp, ",tp=%d,tp_rank=%d", rep->T, rep->t);
@@ -202,10 +191,11 @@ static int create_hosts(ax_pipe *p, const int *bounds,
              p->model, s, splits, (unsigned long long)p->o.seed,
              p->o.model_config ? "," : "",
              p->o.model_config ? p->o.model_config : "", tp);
-    AX_TRY(named(p, s,
-                 ax_remote_object(p->node, p->agents[s], "axon.pipe.stage", cfg,
-                                  p->o.devices ? p->o.devices[s] : p->o.device,
-                                  &co, &p->host[s])));
+    AX_TRY(axi_pipe_stage_err(
+        p, s,
+        ax_remote_object(p->node, p->agents[s], "axon.pipe.stage", cfg,
+                         p->o.devices ? p->o.devices[s] : p->o.device, &co,
+                         &p->host[s])));
   }
   for (int s = 0; s < p->K; s++) {
     axi_pipe_setup_msg m;
@@ -232,7 +222,7 @@ static int create_hosts(ax_pipe *p, const int *bounds,
       err = ax_rref_rpc_sync(p->node, p->host[s], "setup", a, &co, &r);
     ax_values_free(a);
     ax_values_free(r);
-    AX_TRY(named(p, s, err));
+    AX_TRY(axi_pipe_stage_err(p, s, err));
   }
   return AX_OK;
 }
@@ -363,8 +353,8 @@ int ax_pipe_stage_state(ax_pipe *p, int s, ax_tensor **params,
   if (s < 0 || s >= p->K)
     return ax_seterr(AX_EINVAL, "pipeline: no stage %d", s);
   ax_values *r = NULL;
-  ax_call_opts co = {.timeout_ms = timeout_of(p)};
-  AX_TRY(named(
+  ax_call_opts co = {.timeout_ms = axi_pipe_timeout(p)};
+  AX_TRY(axi_pipe_stage_err(
       p, s,
       ax_rref_rpc_sync(p->node, p->host[s], "state_save", NULL, &co, &r)));
   axi_pipe_state_msg m;
@@ -380,18 +370,18 @@ int ax_pipe_stage_state(ax_pipe *p, int s, ax_tensor **params,
 int ax_pipe_trace(ax_pipe *p, ax_trace *dst) {
   if (p->nrep)
     return ax_pipe_trace(p->rep[0], dst);
-  ax_call_opts co = {.timeout_ms = timeout_of(p)};
+  ax_call_opts co = {.timeout_ms = axi_pipe_timeout(p)};
   for (int s = 0; s < p->K; s++) {
     ax_values *r = NULL;
     axi_pipe_trace_msg m;
-    AX_TRY(named(
+    AX_TRY(axi_pipe_stage_err(
         p, s, ax_rref_rpc_sync(p->node, p->host[s], "trace", NULL, &co, &r)));
     int err = axi_pipe_trace_decode(r, &m);
     if (err == AX_OK && m.events.n)
       err = ax_trace_merge(dst, m.events.p, m.events.n, 0);
     ax_values_free(r);
     if (err != AX_OK)
-      return named(p, s, err);
+      return axi_pipe_stage_err(p, s, err);
   }
   return AX_OK;
 }
@@ -418,63 +408,52 @@ void ax_pipe_get_stats(const ax_pipe *p, ax_pipe_stats *out) {
  * (each stage takes its input there, as in training, and nothing is
  * recorded); the coordinator only waits for the answers, then releases
  * the context. */
+typedef struct eval_fwd {
+  long id;
+  int last; /* the last stage's index */
+  const ax_tlist *in, *lab;
+  axi_pipe_report_msg rep; /* the last stage's */
+} eval_fwd;
+
+static int eval_args(void *user, int s, ax_values **out) {
+  eval_fwd *e = user;
+  axi_pipe_fwd_msg m; /* batch id, micro 0, seed 0, no flags */
+  memset(&m, 0, sizeof m);
+  m.batch = e->id;
+  if (s == 0)
+    m.in = *e->in;
+  m.has_labels = s == e->last;
+  if (m.has_labels)
+    m.lab.t = *e->lab; /* norms 0 */
+  if (!(*out = ax_values_new()))
+    return AX_ENOMEM;
+  return axi_pipe_fwd_encode(&m, *out);
+}
+
+static int eval_reply(void *user, int s, const ax_values *r) {
+  eval_fwd *e = user;
+  if (s != e->last)
+    return AX_OK;
+  AX_TRY(axi_pipe_report_decode(r, &e->rep));
+  return e->rep.has_loss ? AX_OK
+                         : ax_seterr(AX_EBADARG, "stage report: no loss from "
+                                                 "the last stage");
+}
+
 static int eval_batch(ax_pipe *p, const ax_tlist *in, const ax_tlist *lab,
                       double *loss, int64_t *correct, int64_t *count) {
-  long id = -(++p->eval_ids);
+  eval_fwd e = {.id = -(++p->eval_ids), .last = p->K - 1, .in = in, .lab = lab};
   uint64_t ctx = 0;
-  int err = ax_dist_context_new(p->node, &ctx), bad = -1;
+  int err = ax_dist_context_new(p->node, &ctx);
   ax_autograd_ctx_set_current(0);
   if (err != AX_OK)
     return err;
-  ax_call_opts co = {.timeout_ms = timeout_of(p), .autograd_ctx = ctx};
-  ax_future *f[AX_PIPE_MAX_STAGES] = {NULL};
-  for (int s = 0; s < p->K && err == AX_OK; s++) {
-    axi_pipe_fwd_msg m; /* batch id, micro 0, seed 0, no flags */
-    memset(&m, 0, sizeof m);
-    m.batch = id;
-    if (s == 0)
-      m.in = *in;
-    m.has_labels = s == p->K - 1;
-    if (m.has_labels)
-      m.lab.t = *lab; /* norms 0 */
-    ax_values *a = ax_values_new();
-    err = a ? axi_pipe_fwd_encode(&m, a) : AX_ENOMEM;
-    if (err == AX_OK)
-      err = ax_rref_rpc_async(p->node, p->host[s], "fwd", a, &co, &f[s]);
-    ax_values_free(a);
-    if (err != AX_OK)
-      bad = s;
+  err = axi_pipe_all_stages(p, ctx, "fwd", eval_args, eval_reply, &e);
+  if (err == AX_OK) {
+    *loss = e.rep.loss;
+    *correct = e.rep.correct;
+    *count = e.rep.count;
   }
-  for (int s = 0; s < p->K; s++) { /* every issued call is waited for */
-    if (!f[s])
-      continue;
-    int e = ax_future_wait(f[s], timeout_of(p) + 1000);
-    if (e == AX_OK)
-      e = ax_future_err(f[s]);
-    if (e != AX_OK && err == AX_OK) {
-      err = ax_seterr(e, "%s",
-                      ax_future_is_done(f[s]) ? ax_future_errmsg(f[s])
-                                              : "no answer in time");
-      bad = s;
-    }
-    axi_pipe_report_msg rep;
-    if (e == AX_OK && s == p->K - 1) {
-      e = axi_pipe_report_decode(ax_future_values(f[s]), &rep);
-      if (e == AX_OK && !rep.has_loss)
-        e = ax_seterr(AX_EBADARG, "stage report: no loss from the last stage");
-      if (e == AX_OK) {
-        *loss = rep.loss;
-        *correct = rep.correct;
-        *count = rep.count;
-      }
-      if (e != AX_OK && err == AX_OK) {
-        err = e;
-        bad = s;
-      }
-    }
-    ax_future_release(f[s]);
-  }
-  err = bad < 0 ? err : named(p, bad, err);
   char msg[512];
   snprintf(msg, sizeof msg, "%s", err != AX_OK ? ax_errmsg() : "");
   ax_dist_context_release(p->node, ctx, 10000);

@@ -12,60 +12,12 @@
 #include "axon/runtime/pipeline/state/checkpoint.h"
 #include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 
-static int64_t timeout_of(const ax_pipe *p) {
-  return p->o.timeout_ms > 0 ? p->o.timeout_ms : 60000;
-}
-
 /* Stage s's file; a tensor-parallel member's carries its index. */
 static void stage_file(const ax_pipe *p, int s, char *out, size_t len) {
   if (p->members > 1)
     snprintf(out, len, "stage-%02d-t%d.axck", s, p->member);
   else
     snprintf(out, len, "stage-%02d.axck", s);
-}
-
-/* Errors of stage s: "stage s on agent A: ...". */
-static int named(ax_pipe *p, int s, int err) {
-  if (err == AX_OK)
-    return err;
-  char m[700];
-  snprintf(m, sizeof m, "%s", ax_errmsg());
-  return ax_seterr(err, "stage %d on agent %s: %s", s, p->agents[s], m);
-}
-
-int axi_pipe_all_stages(ax_pipe *p, const char *method, axi_pipe_args_fn args,
-                        axi_pipe_reply_fn reply, void *user) {
-  ax_future *f[AX_PIPE_MAX_STAGES] = {NULL};
-  ax_call_opts co = {.timeout_ms = timeout_of(p)};
-  int err = AX_OK, bad = -1;
-  for (int s = 0; s < p->K && err == AX_OK; s++) {
-    ax_values *a = NULL;
-    err = args(user, s, &a);
-    if (err == AX_OK)
-      err = ax_rref_rpc_async(p->node, p->host[s], method, a, &co, &f[s]);
-    ax_values_free(a);
-    bad = err != AX_OK ? s : bad;
-  }
-  for (int s = 0; s < p->K; s++) {
-    if (!f[s])
-      continue;
-    int e = ax_future_wait(f[s], timeout_of(p) + 1000);
-    if (e == AX_OK)
-      e = ax_future_err(f[s]);
-    if (e != AX_OK && err == AX_OK) {
-      err = ax_seterr(e, "%s",
-                      ax_future_is_done(f[s]) ? ax_future_errmsg(f[s])
-                                              : "no answer in time");
-      bad = s;
-    }
-    if (e == AX_OK && reply &&
-        (e = reply(user, s, ax_future_values(f[s]))) != AX_OK && err == AX_OK) {
-      err = e;
-      bad = s;
-    }
-    ax_future_release(f[s]);
-  }
-  return bad < 0 ? err : named(p, bad, err);
 }
 
 typedef struct save_args {
@@ -215,7 +167,7 @@ static void prune(ax_pipe *const *parts, int n_parts, const char *root,
     axi_ckpt_dirname(root, steps[i], a.dir, sizeof a.dir);
     for (int t = 0; t < n_parts; t++) {
       a.p = parts[t];
-      axi_pipe_all_stages(parts[t], "ckpt_drop", save_args_of, NULL, &a);
+      axi_pipe_all_stages(parts[t], 0, "ckpt_drop", save_args_of, NULL, &a);
     }
     axi_ckpt_remove(a.dir);
   }
@@ -251,7 +203,7 @@ static void *finish_main(void *arg) {
   int err = AX_OK;
   for (int t = 0; t < j->T && err == AX_OK; t++) {
     j->a.p = j->parts[t];
-    err = axi_pipe_all_stages(j->parts[t], "ckpt_wait", wait_args_of, NULL,
+    err = axi_pipe_all_stages(j->parts[t], 0, "ckpt_wait", wait_args_of, NULL,
                               &j->a);
   }
   if (err == AX_OK)
@@ -342,8 +294,8 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
     a.first = 1 + t * p->K;
     for (int s = 0; s < p->K; s++)
       stage_file(parts[t], s, m.f[a.first + s].name, sizeof m.f[0].name);
-    err = axi_pipe_all_stages(parts[t], "ckpt_save", save_args_of, save_reply,
-                              &a);
+    err = axi_pipe_all_stages(parts[t], 0, "ckpt_save", save_args_of,
+                              save_reply, &a);
   }
   m.nfiles = 1 + T * p->K;
   if (err == AX_OK && front->frozen) /* the coordinator's own blocks */
@@ -568,7 +520,7 @@ static int restore_part(ax_pipe *p, const char *path, ax_ckpt_info *info) {
                        dir, name);
   }
   load_args a = {p, dir, &m, here != 0};
-  AX_TRY(axi_pipe_all_stages(p, "ckpt_load", load_args_of, NULL, &a));
+  AX_TRY(axi_pipe_all_stages(p, 0, "ckpt_load", load_args_of, NULL, &a));
   p->base = info->step;
   return AX_OK;
 }

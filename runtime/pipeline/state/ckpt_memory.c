@@ -96,7 +96,7 @@ int ax_pipe_checkpoint_memory(ax_pipe *p, const ax_ckpt_info *info,
   }
   mem_args a = {p, m};
   int err =
-      axi_pipe_all_stages(p, "ckpt_mem_save", save_args_of, save_reply, &a);
+      axi_pipe_all_stages(p, 0, "ckpt_mem_save", save_args_of, save_reply, &a);
   if (err == AX_OK)
     *out = *m; /* a failed one leaves *out, the last complete one, as it was */
   free(m);
@@ -148,7 +148,7 @@ int ax_pipe_restore_memory(ax_pipe *p, const ax_mem_ckpt *m,
                        "in-memory restore: stage %d's copies "
                        "were on %s and %s, both lost (restore from disk)",
                        s, m->st[s].agent, *m->st[s].peer ? m->st[s].peer : "-");
-  AX_TRY(axi_pipe_all_stages(p, "ckpt_mem_load", load_args_of, NULL, &a));
+  AX_TRY(axi_pipe_all_stages(p, 0, "ckpt_mem_load", load_args_of, NULL, &a));
   p->base = m->info.step;
   if (info)
     *info = m->info;

@@ -88,8 +88,8 @@ static int gather(ax_pipe *one, gathered *g) {
   stage_files a;
   memset(&a, 0, sizeof a);
   memset(g, 0, sizeof *g);
-  int err =
-      axi_pipe_all_stages(one, "ckpt_save", gather_args_of, gather_reply, &a);
+  int err = axi_pipe_all_stages(one, 0, "ckpt_save", gather_args_of,
+                                gather_reply, &a);
   for (int s = 0; s < one->K && err == AX_OK; s++) {
     uint8_t *buf = NULL;
     size_t len = (size_t)a.size[s];
@@ -286,7 +286,7 @@ static int load_all(ax_pipe *np, stage_files *la, long base) {
   int parts = np->nrep ? np->nrep : 1;
   for (int i = 0; i < parts; i++) {
     ax_pipe *q = np->nrep ? np->rep[i] : np;
-    AX_TRY(axi_pipe_all_stages(q, "ckpt_load", load_args_of, NULL, la));
+    AX_TRY(axi_pipe_all_stages(q, 0, "ckpt_load", load_args_of, NULL, la));
     q->base = base;
   }
   np->base = base;
