@@ -258,7 +258,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                  ax_values *out) {
   phost *h = obj;
   axi_ag_stage *s = h->s;
-  int64_t t0 = ax_trace_now_us(), c0 = axi_pipe_host_cpu_us();
+  int64_t t0 = ax_clock_us(), c0 = axi_pipe_host_cpu_us();
   axi_pipe_fwd_msg m;
   AX_TRY(axi_pipe_fwd_decode(args, &m));
   int64_t batch = m.batch, micro = m.micro, seed = m.seed, flags = m.flags;
@@ -290,7 +290,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   pthread_mutex_lock(&s->mu);
   if (err == AX_OK && h->offload) /* the last update's parameters */
     err = axi_pipe_offload_settle(h);
-  int64_t tc = ax_trace_now_us();
+  int64_t tc = ax_clock_us();
   ax_tensor *w = s->net->params; /* the weights this forward uses */
   if (err == AX_OK && train && h->def->fwd_weights == AX_FWD_DOUBLE_BUFFERED) {
     if (h->shadow && h->shadow_for == batch)
@@ -351,7 +351,7 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   pthread_mutex_unlock(&s->mu);
   if (err == AX_OK && train)
     axi_pipe_event_compute(h->tr, s->index, ax_node_rank(s->node), "forward",
-                           (long)batch, (int)micro, tc, ax_trace_now_us(), live,
+                           (long)batch, (int)micro, tc, ax_clock_us(), live,
                            vers);
   if (err == AX_OK && h->is_last) {
     rep.has_loss = 1;

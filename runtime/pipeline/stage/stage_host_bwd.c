@@ -172,7 +172,7 @@ static int backward_locked(phost *h, pstate *st, int part, const ax_tlist *dy,
     return err;
   if (wb)
     ex.params = wb;
-  mark[0] = ax_trace_now_us();
+  mark[0] = ax_clock_us();
   if (!st->slot && part != PART_WEIGHT) { /* replay: no new statistics */
     ax_tlist y = {0};
     if (!(st->slot = ax_slot_new())) {
@@ -183,7 +183,7 @@ static int backward_locked(phost *h, pstate *st, int part, const ax_tlist *dy,
     err = ax_forward(net->root, &ex, st->slot, &st->input, &y);
     ax_tlist_clear(&y);
   }
-  mark[1] = ax_trace_now_us();
+  mark[1] = ax_clock_us();
   ex.grads = g;
   ex.need_dx = !s->is_first;
   if (err == AX_OK && part == PART_FULL)
@@ -192,7 +192,7 @@ static int backward_locked(phost *h, pstate *st, int part, const ax_tlist *dy,
     err = ax_backward_input(net->root, &ex, st->slot, dy, din);
   else if (err == AX_OK)
     err = ax_backward_weight(net->root, &ex, st->slot);
-  mark[2] = ax_trace_now_us();
+  mark[2] = ax_clock_us();
   ax_tensor_release(wb);
   return err;
 }
@@ -255,7 +255,7 @@ static pstate *state_for(phost *h, long batch, int micro, int part,
 static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
                          int part, ax_values *out) {
   axi_ag_stage *s = h->s;
-  int64_t t0 = ax_trace_now_us(), c0 = axi_pipe_host_cpu_us();
+  int64_t t0 = ax_clock_us(), c0 = axi_pipe_host_cpu_us();
   axi_pipe_bwd_msg m = {0, 0, 0, 1}; /* bwdi: no step */
   if (part == PART_INPUT) {
     axi_pipe_bwdi_msg mi;
@@ -303,7 +303,7 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
   mark[3] = mark[2];
   if (err == AX_OK && step) {
     err = step_locked(h, batch, (int)units);
-    mark[3] = ax_trace_now_us();
+    mark[3] = ax_clock_us();
   }
   if (part == PART_INPUT) {
     st->input_done = err == AX_OK;
@@ -364,7 +364,7 @@ int axi_pipe_host_bwd_weight(ax_call_ctx *cc, void *obj, const ax_values *args,
 int axi_pipe_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out) {
   phost *h = obj;
-  int64_t t0 = ax_trace_now_us(), c0 = axi_pipe_host_cpu_us();
+  int64_t t0 = ax_clock_us(), c0 = axi_pipe_host_cpu_us();
   axi_pipe_step_msg m;
   AX_TRY(axi_pipe_step_decode(args, &m));
   long batch = (long)m.batch;
@@ -379,7 +379,7 @@ int axi_pipe_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
     err = axi_pipe_report_encode(&rep, out);
   if (err == AX_OK)
     axi_pipe_event_compute(h->tr, h->s->index, ax_node_rank(h->s->node),
-                           "optim", (long)batch, 0, t0, ax_trace_now_us(), -1,
+                           "optim", (long)batch, 0, t0, ax_clock_us(), -1,
                            vers);
   return err;
 }

@@ -88,7 +88,7 @@ void axi_pipe_host_report(phost *h, int64_t t0, int64_t c0,
     }
   }
   h->versions = (int)vers;
-  r->busy_us = ax_trace_now_us() - t0;
+  r->busy_us = ax_clock_us() - t0;
   r->cpu_us = axi_pipe_host_cpu_us() - c0;
   r->live = live;
   r->versions = vers;

@@ -109,11 +109,11 @@ int axi_pipe_xfer_error(phost *h) {
 int axi_pipe_take_input(phost *h, uint64_t ctx, long batch, int micro,
                         int64_t timeout_ms, ax_tlist *in, int64_t *wait_us) {
   axi_ag_stage *s = h->s;
-  int64_t t0 = ax_trace_now_us();
+  int64_t t0 = ax_clock_us();
   int err = ax_dist_take(s->node, ctx, h->self,
                          h->prev ? ax_rref_owner(h->prev) : NULL, s->dev,
                          timeout_ms, in);
-  int64_t t1 = ax_trace_now_us();
+  int64_t t1 = ax_clock_us();
   if (err != AX_OK) {
     char msg[256];
     snprintf(msg, sizeof msg, "%s", ax_errmsg());
@@ -135,7 +135,7 @@ int axi_pipe_push_output(phost *h, uint64_t ctx, long batch, int micro,
                      "axon.pipe.stage %d: no neighbour to send to "
                      "(setup missing?)",
                      s->index);
-  int64_t t0 = ax_trace_now_us();
+  int64_t t0 = ax_clock_us();
   ax_future *f = NULL;
   int err = ax_dist_push(s->node, ctx, ax_rref_owner(h->next),
                          ax_rref_id(h->next), y, &f);
@@ -143,7 +143,7 @@ int axi_pipe_push_output(phost *h, uint64_t ctx, long batch, int micro,
     err = watch(h, f);
   if (err == AX_OK)
     axi_pipe_event_xfer(h->tr, s->index, 1, AXP_ACTIVATIONS, batch, micro,
-                        s->index + 1, y, t0, ax_trace_now_us());
+                        s->index + 1, y, t0, ax_clock_us());
   return err;
 }
 
@@ -152,9 +152,9 @@ int axi_pipe_take_grad(phost *h, uint64_t ctx, uint64_t fn, long batch,
                        int micro, int64_t timeout_ms, ax_tlist *dy,
                        int64_t *wait_us) {
   axi_ag_stage *s = h->s;
-  int64_t t0 = ax_trace_now_us();
+  int64_t t0 = ax_clock_us();
   AX_TRY(ax_dist_take_grads(s->node, ctx, fn, timeout_ms, dy));
-  *wait_us = ax_trace_now_us() - t0;
+  *wait_us = ax_clock_us() - t0;
   for (int i = 0; i < dy->n; i++) { /* onto the stage's device */
     ax_tensor *x = dy->t[i] ? ax_tensor_to(dy->t[i], s->dev) : NULL;
     if (dy->t[i] && !x)
@@ -163,20 +163,20 @@ int axi_pipe_take_grad(phost *h, uint64_t ctx, uint64_t fn, long batch,
     dy->t[i] = x;
   }
   axi_pipe_event_xfer(h->tr, s->index, 0, AXP_GRADIENTS, batch, micro,
-                      s->index + 1, dy, t0, ax_trace_now_us());
+                      s->index + 1, dy, t0, ax_clock_us());
   return AX_OK;
 }
 
 int axi_pipe_pass_grad(phost *h, uint64_t ctx, uint64_t fn, long batch,
                        int micro, const ax_tlist *din) {
   axi_ag_stage *s = h->s;
-  int64_t t0 = ax_trace_now_us();
+  int64_t t0 = ax_clock_us();
   ax_future *f = NULL;
   int err = ax_dist_pass_grads(s->node, ctx, fn, din, &f);
   if (err == AX_OK)
     err = watch(h, f);
   if (err == AX_OK)
     axi_pipe_event_xfer(h->tr, s->index, 1, AXP_GRADIENTS, batch, micro,
-                        s->index - 1, din, t0, ax_trace_now_us());
+                        s->index - 1, din, t0, ax_clock_us());
   return err;
 }

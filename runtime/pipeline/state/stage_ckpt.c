@@ -133,12 +133,12 @@ int axi_pipe_host_ckpt_wait(ax_call_ctx *cc, void *obj, const ax_values *args,
   axi_pipe_ckpt_wait_msg m;
   AX_TRY(axi_pipe_ckpt_wait_decode(args, &m));
   const char *path = m.path;
-  int64_t end = ax_trace_now_us() / 1000 + axi_pipe_wait_ms(cc);
+  int64_t end = ax_clock_us() / 1000 + axi_pipe_wait_ms(cc);
   int found = 0;
   axi_pipe_ckpt_write *w = NULL;
   pthread_mutex_lock(&h->ckpt_mu);
   while (!(w = take_done(h, path, &found)) && found &&
-         ax_trace_now_us() / 1000 < end) {
+         ax_clock_us() / 1000 < end) {
     struct timespec ts = ax_clock_after_ms(CLOCK_REALTIME, 50);
     pthread_cond_timedwait(&h->ckpt_cv, &h->ckpt_mu, &ts);
   }

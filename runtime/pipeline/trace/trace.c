@@ -29,8 +29,6 @@ void ax_trace_free(ax_trace *t) {
   free(t);
 }
 
-int64_t ax_trace_now_us(void) { return ax_clock_us(); }
-
 static void copy_str(char *dst, size_t cap, const char *src) {
   size_t n = src ? strlen(src) : 0;
   if (n >= cap)

@@ -10,7 +10,7 @@
  * send/recv, stash = the stage's live stash count after the event, peer =
  * the other stage of a send/recv.
  *
- * Clocks. Timestamps are CLOCK_MONOTONIC microseconds (ax_trace_now_us),
+ * Clocks. Timestamps are CLOCK_MONOTONIC microseconds (ax_clock_us),
  * which every process on one host shares, so stage events line up with the
  * coordinator's without adjustment. For stages on other hosts, the stage
  * (or the coordinator at merge time) supplies an offset in microseconds
@@ -30,6 +30,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "axon/kernels/clock.h" /* ax_clock_us: the events' clock */
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,10 +57,6 @@ typedef struct ax_trace ax_trace;
  * events beyond the limit are counted as dropped. NULL on out-of-memory. */
 ax_trace *ax_trace_new(size_t max_events);
 void ax_trace_free(ax_trace *t); /* NULL-safe */
-
-/* The clock of trace events: ax_clock_us (kernels/clock.h, CLOCK_MONOTONIC
- * in microseconds) under the trace's name. */
-int64_t ax_trace_now_us(void);
 
 /* An event with the given fields, every argument absent (-1) and
  * dur = end - start (0 if negative). Names are truncated to fit. */
