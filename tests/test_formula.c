@@ -270,6 +270,19 @@ static void two_cores_four_stages(void **state) {
   AX_ASSERT_CLOSE(t[1], 16 * 0.03, 1e-12, 0);
   assert_true(t[2] > t[4] && t[2] < t[1]);
   assert_true(t[2] >= t[1] / 2 - 1e-12); /* no more than 2 cores' work */
+  /* The scheduling rule itself (earliest start, lowest rank on a tie),
+   * pinned: lowest-rank-first would give gpipe 0.39 on 2 cores, and the
+   * highest rank on a tie 1f1b 0.26 and 0.21. */
+  AX_ASSERT_CLOSE(t[2], 0.27, 1e-12, 0);
+  AX_ASSERT_CLOSE(t[3], 0.24, 1e-12, 0);
+  double f[2];
+  for (int cores = 2; cores <= 3; cores++) {
+    ax_formula_comm c = {.cores = cores};
+    AX_ASSERT_OK(ax_formula_time_comm("1f1b", 4, 1, 4, tf, tb, NULL, 0, &c,
+                                      &f[cores - 2]));
+  }
+  AX_ASSERT_CLOSE(f[0], 0.28, 1e-12, 0);
+  AX_ASSERT_CLOSE(f[1], 0.23, 1e-12, 0);
 }
 
 static void bad_arguments(void **state) {

@@ -101,8 +101,8 @@ int ax_formula_time_split(const char *mode, int K, int v, int M,
  * whose dependencies have finished (and whose rank is free) is a
  * candidate; the one that can start first starts, the lowest rank on a
  * tie, on the core that was free first, and holds it for its cost (no
- * preemption). With 1 core every mode's time is the sum of its actions'
- * costs per mini-batch. */
+ * preemption). Without transfers or an issue window, with 1 core every mode's
+ * time is the sum of its actions' costs per mini-batch. */
 typedef struct ax_formula_comm {
   const double *fwd, *bwd;
   double per_action;
