@@ -57,10 +57,6 @@ int axi_rref_wait_entry(axi_rctx *rc, axi_owned *e, ax_call_ctx *ctx,
   return AX_OK;
 }
 
-typedef struct rerun {
-  ax_future *reply;
-} rerun;
-
 static void on_rerun(ax_future *f, void *user) {
   ax_future *reply = user;
   int err = ax_future_err(f);

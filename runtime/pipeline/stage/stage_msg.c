@@ -18,7 +18,6 @@ enum {
   K_RREF,    /* an RRef, or i64 0 for none (NULL) */
   K_TLIST,   /* [n in lo .. hi, n tensors] (ax_tlist) */
   K_LABELS,  /* [n in lo .. hi, n tensors, n i64 >= 0] (axi_pipe_labels) */
-  K_REST,    /* the values left, at most hi, each a tensor or i64 0 (NULL) */
   K_MEMBERS, /* [n in lo .. hi, tag, n names] (axi_pipe_group) */
   K_OPT,     /* an optional part starts: its int has_ flag at off */
 };
@@ -105,8 +104,8 @@ static int rd_tensor(rd *r, ax_tensor **t) {
   return AX_OK;
 }
 
-/* A tensor, or i64 0 for none (K_REST), or an RRef, or i64 0 (K_RREF). */
-static int rd_or_zero(rd *r, int rref, void **out) {
+/* An RRef, or i64 0 for none (K_RREF). */
+static int rd_rref(rd *r, ax_rref **out) {
   *out = NULL;
   ax_value_type t = ax_values_type(r->v, r->at);
   int64_t zero = 1;
@@ -115,20 +114,18 @@ static int rd_or_zero(rd *r, int rref, void **out) {
     r->at++;
     return AX_OK;
   }
-  const char *what = rref ? "an RRef or i64 0" : "a tensor or i64 0";
   if (r->at >= r->n)
-    return bad(AX_EBADARG, r->m, r->f, r->at, "missing, expected %s", what);
-  if (rref && t == AX_VAL_EXT &&
-      ax_values_get_rref(r->v, r->at, (ax_rref **)out) == AX_OK) {
+    return bad(AX_EBADARG, r->m, r->f, r->at,
+               "missing, expected an RRef or i64 0");
+  if (t == AX_VAL_EXT && ax_values_get_rref(r->v, r->at, out) == AX_OK) {
     r->at++;
     return AX_OK;
   }
-  if (!rref && t == AX_VAL_TENSOR)
-    return rd_tensor(r, (ax_tensor **)out);
   const char *have = t == AX_VAL_EXT   ? "an extension value"
                      : t == AX_VAL_I64 ? "an i64 other than 0"
                                        : ax_value_type_name(t);
-  return bad(AX_EBADARG, r->m, r->f, r->at, "%s, expected %s", have, what);
+  return bad(AX_EBADARG, r->m, r->f, r->at, "%s, expected an RRef or i64 0",
+             have);
 }
 
 static int rd_tensors(rd *r, int64_t n, ax_tlist *l) {
@@ -161,7 +158,7 @@ static int rd_field(rd *r, char *p) {
   case K_TENSOR:
     return rd_tensor(r, (ax_tensor **)p);
   case K_RREF:
-    return rd_or_zero(r, 1, (void **)p);
+    return rd_rref(r, (ax_rref **)p);
   case K_TLIST:
     AX_TRY(rd_i64(r, f->lo, f->hi, &n));
     return rd_tensors(r, n, (ax_tlist *)p);
@@ -171,15 +168,6 @@ static int rd_field(rd *r, char *p) {
     AX_TRY(rd_tensors(r, n, &l->t));
     for (int64_t i = 0; i < n; i++)
       AX_TRY(rd_i64(r, 0, INT64_MAX, &l->norm[i]));
-    return AX_OK;
-  }
-  case K_REST: {
-    ax_tlist *l = (ax_tlist *)p;
-    if ((uint64_t)(r->n - r->at) > (uint64_t)f->hi)
-      return bad(AX_EBADARG, r->m, f, r->at, "%zu values, at most %lld",
-                 r->n - r->at, (long long)f->hi);
-    for (l->n = 0; r->at < r->n; l->n++)
-      AX_TRY(rd_or_zero(r, 0, (void **)&l->t[l->n]));
     return AX_OK;
   }
   case K_MEMBERS: {
@@ -238,21 +226,18 @@ static int wr_str(wr *w, const char *s, int64_t lo, int64_t hi) {
   return ax_values_add_str(w->out, s);
 }
 
-static int wr_tensor(wr *w, ax_tensor *t, int zero) {
-  if (!t && !zero)
+static int wr_tensor(wr *w, ax_tensor *t) {
+  if (!t)
     return bad(AX_EINVAL, w->m, w->f, w->at, "no tensor");
   w->at++;
-  return t ? ax_values_add_tensor(w->out, t) : ax_values_add_i64(w->out, 0);
+  return ax_values_add_tensor(w->out, t);
 }
 
-static int wr_tensors(wr *w, const ax_tlist *l, int64_t lo, int64_t hi,
-                      int count, int zero) {
-  if (count)
-    AX_TRY(wr_i64(w, l->n, lo, hi));
-  else
-    AX_TRY(range(AX_EINVAL, w->m, w->f, w->at, l->n, lo, hi));
+/* The count, then the tensors. */
+static int wr_tensors(wr *w, const ax_tlist *l, int64_t lo, int64_t hi) {
+  AX_TRY(wr_i64(w, l->n, lo, hi));
   for (int i = 0; i < l->n; i++)
-    AX_TRY(wr_tensor(w, l->t[i], zero));
+    AX_TRY(wr_tensor(w, l->t[i]));
   return AX_OK;
 }
 
@@ -275,23 +260,21 @@ static int wr_field(wr *w, const char *p) {
     return ax_values_add_bytes(w->out, b->p ? b->p : "", b->n);
   }
   case K_TENSOR:
-    return wr_tensor(w, *(ax_tensor *const *)p, 0);
+    return wr_tensor(w, *(ax_tensor *const *)p);
   case K_RREF: {
     ax_rref *r = *(ax_rref *const *)p;
     w->at++;
     return r ? ax_values_add_rref(w->out, r) : ax_values_add_i64(w->out, 0);
   }
   case K_TLIST:
-    return wr_tensors(w, (const ax_tlist *)p, f->lo, f->hi, 1, 0);
+    return wr_tensors(w, (const ax_tlist *)p, f->lo, f->hi);
   case K_LABELS: {
     const axi_pipe_labels *l = (const axi_pipe_labels *)p;
-    AX_TRY(wr_tensors(w, &l->t, f->lo, f->hi, 1, 0));
+    AX_TRY(wr_tensors(w, &l->t, f->lo, f->hi));
     for (int i = 0; i < l->t.n; i++)
       AX_TRY(wr_i64(w, l->norm[i], 0, INT64_MAX));
     return AX_OK;
   }
-  case K_REST:
-    return wr_tensors(w, (const ax_tlist *)p, 0, f->hi, 0, 1);
   case K_MEMBERS: {
     const axi_pipe_group *g = (const axi_pipe_group *)p;
     AX_TRY(wr_i64(w, g->n, f->lo, f->hi));
@@ -336,6 +319,7 @@ static int encode(const message *m, const void *in, ax_values *out) {
 #define SHA(msg, m) F(msg, m, "sha256", K_STR, AXP_SHA_HEX, AXP_SHA_HEX)
 #define ONE(msg, m, name, kind) F(msg, m, name, kind, 0, 0)
 #define MSG(msg, name, ...)                                                    \
+  _Static_assert(sizeof(axi_pipe_##msg##_msg) <= AXP_MSG_MAX, #msg);           \
   static const field g_##msg##_f[] = {__VA_ARGS__};                            \
   static const message g_##msg = {                                             \
       name, sizeof(axi_pipe_##msg##_msg), g_##msg##_f,                         \
@@ -438,8 +422,6 @@ static const message *const g_all[] = {
     &g_mem_load,    &g_mem_keep,  &g_mem_fetch, &g_optim_init, &g_optim_step,
     &g_optim_reply, &g_mem_forget};
 #define N_MSG ((int)(sizeof g_all / sizeof g_all[0]))
-_Static_assert(sizeof(axi_pipe_setup_msg) <= AXP_MSG_MAX,
-               "AXP_MSG_MAX holds every message");
 
 static const message *msg_at(int id) {
   return id >= 0 && id < N_MSG ? g_all[id] : NULL;
