@@ -122,8 +122,8 @@ static void test_round_trip(void **state) {
 static void test_decoded_fields(void **state) {
   ax_values *v = ax_values_new();
   axi_pipe_fwd_msg f, fd;
+  assert_true(sm_is(1, "axon.pipe.stage fwd")); /* before it is written */
   sm_sample(1, &f, 1, g_t, g_rref);
-  assert_true(sm_is(1, "axon.pipe.stage fwd"));
   AX_ASSERT_OK(axi_pipe_fwd_encode(&f, v));
   assert_int_equal(ax_values_count(v), 5 + 1 + 1 + 2 + 2);
   AX_ASSERT_OK(axi_pipe_fwd_decode(v, &fd));
@@ -134,8 +134,8 @@ static void test_decoded_fields(void **state) {
   assert_true(fd.lab.norm[0] == 4 && fd.lab.norm[1] == 0);
   ax_values_truncate(v, 0);
   axi_pipe_setup_msg s, sd;
-  sm_sample(0, &s, 1, g_t, g_rref);
   assert_true(sm_is(0, "axon.pipe.stage setup"));
+  sm_sample(0, &s, 1, g_t, g_rref);
   AX_ASSERT_OK(axi_pipe_setup_encode(&s, v));
   AX_ASSERT_OK(axi_pipe_setup_decode(v, &sd));
   assert_true(sd.prev == g_rref && !sd.next && sd.self_id == 77);
