@@ -61,7 +61,7 @@ typedef struct agent_cli {
   ax_node_opts o;
   int metrics_port; /* -1: no HTTP endpoint */
   int64_t join_ms;
-  const char *device, *device_map;
+  const char *device_map;
   int stay;
 } agent_cli;
 
@@ -90,7 +90,7 @@ static const axi_cli_opt g_opts[] = {
     {"listen", "ADDR", AXI_CLI_STR, F(o.listen),
      .help = "control-plane address HOST:PORT (port 0: any;\n"
              "default 127.0.0.1:0)"},
-    {"device", "DEV", AXI_CLI_STR, F(device),
+    {"device", "DEV", AXI_CLI_DEVICE, F(o.device),
      .help = "cpu or cuda:N; received tensors land there\n(default cpu)"},
     {"device-map", "MAP", AXI_CLI_STR, F(device_map),
      .help = "where received tensors land by the device the\n"
@@ -171,7 +171,6 @@ static int parse(int argc, char **argv, agent_cli *c) {
   ax_node_opts_init(&c->o);
   c->metrics_port = -1;
   c->join_ms = 60000;
-  c->device = "cpu";
   int rc = axi_cli_parse(&g_prog, &g_cmd, 1, argc, argv, c);
   if (rc >= 0)
     return rc;
@@ -190,15 +189,6 @@ static int parse(int argc, char **argv, agent_cli *c) {
   if (!axi_cli_hostport(P, "--listen", o->listen, 0) ||
       (o->master && !axi_cli_hostport(P, "--master", o->master, 1)))
     return 2;
-  if (ax_device_parse(c->device, &o->device) != AX_OK) {
-    fprintf(stderr, "axon-agent: bad --device %s\n", c->device);
-    return 2;
-  }
-  if (ax_device_check(o->device) != AX_OK) {
-    fprintf(stderr, "axon-agent: --device %s does not exist here: %s\n",
-            c->device, ax_errmsg());
-    return 2;
-  }
   if (ax_device_map_parse(c->device_map, &o->device_map) != AX_OK) {
     fprintf(stderr, "axon-agent: bad --device-map: %s\n", ax_errmsg());
     return 2;
