@@ -8,46 +8,79 @@
 #include "agents/axon_run.h"
 #include "axon/kernels/clock.h"
 #include "axon/runtime/pipeline/schedule/partition.h"
+#include "axon/runtime/pipeline/stage/staleness.h"
 #include "axon/runtime/pipeline/state/checkpoint.h"
 #include "axon/runtime/pipeline/state/freeze.h"
 
-/* The run's configuration as "key=value;..." : what a resume must repeat
- * (--steps, --epochs and the checkpoint options may change). */
+/* The run's configuration as "key=value;...". The keys before "mode" set
+ * the math of training (the model and its settings, the data, the
+ * optimizer with its learning-rate schedule, the global batch, the seed,
+ * the staleness correction and the freeze schedule): a resume must repeat
+ * them. The rest is the layout (mode, agents, chunks, micro-batches,
+ * recomputation, partition), which a resume may change: the mover cuts the
+ * checkpoint's state for the new layout (runtime/pipeline/state/state.h). */
 static void run_config(const axi_run_pipe_args *a, char *out, size_t len) {
   snprintf(out, len,
            "model=%s;model_config=%s;dataset=%s;data_config=%s;optim=%s;"
-           "mode=%s;agents=%d;chunks=%d;micro=%d;recompute=%d;batch=%d;"
-           "seed=%llu;partition=%s",
+           "batch=%d;seed=%llu;staleness=%s;mode=%s;agents=%d;chunks=%d;"
+           "micro=%d;recompute=%d;partition=%s",
            a->model, a->model_config ? a->model_config : "", a->dataset,
            a->data_config ? a->data_config : "", a->optim ? a->optim : "",
-           ax_pipe_mode_name(a->mode), a->K, a->chunks, a->M, a->recompute,
            a->batch, (unsigned long long)a->seed,
+           ax_staleness_name(a->staleness), ax_pipe_mode_name(a->mode), a->K,
+           a->chunks, a->M, a->recompute,
            a->partition ? a->partition : "uniform");
   size_t at = strlen(out); /* only with one: older checkpoints match */
   if (a->freeze_schedule && at < len)
     snprintf(out + at, len - at, ";freeze=%s", a->freeze_schedule);
 }
 
-/* AX_EINVAL naming the first key whose value differs. */
-static int same_config(const char *dir, const char *saved, const char *now) {
-  if (!strcmp(saved, now))
-    return AX_OK;
-  const char *x = saved, *y = now;
-  while (*x && *y) {
-    size_t lx = strcspn(x, ";"), ly = strcspn(y, ";");
-    if (lx != ly || strncmp(x, y, lx))
-      return ax_seterr(AX_EINVAL,
-                       "--resume %s: the checkpoint's run had "
-                       "%.*s, this one has %.*s (resume with the same "
-                       "command line)",
-                       dir, (int)lx, x, (int)ly, y);
-    x += lx + (x[lx] == ';');
-    y += ly + (y[ly] == ';');
+static const char *const math_keys[] = {
+    "model", "model_config", "dataset",   "data_config", "optim",
+    "batch", "seed",         "staleness", "freeze"};
+
+/* The value of key in "k=v;..." (length in *n), or NULL. */
+static const char *value_of(const char *cfg, const char *key, size_t *n) {
+  size_t kl = strlen(key);
+  for (const char *p = cfg; *p;) {
+    size_t l = strcspn(p, ";");
+    if (l > kl && !strncmp(p, key, kl) && p[kl] == '=') {
+      *n = l - kl - 1;
+      return p + kl + 1;
+    }
+    p += l + (p[l] == ';');
   }
+  return NULL;
+}
+
+/* AX_EINVAL naming every key of the math whose value differs (a key that
+ * an older checkpoint did not record is not compared, except freeze: a
+ * run frozen on one side only differs). */
+static int same_config(const char *dir, const char *saved, const char *now) {
+  char diff[1500] = "";
+  size_t at = 0;
+  for (size_t i = 0; i < sizeof math_keys / sizeof *math_keys; i++) {
+    size_t ls = 0, ln = 0;
+    const char *k = math_keys[i], *vs = value_of(saved, k, &ls),
+               *vn = value_of(now, k, &ln);
+    int freeze = !strcmp(k, "freeze");
+    if ((!vs || !vn) && !(freeze && (vs || vn)))
+      continue;
+    if (vs && vn && ls == ln && !strncmp(vs, vn, ls))
+      continue;
+    at += (size_t)snprintf(diff + at, at < sizeof diff ? sizeof diff - at : 0,
+                           "%s%s: checkpoint '%.*s', this run '%.*s'",
+                           at ? "; " : "", k, (int)ls, vs ? vs : "", (int)ln,
+                           vn ? vn : "");
+  }
+  if (!diff[0])
+    return AX_OK;
   return ax_seterr(AX_EINVAL,
-                   "--resume %s: the checkpoint's run was "
-                   "configured as '%s', this one as '%s'",
-                   dir, saved, now);
+                   "--resume %s: the math differs (%s); the model, data, "
+                   "optimizer and its schedule, global batch, seed, "
+                   "staleness correction and freeze schedule must match, "
+                   "the layout may change",
+                   dir, diff);
 }
 
 typedef struct wrap { /* ax_pipe_train's callbacks around the feed's */

@@ -191,8 +191,10 @@ const axi_cli_opt axi_run_ckpt_opts[] = {
              "only copy without --checkpoint-dir)"},
     {"resume", "DIR", AXI_CLI_STR, F(pa.resume),
      .help = "continue from the newest checkpoint in DIR (or\n"
-             "DIR/ckpt-N) with the same command line; --steps\n"
-             "and --epochs count from the start of the run"},
+             "DIR/ckpt-N): the same model, data, optimizer,\n"
+             "batch and seed on any layout (stages, partition,\n"
+             "chunks, mode, replicas, tensor parallelism, zero);\n"
+             "--steps and --epochs count from the start of the run"},
     {"loss-log", "FILE", AXI_CLI_STR, F(pa.loss_log),
      .help = "'step loss' per step, every bit (appends on resume)"},
     {"restarts", "N", AXI_CLI_INT, F(pa.restarts), 0, 1000000,

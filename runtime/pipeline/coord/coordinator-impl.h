@@ -51,8 +51,9 @@ struct ax_pipe {
   ax_pipe_opts o;
   char agents[AX_PIPE_MAX_STAGES][AXP_NAME];
   char model[AXP_NAME];
-  int K, U, ignore_index; /* K: stages (agents x chunks) */
-  int R, v;               /* agents (ranks, one driver each), chunks */
+  int K, U, ignore_index;             /* K: stages (agents x chunks) */
+  int bounds[AX_PIPE_MAX_STAGES + 1]; /* stage s: blocks [bounds[s], [s+1]) */
+  int R, v; /* agents (ranks, one driver each), chunks */
   ax_rref *host[AX_PIPE_MAX_STAGES];
   ax_rref *optim[AX_PIPE_MAX_STAGES]; /* on o.optimizer_host, or NULL */
   char optim_host[AXP_NAME];          /* o.optimizer_host's name */

@@ -264,6 +264,7 @@ int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
       p->line[r] = ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)p ^
                    (uint64_t)(ax_clock_s() * 1e9) ^ (uint64_t)r;
   p->K = S;
+  memcpy(p->bounds, bounds, sizeof p->bounds);
   p->U = ax_pipe_units(o->mode, o->M);
   p->ignore_index = info.ignore_index;
   snprintf(p->model, sizeof p->model, "%s", o->model);

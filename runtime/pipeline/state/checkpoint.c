@@ -11,6 +11,7 @@
 #include "axon/runtime/pipeline/stage/stage_msg-impl.h"
 #include "axon/runtime/pipeline/state/checkpoint.h"
 #include "axon/runtime/pipeline/state/ckpt_file-impl.h"
+#include "axon/runtime/pipeline/state/state-impl.h"
 
 /* Stage s's file; a tensor-parallel member's carries its index. */
 static void stage_file(const ax_pipe *p, int s, char *out, size_t len) {
@@ -18,6 +19,21 @@ static void stage_file(const ax_pipe *p, int s, char *out, size_t len) {
     snprintf(out, len, "stage-%02d-t%d.axck", s, p->member);
   else
     snprintf(out, len, "stage-%02d.axck", s);
+}
+
+/* The layout front holds its state in (state.h). */
+static void layout_of(const ax_pipe *front, ax_layout *l) {
+  const ax_pipe *p = front->nrep ? front->rep[0] : front;
+  int T = axi_pipe_members(front);
+  memset(l, 0, sizeof *l);
+  l->mode = p->o.mode;
+  l->stages = p->K;
+  memcpy(l->bounds, p->bounds, sizeof l->bounds);
+  l->tensor_parallel = T;
+  l->replicas = front->nrep ? front->nrep / T : 1;
+  l->zero = p->o.zero;
+  l->optimizer_host = p->optim_host[0] != 0;
+  l->frozen = axi_pipe_frozen_blocks(front->frozen);
 }
 
 typedef struct save_args {
@@ -272,6 +288,9 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
   axi_manifest m;
   memset(&m, 0, sizeof m);
   m.step = in->step;
+  ax_layout lay;
+  layout_of(front, &lay);
+  AX_TRY(axi_layout_format(&lay, m.layout, sizeof m.layout));
   save_args a = {.m = &m, .send = (flags & AX_CKPT_TO_COORDINATOR) != 0};
   a.async = !a.send && (flags & AX_CKPT_ASYNC);
   axi_ckpt_dirname(root, in->step, a.dir, sizeof a.dir);
@@ -457,70 +476,112 @@ static int restore_prefix(ax_pipe *p, const char *path) {
   return f ? load_prefix(p->frozen, dir, &m) : AX_OK;
 }
 
-static int restore_part(ax_pipe *p, const char *path, ax_ckpt_info *info);
-
-int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
-  AX_TRY(ckpt_supported(p));
-  AX_TRY(ax_pipe_checkpoint_wait(p));
-  AX_TRY(restore_prefix(p, path));
-  if (!p->nrep)
-    return restore_part(p, path, info);
-  for (int r = 0; r < p->nrep; r++) { /* every replica, the same files */
-    int err = restore_part(p->rep[r], path, info);
-    int T = axi_pipe_members(p);
-    if (err != AX_OK && T > 1)
-      return ax_seterr(err, "replica %d member %d: %s", r / T, r % T,
-                       ax_errmsg());
-    if (err != AX_OK)
-      return ax_seterr(err, "replica %d: %s", r, ax_errmsg());
+/* One part's stages each load their own file of dir (the layout that wrote
+ * it holds the state in the same files: state.h). */
+static int restore_files(ax_pipe *p, const char *dir, const axi_manifest *m,
+                         int here) {
+  for (int s = 0; s < p->K; s++) {
+    char name[64];
+    int64_t size;
+    const char *sha;
+    stage_file(p, s, name, sizeof name);
+    if (!axi_manifest_find(m, name, &size, &sha))
+      return ax_seterr(AX_EFORMAT,
+                       "checkpoint file %s/" AXI_CK_MANIFEST
+                       " is damaged: it lists no %s",
+                       dir, name);
   }
-  return AX_OK;
+  load_args a = {p, dir, m, here};
+  return axi_pipe_all_stages(p, 0, "ckpt_load", load_args_of, NULL, &a);
 }
 
-/* One pipeline's stages (a part of a front, or the whole). */
-static int restore_part(ax_pipe *p, const char *path, ax_ckpt_info *info) {
-  if (p->plan)
-    return ax_seterr(AX_ESTATE, "checkpoint: only between ax_pipe_train "
-                                "calls");
+typedef struct moved_args {
+  const ax_pipe *p;
+  const ax_train_state *st;
+  const char *dir;
+} moved_args;
+
+/* "ckpt_load" with stage s's file cut from the state by the mover. */
+static int moved_args_of(void *user, int s, ax_values **out) {
+  moved_args *a = user;
+  const ax_pipe *p = a->p;
+  axi_state_slot slot = {s,          p->bounds[s], p->bounds[s + 1],
+                         p->members, p->member,    p->o.mode};
+  uint8_t *buf;
+  size_t len;
+  char sha[2 * AX_SHA256_LEN + 1], name[64], path[1200];
+  AX_TRY(axi_state_slot_file(a->st, &slot, &buf, &len, sha));
+  stage_file(p, s, name, sizeof name);
+  snprintf(path, sizeof path, "%s/%s", a->dir, name);
+  axi_pipe_ckpt_load_msg m = {path, (int64_t)len, sha, 1,
+                              axi_ck_pack(buf, len)};
+  free(buf);
+  if (!m.file)
+    return AX_ENOMEM;
+  ax_values *v = *out = ax_values_new();
+  int err = v ? axi_pipe_ckpt_load_encode(&m, v) : AX_ENOMEM;
+  ax_tensor_release(m.file);
+  return err;
+}
+
+/* The checkpoint's state, read here whatever layout wrote it, cut for
+ * every stage of every part of front. */
+static int restore_moved(ax_pipe *front, const char *dir) {
+  ax_train_state st;
+  int err = ax_state_read(dir, &st, NULL);
+  if (err != AX_OK)
+    return ax_seterr(err,
+                     "%s (a resume on another layout reads every file of "
+                     "the checkpoint on the coordinator's host: copy them "
+                     "here or use a shared directory)",
+                     ax_errmsg());
+  if (strcmp(st.model, front->nrep ? front->rep[0]->model : front->model))
+    err = ax_seterr(AX_EINVAL, "checkpoint %s is of model %s, not %s", dir,
+                    st.model, front->model);
+  int n = front->nrep ? front->nrep : 1;
+  for (int i = 0; i < n && err == AX_OK; i++) {
+    moved_args a = {front->nrep ? front->rep[i] : front, &st, dir};
+    err = axi_pipe_all_stages(front->nrep ? front->rep[i] : front, 0,
+                              "ckpt_load", moved_args_of, NULL, &a);
+    if (err != AX_OK && n > 1)
+      err = ax_seterr(err, "part %d: %s", i, ax_errmsg());
+  }
+  ax_state_free(&st);
+  return err;
+}
+
+int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
+  AX_TRY(ax_pipe_checkpoint_wait(p));
   char dir[1024];
   AX_TRY(ax_ckpt_find(path, dir, sizeof dir));
   axi_manifest m;
   axi_ckr r;
   AX_TRY(axi_manifest_read(dir, &m));
   AX_TRY(read_coord(dir, &m, info, &r));
-  int64_t mode = -1, K = -1, U = -1, here = 0, T = 1;
-  if (axi_ckr_i64(&r, "tensor_parallel", &T) != AX_OK)
-    T = 1; /* written before tensor parallelism */
-  int err = axi_ckr_i64(&r, "mode", &mode);
-  if (err == AX_OK)
-    err = axi_ckr_i64(&r, "stage_files", &here);
-  if (err == AX_OK)
-    err = axi_ckr_i64(&r, "stages", &K);
-  if (err == AX_OK)
-    err = axi_ckr_i64(&r, "units", &U);
+  int64_t here = 0;
+  int err = axi_ckr_i64(&r, "stage_files", &here);
   axi_ckr_close(&r);
   AX_TRY(err);
-  if (mode != p->o.mode || K != p->K || U != p->U || T != p->members)
-    return ax_seterr(AX_EINVAL,
-                     "checkpoint %s is of %s with %lld stages of %lld "
-                     "tensor-parallel members and %lld units, this run is %s "
-                     "with %d of %d and %d",
-                     dir, ax_pipe_mode_name((int)mode), (long long)K,
-                     (long long)T, (long long)U, ax_pipe_mode_name(p->o.mode),
-                     p->K, p->members, p->U);
-  for (int s = 0; s < p->K; s++) {
-    char name[64];
-    int64_t size;
-    const char *sha;
-    stage_file(p, s, name, sizeof name);
-    if (!axi_manifest_find(&m, name, &size, &sha))
-      return ax_seterr(AX_EFORMAT,
-                       "checkpoint file %s/" AXI_CK_MANIFEST
-                       " is damaged: it lists no %s",
-                       dir, name);
+  ax_layout was, now;
+  AX_TRY(ax_layout_read(dir, &was));
+  layout_of(p, &now);
+  ax_pipe *const *parts = p->nrep ? p->rep : &p;
+  int n = p->nrep ? p->nrep : 1;
+  for (int i = 0; i < n; i++)
+    if (parts[i]->plan)
+      return ax_seterr(AX_ESTATE, "checkpoint: only between ax_pipe_train "
+                                  "calls");
+  AX_TRY(restore_prefix(p, dir));
+  if (!ax_layout_same_files(&was, &now)) {
+    err = restore_moved(p, dir);
+  } else {
+    for (int i = 0; i < n && err == AX_OK; i++) {
+      err = restore_files(parts[i], dir, &m, here != 0);
+      if (err != AX_OK && n > 1)
+        err = ax_seterr(err, "part %d: %s", i, ax_errmsg());
+    }
   }
-  load_args a = {p, dir, &m, here != 0};
-  AX_TRY(axi_pipe_all_stages(p, 0, "ckpt_load", load_args_of, NULL, &a));
-  p->base = info->step;
-  return AX_OK;
+  for (int i = 0; i < n && err == AX_OK; i++)
+    parts[i]->base = info->step;
+  return err;
 }

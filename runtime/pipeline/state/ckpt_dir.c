@@ -36,6 +36,8 @@ void axi_ckpt_dirname(const char *root, long step, char *out, size_t len) {
 int axi_manifest_write(const char *dir, const axi_manifest *m) {
   char text[AXI_CK_MAX_FILES * 180 + 256], path[1100], tmp[1110];
   size_t n = (size_t)snprintf(text, sizeof text, HEAD "step %ld\n", m->step);
+  if (m->layout[0]) /* the layout that wrote it (state.h) */
+    n += (size_t)snprintf(text + n, sizeof text - n, "layout %s\n", m->layout);
   for (int i = 0; i < m->nfiles && n < sizeof text; i++)
     n += (size_t)snprintf(text + n, sizeof text - n, "file %s %lld %s\n",
                           m->f[i].name, (long long)m->f[i].size, m->f[i].sha);
@@ -105,7 +107,16 @@ int axi_manifest_read(const char *dir, axi_manifest *m) {
   char *p = text + strlen(HEAD);
   if (sscanf(p, "step %ld\n", &m->step) != 1 || m->step < 0)
     return mbad(path, "no step line");
-  for (p = strchr(p, '\n') + 1; p < last; p = strchr(p, '\n') + 1) {
+  p = strchr(p, '\n') + 1;
+  if (!strncmp(p, "layout ", 7)) { /* absent in older checkpoints */
+    size_t l = strcspn(p + 7, "\n");
+    if (l >= sizeof m->layout)
+      return mbad(path, "a layout line too long");
+    memcpy(m->layout, p + 7, l);
+    m->layout[l] = 0;
+    p = strchr(p, '\n') + 1;
+  }
+  for (; p < last; p = strchr(p, '\n') + 1) {
     if (m->nfiles == AXI_CK_MAX_FILES)
       return mbad(path, "too many files");
     long long size;

@@ -84,6 +84,9 @@ void axi_ckr_close(axi_ckr *r);
  * another type. f32 pointers borrow the reader's buffer (f32 data may be
  * unaligned: copy with memcpy or axi_ckr_tensor). */
 int axi_ckr_i64(const axi_ckr *r, const char *name, int64_t *v);
+/* An i64 record that older files may lack: dflt when absent. */
+int axi_ckr_i64_opt(const axi_ckr *r, const char *name, int64_t dflt,
+                    int64_t *v);
 /* A string record copied into out (cap bytes with its NUL). */
 int axi_ckr_str(const axi_ckr *r, const char *name, char *out, size_t cap);
 int axi_ckr_f32(const axi_ckr *r, const char *name, const uint8_t **data,
@@ -95,10 +98,11 @@ int axi_ckr_tensor(const axi_ckr *r, const char *name, ax_tensor *t);
 /* ---- directories and the manifest ---------------------------------------- */
 #define AXI_CK_MANIFEST "MANIFEST"
 #define AXI_CK_COORD_FILE "coordinator.axck"
-#define AXI_CK_MAX_FILES 40
+#define AXI_CK_MAX_FILES 256
 
 typedef struct axi_manifest {
   long step;
+  char layout[512]; /* "key=value ..." of the layout that wrote it, or "" */
   int nfiles;
   struct {
     char name[64];

@@ -340,6 +340,19 @@ int axi_ckr_i64(const axi_ckr *r, const char *name, int64_t *v) {
   return AX_OK;
 }
 
+int axi_ckr_i64_opt(const axi_ckr *r, const char *name, int64_t dflt,
+                    int64_t *v) {
+  size_t at;
+  uint64_t n;
+  int t;
+  /* An opened file's records were all walked: failing here means absent. */
+  if (walk(r, name, &at, &t, &n) != AX_OK) {
+    *v = dflt;
+    return AX_OK;
+  }
+  return axi_ckr_i64(r, name, v);
+}
+
 int axi_ckr_str(const axi_ckr *r, const char *name, char *out, size_t cap) {
   size_t at;
   uint64_t n;
