@@ -2,6 +2,10 @@
  * into every test program next to harness.c. */
 
 #include "tests/mp_testutil.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+
 #include "axon/rpc/launch.h"
 #include "axon/runtime/pipeline/pipeline.h"
 
@@ -383,6 +387,30 @@ pid_t mt_spawn_axon_run(const char *out, const char *const *argv) {
   av[ac] = NULL;
   ax_spawn_opts o = {.argv = av, .out = out, .pin = -1};
   return ax_local_spawn(&o);
+}
+
+/* Runs axon-run with argv (NULL-terminated, after the program), output to
+ * log. With watch, SIGKILLs it as soon as that file exists. Returns the
+ * exit status, 128 + signal, or -1 after timeout_ms. */
+int mt_run_axon(const char *log, const char *watch, int timeout_ms,
+                const char **argv) {
+  pid_t pid = mt_spawn_axon_run(log, argv);
+  if (pid < 0)
+    return -1;
+  int64_t end = ax_clock_ms() + timeout_ms;
+  int st = 0;
+  struct stat sb;
+  while (waitpid(pid, &st, WNOHANG) == 0) {
+    if (ax_clock_ms() > end || (watch && stat(watch, &sb) == 0)) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      if (!watch || ax_clock_ms() > end)
+        return -1;
+      break;
+    }
+    rt_sleep_ms(2);
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 char *mt_slurp(const char *path) {

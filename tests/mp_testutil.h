@@ -135,6 +135,11 @@ void mt_end(ax_node *drv, const pid_t *pids, int k);
  * NULL-terminated arguments argv (after the program's name), its stdout
  * and stderr into file `out`. Returns its pid, or -1. */
 pid_t mt_spawn_axon_run(const char *out, const char *const *argv);
+/* Runs axon-run with argv (NULL-terminated, after the program), output to
+ * log. With watch, SIGKILLs it as soon as that file exists. Returns the
+ * exit status, 128 + signal, or -1 after timeout_ms. */
+int mt_run_axon(const char *log, const char *watch, int timeout_ms,
+                const char **argv);
 /* The whole file, NUL-terminated (the caller frees it), or NULL. */
 char *mt_slurp(const char *path);
 

@@ -27,30 +27,6 @@
 
 static char g_tmp[64];
 
-/* Runs axon-run with argv (NULL-terminated, after the program), output to
- * log. With watch, SIGKILLs it as soon as that file exists. Returns the
- * exit status, 128 + signal, or -1 after timeout_ms. */
-static int run_axon(const char *log, const char *watch, int timeout_ms,
-                    const char **argv) {
-  pid_t pid = mt_spawn_axon_run(log, argv);
-  if (pid < 0)
-    return -1;
-  int64_t end = ax_clock_ms() + timeout_ms;
-  int st = 0;
-  struct stat sb;
-  while (waitpid(pid, &st, WNOHANG) == 0) {
-    if (ax_clock_ms() > end || (watch && stat(watch, &sb) == 0)) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &st, 0);
-      if (!watch || ax_clock_ms() > end)
-        return -1;
-      break;
-    }
-    rt_sleep_ms(2);
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 /* "key=VALUE" of the summary line in out, into v. */
 static void field(const char *out, const char *key, char *v, size_t len) {
   const char *s = out ? strstr(out, "summary:") : NULL;
@@ -114,7 +90,7 @@ static void run_resume(const char *mode, int cut) {
                        "--checkpoint-every",
                        "10",
                        NULL};
-  assert_int_equal(run_axon(out, NULL, 300000, ref), 0);
+  assert_int_equal(mt_run_axon(out, NULL, 300000, ref), 0);
   char *ro = mt_slurp(out);
   char acc[32], loss[32];
   field(ro, "test_accuracy=", acc, sizeof acc);
@@ -132,7 +108,7 @@ static void run_resume(const char *mode, int cut) {
                      "--checkpoint-every",
                      "10",
                      NULL};
-  int st = run_axon(out, watch, 300000, a);
+  int st = mt_run_axon(out, watch, 300000, a);
   assert_int_equal(st, 128 + SIGKILL);
   reap_orphans();
   const char *b[] = {"train",
@@ -148,7 +124,7 @@ static void run_resume(const char *mode, int cut) {
                      "--resume",
                      d,
                      NULL};
-  st = run_axon(out, NULL, 300000, b);
+  st = mt_run_axon(out, NULL, 300000, b);
   char *bo = mt_slurp(out);
   if (st != 0)
     fprintf(stderr, "---- resumed run ----\n%s\n----\n", bo);
@@ -211,7 +187,7 @@ static void test_export_eval(void **state) {
   snprintf(out, sizeof out, "%s.out", dir);
   snprintf(model, sizeof model, "%s/model.bin", g_tmp);
   const char *tr[] = {"train", RESNET, NULL};
-  assert_int_equal(run_axon(out, NULL, 300000, tr), 0);
+  assert_int_equal(mt_run_axon(out, NULL, 300000, tr), 0);
   char *o = mt_slurp(out);
   char acc[32], loss[32], acc2[32], loss2[32];
   field(o, "test_accuracy=", acc, sizeof acc);
@@ -219,7 +195,7 @@ static void test_export_eval(void **state) {
   free(o);
   const char *ev[] = {"eval", "--checkpoint", dir,  "--eval-batch",
                       "32",   "--eval-limit", "96", NULL};
-  assert_int_equal(run_axon(out, NULL, 60000, ev), 0);
+  assert_int_equal(mt_run_axon(out, NULL, 60000, ev), 0);
   o = mt_slurp(out);
   field(o, "test_accuracy=", acc2, sizeof acc2);
   field(o, "test_loss=", loss2, sizeof loss2);
@@ -229,10 +205,10 @@ static void test_export_eval(void **state) {
   assert_string_equal(acc, acc2);
   assert_string_equal(loss, loss2);
   const char *ex[] = {"export", "--checkpoint", dir, "--out", model, NULL};
-  assert_int_equal(run_axon(out, NULL, 60000, ex), 0);
+  assert_int_equal(mt_run_axon(out, NULL, 60000, ex), 0);
   const char *em[] = {"eval", "--checkpoint", model, "--eval-batch",
                       "32",   "--eval-limit", "96",  NULL};
-  assert_int_equal(run_axon(out, NULL, 60000, em), 0);
+  assert_int_equal(mt_run_axon(out, NULL, 60000, em), 0);
   o = mt_slurp(out);
   field(o, "test_accuracy=", acc2, sizeof acc2);
   field(o, "test_loss=", loss2, sizeof loss2);
@@ -258,7 +234,7 @@ static void test_damaged_refused(void **state) {
   fclose(f);
   free(orig);
   const char *tr[] = {"train", RESNET, "--resume", dir, NULL};
-  int st = run_axon(out, NULL, 300000, tr);
+  int st = mt_run_axon(out, NULL, 300000, tr);
   char *o = mt_slurp(out);
   fprintf(stderr, "  resume: status %d: %s", st,
           o && strstr(o, "axon-run: ") ? strstr(o, "axon-run: ") : "?\n");
@@ -268,14 +244,14 @@ static void test_damaged_refused(void **state) {
   free(o);
   reap_orphans();
   const char *ev[] = {"eval", "--checkpoint", dir, NULL};
-  assert_int_not_equal(run_axon(out, NULL, 60000, ev), 0);
+  assert_int_not_equal(mt_run_axon(out, NULL, 60000, ev), 0);
   o = mt_slurp(out);
   assert_non_null(strstr(o, "stage-02.axck"));
   free(o);
   char prev[300];
   snprintf(prev, sizeof prev, "%s/ckpt-00000002", dir);
   const char *ep[] = {"eval", "--checkpoint", prev, "--eval-limit", "32", NULL};
-  assert_int_equal(run_axon(out, NULL, 60000, ep), 0);
+  assert_int_equal(mt_run_axon(out, NULL, 60000, ep), 0);
 }
 
 int main(void) {

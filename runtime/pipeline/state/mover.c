@@ -36,9 +36,8 @@ int axi_state_nets(const ax_train_state *st, int first, int last, int members,
 
 /* Writes f32 record `name`: n values of src from `at` (NULL src: empty), as
  * member part's slice when part is not NULL. */
-static int put_slice(axi_ckw *w, const char *name, const float *src,
-                     size_t at, size_t n, const ax_net *whole,
-                     const ax_net *part) {
+static int put_slice(axi_ckw *w, const char *name, const float *src, size_t at,
+                     size_t n, const ax_net *whole, const ax_net *part) {
   if (!src) {
     axi_ckw_f32(w, name, NULL, 0);
     return AX_OK;
@@ -110,8 +109,8 @@ int axi_state_slot_file(const ax_train_state *st, const axi_state_slot *sl,
   axi_ckw_i64(&w, "last_step", st->last_step[f]);
   axi_ckw_i64(&w, "shadow_for", shadow ? st->shadow_for : -1);
   if (err == AX_OK)
-    err = put_slice(&w, "shadow", shadow ? st->shadow : NULL, at, n, whole,
-                    part);
+    err =
+        put_slice(&w, "shadow", shadow ? st->shadow : NULL, at, n, whole, part);
   ax_net_free(whole);
   ax_net_free(part);
   if (err != AX_OK) {
@@ -129,8 +128,7 @@ int axi_layout_format(const ax_layout *l, char *out, size_t cap) {
   size_t n = (size_t)snprintf(out, cap, "mode=%s stages=%d bounds=",
                               ax_pipe_mode_name(l->mode), l->stages);
   for (int s = 0; s <= l->stages && n < cap; s++)
-    n += (size_t)snprintf(out + n, cap - n, "%s%d", s ? "," : "",
-                          l->bounds[s]);
+    n += (size_t)snprintf(out + n, cap - n, "%s%d", s ? "," : "", l->bounds[s]);
   if (n < cap)
     n += (size_t)snprintf(out + n, cap - n,
                           " tp=%d replicas=%d zero=%d optimizer_host=%d "

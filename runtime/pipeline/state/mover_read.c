@@ -121,7 +121,8 @@ static int read_piece(ax_train_state *st, const axi_ckr *r, member *x,
                      "outside the stage's %zu parameters",
                      r->path, (long long)off, (long long)len, x->n);
   if (st->optim_kind >= 0 && kind != st->optim_kind)
-    return ax_seterr(AX_EFORMAT, "checkpoint file %s: optimizer kind %lld, "
+    return ax_seterr(AX_EFORMAT,
+                     "checkpoint file %s: optimizer kind %lld, "
                      "other files have %d",
                      r->path, (long long)kind, st->optim_kind);
   st->optim_kind = (int)kind;
@@ -330,8 +331,7 @@ static int read_model_file(ax_train_state *st, const char *path,
                       sizeof info->data_config);
   info->step = (long)step;
   snprintf(st->model, sizeof st->model, "%s", info->model);
-  snprintf(st->model_config, sizeof st->model_config, "%s",
-           info->model_config);
+  snprintf(st->model_config, sizeof st->model_config, "%s", info->model_config);
   if (err == AX_OK)
     err = lay_out(st);
   if (err == AX_OK)
