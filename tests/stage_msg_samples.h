@@ -59,8 +59,8 @@ static void sm_sample(int id, void *p, int full, ax_tensor *const t[3],
   } else if (sm_is(id, "axon.pipe.stage trace reply")) {
     ((axi_pipe_trace_msg *)p)->events = (axi_pipe_bytes){"events", 6};
   } else if (sm_is(id, "axon.pipe.stage ckpt_save")) {
-    *(axi_pipe_ckpt_save_msg *)p =
-        (axi_pipe_ckpt_save_msg){"dir", "stage-00.axck", full, 1, full, 0};
+    *(axi_pipe_ckpt_save_msg *)p = (axi_pipe_ckpt_save_msg){
+        "dir", "stage-00.axck", full, 1, full, 0, full, 1};
   } else if (sm_is(id, "axon.pipe.stage ckpt_wait")) {
     ((axi_pipe_ckpt_wait_msg *)p)->path = "dir/stage-00.axck";
   } else if (sm_is(id, "checkpoint file reply")) {
@@ -84,6 +84,9 @@ static void sm_sample(int id, void *p, int full, ax_tensor *const t[3],
     ((axi_pipe_optim_step_msg *)p)->grads = t[0];
   } else if (sm_is(id, "axon.pipe.optim step reply")) {
     ((axi_pipe_optim_reply_msg *)p)->params = t[1];
+  } else if (sm_is(id, "axon.pipe.optim state")) {
+    *(axi_pipe_optim_state_msg *)p =
+        (axi_pipe_optim_state_msg){t[0], t[1], 12, full, t[0]};
   } else if (!sm_is(id, "axon.pipe.mem_forget")) {
     abort(); /* a message without a sample */
   }

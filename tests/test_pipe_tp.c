@@ -18,6 +18,7 @@
 #include "axon/kernels/clock.h"
 #include "axon/models/layers/parallel.h"
 #include "axon/runtime/pipeline/state/checkpoint.h"
+#include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 #include "tests/pipe_testutil.h"
 
 #define NAGENTS 4
@@ -230,6 +231,24 @@ static void check_joined(const char *root, ax_pipe *p) {
   ax_net_free(whole);
 }
 
+/* Each member's stage files name it (tp.members, tp.member). */
+static void check_member_records(const char *root) {
+  char dir[1024], path[1200];
+  AX_ASSERT_OK(ax_ckpt_find(root, dir, sizeof dir));
+  for (int t = 0; t < 2; t++)
+    for (int s = 0; s < 2; s++) {
+      axi_ckr r;
+      int64_t T = 0, m = -1;
+      snprintf(path, sizeof path, "%s/stage-%02d-t%d.axck", dir, s, t);
+      AX_ASSERT_OK(axi_ckr_open(&r, path, AXI_CK_STAGE, -1, NULL));
+      AX_ASSERT_OK(axi_ckr_i64(&r, "tp.members", &T));
+      AX_ASSERT_OK(axi_ckr_i64(&r, "tp.member", &m));
+      axi_ckr_close(&r);
+      assert_int_equal(T, 2);
+      assert_int_equal(m, t);
+    }
+}
+
 /* Checkpoint and resume: K = 2, T = 2, 3 steps, a checkpoint (every
  * member's stage files), 2 more steps; a new pipeline restored from it and
  * trained 2 steps holds every member's part to the bit (files on the
@@ -256,6 +275,7 @@ static void test_resume(void **state) {
     snprintf(in.model, sizeof in.model, "bert");
     snprintf(in.model_config, sizeof in.model_config, "%s", BERT_CFG);
     AX_ASSERT_OK(ax_pipe_checkpoint(a, root, &in, 2, flags));
+    check_member_records(root);
     AX_ASSERT_OK(ax_pipe_train(a, 2, bert_batch, NULL, NULL));
     AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &b));
     ax_ckpt_info got;

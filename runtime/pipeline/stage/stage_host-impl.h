@@ -76,6 +76,10 @@ typedef struct phost {
   int zero; /* optimizer state and averaged gradients sharded over
                the replicas (ZeRO 1/2): the optimizer holds only */
   size_t zero_off, zero_len; /* this shard of the parameters */
+  int optim_kind; /* the optimizer's kind (ax_optim_kind; setup), also
+                     while it lives on another agent */
+  int tp_members, tp_member; /* its model configuration's tp and tp_rank
+                                (1 and 0 without tensor parallelism) */
   ax_rref *offload; /* the optimizer on another agent ("axon.pipe.optim",
                        stage_offload.c), or NULL: the local one (s->mu) */
   ax_future *offload_pending; /* its update in flight: the parameters come
@@ -152,6 +156,13 @@ int axi_pipe_offload_step(phost *h);
 int axi_pipe_offload_settle(phost *h);
 /* Drops an update in flight (teardown; s->mu held). */
 void axi_pipe_offload_drop(phost *h);
+/* The optimizer host's state (after the update in flight: call settle
+ * first): *m borrows *reply, which the caller frees (s->mu held). */
+int axi_pipe_offload_state_get(phost *h, ax_values **reply,
+                               axi_pipe_optim_state_msg *m);
+/* Sets it there: the optimizer host checks m's sizes against its own and
+ * changes nothing when they differ (s->mu held). */
+int axi_pipe_offload_state_set(phost *h, const axi_pipe_optim_state_msg *m);
 /* "ckpt_save", "ckpt_load", "ckpt_drop" (stage_ckpt.c). */
 int axi_pipe_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                             ax_values *out);
@@ -160,11 +171,16 @@ int axi_pipe_host_ckpt_load(ax_call_ctx *cc, void *obj, const ax_values *args,
 int axi_pipe_host_ckpt_drop(ax_call_ctx *cc, void *obj, const ax_values *args,
                             ax_values *out);
 /* The stage's state as a checkpoint file in memory (*buf malloc'd, the
- * caller frees); AX_ESTATE unless the stage is at a consistent cut. */
-int axi_pipe_ckpt_snapshot(phost *h, uint8_t **buf, size_t *len,
+ * caller frees); with optim_only, a file of its optimizer state only
+ * (holds_params = 0). AX_ESTATE unless the stage is at a consistent cut.
+ * A stage whose optimizer is on another agent asks it for its state. */
+int axi_pipe_ckpt_snapshot(phost *h, int optim_only, uint8_t **buf, size_t *len,
                            char sha[2 * AX_SHA256_LEN + 1]);
 /* Checks r (a stage file) against the stage, then loads it: all or
- * nothing. */
+ * nothing (an optimizer host refuses state of another size before the
+ * stage changes anything). A file with holds_params = 0 loads only the
+ * optimizer state; its range (optim.off, optim.len) must be this stage's
+ * (its ZeRO shard, or all its parameters). */
 int axi_pipe_ckpt_apply(phost *h, const axi_ckr *r);
 /* "ckpt_mem_save", "ckpt_mem_load" (stage_ckpt_mem.c; stage_host.h). */
 int axi_pipe_host_ckpt_mem_save(ax_call_ctx *cc, void *obj,

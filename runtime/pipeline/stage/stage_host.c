@@ -87,16 +87,26 @@ static int host_create(ax_node *n, const char *config, ax_device dev,
   memcpy(model, rest, len);
   model[len] = 0;
   rest += len + (rest[len] == ',');
+  ax_config c; /* its tensor-parallel member, for its checkpoints */
+  AX_TRY(ax_config_parse(&c, rest));
+  int err = AX_OK;
+  int64_t T = ax_config_int(&c, "tp", 1, &err),
+          t = ax_config_int(&c, "tp_rank", 0, &err);
+  if (err != AX_OK || T < 1 || t < 0 || t >= T)
+    return ax_seterr(AX_EINVAL, "axon.pipe.stage: bad tp or tp_rank in '%s'",
+                     config);
   phost *h = calloc(1, sizeof *h);
   if (!h)
     return AX_ENOMEM;
   void *s = NULL;
-  int err = axi_ag_stage_create(n, model, rest, dev, &s);
+  err = axi_ag_stage_create(n, model, rest, dev, &s);
   if (err != AX_OK) {
     free(h);
     return err;
   }
   h->s = s;
+  h->tp_members = (int)T;
+  h->tp_member = (int)t;
   if ((err = axi_pipe_xfer_init(h)) != AX_OK) {
     axi_ag_stage_release(h->s);
     free(h);
@@ -215,6 +225,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   h->zero = zero;
   h->zero_off = zoff;
   h->zero_len = zlen;
+  h->optim_kind = (int)oc.kind;
   h->def = def;
   /* m.recompute is informational: each forward's flags say what to keep. */
   h->prev = ax_rref_retain(m.prev);

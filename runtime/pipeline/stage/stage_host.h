@@ -79,7 +79,8 @@
  *  - "state_save" []: [params (P), buffers (Q) or an empty tensor].
  *  - "trace" []: [bytes] the events recorded since the last "trace"
  *    (stage_events.h), encoded by ax_trace_encode.
- *  - "ckpt_save" [dir, name, send (optional i64), async (optional i64)]:
+ *  - "ckpt_save" [dir, name, send (optional i64), async (optional i64),
+ *    optim_only (optional i64)]:
  *    writes the stage's state (parameters, buffers, optimizer state and
  *    steps, update position, 2bw's shadow) to dir/name on this agent's
  *    disk (temporary file, fsync, rename; dir is created), or with send =
@@ -88,16 +89,22 @@
  *    1 (and no send) it answers once the state is copied, and writes the
  *    file in the background ("ckpt_wait" collects the outcome). AX_ESTATE
  *    while a unit is in flight (checkpoints are taken at a consistent
- *    cut). docs/CHECKPOINTS.md.
+ *    cut). The optimizer state is what its optimizer keeps: its ZeRO
+ *    shard with zero, the optimizer host's state with "offload". With
+ *    optim_only = 1 the file holds the optimizer state only (holds_params
+ *    0: a replica's shard under zero). docs/CHECKPOINTS.md.
  *  - "ckpt_wait" [path]: waits (bounded by the call's deadline) for the
  *    background write of dir/name = path and returns its outcome;
  *    AX_ENOTFOUND when no such write was started.
  *  - "ckpt_load" [path, size, sha256 hex, file (optional)]: the file at
  *    path on this agent, or the one given (path then only names it);
  *    checks it against the manifest's size and checksum and against this
- *    stage (split, mode, optimizer) and only then loads it; AX_EFORMAT
- *    naming the file when it is damaged, AX_EINVAL when it belongs to
- *    another run.
+ *    stage (split, mode, tensor-parallel member, optimizer and the range
+ *    of its state: its ZeRO shard or all its parameters) and only then
+ *    loads it (a file of the optimizer state only: that state; an
+ *    optimizer host gets its state); AX_EFORMAT naming the file when it
+ *    is damaged, AX_EINVAL when it belongs to another run, replica or
+ *    layout.
  *  - "ckpt_drop" [dir, name]: removes that file of an old checkpoint.
  *  - "ckpt_mem_save" [key, peer]: keeps the stage's file (as "ckpt_save"
  *    makes it) in this agent's memory and sends a copy to agent peer
@@ -113,8 +120,7 @@
  *    copies the parameters it answers (stage_offload.c; the coordinator
  *    made it and gave it the parameters and the optimizer configuration);
  *    the local optimizer and its state are freed ("setup" makes one
- *    again). AX_EINVAL with zero or a staleness correction. Checkpoints of
- *    a stage whose optimizer is sharded or elsewhere: AX_ESTATE.
+ *    again). AX_EINVAL with zero or a staleness correction.
  *  - "teardown" []: drops the neighbours' RRefs and every state (breaks the
  *    reference cycle between neighbours; call before releasing the host). */
 #ifndef AX_PIPELINE_STAGE_HOST_H

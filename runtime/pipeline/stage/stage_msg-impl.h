@@ -142,14 +142,18 @@ typedef struct axi_pipe_trace_msg {
   axi_pipe_bytes events;
 } axi_pipe_trace_msg;
 
-/* "ckpt_save" and "ckpt_drop" [dir, name, (send), (async)]; ckpt_drop
- * ignores send and async. ckpt_save replies a file message. */
+/* "ckpt_save" and "ckpt_drop" [dir, name, (send), (async), (optim_only)];
+ * ckpt_drop ignores send, async and optim_only. ckpt_save replies a file
+ * message. */
 typedef struct axi_pipe_ckpt_save_msg {
   const char *dir, *name;
   int has_send;
   int64_t send; /* 0 or 1: the file comes back in the reply */
   int has_async;
   int64_t async; /* 0 or 1: written in the background */
+  int has_optim_only;
+  int64_t optim_only; /* 0 or 1: a file of the optimizer state only
+                         (holds_params = 0, docs/CHECKPOINTS.md) */
 } axi_pipe_ckpt_save_msg;
 
 /* "ckpt_wait" [path]. */
@@ -204,7 +208,8 @@ typedef struct axi_pipe_mem_fetch_msg {
 } axi_pipe_mem_fetch_msg;
 
 /* "axon.pipe.optim": "init" [optim config, params], "step" [grads] and
- * the step's reply [params]. */
+ * the step's reply [params]; "state_get" [] (no struct) and "state_set"
+ * take and give its state (below). */
 typedef struct axi_pipe_optim_init_msg {
   const char *config;
   ax_tensor *params;
@@ -215,6 +220,16 @@ typedef struct axi_pipe_optim_step_msg {
 typedef struct axi_pipe_optim_reply_msg {
   ax_tensor *params;
 } axi_pipe_optim_reply_msg;
+/* The optimizer's state: [m, v, steps, (params)], m and v its state
+ * buffers (ax_optim_state 0 and 1; empty f32 tensors when it has none).
+ * The reply of "state_get" (no params) and the arguments of "state_set"
+ * (params: its copy of the parameters too; absent: kept). */
+typedef struct axi_pipe_optim_state_msg {
+  ax_tensor *m, *v;
+  int64_t steps; /* >= 0 */
+  int has_params;
+  ax_tensor *params;
+} axi_pipe_optim_state_msg;
 
 /* One encoder and one decoder per message (contracts above). */
 int axi_pipe_setup_encode(const axi_pipe_setup_msg *m, ax_values *out);
@@ -263,6 +278,10 @@ int axi_pipe_optim_reply_encode(const axi_pipe_optim_reply_msg *m,
                                 ax_values *out);
 int axi_pipe_optim_reply_decode(const ax_values *v,
                                 axi_pipe_optim_reply_msg *m);
+int axi_pipe_optim_state_encode(const axi_pipe_optim_state_msg *m,
+                                ax_values *out);
+int axi_pipe_optim_state_decode(const ax_values *v,
+                                axi_pipe_optim_state_msg *m);
 /* "axon.pipe.mem_forget" []: nothing to append; the decoder checks that
  * the list is empty. */
 int axi_pipe_mem_forget_encode(ax_values *out);

@@ -379,7 +379,9 @@ MSG(ckpt_save, "axon.pipe.stage ckpt_save", STR(ckpt_save, dir, "dir"),
     STR(ckpt_save, name, "name"), ONE(ckpt_save, has_send, "send", K_OPT),
     I64(ckpt_save, send, "send", 0, 1),
     ONE(ckpt_save, has_async, "async", K_OPT),
-    I64(ckpt_save, async, "async", 0, 1))
+    I64(ckpt_save, async, "async", 0, 1),
+    ONE(ckpt_save, has_optim_only, "optim_only", K_OPT),
+    I64(ckpt_save, optim_only, "optim_only", 0, 1))
 MSG(ckpt_wait, "axon.pipe.stage ckpt_wait", STR(ckpt_wait, path, "path"))
 MSG(file, "checkpoint file reply", I64(file, size, "size", NONNEG),
     SHA(file, sha), ONE(file, has_file, "file", K_OPT),
@@ -405,6 +407,11 @@ MSG(optim_step, "axon.pipe.optim step",
     ONE(optim_step, grads, "grads", K_TENSOR))
 MSG(optim_reply, "axon.pipe.optim step reply",
     ONE(optim_reply, params, "params", K_TENSOR))
+MSG(optim_state, "axon.pipe.optim state", ONE(optim_state, m, "m", K_TENSOR),
+    ONE(optim_state, v, "v", K_TENSOR),
+    I64(optim_state, steps, "steps", NONNEG),
+    ONE(optim_state, has_params, "params", K_OPT),
+    ONE(optim_state, params, "params", K_TENSOR))
 static const message g_mem_forget = {"axon.pipe.mem_forget", 0, NULL, 0};
 
 int axi_pipe_mem_forget_encode(ax_values *out) {
@@ -416,11 +423,11 @@ int axi_pipe_mem_forget_decode(const ax_values *v) {
 
 /* Every message by number. */
 static const message *const g_all[] = {
-    &g_setup,       &g_fwd,       &g_bwd,       &g_bwdi,       &g_bwdw,
-    &g_step,        &g_report,    &g_offload,   &g_state,      &g_trace,
-    &g_ckpt_save,   &g_ckpt_wait, &g_file,      &g_ckpt_load,  &g_mem_save,
-    &g_mem_load,    &g_mem_keep,  &g_mem_fetch, &g_optim_init, &g_optim_step,
-    &g_optim_reply, &g_mem_forget};
+    &g_setup,       &g_fwd,         &g_bwd,       &g_bwdi,       &g_bwdw,
+    &g_step,        &g_report,      &g_offload,   &g_state,      &g_trace,
+    &g_ckpt_save,   &g_ckpt_wait,   &g_file,      &g_ckpt_load,  &g_mem_save,
+    &g_mem_load,    &g_mem_keep,    &g_mem_fetch, &g_optim_init, &g_optim_step,
+    &g_optim_reply, &g_optim_state, &g_mem_forget};
 #define N_MSG ((int)(sizeof g_all / sizeof g_all[0]))
 
 static const message *msg_at(int id) {

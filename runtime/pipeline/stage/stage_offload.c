@@ -10,8 +10,12 @@
  *  - "init" [optim config (str), params (P f32)]: keeps a copy of the
  *    parameters on this agent and makes the optimizer (models/optim.h).
  *  - "step" [grads (P f32)]: one update of that copy; answers [params].
- * AX_ESTATE before "init", AX_EINVAL for a gradient of another size. Calls
- * on one object are serialised by its lock. */
+ *  - "state_get" []: answers its state [m, v, steps] (a checkpoint of the
+ *    stage holds it as its own optimizer's).
+ *  - "state_set" [m, v, steps, (params)]: replaces it (and its copy of the
+ *    parameters when given); refused unchanged unless every size matches.
+ * AX_ESTATE before "init", AX_EINVAL for a gradient or state of another
+ * size. Calls on one object are serialised by its lock. */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -104,8 +108,80 @@ static int m_step(ax_call_ctx *cc, void *obj, const ax_values *args,
   return err;
 }
 
-static const ax_robj_method_def g_methods[] = {
-    {"init", m_init}, {"step", m_step}, {NULL, NULL}};
+/* State buffer i of the optimizer, or an empty tensor when it has none
+ * (a new reference). */
+static ax_tensor *state_or_empty(poptim *o, int i) {
+  ax_tensor *t = ax_optim_state(o->opt, i);
+  int64_t zero = 0;
+  return t ? ax_tensor_retain(t) : ax_tensor_new(AX_F32, 1, &zero, o->dev);
+}
+
+static int m_state_get(ax_call_ctx *cc, void *obj, const ax_values *args,
+                       ax_values *out) {
+  poptim *o = obj;
+  if (ax_values_count(args))
+    return ax_seterr(AX_EBADARG, "axon.pipe.optim state_get: no arguments");
+  pthread_mutex_lock(&o->mu);
+  axi_pipe_optim_state_msg r = {NULL, NULL, 0, 0, NULL};
+  int err = o->opt ? AX_OK
+                   : ax_seterr(AX_ESTATE, "axon.pipe.optim: state before init");
+  if (err == AX_OK) {
+    r.m = state_or_empty(o, 0);
+    r.v = state_or_empty(o, 1);
+    r.steps = ax_optim_steps(o->opt);
+    err = r.m && r.v ? axi_pipe_optim_state_encode(&r, out) : AX_ENOMEM;
+  }
+  pthread_mutex_unlock(&o->mu);
+  ax_tensor_release(r.m);
+  ax_tensor_release(r.v);
+  return err;
+}
+
+/* AX_EINVAL unless `got` has as many values as `have` (NULL: none). */
+static int same_size(const char *what, const ax_tensor *got,
+                     const ax_tensor *have) {
+  size_t n = have ? ax_tensor_numel(have) : 0;
+  if (got->dtype == AX_F32 && ax_tensor_numel(got) == n)
+    return AX_OK;
+  return ax_seterr(AX_EINVAL,
+                   "axon.pipe.optim state_set: %s has %zu values, "
+                   "this optimizer %zu",
+                   what, ax_tensor_numel(got), n);
+}
+
+static int m_state_set(ax_call_ctx *cc, void *obj, const ax_values *args,
+                       ax_values *out) {
+  poptim *o = obj;
+  axi_pipe_optim_state_msg m;
+  AX_TRY(axi_pipe_optim_state_decode(args, &m));
+  pthread_mutex_lock(&o->mu);
+  ax_tensor *sm = o->opt ? ax_optim_state(o->opt, 0) : NULL,
+            *sv = o->opt ? ax_optim_state(o->opt, 1) : NULL;
+  int err = o->opt ? AX_OK
+                   : ax_seterr(AX_ESTATE, "axon.pipe.optim: state before init");
+  if (err == AX_OK)
+    err = same_size("m", m.m, sm);
+  if (err == AX_OK)
+    err = same_size("v", m.v, sv);
+  if (err == AX_OK && m.has_params)
+    err = same_size("params", m.params, o->params);
+  if (err == AX_OK && sm)
+    err = ax_tensor_copy(sm, m.m);
+  if (err == AX_OK && sv)
+    err = ax_tensor_copy(sv, m.v);
+  if (err == AX_OK && m.has_params)
+    err = ax_tensor_copy(o->params, m.params);
+  if (err == AX_OK)
+    ax_optim_set_steps(o->opt, (long)m.steps);
+  pthread_mutex_unlock(&o->mu);
+  return err;
+}
+
+static const ax_robj_method_def g_methods[] = {{"init", m_init},
+                                               {"step", m_step},
+                                               {"state_get", m_state_get},
+                                               {"state_set", m_state_set},
+                                               {NULL, NULL}};
 static const ax_robj_kind g_kind = {"axon.pipe.optim", optim_create,
                                     optim_destroy, g_methods};
 
@@ -176,4 +252,35 @@ void axi_pipe_offload_drop(phost *h) {
   ax_future_release(h->offload_pending);
   h->offload_pending = NULL;
   h->offload_err = AX_OK;
+}
+
+int axi_pipe_offload_state_get(phost *h, ax_values **reply,
+                               axi_pipe_optim_state_msg *m) {
+  ax_call_opts co = {.timeout_ms = OFFLOAD_TIMEOUT_MS};
+  *reply = NULL;
+  int err =
+      ax_rref_rpc_sync(h->s->node, h->offload, "state_get", NULL, &co, reply);
+  if (err == AX_OK)
+    err = axi_pipe_optim_state_decode(*reply, m);
+  if (err != AX_OK)
+    return ax_seterr(err,
+                     "axon.pipe.stage %d: the state of its optimizer host: "
+                     "%s",
+                     h->s->index, ax_errmsg());
+  return AX_OK;
+}
+
+int axi_pipe_offload_state_set(phost *h, const axi_pipe_optim_state_msg *m) {
+  ax_values *a = ax_values_new();
+  int err = a ? axi_pipe_optim_state_encode(m, a) : AX_ENOMEM;
+  ax_call_opts co = {.timeout_ms = OFFLOAD_TIMEOUT_MS};
+  if (err == AX_OK)
+    err = ax_rref_rpc_sync(h->s->node, h->offload, "state_set", a, &co, NULL);
+  ax_values_free(a);
+  if (err != AX_OK)
+    return ax_seterr(err,
+                     "axon.pipe.stage %d: setting the state of its optimizer "
+                     "host: %s",
+                     h->s->index, ax_errmsg());
+  return AX_OK;
 }

@@ -220,7 +220,7 @@ int axi_pipe_host_ckpt_mem_save(ax_call_ctx *cc, void *obj,
   uint8_t *buf = NULL;
   size_t len = 0;
   char sha[2 * AX_SHA256_LEN + 1];
-  AX_TRY(axi_pipe_ckpt_snapshot(h, &buf, &len, sha));
+  AX_TRY(axi_pipe_ckpt_snapshot(h, 0, &buf, &len, sha));
   ax_tensor *file = axi_ck_pack(buf, len); /* kept here and sent as is */
   free(buf);
   if (!file)
