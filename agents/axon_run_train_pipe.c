@@ -262,11 +262,14 @@ static int check_world(const axi_run_pipe_args *pa) {
     return 2;
   }
   int rc =
-      refuse(pa->optimizer_host &&
-                 (pa->zero || pa->staleness || pa->emulate || pa->ckpt_dir ||
-                  pa->resume || pa->ckpt_memory || !*pa->optimizer_host),
-             "--optimizer-host needs an agent name, and no --zero, "
-             "--staleness, --emulate or checkpoints");
+      refuse(pa->optimizer_host && (pa->zero || pa->staleness || pa->emulate ||
+                                    pa->ckpt_memory || !*pa->optimizer_host),
+             "--optimizer-host needs an agent name; it keeps every stage's "
+             "optimizer state whole on that agent, so not with --zero "
+             "(which shards it over the replicas) nor --staleness (whose "
+             "correction reads it at each forward, on the stage), and "
+             "--emulate and --checkpoint-in-memory keep state on the "
+             "stages' own agents");
   if (rc < 0)
     rc = refuse(pa->zero && (pa->replicas < 2 || pa->staleness),
                 "--zero needs --replicas R >= 2 and no --staleness "
@@ -282,16 +285,12 @@ static int check_parts(axi_run_pipe_args *pa) {
   int R = AXR_PARTS(pa), total = pa->local ? pa->local : pa->nagents;
   if (pa->agents && pa->K == pa->nagents)
     pa->K = pa->nagents / R; /* --stages not given */
-  return refuse(
-      pa->emulate || pa->nspares || pa->restarts || total % R ||
-          (pa->agents && pa->K * R != total) ||
-          ((pa->ckpt_dir || pa->resume) && (pa->zero || pa->optimizer_host)) ||
-          pa->ckpt_memory,
-      "--replicas R and --tensor-parallel T need R * T * K agents "
-      "(--local R*T*K, or --stages K --agents with R*T*K names) "
-      "and, for now, no --emulate, --spares, --restarts or "
-      "--checkpoint-in-memory, nor checkpoints with --zero or "
-      "--optimizer-host");
+  return refuse(pa->emulate || pa->nspares || pa->restarts || total % R ||
+                    (pa->agents && pa->K * R != total) || pa->ckpt_memory,
+                "--replicas R and --tensor-parallel T need R * T * K agents "
+                "(--local R*T*K, or --stages K --agents with R*T*K names) "
+                "and, for now, no --emulate, --spares, --restarts or "
+                "--checkpoint-in-memory");
 }
 
 /* --freeze-schedule, the staleness correction and the partition. */

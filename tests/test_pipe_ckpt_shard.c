@@ -117,8 +117,9 @@ static int same_rec(const sfile *a, const sfile *b, const char *name) {
 
 static ax_pipe *new_pipe(int K, int R, int zero, const char *optim,
                          const char *opt_host) {
-  ax_pipe_opts o = {"mlp", g_model_cfg,        K,     g_names, NULL,   AX_MODE_1F1B,
-                    2,     AX_RECOMPUTE_NEVER, optim, 3,       AX_CPU, 30000};
+  ax_pipe_opts o = {
+      "mlp", g_model_cfg,        K,     g_names, NULL,   AX_MODE_1F1B,
+      2,     AX_RECOMPUTE_NEVER, optim, 3,       AX_CPU, 30000};
   o.replicas = R;
   o.zero = zero;
   o.optimizer_host = opt_host;

@@ -40,9 +40,10 @@ static int setup(void **state) {
   snprintf(dir, sizeof dir, "%s/ref", g_tmp);
   snprintf(log, sizeof log, "%s/ref.losses", g_tmp);
   snprintf(out, sizeof out, "%s/ref.out", g_tmp);
-  const char *a[] = {"train",  COMMON,       "--local",    "4",
-                     "--mode", "1f1b",       "--loss-log", log,
-                     "--microbatches", "4",  "--checkpoint-dir", dir, NULL};
+  const char *a[] = {
+      "train",      COMMON, "--local",        "4", "--mode",           "1f1b",
+      "--loss-log", log,    "--microbatches", "4", "--checkpoint-dir", dir,
+      NULL};
   int st = mt_run_axon(out, NULL, 300000, a);
   if (st != 0) {
     char *o = mt_slurp(out);
@@ -75,9 +76,8 @@ static int resume(const char *name, const char *const *lay) {
   snprintf(log, sizeof log, "%s/%s.losses", g_tmp, name);
   snprintf(out, sizeof out, "%s/%s.out", g_tmp, name);
   snprintf(from, sizeof from, "%s/ref/ckpt-00000020", g_tmp);
-  const char *a[48] = {"train",      COMMON,        "--loss-log", log,
-                       "--resume",   from,          "--checkpoint-dir",
-                       dir};
+  const char *a[48] = {"train",    COMMON, "--loss-log",       log,
+                       "--resume", from,   "--checkpoint-dir", dir};
   int n = 0;
   while (a[n])
     n++;
@@ -155,8 +155,8 @@ static void test_recut_bit_for_bit(void **state) {
       {"--local", "3", "--mode", "1f1b", "--microbatches", "4", NULL},
       {"--local", "2", "--mode", "interleaved", "--chunks", "2",
        "--microbatches", "4", NULL},
-      {"--local", "2", "--mode", "zbv", "--chunks", "2", "--microbatches",
-       "4", NULL},
+      {"--local", "2", "--mode", "zbv", "--chunks", "2", "--microbatches", "4",
+       NULL},
   };
   for (size_t i = 0; i < sizeof lays / sizeof *lays; i++) {
     char name[16];

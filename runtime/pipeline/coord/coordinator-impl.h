@@ -35,6 +35,7 @@ typedef struct axi_pipe_replica_of {
 struct ax_pipe {
   ax_node *node;
   int nrep;            /* > 0: the front of nrep parts (below); */
+  int replica;         /* a part's replica index (0 when none) */
   int member, members; /* a part's tensor-parallel member index and
                           count (0 and 1 when none): its stage files
                           in a checkpoint are its own */
@@ -51,6 +52,7 @@ struct ax_pipe {
   ax_pipe_opts o;
   char agents[AX_PIPE_MAX_STAGES][AXP_NAME];
   char model[AXP_NAME];
+  char model_config[512];             /* o.model_config's copy ("" when none) */
   int K, U, ignore_index;             /* K: stages (agents x chunks) */
   int bounds[AX_PIPE_MAX_STAGES + 1]; /* stage s: blocks [bounds[s], [s+1]) */
   int R, v; /* agents (ranks, one driver each), chunks */

@@ -268,6 +268,8 @@ int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
   p->U = ax_pipe_units(o->mode, o->M);
   p->ignore_index = info.ignore_index;
   snprintf(p->model, sizeof p->model, "%s", o->model);
+  snprintf(p->model_config, sizeof p->model_config, "%s",
+           o->model_config ? o->model_config : "");
   for (int s = 0; s < S; s++) /* the mode's placement */
     snprintf(p->agents[s], AXP_NAME, "%s",
              o->agents[ax_pipe_stage_rank(o->mode, p->R, s)]);
@@ -276,6 +278,7 @@ int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
   if (o->optimizer_host)
     snprintf(p->optim_host, sizeof p->optim_host, "%s", o->optimizer_host);
   p->member = rep ? rep->t : 0;
+  p->replica = rep ? rep->r : 0;
   p->members = rep && rep->T > 1 ? rep->T : 1;
   int err = create_hosts(p, bounds, rep);
   if (err == AX_OK && p->optim_host[0])

@@ -13,12 +13,16 @@
 #include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 #include "axon/runtime/pipeline/state/state-impl.h"
 
-/* Stage s's file; a tensor-parallel member's carries its index. */
+/* Stage s's file; a tensor-parallel member's carries its index, and the
+ * optimizer shard of a ZeRO replica r > 0 its replica (replica 0's file
+ * holds the parameters and its own shard). */
 static void stage_file(const ax_pipe *p, int s, char *out, size_t len) {
-  if (p->members > 1)
-    snprintf(out, len, "stage-%02d-t%d.axck", s, p->member);
-  else
-    snprintf(out, len, "stage-%02d.axck", s);
+  int n = p->members > 1 ? snprintf(out, len, "stage-%02d-t%d", s, p->member)
+                         : snprintf(out, len, "stage-%02d", s);
+  if (p->o.zero && p->replica > 0 && n > 0 && (size_t)n < len)
+    n += snprintf(out + n, len - (size_t)n, "-r%d", p->replica);
+  if (n > 0 && (size_t)n < len)
+    snprintf(out + n, len - (size_t)n, ".axck");
 }
 
 /* The layout front holds its state in (state.h). */
@@ -81,7 +85,8 @@ static int save_args_of(void *user, int s, ax_values **out) {
   save_args *a = user;
   char name[64];
   stage_file(a->p, s, name, sizeof name);
-  axi_pipe_ckpt_save_msg m = {a->dir, name, 1, a->send, 1, a->async};
+  axi_pipe_ckpt_save_msg m = {a->dir, name,     1, a->send,
+                              1,      a->async, 1, a->p->replica > 0};
   ax_values *v = *out = ax_values_new();
   return v ? axi_pipe_ckpt_save_encode(&m, v) : AX_ENOMEM;
 }
@@ -165,8 +170,9 @@ static void coord_records(const ax_pipe *p, const ax_ckpt_info *in, int flags,
   axi_ckw_i64(w, "tensor_parallel", p->members);
   axi_ckw_i64(w, "frozen_blocks", frozen);
   axi_ckw_i64(w, "units", p->U);
-  axi_ckw_str(w, "model", in->model);
-  axi_ckw_str(w, "model_config", in->model_config);
+  /* The pipeline's own model: the mover builds it to cut the state. */
+  axi_ckw_str(w, "model", p->model);
+  axi_ckw_str(w, "model_config", p->model_config);
   axi_ckw_str(w, "dataset", in->dataset);
   axi_ckw_str(w, "data_config", in->data_config);
   axi_ckw_str(w, "config", in->config);
@@ -187,17 +193,6 @@ static void prune(ax_pipe *const *parts, int n_parts, const char *root,
     }
     axi_ckpt_remove(a.dir);
   }
-}
-
-/* AX_EUNSUPPORTED when p's stages do not each hold their whole optimizer
- * state (sharded over replicas, or on another agent). */
-static int ckpt_supported(const ax_pipe *p) {
-  const ax_pipe *one = p->nrep ? p->rep[0] : p;
-  if (one->o.zero || one->optim_host[0])
-    return ax_seterr(AX_EUNSUPPORTED,
-                     "checkpoint: not of sharded (zero) or "
-                     "offloaded (optimizer host) optimizer state yet");
-  return AX_OK;
 }
 
 /* A checkpoint whose stage files are still being written (AX_CKPT_ASYNC):
@@ -272,19 +267,20 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
                        int keep, int flags) {
   if (!p || !root || !*root || !in || in->step < 0)
     return ax_seterr(AX_EINVAL, "checkpoint: bad arguments");
-  AX_TRY(ckpt_supported(p));
   AX_TRY(ax_pipe_checkpoint_wait(p)); /* the previous one's outcome */
   /* The replicas hold the same weights and optimizer state: replica 0's
-   * members (one part without tensor parallelism) are saved. */
+   * members (one part without tensor parallelism) are saved; under ZeRO
+   * every other replica's members save their optimizer shards too (parts
+   * are replica-major: part r T + t is replica r's member t). */
   ax_pipe *front = p;
-  int T = axi_pipe_members(p);
   ax_pipe *const *parts = p->nrep ? p->rep : &front;
   p = parts[0];
+  int T = p->o.zero && front->nrep ? front->nrep : axi_pipe_members(front);
   if (p->plan)
     return ax_seterr(AX_ESTATE, "checkpoint: only between ax_pipe_train "
                                 "calls");
   if (T * p->K > AXI_CK_MAX_FILES - 1)
-    return ax_seterr(AX_EINVAL, "checkpoint: %d stages of %d members", p->K, T);
+    return ax_seterr(AX_EINVAL, "checkpoint: %d stages of %d parts", p->K, T);
   axi_manifest m;
   memset(&m, 0, sizeof m);
   m.step = in->step;
@@ -308,7 +304,7 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
   snprintf(m.f[0].name, sizeof m.f[0].name, AXI_CK_COORD_FILE);
   AX_TRY(axi_ckw_commit(&w, path, &m.f[0].size, m.f[0].sha));
   int err = AX_OK;
-  for (int t = 0; t < T && err == AX_OK; t++) { /* member t's stages */
+  for (int t = 0; t < T && err == AX_OK; t++) { /* part t's stages */
     a.p = parts[t];
     a.first = 1 + t * p->K;
     for (int s = 0; s < p->K; s++)

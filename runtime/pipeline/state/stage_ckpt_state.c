@@ -76,13 +76,12 @@ static int quiet_stage(phost *h) {
                      "consistent cut (no unit in flight)",
                      h->s->index);
   if (!h->s->opt && !h->offload)
-    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: not set up",
-                     h->s->index);
+    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: not set up", h->s->index);
   return h->offload ? axi_pipe_offload_settle(h) : AX_OK;
 }
 
-int axi_pipe_ckpt_snapshot(phost *h, int optim_only, uint8_t **buf,
-                           size_t *len, char sha[2 * AX_SHA256_LEN + 1]) {
+int axi_pipe_ckpt_snapshot(phost *h, int optim_only, uint8_t **buf, size_t *len,
+                           char sha[2 * AX_SHA256_LEN + 1]) {
   axi_ckw w;
   ostate o = {0};
   axi_ckw_init(&w, AXI_CK_STAGE);
@@ -115,21 +114,28 @@ static int want_i64(const axi_ckr *r, const char *name, int64_t v) {
 /* An optional record: dflt when the file has none (written before it). */
 static int64_t opt_i64(const axi_ckr *r, const char *name, int64_t dflt) {
   int64_t v;
-  return axi_ckr_i64(r, name, &v) == AX_OK ? v : dflt;
+  return axi_ckr_i64_opt(r, name, dflt, &v) == AX_OK ? v : dflt;
 }
 
 /* What check_state read for load_state. */
 typedef struct plan {
   int holds;          /* holds_params */
+  int64_t at, len;    /* this stage's optimizer values: [at, at + zero_len)
+                         of the file's len (a file of the whole stage's
+                         optimizer state covers every replica's shard) */
   int64_t shadow_for; /* -1: none */
   int64_t steps, last;
 } plan;
 
-/* The optimizer's range: this stage's (its shard, or all its parameters). */
-static int check_range(phost *h, const axi_ckr *r) {
+/* The optimizer's range: this stage's (its shard, or all its parameters),
+ * or one that covers it (a file the mover cut for the whole stage). */
+static int check_range(phost *h, const axi_ckr *r, plan *p) {
   int64_t off = opt_i64(r, "optim.off", 0),
           len = opt_i64(r, "optim.len", (int64_t)h->s->net->n_params);
-  if (off == (int64_t)h->zero_off && len == (int64_t)h->zero_len)
+  int64_t zo = (int64_t)h->zero_off, zl = (int64_t)h->zero_len;
+  p->at = zo - off;
+  p->len = len;
+  if (off >= 0 && len >= 0 && off <= zo && off + len >= zo + zl)
     return AX_OK;
   return ax_seterr(AX_EINVAL,
                    "checkpoint file %s: its optimizer state (optim.off %lld, "
@@ -171,7 +177,7 @@ static int check_state(phost *h, const axi_ckr *r, plan *p) {
                      (long long)opt_i64(r, "tp.members", 1), h->tp_member,
                      h->tp_members);
   AX_TRY(want_i64(r, "optim.kind", h->optim_kind));
-  AX_TRY(check_range(h, r));
+  AX_TRY(check_range(h, r, p));
   int64_t holds = opt_i64(r, "holds_params", 1);
   if (holds != 0 && holds != 1)
     return ax_seterr(AX_EFORMAT, "checkpoint file %s: holds_params is %lld",
@@ -192,10 +198,7 @@ static int check_state(phost *h, const axi_ckr *r, plan *p) {
   const char *mv[2] = {"optim.m", "optim.v"};
   for (int i = 0; i < 2; i++) {
     ax_tensor *t = h->offload ? NULL : ax_optim_state(s->opt, i);
-    AX_TRY(want_f32(r, mv[i],
-                    h->offload ? -(int64_t)h->zero_len
-                    : t        ? (int64_t)h->zero_len
-                               : 0));
+    AX_TRY(want_f32(r, mv[i], h->offload ? -p->len : t ? p->len : 0));
   }
   return AX_OK;
 }
@@ -208,19 +211,36 @@ static int read_new(phost *h, const axi_ckr *r, const char *name,
   size_t n;
   AX_TRY(axi_ckr_f32(r, name, &d, &n));
   int64_t len = (int64_t)n;
-  *out = like ? ax_tensor_like(like) : ax_tensor_new(AX_F32, 1, &len, h->s->dev);
+  *out =
+      like ? ax_tensor_like(like) : ax_tensor_new(AX_F32, 1, &len, h->s->dev);
   if (!*out)
     return AX_ENOMEM;
   return axi_ckr_tensor(r, name, *out);
+}
+
+/* This stage's optimizer values of record `name` (plan p) into t (NULL:
+ * a new vector on the stage's device into *out). */
+static int read_shard(phost *h, const axi_ckr *r, const char *name,
+                      const plan *p, ax_tensor *t, ax_tensor **out) {
+  const uint8_t *d;
+  size_t n;
+  AX_TRY(axi_ckr_f32(r, name, &d, &n));
+  int64_t len = n ? (int64_t)h->zero_len : 0;
+  if (!t && !(t = *out = ax_tensor_new(AX_F32, 1, &len, h->s->dev)))
+    return AX_ENOMEM;
+  if (!n || !len)
+    return AX_OK;
+  return ax_tensor_write(t, d + (size_t)p->at * sizeof(float),
+                         (size_t)len * sizeof(float));
 }
 
 /* The optimizer host's state from the file (its parameters too when the
  * file holds them): the first change, refused whole there. */
 static int load_offloaded(phost *h, const axi_ckr *r, const plan *p) {
   axi_pipe_optim_state_msg m = {NULL, NULL, p->steps, p->holds, NULL};
-  int err = read_new(h, r, "optim.m", NULL, &m.m);
+  int err = read_shard(h, r, "optim.m", p, NULL, &m.m);
   if (err == AX_OK)
-    err = read_new(h, r, "optim.v", NULL, &m.v);
+    err = read_shard(h, r, "optim.v", p, NULL, &m.v);
   if (err == AX_OK && p->holds)
     err = read_new(h, r, "params", h->s->net->params, &m.params);
   if (err == AX_OK)
@@ -236,8 +256,11 @@ static int load_state(phost *h, const axi_ckr *r, const plan *p) {
   if (h->offload) {
     AX_TRY(load_offloaded(h, r, p));
   } else {
-    AX_TRY(axi_ckr_tensor(r, "optim.m", ax_optim_state(s->opt, 0)));
-    AX_TRY(axi_ckr_tensor(r, "optim.v", ax_optim_state(s->opt, 1)));
+    for (int i = 0; i < 2; i++) {
+      ax_tensor *t = ax_optim_state(s->opt, i);
+      if (t)
+        AX_TRY(read_shard(h, r, i ? "optim.v" : "optim.m", p, t, NULL));
+    }
     ax_optim_set_steps(s->opt, (long)p->steps);
   }
   if (!p->holds) /* the optimizer state only */
