@@ -161,11 +161,45 @@ static int restore_memory(ax_pipe *p, const axi_run_feed *feed,
   return seek_to(feed, &info, why, "memory", start);
 }
 
+/* Rolls the rebuilt pipeline p back to the newest checkpoint: in memory
+ * when it holds the newest step, else of --checkpoint-dir (or --resume),
+ * or to the run's start (first) when none was written yet. *t: that step. */
+static int rollback(const axi_run_pipe_args *a, ax_pipe *p,
+                    const axi_run_feed *feed, const ax_mem_ckpt *mem,
+                    long first, long *t) {
+  char dir[1024];
+  const char *why = a->nspares ? "--spares" : "--restarts";
+  ax_ckpt_info disk;
+  int on_disk = a->ckpt_dir &&
+                ax_ckpt_find(a->ckpt_dir, dir, sizeof dir) == AX_OK &&
+                ax_ckpt_read_info(dir, &disk) == AX_OK;
+  int rc = AX_ENOTFOUND; /* from memory when it holds the newest step */
+  if (mem && mem->S > 0 && (!on_disk || mem->info.step >= disk.step)) {
+    rc = restore_memory(p, feed, mem, why, t);
+    if (rc != AX_OK && !on_disk) /* that step's only copy is gone */
+      return rc;
+    if (rc != AX_OK)
+      fprintf(stderr, "axon-run: no rollback from memory (%s); from disk\n",
+              ax_errmsg());
+  }
+  if (rc != AX_OK && on_disk)
+    return restore(a, p, feed, a->ckpt_dir, why, t);
+  if (rc != AX_OK && a->resume)
+    return restore(a, p, feed, a->resume, why, t);
+  if (rc != AX_OK) { /* no checkpoint yet: the run's start */
+    *t = first;
+    return feed->seek(feed->user, first, 1, &(long){0}, &(long){0});
+  }
+  return AX_OK;
+}
+
 /* A stage agent was lost during the training call that had reached step
  * `reached`: the pipeline is rebuilt on a spare or on the restarted agent
- * (feed->rebuild) and rolls
- * back to the newest checkpoint of --checkpoint-dir, or to the run's start
- * when none was written yet. *t: the step training goes on from. */
+ * (feed->rebuild) and rolls back (rollback). An agent lost during the
+ * rollback (the spare, or another stage's agent, dying while the state is
+ * handed over) is replaced in turn while spares or restarts are left:
+ * feed->rebuild gives up otherwise, and when no agent is lost. *t: the step
+ * training goes on from. */
 static int recover(const axi_run_pipe_args *a, ax_pipe **p,
                    const axi_run_feed *feed, const ax_mem_ckpt *mem,
                    int failure, long first, long reached, long *t) {
@@ -175,30 +209,11 @@ static int recover(const axi_run_pipe_args *a, ax_pipe **p,
   /* A checkpoint still being written is complete or not before the
    * newest one is looked for (its failure is the lost agent's). */
   ax_pipe_checkpoint_wait(*p);
-  AX_TRY(feed->rebuild(feed->user, failure, p));
-  char dir[1024];
-  const char *why = a->nspares ? "--spares" : "--restarts";
-  ax_ckpt_info disk;
-  int on_disk = a->ckpt_dir &&
-                ax_ckpt_find(a->ckpt_dir, dir, sizeof dir) == AX_OK &&
-                ax_ckpt_read_info(dir, &disk) == AX_OK;
-  int rc = AX_ENOTFOUND; /* from memory when it holds the newest step */
-  if (mem && mem->S > 0 && (!on_disk || mem->info.step >= disk.step)) {
-    rc = restore_memory(*p, feed, mem, why, t);
-    if (rc != AX_OK && !on_disk) /* that step's only copy is gone */
-      return rc;
-    if (rc != AX_OK)
-      fprintf(stderr, "axon-run: no rollback from memory (%s); from disk\n",
-              ax_errmsg());
-  }
-  if (rc != AX_OK && on_disk) {
-    AX_TRY(restore(a, *p, feed, a->ckpt_dir, why, t));
-  } else if (rc != AX_OK && a->resume) {
-    AX_TRY(restore(a, *p, feed, a->resume, why, t));
-  } else if (rc != AX_OK) { /* no checkpoint yet: the run's start */
-    *t = first;
-    AX_TRY(feed->seek(feed->user, first, 1, &(long){0}, &(long){0}));
-  }
+  int rc;
+  while ((rc = feed->rebuild(feed->user, failure, p)) == AX_OK &&
+         (rc = rollback(a, *p, feed, mem, first, t)) != AX_OK)
+    failure = rc;
+  AX_TRY(rc);
   fprintf(stderr,
           "axon-run: recovered in %.2f s; back at step %ld, %ld "
           "step(s) lost\n",
@@ -332,6 +347,10 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
         (N ? t % N == 0 || t == total : t == total)) {
       t0 = ax_clock_s();
       err = save(a, *pp, feed, t, mem);
+      /* The last one's files are written before the run ends, so that an
+       * agent lost while writing them is recovered from like any other. */
+      if (err == AX_OK && t == total)
+        err = ax_pipe_checkpoint_wait(*pp);
       *ckpt_s += ax_clock_s() - t0;
       if (err != AX_OK) /* lost while saving: the previous one is whole */
         err = recover(a, pp, feed, mem, err, *start, t, &t);

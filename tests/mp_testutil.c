@@ -378,6 +378,11 @@ int rt_closed_by_peer(int fd) {
 }
 
 pid_t mt_spawn_axon_run(const char *out, const char *const *argv) {
+  return mt_spawn_axon_run_env(out, argv, NULL, 0);
+}
+
+pid_t mt_spawn_axon_run_env(const char *out, const char *const *argv,
+                            const char *const *env, int own_group) {
   char path[4200];
   mt_bin_path("axon-run", path, sizeof path);
   const char *av[64] = {path};
@@ -385,7 +390,8 @@ pid_t mt_spawn_axon_run(const char *out, const char *const *argv) {
   while (ac < 63 && argv[ac - 1])
     av[ac] = argv[ac - 1], ac++;
   av[ac] = NULL;
-  ax_spawn_opts o = {.argv = av, .out = out, .pin = -1};
+  ax_spawn_opts o = {
+      .argv = av, .env = env, .out = out, .pin = -1, .own_group = own_group};
   return ax_local_spawn(&o);
 }
 

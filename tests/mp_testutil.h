@@ -135,6 +135,11 @@ void mt_end(ax_node *drv, const pid_t *pids, int k);
  * NULL-terminated arguments argv (after the program's name), its stdout
  * and stderr into file `out`. Returns its pid, or -1. */
 pid_t mt_spawn_axon_run(const char *out, const char *const *argv);
+/* The same with the NULL-terminated "NAME=VALUE" variables env set in it
+ * (NULL: none) and, with own_group, as the leader of a process group of
+ * its own (kill(-pid, sig) ends it with its --local agents). */
+pid_t mt_spawn_axon_run_env(const char *out, const char *const *argv,
+                            const char *const *env, int own_group);
 /* Runs axon-run with argv (NULL-terminated, after the program), output to
  * log. With watch, SIGKILLs it as soon as that file exists. Returns the
  * exit status, 128 + signal, or -1 after timeout_ms. */

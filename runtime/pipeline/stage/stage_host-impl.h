@@ -8,6 +8,7 @@
 #include "axon/runtime/autograd/collective.h"
 #include "axon/runtime/autograd/stage-impl.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
+#include "axon/runtime/pipeline/stage/fault-impl.h"
 #include "axon/runtime/pipeline/stage/stage_line-impl.h"
 #include "axon/runtime/pipeline/stage/stage_msg-impl.h"
 #include "axon/runtime/pipeline/stage/staleness-impl.h"

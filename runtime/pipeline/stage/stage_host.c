@@ -274,6 +274,8 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   AX_TRY(axi_pipe_fwd_decode(args, &m));
   int64_t batch = m.batch, micro = m.micro, seed = m.seed, flags = m.flags;
   int train = (flags & AX_PIPE_FLAG_TRAIN) != 0;
+  axi_pipe_fault_action(s->node, s->index, AXI_PIPE_FAULT_F, train ? batch : -1,
+                        micro);
   uint64_t ctx = ax_call_autograd_ctx(cc); /* activations travel under it */
   if (!ctx && (train || m.in.n == 0 || !h->is_last))
     return ax_seterr(AX_ESTATE,
@@ -489,6 +491,7 @@ static const ax_robj_kind g_kind = {"axon.pipe.stage", host_create,
                                     host_destroy, g_methods};
 
 int axi_pipe_host_register(ax_node *n) {
+  AX_TRY(axi_pipe_fault_init()); /* a malformed AXON_FAULT stops the start */
   AX_TRY(axi_pipe_optim_register(n));
   AX_TRY(axi_pipe_mem_store_register(n));
   return ax_robj_register(n, &g_kind);

@@ -108,6 +108,7 @@ static int zero_step(phost *h) {
  * weights get their stashed copy first). s->mu held. */
 static int step_locked(phost *h, long t, int units) {
   axi_ag_stage *s = h->s;
+  axi_pipe_fault_action(s->node, s->index, AXI_PIPE_FAULT_STEP, t, -1);
   if (!s->opt && !h->offload)
     return ax_seterr(AX_ESTATE, "axon.pipe.stage: no optimizer (setup)");
   if (h->offload) /* the previous update's parameters first */
@@ -267,6 +268,11 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
                              : axi_pipe_bwdw_decode(args, &m));
   }
   int64_t batch = m.batch, micro = m.micro, step = m.step, units = m.units;
+  axi_pipe_fault_action(s->node, s->index,
+                        part == PART_INPUT    ? AXI_PIPE_FAULT_I
+                        : part == PART_WEIGHT ? AXI_PIPE_FAULT_W
+                                              : AXI_PIPE_FAULT_B,
+                        batch, micro);
   uint64_t ctx = ax_call_autograd_ctx(cc);
   if (!ctx)
     return ax_seterr(AX_ESTATE,

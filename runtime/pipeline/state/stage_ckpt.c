@@ -32,9 +32,16 @@ typedef struct axi_pipe_ckpt_write {
   pthread_t th;
 } axi_pipe_ckpt_write;
 
+/* Writes the stage's file path (in the background or not). */
+static int write_file(phost *h, const char *path, const uint8_t *buf,
+                      size_t len) {
+  axi_pipe_fault_ckpt_write(h->s->node, h->s->index, path, buf, len);
+  return axi_write_atomic(path, buf, len);
+}
+
 static void *write_main(void *arg) {
   axi_pipe_ckpt_write *w = arg;
-  int err = axi_write_atomic(w->path, w->buf, w->len);
+  int err = write_file(w->h, w->path, w->buf, w->len);
   free(w->buf);
   w->buf = NULL;
   pthread_mutex_lock(&w->h->ckpt_mu);
@@ -155,7 +162,7 @@ int axi_pipe_host_ckpt_save(ax_call_ctx *cc, void *obj, const ax_values *args,
     err = write_async(h, path, buf, len); /* takes buf */
     buf = NULL;
   } else if (err == AX_OK && !send) {
-    err = axi_write_atomic(path, buf, len);
+    err = write_file(h, path, buf, len);
   }
   axi_pipe_file_msg r = {(int64_t)len, sha, (int)send, NULL};
   if (err == AX_OK && send && !(r.file = axi_ck_pack(buf, len)))
@@ -177,6 +184,7 @@ int axi_pipe_host_ckpt_load(ax_call_ctx *cc, void *obj, const ax_values *args,
   char path[1000];
   axi_pipe_ckpt_load_msg m;
   AX_TRY(axi_pipe_ckpt_load_decode(args, &m));
+  axi_pipe_fault_handoff(h->s->node, h->s->index, NULL);
   const char *sha = m.sha;
   int64_t size = m.size;
   AX_TRY(path_arg(m.path, path, sizeof path));

@@ -171,6 +171,7 @@ static int h_fetch(ax_call_ctx *cc, const ax_values *args, ax_values *out,
                    void *user) {
   axi_pipe_mem_fetch_msg m;
   AX_TRY(axi_pipe_mem_fetch_decode(args, &m));
+  axi_pipe_fault_handoff(ax_call_node(cc), -1, m.key);
   char sha[2 * AX_SHA256_LEN + 1];
   axi_pipe_file_msg r = {0, sha, 1, NULL};
   size_t len = 0;
@@ -281,6 +282,7 @@ int axi_pipe_host_ckpt_mem_load(ax_call_ctx *cc, void *obj,
   phost *h = obj;
   axi_pipe_mem_load_msg m;
   AX_TRY(axi_pipe_mem_load_decode(args, &m));
+  axi_pipe_fault_handoff(h->s->node, h->s->index, NULL);
   const char *key = m.key, *holder = m.holder, *sha = m.sha;
   int64_t size = m.size; /* >= 0 */
   ax_tensor *file = NULL;
