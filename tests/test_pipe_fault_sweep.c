@@ -56,8 +56,8 @@ static const point g_points[] = {
     {"1f1b", "agent=stage1,action=B,unit=1,step=13;agent=stage2,handoff", 0, 0},
     {"1f1b", "agent=stage1,stage=1,action=F,unit=2,step=11", 0, 1},
     {"1f1b", "agent=stage1,action=B,unit=0,step=11;agent=spare0,handoff", 0, 1},
-    {"1f1b", "agent=stage1,action=F,unit=0,step=12;agent=stage2,handoff,stage=1",
-     0, 1},
+    {"1f1b",
+     "agent=stage1,action=F,unit=0,step=12;agent=stage2,handoff,stage=1", 0, 1},
     {"pipedream", "agent=stage1,stage=1,action=F,unit=0,step=8", 0, 0},
     {"pipedream", "agent=stage2,stage=2,action=B,unit=0,step=11", 1, 0},
     {"pipedream", "agent=stage0,action=STEP,step=7", 0, 0},
@@ -241,8 +241,9 @@ static const char *try_point(int i, long *back) {
   char *model = slurp_len(path, &len);
   int same = model && len == r->model_len && !memcmp(model, r->model, len);
   free(model);
-  return same ? NULL : "the final parameters differ from the uninterrupted "
-                       "run's";
+  return same ? NULL
+              : "the final parameters differ from the uninterrupted "
+                "run's";
 }
 
 static void test_sweep(void **state) {
@@ -270,8 +271,8 @@ static void test_sweep(void **state) {
  * the variable), before it joins. */
 static void test_malformed(void **state) {
   static const char *const bad[] = {
-      "action=X",          "stage=1",   "action=F,handoff",
-      "action=STEP,unit=0", "unit=-1",  "ckpt-write;",
+      "action=X",           "stage=1",         "action=F,handoff",
+      "action=STEP,unit=0", "unit=-1",         "ckpt-write;",
       "handoff,step=3",     "agent=,action=B", "action=B,stage=1,stage=2"};
   char path[4200], out[300], var[200];
   mt_bin_path("axon-agent", path, sizeof path);
@@ -279,8 +280,7 @@ static void test_malformed(void **state) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(var, sizeof var, "AXON_FAULT=%s", bad[i]);
     const char *const env[] = {var, NULL};
-    const char *argv[] = {path, "--name", "a", "--master", "127.0.0.1:1",
-                          NULL};
+    const char *argv[] = {path, "--name", "a", "--master", "127.0.0.1:1", NULL};
     ax_spawn_opts o = {.argv = argv, .env = env, .out = out, .pin = -1};
     pid_t pid = ax_local_spawn(&o);
     int st = 0;

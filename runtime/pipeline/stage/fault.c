@@ -48,8 +48,8 @@ static const char *item(char *it, fault *f, unsigned *seen) {
   const char *val = eq ? eq + 1 : NULL;
   if (eq)
     *eq = 0;
-  static const char *const keys[] = {"action", "agent", "stage", "unit",
-                                     "step",   NULL};
+  static const char *const keys[] = {"action", "agent", "stage",
+                                     "unit",   "step",  NULL};
   int k = 0;
   while (keys[k] && strcmp(keys[k], it))
     k++;
@@ -169,8 +169,9 @@ static const fault *match(ax_node *n, int point, axi_pipe_fault_act act,
 /* Says where, then ends the process as a crash would. */
 static void die(ax_node *n, const char *where) {
   char line[512];
-  int k = snprintf(line, sizeof line, "axon fault: %s dies at %s (AXON_FAULT)\n",
-                   n ? ax_node_name(n) : "a process", where);
+  int k =
+      snprintf(line, sizeof line, "axon fault: %s dies at %s (AXON_FAULT)\n",
+               n ? ax_node_name(n) : "a process", where);
   if (k > 0 && write(STDERR_FILENO, line, (size_t)k) < 0)
     k = 0; /* nothing more to do about it */
   _exit(AXI_PIPE_FAULT_STATUS);
@@ -185,8 +186,9 @@ void axi_pipe_fault_action(ax_node *n, int stage, axi_pipe_fault_act act,
     snprintf(where, sizeof where, "STEP of mini-batch %ld on stage %d", step,
              stage);
   else
-    snprintf(where, sizeof where, "%s of unit %ld of mini-batch %ld on stage %d",
-             g_acts[act], unit, step, stage);
+    snprintf(where, sizeof where,
+             "%s of unit %ld of mini-batch %ld on stage %d", g_acts[act], unit,
+             step, stage);
   die(n, where);
 }
 

@@ -111,6 +111,12 @@ typedef struct axi_manifest {
   } f[AXI_CK_MAX_FILES];
 } axi_manifest;
 
+/* dir's coordinator record (listed in m) checked and open in *r (the
+ * caller closes it), its step, data position, seed, model, data set and
+ * configuration in *info (ckpt_info.c). */
+struct ax_ckpt_info;
+int axi_ckpt_read_coord(const char *dir, const axi_manifest *m,
+                        struct ax_ckpt_info *info, axi_ckr *r);
 /* mkdir -p. AX_EIO naming the path. */
 int axi_mkdirs(const char *path);
 /* Writes dir/MANIFEST atomically (the last file of a checkpoint). */
