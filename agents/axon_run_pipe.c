@@ -453,9 +453,15 @@ int axi_run_pipe_main(axi_run_pipe_args *a) {
   ax_node *node = NULL;
   int rc;
   if (a->emulate) { /* every stage on this node, the world's only member */
-    rc = ax_pipe_emulator_new("emulator", 0, &node);
-    for (int s = 0; s < a->K && rc == AX_OK; s++)
-      agents[s] = ax_node_name(node);
+    /* Replicas or tensor parallelism: a worker per stage of every part
+     * besides the default 4, since a stage's action run on a worker
+     * (--ahead 1, evaluation) may wait there in a collective for the
+     * other parts' (on agents, each has workers of its own). */
+    int parts = AXR_PARTS(a);
+    rc = ax_pipe_emulator_new(
+        "emulator", parts > 1 ? 4 + parts * axi_run_stages(a) : 0, &node);
+    for (int s = 0; s < a->K * AXR_PARTS(a) && rc == AX_OK; s++)
+      agents[s] = ax_node_name(node); /* every part's */
     a->agents = agents;
     if (rc == AX_OK)
       rc = run(a, node);

@@ -161,8 +161,9 @@ const axi_cli_opt axi_run_pipe_opts[] = {
      .help = "handler threads of --local agents (4)"},
     {"emulate", NULL, AXI_CLI_FLAG, F(pa.emulate),
      .help = "with --stages K: no agents; this process hosts\n"
-             "every stage and runs the mode's exact math (the\n"
-             "same action lists and weight versions), and\n"
+             "every stage (of every replica and tensor-parallel\n"
+             "member) and runs the mode's exact math (the same\n"
+             "action lists, weight versions and all-reduces), and\n"
              "reports the modelled time (the timing model fed\n"
              "with the measured per-stage costs)"},
     {"eval-every-epoch", NULL, AXI_CLI_FLAG, F(pa.epoch_eval),
@@ -278,19 +279,25 @@ static int check_world(const axi_run_pipe_args *pa) {
 }
 
 /* Replicas and tensor parallelism: K becomes the agents of one replica's
- * member. */
+ * member (with --emulate, --stages K is that already: this process hosts
+ * every part). */
 static int check_parts(axi_run_pipe_args *pa) {
   if (AXR_PARTS(pa) <= 1)
     return -1;
   int R = AXR_PARTS(pa), total = pa->local ? pa->local : pa->nagents;
   if (pa->agents && pa->K == pa->nagents)
     pa->K = pa->nagents / R; /* --stages not given */
-  return refuse(pa->emulate || pa->nspares || pa->restarts || total % R ||
-                    (pa->agents && pa->K * R != total) || pa->ckpt_memory,
-                "--replicas R and --tensor-parallel T need R * T * K agents "
-                "(--local R*T*K, or --stages K --agents with R*T*K names) "
-                "and, for now, no --emulate, --spares, --restarts or "
-                "--checkpoint-in-memory");
+  char msg[512];
+  snprintf(msg, sizeof msg,
+           "--replicas R and --tensor-parallel T need R * T * K agents, at "
+           "most %d (--local R*T*K, or --stages K --agents with R*T*K "
+           "names; --stages K --emulate hosts them all here) and, for now, "
+           "no --spares, --restarts or --checkpoint-in-memory",
+           MAXS);
+  return refuse(pa->nspares || pa->restarts || total % R ||
+                    (pa->agents && pa->K * R != total) ||
+                    (pa->emulate && pa->K * R > MAXS) || pa->ckpt_memory,
+                msg);
 }
 
 /* --freeze-schedule, the staleness correction and the partition. */

@@ -1,8 +1,8 @@
 /* Collectives between N nodes of one process (N = 1..4): the ring
  * all-reduce against a direct sum for sizes not divisible by N (and one
  * above the 1 MiB bulk threshold), averaging, the bucketed all-reduce,
- * broadcast, and neighbour exchange. Every node ends with zero live calls
- * and futures. */
+ * broadcast, and neighbour exchange; the same with 4 ranks on 2 nodes.
+ * Every node ends with zero live calls and futures. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +20,9 @@ typedef struct member {
   ax_node *node;
   int rc;
   char why[256];
+  /* A node shared by several ranks (test_shared): the group's names, the
+   * node joined already; NULL: c0 .. c3, one rank per node, joined here. */
+  const char *const *names;
 } member;
 
 /* Value of element i on member r: exact in f32 so the sum is exact. */
@@ -43,12 +46,14 @@ static ax_tensor *filled(int r, size_t n) {
 
 static void *member_main(void *p) {
   member *m = p;
-  const char *names[MAXN] = {"c0", "c1", "c2", "c3"};
-  m->rc = ax_node_join(m->node, 30000);
-  if (m->rc != AX_OK)
+  static const char *const one[MAXN] = {"c0", "c1", "c2", "c3"};
+  const char *const *names = m->names ? m->names : one;
+  if (!m->names && (m->rc = ax_node_join(m->node, 30000)) != AX_OK)
     return (void *)(intptr_t)mfail(m, m->rc, "join");
   ax_coll_group *g = NULL;
-  int rc = ax_coll_group_new(m->node, "t", m->N, names, 20000, &g);
+  int rc = m->names ? ax_coll_group_new_rank(m->node, "t", m->N, names, m->r,
+                                             20000, &g)
+                    : ax_coll_group_new(m->node, "t", m->N, names, 20000, &g);
   if (rc != AX_OK)
     return (void *)(intptr_t)mfail(m, rc, "group");
   for (size_t k = 0; k < NSIZES && m->rc == AX_OK; k++) {
@@ -306,6 +311,37 @@ static void test_remote_abort(void **s) {
   end_nodes(3, n);
 }
 
+/* Ranks that share a node (ax_coll_group_new_rank): 4 ranks on 2 nodes,
+ * c0 playing ranks 0 and 2 and c1 ranks 1 and 3, each rank on its own
+ * thread with its own group object, pass every check of the 4-node world;
+ * a repeated name without a rank, or a rank that is not this node's, is
+ * refused. */
+static void test_shared(void **s) {
+  static const char *const names[MAXN] = {"c0", "c1", "c0", "c1"};
+  ax_node *n[2];
+  start_nodes(2, names, n);
+  ax_coll_group *g = NULL;
+  assert_int_equal(ax_coll_group_new(n[0], "x", 4, names, 1000, &g), AX_EINVAL);
+  assert_non_null(strstr(ax_errmsg(), "holds 2 ranks"));
+  assert_int_equal(ax_coll_group_new_rank(n[0], "x", 4, names, 1, 1000, &g),
+                   AX_EINVAL);
+  assert_null(g);
+  member m[MAXN] = {0};
+  pthread_t th[MAXN];
+  for (int r = 0; r < MAXN; r++) {
+    m[r] = (member){MAXN, r, n[r % 2], AX_OK, "", names};
+    pthread_create(&th[r], NULL, member_main, &m[r]);
+  }
+  for (int r = 0; r < MAXN; r++)
+    pthread_join(th[r], NULL);
+  for (int r = 0; r < MAXN; r++)
+    if (m[r].rc != AX_OK)
+      fail_msg("shared, rank %d: %s (%s)", r, ax_errname(m[r].rc), m[r].why);
+  rt_sleep_ms(100); /* the last sends' answers */
+  AX_ASSERT_OK(rt_local_zero());
+  end_nodes(2, n);
+}
+
 static void test_n1(void **s) { run_world(1); }
 static void test_n2(void **s) { run_world(2); }
 static void test_n3(void **s) { run_world(3); }
@@ -315,6 +351,7 @@ int main(void) {
   const struct CMUnitTest t[] = {
       cmocka_unit_test(test_n1),    cmocka_unit_test(test_n2),
       cmocka_unit_test(test_n3),    cmocka_unit_test(test_n4),
-      cmocka_unit_test(test_abort), cmocka_unit_test(test_remote_abort)};
+      cmocka_unit_test(test_abort), cmocka_unit_test(test_remote_abort),
+      cmocka_unit_test(test_shared)};
   return AX_TEST_MAIN(t);
 }

@@ -142,6 +142,7 @@ static void test_decoded_fields(void **state) {
   assert_true(sd.has_stale && sd.gamma == 0.5 && sd.has_tp && sd.zero == 1);
   assert_string_equal(sd.optim, "opt=sgd,lr=0.1");
   assert_string_equal(sd.replicas.names[1], "b");
+  assert_true(sd.replicas.rank == 1 && sd.tp.rank == 2);
   assert_string_equal(sd.tp.tag, "tp1");
   assert_string_equal(sd.tp.names[2], "e");
   ax_values_truncate(v, 0);
@@ -237,7 +238,8 @@ static void test_out_of_range(void **state) {
 }
 
 /* Encoders refuse what a decoder would: here, too many inputs, a step
- * of 2 and an optional part after an absent one. */
+ * of 2, an optional part after an absent one and a group's rank outside
+ * its members. */
 static void test_encoder_refuses(void **state) {
   ax_values *v = ax_values_new();
   axi_pipe_fwd_msg f;
@@ -252,6 +254,10 @@ static void test_encoder_refuses(void **state) {
   sm_sample(0, &s, 1, g_t, g_rref);
   s.has_replicas = 0;
   AX_ASSERT_ERR(axi_pipe_setup_encode(&s, v), AX_EINVAL);
+  sm_sample(0, &s, 1, g_t, g_rref);
+  s.tp.rank = 3; /* a rank outside the group's 3 members */
+  AX_ASSERT_ERR(axi_pipe_setup_encode(&s, v), AX_EINVAL);
+  assert_non_null(strstr(ax_errmsg(), "tensor-parallel members"));
   ax_values_free(v);
 }
 

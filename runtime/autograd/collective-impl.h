@@ -60,6 +60,10 @@ struct ax_coll_group {
   char base[AXI_COLL_TAG];
   int epoch, size, rank;
   char **members;
+  /* A name appears more than once (ranks that share a node): messages are
+   * addressed to a rank (axi_coll_tag_of), not only to a node. */
+  int shared;
+  char rx_tag[AXI_COLL_TAG]; /* the tag this member's messages carry */
   int64_t timeout_ms;
   pthread_t th;
   int started;
@@ -83,6 +87,9 @@ struct ax_coll_group {
 axi_coll_box *axi_coll_box_find(ax_node *n);
 /* Drops the messages of group `tag` waiting in b (every one: NULL). */
 void axi_coll_drop_msgs(axi_coll_box *b, const char *tag);
+/* The tag of the messages to member `rank` of g: g's tag, or
+ * "<tag>@<rank>" in a group whose names repeat. */
+void axi_coll_tag_of(const ax_coll_group *g, int rank, char out[AXI_COLL_TAG]);
 /* Records g's first failure: rc, and the member to blame (or NULL). */
 void axi_coll_set_failed(ax_coll_group *g, int rc, const char *peer);
 /* Reaps g's answered sends; returns the first failure (and records it). */

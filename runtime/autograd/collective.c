@@ -114,6 +114,17 @@ void ax_coll_fini(ax_node *n) {
   free(b);
 }
 
+void axi_coll_tag_of(const ax_coll_group *g, int rank, char out[AXI_COLL_TAG]) {
+  char t[AXI_COLL_TAG + 16]; /* the group's creation checked that it fits */
+  if (g->shared)
+    snprintf(t, sizeof t, "%s@%d", g->tag, rank);
+  else
+    snprintf(t, sizeof t, "%s", g->tag);
+  size_t n = strnlen(t, AXI_COLL_TAG - 1);
+  memcpy(out, t, n);
+  out[n] = 0;
+}
+
 /* ---- failure state ------------------------------------------------------- */
 
 void axi_coll_set_failed(ax_coll_group *g, int rc, const char *peer) {
@@ -180,7 +191,9 @@ void axi_coll_notify_abort(ax_coll_group *g) {
     ax_values *v = ax_values_new();
     ax_future *f = NULL;
     ax_call_opts o = {.timeout_ms = 5000};
-    if (v && ax_values_add_str(v, g->tag) == AX_OK &&
+    char tag[AXI_COLL_TAG];
+    axi_coll_tag_of(g, r, tag);
+    if (v && ax_values_add_str(v, tag) == AX_OK &&
         ax_values_add_i64(v, -1) == AX_OK &&
         ax_values_add_i64(v, -(int64_t)(g->rank + 1)) == AX_OK &&
         ax_values_add_tensor(v, t) == AX_OK)
@@ -199,7 +212,7 @@ static int check_remote_abort(ax_coll_group *g) {
   pthread_mutex_lock(&b->mu);
   for (axi_coll_msg *m = b->head; m && !from; m = m->next)
     if (m->seq == -1 && m->step < 0 && m->step >= -(int64_t)g->size &&
-        !strcmp(m->tag, g->tag)) /* a notice from a member of this group */
+        !strcmp(m->tag, g->rx_tag)) /* a notice from a member of this group */
       from = -m->step;
   pthread_mutex_unlock(&b->mu);
   if (!from)
@@ -265,7 +278,9 @@ int axi_coll_send(ax_coll_group *g, int to, int64_t seq, int64_t step,
   memcpy(t->data, src, n * sizeof(float));
   ax_values *v = ax_values_new();
   int rc = v ? AX_OK : AX_ENOMEM;
-  if (rc == AX_OK && (rc = ax_values_add_str(v, g->tag)) == AX_OK &&
+  char tag[AXI_COLL_TAG];
+  axi_coll_tag_of(g, to, tag);
+  if (rc == AX_OK && (rc = ax_values_add_str(v, tag)) == AX_OK &&
       (rc = ax_values_add_i64(v, seq)) == AX_OK &&
       (rc = ax_values_add_i64(v, step)) == AX_OK)
     rc = ax_values_add_tensor(v, t);
@@ -304,12 +319,12 @@ int axi_coll_recv(ax_coll_group *g, int64_t seq, int64_t step, float *dst,
   axi_coll_msg *m = NULL;
   for (;;) {
     pthread_mutex_lock(&b->mu);
-    m = take(b, g->tag, seq, step);
+    m = take(b, g->rx_tag, seq, step);
     if (!m) {
       /* re-check liveness every 20 ms */
       struct timespec ts = ax_clock_after_ms(CLOCK_REALTIME, 20);
       pthread_cond_timedwait(&b->cv, &b->mu, &ts);
-      m = take(b, g->tag, seq, step);
+      m = take(b, g->rx_tag, seq, step);
     }
     pthread_mutex_unlock(&b->mu);
     if (m)

@@ -58,14 +58,26 @@ void ax_coll_fini(ax_node *n);
 
 typedef struct ax_coll_group ax_coll_group;
 
-/* A group of the named members (this node must be one of them); ring
- * order is the order of `members`, this node's rank its index. `tag`
- * (<= 63 characters) must be the same on every member and unique among the
+/* A group of the named members (this node must be one of them, once);
+ * ring order is the order of `members`, this node's rank its index. `tag`
+ * (<= 55 characters) must be the same on every member and unique among the
  * live groups of the node. timeout_ms bounds every wait of every
  * operation (<= 0: 60 s). Starts the group's communication thread. */
 int ax_coll_group_new(ax_node *n, const char *tag, int n_members,
                       const char *const *members, int64_t timeout_ms,
                       ax_coll_group **out);
+/* The same as member `rank` (members[rank] must be this node's name; -1:
+ * ax_coll_group_new's rule). A name may appear more than once: one node
+ * then plays several members, each rank through its own group object with
+ * the same tag (one process standing in for several, as the emulation of
+ * replicated pipelines does, emulate.h). Messages of such a group are
+ * addressed to a rank ("<tag>@<rank>" on the wire), so that ranks of one
+ * node never take each other's; the algorithms, and so the bits of every
+ * result, are those of the same group over distinct nodes. A node down
+ * fails every rank it plays. */
+int ax_coll_group_new_rank(ax_node *n, const char *tag, int n_members,
+                           const char *const *members, int rank,
+                           int64_t timeout_ms, ax_coll_group **out);
 /* The group of the members of g that are not down (the failed peer always
  * counts as down), in the same order, with tag "<tag>.e<epoch+1>". g stays
  * valid and must still be freed. AX_EPEERDOWN if this node is not among the

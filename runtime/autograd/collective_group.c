@@ -86,13 +86,52 @@ static void *comm_main(void *arg) {
   return NULL;
 }
 
+/* This node's rank in members: `rank` when given (members[rank] must be
+ * the node's name), else the index of its name, which must appear once;
+ * sets g->shared when a name repeats. */
+static int own_rank(ax_coll_group *g, const char *const *members, int rank) {
+  const char *self = ax_node_name(g->node);
+  int found = -1, times = 0;
+  for (int i = 0; i < g->size; i++) {
+    for (int j = 0; j < i && !g->shared; j++)
+      g->shared = strcmp(members[i], members[j]) == 0;
+    if (strcmp(members[i], self) == 0 && !times++)
+      found = i;
+  }
+  if (rank >= g->size || (rank >= 0 && strcmp(members[rank], self)))
+    return ax_seterr(AX_EINVAL, "ax_coll_group_new: rank %d of %d is not %s",
+                     rank, g->size, self);
+  if (rank < 0 && times != 1)
+    return ax_seterr(AX_EINVAL,
+                     times ? "ax_coll_group_new: %s holds %d ranks (give its "
+                             "rank)"
+                           : "ax_coll_group_new: %s is not a member",
+                     self, times);
+  g->rank = rank >= 0 ? rank : found;
+  char last[AXI_COLL_TAG + 16]; /* the longest tag on the wire */
+  if (snprintf(last, sizeof last, "%s@%d", g->tag, g->size - 1) >= AXI_COLL_TAG)
+    return ax_seterr(AX_EINVAL, "ax_coll_group_new: tag %s too long", g->tag);
+  axi_coll_tag_of(g, g->rank, g->rx_tag);
+  return AX_OK;
+}
+
 int ax_coll_group_new(ax_node *n, const char *tag, int n_members,
                       const char *const *members, int64_t timeout_ms,
                       ax_coll_group **out) {
+  return ax_coll_group_new_rank(n, tag, n_members, members, -1, timeout_ms,
+                                out);
+}
+
+int ax_coll_group_new_rank(ax_node *n, const char *tag, int n_members,
+                           const char *const *members, int rank,
+                           int64_t timeout_ms, ax_coll_group **out) {
   *out = NULL;
   if (!n || !tag || strlen(tag) + 8 >= AXI_COLL_TAG || n_members < 1 ||
       !members)
     return ax_seterr(AX_EINVAL, "ax_coll_group_new: bad arguments");
+  for (int i = 0; i < n_members; i++)
+    if (!members[i])
+      return ax_seterr(AX_EINVAL, "ax_coll_group_new: member %d unnamed", i);
   axi_coll_box *box = axi_coll_box_find(n);
   if (!box)
     return ax_seterr(AX_ESTATE, "ax_coll_group_new: ax_coll_init not called");
@@ -108,17 +147,14 @@ int ax_coll_group_new(ax_node *n, const char *tag, int n_members,
   g->size = n_members;
   g->rank = -1;
   g->timeout_ms = timeout_ms > 0 ? timeout_ms : 60000;
-  for (int i = 0; i < n_members; i++) {
+  for (int i = 0; i < n_members; i++)
     g->members[i] = strdup(members[i]);
-    if (strcmp(members[i], ax_node_name(n)) == 0)
-      g->rank = i;
-  }
   pthread_mutex_init(&g->mu, NULL);
   pthread_cond_init(&g->cv, NULL);
-  if (g->rank < 0) {
+  int err = own_rank(g, members, rank);
+  if (err != AX_OK) {
     ax_coll_group_free(g);
-    return ax_seterr(AX_EINVAL, "ax_coll_group_new: %s is not a member",
-                     ax_node_name(n));
+    return err;
   }
   if (pthread_create(&g->th, NULL, comm_main, g) != 0) {
     ax_coll_group_free(g);
@@ -133,19 +169,23 @@ int ax_coll_group_shrink(ax_coll_group *g, ax_coll_group **out) {
   const char **live = calloc(g->size, sizeof(char *));
   if (!live)
     return AX_ENOMEM;
-  int k = 0;
+  int k = 0, rank = -1;
   for (int r = 0; r < g->size; r++) {
     const char *m = g->members[r];
     int dead = strcmp(m, g->failed_peer) == 0 ||
                (r != g->rank && ax_node_peer_is_down(g->node, m));
+    if (!dead && r == g->rank)
+      rank = k;
     if (!dead)
       live[k++] = m;
   }
   char tag[AXI_COLL_TAG + 16];
   snprintf(tag, sizeof tag, "%s.e%d", g->base, g->epoch + 1);
-  int rc = ax_coll_group_new(g->node, tag, k, live, g->timeout_ms, out);
+  int rc = rank < 0 ? AX_EINVAL
+                    : ax_coll_group_new_rank(g->node, tag, k, live, rank,
+                                             g->timeout_ms, out);
   free(live);
-  if (rc == AX_EINVAL)
+  if (rank < 0)
     return ax_seterr(AX_EPEERDOWN, "shrink %s: this node is not a survivor",
                      g->tag);
   if (rc == AX_OK) {
@@ -169,7 +209,7 @@ void ax_coll_group_free(ax_coll_group *g) {
     ax_future_wait(g->sends[i], g->timeout_ms + 1000);
     ax_future_release(g->sends[i]);
   }
-  axi_coll_drop_msgs(g->box, g->tag);
+  axi_coll_drop_msgs(g->box, g->rx_tag);
   for (int i = 0; i < g->size; i++)
     free(g->members[i]);
   free(g->members);

@@ -112,10 +112,11 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
   return check_tensor_parallel(o, *def);
 }
 
-/* Setup's groups for stage s (stage_msg-impl.h): the replicas [R, tag, the
- * agent of stage s in every replica (this member's), zero], then with
- * T > 1 the tensor-parallel members [T, tag, the agent of stage s of every
- * member of this replica]. The tags live in tags[2]. */
+/* Setup's groups for stage s (stage_msg-impl.h): the replicas [R, this
+ * replica, tag, the agent of stage s in every replica (this member's),
+ * zero], then with T > 1 the tensor-parallel members [T, this member, tag,
+ * the agent of stage s of every member of this replica]. The tags live in
+ * tags[2]. */
 static void add_replicas(ax_pipe *p, int s, const axi_pipe_replica_of *rep,
                          axi_pipe_setup_msg *m, char tags[2][48]) {
   int rank = ax_pipe_stage_rank(p->o.mode, p->R, s);
@@ -123,6 +124,7 @@ static void add_replicas(ax_pipe *p, int s, const axi_pipe_replica_of *rep,
            rep->t);
   m->has_replicas = m->has_zero = 1;
   m->replicas.n = rep->R;
+  m->replicas.rank = rep->r;
   m->replicas.tag = tags[0];
   for (int r = 0; r < rep->R; r++)
     m->replicas.names[r] = rep->agents[(r * rep->T + rep->t) * p->R + rank];
@@ -133,6 +135,7 @@ static void add_replicas(ax_pipe *p, int s, const axi_pipe_replica_of *rep,
            rep->r);
   m->has_tp = 1;
   m->tp.n = rep->T;
+  m->tp.rank = rep->t;
   m->tp.tag = tags[1];
   for (int t = 0; t < rep->T; t++)
     m->tp.names[t] = rep->agents[(rep->r * rep->T + t) * p->R + rank];

@@ -90,25 +90,26 @@ typedef struct ax_pipe_opts {
   int ahead;
   /* Pipeline x data parallel: R copies of the pipeline (0 or 1: one).
    * `agents` then holds R * K names, replica r's on agents[r K .. r K + K
-   * - 1], all distinct. Each train call gives every replica its shard of
-   * every mini-batch (rows r B / R .. (r + 1) B / R - 1 of the batch
-   * function's B), and at each STEP the R copies of a stage average their
-   * gradients (a ring all-reduce among them, runtime/autograd/collective.h)
-   * before updating, so every replica keeps the same weights: one pipeline
-   * on R times the batch, with per-replica means averaged (PyTorch DDP's
-   * rule; buffers such as batch-norm statistics stay per replica). The step
-   * callback gets each mini-batch once, its loss the count-weighted mean of
-   * the replicas'. When one replica's call fails, the others' calls end
-   * with it (AX_ECANCELLED inside; the call returns the failed replica's
-   * error, preferring one that lost an agent, "replica r: ...").
-   * Evaluation, stage state, trace, events and statistics are replica
-   * 0's. A checkpoint saves replica 0's stages (every replica
-   * holds the same weights and optimizer state; batch-norm statistics,
-   * used only by evaluation, are replica 0's) and a restore loads them
-   * into every replica (stage files on the stages' disks must then be
-   * readable by every replica's agents: one host, a shared directory, or
-   * AX_CKPT_TO_COORDINATOR); with zero or an optimizer host checkpoints
-   * are refused (AX_EUNSUPPORTED). */
+   * - 1], all distinct, or all one node's name (that node hosts every
+   * replica: the emulation, schedule/emulate.h, with the same math). Each train
+   * call gives every replica its shard of every mini-batch (rows r B / R .. (r
+   * + 1) B / R - 1 of the batch function's B), and at each STEP the R copies of
+   * a stage average their gradients (a ring all-reduce among them,
+   * runtime/autograd/collective.h) before updating, so every replica keeps the
+   * same weights: one pipeline on R times the batch, with per-replica means
+   * averaged (PyTorch DDP's rule; buffers such as batch-norm statistics stay
+   * per replica). The step callback gets each mini-batch once, its loss the
+   * count-weighted mean of the replicas' (summed in replica order, so its
+   * bits do not depend on which finished first). When one replica's call
+   * fails, the others' calls end with it (AX_ECANCELLED inside; the call
+   * returns the failed replica's error, preferring one that lost an agent,
+   * "replica r: ..."). Evaluation, stage state, trace, events and statistics
+   * are replica 0's. A checkpoint saves replica 0's stages (every replica holds
+   * the same weights and optimizer state; batch-norm statistics, used only by
+   * evaluation, are replica 0's) and a restore loads them into every replica
+   * (stage files on the stages' disks must then be readable by every replica's
+   * agents: one host, a shared directory, or AX_CKPT_TO_COORDINATOR); with zero
+   * or an optimizer host checkpoints are refused (AX_EUNSUPPORTED). */
   int replicas;
   /* With replicas: 1 or 2 shards the optimizer state and the averaged
    * gradients over the R copies of a stage (ZeRO stages 1 and 2, which are
@@ -135,15 +136,15 @@ typedef struct ax_pipe_opts {
    * default configuration names the key `tp`: bert), which each agent
    * builds from tp=T,tp_rank=t; AX_EUNSUPPORTED otherwise. `agents` then
    * holds R * T * K names (R: replicas, at least 1), the K of member t of
-   * replica r at agents[(r T + t) K ..], all distinct, and R * T is at most
-   * AX_PIPE_MAX_REPLICAS. The T members of a stage run every forward and
-   * backward on the same data at once and sum their partial results with
-   * ring all-reduces among them (two per encoder layer each way); each
-   * member pushes to the same member of the next stage. The step callback
-   * gets each mini-batch once. Evaluation runs on every member; stage
-   * state, trace, events and statistics are member 0's (ax_pipe_replica(p,
-   * r T + t) is member t of replica r). A checkpoint saves replica 0's
-   * members, each stage's file per member (stage-SS-tT.axck), and a
+   * replica r at agents[(r T + t) K ..], all distinct (or all one, as for
+   * replicas), and R * T is at most AX_PIPE_MAX_REPLICAS. The T members of
+   * a stage run every forward and backward on the same data at once and sum
+   * their partial results with ring all-reduces among them (two per encoder
+   * layer each way); each member pushes to the same member of the next stage.
+   * The step callback gets each mini-batch once. Evaluation runs on every
+   * member; stage state, trace, events and statistics are member 0's
+   * (ax_pipe_replica(p, r T + t) is member t of replica r). A checkpoint saves
+   * replica 0's members, each stage's file per member (stage-SS-tT.axck), and a
    * restore loads member t's into member t of every replica; axon-run
    * eval and export join the parts into the whole model. */
   int tensor_parallel;

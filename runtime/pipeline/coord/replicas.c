@@ -7,7 +7,8 @@
  * every part's train call at once, one thread each; they share every
  * mini-batch (loaded once, each replica taking its rows, every member of a
  * replica the same rows) and report each mini-batch once, when every part
- * finished it. */
+ * finished it. Every part on one node (an emulation, emulate.h) runs the
+ * same code: the groups' members are told apart by their ranks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,14 +35,16 @@ int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
                      "least 2 replicas, and none with a staleness "
                      "correction)",
                      o->zero);
-  int N = R * T;
-  for (int i = 0; i < N * K; i++)
+  int N = R * T, one = 1; /* one node hosts every part (an emulation) */
+  for (int i = 0; i < N * K && one; i++)
+    one = o->agents[i] && !strcmp(o->agents[i], o->agents[0]);
+  for (int i = 0; i < N * K && !one; i++)
     for (int j = 0; j < i; j++)
       if (!o->agents[i] || !strcmp(o->agents[i], o->agents[j]))
         return ax_seterr(AX_EINVAL,
                          "pipeline: the %d agents of %d replicas "
                          "x %d tensor-parallel members must be %d distinct "
-                         "names (%s twice)",
+                         "names, or one name for all (%s twice)",
                          N * K, R, T, N * K,
                          o->agents[i] ? o->agents[i] : "none");
   ax_pipe *f = axi_pipe_alloc(n, o); /* the front */
@@ -88,9 +91,8 @@ typedef struct shared_batch { /* mini-batch t while replicas take it */
   ax_tlist in, lab;
 } shared_batch;
 
-typedef struct shared_step { /* mini-batch t's reports */
-  int reported;
-  double loss_w, loss; /* count-weighted loss sum; plain sum */
+typedef struct shared_step { /* replica r's report of a mini-batch */
+  double loss;
   int64_t correct, count;
 } shared_step;
 
@@ -104,7 +106,8 @@ typedef struct share {
   void *user;
   pthread_mutex_t mu;
   shared_batch *b; /* [n] */
-  shared_step *st; /* [n] */
+  int *reported;   /* [n]: the parts that reported mini-batch t */
+  shared_step *st; /* [n R]: replica r's of mini-batch t at t R + r */
 } share;
 
 typedef struct replica_run {
@@ -175,8 +178,10 @@ static int shard_batch(void *user, long gid, ax_tlist *in, ax_tlist *lab) {
 }
 
 /* Reports mini-batch t once every part did: loss weighted by the
- * replicas' label counts (their plain mean when nothing was counted). A
- * replica's members report the same loss: member 0's counts. */
+ * replicas' label counts (their plain mean when nothing was counted),
+ * summed in replica order whatever order they finished in, so the bits do
+ * not depend on timing. A replica's members report the same loss: member
+ * 0's counts. */
 static void shard_step(void *user, const ax_pipe_step_info *si) {
   replica_run *rr = user;
   share *sh = rr->sh;
@@ -184,18 +189,20 @@ static void shard_step(void *user, const ax_pipe_step_info *si) {
   if (t < 0 || t >= rr->n)
     return;
   pthread_mutex_lock(&sh->mu);
-  shared_step *st = &sh->st[t];
-  if (rr->t == 0) {
-    st->loss_w += si->loss * (double)si->count;
-    st->loss += si->loss;
-    st->correct += si->correct;
-    st->count += si->count;
-  }
-  if (++st->reported == sh->N && sh->step) {
+  shared_step *st = &sh->st[t * sh->R];
+  if (rr->t == 0)
+    st[rr->r] = (shared_step){si->loss, si->correct, si->count};
+  if (++sh->reported[t] == sh->N && sh->step) {
     ax_pipe_step_info g = *si;
-    g.loss = st->count ? st->loss_w / (double)st->count : st->loss / sh->R;
-    g.correct = st->correct;
-    g.count = st->count;
+    double loss_w = 0, loss = 0; /* count-weighted loss sum; plain sum */
+    g.correct = g.count = 0;
+    for (int r = 0; r < sh->R; r++) {
+      loss_w += st[r].loss * (double)st[r].count;
+      loss += st[r].loss;
+      g.correct += st[r].correct;
+      g.count += st[r].count;
+    }
+    g.loss = g.count ? loss_w / (double)g.count : loss / sh->R;
     sh->step(sh->user, &g);
   }
   pthread_mutex_unlock(&sh->mu);
@@ -232,10 +239,11 @@ int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   share sh = {R / T, T, R, p->rep, 0, p->rep[0]->base, batch, step, user};
   pthread_mutex_init(&sh.mu, NULL);
   sh.b = calloc((size_t)n + 1, sizeof *sh.b);
-  sh.st = calloc((size_t)n + 1, sizeof *sh.st);
+  sh.reported = calloc((size_t)n + 1, sizeof *sh.reported);
+  sh.st = calloc(((size_t)n + 1) * (size_t)sh.R, sizeof *sh.st);
   replica_run rr[AX_PIPE_MAX_REPLICAS];
   pthread_t th[AX_PIPE_MAX_REPLICAS];
-  int started = 0, err = sh.b && sh.st ? AX_OK : AX_ENOMEM;
+  int started = 0, err = sh.b && sh.reported && sh.st ? AX_OK : AX_ENOMEM;
   for (int r = 0; r < R && err == AX_OK; r++) {
     rr[r] = (replica_run){&sh, p->rep[r], r / sh.T, r % sh.T, AX_OK, n, ""};
     if (p->rep[r]->base != sh.base)
@@ -272,6 +280,7 @@ int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
     ax_tlist_clear(&sh.b[t].lab);
   }
   free(sh.b);
+  free(sh.reported);
   free(sh.st);
   pthread_mutex_destroy(&sh.mu);
   return err;

@@ -13,6 +13,14 @@
  * on the CPU the losses and parameters equal the distributed run's bit for
  * bit (tests/test_pipe_emulate.c).
  *
+ * Replicas and tensor parallelism (ax_pipe_opts.replicas,
+ * .tensor_parallel): with the node's name for all R T K agents the node
+ * hosts every part, and each stage host joins its replicas' and members'
+ * groups at the rank the coordinator gives it (collective.h:
+ * ax_coll_group_new_rank, a node playing several ranks), so the shards of
+ * every batch, the all-reduces, ZeRO's halves and the members' sums are the
+ * agents' to the bit (tests/test_pipe_emulate_parts.c).
+ *
  * Modelled time. The stages' measured compute times per action (the
  * coordinator's events, ax_pipe_events), the fastest per stage and kind, are
  * fed to the timing model (formula.h: a simulation of the same lists), which
@@ -21,7 +29,12 @@
  * communication. Stages that share this machine's cores in
  * an emulation still run slower than alone when every run of an action
  * overlapped others, so the times are upper bounds of a dedicated
- * device's.
+ * device's. With replicas or tensor-parallel members the events, and so
+ * the model, are one part's (replica 0's member 0, ax_pipe_events): the
+ * parts run at once, a device each, so a step takes one part's time; a
+ * member's actions include its sums with the others, and the replicas'
+ * all-reduce at each update is free like every transfer (the model has no
+ * link to cost its bytes on).
  *
  * Threads: an emulator node is used like any node (node.h); an
  * ax_pipe_costs is used by one thread at a time. */
@@ -35,7 +48,10 @@ extern "C" {
 #endif
 
 /* Creates a node named `name` (NULL: "emulator") with `threads` handler
- * threads (0: 4, enough for any number of stages), the only member of its world
+ * threads (0: 4, enough for any number of stages of one pipeline; with
+ * replicas or tensor-parallel members, give 4 more than the stages of all
+ * the parts: an action run on a worker, with ahead 1 or in evaluation, may
+ * wait there in a collective for another part's), the only member of its world
  * (it is its own master, listening on a loopback port no stage uses),
  * ax_pipe_init's it, attaches the loaded plugins (plugin.h) and joins.
  * On error nothing is left running. Free with ax_pipe_emulator_free. */

@@ -42,7 +42,8 @@ static void host_clear(phost *h) {
 
 /* The groups of setup (stage_msg-impl.h): the replicas (*g; NULL with
  * one) and the tensor-parallel members (*tp; none or T = 1: NULL). This
- * node must be one of the members of each. */
+ * host is the member at each group's rank (a node hosting several members,
+ * as an emulation does, tells them apart by it). */
 static int replica_group(phost *h, const axi_pipe_setup_msg *m, int64_t tmo,
                          ax_coll_group **g, int *zero, ax_coll_group **tp) {
   *g = *tp = NULL;
@@ -58,11 +59,13 @@ static int replica_group(phost *h, const axi_pipe_setup_msg *m, int64_t tmo,
                      h->s->index, (long long)z, R, h->s->net->n_params);
   *zero = (int)z;
   if (R > 1)
-    AX_TRY(ax_coll_group_new(h->s->node, m->replicas.tag, R, m->replicas.names,
-                             tmo, g));
-  int err =
-      T > 1 ? ax_coll_group_new(h->s->node, m->tp.tag, T, m->tp.names, tmo, tp)
-            : AX_OK;
+    AX_TRY(ax_coll_group_new_rank(h->s->node, m->replicas.tag, R,
+                                  m->replicas.names, (int)m->replicas.rank, tmo,
+                                  g));
+  int err = T > 1
+                ? ax_coll_group_new_rank(h->s->node, m->tp.tag, T, m->tp.names,
+                                         (int)m->tp.rank, tmo, tp)
+                : AX_OK;
   if (err != AX_OK) {
     ax_coll_group_free(*g);
     *g = NULL;

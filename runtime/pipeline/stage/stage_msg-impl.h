@@ -47,16 +47,19 @@ typedef struct axi_pipe_bytes {
   size_t n;
 } axi_pipe_bytes;
 
-/* A collective group as setup names it: [n, tag, n member names]. */
+/* A collective group as setup names it: [n, rank, tag, n member names].
+ * rank is the receiving host's place among them (names may repeat: one
+ * node hosting several members, collective.h). */
 typedef struct axi_pipe_group {
-  int64_t n; /* 1 .. AX_PIPE_MAX_REPLICAS */
+  int64_t n;    /* 1 .. AX_PIPE_MAX_REPLICAS */
+  int64_t rank; /* 0 .. n - 1 */
   const char *tag;
   const char *names[AX_PIPE_MAX_REPLICAS];
 } axi_pipe_group;
 
 /* "setup" [mode, recompute, optim config, prev, next, self id,
- * (staleness, delay, gamma, warm-up), (R, tag, R names), (zero),
- * (T, tag, T names)]; replies []. prev and next are RRefs, or i64 0 at
+ * (staleness, delay, gamma, warm-up), (R, rank, tag, R names), (zero),
+ * (T, rank, tag, T names)]; replies []. prev and next are RRefs, or i64 0 at
  * the ends (NULL here). The host checks the mode's table entry, the
  * correction (staleness.h), self id != 0 and the groups' members. */
 typedef struct axi_pipe_setup_msg {

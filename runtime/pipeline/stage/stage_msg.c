@@ -18,7 +18,8 @@ enum {
   K_RREF,    /* an RRef, or i64 0 for none (NULL) */
   K_TLIST,   /* [n in lo .. hi, n tensors] (ax_tlist) */
   K_LABELS,  /* [n in lo .. hi, n tensors, n i64 >= 0] (axi_pipe_labels) */
-  K_MEMBERS, /* [n in lo .. hi, tag, n names] (axi_pipe_group) */
+  K_MEMBERS, /* [n in lo .. hi, rank in 0 .. n - 1, tag, n names]
+              * (axi_pipe_group) */
   K_OPT,     /* an optional part starts: its int has_ flag at off */
 };
 
@@ -173,6 +174,7 @@ static int rd_field(rd *r, char *p) {
   case K_MEMBERS: {
     axi_pipe_group *g = (axi_pipe_group *)p;
     AX_TRY(rd_i64(r, f->lo, f->hi, &g->n));
+    AX_TRY(rd_i64(r, 0, g->n - 1, &g->rank));
     AX_TRY(rd_str(r, 0, INT64_MAX, &g->tag));
     for (int64_t i = 0; i < g->n; i++)
       AX_TRY(rd_str(r, 0, INT64_MAX, &g->names[i]));
@@ -278,6 +280,7 @@ static int wr_field(wr *w, const char *p) {
   case K_MEMBERS: {
     const axi_pipe_group *g = (const axi_pipe_group *)p;
     AX_TRY(wr_i64(w, g->n, f->lo, f->hi));
+    AX_TRY(wr_i64(w, g->rank, 0, g->n - 1));
     AX_TRY(wr_str(w, g->tag, 0, INT64_MAX));
     for (int64_t i = 0; i < g->n; i++)
       AX_TRY(wr_str(w, g->names[i], 0, INT64_MAX));
