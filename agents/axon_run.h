@@ -91,6 +91,10 @@ typedef struct axi_run_feed {
   /* After a freeze replaced the pipeline by *p (--freeze-schedule; may be
    * NULL). */
   void (*repacked)(void *user, ax_pipe *p);
+  /* After a failed training call: the names of the agents that are lost
+   * (down, or another process now), at most max, waited for up to 5 s;
+   * their count, 0 when none is (may be NULL). Before rebuild. */
+  int (*lost)(void *user, const char **names, int max);
 } axi_run_feed;
 
 /* Trains steps [start, total) of the run (axon_run_ckpt.c): from 0, or

@@ -47,27 +47,28 @@ typedef struct feed { /* the training batches, epoch after epoch */
   long first;           /* the run's first step here (-1 until seeked) */
   int repacked;         /* a freeze replaced the pipeline: no timing model */
   /* --spares (feed_rebuild): the node, the pipeline's options with their
-   * own copy of the agents, the next spare */
+   * own copy of the agents (every part's), the next spare */
   ax_node *node;
   ax_pipe_opts *o;
   const char **cur;
+  int n_agents;             /* of every part: K x replicas x members */
   int next_spare, restarts; /* spares used, restarts waited for */
-  /* the incarnation of each stage's agent when the pipeline was built: a
-   * stage whose agent is down, or is another process now (it restarted
-   * and rejoined before the failure was handled), is lost */
-  uint64_t inc[AX_PIPE_MAX_STAGES];
+  /* the incarnation of each agent when the pipeline was built: a stage
+   * whose agent is down, or is another process now (it restarted and
+   * rejoined before the failure was handled), is lost */
+  uint64_t inc[2 * AX_PIPE_MAX_STAGES];
 } feed;
 
-/* Notes the incarnation of every stage's agent (after a build). */
+/* Notes the incarnation of every agent (after a build). */
 static void note_incarnations(feed *f) {
-  for (int k = 0; k < f->a->K && k < AX_PIPE_MAX_STAGES; k++)
+  for (int k = 0; k < f->n_agents; k++)
     if (ax_node_member_incarnation(f->node, f->cur[k], &f->inc[k]) != AX_OK)
       f->inc[k] = 0;
 }
 
-/* 1 if stage k's agent is down or is no longer the process the pipeline
- * was built on. */
-static int stage_lost(feed *f, int k) {
+/* 1 if agent k is down or is no longer the process the pipeline was built
+ * on. */
+static int agent_lost(feed *f, int k) {
   return !ax_node_member_alive_as(f->node, f->cur[k], f->inc[k]);
 }
 
@@ -124,9 +125,72 @@ static int feed_seek(void *user, long step, int apply, long *epoch,
   return AX_OK;
 }
 
-/* After a failed training call: the stage agent that is down (peer-down
+/* After a failed training call: the agents that are down (peer-down
  * comes within the node's peer timeout of a hang; at once for a killed
- * process), replaced by the next spare in a pipeline built anew. */
+ * process), waited for up to 5 s, into lost[] (indices into f->cur); their
+ * count, 0 when none is (not a lost agent). */
+static int find_lost(feed *f, int *lost) {
+  int n = 0;
+  double until = ax_clock_s() + 5.0;
+  while (!n && ax_clock_s() < until) {
+    for (int k = 0; k < f->n_agents; k++)
+      if (agent_lost(f, k))
+        lost[n++] = k;
+    if (!n)
+      usleep(50 * 1000);
+  }
+  return n;
+}
+
+static int feed_lost(void *user, const char **names, int max) {
+  feed *f = user;
+  int lost[2 * AX_PIPE_MAX_STAGES], n = f->node ? find_lost(f, lost) : 0;
+  for (int i = 0; i < n && i < max; i++)
+    names[i] = f->cur[lost[i]];
+  return n < max ? n : max;
+}
+
+/* Agent cur[k], lost: replaced by the next spare, or waited for under its
+ * name (--restarts). */
+static int replace(feed *f, int k, int failure, const char *why) {
+  const axi_run_pipe_args *a = f->a;
+  if (f->next_spare < a->nspares) {
+    const char *spare = a->spares[f->next_spare++];
+    fprintf(stderr,
+            "axon-run: stage agent %s lost (%s); rebuilding the "
+            "pipeline with spare %s\n",
+            f->cur[k], why, spare);
+    f->cur[k] = spare;
+    return AX_OK;
+  }
+  if (f->restarts >= a->restarts)
+    return ax_seterr(failure,
+                     "%s (%s lost too, and no spare or restart is "
+                     "left)",
+                     why, f->cur[k]);
+  f->restarts++;
+  fprintf(stderr,
+          "axon-run: stage agent %s lost (%s); waiting up to 60 s "
+          "for it to rejoin (restart %d of %d)\n",
+          f->cur[k], why, f->restarts, a->restarts);
+  double end = ax_clock_s() + 60.0;
+  while (ax_node_peer_is_down(f->node, f->cur[k]) && ax_clock_s() < end)
+    usleep(50 * 1000);
+  if (ax_node_peer_is_down(f->node, f->cur[k]))
+    return ax_seterr(failure, "%s (no replacement joined as %s within 60 s)",
+                     why, f->cur[k]);
+  uint64_t inc = 0;
+  ax_node_member_incarnation(f->node, f->cur[k], &inc);
+  fprintf(stderr,
+          "axon-run: %s rejoined; rebuilding the pipeline (its "
+          "incarnation %llu)\n",
+          f->cur[k], (unsigned long long)inc);
+  return AX_OK;
+}
+
+/* After a failed training call: every stage agent that is down (of any
+ * replica or member), replaced by the next spare or by its restarted
+ * self, in a pipeline built anew. */
 static int feed_rebuild(void *user, int failure, ax_pipe **p) {
   feed *f = user;
   const axi_run_pipe_args *a = f->a;
@@ -134,45 +198,13 @@ static int feed_rebuild(void *user, int failure, ax_pipe **p) {
   snprintf(why, sizeof why, "%s", ax_errmsg());
   if (!f->node || (f->next_spare >= a->nspares && f->restarts >= a->restarts))
     return ax_seterr(failure, "%s", why);
-  int lost = -1;
-  double until = ax_clock_s() + 5.0;
-  while (lost < 0 && ax_clock_s() < until) {
-    for (int k = 0; k < a->K && lost < 0; k++)
-      if (stage_lost(f, k))
-        lost = k;
-    if (lost < 0)
-      usleep(50 * 1000);
-  }
-  if (lost < 0) /* no stage agent is down: not a lost stage */
+  int lost[2 * AX_PIPE_MAX_STAGES], n = find_lost(f, lost);
+  if (!n) /* no stage agent is down: not a lost stage */
     return ax_seterr(failure, "%s", why);
   ax_pipe_free(*p);
   *p = f->p = NULL;
-  if (f->next_spare < a->nspares) {
-    const char *spare = a->spares[f->next_spare++];
-    fprintf(stderr,
-            "axon-run: stage agent %s lost (%s); rebuilding the "
-            "pipeline with spare %s\n",
-            f->cur[lost], why, spare);
-    f->cur[lost] = spare;
-  } else { /* --restarts: the same name, from a restarted agent */
-    f->restarts++;
-    fprintf(stderr,
-            "axon-run: stage agent %s lost (%s); waiting up to 60 s "
-            "for it to rejoin (restart %d of %d)\n",
-            f->cur[lost], why, f->restarts, a->restarts);
-    double end = ax_clock_s() + 60.0;
-    while (ax_node_peer_is_down(f->node, f->cur[lost]) && ax_clock_s() < end)
-      usleep(50 * 1000);
-    if (ax_node_peer_is_down(f->node, f->cur[lost]))
-      return ax_seterr(failure, "%s (no replacement joined as %s within 60 s)",
-                       why, f->cur[lost]);
-    uint64_t inc = 0;
-    ax_node_member_incarnation(f->node, f->cur[lost], &inc);
-    fprintf(stderr,
-            "axon-run: %s rejoined; rebuilding the pipeline (its "
-            "incarnation %llu)\n",
-            f->cur[lost], (unsigned long long)inc);
-  }
+  for (int i = 0; i < n; i++)
+    AX_TRY(replace(f, lost[i], failure, why));
   ax_pipe *np = NULL;
   AX_TRY(ax_pipe_new(f->node, f->o, &np));
   *p = f->p = np;
@@ -297,7 +329,8 @@ static int train_and_report(const axi_run_pipe_args *a, feed *f, ax_pipe **p,
   axi_run_feed fd = {feed_batch,   feed_step,
                      feed_seek,    f,
                      feed_segment, a->epoch_eval ? f->per_epoch : 0,
-                     feed_rebuild, feed_repacked};
+                     feed_rebuild, feed_repacked,
+                     feed_lost};
   ax_progress_start(&f->bar, a->quiet ? NULL : stderr, total);
   int rc = axi_run_train(a, p, total, &fd, &start, &train_s, &ckpt_s);
   ax_progress_end(&f->bar);
@@ -383,6 +416,7 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
   f.node = node;
   f.o = &o;
   f.cur = cur;
+  f.n_agents = a->K * AXR_PARTS(a);
   f.per_epoch = f.ld ? ax_loader_batches(f.ld) : 0;
   if (rc == AX_OK)
     rc = ax_pipe_new(node, &o, &p);

@@ -236,12 +236,16 @@ static int check_modes(const axi_run_pipe_args *pa, int pipe) {
     rc = refuse(pa->ckpt_memory && (!pa->ckpt_every || pa->emulate),
                 "--checkpoint-in-memory needs --checkpoint-every N and "
                 "agents (no --emulate)");
+  /* With replicas of a flushed mode a lost stage takes its state from a
+   * live replica (axon_run_ckpt.c), which needs no checkpoint. */
+  int live = pa->replicas > 1 && ax_pipe_flushes(pa->mode);
   if (rc < 0)
-    rc =
-        refuse((pa->nspares || pa->restarts) && (!ckpt || !pipe || pa->emulate),
-               "--spares and --restarts need pipeline training over agents "
-               "with --checkpoint-dir or --checkpoint-in-memory (a lost "
-               "stage rolls back to the newest checkpoint)");
+    rc = refuse((pa->nspares || pa->restarts) &&
+                    ((!ckpt && !live) || !pipe || pa->emulate),
+                "--spares and --restarts need pipeline training over agents "
+                "with --checkpoint-dir or --checkpoint-in-memory (a lost "
+                "stage rolls back to the newest checkpoint), or --replicas "
+                "R >= 2 in a flushed mode (it takes a replica's state)");
   return rc;
 }
 
@@ -280,16 +284,22 @@ static int check_parts(axi_run_pipe_args *pa) {
   int R = AXR_PARTS(pa), total = pa->local ? pa->local : pa->nagents;
   if (pa->agents && pa->K == pa->nagents)
     pa->K = pa->nagents / R; /* --stages not given */
-  return refuse(
-      pa->emulate || pa->nspares || pa->restarts || total % R ||
-          (pa->agents && pa->K * R != total) ||
-          ((pa->ckpt_dir || pa->resume) && (pa->zero || pa->optimizer_host)) ||
-          pa->ckpt_memory,
-      "--replicas R and --tensor-parallel T need R * T * K agents "
-      "(--local R*T*K, or --stages K --agents with R*T*K names) "
-      "and, for now, no --emulate, --spares, --restarts or "
-      "--checkpoint-in-memory, nor checkpoints with --zero or "
-      "--optimizer-host");
+  int rc =
+      refuse(pa->emulate || total % R || (pa->agents && pa->K * R != total),
+             "--replicas R and --tensor-parallel T need R * T * K agents "
+             "(--local R*T*K, or --stages K --agents with R*T*K names) "
+             "and no --emulate (the groups of a stage's copies are "
+             "collectives between distinct agents)");
+  if (rc < 0)
+    rc = refuse((pa->ckpt_dir || pa->resume || pa->ckpt_memory || pa->nspares ||
+                 pa->restarts) &&
+                    (pa->zero || pa->optimizer_host),
+                "--zero shards a stage's optimizer state over its replicas' "
+                "agents and --optimizer-host keeps it on that agent: a stage "
+                "file does not hold it, and a lost agent's shard exists "
+                "nowhere else, so neither takes checkpoints, --spares or "
+                "--restarts");
+  return rc;
 }
 
 /* --freeze-schedule, the staleness correction and the partition. */

@@ -126,7 +126,8 @@ void axi_pipe_fail(ax_pipe *p, int s, int err, const char *what);
 
 /* coord_stages.c. Calls method on every stage of p (not a front) at once,
  * under autograd context ctx (0: none), and waits for every issued call:
- * args(s) builds stage s's arguments, reply (NULL: none) reads its answer.
+ * args(s) builds stage s's arguments (AX_OK with *out NULL: stage s is
+ * not called), reply (NULL: none) reads its answer.
  * The first error is returned as "stage s on agent A: ..." (the form of
  * axi_pipe_stage_err, which turns the current error into it). The calls'
  * deadline is axi_pipe_timeout (ax_pipe_opts.timeout_ms, else 60 s). */
