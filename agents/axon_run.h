@@ -106,6 +106,11 @@ typedef struct axi_run_feed {
 int axi_run_train(const axi_run_pipe_args *a, ax_pipe **p, long total,
                   const axi_run_feed *feed, long *start, double *seconds,
                   double *ckpt_s);
+/* Whether a lost agent of run a recovers live from a replica, without a
+ * rollback (--replicas R >= 2 of a flushed mode, with --spares or
+ * --restarts; runtime/pipeline/state/recover.h): its pipelines keep their
+ * step boundaries (axon_run_ckpt.c). */
+int axi_run_live(const axi_run_pipe_args *a);
 /* The program and its commands: train (axon_run_train.c), eval and export
  * (axon_run_use.c), probe (axon_run_probe.c), plan (axon_run_plan.c). */
 extern const axi_cli_prog axi_run_prog;

@@ -10,6 +10,7 @@
 #include "axon/runtime/pipeline/schedule/partition.h"
 #include "axon/runtime/pipeline/state/checkpoint.h"
 #include "axon/runtime/pipeline/state/freeze.h"
+#include "axon/runtime/pipeline/state/recover.h"
 
 /* The run's configuration as "key=value;..." : what a resume must repeat
  * (--steps, --epochs and the checkpoint options may change). */
@@ -75,6 +76,7 @@ static void w_step(void *user, const ax_pipe_step_info *s) {
  * is that step. */
 static int seek_to(const axi_run_feed *feed, const ax_ckpt_info *info,
                    const char *why, const char *from, long *start) {
+  const char *how = !strcmp(why, "--resume") ? "resumed" : "rolled back";
   long e, b;
   AX_TRY(feed->seek(feed->user, info->step, 1, &e, &b));
   if (e != info->data_epoch || b != info->data_batch)
@@ -84,9 +86,9 @@ static int seek_to(const axi_run_feed *feed, const ax_ckpt_info *info,
                      "checkpoint's run",
                      why, from, info->step, b, e, info->data_batch,
                      info->data_epoch);
-  fprintf(stderr, "axon-run: %s from %s at step %ld\n",
-          strcmp(why, "--resume") ? "rolled back" : "resumed", from,
-          info->step);
+  if (strcmp(from, "live")) /* recover says it */
+    fprintf(stderr, "axon-run: %s from %s at step %ld\n", how, from,
+            info->step);
   *start = info->step;
   return AX_OK;
 }
@@ -120,38 +122,85 @@ static int restore(const axi_run_pipe_args *a, ax_pipe *p,
 }
 
 /* Rolls p back to the in-memory checkpoint m (the stages' copies on their
- * agents or their neighbours') and moves the data there. */
+ * agents or their neighbours', or a replica's: from = "memory" or "live")
+ * and moves the data there. */
 static int restore_memory(ax_pipe *p, const axi_run_feed *feed,
-                          const ax_mem_ckpt *m, const char *why, long *start) {
+                          const ax_mem_ckpt *m, const char *why,
+                          const char *from, long *start) {
   ax_ckpt_info info;
   AX_TRY(ax_pipe_restore_memory(p, m, &info));
-  return seek_to(feed, &info, why, "memory", start);
+  return seek_to(feed, &info, why, from, start);
+}
+
+/* Before the rebuild of a replicated run of a flushed mode: the stages of
+ * the lost agents (feed->lost) will take a live replica's state, every
+ * survivor stopped at one step boundary and copied in memory (recover.h);
+ * `reached`: the first step not reported done. AX_OK when *live holds
+ * that copy; else the reason is printed and a checkpoint serves. */
+static int live_prepare(ax_pipe *p, const axi_run_feed *feed, ax_mem_ckpt *live,
+                        long reached) {
+  const char *lost[2 * AX_PIPE_MAX_STAGES];
+  int n = live && feed->lost ? feed->lost(feed->user, lost, 32) : 0;
+  if (!n)
+    return AX_ENOTFOUND;
+  int rc = ax_pipe_live_snapshot(p, lost, n, reached, live);
+  if (rc != AX_OK)
+    fprintf(stderr, "axon-run: no live recovery (%s); from a checkpoint\n",
+            ax_errmsg());
+  if (rc == AX_OK)
+    rc = feed->seek(feed->user, live->info.step, 0, &live->info.data_epoch,
+                    &live->info.data_batch);
+  return rc;
 }
 
 /* A stage agent was lost during the training call that had reached step
  * `reached`: the pipeline is rebuilt on a spare or on the restarted agent
- * (feed->rebuild) and rolls
- * back to the newest checkpoint of --checkpoint-dir, or to the run's start
- * when none was written yet. *t: the step training goes on from. */
+ * (feed->rebuild). With replicas of a flushed mode the lost stages take a
+ * live replica's state and no step is lost (live_prepare); else every
+ * stage rolls back to the newest checkpoint, in memory or of
+ * --checkpoint-dir, or to the run's start when none was written yet. *t:
+ * the step training goes on from. */
 static int recover(const axi_run_pipe_args *a, ax_pipe **p,
                    const axi_run_feed *feed, const ax_mem_ckpt *mem,
-                   int failure, long first, long reached, long *t) {
+                   ax_mem_ckpt *live, int failure, long first, long reached,
+                   long *t) {
   if (!feed->rebuild || (!a->nspares && !a->restarts))
     return failure;
   double t0 = ax_clock_s();
+  char failed[768];
+  snprintf(failed, sizeof failed, "%s", ax_errmsg());
   /* A checkpoint still being written is complete or not before the
    * newest one is looked for (its failure is the lost agent's). */
   ax_pipe_checkpoint_wait(*p);
+  int lv = live_prepare(*p, feed, live, reached);
+  ax_seterr(failure, "%s", failed); /* what the rebuild reports */
   AX_TRY(feed->rebuild(feed->user, failure, p));
-  char dir[1024];
   const char *why = a->nspares ? "--spares" : "--restarts";
+  if (lv == AX_OK) {
+    lv = restore_memory(*p, feed, live, why, "live", t);
+    if (lv == AX_OK) {
+      fprintf(stderr,
+              "axon-run: recovered live from the replicas in %.2f s; at "
+              "step %ld, 0 steps lost (mini-batch %ld runs again)\n",
+              ax_clock_s() - t0, *t, *t);
+      if (*t > reached) /* updated on every stage, never reported */
+        fprintf(stderr,
+                "axon-run: steps %ld to %ld were applied but their "
+                "losses not reported\n",
+                reached, *t - 1);
+      return AX_OK;
+    }
+    fprintf(stderr, "axon-run: no live recovery (%s); from a checkpoint\n",
+            ax_errmsg());
+  }
+  char dir[1024];
   ax_ckpt_info disk;
   int on_disk = a->ckpt_dir &&
                 ax_ckpt_find(a->ckpt_dir, dir, sizeof dir) == AX_OK &&
                 ax_ckpt_read_info(dir, &disk) == AX_OK;
   int rc = AX_ENOTFOUND; /* from memory when it holds the newest step */
   if (mem && mem->S > 0 && (!on_disk || mem->info.step >= disk.step)) {
-    rc = restore_memory(*p, feed, mem, why, t);
+    rc = restore_memory(*p, feed, mem, why, "memory", t);
     if (rc != AX_OK && !on_disk) /* that step's only copy is gone */
       return rc;
     if (rc != AX_OK)
@@ -171,6 +220,11 @@ static int recover(const axi_run_pipe_args *a, ax_pipe **p,
           "step(s) lost\n",
           ax_clock_s() - t0, *t, reached > *t ? reached - *t : 0);
   return AX_OK;
+}
+
+int axi_run_live(const axi_run_pipe_args *a) {
+  return a->replicas > 1 && (a->nspares || a->restarts) &&
+         ax_pipe_flushes(a->mode);
 }
 
 /* Checkpoint `step`: on disk under --checkpoint-dir, and into *mem (when
@@ -271,7 +325,10 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
   long N =
       (a->ckpt_dir || a->ckpt_memory) && a->ckpt_every > 0 ? a->ckpt_every : 0;
   ax_mem_ckpt *mem = a->ckpt_memory ? calloc(1, sizeof *mem) : NULL;
-  int err = a->ckpt_memory && !mem ? AX_ENOMEM : AX_OK;
+  /* The survivors' copies of a live recovery (recover.h). */
+  ax_mem_ckpt *live = axi_run_live(a) ? calloc(1, sizeof *live) : NULL;
+  int err = (a->ckpt_memory && !mem) || (axi_run_live(a) && !live) ? AX_ENOMEM
+                                                                   : AX_OK;
   for (long t = *start; err == AX_OK && t < total;) {
     long end = N ? (t / N + 1) * N : total; /* the next cut */
     long E = feed->every;
@@ -285,7 +342,8 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
     *seconds += ax_clock_s() - t0;
     fz.phase_s += ax_clock_s() - t0;
     if (err != AX_OK) { /* a lost stage agent, with a spare left? */
-      err = recover(a, pp, feed, mem, err, *start, w.done > t ? w.done : t, &t);
+      err = recover(a, pp, feed, mem, live, err, *start,
+                    w.done > t ? w.done : t, &t);
       continue;
     }
     t = end;
@@ -301,12 +359,15 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
       err = save(a, *pp, feed, t, mem);
       *ckpt_s += ax_clock_s() - t0;
       if (err != AX_OK) /* lost while saving: the previous one is whole */
-        err = recover(a, pp, feed, mem, err, *start, t, &t);
+        err = recover(a, pp, feed, mem, live, err, *start, t, &t);
     }
   }
   if (mem && *pp)
     ax_pipe_memory_forget(*pp, mem);
+  if (live && live->S > 0 && *pp)
+    ax_pipe_memory_forget(*pp, live);
   free(mem);
+  free(live);
   if (w.loss_log)
     fclose(w.loss_log);
   double w0 = ax_clock_s(); /* the last checkpoint's files, if still going */

@@ -25,6 +25,7 @@
 #include "axon/runtime/pipeline/schedule/emulate.h"
 #include "axon/runtime/pipeline/schedule/partition.h"
 #include "axon/runtime/pipeline/stage/staleness.h"
+#include "axon/runtime/pipeline/state/recover.h"
 #include "axon/runtime/pipeline/trace/metrics.h"
 
 typedef struct feed { /* the training batches, epoch after epoch */
@@ -209,7 +210,7 @@ static int feed_rebuild(void *user, int failure, ax_pipe **p) {
   AX_TRY(ax_pipe_new(f->node, f->o, &np));
   *p = f->p = np;
   note_incarnations(f);
-  return AX_OK;
+  return axi_run_live(a) ? ax_pipe_keep_boundary(np) : AX_OK;
 }
 
 static int eval_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
@@ -420,6 +421,8 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
   f.per_epoch = f.ld ? ax_loader_batches(f.ld) : 0;
   if (rc == AX_OK)
     rc = ax_pipe_new(node, &o, &p);
+  if (rc == AX_OK && axi_run_live(a)) /* recover.h */
+    rc = ax_pipe_keep_boundary(p);
   if (rc == AX_OK) {
     note_incarnations(&f);
     rc = train_and_report(a, &f, &p, test);

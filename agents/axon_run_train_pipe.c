@@ -202,9 +202,10 @@ const axi_cli_opt axi_run_ckpt_opts[] = {
     {"spares", "a,b", AXI_CLI_FN, .fn = set_spares,
      .help = "spare agents: a lost stage agent is replaced by the\n"
              "next spare, every stage rolls back to the newest\n"
-             "checkpoint and training goes on (needs\n"
-             "--checkpoint-dir; with --local the spares are\n"
-             "started too)"},
+             "checkpoint and training goes on (needs a checkpoint;\n"
+             "with --replicas in a flushed mode the lost stage\n"
+             "takes a live replica's state instead, no step lost;\n"
+             "with --local the spares are started too)"},
     AXI_CLI_END};
 
 /* Fails with message `msg` (2) when `bad`; else -1. */
@@ -238,10 +239,9 @@ static int check_modes(const axi_run_pipe_args *pa, int pipe) {
                 "agents (no --emulate)");
   /* With replicas of a flushed mode a lost stage takes its state from a
    * live replica (axon_run_ckpt.c), which needs no checkpoint. */
-  int live = pa->replicas > 1 && ax_pipe_flushes(pa->mode);
   if (rc < 0)
     rc = refuse((pa->nspares || pa->restarts) &&
-                    ((!ckpt && !live) || !pipe || pa->emulate),
+                    ((!ckpt && !axi_run_live(pa)) || !pipe || pa->emulate),
                 "--spares and --restarts need pipeline training over agents "
                 "with --checkpoint-dir or --checkpoint-in-memory (a lost "
                 "stage rolls back to the newest checkpoint), or --replicas "

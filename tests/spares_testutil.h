@@ -65,8 +65,8 @@ static inline pid_t child_agent(pid_t parent, const char *name) {
 
 /* Argument `key`'s value in process pid's command line, or the value of
  * environment variable `key` ("NAME=") in its environment, into v. */
-static inline int proc_arg(pid_t pid, const char *file, const char *key, char *v,
-                    size_t len) {
+static inline int proc_arg(pid_t pid, const char *file, const char *key,
+                           char *v, size_t len) {
   static char buf[1 << 17];
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, file);
@@ -97,7 +97,7 @@ static inline int proc_arg(pid_t pid, const char *file, const char *key, char *v
 /* Starts a replacement agent `name` joining master with the token file,
  * listening on `listen` (NULL: any port). */
 static inline pid_t start_agent(const char *name, const char *master,
-                         const char *token, const char *listen) {
+                                const char *token, const char *listen) {
   char path[4200];
   mt_bin_path("axon-agent", path, sizeof path);
   char var[4200];
@@ -114,7 +114,7 @@ static inline pid_t start_agent(const char *name, const char *master,
 /* The control address agent `name` said it serves on, from axon-run's
  * output (its agents' stderr), into addr; -1 if not there. */
 static inline int served_on(const char *out, const char *name, char *addr,
-                     size_t len) {
+                            size_t len) {
   char *text = mt_slurp(out), key[128];
   snprintf(key, sizeof key, "axon-agent %s: serving on ", name);
   const char *at = text ? strstr(text, key) : NULL;
@@ -134,9 +134,9 @@ enum { NO_RESTART, RESTART_ANYWHERE, RESTART_SAME_ADDRESS, RESTART_HUNG };
  * stops the victim (SIGSTOP) instead, starts the new one while the world
  * still takes the old one for alive, and wakes the old one (SIGCONT) once
  * the pipeline was rebuilt. Returns the exit status. */
-static inline int run_axon_victim(const char *out, const char *loss_log, int kill_at,
-                           int restart, const char *victim,
-                           const char **argv) {
+static inline int run_axon_victim(const char *out, const char *loss_log,
+                                  int kill_at, int restart, const char *victim,
+                                  const char **argv) {
   pid_t pid = mt_spawn_axon_run(out, argv);
   if (pid < 0)
     return -1;
@@ -221,7 +221,7 @@ static inline int last_losses(const char *path, char (*v)[40], int max) {
 
 /* run_axon_victim with the victim stage1. */
 static inline int run_axon(const char *out, const char *loss_log, int kill_at,
-                    int restart, const char **argv) {
+                           int restart, const char **argv) {
   return run_axon_victim(out, loss_log, kill_at, restart, "stage1", argv);
 }
 

@@ -203,6 +203,17 @@ typedef struct axi_pipe_mem_fetch_msg {
   const char *owner, *key;
 } axi_pipe_mem_fetch_msg;
 
+/* "boundary" [op, batch] (stage_host.h) and its reply [last step, the
+ * boundary kept (-1: none)]. */
+enum { AXP_BOUNDARY_KEEP, AXP_BOUNDARY_STOP, AXP_BOUNDARY_REWIND };
+typedef struct axi_pipe_boundary_msg {
+  int64_t op;    /* AXP_BOUNDARY_* */
+  int64_t batch; /* >= -1: the boundary of rewind */
+} axi_pipe_boundary_msg;
+typedef struct axi_pipe_boundary_reply_msg {
+  int64_t last_step, kept; /* >= -1 */
+} axi_pipe_boundary_reply_msg;
+
 /* "axon.pipe.optim": "init" [optim config, params], "step" [grads] and
  * the step's reply [params]. */
 typedef struct axi_pipe_optim_init_msg {
@@ -263,6 +274,12 @@ int axi_pipe_optim_reply_encode(const axi_pipe_optim_reply_msg *m,
                                 ax_values *out);
 int axi_pipe_optim_reply_decode(const ax_values *v,
                                 axi_pipe_optim_reply_msg *m);
+int axi_pipe_boundary_encode(const axi_pipe_boundary_msg *m, ax_values *out);
+int axi_pipe_boundary_decode(const ax_values *v, axi_pipe_boundary_msg *m);
+int axi_pipe_boundary_reply_encode(const axi_pipe_boundary_reply_msg *m,
+                                   ax_values *out);
+int axi_pipe_boundary_reply_decode(const ax_values *v,
+                                   axi_pipe_boundary_reply_msg *m);
 /* "axon.pipe.mem_forget" []: nothing to append; the decoder checks that
  * the list is empty. */
 int axi_pipe_mem_forget_encode(ax_values *out);

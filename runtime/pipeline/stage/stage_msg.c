@@ -405,6 +405,12 @@ MSG(optim_step, "axon.pipe.optim step",
     ONE(optim_step, grads, "grads", K_TENSOR))
 MSG(optim_reply, "axon.pipe.optim step reply",
     ONE(optim_reply, params, "params", K_TENSOR))
+MSG(boundary, "axon.pipe.stage boundary",
+    I64(boundary, op, "op", AXP_BOUNDARY_KEEP, AXP_BOUNDARY_REWIND),
+    I64(boundary, batch, "batch", -1, INT64_MAX))
+MSG(boundary_reply, "axon.pipe.stage boundary reply",
+    I64(boundary_reply, last_step, "last step", -1, INT64_MAX),
+    I64(boundary_reply, kept, "kept", -1, INT64_MAX))
 static const message g_mem_forget = {"axon.pipe.mem_forget", 0, NULL, 0};
 
 int axi_pipe_mem_forget_encode(ax_values *out) {
@@ -415,12 +421,30 @@ int axi_pipe_mem_forget_decode(const ax_values *v) {
 }
 
 /* Every message by number. */
-static const message *const g_all[] = {
-    &g_setup,       &g_fwd,       &g_bwd,       &g_bwdi,       &g_bwdw,
-    &g_step,        &g_report,    &g_offload,   &g_state,      &g_trace,
-    &g_ckpt_save,   &g_ckpt_wait, &g_file,      &g_ckpt_load,  &g_mem_save,
-    &g_mem_load,    &g_mem_keep,  &g_mem_fetch, &g_optim_init, &g_optim_step,
-    &g_optim_reply, &g_mem_forget};
+static const message *const g_all[] = {&g_setup,
+                                       &g_fwd,
+                                       &g_bwd,
+                                       &g_bwdi,
+                                       &g_bwdw,
+                                       &g_step,
+                                       &g_report,
+                                       &g_offload,
+                                       &g_state,
+                                       &g_trace,
+                                       &g_ckpt_save,
+                                       &g_ckpt_wait,
+                                       &g_file,
+                                       &g_ckpt_load,
+                                       &g_mem_save,
+                                       &g_mem_load,
+                                       &g_mem_keep,
+                                       &g_mem_fetch,
+                                       &g_optim_init,
+                                       &g_optim_step,
+                                       &g_optim_reply,
+                                       &g_boundary,
+                                       &g_boundary_reply,
+                                       &g_mem_forget};
 #define N_MSG ((int)(sizeof g_all / sizeof g_all[0]))
 
 static const message *msg_at(int id) {
