@@ -12,6 +12,9 @@
 #include "axon/runtime/pipeline/state/freeze.h"
 #include "axon/runtime/pipeline/state/recover.h"
 
+/* Steps between two looks for a dropped replica's agent (--elastic). */
+#define AXR_GROW_EVERY 5
+
 /* The run's configuration as "key=value;..." : what a resume must repeat
  * (--steps, --epochs and the checkpoint options may change). */
 static void run_config(const axi_run_pipe_args *a, char *out, size_t len) {
@@ -164,7 +167,7 @@ static int recover(const axi_run_pipe_args *a, ax_pipe **p,
                    const axi_run_feed *feed, const ax_mem_ckpt *mem,
                    ax_mem_ckpt *live, int failure, long first, long reached,
                    long *t) {
-  if (!feed->rebuild || (!a->nspares && !a->restarts))
+  if (!feed->rebuild || (!a->nspares && !a->restarts && !a->elastic))
     return failure;
   double t0 = ax_clock_s();
   char failed[768];
@@ -175,7 +178,9 @@ static int recover(const axi_run_pipe_args *a, ax_pipe **p,
   int lv = live_prepare(*p, feed, live, reached);
   ax_seterr(failure, "%s", failed); /* what the rebuild reports */
   AX_TRY(feed->rebuild(feed->user, failure, p));
-  const char *why = a->nspares ? "--spares" : "--restarts";
+  const char *why = a->nspares    ? "--spares"
+                    : a->restarts ? "--restarts"
+                                  : "--elastic";
   if (lv == AX_OK) {
     lv = restore_memory(*p, feed, live, why, "live", t);
     if (lv == AX_OK) {
@@ -223,8 +228,27 @@ static int recover(const axi_run_pipe_args *a, ax_pipe **p,
 }
 
 int axi_run_live(const axi_run_pipe_args *a) {
-  return a->replicas > 1 && (a->nspares || a->restarts) &&
+  return a->replicas > 1 && (a->nspares || a->restarts || a->elastic) &&
          ax_pipe_flushes(a->mode);
+}
+
+/* --elastic with --restarts: at step t, between two calls, the dropped
+ * replicas' agents are all back: every stage's state is copied in memory
+ * on its agent (a drained boundary), the pipeline is built anew with
+ * every replica and each stage loads, a new replica's from a replica that
+ * went on. */
+static int grow(ax_pipe **p, const axi_run_feed *feed, ax_mem_ckpt *live,
+                long t) {
+  double t0 = ax_clock_s();
+  AX_TRY(ax_pipe_checkpoint_wait(*p));
+  AX_TRY(ax_pipe_live_copy(*p, t, live));
+  AX_TRY(feed->seek(feed->user, t, 0, &live->info.data_epoch,
+                    &live->info.data_batch));
+  AX_TRY(feed->grow(feed->user, p));
+  AX_TRY(restore_memory(*p, feed, live, "--elastic", "live", &t));
+  fprintf(stderr, "axon-run: grew back in %.2f s at step %ld\n",
+          ax_clock_s() - t0, t);
+  return AX_OK;
 }
 
 /* Checkpoint `step`: on disk under --checkpoint-dir, and into *mem (when
@@ -336,6 +360,11 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
       end = (t / E + 1) * E;
     if (fz.next < fz.n && fz.pt[fz.next].step < end)
       end = fz.pt[fz.next].step;
+    /* Shrunk (--elastic), waiting for an agent: it is looked for after
+     * every AXR_GROW_EVERY steps. */
+    int shrunk = feed->can_grow ? feed->can_grow(feed->user) : -1;
+    if (shrunk >= 0 && t + AXR_GROW_EVERY < end)
+      end = t + AXR_GROW_EVERY;
     end = end < total ? end : total;
     double t0 = ax_clock_s();
     err = ax_pipe_train(*pp, end - t, w_batch, w_step, &w);
@@ -353,6 +382,9 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
       err = feed->segment(feed->user, t);
     if (err == AX_OK && t < total)
       err = freeze_at(a, pp, feed, &fz, t, 0);
+    if (err == AX_OK && t < total && shrunk >= 0 &&
+        feed->can_grow(feed->user) > 0)
+      err = grow(pp, feed, live, t);
     if (err == AX_OK && (a->ckpt_dir || mem) &&
         (N ? t % N == 0 || t == total : t == total)) {
       t0 = ax_clock_s();

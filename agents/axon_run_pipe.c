@@ -47,31 +47,8 @@ typedef struct feed { /* the training batches, epoch after epoch */
   uint64_t coord_bytes; /* the calls' coordinator bytes */
   long first;           /* the run's first step here (-1 until seeked) */
   int repacked;         /* a freeze replaced the pipeline: no timing model */
-  /* --spares (feed_rebuild): the node, the pipeline's options with their
-   * own copy of the agents (every part's), the next spare */
-  ax_node *node;
-  ax_pipe_opts *o;
-  const char **cur;
-  int n_agents;             /* of every part: K x replicas x members */
-  int next_spare, restarts; /* spares used, restarts waited for */
-  /* the incarnation of each agent when the pipeline was built: a stage
-   * whose agent is down, or is another process now (it restarted and
-   * rejoined before the failure was handled), is lost */
-  uint64_t inc[2 * AX_PIPE_MAX_STAGES];
+  axi_run_agents ag;    /* --spares, --restarts, --elastic */
 } feed;
-
-/* Notes the incarnation of every agent (after a build). */
-static void note_incarnations(feed *f) {
-  for (int k = 0; k < f->n_agents; k++)
-    if (ax_node_member_incarnation(f->node, f->cur[k], &f->inc[k]) != AX_OK)
-      f->inc[k] = 0;
-}
-
-/* 1 if agent k is down or is no longer the process the pipeline was built
- * on. */
-static int agent_lost(feed *f, int k) {
-  return !ax_node_member_alive_as(f->node, f->cur[k], f->inc[k]);
-}
 
 static int feed_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
   feed *f = user;
@@ -126,91 +103,29 @@ static int feed_seek(void *user, long step, int apply, long *epoch,
   return AX_OK;
 }
 
-/* After a failed training call: the agents that are down (peer-down
- * comes within the node's peer timeout of a hang; at once for a killed
- * process), waited for up to 5 s, into lost[] (indices into f->cur); their
- * count, 0 when none is (not a lost agent). */
-static int find_lost(feed *f, int *lost) {
-  int n = 0;
-  double until = ax_clock_s() + 5.0;
-  while (!n && ax_clock_s() < until) {
-    for (int k = 0; k < f->n_agents; k++)
-      if (agent_lost(f, k))
-        lost[n++] = k;
-    if (!n)
-      usleep(50 * 1000);
-  }
-  return n;
-}
-
 static int feed_lost(void *user, const char **names, int max) {
-  feed *f = user;
-  int lost[2 * AX_PIPE_MAX_STAGES], n = f->node ? find_lost(f, lost) : 0;
-  for (int i = 0; i < n && i < max; i++)
-    names[i] = f->cur[lost[i]];
-  return n < max ? n : max;
-}
-
-/* Agent cur[k], lost: replaced by the next spare, or waited for under its
- * name (--restarts). */
-static int replace(feed *f, int k, int failure, const char *why) {
-  const axi_run_pipe_args *a = f->a;
-  if (f->next_spare < a->nspares) {
-    const char *spare = a->spares[f->next_spare++];
-    fprintf(stderr,
-            "axon-run: stage agent %s lost (%s); rebuilding the "
-            "pipeline with spare %s\n",
-            f->cur[k], why, spare);
-    f->cur[k] = spare;
-    return AX_OK;
-  }
-  if (f->restarts >= a->restarts)
-    return ax_seterr(failure,
-                     "%s (%s lost too, and no spare or restart is "
-                     "left)",
-                     why, f->cur[k]);
-  f->restarts++;
-  fprintf(stderr,
-          "axon-run: stage agent %s lost (%s); waiting up to 60 s "
-          "for it to rejoin (restart %d of %d)\n",
-          f->cur[k], why, f->restarts, a->restarts);
-  double end = ax_clock_s() + 60.0;
-  while (ax_node_peer_is_down(f->node, f->cur[k]) && ax_clock_s() < end)
-    usleep(50 * 1000);
-  if (ax_node_peer_is_down(f->node, f->cur[k]))
-    return ax_seterr(failure, "%s (no replacement joined as %s within 60 s)",
-                     why, f->cur[k]);
-  uint64_t inc = 0;
-  ax_node_member_incarnation(f->node, f->cur[k], &inc);
-  fprintf(stderr,
-          "axon-run: %s rejoined; rebuilding the pipeline (its "
-          "incarnation %llu)\n",
-          f->cur[k], (unsigned long long)inc);
-  return AX_OK;
+  return axi_run_agents_lost(&((feed *)user)->ag, names, max);
 }
 
 /* After a failed training call: every stage agent that is down (of any
  * replica or member), replaced by the next spare or by its restarted
- * self, in a pipeline built anew. */
+ * self, or its replica dropped (--elastic), in a pipeline built anew. */
 static int feed_rebuild(void *user, int failure, ax_pipe **p) {
   feed *f = user;
-  const axi_run_pipe_args *a = f->a;
-  char why[768];
-  snprintf(why, sizeof why, "%s", ax_errmsg());
-  if (!f->node || (f->next_spare >= a->nspares && f->restarts >= a->restarts))
-    return ax_seterr(failure, "%s", why);
-  int lost[2 * AX_PIPE_MAX_STAGES], n = find_lost(f, lost);
-  if (!n) /* no stage agent is down: not a lost stage */
-    return ax_seterr(failure, "%s", why);
-  ax_pipe_free(*p);
-  *p = f->p = NULL;
-  for (int i = 0; i < n; i++)
-    AX_TRY(replace(f, lost[i], failure, why));
-  ax_pipe *np = NULL;
-  AX_TRY(ax_pipe_new(f->node, f->o, &np));
-  *p = f->p = np;
-  note_incarnations(f);
-  return axi_run_live(a) ? ax_pipe_keep_boundary(np) : AX_OK;
+  int rc = axi_run_agents_rebuild(&f->ag, failure, p);
+  f->p = *p;
+  return rc;
+}
+
+static int feed_can_grow(void *user) {
+  return axi_run_agents_can_grow(&((feed *)user)->ag);
+}
+
+static int feed_grow(void *user, ax_pipe **p) {
+  feed *f = user;
+  int rc = axi_run_agents_grow(&f->ag, p);
+  f->p = *p;
+  return rc;
 }
 
 static int eval_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
@@ -301,7 +216,7 @@ static int split_stages(const axi_run_pipe_args *a, const ax_model_def *def,
   return rc;
 }
 
-/* Trains the pipeline *p of f (with f->o its options) for the run's steps,
+/* Trains the pipeline *p of f (with f->ag.o its options) for the run's steps,
  * then writes the outputs, evaluates and prints the summary. */
 static int train_and_report(const axi_run_pipe_args *a, feed *f, ax_pipe **p,
                             ax_dataset *test) {
@@ -315,7 +230,7 @@ static int train_and_report(const axi_run_pipe_args *a, feed *f, ax_pipe **p,
   long start = 0;
   ax_pipe_stats st = {0};
   ax_pipe_costs costs;
-  ax_pipe_costs_init(&costs, f->o);
+  ax_pipe_costs_init(&costs, f->ag.o);
   /* --local CPU agents share this host's cores: the model runs one
    * pipeline's K agents on its share of them (agents elsewhere: cores
    * unknown, each its own). */
@@ -331,7 +246,8 @@ static int train_and_report(const axi_run_pipe_args *a, feed *f, ax_pipe **p,
                      feed_seek,    f,
                      feed_segment, a->epoch_eval ? f->per_epoch : 0,
                      feed_rebuild, feed_repacked,
-                     feed_lost};
+                     feed_lost,    feed_can_grow,
+                     feed_grow};
   ax_progress_start(&f->bar, a->quiet ? NULL : stderr, total);
   int rc = axi_run_train(a, p, total, &fd, &start, &train_s, &ckpt_s);
   ax_progress_end(&f->bar);
@@ -411,20 +327,18 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
                     R,
                     a->zero,
                     a->optimizer_host,
-                    a->tensor_parallel};
+                    a->tensor_parallel,
+                    a->elastic}; /* its replicas may shrink: weighed */
   f.first = -1;
   f.a = a;
-  f.node = node;
-  f.o = &o;
-  f.cur = cur;
-  f.n_agents = a->K * AXR_PARTS(a);
+  axi_run_agents_init(&f.ag, a, node, &o, cur);
   f.per_epoch = f.ld ? ax_loader_batches(f.ld) : 0;
   if (rc == AX_OK)
     rc = ax_pipe_new(node, &o, &p);
   if (rc == AX_OK && axi_run_live(a)) /* recover.h */
     rc = ax_pipe_keep_boundary(p);
   if (rc == AX_OK) {
-    note_incarnations(&f);
+    axi_run_agents_built(&f.ag);
     rc = train_and_report(a, &f, &p, test);
   }
   ax_pipe_free(p);

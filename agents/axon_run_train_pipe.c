@@ -206,6 +206,12 @@ const axi_cli_opt axi_run_ckpt_opts[] = {
              "with --replicas in a flushed mode the lost stage\n"
              "takes a live replica's state instead, no step lost;\n"
              "with --local the spares are started too)"},
+    {"elastic", NULL, AXI_CLI_FLAG, F(pa.elastic),
+     .help = "with --replicas in a flushed mode: a lost agent with\n"
+             "no spare left drops its replica, the batch split\n"
+             "over the replicas left (evenly, or the run ends);\n"
+             "with --restarts the replica comes back once the\n"
+             "agent rejoined"},
     AXI_CLI_END};
 
 /* Fails with message `msg` (2) when `bad`; else -1. */
@@ -237,6 +243,14 @@ static int check_modes(const axi_run_pipe_args *pa, int pipe) {
     rc = refuse(pa->ckpt_memory && (!pa->ckpt_every || pa->emulate),
                 "--checkpoint-in-memory needs --checkpoint-every N and "
                 "agents (no --emulate)");
+  if (rc < 0)
+    rc = refuse(
+        pa->elastic && (pa->replicas < 2 || !pipe || pa->emulate ||
+                        !ax_pipe_flushes(pa->mode)),
+        "--elastic needs --replicas R >= 2 (a lost replica's rows go to the "
+        "others) in a flushed mode (they go on from the interrupted "
+        "step's boundary, which a mode without a flush does not "
+        "have)");
   /* With replicas of a flushed mode a lost stage takes its state from a
    * live replica (axon_run_ckpt.c), which needs no checkpoint. */
   if (rc < 0)
@@ -292,13 +306,13 @@ static int check_parts(axi_run_pipe_args *pa) {
              "collectives between distinct agents)");
   if (rc < 0)
     rc = refuse((pa->ckpt_dir || pa->resume || pa->ckpt_memory || pa->nspares ||
-                 pa->restarts) &&
+                 pa->restarts || pa->elastic) &&
                     (pa->zero || pa->optimizer_host),
                 "--zero shards a stage's optimizer state over its replicas' "
                 "agents and --optimizer-host keeps it on that agent: a stage "
                 "file does not hold it, and a lost agent's shard exists "
-                "nowhere else, so neither takes checkpoints, --spares or "
-                "--restarts");
+                "nowhere else, so neither takes checkpoints, --spares, "
+                "--restarts or --elastic");
   return rc;
 }
 

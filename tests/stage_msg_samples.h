@@ -42,6 +42,8 @@ static void sm_sample(int id, void *p, int full, ax_tensor *const t[3],
     axi_pipe_fwd_msg *m = p;
     *m = (axi_pipe_fwd_msg){5, 3, -9, 3, {1, {t[0]}}, full};
     m->lab = (axi_pipe_labels){{2, {t[1], t[2]}}, {4, 0}};
+    m->has_scale = full;
+    m->scale = 0.75;
   } else if (sm_is(id, "axon.pipe.stage bwd") ||
              sm_is(id, "axon.pipe.stage bwdw")) {
     *(axi_pipe_bwd_msg *)p = (axi_pipe_bwd_msg){6, 1, 1, 4};

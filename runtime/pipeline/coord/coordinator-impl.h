@@ -14,6 +14,8 @@ typedef struct axi_pipe_batch { /* one mini-batch while it is in flight */
   int loaded;
   ax_tlist in, lab;
   int64_t norm[AX_TLIST_MAX]; /* kept labels per output in the mini-batch */
+  double scale;               /* the loss gradient's scale (0: none, 1;
+                                 replicas.c sets it, ax_pipe_opts.weighted) */
   int units_left;             /* first-stage backwards still to run */
   double loss;
   int64_t correct, count;

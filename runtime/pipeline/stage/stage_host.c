@@ -234,7 +234,10 @@ static int run_loss(phost *h, const axi_pipe_fwd_msg *m, const ax_tlist *y,
                     pstate *st, ax_loss_result *r) {
   if (!m->has_labels)
     return ax_seterr(AX_EBADARG, "axon.pipe.stage: last stage needs labels");
-  return ax_loss_xent(y, &m->lab.t, h->s->ignore_index, m->lab.norm, 1.0f, r,
+  if (m->has_scale && !(m->scale > 0 && m->scale < 1e30))
+    return ax_seterr(AX_EBADARG, "axon.pipe.stage: loss scale %g", m->scale);
+  float scale = m->has_scale ? (float)m->scale : 1.0f;
+  return ax_loss_xent(y, &m->lab.t, h->s->ignore_index, m->lab.norm, scale, r,
                       st ? &st->dlogits : NULL);
 }
 

@@ -94,6 +94,9 @@ typedef struct axi_pipe_fwd_msg {
   ax_tlist in;   /* 0 .. AX_TLIST_MAX, borrowed */
   int has_labels;
   axi_pipe_labels lab;
+  int has_scale; /* with labels: the loss gradient's scale (the host
+                    checks it is finite and > 0; absent: 1) */
+  double scale;
 } axi_pipe_fwd_msg;
 
 /* "bwd" and "bwdw" [batch, micro, step, units]; reply a report. step = 1

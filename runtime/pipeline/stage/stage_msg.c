@@ -350,7 +350,8 @@ MSG(fwd, "axon.pipe.stage fwd", I64(fwd, batch, "batch", ANY),
     I64(fwd, flags, "flags", 0, AX_PIPE_FLAG_TRAIN | AX_PIPE_FLAG_RECOMPUTE),
     F(fwd, in, "inputs", K_TLIST, 0, AX_TLIST_MAX),
     ONE(fwd, has_labels, "labels", K_OPT),
-    F(fwd, lab, "labels", K_LABELS, 1, AX_TLIST_MAX))
+    F(fwd, lab, "labels", K_LABELS, 1, AX_TLIST_MAX),
+    ONE(fwd, has_scale, "scale", K_OPT), ONE(fwd, scale, "scale", K_F64))
 #define BWD(msg)                                                               \
   I64(msg, batch, "batch", ANY), I64(msg, micro, "micro", MICRO),              \
       I64(msg, step, "step", 0, 1), I64(msg, units, "units", 1, AXP_UNITS_MAX)

@@ -141,7 +141,9 @@ typedef struct ax_mem_ckpt {
 int ax_pipe_checkpoint_memory(ax_pipe *p, const ax_ckpt_info *info,
                               ax_mem_ckpt *out);
 /* Loads m into p's stages (p: the same mode, stage count, split and
- * parts, on the same agents or others, e.g. a spare): each stage's copy
+ * tensor-parallel members, on the same agents or others, e.g. a spare;
+ * with as many replicas as m or not, since every replica of a stage
+ * holds the same state): each stage's copy
  * from the agent that kept it if that is still the same process
  * (incarnation), else from its neighbour's copy, else (a front) from a
  * copy of the same stage of another replica's same member; each checked

@@ -167,12 +167,22 @@ static int load_args_of(void *user, int s, ax_values **out) {
   return v ? axi_pipe_mem_load_encode(&m, v) : AX_ENOMEM;
 }
 
-/* Where part i's stage s loads from: its own copies, else the same stage
- * of the same member of another replica (the same state). */
+/* Where part i's stage s (held by agent `at`) loads from: the copy kept
+ * by `at` itself, else part i's own copies, else those of the same stage
+ * of the same member of another replica (the same state; the
+ * checkpoint's replicas may be more or fewer than p's). */
 static int find_copy(ax_node *n, const ax_mem_ckpt *m, int i, int s,
-                     load_args *a) {
-  int T = m->members;
-  for (int k = 0; k < m->parts / T; k++) {
+                     const char *at, load_args *a) {
+  int T = m->members, R = m->parts / T;
+  for (int k = 0; k < R; k++) { /* a copy on this stage's own agent */
+    int j = k * T + i % T;
+    if (!strcmp(AT(m, j, s)->agent, at) &&
+        (a->holder[s] = holder_of(n, m, j, s)) && !strcmp(a->holder[s], at)) {
+      a->from[s] = j;
+      return AX_OK;
+    }
+  }
+  for (int k = 0; k < R; k++) {
     int j = (i + k * T) % m->parts; /* replica (i / T + k) mod R, member */
     if ((a->holder[s] = holder_of(n, m, j, s))) {
       a->from[s] = j;
@@ -183,13 +193,13 @@ static int find_copy(ax_node *n, const ax_mem_ckpt *m, int i, int s,
     return ax_seterr(AX_ENOTFOUND,
                      "in-memory restore: stage %d's copies "
                      "were on %s and %s, both lost (restore from disk)",
-                     s, AT(m, i, s)->agent,
-                     *AT(m, i, s)->peer ? AT(m, i, s)->peer : "-");
+                     s, AT(m, 0, s)->agent,
+                     *AT(m, 0, s)->peer ? AT(m, 0, s)->peer : "-");
   return ax_seterr(AX_ENOTFOUND,
                    "in-memory restore: every copy of stage %d of member %d "
                    "is lost (its agents and its neighbours' in all %d "
                    "replicas; restore from disk)",
-                   s, i % T, m->parts / T);
+                   s, i % T, R);
 }
 
 int ax_pipe_restore_memory(ax_pipe *p, const ax_mem_ckpt *m,
@@ -200,14 +210,14 @@ int ax_pipe_restore_memory(ax_pipe *p, const ax_mem_ckpt *m,
   ax_pipe *const *parts = p->nrep ? p->rep : &p; /* a front's, or p */
   int n = p->nrep ? p->nrep : 1;
   if (m->mode != parts[0]->o.mode || m->S != parts[0]->K ||
-      m->U != parts[0]->U || m->parts != n || m->members != axi_pipe_members(p))
+      m->U != parts[0]->U || m->members != axi_pipe_members(p))
     return ax_seterr(AX_EINVAL,
                      "in-memory restore: the checkpoint is of %s "
-                     "with %d stages, %d units and %d parts of %d members, "
-                     "this pipeline %s with %d, %d, %d and %d",
-                     ax_pipe_mode_name(m->mode), m->S, m->U, m->parts,
-                     m->members, ax_pipe_mode_name(parts[0]->o.mode),
-                     parts[0]->K, parts[0]->U, n, axi_pipe_members(p));
+                     "with %d stages, %d units and %d tensor-parallel "
+                     "members, this pipeline %s with %d, %d and %d",
+                     ax_pipe_mode_name(m->mode), m->S, m->U, m->members,
+                     ax_pipe_mode_name(parts[0]->o.mode), parts[0]->K,
+                     parts[0]->U, axi_pipe_members(p));
   load_args *a = calloc((size_t)n, sizeof *a);
   if (!a)
     return AX_ENOMEM;
@@ -215,7 +225,7 @@ int ax_pipe_restore_memory(ax_pipe *p, const ax_mem_ckpt *m,
   for (int i = 0; i < n && err == AX_OK; i++) {
     a[i].m = m;
     for (int s = 0; s < m->S && err == AX_OK; s++)
-      err = find_copy(p->node, m, i, s, &a[i]);
+      err = find_copy(p->node, m, i % m->parts, s, parts[i]->agents[s], &a[i]);
   }
   int i = 0, T = m->members;
   for (; i < n && err == AX_OK; i++)

@@ -166,3 +166,10 @@ int ax_pipe_live_snapshot(ax_pipe *p, const char *const *lost, int nlost,
   free(kept);
   return err;
 }
+
+int ax_pipe_live_copy(ax_pipe *p, long step, ax_mem_ckpt *live) {
+  ax_ckpt_info info;
+  memset(&info, 0, sizeof info);
+  info.step = step;
+  return axi_pipe_mem_take(p, &info, live, AXI_MEM_GEN_LIVE, 0, NULL, live);
+}

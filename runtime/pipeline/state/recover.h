@@ -65,6 +65,13 @@ int ax_pipe_keep_boundary(ax_pipe *p);
 int ax_pipe_live_snapshot(ax_pipe *p, const char *const *lost, int nlost,
                           long done, ax_mem_ckpt *live);
 
+/* Between ax_pipe_train calls (a drained boundary, nothing to stop or
+ * rewind): copies every stage's state in memory on its own agent into
+ * *live at step `step`, as ax_pipe_live_snapshot does, for a pipeline
+ * rebuilt with more or fewer replicas (an elastic run growing back) to
+ * load with ax_pipe_restore_memory. Any pipeline. */
+int ax_pipe_live_copy(ax_pipe *p, long step, ax_mem_ckpt *live);
+
 #ifdef __cplusplus
 }
 #endif

@@ -81,7 +81,7 @@ int axi_pipe_boundary_step(phost *h, long t) {
   if (!b)
     return AX_OK;
   ax_optim *o = h->s->opt;
-  b->kept = -1; /* until the copy is whole */
+  b->kept = -1;       /* until the copy is whole */
   if (b->next == t) { /* boundary t's buffers move in */
     ax_tensor *x = b->bufs;
     b->bufs = b->next_bufs;
