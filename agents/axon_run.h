@@ -59,6 +59,7 @@ typedef struct axi_run_pipe_args {
   const char *const *spares;
   int nspares;
   int restarts; /* --restarts: lost agents waited for under their names */
+  int elastic;  /* --elastic: a lost replica without a spare is dropped */
   /* axon-run probe (axon_run_probe.c): --iters, --bytes, --out */
   int probe, probe_iters;
   int64_t probe_bytes;
@@ -91,7 +92,49 @@ typedef struct axi_run_feed {
   /* After a freeze replaced the pipeline by *p (--freeze-schedule; may be
    * NULL). */
   void (*repacked)(void *user, ax_pipe *p);
+  /* After a failed training call: the names of the agents that are lost
+   * (down, or another process now), at most max, waited for up to 5 s;
+   * their count, 0 when none is (may be NULL). Before rebuild. */
+  int (*lost)(void *user, const char **names, int max);
+  /* --elastic (may be NULL): can_grow is -1 when no replica was dropped
+   * or none is waited for, 0 while one is waited for, 1 once its agents
+   * are all up again; grow then builds the pipeline anew with every
+   * replica (*p replaced). */
+  int (*can_grow)(void *user);
+  int (*grow)(void *user, ax_pipe **p);
 } axi_run_feed;
+
+/* The agents of a pipeline run across failures (axon_run_agents.c): the
+ * run's layout of every part's agents (cur: replica r's member t's K at
+ * (r T + t) K ..), spares taking lost agents' places in it, replicas
+ * dropped by --elastic, and the options' agents (the kept replicas'). */
+typedef struct axi_run_agents {
+  const axi_run_pipe_args *a;
+  ax_node *node;
+  ax_pipe_opts *o; /* its agents and replicas follow the kept replicas */
+  const char **cur;
+  const char *act[2 * AX_PIPE_MAX_STAGES]; /* o->agents */
+  int n_agents, K, T, R;
+  int next_spare, restarts; /* spares used, restarts taken */
+  unsigned char dropped[AX_PIPE_MAX_REPLICAS];
+  int lost_at[AX_PIPE_MAX_REPLICAS]; /* the agent that dropped replica r */
+  /* each agent's incarnation when the pipeline was built: an agent down,
+   * or another process now (restarted before the failure was handled),
+   * is lost */
+  uint64_t inc[2 * AX_PIPE_MAX_STAGES];
+} axi_run_agents;
+/* Sets g up for run a on node with options o, whose agents it lays out
+ * from cur (every part's); _built notes the incarnations after a build. */
+void axi_run_agents_init(axi_run_agents *g, const axi_run_pipe_args *a,
+                         ax_node *node, ax_pipe_opts *o, const char **cur);
+void axi_run_agents_built(axi_run_agents *g);
+/* axi_run_feed's lost, rebuild (every lost agent replaced by a spare,
+ * else its replica dropped with --elastic, else waited for with
+ * --restarts; *p freed and built anew), can_grow and grow. */
+int axi_run_agents_lost(axi_run_agents *g, const char **names, int max);
+int axi_run_agents_rebuild(axi_run_agents *g, int failure, ax_pipe **p);
+int axi_run_agents_can_grow(axi_run_agents *g);
+int axi_run_agents_grow(axi_run_agents *g, ax_pipe **p);
 
 /* Trains steps [start, total) of the run (axon_run_ckpt.c): from 0, or
  * after --resume from the checkpoint's step (*start), in segments that end
@@ -102,6 +145,11 @@ typedef struct axi_run_feed {
 int axi_run_train(const axi_run_pipe_args *a, ax_pipe **p, long total,
                   const axi_run_feed *feed, long *start, double *seconds,
                   double *ckpt_s);
+/* Whether a lost agent of run a recovers live from a replica, without a
+ * rollback (--replicas R >= 2 of a flushed mode, with --spares,
+ * --restarts or --elastic; runtime/pipeline/state/recover.h): its
+ * pipelines keep their step boundaries (axon_run_ckpt.c). */
+int axi_run_live(const axi_run_pipe_args *a);
 /* The program and its commands: train (axon_run_train.c), eval and export
  * (axon_run_use.c), probe (axon_run_probe.c), plan (axon_run_plan.c). */
 extern const axi_cli_prog axi_run_prog;

@@ -11,6 +11,10 @@
 #include "axon/runtime/pipeline/stage/staleness.h"
 #include "axon/runtime/pipeline/state/checkpoint.h"
 #include "axon/runtime/pipeline/state/freeze.h"
+#include "axon/runtime/pipeline/state/recover.h"
+
+/* Steps between two looks for a dropped replica's agent (--elastic). */
+#define AXR_GROW_EVERY 5
 
 /* The run's configuration as "key=value;...". The keys before "mode" set
  * the math of training (the model and its settings, the data, the
@@ -108,6 +112,7 @@ static void w_step(void *user, const ax_pipe_step_info *s) {
  * is that step. */
 static int seek_to(const axi_run_feed *feed, const ax_ckpt_info *info,
                    const char *why, const char *from, long *start) {
+  const char *how = !strcmp(why, "--resume") ? "resumed" : "rolled back";
   long e, b;
   AX_TRY(feed->seek(feed->user, info->step, 1, &e, &b));
   if (e != info->data_epoch || b != info->data_batch)
@@ -117,9 +122,9 @@ static int seek_to(const axi_run_feed *feed, const ax_ckpt_info *info,
                      "checkpoint's run",
                      why, from, info->step, b, e, info->data_batch,
                      info->data_epoch);
-  fprintf(stderr, "axon-run: %s from %s at step %ld\n",
-          strcmp(why, "--resume") ? "rolled back" : "resumed", from,
-          info->step);
+  if (strcmp(from, "live")) /* recover says it */
+    fprintf(stderr, "axon-run: %s from %s at step %ld\n", how, from,
+            info->step);
   *start = info->step;
   return AX_OK;
 }
@@ -157,12 +162,35 @@ static int restore(const axi_run_pipe_args *a, ax_pipe *p,
 }
 
 /* Rolls p back to the in-memory checkpoint m (the stages' copies on their
- * agents or their neighbours') and moves the data there. */
+ * agents or their neighbours', or a replica's: from = "memory" or "live")
+ * and moves the data there. */
 static int restore_memory(ax_pipe *p, const axi_run_feed *feed,
-                          const ax_mem_ckpt *m, const char *why, long *start) {
+                          const ax_mem_ckpt *m, const char *why,
+                          const char *from, long *start) {
   ax_ckpt_info info;
   AX_TRY(ax_pipe_restore_memory(p, m, &info));
-  return seek_to(feed, &info, why, "memory", start);
+  return seek_to(feed, &info, why, from, start);
+}
+
+/* Before the rebuild of a replicated run of a flushed mode: the stages of
+ * the lost agents (feed->lost) will take a live replica's state, every
+ * survivor stopped at one step boundary and copied in memory (recover.h);
+ * `reached`: the first step not reported done. AX_OK when *live holds
+ * that copy; else the reason is printed and a checkpoint serves. */
+static int live_prepare(ax_pipe *p, const axi_run_feed *feed, ax_mem_ckpt *live,
+                        long reached) {
+  const char *lost[2 * AX_PIPE_MAX_STAGES];
+  int n = live && feed->lost ? feed->lost(feed->user, lost, 32) : 0;
+  if (!n)
+    return AX_ENOTFOUND;
+  int rc = ax_pipe_live_snapshot(p, lost, n, reached, live);
+  if (rc != AX_OK)
+    fprintf(stderr, "axon-run: no live recovery (%s); from a checkpoint\n",
+            ax_errmsg());
+  if (rc == AX_OK)
+    rc = feed->seek(feed->user, live->info.step, 0, &live->info.data_epoch,
+                    &live->info.data_batch);
+  return rc;
 }
 
 /* Rolls the rebuilt pipeline p back to the newest checkpoint: in memory
@@ -172,14 +200,16 @@ static int rollback(const axi_run_pipe_args *a, ax_pipe *p,
                     const axi_run_feed *feed, const ax_mem_ckpt *mem,
                     long first, long *t) {
   char dir[1024];
-  const char *why = a->nspares ? "--spares" : "--restarts";
+  const char *why = a->nspares    ? "--spares"
+                    : a->restarts ? "--restarts"
+                                  : "--elastic";
   ax_ckpt_info disk;
   int on_disk = a->ckpt_dir &&
                 ax_ckpt_find(a->ckpt_dir, dir, sizeof dir) == AX_OK &&
                 ax_ckpt_read_info(dir, &disk) == AX_OK;
   int rc = AX_ENOTFOUND; /* from memory when it holds the newest step */
   if (mem && mem->S > 0 && (!on_disk || mem->info.step >= disk.step)) {
-    rc = restore_memory(p, feed, mem, why, t);
+    rc = restore_memory(p, feed, mem, why, "memory", t);
     if (rc != AX_OK && !on_disk) /* that step's only copy is gone */
       return rc;
     if (rc != AX_OK)
@@ -199,29 +229,81 @@ static int rollback(const axi_run_pipe_args *a, ax_pipe *p,
 
 /* A stage agent was lost during the training call that had reached step
  * `reached`: the pipeline is rebuilt on a spare or on the restarted agent
- * (feed->rebuild) and rolls back (rollback). An agent lost during the
- * rollback (the spare, or another stage's agent, dying while the state is
- * handed over) is replaced in turn while spares or restarts are left:
- * feed->rebuild gives up otherwise, and when no agent is lost. *t: the step
- * training goes on from. */
+ * (feed->rebuild). With replicas of a flushed mode the lost stages take a
+ * live replica's state and no step is lost (live_prepare); else every
+ * stage rolls back (rollback). An agent lost during the rollback (the
+ * spare, or another stage's agent, dying while the state is handed over)
+ * is replaced in turn while spares or restarts are left: feed->rebuild
+ * gives up otherwise, and when no agent is lost. *t: the step training
+ * goes on from. */
 static int recover(const axi_run_pipe_args *a, ax_pipe **p,
                    const axi_run_feed *feed, const ax_mem_ckpt *mem,
-                   int failure, long first, long reached, long *t) {
-  if (!feed->rebuild || (!a->nspares && !a->restarts))
+                   ax_mem_ckpt *live, int failure, long first, long reached,
+                   long *t) {
+  if (!feed->rebuild || (!a->nspares && !a->restarts && !a->elastic))
     return failure;
   double t0 = ax_clock_s();
+  char failed[768];
+  snprintf(failed, sizeof failed, "%s", ax_errmsg());
   /* A checkpoint still being written is complete or not before the
    * newest one is looked for (its failure is the lost agent's). */
   ax_pipe_checkpoint_wait(*p);
-  int rc;
-  while ((rc = feed->rebuild(feed->user, failure, p)) == AX_OK &&
-         (rc = rollback(a, *p, feed, mem, first, t)) != AX_OK)
-    failure = rc;
+  int lv = live_prepare(*p, feed, live, reached);
+  ax_seterr(failure, "%s", failed); /* what the rebuild reports */
+  int rc = feed->rebuild(feed->user, failure, p);
+  AX_TRY(rc);
+  const char *why = a->nspares    ? "--spares"
+                    : a->restarts ? "--restarts"
+                                  : "--elastic";
+  if (lv == AX_OK) {
+    lv = restore_memory(*p, feed, live, why, "live", t);
+    if (lv == AX_OK) {
+      fprintf(stderr,
+              "axon-run: recovered live from the replicas in %.2f s; at "
+              "step %ld, 0 steps lost (mini-batch %ld runs again)\n",
+              ax_clock_s() - t0, *t, *t);
+      if (*t > reached) /* updated on every stage, never reported */
+        fprintf(stderr,
+                "axon-run: steps %ld to %ld were applied but their "
+                "losses not reported\n",
+                reached, *t - 1);
+      return AX_OK;
+    }
+    fprintf(stderr, "axon-run: no live recovery (%s); from a checkpoint\n",
+            ax_errmsg());
+  }
+  while ((rc = rollback(a, *p, feed, mem, first, t)) != AX_OK &&
+         (rc = feed->rebuild(feed->user, rc, p)) == AX_OK)
+    ;
   AX_TRY(rc);
   fprintf(stderr,
           "axon-run: recovered in %.2f s; back at step %ld, %ld "
           "step(s) lost\n",
           ax_clock_s() - t0, *t, reached > *t ? reached - *t : 0);
+  return AX_OK;
+}
+
+int axi_run_live(const axi_run_pipe_args *a) {
+  return a->replicas > 1 && (a->nspares || a->restarts || a->elastic) &&
+         ax_pipe_flushes(a->mode);
+}
+
+/* --elastic with --restarts: at step t, between two calls, the dropped
+ * replicas' agents are all back: every stage's state is copied in memory
+ * on its agent (a drained boundary), the pipeline is built anew with
+ * every replica and each stage loads, a new replica's from a replica that
+ * went on. */
+static int grow(ax_pipe **p, const axi_run_feed *feed, ax_mem_ckpt *live,
+                long t) {
+  double t0 = ax_clock_s();
+  AX_TRY(ax_pipe_checkpoint_wait(*p));
+  AX_TRY(ax_pipe_live_copy(*p, t, live));
+  AX_TRY(feed->seek(feed->user, t, 0, &live->info.data_epoch,
+                    &live->info.data_batch));
+  AX_TRY(feed->grow(feed->user, p));
+  AX_TRY(restore_memory(*p, feed, live, "--elastic", "live", &t));
+  fprintf(stderr, "axon-run: grew back in %.2f s at step %ld\n",
+          ax_clock_s() - t0, t);
   return AX_OK;
 }
 
@@ -323,7 +405,10 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
   long N =
       (a->ckpt_dir || a->ckpt_memory) && a->ckpt_every > 0 ? a->ckpt_every : 0;
   ax_mem_ckpt *mem = a->ckpt_memory ? calloc(1, sizeof *mem) : NULL;
-  int err = a->ckpt_memory && !mem ? AX_ENOMEM : AX_OK;
+  /* The survivors' copies of a live recovery (recover.h). */
+  ax_mem_ckpt *live = axi_run_live(a) ? calloc(1, sizeof *live) : NULL;
+  int err = (a->ckpt_memory && !mem) || (axi_run_live(a) && !live) ? AX_ENOMEM
+                                                                   : AX_OK;
   for (long t = *start; err == AX_OK && t < total;) {
     long end = N ? (t / N + 1) * N : total; /* the next cut */
     long E = feed->every;
@@ -331,13 +416,19 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
       end = (t / E + 1) * E;
     if (fz.next < fz.n && fz.pt[fz.next].step < end)
       end = fz.pt[fz.next].step;
+    /* Shrunk (--elastic), waiting for an agent: it is looked for after
+     * every AXR_GROW_EVERY steps. */
+    int shrunk = feed->can_grow ? feed->can_grow(feed->user) : -1;
+    if (shrunk >= 0 && t + AXR_GROW_EVERY < end)
+      end = t + AXR_GROW_EVERY;
     end = end < total ? end : total;
     double t0 = ax_clock_s();
     err = ax_pipe_train(*pp, end - t, w_batch, w_step, &w);
     *seconds += ax_clock_s() - t0;
     fz.phase_s += ax_clock_s() - t0;
     if (err != AX_OK) { /* a lost stage agent, with a spare left? */
-      err = recover(a, pp, feed, mem, err, *start, w.done > t ? w.done : t, &t);
+      err = recover(a, pp, feed, mem, live, err, *start,
+                    w.done > t ? w.done : t, &t);
       continue;
     }
     t = end;
@@ -347,6 +438,9 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
       err = feed->segment(feed->user, t);
     if (err == AX_OK && t < total)
       err = freeze_at(a, pp, feed, &fz, t, 0);
+    if (err == AX_OK && t < total && shrunk >= 0 &&
+        feed->can_grow(feed->user) > 0)
+      err = grow(pp, feed, live, t);
     if (err == AX_OK && (a->ckpt_dir || mem) &&
         (N ? t % N == 0 || t == total : t == total)) {
       t0 = ax_clock_s();
@@ -357,12 +451,15 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
         err = ax_pipe_checkpoint_wait(*pp);
       *ckpt_s += ax_clock_s() - t0;
       if (err != AX_OK) /* lost while saving: the previous one is whole */
-        err = recover(a, pp, feed, mem, err, *start, t, &t);
+        err = recover(a, pp, feed, mem, live, err, *start, t, &t);
     }
   }
   if (mem && *pp)
     ax_pipe_memory_forget(*pp, mem);
+  if (live && live->S > 0 && *pp)
+    ax_pipe_memory_forget(*pp, live);
   free(mem);
+  free(live);
   if (w.loss_log)
     fclose(w.loss_log);
   double w0 = ax_clock_s(); /* the last checkpoint's files, if still going */

@@ -25,6 +25,7 @@
 #include "axon/runtime/pipeline/schedule/emulate.h"
 #include "axon/runtime/pipeline/schedule/partition.h"
 #include "axon/runtime/pipeline/stage/staleness.h"
+#include "axon/runtime/pipeline/state/recover.h"
 #include "axon/runtime/pipeline/trace/metrics.h"
 
 typedef struct feed { /* the training batches, epoch after epoch */
@@ -46,30 +47,8 @@ typedef struct feed { /* the training batches, epoch after epoch */
   uint64_t coord_bytes; /* the calls' coordinator bytes */
   long first;           /* the run's first step here (-1 until seeked) */
   int repacked;         /* a freeze replaced the pipeline: no timing model */
-  /* --spares (feed_rebuild): the node, the pipeline's options with their
-   * own copy of the agents, the next spare */
-  ax_node *node;
-  ax_pipe_opts *o;
-  const char **cur;
-  int next_spare, restarts; /* spares used, restarts waited for */
-  /* the incarnation of each stage's agent when the pipeline was built: a
-   * stage whose agent is down, or is another process now (it restarted
-   * and rejoined before the failure was handled), is lost */
-  uint64_t inc[AX_PIPE_MAX_STAGES];
+  axi_run_agents ag;    /* --spares, --restarts, --elastic */
 } feed;
-
-/* Notes the incarnation of every stage's agent (after a build). */
-static void note_incarnations(feed *f) {
-  for (int k = 0; k < f->a->K && k < AX_PIPE_MAX_STAGES; k++)
-    if (ax_node_member_incarnation(f->node, f->cur[k], &f->inc[k]) != AX_OK)
-      f->inc[k] = 0;
-}
-
-/* 1 if stage k's agent is down or is no longer the process the pipeline
- * was built on. */
-static int stage_lost(feed *f, int k) {
-  return !ax_node_member_alive_as(f->node, f->cur[k], f->inc[k]);
-}
 
 static int feed_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
   feed *f = user;
@@ -124,60 +103,29 @@ static int feed_seek(void *user, long step, int apply, long *epoch,
   return AX_OK;
 }
 
-/* After a failed training call: the stage agent that is down (peer-down
- * comes within the node's peer timeout of a hang; at once for a killed
- * process), replaced by the next spare in a pipeline built anew. */
+static int feed_lost(void *user, const char **names, int max) {
+  return axi_run_agents_lost(&((feed *)user)->ag, names, max);
+}
+
+/* After a failed training call: every stage agent that is down (of any
+ * replica or member), replaced by the next spare or by its restarted
+ * self, or its replica dropped (--elastic), in a pipeline built anew. */
 static int feed_rebuild(void *user, int failure, ax_pipe **p) {
   feed *f = user;
-  const axi_run_pipe_args *a = f->a;
-  char why[768];
-  snprintf(why, sizeof why, "%s", ax_errmsg());
-  if (!f->node || (f->next_spare >= a->nspares && f->restarts >= a->restarts))
-    return ax_seterr(failure, "%s", why);
-  int lost = -1;
-  double until = ax_clock_s() + 5.0;
-  while (lost < 0 && ax_clock_s() < until) {
-    for (int k = 0; k < a->K && lost < 0; k++)
-      if (stage_lost(f, k))
-        lost = k;
-    if (lost < 0)
-      usleep(50 * 1000);
-  }
-  if (lost < 0) /* no stage agent is down: not a lost stage */
-    return ax_seterr(failure, "%s", why);
-  ax_pipe_free(*p);
-  *p = f->p = NULL;
-  if (f->next_spare < a->nspares) {
-    const char *spare = a->spares[f->next_spare++];
-    fprintf(stderr,
-            "axon-run: stage agent %s lost (%s); rebuilding the "
-            "pipeline with spare %s\n",
-            f->cur[lost], why, spare);
-    f->cur[lost] = spare;
-  } else { /* --restarts: the same name, from a restarted agent */
-    f->restarts++;
-    fprintf(stderr,
-            "axon-run: stage agent %s lost (%s); waiting up to 60 s "
-            "for it to rejoin (restart %d of %d)\n",
-            f->cur[lost], why, f->restarts, a->restarts);
-    double end = ax_clock_s() + 60.0;
-    while (ax_node_peer_is_down(f->node, f->cur[lost]) && ax_clock_s() < end)
-      usleep(50 * 1000);
-    if (ax_node_peer_is_down(f->node, f->cur[lost]))
-      return ax_seterr(failure, "%s (no replacement joined as %s within 60 s)",
-                       why, f->cur[lost]);
-    uint64_t inc = 0;
-    ax_node_member_incarnation(f->node, f->cur[lost], &inc);
-    fprintf(stderr,
-            "axon-run: %s rejoined; rebuilding the pipeline (its "
-            "incarnation %llu)\n",
-            f->cur[lost], (unsigned long long)inc);
-  }
-  ax_pipe *np = NULL;
-  AX_TRY(ax_pipe_new(f->node, f->o, &np));
-  *p = f->p = np;
-  note_incarnations(f);
-  return AX_OK;
+  int rc = axi_run_agents_rebuild(&f->ag, failure, p);
+  f->p = *p;
+  return rc;
+}
+
+static int feed_can_grow(void *user) {
+  return axi_run_agents_can_grow(&((feed *)user)->ag);
+}
+
+static int feed_grow(void *user, ax_pipe **p) {
+  feed *f = user;
+  int rc = axi_run_agents_grow(&f->ag, p);
+  f->p = *p;
+  return rc;
 }
 
 static int eval_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
@@ -268,7 +216,7 @@ static int split_stages(const axi_run_pipe_args *a, const ax_model_def *def,
   return rc;
 }
 
-/* Trains the pipeline *p of f (with f->o its options) for the run's steps,
+/* Trains the pipeline *p of f (with f->ag.o its options) for the run's steps,
  * then writes the outputs, evaluates and prints the summary. */
 static int train_and_report(const axi_run_pipe_args *a, feed *f, ax_pipe **p,
                             ax_dataset *test) {
@@ -282,7 +230,7 @@ static int train_and_report(const axi_run_pipe_args *a, feed *f, ax_pipe **p,
   long start = 0;
   ax_pipe_stats st = {0};
   ax_pipe_costs costs;
-  ax_pipe_costs_init(&costs, f->o);
+  ax_pipe_costs_init(&costs, f->ag.o);
   /* --local CPU agents share this host's cores: the model runs one
    * pipeline's K agents on its share of them (agents elsewhere: cores
    * unknown, each its own). */
@@ -297,7 +245,9 @@ static int train_and_report(const axi_run_pipe_args *a, feed *f, ax_pipe **p,
   axi_run_feed fd = {feed_batch,   feed_step,
                      feed_seek,    f,
                      feed_segment, a->epoch_eval ? f->per_epoch : 0,
-                     feed_rebuild, feed_repacked};
+                     feed_rebuild, feed_repacked,
+                     feed_lost,    feed_can_grow,
+                     feed_grow};
   ax_progress_start(&f->bar, a->quiet ? NULL : stderr, total);
   int rc = axi_run_train(a, p, total, &fd, &start, &train_s, &ckpt_s);
   ax_progress_end(&f->bar);
@@ -377,17 +327,18 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
                     R,
                     a->zero,
                     a->optimizer_host,
-                    a->tensor_parallel};
+                    a->tensor_parallel,
+                    a->elastic}; /* its replicas may shrink: weighed */
   f.first = -1;
   f.a = a;
-  f.node = node;
-  f.o = &o;
-  f.cur = cur;
+  axi_run_agents_init(&f.ag, a, node, &o, cur);
   f.per_epoch = f.ld ? ax_loader_batches(f.ld) : 0;
   if (rc == AX_OK)
     rc = ax_pipe_new(node, &o, &p);
+  if (rc == AX_OK && axi_run_live(a)) /* recover.h */
+    rc = ax_pipe_keep_boundary(p);
   if (rc == AX_OK) {
-    note_incarnations(&f);
+    axi_run_agents_built(&f.ag);
     rc = train_and_report(a, &f, &p, test);
   }
   ax_pipe_free(p);

@@ -205,9 +205,16 @@ const axi_cli_opt axi_run_ckpt_opts[] = {
     {"spares", "a,b", AXI_CLI_FN, .fn = set_spares,
      .help = "spare agents: a lost stage agent is replaced by the\n"
              "next spare, every stage rolls back to the newest\n"
-             "checkpoint and training goes on (needs\n"
-             "--checkpoint-dir; with --local the spares are\n"
-             "started too)"},
+             "checkpoint and training goes on (needs a checkpoint;\n"
+             "with --replicas in a flushed mode the lost stage\n"
+             "takes a live replica's state instead, no step lost;\n"
+             "with --local the spares are started too)"},
+    {"elastic", NULL, AXI_CLI_FLAG, F(pa.elastic),
+     .help = "with --replicas in a flushed mode: a lost agent with\n"
+             "no spare left drops its replica, the batch split\n"
+             "over the replicas left (evenly, or the run ends);\n"
+             "with --restarts the replica comes back once the\n"
+             "agent rejoined"},
     AXI_CLI_END};
 
 /* Fails with message `msg` (2) when `bad`; else -1. */
@@ -240,11 +247,22 @@ static int check_modes(const axi_run_pipe_args *pa, int pipe) {
                 "--checkpoint-in-memory needs --checkpoint-every N and "
                 "agents (no --emulate)");
   if (rc < 0)
-    rc =
-        refuse((pa->nspares || pa->restarts) && (!ckpt || !pipe || pa->emulate),
-               "--spares and --restarts need pipeline training over agents "
-               "with --checkpoint-dir or --checkpoint-in-memory (a lost "
-               "stage rolls back to the newest checkpoint)");
+    rc = refuse(
+        pa->elastic && (pa->replicas < 2 || !pipe || pa->emulate ||
+                        !ax_pipe_flushes(pa->mode)),
+        "--elastic needs --replicas R >= 2 (a lost replica's rows go to the "
+        "others) in a flushed mode (they go on from the interrupted "
+        "step's boundary, which a mode without a flush does not "
+        "have)");
+  /* With replicas of a flushed mode a lost stage takes its state from a
+   * live replica (axon_run_ckpt.c), which needs no checkpoint. */
+  if (rc < 0)
+    rc = refuse((pa->nspares || pa->restarts) &&
+                    ((!ckpt && !axi_run_live(pa)) || !pipe || pa->emulate),
+                "--spares and --restarts need pipeline training over agents "
+                "with --checkpoint-dir or --checkpoint-in-memory (a lost "
+                "stage rolls back to the newest checkpoint), or --replicas "
+                "R >= 2 in a flushed mode (it takes a replica's state)");
   return rc;
 }
 
@@ -291,13 +309,18 @@ static int check_parts(axi_run_pipe_args *pa) {
   snprintf(msg, sizeof msg,
            "--replicas R and --tensor-parallel T need R * T * K agents, at "
            "most %d (--local R*T*K, or --stages K --agents with R*T*K "
-           "names; --stages K --emulate hosts them all here) and, for now, "
-           "no --spares, --restarts or --checkpoint-in-memory",
+           "names; --stages K --emulate hosts them all here)",
            MAXS);
-  return refuse(pa->nspares || pa->restarts || total % R ||
-                    (pa->agents && pa->K * R != total) ||
-                    (pa->emulate && pa->K * R > MAXS) || pa->ckpt_memory,
-                msg);
+  int rc = refuse(total % R || (pa->agents && pa->K * R != total) ||
+                      (pa->emulate && pa->K * R > MAXS),
+                  msg);
+  if (rc < 0)
+    rc = refuse(pa->elastic && pa->zero,
+                "--elastic drops a lost agent's replica and goes on with the "
+                "others' state, but under --zero each replica holds the only "
+                "copy of its shard of the optimizer state: use --spares or "
+                "--restarts, which roll back to a checkpoint");
+  return rc;
 }
 
 /* --freeze-schedule, the staleness correction and the partition. */

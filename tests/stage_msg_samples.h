@@ -42,6 +42,8 @@ static void sm_sample(int id, void *p, int full, ax_tensor *const t[3],
     axi_pipe_fwd_msg *m = p;
     *m = (axi_pipe_fwd_msg){5, 3, -9, 3, {1, {t[0]}}, full};
     m->lab = (axi_pipe_labels){{2, {t[1], t[2]}}, {4, 0}};
+    m->has_scale = full;
+    m->scale = 0.75;
   } else if (sm_is(id, "axon.pipe.stage bwd") ||
              sm_is(id, "axon.pipe.stage bwdw")) {
     *(axi_pipe_bwd_msg *)p = (axi_pipe_bwd_msg){6, 1, 1, 4};
@@ -87,6 +89,11 @@ static void sm_sample(int id, void *p, int full, ax_tensor *const t[3],
   } else if (sm_is(id, "axon.pipe.optim state")) {
     *(axi_pipe_optim_state_msg *)p =
         (axi_pipe_optim_state_msg){t[0], t[1], 12, full, t[0]};
+  } else if (sm_is(id, "axon.pipe.stage boundary")) {
+    *(axi_pipe_boundary_msg *)p =
+        (axi_pipe_boundary_msg){AXP_BOUNDARY_REWIND, 7};
+  } else if (sm_is(id, "axon.pipe.stage boundary reply")) {
+    *(axi_pipe_boundary_reply_msg *)p = (axi_pipe_boundary_reply_msg){6, -1};
   } else if (!sm_is(id, "axon.pipe.mem_forget")) {
     abort(); /* a message without a sample */
   }

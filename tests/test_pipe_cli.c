@@ -244,8 +244,9 @@ static void test_plan(void **state) {
   unlink(log);
 }
 
-/* --checkpoint-in-memory without --checkpoint-every, and with replicas,
- * is refused by name before any agent starts. */
+/* --checkpoint-in-memory without --checkpoint-every, and with replicas
+ * whose optimizer state is sharded (--zero: no stage file holds it), is
+ * refused by name before any agent starts. */
 static void test_in_memory_flags(void **state) {
   const char *log = "/tmp/axon-test-memflags.log";
   const char *no_every[] = {
@@ -261,13 +262,15 @@ static void test_in_memory_flags(void **state) {
                             "4",
                             "--replicas",
                             "2",
+                            "--zero",
+                            "1",
                             "--checkpoint-every",
                             "5",
                             "--checkpoint-in-memory",
                             NULL};
   assert_int_equal(run_axon(log, 30000, replicas), 2);
   out = mt_slurp(log);
-  assert_non_null(strstr(out, "--checkpoint-in-memory"));
+  assert_non_null(strstr(out, "--zero shards a stage's optimizer state"));
   free(out);
   unlink(log);
 }

@@ -125,13 +125,14 @@ static void test_decoded_fields(void **state) {
   assert_true(sm_is(1, "axon.pipe.stage fwd")); /* before it is written */
   sm_sample(1, &f, 1, g_t, g_rref);
   AX_ASSERT_OK(axi_pipe_fwd_encode(&f, v));
-  assert_int_equal(ax_values_count(v), 5 + 1 + 1 + 2 + 2);
+  assert_int_equal(ax_values_count(v), 5 + 1 + 1 + 2 + 2 + 1);
   AX_ASSERT_OK(axi_pipe_fwd_decode(v, &fd));
   assert_true(fd.batch == 5 && fd.micro == 3 && fd.seed == -9 &&
               fd.flags == 3 && fd.has_labels);
   assert_true(fd.in.n == 1 && fd.in.t[0] == g_t[0]);
   assert_true(fd.lab.t.n == 2 && fd.lab.t.t[1] == g_t[2]);
   assert_true(fd.lab.norm[0] == 4 && fd.lab.norm[1] == 0);
+  assert_true(fd.has_scale && fd.scale == 0.75);
   ax_values_truncate(v, 0);
   axi_pipe_setup_msg s, sd;
   assert_true(sm_is(0, "axon.pipe.stage setup"));

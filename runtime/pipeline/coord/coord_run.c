@@ -140,6 +140,8 @@ static int make_args(ax_pipe *p, const ax_pipe_op *o, int step,
       err = AX_ENOMEM;
     m.lab.norm[i] = b->norm[i];
   }
+  m.has_scale = last && b->scale > 0; /* a replica's share (replicas.c) */
+  m.scale = b->scale;
   if (err == AX_OK)
     err = axi_pipe_fwd_encode(&m, a);
   ax_tlist_clear(&m.in);

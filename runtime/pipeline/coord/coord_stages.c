@@ -25,7 +25,7 @@ int axi_pipe_all_stages(ax_pipe *p, uint64_t ctx, const char *method,
   for (int s = 0; s < p->K && err == AX_OK; s++) {
     ax_values *a = NULL;
     err = args(user, s, &a);
-    if (err == AX_OK)
+    if (err == AX_OK && a) /* no arguments: this stage is not called */
       err = ax_rref_rpc_async(p->node, p->host[s], method, a, &co, &f[s]);
     ax_values_free(a);
     bad = err != AX_OK ? s : bad;

@@ -14,6 +14,8 @@ typedef struct axi_pipe_batch { /* one mini-batch while it is in flight */
   int loaded;
   ax_tlist in, lab;
   int64_t norm[AX_TLIST_MAX]; /* kept labels per output in the mini-batch */
+  double scale;               /* the loss gradient's scale (0: none, 1;
+                                 replicas.c sets it, ax_pipe_opts.weighted) */
   int units_left;             /* first-stage backwards still to run */
   double loss;
   int64_t correct, count;
@@ -129,7 +131,8 @@ void axi_pipe_fail(ax_pipe *p, int s, int err, const char *what);
 
 /* coord_stages.c. Calls method on every stage of p (not a front) at once,
  * under autograd context ctx (0: none), and waits for every issued call:
- * args(s) builds stage s's arguments, reply (NULL: none) reads its answer.
+ * args(s) builds stage s's arguments (AX_OK with *out NULL: stage s is
+ * not called), reply (NULL: none) reads its answer.
  * The first error is returned as "stage s on agent A: ..." (the form of
  * axi_pipe_stage_err, which turns the current error into it). The calls'
  * deadline is axi_pipe_timeout (ax_pipe_opts.timeout_ms, else 60 s). */

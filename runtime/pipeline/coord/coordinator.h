@@ -148,6 +148,14 @@ typedef struct ax_pipe_opts {
    * restore loads member t's into member t of every replica; axon-run
    * eval and export join the parts into the whole model. */
   int tensor_parallel;
+  /* With replicas: 1 weighs each replica's gradient by its share of the
+   * mini-batch's rows (its loss gradient scaled by R n_r / B), so that
+   * unequal shares (B not a multiple of R) still average to the mean over
+   * the whole mini-batch; 0 (the default): the replicas' means averaged,
+   * PyTorch DDP's rule. The same with equal shares (nothing is scaled).
+   * axon-run --elastic sets it: its replicas may shrink to a count that
+   * does not divide the batch. */
+  int weighted;
 } ax_pipe_opts;
 
 #define AX_PIPE_AHEAD 8

@@ -100,6 +100,7 @@ typedef struct share {
   int R, T, N;         /* replicas, members of each, parts (R T) */
   ax_pipe *const *rep; /* the parts */
   int failed;          /* a replica's call failed (atomic) */
+  int weighted;        /* ax_pipe_opts.weighted */
   long base;           /* global id of the call's first mini-batch */
   ax_pipe_batch_fn batch;
   ax_pipe_step_fn step;
@@ -164,6 +165,9 @@ static int shard_batch(void *user, long gid, ax_tlist *in, ax_tlist *lab) {
     err = take_rows(&b->in, B, rr->r, sh->R, in);
     if (err == AX_OK)
       err = take_rows(&b->lab, B, rr->r, sh->R, lab);
+    int64_t n = B * (rr->r + 1) / sh->R - B * rr->r / sh->R; /* its rows */
+    if (err == AX_OK && sh->weighted && B % sh->R) /* its share's weight */
+      rr->p->b[t].scale = (double)n * sh->R / (double)B;
   }
   if (err != AX_OK) {
     ax_tlist_clear(in);
@@ -236,7 +240,8 @@ int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
                             ax_pipe_step_fn step, void *user) {
   int R = p->nrep;
   int T = axi_pipe_members(p);
-  share sh = {R / T, T, R, p->rep, 0, p->rep[0]->base, batch, step, user};
+  share sh = {R / T,           T,     R,    p->rep, 0, p->o.weighted,
+              p->rep[0]->base, batch, step, user};
   pthread_mutex_init(&sh.mu, NULL);
   sh.b = calloc((size_t)n + 1, sizeof *sh.b);
   sh.reported = calloc((size_t)n + 1, sizeof *sh.reported);

@@ -15,7 +15,8 @@
 #include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 #include "axon/runtime/pipeline/trace/trace.h"
 
-typedef struct axi_pipe_sent axi_pipe_sent; /* stage_xfer.c */
+typedef struct axi_pipe_sent axi_pipe_sent;         /* stage_xfer.c */
+typedef struct axi_pipe_boundary axi_pipe_boundary; /* stage_boundary.c */
 
 typedef struct pstate { /* one unit between its forward and its backward */
   long batch;
@@ -86,6 +87,8 @@ typedef struct phost {
   ax_future *offload_pending; /* its update in flight: the parameters come
                                  back before anything reads them (s->mu) */
   int offload_err;            /* a failed update: every later one fails */
+  axi_pipe_boundary *bd;      /* the last step boundary ("boundary" keep;
+                                 stage_boundary.c), or NULL (s->mu) */
 } phost;
 
 /* The data path (stage_xfer.c). init gives a new host its record of
@@ -198,6 +201,17 @@ int axi_pipe_host_ckpt_wait(ax_call_ctx *cc, void *obj, const ax_values *args,
 void axi_pipe_ckpt_writes_drain(phost *h);
 /* Drops the taken gradients and the running sum (s->mu held). */
 void axi_pipe_grads_clear(phost *h);
+/* The last step boundary (stage_boundary.c; s->mu held, no-ops unless
+ * "boundary" keep was called): _fwd at a training forward of micro-batch
+ * 0 of batch, before it runs; _step in STEP t once the replicas' average
+ * is in, before the update changes anything; _free drops the copies (and
+ * the keeping); _op runs keep or rewind of the method "boundary"
+ * (stage_host.h; stop is the host's, stage_host.c) and fills its reply. */
+int axi_pipe_boundary_fwd(phost *h, long batch);
+int axi_pipe_boundary_step(phost *h, long t);
+void axi_pipe_boundary_free(phost *h);
+int axi_pipe_boundary_op(phost *h, const axi_pipe_boundary_msg *m,
+                         axi_pipe_boundary_reply_msg *r);
 
 /* Registers "axon.pipe.stage" on n (called by ax_pipe_init, pipeline.h). */
 int axi_pipe_host_register(ax_node *n);

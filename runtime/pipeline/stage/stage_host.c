@@ -37,6 +37,7 @@ static void host_clear(phost *h) {
   axi_pipe_offload_drop(h);
   ax_rref_release(h->offload);
   h->offload = NULL;
+  axi_pipe_boundary_free(h);
   axi_pipe_xfer_close(h);
 }
 
@@ -247,7 +248,10 @@ static int run_loss(phost *h, const axi_pipe_fwd_msg *m, const ax_tlist *y,
                     pstate *st, ax_loss_result *r) {
   if (!m->has_labels)
     return ax_seterr(AX_EBADARG, "axon.pipe.stage: last stage needs labels");
-  return ax_loss_xent(y, &m->lab.t, h->s->ignore_index, m->lab.norm, 1.0f, r,
+  if (m->has_scale && !(m->scale > 0 && m->scale < 1e30))
+    return ax_seterr(AX_EBADARG, "axon.pipe.stage: loss scale %g", m->scale);
+  float scale = m->has_scale ? (float)m->scale : 1.0f;
+  return ax_loss_xent(y, &m->lab.t, h->s->ignore_index, m->lab.norm, scale, r,
                       st ? &st->dlogits : NULL);
 }
 
@@ -324,6 +328,8 @@ static int m_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     err = train ? axi_stale_forward(&h->stale, w, (long)batch, &wf) : AX_OK;
   if (err == AX_OK && wf)
     w = wf;
+  if (err == AX_OK && train && micro == 0) /* boundary batch's buffers */
+    err = axi_pipe_boundary_fwd(h, (long)batch);
   if (err == AX_OK) {
     ax_exec ex = axi_pipe_host_exec(h, train);
     ex.params = w;
@@ -400,6 +406,30 @@ static int m_state_save(ax_call_ctx *cc, void *obj, const ax_values *args,
   ax_tensor_release(m.params);
   ax_tensor_release(m.buffers);
   return err;
+}
+
+/* "boundary" (stage_host.h): stop ends the actions and drops the units in
+ * flight, keeping the state; keep and rewind are stage_boundary.c's. */
+static int m_boundary(ax_call_ctx *cc, void *obj, const ax_values *args,
+                      ax_values *out) {
+  phost *h = obj;
+  axi_pipe_boundary_msg m;
+  AX_TRY(axi_pipe_boundary_decode(args, &m));
+  if (m.op == AXP_BOUNDARY_STOP)
+    host_quiesce(h); /* before s->mu: it waits for the running action */
+  pthread_mutex_lock(&h->s->mu);
+  if (m.op == AXP_BOUNDARY_STOP) {
+    for (pstate *st = h->states, *nx; st; st = nx) {
+      nx = st->next;
+      axi_pipe_state_free(st);
+    }
+    h->states = NULL;
+    axi_pipe_grads_clear(h);
+  }
+  axi_pipe_boundary_reply_msg r;
+  int err = axi_pipe_boundary_op(h, &m, &r);
+  pthread_mutex_unlock(&h->s->mu);
+  return err == AX_OK ? axi_pipe_boundary_reply_encode(&r, out) : err;
 }
 
 static int m_teardown(ax_call_ctx *cc, void *obj, const ax_values *args,
@@ -487,6 +517,7 @@ static const ax_robj_method_def g_methods[] = {
     {"ckpt_wait", axi_pipe_host_ckpt_wait},
     {"ckpt_mem_save", axi_pipe_host_ckpt_mem_save},
     {"ckpt_mem_load", axi_pipe_host_ckpt_mem_load},
+    {"boundary", m_boundary},
     {NULL, NULL},
 };
 

@@ -121,6 +121,19 @@
  *    made it and gave it the parameters and the optimizer configuration);
  *    the local optimizer and its state are freed ("setup" makes one
  *    again). AX_EINVAL with zero or a staleness correction.
+ *  - "boundary" [op, batch]: the last step boundary, for recovering a
+ *    lost replica without a rollback (stage_boundary.c; a flushed mode
+ *    with the stage's whole optimizer state, else AX_EINVAL). op 0 (keep):
+ *    from now on every STEP first copies the weights, optimizer state and
+ *    step count, and every first forward of a batch the buffers, so that
+ *    the state at the boundary before the last STEP can be had again. op 1
+ *    (stop): ends the stage's actions as "teardown" does (the one running
+ *    finishes or fails, the queued ones fail) and drops every unit in
+ *    flight, keeping the state. op 2 (rewind, after a stop): back to the
+ *    state at boundary `batch` (before its STEP, before its forwards'
+ *    statistics): nothing but the buffers when the last step is batch -
+ *    1, the kept copy when it is batch; else AX_ESTATE. Replies [last
+ *    step, the boundary kept (-1: none)].
  *  - "teardown" []: drops the neighbours' RRefs and every state (breaks the
  *    reference cycle between neighbours; call before releasing the host). */
 #ifndef AX_PIPELINE_STAGE_HOST_H

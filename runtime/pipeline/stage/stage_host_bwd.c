@@ -133,6 +133,8 @@ static int step_locked(phost *h, long t, int units) {
   else {
     if (err == AX_OK && h->replicas) /* data parallel: every replica's */
       err = ax_coll_allreduce(h->replicas, h->acc, AX_COLL_AVG);
+    if (err == AX_OK) /* boundary t's state, once the update is certain */
+      err = axi_pipe_boundary_step(h, t);
     if (err == AX_OK)
       err = h->offload ? axi_pipe_offload_step(h)
                        : ax_optim_step(s->opt, s->net->params, h->acc);

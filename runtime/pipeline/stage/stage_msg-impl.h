@@ -97,6 +97,9 @@ typedef struct axi_pipe_fwd_msg {
   ax_tlist in;   /* 0 .. AX_TLIST_MAX, borrowed */
   int has_labels;
   axi_pipe_labels lab;
+  int has_scale; /* with labels: the loss gradient's scale (the host
+                    checks it is finite and > 0; absent: 1) */
+  double scale;
 } axi_pipe_fwd_msg;
 
 /* "bwd" and "bwdw" [batch, micro, step, units]; reply a report. step = 1
@@ -210,6 +213,17 @@ typedef struct axi_pipe_mem_fetch_msg {
   const char *owner, *key;
 } axi_pipe_mem_fetch_msg;
 
+/* "boundary" [op, batch] (stage_host.h) and its reply [last step, the
+ * boundary kept (-1: none)]. */
+enum { AXP_BOUNDARY_KEEP, AXP_BOUNDARY_STOP, AXP_BOUNDARY_REWIND };
+typedef struct axi_pipe_boundary_msg {
+  int64_t op;    /* AXP_BOUNDARY_* */
+  int64_t batch; /* >= -1: the boundary of rewind */
+} axi_pipe_boundary_msg;
+typedef struct axi_pipe_boundary_reply_msg {
+  int64_t last_step, kept; /* >= -1 */
+} axi_pipe_boundary_reply_msg;
+
 /* "axon.pipe.optim": "init" [optim config, params], "step" [grads] and
  * the step's reply [params]; "state_get" [] (no struct) and "state_set"
  * take and give its state (below). */
@@ -285,6 +299,12 @@ int axi_pipe_optim_state_encode(const axi_pipe_optim_state_msg *m,
                                 ax_values *out);
 int axi_pipe_optim_state_decode(const ax_values *v,
                                 axi_pipe_optim_state_msg *m);
+int axi_pipe_boundary_encode(const axi_pipe_boundary_msg *m, ax_values *out);
+int axi_pipe_boundary_decode(const ax_values *v, axi_pipe_boundary_msg *m);
+int axi_pipe_boundary_reply_encode(const axi_pipe_boundary_reply_msg *m,
+                                   ax_values *out);
+int axi_pipe_boundary_reply_decode(const ax_values *v,
+                                   axi_pipe_boundary_reply_msg *m);
 /* "axon.pipe.mem_forget" []: nothing to append; the decoder checks that
  * the list is empty. */
 int axi_pipe_mem_forget_encode(ax_values *out);

@@ -353,7 +353,8 @@ MSG(fwd, "axon.pipe.stage fwd", I64(fwd, batch, "batch", ANY),
     I64(fwd, flags, "flags", 0, AX_PIPE_FLAG_TRAIN | AX_PIPE_FLAG_RECOMPUTE),
     F(fwd, in, "inputs", K_TLIST, 0, AX_TLIST_MAX),
     ONE(fwd, has_labels, "labels", K_OPT),
-    F(fwd, lab, "labels", K_LABELS, 1, AX_TLIST_MAX))
+    F(fwd, lab, "labels", K_LABELS, 1, AX_TLIST_MAX),
+    ONE(fwd, has_scale, "scale", K_OPT), ONE(fwd, scale, "scale", K_F64))
 #define BWD(msg)                                                               \
   I64(msg, batch, "batch", ANY), I64(msg, micro, "micro", MICRO),              \
       I64(msg, step, "step", 0, 1), I64(msg, units, "units", 1, AXP_UNITS_MAX)
@@ -415,6 +416,12 @@ MSG(optim_state, "axon.pipe.optim state", ONE(optim_state, m, "m", K_TENSOR),
     I64(optim_state, steps, "steps", NONNEG),
     ONE(optim_state, has_params, "params", K_OPT),
     ONE(optim_state, params, "params", K_TENSOR))
+MSG(boundary, "axon.pipe.stage boundary",
+    I64(boundary, op, "op", AXP_BOUNDARY_KEEP, AXP_BOUNDARY_REWIND),
+    I64(boundary, batch, "batch", -1, INT64_MAX))
+MSG(boundary_reply, "axon.pipe.stage boundary reply",
+    I64(boundary_reply, last_step, "last step", -1, INT64_MAX),
+    I64(boundary_reply, kept, "kept", -1, INT64_MAX))
 static const message g_mem_forget = {"axon.pipe.mem_forget", 0, NULL, 0};
 
 int axi_pipe_mem_forget_encode(ax_values *out) {
@@ -426,11 +433,13 @@ int axi_pipe_mem_forget_decode(const ax_values *v) {
 
 /* Every message by number. */
 static const message *const g_all[] = {
-    &g_setup,       &g_fwd,         &g_bwd,       &g_bwdi,       &g_bwdw,
-    &g_step,        &g_report,      &g_offload,   &g_state,      &g_trace,
-    &g_ckpt_save,   &g_ckpt_wait,   &g_file,      &g_ckpt_load,  &g_mem_save,
-    &g_mem_load,    &g_mem_keep,    &g_mem_fetch, &g_optim_init, &g_optim_step,
-    &g_optim_reply, &g_optim_state, &g_mem_forget};
+    &g_setup,       &g_fwd,         &g_bwd,        &g_bwdi,
+    &g_bwdw,        &g_step,        &g_report,     &g_offload,
+    &g_state,       &g_trace,       &g_ckpt_save,  &g_ckpt_wait,
+    &g_file,        &g_ckpt_load,   &g_mem_save,   &g_mem_load,
+    &g_mem_keep,    &g_mem_fetch,   &g_optim_init, &g_optim_step,
+    &g_optim_reply, &g_optim_state, &g_boundary,   &g_boundary_reply,
+    &g_mem_forget};
 #define N_MSG ((int)(sizeof g_all / sizeof g_all[0]))
 
 static const message *msg_at(int id) {

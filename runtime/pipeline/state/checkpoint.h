@@ -105,24 +105,33 @@ void ax_ckpt_previous(const char *dir, char *out, size_t len);
  * another agent (the last stage's to the first's), under this
  * coordinator's name: one lost agent loses no stage's state, and a
  * rollback needs no disk (a spare on another host needs no shared
- * directory). The same consistent cut as ax_pipe_checkpoint; a plain
- * pipeline only (no replicas, tensor parallelism, freezing, zero or
- * optimizer host: AX_EUNSUPPORTED). Two generations alternate, so a
+ * directory). The same consistent cut as ax_pipe_checkpoint. Of a front
+ * (replicas, tensor-parallel members) every part's stages keep their own
+ * copies the same way, the neighbour being the next stage's agent in the
+ * part (with one agent per part: the same stage's agent in the next
+ * part); the replicas of a stage hold the same state, so a stage whose two
+ * copies are lost loads a replica's (the same member's). Not with
+ * freezing, zero or an optimizer host (AX_EUNSUPPORTED: their stage state
+ * is not all in the stage file). Two generations alternate, so a
  * checkpoint that fails half way (an agent lost while saving) leaves the
  * previous one whole: an agent holds up to four copies of a stage's size
  * per stage it serves (its own two and its neighbour's two), under this
  * coordinator's name, until ax_pipe_memory_forget drops them. */
+#define AX_MEM_CKPT_COPIES (AX_PIPE_MAX_REPLICAS * AX_PIPE_MAX_STAGES)
 typedef struct ax_mem_ckpt {
-  ax_ckpt_info info; /* what the coordinator keeps */
-  int mode, S, U;    /* S stages of U units; S = 0: none taken */
-  int gen;           /* which of the two alternating copies this is */
-  uint64_t tag;      /* this run's keys (set by the first checkpoint) */
+  ax_ckpt_info info;  /* what the coordinator keeps */
+  int mode, S, U;     /* S stages (per part) of U units; S = 0: none */
+  int parts, members; /* parts (replicas x members; 1: one pipeline) and
+                         tensor-parallel members per replica */
+  int gen;            /* which of the two alternating copies this is */
+  uint64_t tag;       /* this run's keys (set by the first checkpoint) */
   struct {
-    char agent[64], peer[64];     /* the two agents holding the copies */
+    char agent[64], peer[64];     /* the agents holding the copies ("":
+                                     none) */
     uint64_t agent_inc, peer_inc; /* and their incarnations then */
     int64_t size;
-    char sha[65]; /* SHA-256 of the copy, hex */
-  } st[AX_PIPE_MAX_STAGES];
+    char sha[65];           /* SHA-256 of the copy, hex */
+  } st[AX_MEM_CKPT_COPIES]; /* part i's stage s at st[i S + s] */
 } ax_mem_ckpt;
 
 /* Takes an in-memory checkpoint of p at info->step into *out (zeroed
@@ -131,13 +140,16 @@ typedef struct ax_mem_ckpt {
  * restorable. */
 int ax_pipe_checkpoint_memory(ax_pipe *p, const ax_ckpt_info *info,
                               ax_mem_ckpt *out);
-/* Loads m into p's stages (p: the same mode, stage count and split, on
- * the same agents or others, e.g. a spare): each stage's copy from the
- * agent that kept it if that is still the same process (incarnation),
- * else from its neighbour's copy; each checked (size, SHA-256, this
- * stage's split, mode and optimizer) before it loads. AX_ENOTFOUND naming
- * the stage when both of its agents are lost. p's next ax_pipe_train
- * starts at m->info.step; *info (may be NULL) gets m->info. */
+/* Loads m into p's stages (p: the same mode, stage count, split and
+ * tensor-parallel members, on the same agents or others, e.g. a spare;
+ * with as many replicas as m or not, since every replica of a stage
+ * holds the same state): each stage's copy
+ * from the agent that kept it if that is still the same process
+ * (incarnation), else from its neighbour's copy, else (a front) from a
+ * copy of the same stage of another replica's same member; each checked
+ * (size, SHA-256, this stage's split, mode and optimizer) before it loads.
+ * AX_ENOTFOUND naming the stage when every copy of it is lost. p's next
+ * ax_pipe_train starts at m->info.step; *info (may be NULL) gets m->info. */
 int ax_pipe_restore_memory(ax_pipe *p, const ax_mem_ckpt *m,
                            ax_ckpt_info *info);
 /* Drops the in-memory copies of p's coordinator on every agent of m that
