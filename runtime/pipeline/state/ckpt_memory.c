@@ -11,11 +11,10 @@
 #include "axon/runtime/pipeline/state/ckpt_memory-impl.h"
 
 static int supported(ax_pipe *p, const char *what) {
-  ax_pipe *one = p->nrep ? p->rep[0] : p;
-  if (p->frozen || one->o.zero || one->optim_host[0])
+  if (p->frozen) /* the prefix's state is the coordinator's, not a stage's */
     return ax_seterr(AX_EUNSUPPORTED,
-                     "%s: not with a frozen prefix, zero or an optimizer "
-                     "host (their state is not all in the stage files)",
+                     "%s: not with a frozen prefix (its state is on the "
+                     "coordinator: checkpoint it to disk)",
                      what);
   for (int i = 0; i < (p->nrep ? p->nrep : 1); i++)
     if ((p->nrep ? p->rep[i] : p)->plan)
