@@ -12,6 +12,7 @@
 #include "axon/models/model.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
+#include "axon/runtime/pipeline/state/checkpoint.h"
 #include "axon/runtime/pipeline/state/freeze.h"
 #include "axon/runtime/pipeline/state/state-impl.h"
 
@@ -130,12 +131,12 @@ static int repack(ax_pipe *p, ax_pipe *one, const ax_freeze_opts *fo,
     err = new_pipe(one, &pn, T, agents, &np);
   if (err == AX_OK)
     err = axi_state_load(np, &st, "freeze");
-  for (int i = 0; err == AX_OK && i < (np->nrep ? np->nrep : 1); i++)
-    (np->nrep ? np->rep[i] : np)->base = one->base;
   if (err == AX_OK && !(np->pool = malloc((size_t)na * sizeof *np->pool)))
     err = AX_ENOMEM;
   if (err == AX_OK) {
-    np->base = one->base;
+    np->base = one->base; /* the mini-batch count goes on */
+    for (int i = 0; i < np->nrep; i++)
+      np->rep[i]->base = one->base;
     memcpy(np->pool, names, (size_t)na * sizeof *names);
     np->npool = na;
     err = axi_pipe_frozen_new(pre, f, fo->cache_bytes, &np->frozen);
@@ -159,6 +160,7 @@ int ax_pipe_freeze(ax_pipe **pp, const ax_freeze_opts *fo) {
   ax_pipe *p = *pp, *one = p->nrep ? p->rep[0] : p;
   if (one->plan)
     return ax_seterr(AX_ESTATE, "freeze: only between ax_pipe_train calls");
+  AX_TRY(ax_pipe_checkpoint_wait(p));
   const ax_model_def *def = ax_model_find(one->model);
   if (!def)
     return AX_ENOTFOUND;

@@ -31,8 +31,8 @@ int axi_state_nparts(const ax_pipe *front) {
 }
 
 void axi_state_file_of(const ax_pipe *p, int s, char *out, size_t cap) {
-  axi_state_file_name(s, p->members, p->member, p->o.zero ? p->replica : 0,
-                      out, cap);
+  axi_state_file_name(s, p->members, p->member, p->o.zero ? p->replica : 0, out,
+                      cap);
 }
 
 /* ---- the live state ------------------------------------------------------ */
@@ -81,10 +81,9 @@ typedef struct snap_args {
  * sends its optimizer shard only, as in a checkpoint). */
 static int snap_args_of(void *user, int s, ax_values **out) {
   snap_args *a = user;
-  axi_pipe_ckpt_save_msg m = {"memory", a->m->f[a->first + s].name,
-                              1,        1,
-                              1,        0,
-                              1,        a->p->o.zero && a->p->replica > 0};
+  axi_pipe_ckpt_save_msg m = {
+      "memory", a->m->f[a->first + s].name,       1, 1, 1, 0,
+      1,        a->p->o.zero && a->p->replica > 0};
   ax_values *v = *out = ax_values_new();
   return v ? axi_pipe_ckpt_save_encode(&m, v) : AX_ENOMEM;
 }
@@ -182,8 +181,8 @@ int axi_state_load(ax_pipe *front, const ax_train_state *st,
   ax_pipe *const *parts = front->nrep ? front->rep : &front;
   int n = front->nrep ? front->nrep : 1, err = AX_OK;
   if (strcmp(st->model, parts[0]->model))
-    return ax_seterr(AX_EINVAL, "the state of %s is of model %s, not %s",
-                     where, st->model, parts[0]->model);
+    return ax_seterr(AX_EINVAL, "the state of %s is of model %s, not %s", where,
+                     st->model, parts[0]->model);
   for (int i = 0; i < n && err == AX_OK; i++) {
     load_args a = {parts[i], st, where};
     err = axi_pipe_all_stages(parts[i], 0, "ckpt_load", load_args_of, NULL, &a);
