@@ -68,8 +68,8 @@ static void train(const char *name, const char *const *more,
   snprintf(log, sizeof log, "%s/%s.losses", g_tmp, name);
   snprintf(out, sizeof out, "%s/%s.out", g_tmp, name);
   snprintf(bin, sizeof bin, "%s/%s.bin", g_tmp, name);
-  const char *a[48] = {"train", COMMON, "--checkpoint-dir", dir, "--loss-log",
-                       log};
+  const char *a[48] = {"train", COMMON,       "--checkpoint-dir",
+                       dir,     "--loss-log", log};
   int n = 0;
   while (a[n])
     n++;

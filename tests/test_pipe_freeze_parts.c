@@ -94,13 +94,13 @@ static int same_state(const ax_train_state *a, const ax_train_state *b) {
 /* The state right after a freeze (b) is the state right before it (a):
  * every block's parameters and buffers, and the optimizer state and
  * update counts of the blocks from f on (the frozen prefix keeps none). */
-static int same_moved(const ax_train_state *a, const ax_train_state *b,
-                      int f) {
+static int same_moved(const ax_train_state *a, const ax_train_state *b, int f) {
   size_t at = a->param_at[f], n = a->n_params - at;
   int same = a->n_params == b->n_params && a->n_buffers == b->n_buffers &&
              !memcmp(a->params, b->params, a->n_params * sizeof(float)) &&
              !memcmp(a->buffers, b->buffers, a->n_buffers * sizeof(float)) &&
-             !a->m == !b->m && (!a->m || !memcmp(a->m + at, b->m + at, n * 4)) &&
+             !a->m == !b->m &&
+             (!a->m || !memcmp(a->m + at, b->m + at, n * 4)) &&
              !a->v == !b->v && (!a->v || !memcmp(a->v + at, b->v + at, n * 4));
   for (int i = f; same && i < a->n_blocks; i++)
     same = a->optim_steps[i] == b->optim_steps[i] &&
@@ -117,12 +117,10 @@ typedef struct run {
 } run;
 
 static ax_pipe *new_pipe(const run *r) {
-  ax_pipe_opts o = {r->model, r->model_cfg, r->K,
-                    r->agents ? r->agents : g_names,
-                    NULL,     r->mode,      r->M,
-                    AX_RECOMPUTE_NEVER,
-                    OPTIM,    SEED,         AX_CPU,
-                    30000};
+  ax_pipe_opts o = {
+      r->model, r->model_cfg, r->K,   r->agents ? r->agents : g_names,
+      NULL,     r->mode,      r->M,   AX_RECOMPUTE_NEVER,
+      OPTIM,    SEED,         AX_CPU, 30000};
   o.tensor_parallel = r->T;
   o.replicas = r->R;
   o.zero = r->zero;
@@ -223,9 +221,9 @@ static void test_zero_and_optimizer_host(void **state) {
  * steps, checkpoints it, trains `after` steps; then a new pipeline of rb
  * frozen by fo_b restores the checkpoint and trains `after` steps too: the
  * same bits. */
-static void freeze_resume(const run *r, const ax_freeze_opts *fo,
-                          const run *rb, const ax_freeze_opts *fo_b,
-                          long between, long after, const char *what) {
+static void freeze_resume(const run *r, const ax_freeze_opts *fo, const run *rb,
+                          const ax_freeze_opts *fo_b, long between, long after,
+                          const char *what) {
   pt_data d = {NULL, 16};
   open_data(&d);
   char root[] = "/tmp/axon_freeze_resumeXXXXXX", cmd[128];
