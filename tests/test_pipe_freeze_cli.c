@@ -5,10 +5,11 @@
  * must log the same last loss for every step, bit for bit, and end with
  * the same final checkpoint (axon-run export, byte for byte):
  *  - a lost agent (AXON_FAULT, runtime/pipeline/stage/fault-impl.h) with
- *    --spares: after the freeze (the rollback restores the checkpoint of
- *    step 5, which holds the frozen prefix, onto the pipeline frozen again
- *    as at step 5), during the freeze's move of the state (rolled back to
- *    the run's start, the freeze made again), and a spare lost in turn
+ *    --spares (checkpoints written through the coordinator, so each is
+ *    complete before training goes on): after the freeze (the rollback restores
+ * the checkpoint of step 5, which holds the frozen prefix, onto the pipeline
+ * frozen again as at step 5), during the freeze's move of the state (rolled
+ * back to the run's start, the freeze made again), and a spare lost in turn
  *    while the rollback freezes again;
  *  - --resume of the step-10 checkpoint on another layout (two agents, so
  *    the freeze re-packs onto K = 1 x 2);
@@ -162,7 +163,11 @@ static void test_lost_agent(void **state) {
       {"agent=stage2,handoff", 0},
       {"agent=stage1,action=F,unit=0,step=7;agent=spare0,handoff", 5},
   };
-  const char *more[] = {"--local", "4", "--spares", "spare0,spare1", NULL};
+  /* Checkpoints written before training goes on (through the coordinator),
+   * so the one of step 5 is complete when the faults come. */
+  const char *more[] = {
+      "--local",         "4",           "--spares", "spare0,spare1",
+      "--checkpoint-to", "coordinator", NULL};
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
     char name[32], path[128];
     snprintf(name, sizeof name, "lost%zu", i);
