@@ -192,8 +192,12 @@ static int restore(const axi_run_pipe_args *a, ax_pipe **pp,
     err = same_config(dir, info.config, cfg);
   if (err == AX_OK)
     err = refreeze(a, pp, feed, fz, info.step);
+  double t0 = ax_clock_s();
   if (err == AX_OK)
     err = ax_pipe_restore(*pp, dir, &info);
+  if (err == AX_OK)
+    fprintf(stderr, "axon-run: the checkpoint's state loaded in %.3f s\n",
+            ax_clock_s() - t0);
   if (err != AX_OK) {
     char m[1500], prev[1024];
     snprintf(m, sizeof m, "%s", ax_errmsg());

@@ -10,7 +10,11 @@
  *    the final parameters within 1e-5 relative (norm of the difference
  *    over the norm);
  *  - a resume whose math differs (learning rate, batch) is refused with
- *    the differing keys named.
+ *    the differing keys named;
+ *  - a staleness correction's history (its average update and the
+ *    prediction for the next batch) is part of the state: 2bw with predict
+ *    and pipedream with pipemare resumed on their own layout continue bit
+ *    for bit.
  * The final parameters are compared through axon-run export, which reads
  * any layout's checkpoint. */
 #include <math.h>
@@ -228,11 +232,89 @@ static void test_other_math_refused(void **state) {
   free(o);
 }
 
+/* Runs axon-run train with COMMON, the options in opt and the last ones
+ * given (NULL-terminated); the loss log into g_tmp/NAME.losses. */
+static void run_named(const char *name, const char *const *opt, const char *x1,
+                      const char *x2, const char *x3, const char *x4) {
+  char dir[128], log[128], out[128];
+  snprintf(dir, sizeof dir, "%s/%s", g_tmp, name);
+  snprintf(log, sizeof log, "%s/%s.losses", g_tmp, name);
+  snprintf(out, sizeof out, "%s/%s.out", g_tmp, name);
+  const char *a[48] = {"train", COMMON, "--loss-log", log, "--checkpoint-dir",
+                       dir};
+  int n = 0;
+  while (a[n])
+    n++;
+  for (int i = 0; opt[i]; i++)
+    a[n++] = opt[i];
+  const char *x[4] = {x1, x2, x3, x4};
+  for (int i = 0; i < 4 && x[i]; i++)
+    a[n++] = x[i];
+  a[n] = NULL;
+  int st = mt_run_axon(out, NULL, 300000, a);
+  if (st != 0) {
+    char *o = mt_slurp(out);
+    fprintf(stderr, "---- %s ----\n%s\n", name, o ? o : "");
+    free(o);
+  }
+  assert_int_equal(st, 0);
+}
+
+/* The losses of g_tmp/B.losses equal those of g_tmp/A.losses, every bit. */
+static long same_as(const char *a, const char *b) {
+  char pa[128], pb[128];
+  snprintf(pa, sizeof pa, "%s/%s.losses", g_tmp, a);
+  snprintf(pb, sizeof pb, "%s/%s.losses", g_tmp, b);
+  char *ref = mt_slurp(pa), *got = mt_slurp(pb);
+  assert_non_null(ref);
+  assert_non_null(got);
+  long n = 0;
+  for (char *line = got; *line; n++) {
+    size_t len = strcspn(line, "\n");
+    char key[32];
+    long step;
+    assert_int_equal(sscanf(line, "%ld", &step), 1);
+    snprintf(key, sizeof key, "\n%ld ", step);
+    const char *r = strstr(ref, key);
+    assert_non_null(r);
+    if (strncmp(r + 1, line, len))
+      fail_msg("%s: '%.*s', %s: '%.*s'", b, (int)len, line, a,
+               (int)strcspn(r + 1, "\n"), r + 1);
+    line += len + (line[len] == '\n');
+  }
+  free(ref);
+  free(got);
+  return n;
+}
+
+static void test_staleness_history_resumes(void **state) {
+  static const char *const rules[][9] = {
+      {"--local", "4", "--mode", "2bw", "--staleness", "predict",
+       "--microbatches", "4", NULL},
+      {"--local", "4", "--mode", "pipedream", "--staleness", "pipemare",
+       "--microbatches", "4", NULL},
+  };
+  for (size_t i = 0; i < sizeof rules / sizeof *rules; i++) {
+    char ref[32], res[32], from[128];
+    snprintf(ref, sizeof ref, "stale%zu", i);
+    snprintf(res, sizeof res, "stale%zu-resumed", i);
+    run_named(ref, rules[i], NULL, NULL, NULL, NULL);
+    snprintf(from, sizeof from, "%s/%s/ckpt-00000020", g_tmp, ref);
+    run_named(res, rules[i], "--resume", from, NULL, NULL);
+    long n = same_as(ref, res);
+    assert_int_equal(n, 20);
+    fprintf(stderr,
+            "  %s %s: resumed at step 20, %ld losses equal bit for bit\n",
+            rules[i][3], rules[i][5], n);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_recut_bit_for_bit),
       cmocka_unit_test(test_other_sums_within_tolerance),
       cmocka_unit_test(test_other_math_refused),
+      cmocka_unit_test(test_staleness_history_resumes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -84,6 +84,8 @@ void axi_ckr_close(axi_ckr *r);
  * another type. f32 pointers borrow the reader's buffer (f32 data may be
  * unaligned: copy with memcpy or axi_ckr_tensor). */
 int axi_ckr_i64(const axi_ckr *r, const char *name, int64_t *v);
+/* 1 when r has a record `name` (of any type). */
+int axi_ckr_has(const axi_ckr *r, const char *name);
 /* An i64 record that older files may lack: dflt when absent. */
 int axi_ckr_i64_opt(const axi_ckr *r, const char *name, int64_t dflt,
                     int64_t *v);

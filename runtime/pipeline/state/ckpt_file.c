@@ -340,6 +340,13 @@ int axi_ckr_i64(const axi_ckr *r, const char *name, int64_t *v) {
   return AX_OK;
 }
 
+int axi_ckr_has(const axi_ckr *r, const char *name) {
+  size_t at;
+  uint64_t n;
+  int t;
+  return walk(r, name, &at, &t, &n) == AX_OK;
+}
+
 int axi_ckr_i64_opt(const axi_ckr *r, const char *name, int64_t dflt,
                     int64_t *v) {
   size_t at;

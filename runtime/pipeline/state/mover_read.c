@@ -20,6 +20,8 @@ void ax_state_free(ax_train_state *st) {
   free(st->m);
   free(st->v);
   free(st->shadow);
+  free(st->delta);
+  free(st->pred);
   free(st->optim_steps);
   free(st->last_step);
   memset(st, 0, sizeof *st);
@@ -60,6 +62,7 @@ static int lay_out(ax_train_state *st) {
   st->params = calloc(st->n_params + 1, sizeof(float));
   st->buffers = calloc(st->n_buffers + 1, sizeof(float));
   st->shadow_for = -1;
+  st->pred_for = -1;
   st->optim_kind = -1;
   return st->params && st->buffers ? AX_OK : AX_ENOMEM;
 }
@@ -93,7 +96,7 @@ static int alloc_like(float **a, size_t n) {
 /* One member's arrays of one stage, put together from its files. */
 typedef struct member {
   size_t n, nb;
-  float *params, *buffers, *m, *v, *shadow;
+  float *params, *buffers, *m, *v, *shadow, *delta, *pred;
   size_t covered[2]; /* optimizer values of m and v seen (shards add up) */
   int have_params;
 } member;
@@ -104,6 +107,8 @@ static void member_free(member *x) {
   free(x->m);
   free(x->v);
   free(x->shadow);
+  free(x->delta);
+  free(x->pred);
 }
 
 /* File r (a piece of member x: blocks first..last) into x. */
@@ -142,6 +147,20 @@ static int read_piece(ax_train_state *st, const axi_ckr *r, member *x,
     AX_TRY(take(r, "shadow", x->shadow, x->n, 1, &got));
     if (got)
       st->shadow_for = (long)shadow_for;
+    if (axi_ckr_has(r, "stale.delta")) { /* older files have none */
+      int64_t pred_for;
+      AX_TRY(axi_ckr_i64(r, "stale.pred_for", &pred_for));
+      AX_TRY(alloc_like(&x->delta, x->n));
+      AX_TRY(take(r, "stale.delta", x->delta, x->n, 1, &got));
+      if (!got)
+        free(x->delta), x->delta = NULL;
+      AX_TRY(alloc_like(&x->pred, x->n));
+      AX_TRY(take(r, "stale.pred", x->pred, x->n, 1, &got));
+      if (!got)
+        free(x->pred), x->pred = NULL;
+      else
+        st->pred_for = (long)pred_for;
+    }
     x->have_params = 1;
   }
   const char *opt[2] = {"optim.m", "optim.v"};
@@ -164,10 +183,11 @@ static int place(ax_train_state *st, const member *x, int first, int last,
   ax_net *whole = NULL, *part = NULL;
   if (T > 1)
     AX_TRY(axi_state_nets(st, first, last, T, t, &whole, &part));
-  float *src[4] = {x->params, x->m, x->v, x->shadow};
-  float **dst[4] = {&st->params, &st->m, &st->v, &st->shadow};
+  float *src[6] = {x->params, x->m, x->v, x->shadow, x->delta, x->pred};
+  float **dst[6] = {&st->params, &st->m,     &st->v,
+                    &st->shadow, &st->delta, &st->pred};
   int err = AX_OK;
-  for (int i = 0; i < 4 && err == AX_OK; i++) {
+  for (int i = 0; i < 6 && err == AX_OK; i++) {
     if (!src[i] || (i > 0 && i < 3 && !x->covered[i - 1]) ||
         (i == 3 && st->shadow_for < 0))
       continue;

@@ -65,6 +65,12 @@ static void put_state(phost *h, int optim_only, const ostate *o, axi_ckw *w) {
   axi_ckw_i64(w, "last_step", h->last_step);
   axi_ckw_i64(w, "shadow_for", shadow ? h->shadow_for : -1);
   axi_ckw_tensor(w, "shadow", shadow ? h->shadow : NULL);
+  /* The staleness correction's history (staleness-impl.h): its average
+   * update and the prediction the next batch's forwards use. */
+  int pred = full && h->stale.pred && h->stale.pred_for >= 0;
+  axi_ckw_tensor(w, "stale.delta", full ? h->stale.delta : NULL);
+  axi_ckw_i64(w, "stale.pred_for", pred ? h->stale.pred_for : -1);
+  axi_ckw_tensor(w, "stale.pred", pred ? h->stale.pred : NULL);
 }
 
 /* A consistent cut of a set-up stage; the update in flight on its
@@ -194,6 +200,10 @@ static int check_state(phost *h, const axi_ckr *r, plan *p) {
     AX_TRY(want_f32(r, "buffers", (int64_t)s->net->n_buffers));
     AX_TRY(want_f32(r, "shadow",
                     p->shadow_for >= 0 ? (int64_t)s->net->n_params : 0));
+    if (axi_ckr_has(r, "stale.delta")) { /* older files have none */
+      AX_TRY(want_f32(r, "stale.delta", -(int64_t)s->net->n_params));
+      AX_TRY(want_f32(r, "stale.pred", -(int64_t)s->net->n_params));
+    }
   }
   const char *mv[2] = {"optim.m", "optim.v"};
   for (int i = 0; i < 2; i++) {
@@ -251,6 +261,39 @@ static int load_offloaded(phost *h, const axi_ckr *r, const plan *p) {
   return err;
 }
 
+/* Record name into *t: a new tensor like the parameters, or NULL when the
+ * record is empty. */
+static int read_opt(phost *h, const axi_ckr *r, const char *name,
+                    ax_tensor **t) {
+  const uint8_t *d;
+  size_t n;
+  ax_tensor_release(*t);
+  *t = NULL;
+  AX_TRY(axi_ckr_f32(r, name, &d, &n));
+  if (!n)
+    return AX_OK;
+  if (!(*t = ax_tensor_like(h->s->net->params)))
+    return AX_ENOMEM;
+  return axi_ckr_tensor(r, name, *t);
+}
+
+/* The staleness correction's history (a file without it: none kept). */
+static int load_stale(phost *h, const axi_ckr *r) {
+  axi_stale *z = &h->stale;
+  int64_t pred_for = -1;
+  if (!axi_ckr_has(r, "stale.delta")) {
+    ax_tensor_release(z->delta), ax_tensor_release(z->pred);
+    z->delta = z->pred = NULL;
+    z->pred_for = -1;
+    return AX_OK;
+  }
+  AX_TRY(axi_ckr_i64(r, "stale.pred_for", &pred_for));
+  AX_TRY(read_opt(h, r, "stale.delta", &z->delta));
+  AX_TRY(read_opt(h, r, "stale.pred", &z->pred));
+  z->pred_for = z->pred ? (long)pred_for : -1;
+  return AX_OK;
+}
+
 static int load_state(phost *h, const axi_ckr *r, const plan *p) {
   axi_ag_stage *s = h->s;
   if (h->offload) {
@@ -276,7 +319,7 @@ static int load_state(phost *h, const axi_ckr *r, const plan *p) {
     h->shadow_for = (long)p->shadow_for;
     AX_TRY(axi_ckr_tensor(r, "shadow", h->shadow));
   }
-  return AX_OK;
+  return load_stale(h, r);
 }
 
 int axi_pipe_ckpt_apply(phost *h, const axi_ckr *r) {

@@ -10,7 +10,9 @@
  *   - the position of the last update (the mini-batch it ended);
  *   - the mode's extra weight version: 2bw's shadow (the weights before the
  *     last update, which the next batch's forwards use), also
- *     parameter-shaped.
+ *     parameter-shaped;
+ *   - the staleness correction's history (staleness.h): its average update
+ *     and the weights it predicted for the next batch.
  * A layout says who holds which part of it:
  *   - K pipeline stages, stage s holding blocks [bounds[s], bounds[s+1]),
  *     chunks included (a chunked mode's K counts every chunk);
@@ -63,6 +65,10 @@ typedef struct ax_train_state {
   size_t *param_at, *buffer_at; /* [n_blocks + 1]: where block b starts */
   size_t n_params, n_buffers;
   float *params, *buffers, *m, *v, *shadow;
+  float *delta, *pred; /* the staleness correction's average update and
+                          its prediction for mini-batch pred_for (-1: none),
+                          parameter-shaped; NULL when none */
+  long pred_for;
   int optim_kind;       /* -1: none saved (a model file) */
   long *optim_steps;    /* [n_blocks]: updates each block's optimizer made */
   long *last_step;      /* [n_blocks]: the mini-batch of its last update */
