@@ -11,11 +11,10 @@
  *    the four) and an optimizer host (1f1b, K = 2 re-packed onto K = 1 x 2,
  *    every optimizer on a fifth agent) equal the same runs without, bit for
  *    bit: the whole model's parameters and optimizer state;
- *  - a staleness correction (pipedream with predict and with pipemare,
- *    K = 4 re-packed onto K = 2 x 2): the frozen pipeline trains on to the
- *    same bits as its checkpoint taken at the freeze, restored into a
- *    pipeline frozen the same way (the new stages start as a restored
- *    checkpoint's do, their correction's update average with them);
+ *  - a staleness correction (pipedream with pipemare and with predict, 2bw
+ *    with predict; K = 4 re-packed onto K = 2 x 2): its history (the
+ *    average update, 2bw's prediction for the next batch) moves with the
+ *    rest of the state;
  *  - a checkpoint of a frozen pipeline (gpipe K = 4 re-packed onto K = 2 x
  *    2, 2 steps after the freeze) resumed on another layout (K = 2
  *    re-packed onto K = 1 x 2) goes on to the same bits.
@@ -91,17 +90,23 @@ static int same_state(const ax_train_state *a, const ax_train_state *b) {
                  (size_t)a->n_blocks * sizeof(long));
 }
 
+/* n floats from `at` of a and b: both absent, or the same bits. */
+static int same_part(const float *a, const float *b, size_t at, size_t n) {
+  return !a == !b && (!a || !memcmp(a + at, b + at, n * sizeof(float)));
+}
+
 /* The state right after a freeze (b) is the state right before it (a):
- * every block's parameters and buffers, and the optimizer state and
- * update counts of the blocks from f on (the frozen prefix keeps none). */
+ * every block's parameters and buffers, and from block f on (the frozen
+ * prefix keeps none) the optimizer state, update counts and the staleness
+ * correction's history. */
 static int same_moved(const ax_train_state *a, const ax_train_state *b, int f) {
   size_t at = a->param_at[f], n = a->n_params - at;
   int same = a->n_params == b->n_params && a->n_buffers == b->n_buffers &&
-             !memcmp(a->params, b->params, a->n_params * sizeof(float)) &&
-             !memcmp(a->buffers, b->buffers, a->n_buffers * sizeof(float)) &&
-             !a->m == !b->m &&
-             (!a->m || !memcmp(a->m + at, b->m + at, n * 4)) &&
-             !a->v == !b->v && (!a->v || !memcmp(a->v + at, b->v + at, n * 4));
+             same_part(a->params, b->params, 0, a->n_params) &&
+             same_part(a->buffers, b->buffers, 0, a->n_buffers) &&
+             same_part(a->m, b->m, at, n) && same_part(a->v, b->v, at, n) &&
+             same_part(a->delta, b->delta, at, n) &&
+             same_part(a->pred, b->pred, at, n) && a->pred_for == b->pred_for;
   for (int i = f; same && i < a->n_blocks; i++)
     same = a->optim_steps[i] == b->optim_steps[i] &&
            a->last_step[i] == b->last_step[i];
@@ -260,16 +265,26 @@ static void freeze_resume(const run *r, const ax_freeze_opts *fo, const run *rb,
 }
 
 static void test_staleness(void **state) {
-  ax_freeze_opts fo = {2, 2, 0};
-  int kinds[2] = {AX_STALE_PREDICT, AX_STALE_PIPEMARE};
-  for (int i = 0; i < 2; i++) {
-    run r = {"mlp", MLP_CFG, AX_MODE_PIPEDREAM, 4, 1, 1, 1, 0, NULL};
-    r.staleness = kinds[i];
-    char what[128];
-    snprintf(what, sizeof what,
-             "mlp pipedream --staleness %s K=4 -> 2 blocks frozen, K=2 x 2",
-             ax_staleness_name(kinds[i]));
-    freeze_resume(&r, &fo, &r, &fo, 0, 3, what);
+  static const struct {
+    int mode, kind;
+  } c[] = {{AX_MODE_PIPEDREAM, AX_STALE_PIPEMARE},
+           {AX_MODE_PIPEDREAM, AX_STALE_PREDICT},
+           {AX_MODE_2BW, AX_STALE_PREDICT}};
+  for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+    pt_data d = {NULL, 16};
+    open_data(&d);
+    run r = {"mlp", MLP_CFG, c[i].mode, 4, 4, 1, 1, 0, NULL};
+    r.staleness = c[i].kind;
+    ax_train_state st;
+    train_frozen(&r, pt_batch, &d, 3, 2, 2, 3, &st, NULL);
+    assert_non_null(st.delta); /* a history to move */
+    assert_true(c[i].mode != AX_MODE_2BW || st.pred);
+    fprintf(stderr,
+            "  mlp %s --staleness %s K=4 -> 2 blocks frozen, K=2 x 2: "
+            "the correction's history moved too\n",
+            ax_pipe_mode_name(c[i].mode), ax_staleness_name(c[i].kind));
+    ax_state_free(&st);
+    ax_dataset_close(d.ds);
   }
 }
 

@@ -7,10 +7,10 @@
  * pipeline over blocks [fo->blocks, n):
  * - The state of every trained block moves over exactly, through the
  *   mover (state.h): parameters, buffers, optimizer state and update
- *   count, the last step (for the stashing modes, the 2bw shadow), as a
- *   checkpoint of the old pipeline resumed on the new one would, so
- *   training continues as if the pipeline had not changed, except that the
- *   frozen blocks no longer change.
+ *   count, the last step (for the stashing modes, the 2bw shadow), a
+ *   staleness correction's history, as a checkpoint of the old pipeline
+ *   resumed on the new one would, so training continues as if the pipeline
+ *   had not changed, except that the frozen blocks no longer change.
  * - The frozen prefix, blocks [0, fo->blocks), runs on the coordinator's
  *   CPU in inference mode (batch-norm running statistics, no dropout): it
  *   maps each mini-batch's inputs to the inputs of the new first stage
@@ -33,9 +33,9 @@
  *   and data positions go on). The frozen prefix is whole on the
  *   coordinator (tensor-parallel members' slices joined).
  * - A staleness correction goes on with the new stages' delays (fewer
- *   stages: smaller delays), which is what it corrects from then on; its
- *   own history, the average of the last updates, is not part of the
- *   state and starts again, as after a checkpoint's resume.
+ *   stages: smaller delays), which are what it corrects from then on, and
+ *   its history (the average update per parameter, whichever stage holds
+ *   it).
  *
  * AX_EINVAL (p unchanged): fo->blocks not above the blocks frozen so far
  * or not below the model's, a stage count that does not fit the agents or

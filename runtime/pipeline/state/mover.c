@@ -111,6 +111,16 @@ int axi_state_slot_file(const ax_train_state *st, const axi_state_slot *sl,
   if (err == AX_OK)
     err =
         put_slice(&w, "shadow", shadow ? st->shadow : NULL, at, n, whole, part);
+  /* The staleness correction's history: its average update, and (2bw, as
+   * the shadow) the next batch's prediction. */
+  int pred = st->pred && st->pred_for >= 0 &&
+             def->fwd_weights == AX_FWD_DOUBLE_BUFFERED;
+  if (err == AX_OK)
+    err = put_slice(&w, "stale.delta", st->delta, at, n, whole, part);
+  axi_ckw_i64(&w, "stale.pred_for", pred ? st->pred_for : -1);
+  if (err == AX_OK)
+    err =
+        put_slice(&w, "stale.pred", pred ? st->pred : NULL, at, n, whole, part);
   ax_net_free(whole);
   ax_net_free(part);
   if (err != AX_OK) {

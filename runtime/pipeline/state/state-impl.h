@@ -51,10 +51,12 @@ typedef struct axi_state_slot {
 /* Slot's stage file cut from st, finished in memory (*buf malloc'd, the
  * caller frees; sha its SHA-256, hex): the slot's parameters, buffers and
  * the whole member's optimizer state (a ZeRO stage takes its shard), the
- * optimizer's kind and steps and the last update's step. A shadow is kept
- * only when the slot's mode keeps one (2bw); a mode without one starts
- * from the live weights, as after a drain. AX_EINVAL naming the blocks
- * when they are outside the model or disagree on the optimizer's steps. */
+ * optimizer's kind and steps, the last update's step and the staleness
+ * correction's average update. A shadow, and a correction's prediction for
+ * the next batch, are kept only when the slot's mode keeps one (2bw); a
+ * mode without one starts from the live weights, as after a drain. AX_EINVAL
+ * naming the blocks when they are outside the model or disagree on the
+ * optimizer's steps. */
 int axi_state_slot_file(const ax_train_state *st, const axi_state_slot *slot,
                         uint8_t **buf, size_t *len,
                         char sha[2 * AX_SHA256_LEN + 1]);
