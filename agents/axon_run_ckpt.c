@@ -112,7 +112,6 @@ static void w_step(void *user, const ax_pipe_step_info *s) {
  * is that step. */
 static int seek_to(const axi_run_feed *feed, const ax_ckpt_info *info,
                    const char *why, const char *from, long *start) {
-  const char *how = !strcmp(why, "--resume") ? "resumed" : "rolled back";
   long e, b;
   AX_TRY(feed->seek(feed->user, info->step, 1, &e, &b));
   if (e != info->data_epoch || b != info->data_batch)
@@ -122,216 +121,11 @@ static int seek_to(const axi_run_feed *feed, const ax_ckpt_info *info,
                      "checkpoint's run",
                      why, from, info->step, b, e, info->data_batch,
                      info->data_epoch);
-  if (strcmp(from, "live")) /* recover says it */
-    fprintf(stderr, "axon-run: %s from %s at step %ld\n", how, from,
-            info->step);
+  fprintf(stderr, "axon-run: %s from %s at step %ld\n",
+          strcmp(why, "--resume") ? "rolled back" : "resumed", from,
+          info->step);
   *start = info->step;
   return AX_OK;
-}
-
-/* Loads the newest checkpoint at `path` (or that one) into p and moves the
- * data there: *start is its step. */
-static int restore(const axi_run_pipe_args *a, ax_pipe *p,
-                   const axi_run_feed *feed, const char *path, const char *why,
-                   long *start) {
-  char dir[1024], cfg[2048];
-  ax_ckpt_info info;
-  AX_TRY(ax_ckpt_find(path, dir, sizeof dir));
-  run_config(a, cfg, sizeof cfg);
-  int err = ax_ckpt_read_info(dir, &info);
-  if (err == AX_OK)
-    err = same_config(dir, info.config, cfg);
-  double t0 = ax_clock_s();
-  if (err == AX_OK)
-    err = ax_pipe_restore(p, dir, &info);
-  if (err == AX_OK)
-    fprintf(stderr, "axon-run: the checkpoint's state loaded in %.3f s\n",
-            ax_clock_s() - t0);
-  if (err != AX_OK) {
-    char m[1500], prev[1024];
-    snprintf(m, sizeof m, "%s", ax_errmsg());
-    ax_ckpt_previous(dir, prev, sizeof prev);
-    if (prev[0] && (err == AX_EFORMAT || err == AX_EIO))
-      return ax_seterr(err,
-                       "%s (the previous checkpoint %s is complete: "
-                       "--resume %s)",
-                       m, prev, prev);
-    return ax_seterr(err, "%s", m);
-  }
-  return seek_to(feed, &info, why, dir, start);
-}
-
-/* Rolls p back to the in-memory checkpoint m (the stages' copies on their
- * agents or their neighbours', or a replica's: from = "memory" or "live")
- * and moves the data there. */
-static int restore_memory(ax_pipe *p, const axi_run_feed *feed,
-                          const ax_mem_ckpt *m, const char *why,
-                          const char *from, long *start) {
-  ax_ckpt_info info;
-  AX_TRY(ax_pipe_restore_memory(p, m, &info));
-  return seek_to(feed, &info, why, from, start);
-}
-
-/* Before the rebuild of a replicated run of a flushed mode: the stages of
- * the lost agents (feed->lost) will take a live replica's state, every
- * survivor stopped at one step boundary and copied in memory (recover.h);
- * `reached`: the first step not reported done. AX_OK when *live holds
- * that copy; else the reason is printed and a checkpoint serves. */
-static int live_prepare(ax_pipe *p, const axi_run_feed *feed, ax_mem_ckpt *live,
-                        long reached) {
-  const char *lost[2 * AX_PIPE_MAX_STAGES];
-  int n = live && feed->lost ? feed->lost(feed->user, lost, 32) : 0;
-  if (!n)
-    return AX_ENOTFOUND;
-  int rc = ax_pipe_live_snapshot(p, lost, n, reached, live);
-  if (rc != AX_OK)
-    fprintf(stderr, "axon-run: no live recovery (%s); from a checkpoint\n",
-            ax_errmsg());
-  if (rc == AX_OK)
-    rc = feed->seek(feed->user, live->info.step, 0, &live->info.data_epoch,
-                    &live->info.data_batch);
-  return rc;
-}
-
-/* Rolls the rebuilt pipeline p back to the newest checkpoint: in memory
- * when it holds the newest step, else of --checkpoint-dir (or --resume),
- * or to the run's start (first) when none was written yet. *t: that step. */
-static int rollback(const axi_run_pipe_args *a, ax_pipe *p,
-                    const axi_run_feed *feed, const ax_mem_ckpt *mem,
-                    long first, long *t) {
-  char dir[1024];
-  const char *why = a->nspares    ? "--spares"
-                    : a->restarts ? "--restarts"
-                                  : "--elastic";
-  ax_ckpt_info disk;
-  int on_disk = a->ckpt_dir &&
-                ax_ckpt_find(a->ckpt_dir, dir, sizeof dir) == AX_OK &&
-                ax_ckpt_read_info(dir, &disk) == AX_OK;
-  int rc = AX_ENOTFOUND; /* from memory when it holds the newest step */
-  if (mem && mem->S > 0 && (!on_disk || mem->info.step >= disk.step)) {
-    rc = restore_memory(p, feed, mem, why, "memory", t);
-    if (rc != AX_OK && !on_disk) /* that step's only copy is gone */
-      return rc;
-    if (rc != AX_OK)
-      fprintf(stderr, "axon-run: no rollback from memory (%s); from disk\n",
-              ax_errmsg());
-  }
-  if (rc != AX_OK && on_disk)
-    return restore(a, p, feed, a->ckpt_dir, why, t);
-  if (rc != AX_OK && a->resume)
-    return restore(a, p, feed, a->resume, why, t);
-  if (rc != AX_OK) { /* no checkpoint yet: the run's start */
-    *t = first;
-    return feed->seek(feed->user, first, 1, &(long){0}, &(long){0});
-  }
-  return AX_OK;
-}
-
-/* A stage agent was lost during the training call that had reached step
- * `reached`: the pipeline is rebuilt on a spare or on the restarted agent
- * (feed->rebuild). With replicas of a flushed mode the lost stages take a
- * live replica's state and no step is lost (live_prepare); else every
- * stage rolls back (rollback). An agent lost during the rollback (the
- * spare, or another stage's agent, dying while the state is handed over)
- * is replaced in turn while spares or restarts are left: feed->rebuild
- * gives up otherwise, and when no agent is lost. *t: the step training
- * goes on from. */
-static int recover(const axi_run_pipe_args *a, ax_pipe **p,
-                   const axi_run_feed *feed, const ax_mem_ckpt *mem,
-                   ax_mem_ckpt *live, int failure, long first, long reached,
-                   long *t) {
-  if (!feed->rebuild || (!a->nspares && !a->restarts && !a->elastic))
-    return failure;
-  double t0 = ax_clock_s();
-  char failed[768];
-  snprintf(failed, sizeof failed, "%s", ax_errmsg());
-  /* A checkpoint still being written is complete or not before the
-   * newest one is looked for (its failure is the lost agent's). */
-  ax_pipe_checkpoint_wait(*p);
-  int lv = live_prepare(*p, feed, live, reached);
-  ax_seterr(failure, "%s", failed); /* what the rebuild reports */
-  int rc = feed->rebuild(feed->user, failure, p);
-  AX_TRY(rc);
-  const char *why = a->nspares    ? "--spares"
-                    : a->restarts ? "--restarts"
-                                  : "--elastic";
-  if (lv == AX_OK) {
-    lv = restore_memory(*p, feed, live, why, "live", t);
-    if (lv == AX_OK) {
-      fprintf(stderr,
-              "axon-run: recovered live from the replicas in %.2f s; at "
-              "step %ld, 0 steps lost (mini-batch %ld runs again)\n",
-              ax_clock_s() - t0, *t, *t);
-      if (*t > reached) /* updated on every stage, never reported */
-        fprintf(stderr,
-                "axon-run: steps %ld to %ld were applied but their "
-                "losses not reported\n",
-                reached, *t - 1);
-      return AX_OK;
-    }
-    fprintf(stderr, "axon-run: no live recovery (%s); from a checkpoint\n",
-            ax_errmsg());
-  }
-  while ((rc = rollback(a, *p, feed, mem, first, t)) != AX_OK &&
-         (rc = feed->rebuild(feed->user, rc, p)) == AX_OK)
-    ;
-  AX_TRY(rc);
-  fprintf(stderr,
-          "axon-run: recovered in %.2f s; back at step %ld, %ld "
-          "step(s) lost\n",
-          ax_clock_s() - t0, *t, reached > *t ? reached - *t : 0);
-  return AX_OK;
-}
-
-int axi_run_live(const axi_run_pipe_args *a) {
-  return a->replicas > 1 && (a->nspares || a->restarts || a->elastic) &&
-         ax_pipe_flushes(a->mode);
-}
-
-/* --elastic with --restarts: at step t, between two calls, the dropped
- * replicas' agents are all back: every stage's state is copied in memory
- * on its agent (a drained boundary), the pipeline is built anew with
- * every replica and each stage loads, a new replica's from a replica that
- * went on. */
-static int grow(ax_pipe **p, const axi_run_feed *feed, ax_mem_ckpt *live,
-                long t) {
-  double t0 = ax_clock_s();
-  AX_TRY(ax_pipe_checkpoint_wait(*p));
-  AX_TRY(ax_pipe_live_copy(*p, t, live));
-  AX_TRY(feed->seek(feed->user, t, 0, &live->info.data_epoch,
-                    &live->info.data_batch));
-  AX_TRY(feed->grow(feed->user, p));
-  AX_TRY(restore_memory(*p, feed, live, "--elastic", "live", &t));
-  fprintf(stderr, "axon-run: grew back in %.2f s at step %ld\n",
-          ax_clock_s() - t0, t);
-  return AX_OK;
-}
-
-/* Checkpoint `step`: on disk under --checkpoint-dir, and into *mem (when
- * not NULL) in memory. */
-static int save(const axi_run_pipe_args *a, ax_pipe *p,
-                const axi_run_feed *feed, long step, ax_mem_ckpt *mem) {
-  ax_ckpt_info in;
-  memset(&in, 0, sizeof in);
-  in.step = step;
-  in.seed = a->seed;
-  AX_TRY(feed->seek(feed->user, step, 0, &in.data_epoch, &in.data_batch));
-  snprintf(in.model, sizeof in.model, "%s", a->model);
-  snprintf(in.model_config, sizeof in.model_config, "%s",
-           a->model_config ? a->model_config : "");
-  snprintf(in.dataset, sizeof in.dataset, "%s", a->dataset);
-  snprintf(in.data_config, sizeof in.data_config, "%s",
-           a->data_config ? a->data_config : "");
-  run_config(a, in.config, sizeof in.config);
-  if (mem) /* the stages' copies in memory, on their agents and neighbours */
-    AX_TRY(ax_pipe_checkpoint_memory(p, &in, mem));
-  if (!a->ckpt_dir)
-    return AX_OK;
-  /* The stages' files are written while training goes on (the manifest
-   * follows them; the next checkpoint or the run's end waits). */
-  return ax_pipe_checkpoint(p, a->ckpt_dir, &in, 2,
-                            a->ckpt_to_coord ? AX_CKPT_TO_COORDINATOR
-                                             : AX_CKPT_ASYNC);
 }
 
 /* --freeze-schedule: the point at step t, if any, is applied: the pipeline
@@ -373,6 +167,233 @@ static int freeze_at(const axi_run_pipe_args *a, ax_pipe **pp,
   return AX_OK;
 }
 
+/* A pipeline just built, with nothing frozen, frozen as the run's was at
+ * step `step` (a checkpoint's, which holds the frozen prefix: --resume and
+ * the rollback of a lost agent restore it onto that layout): the
+ * schedule's points up to it applied, the later ones still to come. */
+static int refreeze(const axi_run_pipe_args *a, ax_pipe **pp,
+                    const axi_run_feed *feed, freezer *fz, long step) {
+  fz->next = 0;
+  while (fz->next < fz->n && fz->pt[fz->next].step <= step)
+    AX_TRY(freeze_at(a, pp, feed, fz, fz->pt[fz->next].step, 1));
+  fz->phase_s = 0;
+  fz->phase_from = step;
+  return AX_OK;
+}
+
+/* Loads the newest checkpoint at `path` (or that one) into the pipeline *pp
+ * (just built: frozen first as the checkpoint's was) and moves the data
+ * there: *start is its step. */
+static int restore(const axi_run_pipe_args *a, ax_pipe **pp,
+                   const axi_run_feed *feed, freezer *fz, const char *path,
+                   const char *why, long *start) {
+  char dir[1024], cfg[2048];
+  ax_ckpt_info info;
+  AX_TRY(ax_ckpt_find(path, dir, sizeof dir));
+  run_config(a, cfg, sizeof cfg);
+  int err = ax_ckpt_read_info(dir, &info);
+  if (err == AX_OK)
+    err = same_config(dir, info.config, cfg);
+  if (err == AX_OK)
+    err = refreeze(a, pp, feed, fz, info.step);
+  double t0 = ax_clock_s();
+  if (err == AX_OK)
+    err = ax_pipe_restore(*pp, dir, &info);
+  if (err == AX_OK)
+    fprintf(stderr, "axon-run: the checkpoint's state loaded in %.3f s\n",
+            ax_clock_s() - t0);
+  if (err != AX_OK) {
+    char m[1500], prev[1024];
+    snprintf(m, sizeof m, "%s", ax_errmsg());
+    ax_ckpt_previous(dir, prev, sizeof prev);
+    if (prev[0] && (err == AX_EFORMAT || err == AX_EIO))
+      return ax_seterr(err,
+                       "%s (the previous checkpoint %s is complete: "
+                       "--resume %s)",
+                       m, prev, prev);
+    return ax_seterr(err, "%s", m);
+  }
+  return seek_to(feed, &info, why, dir, start);
+}
+
+/* Rolls the pipeline *pp (just built) back to the in-memory checkpoint m
+ * (the stages' copies on their agents or their neighbours', or a
+ * replica's: from = "memory" or "live") and moves the data there. */
+static int restore_memory(const axi_run_pipe_args *a, ax_pipe **pp,
+                          const axi_run_feed *feed, freezer *fz,
+                          const ax_mem_ckpt *m, const char *why,
+                          const char *from, long *start) {
+  ax_ckpt_info info;
+  AX_TRY(refreeze(a, pp, feed, fz, m->info.step));
+  AX_TRY(ax_pipe_restore_memory(*pp, m, &info));
+  return seek_to(feed, &info, why, from, start);
+}
+
+/* Before the rebuild of a replicated run of a flushed mode: the stages of
+ * the lost agents (feed->lost) will take a live replica's state, every
+ * survivor stopped at one step boundary and copied in memory (recover.h);
+ * `reached`: the first step not reported done. AX_OK when *live holds
+ * that copy; else the reason is printed and a checkpoint serves. */
+static int live_prepare(ax_pipe *p, const axi_run_feed *feed, ax_mem_ckpt *live,
+                        long reached) {
+  const char *lost[2 * AX_PIPE_MAX_STAGES];
+  int n = live && feed->lost ? feed->lost(feed->user, lost, 32) : 0;
+  if (!n)
+    return AX_ENOTFOUND;
+  int rc = ax_pipe_live_snapshot(p, lost, n, reached, live);
+  if (rc != AX_OK)
+    fprintf(stderr, "axon-run: no live recovery (%s); from a checkpoint\n",
+            ax_errmsg());
+  if (rc == AX_OK)
+    rc = feed->seek(feed->user, live->info.step, 0, &live->info.data_epoch,
+                    &live->info.data_batch);
+  return rc;
+}
+
+/* Rolls the rebuilt pipeline *pp back to the newest checkpoint: in memory
+ * when it holds the newest step, else of --checkpoint-dir (or --resume),
+ * or to the run's start (first) when none was written yet, frozen as the
+ * run was there. *t: that step. */
+static int rollback(const axi_run_pipe_args *a, ax_pipe **pp,
+                    const axi_run_feed *feed, freezer *fz,
+                    const ax_mem_ckpt *mem, long first, long *t) {
+  char dir[1024];
+  const char *why = a->nspares    ? "--spares"
+                    : a->restarts ? "--restarts"
+                                  : "--elastic";
+  ax_ckpt_info disk;
+  int on_disk = a->ckpt_dir &&
+                ax_ckpt_find(a->ckpt_dir, dir, sizeof dir) == AX_OK &&
+                ax_ckpt_read_info(dir, &disk) == AX_OK;
+  int rc = AX_ENOTFOUND; /* from memory when it holds the newest step */
+  if (mem && mem->S > 0 && (!on_disk || mem->info.step >= disk.step)) {
+    rc = restore_memory(a, pp, feed, fz, mem, why, "memory", t);
+    if (rc != AX_OK && !on_disk) /* that step's only copy is gone */
+      return rc;
+    if (rc != AX_OK)
+      fprintf(stderr, "axon-run: no rollback from memory (%s); from disk\n",
+              ax_errmsg());
+  }
+  if (rc != AX_OK && on_disk)
+    return restore(a, pp, feed, fz, a->ckpt_dir, why, t);
+  if (rc != AX_OK && a->resume)
+    return restore(a, pp, feed, fz, a->resume, why, t);
+  if (rc != AX_OK) { /* no checkpoint yet: the run's start */
+    *t = first;
+    AX_TRY(refreeze(a, pp, feed, fz, first));
+    return feed->seek(feed->user, first, 1, &(long){0}, &(long){0});
+  }
+  return AX_OK;
+}
+
+/* A stage agent was lost during the training call that had reached step
+ * `reached`: the pipeline is rebuilt on a spare or on the restarted agent
+ * (feed->rebuild). With replicas of a flushed mode the lost stages take a
+ * live replica's state and no step is lost (live_prepare); else every
+ * stage rolls back (rollback). An agent lost during the rollback (the
+ * spare, or another stage's agent, dying while the state is handed over)
+ * is replaced in turn while spares or restarts are left: feed->rebuild
+ * gives up otherwise, and when no agent is lost. *t: the step training
+ * goes on from. */
+static int recover(const axi_run_pipe_args *a, ax_pipe **p,
+                   const axi_run_feed *feed, freezer *fz,
+                   const ax_mem_ckpt *mem, ax_mem_ckpt *live, int failure,
+                   long first, long reached, long *t) {
+  if (!feed->rebuild || (!a->nspares && !a->restarts && !a->elastic))
+    return failure;
+  double t0 = ax_clock_s();
+  char failed[768];
+  snprintf(failed, sizeof failed, "%s", ax_errmsg());
+  /* A checkpoint still being written is complete or not before the
+   * newest one is looked for (its failure is the lost agent's). */
+  ax_pipe_checkpoint_wait(*p);
+  int lv = live_prepare(*p, feed, live, reached);
+  ax_seterr(failure, "%s", failed); /* what the rebuild reports */
+  int rc = feed->rebuild(feed->user, failure, p);
+  AX_TRY(rc);
+  const char *why = a->nspares    ? "--spares"
+                    : a->restarts ? "--restarts"
+                                  : "--elastic";
+  if (lv == AX_OK) {
+    lv = restore_memory(a, p, feed, fz, live, why, "live", t);
+    if (lv == AX_OK) {
+      fprintf(stderr,
+              "axon-run: recovered live from the replicas in %.2f s; at "
+              "step %ld, 0 steps lost (mini-batch %ld runs again)\n",
+              ax_clock_s() - t0, *t, *t);
+      if (*t > reached) /* updated on every stage, never reported */
+        fprintf(stderr,
+                "axon-run: steps %ld to %ld were applied but their "
+                "losses not reported\n",
+                reached, *t - 1);
+      return AX_OK;
+    }
+    fprintf(stderr, "axon-run: no live recovery (%s); from a checkpoint\n",
+            ax_errmsg());
+  }
+  while ((rc = rollback(a, p, feed, fz, mem, first, t)) != AX_OK &&
+         (rc = feed->rebuild(feed->user, rc, p)) == AX_OK)
+    ;
+  AX_TRY(rc);
+  fprintf(stderr,
+          "axon-run: recovered in %.2f s; back at step %ld, %ld "
+          "step(s) lost\n",
+          ax_clock_s() - t0, *t, reached > *t ? reached - *t : 0);
+  return AX_OK;
+}
+
+int axi_run_live(const axi_run_pipe_args *a) {
+  return a->replicas > 1 && (a->nspares || a->restarts || a->elastic) &&
+         ax_pipe_flushes(a->mode);
+}
+
+/* --elastic with --restarts: at step t, between two calls, the dropped
+ * replicas' agents are all back: every stage's state is copied in memory
+ * on its agent (a drained boundary), the pipeline is built anew with
+ * every replica and each stage loads, a new replica's from a replica that
+ * went on. */
+static int grow(const axi_run_pipe_args *a, ax_pipe **p,
+                const axi_run_feed *feed, freezer *fz, ax_mem_ckpt *live,
+                long t) {
+  double t0 = ax_clock_s();
+  AX_TRY(ax_pipe_checkpoint_wait(*p));
+  AX_TRY(ax_pipe_live_copy(*p, t, live));
+  AX_TRY(feed->seek(feed->user, t, 0, &live->info.data_epoch,
+                    &live->info.data_batch));
+  AX_TRY(feed->grow(feed->user, p));
+  AX_TRY(restore_memory(a, p, feed, fz, live, "--elastic", "live", &t));
+  fprintf(stderr, "axon-run: grew back in %.2f s at step %ld\n",
+          ax_clock_s() - t0, t);
+  return AX_OK;
+}
+
+/* Checkpoint `step`: on disk under --checkpoint-dir, and into *mem (when
+ * not NULL) in memory. */
+static int save(const axi_run_pipe_args *a, ax_pipe *p,
+                const axi_run_feed *feed, long step, ax_mem_ckpt *mem) {
+  ax_ckpt_info in;
+  memset(&in, 0, sizeof in);
+  in.step = step;
+  in.seed = a->seed;
+  AX_TRY(feed->seek(feed->user, step, 0, &in.data_epoch, &in.data_batch));
+  snprintf(in.model, sizeof in.model, "%s", a->model);
+  snprintf(in.model_config, sizeof in.model_config, "%s",
+           a->model_config ? a->model_config : "");
+  snprintf(in.dataset, sizeof in.dataset, "%s", a->dataset);
+  snprintf(in.data_config, sizeof in.data_config, "%s",
+           a->data_config ? a->data_config : "");
+  run_config(a, in.config, sizeof in.config);
+  if (mem) /* the stages' copies in memory, on their agents and neighbours */
+    AX_TRY(ax_pipe_checkpoint_memory(p, &in, mem));
+  if (!a->ckpt_dir)
+    return AX_OK;
+  /* The stages' files are written while training goes on (the manifest
+   * follows them; the next checkpoint or the run's end waits). */
+  return ax_pipe_checkpoint(p, a->ckpt_dir, &in, 2,
+                            a->ckpt_to_coord ? AX_CKPT_TO_COORDINATOR
+                                             : AX_CKPT_ASYNC);
+}
+
 int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
                   const axi_run_feed *feed, long *start, double *seconds,
                   double *ckpt_s) {
@@ -382,17 +403,8 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
     AX_TRY(ax_freeze_schedule_parse(a->freeze_schedule, fz.pt, 16, &fz.n));
   *start = 0;
   *seconds = *ckpt_s = 0;
-  if (a->resume && fz.n) { /* the pipeline as frozen at the checkpoint */
-    char dir[1024];
-    ax_ckpt_info info;
-    AX_TRY(ax_ckpt_find(a->resume, dir, sizeof dir));
-    AX_TRY(ax_ckpt_read_info(dir, &info));
-    while (fz.next < fz.n && fz.pt[fz.next].step <= info.step)
-      AX_TRY(freeze_at(a, pp, feed, &fz, fz.pt[fz.next].step, 1));
-    fz.phase_from = info.step;
-  }
   if (a->resume)
-    AX_TRY(restore(a, *pp, feed, a->resume, "--resume", start));
+    AX_TRY(restore(a, pp, feed, &fz, a->resume, "--resume", start));
   else
     AX_TRY(feed->seek(feed->user, 0, 1, &(long){0}, &(long){0}));
   if (*start >= total)
@@ -427,7 +439,7 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
     *seconds += ax_clock_s() - t0;
     fz.phase_s += ax_clock_s() - t0;
     if (err != AX_OK) { /* a lost stage agent, with a spare left? */
-      err = recover(a, pp, feed, mem, live, err, *start,
+      err = recover(a, pp, feed, &fz, mem, live, err, *start,
                     w.done > t ? w.done : t, &t);
       continue;
     }
@@ -436,11 +448,15 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
       fflush(w.loss_log);
     if (err == AX_OK && feed->segment)
       err = feed->segment(feed->user, t);
-    if (err == AX_OK && t < total)
-      err = freeze_at(a, pp, feed, &fz, t, 0);
+    if (err == AX_OK && t < total &&
+        (err = freeze_at(a, pp, feed, &fz, t, 0)) != AX_OK) {
+      /* an agent lost while the state moved? */
+      err = recover(a, pp, feed, &fz, mem, live, err, *start, t, &t);
+      continue;
+    }
     if (err == AX_OK && t < total && shrunk >= 0 &&
         feed->can_grow(feed->user) > 0)
-      err = grow(pp, feed, live, t);
+      err = grow(a, pp, feed, &fz, live, t);
     if (err == AX_OK && (a->ckpt_dir || mem) &&
         (N ? t % N == 0 || t == total : t == total)) {
       t0 = ax_clock_s();
@@ -451,7 +467,7 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **pp, long total,
         err = ax_pipe_checkpoint_wait(*pp);
       *ckpt_s += ax_clock_s() - t0;
       if (err != AX_OK) /* lost while saving: the previous one is whole */
-        err = recover(a, pp, feed, mem, live, err, *start, t, &t);
+        err = recover(a, pp, feed, &fz, mem, live, err, *start, t, &t);
     }
   }
   if (mem && *pp)

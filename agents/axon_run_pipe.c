@@ -407,10 +407,12 @@ int axi_run_pipe_main(axi_run_pipe_args *a) {
     /* Replicas or tensor parallelism: a worker per stage of every part
      * besides the default 4, since a stage's action run on a worker
      * (--ahead 1, evaluation) may wait there in a collective for the
-     * other parts' (on agents, each has workers of its own). */
-    int parts = AXR_PARTS(a);
-    rc = ax_pipe_emulator_new(
-        "emulator", parts > 1 ? 4 + parts * axi_run_stages(a) : 0, &node);
+     * other parts' (on agents, each has workers of its own). A freeze
+     * re-packs the parts onto no more ranks than there were, with as
+     * many chunks each. */
+    int parts = AXR_PARTS(a), many = parts > 1 || a->freeze_schedule;
+    rc = ax_pipe_emulator_new("emulator",
+                              many ? 4 + parts * axi_run_stages(a) : 0, &node);
     for (int s = 0; s < a->K * AXR_PARTS(a) && rc == AX_OK; s++)
       agents[s] = ax_node_name(node); /* every part's */
     a->agents = agents;

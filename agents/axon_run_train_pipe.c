@@ -333,11 +333,6 @@ static int check_schedule(const axi_run_pipe_args *pa) {
       fprintf(stderr, "axon-run: --freeze-schedule: %s\n", ax_errmsg());
       return 2;
     }
-    if (pa->emulate || pa->nspares || pa->restarts || pa->tensor_parallel > 1 ||
-        pa->zero || pa->optimizer_host || pa->staleness)
-      return refuse(1, "--freeze-schedule: not yet with --emulate, "
-                       "--spares, --restarts, --tensor-parallel, --zero, "
-                       "--optimizer-host or --staleness");
   }
   if (ax_staleness_check(pa->mode, pa->staleness,
                          pa->stale_gamma ? pa->stale_gamma : AX_PIPEMARE_GAMMA,

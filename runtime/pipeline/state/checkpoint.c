@@ -13,33 +13,6 @@
 #include "axon/runtime/pipeline/state/ckpt_file-impl.h"
 #include "axon/runtime/pipeline/state/state-impl.h"
 
-/* Stage s's file; a tensor-parallel member's carries its index, and the
- * optimizer shard of a ZeRO replica r > 0 its replica (replica 0's file
- * holds the parameters and its own shard). */
-static void stage_file(const ax_pipe *p, int s, char *out, size_t len) {
-  int n = p->members > 1 ? snprintf(out, len, "stage-%02d-t%d", s, p->member)
-                         : snprintf(out, len, "stage-%02d", s);
-  if (p->o.zero && p->replica > 0 && n > 0 && (size_t)n < len)
-    n += snprintf(out + n, len - (size_t)n, "-r%d", p->replica);
-  if (n > 0 && (size_t)n < len)
-    snprintf(out + n, len - (size_t)n, ".axck");
-}
-
-/* The layout front holds its state in (state.h). */
-static void layout_of(const ax_pipe *front, ax_layout *l) {
-  const ax_pipe *p = front->nrep ? front->rep[0] : front;
-  int T = axi_pipe_members(front);
-  memset(l, 0, sizeof *l);
-  l->mode = p->o.mode;
-  l->stages = p->K;
-  memcpy(l->bounds, p->bounds, sizeof l->bounds);
-  l->tensor_parallel = T;
-  l->replicas = front->nrep ? front->nrep / T : 1;
-  l->zero = p->o.zero;
-  l->optimizer_host = p->optim_host[0] != 0;
-  l->frozen = axi_pipe_frozen_blocks(front->frozen);
-}
-
 typedef struct save_args {
   char dir[1024];
   const ax_pipe *p; /* the part whose stages save */
@@ -84,7 +57,7 @@ static int save_reply(void *user, int s, const ax_values *r) {
 static int save_args_of(void *user, int s, ax_values **out) {
   save_args *a = user;
   char name[64];
-  stage_file(a->p, s, name, sizeof name);
+  axi_state_file_of(a->p, s, name, sizeof name);
   axi_pipe_ckpt_save_msg m = {a->dir, name,     1, a->send,
                               1,      a->async, 1, a->p->replica > 0};
   ax_values *v = *out = ax_values_new();
@@ -95,26 +68,17 @@ static int save_args_of(void *user, int s, ax_values **out) {
 static int wait_args_of(void *user, int s, ax_values **out) {
   save_args *a = user;
   char name[64], path[1200];
-  stage_file(a->p, s, name, sizeof name);
+  axi_state_file_of(a->p, s, name, sizeof name);
   snprintf(path, sizeof path, "%s/%s", a->dir, name);
   axi_pipe_ckpt_wait_msg m = {path};
   ax_values *v = *out = ax_values_new();
   return v ? axi_pipe_ckpt_wait_encode(&m, v) : AX_ENOMEM;
 }
 
-#define AXI_CK_PREFIX_FILE "prefix.axck"
-
-/* The frozen prefix's file (freeze.h): blocks [0, f) of the coordinator's
- * net, in the stage file format (stage -1), listed in the manifest. */
+/* The frozen prefix's file (freeze.h), listed in the manifest. */
 static int save_prefix(axi_pipe_frozen *f, const char *dir, axi_manifest *m) {
-  ax_net *net = axi_pipe_frozen_net(f);
   axi_ckw w;
-  axi_ckw_init(&w, AXI_CK_STAGE);
-  axi_ckw_i64(&w, "stage", -1);
-  axi_ckw_i64(&w, "blocks.first", 0);
-  axi_ckw_i64(&w, "blocks.last", axi_pipe_frozen_blocks(f));
-  axi_ckw_tensor(&w, "params", net->params);
-  axi_ckw_tensor(&w, "buffers", net->buffers);
+  axi_state_prefix_file(axi_pipe_frozen_net(f), axi_pipe_frozen_blocks(f), &w);
   char path[1200];
   snprintf(path, sizeof path, "%s/" AXI_CK_PREFIX_FILE, dir);
   int i = m->nfiles++;
@@ -275,7 +239,7 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
   ax_pipe *front = p;
   ax_pipe *const *parts = p->nrep ? p->rep : &front;
   p = parts[0];
-  int T = p->o.zero && front->nrep ? front->nrep : axi_pipe_members(front);
+  int T = axi_state_nparts(front);
   if (p->plan)
     return ax_seterr(AX_ESTATE, "checkpoint: only between ax_pipe_train "
                                 "calls");
@@ -285,7 +249,7 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
   memset(&m, 0, sizeof m);
   m.step = in->step;
   ax_layout lay;
-  layout_of(front, &lay);
+  axi_state_layout_of(front, &lay);
   AX_TRY(axi_layout_format(&lay, m.layout, sizeof m.layout));
   save_args a = {.m = &m, .send = (flags & AX_CKPT_TO_COORDINATOR) != 0};
   a.async = !a.send && (flags & AX_CKPT_ASYNC);
@@ -308,7 +272,7 @@ int ax_pipe_checkpoint(ax_pipe *p, const char *root, const ax_ckpt_info *in,
     a.p = parts[t];
     a.first = 1 + t * p->K;
     for (int s = 0; s < p->K; s++)
-      stage_file(parts[t], s, m.f[a.first + s].name, sizeof m.f[0].name);
+      axi_state_file_of(parts[t], s, m.f[a.first + s].name, sizeof m.f[0].name);
     err = axi_pipe_all_stages(parts[t], 0, "ckpt_save", save_args_of,
                               save_reply, &a);
   }
@@ -336,7 +300,7 @@ static int load_args_of(void *user, int s, ax_values **out) {
   char name[64], path[1200];
   int64_t size = -1;
   const char *sha = "";
-  stage_file(a->p, s, name, sizeof name);
+  axi_state_file_of(a->p, s, name, sizeof name);
   axi_manifest_find(a->m, name, &size, &sha);
   snprintf(path, sizeof path, "%s/%s", a->dir, name);
   axi_pipe_ckpt_load_msg m = {path, size, sha, a->here, NULL};
@@ -384,7 +348,7 @@ static int restore_files(ax_pipe *p, const char *dir, const axi_manifest *m,
     char name[64];
     int64_t size;
     const char *sha;
-    stage_file(p, s, name, sizeof name);
+    axi_state_file_of(p, s, name, sizeof name);
     if (!axi_manifest_find(m, name, &size, &sha))
       return ax_seterr(AX_EFORMAT,
                        "checkpoint file %s/" AXI_CK_MANIFEST
@@ -393,35 +357,6 @@ static int restore_files(ax_pipe *p, const char *dir, const axi_manifest *m,
   }
   load_args a = {p, dir, m, here};
   return axi_pipe_all_stages(p, 0, "ckpt_load", load_args_of, NULL, &a);
-}
-
-typedef struct moved_args {
-  const ax_pipe *p;
-  const ax_train_state *st;
-  const char *dir;
-} moved_args;
-
-/* "ckpt_load" with stage s's file cut from the state by the mover. */
-static int moved_args_of(void *user, int s, ax_values **out) {
-  moved_args *a = user;
-  const ax_pipe *p = a->p;
-  axi_state_slot slot = {s,          p->bounds[s], p->bounds[s + 1],
-                         p->members, p->member,    p->o.mode};
-  uint8_t *buf;
-  size_t len;
-  char sha[2 * AX_SHA256_LEN + 1], name[64], path[1200];
-  AX_TRY(axi_state_slot_file(a->st, &slot, &buf, &len, sha));
-  stage_file(p, s, name, sizeof name);
-  snprintf(path, sizeof path, "%s/%s", a->dir, name);
-  axi_pipe_ckpt_load_msg m = {path, (int64_t)len, sha, 1,
-                              axi_ck_pack(buf, len)};
-  free(buf);
-  if (!m.file)
-    return AX_ENOMEM;
-  ax_values *v = *out = ax_values_new();
-  int err = v ? axi_pipe_ckpt_load_encode(&m, v) : AX_ENOMEM;
-  ax_tensor_release(m.file);
-  return err;
 }
 
 /* The checkpoint's state, read here whatever layout wrote it, cut for
@@ -435,17 +370,7 @@ static int restore_moved(ax_pipe *front, const char *dir) {
                      "the checkpoint on the coordinator's host: copy them "
                      "here or use a shared directory)",
                      ax_errmsg());
-  if (strcmp(st.model, front->nrep ? front->rep[0]->model : front->model))
-    err = ax_seterr(AX_EINVAL, "checkpoint %s is of model %s, not %s", dir,
-                    st.model, front->model);
-  int n = front->nrep ? front->nrep : 1;
-  for (int i = 0; i < n && err == AX_OK; i++) {
-    moved_args a = {front->nrep ? front->rep[i] : front, &st, dir};
-    err = axi_pipe_all_stages(front->nrep ? front->rep[i] : front, 0,
-                              "ckpt_load", moved_args_of, NULL, &a);
-    if (err != AX_OK && n > 1)
-      err = ax_seterr(err, "part %d: %s", i, ax_errmsg());
-  }
+  err = axi_state_load(front, &st, dir);
   ax_state_free(&st);
   return err;
 }
@@ -464,7 +389,7 @@ int ax_pipe_restore(ax_pipe *p, const char *path, ax_ckpt_info *info) {
   AX_TRY(err);
   ax_layout was, now;
   AX_TRY(ax_layout_read(dir, &was));
-  layout_of(p, &now);
+  axi_state_layout_of(p, &now);
   ax_pipe *const *parts = p->nrep ? p->rep : &p;
   int n = p->nrep ? p->nrep : 1;
   for (int i = 0; i < n; i++)

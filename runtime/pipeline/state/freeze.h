@@ -5,11 +5,12 @@
  *
  * ax_pipe_freeze(&p, fo), between two ax_pipe_train calls, replaces p by a
  * pipeline over blocks [fo->blocks, n):
- * - The state of every trained block moves over exactly: parameters,
- *   buffers, optimizer state and update count, the last step (for the
- *   stashing modes, the 2bw shadow), so training continues as if the
- *   pipeline had not changed, except that the frozen blocks no longer
- *   change.
+ * - The state of every trained block moves over exactly, through the
+ *   mover (state.h): parameters, buffers, optimizer state and update
+ *   count, the last step (for the stashing modes, the 2bw shadow), a
+ *   staleness correction's history, as a checkpoint of the old pipeline
+ *   resumed on the new one would, so training continues as if the pipeline
+ *   had not changed, except that the frozen blocks no longer change.
  * - The frozen prefix, blocks [0, fo->blocks), runs on the coordinator's
  *   CPU in inference mode (batch-norm running statistics, no dropout): it
  *   maps each mini-batch's inputs to the inputs of the new first stage
@@ -22,16 +23,26 @@
  *   the share of blocks left, rounded up to a divisor of the agents, at
  *   most the old count: with 2^k agents the pipeline halves once at most
  *   half the blocks are left, as in PipeTransformer), and the agents of
- *   the old pipeline (every replica's, in order) host floor(agents / K')
- *   replicas of it; the other agents are left alone. The new pipeline keeps the
- *   old one's mode, micro-batches, optimizer, seed, device and timeout,
- *   and continues its mini-batch count (dropout seeds and data positions
- *   go on).
+ *   the old pipeline (every replica's and member's, in order) host
+ *   floor(agents / (K' T)) replicas of it, T the tensor-parallel members
+ *   of a stage; the other agents are left alone. The new pipeline keeps
+ *   the old one's mode, micro-batches, optimizer (and its host), ZeRO
+ *   (over the new replicas, while there are two or more: the sharded
+ *   state is the same), tensor parallelism, staleness correction, seed,
+ *   device and timeout, and continues its mini-batch count (dropout seeds
+ *   and data positions go on). The frozen prefix is whole on the
+ *   coordinator (tensor-parallel members' slices joined).
+ * - A staleness correction goes on with the new stages' delays (fewer
+ *   stages: smaller delays), which are what it corrects from then on, and
+ *   its history (the average update per parameter, whichever stage holds
+ *   it).
  *
- * Refused (AX_EUNSUPPORTED, p unchanged): tensor-parallel pipelines,
- * sharded or offloaded optimizer state, staleness corrections and chunked
- * modes whose placement would not fit; AX_EINVAL: fo->blocks not above
- * the blocks frozen so far or not below the model's, a bad stage count.
+ * AX_EINVAL (p unchanged): fo->blocks not above the blocks frozen so far
+ * or not below the model's, a stage count that does not fit the agents or
+ * the blocks left (chunked modes: the old chunks per agent); AX_ESTATE
+ * during a train call. A checkpoint still being written is waited for
+ * first, and its failure returned.
+ *
  * A checkpoint of a pipeline with a frozen prefix also holds the prefix
  * (prefix.axck, written by the coordinator) and the frozen block count; a
  * restore needs a pipeline frozen the same way (axon-run --resume applies

@@ -111,6 +111,16 @@ int axi_state_slot_file(const ax_train_state *st, const axi_state_slot *sl,
   if (err == AX_OK)
     err =
         put_slice(&w, "shadow", shadow ? st->shadow : NULL, at, n, whole, part);
+  /* The staleness correction's history: its average update, and (2bw, as
+   * the shadow) the next batch's prediction. */
+  int pred = st->pred && st->pred_for >= 0 &&
+             def->fwd_weights == AX_FWD_DOUBLE_BUFFERED;
+  if (err == AX_OK)
+    err = put_slice(&w, "stale.delta", st->delta, at, n, whole, part);
+  axi_ckw_i64(&w, "stale.pred_for", pred ? st->pred_for : -1);
+  if (err == AX_OK)
+    err =
+        put_slice(&w, "stale.pred", pred ? st->pred : NULL, at, n, whole, part);
   ax_net_free(whole);
   ax_net_free(part);
   if (err != AX_OK) {
@@ -118,6 +128,24 @@ int axi_state_slot_file(const ax_train_state *st, const axi_state_slot *sl,
     return err;
   }
   return axi_ckw_finish(&w, buf, len, sha);
+}
+
+void axi_state_file_name(int s, int T, int t, int r, char *out, size_t cap) {
+  int n = T > 1 ? snprintf(out, cap, "stage-%02d-t%d", s, t)
+                : snprintf(out, cap, "stage-%02d", s);
+  if (r > 0 && n > 0 && (size_t)n < cap)
+    n += snprintf(out + n, cap - (size_t)n, "-r%d", r);
+  if (n > 0 && (size_t)n < cap)
+    snprintf(out + n, cap - (size_t)n, ".axck");
+}
+
+void axi_state_prefix_file(const ax_net *net, int f, axi_ckw *w) {
+  axi_ckw_init(w, AXI_CK_STAGE);
+  axi_ckw_i64(w, "stage", -1);
+  axi_ckw_i64(w, "blocks.first", 0);
+  axi_ckw_i64(w, "blocks.last", f);
+  axi_ckw_tensor(w, "params", net->params);
+  axi_ckw_tensor(w, "buffers", net->buffers);
 }
 
 /* ---- layouts -------------------------------------------------------------

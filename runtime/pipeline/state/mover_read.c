@@ -1,5 +1,7 @@
-/* The mover's gathering side (state.h): a checkpoint written by any layout,
- * or an exported model file, read into the layout-free state. */
+/* The mover's gathering side (state.h, state-impl.h): the pieces any
+ * layout wrote, from a checkpoint directory or any other source (the live
+ * stages' snapshots: mover_pipe.c), or an exported model file, read into
+ * the layout-free state. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,28 +205,19 @@ static int place(ax_train_state *st, const member *x, int first, int last,
   return err;
 }
 
-/* Whether manifest entry i is a file of stage s and member t (ZeRO shard
- * files carry the replica after the member). */
-static int is_piece(const char *name, int s, int T, int t) {
-  char a[64], b[64];
-  if (T > 1)
-    snprintf(a, sizeof a, "stage-%02d-t%d.axck", s, t);
-  else
-    snprintf(a, sizeof a, "stage-%02d.axck", s);
-  if (!strcmp(name, a))
-    return 1;
-  if (T > 1)
-    snprintf(b, sizeof b, "stage-%02d-t%d-r", s, t);
-  else
-    snprintf(b, sizeof b, "stage-%02d-r", s);
-  return !strncmp(name, b, strlen(b)) && strstr(name, ".axck");
+/* Opens piece `name` of src, or fails naming what lacks it. */
+static int open_piece(const axi_state_src *src, const char *name, axi_ckr *r) {
+  int err = src->open(src->user, name, r);
+  if (err == AX_ENOTFOUND)
+    return ax_seterr(AX_EFORMAT, "%s lists no %s", src->what, name);
+  return err;
 }
 
-/* Stage s (blocks [first, last)) of T members from dir's files. */
-static int read_stage(ax_train_state *st, const char *dir,
-                      const axi_manifest *m, int s, int first, int last,
-                      int T) {
-  int err = AX_OK;
+/* Stage s (blocks [first, last)) of layout l from src's pieces: each
+ * member's file and, under ZeRO, every other replica's optimizer shard. */
+static int read_stage(ax_train_state *st, const axi_state_src *src,
+                      const ax_layout *l, int s, int first, int last) {
+  int err = AX_OK, T = l->tensor_parallel, R = l->zero ? l->replicas : 1;
   for (int t = 0; t < T && err == AX_OK; t++) {
     member x = {0};
     if (T > 1) {
@@ -238,29 +231,34 @@ static int read_stage(ax_train_state *st, const char *dir,
       x.n = st->param_at[last] - st->param_at[first];
       x.nb = st->buffer_at[last] - st->buffer_at[first];
     }
-    for (int i = 0; i < m->nfiles && err == AX_OK; i++) {
-      if (!is_piece(m->f[i].name, s, T, t))
+    for (int r = 0; r < R && err == AX_OK; r++) {
+      char name[64];
+      axi_ckr rd;
+      axi_state_file_name(s, T, t, r, name, sizeof name);
+      err = src->open(src->user, name, &rd);
+      if (err == AX_ENOTFOUND && r > 0) { /* the shards' sum says */
+        err = AX_OK;
         continue;
-      char path[1200];
-      snprintf(path, sizeof path, "%s/%s", dir, m->f[i].name);
-      axi_ckr r;
-      err = axi_ckr_open(&r, path, AXI_CK_STAGE, m->f[i].size, m->f[i].sha);
+      }
+      if (err == AX_ENOTFOUND)
+        err = ax_seterr(AX_EFORMAT,
+                        "%s lists no parameters of stage %d (member %d)",
+                        src->what, s, t);
       if (err == AX_OK) {
-        err = read_piece(st, &r, &x, first, last);
-        axi_ckr_close(&r);
+        err = read_piece(st, &rd, &x, first, last);
+        axi_ckr_close(&rd);
       }
     }
     if (err == AX_OK && !x.have_params)
       err = ax_seterr(AX_EFORMAT,
-                      "checkpoint %s lists no parameters of stage %d "
-                      "(member %d)",
-                      dir, s, t);
+                      "%s lists no parameters of stage %d (member %d)",
+                      src->what, s, t);
     for (int i = 0; i < 2 && err == AX_OK; i++)
       if (x.covered[i] && x.covered[i] != x.n)
         err = ax_seterr(AX_EFORMAT,
-                        "checkpoint %s: the optimizer shards of stage %d "
+                        "%s: the optimizer shards of stage %d "
                         "cover %zu of its %zu parameters",
-                        dir, s, x.covered[i], x.n);
+                        src->what, s, x.covered[i], x.n);
     if (err == AX_OK)
       err = place(st, &x, first, last, T, t);
     member_free(&x);
@@ -268,17 +266,10 @@ static int read_stage(ax_train_state *st, const char *dir,
   return err;
 }
 
-/* The frozen prefix's file: blocks [0, f), no optimizer state. */
-static int read_prefix(ax_train_state *st, const char *dir,
-                       const axi_manifest *m, int f) {
-  int64_t size;
-  const char *sha;
-  char path[1200];
-  if (!axi_manifest_find(m, "prefix.axck", &size, &sha))
-    return ax_seterr(AX_EFORMAT, "checkpoint %s lists no prefix.axck", dir);
-  snprintf(path, sizeof path, "%s/prefix.axck", dir);
+/* The frozen prefix's piece: blocks [0, f), no optimizer state. */
+static int read_prefix(ax_train_state *st, const axi_state_src *src, int f) {
   axi_ckr r;
-  AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
+  AX_TRY(open_piece(src, AXI_CK_PREFIX_FILE, &r));
   int err = take(&r, "params", st->params, st->param_at[f], 0, NULL);
   if (err == AX_OK)
     err = take(&r, "buffers", st->buffers, st->buffer_at[f],
@@ -288,48 +279,88 @@ static int read_prefix(ax_train_state *st, const char *dir,
 }
 
 /* Every stage of the layout, in block order after the frozen prefix. */
-static int read_dir(ax_train_state *st, const char *dir) {
-  axi_manifest m;
+static int read_stages(ax_train_state *st, const axi_state_src *src) {
   ax_layout *l = &st->written_by;
-  AX_TRY(axi_manifest_read(dir, &m));
-  AX_TRY(ax_layout_read(dir, l));
   if (l->frozen)
-    AX_TRY(read_prefix(st, dir, &m, l->frozen));
+    AX_TRY(read_prefix(st, src, l->frozen));
   int first = l->frozen;
   for (int s = 0;; s++) {
-    char name[64], path[1200];
-    int64_t size, f, e;
-    const char *sha;
-    if (l->tensor_parallel > 1)
-      snprintf(name, sizeof name, "stage-%02d-t0.axck", s);
-    else
-      snprintf(name, sizeof name, "stage-%02d.axck", s);
-    if (!axi_manifest_find(&m, name, &size, &sha))
-      break;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char name[64];
+    int64_t f, e;
     axi_ckr r;
-    AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
-    int err = axi_ckr_i64(&r, "blocks.first", &f);
+    axi_state_file_name(s, l->tensor_parallel, 0, 0, name, sizeof name);
+    int err = src->open(src->user, name, &r);
+    if (err == AX_ENOTFOUND)
+      break;
+    AX_TRY(err);
+    err = axi_ckr_i64(&r, "blocks.first", &f);
     if (err == AX_OK)
       err = axi_ckr_i64(&r, "blocks.last", &e);
     axi_ckr_close(&r);
     AX_TRY(err);
     if (f != first || e <= f || e > st->n_blocks)
       return ax_seterr(AX_EFORMAT,
-                       "checkpoint file %s: blocks [%lld, %lld) do not "
+                       "%s: %s holds blocks [%lld, %lld), which do not "
                        "follow block %d of %d",
-                       path, (long long)f, (long long)e, first, st->n_blocks);
-    AX_TRY(read_stage(st, dir, &m, s, (int)f, (int)e, l->tensor_parallel));
+                       src->what, name, (long long)f, (long long)e, first,
+                       st->n_blocks);
+    AX_TRY(read_stage(st, src, l, s, (int)f, (int)e));
     if (s < AX_PIPE_MAX_STAGES)
       l->bounds[s + 1] = (int)e;
     first = (int)e;
   }
   if (first != st->n_blocks)
     return ax_seterr(AX_EFORMAT,
-                     "checkpoint %s: its stages hold blocks up to %d of "
-                     "%s's %d",
-                     dir, first, st->model, st->n_blocks);
+                     "%s: its stages hold blocks up to %d of %s's %d",
+                     src->what, first, st->model, st->n_blocks);
   return AX_OK;
+}
+
+int axi_state_read_src(const axi_state_src *src, const ax_layout *l,
+                       const char *model, const char *model_config,
+                       ax_train_state *st) {
+  memset(st, 0, sizeof *st);
+  snprintf(st->model, sizeof st->model, "%s", model);
+  snprintf(st->model_config, sizeof st->model_config, "%s", model_config);
+  st->written_by = *l;
+  int err = lay_out(st);
+  if (err == AX_OK)
+    err = read_stages(st, src);
+  if (err != AX_OK)
+    ax_state_free(st);
+  return err;
+}
+
+/* A checkpoint directory as a source: its manifest's files, each checked
+ * against the manifest. */
+typedef struct dir_src {
+  const char *dir;
+  const axi_manifest *m;
+} dir_src;
+
+static int dir_open(const void *user, const char *name, axi_ckr *r) {
+  const dir_src *d = user;
+  int64_t size;
+  const char *sha;
+  char path[1200];
+  if (!axi_manifest_find(d->m, name, &size, &sha))
+    return AX_ENOTFOUND;
+  snprintf(path, sizeof path, "%s/%s", d->dir, name);
+  return axi_ckr_open(r, path, AXI_CK_STAGE, size, sha);
+}
+
+/* Checkpoint directory dir, whatever layout wrote it. */
+static int read_dir(ax_train_state *st, const char *dir,
+                    const ax_ckpt_info *info) {
+  axi_manifest m;
+  ax_layout l;
+  char what[1100];
+  AX_TRY(axi_manifest_read(dir, &m));
+  AX_TRY(ax_layout_read(dir, &l));
+  snprintf(what, sizeof what, "checkpoint %s", dir);
+  dir_src d = {dir, &m};
+  axi_state_src src = {what, dir_open, &d};
+  return axi_state_read_src(&src, &l, info->model, info->model_config, st);
 }
 
 /* An exported model file: the whole parameters and buffers. */
@@ -372,21 +403,13 @@ int ax_state_read(const char *path, ax_train_state *st, ax_ckpt_info *info) {
   int err;
   if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
     err = read_model_file(st, path, info);
-  } else {
-    char dir[1024];
-    err = ax_ckpt_find(path, dir, sizeof dir);
-    if (err == AX_OK)
-      err = ax_ckpt_read_info(dir, info);
-    if (err == AX_OK) {
-      snprintf(st->model, sizeof st->model, "%s", info->model);
-      snprintf(st->model_config, sizeof st->model_config, "%s",
-               info->model_config);
-      err = lay_out(st);
-    }
-    if (err == AX_OK)
-      err = read_dir(st, dir);
+    if (err != AX_OK)
+      ax_state_free(st);
+    return err;
   }
-  if (err != AX_OK)
-    ax_state_free(st);
-  return err;
+  char dir[1024];
+  err = ax_ckpt_find(path, dir, sizeof dir);
+  if (err == AX_OK)
+    err = ax_ckpt_read_info(dir, info);
+  return err == AX_OK ? read_dir(st, dir, info) : err;
 }

@@ -24,10 +24,12 @@
  *   - a frozen prefix, blocks [0, frozen) held by the coordinator, without
  *     optimizer state.
  *
- * One mover converts between the two (mover.c): it gathers the state from
- * the pieces a layout's holders wrote (a checkpoint directory, a model
- * file) and cuts the piece any slot of any other layout holds. Checkpoint
- * restore, evaluation and export of a checkpoint go through it.
+ * One mover converts between the two (mover.c, mover_read.c,
+ * mover_pipe.c): it gathers the state from the pieces a layout's holders
+ * wrote (a checkpoint directory, a model file, or a live pipeline's stages
+ * in memory) and cuts the piece any slot of any other layout holds.
+ * Checkpoint restore, freezing (freeze.h), evaluation and export of a
+ * checkpoint go through it.
  *
  * Thread-safety: the functions are reentrant; one object per thread. */
 #ifndef AX_PIPELINE_STATE_H
