@@ -416,6 +416,8 @@ int axi_run_pipe_main(axi_run_pipe_args *a) {
     for (int s = 0; s < a->K * AXR_PARTS(a) && rc == AX_OK; s++)
       agents[s] = ax_node_name(node); /* every part's */
     a->agents = agents;
+    if (rc == AX_OK && a->optimizer_host) /* this node holds it too */
+      a->optimizer_host = ax_node_name(node);
     if (rc == AX_OK)
       rc = run(a, node);
     if (rc != AX_OK)

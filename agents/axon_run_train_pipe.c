@@ -280,15 +280,12 @@ static int check_world(const axi_run_pipe_args *pa) {
             MAXS, MAXS);
     return 2;
   }
-  int rc =
-      refuse(pa->optimizer_host && (pa->zero || pa->staleness || pa->emulate ||
-                                    pa->ckpt_memory || !*pa->optimizer_host),
-             "--optimizer-host needs an agent name; it keeps every stage's "
-             "optimizer state whole on that agent, so not with --zero "
-             "(which shards it over the replicas) nor --staleness (whose "
-             "correction reads it at each forward, on the stage), and "
-             "--emulate and --checkpoint-in-memory keep state on the "
-             "stages' own agents");
+  int rc = refuse(
+      pa->optimizer_host && (pa->zero || pa->staleness || !*pa->optimizer_host),
+      "--optimizer-host needs an agent name; it keeps every stage's "
+      "optimizer state whole on that agent, so not with --zero "
+      "(which shards it over the replicas) nor --staleness (whose "
+      "correction reads it at each forward, on the stage)");
   if (rc < 0)
     rc = refuse(pa->zero && (pa->replicas < 2 || pa->staleness),
                 "--zero needs --replicas R >= 2 and no --staleness "
