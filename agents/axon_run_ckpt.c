@@ -343,8 +343,10 @@ static int recover(const axi_run_pipe_args *a, ax_pipe **p,
 }
 
 int axi_run_live(const axi_run_pipe_args *a) {
+  /* Under ZeRO a lost replica's optimizer shard has no other copy: those
+   * runs roll back to a checkpoint. */
   return a->replicas > 1 && (a->nspares || a->restarts || a->elastic) &&
-         ax_pipe_flushes(a->mode);
+         ax_pipe_flushes(a->mode) && !a->zero;
 }
 
 /* --elastic with --restarts: at step t, between two calls, the dropped

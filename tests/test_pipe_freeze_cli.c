@@ -192,6 +192,31 @@ static void test_lost_agent(void **state) {
   }
 }
 
+/* The rollback from an in-memory checkpoint taken after the freeze: the
+ * stages' copies on the agents, the frozen prefix's on the coordinator. */
+static void test_lost_agent_memory(void **state) {
+  const char *more[] = {"--local",
+                        "4",
+                        "--spares",
+                        "spare0",
+                        "--checkpoint-in-memory",
+                        "--checkpoint-to",
+                        "coordinator",
+                        NULL};
+  train("lostmem", more, "agent=stage1,action=B,unit=1,step=8");
+  char path[128];
+  snprintf(path, sizeof path, "%s/lostmem.out", g_tmp);
+  char *out = mt_slurp(path);
+  assert_non_null(out);
+  if (!strstr(out, "rolled back from memory at step 5"))
+    fail_msg("no rollback from memory to step 5:\n%s", out);
+  free(out);
+  same_as_ref("lostmem", 0);
+  fprintf(stderr, "  a lost agent after the freeze, rolled back from memory "
+                  "(the prefix from the coordinator's copy): every loss and "
+                  "the final checkpoint equal to the uninterrupted run's\n");
+}
+
 static void test_resume_other_layout(void **state) {
   char from[128];
   snprintf(from, sizeof from, "%s/ref/ckpt-00000010", g_tmp);
@@ -212,6 +237,7 @@ static void test_emulate(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lost_agent),
+      cmocka_unit_test(test_lost_agent_memory),
       cmocka_unit_test(test_resume_other_layout),
       cmocka_unit_test(test_emulate),
   };

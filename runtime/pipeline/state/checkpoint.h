@@ -110,9 +110,10 @@ void ax_ckpt_previous(const char *dir, char *out, size_t len);
  * copies the same way, the neighbour being the next stage's agent in the
  * part (with one agent per part: the same stage's agent in the next
  * part); the replicas of a stage hold the same state, so a stage whose two
- * copies are lost loads a replica's (the same member's). Not with
- * freezing, zero or an optimizer host (AX_EUNSUPPORTED: their stage state
- * is not all in the stage file). Two generations alternate, so a
+ * copies are lost loads a replica's (the same member's; under ZeRO its
+ * shard differs, and the load is refused). A stage's copy holds its ZeRO
+ * shard or its optimizer host's state; a frozen prefix is copied by the
+ * coordinator that runs it. Two generations alternate, so a
  * checkpoint that fails half way (an agent lost while saving) leaves the
  * previous one whole: an agent holds up to four copies of a stage's size
  * per stage it serves (its own two and its neighbour's two), under this
@@ -132,6 +133,12 @@ typedef struct ax_mem_ckpt {
     int64_t size;
     char sha[65];           /* SHA-256 of the copy, hex */
   } st[AX_MEM_CKPT_COPIES]; /* part i's stage s at st[i S + s] */
+  /* A frozen prefix's blocks [0, prefix_blocks) (freeze.h), kept by the
+   * coordinator that runs them: their parameters then buffers, malloc'd
+   * (NULL: none; ax_pipe_memory_forget frees them). */
+  int prefix_blocks;
+  size_t prefix_np, prefix_nb;
+  float *prefix;
 } ax_mem_ckpt;
 
 /* Takes an in-memory checkpoint of p at info->step into *out (zeroed
@@ -154,7 +161,7 @@ int ax_pipe_restore_memory(ax_pipe *p, const ax_mem_ckpt *m,
                            ax_ckpt_info *info);
 /* Drops the in-memory copies of p's coordinator on every agent of m that
  * is up (best effort; the end of a run). */
-void ax_pipe_memory_forget(ax_pipe *p, const ax_mem_ckpt *m);
+void ax_pipe_memory_forget(ax_pipe *p, ax_mem_ckpt *m);
 
 /* ---- using a checkpoint without the pipeline ----------------------------- */
 /* The whole model of checkpoint dir (every stage file read here, so they

@@ -10,12 +10,51 @@
 #include "axon/runtime/pipeline/stage/stage_msg-impl.h"
 #include "axon/runtime/pipeline/state/ckpt_memory-impl.h"
 
+/* The coordinator's copy of p's frozen prefix (freeze.h) into m. */
+static int keep_prefix(ax_pipe *p, ax_mem_ckpt *m) {
+  int f = axi_pipe_frozen_blocks(p->frozen);
+  m->prefix = NULL;
+  m->prefix_blocks = f;
+  m->prefix_np = m->prefix_nb = 0;
+  if (!f)
+    return AX_OK;
+  ax_net *net = axi_pipe_frozen_net(p->frozen);
+  m->prefix_np = net->n_params;
+  m->prefix_nb = net->n_buffers;
+  if (!(m->prefix = malloc((m->prefix_np + m->prefix_nb + 1) * sizeof(float))))
+    return AX_ENOMEM;
+  int err =
+      ax_tensor_read(net->params, m->prefix, m->prefix_np * sizeof(float));
+  if (err == AX_OK && m->prefix_nb)
+    err = ax_tensor_read(net->buffers, m->prefix + m->prefix_np,
+                         m->prefix_nb * sizeof(float));
+  return err;
+}
+
+/* m's frozen prefix into p's (frozen as m's was: the same blocks). */
+static int load_prefix(ax_pipe *p, const ax_mem_ckpt *m) {
+  int f = axi_pipe_frozen_blocks(p->frozen);
+  if (f != m->prefix_blocks || (f && !m->prefix))
+    return ax_seterr(AX_EINVAL,
+                     "in-memory restore: the checkpoint has %d frozen "
+                     "blocks, this pipeline %d (freeze it the same way "
+                     "first)",
+                     m->prefix_blocks, f);
+  if (!f)
+    return AX_OK;
+  ax_net *net = axi_pipe_frozen_net(p->frozen);
+  if (net->n_params != m->prefix_np || net->n_buffers != m->prefix_nb)
+    return ax_seterr(AX_EINVAL, "in-memory restore: the frozen prefix's "
+                                "sizes differ");
+  AX_TRY(ax_tensor_write(net->params, m->prefix, m->prefix_np * sizeof(float)));
+  if (m->prefix_nb)
+    AX_TRY(ax_tensor_write(net->buffers, m->prefix + m->prefix_np,
+                           m->prefix_nb * sizeof(float)));
+  axi_pipe_frozen_clear_cache(p->frozen);
+  return AX_OK;
+}
+
 static int supported(ax_pipe *p, const char *what) {
-  if (p->frozen) /* the prefix's state is the coordinator's, not a stage's */
-    return ax_seterr(AX_EUNSUPPORTED,
-                     "%s: not with a frozen prefix (its state is on the "
-                     "coordinator: checkpoint it to disk)",
-                     what);
   for (int i = 0; i < (p->nrep ? p->nrep : 1); i++)
     if ((p->nrep ? p->rep[i] : p)->plan)
       return ax_seterr(AX_ESTATE, "%s: only between ax_pipe_train calls", what);
@@ -127,7 +166,13 @@ int axi_pipe_mem_take(ax_pipe *p, const ax_ckpt_info *info,
                               save_reply, &a);
   }
   if (err == AX_OK)
-    *out = *m; /* a failed one leaves *out, the last complete one, as it was */
+    err = keep_prefix(p, m);
+  if (err == AX_OK) { /* a failed one leaves *out, the last complete one */
+    free(out->prefix);
+    *out = *m;
+  } else {
+    free(m->prefix);
+  }
   free(m);
   return err;
 }
@@ -217,6 +262,7 @@ int ax_pipe_restore_memory(ax_pipe *p, const ax_mem_ckpt *m,
                      ax_pipe_mode_name(m->mode), m->S, m->U, m->members,
                      ax_pipe_mode_name(parts[0]->o.mode), parts[0]->K,
                      parts[0]->U, axi_pipe_members(p));
+  AX_TRY(load_prefix(p, m));
   load_args *a = calloc((size_t)n, sizeof *a);
   if (!a)
     return AX_ENOMEM;
@@ -244,7 +290,9 @@ int ax_pipe_restore_memory(ax_pipe *p, const ax_mem_ckpt *m,
   return AX_OK;
 }
 
-void ax_pipe_memory_forget(ax_pipe *p, const ax_mem_ckpt *m) {
+void ax_pipe_memory_forget(ax_pipe *p, ax_mem_ckpt *m) {
+  free(m->prefix);
+  m->prefix = NULL;
   ax_node *n = p->node;
   ax_call_opts o = {.timeout_ms = 2000};
   int total = m->S * (m->parts > 0 ? m->parts : 1);
