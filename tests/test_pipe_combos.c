@@ -43,8 +43,8 @@ static const row g_rows[] = {
      NULL},
     {"rep+memory",
      "rep",
-     {"--local", "4", "--replicas", "2", "--mode", "1f1b",
-      "--checkpoint-every", "4", "--checkpoint-in-memory"},
+     {"--local", "4", "--replicas", "2", "--mode", "1f1b", "--checkpoint-every",
+      "4", "--checkpoint-in-memory"},
      NULL},
     {"rep+elastic",
      "rep",
@@ -67,17 +67,16 @@ static const row g_rows[] = {
      NULL},
     {"emulate+opthost",
      "pipe",
-     {"--stages", "2", "--emulate", "--optimizer-host", "x", "--mode",
-      "1f1b"},
+     {"--stages", "2", "--emulate", "--optimizer-host", "x", "--mode", "1f1b"},
      NULL},
-    {"freeze", NULL, {"--local", "4", "--mode", "1f1b", "--freeze-schedule",
-                      "6:2"},
+    {"freeze",
+     NULL,
+     {"--local", "4", "--mode", "1f1b", "--freeze-schedule", "6:2"},
      NULL},
     {"freeze+spares",
      "freeze",
-     {"--local", "4", "--mode", "1f1b", "--freeze-schedule", "6:2",
-      "--spares", "spare0", "--checkpoint-every", "4",
-      "--checkpoint-in-memory"},
+     {"--local", "4", "--mode", "1f1b", "--freeze-schedule", "6:2", "--spares",
+      "spare0", "--checkpoint-every", "4", "--checkpoint-in-memory"},
      NULL},
     {"freeze+opthost",
      "freeze",
@@ -148,7 +147,7 @@ static void run_row(const row *r) {
       fail_msg("%s: exit %d, expected a refusal naming '%s':\n%s", r->name, st,
                r->refused, o ? o : "");
     fprintf(stderr, "  %-16s refused: %s", r->name,
-                 strstr(o, "axon-run: ") ? strstr(o, "axon-run: ") : o);
+            strstr(o, "axon-run: ") ? strstr(o, "axon-run: ") : o);
   } else {
     if (st != 0)
       fail_msg("%s: exit %d:\n%s", r->name, st, o ? o : "");
