@@ -280,16 +280,12 @@ static int check_world(const axi_run_pipe_args *pa) {
             MAXS, MAXS);
     return 2;
   }
-  int rc = refuse(
-      pa->optimizer_host && (pa->zero || pa->staleness || !*pa->optimizer_host),
-      "--optimizer-host needs an agent name; it keeps every stage's "
-      "optimizer state whole on that agent, so not with --zero "
-      "(which shards it over the replicas) nor --staleness (whose "
-      "correction reads it at each forward, on the stage)");
+  int rc = refuse(pa->optimizer_host && (pa->zero || !*pa->optimizer_host),
+                  "--optimizer-host needs an agent name; it keeps every "
+                  "stage's optimizer state whole on that agent, so not with "
+                  "--zero, which shards that state over the replicas");
   if (rc < 0)
-    rc = refuse(pa->zero && (pa->replicas < 2 || pa->staleness),
-                "--zero needs --replicas R >= 2 and no --staleness "
-                "correction");
+    rc = refuse(pa->zero && pa->replicas < 2, "--zero needs --replicas R >= 2");
   return rc;
 }
 

@@ -83,7 +83,7 @@ static void sm_sample(int id, void *p, int full, ax_tensor *const t[3],
   } else if (sm_is(id, "axon.pipe.optim init")) {
     *(axi_pipe_optim_init_msg *)p = (axi_pipe_optim_init_msg){"opt=sgd", t[0]};
   } else if (sm_is(id, "axon.pipe.optim step")) {
-    ((axi_pipe_optim_step_msg *)p)->grads = t[0];
+    *(axi_pipe_optim_step_msg *)p = (axi_pipe_optim_step_msg){t[0], 0.25};
   } else if (sm_is(id, "axon.pipe.optim step reply")) {
     ((axi_pipe_optim_reply_msg *)p)->params = t[1];
   } else if (sm_is(id, "axon.pipe.optim state")) {

@@ -123,7 +123,30 @@ static void test_run_numbers(void **state) {
   expect("axon-run", dev, 2, "cuda:7 does not exist");
 }
 
-/* --staleness and PipeMare's settings: checked before any agent starts. */
+/* A tiny pipeline run with the options after "--steps 2" (exit 0). */
+static void expect_trains(const char *const *opts) {
+  const char *args[32] = {"train",
+                          "--model-config",
+                          "widths=8/6/6/4",
+                          "--dataset",
+                          "synthetic",
+                          "--data-config",
+                          "shape=8,classes=4,examples=64,seed=3",
+                          "--optim",
+                          "opt=sgd,lr=0.1,momentum=0.9",
+                          "--steps",
+                          "2",
+                          "--quiet"};
+  int n = 12;
+  while (*opts && n < 31)
+    args[n++] = *opts++;
+  args[n] = NULL;
+  expect("axon-run", args, 0, "");
+}
+
+/* --staleness and PipeMare's settings: checked before any agent starts. A
+ * correction runs with --zero and with --optimizer-host; the two together
+ * are refused for where they keep the optimizer state. */
 static void test_run_staleness(void **state) {
   const char *bad[] = {"train", "--staleness", "sometimes", NULL};
   expect("axon-run", bad, 2, "expected none, predict or pipemare");
@@ -134,6 +157,20 @@ static void test_run_staleness(void **state) {
   expect("axon-run", gamma, 2, "--pipemare-gamma");
   const char *warm[] = {"train", "--pipemare-warmup", "-1", NULL};
   expect("axon-run", warm, 2, "--pipemare-warmup");
+  const char *zero[] = {"--local",     "4",        "--replicas", "2",
+                        "--zero",      "1",        "--mode",     "pipedream",
+                        "--staleness", "pipemare", NULL};
+  expect_trains(zero);
+  const char *host[] = {"--local",          "2",   "--mode",      "2bw",
+                        "--microbatches",   "2",   "--staleness", "predict",
+                        "--optimizer-host", "opt", NULL};
+  expect_trains(host);
+  const char *both[] = {"train",       "--local",  "4",
+                        "--replicas",  "2",        "--zero",
+                        "1",           "--mode",   "pipedream",
+                        "--staleness", "pipemare", "--optimizer-host",
+                        "opt",         NULL};
+  expect("axon-run", both, 2, "whole on that agent, so not with --zero");
 }
 
 static void test_run_unknown_keys(void **state) {

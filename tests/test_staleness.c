@@ -43,7 +43,8 @@ static void run_steps(axi_stale *z, ax_optim *o, ax_tensor *w, int steps) {
     for (int i = 0; i < N; i++)
       g[i] = grad(t, i);
     ax_tensor *gt = vec(g);
-    AX_ASSERT_OK(axi_stale_before_step(z, o, w, -1));
+    AX_ASSERT_OK(axi_stale_before_step(z, ax_optim_steps(o), w, -1));
+    AX_ASSERT_OK(ax_optim_set_lr_scale(o, z->lr_scale));
     AX_ASSERT_OK(ax_optim_step(o, w, gt));
     AX_ASSERT_OK(axi_stale_after_step(z, w, t));
     ax_tensor_release(gt);

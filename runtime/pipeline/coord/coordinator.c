@@ -69,10 +69,13 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
   if (!ax_pipe_mode_get(o->mode))
     return AX_EINVAL;
   if (o->optimizer_host &&
-      (!*o->optimizer_host || strlen(o->optimizer_host) >= AXP_NAME ||
-       o->zero || o->staleness != AX_STALE_NONE))
-    return ax_seterr(AX_EINVAL, "pipeline: an optimizer host needs a name, "
-                                "and neither zero nor a staleness correction");
+      (!*o->optimizer_host || strlen(o->optimizer_host) >= AXP_NAME))
+    return ax_seterr(AX_EINVAL, "pipeline: an optimizer host needs a name");
+  if (o->optimizer_host && o->zero)
+    return ax_seterr(AX_EINVAL,
+                     "pipeline: an optimizer host keeps each stage's whole "
+                     "optimizer state on one agent, and zero shards it over "
+                     "the replicas: one or the other");
   int S = o->K * ax_pipe_chunks(o->mode, o->chunks);
   if (o->chunks < 0 || S > AX_PIPE_MAX_STAGES)
     return ax_seterr(AX_EINVAL,

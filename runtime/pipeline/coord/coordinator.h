@@ -117,8 +117,8 @@ typedef struct ax_pipe_opts {
    * averaged). Each STEP reduce-scatters the summed gradients, steps its
    * 1/R of the parameters with its 1/R of the optimizer state, and
    * all-gathers the parameters: bit-identical to replicas without it, for
-   * 1/R of the optimizer state per agent. AX_EINVAL without replicas or
-   * with a staleness correction (which reads the whole state). */
+   * 1/R of the optimizer state per agent. AX_EINVAL without replicas. A
+   * staleness correction runs unchanged (staleness.h). */
   int zero;
   /* ZeRO-Offload adapted: an agent (e.g. a CPU-only host next to the GPU
    * hosts) that keeps every stage's optimizer state and runs its update
@@ -126,9 +126,11 @@ typedef struct ax_pipe_opts {
    * a stage sends its gradient there and goes on; the updated parameters
    * are copied in before the next operation that reads them (the next
    * forward, once its input is there), so the update overlaps the wait.
-   * The same update, to the bit, as the local one. NULL: each stage's own.
-   * AX_EINVAL with zero or a staleness correction; checkpoints are refused
-   * (the optimizer state is not the stage's). */
+   * The same update, to the bit, as the local one (also under a staleness
+   * correction, whose learning-rate scale travels with the gradient).
+   * NULL: each stage's own. AX_EINVAL with zero: this keeps each stage's
+   * optimizer state whole on one agent, zero shards it over the replicas.
+   * A checkpoint asks the optimizer host for the state. */
   const char *optimizer_host;
   /* Tensor parallelism (Megatron; models/layers/parallel.h): every stage
    * runs on T agents, each holding its part of the stage's split layers

@@ -29,11 +29,10 @@ int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
                      "pipeline: %d replicas x %d tensor-parallel "
                      "members of %d agents (at most %d parts)",
                      o->replicas, o->tensor_parallel, K, AX_PIPE_MAX_REPLICAS);
-  if (o->zero < 0 || o->zero > 2 || (o->zero && (o->staleness || R < 2)))
+  if (o->zero < 0 || o->zero > 2 || (o->zero && R < 2))
     return ax_seterr(AX_EINVAL,
                      "pipeline: zero %d (0, 1 or 2, over at "
-                     "least 2 replicas, and none with a staleness "
-                     "correction)",
+                     "least 2 replicas)",
                      o->zero);
   int N = R * T, one = 1; /* one node hosts every part (an emulation) */
   for (int i = 0; i < N * K && one; i++)

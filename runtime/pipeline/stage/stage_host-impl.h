@@ -87,8 +87,11 @@ typedef struct phost {
   ax_future *offload_pending; /* its update in flight: the parameters come
                                  back before anything reads them (s->mu) */
   int offload_err;            /* a failed update: every later one fails */
-  axi_pipe_boundary *bd;      /* the last step boundary ("boundary" keep;
-                                 stage_boundary.c), or NULL (s->mu) */
+  long offload_steps;    /* the updates of that optimizer whose parameters came
+                            back: its step count (0 after its "init", a
+                            checkpoint's after "state_set"; s->mu) */
+  axi_pipe_boundary *bd; /* the last step boundary ("boundary" keep;
+                            stage_boundary.c), or NULL (s->mu) */
 } phost;
 
 /* The data path (stage_xfer.c). init gives a new host its record of
@@ -121,6 +124,9 @@ int axi_pipe_pass_grad(phost *h, uint64_t ctx, uint64_t fn, long batch,
 
 /* The net's exec (ax_net_exec) with the host's tensor-parallel sum. */
 ax_exec axi_pipe_host_exec(phost *h, int training);
+/* The updates the stage's optimizer made: the local one's step count, or
+ * the optimizer host's (offload_steps; s->mu held). */
+long axi_pipe_host_steps(const phost *h);
 /* Frees a state and everything it keeps (NULL-safe). */
 void axi_pipe_state_free(pstate *st);
 /* The CPU time an operation's report counts (microseconds; differences
@@ -148,15 +154,17 @@ int axi_pipe_host_bwd_weight(ax_call_ctx *cc, void *obj, const ax_values *args,
 int axi_pipe_host_step(ax_call_ctx *cc, void *obj, const ax_values *args,
                        ax_values *out);
 /* "axon.pipe.optim" (stage_offload.c): registers the kind; one STEP through
- * h->offload (the gradient in h->acc goes there, the parameters come back;
- * s->mu held). */
+ * h->offload (the gradient in h->acc and the learning-rate scale
+ * h->stale.lr_scale go there, the parameters come back; s->mu held). */
 int axi_pipe_optim_register(ax_node *n);
 int axi_pipe_offload_step(phost *h);
 /* Waits for the update in flight, if any, and copies its parameters into
  * the stage's (s->mu held): every operation that reads the parameters
  * calls it first, so the update overlaps what comes between (the next
- * forward's wait for its input). Sticky: after a failed update it returns
- * that failure. */
+ * forward's wait for its input). The update is then counted
+ * (offload_steps) and the staleness correction sees it
+ * (axi_stale_after_step of batch last_step, the STEP that sent it).
+ * Sticky: after a failed update it returns that failure. */
 int axi_pipe_offload_settle(phost *h);
 /* Drops an update in flight (teardown; s->mu held). */
 void axi_pipe_offload_drop(phost *h);

@@ -205,14 +205,6 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   int zero = 0;
   AX_TRY(replica_group(h, &m, axi_pipe_wait_ms(cc), &g, &zero, &tp));
   size_t zoff = 0, zlen = s->net->n_params;
-  if (zero && skind != AX_STALE_NONE) {
-    ax_coll_group_free(tp);
-    ax_coll_group_free(g);
-    return ax_seterr(AX_EINVAL,
-                     "axon.pipe.stage %d: a staleness correction "
-                     "needs the whole optimizer state (no zero)",
-                     s->index);
-  }
   if (zero) /* the optimizer keeps this replica's shard only */
     ax_coll_shard(g, s->net->n_params, &zoff, &zlen);
   ax_optim *o = ax_optim_new(&oc, zlen, s->dev);
@@ -452,13 +444,12 @@ static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
   ax_rref *r = m.optim;
   pthread_mutex_lock(&h->s->mu);
   int err = AX_OK;
-  if (r && (h->zero || h->stale.kind != AX_STALE_NONE))
-    err =
-        ax_seterr(AX_EINVAL,
-                  "axon.pipe.stage %d: an optimizer on another agent "
-                  "with %s",
-                  h->s->index,
-                  h->zero ? "a sharded one (zero)" : "a staleness correction");
+  if (r && h->zero)
+    err = ax_seterr(AX_EINVAL,
+                    "axon.pipe.stage %d: an optimizer host keeps the whole "
+                    "optimizer state on one agent, but under zero each "
+                    "replica keeps its shard of it",
+                    h->s->index);
   if (err == AX_OK && !r)
     err = ax_seterr(AX_EINVAL,
                     "axon.pipe.stage %d: offload needs the optimizer's "
@@ -470,6 +461,7 @@ static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
   if (err == AX_OK) {
     ax_rref_release(h->offload);
     h->offload = ax_rref_retain(r);
+    h->offload_steps = 0;     /* fresh from its "init" */
     ax_optim_free(h->s->opt); /* its state lives on the other agent now */
     h->s->opt = NULL;
   }

@@ -120,7 +120,8 @@
  *    copies the parameters it answers (stage_offload.c; the coordinator
  *    made it and gave it the parameters and the optimizer configuration);
  *    the local optimizer and its state are freed ("setup" makes one
- *    again). AX_EINVAL with zero or a staleness correction.
+ *    again). The target must be fresh from its "init" (no update yet).
+ *    AX_EINVAL with zero (whose replicas each keep a shard of the state).
  *  - "boundary" [op, batch]: the last step boundary, for recovering a
  *    lost replica without a rollback (stage_boundary.c; a flushed mode
  *    with the stage's whole optimizer state, else AX_EINVAL). op 0 (keep):

@@ -126,8 +126,10 @@ static int step_locked(phost *h, long t, int units) {
   int err = dbuf && h->stale.kind != AX_STALE_PREDICT ? shadow_live(h, t)
                                                       : stash_live(h);
   if (err == AX_OK) /* the correction's view of the update (staleness.h) */
-    err = axi_stale_before_step(&h->stale, s->opt, s->net->params,
-                                dbuf ? t + 1 : -1);
+    err = axi_stale_before_step(&h->stale, axi_pipe_host_steps(h),
+                                s->net->params, dbuf ? t + 1 : -1);
+  if (err == AX_OK && s->opt) /* an offloaded step carries the scale */
+    err = ax_optim_set_lr_scale(s->opt, h->stale.lr_scale);
   if (err == AX_OK && h->zero)
     err = zero_step(h);
   else {
@@ -139,7 +141,7 @@ static int step_locked(phost *h, long t, int units) {
       err = h->offload ? axi_pipe_offload_step(h)
                        : ax_optim_step(s->opt, s->net->params, h->acc);
   }
-  if (err == AX_OK)
+  if (err == AX_OK && !h->offload) /* offloaded: once the weights are back */
     err = axi_stale_after_step(&h->stale, s->net->params, t);
   if (err == AX_OK)
     h->last_step = t;
@@ -167,10 +169,9 @@ static int backward_locked(phost *h, pstate *st, int part, const ax_tlist *dy,
   ex.params = st->ver ? st->ver : net->params;
   ex.seed = st->seed;
   ax_tensor *wb = NULL; /* pipemare's corrected weights (staleness.h) */
-  int err = st->ver
-                ? AX_OK
-                : axi_stale_backward(&h->stale, net->params,
-                                     s->opt ? ax_optim_steps(s->opt) : 0, &wb);
+  int err = st->ver ? AX_OK
+                    : axi_stale_backward(&h->stale, net->params,
+                                         axi_pipe_host_steps(h), &wb);
   if (err != AX_OK)
     return err;
   if (wb)

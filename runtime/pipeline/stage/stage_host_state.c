@@ -1,7 +1,8 @@
 /* The pipeline stage host's per-unit states and statistics, shared by the
  * forward (stage_host.c) and the backward (stage_host_bwd.c): freeing a
  * state and the taken gradients, the net's execution context with the
- * tensor-parallel sum, and the statistics every operation reports. */
+ * tensor-parallel sum, the optimizer's update count, and the statistics
+ * every operation reports. */
 #include <stdlib.h>
 
 #include "axon/kernels/clock.h"
@@ -41,6 +42,12 @@ void axi_pipe_grads_clear(phost *h) {
   ax_tensor_release(h->acc);
   h->acc = NULL;
   h->acc_next = 0;
+}
+
+long axi_pipe_host_steps(const phost *h) {
+  if (h->offload)
+    return h->offload_steps;
+  return h->s->opt ? ax_optim_steps(h->s->opt) : 0;
 }
 
 /* ---- statistics reported with every operation ---------------------------- */

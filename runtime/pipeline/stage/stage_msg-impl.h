@@ -224,15 +224,19 @@ typedef struct axi_pipe_boundary_reply_msg {
   int64_t last_step, kept; /* >= -1 */
 } axi_pipe_boundary_reply_msg;
 
-/* "axon.pipe.optim": "init" [optim config, params], "step" [grads] and
- * the step's reply [params]; "state_get" [] (no struct) and "state_set"
- * take and give its state (below). */
+/* "axon.pipe.optim": "init" [optim config, params], "step" [grads, lr
+ * scale] and the step's reply [params]; "state_get" [] (no struct) and
+ * "state_set" take and give its state (below). The lr scale multiplies the
+ * step's scheduled learning rate (ax_optim_set_lr_scale: PipeMare's
+ * rescheduling, staleness.h; 1 otherwise); the optimizer host refuses one
+ * that is not positive and finite. */
 typedef struct axi_pipe_optim_init_msg {
   const char *config;
   ax_tensor *params;
 } axi_pipe_optim_init_msg;
 typedef struct axi_pipe_optim_step_msg {
   ax_tensor *grads;
+  double lr_scale;
 } axi_pipe_optim_step_msg;
 typedef struct axi_pipe_optim_reply_msg {
   ax_tensor *params;

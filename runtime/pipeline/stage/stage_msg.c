@@ -408,7 +408,8 @@ MSG(mem_fetch, "axon.pipe.mem_fetch", STR(mem_fetch, owner, "owner"),
 MSG(optim_init, "axon.pipe.optim init", STR(optim_init, config, "optim config"),
     ONE(optim_init, params, "params", K_TENSOR))
 MSG(optim_step, "axon.pipe.optim step",
-    ONE(optim_step, grads, "grads", K_TENSOR))
+    ONE(optim_step, grads, "grads", K_TENSOR),
+    ONE(optim_step, lr_scale, "lr scale", K_F64))
 MSG(optim_reply, "axon.pipe.optim step reply",
     ONE(optim_reply, params, "params", K_TENSOR))
 MSG(optim_state, "axon.pipe.optim state", ONE(optim_state, m, "m", K_TENSOR),

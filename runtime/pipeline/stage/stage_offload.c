@@ -9,7 +9,9 @@
  * Methods (their messages in stage_msg-impl.h):
  *  - "init" [optim config (str), params (P f32)]: keeps a copy of the
  *    parameters on this agent and makes the optimizer (models/optim.h).
- *  - "step" [grads (P f32)]: one update of that copy; answers [params].
+ *  - "step" [grads (P f32), lr scale]: one update of that copy, its
+ *    learning rate scaled as the stage's correction asks (staleness.h);
+ *    answers [params].
  *  - "state_get" []: answers its state [m, v, steps] (a checkpoint of the
  *    stage holds it as its own optimizer's).
  *  - "state_set" [m, v, steps, (params)]: replaces it (and its copy of the
@@ -98,6 +100,8 @@ static int m_step(ax_call_ctx *cc, void *obj, const ax_values *args,
   ax_tensor *gd = NULL;
   if (err == AX_OK && !(gd = ax_tensor_to(g, o->dev)))
     err = AX_ENOMEM;
+  if (err == AX_OK)
+    err = ax_optim_set_lr_scale(o->opt, (float)m.lr_scale);
   if (err == AX_OK)
     err = ax_optim_step(o->opt, o->params, gd);
   axi_pipe_optim_reply_msg r = {o->params};
@@ -196,7 +200,7 @@ int axi_pipe_offload_step(phost *h) {
   axi_ag_stage *s = h->s;
   AX_TRY(axi_pipe_offload_settle(h));
   ax_values *a = ax_values_new();
-  axi_pipe_optim_step_msg m = {h->acc};
+  axi_pipe_optim_step_msg m = {h->acc, h->stale.lr_scale};
   int err = a ? axi_pipe_optim_step_encode(&m, a) : AX_ENOMEM;
   ax_call_opts co = {.timeout_ms = OFFLOAD_TIMEOUT_MS};
   /* Outside the unit's autograd context: the update outlives the call
@@ -241,6 +245,10 @@ int axi_pipe_offload_settle(phost *h) {
                     s->index, ax_tensor_numel(np), s->net->n_params);
   if (err == AX_OK)
     err = ax_tensor_copy(s->net->params, np);
+  if (err == AX_OK) /* the update of the STEP that sent it, last_step */
+    h->offload_steps++;
+  if (err == AX_OK)
+    err = axi_stale_after_step(&h->stale, s->net->params, h->last_step);
   ax_future_release(f);
   h->offload_err = err;
   return err;

@@ -76,6 +76,7 @@ void axi_stale_clear(axi_stale *z) {
   ax_tensor_release(z->pred);
   memset(z, 0, sizeof *z);
   z->pred_for = -1;
+  z->lr_scale = 1.0f;
 }
 
 int axi_stale_stashes(const axi_stale *z) {
@@ -144,12 +145,12 @@ static int copy_of(const ax_tensor *w, ax_tensor **out) {
   return extrapolate(w, 0.0f, NULL, out);
 }
 
-int axi_stale_before_step(axi_stale *z, ax_optim *o, ax_tensor *w, long next) {
+int axi_stale_before_step(axi_stale *z, long steps, ax_tensor *w, long next) {
+  z->lr_scale = z->kind == AX_STALE_PIPEMARE
+                    ? axi_stale_lr_scale(z->delay, z->warmup, steps)
+                    : 1.0f;
   if (z->kind == AX_STALE_NONE)
     return AX_OK;
-  if (z->kind == AX_STALE_PIPEMARE)
-    AX_TRY(ax_optim_set_lr_scale(
-        o, axi_stale_lr_scale(z->delay, z->warmup, ax_optim_steps(o))));
   if (z->kind == AX_STALE_PREDICT) {
     ax_tensor *p = NULL;
     if (next >= 0 && z->pred_for != next) { /* next's prediction, from w */

@@ -37,6 +37,12 @@
  *
  * The flushed modes have delay 0 and nothing to correct: ax_pipe_new
  * refuses anything but AX_STALE_NONE there (AX_EINVAL, naming the modes).
+ * A correction reads no optimizer state: it takes the optimizer's update
+ * count and gives it PipeMare's learning-rate scale, and sees the update
+ * as the whole weights after it minus before. So it runs unchanged with
+ * ZeRO (each shard's optimizer takes the scale; the update is read from
+ * the all-gathered weights) and with an optimizer host (the scale travels
+ * with the offloaded step; the update is read once its weights are back).
  * The math lives in staleness.c, called by the stage host
  * (stage_host.c, stage_host_bwd.c). Thread safety: the functions here are
  * reentrant. */

@@ -255,6 +255,8 @@ static int load_offloaded(phost *h, const axi_ckr *r, const plan *p) {
     err = read_new(h, r, "params", h->s->net->params, &m.params);
   if (err == AX_OK)
     err = axi_pipe_offload_state_set(h, &m);
+  if (err == AX_OK) /* the step count of its updates from now on */
+    h->offload_steps = (long)p->steps;
   ax_tensor_release(m.m);
   ax_tensor_release(m.v);
   ax_tensor_release(m.params);
