@@ -377,7 +377,8 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
                     R,
                     a->zero,
                     a->optimizer_host,
-                    a->tensor_parallel};
+                    a->tensor_parallel,
+                    a->sum_order};
   f.first = -1;
   f.a = a;
   f.node = node;

@@ -64,7 +64,21 @@ static long ctx_index(const ax_pipe *p, const ax_pipe_op *o) {
   return (long)o->batch * p->U + o->micro;
 }
 
-/* Loads mini-batch t (mu held): the inputs, labels and per-output norms. */
+void axi_pipe_label_counts(const ax_tlist *lab, int ignore, int64_t *norm) {
+  for (int i = 0; i < lab->n; i++) {
+    const ax_tensor *l = lab->t[i];
+    int64_t k = 0, n = (int64_t)ax_tensor_numel(l);
+    for (int64_t j = 0; j < n; j++) {
+      int64_t v = l->dtype == AX_I64 ? ((const int64_t *)l->data)[j]
+                                     : ((const int32_t *)l->data)[j];
+      k += v != ignore;
+    }
+    norm[i] = k;
+  }
+}
+
+/* Loads mini-batch t (mu held): the inputs, labels and per-output norms
+ * (its own labels' counts, or the whole mini-batch's from norm_fn). */
 static int batch_load(ax_pipe *p, long t) {
   axi_pipe_batch *b = &p->b[t];
   if (b->loaded)
@@ -77,16 +91,9 @@ static int batch_load(ax_pipe *p, long t) {
                      "pipeline: mini-batch %ld has fewer examples "
                      "than %d micro-batches",
                      t, p->U);
-  for (int i = 0; i < b->lab.n; i++) {
-    const ax_tensor *l = b->lab.t[i];
-    int64_t k = 0, n = (int64_t)ax_tensor_numel(l);
-    for (int64_t j = 0; j < n; j++) {
-      int64_t v = l->dtype == AX_I64 ? ((const int64_t *)l->data)[j]
-                                     : ((const int32_t *)l->data)[j];
-      k += v != p->ignore_index;
-    }
-    b->norm[i] = k;
-  }
+  if (p->norm_fn)
+    return p->norm_fn(p->user, p->base + t, b->norm);
+  axi_pipe_label_counts(&b->lab, p->ignore_index, b->norm);
   return AX_OK;
 }
 

@@ -78,6 +78,11 @@ struct ax_pipe {
   ax_pipe_batch_fn batch_fn;
   ax_pipe_step_fn step_fn;
   void *user;
+  /* A part whose losses are divided by the whole mini-batch's label
+   * counts (replicas in the sum tree, replicas.c): gives them for
+   * mini-batch gid (called with user right after batch_fn loaded it).
+   * NULL: its own labels' counts. */
+  int (*norm_fn)(void *user, long gid, int64_t *norm);
   double t0;
   ax_pipe_event *ev;
   long nev, cap_ev;
@@ -120,6 +125,10 @@ int axi_pipe_train_one(ax_pipe *p, long n, ax_pipe_batch_fn batch,
 int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out);
 int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
                             ax_pipe_step_fn step, void *user);
+
+/* The loss divisors of a mini-batch's labels: per label tensor, its
+ * entries other than ignore (coord_run.c). */
+void axi_pipe_label_counts(const ax_tlist *lab, int ignore, int64_t *norm);
 
 /* The first stage whose agent this node sees down, or -1. */
 int axi_pipe_down_stage(const ax_pipe *p);

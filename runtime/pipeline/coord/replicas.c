@@ -86,6 +86,7 @@ int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
 typedef struct shared_batch { /* mini-batch t while replicas take it */
   int loaded, taken, err;
   ax_tlist in, lab;
+  int64_t norm[AX_TLIST_MAX]; /* the whole mini-batch's label counts */
 } shared_batch;
 
 typedef struct shared_step { /* mini-batch t's reports */
@@ -105,6 +106,8 @@ typedef struct share {
   pthread_mutex_t mu;
   shared_batch *b; /* [n] */
   shared_step *st; /* [n] */
+  int whole;       /* the sum tree: every loss divided by the whole mini-batch's
+                      label counts (ax_pipe_opts.sum_order) */
 } share;
 
 typedef struct replica_run {
@@ -154,6 +157,8 @@ static int shard_batch(void *user, long gid, ax_tlist *in, ax_tlist *lab) {
                          "replicas: mini-batch %ld has fewer "
                          "examples than %d replicas",
                          gid, sh->R);
+    if (b->err == AX_OK)
+      axi_pipe_label_counts(&b->lab, rr->p->ignore_index, b->norm);
   }
   int err = b->err;
   if (err == AX_OK) {
@@ -174,9 +179,25 @@ static int shard_batch(void *user, long gid, ax_tlist *in, ax_tlist *lab) {
   return err;
 }
 
-/* Reports mini-batch t once every part did: loss weighted by the
- * replicas' label counts (their plain mean when nothing was counted). A
- * replica's members report the same loss: member 0's counts. */
+/* The whole mini-batch's label counts, for a part's losses (its norm_fn
+ * in the sum tree): shard_batch counted them as it loaded the batch. */
+static int shard_norm(void *user, long gid, int64_t *norm) {
+  replica_run *rr = user;
+  share *sh = rr->sh;
+  long t = gid - sh->base;
+  if (t < 0 || t >= rr->n)
+    return ax_seterr(AX_EINVAL, "replicas: mini-batch %ld outside the call",
+                     gid);
+  pthread_mutex_lock(&sh->mu);
+  memcpy(norm, sh->b[t].norm, sizeof sh->b[t].norm);
+  pthread_mutex_unlock(&sh->mu);
+  return AX_OK;
+}
+
+/* Reports mini-batch t once every part did: in the sum tree the sum of the
+ * replicas' losses (each a part of the whole mini-batch's mean), else
+ * their mean weighted by their label counts (their plain mean when nothing
+ * was counted). A replica's members report the same loss: member 0's. */
 static void shard_step(void *user, const ax_pipe_step_info *si) {
   replica_run *rr = user;
   share *sh = rr->sh;
@@ -193,7 +214,9 @@ static void shard_step(void *user, const ax_pipe_step_info *si) {
   }
   if (++st->reported == sh->N && sh->step) {
     ax_pipe_step_info g = *si;
-    g.loss = st->count ? st->loss_w / (double)st->count : st->loss / sh->R;
+    g.loss = sh->whole   ? st->loss
+             : st->count ? st->loss_w / (double)st->count
+                         : st->loss / sh->R;
     g.correct = st->correct;
     g.count = st->count;
     sh->step(sh->user, &g);
@@ -230,6 +253,7 @@ int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   int R = p->nrep;
   int T = axi_pipe_members(p);
   share sh = {R / T, T, R, p->rep, 0, p->rep[0]->base, batch, step, user};
+  sh.whole = p->o.sum_order == AX_SUM_TREE;
   pthread_mutex_init(&sh.mu, NULL);
   sh.b = calloc((size_t)n + 1, sizeof *sh.b);
   sh.st = calloc((size_t)n + 1, sizeof *sh.st);
@@ -238,6 +262,7 @@ int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   int started = 0, err = sh.b && sh.st ? AX_OK : AX_ENOMEM;
   for (int r = 0; r < R && err == AX_OK; r++) {
     rr[r] = (replica_run){&sh, p->rep[r], r / sh.T, r % sh.T, AX_OK, n, ""};
+    p->rep[r]->norm_fn = sh.whole ? shard_norm : NULL;
     if (p->rep[r]->base != sh.base)
       err = ax_seterr(AX_ESTATE,
                       "replicas: replica %d is at mini-batch %ld, "

@@ -103,4 +103,3 @@ int ax_ckpt_read_info(const char *dir, ax_ckpt_info *info) {
   axi_ckr_close(&r);
   return AX_OK;
 }
-
