@@ -47,10 +47,10 @@ typedef struct ax_sum_tree {
   int (*add)(void *user, void *acc, void *x); /* acc += x; AX_OK or error */
   void (*drop)(void *user, void *x);          /* x is free again */
   void *user;
-  long leaves;                     /* pushed so far */
-  int depth;                       /* partial sums held */
-  void *part[AX_SUM_TREE_DEPTH];   /* partial sums, leftmost first */
-  long size[AX_SUM_TREE_DEPTH];    /* leaves in each */
+  long leaves;                   /* pushed so far */
+  int depth;                     /* partial sums held */
+  void *part[AX_SUM_TREE_DEPTH]; /* partial sums, leftmost first */
+  long size[AX_SUM_TREE_DEPTH];  /* leaves in each */
 } ax_sum_tree;
 
 /* An empty sum. add and drop must not be NULL. */

@@ -52,9 +52,8 @@ static int same_bits(const ax_tensor *a, const ax_tensor *b) {
 
 static ax_pipe *new_pipe(const setting *st, int mode, int K, int R, int M,
                          int order, int zero) {
-  ax_pipe_opts o = {st->model, st->cfg,     K,   g_names, NULL,   mode,
-                    M,         AX_RECOMPUTE_NEVER, st->optim, SEED, AX_CPU,
-                    30000};
+  ax_pipe_opts o = {st->model,          st->cfg,   K,    g_names, NULL, mode, M,
+                    AX_RECOMPUTE_NEVER, st->optim, SEED, AX_CPU,  30000};
   o.replicas = R;
   o.zero = zero;
   o.sum_order = order;

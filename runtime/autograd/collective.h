@@ -90,10 +90,9 @@ void ax_coll_group_free(ax_coll_group *g);
  *  - AX_SUM_TREE: the sum tree over ranks 0 .. N-1 for every element: each
  *    member sends its pieces of the others' chunks straight to them and
  *    sums its own chunk's N pieces in the tree (the same bytes sent as the
- *    ring, in one step instead of N - 1; the pieces wait in the mailbox
- *    until their turn, up to (N - 1) / N of the range). The all-gather,
- *    the shards and the AVG division (once, after the sum) are the
- *    ring's.
+ *    ring, each once; sends run one piece ahead of the sums, so a mailbox
+ *    holds a few pieces per member). The all-gather, the shards and the
+ *    AVG division (once, after the sum) are the ring's.
  * Every member must set the same order, before the group's first
  * operation; a shrunk group keeps it. NULL-safe. */
 void ax_coll_group_set_order(ax_coll_group *g, ax_sum_order order);

@@ -93,7 +93,7 @@ static int ring_reduce_scatter(ax_coll_op *op, float *d, int64_t deadline) {
  * piece, as leaves 0 .. N-1 in rank order of the sum tree
  * (kernels/sum_tree.h), the same helper and tree as a stage's
  * micro-batches. Each member sends (N - 1) / N of the range, as in the
- * ring, in one step instead of N - 1. */
+ * ring, straight to where it is summed instead of along N - 1 steps. */
 typedef struct tree_pieces { /* the piece buffers of one chunk's sum */
   float *own;                /* this member's piece, in place */
   float *spare[AX_SUM_TREE_DEPTH + 1];
@@ -150,24 +150,41 @@ static int tree_sum_piece(ax_coll_op *op, tree_pieces *tp, size_t p, float *dst,
   return err;
 }
 
+/* Sends piece p of every other member's chunk to its owner (where the
+ * chunk has one). */
+static int send_pieces(ax_coll_op *op, const float *d, size_t p) {
+  ax_coll_group *g = op->g;
+  int N = g->size, r = g->rank;
+  for (int c = 0; c < N; c++) {
+    size_t c0, cn, p0, pn;
+    int owner = mod(c - 1, N);
+    chunk(op->off, op->n, N, c, &c0, &cn);
+    if (owner == r || p >= n_pieces(cn))
+      continue;
+    piece(c0, cn, p, &p0, &pn);
+    AX_TRY(axi_coll_send(g, owner, op->seq, msg_id(r, p), d + p0, pn));
+  }
+  return AX_OK;
+}
+
+/* Piece by piece, sends run one piece ahead of the sums: a member sends
+ * pieces p + 1 once it summed its piece p - 1 (for which every member
+ * sent its pieces p - 1), so a mailbox holds a few pieces per member,
+ * not the range. */
 static int tree_reduce_scatter(ax_coll_op *op, float *d, int64_t deadline) {
   ax_coll_group *g = op->g;
   int N = g->size, r = g->rank;
   size_t c0, cn, p0, pn;
-  for (int c = 0; c < N; c++) { /* every other member's chunk */
-    int owner = mod(c - 1, N);
-    if (owner == r)
-      continue;
-    chunk(op->off, op->n, N, c, &c0, &cn);
-    for (size_t p = 0; p < n_pieces(cn); p++) {
-      piece(c0, cn, p, &p0, &pn);
-      AX_TRY(axi_coll_send(g, owner, op->seq, msg_id(r, p), d + p0, pn));
-    }
-  }
+  chunk(op->off, op->n, N, 0, &c0, &cn); /* the largest chunk */
+  size_t most = n_pieces(cn);
+  chunk(op->off, op->n, N, mod(r + 1, N), &c0, &cn); /* this member's */
   tree_pieces tp = {0};
-  int err = AX_OK;
-  chunk(op->off, op->n, N, mod(r + 1, N), &c0, &cn);
-  for (size_t p = 0; p < n_pieces(cn) && err == AX_OK; p++) {
+  int err = send_pieces(op, d, 0);
+  for (size_t p = 0; p < most && err == AX_OK; p++) {
+    if (p + 1 < most)
+      err = send_pieces(op, d, p + 1);
+    if (err != AX_OK || p >= n_pieces(cn))
+      continue;
     piece(c0, cn, p, &p0, &pn);
     tp.n = pn;
     err = tree_sum_piece(op, &tp, p, d + p0, deadline);

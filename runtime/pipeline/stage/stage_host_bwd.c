@@ -92,7 +92,11 @@ static int fold(phost *h, long t) {
     }
     ax_tensor *x = g->g;
     free(g);
-    AX_TRY(ax_sum_tree_push(&h->sum, x));
+    int err = ax_sum_tree_push(&h->sum, x);
+    if (err != AX_OK) { /* the batch's step fails: it lacks this sum */
+      ax_sum_tree_clear(&h->sum);
+      return err;
+    }
   }
 }
 
