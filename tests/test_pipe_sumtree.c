@@ -2,7 +2,8 @@
  * AX_SUM_TREE, the default; kernels/sum_tree.h), with 4 real agent
  * processes on loopback. At a fixed number of micro-batches R M per
  * mini-batch (same batch, same micro-batch size), R replicas of M
- * micro-batches each train to the same bits for R = 1, 2, 4:
+ * micro-batches each train to the same bits for R = 1, 2, 4 (the
+ * parameters, in every replica, and every step's reported loss):
  *  - an MLP, SGD with momentum: gpipe with one stage (R = 1, 2, 4), 1f1b
  *    with two (R = 1, 2), and ZeRO over R = 2 replicas;
  *  - BERT tiny with dropout 0, AdamW (most MLM positions are ignored, so
@@ -81,11 +82,34 @@ static void take_params(ax_pipe *p, int K, int R, ax_tensor **out) {
   ax_pipe_free(p);
 }
 
+/* A setting's batches, and the loss of each step as reported. */
+#define MAX_STEPS 8
+typedef struct feed {
+  const setting *st;
+  double loss[MAX_STEPS];
+} feed;
+
+static int feed_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
+  feed *f = user;
+  return f->st->batch(f->st->data, t, in, lab);
+}
+
+static void feed_step(void *user, const ax_pipe_step_info *si) {
+  feed *f = user;
+  if (si->batch >= 0 && si->batch < MAX_STEPS)
+    f->loss[si->batch] = si->loss;
+}
+
+/* Trains `steps` (<= MAX_STEPS) mini-batches: the parameters into out[],
+ * the step losses into loss[]. */
 static void train_params(const setting *st, int mode, int K, int R, int M,
-                         int order, int zero, int steps, ax_tensor **out) {
+                         int order, int zero, int steps, ax_tensor **out,
+                         double *loss) {
   ax_pipe *p = new_pipe(st, mode, K, R, M, order, zero);
-  AX_ASSERT_OK(ax_pipe_train(p, steps, st->batch, NULL, st->data));
+  feed f = {st, {0}};
+  AX_ASSERT_OK(ax_pipe_train(p, steps, feed_batch, feed_step, &f));
   take_params(p, K, R, out);
+  memcpy(loss, f.loss, sizeof f.loss);
 }
 
 /* Whether the K stages of a and b hold the same bits; releases both. */
@@ -100,19 +124,24 @@ static int equal_release(ax_tensor **a, ax_tensor **b, int K) {
 }
 
 /* R M = 4 micro-batches per mini-batch: R = 1 (M = 4) against every other
- * R of `rs` (up to 4 / K replicas of K agents), to the bit. */
+ * R of `rs` (up to 4 / K replicas of K agents), to the bit: the
+ * parameters and every step's loss. */
 static void check_layouts(const setting *st, int mode, int K, const int *rs,
                           int nr, int zero, int steps) {
   ax_tensor *ref[NAGENTS];
-  train_params(st, mode, K, 1, 4, AX_SUM_TREE, 0, steps, ref);
+  double ref_loss[MAX_STEPS], loss[MAX_STEPS];
+  train_params(st, mode, K, 1, 4, AX_SUM_TREE, 0, steps, ref, ref_loss);
   for (int i = 0; i < nr; i++) {
     ax_tensor *got[NAGENTS], *keep[NAGENTS];
-    train_params(st, mode, K, rs[i], 4 / rs[i], AX_SUM_TREE, zero, steps, got);
+    train_params(st, mode, K, rs[i], 4 / rs[i], AX_SUM_TREE, zero, steps, got,
+                 loss);
     for (int s = 0; s < K; s++)
       keep[s] = ax_tensor_retain(ref[s]);
-    int same = equal_release(keep, got, K);
+    int same = equal_release(keep, got, K) &&
+               !memcmp(loss, ref_loss, sizeof loss) && loss[steps - 1] > 0;
     fprintf(stderr,
-            "  %s %-5s K=%d: R=%d M=%d%s against R=1 M=4, %d steps: %s\n",
+            "  %s %-5s K=%d: R=%d M=%d%s against R=1 M=4, %d steps: "
+            "parameters and losses %s\n",
             st->model, ax_pipe_mode_name(mode), K, rs[i], 4 / rs[i],
             zero ? " zero" : "", steps, same ? "same bits" : "DIFFERENT");
     if (!same)
@@ -196,8 +225,9 @@ static void test_chain_depends_on_layout(void **state) {
   AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
   setting st = {"mlp", MLP_CFG, SGD, pt_batch, &data};
   ax_tensor *one[1], *four[1];
-  train_params(&st, AX_MODE_GPIPE, 1, 1, 4, AX_SUM_CHAIN, 0, 4, one);
-  train_params(&st, AX_MODE_GPIPE, 1, 4, 1, AX_SUM_CHAIN, 0, 4, four);
+  double loss[MAX_STEPS];
+  train_params(&st, AX_MODE_GPIPE, 1, 1, 4, AX_SUM_CHAIN, 0, 4, one, loss);
+  train_params(&st, AX_MODE_GPIPE, 1, 4, 1, AX_SUM_CHAIN, 0, 4, four, loss);
   int same = equal_release(one, four, 1);
   fprintf(stderr, "  mlp gpipe K=1 chain: R=4 M=1 against R=1 M=4: %s\n",
           same ? "same bits" : "different bits (as expected)");

@@ -64,6 +64,24 @@ static long ctx_index(const ax_pipe *p, const ax_pipe_op *o) {
   return (long)o->batch * p->U + o->micro;
 }
 
+/* Losses as the sum tree's leaves (sum_tree.h): the array's entries. */
+static int loss_add(void *user, void *acc, void *x) {
+  (void)user;
+  *(double *)acc += *(double *)x;
+  return AX_OK;
+}
+static void loss_drop(void *user, void *x) { (void)user, (void)x; }
+
+double axi_pipe_sum_losses(int order, double *v, int n) {
+  ax_sum_tree t;
+  ax_sum_tree_init(&t, (ax_sum_order)order, loss_add, loss_drop, NULL);
+  for (int i = 0; i < n; i++)
+    ax_sum_tree_push(&t, &v[i]); /* loss_add cannot fail */
+  void *sum = NULL;
+  ax_sum_tree_finish(&t, &sum);
+  return sum ? *(double *)sum : 0;
+}
+
 void axi_pipe_label_counts(const ax_tlist *lab, int ignore, int64_t *norm) {
   for (int i = 0; i < lab->n; i++) {
     const ax_tensor *l = lab->t[i];
@@ -213,7 +231,7 @@ static uint64_t op_finished(ax_pipe *p, const ax_pipe_op *o, int merged,
   event_add(p, o, t_issue, r);
   axi_pipe_batch *b = &p->b[o->batch];
   if (o->kind == AX_OP_FWD && o->stage == p->K - 1) {
-    b->loss += r->loss; /* 0 without a loss part */
+    p->losses[ctx_index(p, o)] = r->loss; /* 0 without a loss part */
     b->correct += r->correct;
     b->count += r->count;
   }
@@ -371,7 +389,9 @@ static int reap(driver *d) {
     ax_dist_context_release(p->node, rel, 10000);
   if (batch_done) {
     axi_pipe_batch *b = &p->b[o->batch];
-    ax_pipe_step_info info = {p->base + o->batch, b->loss, ax_clock_s() - p->t0,
+    double loss = axi_pipe_sum_losses(
+        p->o.sum_order, p->losses + (size_t)o->batch * p->U, p->U);
+    ax_pipe_step_info info = {p->base + o->batch, loss, ax_clock_s() - p->t0,
                               b->correct, b->count};
     if (p->step_fn)
       p->step_fn(p->user, &info);
@@ -433,6 +453,7 @@ int axi_pipe_train_one(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   for (size_t i = 0; p->stages_left && i < units; i++)
     p->stages_left[i] = p->K;
   p->b = calloc((size_t)n + 1, sizeof *p->b);
+  p->losses = calloc(units + 1, sizeof *p->losses);
   p->err = AX_OK;
   p->msg[0] = 0;
   p->batch_fn = batch;
@@ -440,8 +461,10 @@ int axi_pipe_train_one(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   p->user = user;
   p->nev = 0;
   memset(&p->stats, 0, sizeof p->stats);
-  if (!p->done || !p->ctx || !p->b || !p->stages_left) {
+  if (!p->done || !p->ctx || !p->b || !p->stages_left || !p->losses) {
     free(p->done), free(p->ctx), free(p->b), free(p->stages_left);
+    free(p->losses);
+    p->losses = NULL;
     ax_pipe_plan_free(p->plan);
     p->plan = NULL;
     return AX_ENOMEM;
@@ -494,7 +517,9 @@ int axi_pipe_train_one(ax_pipe *p, long n, ax_pipe_batch_fn batch,
     ax_tlist_clear(&p->b[t].lab);
   }
   free(p->done), free(p->ctx), free(p->b), free(p->stages_left);
+  free(p->losses);
   p->done = NULL, p->ctx = NULL, p->b = NULL, p->stages_left = NULL;
+  p->losses = NULL;
   ax_pipe_plan_free(p->plan);
   p->plan = NULL;
   p->base += n;

@@ -15,7 +15,6 @@ typedef struct axi_pipe_batch { /* one mini-batch while it is in flight */
   ax_tlist in, lab;
   int64_t norm[AX_TLIST_MAX]; /* kept labels per output in the mini-batch */
   int units_left;             /* first-stage backwards still to run */
-  double loss;
   int64_t correct, count;
 } axi_pipe_batch;
 
@@ -73,6 +72,8 @@ struct ax_pipe {
   uint64_t *ctx;       /* one per unit */
   int *stages_left;    /* per unit: stages still to finish its backward */
   axi_pipe_batch *b;   /* [n] */
+  double *losses;      /* per unit: its loss, summed per mini-batch in the
+                          sum order (axi_pipe_sum_losses) */
   int err;
   char msg[512];
   ax_pipe_batch_fn batch_fn;
@@ -125,6 +126,11 @@ int axi_pipe_train_one(ax_pipe *p, long n, ax_pipe_batch_fn batch,
 int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out);
 int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
                             ax_pipe_step_fn step, void *user);
+
+/* The sum of v[0 .. n-1] in `order` (ax_sum_order, sum_tree.h), as the
+ * gradients are summed: a mini-batch's unit losses, replicas' losses; v is
+ * scratch afterwards (coord_run.c). */
+double axi_pipe_sum_losses(int order, double *v, int n);
 
 /* The loss divisors of a mini-batch's labels: per label tensor, its
  * entries other than ignore (coord_run.c). */

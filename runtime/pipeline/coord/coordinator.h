@@ -153,10 +153,12 @@ typedef struct ax_pipe_opts {
    * R-1 (a tree all-reduce), each micro-batch's loss divided by the whole
    * mini-batch's label counts: the tree over the mini-batch's R M
    * micro-batches, replica r's micro-batch j being micro-batch r M + j
-   * (its rows). With M a power of two the weights depend on the
-   * micro-batches (their rows and order) only: R = 1, 2, 4 at fixed R M
-   * (and batch) train to the same bits, and a resume may change R. It
-   * keeps up to log2(M) + 1 partial sums per stage (the chain: one).
+   * (its rows); the step callback's loss is the same tree over the
+   * micro-batches' losses. With M a power of two the weights and losses
+   * depend on the micro-batches (their rows and order) only: R = 1, 2, 4
+   * at fixed R M (and batch) train to the same bits, and a resume may
+   * change R. It keeps up to log2(M) + 1 partial sums per stage (the
+   * chain: one).
    * AX_SUM_CHAIN: micro-batches left to right, each replica's loss its
    * own shard's mean, the replicas' gradients averaged by the ring
    * all-reduce (PyTorch DDP's rule). */

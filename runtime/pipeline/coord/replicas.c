@@ -91,7 +91,8 @@ typedef struct shared_batch { /* mini-batch t while replicas take it */
 
 typedef struct shared_step { /* mini-batch t's reports */
   int reported;
-  double loss_w, loss; /* count-weighted loss sum; plain sum */
+  double loss_w, loss;               /* count-weighted loss sum; plain sum */
+  double part[AX_PIPE_MAX_REPLICAS]; /* each replica's loss */
   int64_t correct, count;
 } shared_step;
 
@@ -194,10 +195,11 @@ static int shard_norm(void *user, long gid, int64_t *norm) {
   return AX_OK;
 }
 
-/* Reports mini-batch t once every part did: in the sum tree the sum of the
- * replicas' losses (each a part of the whole mini-batch's mean), else
- * their mean weighted by their label counts (their plain mean when nothing
- * was counted). A replica's members report the same loss: member 0's. */
+/* Reports mini-batch t once every part did: in the sum tree the tree sum
+ * of the replicas' losses (each a part of the whole mini-batch's mean, as
+ * their gradients), else their mean weighted by their label counts (their
+ * plain mean when nothing was counted). A replica's members report the same
+ * loss: member 0's. */
 static void shard_step(void *user, const ax_pipe_step_info *si) {
   replica_run *rr = user;
   share *sh = rr->sh;
@@ -209,12 +211,13 @@ static void shard_step(void *user, const ax_pipe_step_info *si) {
   if (rr->t == 0) {
     st->loss_w += si->loss * (double)si->count;
     st->loss += si->loss;
+    st->part[rr->r] = si->loss;
     st->correct += si->correct;
     st->count += si->count;
   }
   if (++st->reported == sh->N && sh->step) {
     ax_pipe_step_info g = *si;
-    g.loss = sh->whole   ? st->loss
+    g.loss = sh->whole   ? axi_pipe_sum_losses(AX_SUM_TREE, st->part, sh->R)
              : st->count ? st->loss_w / (double)st->count
                          : st->loss / sh->R;
     g.correct = st->correct;
