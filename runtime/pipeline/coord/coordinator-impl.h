@@ -129,11 +129,11 @@ int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
 
 /* The sum of v[0 .. n-1] in `order` (ax_sum_order, sum_tree.h), as the
  * gradients are summed: a mini-batch's unit losses, replicas' losses; v is
- * scratch afterwards (coord_run.c). */
+ * scratch afterwards (coord_loss.c). */
 double axi_pipe_sum_losses(int order, double *v, int n);
 
 /* The loss divisors of a mini-batch's labels: per label tensor, its
- * entries other than ignore (coord_run.c). */
+ * entries other than ignore (coord_loss.c). */
 void axi_pipe_label_counts(const ax_tlist *lab, int ignore, int64_t *norm);
 
 /* The first stage whose agent this node sees down, or -1. */

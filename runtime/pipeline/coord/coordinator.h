@@ -157,8 +157,9 @@ typedef struct ax_pipe_opts {
    * micro-batches' losses. With M a power of two the weights and losses
    * depend on the micro-batches (their rows and order) only: R = 1, 2, 4
    * at fixed R M (and batch) train to the same bits, and a resume may
-   * change R. It keeps up to log2(M) + 1 partial sums per stage (the
-   * chain: one).
+   * change R. A stage whose backwards come in micro-batch order (1f1b)
+   * then holds up to log2(M) + 1 gradient buffers (partial sums and the
+   * unit in flight) where the chain holds 2 (docs/PARALLELISM.md).
    * AX_SUM_CHAIN: micro-batches left to right, each replica's loss its
    * own shard's mean, the replicas' gradients averaged by the ring
    * all-reduce (PyTorch DDP's rule). */
