@@ -130,7 +130,7 @@ const axi_cli_opt axi_run_pipe_opts[] = {
     {"replicas", "R", AXI_CLI_INT, F(pa.replicas), 1, AX_PIPE_MAX_REPLICAS,
      .help = "pipeline x data parallel: R copies of a pipeline of\n"
              "K = agents / R stages, each on its shard of every\n"
-             "batch, averaging gradients at each update"},
+             "batch, combining gradients at each update"},
     {"zero", "1|2", AXI_CLI_INT, F(pa.zero), 0, 2,
      .help = "with --replicas: shard the optimizer state and the\n"
              "averaged gradients over the replicas (ZeRO)"},

@@ -64,7 +64,7 @@ typedef struct phost {
   int versions; /* weight versions at the last axi_pipe_host_report (s->mu) */
   axi_pipe_line *line;      /* its rank's order (stage_line-impl.h) */
   ax_coll_group *replicas;  /* the same stage in every replica (--replicas):
-                               each STEP averages the gradients over it;
+                               each STEP combines the gradients over it;
                                NULL: one replica (s->mu to use it; set
                                and freed also under group_mu) */
   ax_coll_group *tp;        /* the same stage in every tensor-parallel member of
