@@ -26,7 +26,8 @@ typedef struct axi_run_pipe_args {
   int tensor_parallel; /* --tensor-parallel T: T agents per stage (K =
                           agents / (R T)) */
   int nagents;         /* names given with --agents */
-  int zero; /* --zero 1|2: optimizer state sharded over the replicas */
+  int zero;      /* --zero 1|2: optimizer state sharded over the replicas */
+  int sum_order; /* --sum-order tree|chain (ax_sum_order) */
   const char *optimizer_host;  /* --optimizer-host: every stage's optimizer
                                   there (started too with --local) */
   int staleness, stale_warmup; /* --staleness, --pipemare-warmup */

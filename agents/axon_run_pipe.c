@@ -328,7 +328,8 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
                     a->zero,
                     a->optimizer_host,
                     a->tensor_parallel,
-                    a->elastic}; /* its replicas may shrink: weighed */
+                    a->elastic, /* its replicas may shrink: weighed */
+                    a->sum_order};
   f.first = -1;
   f.a = a;
   axi_run_agents_init(&f.ag, a, node, &o, cur);

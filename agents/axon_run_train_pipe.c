@@ -8,6 +8,7 @@
 
 #include "agents/axon_run.h"
 #include "axon/kernels/error.h"
+#include "axon/kernels/sum_tree.h"
 #include "axon/runtime/pipeline/stage/stage_host.h"
 #include "axon/runtime/pipeline/stage/staleness.h"
 #include "axon/runtime/pipeline/state/freeze.h"
@@ -82,6 +83,10 @@ static int set_staleness(void *dst, const char *s) {
   return lib_parse(ax_staleness_parse(s, &((axi_run_cli *)dst)->pa.staleness));
 }
 
+/* --sum-order's values are ax_sum_order's, in its order. */
+_Static_assert(AX_SUM_TREE == 0 && AX_SUM_CHAIN == 1 && AX_SUM_ORDERS == 2,
+               "--sum-order tree|chain");
+
 const axi_cli_opt axi_run_pipe_opts[] = {
     {.help = "\nPipeline training over remote stages (one stage per agent):"},
     {"local", "K", AXI_CLI_INT, F(pa.local), 1, MAXS,
@@ -125,10 +130,15 @@ const axi_cli_opt axi_run_pipe_opts[] = {
     {"replicas", "R", AXI_CLI_INT, F(pa.replicas), 1, AX_PIPE_MAX_REPLICAS,
      .help = "pipeline x data parallel: R copies of a pipeline of\n"
              "K = agents / R stages, each on its shard of every\n"
-             "batch, averaging gradients at each update"},
+             "batch, combining gradients at each update"},
     {"zero", "1|2", AXI_CLI_INT, F(pa.zero), 0, 2,
      .help = "with --replicas: shard the optimizer state and the\n"
              "averaged gradients over the replicas (ZeRO)"},
+    {"sum-order", "O", AXI_CLI_CHOICE, F(pa.sum_order), .values = "tree|chain",
+     .help = "gradient sums: tree (default: micro-batches and\n"
+             "replicas in one fixed binary tree, the same bits\n"
+             "for any replicas x micro-batches of a batch) or\n"
+             "chain (in order; replicas' means averaged, ring)"},
     {"tensor-parallel", "T", AXI_CLI_INT, F(pa.tensor_parallel), 1,
      AX_PIPE_MAX_REPLICAS,
      .help = "every stage on T agents, its split layers (bert's\n"

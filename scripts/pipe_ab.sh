@@ -8,6 +8,9 @@
 # where CASE is the axon-run arguments after `train`, e.g.
 #   "--model resnet20 --dataset fashion-mnist --local 2 --mode gpipe
 #    --microbatches 8 --steps 40 --batch 64"
+# PIPE_AB_ARGS_A / PIPE_AB_ARGS_B: more arguments for A's / B's runs only,
+# to compare two settings of one build (BUILD_A = BUILD_B), e.g.
+#   PIPE_AB_ARGS_A="--sum-order tree" PIPE_AB_ARGS_B="--sum-order chain"
 set -euo pipefail
 a=$1 b=$2 rounds=$3
 shift 3
@@ -38,9 +41,9 @@ run_one() { # build, args -> "samples/s rss0 rss1 ..." (MiB)
 for r in $(seq 1 "$rounds"); do
   for c in "$@"; do
     # shellcheck disable=SC2086
-    ra=$(run_one "$a" $c)
+    ra=$(run_one "$a" $c ${PIPE_AB_ARGS_A:-})
     # shellcheck disable=SC2086
-    rb=$(run_one "$b" $c)
+    rb=$(run_one "$b" $c ${PIPE_AB_ARGS_B:-})
     echo "round $r | $c"
     echo "  A $ra"
     echo "  B $rb"

@@ -7,7 +7,9 @@
  *  - REF_SYNC: plain SGD on the whole mini-batch (sequential, gpipe and 1f1b
  *    must match it: micro-batch gradients sum to the mini-batch gradient),
  *    or, with dropout, on its micro-batches (pt_ref_opts.units) each under
- *    the coordinator's per-unit seed, gradients summed;
+ *    the coordinator's per-unit seed, gradients summed (every unit's into
+ *    its own buffer, the buffers summed in the stages' order,
+ *    kernels/sum_tree.h);
  *  - REF_STASH (ddg, pipedream): at stage k the gradient of mini-batch t is
  *    computed with the weights after update t - d_k - 1 (version
  *    max(0, t - d_k)), forward and backward alike, and applied to the
@@ -39,6 +41,8 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include "axon/kernels/backend-impl.h"
+#include "axon/kernels/sum_tree.h"
 #include "axon/models/data/dataset.h"
 #include "axon/models/loss.h"
 #include "axon/models/model.h"
@@ -109,6 +113,9 @@ typedef struct pt_ref_opts {
   int staleness;
   double gamma;
   int warmup;
+  /* How the units' gradients are summed (ax_sum_order, as
+   * ax_pipe_opts.sum_order: 0 = the tree, the pipeline's default). */
+  int sum_order;
 } pt_ref_opts;
 
 /* The delay of stage d = K - 1 - k in a reference kind: how many versions
@@ -154,6 +161,20 @@ static inline void pt_label_counts(const ax_tlist *lab, int ignore,
   }
 }
 
+/* The units' gradients of a stage, summed as the stage host sums them
+ * (kernels/sum_tree.h, with the same addition): each unit's buffer is a
+ * leaf. */
+static inline int pt_leaf_add(void *user, void *acc, void *x) {
+  (void)user;
+  ax_tensor *a = acc;
+  return AX_K(ax_backend_of(a->device), axpby, ax_tensor_numel(a), 1.0f,
+              ax_f32((ax_tensor *)x), 1.0f, ax_f32(a));
+}
+static inline void pt_leaf_drop(void *user, void *x) {
+  (void)user;
+  ax_tensor_release(x);
+}
+
 /* Runs the reference for T mini-batches; params[k] / bufs[k] receive new
  * references to the final flat buffers of stage k (bufs[k] NULL if none).
  * Dropout uses the coordinator's per-unit seeds (pt_unit_seed), forward
@@ -168,6 +189,8 @@ static inline void pt_reference_ex(const ax_model_def *def,
   int U = ro && ro->units > 1 ? ro->units : 1;
   uint64_t delta = ro ? ro->replay_seed_delta : 0;
   int stale = ro ? ro->staleness : AX_STALE_NONE;
+  ax_sum_order order = ro ? (ax_sum_order)ro->sum_order : AX_SUM_TREE;
+  ax_sum_tree sum[8];
   assert_true(U == 1 || kind == REF_SYNC || kind == REF_2BW);
   assert_true(stale == AX_STALE_NONE || kind != REF_SYNC);
   pt_stale_hist hist[8];
@@ -202,6 +225,7 @@ static inline void pt_reference_ex(const ax_model_def *def,
     pt_label_counts(&lab, info.ignore_index, norm);
     for (int k = 0; k < K; k++) {
       AX_ASSERT_OK(ax_net_zero_grad(net[k]));
+      ax_sum_tree_init(&sum[k], order, pt_leaf_add, pt_leaf_drop, NULL);
       /* the weights of mini-batch t's forwards and backwards */
       int d = K - 1 - k, sk = ref_delay(kind, d);
       int vf = ref_version(kind, t, d, 0), vb = ref_version(kind, t, d, 1);
@@ -253,9 +277,12 @@ static inline void pt_reference_ex(const ax_model_def *def,
           AX_ASSERT_OK(ax_forward(net[k]->root, &ex, slot[k], &x[k], &y));
           ax_tlist_clear(&y);
         }
-        ex.grads = net[k]->grads;
+        ex.grads = ax_tensor_like(net[k]->grads); /* the unit's leaf */
+        assert_non_null(ex.grads);
+        AX_ASSERT_OK(ax_tensor_fill(ex.grads, 0.0f));
         ex.need_dx = k > 0;
         AX_ASSERT_OK(ax_backward(net[k]->root, &ex, slot[k], &dy, &dx));
+        AX_ASSERT_OK(ax_sum_tree_push(&sum[k], ex.grads));
         ax_tlist_clear(&dy);
         dy = dx;
         memset(&dx, 0, sizeof dx);
@@ -267,6 +294,10 @@ static inline void pt_reference_ex(const ax_model_def *def,
       ax_tlist_clear(&ulab);
     }
     for (int k = 0; k < K; k++) {
+      void *g = NULL;
+      AX_ASSERT_OK(ax_sum_tree_finish(&sum[k], &g));
+      AX_ASSERT_OK(ax_tensor_copy(net[k]->grads, g));
+      ax_tensor_release(g);
       ver[k][t + 1] = ax_tensor_like(ver[k][t]);
       AX_ASSERT_OK(ax_tensor_copy(ver[k][t + 1], ver[k][t]));
       if (stale == AX_STALE_NONE) {

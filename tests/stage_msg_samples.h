@@ -32,7 +32,7 @@ static void sm_sample(int id, void *p, int full, ax_tensor *const t[3],
   memset(p, 0, axi_pipe_msg_size(id));
   if (sm_is(id, "axon.pipe.stage setup")) {
     axi_pipe_setup_msg *m = p;
-    *m = (axi_pipe_setup_msg){2, 1, "opt=sgd,lr=0.1", r, NULL, 77};
+    *m = (axi_pipe_setup_msg){2, 1, "opt=sgd,lr=0.1", r, NULL, 77, 1};
     m->has_stale = m->has_replicas = m->has_zero = m->has_tp = full;
     m->stale = 1, m->delay = 3, m->gamma = 0.5, m->warmup = 2;
     m->replicas = (axi_pipe_group){2, 1, "pp1", {"a", "b"}};

@@ -1,8 +1,11 @@
-/* Collectives between N nodes of one process (N = 1..4): the ring
- * all-reduce against a direct sum for sizes not divisible by N (and one
- * above the 1 MiB bulk threshold), averaging, the bucketed all-reduce,
- * broadcast, and neighbour exchange; the same with 4 ranks on 2 nodes.
- * Every node ends with zero live calls and futures. */
+/* Collectives between N nodes of one process (N = 1..4), in both orders
+ * (ring and tree): the all-reduce against a direct sum for sizes not
+ * divisible by N (and one above the 1 MiB bulk threshold), averaging, the
+ * bucketed all-reduce, broadcast, and neighbour exchange; the tree
+ * all-reduce of values whose sum depends on its order equal, bit for bit,
+ * to the sum tree of kernels/sum_tree.h over the members (and, from 3
+ * members, not to the ring's); the same with 4 ranks on 2 nodes. Every
+ * node ends with zero live calls and futures. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,26 +39,70 @@ static int mfail(member *m, int rc, const char *what) {
   return rc;
 }
 
-static ax_tensor *filled(int r, size_t n) {
+static ax_tensor *vec_new(size_t n) {
   int64_t s = (int64_t)n;
-  ax_tensor *t = ax_tensor_new(AX_F32, 1, &s, AX_CPU);
+  return ax_tensor_new(AX_F32, 1, &s, AX_CPU);
+}
+
+static ax_tensor *filled(int r, size_t n) {
+  ax_tensor *t = vec_new(n);
   for (size_t i = 0; i < n; i++)
     ax_f32(t)[i] = val(r, i);
   return t;
 }
 
-static void *member_main(void *p) {
-  member *m = p;
-  static const char *const one[MAXN] = {"c0", "c1", "c2", "c3"};
-  const char *const *names = m->names ? m->names : one;
-  if (!m->names && (m->rc = ax_node_join(m->node, 30000)) != AX_OK)
-    return (void *)(intptr_t)mfail(m, m->rc, "join");
-  ax_coll_group *g = NULL;
-  int rc = m->names ? ax_coll_group_new_rank(m->node, "t", m->N, names, m->r,
-                                             20000, &g)
-                    : ax_coll_group_new(m->node, "t", m->N, names, 20000, &g);
+/* Inexact values of mixed magnitudes: the order of their sum shows in
+ * its bits. */
+static float wild(int r, size_t i) {
+  double x = 1.0 / (3.0 + (double)((i * 31 + (size_t)r * 17) % 997));
+  return (float)(r % 2 ? x * 1e3 : -x * 1e-2);
+}
+
+static int vec_add(void *u, void *acc, void *x) {
+  size_t n = *(size_t *)u;
+  for (size_t i = 0; i < n; i++)
+    ((float *)acc)[i] += ((const float *)x)[i];
+  return AX_OK;
+}
+static void vec_drop(void *u, void *x) {
+  (void)u;
+  free(x);
+}
+
+/* The tree all-reduce of wild values against the sum tree over the
+ * members (SUM) and against the ring's all-reduce (from 3 members, the
+ * orders differ: some element must too). */
+static void check_tree_bits(member *m, ax_coll_group *g, ax_coll_group *ring) {
+  size_t n = 65537;
+  ax_sum_tree st;
+  ax_sum_tree_init(&st, AX_SUM_TREE, vec_add, vec_drop, &n);
+  for (int r = 0; r < m->N; r++) {
+    float *v = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+      v[i] = wild(r, i);
+    ax_sum_tree_push(&st, v);
+  }
+  void *want = NULL;
+  ax_sum_tree_finish(&st, &want);
+  ax_tensor *t = vec_new(n), *u = vec_new(n);
+  for (size_t i = 0; i < n; i++)
+    ax_f32(t)[i] = ax_f32(u)[i] = wild(m->r, i);
+  int rc = ax_coll_allreduce(g, t, AX_COLL_SUM);
+  if (rc == AX_OK)
+    rc = ax_coll_allreduce(ring, u, AX_COLL_SUM);
   if (rc != AX_OK)
-    return (void *)(intptr_t)mfail(m, rc, "group");
+    mfail(m, rc, "wild all-reduce");
+  else if (memcmp(ax_f32(t), want, n * sizeof(float)))
+    mfail(m, AX_EINTERNAL, "tree all-reduce bits != the sum tree's");
+  else if (m->N >= 3 && !memcmp(ax_f32(t), ax_f32(u), n * sizeof(float)))
+    mfail(m, AX_EINTERNAL, "tree and ring sums equal: the test sees no order");
+  free(want);
+  ax_tensor_release(t);
+  ax_tensor_release(u);
+}
+
+static void run_checks(member *m, ax_coll_group *g) {
+  int rc;
   for (size_t k = 0; k < NSIZES && m->rc == AX_OK; k++) {
     size_t n = g_sizes[k];
     for (int avg = 0; avg < 2 && m->rc == AX_OK; avg++) {
@@ -146,7 +193,32 @@ static void *member_main(void *p) {
   ax_tensor_release(t);
   ax_tensor_release(a);
   ax_tensor_release(c);
-  ax_coll_group_free(g);
+}
+
+static void *member_main(void *p) {
+  member *m = p;
+  static const char *const one[MAXN] = {"c0", "c1", "c2", "c3"};
+  const char *const *names = m->names ? m->names : one;
+  if (!m->names && (m->rc = ax_node_join(m->node, 30000)) != AX_OK)
+    return (void *)(intptr_t)mfail(m, m->rc, "join");
+  ax_coll_group *g[AX_SUM_ORDERS] = {NULL};
+  for (int o = 0; o < AX_SUM_ORDERS && m->rc == AX_OK; o++) {
+    const char *tag = ax_sum_order_name(o);
+    int rc = m->names
+                 ? ax_coll_group_new_rank(m->node, tag, m->N, names, m->r,
+                                          20000, &g[o])
+                 : ax_coll_group_new(m->node, tag, m->N, names, 20000, &g[o]);
+    if (rc != AX_OK) {
+      mfail(m, rc, "group");
+      break;
+    }
+    ax_coll_group_set_order(g[o], (ax_sum_order)o);
+    run_checks(m, g[o]);
+  }
+  if (m->rc == AX_OK)
+    check_tree_bits(m, g[AX_SUM_TREE], g[AX_SUM_CHAIN]);
+  for (int o = 0; o < AX_SUM_ORDERS; o++)
+    ax_coll_group_free(g[o]);
   return NULL;
 }
 

@@ -3,9 +3,10 @@
  * checkpoints every 20 steps); each resume starts from its step-20
  * checkpoint on another layout and runs to step 40:
  *  - another stage count, partition, chunking or flushed mode with the same
- *    micro-batches: the losses of every step and the final parameters
+ *    micro-batches, also spread over replicas (2 of 2 micro-batches for
+ *    the reference's 4): the losses of every step and the final parameters
  *    equal the reference's bit for bit (a layer's math does not depend on
- *    where it runs; micro-batch gradients are summed in the same order);
+ *    where it runs; micro-batch gradients are summed in the same tree);
  *  - other micro-batch counts and replicas (the summation order changes):
  *    the final parameters within 1e-5 relative (norm of the difference
  *    over the norm);
@@ -161,6 +162,9 @@ static void test_recut_bit_for_bit(void **state) {
        "--microbatches", "4", NULL},
       {"--local", "2", "--mode", "zbv", "--chunks", "2", "--microbatches", "4",
        NULL},
+      /* the same 4 micro-batches as 2 replicas of 2 (the sum tree) */
+      {"--local", "4", "--replicas", "2", "--mode", "1f1b", "--microbatches",
+       "2", NULL},
   };
   for (size_t i = 0; i < sizeof lays / sizeof *lays; i++) {
     char name[16];

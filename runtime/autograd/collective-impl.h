@@ -59,6 +59,7 @@ struct ax_coll_group {
   char tag[AXI_COLL_TAG]; /* "<base>" or "<base>.e<epoch>" */
   char base[AXI_COLL_TAG];
   int epoch, size, rank;
+  ax_sum_order order; /* of its reductions (ax_coll_group_set_order) */
   char **members;
   /* A name appears more than once (ranks that share a node): messages are
    * addressed to a rank (axi_coll_tag_of), not only to a node. */

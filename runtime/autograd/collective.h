@@ -1,4 +1,4 @@
-/* Collectives over the runtime's RPC: ring all-reduce, a bucketed
+/* Collectives over the runtime's RPC: ring or tree all-reduce, a bucketed
  * all-reduce that overlaps the backward, neighbour exchange on a ring
  * (D-PSGD) and broadcast, between the members of a group of nodes.
  *
@@ -42,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "axon/kernels/sum_tree.h"
 #include "axon/kernels/tensor.h"
 #include "axon/rpc/node.h"
 
@@ -93,6 +94,21 @@ void ax_coll_group_abort(ax_coll_group *g, const char *why);
  * group's undelivered messages. NULL-safe. */
 void ax_coll_group_free(ax_coll_group *g);
 
+/* The order in which g's reductions (all-reduce and its reduce-scatter
+ * half) sum the members' values, the members being the leaves in rank
+ * order (kernels/sum_tree.h):
+ *  - AX_SUM_CHAIN, a new group's: the ring (below); each chunk summed
+ *    along the ring from its own first member;
+ *  - AX_SUM_TREE: the sum tree over ranks 0 .. N-1 for every element: each
+ *    member sends its pieces of the others' chunks straight to them and
+ *    sums its own chunk's N pieces in the tree (the same bytes sent as the
+ *    ring, each once; sends run one piece ahead of the sums, so a mailbox
+ *    holds a few pieces per member). The all-gather, the shards and the
+ *    AVG division (once, after the sum) are the ring's.
+ * Every member must set the same order, before the group's first
+ * operation; a shrunk group keeps it. NULL-safe. */
+void ax_coll_group_set_order(ax_coll_group *g, ax_sum_order order);
+
 int ax_coll_group_size(const ax_coll_group *g);
 int ax_coll_group_rank(const ax_coll_group *g);
 const char *ax_coll_group_member(const ax_coll_group *g, int rank);
@@ -107,11 +123,11 @@ typedef enum ax_coll_reduce {
 /* An operation in flight. Completed by ax_coll_wait, which frees it. */
 typedef struct ax_coll_op ax_coll_op;
 
-/* Ring all-reduce of elements [off, off + n) of t (n = 0: to the end):
- * reduce-scatter then all-gather over the group's ring, the range cut into
- * size() chunks (the last ones one element shorter when n is not
- * divisible). Every member ends with bit-identical values. Each member
- * sends 2 (N - 1) / N of the range's bytes. */
+/* All-reduce of elements [off, off + n) of t (n = 0: to the end):
+ * reduce-scatter (in the group's order) then all-gather over the group's
+ * ring, the range cut into size() chunks (the last ones one element
+ * shorter when n is not divisible). Every member ends with bit-identical
+ * values. Each member sends 2 (N - 1) / N of the range's bytes. */
 int ax_coll_allreduce_async(ax_coll_group *g, ax_tensor *t, size_t off,
                             size_t n, ax_coll_reduce op, ax_coll_op **out);
 /* Waits up to timeout_ms (<= 0: the group's timeout plus 1 s) and frees the

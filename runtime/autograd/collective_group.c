@@ -146,6 +146,7 @@ int ax_coll_group_new_rank(ax_node *n, const char *tag, int n_members,
   snprintf(g->base, sizeof g->base, "%s", tag);
   g->size = n_members;
   g->rank = -1;
+  g->order = AX_SUM_CHAIN;
   g->timeout_ms = timeout_ms > 0 ? timeout_ms : 60000;
   for (int i = 0; i < n_members; i++)
     g->members[i] = strdup(members[i]);
@@ -191,6 +192,7 @@ int ax_coll_group_shrink(ax_coll_group *g, ax_coll_group **out) {
   if (rc == AX_OK) {
     snprintf((*out)->base, sizeof(*out)->base, "%s", g->base);
     (*out)->epoch = g->epoch + 1;
+    (*out)->order = g->order;
   }
   return rc;
 }
@@ -218,6 +220,11 @@ void ax_coll_group_free(ax_coll_group *g) {
   pthread_mutex_destroy(&g->mu);
   pthread_cond_destroy(&g->cv);
   free(g);
+}
+
+void ax_coll_group_set_order(ax_coll_group *g, ax_sum_order order) {
+  if (g) /* before any operation: the submit's lock publishes it */
+    g->order = order == AX_SUM_TREE ? AX_SUM_TREE : AX_SUM_CHAIN;
 }
 
 int ax_coll_group_size(const ax_coll_group *g) { return g->size; }

@@ -84,12 +84,130 @@ static int ring_reduce_scatter(ax_coll_op *op, float *d, int64_t deadline) {
   return AX_OK;
 }
 
+/* ---- the tree's reduce-scatter ------------------------------------------
+ * Chunk c of the range belongs to the member that holds it after the
+ * ring's reduce-scatter (c - 1), so the all-gather, the shards
+ * (ax_coll_shard) and ZeRO are the ring's. Every member sends its pieces
+ * of the other members' chunks straight to them (message step = the
+ * sender's rank); each member sums the N pieces of its own chunk, piece by
+ * piece, as leaves 0 .. N-1 in rank order of the sum tree
+ * (kernels/sum_tree.h), the same helper and tree as a stage's
+ * micro-batches. Each member sends (N - 1) / N of the range, as in the
+ * ring, straight to where it is summed instead of along N - 1 steps. */
+typedef struct tree_pieces { /* the piece buffers of one chunk's sum */
+  float *own;                /* this member's piece, in place */
+  float *spare[AX_SUM_TREE_DEPTH + 1];
+  int nspare;
+  size_t n; /* elements of the current piece */
+} tree_pieces;
+
+static int piece_add(void *user, void *acc, void *x) {
+  size_t n = ((tree_pieces *)user)->n;
+  float *a = acc;
+  const float *b = x;
+  for (size_t i = 0; i < n; i++)
+    a[i] += b[i];
+  return AX_OK;
+}
+
+static void piece_drop(void *user, void *x) {
+  tree_pieces *tp = user;
+  if (x != tp->own) /* a received piece's buffer: used again */
+    tp->spare[tp->nspare++] = x;
+}
+
+static int tree_sum_piece(ax_coll_op *op, tree_pieces *tp, size_t p, float *dst,
+                          int64_t deadline) {
+  ax_coll_group *g = op->g;
+  ax_sum_tree t;
+  ax_sum_tree_init(&t, AX_SUM_TREE, piece_add, piece_drop, tp);
+  tp->own = dst;
+  int err = AX_OK;
+  for (int src = 0; src < g->size && err == AX_OK; src++) {
+    float *leaf = dst;
+    if (src != g->rank) {
+      leaf = tp->nspare ? tp->spare[--tp->nspare]
+                        : malloc(RING_PIECE * sizeof(float));
+      err = leaf ? axi_coll_recv(g, op->seq, msg_id(src, p), leaf, tp->n, 0,
+                                 deadline)
+                 : AX_ENOMEM;
+      if (err != AX_OK) {
+        if (leaf)
+          tp->spare[tp->nspare++] = leaf;
+        break;
+      }
+    }
+    err = ax_sum_tree_push(&t, leaf);
+  }
+  void *sum = NULL;
+  if (err == AX_OK)
+    err = ax_sum_tree_finish(&t, &sum);
+  ax_sum_tree_clear(&t);
+  if (err == AX_OK && sum != dst) { /* leaf 0's buffer holds it */
+    memcpy(dst, sum, tp->n * sizeof(float));
+    piece_drop(tp, sum);
+  }
+  return err;
+}
+
+/* Sends piece p of every other member's chunk to its owner (where the
+ * chunk has one). */
+static int send_pieces(ax_coll_op *op, const float *d, size_t p) {
+  ax_coll_group *g = op->g;
+  int N = g->size, r = g->rank;
+  for (int c = 0; c < N; c++) {
+    size_t c0, cn, p0, pn;
+    int owner = mod(c - 1, N);
+    chunk(op->off, op->n, N, c, &c0, &cn);
+    if (owner == r || p >= n_pieces(cn))
+      continue;
+    piece(c0, cn, p, &p0, &pn);
+    AX_TRY(axi_coll_send(g, owner, op->seq, msg_id(r, p), d + p0, pn));
+  }
+  return AX_OK;
+}
+
+/* Piece by piece, sends run one piece ahead of the sums: a member sends
+ * pieces p + 1 once it summed its piece p - 1 (for which every member
+ * sent its pieces p - 1), so a mailbox holds a few pieces per member,
+ * not the range. */
+static int tree_reduce_scatter(ax_coll_op *op, float *d, int64_t deadline) {
+  ax_coll_group *g = op->g;
+  int N = g->size, r = g->rank;
+  size_t c0, cn, p0, pn;
+  chunk(op->off, op->n, N, 0, &c0, &cn); /* the largest chunk */
+  size_t most = n_pieces(cn);
+  chunk(op->off, op->n, N, mod(r + 1, N), &c0, &cn); /* this member's */
+  tree_pieces tp = {0};
+  int err = send_pieces(op, d, 0);
+  for (size_t p = 0; p < most && err == AX_OK; p++) {
+    if (p + 1 < most)
+      err = send_pieces(op, d, p + 1);
+    if (err != AX_OK || p >= n_pieces(cn))
+      continue;
+    piece(c0, cn, p, &p0, &pn);
+    tp.n = pn;
+    err = tree_sum_piece(op, &tp, p, d + p0, deadline);
+    for (size_t i = 0; err == AX_OK && op->reduce == AX_COLL_AVG && i < pn; i++)
+      d[p0 + i] /= (float)N;
+  }
+  while (tp.nspare)
+    free(tp.spare[--tp.nspare]);
+  return err;
+}
+
+/* The first half of the group's all-reduce: its order's. */
+static int reduce_scatter(ax_coll_op *op, float *d, int64_t deadline) {
+  return op->g->order == AX_SUM_TREE ? tree_reduce_scatter(op, d, deadline)
+                                     : ring_reduce_scatter(op, d, deadline);
+}
+
 static int ring_allgather(ax_coll_op *op, float *d, int64_t deadline) {
   return ring_phase(op, d, deadline, op->g->size, op->g->rank + 1, 0);
 }
 
-static int ring_allreduce(ax_coll_op *op, float *d, int64_t deadline) {
-  AX_TRY(ring_reduce_scatter(op, d, deadline));
+static int allreduce(ax_coll_op *op, float *d, int64_t deadline) {
+  AX_TRY(reduce_scatter(op, d, deadline));
   return ring_allgather(op, d, deadline);
 }
 
@@ -137,13 +255,13 @@ int axi_coll_run(ax_coll_op *op, float *data) {
   int64_t deadline = ax_clock_ms() + op->g->timeout_ms;
   switch (op->kind) {
   case AXI_OP_ALLREDUCE:
-    return op->g->size == 1 ? AX_OK : ring_allreduce(op, data, deadline);
+    return op->g->size == 1 ? AX_OK : allreduce(op, data, deadline);
   case AXI_OP_BCAST:
     return op->g->size == 1 ? AX_OK : ring_broadcast(op, data, deadline);
   case AXI_OP_NEIGH:
     return neighbors(op, data, deadline);
   case AXI_OP_REDUCE_SCATTER:
-    return op->g->size == 1 ? AX_OK : ring_reduce_scatter(op, data, deadline);
+    return op->g->size == 1 ? AX_OK : reduce_scatter(op, data, deadline);
   case AXI_OP_ALLGATHER:
     return op->g->size == 1 ? AX_OK : ring_allgather(op, data, deadline);
   }

@@ -64,7 +64,8 @@ static long ctx_index(const ax_pipe *p, const ax_pipe_op *o) {
   return (long)o->batch * p->U + o->micro;
 }
 
-/* Loads mini-batch t (mu held): the inputs, labels and per-output norms. */
+/* Loads mini-batch t (mu held): the inputs, labels and per-output norms
+ * (its own labels' counts, or the whole mini-batch's from norm_fn). */
 static int batch_load(ax_pipe *p, long t) {
   axi_pipe_batch *b = &p->b[t];
   if (b->loaded)
@@ -77,16 +78,9 @@ static int batch_load(ax_pipe *p, long t) {
                      "pipeline: mini-batch %ld has fewer examples "
                      "than %d micro-batches",
                      t, p->U);
-  for (int i = 0; i < b->lab.n; i++) {
-    const ax_tensor *l = b->lab.t[i];
-    int64_t k = 0, n = (int64_t)ax_tensor_numel(l);
-    for (int64_t j = 0; j < n; j++) {
-      int64_t v = l->dtype == AX_I64 ? ((const int64_t *)l->data)[j]
-                                     : ((const int32_t *)l->data)[j];
-      k += v != p->ignore_index;
-    }
-    b->norm[i] = k;
-  }
+  if (p->norm_fn)
+    return p->norm_fn(p->user, p->base + t, b->norm);
+  axi_pipe_label_counts(&b->lab, p->ignore_index, b->norm);
   return AX_OK;
 }
 
@@ -208,7 +202,7 @@ static uint64_t op_finished(ax_pipe *p, const ax_pipe_op *o, int merged,
   event_add(p, o, t_issue, r);
   axi_pipe_batch *b = &p->b[o->batch];
   if (o->kind == AX_OP_FWD && o->stage == p->K - 1) {
-    b->loss += r->loss; /* 0 without a loss part */
+    p->losses[ctx_index(p, o)] = r->loss; /* 0 without a loss part */
     b->correct += r->correct;
     b->count += r->count;
   }
@@ -366,7 +360,9 @@ static int reap(driver *d) {
     ax_dist_context_release(p->node, rel, 10000);
   if (batch_done) {
     axi_pipe_batch *b = &p->b[o->batch];
-    ax_pipe_step_info info = {p->base + o->batch, b->loss, ax_clock_s() - p->t0,
+    double loss = axi_pipe_sum_losses(
+        p->o.sum_order, p->losses + (size_t)o->batch * p->U, p->U);
+    ax_pipe_step_info info = {p->base + o->batch, loss, ax_clock_s() - p->t0,
                               b->correct, b->count};
     if (p->step_fn)
       p->step_fn(p->user, &info);
@@ -428,6 +424,7 @@ int axi_pipe_train_one(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   for (size_t i = 0; p->stages_left && i < units; i++)
     p->stages_left[i] = p->K;
   p->b = calloc((size_t)n + 1, sizeof *p->b);
+  p->losses = calloc(units + 1, sizeof *p->losses);
   p->err = AX_OK;
   p->msg[0] = 0;
   p->batch_fn = batch;
@@ -435,8 +432,10 @@ int axi_pipe_train_one(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   p->user = user;
   p->nev = 0;
   memset(&p->stats, 0, sizeof p->stats);
-  if (!p->done || !p->ctx || !p->b || !p->stages_left) {
+  if (!p->done || !p->ctx || !p->b || !p->stages_left || !p->losses) {
     free(p->done), free(p->ctx), free(p->b), free(p->stages_left);
+    free(p->losses);
+    p->losses = NULL;
     ax_pipe_plan_free(p->plan);
     p->plan = NULL;
     return AX_ENOMEM;
@@ -489,7 +488,9 @@ int axi_pipe_train_one(ax_pipe *p, long n, ax_pipe_batch_fn batch,
     ax_tlist_clear(&p->b[t].lab);
   }
   free(p->done), free(p->ctx), free(p->b), free(p->stages_left);
+  free(p->losses);
   p->done = NULL, p->ctx = NULL, p->b = NULL, p->stages_left = NULL;
+  p->losses = NULL;
   ax_pipe_plan_free(p->plan);
   p->plan = NULL;
   p->base += n;

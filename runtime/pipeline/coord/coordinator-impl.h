@@ -17,7 +17,6 @@ typedef struct axi_pipe_batch { /* one mini-batch while it is in flight */
   double scale;               /* the loss gradient's scale (0: none, 1;
                                  replicas.c sets it, ax_pipe_opts.weighted) */
   int units_left;             /* first-stage backwards still to run */
-  double loss;
   int64_t correct, count;
 } axi_pipe_batch;
 
@@ -75,11 +74,18 @@ struct ax_pipe {
   uint64_t *ctx;       /* one per unit */
   int *stages_left;    /* per unit: stages still to finish its backward */
   axi_pipe_batch *b;   /* [n] */
+  double *losses;      /* per unit: its loss, summed per mini-batch in the
+                          sum order (axi_pipe_sum_losses) */
   int err;
   char msg[512];
   ax_pipe_batch_fn batch_fn;
   ax_pipe_step_fn step_fn;
   void *user;
+  /* A part whose losses are divided by the whole mini-batch's label
+   * counts (replicas in the sum tree, replicas.c): gives them for
+   * mini-batch gid (called with user right after batch_fn loaded it).
+   * NULL: its own labels' counts. */
+  int (*norm_fn)(void *user, long gid, int64_t *norm);
   double t0;
   ax_pipe_event *ev;
   long nev, cap_ev;
@@ -122,6 +128,15 @@ int axi_pipe_train_one(ax_pipe *p, long n, ax_pipe_batch_fn batch,
 int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out);
 int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
                             ax_pipe_step_fn step, void *user);
+
+/* The sum of v[0 .. n-1] in `order` (ax_sum_order, sum_tree.h), as the
+ * gradients are summed: a mini-batch's unit losses, replicas' losses; v is
+ * scratch afterwards (coord_loss.c). */
+double axi_pipe_sum_losses(int order, double *v, int n);
+
+/* The loss divisors of a mini-batch's labels: per label tensor, its
+ * entries other than ignore (coord_loss.c). */
+void axi_pipe_label_counts(const ax_tlist *lab, int ignore, int64_t *norm);
 
 /* The first stage whose agent this node sees down, or -1. */
 int axi_pipe_down_stage(const ax_pipe *p);

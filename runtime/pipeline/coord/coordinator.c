@@ -85,6 +85,8 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
                      AX_PIPE_MAX_STAGES);
   if (o->M < 1 || o->M > 1024)
     return ax_seterr(AX_EINVAL, "pipeline: %d micro-batches", o->M);
+  if (!ax_sum_order_name(o->sum_order))
+    return ax_seterr(AX_EINVAL, "pipeline: sum order %d", o->sum_order);
   int U = ax_pipe_units(o->mode, o->M);
   if (U < ax_pipe_min_units(o->mode, o->K))
     return ax_seterr(AX_EINVAL,
@@ -212,6 +214,7 @@ static int create_hosts(ax_pipe *p, const int *bounds,
     m.prev = s > 0 ? p->host[s - 1] : NULL;
     m.next = s < p->K - 1 ? p->host[s + 1] : NULL;
     m.self_id = (int64_t)ax_rref_id(p->host[s]); /* its key */
+    m.order = p->o.sum_order;
     m.has_stale = p->o.staleness != AX_STALE_NONE || rep != NULL;
     m.stale = p->o.staleness; /* staleness.h */
     m.delay = p->o.staleness != AX_STALE_NONE

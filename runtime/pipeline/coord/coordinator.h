@@ -36,6 +36,7 @@
 
 #include <stdint.h>
 
+#include "axon/kernels/sum_tree.h"
 #include "axon/models/module.h"
 #include "axon/rref/rref.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
@@ -91,16 +92,16 @@ typedef struct ax_pipe_opts {
   /* Pipeline x data parallel: R copies of the pipeline (0 or 1: one).
    * `agents` then holds R * K names, replica r's on agents[r K .. r K + K
    * - 1], all distinct, or all one node's name (that node hosts every
-   * replica: the emulation, schedule/emulate.h, with the same math). Each train
-   * call gives every replica its shard of every mini-batch (rows r B / R .. (r
-   * + 1) B / R - 1 of the batch function's B), and at each STEP the R copies of
-   * a stage average their gradients (a ring all-reduce among them,
-   * runtime/autograd/collective.h) before updating, so every replica keeps the
-   * same weights: one pipeline on R times the batch, with per-replica means
-   * averaged (PyTorch DDP's rule; buffers such as batch-norm statistics stay
-   * per replica). The step callback gets each mini-batch once, its loss the
-   * count-weighted mean of the replicas' (summed in replica order, so its
-   * bits do not depend on which finished first). When one replica's call
+   * replica: the emulation, schedule/emulate.h, with the same math). Each
+   * train call gives every replica its shard of every mini-batch (rows r B /
+   * R .. (r + 1) B / R - 1 of the batch function's B), and at each STEP the
+   * R copies of a stage combine their gradients (an all-reduce among them,
+   * runtime/autograd/collective.h, in the sum order below) before updating,
+   * so every replica keeps the same weights: one pipeline on R times the
+   * batch (buffers such as batch-norm statistics stay per replica). The
+   * step callback gets each mini-batch once, its loss the whole
+   * mini-batch's (summed in replica order, so its bits do not depend on
+   * which finished first). When one replica's call
    * fails, the others' calls end with it (AX_ECANCELLED inside; the call
    * returns the failed replica's error, preferring one that lost an agent,
    * "replica r: ..."). Evaluation, stage state, trace, events and statistics
@@ -158,6 +159,24 @@ typedef struct ax_pipe_opts {
    * axon-run --elastic sets it: its replicas may shrink to a count that
    * does not divide the batch. */
   int weighted;
+  /* The order of the gradient sums (ax_sum_order, kernels/sum_tree.h).
+   * AX_SUM_TREE (0, the default): a stage sums its micro-batches'
+   * gradients in the fixed binary tree over micro-batches 0 .. M-1, and
+   * the replicas combine their sums in the same tree over replicas 0 ..
+   * R-1 (a tree all-reduce), each micro-batch's loss divided by the whole
+   * mini-batch's label counts: the tree over the mini-batch's R M
+   * micro-batches, replica r's micro-batch j being micro-batch r M + j
+   * (its rows); the step callback's loss is the same tree over the
+   * micro-batches' losses. With M a power of two the weights and losses
+   * depend on the micro-batches (their rows and order) only: R = 1, 2, 4
+   * at fixed R M (and batch) train to the same bits, and a resume may
+   * change R. A stage whose backwards come in micro-batch order (1f1b)
+   * then holds up to log2(M) + 1 gradient buffers (partial sums and the
+   * unit in flight) where the chain holds 2 (docs/PARALLELISM.md).
+   * AX_SUM_CHAIN: micro-batches left to right, each replica's loss its
+   * own shard's mean, the replicas' gradients averaged by the ring
+   * all-reduce (PyTorch DDP's rule). */
+  int sum_order;
 } ax_pipe_opts;
 
 #define AX_PIPE_AHEAD 8

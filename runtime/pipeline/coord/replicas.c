@@ -88,6 +88,7 @@ int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
 typedef struct shared_batch { /* mini-batch t while replicas take it */
   int loaded, taken, err;
   ax_tlist in, lab;
+  int64_t norm[AX_TLIST_MAX]; /* the whole mini-batch's label counts */
 } shared_batch;
 
 typedef struct shared_step { /* replica r's report of a mini-batch */
@@ -108,6 +109,8 @@ typedef struct share {
   shared_batch *b; /* [n] */
   int *reported;   /* [n]: the parts that reported mini-batch t */
   shared_step *st; /* [n R]: replica r's of mini-batch t at t R + r */
+  int whole;       /* the sum tree: every loss divided by the whole mini-batch's
+                     label counts (ax_pipe_opts.sum_order) */
 } share;
 
 typedef struct replica_run {
@@ -157,6 +160,8 @@ static int shard_batch(void *user, long gid, ax_tlist *in, ax_tlist *lab) {
                          "replicas: mini-batch %ld has fewer "
                          "examples than %d replicas",
                          gid, sh->R);
+    if (b->err == AX_OK)
+      axi_pipe_label_counts(&b->lab, rr->p->ignore_index, b->norm);
   }
   int err = b->err;
   if (err == AX_OK) {
@@ -165,7 +170,9 @@ static int shard_batch(void *user, long gid, ax_tlist *in, ax_tlist *lab) {
     if (err == AX_OK)
       err = take_rows(&b->lab, B, rr->r, sh->R, lab);
     int64_t n = B * (rr->r + 1) / sh->R - B * rr->r / sh->R; /* its rows */
-    if (err == AX_OK && sh->weighted && B % sh->R) /* its share's weight */
+    /* Its share's weight, in the chain's per-replica means (the sum tree
+     * divides every loss by the whole mini-batch's counts already). */
+    if (err == AX_OK && sh->weighted && !sh->whole && B % sh->R)
       rr->p->b[t].scale = (double)n * sh->R / (double)B;
   }
   if (err != AX_OK) {
@@ -180,11 +187,27 @@ static int shard_batch(void *user, long gid, ax_tlist *in, ax_tlist *lab) {
   return err;
 }
 
-/* Reports mini-batch t once every part did: loss weighted by the
- * replicas' label counts (their plain mean when nothing was counted),
- * summed in replica order whatever order they finished in, so the bits do
- * not depend on timing. A replica's members report the same loss: member
- * 0's counts. */
+/* The whole mini-batch's label counts, for a part's losses (its norm_fn
+ * in the sum tree): shard_batch counted them as it loaded the batch. */
+static int shard_norm(void *user, long gid, int64_t *norm) {
+  replica_run *rr = user;
+  share *sh = rr->sh;
+  long t = gid - sh->base;
+  if (t < 0 || t >= rr->n)
+    return ax_seterr(AX_EINVAL, "replicas: mini-batch %ld outside the call",
+                     gid);
+  pthread_mutex_lock(&sh->mu);
+  memcpy(norm, sh->b[t].norm, sizeof sh->b[t].norm);
+  pthread_mutex_unlock(&sh->mu);
+  return AX_OK;
+}
+
+/* Reports mini-batch t once every part did: in the sum tree the tree sum
+ * of the replicas' losses (each a part of the whole mini-batch's mean, as
+ * their gradients), else their mean weighted by their label counts (their
+ * plain mean when nothing was counted), summed in replica order whatever
+ * order they finished in, so the bits do not depend on timing. A replica's
+ * members report the same loss: member 0's counts. */
 static void shard_step(void *user, const ax_pipe_step_info *si) {
   replica_run *rr = user;
   share *sh = rr->sh;
@@ -205,7 +228,12 @@ static void shard_step(void *user, const ax_pipe_step_info *si) {
       g.correct += st[r].correct;
       g.count += st[r].count;
     }
-    g.loss = g.count ? loss_w / (double)g.count : loss / sh->R;
+    double part[AX_PIPE_MAX_REPLICAS];
+    for (int r = 0; r < sh->R; r++)
+      part[r] = st[r].loss;
+    g.loss = sh->whole ? axi_pipe_sum_losses(AX_SUM_TREE, part, sh->R)
+             : g.count ? loss_w / (double)g.count
+                       : loss / sh->R;
     sh->step(sh->user, &g);
   }
   pthread_mutex_unlock(&sh->mu);
@@ -241,6 +269,7 @@ int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   int T = axi_pipe_members(p);
   share sh = {R / T,           T,     R,    p->rep, 0, p->o.weighted,
               p->rep[0]->base, batch, step, user};
+  sh.whole = p->o.sum_order == AX_SUM_TREE;
   pthread_mutex_init(&sh.mu, NULL);
   sh.b = calloc((size_t)n + 1, sizeof *sh.b);
   sh.reported = calloc((size_t)n + 1, sizeof *sh.reported);
@@ -250,6 +279,7 @@ int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   int started = 0, err = sh.b && sh.reported && sh.st ? AX_OK : AX_ENOMEM;
   for (int r = 0; r < R && err == AX_OK; r++) {
     rr[r] = (replica_run){&sh, p->rep[r], r / sh.T, r % sh.T, AX_OK, n, ""};
+    p->rep[r]->norm_fn = sh.whole ? shard_norm : NULL;
     if (p->rep[r]->base != sh.base)
       err = ax_seterr(AX_ESTATE,
                       "replicas: replica %d is at mini-batch %ld, "

@@ -49,10 +49,13 @@ typedef struct phost {
   axi_pipe_sent *sent; /* its first failed send (its own lock; everything
                           else under s->mu) */
   pstate *states;
-  pgrad *grads;   /* taken, not yet summed (s->mu) */
-  ax_tensor *acc; /* sum of micro-batches 0 .. acc_next-1 of acc_batch */
-  long acc_batch;
-  int acc_next;
+  pgrad *grads;    /* taken, not yet summed (s->mu) */
+  int sum_order;   /* ax_sum_order of the micro-batch sum and of the
+                      replicas' all-reduce (setup) */
+  ax_sum_tree sum; /* micro-batches 0 .. sum.leaves-1 of sum_batch, summed
+                      so far (their partial sums: gradient buffers) */
+  long sum_batch;
+  ax_tensor *acc;    /* during a STEP: the finished sum */
   long last_step;    /* batch of the last STEP, -1 before the first */
   ax_tensor *shadow; /* double-buffered modes: weights before the last
                         STEP, used by every forward of batch shadow_for */
@@ -62,7 +65,7 @@ typedef struct phost {
   int versions; /* weight versions at the last axi_pipe_host_report (s->mu) */
   axi_pipe_line *line;      /* its rank's order (stage_line-impl.h) */
   ax_coll_group *replicas;  /* the same stage in every replica (--replicas):
-                               each STEP averages the gradients over it;
+                               each STEP combines the gradients over it;
                                NULL: one replica (s->mu to use it; set
                                and freed also under group_mu) */
   ax_coll_group *tp;        /* the same stage in every tensor-parallel member of

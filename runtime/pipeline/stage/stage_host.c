@@ -59,10 +59,12 @@ static int replica_group(phost *h, const axi_pipe_setup_msg *m, int64_t tmo,
                      "replicas of %zu parameters",
                      h->s->index, (long long)z, R, h->s->net->n_params);
   *zero = (int)z;
-  if (R > 1)
+  if (R > 1) { /* the replicas' sums combine in the setup's order */
     AX_TRY(ax_coll_group_new_rank(h->s->node, m->replicas.tag, R,
                                   m->replicas.names, (int)m->replicas.rank, tmo,
                                   g));
+    ax_coll_group_set_order(*g, (ax_sum_order)m->order);
+  }
   int err = T > 1
                 ? ax_coll_group_new_rank(h->s->node, m->tp.tag, T, m->tp.names,
                                          (int)m->tp.rank, tmo, tp)
@@ -222,6 +224,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   h->zero_off = zoff;
   h->zero_len = zlen;
   h->optim_kind = (int)oc.kind;
+  h->sum_order = (int)m.order;
   h->def = def;
   /* m.recompute is informational: each forward's flags say what to keep. */
   h->prev = ax_rref_retain(m.prev);

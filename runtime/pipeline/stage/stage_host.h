@@ -19,7 +19,8 @@
  * cancel its queued actions and wait for the running one. A push
  * that failed makes the next fwd/bwd fail with its error.
  *  - "setup" [mode, recompute, optim config (str), prev, next, self id,
- *    and optionally staleness, delay, gamma (f64; < 0: the default),
+ *    sum order, and optionally staleness, delay, gamma (f64; < 0: the
+ *    default),
  *    warm-up, and optionally replicas R, group tag (str), R member names
  *    (str)]:
  *    the recompute option is informational (each "fwd" says in its flags
@@ -32,12 +33,18 @@
  *    (staleness.h; absent: none) with the stage's delay (ax_pipe_delay)
  *    changes the weights a training forward and a backward use and the
  *    step size; AX_EINVAL for a bad one or any but none in a flushed mode.
- *    With R > 1 replicas the host joins the collective group `tag` of
- *    the members (the agents holding this stage in every replica of the
- *    pipeline, this one among them; collective.h), and every STEP first
- *    replaces its summed gradient by the group's average (ring
- *    all-reduce, bit-identical on every member): R replicas train as one
- *    pipeline on R times the batch, each on its shard (PyTorch DDP's
+ *    The sum order (ax_sum_order, kernels/sum_tree.h) is how a STEP sums
+ *    its units' gradients (micro-batches 0 .. units-1 as the leaves) and
+ *    how the replicas combine theirs. With R > 1 replicas the host joins
+ *    the collective group `tag` of the members (the agents holding this
+ *    stage in every replica of the pipeline, in replica order, this one
+ *    among them; collective.h) in that order, and every STEP first
+ *    replaces its summed gradient by the group's combination,
+ *    bit-identical on every member: R replicas train as one pipeline on R
+ *    times the batch, each on its shard. AX_SUM_TREE: the group's tree
+ *    sum (the coordinator divided every loss by the whole mini-batch's
+ *    label counts), the tree over all R x units micro-batches;
+ *    AX_SUM_CHAIN: the group's average (ring all-reduce; PyTorch DDP's
  *    rule: per-replica means, averaged).
  *  - "fwd" [batch, micro, seed, flags, n_in, inputs..., n_lab, labels...,
  *    norms (n_lab i64)]: flags bit 0 = training, bit 1 = keep only the
@@ -72,8 +79,9 @@
  *    `batch` after it (see "step"). Returns [busy_us (less the wait for
  *    the output gradient), cpu_us, live_states,
  *    weight_versions, state_bytes].
- *  - "step" [batch, units]: updates the weights with the sum, in
- *    micro-batch order 0..units-1, of the gradients of batch's units
+ *  - "step" [batch, units]: updates the weights with the sum, in the
+ *    sum order over micro-batches 0..units-1, of the gradients of batch's
+ *    units
  *    (AX_ESTATE unless every unit's backward ran). Returns the five
  *    statistics.
  *  - "state_save" []: [params (P), buffers (Q) or an empty tensor].

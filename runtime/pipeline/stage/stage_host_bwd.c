@@ -55,46 +55,67 @@ static int shadow_live(phost *h, long t) {
 }
 
 /* ---- taken gradients and their sum in micro-batch order ------------------ */
-/* Adds the taken gradients of batch t to the running sum while the next
- * micro-batch in order is there, so the sum is always 0, 1, ..., U-1 and a
- * buffer goes back to the pool as soon as it is added. s->mu held. */
+/* The sum's buffers (sum_tree.h) are the units' gradient buffers: acc +=
+ * x on the stage's device, and x goes back to the pool once added. */
+static int grads_add(void *user, void *acc, void *x) {
+  axi_ag_stage *s = user;
+  return AX_K(ax_backend_of(s->dev), axpby, s->net->n_params, 1.0f,
+              ax_f32((ax_tensor *)x), 1.0f, ax_f32((ax_tensor *)acc));
+}
+
+static void grads_drop(void *user, void *x) {
+  ax_dist_grads_recycle(((axi_ag_stage *)user)->node, x);
+}
+
+/* Adds the taken gradients of batch t to the sum while the next
+ * micro-batch in order is there, so the sum takes them as leaves 0, 1,
+ * ..., U-1 of the setup's order (a fixed tree, or left to right) and keeps
+ * only the partial sums that order needs. s->mu held. */
 static int fold(phost *h, long t) {
   axi_ag_stage *s = h->s;
-  if (h->acc && h->acc_batch != t)
+  if (h->sum.leaves && h->sum_batch != t)
     return ax_seterr(AX_ESTATE,
                      "axon.pipe.stage %d: gradients of batch %ld not "
                      "stepped before batch %ld",
-                     s->index, h->acc_batch, t);
+                     s->index, h->sum_batch, t);
   for (;;) {
     pgrad **pp = &h->grads;
-    while (*pp && !((*pp)->batch == t && (*pp)->micro == h->acc_next))
+    while (*pp && !((*pp)->batch == t && (*pp)->micro == h->sum.leaves))
       pp = &(*pp)->next;
     if (!*pp)
       return AX_OK;
     pgrad *g = *pp;
     *pp = g->next;
-    int err = AX_OK;
-    if (!h->acc) {
-      h->acc = g->g; /* micro-batch 0 starts the sum */
-      h->acc_batch = t;
-    } else {
-      err = AX_K(ax_backend_of(s->dev), axpby, s->net->n_params, 1.0f,
-                 ax_f32(g->g), 1.0f, ax_f32(h->acc));
-      ax_dist_grads_recycle(s->node, g->g);
+    if (!h->sum.leaves) { /* micro-batch 0 starts the sum */
+      ax_sum_tree_init(&h->sum, h->sum_order, grads_add, grads_drop, s);
+      h->sum_batch = t;
     }
+    ax_tensor *x = g->g;
     free(g);
-    h->acc_next++;
-    AX_TRY(err);
+    int err = ax_sum_tree_push(&h->sum, x);
+    if (err != AX_OK) { /* the batch's step fails: it lacks this sum */
+      ax_sum_tree_clear(&h->sum);
+      return err;
+    }
   }
 }
 
-/* The sharded update (ZeRO 1/2): the replicas' average of this shard of
- * the gradients (the all-reduce's first half, the same bits), this shard's
+/* How the replicas' sums combine: in the tree every micro-batch's loss
+ * was divided by the whole mini-batch's label counts (the coordinator's
+ * norms), so the replicas' sums add up to the mini-batch's gradient;
+ * in the chain each replica's is its own shard's mean, and the replicas
+ * average them (ring all-reduce, PyTorch DDP's rule). */
+static ax_coll_reduce replica_reduce(const phost *h) {
+  return h->sum_order == AX_SUM_TREE ? AX_COLL_SUM : AX_COLL_AVG;
+}
+
+/* The sharded update (ZeRO 1/2): the replicas' combination of this shard
+ * of the gradients (the all-reduce's first half, the same bits), this shard's
  * optimizer step, then every replica's updated shard (its second half). */
 static int zero_step(phost *h) {
   axi_ag_stage *s = h->s;
   int64_t n = (int64_t)h->zero_len;
-  AX_TRY(ax_coll_reduce_scatter(h->replicas, h->acc, AX_COLL_AVG));
+  AX_TRY(ax_coll_reduce_scatter(h->replicas, h->acc, replica_reduce(h)));
   ax_tensor *p = ax_tensor_view(s->net->params, h->zero_off, 1, &n),
             *g = ax_tensor_view(h->acc, h->zero_off, 1, &n);
   int err = p && g ? ax_optim_step(s->opt, p, g) : AX_ENOMEM;
@@ -103,9 +124,10 @@ static int zero_step(phost *h) {
   return err == AX_OK ? ax_coll_allgather(h->replicas, s->net->params) : err;
 }
 
-/* STEP of batch t over `units` units: the sum of their gradients, in
- * micro-batch order, updates the weights (states still using the live
- * weights get their stashed copy first). s->mu held. */
+/* STEP of batch t over `units` units: the sum of their gradients, in the
+ * setup's order over micro-batches 0 .. units-1, combined with the other
+ * replicas' in the same order, updates the weights (states still using
+ * the live weights get their stashed copy first). s->mu held. */
 static int step_locked(phost *h, long t, int units) {
   axi_ag_stage *s = h->s;
   axi_pipe_fault_action(s->node, s->index, AXI_PIPE_FAULT_STEP, t, -1);
@@ -114,17 +136,24 @@ static int step_locked(phost *h, long t, int units) {
   if (h->offload) /* the previous update's parameters first */
     AX_TRY(axi_pipe_offload_settle(h));
   AX_TRY(fold(h, t));
-  if (!h->acc || h->acc_next != units)
+  if (h->sum.leaves != units)
     return ax_seterr(AX_ESTATE,
                      "axon.pipe.stage %d: step of batch %ld with the "
-                     "gradients of %d of its %d units",
-                     s->index, t, h->acc ? h->acc_next : 0, units);
+                     "gradients of %ld of its %d units",
+                     s->index, t, h->sum.leaves, units);
+  void *sum = NULL;
+  int err = ax_sum_tree_finish(&h->sum, &sum);
+  h->acc = sum;
+  if (err != AX_OK) {
+    ax_sum_tree_clear(&h->sum);
+    return err;
+  }
   int dbuf = h->def->fwd_weights == AX_FWD_DOUBLE_BUFFERED;
   /* Under predict the forwards of t + 1 use their prediction, made from
    * the live weights before this update (axi_stale_before_step): no
    * shadow. */
-  int err = dbuf && h->stale.kind != AX_STALE_PREDICT ? shadow_live(h, t)
-                                                      : stash_live(h);
+  err = dbuf && h->stale.kind != AX_STALE_PREDICT ? shadow_live(h, t)
+                                                  : stash_live(h);
   if (err == AX_OK) /* the correction's view of the update (staleness.h) */
     err = axi_stale_before_step(&h->stale, axi_pipe_host_steps(h),
                                 s->net->params, dbuf ? t + 1 : -1);
@@ -134,7 +163,7 @@ static int step_locked(phost *h, long t, int units) {
     err = zero_step(h);
   else {
     if (err == AX_OK && h->replicas) /* data parallel: every replica's */
-      err = ax_coll_allreduce(h->replicas, h->acc, AX_COLL_AVG);
+      err = ax_coll_allreduce(h->replicas, h->acc, replica_reduce(h));
     if (err == AX_OK) /* boundary t's state, once the update is certain */
       err = axi_pipe_boundary_step(h, t);
     if (err == AX_OK)
@@ -150,7 +179,6 @@ static int step_locked(phost *h, long t, int units) {
   else
     ax_dist_grads_recycle(s->node, h->acc);
   h->acc = NULL;
-  h->acc_next = 0;
   return err;
 }
 

@@ -39,9 +39,7 @@ void axi_pipe_grads_clear(phost *h) {
     free(g);
   }
   h->grads = NULL;
-  ax_tensor_release(h->acc);
-  h->acc = NULL;
-  h->acc_next = 0;
+  ax_sum_tree_clear(&h->sum);
 }
 
 long axi_pipe_host_steps(const phost *h) {

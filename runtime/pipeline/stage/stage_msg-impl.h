@@ -57,7 +57,7 @@ typedef struct axi_pipe_group {
   const char *names[AX_PIPE_MAX_REPLICAS];
 } axi_pipe_group;
 
-/* "setup" [mode, recompute, optim config, prev, next, self id,
+/* "setup" [mode, recompute, optim config, prev, next, self id, sum order,
  * (staleness, delay, gamma, warm-up), (R, rank, tag, R names), (zero),
  * (T, rank, tag, T names)]; replies []. prev and next are RRefs, or i64 0 at
  * the ends (NULL here). The host checks the mode's table entry, the
@@ -68,6 +68,7 @@ typedef struct axi_pipe_setup_msg {
   const char *optim; /* models/optim.h keys */
   ax_rref *prev, *next;
   int64_t self_id; /* ax_rref_id of the host's own RRef: its consumer key */
+  int64_t order;   /* ax_sum_order of the gradient sums (sum_tree.h) */
   int has_stale;
   int64_t stale, delay; /* int range; the host checks them */
   double gamma;         /* < 0: the default */
