@@ -303,18 +303,12 @@ static int load_args_of(void *user, int s, ax_values **out) {
   axi_state_file_of(a->p, s, name, sizeof name);
   axi_manifest_find(a->m, name, &size, &sha);
   snprintf(path, sizeof path, "%s/%s", a->dir, name);
-  axi_pipe_ckpt_load_msg m = {path, size, sha, a->here, NULL};
-  if (a->here) { /* the stage checks it again */
-    axi_ckr r;
-    AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
-    m.file = axi_ck_pack(r.buf, r.len);
-    axi_ckr_close(&r);
-    if (!m.file)
-      return AX_ENOMEM;
-  }
-  ax_values *v = *out = ax_values_new();
-  int err = v ? axi_pipe_ckpt_load_encode(&m, v) : AX_ENOMEM;
-  ax_tensor_release(m.file);
+  if (!a->here) /* the stage reads it from its own disk */
+    return axi_state_load_msg(path, size, sha, NULL, out);
+  axi_ckr r; /* the stage checks it again */
+  AX_TRY(axi_ckr_open(&r, path, AXI_CK_STAGE, size, sha));
+  int err = axi_state_load_msg(path, size, sha, r.buf, out);
+  axi_ckr_close(&r);
   return err;
 }
 

@@ -147,6 +147,17 @@ int axi_state_snapshot(ax_pipe *front, ax_train_state *st) {
 
 /* ---- loading a state ----------------------------------------------------- */
 
+int axi_state_load_msg(const char *path, int64_t size, const char *sha,
+                       const uint8_t *file, ax_values **out) {
+  axi_pipe_ckpt_load_msg m = {path, size, sha, file != NULL, NULL};
+  if (file && !(m.file = axi_ck_pack(file, (size_t)size)))
+    return AX_ENOMEM;
+  ax_values *v = *out = ax_values_new();
+  int err = v ? axi_pipe_ckpt_load_encode(&m, v) : AX_ENOMEM;
+  ax_tensor_release(m.file);
+  return err;
+}
+
 typedef struct load_args {
   const ax_pipe *p;
   const ax_train_state *st;
@@ -165,14 +176,8 @@ static int load_args_of(void *user, int s, ax_values **out) {
   AX_TRY(axi_state_slot_file(a->st, &slot, &buf, &len, sha));
   axi_state_file_of(p, s, name, sizeof name);
   snprintf(path, sizeof path, "%s/%s", a->where, name);
-  axi_pipe_ckpt_load_msg m = {path, (int64_t)len, sha, 1,
-                              axi_ck_pack(buf, len)};
+  int err = axi_state_load_msg(path, (int64_t)len, sha, buf, out);
   free(buf);
-  if (!m.file)
-    return AX_ENOMEM;
-  ax_values *v = *out = ax_values_new();
-  int err = v ? axi_pipe_ckpt_load_encode(&m, v) : AX_ENOMEM;
-  ax_tensor_release(m.file);
   return err;
 }
 

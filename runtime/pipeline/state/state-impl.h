@@ -103,4 +103,10 @@ int axi_state_snapshot(struct ax_pipe *front, ax_train_state *st);
 int axi_state_load(struct ax_pipe *front, const ax_train_state *st,
                    const char *where);
 
+/* The "ckpt_load" message of the stage file at path (size bytes, SHA-256
+ * sha): with file (its bytes) the file itself travels, else the stage reads
+ * path from its own disk. */
+int axi_state_load_msg(const char *path, int64_t size, const char *sha,
+                       const uint8_t *file, ax_values **out);
+
 #endif
