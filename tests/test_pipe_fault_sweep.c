@@ -12,7 +12,8 @@
  * ZeRO (--zero 1), which rolls back, since the lost replica held the only
  * copy of its optimizer shard; and tensor parallelism (--tensor-parallel
  * 2, a tiny bert over gcide's text: stage0..1 are member 0's, stage2..3
- * member 1's), which rolls back. Oracle, per point: the fault fired (its
+ * member 1's), which rolls back, and two replicas of that, which recover
+ * live. Oracle, per point: the fault fired (its
  * agent said so), the run recovered and ended with exit 0, the last loss
  * logged for every step equals the uninterrupted run's, and the final
  * checkpoint, exported (axon-run export), equals the uninterrupted run's
@@ -58,12 +59,14 @@ typedef struct layout {
   const char *args[24];
 } layout;
 
-enum { PLAIN, REPLICAS, ZERO, TP, NLAYOUTS };
+enum { PLAIN, REPLICAS, ZERO, TP, TP_REPLICAS, NLAYOUTS };
 static const layout g_layouts[NLAYOUTS] = {
     {"plain", {"--local", "3", MLP, NULL}},
     {"replicas", {"--local", "6", "--replicas", "2", MLP, NULL}},
     {"zero", {"--local", "6", "--replicas", "2", "--zero", "1", MLP, NULL}},
     {"tp", {"--local", "4", "--tensor-parallel", "2", BERT, NULL}},
+    {"tp+replicas",
+     {"--local", "8", "--replicas", "2", "--tensor-parallel", "2", BERT, NULL}},
 };
 
 typedef struct point {
@@ -114,7 +117,8 @@ static const point g_points[] = {
     {PLAIN, "zb-h1", "agent=stage2,stage=2,action=W,unit=0,step=9", 0, 0},
     {PLAIN, "zb-h1", "agent=stage0,action=STEP,step=6", 0, 0},
     /* Replicas, K = 3: a flushed mode recovers live, an asynchronous one
-     * rolls back. */
+     * rolls back. Only replica 0 writes checkpoint files (the replicas
+     * hold the same state), and pipedream runs one unit per mini-batch. */
     {REPLICAS, "1f1b", "agent=stage4,stage=1,action=B,unit=1,step=8", 1, 0},
     {REPLICAS, "1f1b", "agent=stage0,stage=0,action=F,unit=0,step=6", 0, 0},
     {REPLICAS, "1f1b", "agent=stage5,action=STEP,step=7", 0, 0},
@@ -128,10 +132,10 @@ static const point g_points[] = {
      0},
     {REPLICAS, "pipedream", "agent=stage4,stage=1,action=F,unit=0,step=8", 0,
      0},
-    {REPLICAS, "pipedream", "agent=stage1,action=B,unit=1,step=11", 0, 0},
-    {REPLICAS, "pipedream", "agent=stage3,action=B,unit=2,step=9", 0, 1},
+    {REPLICAS, "pipedream", "agent=stage1,action=B,unit=0,step=11", 0, 0},
+    {REPLICAS, "pipedream", "agent=stage3,action=B,unit=0,step=9", 0, 1},
     {REPLICAS, "2bw", "agent=stage5,action=STEP,step=12", 0, 0},
-    {REPLICAS, "2bw", "agent=stage3,ckpt-write,step=10", 0, 0},
+    {REPLICAS, "2bw", "agent=stage0,ckpt-write,step=10", 0, 0},
     /* ZeRO over the replicas: every point rolls back. */
     {ZERO, "1f1b", "agent=stage4,stage=1,action=F,unit=1,step=8", 1, 0},
     {ZERO, "1f1b", "agent=stage0,action=STEP,step=12", 0, 0},
@@ -139,7 +143,7 @@ static const point g_points[] = {
     {ZERO, "1f1b", "agent=stage1,action=B,unit=0,step=11;agent=spare0,handoff",
      0, 0},
     {ZERO, "1f1b", "agent=stage2,action=F,unit=2,step=13", 0, 1},
-    {ZERO, "pipedream", "agent=stage3,action=B,unit=1,step=9", 0, 0},
+    {ZERO, "pipedream", "agent=stage3,action=B,unit=0,step=9", 0, 0},
     /* Tensor parallelism, K = 2, T = 2: every point rolls back. */
     {TP, "1f1b", "agent=stage3,stage=1,action=B,unit=1,step=8", 1, 0},
     {TP, "1f1b", "agent=stage0,stage=0,action=F,unit=0,step=6", 0, 0},
@@ -149,6 +153,10 @@ static const point g_points[] = {
      0},
     {TP, "1f1b", "agent=stage1,action=B,unit=0,step=9", 0, 1},
     {TP, "pipedream", "agent=stage2,action=B,unit=0,step=11", 0, 0},
+    /* Two replicas of it, replica r's member t on stage(4 r + 2 t) and
+     * stage(4 r + 2 t + 1): a flushed mode recovers live. */
+    {TP_REPLICAS, "1f1b", "agent=stage7,stage=1,action=B,unit=1,step=8", 0, 0},
+    {TP_REPLICAS, "1f1b", "agent=stage2,stage=0,action=F,unit=0,step=11", 0, 0},
 };
 #define NPOINTS (int)(sizeof g_points / sizeof g_points[0])
 
@@ -367,7 +375,7 @@ static void test_sweep(void **state) {
     const char *why = try_point(i, &back, &live);
     tried[p->layout]++;
     survived[p->layout] += why == NULL;
-    fprintf(stderr, "  %-8s %-8s %-11s %s%s: %s at step %ld%s%s\n",
+    fprintf(stderr, "  %-8s %-11s %-11s %s%s: %s at step %ld%s%s\n",
             why ? "LOST" : "survived", g_layouts[p->layout].name, p->mode,
             p->fault, p->memory ? " (in memory)" : "", live ? "live" : "back",
             back, why ? ": " : "", why ? why : "");
