@@ -315,7 +315,12 @@ static int recover(const axi_run_pipe_args *a, ax_pipe **p,
                     : a->restarts ? "--restarts"
                                   : "--elastic";
   if (lv == AX_OK) {
-    lv = restore_memory(a, p, feed, fz, live, why, "live", t);
+    /* A replacement lost while it takes the state: the next one takes it
+     * from the same survivors' copies. */
+    while ((lv = restore_memory(a, p, feed, fz, live, why, "live", t)) !=
+               AX_OK &&
+           feed->rebuild(feed->user, lv, p) == AX_OK)
+      ;
     if (lv == AX_OK) {
       fprintf(stderr,
               "axon-run: recovered live from the replicas in %.2f s; at "
