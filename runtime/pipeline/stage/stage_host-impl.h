@@ -148,6 +148,9 @@ static inline int64_t axi_pipe_wait_ms(ax_call_ctx *cc) {
   return left < 1 ? 1 : left > 600000 ? 600000 : left;
 }
 /* The "bwd", "bwdi", "bwdw" and "step" methods (stage_host_bwd.c). */
+/* "fwd" (stage_host_fwd.c). */
+int axi_pipe_host_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
+                      ax_values *out);
 int axi_pipe_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                       ax_values *out);
 int axi_pipe_host_bwd_input(ax_call_ctx *cc, void *obj, const ax_values *args,
