@@ -44,7 +44,7 @@ static int take_inputs(ax_call_ctx *cc, phost *h, const ax_tlist *given,
 }
 
 int axi_pipe_host_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
-                 ax_values *out) {
+                      ax_values *out) {
   phost *h = obj;
   axi_ag_stage *s = h->s;
   int64_t t0 = ax_clock_us(), c0 = axi_pipe_host_cpu_us();
@@ -161,4 +161,3 @@ int axi_pipe_host_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   ax_tlist_clear(&y);
   return err;
 }
-
