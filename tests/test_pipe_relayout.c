@@ -107,10 +107,11 @@ static const char *joined(const char *const *lay, char *out, size_t cap) {
   return out;
 }
 
-/* Every loss line of NAME's log equals the reference's line of that step. */
-static long same_losses(const char *name) {
+/* Every loss line of g_tmp/NAME.losses equals g_tmp/REF.losses's line of
+ * that step, every bit; returns the lines compared. */
+static long same_losses(const char *refname, const char *name) {
   char path[128];
-  snprintf(path, sizeof path, "%s/ref.losses", g_tmp);
+  snprintf(path, sizeof path, "%s/%s.losses", g_tmp, refname);
   char *ref = mt_slurp(path);
   snprintf(path, sizeof path, "%s/%s.losses", g_tmp, name);
   char *got = mt_slurp(path);
@@ -126,8 +127,8 @@ static long same_losses(const char *name) {
     assert_non_null(r);
     size_t len = strcspn(line, "\n");
     if (strncmp(r + 1, line, len))
-      fail_msg("%s: step %ld: '%.*s', the reference '%.*s'", name, step,
-               (int)len, line, (int)strcspn(r + 1, "\n"), r + 1);
+      fail_msg("%s: step %ld: '%.*s', %s '%.*s'", name, step, (int)len, line,
+               refname, (int)strcspn(r + 1, "\n"), r + 1);
     line += len + (line[len] == '\n');
   }
   free(ref);
@@ -170,7 +171,7 @@ static void test_recut_bit_for_bit(void **state) {
     char name[16];
     snprintf(name, sizeof name, "recut%zu", i);
     assert_int_equal(resume(name, lays[i]), 0);
-    long n = same_losses(name);
+    long n = same_losses("ref", name);
     assert_int_equal(n, 20);
     double d = param_diff(name);
     char l[128];
@@ -264,33 +265,6 @@ static void run_named(const char *name, const char *const *opt, const char *x1,
   assert_int_equal(st, 0);
 }
 
-/* The losses of g_tmp/B.losses equal those of g_tmp/A.losses, every bit. */
-static long same_as(const char *a, const char *b) {
-  char pa[128], pb[128];
-  snprintf(pa, sizeof pa, "%s/%s.losses", g_tmp, a);
-  snprintf(pb, sizeof pb, "%s/%s.losses", g_tmp, b);
-  char *ref = mt_slurp(pa), *got = mt_slurp(pb);
-  assert_non_null(ref);
-  assert_non_null(got);
-  long n = 0;
-  for (char *line = got; *line; n++) {
-    size_t len = strcspn(line, "\n");
-    char key[32];
-    long step;
-    assert_int_equal(sscanf(line, "%ld", &step), 1);
-    snprintf(key, sizeof key, "\n%ld ", step);
-    const char *r = strstr(ref, key);
-    assert_non_null(r);
-    if (strncmp(r + 1, line, len))
-      fail_msg("%s: '%.*s', %s: '%.*s'", b, (int)len, line, a,
-               (int)strcspn(r + 1, "\n"), r + 1);
-    line += len + (line[len] == '\n');
-  }
-  free(ref);
-  free(got);
-  return n;
-}
-
 static void test_staleness_history_resumes(void **state) {
   static const char *const rules[][9] = {
       {"--local", "4", "--mode", "2bw", "--staleness", "predict",
@@ -305,7 +279,7 @@ static void test_staleness_history_resumes(void **state) {
     run_named(ref, rules[i], NULL, NULL, NULL, NULL);
     snprintf(from, sizeof from, "%s/%s/ckpt-00000020", g_tmp, ref);
     run_named(res, rules[i], "--resume", from, NULL, NULL);
-    long n = same_as(ref, res);
+    long n = same_losses(ref, res);
     assert_int_equal(n, 20);
     fprintf(stderr,
             "  %s %s: resumed at step 20, %ld losses equal bit for bit\n",

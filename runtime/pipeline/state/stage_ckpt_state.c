@@ -213,17 +213,10 @@ static int check_state(phost *h, const axi_ckr *r, plan *p) {
   return AX_OK;
 }
 
-/* Record `name` in a new tensor like `like` (NULL: an f32 vector of its
- * length on the stage's device). */
-static int read_new(phost *h, const axi_ckr *r, const char *name,
-                    const ax_tensor *like, ax_tensor **out) {
-  const uint8_t *d;
-  size_t n;
-  AX_TRY(axi_ckr_f32(r, name, &d, &n));
-  int64_t len = (int64_t)n;
-  *out =
-      like ? ax_tensor_like(like) : ax_tensor_new(AX_F32, 1, &len, h->s->dev);
-  if (!*out)
+/* Record `name` in a new tensor like `like`. */
+static int read_like(const axi_ckr *r, const char *name, const ax_tensor *like,
+                     ax_tensor **out) {
+  if (!(*out = ax_tensor_like(like)))
     return AX_ENOMEM;
   return axi_ckr_tensor(r, name, *out);
 }
@@ -252,7 +245,7 @@ static int load_offloaded(phost *h, const axi_ckr *r, const plan *p) {
   if (err == AX_OK)
     err = read_shard(h, r, "optim.v", p, NULL, &m.v);
   if (err == AX_OK && p->holds)
-    err = read_new(h, r, "params", h->s->net->params, &m.params);
+    err = read_like(r, "params", h->s->net->params, &m.params);
   if (err == AX_OK)
     err = axi_pipe_offload_state_set(h, &m);
   if (err == AX_OK) /* the step count of its updates from now on */
