@@ -38,6 +38,21 @@ typedef struct ax_pool_desc {
   int oh, ow;
 } ax_pool_desc;
 
+/* Causal attention geometry (attn_causal_fwd/bwd). Head h of row s of
+ * sequence b starts at x[b * x_sb + s * x_ss + h * dh] for x in q, k, v,
+ * o (element strides), so a packed (B, S, 3 * heads * dh) projection is
+ * read in place: q = qkv, k = qkv + heads * dh, v = qkv + 2 * heads * dh,
+ * q_ss = k_ss = v_ss = 3 * heads * dh. */
+typedef struct ax_attn_desc {
+  int b, heads, sq, sk, dh;
+  long q_sb, q_ss, k_sb, k_ss, v_sb, v_ss, o_sb, o_ss;
+  float scale;     /* usually 1 / sqrt(dh) */
+  float dropout;   /* probability dropout p in [0, 1); 0: none */
+  uint64_t seed;   /* dropout counter seed */
+  int head0;       /* first head held (tensor parallelism), else 0 */
+  int heads_total; /* heads of the whole layer, else heads */
+} ax_attn_desc;
+
 typedef struct ax_backend_i {
   const char *name;
 
@@ -207,6 +222,39 @@ typedef struct ax_backend_i {
                      float *dx, float *dgamma, float *dbeta);
   /* y = relu(x + y): axpby(1, x, 1, y) followed by relu_fwd in place. */
   int (*add_relu_fwd)(ax_backend *be, size_t n, const float *x, float *y);
+
+  /* ---- causal attention, fused (tiled, online softmax) ---- */
+  /* Every query row attends to the keys at or before its own position and
+   * never materialises the (sq, sk) score matrix. Queries are the LAST sq
+   * positions of sk: query i sits at position sk - sq + i (sq == sk in
+   * training; sq < sk when a key/value cache holds the earlier positions).
+   * Forward: o = softmax(scale * q k^T, causal) v per (b, head), with
+   * dropout p on the probabilities (counter ax_dropout_uniform(seed,
+   * ((b * heads_total + head0 + h) * sk + (sk - sq + i)) * sk + j), so a
+   * tensor-parallel member holding heads [head0, head0 + heads) draws the
+   * whole model's mask), and lse (b, heads, sq) the log-sum-exp of each
+   * scaled score row (before dropout), which the backward reads. lse may
+   * be NULL in inference. The backward overwrites dq, dk, dv (same
+   * layouts as q, k, v; they may lie in one packed buffer) from do_ and
+   * the forward's o and lse. */
+  int (*attn_causal_fwd)(ax_backend *be, const ax_attn_desc *d, const float *q,
+                         const float *k, const float *v, float *o, float *lse);
+  int (*attn_causal_bwd)(ax_backend *be, const ax_attn_desc *d, const float *q,
+                         const float *k, const float *v, const float *o,
+                         const float *do_, const float *lse, float *dq,
+                         float *dk, float *dv);
+
+  /* ---- bf16 (uint16_t bit patterns, kernels/bf16.h) ---- */
+  /* y = bf16(x), round to nearest even (NaN stays NaN). */
+  int (*cast_f32_bf16)(ax_backend *be, size_t n, const float *x, uint16_t *y);
+  /* y = f32(x), exact. */
+  int (*cast_bf16_f32)(ax_backend *be, size_t n, const uint16_t *x, float *y);
+  /* gemm with bf16 inputs and f32 products summed in f32: the same
+   * contract and layouts as gemm, C f32. */
+  int (*gemm_bf16)(ax_backend *be, int trans_a, int trans_b, int m, int n,
+                   int k, float alpha, const uint16_t *a, int lda,
+                   long stride_a, const uint16_t *b, int ldb, long stride_b,
+                   float beta, float *c, int ldc, long stride_c, int batch);
 } ax_backend_i;
 
 struct ax_backend {

@@ -31,6 +31,8 @@ size_t ax_dtype_size(ax_dtype t) {
     return 4;
   case AX_I64:
     return 8;
+  case AX_BF16:
+    return 2;
   }
   return 0;
 }
@@ -43,6 +45,8 @@ const char *ax_dtype_name(ax_dtype t) {
     return "i32";
   case AX_I64:
     return "i64";
+  case AX_BF16:
+    return "bf16";
   }
   return "?";
 }
@@ -159,9 +163,15 @@ ax_tensor *ax_tensor_zeros(ax_dtype dtype, int ndim, const int64_t *shape,
   ax_tensor *t = ax_tensor_new(dtype, ndim, shape, dev);
   if (!t)
     return NULL;
-  size_t n = ax_tensor_nbytes(t) / 4; /* every dtype is a multiple of 4 B */
+  size_t bytes = ax_tensor_nbytes(t), n = bytes / 4;
   ax_backend *be = ax_backend_of(dev);
-  if (AX_K(be, fill, (float *)t->data, n, 0.0f) != AX_OK) {
+  int err = AX_K(be, fill, (float *)t->data, n, 0.0f);
+  if (err == AX_OK && bytes % 4) { /* an odd count of 2-byte elements */
+    static const uint16_t zero;
+    err = ax_backend_of(dev)->iface.copy_from_host(
+        be, (char *)t->data + bytes - 2, &zero, 2);
+  }
+  if (err != AX_OK) {
     ax_tensor_release(t);
     return NULL;
   }

@@ -24,7 +24,13 @@ extern "C" {
 
 #define AX_MAX_DIMS 6
 
-typedef enum ax_dtype { AX_F32 = 0, AX_I32 = 1, AX_I64 = 2 } ax_dtype;
+/* AX_BF16 elements are uint16_t bit patterns (kernels/bf16.h). */
+typedef enum ax_dtype {
+  AX_F32 = 0,
+  AX_I32 = 1,
+  AX_I64 = 2,
+  AX_BF16 = 3
+} ax_dtype;
 
 typedef struct ax_storage ax_storage;
 
@@ -86,6 +92,9 @@ char *ax_tensor_shape_str(const ax_tensor *t, char *buf, size_t len);
 /* Typed data pointers; valid only for the matching dtype. */
 static inline float *ax_f32(const ax_tensor *t) { return (float *)t->data; }
 static inline int32_t *ax_i32(const ax_tensor *t) { return (int32_t *)t->data; }
+static inline uint16_t *ax_bf16(const ax_tensor *t) {
+  return (uint16_t *)t->data;
+}
 static inline int64_t *ax_i64(const ax_tensor *t) { return (int64_t *)t->data; }
 
 /* Copies between tensors of equal dtype and element count, on any devices. */

@@ -225,7 +225,7 @@ static int decode_value(const Axon__Value *pv, ax_device dev,
     return ax_values_add_bytes(vals, pv->b.data, pv->b.len);
   case AXON__VALUE__V_T: {
     const Axon__TensorDesc *t = pv->t;
-    if (!t || t->dtype < AX_F32 || t->dtype > AX_I64 ||
+    if (!t || t->dtype < AX_F32 || t->dtype > AX_BF16 ||
         t->n_shape > AX_MAX_DIMS)
       return ax_seterr(AX_EMALFORMED, "frame: bad tensor descriptor");
     uint64_t numel = 1;
