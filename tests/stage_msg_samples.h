@@ -98,7 +98,8 @@ static void sm_sample(int id, void *p, int full, ax_tensor *const t[3],
         (axi_pipe_boundary_msg){AXP_BOUNDARY_REWIND, 7};
   } else if (sm_is(id, "axon.pipe.stage boundary reply")) {
     *(axi_pipe_boundary_reply_msg *)p = (axi_pipe_boundary_reply_msg){6, -1};
-  } else if (!sm_is(id, "axon.pipe.mem_forget")) {
+  } else if (!sm_is(id, "axon.pipe.mem_forget") &&
+             !sm_is(id, "axon.pipe.stage settle")) {
     abort(); /* a message without a sample */
   }
 }

@@ -41,7 +41,7 @@ int axi_pipe_ties_check(const char *model, const ax_model_info *info,
   return AX_OK;
 }
 
-void axi_pipe_ties_setup(const ax_pipe *p, int s, const ax_model_info *info,
+void axi_pipe_ties_setup(ax_pipe *p, int s, const ax_model_info *info,
                          uint64_t id, const axi_pipe_replica_of *rep,
                          axi_pipe_setup_msg *m,
                          char tags[AX_MODEL_MAX_TIES][48]) {
@@ -62,6 +62,7 @@ void axi_pipe_ties_setup(const ax_pipe *p, int s, const ax_model_info *info,
   }
   if (!m->ties.n)
     return;
+  p->tied = 1;
   /* The optional parts before the ties are present: a group of one where
    * there is none (no replicas, no tensor-parallel members). */
   m->has_ties = m->has_tp = m->has_zero = m->has_replicas = m->has_stale = 1;
@@ -69,4 +70,18 @@ void axi_pipe_ties_setup(const ax_pipe *p, int s, const ax_model_info *info,
     m->replicas = (axi_pipe_group){1, 0, "", {p->agents[s]}};
   if (!rep || rep->T < 2)
     m->tp = (axi_pipe_group){1, 0, "", {p->agents[s]}};
+}
+
+/* Every stage is called: the settle message (stage_msg-impl.h). */
+static int settle_args(void *user, int s, ax_values **a) {
+  (void)user;
+  (void)s;
+  *a = ax_values_new();
+  return *a ? axi_pipe_settle_encode(*a) : AX_ENOMEM;
+}
+
+int axi_pipe_ties_settle(ax_pipe *p) {
+  if (!p->tied)
+    return AX_OK;
+  return axi_pipe_all_stages(p, 0, "settle", settle_args, NULL, NULL);
 }

@@ -338,6 +338,19 @@ static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
   return err;
 }
 
+/* "settle" []: the last STEP's pending update is applied (its ties'
+ * exchanges waited for; stage_host_bwd.c), as the coordinator asks at the
+ * end of a train call. */
+static int m_settle(ax_call_ctx *cc, void *obj, const ax_values *args,
+                    ax_values *out) {
+  phost *h = obj;
+  AX_TRY(axi_pipe_settle_decode(args));
+  pthread_mutex_lock(&h->s->mu);
+  int err = axi_pipe_host_settle(h);
+  pthread_mutex_unlock(&h->s->mu);
+  return err;
+}
+
 static int m_trace(ax_call_ctx *cc, void *obj, const ax_values *args,
                    ax_values *out) {
   axi_pipe_trace_msg m = {{NULL, 0}};
@@ -372,6 +385,7 @@ static const ax_robj_method_def g_methods[] = {
     {"teardown", m_teardown},
     {"trace", m_trace},
     {"offload", m_offload},
+    {"settle", m_settle},
     {"ckpt_save", axi_pipe_host_ckpt_save},
     {"ckpt_load", axi_pipe_host_ckpt_load},
     {"ckpt_drop", axi_pipe_host_ckpt_drop},

@@ -330,14 +330,16 @@ int axi_pipe_boundary_reply_encode(const axi_pipe_boundary_reply_msg *m,
                                    ax_values *out);
 int axi_pipe_boundary_reply_decode(const ax_values *v,
                                    axi_pipe_boundary_reply_msg *m);
-/* "axon.pipe.mem_forget" []: nothing to append; the decoder checks that
- * the list is empty. */
+/* "axon.pipe.stage settle" [] and "axon.pipe.mem_forget" []: nothing to
+ * append; the decoders check that the list is empty. */
+int axi_pipe_settle_encode(ax_values *out);
+int axi_pipe_settle_decode(const ax_values *v);
 int axi_pipe_mem_forget_encode(ax_values *out);
 int axi_pipe_mem_forget_decode(const ax_values *v);
 
 /* Every message by number (0 .. axi_pipe_msg_count() - 1, in the order
- * above, mem_forget last), for the tests and the fuzzer: its name, the
- * size of its struct (at most AXP_MSG_MAX) and its encoder and decoder
+ * above, settle and mem_forget last), for the tests and the fuzzer: its name,
+ * the size of its struct (at most AXP_MSG_MAX) and its encoder and decoder
  * through a pointer to that struct. */
 #define AXP_MSG_MAX 1024
 int axi_pipe_msg_count(void);

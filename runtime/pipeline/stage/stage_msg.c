@@ -452,8 +452,15 @@ MSG(boundary, "axon.pipe.stage boundary",
 MSG(boundary_reply, "axon.pipe.stage boundary reply",
     I64(boundary_reply, last_step, "last step", -1, INT64_MAX),
     I64(boundary_reply, kept, "kept", -1, INT64_MAX))
+static const message g_settle = {"axon.pipe.stage settle", 0, NULL, 0};
 static const message g_mem_forget = {"axon.pipe.mem_forget", 0, NULL, 0};
 
+int axi_pipe_settle_encode(ax_values *out) {
+  return encode(&g_settle, NULL, out);
+}
+int axi_pipe_settle_decode(const ax_values *v) {
+  return decode(&g_settle, v, NULL);
+}
 int axi_pipe_mem_forget_encode(ax_values *out) {
   return encode(&g_mem_forget, NULL, out);
 }
@@ -469,7 +476,7 @@ static const message *const g_all[] = {
     &g_file,        &g_ckpt_load,   &g_mem_save,   &g_mem_load,
     &g_mem_keep,    &g_mem_fetch,   &g_optim_init, &g_optim_step,
     &g_optim_reply, &g_optim_state, &g_boundary,   &g_boundary_reply,
-    &g_mem_forget};
+    &g_settle,      &g_mem_forget};
 #define N_MSG ((int)(sizeof g_all / sizeof g_all[0]))
 
 static const message *msg_at(int id) {

@@ -43,8 +43,9 @@ static int check_tie(const axi_ag_stage *s, const axi_pipe_ties *t, int j) {
                      s->index, i, (long long)x->rank, mt->a);
   for (int k = 0; k < j; k++)
     if (t->t[k].tie == x->tie)
-      return ax_seterr(AX_EINVAL, "axon.pipe.stage %d: setup names tie %d twice",
-                       s->index, i);
+      return ax_seterr(AX_EINVAL,
+                       "axon.pipe.stage %d: setup names tie %d twice", s->index,
+                       i);
   return AX_OK;
 }
 
@@ -81,8 +82,7 @@ int axi_pipe_ties_new(phost *h, const axi_pipe_setup_msg *m, int64_t tmo,
                        "axon.pipe.stage %d: %s ties block %d to block %d, "
                        "which is on another stage, and setup names no group "
                        "for the tie",
-                       s->index, s->def->name,
-                       holds(s, mt->a) ? mt->a : mt->b,
+                       s->index, s->def->name, holds(s, mt->a) ? mt->a : mt->b,
                        holds(s, mt->a) ? mt->b : mt->a);
   }
   int err = AX_OK;
@@ -111,8 +111,8 @@ int axi_pipe_ties_start(phost *h, ax_tensor *acc) {
   AX_TRY(ax_model_tie_grads(&s->info, 1, bounds, &s->net, &acc));
   for (int j = 0; j < h->n_xties; j++) {
     axi_pipe_xtie *x = &h->xties[j];
-    int err = ax_coll_allreduce_async(x->g, acc, x->off, x->len, AX_COLL_SUM,
-                                      &x->op);
+    int err =
+        ax_coll_allreduce_async(x->g, acc, x->off, x->len, AX_COLL_SUM, &x->op);
     if (err != AX_OK)
       return ax_seterr(err, "axon.pipe.stage %d: tie %d: %s", s->index, x->tie,
                        ax_errmsg());
