@@ -135,6 +135,15 @@ int axi_cpu_embedding_fwd(ax_backend *be, int n_idx, int dim, int rows,
 int axi_cpu_embedding_bwd(ax_backend *be, int n_idx, int dim,
                           const int32_t *idx, const float *dy, float *dtable);
 
+/* cpu_attn_causal.c */
+int axi_cpu_attn_causal_fwd(ax_backend *be, const ax_attn_desc *d,
+                            const float *q, const float *k, const float *v,
+                            float *o, float *lse);
+int axi_cpu_attn_causal_bwd(ax_backend *be, const ax_attn_desc *d,
+                            const float *q, const float *k, const float *v,
+                            const float *o, const float *do_, const float *lse,
+                            float *dq, float *dk, float *dv);
+
 /* cpu_optim.c */
 int axi_cpu_sgd_step(ax_backend *be, size_t n, float *w, const float *g,
                      float *mom, float lr, float momentum, float dampening,

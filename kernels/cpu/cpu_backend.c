@@ -121,6 +121,8 @@ static const ax_backend_i cpu_iface = {
     /* .bn_relu_fwd_train = */ axi_cpu_bn_relu_fwd_train,
     /* .bn_relu_bwd = */ axi_cpu_bn_relu_bwd,
     /* .add_relu_fwd = */ axi_cpu_add_relu_fwd,
+    /* .attn_causal_fwd = */ axi_cpu_attn_causal_fwd,
+    /* .attn_causal_bwd = */ axi_cpu_attn_causal_bwd,
 };
 
 int axi_cpu_backend_init(ax_backend *be) {
