@@ -11,7 +11,8 @@
 #define MAX_REGISTERED 64
 
 static const ax_model_def *const builtins[] = {
-    &ax_model_mlp, &ax_model_resnet20, &ax_model_bert, &ax_model_sleep};
+    &ax_model_mlp, &ax_model_resnet20, &ax_model_bert, &ax_model_gpt,
+    &ax_model_sleep};
 #define N_BUILTIN (int)(sizeof builtins / sizeof builtins[0])
 
 /* Registered models in registration order, guarded by g_mu. */

@@ -1,7 +1,7 @@
 /* Models: ordered lists of blocks, the units at which a model is split into
  * pipeline stages.
  *
- * A model is known by name ("mlp", "resnet20", "bert", or one a program
+ * A model is known by name ("mlp", "resnet20", "bert", "gpt", or one a program
  * registered with ax_model_register) through its ax_model_def. Blocks are built
  * from a configuration (models/config.h) and a block index, so any process can
  * build any stage on its own. Block i's parameters are initialised from an rng
@@ -82,7 +82,7 @@ typedef struct ax_model_def {
 } ax_model_def;
 
 /* ---- the registry -------------------------------------------------------
- * Holds the built-in models (mlp, resnet20, bert, sleep) and the models a
+ * Holds the built-in models (mlp, resnet20, bert, gpt, sleep) and the models a
  * program or a plugin (runtime/autograd/plugin.h) registers. Every function
  * here is thread-safe.
  *
@@ -163,6 +163,8 @@ int ax_split_uniform(int n_blocks, int k, int *bounds);
 extern const ax_model_def ax_model_mlp;
 extern const ax_model_def ax_model_resnet20;
 extern const ax_model_def ax_model_bert;
+/* GPT-2 (models/gpt.c): its output layer tied to its token embedding. */
+extern const ax_model_def ax_model_gpt;
 /* Synthetic fixed-time blocks for overhead benchmarks (models/sleep.c). */
 extern const ax_model_def ax_model_sleep;
 

@@ -72,8 +72,8 @@ static int stages_of(const run *c) {
 }
 
 static ax_pipe *new_pipe(const run *c) {
-  ax_pipe_opts o = {"tied", CFG,  c->K,    g_names, NULL, c->mode, c->M,
-                    0,      c->optim, SEED, AX_CPU,  30000};
+  ax_pipe_opts o = {"tied", CFG, c->K,     g_names, NULL,   c->mode,
+                    c->M,   0,   c->optim, SEED,    AX_CPU, 30000};
   o.chunks = c->chunks;
   o.replicas = c->R;
   o.zero = c->zero;
@@ -99,10 +99,10 @@ static void check(ax_pipe *p, const run *c, const int *bounds, int S,
   const ax_model_tie *t = &info.ties[0];
   int sa = 0, sb = S - 1; /* blocks 0 and L + 1 */
   ax_net *na, *nb;
-  AX_ASSERT_OK(ax_model_stage(def, &mcfg, bounds[sa], bounds[sa + 1], AX_CPU,
-                              1, &na));
-  AX_ASSERT_OK(ax_model_stage(def, &mcfg, bounds[sb], bounds[sb + 1], AX_CPU,
-                              1, &nb));
+  AX_ASSERT_OK(
+      ax_model_stage(def, &mcfg, bounds[sa], bounds[sa + 1], AX_CPU, 1, &na));
+  AX_ASSERT_OK(
+      ax_model_stage(def, &mcfg, bounds[sb], bounds[sb + 1], AX_CPU, 1, &nb));
   size_t oa = ax_model_block_offset(na, bounds[sa], t->a) + t->off_a,
          ob = ax_model_block_offset(nb, bounds[sb], t->b) + t->off_b;
   for (int r = 0; r < (c->R > 1 ? c->R : 1); r++) {
@@ -160,8 +160,9 @@ static void run_case(const run *c) {
   ax_tensor *want[AX_PIPE_MAX_STAGES], *wbuf[AX_PIPE_MAX_STAGES];
   reference(c, bounds, S, c->steps, want, wbuf);
   check(p, c, bounds, S, want, wbuf);
-  fprintf(stderr, "  %-11s K=%d S=%d R=%d M=%d%s: %d steps, same bits as the "
-                  "reference, tied copies equal\n",
+  fprintf(stderr,
+          "  %-11s K=%d S=%d R=%d M=%d%s: %d steps, same bits as the "
+          "reference, tied copies equal\n",
           ax_pipe_mode_name(c->mode), c->K, S, c->R ? c->R : 1, c->M,
           c->zero ? " zero" : "", c->steps);
   ax_pipe_free(p);
@@ -198,8 +199,10 @@ static void test_untied_differs(void **state) {
     ax_tensor *got, *gb;
     AX_ASSERT_OK(ax_pipe_stage_state(p, s, &got, &gb));
     double off = pt_worst(got, want[s]);
-    fprintf(stderr, "  1f1b K=2 against the untied reference: stage %d off "
-                    "by %.2g\n", s, off);
+    fprintf(stderr,
+            "  1f1b K=2 against the untied reference: stage %d off "
+            "by %.2g\n",
+            s, off);
     assert_true(off > 1e-3);
     ax_tensor_release(got);
     ax_tensor_release(gb);
@@ -272,8 +275,8 @@ static void test_checkpoint_relayout(void **state) {
 
 static void test_refusals(void **state) {
   (void)state;
-  ax_pipe_opts o = {"tied", CFG,  4,   g_names, NULL, AX_MODE_DDG, 1,
-                    0,      SGD,  SEED, AX_CPU,  30000};
+  ax_pipe_opts o = {"tied", CFG, 4,   g_names, NULL,   AX_MODE_DDG,
+                    1,      0,   SGD, SEED,    AX_CPU, 30000};
   ax_pipe *p = NULL;
   assert_int_equal(ax_pipe_new(g_drv, &o, &p), AX_EUNSUPPORTED);
   fprintf(stderr, "  ddg K=4: %s\n", ax_errmsg());

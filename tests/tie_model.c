@@ -44,8 +44,8 @@ static int describe(const ax_config *cfg, ax_model_info *info) {
   info->n_outputs = 1;
   info->ignore_index = -100;
   info->n_ties = 1;
-  info->ties[0] = (ax_model_tie){0, c.layers + 1, 0, 0,
-                                 (size_t)c.vocab * (size_t)c.hidden};
+  info->ties[0] =
+      (ax_model_tie){0, c.layers + 1, 0, 0, (size_t)c.vocab * (size_t)c.hidden};
   return AX_OK;
 }
 
