@@ -118,7 +118,7 @@ int axi_cpu_avgpool_bwd(ax_backend *be, const ax_pool_desc *d, const float *dy,
 /* cpu_loss.c */
 int axi_cpu_xent_fwd(ax_backend *be, int rows, int classes, const float *logits,
                      const int32_t *labels, int ignore_index, float *probs,
-                     double *loss_sum, int64_t *count);
+                     double *loss_sum, int64_t *count, int64_t *correct);
 int axi_cpu_xent_bwd(ax_backend *be, int rows, int classes, const float *probs,
                      const int32_t *labels, int ignore_index, float scale,
                      float *dlogits);
