@@ -12,7 +12,8 @@
 #include "cuda_testutil.h"
 #include "harness.h"
 
-/* ---- casts ---------------------------------------------------------------- */
+/* ---- casts ----------------------------------------------------------------
+ */
 
 static float from_bits(uint32_t u) {
   float f;
@@ -79,7 +80,8 @@ static void cast_bf16_f32_parity(void **state) {
   free(x), free(ref);
 }
 
-/* ---- gemm_bf16 ------------------------------------------------------------ */
+/* ---- gemm_bf16 ------------------------------------------------------------
+ */
 
 typedef struct gemm_case {
   int ta, tb, m, n, k, batch, pad; /* pad: extra leading-dimension columns */
@@ -113,8 +115,8 @@ static void check_gemm_bf16(gemm_case g, uint64_t seed) {
   float *dc = ct_up(c, nc * 4);
   AX_ASSERT_OK(AX_K(ct_cpu(), gemm_bf16, g.ta, g.tb, g.m, g.n, g.k, g.alpha, a,
                     lda, sa, b, ldb, sb, g.beta, c, ldc, sc, g.batch));
-  AX_ASSERT_OK(AX_K(ct_gpu(), gemm_bf16, g.ta, g.tb, g.m, g.n, g.k, g.alpha,
-                    da, lda, sa, db, ldb, sb, g.beta, dc, ldc, sc, g.batch));
+  AX_ASSERT_OK(AX_K(ct_gpu(), gemm_bf16, g.ta, g.tb, g.m, g.n, g.k, g.alpha, da,
+                    lda, sa, db, ldb, sb, g.beta, dc, ldc, sc, g.batch));
   ct_down(got, dc, nc * 4);
   char what[128];
   snprintf(what, sizeof what, "gemm_bf16 ta=%d tb=%d %dx%dx%d batch %d pad %d",

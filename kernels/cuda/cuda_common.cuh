@@ -36,9 +36,8 @@ static inline cudaStream_t axi_cuda_stream(ax_backend *be) {
 
 /* Each op family fills its entries of the vtable; called once by
  * axi_cudalib_backend_init. One .cu/.cuh pair per family. */
-void axi_cuda_ops_blas(ax_backend_i *i); /* gemm(_bf16), axpby, sum, bias */
-void axi_cuda_ops_elem(
-    ax_backend_i *i); /* activations, dropout, add_relu, casts */
+void axi_cuda_ops_blas(ax_backend_i *i);    /* gemm, axpby, sum, bias */
+void axi_cuda_ops_elem(ax_backend_i *i);    /* activations, dropout, casts */
 void axi_cuda_ops_optim(ax_backend_i *i);   /* sgd_step, adamw_step */
 void axi_cuda_ops_dnn(ax_backend_i *i);     /* conv, batch norm, pooling */
 void axi_cuda_ops_norm(ax_backend_i *i);    /* layer norm */
