@@ -278,6 +278,10 @@ struct ax_backend {
 /* Fills oh/ow from the other fields; AX_ESHAPE if the output would be empty. */
 int ax_conv_desc_init(ax_conv_desc *d);
 int ax_pool_desc_init(ax_pool_desc *d);
+/* AX_OK when d is a geometry attn_causal_fwd/bwd take (b >= 0, heads and
+ * dh > 0, 0 <= sq <= sk, sk > 0, heads [head0, head0 + heads) within
+ * heads_total, dropout in [0, 1)), else AX_EINVAL naming fn. */
+int ax_attn_desc_check(const ax_attn_desc *d, const char *fn);
 
 /* Counter-based uniform in [0, 1) shared by every backend's dropout. */
 static inline uint64_t ax_mix64(uint64_t z) {

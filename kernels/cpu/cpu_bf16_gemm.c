@@ -40,8 +40,8 @@
 #include <immintrin.h>
 
 enum {
-  MR = 12,     /* rows of a micro-tile */
-  NV = 2,      /* vectors of 16 columns in a micro-tile */
+  MR = 12, /* rows of a micro-tile */
+  NV = 2,  /* vectors of 16 columns in a micro-tile */
   NR = 16 * NV,
   KC = 384,    /* values of k per block (even) */
   MC_MAX = 192 /* rows of A per unit at most (a multiple of MR) */
@@ -69,17 +69,17 @@ typedef struct bgemm {
   float alpha, beta;
   const uint16_t *a, *b;
   float *c;
-  uint32_t *bpack;  /* packed B, per batch entry or one for all */
-  size_t bsize;     /* dwords of packed B per batch entry */
-  int nsl;          /* slivers of B (ceil(n / NR)) */
-  int mc, nmb;      /* rows per unit, units along m */
-  int scount, nsb;  /* slivers per unit, units along n */
+  uint32_t *bpack; /* packed B, per batch entry or one for all */
+  size_t bsize;    /* dwords of packed B per batch entry */
+  int nsl;         /* slivers of B (ceil(n / NR)) */
+  int mc, nmb;     /* rows per unit, units along m */
+  int scount, nsb; /* slivers per unit, units along n */
 } bgemm;
 
 /* Pairs along a row: out[q * w + r] = (x[r][2q], x[r][2q + 1]) where
  * element (r, p) is x[r * ld + p]; rows r >= rows and values p >= kv are 0. */
-TBF16 static void pack_rows(int w, int rows, int kv, const uint16_t *x,
-                            long ld, uint32_t *out) {
+TBF16 static void pack_rows(int w, int rows, int kv, const uint16_t *x, long ld,
+                            uint32_t *out) {
   const int np = (kv + 1) / 2, full = kv / 2;
   for (int r = 0; r < w; r++) {
     uint32_t *o = out + r;
@@ -102,8 +102,8 @@ TBF16 static void pack_rows(int w, int rows, int kv, const uint16_t *x,
 /* Pairs down a column: out[q * w + r] = (x[2q][r], x[2q + 1][r]) where
  * element (p, r) is x[p * ld + r]; columns r >= cols and rows p >= kv are
  * 0. */
-TBF16 static void pack_cols(int w, int cols, int kv, const uint16_t *x,
-                            long ld, uint32_t *out) {
+TBF16 static void pack_cols(int w, int cols, int kv, const uint16_t *x, long ld,
+                            uint32_t *out) {
   const int np = (kv + 1) / 2;
   for (int q = 0; q < np; q++) {
     const uint16_t *x0 = x + 2 * q * ld, *x1 = x0 + ld;
@@ -115,9 +115,9 @@ TBF16 static void pack_cols(int w, int cols, int kv, const uint16_t *x,
                            : left <= 0 ? (__mmask16)0
                                        : (__mmask16)((1u << left) - 1u);
       __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, x0 + r));
-      __m512i hi = two ? _mm512_cvtepu16_epi32(
-                             _mm256_maskz_loadu_epi16(mk, x1 + r))
-                       : _mm512_setzero_si512();
+      __m512i hi =
+          two ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, x1 + r))
+              : _mm512_setzero_si512();
       __m512i d = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
       if (w - r >= 16)
         _mm512_storeu_si512(o + r, d);
@@ -236,9 +236,9 @@ static void partition(bgemm *g, int batch, int threads) {
 }
 
 int axi_bf16_gemm_avx512(int ta, int tb, int m, int n, int k, float alpha,
-                         const uint16_t *a, int lda, long sa,
-                         const uint16_t *b, int ldb, long sb, float beta,
-                         float *c, int ldc, long sc, int batch) {
+                         const uint16_t *a, int lda, long sa, const uint16_t *b,
+                         int ldb, long sb, float beta, float *c, int ldc,
+                         long sc, int batch) {
   bgemm g = {ta, tb, m, n, k, lda, ldb, ldc, sa, sb, sc, alpha, beta, a, b, c};
   const int threads = ax_cpu_threads();
   g.nsl = (n + NR - 1) / NR;
@@ -279,9 +279,9 @@ int axi_bf16_gemm_avx512(int ta, int tb, int m, int n, int k, float alpha,
 int axi_bf16_gemm_available(void) { return 0; }
 
 int axi_bf16_gemm_avx512(int ta, int tb, int m, int n, int k, float alpha,
-                         const uint16_t *a, int lda, long sa,
-                         const uint16_t *b, int ldb, long sb, float beta,
-                         float *c, int ldc, long sc, int batch) {
+                         const uint16_t *a, int lda, long sa, const uint16_t *b,
+                         int ldb, long sb, float beta, float *c, int ldc,
+                         long sc, int batch) {
   return ax_seterr(AX_EUNSUPPORTED, "gemm_bf16: no AVX512-BF16 kernel");
 }
 #endif

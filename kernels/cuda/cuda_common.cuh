@@ -43,6 +43,7 @@ void axi_cuda_ops_dnn(ax_backend_i *i);     /* conv, batch norm, pooling */
 void axi_cuda_ops_norm(ax_backend_i *i);    /* layer norm */
 void axi_cuda_ops_softmax(ax_backend_i *i); /* xent, masked softmax, permute */
 void axi_cuda_ops_embed(ax_backend_i *i);   /* embedding */
+void axi_cuda_ops_attn(ax_backend_i *i);    /* fused causal attention */
 
 /* ---- device memory (cuda_alloc.cu) ----------------------------------------
  * A caching allocator per backend (ctx->alloc) and pinned host staging for
