@@ -156,6 +156,15 @@ int axi_bf16_gemm_avx512(int ta, int tb, int m, int n, int k, float alpha,
                          int ldb, long sb, float beta, float *c, int ldc,
                          long sc, int batch);
 
+/* cpu_attn_causal.c */
+int axi_cpu_attn_causal_fwd(ax_backend *be, const ax_attn_desc *d,
+                            const float *q, const float *k, const float *v,
+                            float *o, float *lse);
+int axi_cpu_attn_causal_bwd(ax_backend *be, const ax_attn_desc *d,
+                            const float *q, const float *k, const float *v,
+                            const float *o, const float *do_, const float *lse,
+                            float *dq, float *dk, float *dv);
+
 /* cpu_optim.c */
 int axi_cpu_sgd_step(ax_backend *be, size_t n, float *w, const float *g,
                      float *mom, float lr, float momentum, float dampening,
