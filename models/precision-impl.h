@@ -23,8 +23,7 @@ static inline axi_mm axi_mm_f32(const float *p) {
 /* The operand starting at element off of t (f32 or bf16), e.g. a saved
  * activation as ax_slot_get gives it. */
 static inline axi_mm axi_mm_at(const ax_tensor *t, size_t off) {
-  axi_mm o = {(const char *)t->data + off * ax_dtype_size(t->dtype),
-              t->dtype};
+  axi_mm o = {(const char *)t->data + off * ax_dtype_size(t->dtype), t->dtype};
   return o;
 }
 

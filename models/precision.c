@@ -130,7 +130,8 @@ static int gemm_bf16_host(ax_backend *be, int ta, int tb, int m, int n, int k,
   if (be->iface.gemm_bf16 || be->device.type != AX_DEV_CPU)
     return AX_K(be, gemm_bf16, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
                 beta, c, ldc, sc, batch);
-  float *fa = malloc((na + 1) * sizeof *fa), *fb = malloc((nb + 1) * sizeof *fb);
+  float *fa = malloc((na + 1) * sizeof *fa),
+        *fb = malloc((nb + 1) * sizeof *fb);
   int rc = fa && fb ? AX_OK : AX_ENOMEM;
   if (rc == AX_OK) {
     cast_up(be, na, a, fa);
@@ -176,8 +177,8 @@ int axi_prec_widen(const ax_tlist *in, ax_tlist *out) {
   memset(out, 0, sizeof *out);
   for (int i = 0; i < in->n; i++) {
     ax_tensor *t = in->t[i];
-    int rc = t && t->dtype == AX_BF16 ? axi_prec_cast(t, AX_F32, &out->t[i])
-                                      : AX_OK;
+    int rc =
+        t && t->dtype == AX_BF16 ? axi_prec_cast(t, AX_F32, &out->t[i]) : AX_OK;
     if (rc != AX_OK) {
       out->n = i;
       ax_tlist_clear(out);
