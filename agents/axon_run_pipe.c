@@ -329,7 +329,8 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
                     a->optimizer_host,
                     a->tensor_parallel,
                     a->elastic, /* its replicas may shrink: weighed */
-                    a->sum_order};
+                    a->sum_order,
+                    a->precision};
   f.first = -1;
   f.a = a;
   axi_run_agents_init(&f.ag, a, node, &o, cur);

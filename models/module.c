@@ -317,7 +317,7 @@ static int child_bwd(ax_bwd_part part, ax_module *m, int i, ax_exec *cex,
   int rc = axi_prec_widen(dout, &wide);
   if (rc == AX_OK)
     rc = ax_backward_part(part, m->children[i], cex, cs, &wide, din);
-  if (rc == AX_OK && (rc = axi_prec_narrow(din, NULL)) != AX_OK)
+  if (rc == AX_OK && (rc = axi_prec_narrow(din)) != AX_OK)
     ax_tlist_clear(din);
   ax_tlist_clear(&wide);
   return rc;
@@ -383,7 +383,7 @@ static int child_fwd(ax_module *m, int i, const ax_exec *ex, ax_slot *cs,
   if (rc == AX_OK)
     rc = ax_forward(m->children[i], ex, cs, &wide, out);
   if (rc == AX_OK && !(*ends && i == m->n_children - 1) &&
-      (rc = axi_prec_narrow(out, &wide)) != AX_OK)
+      (rc = axi_prec_narrow(out)) != AX_OK)
     ax_tlist_clear(out);
   ax_tlist_clear(&wide);
   return rc;

@@ -51,10 +51,11 @@
  *    ax_slot_get_f32 (widened, exactly). Statistics (layer norm's mean and
  *    rstd) and integer state stay as they are.
  *  - Block boundaries: the model's sequential of blocks (ax_blocks_new,
- *    which ax_model_stage builds) rounds every f32 tensor a block makes
- *    (not one it passes through, such as a mask) to an AX_BF16 tensor, and
- *    every input gradient a block's backward makes likewise, and widens
- *    bf16 tensors back to f32 before each block. So a stage boundary at
+ *    which ax_model_stage builds) rounds every f32 tensor a block outputs
+ *    (a mask it passes on too: 0 and 1 are bf16 values) to an AX_BF16
+ *    tensor, and every input gradient a block's backward makes likewise,
+ *    and widens bf16 tensors back to f32 before each block. So a stage
+ *    boundary at
  *    any block boundary changes nothing: a pipeline computes the bits of
  *    the same blocks in one process, and what crosses between stages is
  *    AX_BF16, half the bytes of f32. The model's last block (the logits)

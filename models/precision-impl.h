@@ -45,10 +45,9 @@ int axi_prec_cast(const ax_tensor *t, ax_dtype to, ax_tensor **out);
 
 /* The block boundaries (ax_blocks_new). widen: *out gets new references
  * to in's entries, each bf16 one widened to f32. narrow: every f32 entry
- * of l that is not also an entry of keep (a tensor the block passed
- * through; keep may be NULL) is replaced by its bf16 rounding. On error
- * out is empty, l unchanged. */
+ * of l is replaced by its bf16 rounding. On error out is empty, l
+ * unchanged. */
 int axi_prec_widen(const ax_tlist *in, ax_tlist *out);
-int axi_prec_narrow(ax_tlist *l, const ax_tlist *keep);
+int axi_prec_narrow(ax_tlist *l);
 
 #endif

@@ -191,18 +191,11 @@ int axi_prec_widen(const ax_tlist *in, ax_tlist *out) {
   return AX_OK;
 }
 
-static int kept(const ax_tlist *keep, const ax_tensor *t) {
-  for (int i = 0; keep && i < keep->n; i++)
-    if (keep->t[i] == t)
-      return 1;
-  return 0;
-}
-
-int axi_prec_narrow(ax_tlist *l, const ax_tlist *keep) {
+int axi_prec_narrow(ax_tlist *l) {
   ax_tensor *b[AX_TLIST_MAX] = {NULL};
   for (int i = 0; i < l->n; i++) {
     ax_tensor *t = l->t[i];
-    if (!t || t->dtype != AX_F32 || kept(keep, t))
+    if (!t || t->dtype != AX_F32)
       continue;
     int rc = axi_prec_cast(t, AX_BF16, &b[i]);
     if (rc != AX_OK) {

@@ -25,8 +25,7 @@
 #include "harness.h"
 #include "split_testutil.h"
 
-#define TINY_BERT                                                              \
-  "layers=2,hidden=16,heads=2,ff=32,vocab=50,seq=8,dropout=0.1"
+#define TINY_BERT "layers=2,hidden=16,heads=2,ff=32,vocab=50,seq=8,dropout=0.1"
 
 /* ||a - b|| / ||b|| over n values of f32 tensors a and b. */
 static double rel_l2(const ax_tensor *a, const ax_tensor *b) {
@@ -134,7 +133,8 @@ static void encoder_close(void **state) {
 /* The bf16 Linear against the f32 Linear on the rounded weights, input and
  * output gradient: the same products, summed in another order. */
 static void linear_backward_oracle(void **state) {
-  ax_net *b = ax_net_new(linear(), AX_CPU, 3), *r = ax_net_new(linear(), AX_CPU, 3);
+  ax_net *b = ax_net_new(linear(), AX_CPU, 3),
+         *r = ax_net_new(linear(), AX_CPU, 3);
   assert_non_null(b);
   assert_non_null(r);
   b->precision = AX_PREC_BF16;
@@ -142,17 +142,18 @@ static void linear_backward_oracle(void **state) {
   for (size_t i = 0; i < nw; i++)
     ax_f32(r->params)[i] = ax_bf16_round(ax_f32(r->params)[i]);
   int64_t xs[2] = {7, 24}, ys[2] = {7, 16};
-  ax_tensor *x = ax_test_randn(8, 1.0f, 2, xs), *dy = ax_test_randn(9, 1.0f, 2, ys);
+  ax_tensor *x = ax_test_randn(8, 1.0f, 2, xs),
+            *dy = ax_test_randn(9, 1.0f, 2, ys);
   ax_tensor *xr = rounded(x), *dyr = rounded(dy);
   ax_tlist in = ax_tlist1(x), inr = ax_tlist1(xr);
   ax_tensor *yb, *dxb, *yr, *dxr;
   run(b, &in, dy, &yb, &dxb);
   run(r, &inr, dyr, &yr, &dxr);
-  double w[3] = {ax_test_close_ratio(ax_f32(yb), ax_f32(yr), 7 * 16, 1e-6, 1e-5),
-                 ax_test_close_ratio(ax_f32(dxb), ax_f32(dxr), 7 * 24, 1e-6,
-                                     1e-5),
-                 ax_test_close_ratio(ax_f32(b->grads), ax_f32(r->grads),
-                                     b->n_params, 1e-6, 1e-5)};
+  double w[3] = {
+      ax_test_close_ratio(ax_f32(yb), ax_f32(yr), 7 * 16, 1e-6, 1e-5),
+      ax_test_close_ratio(ax_f32(dxb), ax_f32(dxr), 7 * 24, 1e-6, 1e-5),
+      ax_test_close_ratio(ax_f32(b->grads), ax_f32(r->grads), b->n_params, 1e-6,
+                          1e-5)};
   for (int i = 0; i < 3; i++)
     assert_true(w[i] <= 1.0);
   ax_tensor *t[] = {x, dy, xr, dyr, yb, dxb, yr, dxr};
@@ -169,7 +170,8 @@ static void gelu_backward_oracle(void **state) {
          *r = ax_net_new(ax_gelu_new(), AX_CPU, 1);
   b->precision = AX_PREC_BF16;
   int64_t s[2] = {5, 9};
-  ax_tensor *x = ax_test_randn(10, 2.0f, 2, s), *dy = ax_test_randn(11, 1.0f, 2, s);
+  ax_tensor *x = ax_test_randn(10, 2.0f, 2, s),
+            *dy = ax_test_randn(11, 1.0f, 2, s);
   ax_tensor *xr = rounded(x), *yb, *dxb, *yr, *dxr, *yf, *dxf;
   ax_tlist in = ax_tlist1(x), inr = ax_tlist1(xr);
   run(b, &in, dy, &yb, &dxb);
@@ -207,8 +209,8 @@ static void run_staged(int precision, const int *bounds, int K, staged *r) {
   ax_slot *slot[4];
   memset(r, 0, sizeof *r);
   for (int k = 0; k < K; k++) {
-    AX_ASSERT_OK(
-        ax_model_stage(def, &cfg, bounds[k], bounds[k + 1], AX_CPU, 5, &net[k]));
+    AX_ASSERT_OK(ax_model_stage(def, &cfg, bounds[k], bounds[k + 1], AX_CPU, 5,
+                                &net[k]));
     net[k]->precision = precision;
     slot[k] = ax_slot_new();
     AX_ASSERT_OK(ax_net_forward(net[k], slot[k], 1, 17, &x[k], &x[k + 1]));
