@@ -137,9 +137,10 @@ static int train_here(axi_run_cli *r) {
   ax_cpu_set_threads(r->threads);
   fprintf(stderr,
           "axon-run: training %s on %s, %d epoch(s), batch %d, %d "
-          "thread(s), %s\n",
+          "thread(s)%s%s\n",
           o->model, o->dataset, o->epochs, o->batch, ax_cpu_threads(),
-          ax_precision_name(o->precision));
+          o->precision ? ", " : "",
+          o->precision ? ax_precision_name(o->precision) : "");
   ax_train_report rep;
   int rc = ax_train_local(o, &rep);
   if (rc != AX_OK) {
@@ -148,9 +149,11 @@ static int train_here(axi_run_cli *r) {
     return 1;
   }
   printf("summary: model=%s dataset=%s steps=%ld final_loss=%.4f "
-         "test_accuracy=%.2f%% samples_per_s=%.1f train_seconds=%.1f\n",
+         "test_accuracy=%.2f%% samples_per_s=%.1f train_seconds=%.1f%s%s\n",
          o->model, o->dataset, rep.steps, rep.final_loss,
-         100.0 * rep.test_accuracy, rep.samples_per_s, rep.train_seconds);
+         100.0 * rep.test_accuracy, rep.samples_per_s, rep.train_seconds,
+         o->precision ? " precision=" : "",
+         o->precision ? ax_precision_name(o->precision) : "");
   free(rep.loss_curve);
   return 0;
 }

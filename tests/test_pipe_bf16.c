@@ -81,8 +81,8 @@ static void run(const char *model, int mode, int K, int v, int M, int rec,
     AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
   }
   ax_pipe_batch_fn batch = bert ? bert_batch : pt_batch;
-  ax_pipe_opts o = {model, cfg,  K,      g_names, bounds, mode, M, rec,
-                    OPTIM, SEED, AX_CPU, 30000,   NULL,   v};
+  ax_pipe_opts o = {model, cfg,   K,    g_names, bounds, mode, M,
+                    rec,   OPTIM, SEED, AX_CPU,  30000,  NULL, v};
   o.precision = prec;
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
@@ -106,14 +106,14 @@ static void run(const char *model, int mode, int K, int v, int M, int rec,
   ro.units = kind == REF_SYNC || kind == REF_2BW ? ax_pipe_units(mode, M) : 1;
   ro.precision = prec;
   ax_tensor *want[AX_PIPE_MAX_STAGES], *wbuf[AX_PIPE_MAX_STAGES];
-  pt_reference_ex(def, &mcfg, bounds, S, kind, steps, batch, &data, OPTIM,
-                  SEED, &ro, want, wbuf);
+  pt_reference_ex(def, &mcfg, bounds, S, kind, steps, batch, &data, OPTIM, SEED,
+                  &ro, want, wbuf);
   out->worst = pt_worst_stages(p, S, want, wbuf);
   fprintf(stderr,
           "  %s %-11s %s K=%d v=%d M=%d recompute=%d: %d steps, worst "
           "relative difference %.2g, %lld bytes between stages\n",
-          model, ax_pipe_mode_name(mode), ax_precision_name(prec), K, v, M,
-          rec, steps, out->worst, (long long)out->sent);
+          model, ax_pipe_mode_name(mode), ax_precision_name(prec), K, v, M, rec,
+          steps, out->worst, (long long)out->sent);
   if (out->worst > 1e-5)
     fail_msg("%s %s %s K=%d: relative difference %.3g > 1e-5", model,
              ax_pipe_mode_name(mode), ax_precision_name(prec), K, out->worst);
