@@ -9,6 +9,7 @@
  *   axon-bench gemm ...  (see axon-bench gemm --help)
  *   axon-bench split ... (see axon-bench split --help)
  *   axon-bench join ...  (see axon-bench join --help)
+ *   axon-bench peak ...  (see axon-bench peak --help)
  *
  * `train` times full training steps (forward, loss, backward, SGD update)
  * on synthetic inputs of the model's shape and prints samples/s (and
@@ -35,6 +36,8 @@ __attribute__((weak)) int ax_bench_gemm_main(int argc, char **argv);
 __attribute__((weak)) int ax_bench_split_main(int argc, char **argv);
 /* Provided by agents/axon_bench_join.c (many idle agents on one host). */
 __attribute__((weak)) int ax_bench_join_main(int argc, char **argv);
+/* Provided by agents/axon_bench_peak.c (the CPU's multiply-add peak). */
+__attribute__((weak)) int ax_bench_peak_main(int argc, char **argv);
 
 static ax_tensor *rand_f32(ax_rng *r, int ndim, const int64_t *shape) {
   ax_tensor *t = ax_tensor_new(AX_F32, ndim, shape, AX_CPU);
@@ -289,9 +292,12 @@ int main(int argc, char **argv) {
     return ax_bench_split_main(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "join") == 0 && ax_bench_join_main)
     return ax_bench_join_main(argc - 1, argv + 1);
-  fprintf(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
-          "usage: axon-bench train|rpc|dist|pipe|gemm|split|join [options]  "
-          "(--help after the command "
-          "for its options)\n");
+  if (argc >= 2 && strcmp(argv[1], "peak") == 0 && ax_bench_peak_main)
+    return ax_bench_peak_main(argc - 1, argv + 1);
+  fprintf(
+      argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
+      "usage: axon-bench train|rpc|dist|pipe|gemm|split|join|peak [options]  "
+      "(--help after the command "
+      "for its options)\n");
   return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
 }
