@@ -1,10 +1,8 @@
 /* Mixed precision: the precision's names, the saved activations in the
  * exec's precision, the GEMM in it and the block boundaries' casts
  * (models/precision-impl.h; the rules at the top of models/module.h). */
-#include <stdlib.h>
 #include <string.h>
 
-#include "axon/kernels/bf16.h"
 #include "axon/kernels/error.h"
 #include "axon/models/precision-impl.h"
 
@@ -27,24 +25,6 @@ int ax_precision_parse(const char *s, int *out) {
 
 /* ---- casts ---- */
 
-/* TEMPORARY: host loops standing in for the CPU backend's bf16 kernels
- * until they land; a backend with the kernels runs its own. */
-static int cast_down(ax_backend *be, size_t n, const float *x, uint16_t *y) {
-  if (be->iface.cast_f32_bf16 || be->device.type != AX_DEV_CPU)
-    return AX_K(be, cast_f32_bf16, n, x, y);
-  for (size_t i = 0; i < n; i++)
-    y[i] = ax_bf16_from_f32(x[i]);
-  return AX_OK;
-}
-
-static int cast_up(ax_backend *be, size_t n, const uint16_t *x, float *y) {
-  if (be->iface.cast_bf16_f32 || be->device.type != AX_DEV_CPU)
-    return AX_K(be, cast_bf16_f32, n, x, y);
-  for (size_t i = 0; i < n; i++)
-    y[i] = ax_bf16_to_f32(x[i]);
-  return AX_OK;
-}
-
 int axi_prec_cast(const ax_tensor *t, ax_dtype to, ax_tensor **out) {
   *out = NULL;
   if (t->dtype == to) {
@@ -60,8 +40,8 @@ int axi_prec_cast(const ax_tensor *t, ax_dtype to, ax_tensor **out) {
     return AX_ENOMEM;
   ax_backend *be = ax_backend_of(t->device);
   size_t n = ax_tensor_numel(t);
-  int rc = to == AX_BF16 ? cast_down(be, n, ax_f32(t), ax_bf16(y))
-                         : cast_up(be, n, ax_bf16(t), ax_f32(y));
+  int rc = to == AX_BF16 ? AX_K(be, cast_f32_bf16, n, ax_f32(t), ax_bf16(y))
+                         : AX_K(be, cast_bf16_f32, n, ax_bf16(t), ax_f32(y));
   if (rc != AX_OK) {
     ax_tensor_release(y);
     return rc;
@@ -116,32 +96,7 @@ static int as_bf16(ax_backend *be, axi_mm o, size_t n, ax_tensor **tmp,
   if (!(*tmp = ax_tensor_new(AX_BF16, 1, &len, be->device)))
     return AX_ENOMEM;
   *p = ax_bf16(*tmp);
-  return cast_down(be, n, o.p, ax_bf16(*tmp));
-}
-
-/* TEMPORARY: the products of bf16 values are exact in f32, so f32 copies
- * of the operands through gemm compute what gemm_bf16 promises (in
- * gemm's order); used until the backend's gemm_bf16 lands. */
-static int gemm_bf16_host(ax_backend *be, int ta, int tb, int m, int n, int k,
-                          float alpha, const uint16_t *a, size_t na, int lda,
-                          long sa, const uint16_t *b, size_t nb, int ldb,
-                          long sb, float beta, float *c, int ldc, long sc,
-                          int batch) {
-  if (be->iface.gemm_bf16 || be->device.type != AX_DEV_CPU)
-    return AX_K(be, gemm_bf16, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
-                beta, c, ldc, sc, batch);
-  float *fa = malloc((na + 1) * sizeof *fa),
-        *fb = malloc((nb + 1) * sizeof *fb);
-  int rc = fa && fb ? AX_OK : AX_ENOMEM;
-  if (rc == AX_OK) {
-    cast_up(be, na, a, fa);
-    cast_up(be, nb, b, fb);
-    rc = AX_K(be, gemm, ta, tb, m, n, k, alpha, fa, lda, sa, fb, ldb, sb, beta,
-              c, ldc, sc, batch);
-  }
-  free(fa);
-  free(fb);
-  return rc;
+  return AX_K(be, cast_f32_bf16, n, o.p, ax_bf16(*tmp));
 }
 
 int axi_prec_gemm(const ax_exec *ex, ax_backend *be, int trans_a, int trans_b,
@@ -163,9 +118,8 @@ int axi_prec_gemm(const ax_exec *ex, ax_backend *be, int trans_a, int trans_b,
   if (rc == AX_OK)
     rc = as_bf16(be, b, nb, &tb, &pb);
   if (rc == AX_OK)
-    rc = gemm_bf16_host(be, trans_a, trans_b, m, n, k, alpha, pa, na, lda,
-                        stride_a, pb, nb, ldb, stride_b, beta, c, ldc, stride_c,
-                        batch);
+    rc = AX_K(be, gemm_bf16, trans_a, trans_b, m, n, k, alpha, pa, lda,
+              stride_a, pb, ldb, stride_b, beta, c, ldc, stride_c, batch);
   ax_tensor_release(ta);
   ax_tensor_release(tb);
   return rc;
