@@ -209,7 +209,8 @@ static int split_stages(const axi_run_pipe_args *a, const ax_model_def *def,
     po.link_lat_s = lat, po.link_Bps = bw;
   ax_partition_report rep;
   if (rc == AX_OK)
-    rc = ax_partition_model("balanced", def, mcfg, AX_CPU, &in, NULL, &po,
+    rc = ax_partition_model("balanced", def, mcfg, AX_CPU, &in,
+                            &(ax_profile_opts){1, 3, 1, a->precision}, &po,
                             bounds, &rep);
   ax_tlist_clear(&in);
   ax_tlist_clear(&lab);

@@ -35,8 +35,8 @@ static int run(const char **argv, char **text) {
 }
 
 static void test_refuses_other_values(void **state) {
-  const char *a[] = {"train", DATA, "--steps", "2", "--precision", "fp16",
-                     NULL};
+  const char *a[] = {"train",       DATA,   "--steps", "2",
+                     "--precision", "fp16", NULL};
   char *t;
   assert_int_equal(run(a, &t), 2);
   assert_non_null(strstr(t, "--precision"));
@@ -45,8 +45,8 @@ static void test_refuses_other_values(void **state) {
 }
 
 static void test_in_process(void **state) {
-  const char *a[] = {"train", DATA, "--steps", "8", "--precision", "bf16",
-                     NULL};
+  const char *a[] = {"train",       DATA,   "--steps", "8",
+                     "--precision", "bf16", NULL};
   char *t;
   assert_int_equal(run(a, &t), 0);
   assert_non_null(strstr(t, "steps=8"));
@@ -58,10 +58,21 @@ static void test_pipeline_and_resume(void **state) {
   char dir[128], log[128];
   snprintf(dir, sizeof dir, "%s/ckpt", g_tmp);
   snprintf(log, sizeof log, "%s/losses", g_tmp);
-  const char *a[] = {"train",   DATA,   "--local",  "2",
-                     "--mode",  "1f1b", "--steps",  "10",
-                     "--precision", "bf16", "--checkpoint-dir", dir,
-                     "--checkpoint-every", "10", NULL};
+  const char *a[] = {"train",
+                     DATA,
+                     "--local",
+                     "2",
+                     "--mode",
+                     "1f1b",
+                     "--steps",
+                     "10",
+                     "--precision",
+                     "bf16",
+                     "--checkpoint-dir",
+                     dir,
+                     "--checkpoint-every",
+                     "10",
+                     NULL};
   char *t;
   assert_int_equal(run(a, &t), 0);
   assert_non_null(strstr(t, "precision=bf16"));
@@ -73,9 +84,9 @@ static void test_pipeline_and_resume(void **state) {
   assert_int_equal(info.step, 10);
   assert_non_null(strstr(info.config, ";precision=bf16"));
   /* Resumed in fp32 (on another mode: the layout may change too). */
-  const char *b[] = {"train",   DATA,    "--local",  "2",
-                     "--mode",  "gpipe", "--steps",  "16",
-                     "--resume", dir,    "--loss-log", log, NULL};
+  const char *b[] = {"train",      DATA,      "--local", "2",        "--mode",
+                     "gpipe",      "--steps", "16",      "--resume", dir,
+                     "--loss-log", log,       NULL};
   assert_int_equal(run(b, &t), 0);
   assert_non_null(strstr(t, "the precision changes from bf16 to fp32"));
   assert_null(strstr(t, "precision=bf16"));
