@@ -305,22 +305,13 @@ static void report_ready(const ax_module *m, int i, const ax_exec *ex) {
  * model's blocks (ax_blocks_new) in bf16. */
 static int rounds(const ax_module *m, const ax_exec *ex);
 
-/* Part `part` of child i's backward on dout into *din; at block
- * boundaries (bounds) dout widened to f32 first and the input gradients
- * rounded to bf16 after. */
+/* Part `part` of child i's backward, at a block boundary (bounds) in
+ * bf16 (axi_prec_block_bwd). */
 static int child_bwd(ax_bwd_part part, ax_module *m, int i, ax_exec *cex,
                      ax_slot *cs, const ax_tlist *dout, ax_tlist *din,
                      int bounds) {
-  if (!bounds || part == AX_BWD_WEIGHT)
-    return ax_backward_part(part, m->children[i], cex, cs, dout, din);
-  ax_tlist wide = {0};
-  int rc = axi_prec_widen(dout, &wide);
-  if (rc == AX_OK)
-    rc = ax_backward_part(part, m->children[i], cex, cs, &wide, din);
-  if (rc == AX_OK && (rc = axi_prec_narrow(din)) != AX_OK)
-    ax_tlist_clear(din);
-  ax_tlist_clear(&wide);
-  return rc;
+  return bounds ? axi_prec_block_bwd(part, m->children[i], cex, cs, dout, din)
+                : ax_backward_part(part, m->children[i], cex, cs, dout, din);
 }
 
 /* ax_walk_children; with `report`, each child's range goes to
@@ -370,23 +361,15 @@ int ax_walk_children(ax_bwd_part part, ax_module *m, const ax_exec *ex,
 
 /* ---- sequential ---- */
 
-/* Child i's forward on in into *out; at block boundaries (bounds) in
- * widened to f32 first and what the child made rounded to bf16 after,
- * except the outputs of the model's last block (ends). */
+/* Child i's forward, at a block boundary (bounds) in bf16
+ * (axi_prec_block_fwd): its outputs stay f32 only after the model's last
+ * block (ends). */
 static int child_fwd(ax_module *m, int i, const ax_exec *ex, ax_slot *cs,
                      const ax_tlist *in, ax_tlist *out, int bounds) {
   if (!bounds)
     return ax_forward(m->children[i], ex, cs, in, out);
-  const int *ends = m->priv;
-  ax_tlist wide = {0};
-  int rc = axi_prec_widen(in, &wide);
-  if (rc == AX_OK)
-    rc = ax_forward(m->children[i], ex, cs, &wide, out);
-  if (rc == AX_OK && !(*ends && i == m->n_children - 1) &&
-      (rc = axi_prec_narrow(out)) != AX_OK)
-    ax_tlist_clear(out);
-  ax_tlist_clear(&wide);
-  return rc;
+  int logits = *(const int *)m->priv && i == m->n_children - 1;
+  return axi_prec_block_fwd(m->children[i], ex, cs, in, out, !logits);
 }
 
 static int seq_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,

@@ -55,11 +55,10 @@
  *    (a mask it passes on too: 0 and 1 are bf16 values) to an AX_BF16
  *    tensor, and every input gradient a block's backward makes likewise,
  *    and widens bf16 tensors back to f32 before each block. So a stage
- *    boundary at
- *    any block boundary changes nothing: a pipeline computes the bits of
- *    the same blocks in one process, and what crosses between stages is
- *    AX_BF16, half the bytes of f32. The model's last block (the logits)
- *    is not rounded; its output gradient comes from the f32 loss.
+ *    boundary at any block boundary changes nothing: a pipeline computes
+ *    the bits of the same blocks in one process, and what crosses between
+ *    stages is AX_BF16, half the bytes of f32. The model's last block (the
+ *    logits) is not rounded; its output gradient comes from the f32 loss.
  * bf16 keeps 8 significant bits (a relative rounding error up to 2^-9):
  * a bf16 layer's outputs agree with its f32 outputs to about 1e-2
  * relative (tests/test_precision.c). */

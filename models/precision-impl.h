@@ -43,11 +43,15 @@ int axi_prec_gemm(const ax_exec *ex, ax_backend *be, int trans_a, int trans_b,
  * bf16 -> f32 is exact). */
 int axi_prec_cast(const ax_tensor *t, ax_dtype to, ax_tensor **out);
 
-/* The block boundaries (ax_blocks_new). widen: *out gets new references
- * to in's entries, each bf16 one widened to f32. narrow: every f32 entry
- * of l is replaced by its bf16 rounding. On error out is empty, l
- * unchanged. */
-int axi_prec_widen(const ax_tlist *in, ax_tlist *out);
-int axi_prec_narrow(ax_tlist *l);
+/* A block's calls at the model's block boundaries in bf16 (ax_blocks_new,
+ * models/module.c). fwd: ax_forward of block b on `in` with its bf16
+ * entries widened to f32, then (round_out) every f32 output rounded to a
+ * bf16 tensor. bwd: ax_backward_part of b on `dout` widened likewise, then
+ * every f32 input gradient rounded (the weight half: as it is). On error
+ * out / din are empty. */
+int axi_prec_block_fwd(ax_module *b, const ax_exec *ex, ax_slot *slot,
+                       const ax_tlist *in, ax_tlist *out, int round_out);
+int axi_prec_block_bwd(ax_bwd_part part, ax_module *b, const ax_exec *ex,
+                       ax_slot *slot, const ax_tlist *dout, ax_tlist *din);
 
 #endif

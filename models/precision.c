@@ -127,7 +127,8 @@ int axi_prec_gemm(const ax_exec *ex, ax_backend *be, int trans_a, int trans_b,
 
 /* ---- block boundaries ---- */
 
-int axi_prec_widen(const ax_tlist *in, ax_tlist *out) {
+/* *out: new references to in's entries, each bf16 one widened to f32. */
+static int widen(const ax_tlist *in, ax_tlist *out) {
   memset(out, 0, sizeof *out);
   for (int i = 0; i < in->n; i++) {
     ax_tensor *t = in->t[i];
@@ -145,7 +146,9 @@ int axi_prec_widen(const ax_tlist *in, ax_tlist *out) {
   return AX_OK;
 }
 
-int axi_prec_narrow(ax_tlist *l) {
+/* Every f32 entry of l replaced by its bf16 rounding (l unchanged on
+ * error). */
+static int narrow(ax_tlist *l) {
   ax_tensor *b[AX_TLIST_MAX] = {NULL};
   for (int i = 0; i < l->n; i++) {
     ax_tensor *t = l->t[i];
@@ -164,4 +167,30 @@ int axi_prec_narrow(ax_tlist *l) {
       l->t[i] = b[i];
     }
   return AX_OK;
+}
+
+int axi_prec_block_fwd(ax_module *b, const ax_exec *ex, ax_slot *slot,
+                       const ax_tlist *in, ax_tlist *out, int round_out) {
+  ax_tlist wide = {0};
+  int rc = widen(in, &wide);
+  if (rc == AX_OK)
+    rc = ax_forward(b, ex, slot, &wide, out);
+  if (rc == AX_OK && round_out && (rc = narrow(out)) != AX_OK)
+    ax_tlist_clear(out);
+  ax_tlist_clear(&wide);
+  return rc;
+}
+
+int axi_prec_block_bwd(ax_bwd_part part, ax_module *b, const ax_exec *ex,
+                       ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
+  if (part == AX_BWD_WEIGHT) /* no gradient flows */
+    return ax_backward_part(part, b, ex, slot, dout, din);
+  ax_tlist wide = {0};
+  int rc = widen(dout, &wide);
+  if (rc == AX_OK)
+    rc = ax_backward_part(part, b, ex, slot, &wide, din);
+  if (rc == AX_OK && (rc = narrow(din)) != AX_OK)
+    ax_tlist_clear(din);
+  ax_tlist_clear(&wide);
+  return rc;
 }
