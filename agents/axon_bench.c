@@ -9,6 +9,7 @@
  *   axon-bench gemm ...  (see axon-bench gemm --help)
  *   axon-bench split ... (see axon-bench split --help)
  *   axon-bench join ...  (see axon-bench join --help)
+ *   axon-bench peak ...  (see axon-bench peak --help)
  *
  * `train` times full training steps (forward, loss, backward, SGD update)
  * on synthetic inputs of the model's shape and prints samples/s (and
@@ -35,6 +36,8 @@ __attribute__((weak)) int ax_bench_gemm_main(int argc, char **argv);
 __attribute__((weak)) int ax_bench_split_main(int argc, char **argv);
 /* Provided by agents/axon_bench_join.c (many idle agents on one host). */
 __attribute__((weak)) int ax_bench_join_main(int argc, char **argv);
+/* Provided by agents/axon_bench_peak.c (the CPU's multiply-add peak). */
+__attribute__((weak)) int ax_bench_peak_main(int argc, char **argv);
 
 static ax_tensor *rand_f32(ax_rng *r, int ndim, const int64_t *shape) {
   ax_tensor *t = ax_tensor_new(AX_F32, ndim, shape, AX_CPU);
@@ -134,17 +137,23 @@ typedef struct train_args {
   const char *model, *mconf;
   int batch, steps, warmup, threads, seq;
   ax_device dev;
+  int precision; /* ax_precision (models/module.h) */
 } train_args;
 
 /* Parses train's options into t: -1, or the exit status. */
 static int parse_train(int argc, char **argv, train_args *t) {
-  *t = (train_args){"resnet20", NULL, 0, 10, 2, 0, 0, AX_CPU};
-  static const struct option opts[] = {
-      {"model", 1, 0, 'm'},  {"model-config", 1, 0, 'M'},
-      {"batch", 1, 0, 'b'},  {"steps", 1, 0, 's'},
-      {"warmup", 1, 0, 'w'}, {"threads", 1, 0, 't'},
-      {"device", 1, 0, 'v'}, {"seq", 1, 0, 'q'},
-      {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+  *t = (train_args){"resnet20", NULL, 0, 10, 2, 0, 0, AX_CPU, AX_PREC_FP32};
+  static const struct option opts[] = {{"model", 1, 0, 'm'},
+                                       {"model-config", 1, 0, 'M'},
+                                       {"batch", 1, 0, 'b'},
+                                       {"steps", 1, 0, 's'},
+                                       {"warmup", 1, 0, 'w'},
+                                       {"threads", 1, 0, 't'},
+                                       {"precision", 1, 0, 'p'},
+                                       {"device", 1, 0, 'v'},
+                                       {"seq", 1, 0, 'q'},
+                                       {"help", 0, 0, 'h'},
+                                       {0, 0, 0, 0}};
   int c;
   optind = 2;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -170,6 +179,12 @@ static int parse_train(int argc, char **argv, train_args *t) {
     case 'q':
       t->seq = atoi(optarg);
       break;
+    case 'p':
+      if (ax_precision_parse(optarg, &t->precision) != AX_OK) {
+        fprintf(stderr, "axon-bench: --precision: %s\n", ax_errmsg());
+        return 2;
+      }
+      break;
     case 'v':
       if (ax_device_parse(optarg, &t->dev) != AX_OK) {
         fprintf(stderr, "axon-bench: %s\n", ax_errmsg());
@@ -179,7 +194,7 @@ static int parse_train(int argc, char **argv, train_args *t) {
     case 'h':
       printf("usage: axon-bench train --model resnet20|bert|mlp [--batch N] "
              "[--steps N] [--warmup N] [--threads N] [--device DEV] "
-             "[--seq N] [--model-config K=V,..]\n");
+             "[--seq N] [--model-config K=V,..] [--precision fp32|bf16]\n");
       return 0;
     default:
       return 2;
@@ -218,6 +233,8 @@ static int bench_train(int argc, char **argv) {
   if (rc == AX_OK)
     rc = ax_model_stage(def, &cfg, 0, info.n_blocks, dev, 1, &net);
   if (rc == AX_OK)
+    net->precision = t.precision;
+  if (rc == AX_OK)
     rc = make_batch(model, &cfg, batch, &in, &lab);
   for (int i = 0; rc == AX_OK && i < in.n; i++) {
     ax_tensor *d = ax_tensor_to(in.t[i], dev);
@@ -236,10 +253,10 @@ static int bench_train(int argc, char **argv) {
     double sps = (double)steps * batch / dt;
     char dname[16];
     printf("bench train: model=%s batch=%d threads=%d device=%s params=%zu "
-           "step_ms=%.2f samples_per_s=%.2f",
+           "precision=%s step_ms=%.2f samples_per_s=%.2f",
            model, batch, ax_cpu_threads(),
            ax_device_str(dev, dname, sizeof dname), net->n_params,
-           1000.0 * dt / steps, sps);
+           ax_precision_name(t.precision), 1000.0 * dt / steps, sps);
     if (strcmp(model, "bert") == 0)
       printf(" tokens_per_s=%.1f",
              sps * (double)ax_config_int(&cfg, "seq", 128, NULL));
@@ -289,9 +306,12 @@ int main(int argc, char **argv) {
     return ax_bench_split_main(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "join") == 0 && ax_bench_join_main)
     return ax_bench_join_main(argc - 1, argv + 1);
-  fprintf(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
-          "usage: axon-bench train|rpc|dist|pipe|gemm|split|join [options]  "
-          "(--help after the command "
-          "for its options)\n");
+  if (argc >= 2 && strcmp(argv[1], "peak") == 0 && ax_bench_peak_main)
+    return ax_bench_peak_main(argc - 1, argv + 1);
+  fprintf(
+      argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
+      "usage: axon-bench train|rpc|dist|pipe|gemm|split|join|peak [options]  "
+      "(--help after the command "
+      "for its options)\n");
   return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
 }

@@ -85,7 +85,9 @@ int ax_model_names(const char **names, int cap);
 int ax_model_config(const ax_model_def *def, const char *overrides,
                     ax_config *out);
 
-/* Builds blocks [first, last) into a sequential module, lays it out on
+/* Builds blocks [first, last) into a model's sequential of blocks
+ * (ax_blocks_new, models/module.h: in bf16 it rounds at their
+ * boundaries, except after the model's last block), lays it out on
  * device dev and initialises it block by block from (seed, block index).
  * The whole model is first = 0, last = info.n_blocks. */
 int ax_model_stage(const ax_model_def *def, const ax_config *cfg, int first,

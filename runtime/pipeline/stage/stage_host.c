@@ -224,6 +224,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   h->zero_len = zlen;
   h->optim_kind = (int)oc.kind;
   h->sum_order = (int)m.order;
+  s->net->precision = (int)m.precision; /* 0, fp32, when absent */
   h->def = def;
   /* m.recompute is informational: each forward's flags say what to keep. */
   h->prev = ax_rref_retain(m.prev);

@@ -45,7 +45,10 @@
  *    sum (the coordinator divided every loss by the whole mini-batch's
  *    label counts), the tree over all R x units micro-batches;
  *    AX_SUM_CHAIN: the group's average (ring all-reduce; PyTorch DDP's
- *    rule: per-replica means, averaged).
+ *    rule: per-replica means, averaged). The precision (its last optional
+ *    part; absent: fp32) becomes the stage net's (ax_net.precision), the
+ *    precision of every forward and backward (models/module.h): in bf16
+ *    its activations and input gradients leave it as AX_BF16 tensors.
  *  - "fwd" [batch, micro, seed, flags, n_in, inputs..., n_lab, labels...,
  *    norms (n_lab i64)]: flags bit 0 = training, bit 1 = keep only the
  *    inputs and replay the forward at backward (the mode table's

@@ -59,9 +59,10 @@ typedef struct axi_pipe_group {
 
 /* "setup" [mode, recompute, optim config, prev, next, self id, sum order,
  * (staleness, delay, gamma, warm-up), (R, rank, tag, R names), (zero),
- * (T, rank, tag, T names)]; replies []. prev and next are RRefs, or i64 0 at
- * the ends (NULL here). The host checks the mode's table entry, the
- * correction (staleness.h), self id != 0 and the groups' members. */
+ * (T, rank, tag, T names), (precision)]; replies []. prev and next are
+ * RRefs, or i64 0 at the ends (NULL here). The host checks the mode's
+ * table entry, the correction (staleness.h), self id != 0 and the groups'
+ * members. An absent precision is fp32 (ax_precision, models/module.h). */
 typedef struct axi_pipe_setup_msg {
   int64_t mode;      /* 0 .. AX_MODE_COUNT - 1 */
   int64_t recompute; /* AX_RECOMPUTE_* (informational) */
@@ -79,6 +80,8 @@ typedef struct axi_pipe_setup_msg {
   int64_t zero; /* 0 .. 2 */
   int has_tp;
   axi_pipe_group tp;
+  int has_precision;
+  int64_t precision; /* 0 .. AX_PREC_COUNT - 1 */
 } axi_pipe_setup_msg;
 
 /* The labels of a last stage's forward: [n, n tensors, n norms]. */

@@ -348,7 +348,9 @@ MSG(setup, "axon.pipe.stage setup",
     F(setup, replicas, "replicas", K_MEMBERS, 1, AX_PIPE_MAX_REPLICAS),
     ONE(setup, has_zero, "zero", K_OPT), I64(setup, zero, "zero", 0, 2),
     ONE(setup, has_tp, "tensor-parallel members", K_OPT),
-    F(setup, tp, "tensor-parallel members", K_MEMBERS, 1, AX_PIPE_MAX_REPLICAS))
+    F(setup, tp, "tensor-parallel members", K_MEMBERS, 1, AX_PIPE_MAX_REPLICAS),
+    ONE(setup, has_precision, "precision", K_OPT),
+    I64(setup, precision, "precision", 0, AX_PREC_COUNT - 1))
 MSG(fwd, "axon.pipe.stage fwd", I64(fwd, batch, "batch", ANY),
     I64(fwd, micro, "micro", MICRO), I64(fwd, seed, "seed", ANY),
     I64(fwd, flags, "flags", 0, AX_PIPE_FLAG_TRAIN | AX_PIPE_FLAG_RECOMPUTE),
