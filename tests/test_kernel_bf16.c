@@ -258,18 +258,18 @@ static void gemm_degenerate(void **state) {
   for (int i = 0; i < 6; i++)
     a[i] = b[i] = 0x7fc0; /* NaN */
   float c[4] = {1.0f, 2.0f, NAN, 4.0f};
-  AX_ASSERT_OK(AX_K(be, gemm_bf16, 0, 0, 2, 2, 3, 0.0f, a, 3, 0, b, 2, 0,
-                    2.0f, c, 2, 0, 1));
+  AX_ASSERT_OK(AX_K(be, gemm_bf16, 0, 0, 2, 2, 3, 0.0f, a, 3, 0, b, 2, 0, 2.0f,
+                    c, 2, 0, 1));
   assert_true(c[0] == 2.0f && c[1] == 4.0f && isnan(c[2]) && c[3] == 8.0f);
-  AX_ASSERT_OK(AX_K(be, gemm_bf16, 0, 0, 2, 2, 0, 1.0f, a, 1, 0, b, 2, 0,
-                    0.0f, c, 2, 0, 1));
+  AX_ASSERT_OK(AX_K(be, gemm_bf16, 0, 0, 2, 2, 0, 1.0f, a, 1, 0, b, 2, 0, 0.0f,
+                    c, 2, 0, 1));
   for (int i = 0; i < 4; i++)
     assert_true(c[i] == 0.0f);
   AX_ASSERT_ERR(AX_K(be, gemm_bf16, 0, 0, -1, 2, 3, 1.0f, a, 3, 0, b, 2, 0,
                      0.0f, c, 2, 0, 1),
                 AX_EINVAL);
-  AX_ASSERT_ERR(AX_K(be, gemm_bf16, 0, 0, 2, 2, 3, 1.0f, a, 2, 0, b, 2, 0,
-                     0.0f, c, 2, 0, 1),
+  AX_ASSERT_ERR(AX_K(be, gemm_bf16, 0, 0, 2, 2, 3, 1.0f, a, 2, 0, b, 2, 0, 0.0f,
+                     c, 2, 0, 1),
                 AX_EINVAL);
 }
 

@@ -41,8 +41,8 @@ T512 static void f32_to_bf16_512(size_t n, const float *x, uint16_t *y) {
     __m512i u = _mm512_loadu_si512(x + i);
     __m512i hi = _mm512_srli_epi32(u, 16);
     __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
-    __m512i r = _mm512_add_epi32(
-        u, _mm512_add_epi32(round, _mm512_and_si512(hi, one)));
+    __m512i r =
+        _mm512_add_epi32(u, _mm512_add_epi32(round, _mm512_and_si512(hi, one)));
     r = _mm512_mask_mov_epi32(_mm512_srli_epi32(r, 16), nan,
                               _mm512_or_si512(hi, quiet));
     _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtepi32_epi16(r));
@@ -53,8 +53,7 @@ T512 static void f32_to_bf16_512(size_t n, const float *x, uint16_t *y) {
 T512 static void bf16_to_f32_512(size_t n, const uint16_t *x, float *y) {
   for (size_t i = 0; i < n; i += 16) {
     __m256i h = _mm256_loadu_si256((const __m256i *)(x + i));
-    _mm512_storeu_si512(y + i,
-                        _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    _mm512_storeu_si512(y + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
 }
 #endif
@@ -112,8 +111,8 @@ int axi_cpu_cast_bf16_f32(ax_backend *be, size_t n, const uint16_t *x,
 /* y (rows, cols) dense = f32 of x (rows, cols) with leading dimension ld. */
 static void cast_matrix(int rows, int cols, const uint16_t *x, long ld,
                         float *y) {
-#pragma omp parallel for num_threads(                                          \
-    ax_cpu_threads()) if ((long)rows * cols > 65536)
+#pragma omp parallel for num_threads(ax_cpu_threads()) if ((long)rows * cols > \
+                                                           65536)
   for (int r = 0; r < rows; r++)
     cast_bf16_f32_seq((size_t)cols, x + r * ld, y + (size_t)r * cols);
 }
@@ -125,8 +124,7 @@ static int gemm_bf16_fallback(ax_backend *be, int ta, int tb, int m, int n,
                               long sa, const uint16_t *b, int ldb, long sb,
                               float beta, float *c, int ldc, long sc,
                               int batch) {
-  const int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k,
-            bc = tb ? k : n;
+  const int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
   size_t na = (size_t)ar * ac, nb = (size_t)br * bc;
   float *fa = malloc((na + nb) * sizeof *fa);
   if (!fa)
@@ -159,8 +157,8 @@ static void scale_c(int m, int n, float beta, float *c, int ldc, long sc,
 
 int axi_cpu_gemm_bf16(ax_backend *be, int ta, int tb, int m, int n, int k,
                       float alpha, const uint16_t *a, int lda, long sa,
-                      const uint16_t *b, int ldb, long sb, float beta,
-                      float *c, int ldc, long sc, int batch) {
+                      const uint16_t *b, int ldb, long sb, float beta, float *c,
+                      int ldc, long sc, int batch) {
   if (m < 0 || n < 0 || k < 0 || batch < 0)
     return ax_seterr(AX_EINVAL, "gemm_bf16: negative size");
   if (lda < (ta ? m : k) || ldb < (tb ? k : n) || ldc < n)
