@@ -21,8 +21,8 @@
  * in use (KC x NR, 64 KiB) stay in its L2 and C is read and written once
  * per block. Units of work are (batch entry, rows, a run of slivers);
  * OpenMP hands them out dynamically. Measured on an AMD EPYC (Zen 4), one
- * thread: 88-94 % of the vdpbf16ps peak on GPT-sized products, about 2x
- * OpenBLAS sgemm on the same shapes (docs/BENCHMARKS.md).
+ * thread: 74-91 % of the vdpbf16ps peak on GPT-2 small's Linear products,
+ * 1.8-2.2x OpenBLAS sgemm on the same shapes (docs/BENCHMARKS.md).
  *
  * Summation order: every C element is the f32 sum, in k order, of its
  * blocks (C = alpha * block0 + beta * C, then C += alpha * block), each
