@@ -100,41 +100,18 @@ static int fold(phost *h, long t) {
   }
 }
 
-/* How the replicas' sums combine: in the tree every micro-batch's loss
- * was divided by the whole mini-batch's label counts (the coordinator's
- * norms), so the replicas' sums add up to the mini-batch's gradient;
- * in the chain each replica's is its own shard's mean, and the replicas
- * average them (ring all-reduce, PyTorch DDP's rule). */
-static ax_coll_reduce replica_reduce(const phost *h) {
-  return h->sum_order == AX_SUM_TREE ? AX_COLL_SUM : AX_COLL_AVG;
-}
-
-/* The sharded update (ZeRO 1/2): the replicas' combination of this shard
- * of the gradients (the all-reduce's first half, the same bits), this shard's
- * optimizer step, then every replica's updated shard (its second half). */
-static int zero_step(phost *h) {
-  axi_ag_stage *s = h->s;
-  int64_t n = (int64_t)h->zero_len;
-  AX_TRY(ax_coll_reduce_scatter(h->replicas, h->acc, replica_reduce(h)));
-  ax_tensor *p = ax_tensor_view(s->net->params, h->zero_off, 1, &n),
-            *g = ax_tensor_view(h->acc, h->zero_off, 1, &n);
-  int err = p && g ? ax_optim_step(s->opt, p, g) : AX_ENOMEM;
-  ax_tensor_release(p);
-  ax_tensor_release(g);
-  return err == AX_OK ? ax_coll_allgather(h->replicas, s->net->params) : err;
-}
-
 /* STEP of batch t over `units` units: the sum of their gradients, in the
- * setup's order over micro-batches 0 .. units-1, combined with the other
- * replicas' in the same order, updates the weights (states still using
- * the live weights get their stashed copy first). s->mu held. */
+ * setup's order over micro-batches 0 .. units-1, then the update
+ * (stage_update.c: combined with the other replicas' in the same order,
+ * its tied copies' summed; maybe pending until the ties' exchanges are
+ * in); states still using the live weights get their stashed copy first.
+ * s->mu held. */
 static int step_locked(phost *h, long t, int units) {
   axi_ag_stage *s = h->s;
   axi_pipe_fault_action(s->node, s->index, AXI_PIPE_FAULT_STEP, t, -1);
   if (!s->opt && !h->offload)
     return ax_seterr(AX_ESTATE, "axon.pipe.stage: no optimizer (setup)");
-  if (h->offload) /* the previous update's parameters first */
-    AX_TRY(axi_pipe_offload_settle(h));
+  AX_TRY(axi_pipe_host_settle(h)); /* the previous update first */
   AX_TRY(fold(h, t));
   if (h->sum.leaves != units)
     return ax_seterr(AX_ESTATE,
@@ -159,27 +136,7 @@ static int step_locked(phost *h, long t, int units) {
                                 s->net->params, dbuf ? t + 1 : -1);
   if (err == AX_OK && s->opt) /* an offloaded step carries the scale */
     err = ax_optim_set_lr_scale(s->opt, h->stale.lr_scale);
-  if (err == AX_OK && h->zero)
-    err = zero_step(h);
-  else {
-    if (err == AX_OK && h->replicas) /* data parallel: every replica's */
-      err = ax_coll_allreduce(h->replicas, h->acc, replica_reduce(h));
-    if (err == AX_OK) /* boundary t's state, once the update is certain */
-      err = axi_pipe_boundary_step(h, t);
-    if (err == AX_OK)
-      err = h->offload ? axi_pipe_offload_step(h)
-                       : ax_optim_step(s->opt, s->net->params, h->acc);
-  }
-  if (err == AX_OK && !h->offload) /* offloaded: once the weights are back */
-    err = axi_stale_after_step(&h->stale, s->net->params, t);
-  if (err == AX_OK)
-    h->last_step = t;
-  if (h->offload) /* still being sent to the optimizer host */
-    ax_tensor_release(h->acc);
-  else
-    ax_dist_grads_recycle(s->node, h->acc);
-  h->acc = NULL;
-  return err;
+  return axi_pipe_update_begin(h, t, err);
 }
 
 /* Which part of a unit's backward an action runs. */
@@ -331,8 +288,8 @@ static int host_backward(ax_call_ctx *cc, phost *h, const ax_values *args,
   if (err == AX_OK)
     err = ax_dist_grads(s->node, ctx, s->key, s->net->n_params, s->dev, &g);
   pthread_mutex_lock(&s->mu);
-  if (err == AX_OK && h->offload)
-    err = axi_pipe_offload_settle(h);
+  if (err == AX_OK) /* the last update's parameters */
+    err = axi_pipe_host_settle(h);
   if (err == AX_OK)
     err = backward_locked(h, st, part, &dy, g, &din, mark);
   if (err == AX_OK && part != PART_INPUT)
