@@ -7,6 +7,7 @@
  *   axon-bench gemm ...  (see axon-bench gemm --help)
  *   axon-bench split ... (see axon-bench split --help)
  *   axon-bench join ...  (see axon-bench join --help)
+ *   axon-bench peak ...  (see axon-bench peak --help)
  *
  * Each command lives in its own file, agents/axon_bench_CMD.c. */
 #include <stdio.h>
@@ -26,6 +27,8 @@ __attribute__((weak)) int ax_bench_gemm_main(int argc, char **argv);
 __attribute__((weak)) int ax_bench_split_main(int argc, char **argv);
 /* Provided by agents/axon_bench_join.c (many idle agents on one host). */
 __attribute__((weak)) int ax_bench_join_main(int argc, char **argv);
+/* Provided by agents/axon_bench_peak.c (the CPU's multiply-add peak). */
+__attribute__((weak)) int ax_bench_peak_main(int argc, char **argv);
 
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "train") == 0)
@@ -62,9 +65,12 @@ int main(int argc, char **argv) {
     return ax_bench_split_main(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "join") == 0 && ax_bench_join_main)
     return ax_bench_join_main(argc - 1, argv + 1);
-  fprintf(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
-          "usage: axon-bench train|rpc|dist|pipe|gemm|split|join [options]  "
-          "(--help after the command "
-          "for its options)\n");
+  if (argc >= 2 && strcmp(argv[1], "peak") == 0 && ax_bench_peak_main)
+    return ax_bench_peak_main(argc - 1, argv + 1);
+  fprintf(
+      argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
+      "usage: axon-bench train|rpc|dist|pipe|gemm|split|join|peak [options]  "
+      "(--help after the command "
+      "for its options)\n");
   return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
 }

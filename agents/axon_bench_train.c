@@ -3,16 +3,20 @@
  *   axon-bench train --model resnet20|bert|gpt|mlp [--batch N] [--steps N]
  *                    [--warmup N] [--threads N] [--device DEV]
  *                    [--model-config K=V,..] [--seq N]
- *                    [--peak-gflops G]
+ *                    [--precision fp32|bf16] [--peak | --peak-gflops G]
  *
  * Times `steps` training steps (forward, loss, backward, the tied
  * parameters' gradients summed, SGD with momentum) after `warmup` untimed
- * ones, on one synthetic batch of the model's shape, and prints one line:
+ * ones, on one synthetic batch of the model's shape, in the net's precision
+ * (--precision; bf16 is mixed precision, models/module.h), and prints one
+ * line:
  * step_ms, samples/s, tokens/s for BERT and GPT, and the process's peak
  * resident memory (getrusage's ru_maxrss, as scripts/torch_train_bench.py
  * reports PyTorch's). For GPT it also prints the GEMM FLOPs of a step
  * (agents/axon_bench_flops.c derives them) and the GFLOP/s they make over
- * the measured step; with the CPU's multiply-add peak given with
+ * the measured step; with the CPU's multiply-add peak, measured here with
+ * --peak (axon-bench peak's loop of the run's arithmetic, fp32 FMA or bf16
+ * dot products, on the same threads, before the steps) or given with
  * --peak-gflops, the share of that peak. */
 #include <getopt.h>
 #include <stdio.h>
@@ -21,6 +25,7 @@
 #include <sys/resource.h>
 
 #include "agents/axon_bench_flops.h"
+#include "agents/axon_bench_peak.h"
 #include "axon/kernels/clock.h"
 #include "axon/models/gpt-impl.h"
 #include "axon/models/loss.h"
@@ -135,19 +140,31 @@ typedef struct train_args {
   const char *model, *mconf;
   int batch, steps, warmup, threads, seq;
   ax_device dev;
+  int precision;      /* ax_precision (models/module.h) */
+  int peak;           /* --peak: measure the peak here */
   double peak_gflops; /* --peak-gflops: the peak given */
 } train_args;
 
 /* Parses train's options into t: -1, or the exit status. */
 static int parse_train(int argc, char **argv, train_args *t) {
-  *t = (train_args){"resnet20", NULL, 0, 10, 2, 0, 0, AX_CPU, 0.0};
-  static const struct option opts[] = {
-      {"model", 1, 0, 'm'},  {"model-config", 1, 0, 'M'},
-      {"batch", 1, 0, 'b'},  {"steps", 1, 0, 's'},
-      {"warmup", 1, 0, 'w'}, {"threads", 1, 0, 't'},
-      {"device", 1, 0, 'v'}, {"seq", 1, 0, 'q'},
-      {"peak-gflops", 1, 0, 'G'},
-      {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+  *t = (train_args){.model = "resnet20",
+                    .steps = 10,
+                    .warmup = 2,
+                    .dev = AX_CPU,
+                    .precision = AX_PREC_FP32};
+  static const struct option opts[] = {{"model", 1, 0, 'm'},
+                                       {"model-config", 1, 0, 'M'},
+                                       {"batch", 1, 0, 'b'},
+                                       {"steps", 1, 0, 's'},
+                                       {"warmup", 1, 0, 'w'},
+                                       {"threads", 1, 0, 't'},
+                                       {"device", 1, 0, 'v'},
+                                       {"seq", 1, 0, 'q'},
+                                       {"precision", 1, 0, 'p'},
+                                       {"peak", 0, 0, 'k'},
+                                       {"peak-gflops", 1, 0, 'G'},
+                                       {"help", 0, 0, 'h'},
+                                       {0, 0, 0, 0}};
   int c;
   optind = 2;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -173,6 +190,15 @@ static int parse_train(int argc, char **argv, train_args *t) {
     case 'q':
       t->seq = atoi(optarg);
       break;
+    case 'p':
+      if (ax_precision_parse(optarg, &t->precision) != AX_OK) {
+        fprintf(stderr, "axon-bench: --precision: %s\n", ax_errmsg());
+        return 2;
+      }
+      break;
+    case 'k':
+      t->peak = 1;
+      break;
     case 'G':
       t->peak_gflops = atof(optarg);
       break;
@@ -186,10 +212,14 @@ static int parse_train(int argc, char **argv, train_args *t) {
       printf("usage: axon-bench train --model resnet20|bert|gpt|mlp "
              "[--batch N] [--steps N] [--warmup N] [--threads N] "
              "[--device DEV] [--seq N] [--model-config K=V,..] "
-             "[--peak-gflops G]\n"
+             "[--precision fp32|bf16] [--peak | --peak-gflops G]\n"
              "  --seq N          bert, gpt: the sequence length\n"
-             "  --peak-gflops G  print the share of a peak of G GFLOP/s "
-             "the GEMMs reach\n");
+             "  --precision P    fp32 (default) or bf16 mixed precision\n"
+             "  --peak           measure the CPU's multiply-add peak of the "
+             "precision on the\n                   same threads (axon-bench "
+             "peak) and print the share of it\n                   the GEMMs "
+             "reach\n"
+             "  --peak-gflops G  the same share of a peak of G GFLOP/s\n");
       return 0;
     default:
       return 2;
@@ -209,16 +239,30 @@ static int seq_of(const char *model, const ax_config *cfg) {
   return 0;
 }
 
+/* The peak GFLOP/s of t's options: given, measured on the bench's threads
+ * for its precision's arithmetic, or 0 for none. */
+static double peak_of(const train_args *t) {
+  if (t->peak_gflops > 0.0 || !t->peak)
+    return t->peak_gflops;
+  axi_peak p;
+  int kind = t->precision == AX_PREC_BF16 ? AXI_PEAK_BF16 : AXI_PEAK_FP32;
+  if (axi_bench_peak(kind, ax_cpu_threads(), 3, &p) != AX_OK) {
+    fprintf(stderr, "axon-bench: no peak: %s\n", ax_errmsg());
+    return 0.0;
+  }
+  return p.gflops;
+}
+
 /* Prints the line of a timed run (train's header comment). */
-static void report(const train_args *t, const ax_config *cfg,
-                   const ax_net *net, int batch, double dt, double peak) {
+static void report(const train_args *t, const ax_config *cfg, const ax_net *net,
+                   int batch, double dt, double peak) {
   double sps = (double)t->steps * batch / dt;
   char dname[16];
   printf("bench train: model=%s batch=%d threads=%d device=%s params=%zu "
-         "step_ms=%.2f samples_per_s=%.2f",
+         "precision=%s step_ms=%.2f samples_per_s=%.2f",
          t->model, batch, ax_cpu_threads(),
          ax_device_str(t->dev, dname, sizeof dname), net->n_params,
-         1000.0 * dt / t->steps, sps);
+         ax_precision_name(t->precision), 1000.0 * dt / t->steps, sps);
   int seq = seq_of(t->model, cfg);
   if (seq > 0)
     printf(" tokens_per_s=%.1f", sps * seq);
@@ -255,13 +299,15 @@ int ax_bench_train_main(int argc, char **argv) {
     return 2;
   }
   int batch = t.batch > 0 ? t.batch : seq_of(model, &cfg) > 0 ? 8 : 128;
-  double peak = t.peak_gflops;
+  double peak = peak_of(&t);
   ax_model_info info;
   ax_net *net = NULL;
   ax_tlist in = {0}, lab = {0};
   rc = ax_model_describe(def, &cfg, &info);
   if (rc == AX_OK)
     rc = ax_model_stage(def, &cfg, 0, info.n_blocks, t.dev, 1, &net);
+  if (rc == AX_OK)
+    net->precision = t.precision;
   if (rc == AX_OK)
     rc = make_batch(model, &cfg, batch, &in, &lab);
   for (int i = 0; rc == AX_OK && i < in.n; i++) {
@@ -275,8 +321,7 @@ int ax_bench_train_main(int argc, char **argv) {
   ax_optim *opt = net ? ax_optim_new(&ocfg, net->n_params, t.dev) : NULL;
   double dt = 0;
   if (rc == AX_OK)
-    rc = time_steps(net, opt, &in, &lab, &info, t.dev, t.warmup, t.steps,
-                    &dt);
+    rc = time_steps(net, opt, &in, &lab, &info, t.dev, t.warmup, t.steps, &dt);
   if (rc == AX_OK)
     report(&t, &cfg, net, batch, dt, peak);
   else

@@ -28,6 +28,7 @@ typedef struct axi_run_pipe_args {
   int nagents;         /* names given with --agents */
   int zero;      /* --zero 1|2: optimizer state sharded over the replicas */
   int sum_order; /* --sum-order tree|chain (ax_sum_order) */
+  int precision; /* --precision fp32|bf16 (ax_precision) */
   const char *optimizer_host;  /* --optimizer-host: every stage's optimizer
                                   there (started too with --local) */
   int staleness, stale_warmup; /* --staleness, --pipemare-warmup */

@@ -21,19 +21,21 @@
  * optimizer with its learning-rate schedule, the global batch, the seed,
  * the staleness correction and the freeze schedule): a resume must repeat
  * them. The rest is the layout (mode, agents, chunks, micro-batches,
- * recomputation, partition), which a resume may change: the mover cuts the
- * checkpoint's state for the new layout (runtime/pipeline/state/state.h). */
+ * recomputation, partition) and the precision, which a resume may change:
+ * the mover cuts the checkpoint's state for the new layout
+ * (runtime/pipeline/state/state.h), and the state is f32 in either
+ * precision (models/module.h). */
 static void run_config(const axi_run_pipe_args *a, char *out, size_t len) {
-  snprintf(out, len,
-           "model=%s;model_config=%s;dataset=%s;data_config=%s;optim=%s;"
-           "batch=%d;seed=%llu;staleness=%s;mode=%s;agents=%d;chunks=%d;"
-           "micro=%d;recompute=%d;partition=%s",
-           a->model, a->model_config ? a->model_config : "", a->dataset,
-           a->data_config ? a->data_config : "", a->optim ? a->optim : "",
-           a->batch, (unsigned long long)a->seed,
-           ax_staleness_name(a->staleness), ax_pipe_mode_name(a->mode), a->K,
-           a->chunks, a->M, a->recompute,
-           a->partition ? a->partition : "uniform");
+  snprintf(
+      out, len,
+      "model=%s;model_config=%s;dataset=%s;data_config=%s;optim=%s;"
+      "batch=%d;seed=%llu;staleness=%s;mode=%s;agents=%d;chunks=%d;"
+      "micro=%d;recompute=%d;partition=%s;precision=%s",
+      a->model, a->model_config ? a->model_config : "", a->dataset,
+      a->data_config ? a->data_config : "", a->optim ? a->optim : "", a->batch,
+      (unsigned long long)a->seed, ax_staleness_name(a->staleness),
+      ax_pipe_mode_name(a->mode), a->K, a->chunks, a->M, a->recompute,
+      a->partition ? a->partition : "uniform", ax_precision_name(a->precision));
   size_t at = strlen(out); /* only with one: older checkpoints match */
   if (a->freeze_schedule && at < len)
     snprintf(out + at, len - at, ";freeze=%s", a->freeze_schedule);
@@ -77,6 +79,15 @@ static int same_config(const char *dir, const char *saved, const char *now) {
                            at ? "; " : "", k, (int)ls, vs ? vs : "", (int)ln,
                            vn ? vn : "");
   }
+  size_t ls = 4, ln = 0; /* an older checkpoint's precision is fp32 */
+  const char *vs = value_of(saved, "precision", &ls),
+             *vn = value_of(now, "precision", &ln);
+  vs = vs ? vs : "fp32";
+  if (!diff[0] && vn && (ls != ln || strncmp(vs, vn, ln)))
+    fprintf(stderr,
+            "axon-run: --resume %s: the precision changes from %.*s to "
+            "%.*s (the state is f32 in both)\n",
+            dir, (int)ls, vs, (int)ln, vn);
   if (!diff[0])
     return AX_OK;
   return ax_seterr(AX_EINVAL,

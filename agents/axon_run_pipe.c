@@ -221,7 +221,8 @@ static int split_stages(const axi_run_pipe_args *a, const ax_model_def *def,
     po.link_lat_s = lat, po.link_Bps = bw;
   ax_partition_report rep;
   if (rc == AX_OK)
-    rc = ax_partition_model("balanced", def, mcfg, AX_CPU, &in, NULL, &po,
+    rc = ax_partition_model("balanced", def, mcfg, AX_CPU, &in,
+                            &(ax_profile_opts){1, 3, 1, a->precision}, &po,
                             bounds, &rep);
   ax_tlist_clear(&in);
   ax_tlist_clear(&lab);
@@ -342,7 +343,8 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
                     a->optimizer_host,
                     a->tensor_parallel,
                     a->elastic, /* its replicas may shrink: weighed */
-                    a->sum_order};
+                    a->sum_order,
+                    a->precision};
   f.first = -1;
   f.a = a;
   axi_run_agents_init(&f.ag, a, node, &o, cur);

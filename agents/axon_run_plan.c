@@ -179,7 +179,7 @@ static int profile(const axi_run_pipe_args *a, const ax_model_def *def,
   ax_tlist in = {0}, lab = {0};
   ax_loader_start(ld, 0);
   int rc = ax_loader_next(ld, &in, &lab);
-  ax_profile_opts po = {1, 5, a->seed};
+  ax_profile_opts po = {1, 5, a->seed, a->precision};
   if (rc == AX_OK)
     rc = ax_profile_blocks(def, mcfg, AX_CPU, &in, &po, p, n);
   ax_tlist_clear(&in);

@@ -38,6 +38,11 @@ void axi_run_announce(const axi_run_pipe_args *a, const int *bounds) {
             "axon-run: every stage on %d agents, its split layers "
             "shared among them\n",
             a->tensor_parallel);
+  if (a->precision != AX_PREC_FP32)
+    fprintf(stderr,
+            "axon-run: %s GEMMs and activations, f32 weights and optimizer "
+            "state\n",
+            ax_precision_name(a->precision));
 }
 
 /* Trace events as the coordinator saw them (issue, completion, busy). */
@@ -144,6 +149,8 @@ void axi_run_summary(const axi_run_pipe_args *a, ax_pipe *p,
     printf(" replicas=%d", a->replicas);
   if (a->tensor_parallel > 1)
     printf(" tensor_parallel=%d", a->tensor_parallel);
+  if (a->precision != AX_PREC_FP32)
+    printf(" precision=%s", ax_precision_name(a->precision));
   ax_freeze_stats fz;
   ax_pipe_freeze_stats(p, &fz);
   if (fz.blocks)

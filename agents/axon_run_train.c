@@ -31,6 +31,14 @@ static int add_plugin(void *dst, const char *s) {
   return 0;
 }
 
+/* --precision fp32|bf16 (ax_precision, models/module.h). */
+static int set_precision(void *dst, const char *s) {
+  if (ax_precision_parse(s, &((axi_run_cli *)dst)->o.precision) == AX_OK)
+    return 0;
+  fprintf(stderr, "axon-run: --precision: %s\n", ax_errmsg());
+  return 2;
+}
+
 static const axi_cli_opt g_train_opts[] = {
     {"model", "NAME", AXI_CLI_STR, F(o.model),
      .help = "mlp | resnet20 | bert, or a plugin's model\n(default mlp)"},
@@ -55,6 +63,10 @@ static const axi_cli_opt g_train_opts[] = {
      .help = "evaluation batch size (default 500)"},
     {"eval-limit", "N", AXI_CLI_LONG, F(o.eval_limit), 1, LONG_MAX,
      .help = "evaluate on at most N test examples (default all)"},
+    {"precision", "P", AXI_CLI_FN, .fn = set_precision,
+     .help = "fp32 (default) | bf16: bf16 GEMMs (f32 sums),\n"
+             "activations and tensors between stages, f32\n"
+             "weights, optimizer state, norms and loss"},
     {"seed", "N", AXI_CLI_I64, F(o.seed), 0, INT64_MAX,
      .help = "seed for initialisation, shuffling, dropout (1)"},
     {"threads", "N", AXI_CLI_INT, F(threads), 1, 1024,
@@ -115,7 +127,7 @@ void axi_run_cli_to_pipe(axi_run_cli *r) {
   pa->optim = o->optim_config, pa->epochs = o->epochs, pa->batch = o->batch;
   pa->eval_batch = o->eval_batch, pa->steps = o->max_steps;
   pa->eval_limit = o->eval_limit, pa->seed = o->seed, pa->device = o->device;
-  pa->csv = o->csv_path, pa->quiet = r->quiet;
+  pa->csv = o->csv_path, pa->quiet = r->quiet, pa->precision = o->precision;
   ax_cpu_set_threads(r->threads ? r->threads : 1);
 }
 
@@ -125,8 +137,10 @@ static int train_here(axi_run_cli *r) {
   ax_cpu_set_threads(r->threads);
   fprintf(stderr,
           "axon-run: training %s on %s, %d epoch(s), batch %d, %d "
-          "thread(s)\n",
-          o->model, o->dataset, o->epochs, o->batch, ax_cpu_threads());
+          "thread(s)%s%s\n",
+          o->model, o->dataset, o->epochs, o->batch, ax_cpu_threads(),
+          o->precision ? ", " : "",
+          o->precision ? ax_precision_name(o->precision) : "");
   ax_train_report rep;
   int rc = ax_train_local(o, &rep);
   if (rc != AX_OK) {
@@ -136,10 +150,11 @@ static int train_here(axi_run_cli *r) {
   }
   printf("summary: model=%s dataset=%s steps=%ld final_loss=%.4f "
          "test_accuracy=%.2f%% samples_per_s=%.1f train_seconds=%.1f "
-         "test_loss=%.9g",
+         "test_loss=%.9g%s%s",
          o->model, o->dataset, rep.steps, rep.final_loss,
          100.0 * rep.test_accuracy, rep.samples_per_s, rep.train_seconds,
-         rep.test_loss);
+         rep.test_loss, o->precision ? " precision=" : "",
+         o->precision ? ax_precision_name(o->precision) : "");
   axi_run_print_bits("final", rep.final_loss, rep.token_unit);
   axi_run_print_bits("test", rep.test_loss, rep.token_unit);
   printf("\n");

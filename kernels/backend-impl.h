@@ -161,11 +161,16 @@ typedef struct ax_backend_i {
   /* ---- softmax cross-entropy, logits (rows, classes) ---- */
   /* probs = softmax(logits); rows whose label equals ignore_index are
    * skipped. Writes the summed loss of the kept rows and their count to
-   * host. A label outside [0, classes) that is not ignore_index gives
-   * AX_EINVAL. */
+   * host, and (when correct_host is not NULL) how many kept rows are
+   * predicted right: the argmax of the row's written probs equals its
+   * label, the argmax being where the scan `best = 0; for j in 1..classes-1:
+   * if p[j] > p[best] then best = j` ends (ties go to the lowest index; a
+   * NaN never wins, and a NaN at index 0 is never beaten). A label outside
+   * [0, classes) that is not ignore_index gives AX_EINVAL. */
   int (*xent_fwd)(ax_backend *be, int rows, int classes, const float *logits,
                   const int32_t *labels, int ignore_index, float *probs,
-                  double *loss_sum_host, int64_t *count_host);
+                  double *loss_sum_host, int64_t *count_host,
+                  int64_t *correct_host);
   /* dlogits = scale * (probs - onehot(label)); 0 for ignored rows */
   int (*xent_bwd)(ax_backend *be, int rows, int classes, const float *probs,
                   const int32_t *labels, int ignore_index, float scale,
@@ -273,6 +278,10 @@ struct ax_backend {
 /* Fills oh/ow from the other fields; AX_ESHAPE if the output would be empty. */
 int ax_conv_desc_init(ax_conv_desc *d);
 int ax_pool_desc_init(ax_pool_desc *d);
+/* AX_OK when d is a geometry attn_causal_fwd/bwd take (b >= 0, heads and
+ * dh > 0, 0 <= sq <= sk, sk > 0, heads [head0, head0 + heads) within
+ * heads_total, dropout in [0, 1)), else AX_EINVAL naming fn. */
+int ax_attn_desc_check(const ax_attn_desc *d, const char *fn);
 
 /* Counter-based uniform in [0, 1) shared by every backend's dropout. */
 static inline uint64_t ax_mix64(uint64_t z) {

@@ -214,3 +214,15 @@ int ax_pool_desc_init(ax_pool_desc *d) {
                      d->h, d->w, d->kh, d->kw);
   return AX_OK;
 }
+
+int ax_attn_desc_check(const ax_attn_desc *d, const char *fn) {
+  if (d->b < 0 || d->heads <= 0 || d->dh <= 0 || d->sq < 0 || d->sk <= 0 ||
+      d->sq > d->sk || d->head0 < 0 || d->heads_total < d->head0 + d->heads ||
+      !(d->dropout >= 0.0f && d->dropout < 1.0f))
+    return ax_seterr(AX_EINVAL,
+                     "%s: bad geometry (b %d, heads %d of %d from %d, sq %d, "
+                     "sk %d, dh %d, dropout %g)",
+                     fn, d->b, d->heads, d->heads_total, d->head0, d->sq, d->sk,
+                     d->dh, (double)d->dropout);
+  return AX_OK;
+}

@@ -213,10 +213,9 @@ static int gpt_build_block(const ax_config *cfg, int index, ax_module **out) {
     m = ax_token_embed_new(c.vocab, c.seq, 0, c.hidden, 0.0f, c.dropout,
                            block_salt(0));
   else if (index <= c.layers)
-    m = ax_decoder_layer_new_tp(c.hidden, c.heads, c.ff, c.dropout,
-                                block_salt(index),
-                                AX_BERT_INIT_STD / sqrtf(2.0f * c.layers),
-                                c.tp);
+    m = ax_decoder_layer_new_tp(
+        c.hidden, c.heads, c.ff, c.dropout, block_salt(index),
+        AX_BERT_INIT_STD / sqrtf(2.0f * c.layers), c.tp);
   else
     m = head_new(&c);
   if (!m)

@@ -6,31 +6,6 @@
 
 #include "axon/kernels/backend-impl.h"
 
-/* Rows whose argmax equals the label (host-side; probs may be on a device). */
-static int64_t count_correct(const ax_tensor *probs, const ax_tensor *labels,
-                             int rows, int classes, int ignore_index) {
-  ax_tensor *hp = ax_tensor_to(probs, AX_CPU);
-  ax_tensor *hl = ax_tensor_to(labels, AX_CPU);
-  int64_t correct = 0;
-  if (hp && hl) {
-    const float *p = ax_f32(hp);
-    const int32_t *l = ax_i32(hl);
-    for (int r = 0; r < rows; r++) {
-      if (l[r] == ignore_index)
-        continue;
-      const float *row = p + (size_t)r * classes;
-      int best = 0;
-      for (int j = 1; j < classes; j++)
-        if (row[j] > row[best])
-          best = j;
-      correct += best == l[r];
-    }
-  }
-  ax_tensor_release(hp);
-  ax_tensor_release(hl);
-  return correct;
-}
-
 static int xent_one(ax_tensor *logits, const ax_tensor *labels_any,
                     int ignore_index, int64_t norm, float scale, double *loss,
                     int64_t *count, int64_t *correct, ax_tensor **dlogits) {
@@ -56,11 +31,10 @@ static int xent_one(ax_tensor *logits, const ax_tensor *labels_any,
   ax_backend *be = ax_backend_of(logits->device);
   double sum = 0.0;
   int rc = AX_K(be, xent_fwd, rows, classes, ax_f32(logits), ax_i32(labels),
-                ignore_index, ax_f32(probs), &sum, count);
+                ignore_index, ax_f32(probs), &sum, count, correct);
   if (rc == AX_OK) {
     int64_t div = norm > 0 ? norm : (*count ? *count : 1);
     *loss = sum / (double)div;
-    *correct = count_correct(probs, labels, rows, classes, ignore_index);
     if (dlogits) {
       *dlogits = ax_tensor_like(logits);
       rc = *dlogits ? AX_K(be, xent_bwd, rows, classes, ax_f32(probs),

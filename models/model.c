@@ -299,7 +299,7 @@ int ax_model_stage(const ax_model_def *def, const ax_config *cfg, int first,
   if (first < 0 || last > info.n_blocks || first >= last)
     return ax_seterr(AX_EINVAL, "%s: blocks [%d, %d) outside [0, %d)",
                      def->name, first, last, info.n_blocks);
-  ax_module *root = ax_sequential_new();
+  ax_module *root = ax_blocks_new(last == info.n_blocks);
   if (!root)
     return AX_ENOMEM;
   for (int i = first; i < last; i++) {

@@ -130,7 +130,9 @@ int ax_model_config(const ax_model_def *def, const char *overrides,
 int ax_model_describe(const ax_model_def *def, const ax_config *cfg,
                       ax_model_info *info);
 
-/* Builds blocks [first, last) into a sequential module, lays it out on
+/* Builds blocks [first, last) into a model's sequential of blocks
+ * (ax_blocks_new, models/module.h: in bf16 it rounds at their
+ * boundaries, except after the model's last block), lays it out on
  * device dev and initialises it block by block from (seed, block index);
  * the copy of a tie in block b then gets block a's initial values (block
  * a built alone and initialised from (seed, a) when it lies outside the

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/models/precision-impl.h"
+
 void ax_tlist_clear(ax_tlist *l) {
   for (int i = 0; i < l->n; i++) {
     ax_tensor_release(l->t[i]);
@@ -299,13 +301,26 @@ static void report_ready(const ax_module *m, int i, const ax_exec *ex) {
     ex->grad_ready(ex->grad_ready_user, m->children[i]->param_off, n);
 }
 
+/* Whether m rounds at its children's boundaries in ex's precision: a
+ * model's blocks (ax_blocks_new) in bf16. */
+static int rounds(const ax_module *m, const ax_exec *ex);
+
+/* Part `part` of child i's backward, at a block boundary (bounds) in
+ * bf16 (axi_prec_block_bwd). */
+static int child_bwd(ax_bwd_part part, ax_module *m, int i, ax_exec *cex,
+                     ax_slot *cs, const ax_tlist *dout, ax_tlist *din,
+                     int bounds) {
+  return bounds ? axi_prec_block_bwd(part, m->children[i], cex, cs, dout, din)
+                : ax_backward_part(part, m->children[i], cex, cs, dout, din);
+}
+
 /* ax_walk_children; with `report`, each child's range goes to
  * ex->grad_ready once the part that writes its gradients (the whole
  * backward or the weight half) is done. */
 static int walk_chain(ax_bwd_part part, ax_module *m, const ax_exec *ex,
                       ax_slot *slot, const ax_tlist *dout, ax_tlist *din,
                       int report) {
-  int weight = part == AX_BWD_WEIGHT;
+  int weight = part == AX_BWD_WEIGHT, bounds = rounds(m, ex);
   ax_tlist cur = {0};
   if (!weight)
     cur = *dout;
@@ -318,7 +333,7 @@ static int walk_chain(ax_bwd_part part, ax_module *m, const ax_exec *ex,
     cex.grad_ready_user = NULL;
     ax_tlist next = {0};
     ax_slot *cs = ax_slot_child(slot, i);
-    int rc = cs ? ax_backward_part(part, m->children[i], &cex, cs, &cur, &next)
+    int rc = cs ? child_bwd(part, m, i, &cex, cs, &cur, &next, bounds)
                 : ax_seterr(AX_ENOMEM, "%s: out of memory", m->ops->kind);
     if (owned)
       ax_tlist_clear(&cur);
@@ -346,16 +361,27 @@ int ax_walk_children(ax_bwd_part part, ax_module *m, const ax_exec *ex,
 
 /* ---- sequential ---- */
 
+/* Child i's forward, at a block boundary (bounds) in bf16
+ * (axi_prec_block_fwd): its outputs stay f32 only after the model's last
+ * block (ends). */
+static int child_fwd(ax_module *m, int i, const ax_exec *ex, ax_slot *cs,
+                     const ax_tlist *in, ax_tlist *out, int bounds) {
+  if (!bounds)
+    return ax_forward(m->children[i], ex, cs, in, out);
+  int logits = *(const int *)m->priv && i == m->n_children - 1;
+  return axi_prec_block_fwd(m->children[i], ex, cs, in, out, !logits);
+}
+
 static int seq_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                        const ax_tlist *in, ax_tlist *out) {
   ax_tlist cur = *in;
-  int owned = 0;
+  int owned = 0, bounds = rounds(m, ex);
   for (int i = 0; i < m->n_children; i++) {
     ax_tlist next = {0};
     ax_slot *cs = slot ? ax_slot_child(slot, i) : NULL;
     if (slot && !cs)
       return AX_ENOMEM;
-    int rc = ax_forward(m->children[i], ex, cs, &cur, &next);
+    int rc = child_fwd(m, i, ex, cs, &cur, &next, bounds);
     if (owned)
       ax_tlist_clear(&cur);
     if (rc != AX_OK)
@@ -390,3 +416,26 @@ static const ax_module_ops seq_ops = {
 };
 
 ax_module *ax_sequential_new(void) { return ax_module_new(&seq_ops, 0); }
+
+/* The blocks container: the sequential's functions; priv holds `ends`. */
+static const ax_module_ops blocks_ops = {
+    /* .kind = */ "blocks",
+    /* .forward = */ seq_forward,
+    /* .backward = */ NULL,
+    /* .init = */ NULL,
+    /* .destroy = */ NULL,
+    /* .backward_input = */ NULL,
+    /* .backward_weight = */ NULL,
+    /* .walk = */ seq_walk,
+};
+
+static int rounds(const ax_module *m, const ax_exec *ex) {
+  return m->ops == &blocks_ops && ex->precision == AX_PREC_BF16;
+}
+
+ax_module *ax_blocks_new(int ends) {
+  ax_module *m = ax_module_new(&blocks_ops, sizeof(int));
+  if (m)
+    *(int *)m->priv = ends != 0;
+  return m;
+}

@@ -23,7 +23,45 @@
  * slot alone. Several slots may sit between their B and their W at once.
  *
  * Values between modules are tensor lists (ax_tlist): most layers take and
- * return one tensor; transformer blocks carry (hidden, mask). */
+ * return one tensor; transformer blocks carry (hidden, mask).
+ *
+ * Mixed precision (ax_exec.precision; the one place these rules are
+ * written, docs/TRAINING.md shows their use). AX_PREC_FP32, the default,
+ * computes and keeps everything in f32. AX_PREC_BF16:
+ *  - Compute: every GEMM of the layers (Linear, whole or a tensor-parallel
+ *    column or row part, and so the attention's projections and the
+ *    feed-forward; the attention's score and context products) takes its
+ *    two operands rounded to bf16 (AX_BF16) and runs the backend's
+ *    gemm_bf16: bf16 products summed in f32, an f32 result. The weights
+ *    stay f32 (ax_exec.params): the bf16 copy of a weight is made for the
+ *    GEMM. The vision layers (convolution, batch norm, pooling, ResNet's
+ *    basic block) stay f32 in compute and in what they keep: their GEMMs
+ *    are inside the backend's convolution kernels, not behind gemm.
+ *  - f32 stays for: layer and batch norm statistics (and the norms'
+ *    arithmetic), softmax sums, the loss (the model's logits stay f32:
+ *    the last block's outputs are not rounded), every elementwise kernel,
+ *    the tensor-parallel sums, and the optimizer's master weights and
+ *    state (the flat parameters, gradients and buffers are f32 always).
+ *  - Activations are kept in bf16: what a layer saves for its backward (a
+ *    Linear's input and its output gradient between the halves, GELU's
+ *    input, tanh's and ReLU's outputs, layer norm's input, attention's
+ *    Q/K/V and probabilities, an embedding's output gradient) goes through
+ *    ax_slot_put_act, which keeps an f32 tensor as its bf16 rounding, and
+ *    comes back through ax_slot_get (a bf16 GEMM operand as it is) or
+ *    ax_slot_get_f32 (widened, exactly). Statistics (layer norm's mean and
+ *    rstd) and integer state stay as they are.
+ *  - Block boundaries: the model's sequential of blocks (ax_blocks_new,
+ *    which ax_model_stage builds) rounds every f32 tensor a block outputs
+ *    (a mask it passes on too: 0 and 1 are bf16 values) to an AX_BF16
+ *    tensor, and every input gradient a block's backward makes likewise,
+ *    and widens bf16 tensors back to f32 before each block. So a stage
+ *    boundary at any block boundary changes nothing: a pipeline computes
+ *    the bits of the same blocks in one process, and what crosses between
+ *    stages is AX_BF16, half the bytes of f32. The model's last block (the
+ *    logits) is not rounded; its output gradient comes from the f32 loss.
+ * bf16 keeps 8 significant bits (a relative rounding error up to 2^-9):
+ * a bf16 layer's outputs agree with its f32 outputs to about 1e-2
+ * relative (tests/test_precision.c). */
 #ifndef AX_MODULE_H
 #define AX_MODULE_H
 
@@ -49,6 +87,20 @@ typedef struct ax_tlist {
 void ax_tlist_clear(ax_tlist *l);
 /* A list of one tensor (the reference is not retained). */
 ax_tlist ax_tlist1(ax_tensor *t);
+
+/* The precision of a forward or backward (ax_exec.precision; the rules
+ * are at the top of this file). */
+typedef enum ax_precision {
+  AX_PREC_FP32 = 0, /* everything f32 (the default) */
+  AX_PREC_BF16 = 1  /* bf16 GEMMs and activations, f32 state */
+} ax_precision;
+#define AX_PREC_COUNT 2
+
+/* "fp32" or "bf16"; NULL for another value. */
+const char *ax_precision_name(int precision);
+/* Parses "fp32" or "bf16" into *out: AX_OK, or AX_EINVAL with a message
+ * naming the allowed values. */
+int ax_precision_parse(const char *s, int *out);
 
 /* What one forward or backward call works with. */
 typedef struct ax_exec {
@@ -77,6 +129,7 @@ typedef struct ax_exec {
    * input half of the backward, and fail with AX_ESTATE when it is NULL. */
   int (*tp_allreduce)(void *user, ax_tensor *t);
   void *tp_user;
+  int precision; /* ax_precision (0, fp32, in a zeroed exec) */
 } ax_exec;
 
 typedef struct ax_module ax_module;
@@ -200,6 +253,16 @@ ax_slot *ax_slot_child(ax_slot *s, int i);
 void ax_slot_put(ax_slot *s, int i, ax_tensor *t);
 /* The saved tensor at i (borrowed), or NULL. */
 ax_tensor *ax_slot_get(const ax_slot *s, int i);
+/* Saves the activation t at position i in ex's precision (the top of this
+ * file): t itself in fp32 (as ax_slot_put), and also in bf16 when t is
+ * not f32 or is NULL; an f32 t in bf16 as a new AX_BF16 tensor of its
+ * rounded values. AX_OK, or an error (AX_ENOMEM, a kernel's) with nothing
+ * saved at i. ax_slot_get then gives the saved tensor itself. */
+int ax_slot_put_act(ax_slot *s, int i, const ax_exec *ex, ax_tensor *t);
+/* The tensor saved at i as f32, in *out: a new reference to it when it is
+ * not bf16, else to a new f32 tensor of its values (exact). *out is NULL
+ * when nothing is saved there (AX_OK). */
+int ax_slot_get_f32(const ax_slot *s, int i, ax_tensor **out);
 /* Integer scratch (e.g. a dropout seed, a flag), AX_SLOT_SAVED entries. */
 void ax_slot_set_int(ax_slot *s, int i, int64_t v);
 int64_t ax_slot_int(const ax_slot *s, int i);
@@ -217,6 +280,12 @@ size_t ax_slot_bytes(const ax_slot *s);
  * descending order) and reports each child's range to ex->grad_ready after
  * its weight half. */
 ax_module *ax_sequential_new(void);
+/* A model's sequential of blocks (what ax_model_stage builds): the
+ * sequential container that, in bf16 (ax_exec.precision), rounds at its
+ * children's boundaries as the top of this file says. ends: its last
+ * child is the model's last block, whose outputs (the logits) are not
+ * rounded. In fp32 it is ax_sequential_new's container. */
+ax_module *ax_blocks_new(int ends);
 
 /* Calls a module's forward / backward with argument checks. Every tensor
  * a call touches must be on the device of ex->params (inputs, output

@@ -82,6 +82,7 @@ ax_exec ax_net_exec(const ax_net *net, int training) {
   ex.training = training;
   ex.update_stats = training;
   ex.need_dx = 1;
+  ex.precision = net->precision;
   return ex;
 }
 

@@ -23,6 +23,8 @@ typedef struct ax_net {
   ax_tensor *params;  /* (n_params) */
   ax_tensor *grads;   /* (n_params), zeroed at creation */
   ax_tensor *buffers; /* (n_buffers), or NULL when there are none */
+  int precision;      /* ax_precision of its execs (module.h); 0, fp32,
+                         at creation: set it before running the net */
 } ax_net;
 
 /* Lays out `root` (takes ownership, also on failure), allocates the buffers
@@ -36,7 +38,7 @@ ax_net *ax_net_new_with_init(ax_module *root, ax_device dev,
                              void *arg);
 void ax_net_free(ax_net *net); /* NULL-safe */
 
-/* An exec over the net's own buffers. */
+/* An exec over the net's own buffers, in the net's precision. */
 ax_exec ax_net_exec(const ax_net *net, int training);
 
 /* Forward/backward with the net's current buffers. */

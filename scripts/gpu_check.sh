@@ -18,7 +18,9 @@
 #     to try this script itself on a machine without one);
 #  4. the CUDA parity tests, bin/test_cuda_* (exit 0 pass, 77 skip; --tests
 #     picks by name, e.g. 'test_cuda_[be]*'), each under compute-sanitizer
-#     --tool memcheck with --memcheck (slow: pick a few per call);
+#     --tool memcheck with --memcheck (slow: pick a few per call); one of
+#     parity_tests (below) that the glob selects but the bundle lacks (a
+#     bundle older than the test) counts as a failure;
 #  5. benchmarks, axon next to PyTorch (python3 runs without the bundle's
 #     libraries): ResNet20 batch 128 and BERT L=3 H=768 A=12 FF=3072
 #     seq=128 (batch 8 and 32) training steps, FP32 and TF32; the N=4096
@@ -34,6 +36,13 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bundle=$root/gpu-bundle
 memcheck=0 tests=1 bench=1 budget=480 steps=20 warmup=3 force=0
 test_glob='test_cuda_*'
+# The parity tests a current bundle holds: blas (gemm, vector ops, the
+# allocator), elem (activations, dropout), dnn (conv, batch norm, pooling),
+# nlp (layer norm, cross-entropy and its correct count, masked softmax,
+# embedding), bf16 (casts, gemm_bf16), attn (fused causal attention),
+# models and pipeline (whole models, multi-process placement).
+parity_tests=(test_cuda_attn test_cuda_bf16 test_cuda_blas test_cuda_dnn
+  test_cuda_elem test_cuda_models test_cuda_nlp test_cuda_pipeline)
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -189,6 +198,13 @@ sanitizer() {
 
 run_tests() {
   local t name rc cs=""
+  for name in "${parity_tests[@]}"; do
+    # shellcheck disable=SC2053  # a glob on purpose
+    if [[ $name == $test_glob && ! -x $bundle/bin/$name ]]; then
+      note "test $name: MISSING from the bundle (rebuild, rerun gpu_bundle.sh)"
+      failures=$((failures + 1))
+    fi
+  done
   if ((memcheck)); then
     cs=$(sanitizer)
     [[ -n $cs ]] || { note "compute-sanitizer not found: tests run without memcheck"; memcheck=0; }

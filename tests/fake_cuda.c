@@ -82,9 +82,10 @@ static int f_relu_bwd(ax_backend *be, size_t n, const float *y, const float *dy,
 }
 static int f_xent_fwd(ax_backend *be, int rows, int classes,
                       const float *logits, const int32_t *labels, int ignore,
-                      float *probs, double *loss_host, int64_t *count_host) {
+                      float *probs, double *loss_host, int64_t *count_host,
+                      int64_t *correct_host) {
   return AX_K(g_cpu, xent_fwd, rows, classes, H(logits), H(labels), ignore,
-              H(probs), loss_host, count_host);
+              H(probs), loss_host, count_host, correct_host);
 }
 static int f_xent_bwd(ax_backend *be, int rows, int classes, const float *probs,
                       const int32_t *labels, int ignore, float scale,

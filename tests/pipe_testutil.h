@@ -118,6 +118,9 @@ typedef struct pt_ref_opts {
   /* How the units' gradients are summed (ax_sum_order, as
    * ax_pipe_opts.sum_order: 0 = the tree, the pipeline's default). */
   int sum_order;
+  /* The stage nets' precision (ax_precision, as ax_pipe_opts.precision:
+   * 0 = fp32). */
+  int precision;
   /* Nonzero: a negative control whose tied copies (models/model.h) step
    * with their own gradients, not summed. */
   int untied;
@@ -212,6 +215,7 @@ static inline void pt_reference_ex(const ax_model_def *def,
   for (int k = 0; k < K; k++) {
     AX_ASSERT_OK(ax_model_stage(def, mcfg, bounds[k], bounds[k + 1], AX_CPU,
                                 seed, &net[k]));
+    net[k]->precision = ro ? ro->precision : AX_PREC_FP32;
     opt[k] = ax_optim_new(&ocfg, net[k]->n_params, AX_CPU);
     ver[k] = calloc((size_t)T + 1, sizeof *ver[k]);
     ver[k][0] = ax_tensor_like(net[k]->params);

@@ -5,13 +5,14 @@
 
 #include "axon/kernels/rng.h"
 
-/* Output gradients for `out`: N(0, 1) values from seed base + i for f32
- * entry i, NULL elsewhere. */
+/* Output gradients for `out`: N(0, 1) f32 values from seed base + i for
+ * f32 or bf16 entry i, NULL elsewhere. */
 static ax_tlist rand_grads(const ax_tlist *out, uint64_t base) {
   ax_tlist d = {0};
   d.n = out->n;
   for (int i = 0; i < out->n; i++)
-    if (out->t[i] && out->t[i]->dtype == AX_F32)
+    if (out->t[i] &&
+        (out->t[i]->dtype == AX_F32 || out->t[i]->dtype == AX_BF16))
       d.t[i] = ax_test_randn(base + (uint64_t)i, 1.0f, out->t[i]->ndim,
                              out->t[i]->shape);
   return d;
@@ -41,8 +42,14 @@ static void same_bits(const ax_tensor *a, const ax_tensor *b, const char *what,
       fail_msg("unit %d: %s %d is NULL on one side only", unit, what, idx);
     return;
   }
-  if (!ax_tensor_same_shape(a, b))
-    fail_msg("unit %d: %s %d shapes differ", unit, what, idx);
+  if (!ax_tensor_same_shape(a, b) || a->dtype != b->dtype)
+    fail_msg("unit %d: %s %d shapes or types differ", unit, what, idx);
+  if (a->dtype != AX_F32) {
+    if (memcmp(a->data, b->data, ax_tensor_nbytes(a)) != 0)
+      fail_msg("unit %d: %s %d (%s) differs", unit, what, idx,
+               ax_dtype_name(a->dtype));
+    return;
+  }
   const float *x = ax_f32(a), *y = ax_f32(b);
   for (size_t i = 0; i < ax_tensor_numel(a); i++)
     if (memcmp(&x[i], &y[i], sizeof x[i]) != 0)
@@ -114,10 +121,17 @@ static void weight_half(ax_net *net, const ax_exec *ex, ax_slot *slot) {
 
 void ax_test_split_matches_fused(ax_module *m, const ax_tlist *u1,
                                  const ax_tlist *u2, int need_dx) {
+  ax_test_split_matches_fused_prec(m, u1, u2, need_dx, AX_PREC_FP32);
+}
+
+void ax_test_split_matches_fused_prec(ax_module *m, const ax_tlist *u1,
+                                      const ax_tlist *u2, int need_dx,
+                                      int precision) {
   assert_non_null(m);
   assert_true(ax_module_can_split(m));
   ax_net *net = ax_net_new(m, AX_CPU, 7);
   assert_non_null(net);
+  net->precision = precision;
   unit u[2] = {{u1, 99}, {u2, 100}};
   for (int k = 0; k < 2; k++)
     fused(net, &u[k], need_dx);

@@ -21,6 +21,12 @@
  * naming the unit and the first differing gradient. */
 void ax_test_split_matches_fused(ax_module *m, const ax_tlist *u1,
                                  const ax_tlist *u2, int need_dx);
+/* The same in the given precision (ax_precision, models/module.h), the
+ * net's and so every call's: in bf16 the output gradients of bf16 outputs
+ * are f32 like the others', and tensors are compared by their bytes. */
+void ax_test_split_matches_fused_prec(ax_module *m, const ax_tlist *u1,
+                                      const ax_tlist *u2, int need_dx,
+                                      int precision);
 
 /* A copy of the CPU list `in` with every f32 entry whose bit is set in
  * `mask` scaled by a and shifted by b (other entries shared): a second

@@ -9,7 +9,9 @@
  *    rel (double sums over rows in another grouping, then to float).
  *  - cross-entropy: probs 1e-6 abs + 1e-5 rel (expf of the two libraries
  *    may differ by an ulp or two; sums in double), the loss sum 1e-5 rel,
- *    the count exactly; dlogits 1e-7 abs + 1e-5 rel.
+ *    the count and the correct count exactly (on integer logits, whose
+ *    ties give bit-equal probabilities on both sides, too); dlogits 1e-7
+ *    abs + 1e-5 rel.
  *  - masked softmax and its backward: 1e-6 abs + 1e-5 rel (as probs);
  *    padded keys exactly 0.
  *  - permutation and embedding: exactly (copies; the embedding gradient
@@ -84,25 +86,38 @@ static void layernorm_matches_cpu(void **state) {
 
 /* ---- cross-entropy ---- */
 
-static void xent_case(int rows, int classes, int ignore_index) {
+/* ties != 0 rounds the logits to integers in [-3, 3] (rows with equal
+ * maxima). Every third kept row is labelled with the first maximum of its
+ * logits (a hit), the others at random. */
+static void xent_case(int rows, int classes, int ignore_index, int ties) {
   size_t n = (size_t)rows * classes;
   float *z = ct_randn(5, n, 3.0f), *p = malloc(n * 4 + 4), *dz = malloc(n * 4);
   int32_t *lab = malloc(rows * 4 + 4);
   ax_rng r;
   ax_rng_seed(&r, 6);
-  for (int i = 0; i < rows; i++)
-    lab[i] = i % 5 == 3 ? ignore_index
-                        : (int32_t)ax_rng_below(&r, (uint64_t)classes);
+  for (size_t i = 0; ties && i < n; i++)
+    z[i] = fminf(3.0f, fmaxf(-3.0f, roundf(z[i])));
+  for (int i = 0; i < rows; i++) {
+    const float *zi = z + (size_t)i * classes;
+    int first = 0;
+    for (int j = 1; j < classes; j++)
+      first = zi[j] > zi[first] ? j : first;
+    lab[i] = i % 5 == 3   ? ignore_index
+             : i % 3 == 0 ? first
+                          : (int32_t)ax_rng_below(&r, (uint64_t)classes);
+  }
   double loss, gloss;
-  int64_t cnt, gcnt;
+  int64_t cnt, gcnt, ok, gok;
   float *gz = ct_up(z, n * 4), *gp = ct_up(NULL, n * 4),
         *gdz = ct_up(NULL, n * 4);
   int32_t *glab = ct_up(lab, rows * 4);
   AX_ASSERT_OK(AX_K(ct_cpu(), xent_fwd, rows, classes, z, lab, ignore_index, p,
-                    &loss, &cnt));
+                    &loss, &cnt, &ok));
   AX_ASSERT_OK(AX_K(ct_gpu(), xent_fwd, rows, classes, gz, glab, ignore_index,
-                    gp, &gloss, &gcnt));
+                    gp, &gloss, &gcnt, &gok));
   assert_int_equal(gcnt, cnt);
+  assert_int_equal(gok, ok);
+  assert_true(ok > 0 || rows < 3);
   AX_ASSERT_CLOSE(gloss, loss, 1e-9, 1e-5);
   ct_check("xent probs", gp, p, n, 1e-6, 1e-5);
   const float scale = cnt ? 1.0f / (float)cnt : 1.0f;
@@ -118,10 +133,12 @@ static void xent_case(int rows, int classes, int ignore_index) {
 }
 
 static void xent_matches_cpu(void **state) {
-  xent_case(64, 10, -100);    /* CIFAR-10 head */
-  xent_case(37, 30522, -100); /* a BERT vocabulary */
-  xent_case(300, 7, 2);       /* ignore_index inside the class range */
-  xent_case(5, 1, -100);
+  xent_case(64, 10, -100, 0);    /* CIFAR-10 head */
+  xent_case(37, 30522, -100, 0); /* a BERT vocabulary */
+  xent_case(300, 7, 2, 0);       /* ignore_index inside the class range */
+  xent_case(5, 1, -100, 0);
+  xent_case(200, 9, -100, 1);    /* ties: the lowest index wins */
+  xent_case(33, 30522, -100, 1); /* ties spread over a block's threads */
 }
 
 static void xent_rejects_bad_labels(void **state) {
@@ -131,16 +148,20 @@ static void xent_rejects_bad_labels(void **state) {
   int64_t cnt = -1;
   int32_t bad_hi[2] = {1, 3}, bad_lo[2] = {-1, 0}, ign[2] = {-1, 2};
   int32_t *g1 = ct_up(bad_hi, 8), *g2 = ct_up(bad_lo, 8), *g3 = ct_up(ign, 8);
-  AX_ASSERT_ERR(AX_K(ct_gpu(), xent_fwd, 2, 3, gz, g1, -100, gp, &loss, &cnt),
-                AX_EINVAL);
+  AX_ASSERT_ERR(
+      AX_K(ct_gpu(), xent_fwd, 2, 3, gz, g1, -100, gp, &loss, &cnt, NULL),
+      AX_EINVAL);
   assert_non_null(strstr(ax_errmsg(), "label 3 of row 1"));
-  AX_ASSERT_ERR(AX_K(ct_gpu(), xent_fwd, 2, 3, gz, g2, -100, gp, &loss, &cnt),
-                AX_EINVAL);
+  AX_ASSERT_ERR(
+      AX_K(ct_gpu(), xent_fwd, 2, 3, gz, g2, -100, gp, &loss, &cnt, NULL),
+      AX_EINVAL);
   assert_non_null(strstr(ax_errmsg(), "label -1 of row 0"));
   /* -1 is fine when it is the ignore_index */
-  AX_ASSERT_OK(AX_K(ct_gpu(), xent_fwd, 2, 3, gz, g3, -1, gp, &loss, &cnt));
+  AX_ASSERT_OK(
+      AX_K(ct_gpu(), xent_fwd, 2, 3, gz, g3, -1, gp, &loss, &cnt, NULL));
   assert_int_equal(cnt, 1);
-  AX_ASSERT_OK(AX_K(ct_gpu(), xent_fwd, 0, 3, gz, g3, -1, gp, &loss, &cnt));
+  AX_ASSERT_OK(
+      AX_K(ct_gpu(), xent_fwd, 0, 3, gz, g3, -1, gp, &loss, &cnt, NULL));
   assert_int_equal(cnt, 0);
   assert_true(loss == 0.0);
   ct_free(gz), ct_free(gp), ct_free(g1), ct_free(g2), ct_free(g3);

@@ -1,7 +1,8 @@
 /* The CPU transformer kernels (layer norm, masked softmax, permutation,
- * embedding) against naive double-precision references, called through the
- * backend vtable. Each check runs a small shape (serial path) and a large
- * one (OpenMP path). */
+ * embedding) against naive double-precision references, and the
+ * cross-entropy's count of correct rows against the serial argmax scan of
+ * its probabilities, called through the backend vtable. Each check runs a
+ * small shape (serial path) and a large one (OpenMP path). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,6 +234,78 @@ static void embedding_rejects_bad_ids(void **state) {
   AX_ASSERT_ERR(AX_K(be, embedding_fwd, 2, 3, 4, lo, table, y), AX_EINVAL);
 }
 
+/* ---- cross-entropy: correct rows ---- */
+
+/* The first index of row z's largest value (the serial scan of the
+ * contract), found on the logits (integers, so equal logits give equal
+ * probabilities) or the probabilities. */
+static int first_max(const float *z, int classes) {
+  int best = 0;
+  for (int j = 1; j < classes; j++)
+    if (z[j] > z[best])
+      best = j;
+  return best;
+}
+
+/* Integer logits in [-2, 2] (many ties), every fourth row ignored; the
+ * other labels are the first maximum (a hit), the last maximum (a hit only
+ * without a tie) or random. Rows 1 and 2 hold a NaN at index 0 and in the
+ * middle. The count must equal the serial scan over the written probs. */
+static void xent_correct_case(int rows, int classes, int ignore_index) {
+  ax_backend *be = cpu();
+  size_t n = (size_t)rows * classes;
+  float *z = randn(21, n, 1.2f), *p = malloc(n * 4 + 4);
+  int32_t *lab = malloc(sizeof(int32_t) * (size_t)rows);
+  ax_rng r;
+  ax_rng_seed(&r, 22);
+  for (size_t i = 0; i < n; i++)
+    z[i] = fminf(2.0f, fmaxf(-2.0f, roundf(z[i])));
+  if (rows > 2 && classes > 2) {
+    z[1 * (size_t)classes] = NAN;
+    z[2 * (size_t)classes + classes / 2] = NAN;
+  }
+  int64_t ties = 0;
+  for (int i = 0; i < rows; i++) {
+    const float *zi = z + (size_t)i * classes;
+    int first = first_max(zi, classes), last = first;
+    for (int j = first + 1; j < classes; j++)
+      if (zi[j] == zi[first])
+        last = j;
+    ties += last != first;
+    int kind = (int)ax_rng_below(&r, 3);
+    lab[i] = i % 4 == 3  ? ignore_index
+             : kind == 0 ? first
+             : kind == 1 ? last
+                         : (int32_t)ax_rng_below(&r, (uint64_t)classes);
+  }
+  assert_true(ties > 0 || classes == 1);
+  double loss;
+  int64_t count, correct = -1, count2;
+  AX_ASSERT_OK(AX_K(be, xent_fwd, rows, classes, z, lab, ignore_index, p, &loss,
+                    &count, &correct));
+  int64_t want = 0, kept = 0;
+  for (int i = 0; i < rows; i++)
+    if (lab[i] != ignore_index) {
+      kept++;
+      want += first_max(p + (size_t)i * classes, classes) == lab[i];
+    }
+  assert_int_equal(count, kept);
+  assert_int_equal(correct, want);
+  assert_true(want > 0);
+  /* correct_host may be NULL. */
+  AX_ASSERT_OK(AX_K(be, xent_fwd, rows, classes, z, lab, ignore_index, p, &loss,
+                    &count2, NULL));
+  assert_int_equal(count2, kept);
+  free(z), free(p), free(lab);
+}
+
+static void xent_correct_matches_scan(void **state) {
+  xent_correct_case(40, 5, -100);
+  xent_correct_case(3, 1, -100);
+  xent_correct_case(2000, 40, 3);  /* OpenMP path, ignore_index a class */
+  xent_correct_case(64, 3000, -1); /* wide rows */
+}
+
 int main(void) {
   const struct CMUnitTest t[] = {
       cmocka_unit_test(layernorm_matches_reference),
@@ -241,6 +314,7 @@ int main(void) {
       cmocka_unit_test(permute_matches_reference),
       cmocka_unit_test(embedding_matches_reference),
       cmocka_unit_test(embedding_rejects_bad_ids),
+      cmocka_unit_test(xent_correct_matches_scan),
   };
   return AX_TEST_MAIN(t);
 }

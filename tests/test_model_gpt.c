@@ -70,8 +70,8 @@ static void test_describe(void **state) {
   assert_int_equal(info.n_blocks, 5);
   assert_int_equal(info.ties[0].len, (size_t)50257 * 768);
   assert_int_equal(info.ties[0].off_b, 2 * 768);
-  static const char *const bad[] = {"preset=gpt3", "heads=3", "dropout=1",
-                                    "tp=3", "layers=0", "vocab=0"};
+  static const char *const bad[] = {"preset=gpt3", "heads=3",  "dropout=1",
+                                    "tp=3",        "layers=0", "vocab=0"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     config(bad[i], &c);
     assert_int_equal(ax_model_describe(gpt(), &c, &info), AX_EINVAL);
@@ -177,8 +177,8 @@ static void chain(const ax_config *c, const int *bounds, int K,
   size_t off = 0;
   for (int k = 0; k < K; k++) {
     ax_net *net;
-    AX_ASSERT_OK(ax_model_stage(gpt(), c, bounds[k], bounds[k + 1], AX_CPU,
-                                SEED, &net));
+    AX_ASSERT_OK(
+        ax_model_stage(gpt(), c, bounds[k], bounds[k + 1], AX_CPU, SEED, &net));
     assert_memory_equal(ax_f32(net->params), ax_f32(whole_params) + off,
                         net->n_params * sizeof(float));
     off += net->n_params;

@@ -64,8 +64,7 @@ static void copies_equal(ax_pipe *p, const ax_config *mcfg, const int *bounds,
   AX_ASSERT_OK(ax_model_describe(def, mcfg, &info));
   const ax_model_tie *t = &info.ties[0];
   ax_net *na, *nb;
-  AX_ASSERT_OK(
-      ax_model_stage(def, mcfg, bounds[0], bounds[1], AX_CPU, 1, &na));
+  AX_ASSERT_OK(ax_model_stage(def, mcfg, bounds[0], bounds[1], AX_CPU, 1, &na));
   AX_ASSERT_OK(
       ax_model_stage(def, mcfg, bounds[K - 1], bounds[K], AX_CPU, 1, &nb));
   size_t oa = ax_model_block_offset(na, bounds[0], t->a) + t->off_a,
@@ -86,8 +85,8 @@ static void test_two_stages(void **state) {
   ax_config mcfg;
   AX_ASSERT_OK(ax_model_config(def, CFG, &mcfg));
   int bounds[3] = {0, 2, 4};
-  ax_pipe_opts o = {"gpt", CFG,   2,    g_names, bounds, AX_MODE_1F1B, 2,
-                    0,     ADAMW, SEED, AX_CPU,  60000};
+  ax_pipe_opts o = {"gpt", CFG, 2,     g_names, bounds, AX_MODE_1F1B,
+                    2,     0,   ADAMW, SEED,    AX_CPU, 60000};
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
   AX_ASSERT_OK(ax_pipe_train(p, 2, lm_batch, NULL, NULL));
@@ -119,8 +118,8 @@ static void test_tensor_parallel(void **state) {
   ax_config mcfg;
   AX_ASSERT_OK(ax_model_config(def, CFG, &mcfg));
   int bounds[3] = {0, 2, 4};
-  ax_pipe_opts o = {"gpt", CFG, 2,    g_names, bounds, AX_MODE_GPIPE, 2,
-                    0,     SGD, SEED, AX_CPU,  60000};
+  ax_pipe_opts o = {"gpt", CFG, 2,   g_names, bounds, AX_MODE_GPIPE,
+                    2,     0,   SGD, SEED,    AX_CPU, 60000};
   o.tensor_parallel = 2;
   ax_pipe *p;
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
@@ -128,8 +127,8 @@ static void test_tensor_parallel(void **state) {
   ax_tensor *want[2], *wbuf[2];
   pt_ref_opts ro = {0};
   ro.units = 2;
-  pt_reference_ex(def, &mcfg, bounds, 2, REF_SYNC, 2, lm_batch, NULL, SGD,
-                  SEED, &ro, want, wbuf);
+  pt_reference_ex(def, &mcfg, bounds, 2, REF_SYNC, 2, lm_batch, NULL, SGD, SEED,
+                  &ro, want, wbuf);
   for (int t = 0; t < 2; t++) { /* each member's own slices */
     char over[160];
     snprintf(over, sizeof over, "%s,tp=2,tp_rank=%d", CFG, t);
@@ -140,8 +139,8 @@ static void test_tensor_parallel(void **state) {
   double worst = 0;
   for (int s = 0; s < 2; s++) {
     ax_net *whole;
-    AX_ASSERT_OK(
-        ax_model_stage(def, &mcfg, bounds[s], bounds[s + 1], AX_CPU, 1, &whole));
+    AX_ASSERT_OK(ax_model_stage(def, &mcfg, bounds[s], bounds[s + 1], AX_CPU, 1,
+                                &whole));
     float *joined = calloc(whole->n_params, sizeof *joined);
     for (int t = 0; t < 2; t++) {
       char over[160];
@@ -167,8 +166,10 @@ static void test_tensor_parallel(void **state) {
     ax_net_free(whole);
     ax_tensor_release(want[s]), ax_tensor_release(wbuf[s]);
   }
-  fprintf(stderr, "  gpt gpipe K=2 T=2: tied copies equal on each member, "
-                  "worst relative difference to the reference %.2g\n", worst);
+  fprintf(stderr,
+          "  gpt gpipe K=2 T=2: tied copies equal on each member, "
+          "worst relative difference to the reference %.2g\n",
+          worst);
   assert_true(worst < 1e-4);
   ax_pipe_free(p);
   AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));

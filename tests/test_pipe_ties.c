@@ -12,16 +12,20 @@
  *    stages 0 and 3 on agent 0; interleaved with K = 1) and the
  *    asynchronous ones (pipedream, 2bw, ddg and fr with the copies on
  *    adjacent stages);
+ *  - the optimizers on an optimizer host;
  *  - a checkpoint at K = 2 resumed at K = 4;
  *  - negative control: the reference without the ties' sums differs;
  *  - refused: ddg with the copies three stages apart (the forward lock),
  *    a frozen prefix that holds one copy only (at creation and through
  *    ax_pipe_freeze).
+ * Then in a world of one (emulate.h: every stage on this process's node)
+ * zbv, ZeRO over 2 replicas and 2bw, the same bits.
  * Zero live RRefs, contexts and calls on every node afterwards. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "axon/runtime/autograd/plugin.h"
+#include "axon/runtime/pipeline/schedule/emulate.h"
 #include "axon/runtime/pipeline/state/checkpoint.h"
 #include "axon/runtime/pipeline/state/freeze.h"
 #include "tests/pipe_testutil.h"
@@ -30,6 +34,14 @@
 static const char *g_names[NAGENTS] = {"t1", "t2", "t3", "t4"};
 static pid_t g_pids[NAGENTS];
 static ax_node *g_drv;
+/* The agents of the runs: the 4 agents, or the emulator's node 16 times
+ * (a world of one hosting every stage, emulate.h). */
+#define EMU "tieemu"
+static const char *g_emu[AX_PIPE_MAX_REPLICAS] = {EMU, EMU, EMU, EMU, EMU, EMU,
+                                                  EMU, EMU, EMU, EMU, EMU, EMU,
+                                                  EMU, EMU, EMU, EMU};
+static const char *const *g_agents = g_names;
+static int g_nagents = NAGENTS;
 static char g_plugin[4200];
 
 #define CFG "vocab=12,hidden=8,layers=2"
@@ -60,12 +72,24 @@ static int tie_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
 }
 
 /* One run: mode, K agents (S stages: K chunks of K), R replicas of M
- * micro-batches, ZeRO, the optimizer, steps. */
+ * micro-batches, ZeRO, the optimizer, steps, the optimizers on the last
+ * agent (an optimizer host). */
 typedef struct run {
   int mode, K, chunks, R, M, zero;
   const char *optim;
-  int steps;
+  int steps, offload;
 } run;
+
+/* Zero live RRefs, contexts and calls on every node: the agents and this
+ * one, or the emulator's node alone. */
+static void all_zero(void) {
+  if (g_agents == g_names) {
+    AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
+    return;
+  }
+  AX_ASSERT_OK(dt_wait_counts(g_drv, NULL, 0, 0, 0));
+  AX_ASSERT_OK(rt_local_zero());
+}
 
 static int stages_of(const run *c) {
   return c->K * ax_pipe_chunks(c->mode, c->chunks);
@@ -74,7 +98,9 @@ static int stages_of(const run *c) {
 static ax_pipe *new_pipe(const run *c) {
   ax_pipe_opts o = {"tied", CFG, c->K,     g_names, NULL,   c->mode,
                     c->M,   0,   c->optim, SEED,    AX_CPU, 30000};
+  o.agents = g_agents;
   o.chunks = c->chunks;
+  o.optimizer_host = c->offload ? g_agents[g_nagents - 1] : NULL;
   o.replicas = c->R;
   o.zero = c->zero;
   ax_pipe *p = NULL;
@@ -161,12 +187,13 @@ static void run_case(const run *c) {
   reference(c, bounds, S, c->steps, want, wbuf);
   check(p, c, bounds, S, want, wbuf);
   fprintf(stderr,
-          "  %-11s K=%d S=%d R=%d M=%d%s: %d steps, same bits as the "
-          "reference, tied copies equal\n",
+          "  %-11s K=%d S=%d R=%d M=%d%s%s: %d steps, same bits as "
+          "the reference, tied copies equal\n",
           ax_pipe_mode_name(c->mode), c->K, S, c->R ? c->R : 1, c->M,
-          c->zero ? " zero" : "", c->steps);
+          c->zero ? " zero" : "", c->offload ? " optimizer host" : "",
+          c->steps);
   ax_pipe_free(p);
-  AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
+  all_zero();
 }
 
 static void test_stages_and_replicas(void **state) {
@@ -178,6 +205,7 @@ static void test_stages_and_replicas(void **state) {
       {AX_MODE_1F1B, 2, 0, 2, 2, 0, ADAMW, 3},
       {AX_MODE_GPIPE, 1, 0, 2, 2, 1, ADAMW, 3},
       {AX_MODE_1F1B, 2, 0, 2, 2, 1, ADAMW, 3},
+      {AX_MODE_1F1B, 2, 0, 0, 2, 0, ADAMW, 3, 1},
   };
   for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++)
     run_case(&runs[i]);
@@ -210,7 +238,7 @@ static void test_untied_differs(void **state) {
     ax_tensor_release(wbuf[s]);
   }
   ax_pipe_free(p);
-  AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
+  all_zero();
 }
 
 static void test_shared_lines(void **state) {
@@ -270,13 +298,14 @@ static void test_checkpoint_relayout(void **state) {
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", root);
   assert_int_equal(system(cmd), 0);
-  AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
+  all_zero();
 }
 
 static void test_refusals(void **state) {
   (void)state;
   ax_pipe_opts o = {"tied", CFG, 4,   g_names, NULL,   AX_MODE_DDG,
                     1,      0,   SGD, SEED,    AX_CPU, 30000};
+  o.agents = g_agents;
   ax_pipe *p = NULL;
   assert_int_equal(ax_pipe_new(g_drv, &o, &p), AX_EUNSUPPORTED);
   fprintf(stderr, "  ddg K=4: %s\n", ax_errmsg());
@@ -296,7 +325,48 @@ static void test_refusals(void **state) {
   assert_int_equal(ax_pipe_freeze(&p, &fo), AX_EINVAL);
   assert_non_null(strstr(ax_errmsg(), "frozen"));
   ax_pipe_free(p);
-  AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
+  all_zero();
+}
+
+/* In a world of one (emulate.h): every stage on this process's node, the
+ * tie's groups told apart by rank: zbv (both copies' STEPs on one line),
+ * 1f1b over 2 replicas with ZeRO, 2bw over 4 stages. */
+static void test_emulated(void **state) {
+  (void)state;
+  static const run runs[] = {
+      {AX_MODE_ZBV, 2, 0, 0, 4, 0, SGD, 3},
+      {AX_MODE_1F1B, 2, 0, 2, 2, 1, ADAMW, 3},
+      {AX_MODE_2BW, 4, 0, 0, 4, 0, SGD, 4},
+  };
+  for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++)
+    run_case(&runs[i]);
+}
+
+static int world_start(void **state) {
+  (void)state;
+  const char *args[] = {"--threads", "2", "--plugin", g_plugin, NULL};
+  return mt_start("tiecoord", g_names, NAGENTS, args, g_pids, &g_drv);
+}
+static int world_end(void **state) {
+  (void)state;
+  mt_end(g_drv, g_pids, NAGENTS);
+  g_drv = NULL;
+  return 0;
+}
+static int emulator_start(void **state) {
+  (void)state;
+  g_agents = g_emu;
+  g_nagents = 1;
+  int err = ax_pipe_emulator_new(EMU, 12, &g_drv);
+  if (err != AX_OK)
+    fprintf(stderr, "emulator: %s\n", ax_errmsg());
+  return err;
+}
+static int emulator_end(void **state) {
+  (void)state;
+  ax_pipe_emulator_free(g_drv);
+  g_drv = NULL;
+  return 0;
 }
 
 int main(void) {
@@ -305,18 +375,16 @@ int main(void) {
     fprintf(stderr, "%s\n", ax_errmsg());
     return 1;
   }
-  const char *args[] = {"--threads", "2", "--plugin", g_plugin, NULL};
-  if (mt_start("tiecoord", g_names, NAGENTS, args, g_pids, &g_drv) != AX_OK)
-    return 1;
+  /* The agents' world for the first six, then a world of one. */
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_stages_and_replicas),
+      cmocka_unit_test_setup(test_stages_and_replicas, world_start),
       cmocka_unit_test(test_untied_differs),
       cmocka_unit_test(test_shared_lines),
       cmocka_unit_test(test_async_modes),
       cmocka_unit_test(test_checkpoint_relayout),
-      cmocka_unit_test(test_refusals),
+      cmocka_unit_test_teardown(test_refusals, world_end),
+      cmocka_unit_test_setup_teardown(test_emulated, emulator_start,
+                                      emulator_end),
   };
-  int failed = AX_TEST_MAIN(tests);
-  mt_end(g_drv, g_pids, NAGENTS);
-  return failed;
+  return AX_TEST_MAIN(tests);
 }

@@ -2,8 +2,9 @@
  * real agent processes: a small BERT with dropout 0.1 whose encoder layers
  * are split over T agents per stage (models/layers/parallel.h), trained
  * by 1f1b (K = 2, T = 2), zb-h1 (split backward, K = 2, T = 2) and gpipe
- * (K = 1, T = 4), against the micro-batched single-process reference of
- * the whole model: every member's every stage must equal its slice of the
+ * (K = 1, T = 4), and by 1f1b in bf16 (ax_pipe_opts.precision), against
+ * the micro-batched single-process reference of the whole model (in the
+ * same precision): every member's every stage must equal its slice of the
  * reference (ax_tp_slice_params) within relative 1e-5, and the reference
  * with other dropout masks must be off by more than 1e-3 (negative
  * control). Evaluation runs on every member; a checkpoint resumes every
@@ -81,7 +82,7 @@ static void bert_split(int K, int *bounds) {
   AX_ASSERT_OK(ax_split_uniform(info.n_blocks, K, bounds));
 }
 
-static void run_case(int mode, int K, int T, int M, int steps) {
+static void run_case(int mode, int K, int T, int M, int steps, int prec) {
   const ax_model_def *def = ax_model_find("bert");
   ax_config mcfg;
   AX_ASSERT_OK(ax_model_config(def, BERT_CFG, &mcfg));
@@ -90,6 +91,7 @@ static void run_case(int mode, int K, int T, int M, int steps) {
   ax_pipe_opts o = {"bert", BERT_CFG,           K,     g_names, bounds, mode,
                     M,      AX_RECOMPUTE_NEVER, OPTIM, SEED,    AX_CPU, 30000};
   o.tensor_parallel = T;
+  o.precision = prec;
   ax_pipe *p;
   double t0 = ax_clock_s();
   AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
@@ -100,6 +102,7 @@ static void run_case(int mode, int K, int T, int M, int steps) {
   assert_true(loss > 0 && loss < 100);
   ax_tensor *want[NAGENTS], *wbuf[NAGENTS], *off[NAGENTS], *obuf[NAGENTS];
   pt_ref_opts ro = {M, 0};
+  ro.precision = prec;
   pt_reference_ex(def, &mcfg, bounds, K, REF_SYNC, steps, bert_batch, NULL,
                   OPTIM, SEED, &ro, want, wbuf);
   ro.units = 1; /* other dropout masks */
@@ -113,11 +116,11 @@ static void run_case(int mode, int K, int T, int M, int steps) {
     worst_off = wo < worst_off ? wo : worst_off;
   }
   fprintf(stderr,
-          "  bert %-6s K=%d T=%d M=%d: %d steps in %.2f s, worst "
+          "  bert %-6s %s K=%d T=%d M=%d: %d steps in %.2f s, worst "
           "relative difference of a member from its slice %.2g (%.2g "
           "against other masks); evaluation loss %.4f\n",
-          ax_pipe_mode_name(mode), K, T, M, steps, t1 - t0, worst, worst_off,
-          loss);
+          ax_pipe_mode_name(mode), ax_precision_name(prec), K, T, M, steps,
+          t1 - t0, worst, worst_off, loss);
   if (worst > 1e-5)
     fail_msg("bert %s K=%d T=%d: relative difference %.3g > 1e-5",
              ax_pipe_mode_name(mode), K, T, worst);
@@ -131,9 +134,15 @@ static void run_case(int mode, int K, int T, int M, int steps) {
 }
 
 static void test_members_equal_whole_model(void **state) {
-  run_case(AX_MODE_1F1B, 2, 2, 4, 3);
-  run_case(AX_MODE_ZBH1, 2, 2, 4, 3);
-  run_case(AX_MODE_GPIPE, 1, 4, 2, 3);
+  run_case(AX_MODE_1F1B, 2, 2, 4, 3, AX_PREC_FP32);
+  run_case(AX_MODE_ZBH1, 2, 2, 4, 3, AX_PREC_FP32);
+  run_case(AX_MODE_GPIPE, 1, 4, 2, 3, AX_PREC_FP32);
+}
+
+/* In bf16 the members' column and row parts round their GEMMs' operands
+ * as the whole layers do: only the sums' order differs, as in fp32. */
+static void test_members_bf16(void **state) {
+  run_case(AX_MODE_1F1B, 2, 2, 4, 3, AX_PREC_BF16);
 }
 
 /* R = 2 replicas of T = 2 members (K = 1, 4 agents) against the same
@@ -354,6 +363,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_members_equal_whole_model),
+      cmocka_unit_test(test_members_bf16),
       cmocka_unit_test(test_with_replicas),
       cmocka_unit_test(test_resume),
       cmocka_unit_test(test_lost_member),

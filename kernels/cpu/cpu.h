@@ -118,7 +118,7 @@ int axi_cpu_avgpool_bwd(ax_backend *be, const ax_pool_desc *d, const float *dy,
 /* cpu_loss.c */
 int axi_cpu_xent_fwd(ax_backend *be, int rows, int classes, const float *logits,
                      const int32_t *labels, int ignore_index, float *probs,
-                     double *loss_sum, int64_t *count);
+                     double *loss_sum, int64_t *count, int64_t *correct);
 int axi_cpu_xent_bwd(ax_backend *be, int rows, int classes, const float *probs,
                      const int32_t *labels, int ignore_index, float scale,
                      float *dlogits);
@@ -135,14 +135,6 @@ int axi_cpu_embedding_fwd(ax_backend *be, int n_idx, int dim, int rows,
 int axi_cpu_embedding_bwd(ax_backend *be, int n_idx, int dim,
                           const int32_t *idx, const float *dy, float *dtable);
 
-/* cpu_attn_causal.c */
-int axi_cpu_attn_causal_fwd(ax_backend *be, const ax_attn_desc *d,
-                            const float *q, const float *k, const float *v,
-                            float *o, float *lse);
-int axi_cpu_attn_causal_bwd(ax_backend *be, const ax_attn_desc *d,
-                            const float *q, const float *k, const float *v,
-                            const float *o, const float *do_, const float *lse,
-                            float *dq, float *dk, float *dv);
 /* cpu_bf16.c: the casts and gemm_bf16, which runs axi_bf16_gemm_avx512
  * when axi_bf16_gemm_available() is true and AXON_BF16_GEMM is not
  * "fallback", else OpenBLAS sgemm on operands converted to f32. */
@@ -163,6 +155,15 @@ int axi_bf16_gemm_avx512(int ta, int tb, int m, int n, int k, float alpha,
                          const uint16_t *a, int lda, long sa, const uint16_t *b,
                          int ldb, long sb, float beta, float *c, int ldc,
                          long sc, int batch);
+
+/* cpu_attn_causal.c */
+int axi_cpu_attn_causal_fwd(ax_backend *be, const ax_attn_desc *d,
+                            const float *q, const float *k, const float *v,
+                            float *o, float *lse);
+int axi_cpu_attn_causal_bwd(ax_backend *be, const ax_attn_desc *d,
+                            const float *q, const float *k, const float *v,
+                            const float *o, const float *do_, const float *lse,
+                            float *dq, float *dk, float *dv);
 
 /* cpu_optim.c */
 int axi_cpu_sgd_step(ax_backend *be, size_t n, float *w, const float *g,

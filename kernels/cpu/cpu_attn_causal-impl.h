@@ -106,9 +106,6 @@ void axi_attn_tile_nn(int m, int n, int k, const float *a, long sam, long sak,
  * ss. */
 void axi_attn_transpose(int n, int dh, const float *x, long ss, float *xt);
 
-/* AX_EINVAL, naming fn, unless d is a geometry the kernels take. */
-int axi_attn_check(const char *fn, const ax_attn_desc *d);
-
 /* Runs fn(J, task, ws) for every task in [0, n) on the CPU threads, each
  * thread with its own ws_floats of scratch in ws. Tasks write disjoint
  * outputs, so the order in which threads take them (dynamically: their

@@ -91,18 +91,6 @@ void axi_attn_transpose(int n, int dh, const float *x, long ss, float *xt) {
       xt[(size_t)d * BK + j] = x[j * ss + d];
 }
 
-int axi_attn_check(const char *fn, const ax_attn_desc *d) {
-  if (d->b < 0 || d->heads <= 0 || d->dh <= 0 || d->sq < 0 || d->sk <= 0 ||
-      d->sq > d->sk || d->head0 < 0 || d->heads_total < d->head0 + d->heads ||
-      !(d->dropout >= 0.0f && d->dropout < 1.0f))
-    return ax_seterr(AX_EINVAL,
-                     "%s: bad geometry (b %d, heads %d of %d from %d, sq %d, "
-                     "sk %d, dh %d, dropout %g)",
-                     fn, d->b, d->heads, d->heads_total, d->head0, d->sq, d->sk,
-                     d->dh, (double)d->dropout);
-  return AX_OK;
-}
-
 int axi_attn_run(const axi_attn_job *J, long n, size_t ws_floats,
                  axi_attn_task fn) {
   int nt = ax_cpu_threads();
@@ -215,7 +203,7 @@ int axi_cpu_attn_causal_fwd(ax_backend *be, const ax_attn_desc *d,
                             const float *q, const float *k, const float *v,
                             float *o, float *lse) {
   (void)be;
-  AX_TRY(axi_attn_check("attn_causal_fwd", d));
+  AX_TRY(ax_attn_desc_check(d, "attn_causal_fwd"));
   axi_attn_job J = {d, q, k, v, NULL, NULL, NULL, o, lse};
   J.nqb = (d->sq + BQ - 1) / BQ;
   return axi_attn_run(&J, (long)d->b * d->heads * J.nqb, fwd_ws(d->dh),

@@ -183,7 +183,7 @@ int axi_cpu_attn_causal_bwd(ax_backend *be, const ax_attn_desc *d,
                             const float *o, const float *do_, const float *lse,
                             float *dq, float *dk, float *dv) {
   (void)be;
-  AX_TRY(axi_attn_check("attn_causal_bwd", d));
+  AX_TRY(ax_attn_desc_check(d, "attn_causal_bwd"));
   axi_attn_job J = {d, q, k, v, o, lse, do_, NULL, NULL, dq, dk, dv};
   J.nqb = (d->sq + BQ - 1) / BQ;
   J.nkb = (d->sk + BK - 1) / BK;

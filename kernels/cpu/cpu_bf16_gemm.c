@@ -8,25 +8,32 @@
  *    j at dword q * NR + j of its sliver, so one step of k loads NV
  *    vectors. Packed once per call (per batch entry, once when stride_b is
  *    0) by all threads before any product.
- *  - A: slivers of MR rows over KC values of k, pair q of row i at dword
+ *  - A: slivers of MR rows over one block of k, pair q of row i at dword
  *    q * MR + i, each broadcast to a whole register. Packed block by block
- *    (MC rows by KC) into each thread's own buffer.
+ *    (at most MC_MAX rows) into each thread's own buffer.
+ * Pairs along a row of the source (A, or B transposed) are packed by
+ * 16 x 16 dword transposes, pairs down a column by widening two rows.
  *
  * The micro-kernel keeps an MR x NR tile of C in MR * NV registers (24 of
- * the 32) over the KC / 2 pairs of one block of k. The blocks follow the
- * usual layout: one B sliver (KC x NR, 24 KiB) stays in L1 while the MC
- * rows of A (MC x KC, L2) pass over it. Units of work are (batch entry,
- * MC rows, a run of slivers); OpenMP hands them out dynamically.
+ * the 32) over the pairs of one block of k, and prefetches its C tile
+ * first. k is cut into equal blocks of at most KC values (one block up to
+ * KC), so that a thread's A block (MC_MAX x KC, 192 KiB) and the B sliver
+ * in use (KC x NR, 64 KiB) stay in its L2 and C is read and written once
+ * per block. Units of work are (batch entry, rows, a run of slivers);
+ * OpenMP hands them out dynamically. Measured on an AMD EPYC (Zen 4), one
+ * thread: 74-91 % of the vdpbf16ps peak on GPT-2 small's Linear products,
+ * 1.8-2.2x OpenBLAS sgemm on the same shapes (docs/BENCHMARKS.md).
  *
- * Summation order: every C element is the f32 sum, in k order, of its KC
+ * Summation order: every C element is the f32 sum, in k order, of its
  * blocks (C = alpha * block0 + beta * C, then C += alpha * block), each
- * block summed by one register lane pair after pair. KC is a constant and
- * which thread computes a unit never changes its arithmetic, so results do
- * not depend on the thread count or schedule.
+ * block summed by one register lane pair after pair. The blocks depend
+ * only on k, and which thread computes a unit never changes its
+ * arithmetic, so results do not depend on the thread count or schedule.
  *
  * vdpbf16ps treats denormal inputs as zero and flushes denormal results to
- * zero (its DAZ/FTZ are fixed), unlike the fallback; bf16.h's casts keep
- * denormals, so inputs under 2^-126 in magnitude lose their products. */
+ * zero (fixed DAZ/FTZ, checked on Zen 4), unlike the fallback: bf16 inputs
+ * under 2^-126 in magnitude lose their products, and partial sums under
+ * 2^-126 become 0. */
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -43,8 +50,8 @@ enum {
   MR = 12, /* rows of a micro-tile */
   NV = 2,  /* vectors of 16 columns in a micro-tile */
   NR = 16 * NV,
-  KC = 384,    /* values of k per block (even) */
-  MC_MAX = 192 /* rows of A per unit at most (a multiple of MR) */
+  KC = 1024,  /* values of k per block at most (even) */
+  MC_MAX = 96 /* rows of A per unit at most (a multiple of MR) */
 };
 
 int axi_bf16_gemm_available(void) {
@@ -73,56 +80,100 @@ typedef struct bgemm {
   size_t bsize;    /* dwords of packed B per batch entry */
   int nsl;         /* slivers of B (ceil(n / NR)) */
   int mc, nmb;     /* rows per unit, units along m */
+  int kc;          /* values of k per block (even) */
   int scount, nsb; /* slivers per unit, units along n */
 } bgemm;
 
-/* Pairs along a row: out[q * w + r] = (x[r][2q], x[r][2q + 1]) where
- * element (r, p) is x[r * ld + p]; rows r >= rows and values p >= kv are 0. */
-TBF16 static void pack_rows(int w, int rows, int kv, const uint16_t *x, long ld,
-                            uint32_t *out) {
-  const int np = (kv + 1) / 2, full = kv / 2;
-  for (int r = 0; r < w; r++) {
-    uint32_t *o = out + r;
-    if (r >= rows) {
-      for (int q = 0; q < np; q++)
-        o[q * w] = 0;
-      continue;
-    }
-    const uint16_t *xr = x + r * ld;
-    for (int q = 0; q < full; q++) {
-      uint32_t d;
-      memcpy(&d, xr + 2 * q, sizeof d);
-      o[q * w] = d;
-    }
-    if (full < np)
-      o[full * w] = xr[2 * full];
+/* Mask of the first w (any int) of 16 lanes. */
+TBF16_INLINE __mmask16 mask16(int w) {
+  return w >= 16  ? (__mmask16)0xffff
+         : w <= 0 ? (__mmask16)0
+                  : (__mmask16)((1u << w) - 1u);
+}
+
+/* Transposes 16 x 16 dwords in place: afterwards r[j] lane i is what r[i]
+ * lane j was. Two rounds of unpacks make 4 x 4 blocks, two rounds of
+ * 128-bit lane shuffles move the blocks. */
+TBF16_INLINE void transpose16(__m512i r[16]) {
+  __m512i t[16], u[16];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; g++) {
+    __m512i a0 = _mm512_unpacklo_epi32(r[4 * g], r[4 * g + 1]);
+    __m512i a1 = _mm512_unpackhi_epi32(r[4 * g], r[4 * g + 1]);
+    __m512i a2 = _mm512_unpacklo_epi32(r[4 * g + 2], r[4 * g + 3]);
+    __m512i a3 = _mm512_unpackhi_epi32(r[4 * g + 2], r[4 * g + 3]);
+    /* u[4g + c] lane L: column 4L + c of rows 4g .. 4g + 3 */
+    u[4 * g] = _mm512_unpacklo_epi64(a0, a2);
+    u[4 * g + 1] = _mm512_unpackhi_epi64(a0, a2);
+    u[4 * g + 2] = _mm512_unpacklo_epi64(a1, a3);
+    u[4 * g + 3] = _mm512_unpackhi_epi64(a1, a3);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) {
+    t[0] = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
+    t[1] = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee);
+    t[2] = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+    t[3] = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
+    r[c] = _mm512_shuffle_i32x4(t[0], t[2], 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(t[0], t[2], 0xdd);
+    r[8 + c] = _mm512_shuffle_i32x4(t[1], t[3], 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(t[1], t[3], 0xdd);
   }
 }
 
-/* Pairs down a column: out[q * w + r] = (x[2q][r], x[2q + 1][r]) where
- * element (p, r) is x[p * ld + r]; columns r >= cols and rows p >= kv are
- * 0. */
-TBF16 static void pack_cols(int w, int cols, int kv, const uint16_t *x, long ld,
+/* Pairs along rows: out[q * w + r] = (x[r][2q], x[r][2q + 1]) where
+ * element (r, p) is x[r * ld + p], for r < w and
+ * q < ceil(kv / 2); rows r >= rows and values p >= kv read as 0. Groups of
+ * 16 rows by 16 pairs are loaded as 16 vectors and transposed. */
+TBF16 static void pack_rows(int w, int rows, int kv, const uint16_t *x, long ld,
                             uint32_t *out) {
+  const int np = (kv + 1) / 2;
+  for (int r0 = 0; r0 < w; r0 += 16) {
+    const __mmask16 store = mask16(w - r0);
+    for (int q0 = 0; q0 < np; q0 += 16) {
+      const int left = kv - 2 * q0; /* values of k left in this chunk */
+      const __mmask32 load =
+          left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1u);
+      __m512i v[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; i++)
+        v[i] = r0 + i < rows
+                   ? _mm512_maskz_loadu_epi16(load, x + (r0 + i) * ld + 2 * q0)
+                   : _mm512_setzero_si512();
+      transpose16(v);
+      const int nq = np - q0 < 16 ? np - q0 : 16;
+      for (int j = 0; j < nq; j++)
+        _mm512_mask_storeu_epi32(out + (q0 + j) * w + r0, store, v[j]);
+    }
+  }
+}
+
+/* Pairs down columns: out[q * w + r] = (x[2q][r], x[2q + 1][r]) where
+ * element (p, r) is x[p * ld + r], for r < w and
+ * q < ceil(kv / 2); columns r >= cols and rows p >= kv read as 0. With
+ * nsl > 1, nsl such slivers of w columns each follow one another (sliver s
+ * at out + s * sstride, its columns from x + s * w, cols counted from
+ * the first), packed pair by pair so that rows of x are read in order. */
+TBF16 static void pack_cols(int w, int nsl, long sstride, int cols, int kv,
+                            const uint16_t *x, long ld, uint32_t *out) {
   const int np = (kv + 1) / 2;
   for (int q = 0; q < np; q++) {
     const uint16_t *x0 = x + 2 * q * ld, *x1 = x0 + ld;
     const int two = 2 * q + 1 < kv;
-    uint32_t *o = out + q * w;
-    for (int r = 0; r < w; r += 16) {
-      const int left = cols - r;
-      const __mmask16 mk = left >= 16  ? (__mmask16)0xffff
-                           : left <= 0 ? (__mmask16)0
-                                       : (__mmask16)((1u << left) - 1u);
-      __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, x0 + r));
-      __m512i hi =
-          two ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, x1 + r))
-              : _mm512_setzero_si512();
-      __m512i d = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
-      if (w - r >= 16)
-        _mm512_storeu_si512(o + r, d);
-      else
-        _mm512_mask_storeu_epi32(o + r, (__mmask16)((1u << (w - r)) - 1u), d);
+    for (int s = 0; s < nsl; s++) {
+      uint32_t *o = out + s * sstride + q * w;
+      for (int r = 0; r < w; r += 16) {
+        const int c = s * w + r;
+        const __mmask16 mk = mask16(cols - c);
+        __m512i lo =
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, x0 + c));
+        __m512i hi =
+            two ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, x1 + c))
+                : _mm512_setzero_si512();
+        _mm512_mask_storeu_epi32(
+            o + r, mask16(w - r),
+            _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+      }
     }
   }
 }
@@ -140,6 +191,12 @@ TBF16_INLINE void micro(int np, const uint32_t *a, const uint32_t *b, float *c,
 #pragma GCC unroll 4
     for (int v = 0; v < NV; v++)
       acc[i][v] = _mm512_setzero_ps();
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; i++)
+    if (i < mr) {
+      _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+      _mm_prefetch((const char *)(c + i * ldc + NR - 1), _MM_HINT_T0);
+    }
   for (int q = 0; q < np; q++) {
     __m512bh bv[NV];
 #pragma GCC unroll 4
@@ -164,8 +221,7 @@ TBF16_INLINE void micro(int np, const uint32_t *a, const uint32_t *b, float *c,
       const int left = nr - 16 * v;
       if (left <= 0)
         break;
-      const __mmask16 mk =
-          left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+      const __mmask16 mk = mask16(left);
       __m512 r = _mm512_mul_ps(acc[i][v], va);
       if (!first)
         r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mk, ci + 16 * v));
@@ -184,7 +240,7 @@ TBF16 static void pack_b(const bgemm *g, int z, int s) {
   if (g->tb)
     pack_rows(NR, cols, g->k, b + (long)j0 * g->ldb, g->ldb, out);
   else
-    pack_cols(NR, cols, g->k, b + j0, g->ldb, out);
+    pack_cols(NR, 1, 0, cols, g->k, b + j0, g->ldb, out);
 }
 
 /* Unit u: batch entry, rows [i0, i0 + mc), slivers [s0, s0 + scount). */
@@ -198,16 +254,16 @@ TBF16 static void run_unit(const bgemm *g, long u, uint32_t *apack) {
   const uint32_t *bp = g->bpack + (g->sb ? z * g->bsize : 0);
   const size_t bsl = (size_t)((g->k + 1) / 2) * NR; /* dwords per sliver */
   float *c = g->c + z * g->sc + (long)i0 * g->ldc;
-  for (int p0 = 0; p0 < g->k; p0 += KC) {
-    const int kc = g->k - p0 < KC ? g->k - p0 : KC, np = (kc + 1) / 2;
-    for (int i = 0; i < rows; i += MR) {
-      const int mr = rows - i < MR ? rows - i : MR;
-      uint32_t *ap = apack + (size_t)(i / MR) * np * MR;
-      if (g->ta)
-        pack_cols(MR, mr, kc, a + (long)p0 * g->lda + i0 + i, g->lda, ap);
-      else
-        pack_rows(MR, mr, kc, a + (long)(i0 + i) * g->lda + p0, g->lda, ap);
-    }
+  for (int p0 = 0; p0 < g->k; p0 += g->kc) {
+    const int kc = g->k - p0 < g->kc ? g->k - p0 : g->kc, np = (kc + 1) / 2;
+    if (g->ta)
+      pack_cols(MR, (rows + MR - 1) / MR, (long)np * MR, rows, kc,
+                a + (long)p0 * g->lda + i0, g->lda, apack);
+    else
+      for (int i = 0; i < rows; i += MR)
+        pack_rows(MR, rows - i < MR ? rows - i : MR, kc,
+                  a + (long)(i0 + i) * g->lda + p0, g->lda,
+                  apack + (size_t)(i / MR) * np * MR);
     for (int s = s0; s < s1; s++) {
       const uint32_t *bs = bp + s * bsl + (size_t)(p0 / 2) * NR;
       const int nr = g->n - s * NR < NR ? g->n - s * NR : NR;
@@ -244,8 +300,10 @@ int axi_bf16_gemm_avx512(int ta, int tb, int m, int n, int k, float alpha,
   g.nsl = (n + NR - 1) / NR;
   g.bsize = (size_t)g.nsl * NR * ((k + 1) / 2);
   partition(&g, batch, threads);
+  const int nkb = (k + KC - 1) / KC;
+  g.kc = ((k + nkb - 1) / nkb + 1) & ~1;
   const int nbp = sb ? batch : 1; /* B packs */
-  const size_t abytes = ((size_t)g.mc * KC * 2 + 63) & ~(size_t)63;
+  const size_t abytes = ((size_t)g.mc * g.kc * 2 + 63) & ~(size_t)63;
   g.bpack = aligned_alloc(64, (size_t)nbp * g.bsize * 4);
   uint8_t *apack = aligned_alloc(64, abytes * threads);
   if (!g.bpack || !apack) {

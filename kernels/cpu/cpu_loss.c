@@ -7,7 +7,7 @@
 
 int axi_cpu_xent_fwd(ax_backend *be, int rows, int classes, const float *logits,
                      const int32_t *labels, int ignore_index, float *probs,
-                     double *loss_sum, int64_t *count) {
+                     double *loss_sum, int64_t *count, int64_t *correct) {
   (void)be;
   for (int r = 0; r < rows; r++)
     if (labels[r] != ignore_index && (labels[r] < 0 || labels[r] >= classes))
@@ -16,10 +16,15 @@ int axi_cpu_xent_fwd(ax_backend *be, int rows, int classes, const float *logits,
                        "[0, %d)",
                        labels[r], r, classes);
   /* Per-row losses summed serially afterwards, so the total does not depend
-   * on the thread count or scheduling (bit-reproducible loss curves). */
+   * on the thread count or scheduling (bit-reproducible loss curves);
+   * row_hit[r] is 1 when row r's argmax is its label. */
   double *row_loss = malloc(sizeof(double) * (size_t)(rows ? rows : 1));
-  if (!row_loss)
+  char *row_hit = malloc((size_t)(rows ? rows : 1));
+  if (!row_loss || !row_hit) {
+    free(row_loss);
+    free(row_hit);
     return AX_ENOMEM;
+  }
 #pragma omp parallel for num_threads(                                          \
     ax_cpu_threads()) if ((long)rows * classes > 65536)
   for (int r = 0; r < rows; r++) {
@@ -34,20 +39,29 @@ int axi_cpu_xent_fwd(ax_backend *be, int rows, int classes, const float *logits,
       s += p[j];
     }
     float inv = (float)(1.0 / s);
-    for (int j = 0; j < classes; j++)
+    int best = 0;
+    for (int j = 0; j < classes; j++) {
       p[j] *= inv;
+      if (p[j] > p[best])
+        best = j;
+    }
     row_loss[r] = labels[r] != ignore_index ? log(s) + mx - z[labels[r]] : 0;
+    row_hit[r] = best == labels[r];
   }
   double total = 0.0;
-  int64_t kept = 0;
+  int64_t kept = 0, hits = 0;
   for (int r = 0; r < rows; r++)
     if (labels[r] != ignore_index) {
       total += row_loss[r];
       kept++;
+      hits += row_hit[r];
     }
   free(row_loss);
+  free(row_hit);
   *loss_sum = total;
   *count = kept;
+  if (correct)
+    *correct = hits;
   return AX_OK;
 }
 

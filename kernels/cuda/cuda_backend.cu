@@ -117,6 +117,7 @@ extern "C" int axi_cudalib_backend_init(ax_backend *be, int ordinal) {
   axi_cuda_ops_norm(&iface);
   axi_cuda_ops_softmax(&iface);
   axi_cuda_ops_embed(&iface);
+  axi_cuda_ops_attn(&iface);
   be->iface = iface;
   be->device.type = AX_DEV_CUDA;
   be->device.index = ordinal;

@@ -1,5 +1,5 @@
-/* CUDA backend, BLAS family: gemm (cuBLAS), axpby, sum, bias_add,
- * bias_grad.
+/* CUDA backend, BLAS family: gemm and gemm_bf16 (cuBLAS), axpby, sum,
+ * bias_add, bias_grad.
  *
  * gemm: the contract is row-major; cuBLAS is column-major. A row-major
  * (r, c) matrix with leading dimension ld is the column-major (c, r) matrix
@@ -12,6 +12,10 @@
  * Precision: FP32 (CUBLAS_DEFAULT_MATH, no TF32) unless the environment
  * variable AXON_TF32 is "1" when the call is made; then
  * CUBLAS_TF32_TENSOR_OP_MATH (about 1e-3 relative error per product).
+ * gemm_bf16 is the same mapping through cublasGemmEx (and its strided
+ * batched form): CUDA_R_16BF inputs, CUDA_R_32F C, CUBLAS_COMPUTE_32F
+ * (products of bf16 values are exact in f32 and summed in f32; the math
+ * mode does not apply to it).
  *
  * axpby, bias_add: explicitly rounded float operations in the CPU
  * reference's order (no FMA contraction), so results equal the CPU's.
@@ -70,9 +74,11 @@ static int tf32_wanted(void) {
   return e && strcmp(e, "1") == 0;
 }
 
-static int gemm_locked(ax_backend *be, int ta, int tb, int m, int n, int k,
-                       float alpha, const float *a, int lda, long sa,
-                       const float *b, int ldb, long sb, float beta, float *c,
+/* The gemm of both input types: f32 (bf16 == 0) or bf16 bit patterns,
+ * C f32 either way. */
+static int gemm_locked(ax_backend *be, int bf16, int ta, int tb, int m, int n,
+                       int k, float alpha, const void *a, int lda, long sa,
+                       const void *b, int ldb, long sb, float beta, float *c,
                        int ldc, long sc, int batch) {
   cublasHandle_t h = NULL;
   AX_TRY(cublas_locked(be, &h));
@@ -80,20 +86,31 @@ static int gemm_locked(ax_backend *be, int ta, int tb, int m, int n, int k,
                                                    : CUBLAS_DEFAULT_MATH));
   cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if (batch == 1)
-    AX_CUBLAS_TRY(
-        cublasSgemm(h, ob, oa, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
-  else
+  const float *fa = (const float *)a, *fb = (const float *)b;
+  const cudaDataType_t in = CUDA_R_16BF, out = CUDA_R_32F;
+  const cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
+  const cublasGemmAlgo_t algo = CUBLAS_GEMM_DEFAULT;
+  if (!bf16 && batch == 1)
+    AX_CUBLAS_TRY(cublasSgemm(h, ob, oa, n, m, k, &alpha, fb, ldb, fa, lda,
+                              &beta, c, ldc));
+  else if (!bf16)
     AX_CUBLAS_TRY(cublasSgemmStridedBatched(
-        h, ob, oa, n, m, k, &alpha, b, ldb, (long long)sb, a, lda,
+        h, ob, oa, n, m, k, &alpha, fb, ldb, (long long)sb, fa, lda,
         (long long)sa, &beta, c, ldc, (long long)sc, batch));
+  else if (batch == 1)
+    AX_CUBLAS_TRY(cublasGemmEx(h, ob, oa, n, m, k, &alpha, b, in, ldb, a, in,
+                               lda, &beta, c, out, ldc, ct, algo));
+  else
+    AX_CUBLAS_TRY(cublasGemmStridedBatchedEx(
+        h, ob, oa, n, m, k, &alpha, b, in, ldb, (long long)sb, a, in, lda,
+        (long long)sa, &beta, c, out, ldc, (long long)sc, batch, ct, algo));
   return AX_OK;
 }
 
-static int cuda_gemm(ax_backend *be, int ta, int tb, int m, int n, int k,
-                     float alpha, const float *a, int lda, long sa,
-                     const float *b, int ldb, long sb, float beta, float *c,
-                     int ldc, long sc, int batch) {
+static int gemm_any(ax_backend *be, int bf16, int ta, int tb, int m, int n,
+                    int k, float alpha, const void *a, int lda, long sa,
+                    const void *b, int ldb, long sb, float beta, float *c,
+                    int ldc, long sc, int batch) {
   if (m < 0 || n < 0 || k < 0 || batch < 0)
     return ax_seterr(AX_EINVAL, "gemm: negative size");
   if (m == 0 || n == 0 || batch == 0)
@@ -104,10 +121,26 @@ static int cuda_gemm(ax_backend *be, int ta, int tb, int m, int n, int k,
   }
   AX_CUDA_ENTER(be);
   pthread_mutex_lock(&blas_lock);
-  int rc = gemm_locked(be, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta,
-                       c, ldc, sc, batch);
+  int rc = gemm_locked(be, bf16, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
+                       beta, c, ldc, sc, batch);
   pthread_mutex_unlock(&blas_lock);
   return rc;
+}
+
+static int cuda_gemm(ax_backend *be, int ta, int tb, int m, int n, int k,
+                     float alpha, const float *a, int lda, long sa,
+                     const float *b, int ldb, long sb, float beta, float *c,
+                     int ldc, long sc, int batch) {
+  return gemm_any(be, 0, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta,
+                  c, ldc, sc, batch);
+}
+
+static int cuda_gemm_bf16(ax_backend *be, int ta, int tb, int m, int n, int k,
+                          float alpha, const uint16_t *a, int lda, long sa,
+                          const uint16_t *b, int ldb, long sb, float beta,
+                          float *c, int ldc, long sc, int batch) {
+  return gemm_any(be, 1, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta,
+                  c, ldc, sc, batch);
 }
 
 /* ---- axpby --------------------------------------------------------------- */
@@ -322,6 +355,7 @@ static int cuda_bias_grad(ax_backend *be, const float *dy, float *dbias,
 
 void axi_cuda_ops_blas(ax_backend_i *i) {
   i->gemm = cuda_gemm;
+  i->gemm_bf16 = cuda_gemm_bf16;
   i->axpby = cuda_axpby;
   i->sum = cuda_sum;
   i->bias_add = cuda_bias_add;

@@ -37,12 +37,13 @@ static inline cudaStream_t axi_cuda_stream(ax_backend *be) {
 /* Each op family fills its entries of the vtable; called once by
  * axi_cudalib_backend_init. One .cu/.cuh pair per family. */
 void axi_cuda_ops_blas(ax_backend_i *i);    /* gemm, axpby, sum, bias */
-void axi_cuda_ops_elem(ax_backend_i *i);    /* activations, dropout, add_relu */
+void axi_cuda_ops_elem(ax_backend_i *i);    /* activations, dropout, casts */
 void axi_cuda_ops_optim(ax_backend_i *i);   /* sgd_step, adamw_step */
 void axi_cuda_ops_dnn(ax_backend_i *i);     /* conv, batch norm, pooling */
 void axi_cuda_ops_norm(ax_backend_i *i);    /* layer norm */
 void axi_cuda_ops_softmax(ax_backend_i *i); /* xent, masked softmax, permute */
 void axi_cuda_ops_embed(ax_backend_i *i);   /* embedding */
+void axi_cuda_ops_attn(ax_backend_i *i);    /* fused causal attention */
 
 /* ---- device memory (cuda_alloc.cu) ----------------------------------------
  * A caching allocator per backend (ctx->alloc) and pinned host staging for

@@ -1,5 +1,5 @@
 /* CUDA backend, elementwise family: relu, tanh, exact-erf gelu (forward and
- * backward), counter-based dropout, add_relu.
+ * backward), counter-based dropout, add_relu, and the f32 <-> bf16 casts.
  *
  * Contracts (kernels/backend-impl.h): outputs may alias inputs (no
  * __restrict__ here), n == 0 launches nothing. Every kernel is a
@@ -12,7 +12,9 @@
  * tanh_fwd and gelu differ from the CPU in the last bits. Dropout draws
  * ax_dropout_uniform(seed, i), the function the CPU uses, and its scale
  * 1 / (1 - p) is computed on the host as on the CPU: masks and values are
- * identical. */
+ * identical. The casts run kernels/bf16.h's conversions (host and device
+ * functions under nvcc): the CPU's bits, NaN included. */
+#include "axon/kernels/bf16.h"
 #include "axon/kernels/cuda/cuda_common.cuh"
 
 #define GRID_STRIDE(i, n)                                                      \
@@ -100,6 +102,16 @@ __global__ static void dropout_kernel(size_t n, const float *x, float *y,
   }
 }
 
+__global__ static void cast_f32_bf16_kernel(size_t n, const float *x,
+                                            uint16_t *y) {
+  GRID_STRIDE(i, n) { y[i] = ax_bf16_from_f32(x[i]); }
+}
+
+__global__ static void cast_bf16_f32_kernel(size_t n, const uint16_t *x,
+                                            float *y) {
+  GRID_STRIDE(i, n) { y[i] = ax_bf16_to_f32(x[i]); }
+}
+
 static int cuda_relu_fwd(ax_backend *be, size_t n, const float *x, float *y) {
   LAUNCH(be, n, relu_fwd_kernel, n, x, y);
 }
@@ -146,6 +158,16 @@ static int cuda_dropout_bwd(ax_backend *be, size_t n, const float *dy,
   return cuda_dropout_fwd(be, n, dy, dx, p, seed, first);
 }
 
+static int cuda_cast_f32_bf16(ax_backend *be, size_t n, const float *x,
+                              uint16_t *y) {
+  LAUNCH(be, n, cast_f32_bf16_kernel, n, x, y);
+}
+
+static int cuda_cast_bf16_f32(ax_backend *be, size_t n, const uint16_t *x,
+                              float *y) {
+  LAUNCH(be, n, cast_bf16_f32_kernel, n, x, y);
+}
+
 void axi_cuda_ops_elem(ax_backend_i *i) {
   i->relu_fwd = cuda_relu_fwd;
   i->relu_bwd = cuda_relu_bwd;
@@ -156,4 +178,6 @@ void axi_cuda_ops_elem(ax_backend_i *i) {
   i->dropout_fwd = cuda_dropout_fwd;
   i->dropout_bwd = cuda_dropout_bwd;
   i->add_relu_fwd = cuda_add_relu_fwd;
+  i->cast_f32_bf16 = cuda_cast_f32_bf16;
+  i->cast_bf16_f32 = cuda_cast_bf16_f32;
 }

@@ -5,11 +5,15 @@
  *
  * Row kernels run one block per row: the row maximum in float, the sum of
  * exponentials in double, then probabilities scaled by (float)(1 / sum).
- * xent_fwd: a second one-block kernel sums the kept rows' losses (double)
- * and counts them in a fixed order, and finds the first row whose label is
- * neither in [0, classes) nor ignore_index; the result is copied to the host
- * (the call waits for it), and such a label gives AX_EINVAL (probs are then
- * written but meaningless). softmax_mask_fwd: a row whose keys are all
+ * xent_fwd: each row block also finds the argmax of the probabilities it
+ * wrote (a block reduction of (value, index) pairs that keeps the larger
+ * value and, on ties, the lower index, NaN excluded: the CPU's serial scan)
+ * and flags the row when it is the label; a second one-block kernel sums the
+ * kept rows' losses (double), counts them and their flags in a fixed order,
+ * and finds the first row whose label is neither in [0, classes) nor
+ * ignore_index; only that result is copied to the host (the call waits for
+ * it), and such a label gives AX_EINVAL (probs are then written but
+ * meaningless). softmax_mask_fwd: a row whose keys are all
  * padding gets probability 0 everywhere. softmax_bwd: dscores may alias
  * dprobs (each element is read and written by the same thread, and the
  * row's dot product is complete before any write). */
@@ -22,15 +26,57 @@
 typedef struct xent_result {
   double loss;
   long long count;
+  long long correct;
   int bad_row; /* INT_MAX when every label is valid */
   int bad_label;
 } xent_result;
 
+/* An argmax candidate: index INT_MAX stands for none. */
+typedef struct xent_best {
+  float v;
+  int i;
+} xent_best;
+
+__device__ static inline xent_best xent_best_of(xent_best a, xent_best b) {
+  if (b.i == INT_MAX)
+    return a;
+  if (a.i == INT_MAX || b.v > a.v || (b.v == a.v && b.i < a.i))
+    return b;
+  return a;
+}
+
+__device__ static inline xent_best xent_warp_best(xent_best b) {
+  for (int o = 16; o > 0; o >>= 1) {
+    xent_best t;
+    t.v = __shfl_xor_sync(0xffffffffu, b.v, o);
+    t.i = __shfl_xor_sync(0xffffffffu, b.i, o);
+    b = xent_best_of(b, t);
+  }
+  return b;
+}
+
+/* The block's best of each thread's candidate b, returned to every thread
+ * (as axi_block_sum). */
+__device__ static xent_best xent_block_best(xent_best b,
+                                            xent_best *sh /* [32] */) {
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5,
+            nw = blockDim.x >> 5;
+  const xent_best none = {0.0f, INT_MAX};
+  b = xent_warp_best(b);
+  __syncthreads();
+  if (lane == 0)
+    sh[wid] = b;
+  __syncthreads();
+  return xent_warp_best(lane < nw ? sh[lane] : none);
+}
+
 __global__ static void xent_rows_kernel(int classes, const float *logits,
                                         const int32_t *labels, int ignore_index,
-                                        float *probs, double *row_loss) {
+                                        float *probs, double *row_loss,
+                                        int *row_hit) {
   __shared__ double shd[32];
   __shared__ float shf[32];
+  __shared__ xent_best shb[32];
   const size_t r = blockIdx.x;
   const float *z = logits + r * classes;
   float *p = probs + r * classes;
@@ -46,25 +92,35 @@ __global__ static void xent_rows_kernel(int classes, const float *logits,
   }
   s = axi_block_sum(s, shd);
   const float inv = (float)(1.0 / s);
-  for (int j = threadIdx.x; j < classes; j += blockDim.x)
-    p[j] = __fmul_rn(p[j], inv);
-  if (threadIdx.x == 0) {
+  xent_best b = {0.0f, INT_MAX};
+  for (int j = threadIdx.x; j < classes; j += blockDim.x) {
+    xent_best c = {__fmul_rn(p[j], inv), j};
+    p[j] = c.v;
+    if (!isnan(c.v))
+      b = xent_best_of(b, c);
+  }
+  b = xent_block_best(b, shb);
+  if (threadIdx.x == 0) { /* thread 0 wrote p[0] itself */
     int lab = labels[r];
+    /* The serial scan's argmax: the lowest index of the largest non-NaN
+     * value, unless p[0] is NaN (nothing beats it then). */
+    int best = isnan(p[0]) || b.i == INT_MAX ? 0 : b.i;
     row_loss[r] = lab != ignore_index && lab >= 0 && lab < classes
                       ? log(s) + (double)mx - (double)z[lab]
                       : 0.0;
+    row_hit[r] = best == lab;
   }
 }
 
 __global__ static void xent_sum_kernel(int rows, int classes,
                                        const int32_t *labels, int ignore_index,
                                        const double *row_loss,
-                                       xent_result *res) {
+                                       const int *row_hit, xent_result *res) {
   __shared__ double shd[32];
   __shared__ long long shl[32];
   __shared__ int shi[32];
   double loss = 0.0;
-  long long count = 0;
+  long long count = 0, correct = 0;
   int bad = INT_MAX;
   for (int r = threadIdx.x; r < rows; r += blockDim.x) {
     int lab = labels[r];
@@ -76,13 +132,16 @@ __global__ static void xent_sum_kernel(int rows, int classes,
     }
     loss += row_loss[r];
     count++;
+    correct += row_hit[r];
   }
   loss = axi_block_sum(loss, shd);
   count = axi_block_sum(count, shl);
+  correct = axi_block_sum(correct, shl);
   bad = axi_block_min(bad, shi);
   if (threadIdx.x == 0) {
     res->loss = loss;
     res->count = count;
+    res->correct = correct;
     res->bad_row = bad;
     res->bad_label = bad != INT_MAX ? labels[bad] : 0;
   }
@@ -91,29 +150,32 @@ __global__ static void xent_sum_kernel(int rows, int classes,
 static int cuda_xent_fwd(ax_backend *be, int rows, int classes,
                          const float *logits, const int32_t *labels,
                          int ignore_index, float *probs, double *loss_sum_host,
-                         int64_t *count_host) {
+                         int64_t *count_host, int64_t *correct_host) {
   if (rows < 0 || classes <= 0)
     return ax_seterr(AX_EINVAL, "cross-entropy: bad shape (%d, %d)", rows,
                      classes);
   if (rows == 0) {
     *loss_sum_host = 0.0;
     *count_host = 0;
+    if (correct_host)
+      *correct_host = 0;
     return AX_OK;
   }
   AX_CUDA_ENTER(be);
   cudaStream_t st = axi_cuda_stream(be);
-  /* scratch: the result, then one double per row */
-  char *buf = (char *)be->iface.alloc(be, 256 + sizeof(double) * rows);
+  /* scratch: the result, one double per row, then one int per row */
+  char *buf = (char *)be->iface.alloc(be, 256 + (sizeof(double) + 4) * rows);
   if (!buf)
     return ax_seterr(AX_ENOMEM, "cross-entropy: scratch for %d rows", rows);
   xent_result *dres = (xent_result *)buf, res;
   double *row_loss = (double *)(buf + 256);
+  int *row_hit = (int *)(row_loss + rows);
   xent_rows_kernel<<<rows, axi_row_threads(classes), 0, st>>>(
-      classes, logits, labels, ignore_index, probs, row_loss);
+      classes, logits, labels, ignore_index, probs, row_loss, row_hit);
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) {
     xent_sum_kernel<<<1, 256, 0, st>>>(rows, classes, labels, ignore_index,
-                                       row_loss, dres);
+                                       row_loss, row_hit, dres);
     e = cudaGetLastError();
   }
   if (e == cudaSuccess)
@@ -129,6 +191,8 @@ static int cuda_xent_fwd(ax_backend *be, int rows, int classes,
                      res.bad_label, res.bad_row, classes);
   *loss_sum_host = res.loss;
   *count_host = (int64_t)res.count;
+  if (correct_host)
+    *correct_host = (int64_t)res.correct;
   return AX_OK;
 }
 

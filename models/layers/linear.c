@@ -8,6 +8,7 @@
 #include "axon/kernels/backend-impl.h"
 #include "axon/models/layers/basic.h"
 #include "axon/models/layers/parallel.h"
+#include "axon/models/precision-impl.h"
 
 enum { PART_WHOLE = 0, PART_COLUMN = 1, PART_ROW = 2 };
 
@@ -35,7 +36,8 @@ static int tp_sum(const linear *L, const ax_exec *ex, ax_tensor *t) {
 
 /* Slot: the input x from forward until the weight half, and the output
  * gradient dy from the input half until the weight half (dW = dy^T x and
- * db = sum dy need both). */
+ * db = sum dy need both), each kept in the exec's precision
+ * (ax_slot_put_act: bf16 in bf16, the GEMMs' operands as they are). */
 enum { SAVE_X = 0, SAVE_DY = 1 };
 
 static int linear_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
@@ -57,8 +59,16 @@ static int linear_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     return AX_ENOMEM;
   ax_backend *be = ax_backend_of(x->device);
   const float *W = ax_param(m, ex, 0);
-  int rc = AX_K(be, gemm, 0, 1, rows, L->out, L->in, 1.0f, ax_f32(x), L->in, 0,
-                W, L->in, 0, 0.0f, ax_f32(y), L->out, 0, 1);
+  int rc = AX_OK;
+  if (slot) { /* x as kept, also the GEMM's operand */
+    ax_slot_put(slot, SAVE_DY, NULL);
+    rc = ax_slot_put_act(slot, SAVE_X, ex, x);
+  }
+  ax_tensor *xk = slot ? ax_slot_get(slot, SAVE_X) : x;
+  if (rc == AX_OK)
+    rc = axi_prec_gemm(ex, be, 0, 1, rows, L->out, L->in, 1.0f,
+                       axi_mm_at(xk, 0), L->in, 0, axi_mm_f32(W), L->in, 0,
+                       0.0f, ax_f32(y), L->out, 0, 1);
   if (rc == AX_OK && L->bias)
     rc = AX_K(be, bias_add, ax_f32(y), ax_param(m, ex, (size_t)L->in * L->out),
               rows, L->out, 1);
@@ -67,10 +77,6 @@ static int linear_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   if (rc != AX_OK) {
     ax_tensor_release(y);
     return rc;
-  }
-  if (slot) {
-    ax_slot_put(slot, SAVE_X, x);
-    ax_slot_put(slot, SAVE_DY, NULL);
   }
   out->n = 1;
   out->t[0] = y;
@@ -107,14 +113,17 @@ static int linear_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
                      rows * L->out);
   din->n = 1;
   din->t[0] = NULL;
+  AX_TRY(ax_slot_put_act(slot, SAVE_DY, ex, dy)); /* kept for W */
   if (ex->need_dx) {
-    ax_tensor *dx = ax_tensor_like(x);
+    ax_tensor *dx = ax_tensor_new(AX_F32, x->ndim, x->shape, x->device);
     if (!dx)
       return AX_ENOMEM;
     /* dx (rows, in) = dy (rows, out) W (out, in) */
-    int rc = AX_K(ax_backend_of(x->device), gemm, 0, 0, rows, L->in, L->out,
-                  1.0f, ax_f32(dy), L->out, 0, ax_param(m, ex, 0), L->in, 0,
-                  0.0f, ax_f32(dx), L->in, 0, 1);
+    int rc =
+        axi_prec_gemm(ex, ax_backend_of(x->device), 0, 0, rows, L->in, L->out,
+                      1.0f, axi_mm_at(ax_slot_get(slot, SAVE_DY), 0), L->out, 0,
+                      axi_mm_f32(ax_param(m, ex, 0)), L->in, 0, 0.0f,
+                      ax_f32(dx), L->in, 0, 1);
     if (rc == AX_OK && L->part == PART_COLUMN) /* Megatron's f backward */
       rc = tp_sum(L, ex, dx);
     if (rc != AX_OK) {
@@ -123,7 +132,6 @@ static int linear_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
     }
     din->t[0] = dx;
   }
-  ax_slot_put(slot, SAVE_DY, dy);
   return AX_OK;
 }
 
@@ -135,11 +143,17 @@ static int linear_backward_weight(ax_module *m, const ax_exec *ex,
   AX_TRY(linear_state(L, slot, 1, &x, &rows));
   ax_backend *be = ax_backend_of(x->device);
   /* dW (out, in) += dy^T (out, rows) x (rows, in) */
-  AX_TRY(AX_K(be, gemm, 1, 0, L->out, L->in, rows, 1.0f, ax_f32(dy), L->out, 0,
-              ax_f32(x), L->in, 0, 1.0f, ax_grad(m, ex, 0), L->in, 0, 1));
-  if (L->bias)
-    AX_TRY(AX_K(be, bias_grad, ax_f32(dy),
-                ax_grad(m, ex, (size_t)L->in * L->out), rows, L->out, 1));
+  AX_TRY(axi_prec_gemm(ex, be, 1, 0, L->out, L->in, rows, 1.0f,
+                       axi_mm_at(dy, 0), L->out, 0, axi_mm_at(x, 0), L->in, 0,
+                       1.0f, ax_grad(m, ex, 0), L->in, 0, 1));
+  if (L->bias) {
+    ax_tensor *dyf = NULL; /* db from the kept dy, widened */
+    AX_TRY(ax_slot_get_f32(slot, SAVE_DY, &dyf));
+    int rc = AX_K(be, bias_grad, ax_f32(dyf),
+                  ax_grad(m, ex, (size_t)L->in * L->out), rows, L->out, 1);
+    ax_tensor_release(dyf);
+    AX_TRY(rc);
+  }
   ax_slot_put(slot, SAVE_X, NULL);
   ax_slot_put(slot, SAVE_DY, NULL);
   return AX_OK;

@@ -2,6 +2,7 @@
 #include "axon/kernels/backend-impl.h"
 #include "axon/models/layers/basic.h"
 
+/* ReLU's slot: its output, in the exec's precision (ax_slot_put_act). */
 enum { SAVE_Y = 0 };
 
 static int relu_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
@@ -14,12 +15,12 @@ static int relu_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     return AX_ENOMEM;
   int rc = AX_K(ax_backend_of(x->device), relu_fwd, ax_tensor_numel(x),
                 ax_f32(x), ax_f32(y));
+  if (rc == AX_OK && slot)
+    rc = ax_slot_put_act(slot, SAVE_Y, ex, y);
   if (rc != AX_OK) {
     ax_tensor_release(y);
     return rc;
   }
-  if (slot)
-    ax_slot_put(slot, SAVE_Y, y);
   *out = ax_tlist1(y);
   return AX_OK;
 }
@@ -34,11 +35,13 @@ static int relu_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
   din->n = 1;
   din->t[0] = NULL;
   if (ex->need_dx) {
-    ax_tensor *dx = ax_tensor_like(y);
-    if (!dx)
-      return AX_ENOMEM;
-    int rc = AX_K(ax_backend_of(y->device), relu_bwd, ax_tensor_numel(y),
-                  ax_f32(y), ax_f32(dy), ax_f32(dx));
+    ax_tensor *yf = NULL; /* the saved output as f32 */
+    AX_TRY(ax_slot_get_f32(slot, SAVE_Y, &yf));
+    ax_tensor *dx = ax_tensor_like(yf);
+    int rc = dx ? AX_K(ax_backend_of(y->device), relu_bwd, ax_tensor_numel(y),
+                       ax_f32(yf), ax_f32(dy), ax_f32(dx))
+                : AX_ENOMEM;
+    ax_tensor_release(yf);
     if (rc != AX_OK) {
       ax_tensor_release(dx);
       return rc;

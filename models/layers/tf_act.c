@@ -5,8 +5,8 @@
 
 /* ---- GELU and tanh ---- */
 
-/* What the unary layer saves: GELU's gradient needs its input, tanh's
- * needs its output. */
+/* What the unary layer saves (in the exec's precision, ax_slot_put_act):
+ * GELU's gradient needs its input, tanh's needs its output. */
 enum { ACT_GELU = 0, ACT_TANH = 1 };
 
 typedef struct act_priv {
@@ -25,12 +25,12 @@ static int act_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   size_t n = ax_tensor_numel(x);
   int rc = p->kind == ACT_GELU ? AX_K(be, gelu_fwd, n, ax_f32(x), ax_f32(y))
                                : AX_K(be, tanh_fwd, n, ax_f32(x), ax_f32(y));
+  if (rc == AX_OK && slot)
+    rc = ax_slot_put_act(slot, 0, ex, p->kind == ACT_GELU ? x : y);
   if (rc != AX_OK) {
     ax_tensor_release(y);
     return rc;
   }
-  if (slot)
-    ax_slot_put(slot, 0, p->kind == ACT_GELU ? x : y);
   *out = ax_tlist1(y);
   return AX_OK;
 }
@@ -51,13 +51,15 @@ static int act_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
   if (ax_tensor_numel(dy) != n)
     return ax_seterr(AX_ESHAPE, "%s: gradient has %zu elements, expected %zu",
                      m->ops->kind, ax_tensor_numel(dy), n);
-  ax_tensor *dx = ax_tensor_like(saved);
-  if (!dx)
-    return AX_ENOMEM;
+  ax_tensor *s = NULL; /* the saved tensor as f32 */
+  AX_TRY(ax_slot_get_f32(slot, 0, &s));
+  ax_tensor *dx = ax_tensor_like(s);
   ax_backend *be = ax_backend_of(dy->device);
-  int rc = p->kind == ACT_GELU
-               ? AX_K(be, gelu_bwd, n, ax_f32(saved), ax_f32(dy), ax_f32(dx))
-               : AX_K(be, tanh_bwd, n, ax_f32(saved), ax_f32(dy), ax_f32(dx));
+  int rc = !dx ? AX_ENOMEM
+           : p->kind == ACT_GELU
+               ? AX_K(be, gelu_bwd, n, ax_f32(s), ax_f32(dy), ax_f32(dx))
+               : AX_K(be, tanh_bwd, n, ax_f32(s), ax_f32(dy), ax_f32(dx));
+  ax_tensor_release(s);
   if (rc != AX_OK) {
     ax_tensor_release(dx);
     return rc;

@@ -14,6 +14,7 @@
 
 #include "axon/models/layers/parallel.h"
 #include "axon/models/layers/tf-impl.h"
+#include "axon/models/precision-impl.h"
 
 #include "axon/kernels/error.h"
 
@@ -22,8 +23,10 @@ typedef struct mhsa_priv {
   int width;         /* heads * dh: this member's Q, K and V features */
 } mhsa_priv;
 
-/* Slot: 0 = qkvp (3 B heads, S, dh), 1 = probs (B, heads, S, S),
- * 2 = dropped probs (same shape; may be probs itself). */
+/* Slot, each in the exec's precision (ax_slot_put_act): 0 = qkvp (3 B
+ * heads, S, dh), 1 = probs (B, heads, S, S), 2 = dropped probs (same
+ * shape; may be probs itself). The products read Q, K, V and the dropped
+ * probabilities as kept (bf16 operands in bf16). */
 enum { SAVE_QKV = 0, SAVE_PROBS = 1, SAVE_PROBS_D = 2 };
 
 /* Owns the temporaries of one call so that every exit path frees them. */
@@ -84,7 +87,9 @@ static int mhsa_run(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor_release(*qkv);
   ax_tensor_release(*tmp);
   *qkv = *tmp = NULL;
-  const float *q = ax_f32(*qkvp), *k = q + bsh, *v = q + 2 * bsh;
+  if (slot) /* Q, K and V as kept, also the products' operands */
+    AX_TRY(ax_slot_put_act(slot, SAVE_QKV, ex, *qkvp));
+  ax_tensor *qk = slot ? ax_slot_get(slot, SAVE_QKV) : *qkvp;
 
   /* scores (B A, S, S) = Q K^T, then the masked, scaled softmax. */
   int64_t pshape[4] = {B, A, S, S};
@@ -92,8 +97,9 @@ static int mhsa_run(ax_module *m, const ax_exec *ex, ax_slot *slot,
       !(*probs = axi_tf_new(4, pshape, x->device)))
     return AX_ENOMEM;
   long ss = (long)S * S, sd = (long)S * dh;
-  AX_TRY(AX_K(be, gemm, 0, 1, S, S, dh, 1.0f, q, dh, sd, k, dh, sd, 0.0f,
-              ax_f32(*scores), S, ss, B * A));
+  AX_TRY(axi_prec_gemm(ex, be, 0, 1, S, S, dh, 1.0f, axi_mm_at(qk, 0), dh, sd,
+                       axi_mm_at(qk, (size_t)bsh), dh, sd, 0.0f,
+                       ax_f32(*scores), S, ss, B * A));
   float scale = 1.0f / sqrtf((float)dh);
   AX_TRY(AX_K(be, softmax_mask_fwd, B, A, S, S, ax_f32(*scores), ax_f32(mask),
               scale, ax_f32(*probs)));
@@ -102,21 +108,25 @@ static int mhsa_run(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor *pd = NULL; // (B, A, S, S)
   AX_TRY(axi_tf_child_fwd(m, 1, ex, slot, *probs, &pd));
   t->t[3] = pd;
+  ax_tensor *pk = pd; /* the dropped probabilities as kept */
+  if (slot) {
+    AX_TRY(ax_slot_put_act(slot, SAVE_PROBS, ex, *probs));
+    if (pd == *probs) /* no dropout: one tensor kept once */
+      ax_slot_put(slot, SAVE_PROBS_D, ax_slot_get(slot, SAVE_PROBS));
+    else
+      AX_TRY(ax_slot_put_act(slot, SAVE_PROBS_D, ex, pd));
+    pk = ax_slot_get(slot, SAVE_PROBS_D);
+  }
 
   /* ctx (B A, S, dh) = P V, back to (B, S, A, dh) = (B, S, H). */
   if (!(*ctx = new3((int64_t)B * A, S, dh, x->device)) ||
       !(*tmp = new3(B, S, H, x->device)))
     return AX_ENOMEM;
-  AX_TRY(AX_K(be, gemm, 0, 0, S, dh, S, 1.0f, ax_f32(pd), S, ss, v, dh, sd,
-              0.0f, ax_f32(*ctx), dh, sd, B * A));
+  AX_TRY(axi_prec_gemm(ex, be, 0, 0, S, dh, S, 1.0f, axi_mm_at(pk, 0), S, ss,
+                       axi_mm_at(qk, 2 * (size_t)bsh), dh, sd, 0.0f,
+                       ax_f32(*ctx), dh, sd, B * A));
   AX_TRY(AX_K(be, permute0213, B, A, S, dh, ax_f32(*ctx), ax_f32(*tmp)));
-  AX_TRY(axi_tf_child_fwd(m, 2, ex, slot, *tmp, y)); // (B, S, H)
-  if (slot) {
-    ax_slot_put(slot, SAVE_QKV, *qkvp);
-    ax_slot_put(slot, SAVE_PROBS, *probs);
-    ax_slot_put(slot, SAVE_PROBS_D, pd);
-  }
-  return AX_OK;
+  return axi_tf_child_fwd(m, 2, ex, slot, *tmp, y); // (B, S, H)
 }
 
 static int mhsa_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
@@ -151,7 +161,8 @@ static int mhsa_grad(ax_bwd_part part, ax_module *m, const ax_exec *ex,
                      ax_tensor_numel(dy), B, S, p->hidden);
   ax_device dev = dy->device;
   ax_backend *be = ax_backend_of(dev);
-  const float *q = ax_f32(qkvp), *k = q + bsh, *v = q + 2 * bsh;
+  axi_mm q = axi_mm_at(qkvp, 0), k = axi_mm_at(qkvp, (size_t)bsh),
+         v = axi_mm_at(qkvp, 2 * (size_t)bsh);
   ax_tensor **dctxp = &t->t[0], **dctx = &t->t[1], **dpd = &t->t[2],
             **dqkvp = &t->t[3], **dprobs = &t->t[4], **dscores = &t->t[5];
 
@@ -164,21 +175,25 @@ static int mhsa_grad(ax_bwd_part part, ax_module *m, const ax_exec *ex,
   AX_TRY(AX_K(be, permute0213, B, S, A, dh, ax_f32(*dctxp), ax_f32(*dctx)));
   float *dq = ax_f32(*dqkvp), *dk = dq + bsh, *dv = dq + 2 * bsh;
   /* dP_d = dctx V^T; dV = P_d^T dctx. */
-  AX_TRY(AX_K(be, gemm, 0, 1, S, S, dh, 1.0f, ax_f32(*dctx), dh, sd, v, dh, sd,
-              0.0f, ax_f32(*dpd), S, ss, B * A));
-  AX_TRY(AX_K(be, gemm, 1, 0, S, dh, S, 1.0f, ax_f32(pd), S, ss, ax_f32(*dctx),
-              dh, sd, 0.0f, dv, dh, sd, B * A));
+  AX_TRY(axi_prec_gemm(ex, be, 0, 1, S, S, dh, 1.0f, axi_mm_at(*dctx, 0), dh,
+                       sd, v, dh, sd, 0.0f, ax_f32(*dpd), S, ss, B * A));
+  AX_TRY(axi_prec_gemm(ex, be, 1, 0, S, dh, S, 1.0f, axi_mm_at(pd, 0), S, ss,
+                       axi_mm_at(*dctx, 0), dh, sd, 0.0f, dv, dh, sd, B * A));
   AX_TRY(axi_tf_child_bwd(part, m, 1, ex, slot, 1, *dpd, dprobs));
+  ax_tensor *pf = NULL; /* the probabilities as f32, for the softmax */
   if (!(*dscores = axi_tf_new(4, pshape, dev)))
     return AX_ENOMEM;
+  AX_TRY(ax_slot_get_f32(slot, SAVE_PROBS, &pf));
   float scale = 1.0f / sqrtf((float)dh);
-  AX_TRY(AX_K(be, softmax_bwd, B * A * S, S, ax_f32(probs), ax_f32(*dprobs),
-              scale, ax_f32(*dscores)));
+  int rc = AX_K(be, softmax_bwd, B * A * S, S, ax_f32(pf), ax_f32(*dprobs),
+                scale, ax_f32(*dscores));
+  ax_tensor_release(pf);
+  AX_TRY(rc);
   /* dQ = dS K; dK = dS^T Q. */
-  AX_TRY(AX_K(be, gemm, 0, 0, S, dh, S, 1.0f, ax_f32(*dscores), S, ss, k, dh,
-              sd, 0.0f, dq, dh, sd, B * A));
-  AX_TRY(AX_K(be, gemm, 1, 0, S, dh, S, 1.0f, ax_f32(*dscores), S, ss, q, dh,
-              sd, 0.0f, dk, dh, sd, B * A));
+  AX_TRY(axi_prec_gemm(ex, be, 0, 0, S, dh, S, 1.0f, axi_mm_at(*dscores, 0), S,
+                       ss, k, dh, sd, 0.0f, dq, dh, sd, B * A));
+  AX_TRY(axi_prec_gemm(ex, be, 1, 0, S, dh, S, 1.0f, axi_mm_at(*dscores, 0), S,
+                       ss, q, dh, sd, 0.0f, dk, dh, sd, B * A));
   /* (3B, A, S, dh) -> (3B, S, A, dh) = (3, BS, H) -> (BS, 3, H). The
    * permutation's scratch reuses the slots freed above. */
   for (int i = 0; i < 6; i++)

@@ -44,8 +44,9 @@ static int emb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
 }
 
 /* Slot: 0 = ids from forward until the weight half, 1 = the output
- * gradient from the input half until the weight half (the table's gradient
- * is a scatter-add of it at the ids). */
+ * gradient (in the exec's precision, ax_slot_put_act) from the input half
+ * until the weight half (the table's gradient is a scatter-add of it at
+ * the ids). */
 static int emb_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
                               const ax_tlist *dout, ax_tlist *din) {
   emb_priv *p = m->priv;
@@ -61,7 +62,7 @@ static int emb_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
                      "embedding: gradient has %zu elements, "
                      "expected %zu x %d",
                      ax_tensor_numel(dy), n, p->dim);
-  ax_slot_put(slot, 1, dy);
+  AX_TRY(ax_slot_put_act(slot, 1, ex, dy));
   if (ex->need_dx) { /* integer ids have no gradient: one NULL entry */
     din->n = 1;
     din->t[0] = NULL;
@@ -74,9 +75,13 @@ static int emb_backward_weight(ax_module *m, const ax_exec *ex, ax_slot *slot) {
   ax_tensor *ids = ax_slot_get(slot, 0), *dy = ax_slot_get(slot, 1);
   if (!ids || !dy)
     return ax_seterr(AX_ESTATE, "embedding: weight half without input half");
-  AX_TRY(AX_K(ax_backend_of(dy->device), embedding_bwd,
-              (int)ax_tensor_numel(ids), p->dim, ax_i32(ids), ax_f32(dy),
-              ax_grad(m, ex, 0)));
+  ax_tensor *dyf = NULL;
+  AX_TRY(ax_slot_get_f32(slot, 1, &dyf));
+  int rc =
+      AX_K(ax_backend_of(dy->device), embedding_bwd, (int)ax_tensor_numel(ids),
+           p->dim, ax_i32(ids), ax_f32(dyf), ax_grad(m, ex, 0));
+  ax_tensor_release(dyf);
+  AX_TRY(rc);
   ax_slot_put(slot, 0, NULL); /* the weight half consumes the saved state */
   ax_slot_put(slot, 1, NULL);
   return AX_OK;
@@ -120,8 +125,9 @@ typedef struct ln_priv {
   float eps;
 } ln_priv;
 
-/* Parameter layout: gamma (dim) at 0, beta (dim) at dim. Slot: 0 = x,
- * 1 = mean (rows), 2 = rstd (rows) from forward until the input half, which
+/* Parameter layout: gamma (dim) at 0, beta (dim) at dim. Slot: 0 = x (in
+ * the exec's precision, ax_slot_put_act), 1 = mean (rows), 2 = rstd (rows,
+ * f32 both) from forward until the input half, which
  * drops them and keeps 3 = the sums (2, dim) {sum dy * xhat, sum dy} that
  * ARE the parameter gradients, for the weight half. */
 enum { LN_X = 0, LN_MEAN = 1, LN_RSTD = 2, LN_DSUM = 3 };
@@ -146,8 +152,9 @@ static int ln_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
               ax_param(m, ex, 0), ax_param(m, ex, (size_t)p->dim), p->eps,
               ax_f32(y), ax_f32(mean), ax_f32(rstd));
   }
+  if (rc == AX_OK && slot)
+    rc = ax_slot_put_act(slot, LN_X, ex, x);
   if (rc == AX_OK && slot) {
-    ax_slot_put(slot, LN_X, x);
     ax_slot_put(slot, LN_MEAN, mean);
     ax_slot_put(slot, LN_RSTD, rstd);
     ax_slot_put(slot, LN_DSUM, NULL);
@@ -181,16 +188,19 @@ static int ln_backward_input(ax_module *m, const ax_exec *ex, ax_slot *slot,
   /* One pass makes dx and the parameter sums (into zeroed sums of this
    * slot); dx is dropped when the caller does not want it. */
   int64_t sshape[2] = {2, p->dim};
-  ax_tensor *dx = ax_tensor_like(x);
+  ax_tensor *xf = NULL; /* the saved input as f32 */
+  AX_TRY(ax_slot_get_f32(slot, LN_X, &xf));
+  ax_tensor *dx = ax_tensor_like(xf);
   ax_tensor *dsum = axi_tf_new(2, sshape, x->device); // (2, dim)
   int rc = dx && dsum ? AX_OK : AX_ENOMEM;
   ax_backend *be = ax_backend_of(x->device);
   if (rc == AX_OK)
     rc = AX_K(be, fill, ax_f32(dsum), 2 * (size_t)p->dim, 0.0f);
   if (rc == AX_OK)
-    rc = AX_K(be, layernorm_bwd, (int)ax_tensor_numel(mean), p->dim, ax_f32(x),
+    rc = AX_K(be, layernorm_bwd, (int)ax_tensor_numel(mean), p->dim, ax_f32(xf),
               ax_f32(dy), ax_param(m, ex, 0), ax_f32(mean), ax_f32(rstd),
               ax_f32(dx), ax_f32(dsum), ax_f32(dsum) + p->dim);
+  ax_tensor_release(xf);
   if (rc == AX_OK) { /* the sums replace the forward's state */
     ax_slot_put(slot, LN_X, NULL);
     ax_slot_put(slot, LN_MEAN, NULL);

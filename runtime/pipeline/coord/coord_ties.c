@@ -55,21 +55,13 @@ void axi_pipe_ties_setup(ax_pipe *p, int s, const ax_model_info *info,
              rep ? rep->r : 0, rep ? rep->t : 0);
     axi_pipe_tie *x = &m->ties.t[m->ties.n++];
     x->tie = i;
-    x->rank = s == sb;
-    x->tag = tags[i];
-    x->names[0] = p->agents[sa];
-    x->names[1] = p->agents[sb];
+    x->g =
+        (axi_pipe_group){2, s == sb, tags[i], {p->agents[sa], p->agents[sb]}};
   }
   if (!m->ties.n)
     return;
   p->tied = 1;
-  /* The optional parts before the ties are present: a group of one where
-   * there is none (no replicas, no tensor-parallel members). */
-  m->has_ties = m->has_tp = m->has_zero = m->has_replicas = m->has_stale = 1;
-  if (!rep)
-    m->replicas = (axi_pipe_group){1, 0, "", {p->agents[s]}};
-  if (!rep || rep->T < 2)
-    m->tp = (axi_pipe_group){1, 0, "", {p->agents[s]}};
+  m->has_ties = 1; /* the caller sends the optional parts before them */
 }
 
 /* Every stage is called: the settle message (stage_msg-impl.h). */

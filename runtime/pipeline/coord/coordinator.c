@@ -87,6 +87,8 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
     return ax_seterr(AX_EINVAL, "pipeline: %d micro-batches", o->M);
   if (!ax_sum_order_name(o->sum_order))
     return ax_seterr(AX_EINVAL, "pipeline: sum order %d", o->sum_order);
+  if (!ax_precision_name(o->precision))
+    return ax_seterr(AX_EINVAL, "pipeline: precision %d", o->precision);
   int U = ax_pipe_units(o->mode, o->M);
   if (U < ax_pipe_min_units(o->mode, o->K))
     return ax_seterr(AX_EINVAL,
@@ -144,6 +146,24 @@ static void add_replicas(ax_pipe *p, int s, const axi_pipe_replica_of *rep,
   m->tp.tag = tags[1];
   for (int t = 0; t < rep->T; t++)
     m->tp.names[t] = rep->agents[(rep->r * rep->T + t) * p->R + rank];
+}
+
+/* Setup's precision and ties, its last optional parts: the parts before
+ * them are sent too, those that are absent as what their absence means
+ * (no correction; one replica without zero, one member: no group; fp32
+ * is sent as itself). */
+static void add_optional_parts(ax_pipe *p, int s, axi_pipe_setup_msg *m) {
+  m->has_stale = 1; /* stale, delay, gamma and warm-up are set already */
+  if (!m->has_replicas) {
+    m->has_replicas = m->has_zero = 1;
+    m->replicas = (axi_pipe_group){1, 0, "", {p->agents[s]}};
+  }
+  if (!m->has_tp) {
+    m->has_tp = 1;
+    m->tp = (axi_pipe_group){1, 0, "", {p->agents[s]}};
+  }
+  m->has_precision = 1;
+  m->precision = p->o.precision;
 }
 
 /* Moves every stage's optimizer to o.optimizer_host: a "axon.pipe.optim" object
@@ -230,6 +250,8 @@ static int create_hosts(ax_pipe *p, const int *bounds,
     if (rep)
       add_replicas(p, s, rep, &m, tags);
     axi_pipe_ties_setup(p, s, info, tie_id, rep, &m, tie_tags);
+    if (p->o.precision != AX_PREC_FP32 || m.has_ties)
+      add_optional_parts(p, s, &m);
     ax_values *a = ax_values_new(), *r = NULL;
     int err = a ? axi_pipe_setup_encode(&m, a) : AX_ENOMEM;
     if (err == AX_OK)

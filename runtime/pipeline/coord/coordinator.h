@@ -177,6 +177,13 @@ typedef struct ax_pipe_opts {
    * own shard's mean, the replicas' gradients averaged by the ring
    * all-reduce (PyTorch DDP's rule). */
   int sum_order;
+  /* The stages' precision (ax_precision, models/module.h: fp32, the
+   * default, or bf16), carried to every stage with setup. In bf16 the
+   * stages compute as the model's blocks do in one process in bf16 (the
+   * rules of module.h), so a pipeline of any split computes what one
+   * process computes, and what crosses between stages is AX_BF16: half
+   * the bytes. The state (weights, optimizer) is f32 either way. */
+  int precision;
 } ax_pipe_opts;
 
 #define AX_PIPE_AHEAD 8

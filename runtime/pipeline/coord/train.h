@@ -25,6 +25,7 @@ typedef struct ax_train_opts {
   ax_device device;
   const char *csv_path; /* loss curve (step,epoch,loss,lr,samples_per_s) */
   FILE *progress;       /* progress bar / log lines, or NULL for none */
+  int precision;        /* ax_precision (models/module.h): fp32 (0) or bf16 */
 } ax_train_opts;
 
 typedef struct ax_train_report {

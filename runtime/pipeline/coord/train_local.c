@@ -138,6 +138,9 @@ static int run_open(run *r, const ax_train_opts *o) {
   AX_TRY(ax_loader_new(r->train, o->batch, 1, 1, o->seed, &r->loader));
   AX_TRY(ax_model_stage(r->def, &r->mcfg, 0, r->info.n_blocks, o->device,
                         o->seed, &r->net));
+  if (!ax_precision_name(o->precision))
+    return ax_seterr(AX_EINVAL, "train: precision %d", o->precision);
+  r->net->precision = o->precision; /* training and evaluation */
   ax_optim_cfg ocfg;
   AX_TRY(ax_optim_cfg_parse(&r->ocfg, &ocfg));
   if (ocfg.sched == AX_LR_COSINE && ocfg.total == 0)

@@ -78,6 +78,8 @@ typedef struct ax_profile_opts {
   int warmup;    /* untimed runs first (default 1) */
   int reps;      /* timed runs; the median is kept (default 3, max 64) */
   uint64_t seed; /* parameter init and dropout seed (default 1) */
+  int precision; /* ax_precision of the blocks (models/module.h; default
+                    fp32): their times and bytes in it */
 } ax_profile_opts;
 
 /* Profiles every block of model `def` with configuration cfg on device dev.

@@ -144,6 +144,8 @@ int ax_profile_blocks(const ax_model_def *def, const ax_config *cfg,
                      ax_errmsg());
   for (int i = 0; i < c->n && rc == AX_OK; i++) {
     rc = ax_model_stage(def, cfg, i, i + 1, dev, opt.seed, &c->nets[i]);
+    if (rc == AX_OK)
+      c->nets[i]->precision = opt.precision;
     if (rc == AX_OK && !(c->slots[i] = ax_slot_new()))
       rc = ax_seterr(AX_ENOMEM, "profile: out of memory");
   }

@@ -238,6 +238,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   h->zero_len = zlen;
   h->optim_kind = (int)oc.kind;
   h->sum_order = (int)m.order;
+  s->net->precision = (int)m.precision; /* 0, fp32, when absent */
   h->def = def;
   /* m.recompute is informational: each forward's flags say what to keep. */
   h->prev = ax_rref_retain(m.prev);
@@ -339,7 +340,7 @@ static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
 }
 
 /* "settle" []: the last STEP's pending update is applied (its ties'
- * exchanges waited for; stage_host_bwd.c), as the coordinator asks at the
+ * exchanges waited for; stage_update.c), as the coordinator asks at the
  * end of a train call. */
 static int m_settle(ax_call_ctx *cc, void *obj, const ax_values *args,
                     ax_values *out) {

@@ -46,18 +46,19 @@
  *    label counts), the tree over all R x units micro-batches;
  *    AX_SUM_CHAIN: the group's average (ring all-reduce; PyTorch DDP's
  *    rule: per-replica means, averaged). Then optionally the T
- *    tensor-parallel members' group, and the ties (models/model.h) whose
- *    other copy is on another stage, each with the group of the two
- *    stages (rank 0: block a's; stage_msg-impl.h); every tie of the model
- *    that crosses the stage's bounds must be named (AX_EINVAL otherwise).
- *    A STEP then sums, after the replicas' combination (the whole
- *    gradient, under ZeRO too), each tie's two gradients: in the stage
- *    when it holds both copies, else over the tie's group (replica r's
- *    and member t's copies pair up). A STEP with such an exchange leaves
- *    its update pending until the exchange is done: the stage's next
- *    operation that reads its weights or its optimizer state ("fwd",
- *    "bwd", "step", "state_save", checkpoints, "settle") applies it
- *    first.
+ *    tensor-parallel members' group; the precision (absent: fp32), which
+ *    becomes the stage net's (ax_net.precision), the precision of every
+ *    forward and backward (models/module.h): in bf16 its activations and
+ *    input gradients leave it as AX_BF16 tensors; and the ties (models/model.h)
+ * whose other copy is on another stage, each with the group of the two stages
+ * (rank 0: block a's; stage_msg-impl.h); every tie of the model that crosses
+ * the stage's bounds must be named (AX_EINVAL otherwise). A STEP then sums,
+ * after the replicas' combination (the whole gradient, under ZeRO too), each
+ * tie's two gradients: in the stage when it holds both copies, else over the
+ * tie's group (replica r's and member t's copies pair up). A STEP with such an
+ * exchange leaves its update pending until the exchange is done: the stage's
+ * next operation that reads its weights or its optimizer state ("fwd", "bwd",
+ * "step", "state_save", checkpoints, "settle") applies it first.
  *  - "fwd" [batch, micro, seed, flags, n_in, inputs..., n_lab, labels...,
  *    norms (n_lab i64)]: flags bit 0 = training, bit 1 = keep only the
  *    inputs and replay the forward at backward (the mode table's

@@ -127,8 +127,10 @@ static int repack(ax_pipe *p, ax_pipe *one, const ax_freeze_opts *fo,
   ax_net *pre = NULL;
   ax_pipe *np = NULL;
   int err = prefix_net(def, cfg, one->o.seed, &st, f, &pre);
-  if (err == AX_OK)
+  if (err == AX_OK) { /* it computes as its stages did */
+    pre->precision = one->o.precision;
     err = new_pipe(one, &pn, T, agents, &np);
+  }
   if (err == AX_OK)
     err = axi_state_load(np, &st, "freeze");
   if (err == AX_OK && !(np->pool = malloc((size_t)na * sizeof *np->pool)))
