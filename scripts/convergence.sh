@@ -18,8 +18,9 @@
 #     above the mean of its first BERT_WIN steps (it ended worse than it
 #     started). Writes Kang's table (diverged runs / runs).
 #  3. A byte-level GPT on gcide (--dataset text) for every variant in
-#     GPT_VARIANTS, K in GPT_KS and seed in GPT_SEEDS: validation bits per
-#     byte every GPT_EVAL_EVERY steps against wall time and modelled time;
+#     GPT_VARIANTS, K in GPT_KS, learning rate in GPT_LRS and seed in
+#     GPT_SEEDS: validation bits per byte every GPT_EVAL_EVERY steps
+#     against wall time and modelled time;
 #     a table of mean and spread over the seeds and PNG plots per K
 #     (scripts/convergence_gpt.sh, which describes its budget).
 #
@@ -41,7 +42,7 @@
 # (the same computation; CONV_SEQ_ONCE=0 runs every K).
 # Output in CONV_OUT (default conv-out): logs, per-run epoch files,
 # resnet_table.md, bert_table.md, acc_epoch_K*.png, acc_time_K*.png, and
-# the GPT part's gpt/ folder, gpt_table.md, gpt_bpb_*_K*.png.
+# the GPT part's gpt/ folder, gpt_table.md, gpt_bpb_*_K*_lr*.png.
 set -uo pipefail
 build=${1:-build}
 run="$build/axon-run"
