@@ -9,20 +9,24 @@
  * parameters' gradients summed, SGD with momentum) after `warmup` untimed
  * ones, on one synthetic batch of the model's shape, in the net's precision
  * (--precision; bf16 is mixed precision, models/module.h), and prints one
- * line:
- * step_ms, samples/s, tokens/s for BERT and GPT, and the process's peak
- * resident memory (getrusage's ru_maxrss, as scripts/torch_train_bench.py
- * reports PyTorch's). For GPT it also prints the GEMM FLOPs of a step
+ * line: step_ms, the process's CPU seconds per step (all threads),
+ * samples/s, tokens/s for BERT and GPT, and the process's peak resident
+ * memory (getrusage's ru_maxrss, as scripts/torch_train_bench.py reports
+ * PyTorch's). For GPT it also prints the GEMM FLOPs of a step
  * (agents/axon_bench_flops.c derives them) and the GFLOP/s they make over
- * the measured step; with the CPU's multiply-add peak, measured here with
- * --peak (axon-bench peak's loop of the run's arithmetic, fp32 FMA or bf16
- * dot products, on the same threads, before the steps) or given with
- * --peak-gflops, the share of that peak. */
+ * the measured step, from the wall clock and from the CPU time per thread
+ * (which a loaded machine's preemption does not inflate, though threads
+ * spinning at a barrier for a preempted one count); with the CPU's
+ * multiply-add peak, measured here with --peak (axon-bench peak's loop of
+ * the run's arithmetic, fp32 FMA or bf16 dot products, on the same
+ * threads, before the steps) or given with --peak-gflops, the share of
+ * that peak. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include "agents/axon_bench_flops.h"
 #include "agents/axon_bench_peak.h"
@@ -98,18 +102,33 @@ static int make_batch(const char *model, const ax_config *cfg, int batch,
   return err;
 }
 
+/* The seconds of CPU time this process has used, all threads. */
+static double cpu_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The seconds of the timed steps: wall clock, and the process's CPU time
+ * (every thread's; time others ran on the cores does not count). */
+typedef struct step_time {
+  double wall, cpu;
+} step_time;
+
 /* Runs warmup + steps training steps of net on the batch (in, lab) on
  * dev; *dt gets the seconds of the last `steps`. */
 static int time_steps(ax_net *net, ax_optim *opt, ax_tlist *in,
                       const ax_tlist *lab, const ax_model_info *info,
-                      ax_device dev, int warmup, int steps, double *dt) {
+                      ax_device dev, int warmup, int steps, step_time *dt) {
   ax_slot *slot = ax_slot_new();
   ax_tlist din = {0};
-  double t0 = 0.0;
+  double t0 = 0.0, c0 = 0.0;
   int rc = AX_OK;
   for (int s = 0; rc == AX_OK && s < warmup + steps; s++) {
-    if (s == warmup)
+    if (s == warmup) {
       t0 = ax_clock_s();
+      c0 = cpu_seconds();
+    }
     ax_tlist out = {0}, dout = {0};
     ax_loss_result res;
     rc = ax_net_zero_grad(net);
@@ -130,7 +149,8 @@ static int time_steps(ax_net *net, ax_optim *opt, ax_tlist *in,
     ax_tlist_clear(&din);
     ax_slot_reset(slot);
   }
-  *dt = ax_clock_s() - t0;
+  dt->wall = ax_clock_s() - t0;
+  dt->cpu = cpu_seconds() - c0;
   ax_slot_free(slot);
   return rc;
 }
@@ -239,30 +259,32 @@ static int seq_of(const char *model, const ax_config *cfg) {
   return 0;
 }
 
-/* The peak GFLOP/s of t's options: given, measured on the bench's threads
- * for its precision's arithmetic, or 0 for none. */
-static double peak_of(const train_args *t) {
+/* The peak of t's options: given (the same figure for wall and CPU time),
+ * measured on the bench's threads for its precision's arithmetic, or 0 for
+ * none. */
+static axi_peak peak_of(const train_args *t) {
+  axi_peak p = {t->peak_gflops, t->peak_gflops};
   if (t->peak_gflops > 0.0 || !t->peak)
-    return t->peak_gflops;
-  axi_peak p;
+    return p;
   int kind = t->precision == AX_PREC_BF16 ? AXI_PEAK_BF16 : AXI_PEAK_FP32;
   if (axi_bench_peak(kind, ax_cpu_threads(), 3, &p) != AX_OK) {
     fprintf(stderr, "axon-bench: no peak: %s\n", ax_errmsg());
-    return 0.0;
+    p = (axi_peak){0.0, 0.0};
   }
-  return p.gflops;
+  return p;
 }
 
 /* Prints the line of a timed run (train's header comment). */
 static void report(const train_args *t, const ax_config *cfg, const ax_net *net,
-                   int batch, double dt, double peak) {
-  double sps = (double)t->steps * batch / dt;
+                   int batch, step_time dt, axi_peak peak) {
+  double sps = (double)t->steps * batch / dt.wall;
   char dname[16];
   printf("bench train: model=%s batch=%d threads=%d device=%s params=%zu "
          "precision=%s step_ms=%.2f samples_per_s=%.2f",
          t->model, batch, ax_cpu_threads(),
          ax_device_str(t->dev, dname, sizeof dname), net->n_params,
-         ax_precision_name(t->precision), 1000.0 * dt / t->steps, sps);
+         ax_precision_name(t->precision), 1000.0 * dt.wall / t->steps, sps);
+  printf(" cpu_s_per_step=%.3f", dt.cpu / t->steps);
   int seq = seq_of(t->model, cfg);
   if (seq > 0)
     printf(" tokens_per_s=%.1f", sps * seq);
@@ -271,10 +293,17 @@ static void report(const train_args *t, const ax_config *cfg, const ax_net *net,
     printf(" peak_rss_mb=%.0f", (double)ru.ru_maxrss / 1024.0);
   double flops = axi_bench_train_flops(t->model, cfg, batch);
   if (flops > 0.0) {
-    double gflops = flops * t->steps / dt / 1e9;
-    printf(" gemm_gflop_per_step=%.2f gflops=%.1f", flops / 1e9, gflops);
-    if (peak > 0.0)
-      printf(" peak_gflops=%.1f share_of_peak=%.3f", peak, gflops / peak);
+    /* CPU-time GFLOP/s: over the CPU time per thread, as axon-bench peak's
+     * cpu_gflops (spinning threads count, preemption does not) */
+    double gflops = flops * t->steps / dt.wall / 1e9;
+    double cpu = flops * t->steps / (dt.cpu / ax_cpu_threads()) / 1e9;
+    printf(" gemm_gflop_per_step=%.2f gflops=%.1f cpu_gflops=%.1f", flops / 1e9,
+           gflops, cpu);
+    if (peak.gflops > 0.0)
+      printf(" peak_gflops=%.1f share_of_peak=%.3f peak_cpu_gflops=%.1f "
+             "cpu_share_of_peak=%.3f",
+             peak.gflops, gflops / peak.gflops, peak.cpu_gflops,
+             cpu / peak.cpu_gflops);
   }
   printf("\n");
 }
@@ -299,7 +328,7 @@ int ax_bench_train_main(int argc, char **argv) {
     return 2;
   }
   int batch = t.batch > 0 ? t.batch : seq_of(model, &cfg) > 0 ? 8 : 128;
-  double peak = peak_of(&t);
+  axi_peak peak = peak_of(&t);
   ax_model_info info;
   ax_net *net = NULL;
   ax_tlist in = {0}, lab = {0};
@@ -319,7 +348,7 @@ int ax_bench_train_main(int argc, char **argv) {
   ocfg.lr = 1e-4f;
   ocfg.momentum = 0.9f;
   ax_optim *opt = net ? ax_optim_new(&ocfg, net->n_params, t.dev) : NULL;
-  double dt = 0;
+  step_time dt = {0.0, 0.0};
   if (rc == AX_OK)
     rc = time_steps(net, opt, &in, &lab, &info, t.dev, t.warmup, t.steps, &dt);
   if (rc == AX_OK)

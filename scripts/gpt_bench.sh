@@ -17,9 +17,11 @@
 #   - each run's GEMM GFLOP/s (the FLOPs of a step that
 #     agents/axon_bench_flops.c derives, the same count for both sides) as
 #     a share of the peak of its arithmetic (fp32 runs of the fp32 peak,
-#     bf16 runs of the bf16 peak): the best over the rounds of the peak
-#     measured on all the threads, and (nominal) the threads times the best
-#     one-thread peak, which a loaded machine lowers less.
+#     bf16 runs of the bf16 peak): from the wall clock against the best
+#     wall-clock peak on the same threads over the rounds, and from the CPU
+#     time per thread (cpu_s_per_step / threads) against the best CPU-time
+#     peak. Preemption by other work does not count in CPU time, but a
+#     thread spinning at a barrier for a preempted one does.
 #
 # The commands run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed from
 # their environment (a machine that sets them slows OpenBLAS's kernel
@@ -42,7 +44,7 @@ T=${GPT_BENCH_SEQ:-256}
 B=${GPT_BENCH_BATCH:-8}
 threads=${GPT_BENCH_THREADS:-2}
 drop=${GPT_BENCH_DROPOUT:-0.1}
-steps=${GPT_BENCH_STEPS:-4}
+steps=${GPT_BENCH_STEPS:-2}
 warmup=${GPT_BENCH_WARMUP:-1}
 out=${GPT_BENCH_OUT:-gpt-bench-out}
 mkdir -p "$out"
@@ -95,34 +97,33 @@ for r in $(seq 1 "$rounds"); do
 done
 
 # Medians, the FLOPs of a step (axon's count) and the best peaks.
-declare -A sps rss
+declare -A sps rss cpu
 for what in $runs; do
   sps[$what]=$(for r in $(seq 1 "$rounds"); do field "$out/$what.r$r.log" samples_per_s; done | median)
   rss[$what]=$(for r in $(seq 1 "$rounds"); do field "$out/$what.r$r.log" peak_rss_mb; done | median)
+  cpu[$what]=$(for r in $(seq 1 "$rounds"); do field "$out/$what.r$r.log" cpu_s_per_step; done | median)
 done
 flop=$(for r in $(seq 1 "$rounds"); do field "$out/axon_fp32.r$r.log" gemm_gflop_per_step; done | median)
-best_peak() { # kind, threads
+best_peak() { # kind, key: the best over the rounds on the bench's threads
   for r in $(seq 1 "$rounds"); do
-    grep "kind=$1" "$out/peak.r$r.log" | grep "threads=$2 " | field /dev/stdin gflops
+    grep "kind=$1" "$out/peak.r$r.log" | grep "threads=$threads " | field /dev/stdin "$2"
   done | sort -g | tail -1
 }
-peak_fp32=$(best_peak fp32 "$threads")
-peak_bf16=$(best_peak bf16 "$threads")
-nominal() { awk -v p="$(best_peak "$1" 1)" -v t="$threads" 'BEGIN {if (p > 0) printf "%.1f", p * t}'; }
-nom_fp32=$(nominal fp32)
-nom_bf16=$(nominal bf16)
+peak_fp32=$(best_peak fp32 gflops) cpeak_fp32=$(best_peak fp32 cpu_gflops)
+peak_bf16=$(best_peak bf16 gflops) cpeak_bf16=$(best_peak bf16 cpu_gflops)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a > 0 && b > 0) printf "%.2f", a / b; else printf "n/a"}'; }
-share() { # samples/s, peak GFLOP/s, nominal peak -> GEMM share of each
-  awk -v s="$1" -v p="$2" -v n="$3" -v f="$flop" -v b="$B" \
-    'BEGIN {if (s > 0 && p > 0 && f > 0) printf "%.1f GFLOP/s, %.1f%% of %.1f measured, %.1f%% of %.1f nominal", f * s / b, 100 * f * s / b / p, p, 100 * f * s / b / n, n; else printf "n/a"}'
+share() { # samples/s, wall peak, CPU s per step, CPU-time peak
+  awk -v s="$1" -v p="$2" -v c="$3" -v q="$4" -v f="$flop" -v b="$B" -v t="$threads" \
+    'BEGIN {if (s > 0 && p > 0 && f > 0) printf "wall %.1f GFLOP/s = %.1f%% of %.1f", f * s / b, 100 * f * s / b / p, p; else printf "n/a";
+            if (c > 0 && q > 0 && f > 0) printf "; CPU time %.1f GFLOP/s = %.1f%% of %.1f", f / (c / t), 100 * f / (c / t) / q, q}'
 }
 echo
 echo "gpt_bench: medians over $rounds rounds; GEMM work $flop GFLOP per step"
 for what in $runs; do
-  p=$peak_fp32 n=$nom_fp32
-  [[ $what == *bf16 ]] && p=$peak_bf16 n=$nom_bf16
+  p=$peak_fp32 q=$cpeak_fp32
+  [[ $what == *bf16 ]] && p=$peak_bf16 q=$cpeak_bf16
   printf '  %-10s %8s samples/s %6s MB  %s\n' "$what" "${sps[$what]}" \
-    "${rss[$what]}" "$(share "${sps[$what]}" "$p" "$n")"
+    "${rss[$what]}" "$(share "${sps[$what]}" "$p" "${cpu[$what]}" "$q")"
 done
 echo "  axon bf16 / axon fp32 samples/s:   $(ratio "${sps[axon_bf16]}" "${sps[axon_fp32]}") (goal >= 1.6)"
 echo "  axon bf16 / axon fp32 peak memory: $(ratio "${rss[axon_bf16]}" "${rss[axon_fp32]}") (goal <= 0.6)"
