@@ -7,7 +7,8 @@
 # evaluates on GPT_EVAL windows of the validation set and prints its bits
 # per byte, its training seconds so far (wall time of the train calls,
 # evaluations excluded) and its modelled seconds (the timing model fed with
-# the run's measured per-stage costs). Writes per K and learning rate the
+# the run's measured per-stage costs; the plots put step s at s times the
+# run's final modelled seconds per step). Writes per K and learning rate the
 # table gpt_table.md (final and best validation bits per byte, mean ± std
 # over the seeds, and the mean wall and modelled seconds of the run) and
 # the plots gpt_bpb_model_K*_lr*.png and gpt_bpb_wall_K*_lr*.png (each
@@ -112,10 +113,18 @@ gpt_mean() {
     [ -s "$f" ] && files+=("$f")
   done
   [ ${#files[@]} -gt 0 ] || return 1
-  awk '{ n[$1]++; s[$1] += $2; q[$1] += $2 * $2; w[$1] += $3; m[$1] += $4 }
-       END { for (k in n) { a = s[k] / n[k]; v = q[k] / n[k] - a * a;
-             printf "%d %.4f %.4f %.2f %.3f %d\n", k, a, sqrt(v > 0 ? v : 0),
-                    w[k] / n[k], m[k] / n[k], n[k] } }' "${files[@]}" |
+  # The modelled time of step s: s times the run's last modelled seconds
+  # per step (the model's steady state with all the run's measured costs;
+  # an early evaluation's figure comes from the few actions seen by then).
+  for f in "${files[@]}"; do
+    awk '{ l[NR] = $0; s = $1; m = $4 }
+         END { for (i = 1; i <= NR; i++) { split(l[i], x, " ");
+               print x[1], x[2], x[3], x[1] * m / s } }' "$f"
+  done |
+    awk '{ n[$1]++; s[$1] += $2; q[$1] += $2 * $2; w[$1] += $3; m[$1] += $4 }
+         END { for (k in n) { a = s[k] / n[k]; v = q[k] / n[k] - a * a;
+               printf "%d %.4f %.4f %.2f %.3f %d\n", k, a, sqrt(v > 0 ? v : 0),
+                      w[k] / n[k], m[k] / n[k], n[k] } }' |
     sort -n >"$gdir/$(gpt_tag "$1")_K$2_lr$3.mean"
   # final and best bpb per seed -> mean and std of each
   for f in "${files[@]}"; do
