@@ -139,8 +139,9 @@ int ax_net_decode(void *user, int64_t pos, const int32_t *ids, int n,
     err = ax_forward(d->net->root, &ex, d->slot, &in, &y);
   ax_tensor_release(x);
   if (err == AX_OK && (y.n < 1 || y.t[0]->ndim != 2 || y.t[0]->shape[0] != n))
-    err = ax_seterr(AX_ESHAPE, "decode: the model's output is not (%d, vocab) "
-                               "logits",
+    err = ax_seterr(AX_ESHAPE,
+                    "decode: the model's output is not (%d, vocab) "
+                    "logits",
                     n);
   ax_tensor *last = err == AX_OK ? ax_tensor_slice0(y.t[0], n - 1, 1) : NULL;
   if (err == AX_OK && !(*logits = ax_tensor_to(last, AX_CPU)))

@@ -143,8 +143,8 @@ static void test_loop(void **state) {
   AX_ASSERT_OK(ax_sampler_init(&s, 0, 0, 1));
   int32_t prompt[3] = {4, 2, 6}, out[5];
   int emitted = 0;
-  AX_ASSERT_OK(
-      ax_generate(fake_decode, &f, prompt, 3, 5, &s, out, emit_count, &emitted));
+  AX_ASSERT_OK(ax_generate(fake_decode, &f, prompt, 3, 5, &s, out, emit_count,
+                           &emitted));
   assert_int_equal(emitted, 5);
   assert_int_equal(f.calls, 5);
   int32_t want[5] = {7, 0, 1, 2, 3};
