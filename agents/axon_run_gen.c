@@ -37,8 +37,7 @@ static int parse_ids(const char *s, int32_t **ids) {
     char *end;
     long v = strtol(p, &end, 10);
     if (end == p || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
-      fprintf(stderr, "axon-run: --prompt-ids: '%s' is not a list of ids\n",
-              s);
+      fprintf(stderr, "axon-run: --prompt-ids: '%s' is not a list of ids\n", s);
       break;
     }
     if (n == cap) {
@@ -122,8 +121,8 @@ static int run_gen(gen_job *j, ax_decode_fn decode, void *user) {
   for (int i = 0; i < j->n_prompt; i++)
     show(j, j->prompt[i]);
   double t0 = ax_clock_s();
-  int err = ax_generate(decode, user, j->prompt, j->n_prompt, a->gen_tokens,
-                        &s, NULL, show, j);
+  int err = ax_generate(decode, user, j->prompt, j->n_prompt, a->gen_tokens, &s,
+                        NULL, show, j);
   double dt = ax_clock_s() - t0;
   putchar('\n');
   if (err == AX_OK)

@@ -101,6 +101,11 @@ int ax_pipe_decode(void *user, int64_t pos, const int32_t *ids, int n,
   if (n < 1 || pos < 0)
     return ax_seterr(AX_EINVAL, "decode: %d tokens at position %lld", n,
                      (long long)pos);
+  if (pos && pos != d->pos)
+    return ax_seterr(AX_ESTATE,
+                     "decode: the session holds %lld positions, not %lld%s",
+                     (long long)(d->pos > 0 ? d->pos : 0), (long long)pos,
+                     d->pos < 0 ? " (a call failed: start again at 0)" : "");
   ax_tensor *x = ax_tensor_new_v(AX_I32, AX_CPU, 2, 1, n);
   if (!x)
     return AX_ENOMEM;
@@ -110,6 +115,7 @@ int ax_pipe_decode(void *user, int64_t pos, const int32_t *ids, int n,
   if (err == AX_OK)
     err = run(d, &c);
   ax_tensor_release(x);
+  d->pos = err == AX_OK ? pos + n : -1;
   if (err == AX_OK)
     *logits = c.logits;
   else

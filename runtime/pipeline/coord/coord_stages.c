@@ -2,6 +2,8 @@
  * stage (coordinator-impl.h). */
 #include <stdio.h>
 
+#include "axon/runtime/autograd/autograd.h"
+
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
 
 int64_t axi_pipe_timeout(const ax_pipe *p) {
@@ -41,6 +43,12 @@ int axi_pipe_all_stages(ax_pipe *p, uint64_t ctx, const char *method,
                       ax_future_is_done(f[s]) ? ax_future_errmsg(f[s])
                                               : "no answer in time");
       bad = s;
+      if (ctx) { /* the stages waiting for what s would have pushed */
+        char m[700];
+        snprintf(m, sizeof m, "%s", ax_errmsg());
+        ax_dist_context_release(p->node, ctx, 10000);
+        ax_seterr(err, "%s", m);
+      }
     }
     if (e == AX_OK && reply &&
         (e = reply(user, s, ax_future_values(f[s]))) != AX_OK && err == AX_OK) {

@@ -27,6 +27,7 @@ extern "C" {
 typedef struct ax_pipe_decoder {
   ax_pipe *p;       /* borrowed; outlives the decoder */
   uint64_t session; /* the stages' key of its caches (random, >= 0) */
+  int64_t pos;      /* positions the caches hold; -1 after a failed call */
   /* After each call: the decoding sessions the stages keep and the bytes
    * of their slots, summed over the stages (0 and 0 after a successful
    * ax_pipe_decoder_end, unless other decoders are open). */
@@ -38,8 +39,10 @@ typedef struct ax_pipe_decoder {
 int ax_pipe_decoder_init(ax_pipe_decoder *d, ax_pipe *p);
 /* The ax_decode_fn (models/generate.h) of a pipeline decoder (user: the
  * ax_pipe_decoder): ids (1, n) to stage 0, the logits of the last position
- * from the last stage. Errors name the stage and its agent; a failed call
- * leaves the session unusable until a call at position 0. */
+ * from the last stage. pos is 0 (the sequence starts anew) or d->pos
+ * (AX_ESTATE otherwise, before any call). Errors name the stage and its
+ * agent; a failed call leaves the session unusable until a call at
+ * position 0. */
 int ax_pipe_decode(void *user, int64_t pos, const int32_t *ids, int n,
                    ax_tensor **logits);
 /* Drops the decoder's caches on every stage (also after a failed call). */
