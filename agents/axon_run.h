@@ -228,11 +228,18 @@ typedef struct axi_run_steps {
 void axi_run_write_outputs(const axi_run_pipe_args *a, ax_pipe *p,
                            const axi_run_steps *r, double t0);
 /* The "summary:" line of the run (total steps trained here, test accuracy
- * acc and loss tl, spb the modelled seconds per batch or < 0 for none)
- * and the "stages:" line of each stage's figures. */
+ * acc and loss tl, spb the modelled seconds per batch or < 0 for none,
+ * unit the data set's ax_dataset_token_unit) and the "stages:" line of
+ * each stage's figures. */
 void axi_run_summary(const axi_run_pipe_args *a, ax_pipe *p,
                      const axi_run_steps *r, const ax_pipe_stats *st,
-                     long total, double acc, double tl, double spb);
+                     long total, double acc, double tl, double spb,
+                     const char *unit);
+/* Prints " NAME_bits_per_UNIT=X" on stdout, the loss `nats` of a
+ * language-model data set in bits per token, for the key=value lines
+ * (summary:, epoch:, eval:); nothing when unit (ax_dataset_token_unit) is
+ * NULL. */
+void axi_run_print_bits(const char *name, double nats, const char *unit);
 
 /* Runs `axon-run train` in pipeline mode; returns the exit status. */
 int axi_run_pipe_main(axi_run_pipe_args *a);

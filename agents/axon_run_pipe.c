@@ -173,9 +173,13 @@ static int feed_segment(void *user, long done) {
   AX_TRY(evaluate(f->a, f->p, f->test, &acc, &loss));
   int m = ax_pipe_costs_model(f->costs, &spb) == AX_OK;
   printf("epoch: %ld steps=%ld train_loss=%.4f test_loss=%.4f "
-         "test_accuracy=%.2f%% train_seconds=%.2f modelled_seconds=%.3f\n",
+         "test_accuracy=%.2f%% train_seconds=%.2f modelled_seconds=%.3f",
          (done + f->per_epoch - 1) / f->per_epoch, done, f->loss[f->steps - 1],
          loss, 100.0 * acc, f->train_s, m ? spb * (double)done : -1.0);
+  const char *unit = ax_dataset_token_unit(f->test);
+  axi_run_print_bits("train", f->loss[f->steps - 1], unit);
+  axi_run_print_bits("test", loss, unit);
+  printf("\n");
   fflush(stdout);
   return AX_OK;
 }
@@ -271,7 +275,8 @@ static int train_and_report(const axi_run_pipe_args *a, feed *f, ax_pipe **p,
   int modelled =
       rc == AX_OK && !f->repacked && ax_pipe_costs_model(&costs, &spb) == AX_OK;
   if (rc == AX_OK)
-    axi_run_summary(a, *p, &steps, &st, total, acc, tl, modelled ? spb : -1);
+    axi_run_summary(a, *p, &steps, &st, total, acc, tl, modelled ? spb : -1,
+                    ax_dataset_token_unit(test));
   return rc;
 }
 

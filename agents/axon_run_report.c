@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "agents/axon_run.h"
+#include "axon/models/data/dataset.h"
 #include "axon/runtime/pipeline/schedule/partition.h"
 #include "axon/runtime/pipeline/stage/staleness.h"
 #include "axon/runtime/pipeline/state/freeze.h"
@@ -115,9 +116,15 @@ void axi_run_write_outputs(const axi_run_pipe_args *a, ax_pipe *p,
   ax_trace_free(tr);
 }
 
+void axi_run_print_bits(const char *name, double nats, const char *unit) {
+  if (unit)
+    printf(" %s_bits_per_%s=%.4f", name, unit, ax_bits_per_token(nats));
+}
+
 void axi_run_summary(const axi_run_pipe_args *a, ax_pipe *p,
                      const axi_run_steps *f, const ax_pipe_stats *st,
-                     long total, double acc, double tl, double spb) {
+                     long total, double acc, double tl, double spb,
+                     const char *unit) {
   printf("summary: model=%s dataset=%s mode=%s stages=%d micro=%d steps=%ld"
          " final_loss=%.4f test_accuracy=%.2f%% samples_per_s=%.1f "
          "ms_per_step=%.1f coordinator_bytes_per_step=%.0f train_seconds="
@@ -128,6 +135,8 @@ void axi_run_summary(const axi_run_pipe_args *a, ax_pipe *p,
          (double)(f->steps * a->batch) / st->seconds,
          1e3 * st->seconds / (double)total, (double)st->coord_bytes / total,
          st->seconds, tl);
+  axi_run_print_bits("final", f->steps ? f->loss[f->steps - 1] : 0.0, unit);
+  axi_run_print_bits("test", tl, unit);
   if (spb >= 0)
     printf(" modelled_seconds=%.3f modelled_ms_per_step=%.2f",
            spb * (double)f->steps, 1e3 * spb);

@@ -37,8 +37,8 @@ static const axi_cli_opt g_train_opts[] = {
     {"model-config", "K=V,..", AXI_CLI_STR, F(o.model_config),
      .help = "model settings, e.g. widths=784/256/10 or layers=3"},
     {"dataset", "NAME", AXI_CLI_STR, F(o.dataset),
-     .help = "fashion-mnist | cifar10 | gcide | synthetic\n"
-             "(default fashion-mnist)"},
+     .help = "fashion-mnist | cifar10 | gcide | text | tokens |\n"
+             "synthetic (default fashion-mnist)"},
     {"data-config", "K=V,..", AXI_CLI_STR, F(o.data_config),
      .help = "data-set settings, e.g. pad=1, limit=N, dir=PATH"},
     {"optim", "K=V,..", AXI_CLI_STR, F(o.optim_config),
@@ -135,9 +135,14 @@ static int train_here(axi_run_cli *r) {
     return 1;
   }
   printf("summary: model=%s dataset=%s steps=%ld final_loss=%.4f "
-         "test_accuracy=%.2f%% samples_per_s=%.1f train_seconds=%.1f\n",
+         "test_accuracy=%.2f%% samples_per_s=%.1f train_seconds=%.1f "
+         "test_loss=%.9g",
          o->model, o->dataset, rep.steps, rep.final_loss,
-         100.0 * rep.test_accuracy, rep.samples_per_s, rep.train_seconds);
+         100.0 * rep.test_accuracy, rep.samples_per_s, rep.train_seconds,
+         rep.test_loss);
+  axi_run_print_bits("final", rep.final_loss, rep.token_unit);
+  axi_run_print_bits("test", rep.test_loss, rep.token_unit);
+  printf("\n");
   free(rep.loss_curve);
   return 0;
 }

@@ -38,13 +38,16 @@ static int eval(const char *path, int batch, long limit, ax_device dev) {
   double acc = 0, loss = 0;
   if (rc == AX_OK)
     rc = ax_evaluate(net, test, batch, limit, mi.ignore_index, &acc, &loss);
+  const char *unit = ax_dataset_token_unit(test);
   ax_dataset_close(test);
   ax_net_free(net);
   if (rc != AX_OK)
     return fail(rc);
   printf("eval: model=%s dataset=%s step=%ld test_accuracy=%.2f%% "
-         "test_loss=%.9g\n",
+         "test_loss=%.9g",
          info.model, info.dataset, info.step, 100.0 * acc, loss);
+  axi_run_print_bits("test", loss, unit);
+  printf("\n");
   return 0;
 }
 

@@ -6,6 +6,7 @@ inputs. Prints one line in the same format as axon-bench.
   python3 scripts/torch_train_bench.py --model resnet20 --batch 128 --threads 2
   python3 scripts/torch_train_bench.py --model bert --batch 8 --seq 128
   python3 scripts/torch_train_bench.py --model bert --batch 32 --device cuda
+  python3 scripts/torch_train_bench.py --model gpt --layers 4 --seq 256 --vocab 50257 --batch 8 --bf16
 
 The BERT encoder layer is written out to match axon's (models/bert.c,
 models/layers/tf_encoder.c, tf_attn.c): fused QKV projection, softmax of
@@ -15,6 +16,15 @@ between the two dense layers, unlike nn.TransformerEncoderLayer). --attn
 sdpa replaces the explicit attention by F.scaled_dot_product_attention (the
 same function, PyTorch's fused kernels; PyTorch >= 2.0).
 
+The GPT is axon's (models/gpt.c, the decoder layer of models/layers/):
+token and learned position embeddings, dropout, pre-LN blocks (causal
+attention with dropout on the probabilities, output projection, dropout,
+residual; LayerNorm, dense -> exact GELU -> dense, dropout, residual), a
+final LayerNorm and a head tied to the token embedding. --bf16 runs the
+forward under torch.autocast(dtype=torch.bfloat16) on the CPU (or CUDA),
+PyTorch's mixed precision. The last line's peak_rss_mb is the process's
+peak resident memory (getrusage), as axon-bench reports its own.
+
 On CUDA, timing synchronises the device (torch.cuda.synchronize) before the
 first and after the last timed step. Precision is plain FP32 unless --tf32
 (TF32 matmuls and cuDNN convolutions; axon's counterpart is AXON_TF32=1);
@@ -23,6 +33,7 @@ cuDNN picks convolution algorithms by heuristics unless --cudnn-benchmark
 """
 import argparse
 import math
+import resource
 import time
 
 import torch
@@ -97,6 +108,53 @@ class EncoderLayer(nn.Module):
         return self.ln2(x + F.dropout(y, self.p, self.training))
 
 
+class DecoderLayer(nn.Module):
+    """axon's pre-LN decoder layer (GPT-2)."""
+
+    def __init__(self, hidden, heads, ff, p):
+        super().__init__()
+        self.heads, self.p = heads, p
+        self.ln1 = nn.LayerNorm(hidden, eps=1e-5)
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.proj = nn.Linear(hidden, hidden)
+        self.ln2 = nn.LayerNorm(hidden, eps=1e-5)
+        self.ff1 = nn.Linear(hidden, ff)
+        self.ff2 = nn.Linear(ff, hidden)
+
+    def attention(self, x):
+        b, s, h = x.shape
+        a, dh = self.heads, h // self.heads
+        q, k, v = self.qkv(x).view(b, s, 3, a, dh).permute(2, 0, 3, 1, 4)
+        scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(dh))
+        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+        probs = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        ctx = F.dropout(probs, self.p, self.training) @ v
+        return self.proj(ctx.transpose(1, 2).reshape(b, s, h))
+
+    def forward(self, x):
+        x = x + F.dropout(self.attention(self.ln1(x)), self.p, self.training)
+        y = self.ff2(F.gelu(self.ff1(self.ln2(x))))
+        return x + F.dropout(y, self.p, self.training)
+
+
+class Gpt(nn.Module):
+    def __init__(self, layers, hidden, heads, ff, vocab, seq, p):
+        super().__init__()
+        self.p = p
+        self.tok = nn.Embedding(vocab, hidden)
+        self.pos = nn.Embedding(seq, hidden)
+        self.blocks = nn.ModuleList(DecoderLayer(hidden, heads, ff, p)
+                                    for _ in range(layers))
+        self.ln = nn.LayerNorm(hidden, eps=1e-5)
+
+    def forward(self, ids):
+        pos = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
+        h = F.dropout(self.tok(ids) + self.pos(pos), self.p, self.training)
+        for block in self.blocks:
+            h = block(h)
+        return (self.ln(h) @ self.tok.weight.t()).flatten(0, 1)
+
+
 class Bert(nn.Module):
     def __init__(self, layers, hidden, heads, ff, vocab, seq, attn="explicit"):
         super().__init__()
@@ -156,6 +214,9 @@ def main():
     ap.add_argument("--cudnn-benchmark", action="store_true",
                     help="let cuDNN measure convolution algorithms")
     ap.add_argument("--attn", choices=["explicit", "sdpa"], default="explicit")
+    ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--bf16", action="store_true",
+                    help="bf16 autocast (mixed precision)")
     a = ap.parse_args()
     if a.attn == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
         ap.error(f"--attn sdpa needs PyTorch >= 2.0 (this is {torch.__version__})")
@@ -170,6 +231,12 @@ def main():
         x = (torch.randn(b, 1, 32, 32, device=dev),)
         y = torch.randint(0, 10, (b,), device=dev)
         loss_fn = lambda out: F.cross_entropy(out, y)
+    elif a.model == "gpt":
+        b = a.batch or 8
+        model = Gpt(a.layers, a.hidden, a.heads, a.ff, a.vocab, a.seq, a.dropout).to(dev)
+        x = (torch.randint(0, a.vocab, (b, a.seq), device=dev),)
+        y = torch.randint(0, a.vocab, (b * a.seq,), device=dev)
+        loss_fn = lambda out: F.cross_entropy(out.float(), y)
     else:
         b = a.batch or 8
         model = Bert(a.layers, a.hidden, a.heads, a.ff, a.vocab, a.seq, a.attn).to(dev)
@@ -190,14 +257,18 @@ def main():
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
         opt.zero_grad()
-        loss_fn(model(*x)).backward()
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.bf16):
+            out = model(*x)
+        loss_fn(out).backward()
         opt.step()
     if dev.type == "cuda":
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     sps = a.steps * b / dt
     n = sum(p.numel() for p in model.parameters())
-    extra = f" tokens_per_s={sps * a.seq:.1f}" if a.model == "bert" else ""
+    extra = f" tokens_per_s={sps * a.seq:.1f}" if a.model in ("bert", "gpt") else ""
+    extra += f" bf16={int(a.bf16)}"
+    extra += f" peak_rss_mb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}"
     if dev.type == "cuda":
         extra += (f" tf32={int(a.tf32)} cudnn_benchmark={int(a.cudnn_benchmark)}"
                   + (f" attn={a.attn}" if a.model == "bert" else ""))

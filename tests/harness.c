@@ -1,9 +1,12 @@
 #include "harness.h"
 
+#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
 
 #include "axon/kernels/backend-impl.h"
 #include "axon/kernels/rng.h"
@@ -279,4 +282,37 @@ int ax_test_bert_batch(long t, int B, int T, int pad, ax_tlist *in,
     if ((i * 7 + t) % 4 != 0)
       l[i] = -100;
   return AX_OK;
+}
+
+void ax_test_mkdtemp(char *dir, const char *tag) {
+  snprintf(dir, 64, "/tmp/axon-%.20s-XXXXXX", tag);
+  assert_non_null(mkdtemp(dir));
+}
+
+static int rm_entry(const char *p, const struct stat *st, int flag,
+                    struct FTW *f) {
+  (void)st, (void)flag, (void)f;
+  return remove(p);
+}
+
+void ax_test_rmtree(const char *dir) {
+  nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+const char *ax_test_write_file(const char *dir, const char *name, const void *p,
+                               size_t n, int gz) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  if (gz) {
+    gzFile f = gzopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(gzwrite(f, p, (unsigned)n), (int)n);
+    assert_int_equal(gzclose(f), Z_OK);
+  } else {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(p, 1, n, f), n);
+    fclose(f);
+  }
+  return path;
 }

@@ -75,6 +75,16 @@ int ax_test_bert_batch(long t, int B, int T, int pad, ax_tlist *in,
 double ax_test_close_ratio(const float *a, const float *b, size_t n,
                            double atol, double rtol);
 
+/* Test files. ax_test_mkdtemp makes a new directory /tmp/axon-TAG-XXXXXX
+ * and writes its path into dir (at least 64 bytes); ax_test_rmtree removes
+ * a directory and everything in it. ax_test_write_file writes n bytes to
+ * dir/name, gzip-compressed when gz, and returns the path (a static buffer,
+ * valid until its next call). Failures fail the test. */
+void ax_test_mkdtemp(char *dir, const char *tag);
+void ax_test_rmtree(const char *dir);
+const char *ax_test_write_file(const char *dir, const char *name, const void *p,
+                               size_t n, int gz);
+
 /* Finite-difference gradient check of module `m` (takes ownership).
  *
  * Builds an ax_net on the CPU (seed 7), runs a training-mode forward with

@@ -3,7 +3,6 @@
  * loader are in test_loader.c. */
 #include "harness.h"
 
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +10,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "axon/kernels/clock.h"
 #include "axon/models/data/dataset.h"
@@ -21,39 +19,6 @@
 #define STD 0.3530f
 
 /* ---- helpers ---- */
-
-static int rm_entry(const char *p, const struct stat *st, int flag,
-                    struct FTW *f) {
-  (void)st, (void)flag, (void)f;
-  return remove(p);
-}
-
-static void make_tmpdir(char *dir) {
-  strcpy(dir, "/tmp/axon-data-XXXXXX");
-  assert_non_null(mkdtemp(dir));
-}
-
-static void remove_tree(const char *dir) {
-  nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
-}
-
-/* Writes n bytes to dir/name, gzip-compressed when gz. */
-static void write_file(const char *dir, const char *name, const void *p,
-                       size_t n, int gz) {
-  char path[512];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  if (gz) {
-    gzFile f = gzopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(gzwrite(f, p, (unsigned)n), (int)n);
-    assert_int_equal(gzclose(f), Z_OK);
-  } else {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(p, 1, n, f), n);
-    fclose(f);
-  }
-}
 
 static void put_be32(unsigned char *p, uint32_t v) {
   p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16);
@@ -79,8 +44,8 @@ static void write_idx_pair(const char *dir, const char *prefix, int n,
            gz ? ".gz" : "");
   snprintf(lname, sizeof lname, "%s-labels-idx1-ubyte%s", prefix,
            gz ? ".gz" : "");
-  write_file(dir, iname, img, (size_t)((long)isz + extra_bytes), gz);
-  write_file(dir, lname, lab, lsz, gz);
+  ax_test_write_file(dir, iname, img, (size_t)((long)isz + extra_bytes), gz);
+  ax_test_write_file(dir, lname, lab, lsz, gz);
   free(img);
   free(lab);
 }
@@ -111,7 +76,7 @@ static unsigned char raw_pixel(float x) {
 static void test_idx_roundtrip(void **state) {
   (void)state;
   char dir[64];
-  make_tmpdir(dir);
+  ax_test_mkdtemp(dir, "data");
   unsigned char px[5 * 784], lab[5], px2[5 * 784], lab2[5];
   write_idx_pair(dir, "train", 5, 0x803, 0, 1, px, lab);
   write_idx_pair(dir, "t10k", 5, 0x803, 0, 0, px2, lab2); /* plain files */
@@ -159,7 +124,7 @@ static void test_idx_roundtrip(void **state) {
   int64_t bad[1] = {3};
   AX_ASSERT_ERR(ax_dataset_batch(ds, bad, 1, &in, &lb), AX_EINVAL);
   ax_dataset_close(ds);
-  remove_tree(dir);
+  ax_test_rmtree(dir);
 }
 
 static void expect_format_error(const char *dir, const char *what) {
@@ -173,7 +138,7 @@ static void expect_format_error(const char *dir, const char *what) {
 static void test_idx_errors(void **state) {
   (void)state;
   char dir[64];
-  make_tmpdir(dir);
+  ax_test_mkdtemp(dir, "data");
   unsigned char px[4 * 784], lab[4];
   ax_dataset *ds = NULL;
   AX_ASSERT_ERR(open_dir("fashion-mnist", dir, NULL, 0, &ds), AX_ENOTFOUND);
@@ -195,15 +160,15 @@ static void test_idx_errors(void **state) {
   assert_int_equal(truncate(path, st.st_size / 2), 0);
   expect_format_error(dir, "train-images-idx3-ubyte.gz");
   /* Garbage that is not gzip reads as plain bytes and fails the magic. */
-  write_file(dir, "train-images-idx3-ubyte.gz", "garbage!garbage!garbage!", 24,
-             0);
+  ax_test_write_file(dir, "train-images-idx3-ubyte.gz",
+                     "garbage!garbage!garbage!", 24, 0);
   expect_format_error(dir, "train-images-idx3-ubyte.gz");
   /* Image and label counts that disagree. */
   write_idx_pair(dir, "train", 4, 0x803, 0, 1, px, lab);
   unsigned char lab3[8 + 3] = {0, 0, 8, 1, 0, 0, 0, 3, 1, 2, 3};
-  write_file(dir, "train-labels-idx1-ubyte.gz", lab3, sizeof lab3, 1);
+  ax_test_write_file(dir, "train-labels-idx1-ubyte.gz", lab3, sizeof lab3, 1);
   expect_format_error(dir, "labels");
-  remove_tree(dir);
+  ax_test_rmtree(dir);
   AX_ASSERT_ERR(open_dir("no-such-set", dir, NULL, 0, &ds), AX_ENOTFOUND);
 }
 
@@ -223,10 +188,10 @@ static void fill_records(unsigned char *rec, int n, int salt) {
 static void test_cifar(void **state) {
   (void)state;
   char dir[64];
-  make_tmpdir(dir);
+  ax_test_mkdtemp(dir, "data");
   unsigned char rec[3 * 3073];
   fill_records(rec, 3, 0);
-  write_file(dir, "test_batch.bin", rec, sizeof rec, 0);
+  ax_test_write_file(dir, "test_batch.bin", rec, sizeof rec, 0);
   ax_dataset *ds;
   AX_ASSERT_OK(open_dir("cifar10", dir, NULL, AX_SPLIT_TEST, &ds));
   assert_int_equal(ax_dataset_size(ds), 3);
@@ -256,7 +221,7 @@ static void test_cifar(void **state) {
     char name[32];
     snprintf(name, sizeof name, "data_batch_%d.bin.gz", f);
     fill_records(rec, 2, f * 2);
-    write_file(dir, name, rec, 2 * 3073, 1);
+    ax_test_write_file(dir, name, rec, 2 * 3073, 1);
   }
   AX_ASSERT_OK(open_dir("cifar10", dir, NULL, AX_SPLIT_TRAIN, &ds));
   assert_int_equal(ax_dataset_size(ds), 10);
@@ -269,13 +234,13 @@ static void test_cifar(void **state) {
   ax_dataset_close(ds);
   free(all);
   /* A partial record is a format error naming the file. */
-  write_file(dir, "test_batch.bin", rec, 3073 + 100, 0);
+  ax_test_write_file(dir, "test_batch.bin", rec, 3073 + 100, 0);
   AX_ASSERT_ERR(open_dir("cifar10", dir, NULL, AX_SPLIT_TEST, &ds), AX_EFORMAT);
   assert_non_null(strstr(ax_errmsg(), "test_batch.bin"));
   rec[0] = 10; /* a label out of range */
-  write_file(dir, "test_batch.bin", rec, 3073, 0);
+  ax_test_write_file(dir, "test_batch.bin", rec, 3073, 0);
   AX_ASSERT_ERR(open_dir("cifar10", dir, NULL, AX_SPLIT_TEST, &ds), AX_EFORMAT);
-  remove_tree(dir);
+  ax_test_rmtree(dir);
 }
 
 /* ---- the installed Fashion-MNIST ---- */

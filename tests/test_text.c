@@ -3,7 +3,6 @@
  * the installed dict-gcide corpus. */
 #include "harness.h"
 
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +10,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "axon/kernels/clock.h"
 #include "axon/models/data/dataset.h"
@@ -21,12 +19,6 @@
 
 static char tmpdir[64];
 
-static int rm_entry(const char *p, const struct stat *st, int flag,
-                    struct FTW *f) {
-  (void)st, (void)flag, (void)f;
-  return remove(p);
-}
-
 static int setup(void **state) {
   (void)state;
   strcpy(tmpdir, "/tmp/axon-text-XXXXXX");
@@ -35,18 +27,13 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  return nftw(tmpdir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+  ax_test_rmtree(tmpdir);
+  return 0;
 }
 
 /* Writes s gzip-compressed to tmpdir/name; returns the path (static). */
 static const char *write_gz(const char *name, const char *s) {
-  static char path[256];
-  snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-  gzFile f = gzopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(gzwrite(f, s, (unsigned)strlen(s)), (int)strlen(s));
-  assert_int_equal(gzclose(f), Z_OK);
-  return path;
+  return ax_test_write_file(tmpdir, name, s, strlen(s), 1);
 }
 
 static ax_dataset *open_text(const char *file, const char *extra, int split) {

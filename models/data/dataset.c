@@ -7,11 +7,11 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include "axon/models/data/dataset-impl.h"
+#include "axon/models/data/lm-impl.h"
 
-static const axi_dataset_ops *const kinds[] = {&axi_ds_fashion_mnist,
-                                               &axi_ds_cifar10, &axi_ds_gcide,
-                                               &axi_ds_synthetic, NULL};
+static const axi_dataset_ops *const kinds[] = {
+    &axi_ds_fashion_mnist, &axi_ds_cifar10,   &axi_ds_gcide, &axi_ds_text,
+    &axi_ds_tokens,        &axi_ds_synthetic, NULL};
 
 int ax_dataset_open(const char *name, const ax_config *cfg, int split,
                     ax_dataset **out) {
@@ -28,7 +28,7 @@ int ax_dataset_open(const char *name, const ax_config *cfg, int split,
   if (!ops)
     return ax_seterr(AX_ENOTFOUND,
                      "dataset: unknown name '%s' (known: fashion-mnist, "
-                     "cifar10, gcide, synthetic)",
+                     "cifar10, gcide, text, tokens, synthetic)",
                      name);
   ax_dataset *ds = calloc(1, sizeof *ds);
   if (!ds)

@@ -23,6 +23,29 @@
  *    the sentences, the train split the rest. Example e is [CLS] A [SEP] B
  *    [SEP] drawn from the stream (seed, e) alone; 15% of ordinary tokens are
  *    MLM targets (80% [MASK], 10% random, 10% kept).
+ *  - "text": byte-level language-model examples (vocab 256) from any file,
+ *    gzip or plain, read as bytes (UTF-8 text stays its bytes). inputs
+ *    {i32 token ids (B, T)}; labels {i32 next-token ids (B * T)}: the
+ *    window's bytes 1..T, so example e is the T + 1 bytes from e * T of its
+ *    split, inputs its first T, labels its last T (windows at stride T,
+ *    disjoint but in their last byte; the loader shuffles them). The train
+ *    split is the head of the bytes read, the test split the held-out tail
+ *    (the last val of them). Config: file=/usr/share/dictd/gcide.dict.dz
+ *    (dict-gcide's dictionary, markup and all), seq=64 (T), max_bytes=16m
+ *    (as gcide's), val=0.05, clean=0|1 (1: dictionary markup removed first,
+ *    axi_text_clean). Token unit "byte": ax_dataset_decode gives the text.
+ *  - "tokens": the same windows of pre-tokenized files in llm.c's format:
+ *    a header of 256 little-endian int32 (magic 20240520, version 1 =
+ *    uint16 GPT-2 tokens, the token count), then the count's uint16
+ *    tokens. Config: train=PATH (a file or a glob of shards in sorted
+ *    order, e.g. "data/fineweb_train_*.bin"), val=PATH (the
+ *    test split; without it the last 5% of the train tokens, which the
+ *    train split then leaves out), seq=64, vocab=50257. Every header field,
+ *    the file size against the count and every token (< vocab) are checked
+ *    at open: AX_EFORMAT naming the file (bad magic, bad version,
+ *    truncated, size not matching the count, token out of range, empty).
+ *    Windows do not cross from one file into the next. Token unit "token",
+ *    or "byte" with vocab=256 (scripts/tokens_from_text.py's files).
  *  - "synthetic": random inputs of a given shape and random labels, for
  *    benchmarks and tests. Config: shape=C/H/W or D (default 1/28/28),
  *    classes=K (10), examples=N (1024), seed=S. Inputs {f32 (B, C, H, W) or
@@ -53,8 +76,8 @@ void ax_dataset_close(ax_dataset *ds); /* NULL-safe */
 int64_t ax_dataset_size(const ax_dataset *ds);
 int ax_dataset_classes(const ax_dataset *ds); /* 0 when not a classifier */
 /* Vocabulary size for text data sets (token ids lie in [0, vocab)), 0
- * otherwise. At most the configured vocab=, less when the corpus has fewer
- * distinct tokens. */
+ * otherwise: gcide's at most the configured vocab=, less when the corpus
+ * has fewer distinct tokens; 256 for "text", vocab= for "tokens". */
 int ax_dataset_vocab(const ax_dataset *ds);
 
 /* Special token ids of the text data sets, and the MLM label of positions
@@ -69,13 +92,31 @@ enum {
 };
 #define AX_MLM_IGNORE (-100)
 
-/* The text of token `id` ("[PAD]", "the", ...) of a text data set; NULL
- * when ds is not a text data set or id is out of range. The string lives as
- * long as ds. */
+/* The text of token `id` ("[PAD]", "the", ...) of the gcide data set, or
+ * the one-byte string of byte `id` of a byte-level set ("" for byte 0: use
+ * ax_dataset_decode for text); NULL for other data sets or an id out of
+ * range. The string lives as long as ds. */
 const char *ax_dataset_token(const ax_dataset *ds, int id);
-/* The id of a lower-case token (AX_TOK_UNK when not in the vocabulary), or
- * -1 when ds is not a text data set. */
+/* The id of a lower-case token (AX_TOK_UNK when not in the vocabulary) of
+ * the gcide data set, or -1 for other data sets. */
 int ax_dataset_token_id(const ax_dataset *ds, const char *tok);
+
+/* What a token of a language-model data set ("text", "tokens") stands
+ * for: "byte" when its ids are bytes, else "token"; NULL for other data
+ * sets (whose loss is no next-token loss). The string is static. */
+const char *ax_dataset_token_unit(const ax_dataset *ds);
+/* A mean cross-entropy in nats per token as bits per token: nats / ln 2
+ * (bits per byte for a byte-level set). */
+double ax_bits_per_token(double nats);
+/* Byte-level data sets (token unit "byte"): writes the bytes of ids[0..n)
+ * into out (at most cap; no NUL is added) and returns how many it wrote;
+ * -1 when ds is not byte-level or an id is not in [0, 256). */
+int64_t ax_dataset_decode(const ax_dataset *ds, const int32_t *ids, int64_t n,
+                          char *out, size_t cap);
+/* The inverse: the ids of the bytes s[0..len) into ids (at most cap);
+ * their count, or -1 when ds is not byte-level. */
+int64_t ax_dataset_encode(const ax_dataset *ds, const char *s, size_t len,
+                          int32_t *ids, int64_t cap);
 
 /* Gathers examples idx[0..n) into new CPU tensors (the caller releases
  * inputs and labels with ax_tlist_clear). */

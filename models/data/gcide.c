@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "axon/models/data/dataset-impl.h"
+#include "axon/models/data/lm-impl.h"
 #include "axon/models/data/text-impl.h"
 
 #define TEST_FRAC 0.1
@@ -180,7 +180,9 @@ const axi_corpus *axi_text_corpus(const ax_dataset *ds) {
 
 const char *ax_dataset_token(const ax_dataset *ds, int id) {
   const axi_corpus *c = axi_text_corpus(ds);
-  return c && id >= 0 && id < c->vocab ? c->tokens[id] : NULL;
+  if (!c)
+    return axi_lm_token(ds, id);
+  return id >= 0 && id < c->vocab ? c->tokens[id] : NULL;
 }
 
 int ax_dataset_token_id(const ax_dataset *ds, const char *tok) {

@@ -31,6 +31,11 @@ typedef struct ax_train_report {
   long steps;
   double final_loss;    /* mean loss of the last epoch's steps */
   double test_accuracy; /* after the last epoch, in [0, 1] */
+  double test_loss;     /* its mean loss (nats per token for a language
+                           model's data set) */
+  /* "byte" or "token" for a language-model data set
+   * (ax_dataset_token_unit), NULL for others */
+  const char *token_unit;
   double train_seconds; /* training time (evaluation excluded) */
   double samples_per_s;
   double *loss_curve; /* per-step losses (malloc'd; caller frees) */

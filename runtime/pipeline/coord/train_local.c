@@ -150,6 +150,19 @@ static int run_open(run *r, const ax_train_opts *o) {
   return AX_OK;
 }
 
+/* "epoch 2: train loss 0.4321, test accuracy 84.12%", with a language
+ * model's data set "epoch 2: train loss 1.2345 (1.781 bits/byte), test
+ * loss 1.3012 (1.877 bits/byte), test accuracy 61.20%". */
+static void progress_epoch(FILE *f, int epoch, const ax_train_report *rep) {
+  const char *u = rep->token_unit;
+  fprintf(f, "epoch %d: train loss %.4f", epoch, rep->final_loss);
+  if (u)
+    fprintf(f, " (%.3f bits/%s), test loss %.4f (%.3f bits/%s)",
+            ax_bits_per_token(rep->final_loss), u, rep->test_loss,
+            ax_bits_per_token(rep->test_loss), u);
+  fprintf(f, ", test accuracy %.2f%%\n", 100.0 * rep->test_accuracy);
+}
+
 int ax_train_local(const ax_train_opts *o, ax_train_report *rep) {
   memset(rep, 0, sizeof *rep);
   run r;
@@ -158,6 +171,7 @@ int ax_train_local(const ax_train_opts *o, ax_train_report *rep) {
   long total = per_epoch * o->epochs;
   if (o->max_steps > 0 && o->max_steps < total)
     total = o->max_steps;
+  rep->token_unit = ax_dataset_token_unit(r.test);
   if (rc == AX_OK && total <= 0)
     rc = ax_seterr(AX_EINVAL, "nothing to train: %ld batches", total);
   if (rc == AX_OK && !(rep->loss_curve = calloc((size_t)total, sizeof(double))))
@@ -200,12 +214,11 @@ int ax_train_local(const ax_train_opts *o, ax_train_report *rep) {
     ax_progress_end(&bar);
     if (rc == AX_OK)
       rc = ax_evaluate(r.net, r.test, o->eval_batch, o->eval_limit,
-                       r.info.ignore_index, &rep->test_accuracy, NULL);
-    if (rc == AX_OK && o->progress)
-      fprintf(o->progress, "epoch %d: train loss %.4f, test accuracy %.2f%%\n",
-              epoch + 1, in_epoch ? epoch_loss / in_epoch : 0.0,
-              100.0 * rep->test_accuracy);
+                       r.info.ignore_index, &rep->test_accuracy,
+                       &rep->test_loss);
     rep->final_loss = in_epoch ? epoch_loss / in_epoch : 0.0;
+    if (rc == AX_OK && o->progress)
+      progress_epoch(o->progress, epoch + 1, rep);
   }
   rep->n_loss = rep->steps;
   rep->train_seconds = t_train;
