@@ -235,8 +235,8 @@ typedef struct ax_backend_i {
    * whole model's mask), and lse (b, heads, sq) the log-sum-exp of each
    * scaled score row (before dropout), which the backward reads. lse may
    * be NULL in inference. The backward overwrites dq, dk, dv (same
-   * layouts as q, k, v; they may lie in one packed buffer) from do_ and
-   * the forward's o and lse. */
+   * layouts as q, k, v; they may lie in one packed buffer) from do_ (o's
+   * layout) and the forward's o and lse. */
   int (*attn_causal_fwd)(ax_backend *be, const ax_attn_desc *d, const float *q,
                          const float *k, const float *v, float *o, float *lse);
   int (*attn_causal_bwd)(ax_backend *be, const ax_attn_desc *d, const float *q,

@@ -4,7 +4,8 @@
  * - Linear column parts (fused Q, K, V: 3 segments) and row parts: every
  *   member's output, input gradient and parameter gradients are the whole
  *   layer's at the member's indices.
- * - Attention by heads and the encoder layer, T = 2 and 4, dropout on:
+ * - Attention by heads and the encoder layer, the causal attention and
+ *   the decoder layer (on the fused kernel), T = 2 and 4, dropout on:
  *   output and input gradient equal the whole layer's, with the fused
  *   backward and with the split one (input half, then weight half); one
  *   SGD step of every member's own gradients then gives the same output
@@ -208,6 +209,13 @@ static ax_module *make_encoder(ax_tp tp) {
   return ax_encoder_layer_new_tp(HID, HEADS, FF, 0.2f, 99, tp);
 }
 
+static ax_module *make_causal(ax_tp tp) {
+  return ax_causal_attn_new_tp(HID, HEADS, 0.2f, 99, tp);
+}
+static ax_module *make_decoder(ax_tp tp) {
+  return ax_decoder_layer_new_tp(HID, HEADS, FF, 0.2f, 99, 0.01f, tp);
+}
+
 static void test_attention_and_encoder(void **state) {
   int64_t xs[3] = {2, 5, HID}, ms[2] = {2, 5};
   ax_tensor *x = randn(3, xs, 1), *dy = randn(3, xs, 2);
@@ -222,6 +230,20 @@ static void test_attention_and_encoder(void **state) {
   ax_tensor_release(x);
   ax_tensor_release(dy);
   ax_tensor_release(mask);
+}
+
+/* The GPT layers take x alone; 70 positions span two of the fused
+ * kernel's query blocks. */
+static void test_causal_and_decoder(void **state) {
+  int64_t xs[3] = {2, 70, HID};
+  ax_tensor *x = randn(3, xs, 5), *dy = randn(3, xs, 6);
+  for (int T = 2; T <= 4; T *= 2)
+    for (int split = 0; split < 2; split++) {
+      compare("causal", make_causal, T, split, 0, x, NULL, dy);
+      compare("decoder", make_decoder, T, split, 0, x, NULL, dy);
+    }
+  ax_tensor_release(x);
+  ax_tensor_release(dy);
 }
 
 /* Megatron's MLP, a column part then a row part: each on its own and as a
@@ -300,6 +322,9 @@ static void test_bad_groups(void **state) {
   assert_null(ax_linear_row_new(8, 6, 1, 0.0f, (ax_tp){2, 2}));
   assert_null(ax_mhsa_new_tp(HID, HEADS, 0.0f, 1, (ax_tp){3, 0}));
   assert_null(ax_encoder_layer_new_tp(HID, HEADS, 30, 0.0f, 1, (ax_tp){4, 1}));
+  assert_null(ax_causal_attn_new_tp(HID, HEADS, 0.0f, 1, (ax_tp){3, 0}));
+  assert_null(
+      ax_decoder_layer_new_tp(HID, HEADS, 30, 0.0f, 1, 0.01f, (ax_tp){4, 1}));
   assert_null(ax_dropout_new_shard(0.1f, 1, 2, 2));
   /* A part run without the group's sum: a clear error, not a wrong
    * answer. */
@@ -317,6 +342,7 @@ static void test_bad_groups(void **state) {
 int main(void) {
   const struct CMUnitTest t[] = {cmocka_unit_test(test_linear_parts),
                                  cmocka_unit_test(test_attention_and_encoder),
+                                 cmocka_unit_test(test_causal_and_decoder),
                                  cmocka_unit_test(test_slice_params),
                                  cmocka_unit_test(test_bad_groups)};
   return AX_TEST_MAIN(t);

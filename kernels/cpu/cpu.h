@@ -135,6 +135,35 @@ int axi_cpu_embedding_fwd(ax_backend *be, int n_idx, int dim, int rows,
 int axi_cpu_embedding_bwd(ax_backend *be, int n_idx, int dim,
                           const int32_t *idx, const float *dy, float *dtable);
 
+/* cpu_attn_causal.c */
+int axi_cpu_attn_causal_fwd(ax_backend *be, const ax_attn_desc *d,
+                            const float *q, const float *k, const float *v,
+                            float *o, float *lse);
+int axi_cpu_attn_causal_bwd(ax_backend *be, const ax_attn_desc *d,
+                            const float *q, const float *k, const float *v,
+                            const float *o, const float *do_, const float *lse,
+                            float *dq, float *dk, float *dv);
+/* cpu_bf16.c: the casts and gemm_bf16, which runs axi_bf16_gemm_avx512
+ * when axi_bf16_gemm_available() is true and AXON_BF16_GEMM is not
+ * "fallback", else OpenBLAS sgemm on operands converted to f32. */
+int axi_cpu_cast_f32_bf16(ax_backend *be, size_t n, const float *x,
+                          uint16_t *y);
+int axi_cpu_cast_bf16_f32(ax_backend *be, size_t n, const uint16_t *x,
+                          float *y);
+int axi_cpu_gemm_bf16(ax_backend *be, int ta, int tb, int m, int n, int k,
+                      float alpha, const uint16_t *a, int lda, long sa,
+                      const uint16_t *b, int ldb, long sb, float beta, float *c,
+                      int ldc, long sc, int batch);
+/* cpu_bf16_gemm.c: the AVX512-BF16 (vdpbf16ps) GEMM, multi-threaded, for
+ * m, n, k, batch >= 1 and alpha != 0 (the gemm_bf16 contract otherwise);
+ * AX_OK or AX_ENOMEM. Only when axi_bf16_gemm_available() is true (the CPU
+ * has AVX512-BF16; never off x86-64). */
+int axi_bf16_gemm_available(void);
+int axi_bf16_gemm_avx512(int ta, int tb, int m, int n, int k, float alpha,
+                         const uint16_t *a, int lda, long sa, const uint16_t *b,
+                         int ldb, long sb, float beta, float *c, int ldc,
+                         long sc, int batch);
+
 /* cpu_optim.c */
 int axi_cpu_sgd_step(ax_backend *be, size_t n, float *w, const float *g,
                      float *mom, float lr, float momentum, float dampening,

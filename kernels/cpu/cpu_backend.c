@@ -121,6 +121,11 @@ static const ax_backend_i cpu_iface = {
     /* .bn_relu_fwd_train = */ axi_cpu_bn_relu_fwd_train,
     /* .bn_relu_bwd = */ axi_cpu_bn_relu_bwd,
     /* .add_relu_fwd = */ axi_cpu_add_relu_fwd,
+    /* .attn_causal_fwd = */ axi_cpu_attn_causal_fwd,
+    /* .attn_causal_bwd = */ axi_cpu_attn_causal_bwd,
+    /* .cast_f32_bf16 = */ axi_cpu_cast_f32_bf16,
+    /* .cast_bf16_f32 = */ axi_cpu_cast_bf16_f32,
+    /* .gemm_bf16 = */ axi_cpu_gemm_bf16,
 };
 
 int axi_cpu_backend_init(ax_backend *be) {
@@ -130,6 +135,7 @@ int axi_cpu_backend_init(ax_backend *be) {
   /* Probe the CPU once here, so that kernels running on several threads
    * only read the cached answer. */
   (void)axi_gemm512_available();
+  (void)axi_bf16_gemm_available();
   if (cpu_threads <= 0) {
     const char *env = getenv("AXON_THREADS");
     ax_cpu_set_threads(env ? atoi(env) : 0);

@@ -66,6 +66,17 @@ ax_module *ax_mhsa_new_tp(int hidden, int heads, float dropout, uint64_t salt,
 ax_module *ax_encoder_layer_new_tp(int hidden, int heads, int ff, float dropout,
                                    uint64_t salt, ax_tp tp);
 
+/* ax_causal_attn_new and ax_decoder_layer_new (transformer.h) split over
+ * a group the same way: attention by heads (T divides heads; the fused
+ * kernel runs this member's heads as its share of the whole layer's and
+ * draws the whole layer's dropout mask for them), the feed-forward as a
+ * column part then a row part (T divides ff). Input and output are the
+ * whole layer's on every member. */
+ax_module *ax_causal_attn_new_tp(int hidden, int heads, float dropout,
+                                 uint64_t salt, ax_tp tp);
+ax_module *ax_decoder_layer_new_tp(int hidden, int heads, int ff, float dropout,
+                                   uint64_t salt, float proj_std, ax_tp tp);
+
 /* Member part's parameters from the whole model's: `part` and `whole` are
  * the same module tree built for a member and whole (e.g. a stage built
  * with tp=T,tp_rank=t and the same stage without), laid out, and

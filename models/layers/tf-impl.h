@@ -6,6 +6,7 @@
 #include "axon/kernels/backend-impl.h"
 #include "axon/kernels/rng.h"
 #include "axon/models/layers/basic.h"
+#include "axon/models/layers/parallel.h"
 #include "axon/models/layers/transformer.h"
 
 /* Fills n floats with N(0, std^2) values from rng. */
@@ -36,6 +37,11 @@ int axi_tf_child_fwd(ax_module *m, int i, const ax_exec *ex, ax_slot *slot,
  * need_dx (else NULL). */
 int axi_tf_child_bwd(ax_bwd_part part, ax_module *m, int i, const ax_exec *ex,
                      ax_slot *slot, int need_dx, ax_tensor *dy, ax_tensor **dx);
+
+/* ax_causal_attn_new_tp with its output projection's weights drawn from
+ * N(0, proj_std^2) (the decoder layer's residual projection). */
+ax_module *axi_tf_causal_new(int hidden, int heads, float dropout,
+                             uint64_t salt, float proj_std, ax_tp tp);
 
 /* The dropout seed of one layer: the micro-batch seed mixed with the salt. */
 static inline uint64_t axi_tf_dropout_seed(uint64_t seed, uint64_t salt) {

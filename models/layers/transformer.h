@@ -1,4 +1,5 @@
-/* Transformer layers (BERT flavour) implementing the module interface.
+/* Transformer layers (BERT and GPT-2 flavours) implementing the module
+ * interface.
  *
  * Every constructor returns a new module owned by the caller (hand it to a
  * container or ax_net, or free it with ax_module_free), or NULL with
@@ -26,9 +27,9 @@
  * Every layer implements the split backward (models/module.h). Between
  * the input half and the weight half a slot keeps: the embedding its ids
  * and output gradient; layer norm only its (2, dim) parameter-gradient
- * sums; GELU, tanh and dropout nothing; attention and the encoder layer
- * what their projections (input and output gradient each) and layer norms
- * keep, nothing of their own. */
+ * sums; GELU, tanh and dropout nothing; attention (either kind), the
+ * encoder and the decoder layer what their projections (input and output
+ * gradient each) and layer norms keep, nothing of their own. */
 #ifndef AX_LAYERS_TRANSFORMER_H
 #define AX_LAYERS_TRANSFORMER_H
 
@@ -44,6 +45,8 @@ extern "C" {
 #define AX_BERT_LN_EPS 1e-12f
 /* The standard deviation of BERT's weight initialisation. */
 #define AX_BERT_INIT_STD 0.02f
+/* The LayerNorm epsilon of GPT-2. */
+#define AX_GPT_LN_EPS 1e-5f
 
 /* Exact GELU, x * Phi(x), elementwise on any shape. */
 ax_module *ax_gelu_new(void);
@@ -82,6 +85,31 @@ ax_module *ax_mhsa_new(int hidden, int heads, float dropout, uint64_t salt);
  * {dhidden, NULL}. */
 ax_module *ax_encoder_layer_new(int hidden, int heads, int ff, float dropout,
                                 uint64_t salt);
+
+/* Causal multi-head self-attention (GPT). Input {x f32 (B, S, hidden)};
+ * output {y f32 (B, S, hidden)}. A fused projection makes Q, K and V;
+ * position i attends to the positions j <= i with softmax(Q K^T /
+ * sqrt(hidden / heads)), the probabilities get dropout p (in training);
+ * an output projection maps the heads back to hidden. No dropout on the
+ * output (the decoder layer applies it). The attention is one fused kernel
+ * (attn_causal_fwd / attn_causal_bwd, kernels/backend-impl.h), so no
+ * (S, S) matrix is formed or kept: between forward and backward the slot
+ * holds the projection's output, the attention output and each row's
+ * log-sum-exp (B, heads, S). A backend without that kernel gives
+ * AX_EUNSUPPORTED. heads must divide hidden. */
+ax_module *ax_causal_attn_new(int hidden, int heads, float dropout,
+                              uint64_t salt);
+
+/* One GPT-2 decoder layer (pre-LN):
+ *   x = x + Dropout(CausalAttention(LayerNorm(x)))
+ *   x = x + Dropout(Dense_ff->h(GELU(Dense_h->ff(LayerNorm(x)))))
+ * Input and output {x f32 (B, S, hidden)}; layer norms with eps
+ * AX_GPT_LN_EPS. Weights N(0, 0.02^2), except the two projections that
+ * write into the residual stream (the attention's output projection and
+ * Dense_ff->h): N(0, proj_std^2), proj_std > 0. GPT-2 uses proj_std =
+ * 0.02 / sqrt(2 * layers). */
+ax_module *ax_decoder_layer_new(int hidden, int heads, int ff, float dropout,
+                                uint64_t salt, float proj_std);
 
 /* Mixes a salt with a sub-index, for composite layers handing distinct
  * salts to their parts. */

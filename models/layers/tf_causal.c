@@ -1,0 +1,227 @@
+/* Causal multi-head self-attention (GPT) on the fused attention kernel.
+ *
+ * Children: 0 = fused QKV projection (hidden -> 3 hidden), 1 = output
+ * projection (hidden -> hidden). The projection's output (B, S, 3, heads,
+ * dh) is read in place by attn_causal_fwd (kernels/backend-impl.h), whose
+ * output (B, S, heads, dh) = (B, S, hidden) goes straight into the output
+ * projection: no permutation, no (S, S) matrix. The kernel's backward
+ * writes the gradient of the packed projection output in one buffer.
+ *
+ * A member of a tensor-parallel group (models/layers/parallel.h) holds
+ * heads / T heads: its QKV projection is a column part (3 segments), its
+ * output projection a row part (which sums the members' outputs), and the
+ * kernel runs its heads as heads [rank heads / T, ...) of the whole layer,
+ * so it draws the whole layer's dropout mask for them. */
+#include <math.h>
+
+#include "axon/models/layers/parallel.h"
+#include "axon/models/layers/tf-impl.h"
+
+#include "axon/kernels/error.h"
+
+typedef struct causal_priv {
+  int hidden, heads, dh; /* heads: this member's */
+  int head0, heads_total;
+  float dropout;
+  uint64_t salt;
+} causal_priv;
+
+/* Slot: tensors 0 = the projection's output qkv (B, S, 3 width), 1 = the
+ * kernel's output o (B, S, width), 2 = its lse (B, heads, S); ints 0 = the
+ * dropout seed, 1 = 1 when the forward applied dropout. */
+enum { SAVE_QKV = 0, SAVE_O = 1, SAVE_LSE = 2 };
+enum { INT_SEED = 0, INT_DROP = 1 };
+
+/* The kernel's geometry for B sequences of S positions. */
+static ax_attn_desc desc_of(const causal_priv *p, int B, int S, int drop,
+                            uint64_t seed) {
+  long w = (long)p->heads * p->dh;
+  ax_attn_desc d = {B, p->heads, S, S, p->dh};
+  d.q_ss = d.k_ss = d.v_ss = 3 * w;
+  d.q_sb = d.k_sb = d.v_sb = S * d.q_ss;
+  d.o_ss = w;
+  d.o_sb = S * w;
+  d.scale = 1.0f / sqrtf((float)p->dh);
+  d.dropout = drop ? p->dropout : 0.0f;
+  d.seed = seed;
+  d.head0 = p->head0;
+  d.heads_total = p->heads_total;
+  return d;
+}
+
+static ax_tensor *new3(int64_t a, int64_t b, int64_t c, ax_device dev) {
+  int64_t shape[3] = {a, b, c};
+  return axi_tf_new(3, shape, dev);
+}
+
+/* qkv (B, S, 3 width) -> o (B, S, width) and, with a slot, lse. */
+static int attend(const causal_priv *p, const ax_exec *ex, ax_slot *slot,
+                  ax_tensor *qkv, ax_tensor **o) {
+  int B = (int)qkv->shape[0], S = (int)qkv->shape[1];
+  int drop = ex->training && p->dropout > 0.0f;
+  uint64_t seed = axi_tf_dropout_seed(ex->seed, p->salt);
+  ax_attn_desc d = desc_of(p, B, S, drop, seed);
+  ax_tensor *lse = NULL;
+  if (!(*o = new3(B, S, (int64_t)p->heads * p->dh, qkv->device)) ||
+      (slot && !(lse = new3(B, p->heads, S, qkv->device)))) {
+    ax_tensor_release(*o);
+    *o = NULL;
+    return AX_ENOMEM;
+  }
+  const float *q = ax_f32(qkv), *k = q + d.o_ss, *v = k + d.o_ss;
+  int rc = AX_K(ax_backend_of(qkv->device), attn_causal_fwd, &d, q, k, v,
+                ax_f32(*o), lse ? ax_f32(lse) : NULL);
+  if (rc == AX_OK && slot) {
+    ax_slot_put(slot, SAVE_QKV, qkv);
+    ax_slot_put(slot, SAVE_O, *o);
+    ax_slot_put(slot, SAVE_LSE, lse);
+    ax_slot_set_int(slot, INT_SEED, (int64_t)seed);
+    ax_slot_set_int(slot, INT_DROP, drop);
+  }
+  ax_tensor_release(lse);
+  return rc;
+}
+
+static int causal_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                          const ax_tlist *in, ax_tlist *out) {
+  causal_priv *p = m->priv;
+  AX_TRY(axi_tf_check_in("causal attention", in, 1));
+  ax_tensor *x = in->t[0]; // (B, S, hidden)
+  char b[96];
+  if (x->ndim != 3 || x->shape[2] != p->hidden)
+    return ax_seterr(AX_ESHAPE, "causal attention: x %s must be (B, S, %d)",
+                     ax_tensor_shape_str(x, b, sizeof b), p->hidden);
+  ax_tensor *qkv = NULL, *o = NULL, *y = NULL;
+  int rc = axi_tf_child_fwd(m, 0, ex, slot, x, &qkv); // (B, S, 3 width)
+  if (rc == AX_OK)
+    rc = attend(p, ex, slot, qkv, &o);
+  if (rc == AX_OK)
+    rc = axi_tf_child_fwd(m, 1, ex, slot, o, &y); // (B, S, hidden)
+  ax_tensor_release(qkv);
+  ax_tensor_release(o);
+  if (rc != AX_OK)
+    return rc;
+  *out = ax_tlist1(y);
+  return AX_OK;
+}
+
+/* The backward walk, each child whole or only its input half (`part`). */
+static int causal_grad(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                       ax_slot *slot, ax_tensor *dy, ax_tensor **dx) {
+  causal_priv *p = m->priv;
+  ax_tensor *qkv = ax_slot_get(slot, SAVE_QKV), *o = ax_slot_get(slot, SAVE_O);
+  ax_tensor *lse = ax_slot_get(slot, SAVE_LSE);
+  if (!qkv || !o || !lse)
+    return axi_tf_no_state("causal attention");
+  int B = (int)qkv->shape[0], S = (int)qkv->shape[1];
+  if (ax_tensor_numel(dy) != (size_t)B * S * p->hidden)
+    return ax_seterr(AX_ESHAPE,
+                     "causal attention: gradient has %zu elements, "
+                     "expected (%d, %d, %d)",
+                     ax_tensor_numel(dy), B, S, p->hidden);
+  ax_tensor *dout = NULL, *dqkv = NULL;
+  AX_TRY(axi_tf_child_bwd(part, m, 1, ex, slot, 1, dy, &dout)); // (B, S, w)
+  int rc = AX_ENOMEM;
+  if ((dqkv = ax_tensor_like(qkv))) {
+    ax_attn_desc d = desc_of(p, B, S, (int)ax_slot_int(slot, INT_DROP),
+                             (uint64_t)ax_slot_int(slot, INT_SEED));
+    const float *q = ax_f32(qkv), *k = q + d.o_ss, *v = k + d.o_ss;
+    float *dq = ax_f32(dqkv), *dk = dq + d.o_ss, *dv = dk + d.o_ss;
+    rc = AX_K(ax_backend_of(dy->device), attn_causal_bwd, &d, q, k, v,
+              ax_f32(o), ax_f32(dout), ax_f32(lse), dq, dk, dv);
+  }
+  if (rc == AX_OK)
+    rc = axi_tf_child_bwd(part, m, 0, ex, slot, ex->need_dx, dqkv, dx);
+  ax_tensor_release(dout);
+  ax_tensor_release(dqkv);
+  return rc;
+}
+
+/* The backward (module.h's walk). The input half keeps nothing of its
+ * own: the projections keep their inputs and output gradients, so the
+ * weight half is the children's. */
+static int causal_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                       ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
+  if (part == AX_BWD_WEIGHT)
+    return ax_walk_children(part, m, ex, slot, dout, din);
+  AX_TRY(axi_tf_check_in("causal attention", dout, 1));
+  ax_tensor *dx = NULL;
+  int rc = causal_grad(part, m, ex, slot, dout->t[0], &dx);
+  if (rc == AX_OK) /* backward consumes the saved state */
+    for (int i = SAVE_QKV; i <= SAVE_LSE; i++)
+      ax_slot_put(slot, i, NULL);
+  if (rc != AX_OK || !ex->need_dx) {
+    ax_tensor_release(dx);
+    return rc;
+  }
+  *din = ax_tlist1(dx);
+  return AX_OK;
+}
+
+static const ax_module_ops causal_ops = {
+    /* .kind = */ "causal attention",
+    /* .forward = */ causal_forward,
+    /* .backward = */ NULL,
+    /* .init = */ NULL,
+    /* .destroy = */ NULL,
+    /* .backward_input = */ NULL,
+    /* .backward_weight = */ NULL,
+    /* .walk = */ causal_walk,
+};
+
+ax_module *axi_tf_causal_new(int hidden, int heads, float dropout,
+                             uint64_t salt, float proj_std, ax_tp tp) {
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size || heads <= 0 ||
+      heads % tp.size != 0) {
+    ax_seterr(AX_EINVAL,
+              "causal attention: member %d of %d must hold a whole "
+              "share of %d heads",
+              tp.rank, tp.size, heads);
+    return NULL;
+  }
+  if (hidden <= 0 || hidden % heads != 0) {
+    ax_seterr(AX_EINVAL,
+              "causal attention: %d heads must divide hidden %d "
+              "(positive)",
+              heads, hidden);
+    return NULL;
+  }
+  if (!(dropout >= 0.0f && dropout < 1.0f) || !(proj_std > 0.0f)) {
+    ax_seterr(AX_EINVAL,
+              "causal attention: dropout %g outside [0, 1) or "
+              "projection std %g not positive",
+              (double)dropout, (double)proj_std);
+    return NULL;
+  }
+  ax_module *m = ax_module_new(&causal_ops, sizeof(causal_priv));
+  if (!m) {
+    ax_seterr(AX_ENOMEM, "causal attention: no memory");
+    return NULL;
+  }
+  causal_priv *p = m->priv;
+  p->hidden = hidden;
+  p->heads = heads / tp.size;
+  p->dh = hidden / heads;
+  p->head0 = tp.rank * p->heads;
+  p->heads_total = heads;
+  p->dropout = dropout;
+  p->salt = salt;
+  if (ax_module_add(m, ax_linear_column_new(hidden, 3 * hidden, 1,
+                                            AX_BERT_INIT_STD, 3, tp)) ||
+      ax_module_add(m, ax_linear_row_new(hidden, hidden, 1, proj_std, tp))) {
+    ax_module_free(m);
+    ax_seterr(AX_ENOMEM, "causal attention: no memory");
+    return NULL;
+  }
+  return m;
+}
+
+ax_module *ax_causal_attn_new_tp(int hidden, int heads, float dropout,
+                                 uint64_t salt, ax_tp tp) {
+  return axi_tf_causal_new(hidden, heads, dropout, salt, AX_BERT_INIT_STD, tp);
+}
+
+ax_module *ax_causal_attn_new(int hidden, int heads, float dropout,
+                              uint64_t salt) {
+  return ax_causal_attn_new_tp(hidden, heads, dropout, salt, AX_TP_WHOLE);
+}
