@@ -180,10 +180,10 @@ static void test_pipe_equals_net(void **state) {
   ax_sampler sa, sb;
   AX_ASSERT_OK(ax_sampler_init(&sa, 1.0, 0, 11));
   AX_ASSERT_OK(ax_sampler_init(&sb, 1.0, 0, 11));
-  AX_ASSERT_OK(ax_generate(ax_pipe_decode, &d, prompt, 4, 8, &sa, a, NULL,
-                           NULL));
-  AX_ASSERT_OK(ax_generate(ax_net_decode, &nd, prompt, 4, 8, &sb, b, NULL,
-                           NULL));
+  AX_ASSERT_OK(
+      ax_generate(ax_pipe_decode, &d, prompt, 4, 8, &sa, a, NULL, NULL));
+  AX_ASSERT_OK(
+      ax_generate(ax_net_decode, &nd, prompt, 4, 8, &sb, b, NULL, NULL));
   assert_memory_equal(a, b, sizeof a);
   AX_ASSERT_OK(ax_pipe_decoder_end(&d));
   assert_int_equal(d.sessions, 0);
