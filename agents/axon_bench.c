@@ -97,8 +97,8 @@ static int make_batch(const char *model, const ax_config *cfg, int batch,
 /* Runs warmup + steps training steps of net on the batch (in, lab) on
  * dev; *dt gets the seconds of the last `steps`. */
 static int time_steps(ax_net *net, ax_optim *opt, ax_tlist *in,
-                      const ax_tlist *lab, int ignore, ax_device dev,
-                      int warmup, int steps, double *dt) {
+                      const ax_tlist *lab, const ax_model_info *info,
+                      ax_device dev, int warmup, int steps, double *dt) {
   ax_slot *slot = ax_slot_new();
   ax_tlist din = {0};
   double t0 = 0.0;
@@ -112,9 +112,11 @@ static int time_steps(ax_net *net, ax_optim *opt, ax_tlist *in,
     if (rc == AX_OK)
       rc = ax_net_forward(net, slot, 1, (uint64_t)s, in, &out);
     if (rc == AX_OK)
-      rc = ax_loss_xent(&out, lab, ignore, NULL, 1.0f, &res, &dout);
+      rc = ax_loss_xent(&out, lab, info->ignore_index, NULL, 1.0f, &res, &dout);
     if (rc == AX_OK)
       rc = ax_net_backward(net, slot, (uint64_t)s, 0, &dout, &din);
+    if (rc == AX_OK)
+      rc = ax_model_tie_grads(info, 1, (int[]){0, info->n_blocks}, &net, NULL);
     if (rc == AX_OK)
       rc = ax_optim_step(opt, net->params, net->grads);
     if (rc == AX_OK)
@@ -214,7 +216,7 @@ static int bench_train(int argc, char **argv) {
   ax_model_info info;
   ax_net *net = NULL;
   ax_tlist in = {0}, lab = {0};
-  rc = def->describe(&cfg, &info);
+  rc = ax_model_describe(def, &cfg, &info);
   if (rc == AX_OK)
     rc = ax_model_stage(def, &cfg, 0, info.n_blocks, dev, 1, &net);
   if (rc == AX_OK)
@@ -230,8 +232,7 @@ static int bench_train(int argc, char **argv) {
   ax_optim *opt = net ? ax_optim_new(&ocfg, net->n_params, dev) : NULL;
   double dt = 0;
   if (rc == AX_OK)
-    rc = time_steps(net, opt, &in, &lab, info.ignore_index, dev, warmup, steps,
-                    &dt);
+    rc = time_steps(net, opt, &in, &lab, &info, dev, warmup, steps, &dt);
   if (rc == AX_OK) {
     double sps = (double)steps * batch / dt;
     char dname[16];

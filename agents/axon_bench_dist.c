@@ -90,8 +90,8 @@ static int make_batch(const char *model, const ax_config *cfg, int batch,
 }
 
 static int local_step(ax_net *net, ax_optim *opt, const ax_tlist *in,
-                      const ax_tlist *lab, int ignore, int do_opt,
-                      double *bwd_s) {
+                      const ax_tlist *lab, const ax_model_info *info,
+                      int do_opt, double *bwd_s) {
   ax_slot *slot = ax_slot_new();
   ax_tlist out = {0}, dout = {0}, din = {0};
   ax_loss_result r;
@@ -99,12 +99,14 @@ static int local_step(ax_net *net, ax_optim *opt, const ax_tlist *in,
   if (!err)
     err = ax_net_forward(net, slot, 1, 7, in, &out);
   if (!err)
-    err = ax_loss_xent(&out, lab, ignore, NULL, 1.0f, &r, &dout);
+    err = ax_loss_xent(&out, lab, info->ignore_index, NULL, 1.0f, &r, &dout);
   double t0 = ax_clock_s();
   if (!err)
     err = ax_net_backward(net, slot, 7, 0, &dout, &din);
   if (bwd_s)
     *bwd_s = ax_clock_s() - t0;
+  if (!err && do_opt) /* the whole model: its tied copies summed */
+    err = ax_model_tie_grads(info, 1, (int[]){0, info->n_blocks}, &net, NULL);
   if (!err && do_opt)
     err = ax_optim_step(opt, net->params, net->grads);
   ax_tlist_clear(&out);
@@ -176,7 +178,7 @@ static int bench_model(const char *model, const char *mconf, int batch,
   snprintf(kind, sizeof kind, "%s.stage", model);
   CK(def ? AX_OK : AX_ENOTFOUND);
   CK(ax_model_config(def, mconf, &mcfg));
-  CK(def->describe(&mcfg, &info));
+  CK(ax_model_describe(def, &mcfg, &info));
   CK(ax_split_uniform(info.n_blocks, NAG, b));
   ax_rref *st[NAG], *par[NAG];
   ax_dist_optim *dopt;
@@ -197,7 +199,7 @@ static int bench_model(const char *model, const char *mconf, int batch,
     double t0 = ax_clock_s();
     CK(dist_step(st, NAG, dopt, &in, &lab, NULL));
     double t1 = ax_clock_s();
-    CK(local_step(net, lopt, &in, &lab, info.ignore_index, 1, NULL));
+    CK(local_step(net, lopt, &in, &lab, &info, 1, NULL));
     double t2 = ax_clock_s();
     if (s >= 0) {
       td[s] = t1 - t0;
@@ -228,6 +230,8 @@ static int bench_edge(int iters, double *us3, double *us1, double *us_local) {
   ax_config mcfg;
   CK(ax_model_config(def, mconf, &mcfg));
   int b3[4] = {0, 1, 2, 3}, b1[2] = {0, 3};
+  ax_model_info info;
+  CK(ax_model_describe(def, &mcfg, &info));
   ax_rref *s3[NAG], *s1[1];
   CK(make_stages("mlp.stage", mconf, b3, 3, s3));
   CK(make_stages("mlp.stage", mconf, b1, 1, s1));
@@ -242,7 +246,7 @@ static int bench_edge(int iters, double *us3, double *us1, double *us_local) {
     double x, y, z;
     CK(dist_step(s3, 3, NULL, &in, &lab, &x));
     CK(dist_step(s1, 1, NULL, &in, &lab, &y));
-    CK(local_step(net, NULL, &in, &lab, -100, 0, &z));
+    CK(local_step(net, NULL, &in, &lab, &info, 0, &z));
     if (i >= 0) {
       a[i] = x;
       c[i] = y;

@@ -164,7 +164,7 @@ static int run(const split_opts *o) {
   if (!def)
     return AX_EINVAL;
   AX_TRY(ax_model_config(def, o->mconf, &cfg));
-  AX_TRY(def->describe(&cfg, &info));
+  AX_TRY(ax_model_describe(def, &cfg, &info));
   ax_tlist cur = {0};
   AX_TRY(first_inputs(o, &cfg, &cur));
   double total[3] = {0};

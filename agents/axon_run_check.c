@@ -23,7 +23,7 @@ static int check_one(const char *what, const char *s, const ax_train_opts *o) {
     ax_model_info info;
     rc = def ? ax_model_config(def, s, &cfg) : AX_ENOTFOUND;
     if (rc == AX_OK)
-      rc = def->describe(&cfg, &info);
+      rc = ax_model_describe(def, &cfg, &info);
   } else if (what[0] == 'o') { /* optim */
     ax_optim_cfg oc;
     rc = ax_optim_cfg_parse(&user, &oc);

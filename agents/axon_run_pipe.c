@@ -297,7 +297,7 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
   int bounds[AX_PIPE_MAX_STAGES + 1];
   ax_model_info info;
   if (rc == AX_OK)
-    rc = def->describe(&mcfg, &info);
+    rc = ax_model_describe(def, &mcfg, &info);
   if (rc == AX_OK && axi_run_stages(a) > info.n_blocks)
     rc = ax_seterr(AX_EINVAL, "%d stages for %d blocks", axi_run_stages(a),
                    info.n_blocks);

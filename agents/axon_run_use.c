@@ -30,7 +30,7 @@ static int eval(const char *path, int batch, long limit, ax_device dev) {
   ax_dataset *test = NULL;
   rc = def ? ax_model_config(def, info.model_config, &mcfg) : AX_ENOTFOUND;
   if (rc == AX_OK)
-    rc = def->describe(&mcfg, &mi);
+    rc = ax_model_describe(def, &mcfg, &mi);
   if (rc == AX_OK)
     rc = ax_config_parse(&dcfg, info.data_config);
   if (rc == AX_OK)

@@ -4,6 +4,8 @@
  * and data dependencies, pipe_eventcheck.h). Header-only.
  *
  * The reference keeps K stage nets and every weight version per stage:
+ * Before every update, the gradients of a tie's two copies (models/model.h)
+ * are summed into both (ax_model_tie_grads over the K stages).
  *  - REF_SYNC: plain SGD on the whole mini-batch (sequential, gpipe and 1f1b
  *    must match it: micro-batch gradients sum to the mini-batch gradient),
  *    or, with dropout, on its micro-batches (pt_ref_opts.units) each under
@@ -116,6 +118,9 @@ typedef struct pt_ref_opts {
   /* How the units' gradients are summed (ax_sum_order, as
    * ax_pipe_opts.sum_order: 0 = the tree, the pipeline's default). */
   int sum_order;
+  /* Nonzero: a negative control whose tied copies (models/model.h) step
+   * with their own gradients, not summed. */
+  int untied;
 } pt_ref_opts;
 
 /* The delay of stage d = K - 1 - k in a reference kind: how many versions
@@ -203,7 +208,7 @@ static inline void pt_reference_ex(const ax_model_def *def,
   AX_ASSERT_OK(ax_config_parse(&oc, optim));
   AX_ASSERT_OK(ax_optim_cfg_parse(&oc, &ocfg));
   ax_model_info info;
-  AX_ASSERT_OK(def->describe(mcfg, &info));
+  AX_ASSERT_OK(ax_model_describe(def, mcfg, &info));
   for (int k = 0; k < K; k++) {
     AX_ASSERT_OK(ax_model_stage(def, mcfg, bounds[k], bounds[k + 1], AX_CPU,
                                 seed, &net[k]));
@@ -298,6 +303,11 @@ static inline void pt_reference_ex(const ax_model_def *def,
       AX_ASSERT_OK(ax_sum_tree_finish(&sum[k], &g));
       AX_ASSERT_OK(ax_tensor_copy(net[k]->grads, g));
       ax_tensor_release(g);
+    }
+    /* tied copies (models/model.h): both get the sum of their gradients */
+    if (!ro || !ro->untied)
+      AX_ASSERT_OK(ax_model_tie_grads(&info, K, bounds, net, NULL));
+    for (int k = 0; k < K; k++) {
       ver[k][t + 1] = ax_tensor_like(ver[k][t]);
       AX_ASSERT_OK(ax_tensor_copy(ver[k][t + 1], ver[k][t]));
       if (stale == AX_STALE_NONE) {

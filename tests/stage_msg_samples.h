@@ -34,10 +34,14 @@ static void sm_sample(int id, void *p, int full, ax_tensor *const t[3],
     axi_pipe_setup_msg *m = p;
     *m = (axi_pipe_setup_msg){2, 1, "opt=sgd,lr=0.1", r, NULL, 77, 1};
     m->has_stale = m->has_replicas = m->has_zero = m->has_tp = full;
+    m->has_ties = full;
     m->stale = 1, m->delay = 3, m->gamma = 0.5, m->warmup = 2;
     m->replicas = (axi_pipe_group){2, 1, "pp1", {"a", "b"}};
     m->zero = 1;
     m->tp = (axi_pipe_group){3, 2, "tp1", {"c", "d", "e"}};
+    m->ties.n = 2;
+    m->ties.t[0] = (axi_pipe_tie){0, 1, "ti1", {"a", "c"}};
+    m->ties.t[1] = (axi_pipe_tie){3, 0, "ti2", {"c", "c"}};
   } else if (sm_is(id, "axon.pipe.stage fwd")) {
     axi_pipe_fwd_msg *m = p;
     *m = (axi_pipe_fwd_msg){5, 3, -9, 3, {1, {t[0]}}, full};
@@ -101,7 +105,8 @@ static void sm_sample(int id, void *p, int full, ax_tensor *const t[3],
   } else if (sm_is(id, "axon.pipe.stage decode reply")) {
     *(axi_pipe_decode_reply_msg *)p =
         (axi_pipe_decode_reply_msg){30, 20, 2, 1024, full, t[1]};
-  } else if (!sm_is(id, "axon.pipe.mem_forget")) {
+  } else if (!sm_is(id, "axon.pipe.mem_forget") &&
+             !sm_is(id, "axon.pipe.stage settle")) {
     abort(); /* a message without a sample */
   }
 }

@@ -22,43 +22,10 @@
 #include "axon/models/layers/transformer.h"
 #include "axon/models/net.h"
 #include "harness.h"
+#include "tests/tp_testutil.h"
 
-#define MAXT 4
+#define MAXT TPT_MAX
 #define SEED 4242u
-
-typedef struct group {
-  int T;
-  pthread_barrier_t bar;
-  ax_tensor *in[MAXT];
-} group;
-
-typedef struct member {
-  group *g;
-  int rank;
-} member;
-
-/* The in-process all-reduce: every member sums the members' tensors in
- * rank order, then writes the sum into its own. */
-static int sum_hook(void *user, ax_tensor *t) {
-  member *m = user;
-  group *g = m->g;
-  g->in[m->rank] = t;
-  pthread_barrier_wait(&g->bar);
-  size_t n = ax_tensor_numel(t);
-  float *s = calloc(n + 1, sizeof *s);
-  int bad = 0;
-  for (int r = 0; r < g->T; r++) {
-    if (ax_tensor_numel(g->in[r]) != n)
-      bad = 1;
-    else
-      for (size_t i = 0; i < n; i++)
-        s[i] += ax_f32(g->in[r])[i];
-  }
-  pthread_barrier_wait(&g->bar);
-  memcpy(ax_f32(t), s, n * sizeof *s);
-  free(s);
-  return bad ? ax_seterr(AX_ESHAPE, "sum_hook: sizes differ") : AX_OK;
-}
 
 static ax_tensor *randn(int nd, const int64_t *shape, uint64_t seed) {
   ax_tensor *t = ax_tensor_new(AX_F32, nd, shape, AX_CPU);
@@ -90,7 +57,7 @@ static void expect_close(const char *what, const float *got, const float *want,
 typedef ax_module *(*make_fn)(ax_tp tp);
 
 typedef struct run {
-  member m;
+  tpt_member m;
   ax_net *net;
   int split, has_mask, training;
   const ax_tensor *x, *mask, *dy;
@@ -113,7 +80,7 @@ static int run_member(run *r) {
   ax_exec ex = ax_net_exec(r->net, r->training);
   ex.seed = 77;
   if (r->m.g) {
-    ex.tp_allreduce = sum_hook;
+    ex.tp_allreduce = tpt_sum;
     ex.tp_user = &r->m;
   }
   ax_slot *slot = ax_slot_new();
@@ -166,7 +133,7 @@ static void compare(const char *name, make_fn make, int T, int split,
                mask,      dy};
   assert_non_null(whole.net);
   AX_ASSERT_OK(run_member(&whole));
-  group g = {T};
+  tpt_group g = {T};
   pthread_barrier_init(&g.bar, NULL, (unsigned)T);
   run part[MAXT];
   pthread_t th[MAXT];

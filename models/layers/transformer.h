@@ -65,6 +65,19 @@ ax_module *ax_dropout_new(float p, uint64_t salt);
  * entry when ex->need_dx). */
 ax_module *ax_embedding_new(int rows, int dim);
 
+/* Token and learned position embeddings, BERT's and GPT-2's first block:
+ * own parameters token (vocab, hidden), position (seq, hidden) and, with
+ * types > 0, segment (types, hidden), in that order, all N(0, 0.02^2).
+ * Input {ids i32 (B, S)} or, with types > 0, {ids, segments i32 (B, S),
+ * mask f32 (B, S)}, S <= seq (AX_ESHAPE otherwise); output {x} or {x,
+ * mask} (a new reference to the mask), x = Dropout(LN(token[ids] +
+ * position[0 .. S-1] (+ segment[segments]))) f32 (B, S, hidden), with the
+ * layer norm (eps ln_eps) only when ln_eps > 0. Children: the layer norm
+ * (when there is one), then the dropout (p, salt). The inputs get no
+ * gradient (NULL entries when ex->need_dx). */
+ax_module *ax_token_embed_new(int vocab, int seq, int types, int hidden,
+                              float ln_eps, float dropout, uint64_t salt);
+
 /* Layer normalisation over the last dimension of x (..., dim) with learned
  * gamma (1) and beta (0); eps > 0 (BERT uses AX_BERT_LN_EPS). */
 ax_module *ax_layernorm_new(int dim, float eps);

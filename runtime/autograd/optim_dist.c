@@ -43,6 +43,26 @@ static int p_optim_init(ax_call_ctx *cc, void *obj, const ax_values *args,
   return AX_OK;
 }
 
+/* The stage's tied copies (models/model.h) in its gradient g: summed when
+ * both lie in the stage. A tie whose other copy is on another stage is
+ * refused: the distributed optimizer steps every stage alone, with no
+ * exchange between them (the pipeline's stage hosts have one). */
+static int tie_grads(axi_ag_stage *s, ax_tensor *g) {
+  for (int i = 0; i < s->info.n_ties; i++) {
+    const ax_model_tie *t = &s->info.ties[i];
+    int in_a = t->a >= s->first && t->a < s->last,
+        in_b = t->b >= s->first && t->b < s->last;
+    if (in_a != in_b)
+      return ax_seterr(AX_EUNSUPPORTED,
+                       "stage.params: %s ties block %d to block %d, which "
+                       "is on another stage, and the distributed optimizer "
+                       "steps each stage alone",
+                       s->def->name, in_a ? t->a : t->b, in_a ? t->b : t->a);
+  }
+  int bounds[2] = {s->first, s->last};
+  return ax_model_tie_grads(&s->info, 1, bounds, &s->net, &g);
+}
+
 /* "step" under the call's context: one update with its gradients; none
  * when no gradient reached this parameter set in the context (parameters,
  * momentum, Adam moments and the step count stay as they are). Returns
@@ -65,6 +85,8 @@ static int p_step(ax_call_ctx *cc, void *obj, const ax_values *args,
   pthread_mutex_lock(&s->mu);
   if (err == AX_OK && !s->opt)
     err = ax_seterr(AX_ESTATE, "stage.params: no optimizer (optim_init)");
+  if (err == AX_OK)
+    err = tie_grads(s, g);
   if (err == AX_OK)
     err = ax_optim_step(s->opt, s->net->params, g);
   pthread_mutex_unlock(&s->mu);

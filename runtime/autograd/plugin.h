@@ -52,8 +52,8 @@ extern "C" {
 
 /* The plugin ABI of this axon (see above). */
 #define AX_PLUGIN_ABI                                                          \
-  3u /* 2: ax_exec.tp_allreduce, dropout kernels' first counter; 3:            \
-         ax_module_ops.walk */
+  4u /* 2: ax_exec.tp_allreduce, dropout kernels' first counter; 3:            \
+         ax_module_ops.walk; 4: ax_model_info's ties */
 
 /* Marks the two exported symbols of a plugin. */
 #define AX_PLUGIN_EXPORT __attribute__((visibility("default")))

@@ -16,6 +16,7 @@ typedef struct axi_ag_stage {
   ax_device dev;
   uint64_t key; /* gradient buffer key in contexts */
   int index, first, last, is_first, ignore_index;
+  ax_model_info info; /* the model's (its ties: models/model.h) */
   ax_net *net;
   ax_optim *opt;      /* the owner's local optimizer (mu) */
   pthread_mutex_t mu; /* serialises forward, backward, step and state */

@@ -62,7 +62,9 @@ int axi_ag_stage_create(ax_node *n, const char *model, const char *config,
     err = ax_config_merge(&base, &mover);
   ax_model_info info;
   if (err == AX_OK)
-    err = def->describe(&base, &info);
+    err = ax_model_describe(def, &base, &info);
+  if (err == AX_OK)
+    s->info = info;
   if (err == AX_OK && nb == 0) {
     int bi[AX_MODEL_MAX_BLOCKS + 1];
     err = ax_split_uniform(info.n_blocks, nst, bi);

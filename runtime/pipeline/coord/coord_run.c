@@ -496,5 +496,5 @@ int axi_pipe_train_one(ax_pipe *p, long n, ax_pipe_batch_fn batch,
   p->base += n;
   if (p->err != AX_OK)
     return ax_seterr(p->err, "%s", p->msg);
-  return AX_OK;
+  return axi_pipe_ties_settle(p); /* the last STEPs' tied updates */
 }

@@ -5,8 +5,10 @@
 
 #include <pthread.h>
 
+#include "axon/models/model.h"
 #include "axon/models/net.h"
 #include "axon/runtime/pipeline/coord/coordinator.h"
+#include "axon/runtime/pipeline/stage/stage_msg-impl.h"
 
 #define AXP_NAME 64
 
@@ -57,6 +59,7 @@ struct ax_pipe {
   int K, U, ignore_index;             /* K: stages (agents x chunks) */
   int bounds[AX_PIPE_MAX_STAGES + 1]; /* stage s: blocks [bounds[s], [s+1]) */
   int R, v; /* agents (ranks, one driver each), chunks */
+  int tied; /* its stages exchange tied gradients (coord_ties.c) */
   ax_rref *host[AX_PIPE_MAX_STAGES];
   ax_rref *optim[AX_PIPE_MAX_STAGES]; /* on o.optimizer_host, or NULL */
   char optim_host[AXP_NAME];          /* o.optimizer_host's name */
@@ -120,6 +123,26 @@ ax_pipe *axi_pipe_alloc(ax_node *n, const ax_pipe_opts *o);
  * (coordinator.c). */
 int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
                     const axi_pipe_replica_of *rep, ax_pipe **out);
+/* Tied parameters (models/model.h; coord_ties.c). _check: whether the S
+ * stages of bounds (from bounds[0]: a frozen prefix before it) can hold
+ * info's ties in mode: AX_EINVAL for a frozen prefix holding one copy of
+ * a tie only, AX_EUNSUPPORTED for copies two or more stages apart in a
+ * mode with the forward lock (ddg, fr), each naming the blocks. _setup:
+ * stage s's part of setup (stage_msg-impl.h), the ties with one copy on
+ * stage s and the other on another stage of p, each with the group of the
+ * two stages' agents in this replica and member (tags from id, written
+ * into tags); the optional parts before it are then present, and p->tied
+ * is set. */
+int axi_pipe_ties_check(const char *model, const ax_model_info *info,
+                        const int *bounds, int S, int mode);
+/* At the end of a train call of a pipeline whose stages exchange tied
+ * gradients (p->tied): every stage's pending update applied ("settle", all
+ * stages at once), so that the call returns with every update made. */
+int axi_pipe_ties_settle(ax_pipe *p);
+void axi_pipe_ties_setup(ax_pipe *p, int s, const ax_model_info *info,
+                         uint64_t id, const axi_pipe_replica_of *rep,
+                         axi_pipe_setup_msg *m,
+                         char tags[AX_MODEL_MAX_TIES][48]);
 /* A train call of one pipeline, not a front, as ax_pipe_train without a
  * frozen prefix (coord_run.c). */
 int axi_pipe_train_one(ax_pipe *p, long n, ax_pipe_batch_fn batch,

@@ -107,7 +107,7 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
     return AX_ENOTFOUND;
   ax_config cfg;
   AX_TRY(ax_model_config(*def, o->model_config, &cfg));
-  AX_TRY((*def)->describe(&cfg, info));
+  AX_TRY(ax_model_describe(*def, &cfg, info));
   if (S > info->n_blocks)
     return ax_seterr(AX_EINVAL, "pipeline: %d stages for %d blocks of %s", S,
                      info->n_blocks, o->model);
@@ -183,7 +183,8 @@ static int offload_optimizers(ax_pipe *p) {
 }
 
 static int create_hosts(ax_pipe *p, const int *bounds,
-                        const axi_pipe_replica_of *rep) {
+                        const axi_pipe_replica_of *rep,
+                        const ax_model_info *info) {
   char splits[512] = "";
   size_t len = 0;
   for (int s = 0; s <= p->K; s++)
@@ -191,6 +192,9 @@ static int create_hosts(ax_pipe *p, const int *bounds,
                             s ? "/" : "", bounds[s]);
   ax_call_opts co = {.timeout_ms = axi_pipe_timeout(p)};
   char tp[48] = ""; /* this member's part of the split layers */
+  uint64_t tie_id = rep ? rep->id : 0; /* the tie groups' tags */
+  if (!rep && getrandom(&tie_id, sizeof tie_id, 0) != (ssize_t)sizeof tie_id)
+    tie_id = (uint64_t)(uintptr_t)p ^ (uint64_t)(ax_clock_s() * 1e9);
   if (rep && rep->T > 1)
     snprintf(tp, sizeof tp, ",tp=%d,tp_rank=%d", rep->T, rep->t);
   for (int s = 0; s < p->K; s++) {
@@ -222,9 +226,10 @@ static int create_hosts(ax_pipe *p, const int *bounds,
                   : 0;
     m.gamma = p->o.stale_gamma ? p->o.stale_gamma : -1.0;
     m.warmup = p->o.stale_warmup;
-    char tags[2][48];
+    char tags[2][48], tie_tags[AX_MODEL_MAX_TIES][48];
     if (rep)
       add_replicas(p, s, rep, &m, tags);
+    axi_pipe_ties_setup(p, s, info, tie_id, rep, &m, tie_tags);
     ax_values *a = ax_values_new(), *r = NULL;
     int err = a ? axi_pipe_setup_encode(&m, a) : AX_ENOMEM;
     if (err == AX_OK)
@@ -289,7 +294,9 @@ int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
   p->member = rep ? rep->t : 0;
   p->replica = rep ? rep->r : 0;
   p->members = rep && rep->T > 1 ? rep->T : 1;
-  int err = create_hosts(p, bounds, rep);
+  int err = axi_pipe_ties_check(o->model, &info, bounds, S, o->mode);
+  if (err == AX_OK)
+    err = create_hosts(p, bounds, rep, &info);
   if (err == AX_OK && p->optim_host[0])
     err = offload_optimizers(p);
   p->o.devices = NULL; /* the caller's array */

@@ -68,9 +68,10 @@ int ax_evaluate(ax_net *net, const ax_dataset *ds, int batch, long limit,
   return AX_OK;
 }
 
-/* One optimisation step on one batch; returns the batch loss in *loss. */
-static int train_step(ax_net *net, ax_optim *opt, ax_slot *slot,
-                      const ax_tlist *in, const ax_tlist *lab, int ignore_index,
+/* One optimisation step on one batch (the whole model, info's: its tied
+ * copies get their summed gradient); returns the batch loss in *loss. */
+static int train_step(ax_net *net, const ax_model_info *info, ax_optim *opt,
+                      ax_slot *slot, const ax_tlist *in, const ax_tlist *lab,
                       uint64_t seed, double *loss) {
   ax_tlist dev_in = {0}, out = {0}, dout = {0}, din = {0};
   int rc = AX_OK;
@@ -84,9 +85,11 @@ static int train_step(ax_net *net, ax_optim *opt, ax_slot *slot,
     rc = ax_net_forward(net, slot, 1, seed, &dev_in, &out);
   ax_loss_result r;
   if (rc == AX_OK)
-    rc = ax_loss_xent(&out, lab, ignore_index, NULL, 1.0f, &r, &dout);
+    rc = ax_loss_xent(&out, lab, info->ignore_index, NULL, 1.0f, &r, &dout);
   if (rc == AX_OK)
     rc = ax_net_backward(net, slot, seed, 0, &dout, &din);
+  if (rc == AX_OK)
+    rc = ax_model_tie_grads(info, 1, (int[]){0, info->n_blocks}, &net, NULL);
   if (rc == AX_OK)
     rc = ax_optim_step(opt, net->params, net->grads);
   if (rc == AX_OK)
@@ -129,7 +132,7 @@ static int run_open(run *r, const ax_train_opts *o) {
   AX_TRY(ax_model_config(r->def, o->model_config, &r->mcfg));
   AX_TRY(ax_config_parse(&r->dcfg, o->data_config));
   AX_TRY(ax_config_parse(&r->ocfg, o->optim_config));
-  AX_TRY(r->def->describe(&r->mcfg, &r->info));
+  AX_TRY(ax_model_describe(r->def, &r->mcfg, &r->info));
   AX_TRY(ax_dataset_open(o->dataset, &r->dcfg, AX_SPLIT_TRAIN, &r->train));
   AX_TRY(ax_dataset_open(o->dataset, &r->dcfg, AX_SPLIT_TEST, &r->test));
   AX_TRY(ax_loader_new(r->train, o->batch, 1, 1, o->seed, &r->loader));
@@ -192,8 +195,8 @@ int ax_train_local(const ax_train_opts *o, ax_train_report *rep) {
            (rc = ax_loader_next(r.loader, &in, &lab)) == AX_OK) {
       double loss = 0.0, ts = ax_clock_s();
       uint64_t step_seed = o->seed * 1000003u + (uint64_t)rep->steps;
-      rc = train_step(r.net, r.opt, r.slot, &in, &lab, r.info.ignore_index,
-                      step_seed, &loss);
+      rc = train_step(r.net, &r.info, r.opt, r.slot, &in, &lab, step_seed,
+                      &loss);
       long bs = in.t[0]->shape[0];
       ax_tlist_clear(&in);
       ax_tlist_clear(&lab);

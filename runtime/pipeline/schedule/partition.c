@@ -206,7 +206,7 @@ int ax_partition_model(const char *how, const ax_model_def *def,
     return ax_seterr(AX_EINVAL, "partition: NULL argument");
   if (strcmp(how, "uniform") == 0) {
     ax_model_info info;
-    AX_TRY(def->describe(cfg, &info));
+    AX_TRY(ax_model_describe(def, cfg, &info));
     AX_TRY(ax_partition_uniform(info.n_blocks, o->K, bounds));
     if (rep) {
       memset(rep, 0, sizeof *rep);

@@ -131,7 +131,7 @@ int ax_profile_blocks(const ax_model_def *def, const ax_config *cfg,
                      "%d)",
                      MAX_REPS, opt.reps, opt.warmup);
   ax_model_info info;
-  AX_TRY(def->describe(cfg, &info));
+  AX_TRY(ax_model_describe(def, cfg, &info));
   prof_ctx *c = calloc(1, sizeof *c);
   if (!c)
     return ax_seterr(AX_ENOMEM, "profile: out of memory");

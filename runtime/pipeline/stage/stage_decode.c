@@ -136,8 +136,8 @@ int axi_pipe_host_decode(ax_call_ctx *cc, void *obj, const ax_values *args,
   axi_pipe_decode_reply_msg r = {0};
   pthread_mutex_lock(&s->mu);
   axi_pipe_session *x = NULL;
-  if (err == AX_OK && h->offload) /* the last update's parameters */
-    err = axi_pipe_offload_settle(h);
+  if (err == AX_OK) /* the last update's parameters */
+    err = axi_pipe_host_settle(h);
   if (err == AX_OK)
     err = session_at(h, (uint64_t)m.session, m.pos, &x);
   if (err == AX_OK) {

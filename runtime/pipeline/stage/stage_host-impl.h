@@ -40,6 +40,15 @@ typedef struct pgrad { /* a unit's parameter gradients, taken from its
   struct pgrad *next;
 } pgrad;
 
+/* A tie (models/model.h) with one copy on this stage and the other on
+ * another: its gradient is summed over the group of the two stages. */
+typedef struct axi_pipe_xtie {
+  int tie;          /* the model's tie index */
+  size_t off, len;  /* this stage's copy in its flat parameters */
+  ax_coll_group *g; /* the two stages (setup), rank 0 holding block a */
+  ax_coll_op *op;   /* the exchange a STEP started (s->mu) */
+} axi_pipe_xtie;
+
 typedef struct phost {
   axi_ag_stage *s;
   int is_last;
@@ -96,6 +105,19 @@ typedef struct phost {
                             checkpoint's after "state_set"; s->mu) */
   axi_pipe_boundary *bd; /* the last step boundary ("boundary" keep;
                             stage_boundary.c), or NULL (s->mu) */
+  /* Tied parameters (models/model.h): the ties whose other copy is on
+   * another stage (set and freed as the groups above). A STEP sums the
+   * ties' gradients, starts their exchanges and leaves its update pending
+   * (the gradient in acc) until they are done: the next operation that
+   * reads the parameters settles it (axi_pipe_host_settle), so a STEP
+   * never waits for the other stage's STEP (stage_host_bwd.c says why
+   * that cannot deadlock). */
+  axi_pipe_xtie xties[AX_MODEL_MAX_TIES];
+  int n_xties;
+  int tied;           /* the stage holds a copy of some tie (setup) */
+  int update_pending; /* STEP update_t waits for its exchanges (s->mu) */
+  long update_t;
+  int update_err; /* a failed pending update: every later one fails */
   axi_pipe_session *sessions; /* decoding sessions and their caches
                                  (stage_decode.c; s->mu) */
 } phost;
@@ -243,6 +265,31 @@ int axi_pipe_boundary_step(phost *h, long t);
 void axi_pipe_boundary_free(phost *h);
 int axi_pipe_boundary_op(phost *h, const axi_pipe_boundary_msg *m,
                          axi_pipe_boundary_reply_msg *r);
+
+/* Tied parameters (stage_tie.c). _new: the groups of setup's ties into
+ * x[0 .. *n) after checking them against the model (each a tie that
+ * crosses the stage's bounds, once, at this stage's rank; every crossing
+ * tie named; AX_EINVAL otherwise; nothing left on error); _abort and
+ * _free: as ax_coll_group_abort and _free, the exchange in flight waited
+ * for first; _held: whether the stage holds a copy of a tie; _start (s->mu
+ * held): the ties inside the stage summed in acc (ax_model_tie_grads),
+ * then every crossing tie's all-reduce (sum) of its range of acc started;
+ * _wait (s->mu held): waits for them (the first error, naming the tie). */
+int axi_pipe_ties_new(phost *h, const axi_pipe_setup_msg *m, int64_t tmo,
+                      axi_pipe_xtie *x, int *n);
+void axi_pipe_ties_abort(axi_pipe_xtie *x, int n, const char *why);
+void axi_pipe_ties_free(axi_pipe_xtie *x, int n);
+int axi_pipe_ties_held(const phost *h);
+int axi_pipe_ties_start(phost *h, ax_tensor *acc);
+int axi_pipe_ties_wait(phost *h);
+/* The pending update of the last STEP, if any (its ties' exchanges waited
+ * for, then the update), then the optimizer host's update in flight
+ * (axi_pipe_offload_settle): every operation that reads the parameters or
+ * the optimizer state calls it first (s->mu held). Sticky: after a failed
+ * update it returns that failure until the next setup. _drop forgets a
+ * pending update (teardown, a stop; s->mu held, the groups aborted). */
+int axi_pipe_host_settle(phost *h);
+void axi_pipe_update_drop(phost *h);
 
 /* Registers "axon.pipe.stage" on n (called by ax_pipe_init, pipeline.h). */
 int axi_pipe_host_register(ax_node *n);

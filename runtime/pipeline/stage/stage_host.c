@@ -23,16 +23,22 @@ static void host_clear(phost *h) {
   }
   h->states = NULL;
   axi_pipe_grads_clear(h);
+  axi_pipe_update_drop(h);
   ax_tensor_release(h->shadow);
   h->shadow = NULL;
   h->last_step = -1;
   axi_stale_clear(&h->stale);
   pthread_mutex_lock(&h->group_mu);
   ax_coll_group *g = h->replicas, *tp = h->tp;
+  axi_pipe_xtie xt[AX_MODEL_MAX_TIES];
+  int nxt = h->n_xties;
+  memcpy(xt, h->xties, sizeof xt);
   h->replicas = h->tp = NULL;
+  h->n_xties = 0;
   pthread_mutex_unlock(&h->group_mu);
   ax_coll_group_free(g);
   ax_coll_group_free(tp);
+  axi_pipe_ties_free(xt, nxt);
   axi_pipe_offload_drop(h);
   ax_rref_release(h->offload);
   h->offload = NULL;
@@ -138,6 +144,7 @@ static void host_quiesce(phost *h) {
   pthread_mutex_lock(&h->group_mu);
   ax_coll_group_abort(h->replicas, "the stage was torn down");
   ax_coll_group_abort(h->tp, "the stage was torn down");
+  axi_pipe_ties_abort(h->xties, h->n_xties, "the stage was torn down");
   pthread_mutex_unlock(&h->group_mu);
   axi_pipe_line_detach(&h->line, h);
 }
@@ -204,22 +211,29 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   host_clear(h); /* frees the old replica group before a new one */
   pthread_mutex_unlock(&s->mu);
   ax_coll_group *g = NULL, *tp = NULL;
-  int zero = 0;
+  int zero = 0, nxt = 0;
+  axi_pipe_xtie xt[AX_MODEL_MAX_TIES];
+  memset(xt, 0, sizeof xt);
   AX_TRY(replica_group(h, &m, axi_pipe_wait_ms(cc), &g, &zero, &tp));
+  int err = axi_pipe_ties_new(h, &m, axi_pipe_wait_ms(cc), xt, &nxt);
   size_t zoff = 0, zlen = s->net->n_params;
   if (zero) /* the optimizer keeps this replica's shard only */
     ax_coll_shard(g, s->net->n_params, &zoff, &zlen);
-  ax_optim *o = ax_optim_new(&oc, zlen, s->dev);
+  ax_optim *o = err == AX_OK ? ax_optim_new(&oc, zlen, s->dev) : NULL;
   if (!o) {
+    axi_pipe_ties_free(xt, nxt);
     ax_coll_group_free(tp);
     ax_coll_group_free(g);
-    return AX_ENOMEM;
+    return err == AX_OK ? AX_ENOMEM : err;
   }
   pthread_mutex_lock(&s->mu);
   pthread_mutex_lock(&h->group_mu);
   h->replicas = g;
   h->tp = tp;
+  memcpy(h->xties, xt, sizeof xt);
+  h->n_xties = nxt;
   pthread_mutex_unlock(&h->group_mu);
+  h->tied = axi_pipe_ties_held(h);
   h->zero = zero;
   h->zero_off = zoff;
   h->zero_len = zlen;
@@ -233,7 +247,7 @@ static int m_setup(ax_call_ctx *cc, void *obj, const ax_values *args,
   h->stale = stale;
   ax_optim_free(s->opt);
   s->opt = o;
-  int err = axi_pipe_xfer_open(h, (uint64_t)m.self_id);
+  err = axi_pipe_xfer_open(h, (uint64_t)m.self_id);
   pthread_mutex_unlock(&s->mu);
   return err;
 }
@@ -243,7 +257,7 @@ static int m_state_save(ax_call_ctx *cc, void *obj, const ax_values *args,
                         ax_values *out) {
   phost *h = obj;
   pthread_mutex_lock(&h->s->mu);
-  int err = h->offload ? axi_pipe_offload_settle(h) : AX_OK;
+  int err = axi_pipe_host_settle(h);
   pthread_mutex_unlock(&h->s->mu);
   axi_pipe_state_msg m = {NULL, NULL};
   if (err == AX_OK)
@@ -272,6 +286,7 @@ static int m_boundary(ax_call_ctx *cc, void *obj, const ax_values *args,
     }
     h->states = NULL;
     axi_pipe_grads_clear(h);
+    axi_pipe_update_drop(h); /* its ties' groups are aborted */
   }
   axi_pipe_boundary_reply_msg r;
   int err = axi_pipe_boundary_op(h, &m, &r);
@@ -311,8 +326,8 @@ static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
                     "RRef (the local state is gone; set up again to get it "
                     "back)",
                     h->s->index);
-  if (err == AX_OK && h->offload) /* the old target's update first */
-    err = axi_pipe_offload_settle(h);
+  if (err == AX_OK) /* the old target's update first */
+    err = axi_pipe_host_settle(h);
   if (err == AX_OK) {
     ax_rref_release(h->offload);
     h->offload = ax_rref_retain(r);
@@ -320,6 +335,19 @@ static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
     ax_optim_free(h->s->opt); /* its state lives on the other agent now */
     h->s->opt = NULL;
   }
+  pthread_mutex_unlock(&h->s->mu);
+  return err;
+}
+
+/* "settle" []: the last STEP's pending update is applied (its ties'
+ * exchanges waited for; stage_host_bwd.c), as the coordinator asks at the
+ * end of a train call. */
+static int m_settle(ax_call_ctx *cc, void *obj, const ax_values *args,
+                    ax_values *out) {
+  phost *h = obj;
+  AX_TRY(axi_pipe_settle_decode(args));
+  pthread_mutex_lock(&h->s->mu);
+  int err = axi_pipe_host_settle(h);
   pthread_mutex_unlock(&h->s->mu);
   return err;
 }
@@ -358,6 +386,7 @@ static const ax_robj_method_def g_methods[] = {
     {"teardown", m_teardown},
     {"trace", m_trace},
     {"offload", m_offload},
+    {"settle", m_settle},
     {"ckpt_save", axi_pipe_host_ckpt_save},
     {"ckpt_load", axi_pipe_host_ckpt_load},
     {"ckpt_drop", axi_pipe_host_ckpt_drop},

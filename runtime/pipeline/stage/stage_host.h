@@ -45,7 +45,19 @@
  *    sum (the coordinator divided every loss by the whole mini-batch's
  *    label counts), the tree over all R x units micro-batches;
  *    AX_SUM_CHAIN: the group's average (ring all-reduce; PyTorch DDP's
- *    rule: per-replica means, averaged).
+ *    rule: per-replica means, averaged). Then optionally the T
+ *    tensor-parallel members' group, and the ties (models/model.h) whose
+ *    other copy is on another stage, each with the group of the two
+ *    stages (rank 0: block a's; stage_msg-impl.h); every tie of the model
+ *    that crosses the stage's bounds must be named (AX_EINVAL otherwise).
+ *    A STEP then sums, after the replicas' combination (the whole
+ *    gradient, under ZeRO too), each tie's two gradients: in the stage
+ *    when it holds both copies, else over the tie's group (replica r's
+ *    and member t's copies pair up). A STEP with such an exchange leaves
+ *    its update pending until the exchange is done: the stage's next
+ *    operation that reads its weights or its optimizer state ("fwd",
+ *    "bwd", "step", "state_save", checkpoints, "settle") applies it
+ *    first.
  *  - "fwd" [batch, micro, seed, flags, n_in, inputs..., n_lab, labels...,
  *    norms (n_lab i64)]: flags bit 0 = training, bit 1 = keep only the
  *    inputs and replay the forward at backward (the mode table's
@@ -85,6 +97,10 @@
  *    (AX_ESTATE unless every unit's backward ran). Returns the five
  *    statistics.
  *  - "state_save" []: [params (P), buffers (Q) or an empty tensor].
+ *  - "settle" []: applies the last STEP's pending update (above), waiting
+ *    for its ties' exchanges; []. The coordinator calls it on every stage
+ *    at once at the end of a train call, so that the replicas' all-gather
+ *    of a ZeRO update runs together.
  *  - "trace" []: [bytes] the events recorded since the last "trace"
  *    (stage_events.h), encoded by ax_trace_encode.
  *  - "ckpt_save" [dir, name, send (optional i64), async (optional i64),

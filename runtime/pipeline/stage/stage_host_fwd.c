@@ -77,8 +77,8 @@ int axi_pipe_host_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   ax_loss_result r;
   memset(&r, 0, sizeof r);
   pthread_mutex_lock(&s->mu);
-  if (err == AX_OK && h->offload) /* the last update's parameters */
-    err = axi_pipe_offload_settle(h);
+  if (err == AX_OK) /* the last update's parameters */
+    err = axi_pipe_host_settle(h);
   int64_t tc = ax_clock_us();
   ax_tensor *w = s->net->params; /* the weights this forward uses */
   if (err == AX_OK && train && h->def->fwd_weights == AX_FWD_DOUBLE_BUFFERED) {

@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "axon/models/model.h"
 #include "axon/models/module.h"
 #include "axon/rpc/digest.h"
 #include "axon/rpc/value.h"
@@ -57,11 +58,28 @@ typedef struct axi_pipe_group {
   const char *names[AX_PIPE_MAX_REPLICAS];
 } axi_pipe_group;
 
+/* A tie whose two copies (models/model.h) sit on this stage and another:
+ * [tie, rank, tag, name of block a's stage, name of block b's stage], the
+ * model's tie index and the collective group of the two stages, rank 0
+ * holding block a. */
+typedef struct axi_pipe_tie {
+  int64_t tie;  /* 0 .. AX_MODEL_MAX_TIES - 1 */
+  int64_t rank; /* 0 or 1 */
+  const char *tag;
+  const char *names[2];
+} axi_pipe_tie;
+/* setup's ties: [n, n ties]. */
+typedef struct axi_pipe_ties {
+  int64_t n; /* 0 .. AX_MODEL_MAX_TIES */
+  axi_pipe_tie t[AX_MODEL_MAX_TIES];
+} axi_pipe_ties;
+
 /* "setup" [mode, recompute, optim config, prev, next, self id, sum order,
  * (staleness, delay, gamma, warm-up), (R, rank, tag, R names), (zero),
- * (T, rank, tag, T names)]; replies []. prev and next are RRefs, or i64 0 at
- * the ends (NULL here). The host checks the mode's table entry, the
- * correction (staleness.h), self id != 0 and the groups' members. */
+ * (T, rank, tag, T names), (ties)]; replies []. prev and next are RRefs,
+ * or i64 0 at the ends (NULL here). The host checks the mode's table
+ * entry, the correction (staleness.h), self id != 0, the groups' members
+ * and that the ties are the model's ties that cross its bounds. */
 typedef struct axi_pipe_setup_msg {
   int64_t mode;      /* 0 .. AX_MODE_COUNT - 1 */
   int64_t recompute; /* AX_RECOMPUTE_* (informational) */
@@ -79,6 +97,8 @@ typedef struct axi_pipe_setup_msg {
   int64_t zero; /* 0 .. 2 */
   int has_tp;
   axi_pipe_group tp;
+  int has_ties;
+  axi_pipe_ties ties;
 } axi_pipe_setup_msg;
 
 /* The labels of a last stage's forward: [n, n tensors, n norms]. */
@@ -343,16 +363,18 @@ int axi_pipe_decode_reply_encode(const axi_pipe_decode_reply_msg *m,
                                  ax_values *out);
 int axi_pipe_decode_reply_decode(const ax_values *v,
                                  axi_pipe_decode_reply_msg *m);
-/* "axon.pipe.mem_forget" []: nothing to append; the decoder checks that
- * the list is empty. */
+/* "axon.pipe.stage settle" [] and "axon.pipe.mem_forget" []: nothing to
+ * append; the decoders check that the list is empty. */
+int axi_pipe_settle_encode(ax_values *out);
+int axi_pipe_settle_decode(const ax_values *v);
 int axi_pipe_mem_forget_encode(ax_values *out);
 int axi_pipe_mem_forget_decode(const ax_values *v);
 
 /* Every message by number (0 .. axi_pipe_msg_count() - 1, in the order
- * above, mem_forget last), for the tests and the fuzzer: its name, the
- * size of its struct (at most AXP_MSG_MAX) and its encoder and decoder
+ * above, settle and mem_forget last), for the tests and the fuzzer: its name,
+ * the size of its struct (at most AXP_MSG_MAX) and its encoder and decoder
  * through a pointer to that struct. */
-#define AXP_MSG_MAX 512
+#define AXP_MSG_MAX 1024
 int axi_pipe_msg_count(void);
 const char *axi_pipe_msg_name(int id);
 size_t axi_pipe_msg_size(int id);

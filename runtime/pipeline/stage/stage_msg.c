@@ -20,6 +20,8 @@ enum {
   K_LABELS,  /* [n in lo .. hi, n tensors, n i64 >= 0] (axi_pipe_labels) */
   K_MEMBERS, /* [n in lo .. hi, rank in 0 .. n - 1, tag, n names]
               * (axi_pipe_group) */
+  K_TIES,    /* [n in lo .. hi, n x (tie, rank in 0 .. 1, tag, 2 names)]
+              * (axi_pipe_ties) */
   K_OPT,     /* an optional part starts: its int has_ flag at off */
 };
 
@@ -180,6 +182,18 @@ static int rd_field(rd *r, char *p) {
       AX_TRY(rd_str(r, 0, INT64_MAX, &g->names[i]));
     return AX_OK;
   }
+  case K_TIES: {
+    axi_pipe_ties *t = (axi_pipe_ties *)p;
+    AX_TRY(rd_i64(r, f->lo, f->hi, &t->n));
+    for (int64_t i = 0; i < t->n; i++) {
+      AX_TRY(rd_i64(r, 0, AX_MODEL_MAX_TIES - 1, &t->t[i].tie));
+      AX_TRY(rd_i64(r, 0, 1, &t->t[i].rank));
+      AX_TRY(rd_str(r, 0, INT64_MAX, &t->t[i].tag));
+      for (int k = 0; k < 2; k++)
+        AX_TRY(rd_str(r, 0, INT64_MAX, &t->t[i].names[k]));
+    }
+    return AX_OK;
+  }
   }
   return ax_seterr(AX_EINTERNAL, "%s: field %s", r->m->name, f->name);
 }
@@ -286,6 +300,18 @@ static int wr_field(wr *w, const char *p) {
       AX_TRY(wr_str(w, g->names[i], 0, INT64_MAX));
     return AX_OK;
   }
+  case K_TIES: {
+    const axi_pipe_ties *t = (const axi_pipe_ties *)p;
+    AX_TRY(wr_i64(w, t->n, f->lo, f->hi));
+    for (int64_t i = 0; i < t->n; i++) {
+      AX_TRY(wr_i64(w, t->t[i].tie, 0, AX_MODEL_MAX_TIES - 1));
+      AX_TRY(wr_i64(w, t->t[i].rank, 0, 1));
+      AX_TRY(wr_str(w, t->t[i].tag, 0, INT64_MAX));
+      for (int k = 0; k < 2; k++)
+        AX_TRY(wr_str(w, t->t[i].names[k], 0, INT64_MAX));
+    }
+    return AX_OK;
+  }
   }
   return ax_seterr(AX_EINTERNAL, "%s: field %s", w->m->name, f->name);
 }
@@ -348,7 +374,9 @@ MSG(setup, "axon.pipe.stage setup",
     F(setup, replicas, "replicas", K_MEMBERS, 1, AX_PIPE_MAX_REPLICAS),
     ONE(setup, has_zero, "zero", K_OPT), I64(setup, zero, "zero", 0, 2),
     ONE(setup, has_tp, "tensor-parallel members", K_OPT),
-    F(setup, tp, "tensor-parallel members", K_MEMBERS, 1, AX_PIPE_MAX_REPLICAS))
+    F(setup, tp, "tensor-parallel members", K_MEMBERS, 1, AX_PIPE_MAX_REPLICAS),
+    ONE(setup, has_ties, "ties", K_OPT),
+    F(setup, ties, "ties", K_TIES, 0, AX_MODEL_MAX_TIES))
 MSG(fwd, "axon.pipe.stage fwd", I64(fwd, batch, "batch", ANY),
     I64(fwd, micro, "micro", MICRO), I64(fwd, seed, "seed", ANY),
     I64(fwd, flags, "flags", 0, AX_PIPE_FLAG_TRAIN | AX_PIPE_FLAG_RECOMPUTE),
@@ -436,8 +464,15 @@ MSG(decode_reply, "axon.pipe.stage decode reply",
     I64(decode_reply, cache_bytes, "cache bytes", NONNEG),
     ONE(decode_reply, has_logits, "logits", K_OPT),
     ONE(decode_reply, logits, "logits", K_TENSOR))
+static const message g_settle = {"axon.pipe.stage settle", 0, NULL, 0};
 static const message g_mem_forget = {"axon.pipe.mem_forget", 0, NULL, 0};
 
+int axi_pipe_settle_encode(ax_values *out) {
+  return encode(&g_settle, NULL, out);
+}
+int axi_pipe_settle_decode(const ax_values *v) {
+  return decode(&g_settle, v, NULL);
+}
 int axi_pipe_mem_forget_encode(ax_values *out) {
   return encode(&g_mem_forget, NULL, out);
 }
@@ -453,7 +488,8 @@ static const message *const g_all[] = {
     &g_file,        &g_ckpt_load,   &g_mem_save,     &g_mem_load,
     &g_mem_keep,    &g_mem_fetch,   &g_optim_init,   &g_optim_step,
     &g_optim_reply, &g_optim_state, &g_boundary,     &g_boundary_reply,
-    &g_decode,      &g_decode_end,  &g_decode_reply, &g_mem_forget};
+    &g_decode,      &g_decode_end,  &g_decode_reply, &g_settle,
+    &g_mem_forget};
 #define N_MSG ((int)(sizeof g_all / sizeof g_all[0]))
 
 static const message *msg_at(int id) {

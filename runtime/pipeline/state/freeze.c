@@ -167,13 +167,15 @@ int ax_pipe_freeze(ax_pipe **pp, const ax_freeze_opts *fo) {
   ax_config cfg;
   ax_model_info info;
   AX_TRY(ax_model_config(def, one->o.model_config, &cfg));
-  AX_TRY(def->describe(&cfg, &info));
+  AX_TRY(ax_model_describe(def, &cfg, &info));
   int f_old = axi_pipe_frozen_blocks(p->frozen);
   if (fo->blocks <= f_old || fo->blocks >= info.n_blocks)
     return ax_seterr(AX_EINVAL,
                      "freeze: %d blocks (%d frozen already, %d "
                      "in the model: at least one must train)",
                      fo->blocks, f_old, info.n_blocks);
+  int rest[2] = {fo->blocks, info.n_blocks}; /* a frozen prefix, one copy */
+  AX_TRY(axi_pipe_ties_check(one->model, &info, rest, 1, AX_MODE_GPIPE));
   ax_pipe *np = NULL;
   AX_TRY(repack(p, one, fo, def, &cfg, info.n_blocks, &np));
   ax_pipe_free(p);

@@ -39,7 +39,7 @@ static int lay_out(ax_train_state *st) {
   ax_config cfg;
   ax_model_info mi;
   AX_TRY(ax_model_config(def, st->model_config, &cfg));
-  AX_TRY(def->describe(&cfg, &mi));
+  AX_TRY(ax_model_describe(def, &cfg, &mi));
   int n = st->n_blocks = mi.n_blocks;
   st->param_at = calloc((size_t)n + 1, sizeof *st->param_at);
   st->buffer_at = calloc((size_t)n + 1, sizeof *st->buffer_at);

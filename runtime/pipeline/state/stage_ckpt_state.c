@@ -73,17 +73,18 @@ static void put_state(phost *h, int optim_only, const ostate *o, axi_ckw *w) {
   axi_ckw_tensor(w, "stale.pred", pred ? h->stale.pred : NULL);
 }
 
-/* A consistent cut of a set-up stage; the update in flight on its
- * optimizer host, if any, is in (s->mu held). */
+/* A consistent cut of a set-up stage; the last STEP's pending update and
+ * the update in flight on its optimizer host, if any, are in (s->mu
+ * held). */
 static int quiet_stage(phost *h) {
-  if (h->states || h->grads || h->acc)
+  if (h->states || h->grads || (h->acc && !h->update_pending))
     return ax_seterr(AX_ESTATE,
                      "axon.pipe.stage %d: a checkpoint needs a "
                      "consistent cut (no unit in flight)",
                      h->s->index);
   if (!h->s->opt && !h->offload)
     return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: not set up", h->s->index);
-  return h->offload ? axi_pipe_offload_settle(h) : AX_OK;
+  return axi_pipe_host_settle(h); /* a STEP's pending update is in */
 }
 
 int axi_pipe_ckpt_snapshot(phost *h, int optim_only, uint8_t **buf, size_t *len,

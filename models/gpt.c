@@ -1,0 +1,225 @@
+/* GPT-2 (Radford et al. 2019), laid out as nanoGPT does, as a block list.
+ *
+ * Blocks: 0 "embed" (token + learned position embeddings, dropout), 1..L
+ * "layer1".."layerL" (pre-LN decoder layers, models/layers/transformer.h),
+ * L + 1 "head" (the final layer norm, eps 1e-5, then logits = x W_te^T).
+ * W_te, the head's weight, is a tied copy of block 0's token table
+ * (models/model.h): the model has one tie, so the stages that hold the two
+ * copies keep them equal (Megatron's shared embedding).
+ *
+ * Input {ids i32 (B, T)}, T <= seq; output {logits f32 (B T, vocab)}; the
+ * labels are the next-token ids (B T), -100 ignored, and the loss is the
+ * mean over the kept tokens (models/loss.h).
+ *
+ * Initialisation as GPT-2's: every weight N(0, 0.02^2), the projections
+ * into the residual stream N(0, (0.02 / sqrt(2 L))^2), biases 0, layer
+ * norms 1 and 0. */
+#include "axon/models/layers/parallel.h"
+#include "axon/models/layers/tf-impl.h"
+#include "axon/models/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "axon/kernels/error.h"
+
+typedef struct gpt_cfg {
+  int layers, hidden, heads, ff, seq, vocab;
+  float dropout;
+  ax_tp tp; /* this member's part of the decoder layers (parallel.h) */
+} gpt_cfg;
+
+/* The presets: the sizes a preset names (explicit keys override them). */
+static const struct {
+  const char *name;
+  int layers, hidden, heads, ff, seq, vocab;
+} g_presets[] = {
+    {"small", 2, 64, 4, 256, 64, 256}, /* trains in seconds on a CPU */
+    {"gpt2-124m", 12, 768, 12, 3072, 1024, 50257},
+};
+#define N_PRESETS (int)(sizeof g_presets / sizeof g_presets[0])
+
+/* Reads and checks the configuration; AX_EINVAL with a message naming the
+ * offending key. */
+static int gpt_parse(const ax_config *cfg, gpt_cfg *c) {
+  const char *preset = ax_config_str(cfg, "preset", "small");
+  int k = 0;
+  while (k < N_PRESETS && strcmp(g_presets[k].name, preset))
+    k++;
+  if (k == N_PRESETS)
+    return ax_seterr(AX_EINVAL, "gpt: preset=%s (known: small, gpt2-124m)",
+                     preset);
+  int err = AX_OK;
+  c->layers = (int)ax_config_int(cfg, "layers", g_presets[k].layers, &err);
+  c->hidden = (int)ax_config_int(cfg, "hidden", g_presets[k].hidden, &err);
+  c->heads = (int)ax_config_int(cfg, "heads", g_presets[k].heads, &err);
+  c->ff = (int)ax_config_int(cfg, "ff", g_presets[k].ff, &err);
+  c->seq = (int)ax_config_int(cfg, "seq", g_presets[k].seq, &err);
+  c->vocab = (int)ax_config_int(cfg, "vocab", g_presets[k].vocab, &err);
+  c->dropout = (float)ax_config_float(cfg, "dropout", 0.0, &err);
+  c->tp.size = (int)ax_config_int(cfg, "tp", 1, &err);
+  c->tp.rank = (int)ax_config_int(cfg, "tp_rank", 0, &err);
+  if (err != AX_OK)
+    return ax_seterr(AX_EINVAL, "gpt: a configuration value does not parse");
+  if (c->layers < 1 || c->layers + 2 > AX_MODEL_MAX_BLOCKS)
+    return ax_seterr(AX_EINVAL, "gpt: layers=%d outside [1, %d]", c->layers,
+                     AX_MODEL_MAX_BLOCKS - 2);
+  if (c->hidden < 1 || c->heads < 1 || c->hidden % c->heads != 0)
+    return ax_seterr(AX_EINVAL,
+                     "gpt: heads=%d must be positive and divide hidden=%d",
+                     c->heads, c->hidden);
+  if (c->ff < 1 || c->vocab < 1 || c->seq < 1)
+    return ax_seterr(AX_EINVAL,
+                     "gpt: ff=%d vocab=%d seq=%d must all be positive", c->ff,
+                     c->vocab, c->seq);
+  if (c->tp.size < 1 || c->tp.rank < 0 || c->tp.rank >= c->tp.size ||
+      c->heads % c->tp.size != 0 || c->ff % c->tp.size != 0)
+    return ax_seterr(AX_EINVAL,
+                     "gpt: tp=%d tp_rank=%d: tp must divide heads=%d and "
+                     "ff=%d, 0 <= tp_rank < tp",
+                     c->tp.size, c->tp.rank, c->heads, c->ff);
+  if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
+    return ax_seterr(AX_EINVAL, "gpt: dropout=%g outside [0, 1)",
+                     (double)c->dropout);
+  return AX_OK;
+}
+
+/* The dropout salt of block i: distinct per block, the same in every
+ * process that builds the block. */
+static uint64_t block_salt(int i) { return ax_salt_mix(0x6e70u, (uint64_t)i); }
+
+/* ---- block L + 1: the head ---- */
+
+/* Children: 0 the final layer norm, 1 the output projection (hidden ->
+ * vocab, no bias) whose weight is the tied token table. The input (B, T, H)
+ * runs as (B T, H) rows. Slot ints 0 and 1: B and T, for the shape of the
+ * input gradient. */
+enum { C_LN, C_PROJ };
+
+typedef struct head_priv {
+  int hidden;
+} head_priv;
+
+static int head_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
+                        const ax_tlist *in, ax_tlist *out) {
+  AX_TRY(axi_tf_check_in("gpt head", in, 1));
+  ax_tensor *x = in->t[0];
+  int64_t hidden = ((head_priv *)m->priv)->hidden;
+  if (x->ndim != 3 || x->shape[2] != hidden) {
+    char b[96];
+    return ax_seterr(AX_ESHAPE, "gpt head: x %s must be (B, T, %lld)",
+                     ax_tensor_shape_str(x, b, sizeof b), (long long)hidden);
+  }
+  int64_t rows[2] = {x->shape[0] * x->shape[1], hidden};
+  ax_tensor *x2 = ax_tensor_reshape(x, 2, rows), *h = NULL, *y = NULL;
+  int rc = x2 ? axi_tf_child_fwd(m, C_LN, ex, slot, x2, &h) : AX_ENOMEM;
+  if (rc == AX_OK)
+    rc = axi_tf_child_fwd(m, C_PROJ, ex, slot, h, &y);
+  ax_tensor_release(x2);
+  ax_tensor_release(h);
+  if (rc != AX_OK)
+    return rc;
+  if (slot) {
+    ax_slot_set_int(slot, 0, x->shape[0]);
+    ax_slot_set_int(slot, 1, x->shape[1]);
+  }
+  *out = ax_tlist1(y);
+  return AX_OK;
+}
+
+/* The chain's backward (whole, or a half), the input gradient back in the
+ * input's shape (B, T, H). */
+static int head_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                     ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
+  if (part == AX_BWD_WEIGHT)
+    return ax_walk_children(part, m, ex, slot, dout, din);
+  ax_tlist d2 = {0};
+  AX_TRY(ax_walk_children(part, m, ex, slot, dout, &d2));
+  int rc = AX_OK;
+  if (ex->need_dx && d2.n > 0 && d2.t[0]) {
+    int64_t shape[3] = {ax_slot_int(slot, 0), ax_slot_int(slot, 1),
+                        d2.t[0]->shape[1]};
+    din->n = 1;
+    din->t[0] = ax_tensor_reshape(d2.t[0], 3, shape);
+    rc = din->t[0] ? AX_OK : AX_ENOMEM;
+  }
+  ax_tlist_clear(&d2);
+  return rc;
+}
+
+static const ax_module_ops head_ops = {
+    /* .kind = */ "gpt_head",
+    /* .forward = */ head_forward,
+    /* .backward = */ NULL,
+    /* .init = */ NULL,
+    /* .destroy = */ NULL,
+    /* .backward_input = */ NULL,
+    /* .backward_weight = */ NULL,
+    /* .walk = */ head_walk,
+};
+
+static ax_module *head_new(const gpt_cfg *c) {
+  ax_module *m = ax_module_new(&head_ops, sizeof(head_priv));
+  if (m)
+    ((head_priv *)m->priv)->hidden = c->hidden;
+  if (m && (ax_module_add(m, ax_layernorm_new(c->hidden, AX_GPT_LN_EPS)) ||
+            ax_module_add(m, ax_linear_new_std(c->hidden, c->vocab, 0,
+                                               AX_BERT_INIT_STD)))) {
+    ax_module_free(m);
+    return NULL;
+  }
+  return m;
+}
+
+/* ---- the model definition ---- */
+
+static int gpt_describe(const ax_config *cfg, ax_model_info *info) {
+  gpt_cfg c;
+  AX_TRY(gpt_parse(cfg, &c));
+  int L = c.layers;
+  info->n_blocks = L + 2;
+  snprintf(info->block_names[0], sizeof info->block_names[0], "embed");
+  for (int i = 1; i <= L; i++)
+    snprintf(info->block_names[i], sizeof info->block_names[i], "layer%d", i);
+  snprintf(info->block_names[L + 1], sizeof info->block_names[0], "head");
+  info->n_outputs = 1;
+  info->ignore_index = -100;
+  /* The head's projection weight (vocab, hidden), after its layer norm's
+   * 2 hidden parameters, is the token table, block 0's first. */
+  size_t H = (size_t)c.hidden;
+  info->n_ties = 1;
+  info->ties[0] = (ax_model_tie){0, L + 1, 0, 2 * H, (size_t)c.vocab * H};
+  return AX_OK;
+}
+
+static int gpt_build_block(const ax_config *cfg, int index, ax_module **out) {
+  *out = NULL;
+  gpt_cfg c;
+  AX_TRY(gpt_parse(cfg, &c));
+  if (index < 0 || index > c.layers + 1)
+    return ax_seterr(AX_EINVAL, "gpt: block %d outside [0, %d)", index,
+                     c.layers + 2);
+  ax_module *m;
+  if (index == 0)
+    m = ax_token_embed_new(c.vocab, c.seq, 0, c.hidden, 0.0f, c.dropout,
+                           block_salt(0));
+  else if (index <= c.layers)
+    m = ax_decoder_layer_new_tp(
+        c.hidden, c.heads, c.ff, c.dropout, block_salt(index),
+        AX_BERT_INIT_STD / sqrtf(2.0f * c.layers), c.tp);
+  else
+    m = head_new(&c);
+  if (!m)
+    return ax_seterr(AX_ENOMEM, "gpt: cannot build block %d: %s", index,
+                     ax_errmsg());
+  *out = m;
+  return AX_OK;
+}
+
+const ax_model_def ax_model_gpt = {
+    /* .name = */ "gpt",
+    /* .default_config = */ "preset=small,dropout=0,tp=1,tp_rank=0",
+    /* .describe = */ gpt_describe,
+    /* .build_block = */ gpt_build_block,
+};
