@@ -74,7 +74,9 @@ ax_module *ax_embedding_new(int rows, int dim);
  * position[0 .. S-1] (+ segment[segments]))) f32 (B, S, hidden), with the
  * layer norm (eps ln_eps) only when ln_eps > 0. Children: the layer norm
  * (when there is one), then the dropout (p, salt). The inputs get no
- * gradient (NULL entries when ex->need_dx). */
+ * gradient (NULL entries when ex->need_dx). Decoding (ax_exec.kv_decode)
+ * adds the positions kv_pos .. kv_pos + S - 1; past seq it fails with
+ * AX_EINVAL (the model holds seq positions). */
 ax_module *ax_token_embed_new(int vocab, int seq, int types, int hidden,
                               float ln_eps, float dropout, uint64_t salt);
 
