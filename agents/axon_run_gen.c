@@ -13,7 +13,6 @@
 #include "agents/axon_run.h"
 #include "axon/kernels/clock.h"
 #include "axon/models/generate.h"
-#include "axon/models/model.h"
 #include "axon/runtime/pipeline/coord/decode.h"
 #include "axon/runtime/pipeline/state/state.h"
 
@@ -56,9 +55,8 @@ static int parse_ids(const char *s, int32_t **ids) {
   return -1;
 }
 
-/* The prompt as the checkpoint's model reads it, and the positions the
- * run needs against the model's sequence length (its "seq" key): 0, or 2
- * after a message. */
+/* The prompt as the checkpoint's model reads it: 0, or 2 after a
+ * message. */
 static int prepare(gen_job *j, const ax_ckpt_info *info) {
   const axi_run_pipe_args *a = j->a;
   ax_config dc; /* byte-level: "text", or "tokens" with vocab=256 */
@@ -83,21 +81,6 @@ static int prepare(gen_job *j, const ax_ckpt_info *info) {
   if (!j->prompt || j->n_prompt < 1) {
     fprintf(stderr, "axon-run: generate needs a prompt of one token or "
                     "more\n");
-    return 2;
-  }
-  const ax_model_def *def = ax_model_find(info->model);
-  ax_config c;
-  int err = AX_OK;
-  if (!def || ax_model_config(def, info->model_config, &c) != AX_OK)
-    return 0; /* the load reports it */
-  int64_t seq = ax_config_int(&c, "seq", 0, &err);
-  int64_t need = (int64_t)j->n_prompt + a->gen_tokens - 1;
-  if (seq > 0 && need > seq) {
-    fprintf(stderr,
-            "axon-run: a prompt of %d tokens and %d new ones need %lld "
-            "positions; %s holds seq=%lld (its key/value caches end there)\n",
-            j->n_prompt, a->gen_tokens, (long long)need, info->model,
-            (long long)seq);
     return 2;
   }
   return 0;
@@ -125,9 +108,15 @@ static int run_gen(gen_job *j, ax_decode_fn decode, void *user) {
                         NULL, show, j);
   double dt = ax_clock_s() - t0;
   putchar('\n');
+  int made = j->shown - j->n_prompt;
   if (err == AX_OK)
-    fprintf(stderr, "axon-run: %d tokens in %.3f s (%.1f tokens/s)\n",
-            a->gen_tokens, dt, dt > 0 ? a->gen_tokens / dt : 0.0);
+    fprintf(stderr, "axon-run: %d tokens in %.3f s (%.1f tokens/s)\n", made, dt,
+            dt > 0 ? made / dt : 0.0);
+  if (err != AX_OK) { /* e.g. past the model's positions: no sliding window */
+    char m[700];
+    snprintf(m, sizeof m, "%s", ax_errmsg());
+    err = ax_seterr(err, "%s (after %d new tokens)", m, made);
+  }
   return err;
 }
 
@@ -214,6 +203,11 @@ static int gen_main(int argc, char **argv) {
     fprintf(stderr, "axon-run: generate needs --checkpoint DIR|FILE, "
                     "--prompt TEXT or --prompt-ids ID,..., and --tokens N "
                     "(try --help)\n");
+    return 2;
+  }
+  if (r.pa.replicas > 1 || r.pa.tensor_parallel > 1 || r.pa.freeze_schedule) {
+    fprintf(stderr, "axon-run: generate splits the model into plain stages: "
+                    "no --replicas, --tensor-parallel or --freeze-schedule\n");
     return 2;
   }
   r.pa.gen = 1;

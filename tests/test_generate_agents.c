@@ -4,7 +4,7 @@
  *    over two agents it starts (--local 2) and over three emulated stages
  *    (--emulate), sampled with the same seed: the same text each time
  *    (axon-run itself fails if a stage keeps a decoding session at the
- *    end); too many tokens for the model's seq are refused up front;
+ *    end); a run past the model's seq fails at that position, naming it;
  *  - the library over two agents of this test's world: a pipeline's
  *    decoder (runtime/pipeline/coord/decode.h) gives the logits of the
  *    same model in one net within 1e-5 call by call and samples the same
@@ -31,11 +31,11 @@ static char g_tmp[64];
 /* ---- through axon-run (before this process starts gRPC) ---------------- */
 
 /* Runs `axon-run ARGS`, its standard output into out (the text), its
- * standard error into tmp/err; the exit status. */
+ * standard error into tmp/err (anew); the exit status. */
 static int axon_run(const char *args, char *out, size_t len) {
   char bin[4096], cmd[8192];
   mt_bin_path("axon-run", bin, sizeof bin);
-  snprintf(cmd, sizeof cmd, "%s %s 2>>%s/err", bin, args, g_tmp);
+  snprintf(cmd, sizeof cmd, "%s %s 2>%s/err", bin, args, g_tmp);
   FILE *f = popen(cmd, "r");
   assert_non_null(f);
   size_t n = fread(out, 1, len - 1, f);
@@ -74,9 +74,18 @@ static void test_cli(void **state) {
   assert_true(!strncmp(one, "the agent ", 10));
   assert_string_equal(one, two);
   assert_string_equal(one, emu);
-  /* the prompt and the new tokens must fit the model's 32 positions */
-  snprintf(cmd, sizeof cmd, gen, g_tmp, 5, "--tokens 30");
-  assert_int_equal(axon_run(cmd, out, sizeof out), 2);
+  /* past the model's 32 positions the run fails, naming them, over the
+   * agents as in one process */
+  snprintf(cmd, sizeof cmd, gen, g_tmp, 5, "--tokens 30 --local 2");
+  assert_int_equal(axon_run(cmd, out, sizeof out), 1);
+  char err[4096] = "", path[128];
+  snprintf(path, sizeof path, "%s/err", g_tmp);
+  f = fopen(path, "r");
+  assert_non_null(f);
+  err[fread(err, 1, sizeof err - 1, f)] = 0;
+  fclose(f);
+  assert_non_null(strstr(err, "past the model's seq=32 positions (after 23 "
+                              "new tokens)"));
 }
 
 /* ---- the library over this test's agents -------------------------------- */
@@ -113,8 +122,7 @@ static void test_library(void **state) {
     AX_ASSERT_OK(ax_pipe_decode(&d, pos, &prompt[6 - n], n, &a));
     AX_ASSERT_OK(ax_net_decode(&nd, pos, &prompt[6 - n], n, &b));
     assert_int_equal(ax_tensor_numel(a), 64);
-    assert_true(ax_test_close_ratio(ax_f32(a), ax_f32(b), 64, 1e-5, 1e-5) <=
-                1);
+    assert_true(ax_test_close_ratio(ax_f32(a), ax_f32(b), 64, 1e-5, 1e-5) <= 1);
     ax_tensor_release(a);
     ax_tensor_release(b);
   }
