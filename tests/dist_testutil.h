@@ -19,17 +19,21 @@
 
 #define DT_MAX_STAGES 8
 
-/* One single-process step (runtime/pipeline/coord/train_local.c's recipe). */
+/* One single-process step of the whole model (info's;
+ * runtime/pipeline/coord/train_local.c's recipe, tied copies summed). */
 static inline void dt_local_step(ax_net *net, ax_optim *opt, const ax_tlist *in,
-                                 const ax_tlist *lab, int ignore,
+                                 const ax_tlist *lab, const ax_model_info *info,
                                  uint64_t seed) {
   ax_slot *slot = ax_slot_new();
   ax_tlist out = {0}, dout = {0}, din = {0};
   ax_loss_result r;
   AX_ASSERT_OK(ax_net_zero_grad(net));
   AX_ASSERT_OK(ax_net_forward(net, slot, 1, seed, in, &out));
-  AX_ASSERT_OK(ax_loss_xent(&out, lab, ignore, NULL, 1.0f, &r, &dout));
+  AX_ASSERT_OK(
+      ax_loss_xent(&out, lab, info->ignore_index, NULL, 1.0f, &r, &dout));
   AX_ASSERT_OK(ax_net_backward(net, slot, seed, 0, &dout, &din));
+  int whole[2] = {0, info->n_blocks};
+  AX_ASSERT_OK(ax_model_tie_grads(info, 1, whole, &net, NULL));
   AX_ASSERT_OK(ax_optim_step(opt, net->params, net->grads));
   ax_tlist_clear(&out);
   ax_tlist_clear(&dout);
@@ -140,7 +144,7 @@ static inline void dt_run_oracle(ax_node *drv, const char *const *names, int K,
   ax_config mcfg, dcfg;
   ax_model_info info;
   AX_ASSERT_OK(ax_model_config(def, c->model_cfg, &mcfg));
-  AX_ASSERT_OK(def->describe(&mcfg, &info));
+  AX_ASSERT_OK(ax_model_describe(def, &mcfg, &info));
   int bounds[DT_MAX_STAGES + 1];
   AX_ASSERT_OK(ax_split_uniform(info.n_blocks, K, bounds));
   char splits[128];
@@ -190,7 +194,7 @@ static inline void dt_run_oracle(ax_node *drv, const char *const *names, int K,
     if (c->local_step)
       c->local_step(ref, lopt, &in, &lab, info.ignore_index, seed, c->user);
     else
-      dt_local_step(ref, lopt, &in, &lab, info.ignore_index, seed);
+      dt_local_step(ref, lopt, &in, &lab, &info, seed);
     double t1 = ax_clock_s();
     if (c->dist_step)
       c->dist_step(drv, stages, K, dopt, &in, &lab, seed, c->user);

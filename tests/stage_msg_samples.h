@@ -40,8 +40,8 @@ static void sm_sample(int id, void *p, int full, ax_tensor *const t[3],
     m->zero = 1;
     m->tp = (axi_pipe_group){3, 2, "tp1", {"c", "d", "e"}};
     m->ties.n = 2;
-    m->ties.t[0] = (axi_pipe_tie){0, 1, "ti1", {"a", "c"}};
-    m->ties.t[1] = (axi_pipe_tie){3, 0, "ti2", {"c", "c"}};
+    m->ties.t[0] = (axi_pipe_tie){0, {2, 1, "ti1", {"a", "c"}}};
+    m->ties.t[1] = (axi_pipe_tie){3, {2, 0, "ti2", {"c", "c"}}};
   } else if (sm_is(id, "axon.pipe.stage fwd")) {
     axi_pipe_fwd_msg *m = p;
     *m = (axi_pipe_fwd_msg){5, 3, -9, 3, {1, {t[0]}}, full};

@@ -73,6 +73,7 @@ typedef struct tiny_world {
   ax_net **ref;
   ax_optim **lopt;
   ax_dist_optim *dopt;
+  ax_model_info info;
 } tiny_world;
 
 static void tiny_new(tiny_world *w, int n, int nagents, const char *optim) {
@@ -81,7 +82,8 @@ static void tiny_new(tiny_world *w, int n, int nagents, const char *optim) {
   ax_model_info info;
   ax_optim_cfg oc;
   AX_ASSERT_OK(ax_model_config(def, TINY_CFG, &mcfg));
-  AX_ASSERT_OK(def->describe(&mcfg, &info));
+  AX_ASSERT_OK(ax_model_describe(def, &mcfg, &info));
+  w->info = info;
   AX_ASSERT_OK(ax_config_parse(&ocfg, optim));
   AX_ASSERT_OK(ax_optim_cfg_parse(&ocfg, &oc));
   w->n = n;
@@ -147,7 +149,7 @@ static void tiny_step(tiny_world *w, int s, const int *on) {
     ax_values_add_tensor(a, lab.t[0]);
     AX_ASSERT_OK(ax_rmod_forward_remote(g_drv, w->stages[i], a, &loss[nl++]));
     ax_values_free(a);
-    dt_local_step(w->ref[i], w->lopt[i], &in, &lab, -100, (uint64_t)s);
+    dt_local_step(w->ref[i], w->lopt[i], &in, &lab, &w->info, (uint64_t)s);
     ax_tlist_clear(&in);
     ax_tlist_clear(&lab);
   }

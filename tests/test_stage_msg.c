@@ -147,9 +147,9 @@ static void test_decoded_fields(void **state) {
   assert_string_equal(sd.tp.tag, "tp1");
   assert_string_equal(sd.tp.names[2], "e");
   assert_true(sd.has_ties && sd.ties.n == 2 && sd.ties.t[1].tie == 3);
-  assert_true(sd.ties.t[0].rank == 1 && sd.ties.t[1].rank == 0);
-  assert_string_equal(sd.ties.t[0].names[1], "c");
-  assert_string_equal(sd.ties.t[1].tag, "ti2");
+  assert_true(sd.ties.t[0].g.rank == 1 && sd.ties.t[1].g.rank == 0);
+  assert_string_equal(sd.ties.t[0].g.names[1], "c");
+  assert_string_equal(sd.ties.t[1].g.tag, "ti2");
   ax_values_truncate(v, 0);
   axi_pipe_report_msg r = {1, 5, 2, 3, 4, 0}, rd;
   AX_ASSERT_OK(axi_pipe_report_encode(&r, v));

@@ -55,10 +55,8 @@ void axi_pipe_ties_setup(ax_pipe *p, int s, const ax_model_info *info,
              rep ? rep->r : 0, rep ? rep->t : 0);
     axi_pipe_tie *x = &m->ties.t[m->ties.n++];
     x->tie = i;
-    x->rank = s == sb;
-    x->tag = tags[i];
-    x->names[0] = p->agents[sa];
-    x->names[1] = p->agents[sb];
+    x->g =
+        (axi_pipe_group){2, s == sb, tags[i], {p->agents[sa], p->agents[sb]}};
   }
   if (!m->ties.n)
     return;

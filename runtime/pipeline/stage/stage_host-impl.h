@@ -110,7 +110,7 @@ typedef struct phost {
    * ties' gradients, starts their exchanges and leaves its update pending
    * (the gradient in acc) until they are done: the next operation that
    * reads the parameters settles it (axi_pipe_host_settle), so a STEP
-   * never waits for the other stage's STEP (stage_host_bwd.c says why
+   * never waits for the other stage's STEP (stage_update.c says why
    * that cannot deadlock). */
   axi_pipe_xtie xties[AX_MODEL_MAX_TIES];
   int n_xties;
@@ -282,6 +282,12 @@ void axi_pipe_ties_free(axi_pipe_xtie *x, int n);
 int axi_pipe_ties_held(const phost *h);
 int axi_pipe_ties_start(phost *h, ax_tensor *acc);
 int axi_pipe_ties_wait(phost *h);
+/* The update of STEP t, its units' gradients summed in h->acc (err: the
+ * STEP's error so far, which skips the update but releases acc; s->mu
+ * held; stage_update.c): combined over the replicas, the tied copies'
+ * gradients summed, then applied, or left pending while a tie's exchange
+ * with another stage is in flight (below). */
+int axi_pipe_update_begin(phost *h, long t, int err);
 /* The pending update of the last STEP, if any (its ties' exchanges waited
  * for, then the update), then the optimizer host's update in flight
  * (axi_pipe_offload_settle): every operation that reads the parameters or

@@ -340,7 +340,7 @@ static int m_offload(ax_call_ctx *cc, void *obj, const ax_values *args,
 }
 
 /* "settle" []: the last STEP's pending update is applied (its ties'
- * exchanges waited for; stage_host_bwd.c), as the coordinator asks at the
+ * exchanges waited for; stage_update.c), as the coordinator asks at the
  * end of a train call. */
 static int m_settle(ax_call_ctx *cc, void *obj, const ax_values *args,
                     ax_values *out) {

@@ -59,14 +59,12 @@ typedef struct axi_pipe_group {
 } axi_pipe_group;
 
 /* A tie whose two copies (models/model.h) sit on this stage and another:
- * [tie, rank, tag, name of block a's stage, name of block b's stage], the
- * model's tie index and the collective group of the two stages, rank 0
- * holding block a. */
+ * [tie, 2, rank, tag, name of block a's stage, name of block b's stage],
+ * the model's tie index and the collective group of the two stages (n =
+ * 2), rank 0 holding block a. */
 typedef struct axi_pipe_tie {
-  int64_t tie;  /* 0 .. AX_MODEL_MAX_TIES - 1 */
-  int64_t rank; /* 0 or 1 */
-  const char *tag;
-  const char *names[2];
+  int64_t tie; /* 0 .. AX_MODEL_MAX_TIES - 1 */
+  axi_pipe_group g;
 } axi_pipe_tie;
 /* setup's ties: [n, n ties]. */
 typedef struct axi_pipe_ties {
@@ -374,7 +372,7 @@ int axi_pipe_mem_forget_decode(const ax_values *v);
  * above, settle and mem_forget last), for the tests and the fuzzer: its name,
  * the size of its struct (at most AXP_MSG_MAX) and its encoder and decoder
  * through a pointer to that struct. */
-#define AXP_MSG_MAX 1024
+#define AXP_MSG_MAX 2048
 int axi_pipe_msg_count(void);
 const char *axi_pipe_msg_name(int id);
 size_t axi_pipe_msg_size(int id);

@@ -20,7 +20,7 @@ enum {
   K_LABELS,  /* [n in lo .. hi, n tensors, n i64 >= 0] (axi_pipe_labels) */
   K_MEMBERS, /* [n in lo .. hi, rank in 0 .. n - 1, tag, n names]
               * (axi_pipe_group) */
-  K_TIES,    /* [n in lo .. hi, n x (tie, rank in 0 .. 1, tag, 2 names)]
+  K_TIES,    /* [n in lo .. hi, n x (tie, a group of 2 as K_MEMBERS)]
               * (axi_pipe_ties) */
   K_OPT,     /* an optional part starts: its int has_ flag at off */
 };
@@ -137,6 +137,16 @@ static int rd_tensors(rd *r, int64_t n, ax_tlist *l) {
   return AX_OK;
 }
 
+/* [n in lo .. hi, rank in 0 .. n - 1, tag, n names] (axi_pipe_group). */
+static int rd_group(rd *r, int64_t lo, int64_t hi, axi_pipe_group *g) {
+  AX_TRY(rd_i64(r, lo, hi, &g->n));
+  AX_TRY(rd_i64(r, 0, g->n - 1, &g->rank));
+  AX_TRY(rd_str(r, 0, INT64_MAX, &g->tag));
+  for (int64_t i = 0; i < g->n; i++)
+    AX_TRY(rd_str(r, 0, INT64_MAX, &g->names[i]));
+  return AX_OK;
+}
+
 static int rd_field(rd *r, char *p) {
   const field *f = r->f;
   int64_t n;
@@ -173,24 +183,14 @@ static int rd_field(rd *r, char *p) {
       AX_TRY(rd_i64(r, 0, INT64_MAX, &l->norm[i]));
     return AX_OK;
   }
-  case K_MEMBERS: {
-    axi_pipe_group *g = (axi_pipe_group *)p;
-    AX_TRY(rd_i64(r, f->lo, f->hi, &g->n));
-    AX_TRY(rd_i64(r, 0, g->n - 1, &g->rank));
-    AX_TRY(rd_str(r, 0, INT64_MAX, &g->tag));
-    for (int64_t i = 0; i < g->n; i++)
-      AX_TRY(rd_str(r, 0, INT64_MAX, &g->names[i]));
-    return AX_OK;
-  }
+  case K_MEMBERS:
+    return rd_group(r, f->lo, f->hi, (axi_pipe_group *)p);
   case K_TIES: {
     axi_pipe_ties *t = (axi_pipe_ties *)p;
     AX_TRY(rd_i64(r, f->lo, f->hi, &t->n));
     for (int64_t i = 0; i < t->n; i++) {
       AX_TRY(rd_i64(r, 0, AX_MODEL_MAX_TIES - 1, &t->t[i].tie));
-      AX_TRY(rd_i64(r, 0, 1, &t->t[i].rank));
-      AX_TRY(rd_str(r, 0, INT64_MAX, &t->t[i].tag));
-      for (int k = 0; k < 2; k++)
-        AX_TRY(rd_str(r, 0, INT64_MAX, &t->t[i].names[k]));
+      AX_TRY(rd_group(r, 2, 2, &t->t[i].g));
     }
     return AX_OK;
   }
@@ -257,6 +257,15 @@ static int wr_tensors(wr *w, const ax_tlist *l, int64_t lo, int64_t hi) {
   return AX_OK;
 }
 
+static int wr_group(wr *w, int64_t lo, int64_t hi, const axi_pipe_group *g) {
+  AX_TRY(wr_i64(w, g->n, lo, hi));
+  AX_TRY(wr_i64(w, g->rank, 0, g->n - 1));
+  AX_TRY(wr_str(w, g->tag, 0, INT64_MAX));
+  for (int64_t i = 0; i < g->n; i++)
+    AX_TRY(wr_str(w, g->names[i], 0, INT64_MAX));
+  return AX_OK;
+}
+
 static int wr_field(wr *w, const char *p) {
   const field *f = w->f;
   switch (f->kind) {
@@ -291,24 +300,14 @@ static int wr_field(wr *w, const char *p) {
       AX_TRY(wr_i64(w, l->norm[i], 0, INT64_MAX));
     return AX_OK;
   }
-  case K_MEMBERS: {
-    const axi_pipe_group *g = (const axi_pipe_group *)p;
-    AX_TRY(wr_i64(w, g->n, f->lo, f->hi));
-    AX_TRY(wr_i64(w, g->rank, 0, g->n - 1));
-    AX_TRY(wr_str(w, g->tag, 0, INT64_MAX));
-    for (int64_t i = 0; i < g->n; i++)
-      AX_TRY(wr_str(w, g->names[i], 0, INT64_MAX));
-    return AX_OK;
-  }
+  case K_MEMBERS:
+    return wr_group(w, f->lo, f->hi, (const axi_pipe_group *)p);
   case K_TIES: {
     const axi_pipe_ties *t = (const axi_pipe_ties *)p;
     AX_TRY(wr_i64(w, t->n, f->lo, f->hi));
     for (int64_t i = 0; i < t->n; i++) {
       AX_TRY(wr_i64(w, t->t[i].tie, 0, AX_MODEL_MAX_TIES - 1));
-      AX_TRY(wr_i64(w, t->t[i].rank, 0, 1));
-      AX_TRY(wr_str(w, t->t[i].tag, 0, INT64_MAX));
-      for (int k = 0; k < 2; k++)
-        AX_TRY(wr_str(w, t->t[i].names[k], 0, INT64_MAX));
+      AX_TRY(wr_group(w, 2, 2, &t->t[i].g));
     }
     return AX_OK;
   }
@@ -464,21 +463,18 @@ MSG(decode_reply, "axon.pipe.stage decode reply",
     I64(decode_reply, cache_bytes, "cache bytes", NONNEG),
     ONE(decode_reply, has_logits, "logits", K_OPT),
     ONE(decode_reply, logits, "logits", K_TENSOR))
-static const message g_settle = {"axon.pipe.stage settle", 0, NULL, 0};
-static const message g_mem_forget = {"axon.pipe.mem_forget", 0, NULL, 0};
-
-int axi_pipe_settle_encode(ax_values *out) {
-  return encode(&g_settle, NULL, out);
-}
-int axi_pipe_settle_decode(const ax_values *v) {
-  return decode(&g_settle, v, NULL);
-}
-int axi_pipe_mem_forget_encode(ax_values *out) {
-  return encode(&g_mem_forget, NULL, out);
-}
-int axi_pipe_mem_forget_decode(const ax_values *v) {
-  return decode(&g_mem_forget, v, NULL);
-}
+/* The messages without fields: an encoder that appends nothing and a
+ * decoder that checks the list is empty. */
+#define EMPTY(msg, name)                                                       \
+  static const message g_##msg = {name, 0, NULL, 0};                           \
+  int axi_pipe_##msg##_encode(ax_values *out) {                                \
+    return encode(&g_##msg, NULL, out);                                        \
+  }                                                                            \
+  int axi_pipe_##msg##_decode(const ax_values *v) {                            \
+    return decode(&g_##msg, v, NULL);                                          \
+  }
+EMPTY(settle, "axon.pipe.stage settle")
+EMPTY(mem_forget, "axon.pipe.mem_forget")
 
 /* Every message by number. */
 static const message *const g_all[] = {

@@ -36,11 +36,11 @@ static int check_tie(const axi_ag_stage *s, const axi_pipe_ties *t, int j) {
                      "ties)",
                      s->index, i, s->first, s->last, s->def->name,
                      info->n_ties);
-  if (x->rank != (holds(s, mt->a) ? 0 : 1))
+  if (x->g.rank != (holds(s, mt->a) ? 0 : 1))
     return ax_seterr(AX_EINVAL,
                      "axon.pipe.stage %d: tie %d at rank %lld, but rank 0 is "
                      "block %d's stage",
-                     s->index, i, (long long)x->rank, mt->a);
+                     s->index, i, (long long)x->g.rank, mt->a);
   for (int k = 0; k < j; k++)
     if (t->t[k].tie == x->tie)
       return ax_seterr(AX_EINVAL,
@@ -88,13 +88,13 @@ int axi_pipe_ties_new(phost *h, const axi_pipe_setup_msg *m, int64_t tmo,
   int err = AX_OK;
   for (int j = 0; j < nt && err == AX_OK; j++) {
     const ax_model_tie *mt = &info->ties[t->t[j].tie];
-    int a = t->t[j].rank == 0;
+    int a = t->t[j].g.rank == 0;
     x[j].tie = (int)t->t[j].tie;
     x[j].off = ax_model_block_offset(s->net, s->first, a ? mt->a : mt->b) +
                (a ? mt->off_a : mt->off_b);
     x[j].len = mt->len;
-    err = ax_coll_group_new_rank(s->node, t->t[j].tag, 2, t->t[j].names,
-                                 (int)t->t[j].rank, tmo, &x[j].g);
+    err = ax_coll_group_new_rank(s->node, t->t[j].g.tag, 2, t->t[j].g.names,
+                                 (int)t->t[j].g.rank, tmo, &x[j].g);
     if (err == AX_OK)
       *n = j + 1;
   }
