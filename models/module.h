@@ -130,6 +130,19 @@ typedef struct ax_exec {
   int (*tp_allreduce)(void *user, ax_tensor *t);
   void *tp_user;
   int precision; /* ax_precision (0, fp32, in a zeroed exec) */
+  /* Incremental decoding with a key/value cache (inference only: training
+   * must be 0). 0: an ordinary forward. 1: the inputs are the tokens at
+   * positions kv_pos, kv_pos + 1, ... of sequences whose positions 0 ..
+   * kv_pos - 1 earlier calls ran with the same slot tree: each causal
+   * attention layer keeps the keys and values of those positions in its
+   * slot (AX_EINVAL without one), appends the new ones and attends over
+   * all of them; position embeddings start at kv_pos, and a position past
+   * the model's sequence length fails with AX_EINVAL (no sliding window).
+   * kv_pos = 0 starts the sequences anew. The slot keeps the caches until
+   * the caller frees or resets it. Layers without positions ignore both
+   * fields. */
+  int kv_decode;
+  int64_t kv_pos;
 } ax_exec;
 
 typedef struct ax_module ax_module;

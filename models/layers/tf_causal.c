@@ -28,9 +28,12 @@ typedef struct causal_priv {
 
 /* Slot: tensors 0 = the projection's output qkv (B, S, 3 width), 1 = the
  * kernel's output o (B, S, width), 2 = its lse (B, heads, S); ints 0 = the
- * dropout seed, 1 = 1 when the forward applied dropout. */
-enum { SAVE_QKV = 0, SAVE_O = 1, SAVE_LSE = 2 };
-enum { INT_SEED = 0, INT_DROP = 1 };
+ * dropout seed, 1 = 1 when the forward applied dropout. Decoding
+ * (ax_exec.kv_decode) keeps instead the keys and values of the positions
+ * so far in tensors 3 and 4, (B, capacity, width) each, and their count in
+ * int 2. */
+enum { SAVE_QKV = 0, SAVE_O = 1, SAVE_LSE = 2, CACHE_K = 3, CACHE_V = 4 };
+enum { INT_SEED = 0, INT_DROP = 1, INT_KV = 2 };
 
 /* The kernel's geometry for B sequences of S positions. */
 static ax_attn_desc desc_of(const causal_priv *p, int B, int S, int drop,
@@ -82,6 +85,100 @@ static int attend(const causal_priv *p, const ax_exec *ex, ax_slot *slot,
   return rc;
 }
 
+/* ---- decoding with a key/value cache ------------------------------------ */
+
+/* Room in the slot's caches for B sequences of n positions, the first
+ * `keep` of each kept: grown to twice what is asked when too small. */
+static int cache_reserve(ax_slot *slot, int B, int64_t n, int64_t keep, long w,
+                         ax_device dev, ax_tensor **k, ax_tensor **v) {
+  *k = ax_slot_get(slot, CACHE_K);
+  *v = ax_slot_get(slot, CACHE_V);
+  if (*k && (*k)->shape[0] == B && (*k)->shape[1] >= n)
+    return AX_OK;
+  int64_t cap = 2 * n > 16 ? 2 * n : 16;
+  ax_tensor *nk = new3(B, cap, w, dev), *nv = new3(B, cap, w, dev);
+  int rc = nk && nv ? AX_OK : AX_ENOMEM;
+  ax_backend *be = ax_backend_of(dev);
+  for (int b = 0; b < B && keep > 0 && rc == AX_OK; b++) { /* the old rows */
+    size_t at = (size_t)b * (size_t)cap * (size_t)w,
+           was = (size_t)b * (size_t)(*k)->shape[1] * (size_t)w,
+           bytes = (size_t)keep * (size_t)w * sizeof(float);
+    rc = AX_K(be, copy, ax_f32(nk) + at, ax_f32(*k) + was, bytes);
+    if (rc == AX_OK)
+      rc = AX_K(be, copy, ax_f32(nv) + at, ax_f32(*v) + was, bytes);
+  }
+  if (rc == AX_OK) {
+    ax_slot_put(slot, CACHE_K, nk);
+    ax_slot_put(slot, CACHE_V, nv);
+    *k = nk;
+    *v = nv;
+  }
+  ax_tensor_release(nk);
+  ax_tensor_release(nv);
+  return rc;
+}
+
+/* Appends the keys and values of qkv (B, T, 3 width) at position pos of
+ * the caches k and v: (B, T, 3, width) permuted to (B, 3, T, width), whose
+ * key and value blocks are each one copy per sequence. */
+static int cache_append(const causal_priv *p, ax_tensor *qkv, int64_t pos,
+                        ax_tensor *k, ax_tensor *v) {
+  int B = (int)qkv->shape[0], T = (int)qkv->shape[1];
+  long w = (long)p->heads * p->dh;
+  int64_t shape[4] = {B, 3, T, w};
+  ax_tensor *t = axi_tf_new(4, shape, qkv->device);
+  if (!t)
+    return AX_ENOMEM;
+  ax_backend *be = ax_backend_of(qkv->device);
+  int rc = AX_K(be, permute0213, B, T, 3, (int)w, ax_f32(qkv), ax_f32(t));
+  size_t block = (size_t)T * (size_t)w, cap = (size_t)k->shape[1];
+  for (int b = 0; b < B && rc == AX_OK; b++) {
+    size_t at = ((size_t)b * cap + (size_t)pos) * (size_t)w;
+    const float *src = ax_f32(t) + (size_t)b * 3 * block;
+    rc = AX_K(be, copy, ax_f32(k) + at, src + block, block * sizeof(float));
+    if (rc == AX_OK)
+      rc = AX_K(be, copy, ax_f32(v) + at, src + 2 * block,
+                block * sizeof(float));
+  }
+  ax_tensor_release(t);
+  return rc;
+}
+
+/* The decoding forward's attention: qkv (B, T, 3 width) of positions pos
+ * .. pos + T - 1 -> o (B, T, width), attending over the cached positions
+ * and the new ones (sq = T < sk = pos + T: the kernel's queries are the
+ * last positions), the new keys and values appended to the cache. */
+static int attend_cached(const causal_priv *p, const ax_exec *ex, ax_slot *slot,
+                         ax_tensor *qkv, ax_tensor **o) {
+  int B = (int)qkv->shape[0], T = (int)qkv->shape[1];
+  long w = (long)p->heads * p->dh;
+  int64_t pos = ex->kv_pos, held = pos ? ax_slot_int(slot, INT_KV) : 0;
+  ax_tensor *k = ax_slot_get(slot, CACHE_K), *v;
+  if (pos && (!k || held != pos || k->shape[0] != B))
+    return ax_seterr(AX_ESTATE,
+                     "causal attention: decoding at position %lld of %d "
+                     "sequences, but the cache holds %lld positions of %lld",
+                     (long long)pos, B, (long long)(k ? held : 0),
+                     (long long)(k ? k->shape[0] : 0));
+  AX_TRY(cache_reserve(slot, B, pos + T, pos, w, qkv->device, &k, &v));
+  ax_slot_set_int(slot, INT_KV, -1); /* until the append is whole */
+  AX_TRY(cache_append(p, qkv, pos, k, v));
+  ax_slot_set_int(slot, INT_KV, pos + T);
+  ax_attn_desc d = {B, p->heads, T, (int)(pos + T), p->dh};
+  d.q_ss = 3 * w;
+  d.q_sb = T * d.q_ss;
+  d.k_ss = d.v_ss = d.o_ss = w;
+  d.k_sb = d.v_sb = k->shape[1] * w;
+  d.o_sb = T * w;
+  d.scale = 1.0f / sqrtf((float)p->dh);
+  d.head0 = p->head0;
+  d.heads_total = p->heads_total;
+  if (!(*o = new3(B, T, w, qkv->device)))
+    return AX_ENOMEM;
+  return AX_K(ax_backend_of(qkv->device), attn_causal_fwd, &d, ax_f32(qkv),
+              ax_f32(k), ax_f32(v), ax_f32(*o), NULL);
+}
+
 static int causal_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                           const ax_tlist *in, ax_tlist *out) {
   causal_priv *p = m->priv;
@@ -91,12 +188,18 @@ static int causal_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   if (x->ndim != 3 || x->shape[2] != p->hidden)
     return ax_seterr(AX_ESHAPE, "causal attention: x %s must be (B, S, %d)",
                      ax_tensor_shape_str(x, b, sizeof b), p->hidden);
+  if (ex->kv_decode && !slot)
+    return ax_seterr(AX_EINVAL, "causal attention: decoding keeps its "
+                                "key/value cache in the slot: none given");
+  /* Decoding keeps nothing of the projections: only the cache. */
+  ax_slot *ps = ex->kv_decode ? NULL : slot;
   ax_tensor *qkv = NULL, *o = NULL, *y = NULL;
-  int rc = axi_tf_child_fwd(m, 0, ex, slot, x, &qkv); // (B, S, 3 width)
+  int rc = axi_tf_child_fwd(m, 0, ex, ps, x, &qkv); // (B, S, 3 width)
   if (rc == AX_OK)
-    rc = attend(p, ex, slot, qkv, &o);
+    rc = ex->kv_decode ? attend_cached(p, ex, slot, qkv, &o)
+                       : attend(p, ex, slot, qkv, &o);
   if (rc == AX_OK)
-    rc = axi_tf_child_fwd(m, 1, ex, slot, o, &y); // (B, S, hidden)
+    rc = axi_tf_child_fwd(m, 1, ex, ps, o, &y); // (B, S, hidden)
   ax_tensor_release(qkv);
   ax_tensor_release(o);
   if (rc != AX_OK)

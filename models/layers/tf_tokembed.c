@@ -19,7 +19,8 @@ enum { SAVE_IDS = 0, SAVE_SEG = 1, SAVE_DE = 2 };
 
 /* The inputs: ids (B, S), and with segments the segments (B, S) and the
  * mask (B, S) that passes through. */
-static int check_inputs(const tokemb_priv *p, const ax_tlist *in) {
+static int check_inputs(const tokemb_priv *p, const ax_exec *ex,
+                        const ax_tlist *in) {
   int n = p->types ? 3 : 1;
   for (int i = 0; i < n; i++)
     if (in->n < n || !in->t[i])
@@ -38,13 +39,19 @@ static int check_inputs(const tokemb_priv *p, const ax_tlist *in) {
   if (bs[1] > p->seq)
     return ax_seterr(AX_ESHAPE, "token embed: %lld tokens exceed seq=%d",
                      (long long)bs[1], p->seq);
+  if (ex->kv_decode && ex->kv_pos + bs[1] > p->seq)
+    return ax_seterr(AX_EINVAL,
+                     "token embed: decoding positions %lld..%lld, past the "
+                     "model's seq=%d positions",
+                     (long long)ex->kv_pos, (long long)(ex->kv_pos + bs[1] - 1),
+                     p->seq);
   return AX_OK;
 }
 
 static int tokemb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                           const ax_tlist *in, ax_tlist *out) {
   tokemb_priv *p = m->priv;
-  AX_TRY(check_inputs(p, in));
+  AX_TRY(check_inputs(p, ex, in));
   ax_tensor *ids = in->t[0], *seg = p->types ? in->t[1] : NULL;
   int B = (int)ids->shape[0], S = (int)ids->shape[1], H = p->hidden, n = B * S;
   int64_t shape[3] = {B, S, H};
@@ -55,6 +62,7 @@ static int tokemb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   const float *tok = ax_param(m, ex, 0);
   const float *pos = tok + (size_t)p->vocab * H;
   const float *typ = pos + (size_t)p->seq * H;
+  int64_t first = ex->kv_decode ? ex->kv_pos : 0; /* decoding: later ones */
   int rc = e && (s || !seg) ? AX_OK : AX_ENOMEM;
   if (rc == AX_OK)
     rc = AX_K(be, embedding_fwd, n, H, p->vocab, ax_i32(ids), tok, ax_f32(e));
@@ -62,10 +70,10 @@ static int tokemb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     rc = AX_K(be, embedding_fwd, n, H, p->types, ax_i32(seg), typ, ax_f32(s));
   if (rc == AX_OK && seg)
     rc = AX_K(be, axpby, (size_t)n * H, 1.0f, ax_f32(s), 1.0f, ax_f32(e));
-  /* Positions 0..S-1 are the first S rows of the table for every sequence:
-   * a bias over (B, S * H). */
+  /* Positions first .. first + S - 1 are S consecutive rows of the table
+   * for every sequence: a bias over (B, S * H). */
   if (rc == AX_OK && n > 0)
-    rc = AX_K(be, bias_add, ax_f32(e), pos, B, S * H, 1);
+    rc = AX_K(be, bias_add, ax_f32(e), pos + first * H, B, S * H, 1);
   if (rc == AX_OK && p->ln)
     rc = axi_tf_child_fwd(m, 0, ex, slot, e, &h);
   else if (rc == AX_OK)
@@ -77,7 +85,7 @@ static int tokemb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor_release(h);
   if (rc != AX_OK)
     return rc;
-  if (slot) {
+  if (slot && !ex->kv_decode) { /* decoding has no backward */
     ax_slot_put(slot, SAVE_IDS, ids);
     ax_slot_put(slot, SAVE_SEG, seg);
     ax_slot_put(slot, SAVE_DE, NULL);
