@@ -45,7 +45,10 @@
  *  - Activations are kept in bf16: what a layer saves for its backward (a
  *    Linear's input and its output gradient between the halves, GELU's
  *    input, tanh's and ReLU's outputs, layer norm's input, attention's
- *    Q/K/V and probabilities, an embedding's output gradient) goes through
+ *    Q/K/V and probabilities, the causal attention's packed Q/K/V and
+ *    output (its fused kernel takes Q/K/V rounded to bf16 and sums in
+ *    f32; its log-sum-exp stays f32), an embedding's output gradient,
+ *    a token embedding's too) goes through
  *    ax_slot_put_act, which keeps an f32 tensor as its bf16 rounding, and
  *    comes back through ax_slot_get (a bf16 GEMM operand as it is) or
  *    ax_slot_get_f32 (widened, exactly). Statistics (layer norm's mean and

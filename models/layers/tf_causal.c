@@ -11,11 +11,19 @@
  * heads / T heads: its QKV projection is a column part (3 segments), its
  * output projection a row part (which sums the members' outputs), and the
  * kernel runs its heads as heads [rank heads / T, ...) of the whole layer,
- * so it draws the whole layer's dropout mask for them. */
+ * so it draws the whole layer's dropout mask for them.
+ *
+ * In bf16 (the rules at the top of models/module.h) the projections are
+ * Linears (their GEMMs in bf16), the kernel's q, k and v are the packed
+ * projection output rounded to bf16 (widened back to f32 for the kernel,
+ * which sums the products of these bf16 values in f32), and what the
+ * backward needs, the rounded qkv and the kernel's output o, is kept in
+ * bf16; the log-sum-exp stays f32. */
 #include <math.h>
 
 #include "axon/models/layers/parallel.h"
 #include "axon/models/layers/tf-impl.h"
+#include "axon/models/precision-impl.h"
 
 #include "axon/kernels/error.h"
 
@@ -27,11 +35,12 @@ typedef struct causal_priv {
 } causal_priv;
 
 /* Slot: tensors 0 = the projection's output qkv (B, S, 3 width), 1 = the
- * kernel's output o (B, S, width), 2 = its lse (B, heads, S); ints 0 = the
+ * kernel's output o (B, S, width), each in the exec's precision
+ * (ax_slot_put_act), 2 = its lse (B, heads, S), f32; ints 0 = the
  * dropout seed, 1 = 1 when the forward applied dropout. Decoding
  * (ax_exec.kv_decode) keeps instead the keys and values of the positions
- * so far in tensors 3 and 4, (B, capacity, width) each, and their count in
- * int 2. */
+ * so far in tensors 3 and 4, (B, capacity, width) each (f32; in bf16
+ * their values are bf16's), and their count in int 2. */
 enum { SAVE_QKV = 0, SAVE_O = 1, SAVE_LSE = 2, CACHE_K = 3, CACHE_V = 4 };
 enum { INT_SEED = 0, INT_DROP = 1, INT_KV = 2 };
 
@@ -57,31 +66,57 @@ static ax_tensor *new3(int64_t a, int64_t b, int64_t c, ax_device dev) {
   return axi_tf_new(3, shape, dev);
 }
 
-/* qkv (B, S, 3 width) -> o (B, S, width) and, with a slot, lse. */
+/* The kernel's operands from the projection's output qkv in ex's
+ * precision: *kept, qkv as the backward keeps it (bf16: its rounding,
+ * fp32: qkv itself), and *wide, its f32 values for the kernel (new
+ * references; kept may be NULL to drop it). */
+static int operands(const ax_exec *ex, ax_tensor *qkv, ax_tensor **kept,
+                    ax_tensor **wide) {
+  ax_tensor *k = NULL;
+  *wide = NULL;
+  int rc =
+      axi_prec_cast(qkv, ex->precision == AX_PREC_BF16 ? AX_BF16 : AX_F32, &k);
+  if (rc == AX_OK)
+    rc = axi_prec_cast(k, AX_F32, wide);
+  if (rc == AX_OK && kept)
+    *kept = k;
+  else
+    ax_tensor_release(k);
+  return rc;
+}
+
+/* qkv (B, S, 3 width) -> o (B, S, width) and, with a slot, lse; qkv's
+ * values in ex's precision (operands). */
 static int attend(const causal_priv *p, const ax_exec *ex, ax_slot *slot,
                   ax_tensor *qkv, ax_tensor **o) {
   int B = (int)qkv->shape[0], S = (int)qkv->shape[1];
   int drop = ex->training && p->dropout > 0.0f;
   uint64_t seed = axi_tf_dropout_seed(ex->seed, p->salt);
   ax_attn_desc d = desc_of(p, B, S, drop, seed);
-  ax_tensor *lse = NULL;
-  if (!(*o = new3(B, S, (int64_t)p->heads * p->dh, qkv->device)) ||
-      (slot && !(lse = new3(B, p->heads, S, qkv->device)))) {
-    ax_tensor_release(*o);
-    *o = NULL;
-    return AX_ENOMEM;
+  ax_tensor *lse = NULL, *kept = NULL, *wide = NULL;
+  AX_TRY(operands(ex, qkv, &kept, &wide));
+  int rc = AX_ENOMEM;
+  if ((*o = new3(B, S, (int64_t)p->heads * p->dh, qkv->device)) &&
+      (!slot || (lse = new3(B, p->heads, S, qkv->device)))) {
+    const float *q = ax_f32(wide), *k = q + d.o_ss, *v = k + d.o_ss;
+    rc = AX_K(ax_backend_of(qkv->device), attn_causal_fwd, &d, q, k, v,
+              ax_f32(*o), lse ? ax_f32(lse) : NULL);
   }
-  const float *q = ax_f32(qkv), *k = q + d.o_ss, *v = k + d.o_ss;
-  int rc = AX_K(ax_backend_of(qkv->device), attn_causal_fwd, &d, q, k, v,
-                ax_f32(*o), lse ? ax_f32(lse) : NULL);
   if (rc == AX_OK && slot) {
-    ax_slot_put(slot, SAVE_QKV, qkv);
-    ax_slot_put(slot, SAVE_O, *o);
+    rc = ax_slot_put_act(slot, SAVE_QKV, ex, kept);
+    if (rc == AX_OK)
+      rc = ax_slot_put_act(slot, SAVE_O, ex, *o);
     ax_slot_put(slot, SAVE_LSE, lse);
     ax_slot_set_int(slot, INT_SEED, (int64_t)seed);
     ax_slot_set_int(slot, INT_DROP, drop);
   }
+  if (rc != AX_OK) {
+    ax_tensor_release(*o);
+    *o = NULL;
+  }
   ax_tensor_release(lse);
+  ax_tensor_release(kept);
+  ax_tensor_release(wide);
   return rc;
 }
 
@@ -145,11 +180,12 @@ static int cache_append(const causal_priv *p, ax_tensor *qkv, int64_t pos,
 }
 
 /* The decoding forward's attention: qkv (B, T, 3 width) of positions pos
- * .. pos + T - 1 -> o (B, T, width), attending over the cached positions
- * and the new ones (sq = T < sk = pos + T: the kernel's queries are the
- * last positions), the new keys and values appended to the cache. */
-static int attend_cached(const causal_priv *p, const ax_exec *ex, ax_slot *slot,
-                         ax_tensor *qkv, ax_tensor **o) {
+ * .. pos + T - 1, f32 values in ex's precision (operands) -> o (B, T,
+ * width), attending over the cached positions and the new ones (sq = T <
+ * sk = pos + T: the kernel's queries are the last positions), the new keys
+ * and values appended to the cache. */
+static int attend_wide(const causal_priv *p, const ax_exec *ex, ax_slot *slot,
+                       ax_tensor *qkv, ax_tensor **o) {
   int B = (int)qkv->shape[0], T = (int)qkv->shape[1];
   long w = (long)p->heads * p->dh;
   int64_t pos = ex->kv_pos, held = pos ? ax_slot_int(slot, INT_KV) : 0;
@@ -177,6 +213,17 @@ static int attend_cached(const causal_priv *p, const ax_exec *ex, ax_slot *slot,
     return AX_ENOMEM;
   return AX_K(ax_backend_of(qkv->device), attn_causal_fwd, &d, ax_f32(qkv),
               ax_f32(k), ax_f32(v), ax_f32(*o), NULL);
+}
+
+/* attend_wide on the operands of the projection's output qkv. */
+static int attend_cached(const causal_priv *p, const ax_exec *ex, ax_slot *slot,
+                         ax_tensor *qkv, ax_tensor **o) {
+  ax_tensor *wide = NULL;
+  int rc = operands(ex, qkv, NULL, &wide);
+  if (rc == AX_OK)
+    rc = attend_wide(p, ex, slot, wide, o);
+  ax_tensor_release(wide);
+  return rc;
 }
 
 static int causal_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
@@ -222,21 +269,27 @@ static int causal_grad(ax_bwd_part part, ax_module *m, const ax_exec *ex,
                      "causal attention: gradient has %zu elements, "
                      "expected (%d, %d, %d)",
                      ax_tensor_numel(dy), B, S, p->hidden);
-  ax_tensor *dout = NULL, *dqkv = NULL;
+  ax_tensor *dout = NULL, *dqkv = NULL, *qw = NULL, *ow = NULL;
   AX_TRY(axi_tf_child_bwd(part, m, 1, ex, slot, 1, dy, &dout)); // (B, S, w)
-  int rc = AX_ENOMEM;
-  if ((dqkv = ax_tensor_like(qkv))) {
+  int rc = ax_slot_get_f32(slot, SAVE_QKV, &qw); /* widened, in bf16 */
+  if (rc == AX_OK)
+    rc = ax_slot_get_f32(slot, SAVE_O, &ow);
+  if (rc == AX_OK && !(dqkv = ax_tensor_like(qw)))
+    rc = AX_ENOMEM;
+  if (rc == AX_OK) {
     ax_attn_desc d = desc_of(p, B, S, (int)ax_slot_int(slot, INT_DROP),
                              (uint64_t)ax_slot_int(slot, INT_SEED));
-    const float *q = ax_f32(qkv), *k = q + d.o_ss, *v = k + d.o_ss;
+    const float *q = ax_f32(qw), *k = q + d.o_ss, *v = k + d.o_ss;
     float *dq = ax_f32(dqkv), *dk = dq + d.o_ss, *dv = dk + d.o_ss;
     rc = AX_K(ax_backend_of(dy->device), attn_causal_bwd, &d, q, k, v,
-              ax_f32(o), ax_f32(dout), ax_f32(lse), dq, dk, dv);
+              ax_f32(ow), ax_f32(dout), ax_f32(lse), dq, dk, dv);
   }
   if (rc == AX_OK)
     rc = axi_tf_child_bwd(part, m, 0, ex, slot, ex->need_dx, dqkv, dx);
   ax_tensor_release(dout);
   ax_tensor_release(dqkv);
+  ax_tensor_release(qw);
+  ax_tensor_release(ow);
   return rc;
 }
 
