@@ -252,10 +252,18 @@ static inline int last_losses(const char *path, char (*v)[40], int max) {
   return n;
 }
 
-/* run_axon_victim with the victim stage1. */
-static inline int run_axon(const char *out, const char *loss_log, int kill_at,
-                           int restart, const char **argv) {
-  return run_axon_victim(out, loss_log, kill_at, restart, "stage1", argv);
+/* An uninterrupted reference run: exit 0, else its output is shown and
+ * the test fails. */
+static inline void run_axon_ref(const char *out, const char *loss_log,
+                                const char **argv) {
+  int st = run_axon_victim(out, loss_log, 0, NO_RESTART, "", argv);
+  if (st != 0) {
+    char *text = mt_slurp(out);
+    fprintf(stderr, "---- %s (exit %d) ----\n%s\n----\n", out, st,
+            text ? text : "");
+    free(text);
+  }
+  assert_int_equal(st, 0);
 }
 
 #endif

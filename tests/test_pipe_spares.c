@@ -45,7 +45,7 @@ static void run_case(const char *mode, int restart, int in_memory) {
   const char *ref[] = {
       "train", COMMON,       "--mode", mode, "--checkpoint-dir",
       d_ref,   "--loss-log", l_ref,    NULL};
-  assert_int_equal(run_axon(o_ref, l_ref, 0, 0, ref), 0);
+  run_axon_ref(o_ref, l_ref, ref);
   const char *sp[] = {"train",
                       COMMON,
                       "--mode",
