@@ -33,8 +33,9 @@ typedef struct axi_run_pipe_args {
                                   there (started too with --local) */
   int staleness, stale_warmup; /* --staleness, --pipemare-warmup */
   double stale_gamma;          /* --pipemare-gamma (0: the default) */
-  int emulate;    /* --emulate: every stage in this process (emulate.h) */
-  int epoch_eval; /* --eval-every-epoch: test accuracy after each epoch */
+  int emulate;     /* --emulate: every stage in this process (emulate.h) */
+  int epoch_eval;  /* --eval-every-epoch: test accuracy after each epoch */
+  long eval_every; /* --eval-every N: test accuracy every N steps */
   const char *const *agents; /* K names (--agents), or set by --local */
 /* Pipelines of K agents a run needs: replicas x tensor-parallel members. */
 #define AXR_PARTS(a)                                                           \

@@ -154,9 +154,16 @@ static void feed_repacked(void *user, ax_pipe *p) {
   f->repacked = 1;
 }
 
+/* The steps between two evaluations: --eval-every's, an epoch's with
+ * --eval-every-epoch, or 0 for none. */
+static long eval_period(const axi_run_pipe_args *a, long per_epoch) {
+  return a->eval_every > 0 ? a->eval_every : a->epoch_eval ? per_epoch : 0;
+}
+
 /* After each training call (axi_run_train): sums its seconds and coordinator
- * bytes, feeds the timing model, and with --eval-every-epoch, at an epoch's
- * end, evaluates and prints an "epoch:" line with the modelled time so
+ * bytes, feeds the timing model, and with --eval-every-epoch (--eval-every),
+ * at an epoch's end (every N steps) and after the last step, evaluates and
+ * prints an "epoch:" line (the epoch under way) with the modelled time so
  * far. */
 static int feed_segment(void *user, long done) {
   feed *f = user;
@@ -166,9 +173,10 @@ static int feed_segment(void *user, long done) {
   f->coord_bytes += st.coord_bytes;
   if (!f->repacked)
     ax_pipe_costs_add(f->costs, f->p);
-  if (!f->a->epoch_eval || f->per_epoch <= 0 || !f->steps ||
-      (done % f->per_epoch && done != f->total))
-    return AX_OK; /* not an epoch's end (a checkpoint's cut) */
+  long period = eval_period(f->a, f->per_epoch);
+  if (period <= 0 || f->per_epoch <= 0 || !f->steps ||
+      (done % period && done != f->total))
+    return AX_OK; /* not an evaluation's step (a checkpoint's cut) */
   double acc = 0, loss = 0, spb = 0;
   AX_TRY(evaluate(f->a, f->p, f->test, &acc, &loss));
   int m = ax_pipe_costs_model(f->costs, &spb) == AX_OK;
@@ -249,7 +257,7 @@ static int train_and_report(const axi_run_pipe_args *a, feed *f, ax_pipe **p,
   f->total = total;
   axi_run_feed fd = {feed_batch,   feed_step,
                      feed_seek,    f,
-                     feed_segment, a->epoch_eval ? f->per_epoch : 0,
+                     feed_segment, eval_period(a, f->per_epoch),
                      feed_rebuild, feed_repacked,
                      feed_lost,    feed_can_grow,
                      feed_grow};

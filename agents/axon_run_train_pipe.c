@@ -179,6 +179,10 @@ const axi_cli_opt axi_run_pipe_opts[] = {
     {"eval-every-epoch", NULL, AXI_CLI_FLAG, F(pa.epoch_eval),
      .help = "evaluate after every epoch (one train call per\n"
              "epoch: asynchronous modes drain at epoch ends)"},
+    {"eval-every", "N", AXI_CLI_LONG, F(pa.eval_every), 1, LONG_MAX,
+     .help = "evaluate every N steps instead (and after the\n"
+             "last), an epoch: line each (asynchronous modes\n"
+             "drain there)"},
     {.help = "  With a pipeline, --csv writes the per-step metrics (busy, "
              "bubble, ...)."},
     AXI_CLI_END};

@@ -14,6 +14,7 @@
  * Initialisation as GPT-2's: every weight N(0, 0.02^2), the projections
  * into the residual stream N(0, (0.02 / sqrt(2 L))^2), biases 0, layer
  * norms 1 and 0. */
+#include "axon/models/gpt-impl.h"
 #include "axon/models/layers/parallel.h"
 #include "axon/models/layers/tf-impl.h"
 #include "axon/models/model.h"
@@ -82,6 +83,13 @@ static int gpt_parse(const ax_config *cfg, gpt_cfg *c) {
   if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
     return ax_seterr(AX_EINVAL, "gpt: dropout=%g outside [0, 1)",
                      (double)c->dropout);
+  return AX_OK;
+}
+
+int axi_gpt_sizes_of(const ax_config *cfg, axi_gpt_sizes *out) {
+  gpt_cfg c;
+  AX_TRY(gpt_parse(cfg, &c));
+  *out = (axi_gpt_sizes){c.layers, c.hidden, c.heads, c.ff, c.seq, c.vocab};
   return AX_OK;
 }
 

@@ -17,6 +17,12 @@
 #     non-finite value, or when the mean loss of its last BERT_WIN steps is
 #     above the mean of its first BERT_WIN steps (it ended worse than it
 #     started). Writes Kang's table (diverged runs / runs).
+#  3. A byte-level GPT on gcide (--dataset text) for every variant in
+#     GPT_VARIANTS, K in GPT_KS, learning rate in GPT_LRS and seed in
+#     GPT_SEEDS: validation bits per byte every GPT_EVAL_EVERY steps
+#     against wall time and modelled time;
+#     a table of mean and spread over the seeds and PNG plots per K
+#     (scripts/convergence_gpt.sh, which describes its budget).
 #
 # A variant is a mode, optionally with a staleness correction:
 # "pipedream:predict" runs --mode pipedream --staleness predict. A variant
@@ -29,12 +35,14 @@
 # 40 minutes): CONV_LIMIT training examples (a fixed subset), CONV_EPOCHS
 # epochs of batch CONV_BATCH, CONV_EVAL test examples per evaluation;
 # BERT_STEPS steps of batch BERT_BATCH for BERT_K stages of BERT_CONFIG.
-# Set CONV_SKIP_RESNET=1 or CONV_SKIP_BERT=1 to run one part only (two
-# invocations with the same CONV_OUT, one part each, may run at once).
+# Set CONV_SKIP_RESNET=1, CONV_SKIP_BERT=1 or CONV_SKIP_GPT=1 to leave a
+# part out (invocations with the same CONV_OUT, one part each, may run at
+# once).
 # Sequential runs at the first K only and is repeated for the others
 # (the same computation; CONV_SEQ_ONCE=0 runs every K).
 # Output in CONV_OUT (default conv-out): logs, per-run epoch files,
-# resnet_table.md, bert_table.md, acc_epoch_K*.png, acc_time_K*.png.
+# resnet_table.md, bert_table.md, acc_epoch_K*.png, acc_time_K*.png, and
+# the GPT part's gpt/ folder, gpt_table.md, gpt_bpb_*_K*_lr*.png.
 set -uo pipefail
 build=${1:-build}
 run="$build/axon-run"
@@ -63,28 +71,38 @@ BERT_DATA=${BERT_DATA:-"seq=64,vocab=4096,examples=2048"}
 NICE=${CONV_NICE:-19}
 SEQ_ONCE=${CONV_SEQ_ONCE:-1}
 
-# The axon-run flags of a variant ("mode" or "mode:staleness").
+# The axon-run flags of a variant ("mode" or "mode:staleness") at K
+# stages; with a third argument M, the micro-batches of every mode that
+# splits its mini-batch (gpipe, 1f1b, 2bw).
 variant_flags() {
   local mode=${1%%:*} st=""
   [[ $1 == *:* ]] && st=${1#*:}
   local f="--mode $mode"
   [ -n "$st" ] && f="$f --staleness $st"
-  # 2bw needs at least K - 1 micro-batches (mode.h: ax_pipe_min_units).
-  [ "$mode" = 2bw ] && f="$f --microbatches $(($2 - 1 > 4 ? $2 - 1 : 4))"
+  if [ -n "${3:-}" ] && [[ " gpipe 1f1b 2bw " == *" $mode "* ]]; then
+    f="$f --microbatches $3"
+  elif [ "$mode" = 2bw ]; then
+    # 2bw needs at least K - 1 micro-batches (mode.h: ax_pipe_min_units).
+    f="$f --microbatches $(($2 - 1 > 4 ? $2 - 1 : 4))"
+  fi
   echo "$f"
 }
 
 # Whether axon-run accepts a variant's flags (a one-step MLP run).
 declare -A usable=()
-for v in $VARIANTS; do
-  if "$run" train --emulate --stages 2 $(variant_flags "$v" 2) --model mlp \
-      --dataset synthetic --steps 1 --batch 8 --eval-limit 8 --quiet \
-      >"$out/probe.log" 2>&1; then
-    usable[$v]=1
-  else
-    echo "convergence: skipping $v: axon-run refuses it: $(grep -m1 axon-run "$out/probe.log")" >&2
-  fi
-done
+probe_variants() {
+  for v in "$@"; do
+    [ -n "${usable[$v]:-}" ] && continue
+    if "$run" train --emulate --stages 2 $(variant_flags "$v" 2) --model mlp \
+        --dataset synthetic --steps 1 --batch 8 --eval-limit 8 --quiet \
+        >"$out/probe.log" 2>&1; then
+      usable[$v]=1
+    else
+      echo "convergence: skipping $v: axon-run refuses it: $(grep -m1 axon-run "$out/probe.log")" >&2
+    fi
+  done
+}
+probe_variants $VARIANTS
 
 t_start=$(date +%s)
 if [ "${CONV_SKIP_RESNET:-0}" != 1 ]; then
@@ -235,4 +253,8 @@ if [ "${CONV_SKIP_BERT:-0}" != 1 ]; then
   } >"$out/bert_table.md"
   cat "$out/bert_table.md"
   echo "convergence: bert done in $(( $(date +%s) - t_bert )) s" >&2
+fi
+
+if [ "${CONV_SKIP_GPT:-0}" != 1 ]; then
+  . "$(dirname "$0")/convergence_gpt.sh"
 fi

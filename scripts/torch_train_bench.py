@@ -23,7 +23,8 @@ residual; LayerNorm, dense -> exact GELU -> dense, dropout, residual), a
 final LayerNorm and a head tied to the token embedding. --bf16 runs the
 forward under torch.autocast(dtype=torch.bfloat16) on the CPU (or CUDA),
 PyTorch's mixed precision. The last line's peak_rss_mb is the process's
-peak resident memory (getrusage), as axon-bench reports its own.
+peak resident memory (getrusage) and cpu_s_per_step its CPU time per timed
+step (every thread's), as axon-bench reports its own.
 
 On CUDA, timing synchronises the device (torch.cuda.synchronize) before the
 first and after the last timed step. Precision is plain FP32 unless --tf32
@@ -256,6 +257,7 @@ def main():
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
+            c0 = time.process_time()
         opt.zero_grad()
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.bf16):
             out = model(*x)
@@ -264,10 +266,11 @@ def main():
     if dev.type == "cuda":
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     sps = a.steps * b / dt
     n = sum(p.numel() for p in model.parameters())
     extra = f" tokens_per_s={sps * a.seq:.1f}" if a.model in ("bert", "gpt") else ""
-    extra += f" bf16={int(a.bf16)}"
+    extra += f" bf16={int(a.bf16)} cpu_s_per_step={cpu / a.steps:.3f}"
     extra += f" peak_rss_mb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}"
     if dev.type == "cuda":
         extra += (f" tf32={int(a.tf32)} cudnn_benchmark={int(a.cudnn_benchmark)}"

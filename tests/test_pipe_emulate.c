@@ -271,6 +271,17 @@ static void test_cli(void **state) {
   assert_non_null(strstr(out, "emulated=1"));
   assert_non_null(strstr(out, "modelled_seconds="));
   assert_non_null(strstr(out, "epoch: 1 steps=6"));
+  /* --eval-every N: an evaluation every N steps and after the last. */
+  assert_int_equal(
+      run_cli("--emulate --stages 2 --mode pipedream --model mlp "
+              "--model-config widths=48/40/32/24/10 --dataset synthetic "
+              "--data-config shape=48,classes=10,examples=256 --steps 7 "
+              "--batch 16 --eval-limit 64 --quiet --eval-every 3",
+              out, sizeof out),
+      0);
+  assert_non_null(strstr(out, "epoch: 1 steps=3 "));
+  assert_non_null(strstr(out, "epoch: 1 steps=6 "));
+  assert_non_null(strstr(out, "epoch: 1 steps=7 "));
 }
 
 /* The worlds, as setup and teardown of their tests, so that the nodes'
