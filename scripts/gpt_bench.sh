@@ -10,10 +10,14 @@
 # (scripts/torch_train_bench.py --bf16), then axon-bench peak (the CPU's
 # fp32 and bf16 multiply-add peak on the same threads). The rounds
 # interleave the four so that a shared machine's load falls on all of them
-# alike. The summary takes each one's median over the rounds and prints
+# alike. The summary takes each one's median over the rounds, and prints
 #
 #   - axon bf16 / axon fp32 in samples/s, and in peak resident memory;
 #   - axon fp32 / PyTorch fp32 and axon bf16 / PyTorch bf16 in samples/s;
+#     each speed ratio is taken within every round (the two runs next to
+#     each other) and the median and range over the rounds are given, from
+#     the wall clock and from the CPU time per step (which time others ran
+#     on the cores does not inflate);
 #   - each run's GEMM GFLOP/s (the FLOPs of a step that
 #     agents/axon_bench_flops.c derives, the same count for both sides) as
 #     a share of the peak of its arithmetic (fp32 runs of the fp32 peak,
@@ -28,7 +32,10 @@
 # choice); nothing else changes. The model and budget (environment):
 # GPT_BENCH_CONFIG (layers, hidden, heads, ff, vocab of the model),
 # GPT_BENCH_SEQ, GPT_BENCH_BATCH, GPT_BENCH_THREADS, GPT_BENCH_DROPOUT
-# (both sides), GPT_BENCH_STEPS timed steps after GPT_BENCH_WARMUP.
+# (both sides), GPT_BENCH_STEPS timed steps after GPT_BENCH_WARMUP. The
+# logs go to GPT_BENCH_OUT as NAME.rROUND.log; GPT_BENCH_SUMMARY=1 runs
+# nothing and summarises the ROUNDS rounds of logs already there (rounds of
+# several invocations pool when their logs are numbered on).
 set -uo pipefail
 build=${1:-build}
 rounds=${2:-3}
@@ -79,11 +86,14 @@ median() { sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2 ? v[(NR + 1) /
 runs="axon_fp32 axon_bf16 torch_fp32 torch_bf16"
 echo "gpt_bench: L=$L H=$H heads=$A ff=$F vocab=$V seq=$T batch=$B" \
   "threads=$threads dropout=$drop steps=$steps warmup=$warmup rounds=$rounds"
-echo "gpt_bench: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs," \
-  "load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "gpt_bench: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs"
 for r in $(seq 1 "$rounds"); do
+  if [ "${GPT_BENCH_SUMMARY:-0}" != 1 ]; then
+    cut -d' ' -f1-3 /proc/loadavg >"$out/load.r$r.log"
+    echo "round $r: load average $(cat "$out/load.r$r.log") before it"
+  fi
   for what in $runs peak; do
-    run_one "$what" "$r"
+    [ "${GPT_BENCH_SUMMARY:-0}" = 1 ] || run_one "$what" "$r"
     if [ "$what" = peak ]; then
       printf 'round %d %-10s fp32 %s bf16 %s GFLOP/s\n' "$r" peak \
         "$(grep 'kind=fp32' "$out/peak.r$r.log" | grep "threads=$threads " | field /dev/stdin gflops)" \
@@ -125,9 +135,23 @@ for what in $runs; do
   printf '  %-10s %8s samples/s %6s MB  %s\n' "$what" "${sps[$what]}" \
     "${rss[$what]}" "$(share "${sps[$what]}" "$p" "${cpu[$what]}" "$q")"
 done
-echo "  axon bf16 / axon fp32 samples/s:   $(ratio "${sps[axon_bf16]}" "${sps[axon_fp32]}") (goal >= 1.6)"
+# The speed of $1 over $2 within each round, wall clock (samples/s) or
+# CPU time (cpu_s_per_step, the other way up): "median (min-max)".
+paired() {
+  for r in $(seq 1 "$rounds"); do
+    if [ "$3" = wall ]; then
+      ratio "$(field "$out/$1.r$r.log" samples_per_s)" "$(field "$out/$2.r$r.log" samples_per_s)"
+    else
+      ratio "$(field "$out/$2.r$r.log" cpu_s_per_step)" "$(field "$out/$1.r$r.log" cpu_s_per_step)"
+    fi
+    echo
+  done | grep -v n/a | sort -g | awk '{v[NR] = $1} END {if (NR) printf "%.2f (%.2f-%.2f)", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, v[1], v[NR]; else printf "n/a"}'
+}
+speed() { echo "wall $(paired "$1" "$2" wall), CPU time $(paired "$1" "$2" cpu)"; }
+echo "  axon bf16 / axon fp32 speed:   $(speed axon_bf16 axon_fp32) (goal >= 1.6)"
 echo "  axon bf16 / axon fp32 peak memory: $(ratio "${rss[axon_bf16]}" "${rss[axon_fp32]}") (goal <= 0.6)"
-echo "  axon fp32 / torch fp32 samples/s:  $(ratio "${sps[axon_fp32]}" "${sps[torch_fp32]}") (goal >= 1.5)"
-echo "  axon bf16 / torch bf16 samples/s:  $(ratio "${sps[axon_bf16]}" "${sps[torch_bf16]}") (goal >= 1.5)"
-echo "  torch bf16 / torch fp32 samples/s: $(ratio "${sps[torch_bf16]}" "${sps[torch_fp32]}")"
+echo "  axon fp32 / torch fp32 speed:  $(speed axon_fp32 torch_fp32) (goal >= 1.5)"
+echo "  axon bf16 / torch bf16 speed:  $(speed axon_bf16 torch_bf16) (goal >= 1.5)"
+echo "  torch bf16 / torch fp32 speed: $(speed torch_bf16 torch_fp32)"
 echo "  torch bf16 / torch fp32 peak memory: $(ratio "${rss[torch_bf16]}" "${rss[torch_fp32]}")"
+echo "  axon fp32 / torch fp32 peak memory: $(ratio "${rss[axon_fp32]}" "${rss[torch_fp32]}")"
