@@ -72,6 +72,11 @@ typedef struct axi_run_pipe_args {
   const char *plan_modes, *plan_links;
   int64_t plan_mem_cap;
   double plan_action_us, plan_compute_scale;
+  /* axon-run generate (axon_run_gen.c): --checkpoint, --prompt,
+   * --prompt-ids, --tokens, --temperature, --top-k (and --seed) */
+  int gen, gen_tokens, gen_top_k;
+  const char *gen_ckpt, *gen_prompt, *gen_prompt_ids;
+  double gen_temperature;
 } axi_run_pipe_args;
 
 /* The training batches as axon_run_pipe.c feeds them: batch and step are
@@ -154,10 +159,11 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **p, long total,
  * pipelines keep their step boundaries (axon_run_ckpt.c). */
 int axi_run_live(const axi_run_pipe_args *a);
 /* The program and its commands: train (axon_run_train.c), eval and export
- * (axon_run_use.c), probe (axon_run_probe.c), plan (axon_run_plan.c). */
+ * (axon_run_use.c), probe (axon_run_probe.c), plan (axon_run_plan.c),
+ * generate (axon_run_gen.c). */
 extern const axi_cli_prog axi_run_prog;
 extern const axi_cli_cmd axi_run_train_cmd, axi_run_eval_cmd,
-    axi_run_export_cmd, axi_run_probe_cmd, axi_run_plan_cmd;
+    axi_run_export_cmd, axi_run_probe_cmd, axi_run_plan_cmd, axi_run_gen_cmd;
 
 /* What the options of train, probe and plan fill (one family: probe and
  * plan take train's options too). */
@@ -239,6 +245,9 @@ void axi_run_print_bits(const char *name, double nats, const char *unit);
 
 /* Runs `axon-run train` in pipeline mode; returns the exit status. */
 int axi_run_pipe_main(axi_run_pipe_args *a);
+/* axon-run generate over the stages on a->agents of the world of `node`
+ * (axon_run_gen.c). */
+int axi_run_gen_pipe(const axi_run_pipe_args *a, ax_node *node);
 /* axon-run probe on the joined world of `node`: the agents' links. */
 int axi_run_probe(const axi_run_pipe_args *a, ax_node *node);
 /* axon-run plan: every mode and split predicted; no agents needed. */

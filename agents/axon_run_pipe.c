@@ -366,6 +366,14 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
   return rc;
 }
 
+/* What the world of a is for: training, probing its links or generating
+ * text. */
+static int use_world(axi_run_pipe_args *a, ax_node *node) {
+  return a->probe ? axi_run_probe(a, node)
+         : a->gen ? axi_run_gen_pipe(a, node)
+                  : run(a, node);
+}
+
 int axi_run_pipe_main(axi_run_pipe_args *a) {
   pid_t pids[2 * AX_PIPE_MAX_STAGES] = {0};
   char names[AX_PIPE_MAX_STAGES][32];
@@ -435,7 +443,7 @@ int axi_run_pipe_main(axi_run_pipe_args *a) {
     if (rc == AX_OK && a->optimizer_host) /* this node holds it too */
       a->optimizer_host = ax_node_name(node);
     if (rc == AX_OK)
-      rc = run(a, node);
+      rc = use_world(a, node);
     if (rc != AX_OK)
       fprintf(stderr, "axon-run: %s: %s\n", ax_strerror(rc), ax_errmsg());
     ax_pipe_emulator_free(node);
@@ -451,7 +459,7 @@ int axi_run_pipe_main(axi_run_pipe_args *a) {
   if (rc == AX_OK)
     rc = ax_node_join(node, 60000);
   if (rc == AX_OK)
-    rc = a->probe ? axi_run_probe(a, node) : run(a, node);
+    rc = use_world(a, node);
   if (rc != AX_OK)
     fprintf(stderr, "axon-run: %s: %s\n", ax_strerror(rc), ax_errmsg());
   if (node) {

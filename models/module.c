@@ -189,6 +189,12 @@ int ax_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   if (ex->training && !slot)
     return ax_seterr(AX_EINVAL, "forward(%s): training needs a slot",
                      m->ops->kind);
+  if (ex->kv_decode && (ex->training || ex->kv_pos < 0))
+    return ax_seterr(AX_EINVAL,
+                     "forward(%s): decoding with a key/value cache is "
+                     "inference at a position >= 0 (training %d, position "
+                     "%lld)",
+                     m->ops->kind, ex->training, (long long)ex->kv_pos);
   AX_TRY(same_device(m, ex, "forward", "input", in));
   int rc = m->ops->forward(m, ex, slot, in, out);
   if (rc != AX_OK)

@@ -45,7 +45,10 @@
  *  - Activations are kept in bf16: what a layer saves for its backward (a
  *    Linear's input and its output gradient between the halves, GELU's
  *    input, tanh's and ReLU's outputs, layer norm's input, attention's
- *    Q/K/V and probabilities, an embedding's output gradient) goes through
+ *    Q/K/V and probabilities, the causal attention's packed Q/K/V and
+ *    output (its fused kernel takes Q/K/V rounded to bf16 and sums in
+ *    f32; its log-sum-exp stays f32), an embedding's output gradient,
+ *    a token embedding's too) goes through
  *    ax_slot_put_act, which keeps an f32 tensor as its bf16 rounding, and
  *    comes back through ax_slot_get (a bf16 GEMM operand as it is) or
  *    ax_slot_get_f32 (widened, exactly). Statistics (layer norm's mean and
@@ -130,6 +133,19 @@ typedef struct ax_exec {
   int (*tp_allreduce)(void *user, ax_tensor *t);
   void *tp_user;
   int precision; /* ax_precision (0, fp32, in a zeroed exec) */
+  /* Incremental decoding with a key/value cache (inference only: training
+   * must be 0). 0: an ordinary forward. 1: the inputs are the tokens at
+   * positions kv_pos, kv_pos + 1, ... of sequences whose positions 0 ..
+   * kv_pos - 1 earlier calls ran with the same slot tree: each causal
+   * attention layer keeps the keys and values of those positions in its
+   * slot (AX_EINVAL without one), appends the new ones and attends over
+   * all of them; position embeddings start at kv_pos, and a position past
+   * the model's sequence length fails with AX_EINVAL (no sliding window).
+   * kv_pos = 0 starts the sequences anew. The slot keeps the caches until
+   * the caller frees or resets it. Layers without positions ignore both
+   * fields. */
+  int kv_decode;
+  int64_t kv_pos;
 } ax_exec;
 
 typedef struct ax_module ax_module;

@@ -23,8 +23,11 @@
 #     bundle older than the test) counts as a failure;
 #  5. benchmarks, axon next to PyTorch (python3 runs without the bundle's
 #     libraries): ResNet20 batch 128 and BERT L=3 H=768 A=12 FF=3072
-#     seq=128 (batch 8 and 32) training steps, FP32 and TF32; the N=4096
-#     GEMM, FP32 and TF32, axon's backend vs raw cuBLAS vs torch.mm;
+#     seq=128 (batch 8 and 32) training steps, FP32 and TF32; GPT L=4
+#     H=768 A=12 FF=3072 seq=256 vocab=50257 batch 8, FP32 and bf16 (torch:
+#     bf16 autocast; skipped, and said so, while axon-bench train has no
+#     GPT batches); the N=4096 GEMM, FP32 and TF32, axon's backend vs raw
+#     cuBLAS vs torch.mm;
 #  6. a summary: tests, every result line, axon/torch ratios.
 # Output goes to stdout and, when $OUT is set (a directory collected after
 # the run), to $OUT/gpu_check.log, with the summary also in
@@ -39,8 +42,9 @@ test_glob='test_cuda_*'
 # The parity tests a current bundle holds: blas (gemm, vector ops, the
 # allocator), elem (activations, dropout), dnn (conv, batch norm, pooling),
 # nlp (layer norm, cross-entropy and its correct count, masked softmax,
-# embedding), bf16 (casts, gemm_bf16), attn (fused causal attention),
-# models and pipeline (whole models, multi-process placement).
+# embedding), bf16 (casts, gemm_bf16), attn (fused causal attention, GPT's
+# kernel, training and decoding shapes), models and pipeline (whole
+# models, multi-process placement).
 parity_tests=(test_cuda_attn test_cuda_bf16 test_cuda_blas test_cuda_dnn
   test_cuda_elem test_cuda_models test_cuda_nlp test_cuda_pipeline)
 
@@ -297,6 +301,25 @@ run_bench() {
     --device cuda --threads "$th" --tf32 "${tr[@]}"
   bench "bert.b32.fp32.torch-sdpa" 150 "${host_env[@]}" python3 "$tb" "${bert_t[@]}" --batch 32 \
     --device cuda --threads "$th" --attn sdpa "${tr[@]}"
+
+  # GPT (dropout 0, axon's default) in fp32 and in bf16 (axon's
+  # --precision bf16, torch's bf16 autocast).
+  local gpt_cfg=layers=4,hidden=768,heads=12,ff=3072,seq=256,vocab=50257
+  local gpt_t=(--model gpt --layers 4 --hidden 768 --heads 12 --ff 3072 --seq 256
+    --vocab 50257 --dropout 0)
+  local p flag
+  for p in fp32 bf16; do
+    flag=()
+    [[ $p == bf16 ]] && flag=(--bf16)
+    if "$ab" train --help 2>&1 | grep -q 'gpt'; then
+      bench "gpt.b8.$p.axon" 150 "$ab" train --model gpt --model-config "$gpt_cfg" \
+        --batch 8 --device cuda:0 --precision "$p" "${tr[@]}"
+    else
+      note "gpt.b8.$p.axon | SKIPPED (axon-bench train has no --model gpt batches yet)"
+    fi
+    bench "gpt.b8.$p.torch" 150 "${host_env[@]}" python3 "$tb" "${gpt_t[@]}" --batch 8 \
+      --device cuda --threads "$th" "${flag[@]}" "${tr[@]}"
+  done
 }
 
 # axon/torch ratios of samples_per_s (train) and tflops (gemm) per pair.

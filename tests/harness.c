@@ -284,6 +284,31 @@ int ax_test_bert_batch(long t, int B, int T, int pad, ax_tlist *in,
   return AX_OK;
 }
 
+int ax_test_lm_batch(long t, int B, int T, int vocab, ax_tlist *in,
+                     ax_tlist *lab) {
+  ax_tensor *x = ax_tensor_new_v(AX_I32, AX_CPU, 2, B, T),
+            *y = ax_tensor_new_v(AX_I32, AX_CPU, 1, B * T);
+  if (!x || !y) {
+    ax_tensor_release(x);
+    ax_tensor_release(y);
+    return AX_ENOMEM;
+  }
+  ax_rng r;
+  ax_rng_seed2(&r, 99, (uint64_t)t);
+  for (int b = 0; b < B; b++) {
+    int prev = (int)ax_rng_below(&r, (uint64_t)vocab);
+    for (int i = 0; i < T; i++) {
+      int next = (int)ax_rng_below(&r, (uint64_t)vocab);
+      ax_i32(x)[b * T + i] = prev;
+      ax_i32(y)[b * T + i] = next;
+      prev = next;
+    }
+  }
+  *in = ax_tlist1(x);
+  *lab = ax_tlist1(y);
+  return AX_OK;
+}
+
 void ax_test_mkdtemp(char *dir, const char *tag) {
   snprintf(dir, 64, "/tmp/axon-%.20s-XXXXXX", tag);
   assert_non_null(mkdtemp(dir));

@@ -71,6 +71,12 @@ ax_tensor *ax_test_randint(uint64_t seed, int32_t lo, int32_t hi, int ndim,
  * New references in *in and *lab; AX_ENOMEM. */
 int ax_test_bert_batch(long t, int B, int T, int pad, ax_tlist *in,
                        ax_tlist *lab);
+/* A deterministic language-model mini-batch t: B random windows of T + 1
+ * tokens below vocab, the inputs {ids i32 (B, T)} their first T, the
+ * labels {i32 (B T)} the next token at each position. New references in
+ * *in and *lab; AX_ENOMEM. */
+int ax_test_lm_batch(long t, int B, int T, int vocab, ax_tlist *in,
+                     ax_tlist *lab);
 /* Max |a - b| / (atol + rtol |b|) over all elements (<= 1 means close). */
 double ax_test_close_ratio(const float *a, const float *b, size_t n,
                            double atol, double rtol);

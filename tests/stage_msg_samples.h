@@ -100,6 +100,13 @@ static void sm_sample(int id, void *p, int full, ax_tensor *const t[3],
         (axi_pipe_boundary_msg){AXP_BOUNDARY_REWIND, 7};
   } else if (sm_is(id, "axon.pipe.stage boundary reply")) {
     *(axi_pipe_boundary_reply_msg *)p = (axi_pipe_boundary_reply_msg){6, -1};
+  } else if (sm_is(id, "axon.pipe.stage decode")) {
+    *(axi_pipe_decode_msg *)p = (axi_pipe_decode_msg){9, 12, 1, {1, {t[0]}}};
+  } else if (sm_is(id, "axon.pipe.stage decode_end")) {
+    ((axi_pipe_decode_end_msg *)p)->session = 5;
+  } else if (sm_is(id, "axon.pipe.stage decode reply")) {
+    *(axi_pipe_decode_reply_msg *)p =
+        (axi_pipe_decode_reply_msg){30, 20, 2, 1024, full, t[1]};
   } else if (!sm_is(id, "axon.pipe.mem_forget") &&
              !sm_is(id, "axon.pipe.stage settle")) {
     abort(); /* a message without a sample */

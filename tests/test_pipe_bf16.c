@@ -1,13 +1,15 @@
 /* bf16 pipelines (ax_pipe_opts.precision; the rules in models/module.h)
- * over 4 real agent processes on loopback, a tiny BERT with dropout and an
- * MLP:
+ * over 4 real agent processes on loopback, a tiny BERT with dropout, a
+ * tiny GPT with dropout (whose tied token table is in the first and the
+ * last stage) and an MLP:
  *  - every mode against the single-process bf16 reference of its kind
  *    (tests/pipe_testutil.h, with the coordinator's per-unit dropout
  *    seeds) within the fp32 oracles' tolerance (relative 1e-5 on every
  *    parameter);
  *  - the flushed modes (gpipe with and without recomputation, 1f1b,
  *    interleaved, zb-h1, zbv) at the same micro-batches train to the same
- *    bits, whatever their split into stages, as in fp32;
+ *    bits, whatever their split into stages, as in fp32; the GPT's (K = 2
+ *    and 3) also the reference's values exactly;
  *  - bf16 trains to other weights than fp32 (it is on);
  *  - the bytes between stages (the stages' send events, trace bytes) of a
  *    bf16 run are half those of the fp32 run;
@@ -24,6 +26,7 @@ static pid_t g_pids[NAGENTS];
 static ax_node *g_drv;
 
 #define BERT_CFG "layers=2,hidden=32,heads=2,ff=64,vocab=50,seq=16,dropout=0.1"
+#define GPT_CFG "layers=2,hidden=32,heads=2,ff=64,vocab=50,seq=16,dropout=0.1"
 #define MLP_CFG "widths=48/40/32/24/10"
 #define OPTIM "opt=sgd,lr=0.05,momentum=0.9"
 #define SEED 5
@@ -31,6 +34,11 @@ static ax_node *g_drv;
 static int bert_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
   (void)user;
   return ax_test_bert_batch(t, 8, 16, 3, in, lab);
+}
+
+static int gpt_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
+  (void)user;
+  return ax_test_lm_batch(t, 8, 16, 50, in, lab);
 }
 
 /* What a run left: the whole model's parameters (its stages' in order),
@@ -60,14 +68,14 @@ static int64_t sent_bytes(ax_pipe *p) {
   return b;
 }
 
-/* Trains `steps` mini-batches of model (bert or mlp) in `mode` on K agents
+/* Trains `steps` mini-batches of model (bert, gpt or mlp) in `mode` on K agents
  * of v stages each, M micro-batches, in precision prec, and compares with
  * the reference of the mode in that precision. */
 static void run(const char *model, int mode, int K, int v, int M, int rec,
                 int steps, int prec, outcome *out) {
   const ax_model_def *def = ax_model_find(model);
-  int bert = !strcmp(model, "bert");
-  const char *cfg = bert ? BERT_CFG : MLP_CFG;
+  int bert = !strcmp(model, "bert"), gpt = !strcmp(model, "gpt");
+  const char *cfg = bert ? BERT_CFG : gpt ? GPT_CFG : MLP_CFG;
   ax_config mcfg, dcfg;
   ax_model_info info;
   AX_ASSERT_OK(ax_model_config(def, cfg, &mcfg));
@@ -75,12 +83,12 @@ static void run(const char *model, int mode, int K, int v, int M, int rec,
   int S = K * v, bounds[AX_PIPE_MAX_STAGES + 1];
   AX_ASSERT_OK(ax_split_uniform(info.n_blocks, S, bounds));
   pt_data data = {NULL, 16};
-  if (!bert) {
+  if (!bert && !gpt) {
     AX_ASSERT_OK(
         ax_config_parse(&dcfg, "shape=48,classes=10,examples=256,seed=7"));
     AX_ASSERT_OK(ax_dataset_open("synthetic", &dcfg, AX_SPLIT_TRAIN, &data.ds));
   }
-  ax_pipe_batch_fn batch = bert ? bert_batch : pt_batch;
+  ax_pipe_batch_fn batch = bert ? bert_batch : gpt ? gpt_batch : pt_batch;
   ax_pipe_opts o = {model, cfg,   K,    g_names, bounds, mode, M,
                     rec,   OPTIM, SEED, AX_CPU,  30000,  NULL, v};
   o.precision = prec;
@@ -164,6 +172,41 @@ static void test_flushed_modes_same_bits(void **state) {
   free(f32.w);
 }
 
+/* The GPT: its flushed modes the reference's values exactly, so the same
+ * bits in each; bf16 on. */
+static void test_gpt(void **state) {
+  (void)state;
+  static const int c[][5] = {
+      /* mode, K, v, M, recompute */
+      {AX_MODE_GPIPE, 2, 1, 4, AX_RECOMPUTE_NEVER},
+      {AX_MODE_1F1B, 3, 1, 4, AX_RECOMPUTE_NEVER},
+      {AX_MODE_GPIPE, 3, 1, 4, AX_RECOMPUTE_ALWAYS},
+      {AX_MODE_ZBH1, 2, 1, 4, AX_RECOMPUTE_NEVER},
+      {AX_MODE_INTERLEAVED, 2, 2, 4, AX_RECOMPUTE_NEVER},
+      {AX_MODE_ZBV, 2, 2, 4, AX_RECOMPUTE_NEVER},
+  };
+  outcome first, o, f32;
+  for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+    outcome *r = i ? &o : &first;
+    run("gpt", c[i][0], c[i][1], c[i][2], c[i][3], c[i][4], 3, AX_PREC_BF16, r);
+    if (r->worst != 0)
+      fail_msg("gpt bf16 %s K=%d: not the reference's values",
+               ax_pipe_mode_name(c[i][0]), c[i][1]);
+    if (!i)
+      continue;
+    assert_int_equal(o.n, first.n);
+    if (memcmp(o.w, first.w, o.n * sizeof(float)) != 0)
+      fail_msg("gpt bf16 %s K=%d: other bits than gpipe K=2",
+               ax_pipe_mode_name(c[i][0]), c[i][1]);
+    free(o.w);
+  }
+  run("gpt", AX_MODE_GPIPE, 2, 1, 4, AX_RECOMPUTE_NEVER, 3, AX_PREC_FP32, &f32);
+  assert_true(first.sent > 0 && 2 * first.sent == f32.sent);
+  assert_true(memcmp(first.w, f32.w, f32.n * sizeof(float)) != 0);
+  free(first.w);
+  free(f32.w);
+}
+
 static void test_other_modes(void **state) {
   (void)state;
   static const int c[][4] = {
@@ -202,6 +245,7 @@ int main(void) {
       cmocka_unit_test(test_mlp),
       cmocka_unit_test(test_flushed_modes_same_bits),
       cmocka_unit_test(test_other_modes),
+      cmocka_unit_test(test_gpt),
   };
   int failed = AX_TEST_MAIN(tests);
   mt_end(g_drv, g_pids, NAGENTS);

@@ -29,31 +29,10 @@ static ax_node *g_drv;
 #define SGD "opt=sgd,lr=0.1,momentum=0.9"
 #define SEED 7
 
-/* Mini-batch t: BATCH random windows of SEQ + 1 tokens, the inputs their
- * first SEQ, the labels the next token at each position. */
+/* Mini-batch t: BATCH random windows of SEQ + 1 tokens. */
 static int lm_batch(void *user, long t, ax_tlist *in, ax_tlist *lab) {
   (void)user;
-  ax_tensor *x = ax_tensor_new_v(AX_I32, AX_CPU, 2, BATCH, SEQ),
-            *y = ax_tensor_new_v(AX_I32, AX_CPU, 1, BATCH * SEQ);
-  if (!x || !y) {
-    ax_tensor_release(x);
-    ax_tensor_release(y);
-    return AX_ENOMEM;
-  }
-  ax_rng r;
-  ax_rng_seed2(&r, 99, (uint64_t)t);
-  for (int b = 0; b < BATCH; b++) {
-    int prev = (int)ax_rng_below(&r, VOCAB);
-    for (int i = 0; i < SEQ; i++) {
-      int next = (int)ax_rng_below(&r, VOCAB);
-      ax_i32(x)[b * SEQ + i] = prev;
-      ax_i32(y)[b * SEQ + i] = next;
-      prev = next;
-    }
-  }
-  *in = ax_tlist1(x);
-  *lab = ax_tlist1(y);
-  return AX_OK;
+  return ax_test_lm_batch(t, BATCH, SEQ, VOCAB, in, lab);
 }
 
 /* The two copies of the token table in stages 0 and K - 1 of part p. */

@@ -148,8 +148,8 @@ static void run_case(const rcase *c) {
     ref[nf++] = cuts[i];
   for (int i = 0; c->how[i]; i++)
     rec[nr++] = strcmp(c->how[i], "DIR") ? c->how[i] : d_rec;
-  assert_int_equal(run_axon(o_ref, l_ref, 0, 0, ref), 0);
-  int st = run_axon_victim(o_rec, l_rec, 25, c->restart, c->victim, rec);
+  run_axon_ref(o_ref, l_ref, ref);
+  int st = run_axon_kill(o_rec, l_rec, d_rec, 25, c->restart, c->victim, rec);
   char *out = mt_slurp(o_rec);
   if (st != 0 || !out || !strstr(out, c->said))
     fprintf(stderr, "---- %s ----\n%s\n----\n", o_rec, out ? out : "");

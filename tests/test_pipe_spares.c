@@ -45,7 +45,7 @@ static void run_case(const char *mode, int restart, int in_memory) {
   const char *ref[] = {
       "train", COMMON,       "--mode", mode, "--checkpoint-dir",
       d_ref,   "--loss-log", l_ref,    NULL};
-  assert_int_equal(run_axon(o_ref, l_ref, 0, 0, ref), 0);
+  run_axon_ref(o_ref, l_ref, ref);
   const char *sp[] = {"train",
                       COMMON,
                       "--mode",
@@ -57,7 +57,7 @@ static void run_case(const char *mode, int restart, int in_memory) {
                       in_memory ? "--checkpoint-in-memory" : "--checkpoint-dir",
                       in_memory ? NULL : d_sp,
                       NULL};
-  int st = run_axon(o_sp, l_sp, 25, restart, sp);
+  int st = run_axon_kill(o_sp, l_sp, d_sp, 25, restart, "stage1", sp);
   char *out = mt_slurp(o_sp);
   if (st != 0 || !out || !strstr(out, "recovered in"))
     fprintf(stderr, "---- %s ----\n%s\n----\n", o_sp, out ? out : "");

@@ -1,17 +1,19 @@
 /* Mixed precision (the rules at the top of models/module.h):
- *  - a Linear layer and an encoder layer in bf16 agree with f32 within
- *    bf16's tolerance: a relative L2 difference under 1e-2 for outputs,
- *    input gradients and every parameter gradient (bf16 keeps 8
- *    significant bits; each GEMM operand is rounded once);
+ *  - a Linear layer, an encoder layer and a GPT decoder layer in bf16
+ *    agree with f32 within bf16's tolerance: a relative L2 difference
+ *    under 1e-2 for outputs, input gradients and every parameter gradient
+ *    (bf16 keeps 8 significant bits; each GEMM operand is rounded once);
  *  - finite differences make sense in f32 only, so the bf16 backward is
  *    checked against the f32 backward of the bf16-rounded operands: a
  *    Linear layer's to the summation order (1e-5), GELU's bit for bit;
- *  - the block boundaries: a tiny BERT split into stages computes the
- *    whole model's bits in bf16 (outputs, loss, every gradient), and what
- *    crosses a boundary is AX_BF16, half the bytes of fp32; the logits
- *    stay f32;
+ *  - the block boundaries: a tiny BERT and a tiny GPT split into stages
+ *    compute the whole model's bits in bf16 (outputs, loss, every
+ *    gradient), and what crosses a boundary is AX_BF16, half the bytes of
+ *    fp32; the logits stay f32; the bf16 loss is within 1e-2 of fp32's,
+ *    the logits and the gradients within 2e-2 (relative L2);
  *  - the split backward equals the fused one bit for bit in bf16;
- *  - the activations a forward keeps take about half the bytes;
+ *  - the activations a forward keeps take about half the bytes (BERT's
+ *    encoder layers, GPT's decoder layers);
  *  - the precision's names. */
 #include <math.h>
 #include <stdio.h>
@@ -26,6 +28,22 @@
 #include "split_testutil.h"
 
 #define TINY_BERT "layers=2,hidden=16,heads=2,ff=32,vocab=50,seq=8,dropout=0.1"
+#define TINY_GPT "layers=2,hidden=16,heads=2,ff=32,vocab=50,seq=8,dropout=0.1"
+
+/* A tiny model of 4 blocks and its mini-batch t of B sequences of 8
+ * tokens: BERT's (with a padded mask) or GPT's (next-token labels). */
+typedef struct tiny {
+  const char *model, *cfg;
+} tiny;
+static const tiny g_bert = {"bert", TINY_BERT}, g_gpt = {"gpt", TINY_GPT};
+
+static void tiny_batch(const tiny *m, long t, int B, ax_tlist *in,
+                       ax_tlist *lab) {
+  if (!strcmp(m->model, "bert"))
+    AX_ASSERT_OK(ax_test_bert_batch(t, B, 8, 3, in, lab));
+  else
+    AX_ASSERT_OK(ax_test_lm_batch(t, B, 8, 50, in, lab));
+}
 
 /* ||a - b|| / ||b|| over n values of f32 tensors a and b. */
 static double rel_l2(const ax_tensor *a, const ax_tensor *b) {
@@ -116,6 +134,22 @@ static ax_module *encoder(void) {
   return ax_encoder_layer_new(16, 2, 32, 0.1f, 5);
 }
 
+static ax_module *decoder(void) {
+  return ax_decoder_layer_new(16, 2, 32, 0.1f, 5, 0.02f);
+}
+
+static void decoder_close(void **state) {
+  int64_t shape[3] = {3, 8, 16};
+  ax_tensor *x = ax_test_randn(6, 1.0f, 3, shape);
+  ax_tlist in = ax_tlist1(x);
+  /* Weights 3 times GPT's initial ones: the branches, not the residual,
+   * make the outputs. (Pre-LN compounds the gain: at 10 times the
+   * attention's softmax saturates, and bf16's rounding flips which key
+   * wins.) */
+  bf16_close(decoder, 3.0f, &in, 16, 1e-2, "decoder(16, 2 heads, ff 32)");
+  ax_tensor_release(x);
+}
+
 static void encoder_close(void **state) {
   ax_tlist in = {0}, lab = {0};
   AX_ASSERT_OK(ax_test_bert_batch(0, 3, 8, 3, &in, &lab));
@@ -186,7 +220,7 @@ static void gelu_backward_oracle(void **state) {
   ax_net_free(r);
 }
 
-/* Blocks bounds[k] .. bounds[k + 1] of the tiny BERT in stages nets, run
+/* Blocks bounds[k] .. bounds[k + 1] of a tiny model in stages nets, run
  * forward, loss and backward on batch 0 as a pipeline would (each stage's
  * outputs feed the next, the input gradients go back): the final
  * outputs, the loss, the gradients of every stage and the bytes that
@@ -199,12 +233,13 @@ typedef struct staged {
   ax_dtype boundary_type;
 } staged;
 
-static void run_staged(int precision, const int *bounds, int K, staged *r) {
-  const ax_model_def *def = ax_model_find("bert");
+static void run_staged(const tiny *m, int precision, const int *bounds, int K,
+                       staged *r) {
+  const ax_model_def *def = ax_model_find(m->model);
   ax_config cfg;
-  AX_ASSERT_OK(ax_model_config(def, TINY_BERT, &cfg));
+  AX_ASSERT_OK(ax_model_config(def, m->cfg, &cfg));
   ax_tlist x[5] = {{0}}, lab = {0}, dy = {0}, dx = {0};
-  AX_ASSERT_OK(ax_test_bert_batch(0, 3, 8, 3, &x[0], &lab));
+  tiny_batch(m, 0, 3, &x[0], &lab);
   ax_net *net[4];
   ax_slot *slot[4];
   memset(r, 0, sizeof *r);
@@ -222,7 +257,7 @@ static void run_staged(int precision, const int *bounds, int K, staged *r) {
   ax_loss_result lr;
   AX_ASSERT_OK(ax_loss_xent(&x[K], &lab, -100, NULL, 1.0f, &lr, &dy));
   r->loss = lr.loss;
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < x[K].n; i++)
     r->logits[i] = ax_tensor_retain(x[K].t[i]);
   for (int k = K - 1; k >= 0; k--) {
     AX_ASSERT_OK(ax_net_backward(net[k], slot[k], 17, k > 0, &dy, &dx));
@@ -248,13 +283,26 @@ static void staged_free(staged *r) {
     ax_tensor_release(r->grads[k]);
 }
 
-static void split_computes_the_whole(void **state) {
+/* The largest relative L2 difference of the bf16 run s from the fp32 run
+ * f over the logits and every stage's gradients. */
+static double worst_rel(const staged *s, const staged *f, int K) {
+  double w = 0;
+  for (int i = 0; i < 2 + K; i++) {
+    const ax_tensor *a = i < 2 ? s->logits[i] : s->grads[i - 2],
+                    *b = i < 2 ? f->logits[i] : f->grads[i - 2];
+    double e = a ? rel_l2(a, b) : 0;
+    w = e > w ? e : w;
+  }
+  return w;
+}
+
+static void split_whole(const tiny *m) {
   static const int whole[2] = {0, 4}, three[4] = {0, 1, 3, 4};
   staged w, s, f;
-  run_staged(AX_PREC_BF16, whole, 1, &w);
-  run_staged(AX_PREC_BF16, three, 3, &s);
-  run_staged(AX_PREC_FP32, three, 3, &f);
-  for (int i = 0; i < 2; i++) { /* the logits stay f32 */
+  run_staged(m, AX_PREC_BF16, whole, 1, &w);
+  run_staged(m, AX_PREC_BF16, three, 3, &s);
+  run_staged(m, AX_PREC_FP32, three, 3, &f);
+  for (int i = 0; i < 2 && w.logits[i]; i++) { /* the logits stay f32 */
     assert_int_equal(w.logits[i]->dtype, AX_F32);
     assert_memory_equal(w.logits[i]->data, s.logits[i]->data,
                         ax_tensor_nbytes(w.logits[i]));
@@ -269,23 +317,31 @@ static void split_computes_the_whole(void **state) {
   assert_int_equal(off, ax_tensor_nbytes(w.grads[0]));
   assert_int_equal(s.boundary_type, AX_BF16);
   assert_int_equal(f.boundary_type, AX_F32);
+  double worst = worst_rel(&s, &f, 3);
   fprintf(stderr,
-          "  bert split in 3: loss %.6f bf16, %.6f fp32; %zu bytes "
-          "between stages in bf16, %zu in fp32\n",
-          s.loss, f.loss, s.crossed, f.crossed);
+          "  %s split in 3: loss %.6f bf16, %.6f fp32; logits and "
+          "gradients within %.2g (relative L2); %zu bytes between stages in "
+          "bf16, %zu in fp32\n",
+          m->model, s.loss, f.loss, worst, s.crossed, f.crossed);
   assert_int_equal(2 * s.crossed, f.crossed);
   assert_true(fabs(s.loss - f.loss) < 1e-2 * fabs(f.loss));
+  assert_true(worst < 2e-2);
   staged_free(&w);
   staged_free(&s);
   staged_free(&f);
 }
 
-/* Blocks [first, last) of the tiny BERT in a model's sequential of blocks
+static void split_computes_the_whole(void **state) {
+  split_whole(&g_bert);
+  split_whole(&g_gpt);
+}
+
+/* Blocks [first, last) of a tiny model in a model's sequential of blocks
  * (ends: last is the model's last block). */
-static ax_module *bert_blocks(int first, int last, int ends) {
-  const ax_model_def *def = ax_model_find("bert");
+static ax_module *blocks(const tiny *m, int first, int last, int ends) {
+  const ax_model_def *def = ax_model_find(m->model);
   ax_config cfg;
-  AX_ASSERT_OK(ax_model_config(def, TINY_BERT, &cfg));
+  AX_ASSERT_OK(ax_model_config(def, m->cfg, &cfg));
   ax_module *root = ax_blocks_new(ends);
   assert_non_null(root);
   for (int i = first; i < last; i++) {
@@ -296,19 +352,22 @@ static ax_module *bert_blocks(int first, int last, int ends) {
   return root;
 }
 
-static void split_backward_bf16(void **state) {
+/* Model m's split backward against its fused one in bf16: the whole
+ * model, and its two layers fed a hidden state (their input gradient
+ * bf16 out and back, need_dx 0 and 1). */
+static void split_backward_of(const tiny *m) {
   ax_tlist in = {0}, lab = {0}, in2 = {0}, lab2 = {0};
-  AX_ASSERT_OK(ax_test_bert_batch(0, 3, 8, 3, &in, &lab));
-  AX_ASSERT_OK(ax_test_bert_batch(1, 3, 8, 2, &in2, &lab2));
-  ax_test_split_matches_fused_prec(bert_blocks(0, 4, 1), &in, &in2, 0,
+  tiny_batch(m, 0, 3, &in, &lab);
+  tiny_batch(m, 1, 3, &in2, &lab2);
+  ax_test_split_matches_fused_prec(blocks(m, 0, 4, 1), &in, &in2, 0,
                                    AX_PREC_BF16);
   int64_t shape[3] = {3, 8, 16};
   ax_tensor *h = ax_test_randn(12, 1.0f, 3, shape);
-  ax_tlist pair = {2, {h, in.t[2]}};
+  ax_tlist pair = {in.n > 1 ? 2 : 1, {h, in.n > 1 ? in.t[2] : NULL}};
   ax_tlist pair2 = ax_test_other_unit(&pair, 1, 0.5f, 0.1f);
   for (int need_dx = 0; need_dx <= 1; need_dx++) /* bf16 out and back */
-    ax_test_split_matches_fused_prec(bert_blocks(1, 3, 0), &pair, &pair2,
-                                     need_dx, AX_PREC_BF16);
+    ax_test_split_matches_fused_prec(blocks(m, 1, 3, 0), &pair, &pair2, need_dx,
+                                     AX_PREC_BF16);
   ax_tlist_clear(&pair2);
   ax_tensor_release(h);
   ax_tlist_clear(&in);
@@ -317,19 +376,25 @@ static void split_backward_bf16(void **state) {
   ax_tlist_clear(&lab2);
 }
 
-/* The bytes a training forward of the tiny BERT keeps for its backward. */
-static size_t kept_bytes(int precision) {
-  const ax_model_def *def = ax_model_find("bert");
+static void split_backward_bf16(void **state) {
+  split_backward_of(&g_bert);
+  split_backward_of(&g_gpt);
+}
+
+/* The bytes a training forward of the tiny model's two layers keeps for
+ * its backward. */
+static size_t kept_bytes(const tiny *m, int precision) {
+  const ax_model_def *def = ax_model_find(m->model);
   ax_config cfg;
-  AX_ASSERT_OK(ax_model_config(def, TINY_BERT, &cfg));
+  AX_ASSERT_OK(ax_model_config(def, m->cfg, &cfg));
   ax_net *net;
   AX_ASSERT_OK(ax_model_stage(def, &cfg, 1, 3, AX_CPU, 5, &net));
   net->precision = precision;
   ax_tlist in = {0}, lab = {0}, out = {0};
-  AX_ASSERT_OK(ax_test_bert_batch(0, 4, 8, 2, &in, &lab));
+  tiny_batch(m, 0, 4, &in, &lab);
   int64_t shape[3] = {4, 8, 16};
   ax_tensor *h = ax_test_randn(13, 1.0f, 3, shape);
-  ax_tlist pair = {2, {h, in.t[2]}};
+  ax_tlist pair = {in.n > 1 ? 2 : 1, {h, in.n > 1 ? in.t[2] : NULL}};
   ax_slot *slot = ax_slot_new();
   AX_ASSERT_OK(ax_net_forward(net, slot, 1, 3, &pair, &out));
   size_t bytes = ax_slot_bytes(slot);
@@ -343,10 +408,16 @@ static size_t kept_bytes(int precision) {
 }
 
 static void activations_half(void **state) {
-  size_t f = kept_bytes(AX_PREC_FP32), b = kept_bytes(AX_PREC_BF16);
-  fprintf(stderr, "  two encoder layers keep %zu bytes in fp32, %zu in bf16\n",
-          f, b);
-  assert_true(b < f * 0.6);
+  const tiny *m[2] = {&g_bert, &g_gpt};
+  for (int i = 0; i < 2; i++) {
+    size_t f = kept_bytes(m[i], AX_PREC_FP32),
+           b = kept_bytes(m[i], AX_PREC_BF16);
+    fprintf(stderr,
+            "  %s's two layers keep %zu bytes in fp32, %zu in bf16 "
+            "(%.3fx)\n",
+            m[i]->model, f, b, (double)b / (double)f);
+    assert_true(b < f * 0.6);
+  }
 }
 
 static void names(void **state) {
@@ -366,6 +437,7 @@ int main(void) {
       cmocka_unit_test(names),
       cmocka_unit_test(linear_close),
       cmocka_unit_test(encoder_close),
+      cmocka_unit_test(decoder_close),
       cmocka_unit_test(linear_backward_oracle),
       cmocka_unit_test(gelu_backward_oracle),
       cmocka_unit_test(split_computes_the_whole),

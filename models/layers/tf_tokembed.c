@@ -2,6 +2,7 @@
  * layer norm: BERT's and GPT-2's first block (ax_token_embed_new,
  * transformer.h). */
 #include "axon/models/layers/tf-impl.h"
+#include "axon/models/precision-impl.h"
 
 #include "axon/kernels/error.h"
 
@@ -12,14 +13,16 @@ typedef struct tokemb_priv {
 
 /* Own parameters: token (vocab, H), position (seq, H), segment (types, H).
  * Children: [layer norm], dropout. Slot: 0 = ids, 1 = segments from
- * forward until the tables' gradients are made; between the halves also
- * 2 = the gradient of the summed embeddings (B, S, H), which the tables'
+ * forward until the tables' gradients are made; from the backward (the
+ * input half) until then 2 = the gradient of the summed embeddings (B, S,
+ * H), in the exec's precision (ax_slot_put_act), which the tables'
  * gradients scatter. */
 enum { SAVE_IDS = 0, SAVE_SEG = 1, SAVE_DE = 2 };
 
 /* The inputs: ids (B, S), and with segments the segments (B, S) and the
  * mask (B, S) that passes through. */
-static int check_inputs(const tokemb_priv *p, const ax_tlist *in) {
+static int check_inputs(const tokemb_priv *p, const ax_exec *ex,
+                        const ax_tlist *in) {
   int n = p->types ? 3 : 1;
   for (int i = 0; i < n; i++)
     if (in->n < n || !in->t[i])
@@ -38,13 +41,19 @@ static int check_inputs(const tokemb_priv *p, const ax_tlist *in) {
   if (bs[1] > p->seq)
     return ax_seterr(AX_ESHAPE, "token embed: %lld tokens exceed seq=%d",
                      (long long)bs[1], p->seq);
+  if (ex->kv_decode && ex->kv_pos + bs[1] > p->seq)
+    return ax_seterr(AX_EINVAL,
+                     "token embed: decoding positions %lld..%lld, past the "
+                     "model's seq=%d positions",
+                     (long long)ex->kv_pos, (long long)(ex->kv_pos + bs[1] - 1),
+                     p->seq);
   return AX_OK;
 }
 
 static int tokemb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                           const ax_tlist *in, ax_tlist *out) {
   tokemb_priv *p = m->priv;
-  AX_TRY(check_inputs(p, in));
+  AX_TRY(check_inputs(p, ex, in));
   ax_tensor *ids = in->t[0], *seg = p->types ? in->t[1] : NULL;
   int B = (int)ids->shape[0], S = (int)ids->shape[1], H = p->hidden, n = B * S;
   int64_t shape[3] = {B, S, H};
@@ -55,6 +64,7 @@ static int tokemb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   const float *tok = ax_param(m, ex, 0);
   const float *pos = tok + (size_t)p->vocab * H;
   const float *typ = pos + (size_t)p->seq * H;
+  int64_t first = ex->kv_decode ? ex->kv_pos : 0; /* decoding: later ones */
   int rc = e && (s || !seg) ? AX_OK : AX_ENOMEM;
   if (rc == AX_OK)
     rc = AX_K(be, embedding_fwd, n, H, p->vocab, ax_i32(ids), tok, ax_f32(e));
@@ -62,10 +72,10 @@ static int tokemb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     rc = AX_K(be, embedding_fwd, n, H, p->types, ax_i32(seg), typ, ax_f32(s));
   if (rc == AX_OK && seg)
     rc = AX_K(be, axpby, (size_t)n * H, 1.0f, ax_f32(s), 1.0f, ax_f32(e));
-  /* Positions 0..S-1 are the first S rows of the table for every sequence:
-   * a bias over (B, S * H). */
+  /* Positions first .. first + S - 1 are S consecutive rows of the table
+   * for every sequence: a bias over (B, S * H). */
   if (rc == AX_OK && n > 0)
-    rc = AX_K(be, bias_add, ax_f32(e), pos, B, S * H, 1);
+    rc = AX_K(be, bias_add, ax_f32(e), pos + first * H, B, S * H, 1);
   if (rc == AX_OK && p->ln)
     rc = axi_tf_child_fwd(m, 0, ex, slot, e, &h);
   else if (rc == AX_OK)
@@ -77,7 +87,7 @@ static int tokemb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor_release(h);
   if (rc != AX_OK)
     return rc;
-  if (slot) {
+  if (slot && !ex->kv_decode) { /* decoding has no backward */
     ax_slot_put(slot, SAVE_IDS, ids);
     ax_slot_put(slot, SAVE_SEG, seg);
     ax_slot_put(slot, SAVE_DE, NULL);
@@ -89,23 +99,25 @@ static int tokemb_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   return AX_OK;
 }
 
-/* Accumulates the tables' gradients from de (B, S, H) and drops the saved
- * ids and segments. */
-static int tables_grad(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                       ax_tensor *de) {
+/* Accumulates the tables' gradients from the kept de (B, S, H), widened,
+ * and drops the saved state. */
+static int tables_grad(ax_module *m, const ax_exec *ex, ax_slot *slot) {
   tokemb_priv *p = m->priv;
   ax_tensor *ids = ax_slot_get(slot, SAVE_IDS),
-            *seg = ax_slot_get(slot, SAVE_SEG);
+            *seg = ax_slot_get(slot, SAVE_SEG), *de = NULL;
   int B = (int)ids->shape[0], S = (int)ids->shape[1], H = p->hidden;
   ax_backend *be = ax_backend_of(ids->device);
   float *gtok = ax_grad(m, ex, 0);
   float *gpos = gtok + (size_t)p->vocab * H;
   float *gtyp = gpos + (size_t)p->seq * H;
-  AX_TRY(AX_K(be, embedding_bwd, B * S, H, ax_i32(ids), ax_f32(de), gtok));
-  if (seg)
-    AX_TRY(AX_K(be, embedding_bwd, B * S, H, ax_i32(seg), ax_f32(de), gtyp));
-  if (B * S > 0)
-    AX_TRY(AX_K(be, bias_grad, ax_f32(de), gpos, B, S * H, 1));
+  AX_TRY(ax_slot_get_f32(slot, SAVE_DE, &de));
+  int rc = AX_K(be, embedding_bwd, B * S, H, ax_i32(ids), ax_f32(de), gtok);
+  if (rc == AX_OK && seg)
+    rc = AX_K(be, embedding_bwd, B * S, H, ax_i32(seg), ax_f32(de), gtyp);
+  if (rc == AX_OK && B * S > 0)
+    rc = AX_K(be, bias_grad, ax_f32(de), gpos, B, S * H, 1);
+  ax_tensor_release(de);
+  AX_TRY(rc);
   ax_slot_put(slot, SAVE_IDS, NULL); /* the state is consumed */
   ax_slot_put(slot, SAVE_SEG, NULL);
   ax_slot_put(slot, SAVE_DE, NULL);
@@ -121,16 +133,16 @@ static int has_inputs(const tokemb_priv *p, ax_slot *slot) {
 /* The weight half: the tables' gradients from the de the input half kept,
  * then the children's weight halves. */
 static int tokemb_weight(ax_module *m, const ax_exec *ex, ax_slot *slot) {
-  ax_tensor *de = ax_slot_get(slot, SAVE_DE);
-  if (!de || !has_inputs(m->priv, slot))
+  if (!ax_slot_get(slot, SAVE_DE) || !has_inputs(m->priv, slot))
     return ax_seterr(AX_ESTATE, "token embed: weight half without input half");
-  AX_TRY(tables_grad(m, ex, slot, de));
+  AX_TRY(tables_grad(m, ex, slot));
   return ax_walk_children(AX_BWD_WEIGHT, m, ex, slot, NULL, NULL);
 }
 
 /* The backward (module.h's walk): the children whole or their input halves
- * (`part`); the whole backward then makes the tables' gradients at once,
- * the input half keeps de for the weight half. */
+ * (`part`), de kept (so a whole backward and the two halves see the same
+ * de in bf16); the whole backward then makes the tables' gradients at
+ * once, the input half leaves them to the weight half. */
 static int tokemb_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
                        ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
   tokemb_priv *p = m->priv;
@@ -147,10 +159,10 @@ static int tokemb_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
     rc = axi_tf_child_bwd(part, m, 0, ex, slot, 1, dh, &de);
   else if (rc == AX_OK)
     de = ax_tensor_retain(dh);
+  if (rc == AX_OK)
+    rc = ax_slot_put_act(slot, SAVE_DE, ex, de);
   if (rc == AX_OK && part == AX_BWD_FULL)
-    rc = tables_grad(m, ex, slot, de);
-  else if (rc == AX_OK)
-    ax_slot_put(slot, SAVE_DE, de);
+    rc = tables_grad(m, ex, slot);
   ax_tensor_release(dh);
   ax_tensor_release(de);
   if (rc == AX_OK && ex->need_dx) { /* integer ids and the mask: no grads */

@@ -74,7 +74,9 @@ ax_module *ax_embedding_new(int rows, int dim);
  * position[0 .. S-1] (+ segment[segments]))) f32 (B, S, hidden), with the
  * layer norm (eps ln_eps) only when ln_eps > 0. Children: the layer norm
  * (when there is one), then the dropout (p, salt). The inputs get no
- * gradient (NULL entries when ex->need_dx). */
+ * gradient (NULL entries when ex->need_dx). Decoding (ax_exec.kv_decode)
+ * adds the positions kv_pos .. kv_pos + S - 1; past seq it fails with
+ * AX_EINVAL (the model holds seq positions). */
 ax_module *ax_token_embed_new(int vocab, int seq, int types, int hidden,
                               float ln_eps, float dropout, uint64_t salt);
 
@@ -109,7 +111,13 @@ ax_module *ax_encoder_layer_new(int hidden, int heads, int ff, float dropout,
  * (S, S) matrix is formed or kept: between forward and backward the slot
  * holds the projection's output, the attention output and each row's
  * log-sum-exp (B, heads, S). A backend without that kernel gives
- * AX_EUNSUPPORTED. heads must divide hidden. */
+ * AX_EUNSUPPORTED. heads must divide hidden.
+ * Decoding (ax_exec.kv_decode, models/module.h): x holds positions
+ * kv_pos .. kv_pos + S - 1; the slot keeps the keys and values of every
+ * position so far (B, positions, hidden) each, grown as needed, and the
+ * new queries attend over all of them (the kernel's sq = S < sk). A slot
+ * whose cache does not hold kv_pos positions of B sequences is refused
+ * (AX_ESTATE). */
 ax_module *ax_causal_attn_new(int hidden, int heads, float dropout,
                               uint64_t salt);
 

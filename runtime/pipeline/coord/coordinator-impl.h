@@ -173,7 +173,11 @@ void axi_pipe_fail(ax_pipe *p, int s, int err, const char *what);
  * not called), reply (NULL: none) reads its answer.
  * The first error is returned as "stage s on agent A: ..." (the form of
  * axi_pipe_stage_err, which turns the current error into it). The calls'
- * deadline is axi_pipe_timeout (ax_pipe_opts.timeout_ms, else 60 s). */
+ * deadline is axi_pipe_timeout (ax_pipe_opts.timeout_ms, else 60 s). With
+ * a context, the first failed call releases it at once, so the stages
+ * waiting for what the failed one would have pushed fail now (AX_ESTALE)
+ * rather than at their deadline; the caller's own release then finds it
+ * gone. */
 typedef int (*axi_pipe_args_fn)(void *user, int s, ax_values **out);
 typedef int (*axi_pipe_reply_fn)(void *user, int s, const ax_values *r);
 int axi_pipe_all_stages(ax_pipe *p, uint64_t ctx, const char *method,

@@ -17,6 +17,7 @@
 
 typedef struct axi_pipe_sent axi_pipe_sent;         /* stage_xfer.c */
 typedef struct axi_pipe_boundary axi_pipe_boundary; /* stage_boundary.c */
+typedef struct axi_pipe_session axi_pipe_session;   /* stage_decode.c */
 
 typedef struct pstate { /* one unit between its forward and its backward */
   long batch;
@@ -117,6 +118,8 @@ typedef struct phost {
   int update_pending; /* STEP update_t waits for its exchanges (s->mu) */
   long update_t;
   int update_err; /* a failed pending update: every later one fails */
+  axi_pipe_session *sessions; /* decoding sessions and their caches
+                                 (stage_decode.c; s->mu) */
 } phost;
 
 /* The data path (stage_xfer.c). init gives a new host its record of
@@ -170,6 +173,20 @@ static inline int64_t axi_pipe_wait_ms(ax_call_ctx *cc) {
   return left < 1 ? 1 : left > 600000 ? 600000 : left;
 }
 /* The "bwd", "bwdi", "bwdw" and "step" methods (stage_host_bwd.c). */
+/* An operation's inputs (stage_host_fwd.c): the coordinator's tensors
+ * `given` moved to the stage's device (stage 0), or else the activations
+ * prev pushed under ctx, whose receive edges are recorded in that context
+ * (axi_pipe_take_input; batch and micro name them in events and errors). */
+int axi_pipe_host_inputs(ax_call_ctx *cc, phost *h, const ax_tlist *given,
+                         long batch, int micro, uint64_t ctx, ax_tlist *in,
+                         int64_t *wait_us);
+/* "decode" and "decode_end" (stage_decode.c); the drop of every decoding
+ * session (teardown; s->mu held). */
+int axi_pipe_host_decode(ax_call_ctx *cc, void *obj, const ax_values *args,
+                         ax_values *out);
+int axi_pipe_host_decode_end(ax_call_ctx *cc, void *obj, const ax_values *args,
+                             ax_values *out);
+void axi_pipe_sessions_clear(phost *h);
 /* "fwd" (stage_host_fwd.c). */
 int axi_pipe_host_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                       ax_values *out);

@@ -43,6 +43,7 @@ static void host_clear(phost *h) {
   ax_rref_release(h->offload);
   h->offload = NULL;
   axi_pipe_boundary_free(h);
+  axi_pipe_sessions_clear(h);
   axi_pipe_xfer_close(h);
 }
 
@@ -394,6 +395,8 @@ static const ax_robj_method_def g_methods[] = {
     {"ckpt_mem_save", axi_pipe_host_ckpt_mem_save},
     {"ckpt_mem_load", axi_pipe_host_ckpt_mem_load},
     {"boundary", m_boundary},
+    {"decode", axi_pipe_host_decode},
+    {"decode_end", axi_pipe_host_decode_end},
     {NULL, NULL},
 };
 

@@ -160,8 +160,25 @@
  *    statistics): nothing but the buffers when the last step is batch -
  *    1, the kept copy when it is batch; else AX_ESTATE. Replies [last
  *    step, the boundary kept (-1: none)].
- *  - "teardown" []: drops the neighbours' RRefs and every state (breaks the
- *    reference cycle between neighbours; call before releasing the host). */
+ *  - "decode" [session, pos, n, n_in, inputs...]: incremental decoding
+ *    (models/module.h, ax_exec.kv_decode): the stage's forward in inference
+ *    of n new positions, from position pos, of the sequences of decoding
+ *    session `session` (the coordinator's key, >= 0), whose slot tree the
+ *    host keeps from the session's first decode (pos 0, which also starts
+ *    an existing session anew) until "decode_end": the causal attention
+ *    layers keep their keys and values there. pos > 0 must be the positions
+ *    the session holds (AX_ESTATE otherwise, and after a failed decode of
+ *    it). The inputs are taken and the output pushed as in "fwd", under
+ *    the call's context; the last stage answers the logits of each
+ *    sequence's last new position (B, vocab, on the CPU). At most 64
+ *    sessions per host (AX_ESTATE). Replies [busy_us, cpu_us, sessions,
+ *    cache bytes, (logits)]: the sessions the host keeps and the bytes of
+ *    their slots after the call.
+ *  - "decode_end" [session]: drops the session and its caches (none:
+ *    nothing to do); replies as decode, without logits.
+ *  - "teardown" []: drops the neighbours' RRefs, every state and every
+ *    decoding session (breaks the reference cycle between neighbours; call
+ *    before releasing the host). */
 #ifndef AX_PIPELINE_STAGE_HOST_H
 #define AX_PIPELINE_STAGE_HOST_H
 

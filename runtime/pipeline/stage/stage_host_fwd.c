@@ -26,12 +26,9 @@ static int run_loss(phost *h, const axi_pipe_fwd_msg *m, const ax_tlist *y,
                       st ? &st->dlogits : NULL);
 }
 
-/* The unit's inputs: the coordinator's tensors (stage 0), or the
- * activations prev pushed under the unit's context, whose receive edges are
- * recorded in that context. */
-static int take_inputs(ax_call_ctx *cc, phost *h, const ax_tlist *given,
-                       long batch, int micro, uint64_t ctx, ax_tlist *in,
-                       int64_t *wait_us) {
+int axi_pipe_host_inputs(ax_call_ctx *cc, phost *h, const ax_tlist *given,
+                         long batch, int micro, uint64_t ctx, ax_tlist *in,
+                         int64_t *wait_us) {
   axi_ag_stage *s = h->s;
   if (given->n > 0) {
     for (int i = 0; i < given->n; i++)
@@ -64,7 +61,8 @@ int axi_pipe_host_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   int64_t waited = 0;
   int err = axi_pipe_xfer_error(h);
   if (err == AX_OK)
-    err = take_inputs(cc, h, &m.in, (long)batch, (int)micro, ctx, &in, &waited);
+    err = axi_pipe_host_inputs(cc, h, &m.in, (long)batch, (int)micro, ctx, &in,
+                               &waited);
   t0 += waited; /* busy time: not the wait for the activations */
   pstate *st = NULL;
   if (err == AX_OK && train) {

@@ -246,6 +246,30 @@ typedef struct axi_pipe_boundary_reply_msg {
   int64_t last_step, kept; /* >= -1 */
 } axi_pipe_boundary_reply_msg;
 
+/* "decode" [session, pos, n, n_in, inputs...]: n new positions, from
+ * position pos, of the sequences of decoding session `session`
+ * (stage_host.h); replies a decode reply. "decode_end" [session] drops the
+ * session; replies a decode reply without logits. */
+typedef struct axi_pipe_decode_msg {
+  int64_t session; /* >= 0: the coordinator's key */
+  int64_t pos;     /* 0 .. INT32_MAX */
+  int64_t n;       /* 1 .. INT32_MAX */
+  ax_tlist in;     /* 0 .. AX_TLIST_MAX, borrowed */
+} axi_pipe_decode_msg;
+typedef struct axi_pipe_decode_end_msg {
+  int64_t session; /* >= 0 */
+} axi_pipe_decode_end_msg;
+/* The reply of "decode" and "decode_end": [busy_us, cpu_us, sessions,
+ * cache bytes, (logits)]: the sessions the host keeps after the call and
+ * the bytes of their slots; the last stage's decode adds the logits of each
+ * sequence's last new position (B, vocab). */
+typedef struct axi_pipe_decode_reply_msg {
+  int64_t busy_us, cpu_us;
+  int64_t sessions, cache_bytes; /* >= 0 */
+  int has_logits;
+  ax_tensor *logits;
+} axi_pipe_decode_reply_msg;
+
 /* "axon.pipe.optim": "init" [optim config, params], "step" [grads, lr
  * scale] and the step's reply [params]; "state_get" [] (no struct) and
  * "state_set" take and give its state (below). The lr scale multiplies the
@@ -331,6 +355,15 @@ int axi_pipe_boundary_reply_encode(const axi_pipe_boundary_reply_msg *m,
                                    ax_values *out);
 int axi_pipe_boundary_reply_decode(const ax_values *v,
                                    axi_pipe_boundary_reply_msg *m);
+int axi_pipe_decode_encode(const axi_pipe_decode_msg *m, ax_values *out);
+int axi_pipe_decode_decode(const ax_values *v, axi_pipe_decode_msg *m);
+int axi_pipe_decode_end_encode(const axi_pipe_decode_end_msg *m,
+                               ax_values *out);
+int axi_pipe_decode_end_decode(const ax_values *v, axi_pipe_decode_end_msg *m);
+int axi_pipe_decode_reply_encode(const axi_pipe_decode_reply_msg *m,
+                                 ax_values *out);
+int axi_pipe_decode_reply_decode(const ax_values *v,
+                                 axi_pipe_decode_reply_msg *m);
 /* "axon.pipe.stage settle" [] and "axon.pipe.mem_forget" []: nothing to
  * append; the decoders check that the list is empty. */
 int axi_pipe_settle_encode(ax_values *out);

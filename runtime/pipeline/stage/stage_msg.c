@@ -453,6 +453,18 @@ MSG(boundary, "axon.pipe.stage boundary",
 MSG(boundary_reply, "axon.pipe.stage boundary reply",
     I64(boundary_reply, last_step, "last step", -1, INT64_MAX),
     I64(boundary_reply, kept, "kept", -1, INT64_MAX))
+MSG(decode, "axon.pipe.stage decode", I64(decode, session, "session", NONNEG),
+    I64(decode, pos, "pos", 0, INT32_MAX), I64(decode, n, "n", 1, INT32_MAX),
+    F(decode, in, "inputs", K_TLIST, 0, AX_TLIST_MAX))
+MSG(decode_end, "axon.pipe.stage decode_end",
+    I64(decode_end, session, "session", NONNEG))
+MSG(decode_reply, "axon.pipe.stage decode reply",
+    I64(decode_reply, busy_us, "busy_us", ANY),
+    I64(decode_reply, cpu_us, "cpu_us", ANY),
+    I64(decode_reply, sessions, "sessions", NONNEG),
+    I64(decode_reply, cache_bytes, "cache bytes", NONNEG),
+    ONE(decode_reply, has_logits, "logits", K_OPT),
+    ONE(decode_reply, logits, "logits", K_TENSOR))
 /* The messages without fields: an encoder that appends nothing and a
  * decoder that checks the list is empty. */
 #define EMPTY(msg, name)                                                       \
@@ -468,13 +480,14 @@ EMPTY(mem_forget, "axon.pipe.mem_forget")
 
 /* Every message by number. */
 static const message *const g_all[] = {
-    &g_setup,       &g_fwd,         &g_bwd,        &g_bwdi,
-    &g_bwdw,        &g_step,        &g_report,     &g_offload,
-    &g_state,       &g_trace,       &g_ckpt_save,  &g_ckpt_wait,
-    &g_file,        &g_ckpt_load,   &g_mem_save,   &g_mem_load,
-    &g_mem_keep,    &g_mem_fetch,   &g_optim_init, &g_optim_step,
-    &g_optim_reply, &g_optim_state, &g_boundary,   &g_boundary_reply,
-    &g_settle,      &g_mem_forget};
+    &g_setup,       &g_fwd,         &g_bwd,          &g_bwdi,
+    &g_bwdw,        &g_step,        &g_report,       &g_offload,
+    &g_state,       &g_trace,       &g_ckpt_save,    &g_ckpt_wait,
+    &g_file,        &g_ckpt_load,   &g_mem_save,     &g_mem_load,
+    &g_mem_keep,    &g_mem_fetch,   &g_optim_init,   &g_optim_step,
+    &g_optim_reply, &g_optim_state, &g_boundary,     &g_boundary_reply,
+    &g_decode,      &g_decode_end,  &g_decode_reply, &g_settle,
+    &g_mem_forget};
 #define N_MSG ((int)(sizeof g_all / sizeof g_all[0]))
 
 static const message *msg_at(int id) {

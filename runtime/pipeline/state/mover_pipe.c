@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/models/optim.h"
 #include "axon/runtime/pipeline/coord/coordinator-impl.h"
 #include "axon/runtime/pipeline/stage/stage_msg-impl.h"
 #include "axon/runtime/pipeline/state/state-impl.h"
@@ -194,5 +195,24 @@ int axi_state_load(ax_pipe *front, const ax_train_state *st,
     if (err != AX_OK && n > 1)
       err = ax_seterr(err, "part %d: %s", i, ax_errmsg());
   }
+  return err;
+}
+
+int ax_state_load_weights(ax_pipe *p, const ax_train_state *st) {
+  ax_train_state w = *st; /* the same weights, no optimizer state */
+  size_t nb = st->n_blocks > 0 ? (size_t)st->n_blocks : 1;
+  long *steps = calloc(nb, sizeof *steps), *last = malloc(nb * sizeof *last);
+  int err = steps && last ? AX_OK : AX_ENOMEM;
+  for (size_t b = 0; last && b < nb; b++)
+    last[b] = -1; /* no update yet */
+  w.m = w.v = w.shadow = w.delta = w.pred = NULL;
+  w.shadow_for = w.pred_for = -1;
+  w.optim_kind = AX_OPT_SGD;
+  w.optim_steps = steps;
+  w.last_step = last;
+  if (err == AX_OK)
+    err = axi_state_load(p, &w, "weights");
+  free(steps);
+  free(last);
   return err;
 }

@@ -86,6 +86,14 @@ typedef struct ax_train_state {
 int ax_state_read(const char *path, ax_train_state *st, ax_ckpt_info *info);
 void ax_state_free(ax_train_state *st);
 
+/* Loads only st's weights (parameters and buffers) into every stage of p,
+ * cut for p's layout (between ax_pipe_train calls), for using a model
+ * rather than training it on: the stages' optimizer must keep no state
+ * (SGD without momentum: "opt=sgd,momentum=0"), and start with no update
+ * made. Works for a model file's state too (which has no optimizer
+ * state). Errors name the stage and its agent. */
+int ax_state_load_weights(ax_pipe *p, const ax_train_state *st);
+
 /* The layout of checkpoint directory dir (its coordinator record). */
 int ax_layout_read(const char *dir, ax_layout *l);
 
