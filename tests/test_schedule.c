@@ -256,12 +256,80 @@ static void test_ddg_round(void **state) {
                    AX_EINVAL);
 }
 
+/* A plan from given lists equals the generated one; a list mixing B and I
+ * waits for whichever the next stage runs; a composite waits for both
+ * parts' inputs; bad lists are refused. */
+static void test_plan_lists(void **state) {
+  (void)state;
+  int K = 3, M = 4, m = AX_MODE_1F1B, rank_of[3] = {0, 1, 2};
+  ax_pipe_plan *gen = NULL, *given = NULL;
+  assert_int_equal(ax_pipe_plan_new(m, K, 1, M, 1, &gen), AX_OK);
+  const ax_pipe_op *lists[3];
+  long len[3];
+  for (int r = 0; r < K; r++)
+    lists[r] = ax_pipe_plan_actions(gen, r, &len[r]);
+  assert_int_equal(
+      ax_pipe_plan_new_lists(m, K, K, rank_of, M, 3, lists, len, &given),
+      AX_OK);
+  assert_int_equal(ax_pipe_plan_batches(given), 3);
+  for (int r = 0; r < K; r++) {
+    long n1, n3;
+    const ax_pipe_op *a = ax_pipe_plan_actions(gen, r, &n1),
+                     *b = ax_pipe_plan_actions(given, r, &n3);
+    assert_int_equal(n3, 3 * n1);
+    for (long i = 0; i < n3; i++) {
+      assert_int_equal(b[i].kind, a[i % n1].kind);
+      assert_int_equal(b[i].micro, a[i % n1].micro);
+      assert_int_equal(b[i].batch, i / n1);
+    }
+  }
+  ax_pipe_plan_free(given);
+  ax_pipe_plan_free(gen);
+  /* Two stages on one rank: stage 1 runs I and W, stage 0 a whole B and a
+   * composite of F(1) with B(0). */
+  int one_rank[2] = {0, 0};
+  ax_pipe_op l0[] = {{AX_OP_FWD, 0, 0, 0},         {AX_OP_FWD, 1, 0, 0},
+                     {AX_OP_INPUT_GRAD, 1, 0, 0},  {AX_OP_FWD, 0, 0, 1, 1},
+                     {AX_OP_BWD, 0, 0, 0},         {AX_OP_FWD, 1, 0, 1},
+                     {AX_OP_BWD, 1, 0, 1},         {AX_OP_BWD, 0, 0, 1},
+                     {AX_OP_WEIGHT_GRAD, 1, 0, 0}, {AX_OP_STEP, 0, 0, 0},
+                     {AX_OP_STEP, 1, 0, 0}};
+  const ax_pipe_op *ll[1] = {l0};
+  long ln[1] = {sizeof l0 / sizeof l0[0]};
+  assert_int_equal(
+      ax_pipe_plan_new_lists(m, 1, 2, one_rank, 2, 1, ll, ln, &given), AX_OK);
+  ax_pipe_op deps[8];
+  long n;
+  const ax_pipe_op *a = ax_pipe_plan_actions(given, 0, &n);
+  assert_int_equal(ax_pipe_plan_deps(given, &a[3], deps), 1); /* F(0,1) none
+                                                                 + B(0,0) */
+  assert_int_equal(deps[0].kind, AX_OP_INPUT_GRAD);
+  assert_int_equal(deps[0].stage, 1);
+  assert_int_equal(ax_pipe_plan_deps(given, &a[7], deps), 1);
+  assert_int_equal(deps[0].kind, AX_OP_BWD);
+  ax_pipe_plan_free(given);
+  /* Refusals: a stage the rank does not hold, a unit out of range, a
+   * composite that ends the list. */
+  ax_pipe_op bad[][1] = {{{AX_OP_FWD, 1, 0, 0}},
+                         {{AX_OP_FWD, 0, 0, 2}},
+                         {{AX_OP_FWD, 0, 0, 0, 1}}};
+  int two[2] = {0, 1};
+  for (int i = 0; i < 3; i++) {
+    const ax_pipe_op *bl[2] = {bad[i], bad[i]};
+    long bn[2] = {1, 0};
+    assert_int_equal(ax_pipe_plan_new_lists(m, 2, 2, two, 2, 1, bl, bn, &given),
+                     AX_EINVAL);
+    assert_null(given);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_invariants),
       cmocka_unit_test(test_orders),
       cmocka_unit_test(test_interleaved_lists),
       cmocka_unit_test(test_ddg_round),
+      cmocka_unit_test(test_plan_lists),
   };
   return AX_TEST_MAIN(tests);
 }

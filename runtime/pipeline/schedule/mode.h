@@ -77,6 +77,14 @@ typedef struct ax_pipe_op {
   int stage; /* 0-based */
   int batch; /* mini-batch t */
   int micro; /* unit within t (0 when a unit is a mini-batch) */
+  /* 1: this action and the next one of the list are ONE composite action
+   * (DualPipe's overlapped F&B: a forward of one unit and a backward, B or
+   * I, of another, on the same rank). A composite starts when the
+   * dependencies of both parts are met (ax_pipe_plan_deps gives the first
+   * part the union) and its parts run back to back on the rank's thread;
+   * hardware with separate compute and communication streams would overlap
+   * their transfers. Text: "0F3+7B1" (schedule files). */
+  int with_next;
 } ax_pipe_op;
 
 /* GPipe-style recompute option (--recompute), for modes with
@@ -196,19 +204,46 @@ int ax_pipe_schedule(int mode, int K, int s, int M, long n, ax_pipe_op *ops,
 int ax_pipe_delay(int mode, int K, int s, int M);
 
 /* ---- plans: every rank's list plus the dependencies ---------------------- */
+/* A plan is what every consumer of a schedule reads (the coordinator's
+ * drivers, the timing model, the verifier, the plots): a mode's generated
+ * lists, or lists given as data (a schedule file). */
 typedef struct ax_pipe_plan ax_pipe_plan;
+#define AX_PIPE_PLAN_MAX_STAGES 64 /* ranks and stages of a plan */
 /* The lists of K ranks (agents) holding v stages each (ax_pipe_chunks) for
  * n mini-batches; the stages are K v, stage i on rank
  * ax_pipe_stage_rank(mode, K, i) (i mod K but for a V). AX_EINVAL /
  * AX_ENOMEM. */
 int ax_pipe_plan_new(int mode, int K, int v, int M, long n, ax_pipe_plan **out);
+/* A plan from given lists: K ranks (1..AX_PIPE_MAX_STAGES) holding S
+ * stages (K <= S <= AX_PIPE_MAX_STAGES), stage i on rank stage_rank[i]
+ * (every rank holds at least one); U units per mini-batch. lists[r]
+ * (len[r] actions) is rank r's list for ONE mini-batch, every batch field
+ * 0; the plan repeats it for n mini-batches with batch = t. `mode` is the
+ * table entry whose semantics the stages follow (the weights a backward
+ * uses, what a unit keeps, the forward lock). Checked here: each action's
+ * kind, stage (held by its rank) and micro (in [0, U)), and that a list's
+ * last action does not open a composite; the rest (every unit's F and B
+ * or I and W once, a W after its I, the order's freedom from deadlock) is
+ * the verifier's (verify.h). AX_EINVAL with a message naming rank and
+ * position / AX_ENOMEM. The lists are copied. */
+int ax_pipe_plan_new_lists(int mode, int K, int S, const int *stage_rank, int U,
+                           long n, const ax_pipe_op *const *lists,
+                           const long *len, ax_pipe_plan **out);
 void ax_pipe_plan_free(ax_pipe_plan *p); /* NULL-safe */
 /* Rank r's list (borrowed) and its length. */
 const ax_pipe_op *ax_pipe_plan_actions(const ax_pipe_plan *p, int r, long *n);
-/* Its stage count (K v). */
+/* Its stage count (K v, or the S given). */
 int ax_pipe_plan_stages(const ax_pipe_plan *p);
-/* The actions of OTHER stages that op waits for (at most K + 1) into deps;
- * returns their count. op must be an action of the plan. */
+/* Its ranks, units per mini-batch, mini-batches, mode, and the rank that
+ * holds stage s. */
+int ax_pipe_plan_ranks(const ax_pipe_plan *p);
+int ax_pipe_plan_units(const ax_pipe_plan *p);
+long ax_pipe_plan_batches(const ax_pipe_plan *p);
+int ax_pipe_plan_mode(const ax_pipe_plan *p);
+int ax_pipe_plan_stage_rank(const ax_pipe_plan *p, int s);
+/* The actions of OTHER stages that op waits for (at most S + 2) into
+ * deps; returns their count. op must be an action of the plan (for the
+ * first part of a composite, with_next, the union of both parts'). */
 int ax_pipe_plan_deps(const ax_pipe_plan *p, const ax_pipe_op *op,
                       ax_pipe_op *deps);
 /* Only those of op's dependencies that carry no data (the forward lock's):
