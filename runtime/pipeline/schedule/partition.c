@@ -21,12 +21,23 @@ int ax_pipe_stash(const char *mode, int K, int k, int M, int recompute,
   if (recompute < AX_RECOMPUTE_NEVER || recompute > AX_RECOMPUTE_EXCEPT_LAST)
     return ax_seterr(AX_EINVAL, "stash count: recompute option %d unknown",
                      recompute);
-  /* Everything from the mode table: the live bound, which of the units at
-   * the peak keep activations (the rest replay), the weight versions. */
-  int U = ax_pipe_units(m, M), sets = ax_pipe_live_bound(m, K, k - 1, M);
-  int kept = 0, replay = 0;
+  return ax_pipe_stash_of(m, M, recompute, ax_pipe_live_bound(m, K, k - 1, M),
+                          ax_pipe_version_bound(m, K, k - 1, M), out);
+}
+
+int ax_pipe_stash_of(int mode, int M, int recompute, int sets, int versions,
+                     ax_stash_count *out) {
+  if (!ax_pipe_mode_get(mode))
+    return AX_EINVAL;
+  if (!out || M < 1 || sets < 0 || versions < 1)
+    return ax_seterr(AX_EINVAL,
+                     "stash count: need M >= 1, sets >= 0 and versions >= 1 "
+                     "(got M=%d sets=%d versions=%d)",
+                     M, sets, versions);
+  /* Which of the units at the peak keep activations (the rest replay). */
+  int U = ax_pipe_units(mode, M), kept = 0, replay = 0;
   for (int u = 0; u < U; u++) {
-    int r = ax_pipe_replays(m, recompute, U, u);
+    int r = ax_pipe_replays(mode, recompute, U, u);
     kept += !r;
     replay |= r;
   }
@@ -34,15 +45,18 @@ int ax_pipe_stash(const char *mode, int K, int k, int M, int recompute,
                       !replay       ? sets
                       : kept < sets ? kept
                                     : sets,
-                      ax_pipe_version_bound(m, K, k - 1, M), replay};
+                      versions, replay};
   *out = c;
   return AX_OK;
 }
 
-/* The mode's stash count for stage s (0-based); falls back to sequential's
+/* The stash count of stage s (0-based): the plan's when given, else the
+ * mode's; falls back to sequential's
  * when the options are bad (callers validated them first). */
 static ax_stash_count stash_of(const ax_partition_opts *o, int stage) {
   ax_stash_count c = {1, 1, 1, 0};
+  if (o->stash && stage >= 0 && stage < o->K)
+    return o->stash[stage];
   int M = o->M < 1 ? 1 : o->M;
   if (ax_pipe_stash(o->mode ? o->mode : "sequential", o->K, stage + 1, M,
                     o->recompute, &c) != AX_OK)

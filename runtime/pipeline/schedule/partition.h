@@ -61,6 +61,12 @@ typedef struct ax_stash_count {
  * message on a bad argument. */
 int ax_pipe_stash(const char *mode, int K, int k, int M, int recompute,
                   ax_stash_count *out);
+/* The same for a stage that keeps at most `sets` units and `versions`
+ * weight versions at once: the table's bounds (ax_pipe_stash), or the
+ * counts a plan makes (ax_pipe_verify, verify.h). `mode` is an index
+ * (mode.h), M and recompute as above. AX_EINVAL on a bad argument. */
+int ax_pipe_stash_of(int mode, int M, int recompute, int sets, int versions,
+                     ax_stash_count *out);
 
 /* ---- profiling ----------------------------------------------------------- */
 typedef struct ax_block_profile {
@@ -114,6 +120,10 @@ typedef struct ax_partition_opts {
    * and b + 1 (K - 1 entries each; both directions alike). They replace
    * bandwidth_Bps at that boundary. NULL: bandwidth_Bps everywhere. */
   const double *link_lat_s, *link_Bps;
+  /* What each stage keeps (K entries), counted from a plan's lists
+   * (ax_pipe_verify, verify.h) instead of the mode table's bounds; NULL:
+   * the table's (ax_pipe_stash). The memory model is the same. */
+  const ax_stash_count *stash;
 } ax_partition_opts;
 
 /* The cost model, exposed so callers can report it:
