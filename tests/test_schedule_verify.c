@@ -13,10 +13,14 @@
 #include "axon/runtime/pipeline/schedule/verify.h"
 #include "harness.h"
 
-#define F_(s, u) {AX_OP_FWD, s, 0, u}
-#define B_(s, u) {AX_OP_BWD, s, 0, u}
-#define FB_(s, u) {AX_OP_FWD, s, 0, u, 1}
-#define ST_(s) {AX_OP_STEP, s, 0, 0}
+#define F_(s, u)                                                               \
+  { AX_OP_FWD, s, 0, u }
+#define B_(s, u)                                                               \
+  { AX_OP_BWD, s, 0, u }
+#define FB_(s, u)                                                              \
+  { AX_OP_FWD, s, 0, u, 1 }
+#define ST_(s)                                                                 \
+  { AX_OP_STEP, s, 0, 0 }
 
 /* The table's bound for stage s of a plan of `mode` and whether the
  * verifier's count may be below it (and why). */
@@ -44,13 +48,15 @@ static void check_mode(int mode, int K, int M, long n) {
   assert_int_equal(err, AX_OK);
   assert_null(r.text);
   assert_true(r.steps > 0);
+  AX_ASSERT_OK(ax_pipe_verify_mode(mode, K, 0, M, 2));
   for (int s = 0; s < ax_pipe_plan_stages(p); s++) {
     int lb = ax_pipe_live_bound(mode, K, s, M),
         vb = ax_pipe_version_bound(mode, K, s, M);
     int lc = r.peak_live[s], vc = r.peak_versions[s];
     if ((below_ok(mode, M, K) ? lc > lb : lc != lb) || vc > vb)
-      fprintf(stderr, "%s K %d M %d stage %d: live %d (table %d), versions %d "
-                      "(table %d)\n",
+      fprintf(stderr,
+              "%s K %d M %d stage %d: live %d (table %d), versions %d "
+              "(table %d)\n",
               ax_pipe_mode_name(mode), K, M, s, lc, lb, vc, vb);
     if (below_ok(mode, M, K))
       assert_true(lc <= lb);
@@ -93,8 +99,8 @@ static void test_builtin(void **state) {
 /* Builds a plan from one-batch lists and verifies it: the error code, and
  * the report's text in *text (the caller frees it). */
 static int verify_lists(int mode, int K, int S, const int *rank_of, int U,
-                        long n, const ax_pipe_op *const *lists,
-                        const long *len, char **text) {
+                        long n, const ax_pipe_op *const *lists, const long *len,
+                        char **text) {
   ax_pipe_plan *p = NULL;
   AX_ASSERT_OK(
       ax_pipe_plan_new_lists(mode, K, S, rank_of, U, n, lists, len, &p));
@@ -139,8 +145,8 @@ static void test_hangs(void **state) {
   const ax_pipe_op *cl[3];
   long clen[3];
   for (int r = 0; r < 3; r++) {
-    ax_pipe_op l[] = {F_(r, 0),     F_(r + 3, 0), B_(r + 3, 0),
-                      B_(r, 0),     ST_(r),       ST_(r + 3)};
+    ax_pipe_op l[] = {F_(r, 0), F_(r + 3, 0), B_(r + 3, 0),
+                      B_(r, 0), ST_(r),       ST_(r + 3)};
     memcpy(c[r], l, sizeof l);
     cl[r] = c[r];
     clen[r] = 6;
@@ -160,8 +166,8 @@ static void test_hangs(void **state) {
   ax_pipe_op d0[] = {F_(0, 1), F_(0, 0), B_(0, 0), B_(0, 1), ST_(0)},
              d1[] = {F_(1, 0), B_(1, 0), F_(1, 1), B_(1, 1), ST_(1)};
   const ax_pipe_op *d[2] = {d0, d1};
-  AX_ASSERT_OK(verify_lists(AX_MODE_PIPEDREAM, 2, 2, two, 2, 2, d, alen,
-                            &text));
+  AX_ASSERT_OK(
+      verify_lists(AX_MODE_PIPEDREAM, 2, 2, two, 2, 2, d, alen, &text));
   AX_ASSERT_ERR(verify_lists(AX_MODE_DDG, 2, 2, two, 2, 2, d, alen, &text),
                 AX_EINVAL);
   expect_hang(text, "rank 0 waits at action 5 (0F1 of mini-batch 1) for 1B0 "
@@ -215,13 +221,16 @@ static void test_incomplete(void **state) {
   ax_pipe_op bfirst[] = {F_(0, 0), B_(0, 1), F_(0, 1), B_(0, 0), ST_(0)};
   expect_incomplete(bfirst, 5, good1, 5, AX_MODE_1F1B,
                     "rank 0 action 1 (0B1): B before its F (action 2)");
-  ax_pipe_op wfirst[] = {F_(0, 0), {AX_OP_WEIGHT_GRAD, 0, 0, 0},
-                         {AX_OP_INPUT_GRAD, 0, 0, 0}, F_(0, 1),
-                         B_(0, 1), ST_(0)};
+  ax_pipe_op wfirst[] = {F_(0, 0),
+                         {AX_OP_WEIGHT_GRAD, 0, 0, 0},
+                         {AX_OP_INPUT_GRAD, 0, 0, 0},
+                         F_(0, 1),
+                         B_(0, 1),
+                         ST_(0)};
   expect_incomplete(wfirst, 6, good1, 5, AX_MODE_ZBH1,
                     "rank 0 action 1 (0W0): W before its I (action 2)");
-  ax_pipe_op twice[] = {F_(0, 0), F_(0, 0), B_(0, 0), F_(0, 1), B_(0, 1),
-                        ST_(0)};
+  ax_pipe_op twice[] = {F_(0, 0), F_(0, 0), B_(0, 0),
+                        F_(0, 1), B_(0, 1), ST_(0)};
   expect_incomplete(twice, 6, good1, 5, AX_MODE_1F1B,
                     "rank 0 action 1 (0F0): a second copy");
   ax_pipe_op early[] = {F_(0, 0), B_(0, 0), ST_(0), F_(0, 1), B_(0, 1)};

@@ -111,8 +111,9 @@ static int check_unit(const axi_verify *v, int s, int t, int u, FILE *out) {
           AX_FWD_DOUBLE_BUFFERED &&
       t >= 2 && f < before) {
     ax_pipe_op fo = {AX_OP_FWD, s, t, u};
-    fprintf(out, "%s: %s forward of mini-batch %d before the STEP of %d "
-                 "(action %ld)\n",
+    fprintf(out,
+            "%s: %s forward of mini-batch %d before the STEP of %d "
+            "(action %ld)\n",
             where(v, &fo, at, sizeof at), name, t, t - 2, before);
     return AX_EINVAL;
   }
@@ -142,8 +143,8 @@ static int check_step(const axi_verify *v, int s, int t, FILE *out) {
   if (last > st) {
     char tok[32];
     fprintf(out, "%s: STEP before %s (action %ld) of its mini-batch\n",
-            where(v, &so, at, sizeof at), ax_pipe_op_token(&lo, tok, sizeof tok),
-            last);
+            where(v, &so, at, sizeof at),
+            ax_pipe_op_token(&lo, tok, sizeof tok), last);
     return AX_EINVAL;
   }
   long prev = t > 0 ? pos_of(v, AX_OP_STEP, s, t - 1, 0) : -1;

@@ -97,9 +97,9 @@ typedef struct ax_pipe_verify_opts {
 
 typedef struct ax_pipe_verify_report {
   int stages;
-  long steps;                              /* simulated unit steps (0 when
-                                              the plan hangs) */
-  int peak_live[AX_PIPE_PLAN_MAX_STAGES];  /* units at once, per stage */
+  long steps;                                 /* simulated unit steps (0 when
+                                                 the plan hangs) */
+  int peak_live[AX_PIPE_PLAN_MAX_STAGES];     /* units at once, per stage */
   int peak_versions[AX_PIPE_PLAN_MAX_STAGES]; /* weight versions */
   size_t stage_mem[AX_PIPE_PLAN_MAX_STAGES];  /* bytes (with stage_bytes) */
   /* On a refusal: the whole explanation (the check's message; for a

@@ -188,8 +188,8 @@ int axi_verify_deadlock(const axi_verify *v, int grid_steps, FILE *out,
     s.off[r] = total;
     total += v->len[r];
   }
-  s.done = calloc((size_t)v->S * AX_OP_KINDS * (size_t)v->NU + 1,
-                  sizeof *s.done);
+  s.done =
+      calloc((size_t)v->S * AX_OP_KINDS * (size_t)v->NU + 1, sizeof *s.done);
   s.at = malloc(sizeof *s.at * ((size_t)total + 1));
   int err = AX_OK;
   if (!s.done || !s.at)
