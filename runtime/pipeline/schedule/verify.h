@@ -125,7 +125,8 @@ void ax_pipe_verify_report_clear(ax_pipe_verify_report *r);
 int ax_pipe_verify_mode(int mode, int K, int chunks, int M, long n);
 
 /* An action as the grid writes it ("0F3", "1I2", "0STEP"; a composite's
- * first part also writes its second: "0F3+7B1") into buf; returns buf. */
+ * first part also writes its second, the next action of its list:
+ * "0F3+7B1") into buf; returns buf. */
 char *ax_pipe_op_token(const ax_pipe_op *o, char *buf, size_t len);
 
 #ifdef __cplusplus
