@@ -40,8 +40,7 @@ static int draw_png(const ax_pipe_slot *s, long n, int ranks, int U,
   const char *size = getenv("PLOT_SIZE"); /* as scripts/plot_run.sh */
   if (size && sscanf(size, "%d,%d", &W, &H) != 2)
     W = H = 0;
-  ax_pipe_plot_opts po = {o->plot, title, getenv("PLOT_TERM"), W, H,
-                          o->unit};
+  ax_pipe_plot_opts po = {o->plot, title, getenv("PLOT_TERM"), W, H, o->unit};
   if (o->gp) {
     FILE *f = fopen(o->gp, "w");
     int rc = f ? ax_pipe_timeline_gnuplot(s, n, ranks, U, &po, f) : AX_EIO;
@@ -68,8 +67,7 @@ static int draw_png(const ax_pipe_slot *s, long n, int ranks, int U,
             rc != AX_OK ? ": " : "", rc != AX_OK ? ax_errmsg() : "");
     return 1;
   }
-  fprintf(stderr, "axon-run: %s (%ld actions, %d ranks)\n", o->plot, n,
-          ranks);
+  fprintf(stderr, "axon-run: %s (%ld actions, %d ranks)\n", o->plot, n, ranks);
   return 0;
 }
 
@@ -83,8 +81,7 @@ int axi_run_view_slots(const ax_pipe_slot *s, long n, int ranks, int U,
     }
     fflush(stdout);
   }
-  return o->plot ? draw_png(s, n, ranks, U, o->title ? o->title : what, o)
-                 : 0;
+  return o->plot ? draw_png(s, n, ranks, U, o->title ? o->title : what, o) : 0;
 }
 
 int axi_run_schedule_view(const ax_pipe_plan *plan,
@@ -110,10 +107,12 @@ int axi_run_schedule_view(const ax_pipe_plan *plan,
     return 1;
   }
   char what[256];
+  long nb = ax_pipe_plan_batches(plan);
   snprintf(what, sizeof what,
-           "%s: %d ranks, %d stages, %d units x %ld mini-batches, "
-           "%.4g per mini-batch",
-           ax_pipe_mode_name(m), K, S, U, ax_pipe_plan_batches(plan), per);
+           "%s: %d ranks, %d stages, %ld mini-batch%s of %d unit%s, %.4g per "
+           "mini-batch",
+           ax_pipe_mode_name(m), K, S, nb, nb > 1 ? "es" : "", U,
+           U > 1 ? "s" : "", per);
   rc = axi_run_view_slots(s, n, K, U, what, o);
   free(s);
   return rc;
@@ -185,8 +184,8 @@ static int view_trace(view_cli *c) {
   long n = 0;
   int ranks = 0, U = 1;
   int rc = ax_pipe_timeline_from_trace(
-      tr, S ? map : NULL, S, c->skip, c->batches ? c->skip + c->batches - 1 : -1,
-      &s, &n, &ranks, &U);
+      tr, S ? map : NULL, S, c->skip,
+      c->batches ? c->skip + c->batches - 1 : -1, &s, &n, &ranks, &U);
   ax_trace_free(tr);
   if (rc != AX_OK) {
     fprintf(stderr, "axon-run: %s: %s\n", c->trace, ax_errmsg());
@@ -213,15 +212,18 @@ static int view_main(int argc, char **argv) {
     return view_trace(&c);
   int m = c.mode ? ax_pipe_mode_index(c.mode) : -1;
   if (m < 0 || c.K < 1) {
-    fprintf(stderr, "axon-run schedule-view: needs --mode (%s) and --stages "
-                    "K, or --trace FILE\n",
+    fprintf(stderr,
+            "axon-run schedule-view: needs --mode (%s) and --stages "
+            "K, or --trace FILE\n",
             ax_pipe_mode_list());
     return 2;
   }
   int v = ax_pipe_chunks(m, c.v), U = ax_pipe_units(m, c.M), S = c.K * v;
   long n = c.batches;
   if (n < 1) /* one flush, or enough units for a steady state */
-    n = ax_pipe_flushes(m) ? 1 : (3L * c.K + U - 1) / U > 2 ? (3L * c.K + U - 1) / U : 2;
+    n = ax_pipe_flushes(m)           ? 1
+        : (3L * c.K + U - 1) / U > 2 ? (3L * c.K + U - 1) / U
+                                     : 2;
   for (int i = 0; i < 3; i++) {
     int got = i == 0 ? c.ntf : i == 1 ? c.ntb : c.ntw;
     if (got > 1 && got != S) {

@@ -29,8 +29,7 @@ typedef struct axi_run_view_opts {
  * stdout, the PNG through gnuplot), after a line naming the mode, ranks,
  * stages, units and the time per mini-batch. 0, 1 on a failure (a
  * message on stderr), 3 when gnuplot is missing. */
-int axi_run_schedule_view(const ax_pipe_plan *plan,
-                          const axi_run_view_opts *o);
+int axi_run_schedule_view(const ax_pipe_plan *plan, const axi_run_view_opts *o);
 
 /* Draws a timeline (n slots on `ranks` rows, U units per mini-batch) as
  * o says (the costs unused): the trace path of the same pictures. */

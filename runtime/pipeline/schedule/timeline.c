@@ -45,8 +45,9 @@ static int check(const ax_pipe_slot *s, long n, int ranks, FILE *f) {
   for (long i = 0; i < n; i++)
     if (s[i].rank < 0 || s[i].rank >= ranks || !(s[i].end >= s[i].start) ||
         s[i].op.kind < 0 || s[i].op.kind >= AX_OP_KINDS)
-      return ax_seterr(AX_EINVAL, "timeline: slot %ld (rank %d, %g..%g) "
-                                  "is not on the grid",
+      return ax_seterr(AX_EINVAL,
+                       "timeline: slot %ld (rank %d, %g..%g) "
+                       "is not on the grid",
                        i, s[i].rank, s[i].start, s[i].end);
   return AX_OK;
 }
@@ -58,19 +59,30 @@ static double makespan(const ax_pipe_slot *s, long n) {
   return t;
 }
 
-/* Columns for width 0: the shortest action's box holds its token and a
- * blank. */
+static int by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Columns for width 0: an action at the first quartile of the durations
+ * (a STEP's moment or a short outlier does not count) holds the longest
+ * token and a blank. */
 static int auto_cols(const ax_pipe_slot *s, long n, int U, double t1) {
-  double q = 0;
-  for (long i = 0; i < n; i++) {
+  double *d = malloc(sizeof *d * (size_t)(n + 1));
+  size_t tl = 1;
+  long k = 0;
+  for (long i = 0; d && i < n; i++) {
     char tok[TOKEN_MAX];
-    double d = s[i].end - s[i].start;
-    if (!(d > 0))
+    if (!(s[i].end > s[i].start))
       continue;
+    d[k++] = s[i].end - s[i].start;
     ax_pipe_slot_token(&s[i], U, tok, sizeof tok);
-    double qi = d / (double)(strlen(tok) + 1);
-    q = q == 0 || qi < q ? qi : q;
+    tl = strlen(tok) > tl ? strlen(tok) : tl;
   }
+  if (d)
+    qsort(d, (size_t)k, sizeof *d, by_value);
+  double q = d && k ? d[k / 4] / (double)(tl + 1) : 0;
+  free(d);
   double c = q > 0 ? ceil(t1 / q - 1e-9) : 1;
   return c > GRID_MAX_COLS ? GRID_MAX_COLS : c < 1 ? 1 : (int)c;
 }
@@ -102,8 +114,8 @@ int ax_pipe_timeline_grid(const ax_pipe_slot *s, long n, int ranks, int U,
       ax_pipe_slot_token(&s[i], U, tok, sizeof tok);
       long w = c1 - c0, tl = (long)strlen(tok);
       if (w < tl + 1) { /* too narrow: the kind's letter */
-        tok[0] = slot_class(&s[i]) == AX_OP_KINDS ? '+'
-                                                  : g_letter[s[i].op.kind];
+        tok[0] =
+            slot_class(&s[i]) == AX_OP_KINDS ? '+' : g_letter[s[i].op.kind];
         tl = 1;
       }
       for (long c = 0; c < w; c++)
@@ -119,8 +131,8 @@ int ax_pipe_timeline_grid(const ax_pipe_slot *s, long n, int ranks, int U,
 /* Colours and legend names per class (kinds, then the composite). */
 static const char *const g_colour[AX_OP_KINDS + 1] = {
     "#4e79a7", "#9c5fb5", "#f28e2b", "#59a14f", "#222222", "#2aa198"};
-static const char *const g_name[AX_OP_KINDS + 1] = {"F", "B", "I", "W", "STEP",
-                                                    "F&B"};
+static const char *const g_name[AX_OP_KINDS + 1] = {"F", "B",    "I",
+                                                    "W", "STEP", "F&B"};
 #define IDLE_COLOUR "#e8e8e8"
 
 int ax_pipe_timeline_gnuplot(const ax_pipe_slot *s, long n, int ranks, int U,
@@ -147,8 +159,8 @@ int ax_pipe_timeline_gnuplot(const ax_pipe_slot *s, long n, int ranks, int U,
           "set xlabel \"time%s%s%s\"\n"
           "set xrange [0:%g]\nset yrange [%g:%g]\n"
           "set ytics (",
-          o->unit ? " (" : "", o->unit ? o->unit : "", o->unit ? ")" : "",
-          t1, ranks - 0.5, -0.5);
+          o->unit ? " (" : "", o->unit ? o->unit : "", o->unit ? ")" : "", t1,
+          ranks - 0.5, -0.5);
   for (int r = 0; r < ranks; r++)
     fprintf(f, "%s\"rank %d\" %d", r ? ", " : "", r, r);
   fprintf(f, ")\nset key outside right top\nset style fill solid 1.0 "
@@ -158,14 +170,17 @@ int ax_pipe_timeline_gnuplot(const ax_pipe_slot *s, long n, int ranks, int U,
   for (int r = 0; r < ranks; r++)
     fprintf(f, "%g %d %g 0.4\n", t1 / 2, r, t1 / 2);
   fprintf(f, "EOD\n");
+  double gap = t1 / (W - 180); /* about a pixel between boxes */
   for (int k = 0; k <= AX_OP_KINDS; k++) {
     if (!used[k])
       continue;
     fprintf(f, "$c%d << EOD\n", k);
-    for (long i = 0; i < n; i++)
+    for (long i = 0; i < n; i++) {
+      double w = s[i].end - s[i].start;
       if (slot_class(&s[i]) == k)
-        fprintf(f, "%.9g %d %.9g 0.4\n", (s[i].start + s[i].end) / 2,
-                s[i].rank, (s[i].end - s[i].start) / 2);
+        fprintf(f, "%.9g %d %.9g 0.4\n", (s[i].start + s[i].end) / 2, s[i].rank,
+                (w > 3 * gap ? w - gap : w) / 2);
+    }
     fprintf(f, "EOD\n");
   }
   long nl = 0;
@@ -173,13 +188,14 @@ int ax_pipe_timeline_gnuplot(const ax_pipe_slot *s, long n, int ranks, int U,
   for (long i = 0; i < n; i++) {
     char tok[TOKEN_MAX];
     ax_pipe_slot_token(&s[i], U, tok, sizeof tok);
-    if ((s[i].end - s[i].start) * ppt >= 6.0 * (double)strlen(tok) + 4) {
+    if ((s[i].end - s[i].start) * ppt >= 5.5 * (double)strlen(tok) + 3) {
       fprintf(f, "%.9g %d %s\n", (s[i].start + s[i].end) / 2, s[i].rank, tok);
       nl++;
     }
   }
-  fprintf(f, "EOD\nplot $idle using 1:2:3:4 with boxxyerror fc rgb \"%s\" "
-             "title \"idle\"",
+  fprintf(f,
+          "EOD\nplot $idle using 1:2:3:4 with boxxyerror fc rgb \"%s\" "
+          "title \"idle\"",
           IDLE_COLOUR);
   for (int k = 0; k <= AX_OP_KINDS; k++)
     if (used[k])

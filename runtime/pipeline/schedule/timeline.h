@@ -38,8 +38,9 @@ void ax_pipe_slot_token(const ax_pipe_slot *s, int U, char *buf, size_t len);
  * action's token at its start and blanks to its end (cut to the kind's
  * letter when its box is narrower than the token and a blank), idle time
  * as '.', and a last line with the time per column. width: the whole
- * line's characters (>= 20); 0 picks the columns so that the shortest
- * action's box holds its token (at most 4000). Actions that take no time
+ * line's characters (>= 20); 0 picks the columns so that an action at
+ * the first quartile of the durations holds the longest token and a blank
+ * (at most 4000 columns). Actions that take no time
  * (a STEP without a cost) are not drawn. */
 int ax_pipe_timeline_grid(const ax_pipe_slot *s, long n, int ranks, int U,
                           int width, FILE *f);

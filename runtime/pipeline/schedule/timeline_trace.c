@@ -37,8 +37,8 @@ static int by_rank_start(const void *a, const void *b) {
 }
 
 /* The rank of each of S stages: given, or by the stages' process names. */
-static int rank_map(const ax_trace *tr, const int *stage_rank, int S,
-                    int *rank, int *ranks) {
+static int rank_map(const ax_trace *tr, const int *stage_rank, int S, int *rank,
+                    int *ranks) {
   *ranks = 0;
   if (stage_rank) {
     for (int s = 0; s < S; s++) {
@@ -86,9 +86,10 @@ static int collect(const ax_trace_event *ev, size_t ne, long first, long last,
         e->pid >= AX_PIPE_PLAN_MAX_STAGES || e->step < first ||
         (last >= 0 && e->step > last))
       continue;
-    (*out)[(*n)++] = (item){e->pid, c, (long)e->step,
-                            e->micro < 0 || c == C_OPTIM ? 0 : (long)e->micro,
-                            e->ts_us, e->ts_us + e->dur_us};
+    (*out)[(*n)++] =
+        (item){e->pid,        c,
+               (long)e->step, e->micro < 0 || c == C_OPTIM ? 0 : (long)e->micro,
+               e->ts_us,      e->ts_us + e->dur_us};
     *S = e->pid + 1 > *S ? e->pid + 1 : *S;
   }
   return *n ? AX_OK
@@ -114,8 +115,8 @@ static long to_slots(item *it, long n, const int *rank, ax_pipe_slot *out,
       has_w |= it[i].cat == C_WEIGHT;
     int64_t replay = -1;
     for (long i = a; i < b; i++) {
-      static const int kind[C_COUNT] = {AX_OP_FWD, AX_OP_BWD,
-                                        AX_OP_WEIGHT_GRAD, -1, AX_OP_STEP};
+      static const int kind[C_COUNT] = {AX_OP_FWD, AX_OP_BWD, AX_OP_WEIGHT_GRAD,
+                                        -1, AX_OP_STEP};
       int kd = kind[it[i].cat];
       if (it[i].cat == C_RECOMPUTE) {
         replay = it[i].t0;
@@ -129,11 +130,11 @@ static long to_slots(item *it, long n, const int *rank, ax_pipe_slot *out,
       if (kd == AX_OP_BWD && has_w)
         kd = AX_OP_INPUT_GRAD;
       ax_pipe_slot *s = &out[k++];
-      *s = (ax_pipe_slot){.rank = rank[it[i].pid],
-                          .op = {kd, it[i].pid, (int)it[i].step,
-                                 (int)it[i].micro, 0},
-                          .start = (double)(t0 - origin) * 1e-6,
-                          .end = (double)(it[i].t1 - origin) * 1e-6};
+      *s = (ax_pipe_slot){
+          .rank = rank[it[i].pid],
+          .op = {kd, it[i].pid, (int)it[i].step, (int)it[i].micro, 0},
+          .start = (double)(t0 - origin) * 1e-6,
+          .end = (double)(it[i].t1 - origin) * 1e-6};
       s->next.kind = -1;
       *U = (int)it[i].micro + 1 > *U ? (int)it[i].micro + 1 : *U;
     }
@@ -158,8 +159,9 @@ int ax_pipe_timeline_from_trace(const ax_trace *tr, const int *stage_rank,
   int rc = collect(ev, ne, first, last, &it, &ni, &St);
   free(ev);
   if (rc == AX_OK && stage_rank && S < St)
-    rc = ax_seterr(AX_EINVAL, "timeline: the trace has %d stages, the "
-                              "placement %d",
+    rc = ax_seterr(AX_EINVAL,
+                   "timeline: the trace has %d stages, the "
+                   "placement %d",
                    St, S);
   if (rc == AX_OK)
     rc = rank_map(tr, stage_rank, St, rank, ranks);
