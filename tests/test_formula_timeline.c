@@ -92,8 +92,10 @@ static void gpipe_timeline_and_grid(void **state) {
 static void composite_is_one_slot(void **state) {
   (void)state;
   int rank_of[2] = {0, 1};
-  ax_pipe_op r0[] = {{AX_OP_FWD, 0, 0, 0}, {AX_OP_FWD, 0, 0, 1},
-                     {AX_OP_BWD, 0, 0, 0}, {AX_OP_BWD, 0, 0, 1},
+  ax_pipe_op r0[] = {{AX_OP_FWD, 0, 0, 0},
+                     {AX_OP_FWD, 0, 0, 1},
+                     {AX_OP_BWD, 0, 0, 0},
+                     {AX_OP_BWD, 0, 0, 1},
                      {AX_OP_STEP, 0, 0, 0}};
   ax_pipe_op r1[] = {{AX_OP_FWD, 1, 0, 0},
                      {AX_OP_FWD, 1, 0, 1, 1},
@@ -163,8 +165,8 @@ static void trace_as_timeline(void **state) {
   assert_int_equal(ranks, 2); /* a: stages 0 and 2, b: stage 1 */
   assert_int_equal(U, 2);
   /* rank 0: F(0) 0..1 ms, F(2) 2..2.5, B(0) 4..6 (replay included), STEP */
-  static const int kind[7] = {AX_OP_FWD,  AX_OP_FWD,        AX_OP_BWD,
-                              AX_OP_STEP, AX_OP_FWD,        AX_OP_INPUT_GRAD,
+  static const int kind[7] = {AX_OP_FWD,        AX_OP_FWD, AX_OP_BWD,
+                              AX_OP_STEP,       AX_OP_FWD, AX_OP_INPUT_GRAD,
                               AX_OP_WEIGHT_GRAD};
   static const int rank[7] = {0, 0, 0, 0, 1, 1, 1};
   for (long i = 0; i < n; i++) {
