@@ -248,7 +248,8 @@ static int view_main(int argc, char **argv) {
 #define F(field) offsetof(view_cli, field)
 
 static const axi_cli_opt g_view_opts[] = {
-    {"mode", "MODE", AXI_CLI_STR, F(mode), .help = "the mode drawn"},
+    {"mode", "MODE", AXI_CLI_STR, F(mode), .values_fn = ax_pipe_mode_list,
+     .help = "%s"},
     {"stages", "K", AXI_CLI_INT, F(K), 1, MAXS, .help = "ranks (agents)"},
     {"micro", "M", AXI_CLI_INT, F(M), 1, 1 << 16,
      .help = "micro-batches per mini-batch (4)"},
@@ -273,7 +274,8 @@ static const axi_cli_opt g_view_opts[] = {
      .help = "draw a run's trace (--trace of axon-run train);\n"
              "--mode and --stages give the ranks of its stages"},
     {"grid", NULL, AXI_CLI_FLAG, F(o.grid),
-     .help = "the text grid on stdout (without --plot)"},
+     .help = "the text grid on stdout (the default without\n"
+             "--plot)"},
     {"width", "N", AXI_CLI_INT, F(o.width), 0, 4000,
      .help = "the grid's width (0: fitted to the actions)"},
     {"plot", "FILE.png", AXI_CLI_STR, F(o.plot),
