@@ -1,6 +1,7 @@
-/* Expected time per mini-batch of each pipeline mode: a simulation of the
- * mode's own action lists (mode.h) with their dependencies; the closed forms
- * for equal stages live in the mode table. */
+/* Expected time per mini-batch of each pipeline mode: a simulation of a
+ * plan (a mode's own action lists, mode.h, or lists given as data) with
+ * their dependencies, and the timeline of each action; the closed forms for
+ * equal stages live in the mode table. */
 #include "axon/runtime/pipeline/schedule/formula.h"
 
 #include <stdlib.h>
@@ -26,6 +27,10 @@ typedef struct sim {
   double *arr_f, *arr_b;
   double free_f[MAX_STAGES], free_b[MAX_STAGES];
   size_t units;
+  /* ax_formula_timeline: each action's start and end, rank r's list from
+   * slot_off[r] on (NULL: not kept) */
+  double *slot_start, *slot_end;
+  long slot_off[MAX_STAGES];
 } sim;
 
 static double *fin_at(const sim *S, int kind, int s, long u) {
@@ -145,6 +150,10 @@ static void commit(sim *S, int r, long pos, const ax_pipe_op *o, double start,
   *fin_at(S, o->kind, o->stage, unit_of(S, o)) = fin;
   if (o->kind == AX_OP_FWD && o->stage == 0)
     S->start_f0[unit_of(S, o)] = start;
+  if (S->slot_start) {
+    S->slot_start[S->slot_off[r] + pos] = start;
+    S->slot_end[S->slot_off[r] + pos] = fin;
+  }
 }
 
 /* Runs every rank's list in order, each rank on its own processor; returns
@@ -241,6 +250,170 @@ int ax_formula_time_split(const char *mode, int K, int v, int M,
                               out);
 }
 
+/* Checks the costs of S stages (K ranks) and the recompute option. */
+static int check_costs(int K, int S, const double *t_f, const double *t_b,
+                       const double *t_w, int recompute,
+                       const ax_formula_comm *comm) {
+  if (recompute < AX_RECOMPUTE_NEVER || recompute > AX_RECOMPUTE_EXCEPT_LAST)
+    return ax_seterr(AX_EINVAL, "formula: recompute option %d unknown",
+                     recompute);
+  for (int s = 0; s < S; s++)
+    if (!(t_f[s] >= 0) || !(t_b[s] >= 0) || (t_w && !(t_w[s] >= 0)) ||
+        (comm && comm->step && !(comm->step[s] >= 0)))
+      return ax_seterr(AX_EINVAL,
+                       "formula: stage %d times (%g, %g) must be "
+                       ">= 0",
+                       s, t_f[s], t_b[s]);
+  if (comm && !(comm->per_action >= 0))
+    return ax_seterr(AX_EINVAL, "formula: per-action cost must be >= 0");
+  if (comm && comm->cores < 0)
+    return ax_seterr(AX_EINVAL, "formula: %d cores", comm->cores);
+  for (int s = 0; comm && s + 1 < S; s++) /* the links: S - 1 */
+    if ((comm->fwd && !(comm->fwd[s] >= 0)) ||
+        (comm->fwd_busy && !(comm->fwd_busy[s] >= 0)) ||
+        (comm->bwd_busy && !(comm->bwd_busy[s] >= 0)) ||
+        (comm->bwd && !(comm->bwd[s] >= 0)))
+      return ax_seterr(AX_EINVAL, "formula: transfer times must be >= 0");
+  for (int r = 0; comm && comm->issue_rtt && r < K; r++)
+    if (!(comm->issue_rtt[r] >= 0))
+      return ax_seterr(AX_EINVAL, "formula: round trips must be >= 0");
+  return AX_OK;
+}
+
+static void sim_free(sim *S) {
+  free(S->fin);
+  free(S->start_f0);
+  free(S->batch_end);
+  free(S->arr_f);
+  free(S->arr_b);
+  free(S->slot_start);
+  free(S->slot_end);
+  for (int r = 0; r < S->K; r++)
+    free(S->fin_pos[r]);
+}
+
+/* Simulates plan with the given costs (checked); *makespan is -1 on a
+ * deadlock. With `record`, every action's start and end are kept
+ * (S->slot_start / slot_end at S->slot_off[r] + position). The caller
+ * frees S with sim_free. */
+static int simulate(sim *S, const ax_pipe_plan *plan, const double *t_f,
+                    const double *t_b, const double *t_w, int recompute,
+                    const ax_formula_comm *comm, int record, double *makespan) {
+  int K = ax_pipe_plan_ranks(plan), St = ax_pipe_plan_stages(plan);
+  long n = ax_pipe_plan_batches(plan);
+  *S = (sim){.plan = plan,
+             .mode = ax_pipe_plan_mode(plan),
+             .K = K,
+             .S = St,
+             .U = ax_pipe_plan_units(plan),
+             .recompute = recompute,
+             .t_f = t_f,
+             .t_b = t_b,
+             .t_w = t_w,
+             .comm = comm};
+  if (!t_f || !t_b)
+    return ax_seterr(AX_EINVAL, "formula: need stage time arrays");
+  AX_TRY(check_costs(K, St, t_f, t_b, t_w, recompute, comm));
+  S->units = (size_t)n * (size_t)S->U;
+  S->fin = malloc(sizeof(double) * AX_OP_KINDS * (size_t)S->S * S->units);
+  S->start_f0 = calloc(S->units, sizeof(double));
+  S->batch_end = calloc((size_t)n, sizeof(double));
+  int nofin = 0;
+  if (comm && (comm->fwd || comm->bwd || comm->fwd_busy || comm->bwd_busy)) {
+    S->arr_f = malloc(sizeof(double) * (size_t)S->S * S->units);
+    S->arr_b = malloc(sizeof(double) * (size_t)S->S * S->units);
+    nofin |= !S->arr_f || !S->arr_b;
+  }
+  long total = 0;
+  for (int r = 0; r < K; r++) {
+    long len;
+    ax_pipe_plan_actions(plan, r, &len);
+    S->slot_off[r] = total;
+    total += len;
+    if (comm && comm->issue_rtt)
+      nofin |= !(S->fin_pos[r] = calloc((size_t)len + 1, sizeof(double)));
+  }
+  if (record) {
+    S->slot_start = calloc((size_t)total + 1, sizeof(double));
+    S->slot_end = calloc((size_t)total + 1, sizeof(double));
+    nofin |= !S->slot_start || !S->slot_end;
+  }
+  if (!S->fin || !S->start_f0 || !S->batch_end || nofin)
+    return ax_seterr(AX_ENOMEM, "formula: out of memory");
+  for (size_t i = 0; i < AX_OP_KINDS * (size_t)S->S * S->units; i++)
+    S->fin[i] = -1;
+  int cores = comm ? comm->cores : 0;
+  *makespan = cores > 0 && cores < K ? run_shared(S, cores) : run(S);
+  return AX_OK;
+}
+
+int ax_formula_time_plan(const ax_pipe_plan *plan, const double *t_f,
+                         const double *t_b, const double *t_w, int recompute,
+                         const ax_formula_comm *comm, double *out) {
+  if (!plan || !out)
+    return ax_seterr(AX_EINVAL, "formula: NULL plan or result");
+  sim S;
+  double makespan;
+  int rc = simulate(&S, plan, t_f, t_b, t_w, recompute, comm, 0, &makespan);
+  long n = ax_pipe_plan_batches(plan);
+  long a = (long)S.units / 2, b = (long)S.units - 1;
+  if (rc == AX_OK && makespan < 0)
+    rc = ax_seterr(AX_EINTERNAL, "formula: %s schedule deadlocked",
+                   ax_pipe_mode_name(S.mode));
+  if (rc == AX_OK) {
+    if (n > 1 && ax_pipe_flushes(S.mode)) /* steady state: the spacing of
+                                              the flushes */
+      *out = (S.batch_end[n - 1] - S.batch_end[0]) / (double)(n - 1);
+    else if (ax_pipe_flushes(S.mode) || b <= a)
+      *out = makespan / (double)n;
+    else /* steady state: spacing of stage 0's forwards, second half,
+          * times the units of a mini-batch */
+      *out = S.U * (S.start_f0[b] - S.start_f0[a]) / (double)(b - a);
+  }
+  sim_free(&S);
+  return rc;
+}
+
+int ax_formula_timeline(const ax_pipe_plan *plan, const double *t_f,
+                        const double *t_b, const double *t_w, int recompute,
+                        const ax_formula_comm *comm, ax_pipe_slot **out,
+                        long *n) {
+  if (!plan || !out || !n)
+    return ax_seterr(AX_EINVAL, "formula: NULL plan or result");
+  *out = NULL;
+  *n = 0;
+  sim S;
+  double makespan;
+  int rc = simulate(&S, plan, t_f, t_b, t_w, recompute, comm, 1, &makespan);
+  if (rc == AX_OK && makespan < 0)
+    rc = ax_seterr(AX_EINTERNAL, "formula: %s schedule deadlocked",
+                   ax_pipe_mode_name(S.mode));
+  long total = S.K ? S.slot_off[S.K - 1] : 0, len = 0, k = 0;
+  if (rc == AX_OK) {
+    ax_pipe_plan_actions(plan, S.K - 1, &len);
+    total += len;
+    if (!(*out = calloc((size_t)total + 1, sizeof **out)))
+      rc = ax_seterr(AX_ENOMEM, "formula: out of memory");
+  }
+  for (int r = 0; rc == AX_OK && r < S.K; r++) {
+    const ax_pipe_op *l = ax_pipe_plan_actions(plan, r, &len);
+    for (long i = 0; i < len; i++) { /* a composite is one slot */
+      ax_pipe_slot *o = &(*out)[k++];
+      long j = l[i].with_next && i + 1 < len ? i + 1 : i;
+      *o = (ax_pipe_slot){.rank = r,
+                          .op = l[i],
+                          .start = S.slot_start[S.slot_off[r] + i],
+                          .end = S.slot_end[S.slot_off[r] + j]};
+      o->next = l[j];
+      o->next.kind = j > i ? l[j].kind : -1;
+      i = j;
+    }
+  }
+  *n = k;
+  sim_free(&S);
+  return rc;
+}
+
 int ax_formula_time_comm(const char *mode, int K, int v, int M,
                          const double *t_f, const double *t_b,
                          const double *t_w, int recompute,
@@ -254,90 +427,14 @@ int ax_formula_time_comm(const char *mode, int K, int v, int M,
                      "formula: need 1 <= K v <= %d (got %d x %d), M >= 1 "
                      "(got %d) and stage time arrays",
                      MAX_STAGES, K, v, M);
-  if (recompute < AX_RECOMPUTE_NEVER || recompute > AX_RECOMPUTE_EXCEPT_LAST)
-    return ax_seterr(AX_EINVAL, "formula: recompute option %d unknown",
-                     recompute);
-  for (int s = 0; s < K * v; s++)
-    if (!(t_f[s] >= 0) || !(t_b[s] >= 0) || (t_w && !(t_w[s] >= 0)) ||
-        (comm && comm->step && !(comm->step[s] >= 0)))
-      return ax_seterr(AX_EINVAL,
-                       "formula: stage %d times (%g, %g) must be "
-                       ">= 0",
-                       s, t_f[s], t_b[s]);
-  if (comm && !(comm->per_action >= 0))
-    return ax_seterr(AX_EINVAL, "formula: per-action cost must be >= 0");
-  if (comm && comm->cores < 0)
-    return ax_seterr(AX_EINVAL, "formula: %d cores", comm->cores);
-  for (int s = 0; comm && s + 1 < K * v; s++) /* the links: S - 1 */
-    if ((comm->fwd && !(comm->fwd[s] >= 0)) ||
-        (comm->fwd_busy && !(comm->fwd_busy[s] >= 0)) ||
-        (comm->bwd_busy && !(comm->bwd_busy[s] >= 0)) ||
-        (comm->bwd && !(comm->bwd[s] >= 0)))
-      return ax_seterr(AX_EINVAL, "formula: transfer times must be >= 0");
-  int flushed = ax_pipe_flushes(m);
+  AX_TRY(check_costs(K, K * v, t_f, t_b, t_w, recompute, comm));
   /* Flushed modes: one mini-batch (several when the coordinator's window
    * carries one into the next). Others: long enough for a steady state. */
   int window = comm && comm->issue_rtt;
-  for (int r = 0; window && r < K; r++)
-    if (!(comm->issue_rtt[r] >= 0))
-      return ax_seterr(AX_EINVAL, "formula: round trips must be >= 0");
-  long n = flushed ? (window ? 5 : 1) : 8 * K + 32;
+  long n = ax_pipe_flushes(m) ? (window ? 5 : 1) : 8 * K + 32;
   ax_pipe_plan *plan = NULL;
   AX_TRY(ax_pipe_plan_new(m, K, v, M, n, &plan));
-  sim S = {.plan = plan,
-           .mode = m,
-           .K = K,
-           .S = K * v,
-           .U = ax_pipe_units(m, M),
-           .recompute = recompute,
-           .t_f = t_f,
-           .t_b = t_b,
-           .t_w = t_w,
-           .comm = comm};
-  S.units = (size_t)n * (size_t)S.U;
-  S.fin = malloc(sizeof(double) * AX_OP_KINDS * (size_t)S.S * S.units);
-  S.start_f0 = calloc(S.units, sizeof(double));
-  S.batch_end = calloc((size_t)n, sizeof(double));
-  int rc = AX_OK, nofin = 0;
-  if (comm && (comm->fwd || comm->bwd || comm->fwd_busy || comm->bwd_busy)) {
-    S.arr_f = malloc(sizeof(double) * (size_t)S.S * S.units);
-    S.arr_b = malloc(sizeof(double) * (size_t)S.S * S.units);
-    nofin |= !S.arr_f || !S.arr_b;
-  }
-  for (int r = 0; window && r < K; r++) {
-    long len;
-    ax_pipe_plan_actions(plan, r, &len);
-    nofin |= !(S.fin_pos[r] = calloc((size_t)len + 1, sizeof(double)));
-  }
-  if (!S.fin || !S.start_f0 || !S.batch_end || nofin) {
-    rc = ax_seterr(AX_ENOMEM, "formula: out of memory");
-    goto done;
-  }
-  for (size_t i = 0; i < AX_OP_KINDS * (size_t)S.S * S.units; i++)
-    S.fin[i] = -1;
-  int cores = comm ? comm->cores : 0;
-  double makespan = cores > 0 && cores < K ? run_shared(&S, cores) : run(&S);
-  if (makespan < 0) {
-    rc = ax_seterr(AX_EINTERNAL, "formula: %s schedule deadlocked", mode);
-    goto done;
-  }
-  if (flushed && window) { /* steady state: the spacing of the flushes */
-    *out = (S.batch_end[n - 1] - S.batch_end[0]) / (double)(n - 1);
-  } else if (flushed) {
-    *out = makespan;
-  } else { /* steady state: spacing of stage 0's forwards, second half,
-            * times the units of a mini-batch */
-    long a = (long)S.units / 2, b = (long)S.units - 1;
-    *out = S.U * (S.start_f0[b] - S.start_f0[a]) / (double)(b - a);
-  }
-done:
-  free(S.fin);
-  free(S.start_f0);
-  free(S.batch_end);
-  free(S.arr_f);
-  free(S.arr_b);
-  for (int r = 0; r < K; r++)
-    free(S.fin_pos[r]);
+  int rc = ax_formula_time_plan(plan, t_f, t_b, t_w, recompute, comm, out);
   ax_pipe_plan_free(plan);
   return rc;
 }

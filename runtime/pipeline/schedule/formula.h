@@ -13,11 +13,11 @@
  *
  * How the time is computed. ax_formula_time simulates the mode's own action
  * lists and dependencies (ax_pipe_plan, mode.h: no second copy of the
- * schedules): each action starts when its stage is free and its
- * dependencies have finished, so unequal stages are handled. With equal
- * stages the results are the closed forms of the mode table
- * (ax_pipe_mode_def.uniform_time; t_f, t_b per stage; T_F = K t_f,
- * T_B = K t_b):
+ * schedules; any plan, a schedule file's too: ax_formula_time_plan): each
+ * action starts when its stage is free and its dependencies have finished, so
+ * unequal stages are handled. With equal stages the results are the closed
+ * forms of the mode table (ax_pipe_mode_def.uniform_time; t_f, t_b per stage;
+ * T_F = K t_f, T_B = K t_b):
  *
  *  - sequential: one mini-batch goes forward through every stage, then
  *    backward; nothing overlaps: K (t_f + t_b) = T_F + T_B.
@@ -119,6 +119,39 @@ int ax_formula_time_comm(const char *mode, int K, int v, int M,
                          const double *t_f, const double *t_b,
                          const double *t_w, int recompute,
                          const ax_formula_comm *comm, double *out);
+
+/* The same simulation on any plan (a mode's lists, ax_pipe_plan_new, or
+ * lists given as data, ax_pipe_plan_new_lists): t_f, t_b, t_w (may be NULL)
+ * and comm's stage arrays have ax_pipe_plan_stages(plan) entries,
+ * issue_rtt ax_pipe_plan_ranks(plan). The result is per mini-batch: a
+ * mode without flush gives the steady-state period (the plan should hold
+ * enough mini-batches for one: the wrappers above use 8 K + 32); a flushed
+ * mode the makespan of a plan of one mini-batch, or the spacing of the
+ * flushes with more. The mode-name functions above build the mode's plan
+ * and call this. AX_EINVAL on a bad argument, AX_EINTERNAL when the lists
+ * deadlock, AX_ENOMEM. */
+int ax_formula_time_plan(const ax_pipe_plan *plan, const double *t_f,
+                         const double *t_b, const double *t_w, int recompute,
+                         const ax_formula_comm *comm, double *out);
+
+/* One action of a simulated (or traced) run: its rank, the action, and
+ * when it started and ended (seconds from the run's start). A composite
+ * (op.with_next) is one slot: `next` is its second part and `end` that
+ * part's end; else next.kind is -1. */
+typedef struct ax_pipe_slot {
+  int rank;
+  ax_pipe_op op, next;
+  double start, end;
+} ax_pipe_slot;
+
+/* The timeline of the same simulation: every action of the plan as a slot
+ * (*out, malloc'd, the caller frees; *n slots), rank by rank, each rank's
+ * in its list's order. Errors as ax_formula_time_plan (*out NULL, *n 0).
+ * Drawn by timeline.h. */
+int ax_formula_timeline(const ax_pipe_plan *plan, const double *t_f,
+                        const double *t_b, const double *t_w, int recompute,
+                        const ax_formula_comm *comm, ax_pipe_slot **out,
+                        long *n);
 
 /* The closed form for K equal stages (see above); -1.0 for an unknown mode
  * or K, M < 1, or a mode without one. For gpipe, recompute ALWAYS is included,
