@@ -86,8 +86,8 @@ static int sched_of_plan(const ax_pipe_plan *p, ax_pipe_sched **out) {
     }
     for (long i = 0; i < n; i++)
       if (l[i].batch == 0) {
-        s->split |= l[i].kind == AX_OP_INPUT_GRAD ||
-                    l[i].kind == AX_OP_WEIGHT_GRAD;
+        s->split |=
+            l[i].kind == AX_OP_INPUT_GRAD || l[i].kind == AX_OP_WEIGHT_GRAD;
         s->ops[r][s->len[r]++] = l[i];
       }
   }
@@ -125,8 +125,8 @@ static void put(text *t, const char *fmt, ...) {
   for (int tries = 0; t->err == AX_OK && tries < 2; tries++) {
     va_list ap;
     va_start(ap, fmt);
-    int k = vsnprintf(t->p ? t->p + t->n : NULL, t->p ? t->cap - t->n : 0,
-                      fmt, ap);
+    int k =
+        vsnprintf(t->p ? t->p + t->n : NULL, t->p ? t->cap - t->n : 0, fmt, ap);
     va_end(ap);
     if (k < 0) {
       t->err = AX_EINTERNAL;
@@ -178,10 +178,10 @@ static void put_rank(text *t, int r, const ax_pipe_op *l, long n, int U,
   put(t, "\n");
 }
 
-static void put_header(text *t, int mode, int K, int S, int U,
-                       const int *rank, const char *update) {
-  put(t, "mode %s\nranks %d\nstages %d\nmicro %d\n", ax_pipe_mode_name(mode),
-      K, S, U);
+static void put_header(text *t, int mode, int K, int S, int U, const int *rank,
+                       const char *update) {
+  put(t, "mode %s\nranks %d\nstages %d\nmicro %d\n", ax_pipe_mode_name(mode), K,
+      S, U);
   put_placement(t, K, S, rank);
   put(t, "update %s\n", update);
 }

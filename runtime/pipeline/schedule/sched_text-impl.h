@@ -12,7 +12,7 @@ struct ax_pipe_sched {
   int U;     /* units per mini-batch */
   int split; /* 1: the lists have I or W */
   int stage_rank[AX_PIPE_PLAN_MAX_STAGES];
-  long len[AX_PIPE_PLAN_MAX_STAGES];     /* rank r's actions */
+  long len[AX_PIPE_PLAN_MAX_STAGES];        /* rank r's actions */
   ax_pipe_op *ops[AX_PIPE_PLAN_MAX_STAGES]; /* (len[r]), malloc'd */
 };
 

@@ -12,7 +12,7 @@
 /* What a unit of a stage has seen so far (bits of unit_seen). */
 enum { SEEN_F = 1, SEEN_B = 2, SEEN_I = 4, SEEN_W = 8 };
 enum { H_RANKS, H_STAGES, H_MICRO, H_PLACEMENT, H_UPDATE, H_MODE, H_COUNT };
-static const char *const g_keys[H_COUNT] = {"ranks",  "stages", "micro",
+static const char *const g_keys[H_COUNT] = {"ranks",     "stages", "micro",
                                             "placement", "update", "mode"};
 
 typedef struct word { /* a word of a line: its bytes and column */
@@ -28,7 +28,7 @@ typedef struct parser {
   int K, S, U, mode;  /* mode -1: the default */
   int place;          /* AX_PLACE_LOOP, AX_PLACE_V, or -1: explicit */
   int explicit_n, explicit_rank[AX_PIPE_PLAN_MAX_STAGES];
-  int body;           /* 1 once the first rank line was read */
+  int body; /* 1 once the first rank line was read */
   int rank_line[AX_PIPE_PLAN_MAX_STAGES]; /* the line of each rank, 0: none */
   unsigned char *seen;                    /* (S, U): SEEN_* of each unit */
   int step_seen[AX_PIPE_PLAN_MAX_STAGES];
@@ -115,9 +115,9 @@ static int header(parser *p, const word *w, int n) {
               g_keys[h], p->given[h]);
   p->given[h] = p->line;
   if (n < 2)
-    return at(p, AX_EFORMAT, w[0].col + w[0].n, "%s needs a value",
-              g_keys[h]);
-  if (h == H_PLACEMENT && n == 2 && (word_is(&w[1], "loop") || word_is(&w[1], "v"))) {
+    return at(p, AX_EFORMAT, w[0].col + w[0].n, "%s needs a value", g_keys[h]);
+  if (h == H_PLACEMENT && n == 2 &&
+      (word_is(&w[1], "loop") || word_is(&w[1], "v"))) {
     p->place = word_is(&w[1], "v") ? AX_PLACE_V : AX_PLACE_LOOP;
     return AX_OK;
   }
@@ -174,17 +174,21 @@ static int header(parser *p, const word *w, int n) {
  * stages, their ranks, the mode; the lists' room. */
 static int header_done(parser *p, size_t col) {
   if (!p->given[H_RANKS] || !p->given[H_MICRO])
-    return at(p, AX_EINVAL, col, "the header needs 'ranks K' and 'micro U' "
-                                 "before the first rank line");
-  int K = p->K, S = p->given[H_STAGES] ? p->S
+    return at(p, AX_EINVAL, col,
+              "the header needs 'ranks K' and 'micro U' "
+              "before the first rank line");
+  int K = p->K, S = p->given[H_STAGES]       ? p->S
                     : p->place == AX_PLACE_V ? 2 * K
                     : p->place < 0           ? p->explicit_n
                                              : K;
   int pl = p->given[H_PLACEMENT];
   if (p->given[H_STAGES] && p->place < 0 && S != p->explicit_n)
-    return ax_seterr(AX_EINVAL, "%.200s:%d:1: placement names %d stages, "
-                     "stages says %d", p->name, pl, p->explicit_n, S);
-  if (S < K || S > AX_PIPE_PLAN_MAX_STAGES || (p->place == AX_PLACE_V && S != 2 * K))
+    return ax_seterr(AX_EINVAL,
+                     "%.200s:%d:1: placement names %d stages, "
+                     "stages says %d",
+                     p->name, pl, p->explicit_n, S);
+  if (S < K || S > AX_PIPE_PLAN_MAX_STAGES ||
+      (p->place == AX_PLACE_V && S != 2 * K))
     return ax_seterr(AX_EINVAL,
                      "%.200s:%d:1: %d stages on %d ranks (at least one per "
                      "rank, at most %d; a V has 2K)",
@@ -193,12 +197,14 @@ static int header_done(parser *p, size_t col) {
   p->S = S;
   int held[AX_PIPE_PLAN_MAX_STAGES] = {0};
   for (int i = 0; i < S; i++) {
-    int r = p->place < 0 ? p->explicit_rank[i]
+    int r = p->place < 0             ? p->explicit_rank[i]
             : p->place == AX_PLACE_V ? (i < K ? i : 2 * K - 1 - i)
                                      : i % K;
     if (r >= K)
-      return ax_seterr(AX_EINVAL, "%.200s:%d:1: placement puts stage %d on "
-                       "rank %d of %d", p->name, pl, i, r, K);
+      return ax_seterr(AX_EINVAL,
+                       "%.200s:%d:1: placement puts stage %d on "
+                       "rank %d of %d",
+                       p->name, pl, i, r, K);
     p->s->stage_rank[i] = r;
     held[r]++;
   }
@@ -207,16 +213,18 @@ static int header_done(parser *p, size_t col) {
       return ax_seterr(AX_EINVAL, "%.200s:%d:1: rank %d holds no stage",
                        p->name, pl ? pl : p->given[H_RANKS], r);
   if (p->mode >= 0 && ax_pipe_units(p->mode, p->U) != p->U)
-    return ax_seterr(AX_EINVAL, "%.200s:%d:1: mode %s runs %d unit(s) per "
-                     "mini-batch, micro says %d", p->name, p->given[H_MODE],
-                     ax_pipe_mode_name(p->mode), ax_pipe_units(p->mode, p->U),
-                     p->U);
+    return ax_seterr(AX_EINVAL,
+                     "%.200s:%d:1: mode %s runs %d unit(s) per "
+                     "mini-batch, micro says %d",
+                     p->name, p->given[H_MODE], ax_pipe_mode_name(p->mode),
+                     ax_pipe_units(p->mode, p->U), p->U);
   p->s->K = K;
   p->s->S = S;
   p->s->U = p->U;
   p->seen = calloc((size_t)S * (size_t)p->U, 1);
   for (int r = 0; r < K; r++)
-    p->s->ops[r] = malloc(sizeof(ax_pipe_op) * (size_t)held[r] * (3 * (size_t)p->U + 1));
+    p->s->ops[r] =
+        malloc(sizeof(ax_pipe_op) * (size_t)held[r] * (3 * (size_t)p->U + 1));
   for (int r = 0; r < K; r++)
     if (!p->s->ops[r])
       return ax_seterr(AX_ENOMEM, "schedule: out of memory");
@@ -263,14 +271,18 @@ static int book(parser *p, int r, const ax_pipe_op *o, size_t col) {
   static const char kc[] = "FBIW";
   int s = o->stage, u = o->micro;
   if (p->s->stage_rank[s] != r)
-    return at(p, AX_EINVAL, col, "rank %d does not hold stage %d (rank %d "
-              "does)", r, s, p->s->stage_rank[s]);
+    return at(p, AX_EINVAL, col,
+              "rank %d does not hold stage %d (rank %d "
+              "does)",
+              r, s, p->s->stage_rank[s]);
   if (p->step_seen[s] && o->kind == AX_OP_STEP)
     return at(p, AX_EINVAL, col, "STEP%d twice (first at column %d)", s,
               p->step_seen[s]);
   if (p->step_seen[s])
-    return at(p, AX_EINVAL, col, "stage %d acts after its STEP%d (column "
-              "%d): the update ends the mini-batch", s, s, p->step_seen[s]);
+    return at(p, AX_EINVAL, col,
+              "stage %d acts after its STEP%d (column "
+              "%d): the update ends the mini-batch",
+              s, s, p->step_seen[s]);
   if (o->kind == AX_OP_STEP) {
     p->step_seen[s] = (int)col;
     return AX_OK;
@@ -281,22 +293,29 @@ static int book(parser *p, int r, const ax_pipe_op *o, size_t col) {
   if (*seen & bit[o->kind])
     return at(p, AX_EINVAL, col, "%d%c%d twice", s, k, u);
   if (o->kind == AX_OP_FWD && (*seen & (SEEN_B | SEEN_I)))
-    return at(p, AX_EINVAL, col, "%dF%d after its backward %d%c%d: a unit's "
-              "forward comes first", s, u, s, *seen & SEEN_B ? 'B' : 'I', u);
+    return at(p, AX_EINVAL, col,
+              "%dF%d after its backward %d%c%d: a unit's "
+              "forward comes first",
+              s, u, s, *seen & SEEN_B ? 'B' : 'I', u);
   if (o->kind == AX_OP_BWD && (*seen & (SEEN_I | SEEN_W)))
-    return at(p, AX_EINVAL, col, "%dB%d mixed with %dI%d: a unit's backward "
-              "is B, or I and W", s, u, s, u);
+    return at(p, AX_EINVAL, col,
+              "%dB%d mixed with %dI%d: a unit's backward "
+              "is B, or I and W",
+              s, u, s, u);
   if (o->kind >= AX_OP_INPUT_GRAD && (*seen & SEEN_B))
-    return at(p, AX_EINVAL, col, "%d%c%d mixed with %dB%d: a unit's "
-              "backward is B, or I and W", s, k, u, s, u);
+    return at(p, AX_EINVAL, col,
+              "%d%c%d mixed with %dB%d: a unit's "
+              "backward is B, or I and W",
+              s, k, u, s, u);
   if (o->kind == AX_OP_WEIGHT_GRAD && !(*seen & SEEN_I))
     return at(p, AX_EINVAL, col, "%dW%d before its input half %dI%d", s, u, s,
               u);
   if (o->kind >= AX_OP_INPUT_GRAD && p->mode >= 0 &&
       !ax_pipe_mode_get(p->mode)->split)
-    return at(p, AX_EINVAL, col, "%d%c%d: mode %s (line %d) does not split "
-              "the backward; name a split mode (zb-h1, zbv) or none", s, k, u,
-              ax_pipe_mode_name(p->mode), p->given[H_MODE]);
+    return at(p, AX_EINVAL, col,
+              "%d%c%d: mode %s (line %d) does not split "
+              "the backward; name a split mode (zb-h1, zbv) or none",
+              s, k, u, ax_pipe_mode_name(p->mode), p->given[H_MODE]);
   p->s->split |= o->kind >= AX_OP_INPUT_GRAD;
   *seen |= bit[o->kind];
   return AX_OK;
@@ -313,11 +332,13 @@ static int rank_done(const parser *p, int r, size_t col) {
       if (!(seen & SEEN_F))
         return at(p, AX_EINVAL, col, "rank %d: no %dF%d", r, s, u);
       if (!(seen & (SEEN_B | SEEN_I)))
-        return at(p, AX_EINVAL, col, "rank %d: no %dB%d (nor %dI%d and "
-                  "%dW%d)", r, s, u, s, u, s, u);
+        return at(p, AX_EINVAL, col,
+                  "rank %d: no %dB%d (nor %dI%d and "
+                  "%dW%d)",
+                  r, s, u, s, u, s, u);
       if ((seen & SEEN_I) && !(seen & SEEN_W))
-        return at(p, AX_EINVAL, col, "rank %d: %dI%d has no %dW%d", r, s, u,
-                  s, u);
+        return at(p, AX_EINVAL, col, "rank %d: %dI%d has no %dW%d", r, s, u, s,
+                  u);
     }
     if (!p->step_seen[s])
       return at(p, AX_EINVAL, col, "rank %d: no STEP%d", r, s);
@@ -354,7 +375,8 @@ static int rank_line(parser *p, const word *w, int n) {
         return at(p, AX_EFORMAT, w[i].col, "a composite joins two actions");
       AX_TRY(action(p, plus + 1, n2, c2, &o[1]));
       if (o[0].kind == AX_OP_STEP || o[1].kind == AX_OP_STEP)
-        return at(p, AX_EINVAL, w[i].col, "a composite joins two actions, "
+        return at(p, AX_EINVAL, w[i].col,
+                  "a composite joins two actions, "
                   "neither a STEP");
       o[0].with_next = 1;
       parts = 2;
@@ -401,8 +423,8 @@ static int parse_lines(parser *p, const char *text, size_t len) {
 int ax_pipe_sched_parse(const char *text, size_t len, const char *name,
                         ax_pipe_sched **out) {
   *out = NULL;
-  parser p = {.name = name ? name : "schedule", .mode = -1,
-              .place = AX_PLACE_LOOP};
+  parser p = {
+      .name = name ? name : "schedule", .mode = -1, .place = AX_PLACE_LOOP};
   if (!text && len)
     return ax_seterr(AX_EINVAL, "%.200s: no text", p.name);
   if (len > AX_PIPE_SCHED_MAX_BYTES)

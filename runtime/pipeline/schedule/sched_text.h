@@ -83,8 +83,7 @@ int ax_pipe_sched_load(const char *path, ax_pipe_sched **out);
  * n = 1: K ranks, v chunks, M micro-batches), named by its mode.
  * AX_EUNSUPPORTED for a mode that does not flush (its lists span
  * mini-batches; ax_pipe_plan_text prints those), else plan_new's errors. */
-int ax_pipe_sched_from_mode(int mode, int K, int v, int M,
-                            ax_pipe_sched **out);
+int ax_pipe_sched_from_mode(int mode, int K, int v, int M, ax_pipe_sched **out);
 /* A copy (AX_ENOMEM). */
 int ax_pipe_sched_copy(const ax_pipe_sched *s, ax_pipe_sched **out);
 void ax_pipe_sched_free(ax_pipe_sched *s); /* NULL-safe */
