@@ -65,15 +65,14 @@ static void test_schedule_cli(void **state) {
   const char *own = path("own.log"), *warm = path("warm.log"),
              *file = path("warm.txt"), *ck = path("ckpt"),
              *resumed = path("resumed.log");
-  write_file(file,
-             "# 1F1B with a warm-up of two on rank 0\n"
-             "ranks 2\nmicro 4\n"
-             "rank 0: 0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3 STEP0\n"
-             "rank 1: 1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3 STEP1\n");
+  write_file(file, "# 1F1B with a warm-up of two on rank 0\n"
+                   "ranks 2\nmicro 4\n"
+                   "rank 0: 0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3 STEP0\n"
+                   "rank 1: 1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3 STEP1\n");
   free(run(0, (const char *[]){TRAIN, "--mode", "1f1b", "--microbatches", "4",
                                "--steps", "6", "--loss-log", own, NULL}));
-  char *out = run(0, (const char *[]){TRAIN, "--schedule", file, "--steps",
-                                      "6", "--loss-log", warm, NULL});
+  char *out = run(0, (const char *[]){TRAIN, "--schedule", file, "--steps", "6",
+                                      "--loss-log", warm, NULL});
   assert_non_null(strstr(out, "mode=1f1b stages=2 micro=4 steps=6"));
   free(out);
   a = mt_slurp(own), b = mt_slurp(warm);
@@ -91,8 +90,8 @@ static void test_schedule_cli(void **state) {
   assert_string_equal(a, b);
   free(a), free(b);
   /* Refusals, before any agent starts. */
-  out = run(2, (const char *[]){TRAIN, "--schedule", file, "--mode", "gpipe",
-                                NULL});
+  out = run(
+      2, (const char *[]){TRAIN, "--schedule", file, "--mode", "gpipe", NULL});
   assert_non_null(strstr(out, "--mode gpipe contradicts the schedule"));
   free(out);
   const char *bad = path("bad.txt");
