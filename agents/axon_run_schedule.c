@@ -51,8 +51,8 @@ static int file_text(const char *path, char **out) {
 
 static int schedule_main(int argc, char **argv) {
   sched_cli u = {.mode = -1, .M = 4};
-  int rc = axi_cli_parse(&axi_run_prog, &axi_run_schedule_cmd, 2, argc, argv,
-                         &u);
+  int rc =
+      axi_cli_parse(&axi_run_prog, &axi_run_schedule_cmd, 2, argc, argv, &u);
   if (rc >= 0)
     return rc;
   if ((u.mode >= 0) == (u.file != NULL) || (u.mode >= 0 && u.K < 1)) {
@@ -77,8 +77,8 @@ static int schedule_main(int argc, char **argv) {
 }
 
 /* Why --schedule cannot run with pa (written into buf), or NULL. */
-static const char *conflict(const axi_run_pipe_args *pa,
-                            const ax_pipe_sched *s, char *buf, size_t len) {
+static const char *conflict(const axi_run_pipe_args *pa, const ax_pipe_sched *s,
+                            char *buf, size_t len) {
   int parts = AXR_PARTS(pa), K = pa->local ? pa->local / parts : pa->K;
   int m = ax_pipe_sched_mode(s);
   if (pa->mode_set && pa->mode != m)
@@ -90,17 +90,23 @@ static const char *conflict(const axi_run_pipe_args *pa,
     snprintf(buf, len, "--microbatches %d contradicts the schedule's micro %d",
              pa->M, ax_pipe_sched_units(s));
   else if (K != ax_pipe_sched_ranks(s))
-    snprintf(buf, len, "the schedule has %d ranks, the run %d agents per "
-             "pipeline", ax_pipe_sched_ranks(s), K);
+    snprintf(buf, len,
+             "the schedule has %d ranks, the run %d agents per "
+             "pipeline",
+             ax_pipe_sched_ranks(s), K);
   else if (pa->chunks)
-    snprintf(buf, len, "--chunks with --schedule: the schedule places its "
+    snprintf(buf, len,
+             "--chunks with --schedule: the schedule places its "
              "stages");
   else if (pa->freeze_schedule)
-    snprintf(buf, len, "--freeze-schedule re-splits the stages, which the "
+    snprintf(buf, len,
+             "--freeze-schedule re-splits the stages, which the "
              "schedule fixes");
   else if (strcmp(pa->partition, "uniform"))
-    snprintf(buf, len, "--partition %s with --schedule: the schedule's "
-             "stages are split uniformly", pa->partition);
+    snprintf(buf, len,
+             "--partition %s with --schedule: the schedule's "
+             "stages are split uniformly",
+             pa->partition);
   else
     return NULL;
   return buf;
@@ -129,8 +135,8 @@ int axi_run_cli_schedule(axi_run_cli *r) {
 
 #define F(field) offsetof(sched_cli, field)
 static const axi_cli_opt g_sched_opts[] = {
-    {"mode", "MODE", AXI_CLI_FN, .values_fn = ax_pipe_mode_list,
-     .fn = set_mode, .help = "%s: print its lists"},
+    {"mode", "MODE", AXI_CLI_FN, .values_fn = ax_pipe_mode_list, .fn = set_mode,
+     .help = "%s: print its lists"},
     {"stages", "K", AXI_CLI_INT, F(K), 1, AX_PIPE_PLAN_MAX_STAGES,
      .help = "with --mode: its ranks (agents)"},
     {"micro", "M", AXI_CLI_INT, F(M), 1, AX_PIPE_SCHED_MAX_UNITS,
