@@ -53,7 +53,12 @@ typedef struct axi_run_pipe_args {
    * --checkpoint-to, --resume, --loss-log. */
   const char *ckpt_dir, *resume, *loss_log;
   const char *freeze_schedule; /* --freeze-schedule STEP:BLOCKS[:K],... */
-  long freeze_cache_mb;        /* --freeze-cache-mb (0: 1024; -1: none) */
+  /* --schedule FILE: the lists the drivers walk, loaded and checked by
+   * axi_run_cli_schedule (axon_run_schedule.c) */
+  const char *schedule_file;
+  ax_pipe_sched *schedule;
+  int mode_set, micro_set; /* --mode, --microbatches given */
+  long freeze_cache_mb;    /* --freeze-cache-mb (0: 1024; -1: none) */
   long ckpt_every;
   int ckpt_to_coord; /* --checkpoint-to coordinator */
   int ckpt_memory;   /* --checkpoint-in-memory */
@@ -160,10 +165,11 @@ int axi_run_train(const axi_run_pipe_args *a, ax_pipe **p, long total,
 int axi_run_live(const axi_run_pipe_args *a);
 /* The program and its commands: train (axon_run_train.c), eval and export
  * (axon_run_use.c), probe (axon_run_probe.c), plan (axon_run_plan.c),
- * generate (axon_run_gen.c). */
+ * generate (axon_run_gen.c), schedule (axon_run_schedule.c). */
 extern const axi_cli_prog axi_run_prog;
 extern const axi_cli_cmd axi_run_train_cmd, axi_run_eval_cmd,
-    axi_run_export_cmd, axi_run_probe_cmd, axi_run_plan_cmd, axi_run_gen_cmd;
+    axi_run_export_cmd, axi_run_probe_cmd, axi_run_plan_cmd, axi_run_gen_cmd,
+    axi_run_schedule_cmd;
 
 /* What the options of train, probe and plan fill (one family: probe and
  * plan take train's options too). */
@@ -194,6 +200,11 @@ int axi_run_cli_pipe(const axi_run_cli *r);
 /* The checks of the pipeline options against each other (for train and
  * probe): -1 when they hold, else 2 after a message. */
 int axi_run_cli_check_pipe(axi_run_cli *r);
+/* --schedule FILE: loads it into r->pa.schedule and takes its mode and
+ * micro-batches, refusing what contradicts it (--mode, --microbatches,
+ * the agents, --chunks, --freeze-schedule, a partition but uniform). -1
+ * when it holds or there is none, else 2 after a message. */
+int axi_run_cli_schedule(axi_run_cli *r);
 /* Copies the training options into r->pa (the pipeline's paths read only
  * those) and sets this process's compute threads (1 unless --threads). */
 void axi_run_cli_to_pipe(axi_run_cli *r);

@@ -39,6 +39,9 @@ static void run_config(const axi_run_pipe_args *a, char *out, size_t len) {
   size_t at = strlen(out); /* only with one: older checkpoints match */
   if (a->freeze_schedule && at < len)
     snprintf(out + at, len - at, ";freeze=%s", a->freeze_schedule);
+  at = strlen(out); /* the layout's lists: a resume may change them */
+  if (a->schedule_file && at < len)
+    snprintf(out + at, len - at, ";schedule=%s", a->schedule_file);
 }
 
 static const char *const math_keys[] = {

@@ -13,7 +13,8 @@
 #include "axon/runtime/pipeline/trace/trace.h"
 
 int axi_run_stages(const axi_run_pipe_args *a) {
-  return a->K * ax_pipe_chunks(a->mode, a->chunks);
+  return a->schedule ? ax_pipe_sched_stages(a->schedule)
+                     : a->K * ax_pipe_chunks(a->mode, a->chunks);
 }
 
 void axi_run_announce(const axi_run_pipe_args *a, const int *bounds) {

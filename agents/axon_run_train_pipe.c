@@ -70,8 +70,16 @@ static int lib_parse(int rc) {
 
 static int set_mode(void *dst, const char *s) {
   axi_run_cli *r = dst;
+  r->pa.mode_set = 1;
   return lib_parse((r->pa.mode = ax_pipe_mode_index(s)) < 0 ? AX_EINVAL
                                                             : AX_OK);
+}
+
+static int set_micro(void *dst, const char *s) {
+  axi_run_cli *r = dst;
+  r->pa.micro_set = 1;
+  return axi_cli_i32("axon-run", "--microbatches", s, 1, 1 << 16, &r->pa.M) ? 0
+                                                                            : 2;
 }
 
 static int set_recompute(void *dst, const char *s) {
@@ -111,11 +119,14 @@ const axi_cli_opt axi_run_pipe_opts[] = {
      .help = "allow a non-loopback --listen without credentials"},
     {"mode", "MODE", AXI_CLI_FN, .values_fn = ax_pipe_mode_list, .fn = set_mode,
      .help = "%s (pipedream)"},
-    {"microbatches", "M", AXI_CLI_INT, F(pa.M), 1, 1 << 16,
+    {"microbatches", "M", AXI_CLI_FN, .fn = set_micro,
      .help = "micro-batches per mini-batch, gpipe/1f1b/2bw/\n"
              "interleaved (4)"},
     {"chunks", "V", AXI_CLI_INT, F(pa.chunks), 0, MAXS,
      .help = "interleaved: stages per agent (2)"},
+    {"schedule", "FILE", AXI_CLI_STR, F(pa.schedule_file),
+     .help = "run the lists of a schedule file (axon-run schedule;\n"
+             "docs/MODES.md): its mode, micro-batches, stages"},
     {"recompute", "R", AXI_CLI_FN, .fn = set_recompute,
      .help = "gpipe: always|except-last|never (never)"},
     {"staleness", "S", AXI_CLI_FN, .fn = set_staleness,
@@ -356,7 +367,8 @@ int axi_run_cli_check_pipe(axi_run_cli *r) {
   int pipe = axi_run_cli_pipe(r), rc = check_modes(&r->pa, pipe);
   if (rc >= 0 || !pipe)
     return rc;
-  if ((rc = check_world(&r->pa)) < 0 && (rc = check_parts(&r->pa)) < 0)
+  if ((rc = check_world(&r->pa)) < 0 && (rc = check_parts(&r->pa)) < 0 &&
+      (rc = axi_run_cli_schedule(r)) < 0)
     rc = check_schedule(&r->pa);
   return rc;
 }

@@ -12,7 +12,7 @@ secs=${2:?usage: fuzz.sh BUILD SECONDS [HARNESS...]}
 shift 2
 src=$(cd "$(dirname "$0")/.." && pwd)
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(bulk_frame codec rref join http config stage_msg)
+[ ${#targets[@]} -gt 0 ] || targets=(bulk_frame codec rref join http config stage_msg sched_text)
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/axon-fuzz.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 arts="$build/fuzz-artifacts"

@@ -415,7 +415,7 @@ int axi_pipe_train_one(ax_pipe *p, long n, ax_pipe_batch_fn batch,
                        ax_pipe_step_fn step, void *user) {
   size_t units = (size_t)n * (size_t)p->U;
   p->n = n;
-  int perr = ax_pipe_plan_new(p->o.mode, p->R, p->v, p->o.M, n, &p->plan);
+  int perr = axi_pipe_plan_of(p, n, &p->plan);
   if (perr != AX_OK)
     return perr;
   p->done = calloc((size_t)p->K * AX_OP_KINDS * units + 1, 1);

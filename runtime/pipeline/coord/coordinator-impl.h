@@ -58,8 +58,9 @@ struct ax_pipe {
   char model_config[512];             /* o.model_config's copy ("" when none) */
   int K, U, ignore_index;             /* K: stages (agents x chunks) */
   int bounds[AX_PIPE_MAX_STAGES + 1]; /* stage s: blocks [bounds[s], [s+1]) */
-  int R, v; /* agents (ranks, one driver each), chunks */
-  int tied; /* its stages exchange tied gradients (coord_ties.c) */
+  int R, v;             /* agents (ranks, one driver each), chunks */
+  ax_pipe_sched *sched; /* o.schedule's copy (o.schedule points to it) */
+  int tied;             /* its stages exchange tied gradients (coord_ties.c) */
   ax_rref *host[AX_PIPE_MAX_STAGES];
   ax_rref *optim[AX_PIPE_MAX_STAGES]; /* on o.optimizer_host, or NULL */
   char optim_host[AXP_NAME];          /* o.optimizer_host's name */
@@ -116,9 +117,15 @@ int axi_pipe_release_push(ax_pipe *p, uint64_t ctx);
 void axi_pipe_release_stop(ax_pipe *p);
 
 /* A zeroed pipeline of node n with a copy of o whose caller-owned arrays
- * and strings (agents, bounds, devices, optimizer_host) are cleared; NULL
- * on no memory (coordinator.c). */
+ * and strings (agents, bounds, devices, optimizer_host) are cleared and
+ * whose schedule is its own copy (p->sched, freed with p); NULL on no
+ * memory (coordinator.c). */
 ax_pipe *axi_pipe_alloc(ax_node *n, const ax_pipe_opts *o);
+/* The checks of o.schedule against the other options (AX_EINVAL naming
+ * both; AX_OK without one), and the plan of p's next n mini-batches: the
+ * schedule's or the mode's (coord_sched.c). */
+int axi_pipe_check_schedule(const ax_pipe_opts *o);
+int axi_pipe_plan_of(const ax_pipe *p, long n, ax_pipe_plan **out);
 /* One pipeline, or replica rep->r of R (rep may be NULL), as ax_pipe_new
  * (coordinator.c). */
 int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,

@@ -77,13 +77,13 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
                      "pipeline: an optimizer host keeps each stage's whole "
                      "optimizer state on one agent, and zero shards it over "
                      "the replicas: one or the other");
-  int S = o->K * ax_pipe_chunks(o->mode, o->chunks);
+  AX_TRY(axi_pipe_check_schedule(o));
+  int S = ax_pipe_opts_stages(o);
   if (o->chunks < 0 || S > AX_PIPE_MAX_STAGES)
     return ax_seterr(AX_EINVAL,
-                     "pipeline: %d agents x %d chunks: at most "
+                     "pipeline: %d agents holding %d stages: at most "
                      "%d stages",
-                     o->K, ax_pipe_chunks(o->mode, o->chunks),
-                     AX_PIPE_MAX_STAGES);
+                     o->K, S, AX_PIPE_MAX_STAGES);
   if (o->M < 1 || o->M > 1024)
     return ax_seterr(AX_EINVAL, "pipeline: %d micro-batches", o->M);
   if (!ax_sum_order_name(o->sum_order))
@@ -97,7 +97,7 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
                      "%d micro-batches (got %d)",
                      ax_pipe_mode_name(o->mode), o->K,
                      ax_pipe_min_units(o->mode, o->K), o->M);
-  if (ax_pipe_mode_get(o->mode)->chunked &&
+  if (!o->schedule && ax_pipe_mode_get(o->mode)->chunked &&
       ax_pipe_mode_get(o->mode)->placement == AX_PLACE_LOOP && U % o->K)
     return ax_seterr(AX_EINVAL,
                      "pipeline: %s needs a multiple of its %d "
@@ -131,7 +131,7 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
  * tags[2]. */
 static void add_replicas(ax_pipe *p, int s, const axi_pipe_replica_of *rep,
                          axi_pipe_setup_msg *m, char tags[2][48]) {
-  int rank = ax_pipe_stage_rank(p->o.mode, p->R, s);
+  int rank = ax_pipe_opts_stage_rank(&p->o, s);
   snprintf(tags[0], 48, "pp%016llx.%d.t%d", (unsigned long long)rep->id, s,
            rep->t);
   m->has_replicas = m->has_zero = 1;
@@ -274,7 +274,7 @@ int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
   const ax_model_def *def;
   *out = NULL;
   AX_TRY(check_opts(o, &info, &def));
-  int v = ax_pipe_chunks(o->mode, o->chunks), S = o->K * v;
+  int S = ax_pipe_opts_stages(o), v = (S + o->K - 1) / o->K;
   int bounds[AX_PIPE_MAX_STAGES + 1];
   if (o->bounds) {
     for (int s = 0; s <= S; s++)
@@ -294,6 +294,7 @@ int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
   p->R = o->K;
   p->v = v;
   if (p->o.ahead < 0 || p->o.ahead > AX_PIPE_AHEAD_MAX) {
+    ax_pipe_sched_free(p->sched);
     free(p);
     return ax_seterr(AX_EINVAL, "pipeline: ahead %d outside 0..%d", o->ahead,
                      AX_PIPE_AHEAD_MAX);
@@ -311,9 +312,9 @@ int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
   snprintf(p->model, sizeof p->model, "%s", o->model);
   snprintf(p->model_config, sizeof p->model_config, "%s",
            o->model_config ? o->model_config : "");
-  for (int s = 0; s < S; s++) /* the mode's placement */
+  for (int s = 0; s < S; s++) /* the mode's or the schedule's placement */
     snprintf(p->agents[s], AXP_NAME, "%s",
-             o->agents[ax_pipe_stage_rank(o->mode, p->R, s)]);
+             o->agents[ax_pipe_opts_stage_rank(o, s)]);
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   if (o->optimizer_host)
@@ -347,6 +348,12 @@ ax_pipe *axi_pipe_alloc(ax_node *n, const ax_pipe_opts *o) {
   p->o.bounds = NULL;
   p->o.devices = NULL;
   p->o.optimizer_host = NULL;
+  p->o.schedule = NULL;
+  if (o->schedule && ax_pipe_sched_copy(o->schedule, &p->sched) != AX_OK) {
+    free(p);
+    return NULL;
+  }
+  p->o.schedule = p->sched;
   return p;
 }
 
@@ -370,6 +377,7 @@ void ax_pipe_free(ax_pipe *p) {
   ax_pipe_checkpoint_wait(p); /* its files outlive nothing they need */
   axi_pipe_frozen_free(p->frozen);
   free(p->pool);
+  ax_pipe_sched_free(p->sched);
   if (p->nrep) {
     for (int r = 0; r < p->nrep; r++)
       ax_pipe_free(p->rep[r]);

@@ -40,6 +40,7 @@
 #include "axon/models/module.h"
 #include "axon/rref/rref.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
+#include "axon/runtime/pipeline/schedule/sched_text.h"
 #include "axon/runtime/pipeline/trace/trace.h"
 
 #ifdef __cplusplus
@@ -69,7 +70,7 @@ typedef struct ax_pipe_opts {
   int chunks;                /* chunked modes (interleaved): stages per agent
                                 (0 = 2; zbv: always 2); K agents then hold
                                 K * chunks stages, placed as the mode says
-                                (ax_pipe_stage_rank), and bounds and devices
+                                (ax_pipe_opts_stage_rank), and bounds and devices
                                 have K * chunks (+ 1) entries. Ignored by the
                                 other modes. */
   /* The staleness correction of the asynchronous modes (staleness.h:
@@ -184,7 +185,23 @@ typedef struct ax_pipe_opts {
    * process computes, and what crosses between stages is AX_BF16: half
    * the bytes. The state (weights, optimizer) is f32 either way. */
   int precision;
+  /* A schedule given as data (sched_text.h: a file's lists of one flushed
+   * mini-batch), or NULL: the mode's own lists. With one, the drivers walk
+   * its plan, its stages and their ranks are the pipeline's (K is its
+   * ranks, `chunks` is ignored, bounds and devices have its stages (+ 1)
+   * entries), and the stages follow the table entry `mode`, which must be
+   * the schedule's (ax_pipe_sched_mode); M must give its units. Copied by
+   * ax_pipe_new. Freezing (freeze.h) re-splits the stages and is refused. */
+  const ax_pipe_sched *schedule;
 } ax_pipe_opts;
+
+/* The stages of a pipeline with options o: the schedule's, else K times
+ * the mode's chunks. */
+int ax_pipe_opts_stages(const ax_pipe_opts *o);
+/* The rank (agent index of a part) that holds stage s: the schedule's
+ * placement when there is one, else the mode's (ax_pipe_stage_rank). Every
+ * placement question of the coordinator and the state goes through it. */
+int ax_pipe_opts_stage_rank(const ax_pipe_opts *o, int s);
 
 #define AX_PIPE_AHEAD 8
 #define AX_PIPE_AHEAD_MAX 1024

@@ -70,9 +70,10 @@ int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out) {
   if (err != AX_OK) {
     char m[512];
     snprintf(m, sizeof m, "%s", ax_errmsg());
-    if (!f->nrep)
+    if (!f->nrep) {
+      ax_pipe_sched_free(f->sched);
       free(f);
-    else
+    } else
       ax_pipe_free(f);
     return ax_seterr(err, "%s", m);
   }

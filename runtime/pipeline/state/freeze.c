@@ -50,7 +50,7 @@ static int agents_of(const ax_pipe *p, char (*names)[AXP_NAME]) {
     const ax_pipe *q = p->nrep ? p->rep[i] : p;
     for (int r = 0; r < q->R; r++)
       for (int s = 0; s < q->K; s++)
-        if (ax_pipe_stage_rank(q->o.mode, q->R, s) == r) {
+        if (ax_pipe_opts_stage_rank(&q->o, s) == r) {
           snprintf(names[n++], AXP_NAME, "%s", q->agents[s]);
           break;
         }
@@ -162,6 +162,10 @@ int ax_pipe_freeze(ax_pipe **pp, const ax_freeze_opts *fo) {
   ax_pipe *p = *pp, *one = p->nrep ? p->rep[0] : p;
   if (one->plan)
     return ax_seterr(AX_ESTATE, "freeze: only between ax_pipe_train calls");
+  if (one->o.schedule)
+    return ax_seterr(AX_EUNSUPPORTED,
+                     "freeze: the pipeline runs a schedule's stages and "
+                     "placement, and freezing re-splits them");
   AX_TRY(ax_pipe_checkpoint_wait(p));
   const ax_model_def *def = ax_model_find(one->model);
   if (!def)
