@@ -9,7 +9,6 @@
  * schedule (axon_run_schedule.c). */
 #include "agents/axon_run.h"
 #include "agents/axon_cli.h"
-#include "agents/axon_run_schedule_view.h"
 
 static const axi_cli_cmd *const g_cmds[] = {
     &axi_run_train_cmd,   &axi_run_eval_cmd, &axi_run_export_cmd,

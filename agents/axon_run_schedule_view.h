@@ -1,8 +1,8 @@
 /* Pictures of a schedule for axon-run (agents/axon_run_schedule_view.c):
  * a plan's simulated timeline (schedule/formula.h) or a run's trace drawn
  * as a rank x time text grid and as a PNG through gnuplot
- * (schedule/timeline.h). axon-run schedule reaches it with --grid and
- * --plot FILE.png; until then the command `schedule-view` does. */
+ * (schedule/timeline.h), for axon-run schedule's --grid, --plot FILE.png
+ * and --trace FILE.json. */
 #ifndef AX_AXON_RUN_SCHEDULE_VIEW_H
 #define AX_AXON_RUN_SCHEDULE_VIEW_H
 
@@ -35,9 +35,5 @@ int axi_run_schedule_view(const ax_pipe_plan *plan, const axi_run_view_opts *o);
  * o says (the costs unused): the trace path of the same pictures. */
 int axi_run_view_slots(const ax_pipe_slot *s, long n, int ranks, int U,
                        const char *what, const axi_run_view_opts *o);
-
-/* The command `schedule-view`: --mode, --stages, --micro, --chunks as
- * axon-run schedule's; or --trace FILE.json. */
-extern const axi_cli_cmd axi_run_schedule_view_cmd;
 
 #endif

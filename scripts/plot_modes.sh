@@ -25,7 +25,7 @@ modes=$("$run" train --help | sed -n 's/^ *--mode MODE *\([^ ]*\).*/\1/p' | tr '
 mkdir -p "$docs/schedules"
 pics="" failed=""
 for m in $modes; do
-  if PLOT_SIZE=${PLOT_SIZE:-900,300} "$run" schedule-view --mode "$m" --stages $K --micro $M \
+  if PLOT_SIZE=${PLOT_SIZE:-900,300} "$run" schedule --mode "$m" --stages $K --micro $M \
       "${costs[@]}" --plot "$docs/schedules/$m.png" 2>"$docs/schedules/.err"; then
     pics+="![$m](schedules/$m.png)"$'\n\n'
   else
@@ -35,7 +35,7 @@ for m in $modes; do
 done
 rm -f "$docs/schedules/.err"
 grid_mode=${GRID_MODE:-zb-h1}
-grid=$("$run" schedule-view --mode "$grid_mode" --stages $K --micro $M "${costs[@]}" --grid)
+grid=$("$run" schedule --mode "$grid_mode" --stages $K --micro $M "${costs[@]}" --grid)
 # Replaces the lines between two marker lines of MODES.md with a file's.
 splice() {
   local begin=$1 end=$2 body=$3 md=$docs/MODES.md

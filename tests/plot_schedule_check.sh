@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_plot_schedule: the pictures of a schedule. axon-run schedule-view
+# test_plot_schedule: the pictures of a schedule. axon-run schedule
 # draws a mode's simulated timeline into a PNG and as a text grid; a tiny
 # emulated run (the "sleep" model: fixed-time blocks) writes a trace that
 # scripts/plot_trace.sh draws into a PNG; scripts/plot_trace.sh refuses a
@@ -16,8 +16,8 @@ run=$bin/axon-run
 png() { [[ $(head -c 8 "$1" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]]; }
 
 # The simulated picture and grid of a mode.
-"$run" schedule-view --mode zb-h1 --stages 4 --micro 8 --grid \
-  --plot "$tmp/sim.png" >"$tmp/grid.txt" 2>"$tmp/err" || { cat "$tmp/err" >&2; fail "schedule-view"; }
+"$run" schedule --mode zb-h1 --stages 4 --micro 8 --grid \
+  --plot "$tmp/sim.png" >"$tmp/grid.txt" 2>"$tmp/err" || { cat "$tmp/err" >&2; fail "schedule"; }
 png "$tmp/sim.png" || fail "sim.png is not a PNG"
 [[ $(grep -c '^rank [0-3] |' "$tmp/grid.txt") == 4 ]] || fail "grid: $(cat "$tmp/grid.txt")"
 grep -q '^rank 0 |0F0 ' "$tmp/grid.txt" || fail "grid: rank 0 does not start with 0F0"

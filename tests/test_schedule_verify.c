@@ -236,7 +236,7 @@ static void test_incomplete(void **state) {
                     "rank 0 action 1 (0F0): a second copy");
   ax_pipe_op early[] = {F_(0, 0), B_(0, 0), ST_(0), F_(0, 1), B_(0, 1)};
   expect_incomplete(early, 5, good1, 5, AX_MODE_1F1B,
-                    "rank 0 action 2 (0STEP): STEP before 0B1 (action 4)");
+                    "rank 0 action 2 (STEP0): STEP before 0B1 (action 4)");
   ax_pipe_op nostep[] = {F_(0, 0), B_(0, 0), F_(0, 1), B_(0, 1)};
   expect_incomplete(nostep, 4, good1, 5, AX_MODE_1F1B,
                     "stage 0 (rank 0): mini-batch 0 has no STEP");

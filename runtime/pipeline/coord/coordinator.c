@@ -103,10 +103,11 @@ static int check_opts(const ax_pipe_opts *o, ax_model_info *info,
                      "pipeline: %s needs a multiple of its %d "
                      "agents as micro-batches (got %d)",
                      ax_pipe_mode_name(o->mode), o->K, o->M);
-  /* The mode's schedule for two mini-batches (a flush and a steady
-   * state), verified before any agent is contacted (verify.h): complete,
-   * free of deadlock. */
-  AX_TRY(ax_pipe_verify_mode(o->mode, o->K, o->chunks, o->M, 2));
+  /* The run's schedule (the mode's, or the one given) for two mini-batches
+   * (a flush and a steady state), verified before any agent is contacted
+   * (verify.h): complete, free of deadlock. */
+  AX_TRY(o->schedule ? ax_pipe_sched_verify(o->schedule, NULL)
+                     : ax_pipe_verify_mode(o->mode, o->K, o->chunks, o->M, 2));
   AX_TRY(ax_staleness_check(o->mode, o->staleness,
                             o->stale_gamma ? o->stale_gamma : AX_PIPEMARE_GAMMA,
                             o->stale_warmup));

@@ -42,6 +42,8 @@
 #ifndef AX_PIPELINE_MODE_H
 #define AX_PIPELINE_MODE_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -202,6 +204,13 @@ int ax_pipe_schedule(int mode, int K, int s, int M, long n, ax_pipe_op *ops,
  * min(delay, t). -1 with AX_EINVAL on a bad argument. The staleness
  * corrections (staleness.h) read it. */
 int ax_pipe_delay(int mode, int K, int s, int M);
+
+/* An action as schedule text writes it into buf (returned): "0F3" (stage
+ * 0's forward of unit 3; B, I and W alike), "STEP0" (stage 0's update).
+ * With U > 0 units are numbered across mini-batches (t U + m), with U = 0
+ * within their own. The first part of a composite (with_next) also writes
+ * its second, the next op in memory: "0F3+7B1". */
+char *ax_pipe_op_text(const ax_pipe_op *o, int U, char *buf, size_t len);
 
 /* ---- plans: every rank's list plus the dependencies ---------------------- */
 /* A plan is what every consumer of a schedule reads (the coordinator's

@@ -1,5 +1,6 @@
 /* Plans: every rank's action list for a run, and the dependencies derived
  * from them (mode.h). */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "axon/kernels/error.h"
@@ -302,4 +303,20 @@ int ax_pipe_delay(int mode, int K, int s, int M) {
   if (def->fwd_weights == AX_FWD_DOUBLE_BUFFERED && version > t - 1)
     version = t - 1;
   return (int)(t - version);
+}
+
+char *ax_pipe_op_text(const ax_pipe_op *o, int U, char *buf, size_t len) {
+  static const char kinds[] = "FBIW";
+  long unit = U > 0 ? (long)o->batch * U + o->micro : (long)o->micro;
+  int w = o->kind == AX_OP_STEP ? snprintf(buf, len, "STEP%d", o->stage)
+          : o->kind >= 0 && o->kind < AX_OP_STEP
+              ? snprintf(buf, len, "%d%c%ld", o->stage, kinds[o->kind], unit)
+              : snprintf(buf, len, "%d?%ld", o->stage, unit);
+  if (o->with_next && w >= 0 && (size_t)w + 1 < len) {
+    buf[w] = '+';
+    ax_pipe_op second = o[1];
+    second.with_next = 0;
+    ax_pipe_op_text(&second, U, buf + w + 1, len - (size_t)w - 1);
+  }
+  return buf;
 }

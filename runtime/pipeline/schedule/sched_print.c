@@ -66,6 +66,14 @@ int ax_pipe_sched_plan(const ax_pipe_sched *s, long n, ax_pipe_plan **out) {
                                 lists, s->len, out);
 }
 
+int ax_pipe_sched_verify(const ax_pipe_sched *s, ax_pipe_verify_report *r) {
+  ax_pipe_plan *p = NULL;
+  AX_TRY(ax_pipe_sched_plan(s, 2, &p));
+  int err = ax_pipe_verify(p, NULL, r);
+  ax_pipe_plan_free(p);
+  return err;
+}
+
 /* The first mini-batch of flushed plan p (its actions of batch 0). */
 static int sched_of_plan(const ax_pipe_plan *p, ax_pipe_sched **out) {
   ax_pipe_sched *s = axi_pipe_sched_alloc();
@@ -164,16 +172,13 @@ static void put_placement(text *t, int K, int S, const int *rank) {
 /* Rank r's line of n actions; global: units numbered t U + m. */
 static void put_rank(text *t, int r, const ax_pipe_op *l, long n, int U,
                      int global) {
-  static const char kc[] = "FBIW";
   put(t, "rank %d:", r);
   for (long i = 0; i < n && t->err == AX_OK; i++) {
-    const ax_pipe_op *o = &l[i];
-    const char *sep = i > 0 && l[i - 1].with_next ? "+" : " ";
-    if (o->kind == AX_OP_STEP)
-      put(t, "%sSTEP%d", sep, o->stage);
-    else
-      put(t, "%s%d%c%ld", sep, o->stage, kc[o->kind],
-          global ? (long)o->batch * U + o->micro : (long)o->micro);
+    ax_pipe_op o = l[i];
+    char tok[48];
+    o.with_next = 0; /* its second part comes next, after a "+" */
+    put(t, "%s%s", i > 0 && l[i - 1].with_next ? "+" : " ",
+        ax_pipe_op_text(&o, global ? U : 0, tok, sizeof tok));
   }
   put(t, "\n");
 }

@@ -44,7 +44,10 @@
  * unit and stage, an F after that unit's B (or I) on its stage, a STEP
  * missing or doubled, an action of a stage after its STEP, and a mode that
  * does not fit (AX_EINVAL). Deadlock freedom across ranks is the
- * verifier's (verify.h), called from the one marked place of the parser.
+ * verifier's (ax_pipe_sched_verify below, verify.h), which ax_pipe_new runs
+ * on a run's schedule before any agent is contacted, and axon-run's
+ * schedule --check and train --schedule with its full report (the cycle
+ * and the grid).
  * Any bytes are safe to parse: the text is at most AX_PIPE_SCHED_MAX_BYTES,
  * numbers are bounded, nothing is read past `len`.
  *
@@ -60,6 +63,7 @@
 #include <stddef.h>
 
 #include "axon/runtime/pipeline/schedule/mode.h"
+#include "axon/runtime/pipeline/schedule/verify.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -103,6 +107,10 @@ const ax_pipe_op *ax_pipe_sched_actions(const ax_pipe_sched *s, int r,
 /* The plan of n mini-batches (ax_pipe_plan_new_lists with the schedule's
  * mode, placement and lists). Its errors. */
 int ax_pipe_sched_plan(const ax_pipe_sched *s, long n, ax_pipe_plan **out);
+
+/* Verifies the plan of two of s's mini-batches (verify.h; r may be NULL):
+ * what parsing does to every schedule and ax_pipe_new to a run's. */
+int ax_pipe_sched_verify(const ax_pipe_sched *s, ax_pipe_verify_report *r);
 
 /* The text of s (the format above), malloc'd NUL-terminated into *out
  * (the caller frees). AX_ENOMEM. */

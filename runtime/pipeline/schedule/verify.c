@@ -6,21 +6,6 @@
 #include "axon/kernels/error.h"
 #include "axon/runtime/pipeline/schedule/verify-impl.h"
 
-char *ax_pipe_op_token(const ax_pipe_op *o, char *buf, size_t len) {
-  static const char kinds[] = "FBIW";
-  int w = o->kind == AX_OP_STEP ? snprintf(buf, len, "%dSTEP", o->stage)
-          : o->kind >= 0 && o->kind < AX_OP_STEP
-              ? snprintf(buf, len, "%d%c%d", o->stage, kinds[o->kind], o->micro)
-              : snprintf(buf, len, "%d?%d", o->stage, o->micro);
-  if (o->with_next && w >= 0 && (size_t)w + 1 < len) {
-    buf[w] = '+';
-    ax_pipe_op second = o[1];
-    second.with_next = 0;
-    ax_pipe_op_token(&second, buf + w + 1, len - (size_t)w - 1);
-  }
-  return buf;
-}
-
 /* ---- completeness -------------------------------------------------------- */
 /* "rank r action i (X)" for action o (which the plan has), into buf. */
 static const char *where(const axi_verify *v, const ax_pipe_op *o, char *buf,
@@ -29,7 +14,7 @@ static const char *where(const axi_verify *v, const ax_pipe_op *o, char *buf,
   char t[32];
   ax_pipe_op one = *o;
   one.with_next = 0;
-  ax_pipe_op_token(&one, t, sizeof t);
+  ax_pipe_op_text(&one, 0, t, sizeof t);
   long at = v->pos[axi_verify_key(v, o)] - 1;
   if (v->n > 1)
     snprintf(buf, len, "rank %d action %ld (%s of mini-batch %d)", r, at, t,
@@ -51,7 +36,7 @@ static int index_plan(axi_verify *v, FILE *out) {
         fprintf(out,
                 "rank %d action %ld (%s): a second copy (the first is "
                 "its action %ld)\n",
-                r, i, ax_pipe_op_token(&one, t, sizeof t), v->pos[k] - 1);
+                r, i, ax_pipe_op_text(&one, 0, t, sizeof t), v->pos[k] - 1);
         return AX_EINVAL;
       }
       v->count[k] = 1;
@@ -144,7 +129,7 @@ static int check_step(const axi_verify *v, int s, int t, FILE *out) {
     char tok[32];
     fprintf(out, "%s: STEP before %s (action %ld) of its mini-batch\n",
             where(v, &so, at, sizeof at),
-            ax_pipe_op_token(&lo, tok, sizeof tok), last);
+            ax_pipe_op_text(&lo, 0, tok, sizeof tok), last);
     return AX_EINVAL;
   }
   long prev = t > 0 ? pos_of(v, AX_OP_STEP, s, t - 1, 0) : -1;

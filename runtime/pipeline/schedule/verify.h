@@ -44,10 +44,9 @@
  *    3 (0B1) for 1B1 on rank 1, which waits at action 2 (1F2) for 0F2 on
  *    rank 0, back to rank 0") and draws a rank x step grid of the steps
  *    before the stop (actions as "0F3", composites "0F3+7B1", idle ".",
- *    STEPs as "0STEP"), with each blocked rank's stuck action after the
- *    bar and "<-- here".
- *    Not modelled: tied parameters (a tied stage's first action after
- *    STEP(t) also waits for the other tied stage's STEP(t); the
+ *    STEPs as "STEP0": ax_pipe_op_text), with each blocked rank's stuck action
+ * after the bar and "<-- here". Not modelled: tied parameters (a tied stage's
+ * first action after STEP(t) also waits for the other tied stage's STEP(t); the
  *    coordinator refuses the ties that could hang, coord_ties.c) and
  *    replicas (every replica runs the same plan; their STEPs meet).
  *
@@ -123,11 +122,6 @@ void ax_pipe_verify_report_clear(ax_pipe_verify_report *r);
  * modes that do not flush), verified: what ax_pipe_new checks before any
  * agent is contacted. AX_OK / AX_EINVAL (ax_errmsg) / AX_ENOMEM. */
 int ax_pipe_verify_mode(int mode, int K, int chunks, int M, long n);
-
-/* An action as the grid writes it ("0F3", "1I2", "0STEP"; a composite's
- * first part also writes its second, the next action of its list:
- * "0F3+7B1") into buf; returns buf. */
-char *ax_pipe_op_token(const ax_pipe_op *o, char *buf, size_t len);
 
 #ifdef __cplusplus
 }
