@@ -174,14 +174,7 @@ ax_module *axi_bert_heads_new(int hidden, int vocab) {
       ax_tanh_new(),
       ax_linear_new_std(hidden, 2, 1, AX_BERT_INIT_STD),
   };
-  int rc = AX_OK;
-  for (int i = 0; i < C_N; i++) {
-    if (rc == AX_OK)
-      rc = ax_module_add(m, parts[i]);
-    else
-      ax_module_free(parts[i]);
-  }
-  if (rc != AX_OK) {
+  if (axi_tf_add_parts(m, parts, C_N) != AX_OK) {
     ax_module_free(m);
     return NULL;
   }

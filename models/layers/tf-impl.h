@@ -57,6 +57,11 @@ int axi_tf_chain_bwd(ax_bwd_part part, ax_module *m, const ax_exec *ex,
                      ax_slot *slot, int first, int last, int need_dx,
                      ax_tensor *dy, ax_tensor **g);
 
+/* Appends parts[0..n-1] to m in order as its children (a NULL part is
+ * AX_ENOMEM). m owns each part added; on failure the parts not added are
+ * freed, and the caller frees m. */
+int axi_tf_add_parts(ax_module *m, ax_module **parts, int n);
+
 /* ax_causal_attn_new_tp with its output projection's weights drawn from
  * N(0, proj_std^2) (the decoder layer's residual projection). */
 ax_module *axi_tf_causal_new(int hidden, int heads, float dropout,

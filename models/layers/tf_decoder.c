@@ -119,14 +119,7 @@ ax_module *ax_decoder_layer_new_tp(int hidden, int heads, int ff, float dropout,
       ax_linear_row_new(ff, hidden, 1, proj_std, tp),
       ax_dropout_new(dropout, ax_salt_mix(salt, 3)),
   };
-  int rc = AX_OK;
-  for (int i = 0; i < C_N; i++) {
-    if (rc == AX_OK)
-      rc = ax_module_add(m, parts[i]); /* frees parts[i] on failure */
-    else
-      ax_module_free(parts[i]);
-  }
-  if (rc != AX_OK) {
+  if (axi_tf_add_parts(m, parts, C_N) != AX_OK) {
     ax_module_free(m);
     ax_seterr(AX_ENOMEM, "decoder: no memory");
     return NULL;

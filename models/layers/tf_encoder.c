@@ -156,14 +156,7 @@ ax_module *ax_encoder_layer_new_tp(int hidden, int heads, int ff, float dropout,
       ax_dropout_new(dropout, ax_salt_mix(salt, 3)),
       ax_layernorm_new(hidden, AX_BERT_LN_EPS),
   };
-  int rc = AX_OK;
-  for (int i = 0; i < C_N; i++) {
-    if (rc == AX_OK)
-      rc = ax_module_add(m, parts[i]); /* frees parts[i] on failure */
-    else
-      ax_module_free(parts[i]);
-  }
-  if (rc != AX_OK) {
+  if (axi_tf_add_parts(m, parts, C_N) != AX_OK) {
     ax_module_free(m);
     ax_seterr(AX_ENOMEM, "encoder: no memory");
     return NULL;

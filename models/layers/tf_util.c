@@ -114,3 +114,14 @@ int axi_tf_chain_bwd(ax_bwd_part part, ax_module *m, const ax_exec *ex,
                             &g[i]));
   return AX_OK;
 }
+
+int axi_tf_add_parts(ax_module *m, ax_module **parts, int n) {
+  int rc = AX_OK;
+  for (int i = 0; i < n; i++) {
+    if (rc == AX_OK)
+      rc = ax_module_add(m, parts[i]); /* frees parts[i] on failure */
+    else
+      ax_module_free(parts[i]);
+  }
+  return rc;
+}
