@@ -25,8 +25,8 @@ static inline void gen_same_samples(ax_pipe_decoder *d, ax_net_decoder *nd,
   AX_ASSERT_OK(ax_sampler_init(&sb, 1.0, top_k, seed));
   AX_ASSERT_OK(
       ax_generate(ax_pipe_decode, d, prompt, np, n, &sa, a, NULL, NULL));
-  AX_ASSERT_OK(ax_generate(ax_net_decode, nd, prompt, np, n, &sb, b, NULL,
-                           NULL));
+  AX_ASSERT_OK(
+      ax_generate(ax_net_decode, nd, prompt, np, n, &sb, b, NULL, NULL));
   assert_memory_equal(a, b, sizeof a[0] * (size_t)n);
 }
 
