@@ -22,7 +22,9 @@ enum {
               * (axi_pipe_group) */
   K_TIES,    /* [n in lo .. hi, n x (tie, a group of 2 as K_MEMBERS)]
               * (axi_pipe_ties) */
-  K_OPT,     /* an optional part starts: its int has_ flag at off */
+  K_OPT,     /* an optional part starts: its int has_ flag at off; on the
+              * wire its name (a string, the field's name), then the fields
+              * up to the next K_OPT */
 };
 
 typedef struct field {
@@ -198,23 +200,63 @@ static int rd_field(rd *r, char *p) {
   return ax_seterr(AX_EINTERNAL, "%s: field %s", r->m->name, f->name);
 }
 
+/* The name of an optional part at the cursor (r->at < r->n): one of the
+ * message's K_OPT fields not yet read (seen, by field index) that comes
+ * after the last one read (field index last; -1: none) in the table.
+ * *part: its field index. */
+static int rd_part(rd *r, int last, uint64_t seen, int *part) {
+  const message *m = r->m;
+  r->f = NULL;
+  int parts = 0;
+  for (int k = 0; k < m->nf; k++)
+    parts += m->f[k].kind == K_OPT;
+  if (!parts)
+    return bad(AX_EBADARG, m, NULL, r->at, "%zu values, %zu more than it holds",
+               r->n, r->n - r->at);
+  ax_value_type t = ax_values_type(r->v, r->at);
+  const char *name;
+  if (t != AX_VAL_STR || ax_values_get_str(r->v, r->at, &name) != AX_OK)
+    return bad(AX_EBADARG, m, NULL, r->at,
+               "%s, expected the name of an optional part",
+               ax_value_type_name(t));
+  for (int k = 0; k < m->nf; k++) {
+    if (m->f[k].kind != K_OPT || strcmp(m->f[k].name, name) != 0)
+      continue;
+    r->f = &m->f[k];
+    if (seen >> k & 1)
+      return bad(AX_EBADARG, m, r->f, r->at, "the optional part is repeated");
+    if (k < last)
+      return bad(AX_EBADARG, m, r->f, r->at, "out of order: it comes before %s",
+                 m->f[last].name);
+    *part = k;
+    r->at++;
+    return AX_OK;
+  }
+  return bad(AX_EBADARG, m, NULL, r->at, "unknown optional part '%.40s'", name);
+}
+
+/* Reads the fields from index i up to the next optional part or the end. */
+static int rd_fields(rd *r, int i, void *out) {
+  for (; i < r->m->nf && r->m->f[i].kind != K_OPT; i++) {
+    r->f = &r->m->f[i];
+    AX_TRY(rd_field(r, (char *)out + r->f->off));
+  }
+  return AX_OK;
+}
+
 static int decode(const message *m, const ax_values *v, void *out) {
   if (out)
     memset(out, 0, m->size);
   rd r = {m, NULL, v, 0, ax_values_count(v)};
-  for (int i = 0; i < m->nf; i++) {
-    r.f = &m->f[i];
-    char *p = (char *)out + r.f->off;
-    if (r.f->kind != K_OPT)
-      AX_TRY(rd_field(&r, p));
-    else if (r.at == r.n) /* this part and every later one are absent */
-      return AX_OK;
-    else
-      *(int *)p = 1;
+  int part = -1;
+  uint64_t seen = 0; /* the optional parts read, by field index */
+  AX_TRY(rd_fields(&r, 0, out));
+  while (r.at < r.n) { /* named optional parts, in the table's order */
+    AX_TRY(rd_part(&r, part, seen, &part));
+    seen |= (uint64_t)1 << part;
+    *(int *)((char *)out + m->f[part].off) = 1;
+    AX_TRY(rd_fields(&r, part + 1, out));
   }
-  if (r.at != r.n)
-    return bad(AX_EBADARG, m, NULL, r.at, "%zu values, %zu more than it holds",
-               r.n, r.n - r.at);
   return AX_OK;
 }
 
@@ -319,17 +361,17 @@ static int encode(const message *m, const void *in, ax_values *out) {
   if (!out)
     return ax_seterr(AX_EINVAL, "%s: no list to append to", m->name);
   wr w = {m, NULL, out, 0};
-  int absent = 0; /* an optional part before is absent */
+  int absent = 0; /* the fields of an absent optional part follow */
   for (int i = 0; i < m->nf; i++) {
     w.f = &m->f[i];
     const char *p = (const char *)in + w.f->off;
-    if (w.f->kind == K_OPT && !absent && !*(const int *)p)
-      absent = 1;
-    else if (w.f->kind == K_OPT && absent && *(const int *)p)
-      return bad(AX_EINVAL, m, w.f, w.at,
-                 "present without the optional part before it");
-    else if (w.f->kind != K_OPT && !absent)
+    if (w.f->kind == K_OPT) {
+      absent = !*(const int *)p;
+      if (!absent) /* a present part starts with its name */
+        AX_TRY(wr_str(&w, w.f->name, 0, INT64_MAX));
+    } else if (!absent) {
       AX_TRY(wr_field(&w, p));
+    }
   }
   return AX_OK;
 }
@@ -349,6 +391,7 @@ static int encode(const message *m, const void *in, ax_values *out) {
 #define MSG(msg, name, ...)                                                    \
   _Static_assert(sizeof(axi_pipe_##msg##_msg) <= AXP_MSG_MAX, #msg);           \
   static const field g_##msg##_f[] = {__VA_ARGS__};                            \
+  _Static_assert(sizeof g_##msg##_f / sizeof g_##msg##_f[0] <= 64, #msg);      \
   static const message g_##msg = {                                             \
       name, sizeof(axi_pipe_##msg##_msg), g_##msg##_f,                         \
       (int)(sizeof g_##msg##_f / sizeof g_##msg##_f[0])};                      \
@@ -372,7 +415,7 @@ MSG(setup, "axon.pipe.stage setup",
     ONE(setup, has_replicas, "replicas", K_OPT),
     F(setup, replicas, "replicas", K_MEMBERS, 1, AX_PIPE_MAX_REPLICAS),
     ONE(setup, has_zero, "zero", K_OPT), I64(setup, zero, "zero", 0, 2),
-    ONE(setup, has_tp, "tensor-parallel members", K_OPT),
+    ONE(setup, has_tp, "tp", K_OPT),
     F(setup, tp, "tensor-parallel members", K_MEMBERS, 1, AX_PIPE_MAX_REPLICAS),
     ONE(setup, has_precision, "precision", K_OPT),
     I64(setup, precision, "precision", 0, AX_PREC_COUNT - 1),
