@@ -149,6 +149,22 @@ int axi_run_agents_rebuild(axi_run_agents *g, int failure, ax_pipe **p);
 int axi_run_agents_can_grow(axi_run_agents *g);
 int axi_run_agents_grow(axi_run_agents *g, ax_pipe **p);
 
+/* The run's configuration as "key=value;..." (axon_run_config.c), as a
+ * checkpoint records it. The keys before "mode" set the math of training
+ * (the model and its settings, the data, the optimizer with its
+ * learning-rate schedule, the global batch, the seed, the staleness
+ * correction and the freeze schedule): a resume must repeat them. The rest
+ * is the layout (mode, agents, chunks, micro-batches, recomputation,
+ * partition) and the precision, which a resume may change: the mover cuts
+ * the checkpoint's state for the new layout
+ * (runtime/pipeline/state/state.h), and the state is f32 in either
+ * precision (models/module.h). */
+void axi_run_config(const axi_run_pipe_args *a, char *out, size_t len);
+/* --resume dir's check that this run's configuration `now` repeats the
+ * math of the checkpoint's `saved`: AX_EINVAL naming every key of the math
+ * whose value differs (a key that an older checkpoint did not record is
+ * not compared, except freeze: a run frozen on one side only differs). */
+int axi_run_same_config(const char *dir, const char *saved, const char *now);
 /* Trains steps [start, total) of the run (axon_run_ckpt.c): from 0, or
  * after --resume from the checkpoint's step (*start), in segments that end
  * at the multiples of --checkpoint-every with a checkpoint after each and

@@ -33,39 +33,12 @@ typedef struct heads_priv {
 /* Slot: 0 = [CLS] row indices i32 (B), 1 = hidden (B, S, H) (for its
  * shape). */
 
-/* Runs children first..last in order on x; *y receives the last output. */
-static int chain_fwd(ax_module *m, const ax_exec *ex, ax_slot *slot, int first,
-                     int last, ax_tensor *x, ax_tensor **y) {
-  ax_tensor *cur = ax_tensor_retain(x);
-  for (int i = first; i <= last; i++) {
-    ax_tensor *next = NULL;
-    int rc = axi_tf_child_fwd(m, i, ex, slot, cur, &next);
-    ax_tensor_release(cur);
-    if (rc != AX_OK)
-      return rc;
-    cur = next;
-  }
-  *y = cur;
-  return AX_OK;
-}
-
-/* Runs children last..first backward (whole, or their input halves:
- * `part`); the first child produces *dx only when need_dx. */
-static int chain_bwd(ax_bwd_part part, ax_module *m, const ax_exec *ex,
-                     ax_slot *slot, int first, int last, int need_dx,
-                     ax_tensor *dy, ax_tensor **dx) {
-  ax_tensor *cur = ax_tensor_retain(dy);
-  for (int i = last; i >= first; i--) {
-    ax_tensor *next = NULL;
-    int rc = axi_tf_child_bwd(part, m, i, ex, slot, i > first || need_dx, cur,
-                              &next);
-    ax_tensor_release(cur);
-    if (rc != AX_OK)
-      return rc;
-    cur = next;
-  }
-  *dx = cur;
-  return AX_OK;
+/* Moves child i's result out of the chain's temporaries t into *y and
+ * releases the others, so the chain keeps only its last result. */
+static void chain_take(ax_tensor **t, int i, ax_tensor **y) {
+  *y = t[i];
+  t[i] = NULL;
+  axi_tf_tmp_free(t, C_N);
 }
 
 /* An i32 (B) tensor of b * S on dev, the [CLS] row of every sequence. */
@@ -101,15 +74,17 @@ static int heads_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor *xf = ax_tensor_reshape(x, 2, flat); // (B S, H)
   ax_tensor *idx = cls_rows(B, S, x->device);
   ax_tensor *cls = axi_tf_new(2, cshape, x->device); // (B, H)
-  ax_tensor *mlm = NULL, *nsp = NULL;
+  ax_tensor *t[C_N] = {0}, *mlm = NULL, *nsp = NULL;
   int rc = xf && idx && cls ? AX_OK : AX_ENOMEM;
   if (rc == AX_OK)
-    rc = chain_fwd(m, ex, slot, C_MLM_DENSE, C_MLM_DEC, xf, &mlm);
+    rc = axi_tf_chain_fwd(m, ex, slot, C_MLM_DENSE, C_MLM_DEC, xf, t);
+  chain_take(t, C_MLM_DEC, &mlm);
   if (rc == AX_OK)
     rc = AX_K(ax_backend_of(x->device), embedding_fwd, B, H, B * S, ax_i32(idx),
               ax_f32(x), ax_f32(cls));
   if (rc == AX_OK)
-    rc = chain_fwd(m, ex, slot, C_POOL, C_NSP, cls, &nsp);
+    rc = axi_tf_chain_fwd(m, ex, slot, C_POOL, C_NSP, cls, t);
+  chain_take(t, C_NSP, &nsp);
   if (rc == AX_OK && slot) {
     ax_slot_put(slot, 0, idx);
     ax_slot_put(slot, 1, x);
@@ -119,6 +94,7 @@ static int heads_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor_release(cls);
   if (rc != AX_OK) {
     ax_tensor_release(mlm);
+    ax_tensor_release(nsp);
     return rc;
   }
   out->n = 2;
@@ -142,12 +118,14 @@ static int heads_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
   if (dout->n < 2 || !dout->t[0] || !dout->t[1])
     return ax_seterr(AX_EINVAL, "bert heads: expected {dmlm, dnsp}");
   int B = (int)x->shape[0], H = p->hidden;
-  ax_tensor *dxf = NULL, *dcls = NULL, *dx = NULL;
-  int rc = chain_bwd(part, m, ex, slot, C_MLM_DENSE, C_MLM_DEC, ex->need_dx,
-                     dout->t[0], &dxf); // (B S, H)
+  ax_tensor *g[C_N] = {0}, *dxf = NULL, *dcls = NULL, *dx = NULL;
+  int rc = axi_tf_chain_bwd(part, m, ex, slot, C_MLM_DENSE, C_MLM_DEC,
+                            ex->need_dx, dout->t[0], g);
+  chain_take(g, C_MLM_DENSE, &dxf); // (B S, H)
   if (rc == AX_OK)
-    rc = chain_bwd(part, m, ex, slot, C_POOL, C_NSP, ex->need_dx, dout->t[1],
-                   &dcls); // (B, H)
+    rc = axi_tf_chain_bwd(part, m, ex, slot, C_POOL, C_NSP, ex->need_dx,
+                          dout->t[1], g);
+  chain_take(g, C_POOL, &dcls); // (B, H)
   /* dxf is the fresh output of the dense backward, so the [CLS] gradient
    * can be added into it in place. */
   if (rc == AX_OK && ex->need_dx)
@@ -196,14 +174,7 @@ ax_module *axi_bert_heads_new(int hidden, int vocab) {
       ax_tanh_new(),
       ax_linear_new_std(hidden, 2, 1, AX_BERT_INIT_STD),
   };
-  int rc = AX_OK;
-  for (int i = 0; i < C_N; i++) {
-    if (rc == AX_OK)
-      rc = ax_module_add(m, parts[i]);
-    else
-      ax_module_free(parts[i]);
-  }
-  if (rc != AX_OK) {
+  if (axi_tf_add_parts(m, parts, C_N) != AX_OK) {
     ax_module_free(m);
     return NULL;
   }

@@ -19,6 +19,7 @@
 #include "axon/models/generate.h"
 #include "axon/models/model.h"
 #include "axon/runtime/pipeline/coord/decode.h"
+#include "tests/gen_testutil.h"
 #include "tests/harness.h"
 #include "tests/mp_testutil.h"
 
@@ -128,18 +129,8 @@ static void test_library(void **state) {
   }
   assert_int_equal(d.sessions, NAGENTS); /* one per stage */
   assert_true(d.cache_bytes > 0);
-  int32_t ta[30], tb[30];
-  ax_sampler sa, sb;
-  AX_ASSERT_OK(ax_sampler_init(&sa, 1.0, 20, 9));
-  AX_ASSERT_OK(ax_sampler_init(&sb, 1.0, 20, 9));
-  AX_ASSERT_OK(
-      ax_generate(ax_pipe_decode, &d, prompt, 6, 30, &sa, ta, NULL, NULL));
-  AX_ASSERT_OK(
-      ax_generate(ax_net_decode, &nd, prompt, 6, 30, &sb, tb, NULL, NULL));
-  assert_memory_equal(ta, tb, sizeof ta);
-  AX_ASSERT_OK(ax_pipe_decoder_end(&d));
-  assert_int_equal(d.sessions, 0);
-  assert_int_equal(d.cache_bytes, 0);
+  gen_same_samples(&d, &nd, prompt, 6, 30, 20, 9);
+  gen_end_all(&d);
   ax_net_decoder_free(&nd);
   ax_net_free(net);
   ax_pipe_free(p);

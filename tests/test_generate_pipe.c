@@ -22,6 +22,7 @@
 #include "axon/models/model.h"
 #include "axon/runtime/pipeline/coord/decode.h"
 #include "axon/runtime/pipeline/schedule/emulate.h"
+#include "tests/gen_testutil.h"
 #include "tests/harness.h"
 #include "tests/mp_testutil.h"
 
@@ -176,18 +177,8 @@ static void test_pipe_equals_net(void **state) {
   same_step(&d, &nd, 4, &prompt[2], 2); /* two at once */
   same_step(&d, &nd, 6, &prompt[0], 1);
   /* the same seed samples the same tokens through either decoder */
-  int32_t a[8], b[8];
-  ax_sampler sa, sb;
-  AX_ASSERT_OK(ax_sampler_init(&sa, 1.0, 0, 11));
-  AX_ASSERT_OK(ax_sampler_init(&sb, 1.0, 0, 11));
-  AX_ASSERT_OK(
-      ax_generate(ax_pipe_decode, &d, prompt, 4, 8, &sa, a, NULL, NULL));
-  AX_ASSERT_OK(
-      ax_generate(ax_net_decode, &nd, prompt, 4, 8, &sb, b, NULL, NULL));
-  assert_memory_equal(a, b, sizeof a);
-  AX_ASSERT_OK(ax_pipe_decoder_end(&d));
-  assert_int_equal(d.sessions, 0);
-  assert_int_equal(d.cache_bytes, 0);
+  gen_same_samples(&d, &nd, prompt, 4, 8, 0, 11);
+  gen_end_all(&d);
   ax_net_decoder_free(&nd);
   ax_net_free(net);
   ax_pipe_free(p);

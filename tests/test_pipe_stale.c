@@ -249,6 +249,7 @@ static int setup_with(ax_rref *h, int mode, int64_t kind, int64_t delay,
   ax_values_add_i64(a, 0);
   ax_values_add_i64(a, (int64_t)ax_rref_id(h));
   ax_values_add_i64(a, AX_SUM_TREE); /* the sum order */
+  ax_values_add_str(a, "staleness"); /* the optional part's name */
   ax_values_add_i64(a, kind);
   ax_values_add_i64(a, delay);
   ax_values_add_f64(a, gamma);

@@ -1,9 +1,9 @@
 /* The typed stage messages (runtime/pipeline/stage/stage_msg-impl.h): every
  * message round-trips (encode, decode: the same fields; encode again: the
  * same list), and every decoder refuses a short list, a long list, a value
- * of the wrong kind and a number out of its range with AX_EBADARG and a
- * message naming the message. In process: one node of a world of one, for
- * the RRefs some messages carry. */
+ * of the wrong kind, a number out of its range and a bad optional part's
+ * name with AX_EBADARG and a message naming the message. In process: one node
+ * of a world of one, for the RRefs some messages carry. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,7 +125,9 @@ static void test_decoded_fields(void **state) {
   assert_true(sm_is(1, "axon.pipe.stage fwd")); /* before it is written */
   sm_sample(1, &f, 1, g_t, g_rref);
   AX_ASSERT_OK(axi_pipe_fwd_encode(&f, v));
-  assert_int_equal(ax_values_count(v), 5 + 1 + 1 + 2 + 2 + 1);
+  /* batch, micro, seed, flags, n_in, the input; "labels", n_lab, two
+   * labels, two norms; "scale", the scale */
+  assert_int_equal(ax_values_count(v), 5 + 1 + 1 + 1 + 2 + 2 + 1 + 1);
   AX_ASSERT_OK(axi_pipe_fwd_decode(v, &fd));
   assert_true(fd.batch == 5 && fd.micro == 3 && fd.seed == -9 &&
               fd.flags == 3 && fd.has_labels);
@@ -244,8 +246,7 @@ static void test_out_of_range(void **state) {
 }
 
 /* Encoders refuse what a decoder would: here, too many inputs, a step
- * of 2, an optional part after an absent one and a group's rank outside
- * its members. */
+ * of 2 and a group's rank outside its members. */
 static void test_encoder_refuses(void **state) {
   ax_values *v = ax_values_new();
   axi_pipe_fwd_msg f;
@@ -258,12 +259,65 @@ static void test_encoder_refuses(void **state) {
   assert_non_null(strstr(ax_errmsg(), "step"));
   axi_pipe_setup_msg s;
   sm_sample(0, &s, 1, g_t, g_rref);
-  s.has_replicas = 0;
-  AX_ASSERT_ERR(axi_pipe_setup_encode(&s, v), AX_EINVAL);
-  sm_sample(0, &s, 1, g_t, g_rref);
   s.tp.rank = 3; /* a rank outside the group's 3 members */
   AX_ASSERT_ERR(axi_pipe_setup_encode(&s, v), AX_EINVAL);
   assert_non_null(strstr(ax_errmsg(), "tensor-parallel members"));
+  ax_values_free(v);
+}
+
+/* The optional parts are named: any of them may be absent, whatever
+ * comes after it; a decoder refuses an unknown name, a repeated one, one
+ * out of order, a part of the wrong kind and a value that is no name where
+ * a part starts, naming the message and what is wrong. */
+static void test_named_parts(void **state) {
+  axi_pipe_setup_msg s, sd;
+  sm_sample(0, &s, 1, g_t, g_rref);
+  s.has_stale = s.has_replicas = s.has_zero = s.has_tp = 0; /* the last two */
+  ax_values *v = encoded(0, &s);
+  /* the 7 fixed values; "precision", 1; "ties", 2, 2 x (tie, 2, rank, tag,
+   * 2 names) */
+  assert_int_equal(ax_values_count(v), 7 + 2 + 2 + 2 * 6);
+  AX_ASSERT_OK(axi_pipe_setup_decode(v, &sd));
+  assert_true(!sd.has_stale && !sd.has_replicas && !sd.has_zero && !sd.has_tp);
+  assert_true(sd.has_precision && sd.precision == 1);
+  assert_true(sd.has_ties && sd.ties.n == 2 && sd.ties.t[1].tie == 3);
+  ax_values_free(v);
+  s.has_ties = 0; /* the precision alone: its name at value 7 */
+  v = encoded(0, &s);
+  assert_int_equal(ax_values_count(v), 9);
+  ax_values *w = replaced(v, 7, "bogus", 0);
+  refused(0, w, "an unknown part");
+  assert_non_null(strstr(ax_errmsg(), "unknown optional part 'bogus'"));
+  ax_values_free(w);
+  w = replaced(v, 7, NULL, 5);
+  refused(0, w, "a number where a part's name is");
+  assert_non_null(strstr(ax_errmsg(), "expected the name of an optional"));
+  ax_values_free(w);
+  w = replaced(v, 8, "fp32", 0);
+  refused(0, w, "a part of the wrong kind");
+  assert_non_null(strstr(ax_errmsg(), "precision (value 8): str"));
+  ax_values_free(w);
+  AX_ASSERT_OK(ax_values_add_str(v, "precision"));
+  AX_ASSERT_OK(ax_values_add_i64(v, 1));
+  refused(0, v, "a repeated part");
+  assert_non_null(strstr(ax_errmsg(), "precision (value 9): the optional "
+                                      "part is repeated"));
+  ax_values_truncate(v, 7);
+  AX_ASSERT_OK(ax_values_add_str(v, "precision"));
+  AX_ASSERT_OK(ax_values_add_i64(v, 1));
+  AX_ASSERT_OK(ax_values_add_str(v, "zero"));
+  AX_ASSERT_OK(ax_values_add_i64(v, 0));
+  refused(0, v, "a part out of order");
+  assert_non_null(strstr(ax_errmsg(), "zero (value 9): out of order: it "
+                                      "comes before precision"));
+  ax_values_free(v);
+  /* a message without optional parts refuses a name as one value more */
+  axi_pipe_step_msg st = {6, 4};
+  assert_true(sm_is(5, "axon.pipe.stage step"));
+  v = encoded(5, &st);
+  AX_ASSERT_OK(ax_values_add_str(v, "precision"));
+  refused(5, v, "a part of a message without parts");
+  assert_non_null(strstr(ax_errmsg(), "more than it holds"));
   ax_values_free(v);
 }
 
@@ -296,6 +350,7 @@ int main(void) {
       cmocka_unit_test(test_wrong_kind),
       cmocka_unit_test(test_out_of_range),
       cmocka_unit_test(test_encoder_refuses),
+      cmocka_unit_test(test_named_parts),
   };
   if (setup_node(NULL) != 0)
     return 1;

@@ -38,6 +38,30 @@ int axi_tf_child_fwd(ax_module *m, int i, const ax_exec *ex, ax_slot *slot,
 int axi_tf_child_bwd(ax_bwd_part part, ax_module *m, int i, const ax_exec *ex,
                      ax_slot *slot, int need_dx, ax_tensor *dy, ax_tensor **dx);
 
+/* Releases the n temporaries t[0..n-1] of one call and clears them. */
+void axi_tf_tmp_free(ax_tensor **t, int n);
+
+/* Runs children [first, last] of m forward in a chain from x: t[i]
+ * receives a new reference to child i's output, which is child i+1's
+ * input. On failure the outputs made so far stay in t; the caller frees
+ * t (axi_tf_tmp_free) on every path. */
+int axi_tf_chain_fwd(ax_module *m, const ax_exec *ex, ax_slot *slot, int first,
+                     int last, ax_tensor *x, ax_tensor **t);
+
+/* Runs children [first, last] of m backward in a chain, last first, from
+ * dy, each whole or only its input half (`part`): g[i] receives a new
+ * reference to child i's input gradient, which is child i-1's output
+ * gradient. The first child produces one only when need_dx. The caller
+ * frees g as for axi_tf_chain_fwd. */
+int axi_tf_chain_bwd(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                     ax_slot *slot, int first, int last, int need_dx,
+                     ax_tensor *dy, ax_tensor **g);
+
+/* Appends parts[0..n-1] to m in order as its children (a NULL part is
+ * AX_ENOMEM). m owns each part added; on failure the parts not added are
+ * freed, and the caller frees m. */
+int axi_tf_add_parts(ax_module *m, ax_module **parts, int n);
+
 /* ax_causal_attn_new_tp with its output projection's weights drawn from
  * N(0, proj_std^2) (the decoder layer's residual projection). */
 ax_module *axi_tf_causal_new(int hidden, int heads, float dropout,

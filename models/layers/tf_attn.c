@@ -30,16 +30,10 @@ typedef struct mhsa_priv {
 enum { SAVE_QKV = 0, SAVE_PROBS = 1, SAVE_PROBS_D = 2 };
 
 /* Owns the temporaries of one call so that every exit path frees them. */
+#define ATTN_TMP 6
 typedef struct tmp_set {
-  ax_tensor *t[6];
+  ax_tensor *t[ATTN_TMP];
 } tmp_set;
-
-static void tmp_free(tmp_set *s) {
-  for (int i = 0; i < 6; i++) {
-    ax_tensor_release(s->t[i]);
-    s->t[i] = NULL;
-  }
-}
 
 static ax_tensor *new3(int64_t a, int64_t b, int64_t c, ax_device dev) {
   int64_t shape[3] = {a, b, c};
@@ -135,7 +129,7 @@ static int mhsa_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   tmp_set t = {{0}};
   ax_tensor *y = NULL;
   int rc = mhsa_run(m, ex, slot, in, &t, &y);
-  tmp_free(&t);
+  axi_tf_tmp_free(t.t, ATTN_TMP);
   if (rc != AX_OK)
     return rc;
   *out = ax_tlist1(y);
@@ -220,7 +214,7 @@ static int mhsa_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
   tmp_set t = {{0}};
   ax_tensor *dx = NULL;
   int rc = mhsa_grad(part, m, ex, slot, dout->t[0], &t, &dx);
-  tmp_free(&t);
+  axi_tf_tmp_free(t.t, ATTN_TMP);
   if (rc == AX_OK) /* backward consumes the saved state */
     for (int i = SAVE_QKV; i <= SAVE_PROBS_D; i++)
       ax_slot_put(slot, i, NULL);

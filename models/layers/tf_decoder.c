@@ -16,23 +16,6 @@ typedef struct dec_priv {
 
 #define DEC_TMP 9
 
-/* Releases the temporaries of one call. */
-static void tmp_free(ax_tensor **t) {
-  for (int i = 0; i < DEC_TMP; i++) {
-    ax_tensor_release(t[i]);
-    t[i] = NULL;
-  }
-}
-
-/* Runs children [first, last] in a chain from x; t[i] receives child i's
- * output. */
-static int chain_fwd(ax_module *m, const ax_exec *ex, ax_slot *slot, int first,
-                     int last, ax_tensor *x, ax_tensor **t) {
-  for (int i = first; i <= last; i++, x = t[i - 1])
-    AX_TRY(axi_tf_child_fwd(m, i, ex, slot, x, &t[i]));
-  return AX_OK;
-}
-
 static int dec_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                        const ax_tlist *in, ax_tlist *out) {
   dec_priv *p = m->priv;
@@ -45,29 +28,17 @@ static int dec_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor *t[DEC_TMP] = {0}, *y = NULL;
   /* x1 = x + Dropout(Attn(LN1(x))); y = x1 + Dropout(FF2(GELU(FF1(LN2(x1))))).
    * t[C_N] holds x1. */
-  int rc = chain_fwd(m, ex, slot, C_LN1, C_DROP1, x, t);
+  int rc = axi_tf_chain_fwd(m, ex, slot, C_LN1, C_DROP1, x, t);
   if (rc == AX_OK)
     rc = axi_tf_add(x, t[C_DROP1], &t[C_N]);
   if (rc == AX_OK)
-    rc = chain_fwd(m, ex, slot, C_LN2, C_DROP2, t[C_N], t);
+    rc = axi_tf_chain_fwd(m, ex, slot, C_LN2, C_DROP2, t[C_N], t);
   if (rc == AX_OK)
     rc = axi_tf_add(t[C_N], t[C_DROP2], &y);
-  tmp_free(t);
+  axi_tf_tmp_free(t, DEC_TMP);
   if (rc != AX_OK)
     return rc;
   *out = ax_tlist1(y);
-  return AX_OK;
-}
-
-/* Runs children [first, last] backward in a chain, last first, from dy;
- * g[i] receives child i's input gradient. The first child produces one
- * only when need_dx. */
-static int chain_bwd(ax_bwd_part part, ax_module *m, const ax_exec *ex,
-                     ax_slot *slot, int first, int last, int need_dx,
-                     ax_tensor *dy, ax_tensor **g) {
-  for (int i = last; i >= first; dy = g[i--])
-    AX_TRY(axi_tf_child_bwd(part, m, i, ex, slot, i > first || need_dx, dy,
-                            &g[i]));
   return AX_OK;
 }
 
@@ -82,14 +53,16 @@ static int dec_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
   ax_tensor *g[DEC_TMP] = {0}, *dx = NULL;
   /* dx1 = dy + (the feed-forward branch's input gradient), held in g[C_N];
    * dx = dx1 + (the attention branch's). */
-  int rc = chain_bwd(part, m, ex, slot, C_LN2, C_DROP2, 1, dout->t[0], g);
+  int rc =
+      axi_tf_chain_bwd(part, m, ex, slot, C_LN2, C_DROP2, 1, dout->t[0], g);
   if (rc == AX_OK)
     rc = axi_tf_add(dout->t[0], g[C_LN2], &g[C_N]);
   if (rc == AX_OK)
-    rc = chain_bwd(part, m, ex, slot, C_LN1, C_DROP1, ex->need_dx, g[C_N], g);
+    rc = axi_tf_chain_bwd(part, m, ex, slot, C_LN1, C_DROP1, ex->need_dx,
+                          g[C_N], g);
   if (rc == AX_OK && ex->need_dx)
     rc = axi_tf_add(g[C_N], g[C_LN1], &dx);
-  tmp_free(g);
+  axi_tf_tmp_free(g, DEC_TMP);
   if (rc != AX_OK || !ex->need_dx) {
     ax_tensor_release(dx);
     return rc;
@@ -146,14 +119,7 @@ ax_module *ax_decoder_layer_new_tp(int hidden, int heads, int ff, float dropout,
       ax_linear_row_new(ff, hidden, 1, proj_std, tp),
       ax_dropout_new(dropout, ax_salt_mix(salt, 3)),
   };
-  int rc = AX_OK;
-  for (int i = 0; i < C_N; i++) {
-    if (rc == AX_OK)
-      rc = ax_module_add(m, parts[i]); /* frees parts[i] on failure */
-    else
-      ax_module_free(parts[i]);
-  }
-  if (rc != AX_OK) {
+  if (axi_tf_add_parts(m, parts, C_N) != AX_OK) {
     ax_module_free(m);
     ax_seterr(AX_ENOMEM, "decoder: no memory");
     return NULL;

@@ -13,15 +13,9 @@ typedef struct enc_priv {
   int hidden;
 } enc_priv;
 
-#define ENC_TMP 8
-
-/* Releases the temporaries of one call. */
-static void tmp_free(ax_tensor **t) {
-  for (int i = 0; i < ENC_TMP; i++) {
-    ax_tensor_release(t[i]);
-    t[i] = NULL;
-  }
-}
+/* The temporaries of one call: t[i] is child i's output (or, backward, its
+ * input gradient), t[C_N] and t[C_N + 1] the two residual sums. */
+#define ENC_TMP (C_N + 2)
 
 static int attn_fwd(ax_module *m, const ax_exec *ex, ax_slot *slot,
                     const ax_tlist *in, ax_tensor **a) {
@@ -39,21 +33,14 @@ static int attn_fwd(ax_module *m, const ax_exec *ex, ax_slot *slot,
 static int enc_run(ax_module *m, const ax_exec *ex, ax_slot *slot,
                    const ax_tlist *in, ax_tensor **t, ax_tensor **y) {
   ax_tensor *x = in->t[0]; // (B, S, H)
-  /* x1 = LN(x + Dropout(Attn(x))) */
-  AX_TRY(attn_fwd(m, ex, slot, in, &t[0]));
-  AX_TRY(axi_tf_child_fwd(m, C_DROP1, ex, slot, t[0], &t[1]));
-  AX_TRY(axi_tf_add(x, t[1], &t[2]));
-  AX_TRY(axi_tf_child_fwd(m, C_LN1, ex, slot, t[2], &t[3]));
-  /* y = LN(x1 + Dropout(FF2(GELU(FF1(x1))))) */
-  AX_TRY(axi_tf_child_fwd(m, C_FF1, ex, slot, t[3], &t[4])); // (B, S, ff)
-  AX_TRY(axi_tf_child_fwd(m, C_GELU, ex, slot, t[4], &t[5]));
-  AX_TRY(axi_tf_child_fwd(m, C_FF2, ex, slot, t[5], &t[6])); // (B, S, H)
-  AX_TRY(axi_tf_child_fwd(m, C_DROP2, ex, slot, t[6], &t[7]));
-  ax_tensor *s2 = NULL;
-  AX_TRY(axi_tf_add(t[3], t[7], &s2));
-  int rc = axi_tf_child_fwd(m, C_LN2, ex, slot, s2, y);
-  ax_tensor_release(s2);
-  return rc;
+  /* x1 = LN(x + Dropout(Attn(x))), in t[C_LN1] */
+  AX_TRY(attn_fwd(m, ex, slot, in, &t[C_ATTN]));
+  AX_TRY(axi_tf_child_fwd(m, C_DROP1, ex, slot, t[C_ATTN], &t[C_DROP1]));
+  AX_TRY(axi_tf_add(x, t[C_DROP1], &t[C_N]));
+  /* y = LN(x1 + Dropout(FF2(GELU(FF1(x1))))); FF1's output is (B, S, ff) */
+  AX_TRY(axi_tf_chain_fwd(m, ex, slot, C_LN1, C_DROP2, t[C_N], t));
+  AX_TRY(axi_tf_add(t[C_LN1], t[C_DROP2], &t[C_N + 1]));
+  return axi_tf_child_fwd(m, C_LN2, ex, slot, t[C_N + 1], y);
 }
 
 static int enc_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
@@ -67,7 +54,7 @@ static int enc_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
                      ax_tensor_shape_str(x, b, sizeof b), p->hidden);
   ax_tensor *t[ENC_TMP] = {0}, *y = NULL;
   int rc = enc_run(m, ex, slot, in, t, &y);
-  tmp_free(t);
+  axi_tf_tmp_free(t, ENC_TMP);
   if (rc != AX_OK)
     return rc;
   out->n = 2;
@@ -81,27 +68,22 @@ static int enc_grad(ax_bwd_part part, ax_module *m, const ax_exec *ex,
                     ax_slot *slot, ax_tensor *dy, ax_tensor **t,
                     ax_tensor **dx) {
   /* Feed-forward half: the residual adds the LN2 input gradient to x1's. */
-  AX_TRY(axi_tf_child_bwd(part, m, C_LN2, ex, slot, 1, dy, &t[0]));
-  AX_TRY(axi_tf_child_bwd(part, m, C_DROP2, ex, slot, 1, t[0], &t[1]));
-  AX_TRY(axi_tf_child_bwd(part, m, C_FF2, ex, slot, 1, t[1], &t[2]));
-  AX_TRY(axi_tf_child_bwd(part, m, C_GELU, ex, slot, 1, t[2], &t[3]));
-  AX_TRY(axi_tf_child_bwd(part, m, C_FF1, ex, slot, 1, t[3], &t[4]));
-  AX_TRY(axi_tf_add(t[0], t[4], &t[5]));
+  AX_TRY(axi_tf_chain_bwd(part, m, ex, slot, C_FF1, C_LN2, 1, dy, t));
+  AX_TRY(axi_tf_add(t[C_LN2], t[C_FF1], &t[C_N]));
   /* Attention half. */
-  AX_TRY(axi_tf_child_bwd(part, m, C_LN1, ex, slot, 1, t[5], &t[6]));
-  AX_TRY(axi_tf_child_bwd(part, m, C_DROP1, ex, slot, 1, t[6], &t[7]));
+  AX_TRY(axi_tf_chain_bwd(part, m, ex, slot, C_DROP1, C_LN1, 1, t[C_N], t));
   ax_slot *cs = ax_slot_child(slot, C_ATTN);
   if (!cs)
     return AX_ENOMEM;
   ax_exec cex = *ex;
-  ax_tlist dout = ax_tlist1(t[7]), din = {0};
+  ax_tlist dout = ax_tlist1(t[C_DROP1]), din = {0};
   AX_TRY(ax_backward_part(part, m->children[C_ATTN], &cex, cs, &dout, &din));
   int rc = AX_OK;
   if (ex->need_dx) {
     if (din.n < 1 || !din.t[0])
       rc = ax_seterr(AX_EINTERNAL, "encoder: attention returned no gradient");
     else
-      rc = axi_tf_add(t[6], din.t[0], dx);
+      rc = axi_tf_add(t[C_LN1], din.t[0], dx);
   }
   ax_tlist_clear(&din);
   return rc;
@@ -116,7 +98,7 @@ static int enc_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
   AX_TRY(axi_tf_check_in("encoder", dout, 1));
   ax_tensor *t[ENC_TMP] = {0}, *dx = NULL;
   int rc = enc_grad(part, m, ex, slot, dout->t[0], t, &dx);
-  tmp_free(t);
+  axi_tf_tmp_free(t, ENC_TMP);
   if (rc != AX_OK || !ex->need_dx) {
     ax_tensor_release(dx);
     return rc;
@@ -174,14 +156,7 @@ ax_module *ax_encoder_layer_new_tp(int hidden, int heads, int ff, float dropout,
       ax_dropout_new(dropout, ax_salt_mix(salt, 3)),
       ax_layernorm_new(hidden, AX_BERT_LN_EPS),
   };
-  int rc = AX_OK;
-  for (int i = 0; i < C_N; i++) {
-    if (rc == AX_OK)
-      rc = ax_module_add(m, parts[i]); /* frees parts[i] on failure */
-    else
-      ax_module_free(parts[i]);
-  }
-  if (rc != AX_OK) {
+  if (axi_tf_add_parts(m, parts, C_N) != AX_OK) {
     ax_module_free(m);
     ax_seterr(AX_ENOMEM, "encoder: no memory");
     return NULL;

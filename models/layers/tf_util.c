@@ -1,5 +1,5 @@
 /* Helpers shared by the transformer layers: initialisation, argument
- * checks, elementwise sums and calls into child modules. */
+ * checks, elementwise sums, calls into child modules and chains of them. */
 #include "axon/models/layers/tf-impl.h"
 
 #include "axon/kernels/error.h"
@@ -90,4 +90,38 @@ int axi_tf_child_bwd(ax_bwd_part part, ax_module *m, int i, const ax_exec *ex,
     return ax_seterr(AX_EINTERNAL, "%s: child %d returned no gradient",
                      m->ops->kind, i);
   return AX_OK;
+}
+
+void axi_tf_tmp_free(ax_tensor **t, int n) {
+  for (int i = 0; i < n; i++) {
+    ax_tensor_release(t[i]);
+    t[i] = NULL;
+  }
+}
+
+int axi_tf_chain_fwd(ax_module *m, const ax_exec *ex, ax_slot *slot, int first,
+                     int last, ax_tensor *x, ax_tensor **t) {
+  for (int i = first; i <= last; i++, x = t[i - 1])
+    AX_TRY(axi_tf_child_fwd(m, i, ex, slot, x, &t[i]));
+  return AX_OK;
+}
+
+int axi_tf_chain_bwd(ax_bwd_part part, ax_module *m, const ax_exec *ex,
+                     ax_slot *slot, int first, int last, int need_dx,
+                     ax_tensor *dy, ax_tensor **g) {
+  for (int i = last; i >= first; dy = g[i--])
+    AX_TRY(axi_tf_child_bwd(part, m, i, ex, slot, i > first || need_dx, dy,
+                            &g[i]));
+  return AX_OK;
+}
+
+int axi_tf_add_parts(ax_module *m, ax_module **parts, int n) {
+  int rc = AX_OK;
+  for (int i = 0; i < n; i++) {
+    if (rc == AX_OK)
+      rc = ax_module_add(m, parts[i]); /* frees parts[i] on failure */
+    else
+      ax_module_free(parts[i]);
+  }
+  return rc;
 }

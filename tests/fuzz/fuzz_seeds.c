@@ -394,6 +394,15 @@ static void stage_msg_seeds(void) {
       for (char *c = name; *c; c++)
         *c = (*c == ' ' || *c == '.') ? '_' : *c;
       put_call(name, 0, v);
+      if (full && sm_is(id, "axon.pipe.stage setup")) {
+        /* Named optional parts: the last two without those before them. */
+        axi_pipe_setup_msg *sp = (axi_pipe_setup_msg *)&m;
+        sp->has_stale = sp->has_replicas = sp->has_zero = sp->has_tp = 0;
+        ax_values *u = ax_values_new();
+        FUZZ_CHECK(u && axi_pipe_setup_encode(sp, u) == AX_OK);
+        put_call("axon_pipe_stage_setup_sparse", 0, u);
+        ax_values_free(u);
+      }
       if (full && sm_is(id, "axon.pipe.stage step")) {
         /* The tail of a longer list: [h, "x", step...] from value 2. */
         ax_values *u = ax_values_new();

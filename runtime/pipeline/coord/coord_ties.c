@@ -61,7 +61,7 @@ void axi_pipe_ties_setup(ax_pipe *p, int s, const ax_model_info *info,
   if (!m->ties.n)
     return;
   p->tied = 1;
-  m->has_ties = 1; /* the caller sends the optional parts before them */
+  m->has_ties = 1;
 }
 
 /* Every stage is called: the settle message (stage_msg-impl.h). */

@@ -138,8 +138,7 @@ int axi_pipe_create(ax_node *n, const ax_pipe_opts *o,
  * stage s's part of setup (stage_msg-impl.h), the ties with one copy on
  * stage s and the other on another stage of p, each with the group of the
  * two stages' agents in this replica and member (tags from id, written
- * into tags); the optional parts before it are then present, and p->tied
- * is set. */
+ * into tags); with any, the "ties" part is present and p->tied is set. */
 int axi_pipe_ties_check(const char *model, const ax_model_info *info,
                         const int *bounds, int S, int mode);
 /* At the end of a train call of a pipeline whose stages exchange tied

@@ -154,24 +154,6 @@ static void add_replicas(ax_pipe *p, int s, const axi_pipe_replica_of *rep,
     m->tp.names[t] = rep->agents[(rep->r * rep->T + t) * p->R + rank];
 }
 
-/* Setup's precision and ties, its last optional parts: the parts before
- * them are sent too, those that are absent as what their absence means
- * (no correction; one replica without zero, one member: no group; fp32
- * is sent as itself). */
-static void add_optional_parts(ax_pipe *p, int s, axi_pipe_setup_msg *m) {
-  m->has_stale = 1; /* stale, delay, gamma and warm-up are set already */
-  if (!m->has_replicas) {
-    m->has_replicas = m->has_zero = 1;
-    m->replicas = (axi_pipe_group){1, 0, "", {p->agents[s]}};
-  }
-  if (!m->has_tp) {
-    m->has_tp = 1;
-    m->tp = (axi_pipe_group){1, 0, "", {p->agents[s]}};
-  }
-  m->has_precision = 1;
-  m->precision = p->o.precision;
-}
-
 /* Moves every stage's optimizer to o.optimizer_host: a "axon.pipe.optim" object
  * there per stage, given the stage's parameters and the optimizer
  * configuration, and handed to the stage (stage_offload.c). */
@@ -245,7 +227,7 @@ static int create_hosts(ax_pipe *p, const int *bounds,
     m.next = s < p->K - 1 ? p->host[s + 1] : NULL;
     m.self_id = (int64_t)ax_rref_id(p->host[s]); /* its key */
     m.order = p->o.sum_order;
-    m.has_stale = p->o.staleness != AX_STALE_NONE || rep != NULL;
+    m.has_stale = p->o.staleness != AX_STALE_NONE;
     m.stale = p->o.staleness; /* staleness.h */
     m.delay = p->o.staleness != AX_STALE_NONE
                   ? ax_pipe_delay(p->o.mode, p->K, s, p->o.M)
@@ -256,8 +238,8 @@ static int create_hosts(ax_pipe *p, const int *bounds,
     if (rep)
       add_replicas(p, s, rep, &m, tags);
     axi_pipe_ties_setup(p, s, info, tie_id, rep, &m, tie_tags);
-    if (p->o.precision != AX_PREC_FP32 || m.has_ties)
-      add_optional_parts(p, s, &m);
+    m.has_precision = p->o.precision != AX_PREC_FP32;
+    m.precision = p->o.precision;
     ax_values *a = ax_values_new(), *r = NULL;
     int err = a ? axi_pipe_setup_encode(&m, a) : AX_ENOMEM;
     if (err == AX_OK)

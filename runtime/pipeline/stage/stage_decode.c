@@ -121,18 +121,12 @@ int axi_pipe_host_decode(ax_call_ctx *cc, void *obj, const ax_values *args,
   int64_t t0 = ax_clock_us(), c0 = axi_pipe_host_cpu_us();
   axi_pipe_decode_msg m;
   AX_TRY(axi_pipe_decode_decode(args, &m));
-  uint64_t ctx = ax_call_autograd_ctx(cc); /* activations travel under it */
-  if (!ctx && (m.in.n == 0 || !h->is_last))
-    return ax_seterr(AX_ESTATE,
-                     "axon.pipe.stage %d: a decode that takes or pushes "
-                     "activations runs under a distributed autograd context",
-                     s->index);
+  uint64_t ctx = 0;
   ax_tlist in = {0}, y = {0};
-  int64_t waited = 0;
-  int err = axi_pipe_xfer_error(h);
-  if (err == AX_OK)
-    err = axi_pipe_host_inputs(cc, h, &m.in, -1, 0, ctx, &in, &waited);
-  t0 += waited;
+  int err = axi_pipe_host_inputs(cc, h, &m.in, -1, 0, 0,
+                                 "a decode that takes or pushes activations "
+                                 "runs under a distributed autograd context",
+                                 &ctx, &in, &t0);
   axi_pipe_decode_reply_msg r = {0};
   pthread_mutex_lock(&s->mu);
   axi_pipe_session *x = NULL;

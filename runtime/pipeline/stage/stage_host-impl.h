@@ -172,14 +172,6 @@ static inline int64_t axi_pipe_wait_ms(ax_call_ctx *cc) {
   int64_t left = ax_call_remaining_ms(cc);
   return left < 1 ? 1 : left > 600000 ? 600000 : left;
 }
-/* The "bwd", "bwdi", "bwdw" and "step" methods (stage_host_bwd.c). */
-/* An operation's inputs (stage_host_fwd.c): the coordinator's tensors
- * `given` moved to the stage's device (stage 0), or else the activations
- * prev pushed under ctx, whose receive edges are recorded in that context
- * (axi_pipe_take_input; batch and micro name them in events and errors). */
-int axi_pipe_host_inputs(ax_call_ctx *cc, phost *h, const ax_tlist *given,
-                         long batch, int micro, uint64_t ctx, ax_tlist *in,
-                         int64_t *wait_us);
 /* "decode" and "decode_end" (stage_decode.c); the drop of every decoding
  * session (teardown; s->mu held). */
 int axi_pipe_host_decode(ax_call_ctx *cc, void *obj, const ax_values *args,
@@ -190,6 +182,21 @@ void axi_pipe_sessions_clear(phost *h);
 /* "fwd" (stage_host_fwd.c). */
 int axi_pipe_host_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                       ax_values *out);
+/* The inputs of a forward or a decode (stage_host_fwd.c). *ctx receives
+ * the distributed autograd context the call runs under; an operation that
+ * takes or pushes activations (no `given` tensors, or not the last stage)
+ * or `train` is refused without one, with `why` (a sentence's end) after
+ * the stage's name. A failed send of the data path fails it next
+ * (axi_pipe_xfer_error). Then the coordinator's tensors `given` are moved
+ * to the stage's device (stage 0), or else the activations prev pushed
+ * under ctx are taken, whose receive edges are recorded in that context
+ * (axi_pipe_take_input; batch and micro name them in events and errors),
+ * and the time waited for them is added to *t0_us, the start of the
+ * operation's busy time. The caller clears in on every path. */
+int axi_pipe_host_inputs(ax_call_ctx *cc, phost *h, const ax_tlist *given,
+                         long batch, int micro, int train, const char *why,
+                         uint64_t *ctx, ax_tlist *in, int64_t *t0_us);
+/* The "bwd", "bwdi", "bwdw" and "step" methods (stage_host_bwd.c). */
 int axi_pipe_host_bwd(ax_call_ctx *cc, void *obj, const ax_values *args,
                       ax_values *out);
 int axi_pipe_host_bwd_input(ax_call_ctx *cc, void *obj, const ax_values *args,

@@ -47,17 +47,16 @@ static void host_clear(phost *h) {
   axi_pipe_xfer_close(h);
 }
 
-/* The groups of setup (stage_msg-impl.h): the replicas (*g; NULL with
- * one) and the tensor-parallel members (*tp; none or T = 1: NULL). This
- * host is the member at each group's rank (a node hosting several members,
- * as an emulation does, tells them apart by it). */
+/* The groups of setup (stage_msg-impl.h): the replicas (*g; none or
+ * R = 1: NULL) and the tensor-parallel members (*tp; none or T = 1: NULL).
+ * This host is the member at each group's rank (a node hosting several
+ * members, as an emulation does, tells them apart by it). */
 static int replica_group(phost *h, const axi_pipe_setup_msg *m, int64_t tmo,
                          ax_coll_group **g, int *zero, ax_coll_group **tp) {
   *g = *tp = NULL;
   *zero = 0;
-  if (!m->has_replicas)
-    return AX_OK;
-  int R = (int)m->replicas.n, T = m->has_tp ? (int)m->tp.n : 1;
+  int R = m->has_replicas ? (int)m->replicas.n : 1,
+      T = m->has_tp ? (int)m->tp.n : 1;
   int64_t z = m->zero; /* 0 when absent */
   if ((z && R < 2) || (z && (size_t)R > h->s->net->n_params))
     return ax_seterr(AX_EINVAL,

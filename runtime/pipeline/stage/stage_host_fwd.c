@@ -27,17 +27,24 @@ static int run_loss(phost *h, const axi_pipe_fwd_msg *m, const ax_tlist *y,
 }
 
 int axi_pipe_host_inputs(ax_call_ctx *cc, phost *h, const ax_tlist *given,
-                         long batch, int micro, uint64_t ctx, ax_tlist *in,
-                         int64_t *wait_us) {
+                         long batch, int micro, int train, const char *why,
+                         uint64_t *ctx, ax_tlist *in, int64_t *t0_us) {
   axi_ag_stage *s = h->s;
+  *ctx = ax_call_autograd_ctx(cc); /* activations travel under it */
+  if (!*ctx && (train || given->n == 0 || !h->is_last))
+    return ax_seterr(AX_ESTATE, "axon.pipe.stage %d: %s", s->index, why);
+  AX_TRY(axi_pipe_xfer_error(h));
   if (given->n > 0) {
     for (int i = 0; i < given->n; i++)
       if (!(in->t[in->n++] = ax_tensor_to(given->t[i], s->dev)))
         return AX_ENOMEM;
     return AX_OK;
   }
-  return axi_pipe_take_input(h, ctx, batch, micro, axi_pipe_wait_ms(cc), in,
-                             wait_us);
+  int64_t waited = 0;
+  int err = axi_pipe_take_input(h, *ctx, batch, micro, axi_pipe_wait_ms(cc), in,
+                                &waited);
+  *t0_us += waited; /* busy time: not the wait for the activations */
+  return err;
 }
 
 int axi_pipe_host_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
@@ -51,19 +58,12 @@ int axi_pipe_host_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
   int train = (flags & AX_PIPE_FLAG_TRAIN) != 0;
   axi_pipe_fault_action(s->node, s->index, AXI_PIPE_FAULT_F, train ? batch : -1,
                         micro);
-  uint64_t ctx = ax_call_autograd_ctx(cc); /* activations travel under it */
-  if (!ctx && (train || m.in.n == 0 || !h->is_last))
-    return ax_seterr(AX_ESTATE,
-                     "axon.pipe.stage %d: a forward runs under its unit's "
-                     "distributed autograd context",
-                     s->index);
+  uint64_t ctx = 0;
   ax_tlist in = {0}, y = {0};
-  int64_t waited = 0;
-  int err = axi_pipe_xfer_error(h);
-  if (err == AX_OK)
-    err = axi_pipe_host_inputs(cc, h, &m.in, (long)batch, (int)micro, ctx, &in,
-                               &waited);
-  t0 += waited; /* busy time: not the wait for the activations */
+  int err = axi_pipe_host_inputs(
+      cc, h, &m.in, (long)batch, (int)micro, train,
+      "a forward runs under its unit's distributed autograd context", &ctx, &in,
+      &t0);
   pstate *st = NULL;
   if (err == AX_OK && train) {
     if (!(st = calloc(1, sizeof *st)) || !(st->slot = ax_slot_new()))

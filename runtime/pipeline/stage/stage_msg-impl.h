@@ -22,8 +22,13 @@
  * list's strings, bytes, tensors and RRefs: they are valid while the list
  * lives (retain what must outlive it).
  *
- * Optional parts (has_*) are positional, as on the wire: a part is present
- * only when every optional part before it is.
+ * Optional parts (has_*) are named: on the wire a present part is its
+ * name (a string), then its values; an absent part is simply absent. The
+ * lists below write a part as ("name", values...). Parts may be present in
+ * any combination but travel in the order the message lists them, each at
+ * most once, so a list taken encodes back to the same list; a decoder
+ * refuses an unknown name, a repeated one, one out of order and a value
+ * that is not a name where a part must start (AX_EBADARG, as above).
  *
  * Threads: every function may be called from any thread. */
 #ifndef AX_PIPELINE_STAGE_MSG_IMPL_H
@@ -73,12 +78,15 @@ typedef struct axi_pipe_ties {
 } axi_pipe_ties;
 
 /* "setup" [mode, recompute, optim config, prev, next, self id, sum order,
- * (staleness, delay, gamma, warm-up), (R, rank, tag, R names), (zero),
- * (T, rank, tag, T names), (precision), (ties)]; replies []. prev and
- * next are RRefs, or i64 0 at the ends (NULL here). The host checks the
- * mode's table entry, the correction (staleness.h), self id != 0, the
- * groups' members and that the ties are the model's ties that cross its
- * bounds. An absent precision is fp32 (ax_precision, models/module.h). */
+ * ("staleness", kind, delay, gamma, warm-up), ("replicas", R, rank, tag,
+ * R names), ("zero", zero), ("tp", T, rank, tag, T names), ("precision",
+ * precision), ("ties", ties)]; replies []. prev and next are RRefs, or i64
+ * 0 at the ends (NULL here). The host checks the mode's table entry, the
+ * correction (staleness.h), self id != 0, the groups' members and that the
+ * ties are the model's ties that cross its bounds. Each absent part means
+ * its default: no staleness correction, one replica, no ZeRO, one member
+ * (no tensor parallelism), fp32 (ax_precision, models/module.h), no tie
+ * across stages. */
 typedef struct axi_pipe_setup_msg {
   int64_t mode;      /* 0 .. AX_MODE_COUNT - 1 */
   int64_t recompute; /* AX_RECOMPUTE_* (informational) */
@@ -108,9 +116,10 @@ typedef struct axi_pipe_labels {
   int64_t norm[AX_TLIST_MAX]; /* >= 0: the mini-batch's label counts */
 } axi_pipe_labels;
 
-/* "fwd" [batch, micro, seed, flags, n_in, inputs..., (n_lab, labels...,
- * norms...)]; replies a report. n_in = 0: the inputs are the activations
- * prev pushed; the labels go to the last stage only. */
+/* "fwd" [batch, micro, seed, flags, n_in, inputs..., ("labels", n_lab,
+ * labels..., norms...), ("scale", scale)]; replies a report. n_in = 0: the
+ * inputs are the activations prev pushed; the labels go to the last stage only.
+ */
 typedef struct axi_pipe_fwd_msg {
   int64_t batch; /* any (evaluation batches are negative) */
   int64_t micro; /* 0 .. AXP_UNITS_MAX - 1 */
@@ -144,8 +153,8 @@ typedef struct axi_pipe_step_msg {
 } axi_pipe_step_msg;
 
 /* The reply of fwd, bwd, bwdi, bwdw and step: [busy_us, cpu_us,
- * live_states, weight_versions, state_bytes, (loss, correct, count)]: the
- * loss part from a last stage's forward. */
+ * live_states, weight_versions, state_bytes, ("loss", loss, correct,
+ * count)]: the loss part from a last stage's forward. */
 typedef struct axi_pipe_report_msg {
   int64_t busy_us; /* the call's time less its waits for neighbours */
   int64_t cpu_us;  /* the CPU time it used (axi_pipe_host_cpu_us) */
@@ -170,7 +179,8 @@ typedef struct axi_pipe_trace_msg {
   axi_pipe_bytes events;
 } axi_pipe_trace_msg;
 
-/* "ckpt_save" and "ckpt_drop" [dir, name, (send), (async), (optim_only)];
+/* "ckpt_save" and "ckpt_drop" [dir, name, ("send", send), ("async",
+ * async), ("optim_only", optim_only)], each absent part 0;
  * ckpt_drop ignores send, async and optim_only. ckpt_save replies a file
  * message. */
 typedef struct axi_pipe_ckpt_save_msg {
@@ -190,8 +200,8 @@ typedef struct axi_pipe_ckpt_wait_msg {
 } axi_pipe_ckpt_wait_msg;
 
 /* A checkpoint file's description and maybe the file: [size, sha256 hex,
- * (file)], the file's bytes in an i32 tensor (axi_ck_pack). The reply of
- * ckpt_save, ckpt_mem_save (no file) and axon.pipe.mem_fetch. */
+ * ("file", file)], the file's bytes in an i32 tensor (axi_ck_pack). The reply
+ * of ckpt_save, ckpt_mem_save (no file) and axon.pipe.mem_fetch. */
 typedef struct axi_pipe_file_msg {
   int64_t size;    /* >= 0 */
   const char *sha; /* AXP_SHA_HEX characters */
@@ -199,7 +209,7 @@ typedef struct axi_pipe_file_msg {
   ax_tensor *file;
 } axi_pipe_file_msg;
 
-/* "ckpt_load" [path, size, sha256 hex, (file)]: size and sha as the
+/* "ckpt_load" [path, size, sha256 hex, ("file", file)]: size and sha as the
  * manifest says (-1 and "" for a file it lacks: the host refuses it). */
 typedef struct axi_pipe_ckpt_load_msg {
   const char *path;
@@ -260,8 +270,8 @@ typedef struct axi_pipe_decode_end_msg {
   int64_t session; /* >= 0 */
 } axi_pipe_decode_end_msg;
 /* The reply of "decode" and "decode_end": [busy_us, cpu_us, sessions,
- * cache bytes, (logits)]: the sessions the host keeps after the call and
- * the bytes of their slots; the last stage's decode adds the logits of each
+ * cache bytes, ("logits", logits)]: the sessions the host keeps after the call
+ * and the bytes of their slots; the last stage's decode adds the logits of each
  * sequence's last new position (B, vocab). */
 typedef struct axi_pipe_decode_reply_msg {
   int64_t busy_us, cpu_us;
@@ -287,7 +297,7 @@ typedef struct axi_pipe_optim_step_msg {
 typedef struct axi_pipe_optim_reply_msg {
   ax_tensor *params;
 } axi_pipe_optim_reply_msg;
-/* The optimizer's state: [m, v, steps, (params)], m and v its state
+/* The optimizer's state: [m, v, steps, ("params", params)], m and v its state
  * buffers (ax_optim_state 0 and 1; empty f32 tensors when it has none).
  * The reply of "state_get" (no params) and the arguments of "state_set"
  * (params: its copy of the parameters too; absent: kept). */
