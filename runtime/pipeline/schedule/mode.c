@@ -471,7 +471,7 @@ int ax_pipe_schedule_chunks(int mode, int K, int v, int r, int M, long n,
                      "schedule: %s needs a multiple of %d "
                      "micro-batches (got %d)",
                      g_modes[mode].name, K, U);
-  if (U < ax_pipe_min_units(mode, K))
+  if (U < g_modes[mode].min_units_per_rank * K) /* the lists need them */
     return ax_seterr(AX_EINVAL,
                      "schedule: %s with %d ranks needs at least %d "
                      "micro-batches (got %d)",

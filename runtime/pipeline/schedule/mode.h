@@ -203,7 +203,8 @@ long ax_pipe_nops_rank(int mode, int K, int v, int r, int M, long n);
 /* Fills ops with rank r's list (K ranks, v stages each; its length is
  * ax_pipe_nops_rank). AX_EINVAL on a bad mode, K < 1, r outside [0, K),
  * M < 1, n < 0, a unit count a chunked mode cannot split, fewer units than
- * the mode needs (ax_pipe_min_units), or cap too small. */
+ * its rank count needs (min_units_per_rank: dualpipev's M >= 2K; 2bw's
+ * minimum is the coordinator's), or cap too small. */
 int ax_pipe_schedule_chunks(int mode, int K, int v, int r, int M, long n,
                             ax_pipe_op *ops, long cap);
 /* The same for single-chunk modes: stage s's list. */

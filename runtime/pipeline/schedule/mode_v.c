@@ -22,7 +22,8 @@ void axi_vmode_repeat(const ax_pipe_op *one, long len, int K, int r, long n,
   }
 }
 
-/* ---- DualPipeV ------------------------------------------------------------ */
+/* ---- DualPipeV ------------------------------------------------------------
+ */
 /* DualPipe's V form (DeepSeek-AI 2025; Sea AI Lab's "cut-in-half"). Rank r
  * has phase 0 (stage r) and phase 1 (stage 2K - 1 - r); each phase takes
  * its units in order, and every I queues its W, run first in first out.
@@ -111,7 +112,8 @@ int axi_vmode_weight_halves_dualpipev(int K, int r, int U) {
   return 2 * K - 1 - r;
 }
 
-/* ---- V-Half and V-Min ----------------------------------------------------- */
+/* ---- V-Half and V-Min -----------------------------------------------------
+ */
 /* Qi et al. 2024, "Pipeline Parallelism with Controllable Memory": every
  * unit repeats one building block, 6 slots per unit and rank (F and I of
  * both stages, two W), so a unit's lifespan on a stage, and with it the
@@ -156,8 +158,8 @@ static long block_one(void (*block)(int, int, int[4]), int K, int r, int U,
   long k = 0;
   for (long i = 0; i <= last + 6L * (U - 1); i++) {
     int j = 0;
-    while (j < 4 && !(i >= slot[j] && (i - slot[j]) % 6 == 0 &&
-                      (i - slot[j]) / 6 < U))
+    while (j < 4 &&
+           !(i >= slot[j] && (i - slot[j]) % 6 == 0 && (i - slot[j]) / 6 < U))
       j++;
     if (j < 4) {
       int u = (int)((i - slot[j]) / 6);
@@ -187,7 +189,8 @@ static long vmin_one(int K, int r, int U, ax_pipe_op *o) {
   return block_one(block_vmin, K, r, U, o);
 }
 
-/* ---- the table's functions ------------------------------------------------ */
+/* ---- the table's functions ------------------------------------------------
+ */
 typedef long (*one_fn)(int K, int r, int U, ax_pipe_op *o);
 
 static void act(one_fn one, int K, int r, int U, long n, ax_pipe_op *out,
@@ -202,15 +205,15 @@ static void act(one_fn one, int K, int r, int U, long n, ax_pipe_op *out,
 /* The most units stage s of S = 2K keeps at once on its rank's list. */
 static int live(one_fn one, int S, int s, int U) {
   int K = S / 2, r = s < K ? s : S - 1 - s, now = 0, peak = 0;
-  ax_pipe_op *l = S % 2 || s < 0 || s >= S ? NULL
-                                           : malloc(sizeof *l * (6 * (size_t)U + 1));
+  ax_pipe_op *l =
+      S % 2 || s < 0 || s >= S ? NULL : malloc(sizeof *l * (6 * (size_t)U + 1));
   long len = l ? one(K, r, U, l) : -1;
   for (long i = 0; i < len; i++) {
     if (l[i].stage != s)
       continue;
-    now += l[i].kind == AX_OP_FWD                                        ? 1
+    now += l[i].kind == AX_OP_FWD                                     ? 1
            : l[i].kind == AX_OP_BWD || l[i].kind == AX_OP_WEIGHT_GRAD ? -1
-                                                                        : 0;
+                                                                      : 0;
     peak = now > peak ? now : peak;
   }
   free(l);
