@@ -40,7 +40,13 @@
  * the library's default, stage-driven; 1 is coordinator-driven): each mode
  * runs every value in turn, repeat by repeat, so the rows compare within
  * one run. The last lines give each value's bubble of zb-h1 and zbv as a
- * fraction of 1f1b's (goals: <= 1/2 and <= 1/4). */
+ * fraction of 1f1b's (goals: <= 1/2 and <= 1/4), dualpipev's against its
+ * formula, (K - 1)(F&B + B - 3W) with per-stage times and F&B = F + B
+ * (goal: within 0.02), and the activations v-half and v-min keep against
+ * 1f1b's (goals: <= 0.55 and <= 0.40). "act" is the most activations an
+ * agent keeps at once, the sum over its stages of the live units each
+ * reported after its last action, over v: in units of one micro-batch
+ * through an agent's layers, K for 1f1b. */
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -110,8 +116,11 @@ static void overheads(ax_pipe *p, const bp_args *a, int mode,
   for (long i = 0; i < n; i++) {
     const ax_pipe_event *e = &ev[i];
     double ready = 0;
-    ax_pipe_op deps[AX_PIPE_MAX_STAGES + 2];
-    int nd = ax_pipe_plan_deps(plan, &e->op, deps);
+    /* A copy of the event's action, not the plan's: its own part's
+     * dependencies (a composite's partner is not next to it here). */
+    ax_pipe_op deps[AX_PIPE_MAX_STAGES + 2], own = e->op;
+    own.with_next = 0;
+    int nd = ax_pipe_plan_deps(plan, &own, deps);
     for (long j = 0; j < n; j++) {
       const ax_pipe_event *f = &ev[j];
       /* its agent's previous action (agents hold several stages in the
@@ -159,9 +168,31 @@ static double busy_per_batch(ax_pipe *p, const bp_args *a, int mode, long lo,
   return sum / a->K / (double)(hi - lo + 1);
 }
 
+/* An agent's peak of kept activations (see the top): its actions' events
+ * in its list's order (its driver books them in turn), each with the live
+ * units its stage reported after it. */
+static double peak_act(ax_pipe *p, const bp_args *a, int mode, int v) {
+  long n = 0;
+  const ax_pipe_event *ev = ax_pipe_events(p, &n);
+  int live[AX_PIPE_MAX_STAGES] = {0};
+  double most = 0;
+  for (int r = 0; r < a->K; r++) {
+    int sum = 0;
+    for (long i = 0; i < n; i++) {
+      int s = ev[i].op.stage;
+      if (ax_pipe_stage_rank(mode, a->K, s) != r)
+        continue;
+      sum += ev[i].live - live[s];
+      live[s] = ev[i].live;
+      most = (double)sum / v > most ? (double)sum / v : most;
+    }
+  }
+  return most;
+}
+
 static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
                     int mode, int ahead, double *per_batch, double *busy,
-                    double *issue, double *rpc, double *stage) {
+                    double *issue, double *rpc, double *stage, double *act) {
   /* Chunked modes split each agent's work into v stages of 1/v the time. */
   int v = ax_pipe_chunks(mode, 0);
   char cfg[160];
@@ -203,6 +234,7 @@ static int run_mode(ax_node *node, const bp_args *a, const char *const *ag,
     *per_batch = (r.done[last] - r.done[warm - 1]) / (double)(last - warm + 1);
     *busy = busy_per_batch(p, a, mode, warm, last);
     overheads(p, a, mode, plan, issue, rpc, stage);
+    *act = peak_act(p, a, mode, v);
   }
   ax_pipe_free(p);
   ax_pipe_plan_free(plan);
@@ -288,9 +320,9 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
          "t_b=%g ms (weight half %g), sleep model, batch %d, median of %d "
          "runs\n",
          a->K, a->M, a->fwd_ms, a->bwd_ms, a->w_ms, a->batch, a->repeat);
-  printf("%-11s %5s %11s %12s %7s %10s %10s %8s %9s %7s %9s\n", "mode", "ahead",
-         "formula_ms", "measured_ms", "ratio", "bubble_f", "bubble_m", "idle_m",
-         "issue_ms", "rpc_ms", "in_stage");
+  printf("%-11s %5s %11s %12s %7s %10s %10s %8s %9s %7s %9s %5s\n", "mode",
+         "ahead", "formula_ms", "measured_ms", "ratio", "bubble_f", "bubble_m",
+         "idle_m", "issue_ms", "rpc_ms", "in_stage", "act");
   char list[256];
   snprintf(list, sizeof list, "%s", a->modes ? a->modes : ax_pipe_mode_list());
   for (char *c = list; *c; c++)
@@ -300,6 +332,8 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
    * run), for the goals. */
   double bub[3][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}, {-1, -1, -1, -1}};
   double idl[3][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}, {-1, -1, -1, -1}};
+  /* dualpipev's measured bubble; the activations of 1f1b, v-half, v-min */
+  double dpv[4] = {-1, -1, -1, -1}, act[3] = {-1, -1, -1};
   for (char *sv = NULL, *m = strtok_r(list, ",", &sv); m;
        m = strtok_r(NULL, ",", &sv)) {
     int mode = ax_pipe_mode_index(m);
@@ -312,13 +346,13 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
       tf[s] = a->fwd_ms * 1e-3 / v, ti[s] = (a->bwd_ms - a->w_ms) * 1e-3 / v,
       tw[s] = a->w_ms * 1e-3 / v;
     double f = 0, t[4][MAXR], is[4][MAXR], rp[4][MAXR], st[4][MAXR],
-           bz[4][MAXR];
+           bz[4][MAXR], ac = 0;
     AX_TRY(ax_formula_time_split(m, a->K, v, a->M, tf, ti, tw,
                                  AX_RECOMPUTE_NEVER, &f));
     for (int r = 0; r < a->repeat; r++) /* interleaved: value by value */
       for (int k = 0; k < a->n_ahead; k++)
         AX_TRY(run_mode(node, a, ag, mode, a->ahead[k], &t[k][r], &bz[k][r],
-                        &is[k][r], &rp[k][r], &st[k][r]));
+                        &is[k][r], &rp[k][r], &st[k][r], &ac));
     /* One agent's compute per mini-batch (a replay adds a forward). */
     int U = ax_pipe_units(mode, a->M);
     double work =
@@ -327,7 +361,13 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
     int g = !strcmp(m, "1f1b")    ? 0
             : !strcmp(m, "zb-h1") ? 1
             : !strcmp(m, "zbv")   ? 2
-                                  : -1;
+                                  : -1,
+        h = !strcmp(m, "1f1b")     ? 0
+            : !strcmp(m, "v-half") ? 1
+            : !strcmp(m, "v-min")  ? 2
+                                   : -1;
+    if (h >= 0)
+      act[h] = ac;
     for (int k = 0; k < a->n_ahead; k++) {
       double mt = axi_bench_median(t[k], a->repeat), ratio = mt / f;
       double idle[MAXR]; /* per run: 1 - measured compute / time */
@@ -342,7 +382,9 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
                axi_bench_median(rp[k], a->repeat));
       else /* issued ahead: the call's times do not bound the action */
         printf(" %9s %7s", "-", "-");
-      printf(" %9.3f\n", axi_bench_median(st[k], a->repeat));
+      printf(" %9.3f %5.1f\n", axi_bench_median(st[k], a->repeat), ac);
+      if (mode == AX_MODE_DUALPIPEV)
+        dpv[k] = 1 - work / mt;
       if (g >= 0) {
         bub[g][k] = 1 - work / mt;
         idl[g][k] = bm;
@@ -360,6 +402,21 @@ static int bench(ax_node *node, const bp_args *a, const char *const *ag) {
              bub[2][k] >= 0 ? bub[2][k] / bub[0][k] : -1,
              idl[1][k] >= 0 ? idl[1][k] / idl[0][k] : -1,
              idl[2][k] >= 0 ? idl[2][k] / idl[0][k] : -1);
+  /* DualPipe's README: (PP / 2 - 1)(F&B + B - 3W), PP = 2K stages of half
+   * an agent's times each */
+  double hf = a->fwd_ms / 2, hb = a->bwd_ms / 2, hw = a->w_ms / 2,
+         gap = (a->K - 1) * (hf + hb + hb - 3 * hw),
+         work = 2.0 * a->M * (hf + hb);
+  for (int k = 0; k < a->n_ahead; k++)
+    if (dpv[k] >= 0)
+      printf("# ahead %d: bubble of dualpipev %.3f, its formula's %.3f "
+             "(goal: within 0.02)\n",
+             a->ahead[k] ? a->ahead[k] : AX_PIPE_AHEAD, dpv[k],
+             gap / (work + gap));
+  if (act[0] > 0 && (act[1] >= 0 || act[2] >= 0))
+    printf("# activations per agent against 1f1b's: v-half %.3f (goal <= "
+           "0.55), v-min %.3f (goal <= 0.40)\n",
+           act[1] / act[0], act[2] / act[0]);
   printf("# goal: every ratio within [0.95, 1.05]: %s\n",
          worst ? "NOT MET" : "met");
   return AX_OK;

@@ -197,7 +197,7 @@ static inline int pe_agent_compute(pe_ctx *c, int r, const ax_trace_event *e,
                      e[i].pid, e[i].name, pe_rel(c, e[i].ts_us), e[i - 1].name,
                      e[i - 1].pid, pe_rel(c, e[i - 1].ts_us + e[i - 1].dur_us),
                      r);
-  long nops = ax_pipe_nops_chunks(c->mode, c->v, c->M, c->n);
+  long nops = ax_pipe_nops_rank(c->mode, c->K, c->v, r, c->M, c->n);
   ax_pipe_op *sch = malloc((size_t)(nops ? nops : 1) * sizeof *sch);
   pe_op **last = calloc((size_t)c->S, sizeof *last); /* per stage: the
                                                         unit a STEP ends */

@@ -96,6 +96,103 @@ static void zbv_bubble(void **state) {
     }
 }
 
+/* DualPipeV with F = I = W per stage: the bubble is DualPipe's README's
+ * (PP / 2 - 1)(F&B + B - 3W) with PP = 2K stages, B = I + W and F&B =
+ * F + B (the composite's parts run one after the other); also with W = 0
+ * and F = I. Fewer than 2K micro-batches are refused. */
+static void dualpipev_bubble(void **state) {
+  double f[16], z[16];
+  for (int s = 0; s < 16; s++)
+    f[s] = 0.010, z[s] = 0;
+  for (int K = 1; K <= 8; K++)
+    for (int M = 2 * K; M <= 2 * K + 9; M += 3) {
+      double t = 0, F = 0.010, B = 0.020, W = 0.010;
+      AX_ASSERT_OK(ax_formula_time_split("dualpipev", K, 2, M, f, f, f, 0, &t));
+      double want = (K - 1) * ((F + B) + B - 3 * W);
+      if (!(fabs(t - 2 * M * (F + B) - want) <= 1e-9))
+        fail_msg("dualpipev K=%d M=%d: bubble %.6f s, want %.6f", K, M,
+                 t - 2 * M * (F + B), want);
+      AX_ASSERT_OK(ax_formula_time_split("dualpipev", K, 2, M, f, f, z, 0, &t));
+      want = (K - 1) * ((F + F) + F); /* B = I = F, W = 0 */
+      if (!(fabs(t - 2 * M * (F + F) - want) <= 1e-9))
+        fail_msg("dualpipev W=0 K=%d M=%d: bubble %.6f s, want %.6f", K, M,
+                 t - 2 * M * (F + F), want);
+    }
+  double t = 0;
+  AX_ASSERT_ERR(ax_formula_time_split("dualpipev", 4, 2, 7, f, f, f, 0, &t),
+                AX_EINVAL);
+}
+
+/* The most units rank r keeps at once on its two stages (each half of a
+ * rank's layers), counted along its list for one mini-batch. */
+static int rank_peak(int mode, int K, int r, int M) {
+  ax_pipe_plan *p = NULL;
+  AX_ASSERT_OK(ax_pipe_plan_new(mode, K, 2, M, 1, &p));
+  long n;
+  const ax_pipe_op *l = ax_pipe_plan_actions(p, r, &n);
+  int now = 0, peak = 0;
+  for (long i = 0; i < n; i++) {
+    now += l[i].kind == AX_OP_FWD                                     ? 1
+           : l[i].kind == AX_OP_BWD || l[i].kind == AX_OP_WEIGHT_GRAD ? -1
+                                                                      : 0;
+    peak = now > peak ? now : peak;
+  }
+  ax_pipe_plan_free(p);
+  return peak;
+}
+
+/* V-Half and V-Min (Qi et al. 2024) with F = I = W per stage: a rank's
+ * peak is the paper's (K + 2) / 2 and (K + 4) / 3 (integer division) units
+ * of a whole rank's layers, against 1F1B's K: half and a third of it but
+ * for those constants; each stage's live bound is its part of that. For
+ * M >= K (V-Half) and M >= 2 (V-Min) the bubble of their building blocks
+ * is 3.5 K - 2 (K even) or 3.5 (K - 1) (K odd) and 4 K - 5 (+ 2 when 3
+ * divides K) steps of F: V-Min's is the paper's 2/3 of 1F1B's (6 (K - 1)
+ * steps at these times, bubble rate about 2p / 3m), V-Half's between the
+ * paper's 1/2 (p / 2m, with its reordering of the warm-up) and 2/3. */
+static void vhalf_vmin_memory_and_bubble(void **state) {
+  double f[16];
+  for (int s = 0; s < 16; s++)
+    f[s] = 0.010;
+  for (int K = 2; K <= 8; K++)
+    for (int M = 2; M <= 4 * K; M++) {
+      int half = 0, min = 0, stages = 0;
+      for (int r = 0; r < K; r++) {
+        half = rank_peak(AX_MODE_VHALF, K, r, M) > half
+                   ? rank_peak(AX_MODE_VHALF, K, r, M)
+                   : half;
+        min = rank_peak(AX_MODE_VMIN, K, r, M) > min
+                  ? rank_peak(AX_MODE_VMIN, K, r, M)
+                  : min;
+        int both = ax_pipe_live_bound(AX_MODE_VMIN, 2 * K, r, M) +
+                   ax_pipe_live_bound(AX_MODE_VMIN, 2 * K, 2 * K - 1 - r, M);
+        stages = both > stages ? both : stages;
+      }
+      /* in half-size units: 2 per unit of a whole rank's layers */
+      assert_true(half <= 2 * ((K + 2) / 2));
+      assert_true(min <= 2 * ((K + 4) / 3));
+      assert_true(stages <= 2 * ((K + 4) / 3) + 1);
+      if (M >= 2 * K) {
+        assert_int_equal(half, 2 * ((K + 2) / 2));
+        assert_int_equal(min, 2 * ((K + 4) / 3));
+      }
+      double t = 0, work = 2 * M * 0.030, one = 6 * (K - 1) * 0.010;
+      double want_min = (4 * K - 5 + (K % 3 == 0 ? 2 : 0)) * 0.010;
+      double want_half = (K % 2 ? 3.5 * (K - 1) : 3.5 * K - 2) * 0.010;
+      AX_ASSERT_OK(ax_formula_time_split("v-min", K, 2, M, f, f, f, 0, &t));
+      if (!(fabs(t - work - want_min) <= 1e-9))
+        fail_msg("v-min K=%d M=%d: bubble %.4f s, want %.4f", K, M, t - work,
+                 want_min);
+      assert_true(t - work <= 0.75 * one + 1e-9);
+      AX_ASSERT_OK(ax_formula_time_split("v-half", K, 2, M, f, f, f, 0, &t));
+      if (M >= K && !(fabs(t - work - want_half) <= 1e-9))
+        fail_msg("v-half K=%d M=%d: bubble %.4f s, want %.4f", K, M, t - work,
+                 want_half);
+      if (M >= K)
+        assert_true(t - work <= 0.85 * one + 1e-9);
+    }
+}
+
 static void issue_benchmark_numbers(void **state) {
   (void)state;
   /* K = 4, M = 8, 20 ms / 40 ms: the issue's benchmark setting. */
@@ -206,7 +303,8 @@ static void cores_as_many_as_ranks(void **state) {
       for (int M = 1; M <= 4; M += 3) {
         const char *name = ax_pipe_mode_name(m);
         int v = ax_pipe_chunks(m, 2);
-        if (ax_pipe_mode_get(m)->chunked && ax_pipe_units(m, M) % K)
+        if ((ax_pipe_mode_get(m)->chunked && ax_pipe_units(m, M) % K) ||
+            M < ax_pipe_min_units(m, K))
           continue;
         double own = -1, got = -1;
         AX_ASSERT_OK(
@@ -234,7 +332,8 @@ static void one_core_sums_the_actions(void **state) {
       for (int M = 1; M <= 4; M += 3) {
         const char *name = ax_pipe_mode_name(m);
         int v = ax_pipe_chunks(m, 2), U = ax_pipe_units(m, M);
-        if (ax_pipe_mode_get(m)->chunked && U % K)
+        if ((ax_pipe_mode_get(m)->chunked && U % K) ||
+            M < ax_pipe_min_units(m, K))
           continue;
         double sum = 0, got = -1;
         for (int s = 0; s < K * v; s++)
@@ -310,6 +409,8 @@ int main(void) {
       cmocka_unit_test(interleaved_closed_form),
       cmocka_unit_test(zbh1_bubble),
       cmocka_unit_test(zbv_bubble),
+      cmocka_unit_test(dualpipev_bubble),
+      cmocka_unit_test(vhalf_vmin_memory_and_bubble),
       cmocka_unit_test(issue_benchmark_numbers),
       cmocka_unit_test(unequal_stages),
       cmocka_unit_test(transfers),

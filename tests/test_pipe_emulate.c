@@ -37,6 +37,8 @@ static const int g_cases[AX_MODE_COUNT][3] = {
     {AX_MODE_FR, 3, 1},         {AX_MODE_PIPEDREAM, 3, 1},
     {AX_MODE_2BW, 3, 4},        {AX_MODE_INTERLEAVED, 2, 4},
     {AX_MODE_ZBH1, 3, 4},       {AX_MODE_ZBV, 2, 4},
+    {AX_MODE_DUALPIPEV, 2, 4},  {AX_MODE_VHALF, 2, 4},
+    {AX_MODE_VMIN, 2, 4},
 };
 
 typedef struct result { /* what a run leaves: plain copies */

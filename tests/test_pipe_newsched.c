@@ -1,11 +1,14 @@
 /* The schedules beyond 1F1B over real agent processes on loopback:
- * interleaved 1F1B (K agents hold v stages each, stage i on agent i mod K)
- * and zero bubble H1 (the backward split into I and W). The parameters
- * after each flushed mini-batch equal one single-process full-batch SGD
- * step (relative <= 1e-5) on an 8-block MLP, for K <= 4 and M <= 8; every
+ * interleaved 1F1B (K agents hold v stages each, stage i on agent i mod K),
+ * zero bubble H1 (the backward split into I and W), and the V modes (agent
+ * r holds stages r and 2K - 1 - r): zbv, dualpipev (composite F&B actions,
+ * B mixed with I and W), v-half and v-min. The parameters after each
+ * flushed mini-batch equal one single-process full-batch SGD step
+ * (relative <= 1e-5) on an 8-block MLP, for K <= 4 and M <= 8; every
  * (stage, unit) runs each of its actions once; the stages' own events pass
  * the schedule oracle (tests/pipe_eventcheck.h: order per agent, placement,
- * data dependencies, live and version bounds); bad micro-batch counts are
+ * data dependencies, live and version bounds); the new V modes train to
+ * the same bits as 1f1b over as many stages; bad micro-batch counts are
  * refused; zero live RRefs, contexts and calls after every case. */
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +24,10 @@ static const char *g_model_cfg = "widths=48/44/40/36/32/28/24/20/10";
 static const char *g_data_cfg = "shape=48,classes=10,examples=256,seed=7";
 static const char *g_optim = "opt=sgd,lr=0.05,momentum=0.9";
 
-static void run_case_mode(int mode, int K, int v, int M, int T) {
+/* One case; with `keep`, the stages' parameters (keep[0 .. S)) and
+ * buffers (keep[S ..)) after it, for the caller to release. */
+static void run_case_keep(int mode, int K, int v, int M, int T,
+                          ax_tensor **keep) {
   const ax_model_def *def = ax_model_find("mlp");
   ax_config mcfg, dcfg;
   ax_model_info info;
@@ -48,17 +54,23 @@ static void run_case_mode(int mode, int K, int v, int M, int T) {
                          g_names);
   long ne;
   const ax_pipe_event *ev = ax_pipe_events(p, &ne);
-  int split = ax_pipe_mode_get(mode)->split;
-  assert_int_equal(ne, (long)S * (split ? 3 : 2) * T * M);
+  int split = ax_pipe_mode_get(mode)->split,
+      mixes = ax_pipe_mode_get(mode)->weight_halves != NULL;
+  long want_ev = 0; /* every action but the STEPs */
+  for (int r = 0; r < K; r++)
+    want_ev += ax_pipe_nops_rank(mode, K, v, r, M, T) - (long)S / K * T;
+  assert_int_equal(ne, want_ev);
   static unsigned char once[16][AX_OP_KINDS][64];
   memset(once, 0, sizeof once);
   for (long i = 0; i < ne; i++) {
     const ax_pipe_op *e = &ev[i].op;
     assert_true(once[e->stage][e->kind][e->batch * M + e->micro]++ == 0);
-    assert_true(e->kind == AX_OP_FWD ||
+    assert_true(e->kind == AX_OP_FWD || mixes ||
                 (split ? e->kind != AX_OP_BWD : e->kind == AX_OP_BWD));
     assert_true(ev[i].live <= ax_pipe_live_bound(mode, S, e->stage, M));
   }
+  for (int k = 0; keep && k < S; k++)
+    AX_ASSERT_OK(ax_pipe_stage_state(p, k, &keep[k], &keep[S + k]));
   ax_tensor *want[16], *wbuf[16];
   pt_reference(def, &mcfg, bounds, S, REF_SYNC, T, pt_batch, &data, g_optim, 3,
                want, wbuf);
@@ -73,6 +85,10 @@ static void run_case_mode(int mode, int K, int v, int M, int T) {
   ax_pipe_free(p);
   ax_dataset_close(data.ds);
   AX_ASSERT_OK(dt_all_zero(g_drv, g_names, NAGENTS));
+}
+
+static void run_case_mode(int mode, int K, int v, int M, int T) {
+  run_case_keep(mode, K, v, M, T, NULL);
 }
 
 static void run_case(int K, int v, int M, int T) {
@@ -91,6 +107,47 @@ static void test_zbv_equals_full_batch(void **state) {
                               {4, 4}, {4, 8}, {4, 1}};
   for (size_t i = 0; i < sizeof km / sizeof km[0]; i++)
     run_case_mode(AX_MODE_ZBV, km[i][0], 2, km[i][1], 2);
+}
+
+static void test_dualpipev_equals_full_batch(void **state) {
+  static const int km[][2] = {{1, 2}, {2, 4}, {2, 5}, {3, 6}, {4, 8}};
+  for (size_t i = 0; i < sizeof km / sizeof km[0]; i++)
+    run_case_mode(AX_MODE_DUALPIPEV, km[i][0], 2, km[i][1], 2);
+}
+
+static void test_vhalf_vmin_equal_full_batch(void **state) {
+  static const int km[][2] = {{1, 2}, {2, 4}, {3, 4}, {4, 8}, {4, 1}};
+  for (size_t i = 0; i < sizeof km / sizeof km[0]; i++) {
+    run_case_mode(AX_MODE_VHALF, km[i][0], 2, km[i][1], 2);
+    run_case_mode(AX_MODE_VMIN, km[i][0], 2, km[i][1], 2);
+  }
+}
+
+/* The new V modes over K agents train to 1f1b's bits over 2K agents of one
+ * stage each (the same split of the blocks, data and seeds): both sum the
+ * micro-batches' gradients in order, and a B equals its I and W. */
+static void test_v_modes_same_bits_as_1f1b(void **state) {
+  static const int modes[] = {AX_MODE_DUALPIPEV, AX_MODE_VHALF, AX_MODE_VMIN};
+  for (int K = 1; K <= 2; K++) {
+    int S = 2 * K, M = 2 * S;
+    ax_tensor *ref[8], *got[8];
+    run_case_keep(AX_MODE_1F1B, S, 1, M, 2, ref);
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+      run_case_keep(modes[m], K, 2, M, 2, got);
+      for (int k = 0; k < 2 * S; k++) {
+        assert_true((got[k] == NULL) == (ref[k] == NULL));
+        if (got[k] && (ax_tensor_numel(got[k]) != ax_tensor_numel(ref[k]) ||
+                       memcmp(ax_f32(got[k]), ax_f32(ref[k]),
+                              ax_tensor_numel(ref[k]) * sizeof(float))))
+          fail_msg("%s K=%d M=%d: %s of stage %d differ from 1f1b's",
+                   ax_pipe_mode_name(modes[m]), K, M,
+                   k < S ? "parameters" : "buffers", k % S);
+        ax_tensor_release(got[k]);
+      }
+    }
+    for (int k = 0; k < 2 * S; k++)
+      ax_tensor_release(ref[k]);
+  }
 }
 
 static void test_interleaved_equals_full_batch(void **state) {
@@ -129,6 +186,9 @@ int main(void) {
       cmocka_unit_test(test_interleaved_equals_full_batch),
       cmocka_unit_test(test_zbh1_equals_full_batch),
       cmocka_unit_test(test_zbv_equals_full_batch),
+      cmocka_unit_test(test_dualpipev_equals_full_batch),
+      cmocka_unit_test(test_vhalf_vmin_equal_full_batch),
+      cmocka_unit_test(test_v_modes_same_bits_as_1f1b),
   };
   int failed = AX_TEST_MAIN(tests);
   mt_end(g_drv, g_pids, NAGENTS);

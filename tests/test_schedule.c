@@ -232,6 +232,154 @@ static void test_interleaved_lists(void **state) {
   assert_null(p);
 }
 
+/* The V modes (rank r holds stages r and 2K - 1 - r), n mini-batches:
+ * each rank's list is ax_pipe_nops_rank long and holds only its stages;
+ * every (stage, unit) runs F once and B, or I and later W, once (B only in
+ * a mode that mixes them, dualpipev); a backward after its forward; a
+ * composite joins a forward and a backward of another unit; each STEP
+ * after its stage's backwards and before the next mini-batch. Run in lock
+ * step with the plan's dependencies (a composite waits for both parts'),
+ * they finish, and each stage's live units reach its table bound exactly
+ * (zbv's bound, U, is not tight). */
+static void check_v(int mode, int K, int M, long n) {
+  ax_pipe_plan *p = NULL;
+  AX_ASSERT_OK(ax_pipe_plan_new(mode, K, 0, M, n, &p));
+  int S = 2 * K, mixes = ax_pipe_mode_get(mode)->weight_halves != NULL;
+  static unsigned char seen[16][AX_OP_KINDS][64];
+  memset(seen, 0, sizeof seen);
+  const ax_pipe_op *l[8];
+  long len[8], pc[8] = {0}, left = 0;
+  for (int r = 0; r < K; r++) {
+    l[r] = ax_pipe_plan_actions(p, r, &len[r]);
+    assert_int_equal(len[r], ax_pipe_nops_rank(mode, K, 0, r, M, n));
+    left += len[r];
+    for (long i = 0; i < len[r]; i++) {
+      const ax_pipe_op *o = &l[r][i];
+      int u = o->batch * M + o->micro;
+      assert_true(o->stage == r || o->stage == S - 1 - r);
+      seen[o->stage][o->kind][u]++;
+      if (o->kind == AX_OP_BWD || o->kind == AX_OP_INPUT_GRAD)
+        assert_int_equal(seen[o->stage][AX_OP_FWD][u], 1);
+      if (o->kind == AX_OP_WEIGHT_GRAD)
+        assert_int_equal(seen[o->stage][AX_OP_INPUT_GRAD][u], 1);
+      if (o->with_next)
+        assert_true(o->kind == AX_OP_FWD &&
+                    (o[1].kind == AX_OP_BWD || o[1].kind == AX_OP_INPUT_GRAD));
+      if (o->kind == AX_OP_STEP) {
+        for (int m = 0; m < M; m++)
+          assert_int_equal(
+              seen[o->stage][AX_OP_BWD][o->batch * M + m] +
+                  seen[o->stage][AX_OP_WEIGHT_GRAD][o->batch * M + m],
+              1);
+        for (long j = i + 1; j < len[r]; j++)
+          assert_true(l[r][j].batch > o->batch || l[r][j].kind == AX_OP_STEP);
+      }
+    }
+  }
+  for (int st = 0; st < S; st++)
+    for (int u = 0; u < n * M; u++) {
+      int b = seen[st][AX_OP_BWD][u], i = seen[st][AX_OP_INPUT_GRAD][u];
+      assert_int_equal(seen[st][AX_OP_FWD][u], 1);
+      assert_true(b + i == 1 && seen[st][AX_OP_WEIGHT_GRAD][u] == i);
+      assert_true(mixes || b == 0);
+    }
+  static unsigned char done[16][AX_OP_KINDS][64];
+  memset(done, 0, sizeof done);
+  int live[16] = {0}, peak[16] = {0};
+  while (left > 0) {
+    const ax_pipe_op *run[8];
+    int nrun = 0;
+    for (int r = 0; r < K; r++) {
+      if (pc[r] == len[r])
+        continue;
+      ax_pipe_op deps[AX_PIPE_PLAN_MAX_STAGES + 2];
+      int nd = ax_pipe_plan_deps(p, &l[r][pc[r]], deps), ok = 1;
+      for (int i = 0; i < nd; i++)
+        ok &= done[deps[i].stage][deps[i].kind]
+                  [deps[i].batch * M + deps[i].micro];
+      if (ok)
+        run[nrun++] = &l[r][pc[r]++];
+    }
+    assert_true(nrun > 0); /* no deadlock */
+    for (int i = 0; i < nrun; i++) {
+      const ax_pipe_op *o = run[i];
+      done[o->stage][o->kind][o->batch * M + o->micro] = 1;
+      live[o->stage] += o->kind == AX_OP_FWD ? 1
+                        : o->kind == AX_OP_BWD || o->kind == AX_OP_WEIGHT_GRAD
+                            ? -1
+                            : 0;
+      if (live[o->stage] > peak[o->stage])
+        peak[o->stage] = live[o->stage];
+      left--;
+    }
+  }
+  for (int st = 0; st < S; st++) {
+    int bound = ax_pipe_live_bound(mode, S, st, M);
+    assert_true(peak[st] <= bound);
+    if (mode != AX_MODE_ZBV)
+      assert_int_equal(peak[st], bound);
+    if (mode == AX_MODE_DUALPIPEV) /* DualPipeV's: S - s */
+      assert_int_equal(bound, S - st);
+  }
+  ax_pipe_plan_free(p);
+}
+
+static void test_v_lists(void **state) {
+  for (int mode = 0; mode < AX_MODE_COUNT; mode++) {
+    if (ax_pipe_mode_get(mode)->placement != AX_PLACE_V)
+      continue;
+    for (int K = 1; K <= 5; K++)
+      for (int M = 1; M <= 12; M++) {
+        if (M >= ax_pipe_min_units(mode, K)) {
+          check_v(mode, K, M, 2);
+          continue;
+        }
+        ax_pipe_op ops[64];
+        assert_int_equal(ax_pipe_schedule_chunks(mode, K, 2, 0, M, 1, ops, 64),
+                         AX_EINVAL);
+        assert_non_null(strstr(ax_errmsg(), "needs at least"));
+      }
+  }
+  assert_int_equal(ax_pipe_min_units(AX_MODE_DUALPIPEV, 4), 8);
+  assert_int_equal(ax_pipe_min_units(AX_MODE_VMIN, 4), 1);
+}
+
+/* Rank r's list (one mini-batch of M units) as "0F3 3I0 3W0 0F4+3B1 ..":
+ * stage, kind and unit, a composite's parts joined by '+'. */
+static void expect_v(int mode, int K, int r, int M, const char *want) {
+  ax_pipe_op ops[MAXOPS];
+  AX_ASSERT_OK(ax_pipe_schedule_chunks(mode, K, 2, r, M, 1, ops, MAXOPS));
+  char got[1024] = "";
+  size_t len = 0;
+  for (long i = 0; i < ax_pipe_nops_rank(mode, K, 2, r, M, 1); i++)
+    len += (size_t)snprintf(got + len, sizeof got - len, "%s%d%c%d",
+                            i == 0                 ? ""
+                            : ops[i - 1].with_next ? "+"
+                                                   : " ",
+                            ops[i].stage, "FBIWS"[ops[i].kind], ops[i].micro);
+  assert_string_equal(got, want);
+}
+
+static void test_v_orders(void **state) {
+  /* DualPipeV, 2 ranks, 4 units: rank 0 holds stages 0 and 3, rank 1
+   * stages 1 and 2; the steady state pairs F and B in composites; rank 1
+   * runs its first F0 and B1 apart. */
+  expect_v(AX_MODE_DUALPIPEV, 2, 0, 4,
+           "0F0 0F1 0F2 3F0 3I0 3W0 3F1 0F3+3B1 3F2+0B0 3B2 3F3+0B1 3B3 0I2 "
+           "0W2 0I3 0W3 0S0 3S0");
+  expect_v(AX_MODE_DUALPIPEV, 2, 1, 4,
+           "1F0 2F0 1F1 2F1 1F2 2B0 2F2+1B0 1F3+2B1 2F3+1B1 2B2 1B2 2I3 1I3 "
+           "2W3 1W3 1S0 2S0");
+  /* V-Half and V-Min, 2 ranks, 4 units: the building blocks' slots, a W in
+   * each free slot */
+  expect_v(AX_MODE_VHALF, 2, 0, 4,
+           "0F0 3F0 0F1 3I0 3W0 3F1 0F2 0I0 3I1 3W1 3F2 0W0 0F3 0I1 3I2 3W2 "
+           "3F3 0W1 0I2 3I3 3W3 0W2 0I3 0W3 0S0 3S0");
+  expect_v(AX_MODE_VMIN, 2, 1, 4,
+           "1F0 2F0 2I0 1I0 1F1 2F1 2W0 1W0 2I1 1I1 1F2 2F2 2W1 1W1 2I2 1I2 "
+           "1F3 2F3 2W2 1W2 2I3 1I3 2W3 1W3 1S0 2S0");
+}
+
 static void test_ddg_round(void **state) {
   /* Stage 0's forward of t waits until round t-1 is over: every stage
    * finished what its list puts right before its own F(t), here the STEPs
@@ -328,6 +476,8 @@ int main(void) {
       cmocka_unit_test(test_invariants),
       cmocka_unit_test(test_orders),
       cmocka_unit_test(test_interleaved_lists),
+      cmocka_unit_test(test_v_lists),
+      cmocka_unit_test(test_v_orders),
       cmocka_unit_test(test_ddg_round),
       cmocka_unit_test(test_plan_lists),
   };

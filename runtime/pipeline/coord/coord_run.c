@@ -378,7 +378,11 @@ static int reap(driver *d) {
  * for the one before and for its dependencies; stage-driven it waits only
  * for room among o.ahead unanswered actions, and for the dependencies that
  * carry no data, after the rank's own earlier actions (which may be among
- * them). */
+ * them). The first part of a composite (with_next) waits for the
+ * dependencies of both parts either way: a stage waits only for its own
+ * action's inputs, and the composite starts when both parts could
+ * (mode.h); its second part is issued right after it, so the rank's line
+ * runs the two back to back. */
 static void *driver_main(void *arg) {
   driver *d = arg;
   ax_pipe *p = d->p;
@@ -394,8 +398,9 @@ static void *driver_main(void *arg) {
         i + 1 < n_ops && ops[i + 1].kind == AX_OP_STEP &&
         ops[i + 1].stage == ops[i].stage && ops[i + 1].batch == ops[i].batch;
     ax_pipe_op deps[AX_PIPE_MAX_STAGES + 2];
-    int nd = ahead > 1 ? ax_pipe_plan_lock_deps(p->plan, &ops[i], deps)
-                       : ax_pipe_plan_deps(p->plan, &ops[i], deps);
+    int nd = ahead > 1 && !ops[i].with_next
+                 ? ax_pipe_plan_lock_deps(p->plan, &ops[i], deps)
+                 : ax_pipe_plan_deps(p->plan, &ops[i], deps);
     while (err == AX_OK && d->count > 0 && (nd > 0 || d->count >= ahead))
       err = reap(d);
     if (err == AX_OK)

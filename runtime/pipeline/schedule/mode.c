@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "axon/kernels/error.h"
+#include "axon/runtime/pipeline/schedule/mode_v-impl.h"
 
 static ax_pipe_op op(int kind, int s, long t, int m) {
   ax_pipe_op o = {kind, s, (int)t, m};
@@ -213,14 +214,7 @@ static void act_zbv(int K, int v, int r, int U, long n, ax_pipe_op *o,
     }
   }
 #undef DONE
-  for (long t = 0; t < n; t++) {
-    for (long i = 0; i < nmine; i++) {
-      o[*k] = mine[i];
-      o[(*k)++].batch = (int)t;
-    }
-    o[(*k)++] = op(AX_OP_STEP, r, t, 0);
-    o[(*k)++] = op(AX_OP_STEP, 2 * K - 1 - r, t, 0);
-  }
+  axi_vmode_repeat(mine, nmine, K, r, n, o, k);
   free(next), free(done), free(inflight), free(busy), free(mine);
 }
 
@@ -315,6 +309,25 @@ static const ax_pipe_mode_def g_modes[AX_MODE_COUNT] = {
                      AX_UNIT_MICRO, 1, AX_FWD_LATEST, AX_WEIGHTS_CURRENT,
                      AX_KEEP_ACTIVATIONS, 0, 0, live_units, act_zbv, NULL, 1, 1,
                      AX_PLACE_V},
+    [AX_MODE_DUALPIPEV] = {"dualpipev",
+                           "DualPipeV: zbv's V with forward and backward of "
+                           "two units as one action; M >= 2K",
+                           AX_UNIT_MICRO, 1, AX_FWD_LATEST, AX_WEIGHTS_CURRENT,
+                           AX_KEEP_ACTIVATIONS, 0, 0, axi_vmode_live_dualpipev,
+                           axi_vmode_act_dualpipev, NULL, 1, 1, AX_PLACE_V, 2,
+                           axi_vmode_weight_halves_dualpipev},
+    [AX_MODE_VHALF] = {"v-half",
+                       "V-Half: a V with I and W at about half of 1F1B's "
+                       "activations",
+                       AX_UNIT_MICRO, 1, AX_FWD_LATEST, AX_WEIGHTS_CURRENT,
+                       AX_KEEP_ACTIVATIONS, 0, 0, axi_vmode_live_vhalf,
+                       axi_vmode_act_vhalf, NULL, 1, 1, AX_PLACE_V},
+    [AX_MODE_VMIN] = {"v-min",
+                      "V-Min: a V with I and W at about a third of 1F1B's "
+                      "activations",
+                      AX_UNIT_MICRO, 1, AX_FWD_LATEST, AX_WEIGHTS_CURRENT,
+                      AX_KEEP_ACTIVATIONS, 0, 0, axi_vmode_live_vmin,
+                      axi_vmode_act_vmin, NULL, 1, 1, AX_PLACE_V},
 };
 
 const ax_pipe_mode_def *ax_pipe_mode_get(int mode) {
@@ -366,10 +379,12 @@ int ax_pipe_flushes(int mode) {
 }
 
 int ax_pipe_min_units(int mode, int K) {
-  return mode >= 0 && mode < AX_MODE_COUNT &&
-                 g_modes[mode].fwd_weights == AX_FWD_DOUBLE_BUFFERED && K > 2
-             ? K - 1
-             : 1;
+  if (mode < 0 || mode >= AX_MODE_COUNT)
+    return 1;
+  if (g_modes[mode].min_units_per_rank > 0 && K > 0)
+    return g_modes[mode].min_units_per_rank * K;
+  return g_modes[mode].fwd_weights == AX_FWD_DOUBLE_BUFFERED && K > 2 ? K - 1
+                                                                      : 1;
 }
 
 int ax_pipe_live_bound(int mode, int K, int s, int M) {
@@ -429,6 +444,17 @@ long ax_pipe_nops(int mode, int M, long n) {
   return ax_pipe_nops_chunks(mode, 1, M, n);
 }
 
+long ax_pipe_nops_rank(int mode, int K, int v, int r, int M, long n) {
+  if (mode < 0 || mode >= AX_MODE_COUNT || K < 1 || r < 0 || r >= K || n < 0)
+    return 0;
+  if (!g_modes[mode].weight_halves)
+    return ax_pipe_nops_chunks(mode, v, M, n);
+  long U = ax_pipe_units(mode, M);
+  v = ax_pipe_chunks(mode, v);
+  /* F and B or I of every unit of each stage, its W, the STEPs */
+  return n * (v * (2 * U + 1) + g_modes[mode].weight_halves(K, r, (int)U));
+}
+
 int ax_pipe_schedule_chunks(int mode, int K, int v, int r, int M, long n,
                             ax_pipe_op *ops, long cap) {
   if (mode < 0 || mode >= AX_MODE_COUNT || K < 1 || r < 0 || r >= K || M < 1 ||
@@ -445,7 +471,12 @@ int ax_pipe_schedule_chunks(int mode, int K, int v, int r, int M, long n,
                      "schedule: %s needs a multiple of %d "
                      "micro-batches (got %d)",
                      g_modes[mode].name, K, U);
-  long want = ax_pipe_nops_chunks(mode, v, M, n);
+  if (U < g_modes[mode].min_units_per_rank * K) /* the lists need them */
+    return ax_seterr(AX_EINVAL,
+                     "schedule: %s with %d ranks needs at least %d "
+                     "micro-batches (got %d)",
+                     g_modes[mode].name, K, ax_pipe_min_units(mode, K), U);
+  long want = ax_pipe_nops_rank(mode, K, v, r, M, n);
   if (cap < want)
     return ax_seterr(AX_EINVAL, "schedule: %ld actions do not fit in %ld", want,
                      cap);

@@ -12,10 +12,11 @@
  * entry; nothing else knows a mode by name.
  *
  * Adding a mode: an enum value below, its entry and action generator in
- * mode.c, its orders in tests/test_schedule.c, and an oracle over agents:
- * its reference in tests/pipe_testutil.h (or its own, as
- * tests/test_pipe_2bw.c) and a case in tests/test_pipe_oracle.c or
- * tests/test_pipe_newsched.c.
+ * mode.c (or, for a longer generator, in a file of its own such as
+ * mode_v.c with its declarations in mode_v-impl.h), its orders in
+ * tests/test_schedule.c, and an oracle over agents: its reference in
+ * tests/pipe_testutil.h (or its own, as tests/test_pipe_2bw.c) and a case in
+ * tests/test_pipe_oracle.c or tests/test_pipe_newsched.c.
  *
  * Stages are 0-based: s in [0, K), d = K - 1 - s (the papers' d_k with
  * k = s + 1); a chunked mode has K v stages on its K agents. A UNIT is
@@ -25,7 +26,8 @@
  *
  * Actions. F (forward of one unit), B (its whole backward), I and W (the
  * input-gradient and weight-gradient halves of B, for the modes with
- * `split`: zb-h1 and zbv emit them instead of B) and STEP (update the
+ * `split`: zb-h1, zbv, v-half and v-min emit them instead of B, dualpipev
+ * B for some units and I and W for the others) and STEP (update the
  * stage's weights with the gradients of mini-batch t's units, taken from
  * their contexts and summed in micro-batch order 0..U-1). Every mode has
  * one STEP per mini-batch on every stage; a flushed mode runs no action of
@@ -60,6 +62,9 @@ typedef enum ax_pipe_mode {
   AX_MODE_INTERLEAVED = 7,
   AX_MODE_ZBH1 = 8,
   AX_MODE_ZBV = 9,
+  AX_MODE_DUALPIPEV = 10,
+  AX_MODE_VHALF = 11,
+  AX_MODE_VMIN = 12,
   AX_MODE_COUNT
 } ax_pipe_mode;
 
@@ -147,6 +152,14 @@ typedef struct ax_pipe_mode_def {
   int split;
   /* Chunked modes: which agent holds stage i (AX_PLACE_*). */
   int placement;
+  /* The fewest units per mini-batch for each rank (dualpipev: 2, so M >=
+   * 2K on K ranks); 0: no such rule. */
+  int min_units_per_rank;
+  /* Modes whose lists mix B with I and W (dualpipev): the W actions of rank
+   * r of K per mini-batch of U units (every other backward is a B), so
+   * ranks' lists differ in length. NULL: every backward of a split mode
+   * is I and W, none of another mode's. */
+  int (*weight_halves)(int K, int r, int U);
 } ax_pipe_mode_def;
 
 /* The entry of mode (NULL when out of range, with AX_EINVAL set). */
@@ -164,7 +177,8 @@ int ax_pipe_units(int mode, int M);
 /* Whether the mode flushes (drains) the pipeline before each update. */
 int ax_pipe_flushes(int mode);
 /* The fewest micro-batches mode needs with K stages (2bw: K - 1, so the
- * shadow weights of a mini-batch exist before its first forward), else 1. */
+ * shadow weights of a mini-batch exist before its first forward; K agents
+ * for chunked modes: dualpipev 2K), else 1. */
 int ax_pipe_min_units(int mode, int K);
 /* The table's bound on the states stage s keeps (0 on a bad mode). */
 int ax_pipe_live_bound(int mode, int K, int s, int M);
@@ -180,12 +194,19 @@ int ax_pipe_chunks(int mode, int chunks);
 /* The agent (rank) of K that holds stage s in mode's placement. */
 int ax_pipe_stage_rank(int mode, int K, int s);
 /* Actions of one agent (rank) holding v stages, for n mini-batches, and
- * the same for v = 1. */
+ * the same for v = 1: the length of every rank's list, or for a mode with
+ * weight_halves (dualpipev) the most any rank's list may have. */
 long ax_pipe_nops_chunks(int mode, int v, int M, long n);
 long ax_pipe_nops(int mode, int M, long n);
-/* Fills ops with rank r's list (K ranks, v stages each). AX_EINVAL on a
- * bad mode, K < 1, r outside [0, K), M < 1, n < 0, a unit count a chunked
- * mode cannot split, or cap too small. */
+/* The exact length of rank r's list (of K ranks of v stages each): as
+ * ax_pipe_nops_chunks but for modes with weight_halves. 0 on a bad
+ * argument. */
+long ax_pipe_nops_rank(int mode, int K, int v, int r, int M, long n);
+/* Fills ops with rank r's list (K ranks, v stages each; its length is
+ * ax_pipe_nops_rank). AX_EINVAL on a bad mode, K < 1, r outside [0, K),
+ * M < 1, n < 0, a unit count a chunked mode cannot split, fewer units than
+ * its rank count needs (min_units_per_rank: dualpipev's M >= 2K; 2bw's
+ * minimum is the coordinator's), or cap too small. */
 int ax_pipe_schedule_chunks(int mode, int K, int v, int r, int M, long n,
                             ax_pipe_op *ops, long cap);
 /* The same for single-chunk modes: stage s's list. */

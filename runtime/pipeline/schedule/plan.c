@@ -78,16 +78,15 @@ int ax_pipe_plan_new(int mode, int K, int v, int M, long n,
     return AX_ENOMEM;
   for (int s = 0; s < p->S; s++)
     p->stage_rank[s] = ax_pipe_stage_rank(mode, K, s);
-  long per_rank = ax_pipe_nops_chunks(mode, v, M, n);
   for (int r = 0; r < K; r++)
-    p->len[r] = per_rank;
+    p->len[r] = ax_pipe_nops_rank(mode, K, v, r, M, n);
   if (plan_alloc(p) != AX_OK) {
     ax_pipe_plan_free(p);
     return AX_ENOMEM;
   }
   for (int r = 0; r < K; r++) {
     int err = ax_pipe_schedule_chunks(mode, K, v, r, M, n, p->ops + p->off[r],
-                                      per_rank);
+                                      p->len[r]);
     if (err != AX_OK) {
       ax_pipe_plan_free(p);
       return err;
