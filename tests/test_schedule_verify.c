@@ -51,7 +51,7 @@ static void check_mode(int mode, int K, int M, long n) {
   assert_true(r.steps > 0);
   AX_ASSERT_OK(ax_pipe_verify_mode(mode, K, 0, M, 2));
   for (int s = 0; s < ax_pipe_plan_stages(p); s++) {
-    int lb = ax_pipe_live_bound(mode, K, s, M),
+    int lb = ax_pipe_live_bound(mode, ax_pipe_plan_stages(p), s, M),
         vb = ax_pipe_version_bound(mode, K, s, M);
     int lc = r.peak_live[s], vc = r.peak_versions[s];
     if ((below_ok(mode, M, K) ? lc > lb : lc != lb) || vc > vb)
@@ -90,7 +90,8 @@ static void test_builtin(void **state) {
     AX_ASSERT_OK(ax_pipe_verify(p, NULL, &r));
     for (int s = 0; s < ax_pipe_plan_stages(p); s++) {
       if (!ax_pipe_mode_get(m)->chunked)
-        assert_int_equal(r.peak_live[s], ax_pipe_live_bound(m, K, s, M));
+        assert_int_equal(r.peak_live[s],
+                         ax_pipe_live_bound(m, ax_pipe_plan_stages(p), s, M));
       assert_int_equal(r.peak_versions[s], ax_pipe_version_bound(m, K, s, M));
     }
     ax_pipe_plan_free(p);

@@ -128,8 +128,9 @@ typedef struct ax_pipe_mode_def {
   int keep;            /* AX_KEEP_*: what a unit keeps between F and B */
   int recompute_ok;    /* --recompute applies */
   int forward_lock;    /* ddg's and fr's forward locking (see above) */
-  /* The most units stage s keeps at once (forwarded, not yet backwarded),
-   * with U units per mini-batch. */
+  /* The most units stage s keeps at once (forwarded, not yet backwarded,
+   * or, split, not yet through its W), with U units per mini-batch; K is
+   * the run's STAGES (K v for a chunked mode). */
   int (*live_bound)(int K, int s, int U);
   /* Writes rank r's actions (of K ranks holding v stages each; v = 1 but
    * for chunked modes, and then rank r is stage r) for n mini-batches of U
@@ -180,7 +181,8 @@ int ax_pipe_flushes(int mode);
  * shadow weights of a mini-batch exist before its first forward; K agents
  * for chunked modes: dualpipev 2K), else 1. */
 int ax_pipe_min_units(int mode, int K);
-/* The table's bound on the states stage s keeps (0 on a bad mode). */
+/* The table's bound on the states stage s keeps (0 on a bad mode); K is
+ * the run's stages (K v for a chunked mode), as the partitioner counts. */
 int ax_pipe_live_bound(int mode, int K, int s, int M);
 /* The bound on weight versions stage s holds (the live one included). */
 int ax_pipe_version_bound(int mode, int K, int s, int M);
