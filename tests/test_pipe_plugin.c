@@ -97,6 +97,8 @@ static void every_mode(void **state) {
       o.K = 2;
       o.chunks = 2;
     }
+    if (o.M < ax_pipe_min_units(m, o.K)) /* dualpipev: 2 per stage */
+      o.M = ax_pipe_min_units(m, o.K);
     ax_pipe *p = NULL;
     AX_ASSERT_OK(ax_pipe_new(g_drv, &o, &p));
     f.n = 0;
