@@ -144,8 +144,9 @@ int axi_run_fit(const axi_run_pipe_args *a, const ax_pipe_plan *p,
 
 void axi_run_fit_print(FILE *out, const char *what,
                        const ax_pipe_verify_report *r, int64_t cap) {
-  fprintf(out, "%sfits the cap of %lld bytes per agent; peak bytes per rank:",
-          what, (long long)cap);
+  fprintf(out,
+          "%sfits the cap of %lld bytes per agent; peak bytes per rank:", what,
+          (long long)cap);
   for (int k = 0; k < r->ranks; k++)
     fprintf(out, " %zu", r->rank_mem[k]);
   fprintf(out, "\n");

@@ -441,7 +441,7 @@ const axi_cli_cmd axi_run_schedule_cmd = {
     "schedule",
     "--mode M --stages K [--micro M] [--chunks V] [--out FILE]\n"
     "| --file FILE [--out FILE] | --check FILE\n"
-    "  [--mem-cap BYTES --model M [--model-config ..] [--dataset D]]\n"
+    "  [--mem-cap BYTES --model M [--model-config ..]] (also --mode)\n"
     "  [--grid] [--plot FILE.png] [--t-f X] [--t-b X] [--t-w X]\n"
     "| --trace FILE.json [--mode M --stages K] [--grid] [--plot FILE.png]",
     "A pipeline schedule as text, one rank's actions per line (0F3: stage\n"

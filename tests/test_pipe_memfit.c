@@ -49,8 +49,7 @@ static char *run(int want, const char **argv) {
 static void rank_bytes(const char *out, long *b) {
   const char *at = strstr(out, "peak bytes per rank:");
   assert_non_null(at);
-  assert_int_equal(sscanf(at, "peak bytes per rank: %ld %ld", &b[0], &b[1]),
-                   2);
+  assert_int_equal(sscanf(at, "peak bytes per rank: %ld %ld", &b[0], &b[1]), 2);
 }
 
 /* A refusal before any agent started: exit 2, the rank named. */
@@ -67,15 +66,15 @@ static void test_memfit(void **state) {
   assert_non_null(mkdtemp(g_dir));
   /* The peaks without a binding cap. */
   long one[2], all[2];
-  char *out = run(0, (const char *[]){"schedule", "--mode", "1f1b", "--stages",
-                                      "2", "--micro", "8", MODEL, "--mem-cap",
-                                      "1G", NULL});
+  char *out =
+      run(0, (const char *[]){"schedule", "--mode", "1f1b", "--stages", "2",
+                              "--micro", "8", MODEL, "--mem-cap", "1G", NULL});
   assert_non_null(strstr(out, "peak live units per stage: 2 1"));
   rank_bytes(out, one);
   free(out);
-  out = run(0, (const char *[]){"schedule", "--mode", "gpipe", "--stages", "2",
-                                "--micro", "8", MODEL, "--mem-cap", "1G",
-                                NULL});
+  out =
+      run(0, (const char *[]){"schedule", "--mode", "gpipe", "--stages", "2",
+                              "--micro", "8", MODEL, "--mem-cap", "1G", NULL});
   assert_non_null(strstr(out, "peak live units per stage: 8 8"));
   rank_bytes(out, all);
   free(out);
@@ -89,15 +88,15 @@ static void test_memfit(void **state) {
   /* The cap from the command line. */
   free(run(0, (const char *[]){"schedule", "--mode", "1f1b", "--stages", "2",
                                "--micro", "8", MODEL, "--mem-cap", cap, NULL}));
-  refused_early(run(1, (const char *[]){"schedule", "--mode", "gpipe",
-                                        "--stages", "2", "--micro", "8", MODEL,
-                                        "--mem-cap", cap, NULL}),
-                want);
+  refused_early(
+      run(1, (const char *[]){"schedule", "--mode", "gpipe", "--stages", "2",
+                              "--micro", "8", MODEL, "--mem-cap", cap, NULL}),
+      want);
   /* train: gpipe refused before its agents, 1f1b fits and trains. */
-  refused_early(run(2, (const char *[]){TRAIN, "--mode", "gpipe",
-                                        "--microbatches", "8", "--mem-cap", cap,
-                                        NULL}),
-                want);
+  refused_early(
+      run(2, (const char *[]){TRAIN, "--mode", "gpipe", "--microbatches", "8",
+                              "--mem-cap", cap, NULL}),
+      want);
   out = run(0, (const char *[]){TRAIN, "--mode", "1f1b", "--microbatches", "8",
                                 "--mem-cap", cap, NULL});
   long trained[2];
