@@ -5,13 +5,17 @@
 #define AX_AXON_RUN_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "agents/axon_cli.h"
 #include "axon/kernels/device.h"
+#include "axon/models/data/dataset.h"
 #include "axon/runtime/autograd/plugin.h"
 #include "axon/runtime/pipeline/coord/coordinator.h"
 #include "axon/runtime/pipeline/coord/train.h"
+#include "axon/runtime/pipeline/schedule/partition.h"
+#include "axon/runtime/pipeline/schedule/verify.h"
 
 typedef struct axi_run_pipe_args {
   const char *model, *model_config, *dataset, *data_config, *optim;
@@ -75,7 +79,10 @@ typedef struct axi_run_pipe_args {
   /* axon-run plan (axon_run_plan.c): --modes, --mem-cap, --action-us;
    * --links (also for train's --partition balanced) */
   const char *plan_modes, *plan_links;
-  int64_t plan_mem_cap;
+  int64_t plan_mem_cap; /* --mem-cap, per agent: train's fit too */
+  /* The split the fit checked before any agent started (axon_run_fit.c),
+   * which the run then uses (split_set). */
+  int split[AX_PIPE_MAX_STAGES + 1], split_set;
   double plan_action_us, plan_compute_scale;
   /* axon-run generate (axon_run_gen.c): --checkpoint, --prompt,
    * --prompt-ids, --tokens, --temperature, --top-k (and --seed) */
@@ -239,6 +246,39 @@ int axi_run_spawn_local(int K, const char *const *names, int port, int threads,
 /* Reserves a loopback port (a bound socket kept open in *fd; close it once
  * the node listens). The port, or -1. */
 int axi_run_reserve_port(int *fd);
+
+/* Shared by plan, train and schedule (axon_run_fit.c). Optimizer buffers
+ * per parameter of --optim's configuration (adamw 2, momentum 1). */
+int axi_run_optim_copies(const char *cfg);
+/* Every block of model def (configuration mcfg) profiled in this process on
+ * a batch of `rows` rows of ds (a's seed and precision): `reps` timed runs
+ * (1: one pass, untimed before it; enough for the bytes), into p[*n]. */
+int axi_run_profile(const axi_run_pipe_args *a, const ax_model_def *def,
+                    const ax_config *mcfg, ax_dataset *ds, int rows, int reps,
+                    ax_block_profile *p, int *n);
+/* The first block of every stage of run a into bounds (stages + 1
+ * entries): the split its fit chose (split_set), else uniform, or
+ * --partition balanced on the first batch of ld (each boundary weighed by
+ * its --links link when given). */
+int axi_run_split(const axi_run_pipe_args *a, const ax_model_def *def,
+                  const ax_config *mcfg, ax_loader *ld, int n_blocks,
+                  int *bounds);
+/* Plan p's fit under a->plan_mem_cap bytes per agent (the verifier's check
+ * 4, per rank: verify.h) for the model, data, batch, optimizer and
+ * recompute of a, its stages split uniformly: the blocks' bytes profiled
+ * here for one unit, summed per stage. The verifier's result; r (not NULL)
+ * has the bytes per rank, or on a refusal its message. */
+int axi_run_fit(const axi_run_pipe_args *a, const ax_pipe_plan *p,
+                ax_pipe_verify_report *r);
+/* "<what>fits the cap of N bytes per agent; peak bytes per rank: ..." */
+void axi_run_fit_print(FILE *out, const char *what,
+                       const ax_pipe_verify_report *r, int64_t cap);
+/* train --mem-cap: before any agent is contacted, the fit of the plan the
+ * run will use (the schedule file's, or its mode's for two mini-batches)
+ * with the split it will use (kept in a->split), a line on stderr with the
+ * peak bytes per rank. AX_OK (also without a cap, and for probe and
+ * generate); on a refusal the verifier's message on stderr and its error. */
+int axi_run_fit_train(axi_run_pipe_args *a);
 
 /* Stages of the run: the agents, times --chunks for chunked modes. */
 int axi_run_stages(const axi_run_pipe_args *a);

@@ -192,43 +192,6 @@ static int feed_segment(void *user, long done) {
   return AX_OK;
 }
 
-/* The first block of every stage into bounds (S + 1 entries): uniform,
- * or --partition balanced on one profiled batch of ld (each boundary
- * weighed by its --links link when given). */
-static int split_stages(const axi_run_pipe_args *a, const ax_model_def *def,
-                        const ax_config *mcfg, ax_loader *ld, int n_blocks,
-                        int *bounds) {
-  if (!a->partition || strcmp(a->partition, "balanced"))
-    return ax_split_uniform(n_blocks, axi_run_stages(a), bounds);
-  ax_tlist in = {0}, lab = {0};
-  ax_loader_start(ld, 0);
-  int rc = ax_loader_next(ld, &in, &lab);
-  ax_partition_opts po = {axi_run_stages(a),
-                          ax_pipe_mode_name(a->mode),
-                          a->M,
-                          a->recompute,
-                          0,
-                          0,
-                          0,
-                          NULL,
-                          NULL};
-  /* --links: each boundary weighed by its link (axon-run probe --out) */
-  double lat[AX_PIPE_MAX_STAGES], bw[AX_PIPE_MAX_STAGES];
-  int have = 0;
-  if (rc == AX_OK && a->plan_links)
-    rc = axi_run_stage_links(a, a->mode, lat, bw, &have);
-  if (have)
-    po.link_lat_s = lat, po.link_Bps = bw;
-  ax_partition_report rep;
-  if (rc == AX_OK)
-    rc = ax_partition_model("balanced", def, mcfg, AX_CPU, &in,
-                            &(ax_profile_opts){1, 3, 1, a->precision}, &po,
-                            bounds, &rep);
-  ax_tlist_clear(&in);
-  ax_tlist_clear(&lab);
-  return rc;
-}
-
 /* Trains the pipeline *p of f (with f->ag.o its options) for the run's steps,
  * then writes the outputs, evaluates and prints the summary. */
 static int train_and_report(const axi_run_pipe_args *a, feed *f, ax_pipe **p,
@@ -312,7 +275,7 @@ static int run(const axi_run_pipe_args *a, ax_node *node) {
     rc = ax_seterr(AX_EINVAL, "%d stages for %d blocks", axi_run_stages(a),
                    info.n_blocks);
   if (rc == AX_OK)
-    rc = split_stages(a, def, &mcfg, f.ld, info.n_blocks, bounds);
+    rc = axi_run_split(a, def, &mcfg, f.ld, info.n_blocks, bounds);
   if (rc == AX_OK)
     axi_run_announce(a, bounds);
   ax_pipe *p = NULL;
@@ -382,8 +345,11 @@ int axi_run_pipe_main(axi_run_pipe_args *a) {
   const char *agents[2 * AX_PIPE_MAX_STAGES];
   int port = 0, reserved = -1, nlocal = 0;
   char listen[64];
+  if (a->local > 0)
+    a->K = a->local / AXR_PARTS(a);  /* the agents of one replica's member */
+  if (axi_run_fit_train(a) != AX_OK) /* --mem-cap, before any agent */
+    return 2;
   if (a->local > 0) {
-    a->K = a->local / AXR_PARTS(a); /* the agents of one replica's member */
     if ((port = axi_run_reserve_port(&reserved)) < 0) {
       fprintf(stderr, "axon-run: no free port for the coordinator\n");
       return 1;

@@ -122,15 +122,6 @@ static int boundary_links(const links *L, const axi_run_pipe_args *a, int m,
   return AX_OK;
 }
 
-/* Optimizer buffers per parameter from --optim (adamw 2, momentum 1). */
-static int optim_copies(const char *cfg) {
-  ax_config c;
-  ax_optim_cfg o;
-  if (ax_config_parse(&c, cfg) != AX_OK || ax_optim_cfg_parse(&c, &o) != AX_OK)
-    return 2; /* update_costs reports the bad configuration */
-  return o.kind == AX_OPT_ADAMW ? 2 : o.momentum != 0 ? 1 : 0;
-}
-
 /* Seconds per parameter of one optimizer step (--optim) and of copying
  * one (a stashed weight version), timed on 1M parameters here. */
 static int update_costs(const char *optim, double *step_s, double *copy_s) {
@@ -169,25 +160,6 @@ static int update_costs(const char *optim, double *step_s, double *copy_s) {
   return rc;
 }
 
-/* One unit's profile: a micro-batch of batch / units rows. */
-static int profile(const axi_run_pipe_args *a, const ax_model_def *def,
-                   const ax_config *mcfg, ax_dataset *ds, int units,
-                   ax_block_profile *p, int *n) {
-  ax_loader *ld = NULL;
-  int rows = (a->batch + units - 1) / units;
-  AX_TRY(ax_loader_new(ds, rows, 0, 1, a->seed, &ld));
-  ax_tlist in = {0}, lab = {0};
-  ax_loader_start(ld, 0);
-  int rc = ax_loader_next(ld, &in, &lab);
-  ax_profile_opts po = {1, 5, a->seed, a->precision};
-  if (rc == AX_OK)
-    rc = ax_profile_blocks(def, mcfg, AX_CPU, &in, &po, p, n);
-  ax_tlist_clear(&in);
-  ax_tlist_clear(&lab);
-  ax_loader_free(ld);
-  return rc;
-}
-
 typedef struct plan_row {
   int mode, balanced, S, bounds[AX_PIPE_MAX_STAGES + 1];
   double spb;  /* predicted seconds per mini-batch */
@@ -214,7 +186,7 @@ static int predict(const axi_run_pipe_args *a, const links *L, int m,
                           a->recompute,
                           0,
                           (size_t)(a->plan_mem_cap / v),
-                          optim_copies(a->optim),
+                          axi_run_optim_copies(a->optim),
                           L->n ? lat : NULL,
                           L->n ? bw : NULL};
   row->mode = m;
@@ -339,9 +311,10 @@ int axi_run_plan(const axi_run_pipe_args *a) {
       pmicro[AX_MODEL_MAX_BLOCKS];
   int n = 0;
   if (rc == AX_OK)
-    rc = profile(a, def, &mcfg, ds, 1, pmini, &n);
+    rc = axi_run_profile(a, def, &mcfg, ds, a->batch, 5, pmini, &n);
   if (rc == AX_OK && a->M > 1)
-    rc = profile(a, def, &mcfg, ds, a->M, pmicro, &n);
+    rc = axi_run_profile(a, def, &mcfg, ds, (a->batch + a->M - 1) / a->M, 5,
+                         pmicro, &n);
   ax_dataset_close(ds);
   double step_s = 0, copy_s = 0;
   if (rc == AX_OK)
@@ -433,9 +406,6 @@ static int plan_main(int argc, char **argv) {
 static const axi_cli_opt g_plan_opts[] = {
     {"modes", "all|M,..", AXI_CLI_STR, F(pa.plan_modes),
      .help = "the modes predicted (all)"},
-    {"mem-cap", "BYTES", AXI_CLI_I64, F(pa.plan_mem_cap), 1, INT64_MAX,
-     AXI_CLI_UNITS,
-     .help = "the most memory of one agent, K/M/G suffixes (no cap)"},
     {"action-us", "US", AXI_CLI_DOUBLE, F(pa.plan_action_us), 0, INT64_MAX,
      .help = "a fixed cost added to every forward and backward (0)"},
     {"compute-scale", "X", AXI_CLI_DOUBLE, F(pa.plan_compute_scale), 0,

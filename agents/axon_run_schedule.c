@@ -27,6 +27,8 @@ typedef struct sched_cli {
   double tf[MAXS], tb[MAXS], tw[MAXS];
   int ntf, ntb, ntw;
   axi_run_view_opts o;
+  ax_train_opts t; /* --mem-cap's model, data, batch and optimizer */
+  int64_t mem_cap;
 } sched_cli;
 
 static int set_mode(void *dst, const char *s) {
@@ -148,6 +150,39 @@ static void print_counts(const char *name, const ax_pipe_plan *p,
   printf("\n");
 }
 
+/* --mem-cap: plan p's fit for the model of u's options (axi_run_fit, the
+ * stages split uniformly), its counts and the bytes per rank printed, or
+ * the verifier's refusal. */
+static int fit_main(const sched_cli *u, const char *name,
+                    const ax_pipe_plan *p) {
+  const ax_train_opts *t = &u->t;
+  axi_run_pipe_args a = {.model = t->model,
+                         .model_config = t->model_config,
+                         .dataset = t->dataset,
+                         .data_config = t->data_config,
+                         .optim = t->optim_config,
+                         .batch = t->batch,
+                         .seed = t->seed,
+                         .recompute = u->recompute,
+                         .plan_mem_cap = u->mem_cap};
+  if (axi_run_check_configs(t) != AX_OK) {
+    fprintf(stderr, "axon-run: %s\n", ax_errmsg());
+    return 2;
+  }
+  ax_pipe_verify_report r = {0};
+  int rc = axi_run_fit(&a, p, &r);
+  if (rc == AX_OK) {
+    print_counts(name, p, &r);
+    axi_run_fit_print(stdout, "", &r, u->mem_cap);
+  } else {
+    const char *why = r.text ? r.text : ax_errmsg();
+    fprintf(stderr, "axon-run: %s: %s%s", name, why,
+            strchr(why, '\n') ? "" : "\n");
+  }
+  ax_pipe_verify_report_clear(&r);
+  return rc == AX_OK ? 0 : 1;
+}
+
 /* The text of u's mode: its first mini-batch when it flushes, else K + 1
  * mini-batches to view (sched_text.h). */
 static int mode_text(const sched_cli *u, char **out) {
@@ -198,6 +233,9 @@ static int file_main(sched_cli *u) {
   if (ax_pipe_sched_verify(s, &r) != AX_OK) {
     fprintf(stderr, "axon-run: %s: %s\n", path, r.text ? r.text : ax_errmsg());
     rc = 1;
+  } else if (u->check && u->mem_cap) { /* the fit of two mini-batches */
+    rc = ax_pipe_sched_plan(s, 2, &p) == AX_OK ? fit_main(u, path, p)
+                                               : fail(AX_EINVAL);
   } else if (u->o.grid || u->o.plot || u->check) {
     if (ax_pipe_sched_plan(s, view_batches(u, 1, 1), &p) != AX_OK)
       rc = fail(AX_EINVAL);
@@ -218,6 +256,15 @@ static int file_main(sched_cli *u) {
 
 /* A built-in mode (--mode): its lists as text, or drawn. */
 static int mode_main(sched_cli *u) {
+  if (u->mem_cap) { /* its fit over two mini-batches (what train checks) */
+    ax_pipe_plan *p = NULL;
+    int rc = ax_pipe_plan_new(u->mode, u->K, u->chunks, u->M, 2, &p);
+    if (rc != AX_OK)
+      return fail(rc);
+    rc = fit_main(u, ax_pipe_mode_name(u->mode), p);
+    ax_pipe_plan_free(p);
+    return rc;
+  }
   if (!u->o.grid && !u->o.plot) {
     char *text = NULL;
     int rc = mode_text(u, &text);
@@ -235,7 +282,10 @@ static int mode_main(sched_cli *u) {
 }
 
 static int schedule_main(int argc, char **argv) {
-  sched_cli u = {.mode = -1, .M = 4, .o = {.f = 1, .b = 1, .w = 1}};
+  sched_cli u = {.mode = -1,
+                 .M = 4,
+                 .o = {.f = 1, .b = 1, .w = 1},
+                 .t = ax_train_defaults()};
   int rc =
       axi_cli_parse(&axi_run_prog, &axi_run_schedule_cmd, 2, argc, argv, &u);
   if (rc >= 0)
@@ -243,6 +293,11 @@ static int schedule_main(int argc, char **argv) {
   if (u.trace)
     return view_trace(&u);
   int sources = (u.mode >= 0) + (u.file != NULL) + (u.check != NULL);
+  if (u.mem_cap && (u.file || u.o.grid || u.o.plot)) {
+    fprintf(stderr, "axon-run: schedule --mem-cap goes with --check FILE "
+                    "or --mode M --stages K, without --grid or --plot\n");
+    return 2;
+  }
   if (sources != 1 || (u.mode >= 0 && u.K < 1)) {
     fprintf(stderr, "axon-run: schedule needs one of --mode M --stages K, "
                     "--file FILE, --check FILE or --trace FILE (try "
@@ -360,6 +415,24 @@ static const axi_cli_opt g_sched_opts[] = {
      .help = "the grid's width (0: fitted to the actions)"},
     {"gnuplot", "FILE", AXI_CLI_STR, F(o.gp), .help = "keep gnuplot's input"},
     {"title", "TEXT", AXI_CLI_STR, F(o.title), .help = "the PNG's title"},
+    {"mem-cap", "BYTES", AXI_CLI_I64, F(mem_cap), 1, INT64_MAX, AXI_CLI_UNITS,
+     .help = "with --check or --mode: the fit under BYTES per\n"
+             "agent (K/M/G suffixes) of the model below, its\n"
+             "stages split uniformly: the peak bytes per rank, or\n"
+             "the rank over the cap (what train --mem-cap checks)"},
+    {"model", "NAME", AXI_CLI_STR, F(t.model),
+     .help = "--mem-cap: the model (train's default mlp)"},
+    {"model-config", "K=V,..", AXI_CLI_STR, F(t.model_config),
+     .help = "--mem-cap: its settings"},
+    {"dataset", "NAME", AXI_CLI_STR, F(t.dataset),
+     .help = "--mem-cap: the data of its inputs (fashion-mnist)"},
+    {"data-config", "K=V,..", AXI_CLI_STR, F(t.data_config),
+     .help = "--mem-cap: the data set's settings"},
+    {"batch", "N", AXI_CLI_INT, F(t.batch), 1, 1 << 20,
+     .help = "--mem-cap: the mini-batch, over the units (64)"},
+    {"optim", "K=V,..", AXI_CLI_STR, F(t.optim_config),
+     .help = "--mem-cap: the optimizer, its state per parameter\n"
+             "(train's default adamw: 2 copies)"},
     AXI_CLI_END};
 
 static const axi_cli_opt *const g_sched_tables[] = {g_sched_opts, NULL};
@@ -368,6 +441,7 @@ const axi_cli_cmd axi_run_schedule_cmd = {
     "schedule",
     "--mode M --stages K [--micro M] [--chunks V] [--out FILE]\n"
     "| --file FILE [--out FILE] | --check FILE\n"
+    "  [--mem-cap BYTES --model M [--model-config ..]] (also --mode)\n"
     "  [--grid] [--plot FILE.png] [--t-f X] [--t-b X] [--t-w X]\n"
     "| --trace FILE.json [--mode M --stages K] [--grid] [--plot FILE.png]",
     "A pipeline schedule as text, one rank's actions per line (0F3: stage\n"
@@ -376,7 +450,8 @@ const axi_cli_cmd axi_run_schedule_cmd = {
     "once edited (an asynchronous mode prints K + 1 mini-batches to view,\n"
     "which do not run), or a file's, verified and normalised; --check\n"
     "verifies a file (a hang is named by its cycle of waiting actions and\n"
-    "drawn); --grid and --plot draw the timing model's timeline, --trace\n"
+    "drawn), and with --mem-cap its fit per agent for a model; --grid\n"
+    "and --plot draw the timing model's timeline, --trace\n"
     "a run's (docs/MODES.md, \"Schedules as data\").",
     g_sched_tables,
     NULL,

@@ -170,6 +170,11 @@ const axi_cli_opt axi_run_pipe_opts[] = {
      .help = "actions each agent gets before the first is\n"
              "answered: the stages wait for their inputs (8;\n"
              "1: coordinator-driven, a round trip per action)"},
+    {"mem-cap", "BYTES", AXI_CLI_I64, F(pa.plan_mem_cap), 1, INT64_MAX,
+     AXI_CLI_UNITS,
+     .help = "the most memory of one agent, K/M/G suffixes: a\n"
+             "run whose plan does not fit is refused before any\n"
+             "agent starts (plan: picks among those that fit)"},
     {"partition", "P", AXI_CLI_STR, F(pa.partition),
      .help = "uniform|balanced (uniform)"},
     {"links", "FILE", AXI_CLI_STR, F(pa.plan_links),

@@ -244,7 +244,8 @@ static void test_incomplete(void **state) {
 }
 
 /* Over a cap: 1f1b keeps K - s units on stage s, so with equal stages the
- * first is the largest; one memory model with the partitioner's. */
+ * first is the largest; one memory model with the partitioner's. The cap is
+ * per rank: an interleaved rank holds two stages, their bytes summed. */
 static void test_fit(void **state) {
   (void)state;
   int K = 4, M = 8;
@@ -257,8 +258,8 @@ static void test_fit(void **state) {
   ax_pipe_verify_opts o = {.stage_bytes = b, .mem_cap = 2350};
   ax_pipe_verify_report r;
   AX_ASSERT_ERR(ax_pipe_verify(p, &o, &r), AX_EINVAL);
-  assert_non_null(strstr(ax_errmsg(), "stage 0 (rank 0) needs 2400 bytes, over "
-                                      "the cap of 2350"));
+  assert_non_null(strstr(ax_errmsg(), "rank 0 (stage 0) needs 2400 bytes, over "
+                                      "the cap of 2350: 4 units live"));
   printf("---- refused: %s\n", r.text);
   ax_pipe_verify_report_clear(&r);
   o.mem_cap = 2400;
@@ -267,7 +268,34 @@ static void test_fit(void **state) {
   for (int s = 0; s < K; s++) { /* the table's bounds give the same bytes */
     assert_int_equal(r.stage_mem[s], 2000 + 100 * (K - s));
     assert_int_equal(r.stage_mem[s], ax_stage_memory(b, K, s, s + 1, s, &po));
+    assert_int_equal(r.rank_mem[s], r.stage_mem[s]); /* one stage each */
   }
+  assert_int_equal(r.ranks, K);
+  ax_pipe_plan_free(p);
+  /* Interleaved, 2 ranks of 2 stages each: rank k holds k and k + 2. */
+  AX_ASSERT_OK(ax_pipe_plan_new(AX_MODE_INTERLEAVED, 2, 2, M, 1, &p));
+  o.mem_cap = 0;
+  AX_ASSERT_OK(ax_pipe_verify(p, &o, &r));
+  assert_int_equal(r.ranks, 2);
+  size_t most = 0;
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(r.rank_mem[k], r.stage_mem[k] + r.stage_mem[k + 2]);
+    most = r.rank_mem[k] > most ? r.rank_mem[k] : most;
+  }
+  o.mem_cap = most - 1; /* above every stage, below the larger rank */
+  assert_true(r.stage_mem[0] <= o.mem_cap && r.stage_mem[2] <= o.mem_cap);
+  AX_ASSERT_ERR(ax_pipe_verify(p, &o, &r), AX_EINVAL);
+  char want[160];
+  int k = r.rank_mem[0] == most ? 0 : 1;
+  snprintf(want, sizeof want,
+           "rank %d (stages %d, %d) needs %zu bytes, over the cap of %zu: "
+           "stage %d %zu bytes,",
+           k, k, k + 2, most, o.mem_cap, k, r.stage_mem[k]);
+  assert_non_null(strstr(ax_errmsg(), want));
+  printf("---- refused: %s\n", r.text);
+  ax_pipe_verify_report_clear(&r);
+  o.mem_cap = most;
+  AX_ASSERT_OK(ax_pipe_verify(p, &o, &r));
   ax_pipe_plan_free(p);
 }
 

@@ -207,6 +207,31 @@ static int count_states(const axi_verify *v, ax_pipe_verify_report *r) {
 }
 
 /* ---- fit (check 4) ------------------------------------------------------- */
+/* Why rank k, over the cap, is refused: its stages, bytes and counts. */
+static void over_cap(const axi_verify *v, const ax_pipe_verify_opts *o,
+                     const ax_pipe_verify_report *r, const ax_stash_count *c,
+                     int k, FILE *out) {
+  int held = 0;
+  for (int s = 0; s < v->S; s++)
+    held += ax_pipe_plan_stage_rank(v->p, s) == k;
+  fprintf(out, "rank %d (stage%s", k, held > 1 ? "s " : " ");
+  for (int s = 0, i = 0; s < v->S; s++)
+    if (ax_pipe_plan_stage_rank(v->p, s) == k)
+      fprintf(out, "%s%d", i++ ? ", " : "", s);
+  fprintf(out, ") needs %zu bytes, over the cap of %zu:", r->rank_mem[k],
+          o->mem_cap);
+  for (int s = 0, i = 0; s < v->S; s++) {
+    if (ax_pipe_plan_stage_rank(v->p, s) != k)
+      continue;
+    if (held > 1)
+      fprintf(out, "%s stage %d %zu bytes,", i++ ? ";" : "", s,
+              r->stage_mem[s]);
+    fprintf(out, " %d units live (%d with activations), %d weight versions",
+            c[s].sets, c[s].activation_sets, c[s].weight_versions);
+  }
+  fprintf(out, "\n");
+}
+
 static int fit(const axi_verify *v, const ax_pipe_verify_opts *o,
                ax_pipe_verify_report *r, FILE *out) {
   int mode = ax_pipe_plan_mode(v->p);
@@ -220,15 +245,14 @@ static int fit(const axi_verify *v, const ax_pipe_verify_opts *o,
                           .recompute = o->recompute,
                           .optim_copies = o->optim_copies,
                           .stash = c};
-  for (int s = 0; s < v->S; s++)
+  r->ranks = v->K;
+  for (int s = 0; s < v->S; s++) {
     r->stage_mem[s] = ax_stage_memory(o->stage_bytes, v->S, s, s + 1, s, &po);
-  for (int s = 0; o->mem_cap && s < v->S; s++)
-    if (r->stage_mem[s] > o->mem_cap) {
-      fprintf(out,
-              "stage %d (rank %d) needs %zu bytes, over the cap of %zu: %d "
-              "units live (%d with activations), %d weight versions\n",
-              s, ax_pipe_plan_stage_rank(v->p, s), r->stage_mem[s], o->mem_cap,
-              c[s].sets, c[s].activation_sets, c[s].weight_versions);
+    r->rank_mem[ax_pipe_plan_stage_rank(v->p, s)] += r->stage_mem[s];
+  }
+  for (int k = 0; o->mem_cap && k < v->K; k++)
+    if (r->rank_mem[k] > o->mem_cap) {
+      over_cap(v, o, r, c, k, out);
       return AX_EINVAL;
     }
   return AX_OK;

@@ -65,8 +65,11 @@
  *
  * 4. Fit, when opts.stage_bytes and opts.mem_cap are given: each stage's
  *    memory in the partitioner's model (ax_stage_memory, partition.h) with
- *    the counts of 3 instead of the table's bounds; a stage over the cap is
- *    refused with its bytes.
+ *    the counts of 3 instead of the table's bounds, summed per rank (an
+ *    agent holds its stages at once); a rank over the cap is refused,
+ *    naming its stages, its bytes and each stage's live units and weight
+ *    versions: "rank 0 (stage 0) needs 2400 bytes, over the cap of 2350: 4
+ *    units live (4 with activations), 1 weight versions".
  *
  * Cost: linear in the plan's actions plus the simulated steps times the
  * ranks (K = 16, M = 64, zbv: well under a millisecond).
@@ -88,7 +91,7 @@ typedef struct ax_pipe_verify_opts {
    * blocks (param_bytes, buffer_bytes, saved_bytes; in_bytes of its first
    * block); NULL: no fit check. */
   const ax_block_profile *stage_bytes;
-  size_t mem_cap;   /* bytes per stage; 0: no cap */
+  size_t mem_cap;   /* bytes per rank (its stages together); 0: no cap */
   int optim_copies; /* as ax_partition_opts */
   int recompute;    /* AX_RECOMPUTE_* (gpipe) */
   int grid_steps;   /* steps drawn before a deadlock (0: 16) */
@@ -101,6 +104,8 @@ typedef struct ax_pipe_verify_report {
   int peak_live[AX_PIPE_PLAN_MAX_STAGES];     /* units at once, per stage */
   int peak_versions[AX_PIPE_PLAN_MAX_STAGES]; /* weight versions */
   size_t stage_mem[AX_PIPE_PLAN_MAX_STAGES];  /* bytes (with stage_bytes) */
+  int ranks;                                  /* with stage_bytes: the plan's */
+  size_t rank_mem[AX_PIPE_PLAN_MAX_STAGES];   /* its stages' bytes summed */
   /* On a refusal: the whole explanation (the check's message; for a
    * deadlock the cycle and the grid), malloc'ed; NULL when the plan
    * passed. Free with ax_pipe_verify_report_clear. */
