@@ -45,8 +45,8 @@ static int head_fused(ax_module *m, const ax_exec *ex, ax_slot *slot,
   chunk = chunk < 1 ? 1 : chunk > rows ? rows : chunk;
   ax_backend *be = ax_backend_of(h->device);
   int64_t wshape[2] = {V, H}, zshape[2] = {chunk, V}, hshape[2] = {rows, H};
-  ax_tensor *wv = ax_tensor_view(ex->params, m->children[C_PROJ]->param_off,
-                                 2, wshape);
+  ax_tensor *wv =
+      ax_tensor_view(ex->params, m->children[C_PROJ]->param_off, 2, wshape);
   ax_tensor *wk = NULL, *hk = NULL, *dz = NULL;
   ax_tensor *z = ax_tensor_new(AX_F32, 2, zshape, h->device);
   ax_tensor *p = ax_tensor_new(AX_F32, 2, zshape, h->device);
@@ -62,8 +62,9 @@ static int head_fused(ax_module *m, const ax_exec *ex, ax_slot *slot,
     int n = rows - r0 < chunk ? rows - r0 : chunk;
     double sum = 0.0;
     int64_t count = 0, correct = 0;
-    rc = axi_prec_gemm(ex, be, 0, 1, n, V, H, 1.0f, axi_mm_at(hk, (size_t)r0 * H),
-                       H, 0, axi_mm_at(wk, 0), H, 0, 0.0f, ax_f32(z), V, 0, 1);
+    rc = axi_prec_gemm(ex, be, 0, 1, n, V, H, 1.0f,
+                       axi_mm_at(hk, (size_t)r0 * H), H, 0, axi_mm_at(wk, 0), H,
+                       0, 0.0f, ax_f32(z), V, 0, 1);
     if (rc == AX_OK)
       rc = AX_K(be, xent_fwd, n, V, ax_f32(z), lab + r0, f->ignore_index,
                 ax_f32(p), &sum, &count, &correct);
@@ -80,8 +81,8 @@ static int head_fused(ax_module *m, const ax_exec *ex, ax_slot *slot,
                          ax_f32(dh) + (size_t)r0 * H, H, 0, 1);
     if (rc == AX_OK) /* dW (V, H) (+)= dz^T (V, n) h (n, H) */
       rc = axi_prec_gemm(ex, be, 1, 0, V, H, n, 1.0f, axi_mm_at(dz, 0), V, 0,
-                         axi_mm_at(hk, (size_t)r0 * H), H, 0,
-                         r0 ? 1.0f : 0.0f, ax_f32(dw), H, 0, 1);
+                         axi_mm_at(hk, (size_t)r0 * H), H, 0, r0 ? 1.0f : 0.0f,
+                         ax_f32(dw), H, 0, 1);
     f->loss_sum += sum;
     f->count += count;
     f->correct += correct;
@@ -213,8 +214,8 @@ ax_module *axi_gpt_head_new(int hidden, int vocab, int chunk_rows) {
   if (m)
     *(head_priv *)m->priv = (head_priv){hidden, vocab, chunk_rows};
   if (m && (ax_module_add(m, ax_layernorm_new(hidden, AX_GPT_LN_EPS)) ||
-            ax_module_add(m, ax_linear_new_std(hidden, vocab, 0,
-                                               AX_BERT_INIT_STD)))) {
+            ax_module_add(
+                m, ax_linear_new_std(hidden, vocab, 0, AX_BERT_INIT_STD)))) {
     ax_module_free(m);
     return NULL;
   }
