@@ -129,13 +129,14 @@ static int time_steps(ax_net *net, ax_optim *opt, ax_tlist *in,
       t0 = ax_clock_s();
       c0 = cpu_seconds();
     }
-    ax_tlist out = {0}, dout = {0};
+    ax_tlist dout = {0};
     ax_loss_result res;
+    ax_exec ex = ax_net_exec(net, 1);
+    ex.seed = (uint64_t)s;
     rc = ax_net_zero_grad(net);
     if (rc == AX_OK)
-      rc = ax_net_forward(net, slot, 1, (uint64_t)s, in, &out);
-    if (rc == AX_OK)
-      rc = ax_loss_xent(&out, lab, info->ignore_index, NULL, 1.0f, &res, &dout);
+      rc = ax_forward_xent(net->root, &ex, slot, in, lab, info->ignore_index,
+                           NULL, 1.0f, &res, &dout);
     if (rc == AX_OK)
       rc = ax_net_backward(net, slot, (uint64_t)s, 0, &dout, &din);
     if (rc == AX_OK)
@@ -144,7 +145,6 @@ static int time_steps(ax_net *net, ax_optim *opt, ax_tlist *in,
       rc = ax_optim_step(opt, net->params, net->grads);
     if (rc == AX_OK)
       rc = ax_device_synchronize(dev);
-    ax_tlist_clear(&out);
     ax_tlist_clear(&dout);
     ax_tlist_clear(&din);
     ax_slot_reset(slot);

@@ -11,6 +11,11 @@
  * labels are the next-token ids (B T), -100 ignored, and the loss is the
  * mean over the kept tokens (models/loss.h).
  *
+ * A training forward that asks for the loss (ax_forward_xent) gets it from
+ * the head fused over chunks of rows (models/gpt_head.c): the key
+ * loss_chunk sets their row count (0, the default: as many rows as keep a
+ * chunk's logits near 32 MiB).
+ *
  * Initialisation as GPT-2's: every weight N(0, 0.02^2), the projections
  * into the residual stream N(0, (0.02 / sqrt(2 L))^2), biases 0, layer
  * norms 1 and 0. */
@@ -28,7 +33,8 @@
 typedef struct gpt_cfg {
   int layers, hidden, heads, ff, seq, vocab;
   float dropout;
-  ax_tp tp; /* this member's part of the decoder layers (parallel.h) */
+  int loss_chunk; /* rows per chunk of the fused loss, 0: the head's own */
+  ax_tp tp;       /* this member's part of the decoder layers (parallel.h) */
 } gpt_cfg;
 
 /* The presets: the sizes a preset names (explicit keys override them). */
@@ -59,6 +65,7 @@ static int gpt_parse(const ax_config *cfg, gpt_cfg *c) {
   c->seq = (int)ax_config_int(cfg, "seq", g_presets[k].seq, &err);
   c->vocab = (int)ax_config_int(cfg, "vocab", g_presets[k].vocab, &err);
   c->dropout = (float)ax_config_float(cfg, "dropout", 0.0, &err);
+  c->loss_chunk = (int)ax_config_int(cfg, "loss_chunk", 0, &err);
   c->tp.size = (int)ax_config_int(cfg, "tp", 1, &err);
   c->tp.rank = (int)ax_config_int(cfg, "tp_rank", 0, &err);
   if (err != AX_OK)
@@ -80,6 +87,9 @@ static int gpt_parse(const ax_config *cfg, gpt_cfg *c) {
                      "gpt: tp=%d tp_rank=%d: tp must divide heads=%d and "
                      "ff=%d, 0 <= tp_rank < tp",
                      c->tp.size, c->tp.rank, c->heads, c->ff);
+  if (c->loss_chunk < 0)
+    return ax_seterr(AX_EINVAL, "gpt: loss_chunk=%d is negative",
+                     c->loss_chunk);
   if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
     return ax_seterr(AX_EINVAL, "gpt: dropout=%g outside [0, 1)",
                      (double)c->dropout);
@@ -96,89 +106,6 @@ int axi_gpt_sizes_of(const ax_config *cfg, axi_gpt_sizes *out) {
 /* The dropout salt of block i: distinct per block, the same in every
  * process that builds the block. */
 static uint64_t block_salt(int i) { return ax_salt_mix(0x6e70u, (uint64_t)i); }
-
-/* ---- block L + 1: the head ---- */
-
-/* Children: 0 the final layer norm, 1 the output projection (hidden ->
- * vocab, no bias) whose weight is the tied token table. The input (B, T, H)
- * runs as (B T, H) rows. Slot ints 0 and 1: B and T, for the shape of the
- * input gradient. */
-enum { C_LN, C_PROJ };
-
-typedef struct head_priv {
-  int hidden;
-} head_priv;
-
-static int head_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
-                        const ax_tlist *in, ax_tlist *out) {
-  AX_TRY(axi_tf_check_in("gpt head", in, 1));
-  ax_tensor *x = in->t[0];
-  int64_t hidden = ((head_priv *)m->priv)->hidden;
-  if (x->ndim != 3 || x->shape[2] != hidden) {
-    char b[96];
-    return ax_seterr(AX_ESHAPE, "gpt head: x %s must be (B, T, %lld)",
-                     ax_tensor_shape_str(x, b, sizeof b), (long long)hidden);
-  }
-  int64_t rows[2] = {x->shape[0] * x->shape[1], hidden};
-  ax_tensor *x2 = ax_tensor_reshape(x, 2, rows), *h = NULL, *y = NULL;
-  int rc = x2 ? axi_tf_child_fwd(m, C_LN, ex, slot, x2, &h) : AX_ENOMEM;
-  if (rc == AX_OK)
-    rc = axi_tf_child_fwd(m, C_PROJ, ex, slot, h, &y);
-  ax_tensor_release(x2);
-  ax_tensor_release(h);
-  if (rc != AX_OK)
-    return rc;
-  if (slot) {
-    ax_slot_set_int(slot, 0, x->shape[0]);
-    ax_slot_set_int(slot, 1, x->shape[1]);
-  }
-  *out = ax_tlist1(y);
-  return AX_OK;
-}
-
-/* The chain's backward (whole, or a half), the input gradient back in the
- * input's shape (B, T, H). */
-static int head_walk(ax_bwd_part part, ax_module *m, const ax_exec *ex,
-                     ax_slot *slot, const ax_tlist *dout, ax_tlist *din) {
-  if (part == AX_BWD_WEIGHT)
-    return ax_walk_children(part, m, ex, slot, dout, din);
-  ax_tlist d2 = {0};
-  AX_TRY(ax_walk_children(part, m, ex, slot, dout, &d2));
-  int rc = AX_OK;
-  if (ex->need_dx && d2.n > 0 && d2.t[0]) {
-    int64_t shape[3] = {ax_slot_int(slot, 0), ax_slot_int(slot, 1),
-                        d2.t[0]->shape[1]};
-    din->n = 1;
-    din->t[0] = ax_tensor_reshape(d2.t[0], 3, shape);
-    rc = din->t[0] ? AX_OK : AX_ENOMEM;
-  }
-  ax_tlist_clear(&d2);
-  return rc;
-}
-
-static const ax_module_ops head_ops = {
-    /* .kind = */ "gpt_head",
-    /* .forward = */ head_forward,
-    /* .backward = */ NULL,
-    /* .init = */ NULL,
-    /* .destroy = */ NULL,
-    /* .backward_input = */ NULL,
-    /* .backward_weight = */ NULL,
-    /* .walk = */ head_walk,
-};
-
-static ax_module *head_new(const gpt_cfg *c) {
-  ax_module *m = ax_module_new(&head_ops, sizeof(head_priv));
-  if (m)
-    ((head_priv *)m->priv)->hidden = c->hidden;
-  if (m && (ax_module_add(m, ax_layernorm_new(c->hidden, AX_GPT_LN_EPS)) ||
-            ax_module_add(m, ax_linear_new_std(c->hidden, c->vocab, 0,
-                                               AX_BERT_INIT_STD)))) {
-    ax_module_free(m);
-    return NULL;
-  }
-  return m;
-}
 
 /* ---- the model definition ---- */
 
@@ -217,7 +144,7 @@ static int gpt_build_block(const ax_config *cfg, int index, ax_module **out) {
         c.hidden, c.heads, c.ff, c.dropout, block_salt(index),
         AX_BERT_INIT_STD / sqrtf(2.0f * c.layers), c.tp);
   else
-    m = head_new(&c);
+    m = axi_gpt_head_new(c.hidden, c.vocab, c.loss_chunk);
   if (!m)
     return ax_seterr(AX_ENOMEM, "gpt: cannot build block %d: %s", index,
                      ax_errmsg());

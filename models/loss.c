@@ -77,3 +77,51 @@ int ax_loss_xent(const ax_tlist *outputs, const ax_tlist *labels,
   }
   return AX_OK;
 }
+
+/* The rows of the i32 labels (any device) that are not ignore_index. */
+static int kept_rows(const ax_tensor *labels, int ignore_index, int64_t *n) {
+  ax_tensor *host = ax_tensor_to(labels, AX_CPU);
+  if (!host)
+    return AX_ENOMEM;
+  *n = 0;
+  for (size_t r = 0; r < ax_tensor_numel(host); r++)
+    *n += ax_i32(host)[r] != ignore_index;
+  ax_tensor_release(host);
+  return AX_OK;
+}
+
+int ax_forward_xent(ax_module *root, const ax_exec *ex, ax_slot *slot,
+                    const ax_tlist *in, const ax_tlist *labels,
+                    int ignore_index, const int64_t *norm, float scale,
+                    ax_loss_result *res, ax_tlist *dlogits) {
+  memset(res, 0, sizeof *res);
+  dlogits->n = 0;
+  ax_xent_fuse fuse = {0};
+  ax_exec cex = *ex;
+  ax_tensor *lab = NULL;
+  int rc = AX_OK;
+  if (labels->n == 1 && labels->t[0] && ex->training && slot) {
+    int64_t kept = 0;
+    ax_tensor *l32 = ax_tensor_to_i32(labels->t[0]);
+    lab = l32 ? ax_tensor_to(l32, ex->params->device) : NULL;
+    ax_tensor_release(l32);
+    rc = lab ? kept_rows(lab, ignore_index, &kept) : AX_ENOMEM;
+    int64_t div = norm && norm[0] > 0 ? norm[0] : (kept ? kept : 1);
+    fuse = (ax_xent_fuse){lab, ignore_index, scale / (float)div, 0, 0.0, 0, 0};
+    cex.xent = &fuse;
+  }
+  ax_tlist out = {0};
+  if (rc == AX_OK)
+    rc = ax_forward(root, &cex, slot, in, &out);
+  if (rc == AX_OK && fuse.done) {
+    int64_t div = norm && norm[0] > 0 ? norm[0] : (fuse.count ? fuse.count : 1);
+    res->loss = fuse.loss_sum / (double)div;
+    res->count[0] = fuse.count;
+    res->correct[0] = fuse.correct;
+  } else if (rc == AX_OK) {
+    rc = ax_loss_xent(&out, labels, ignore_index, norm, scale, res, dlogits);
+  }
+  ax_tlist_clear(&out);
+  ax_tensor_release(lab);
+  return rc;
+}

@@ -24,4 +24,18 @@ int ax_loss_xent(const ax_tlist *outputs, const ax_tlist *labels,
                  int ignore_index, const int64_t *norm, float scale,
                  ax_loss_result *res, ax_tlist *dlogits);
 
+/* A training step's forward and loss in one: ax_forward of root on `in`
+ * (ex->training set, slot not NULL), then the loss of its outputs as
+ * ax_loss_xent computes it, with dlogits for ax_backward. When the model's
+ * last block fuses the loss (ax_xent_fuse, models/module.h: GPT's head),
+ * the outputs are never formed and dlogits comes back EMPTY: pass it to
+ * the backward as it is (the block kept its gradients in the slot). With
+ * several outputs, or no dlogits wanted, nothing is fused. res as
+ * ax_loss_xent's; the forward's outputs are dropped. On error dlogits is
+ * empty. */
+int ax_forward_xent(ax_module *root, const ax_exec *ex, ax_slot *slot,
+                    const ax_tlist *in, const ax_tlist *labels,
+                    int ignore_index, const int64_t *norm, float scale,
+                    ax_loss_result *res, ax_tlist *dlogits);
+
 #endif

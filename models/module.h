@@ -105,6 +105,25 @@ const char *ax_precision_name(int precision);
  * naming the allowed values. */
 int ax_precision_parse(const char *s, int *out);
 
+/* A softmax cross-entropy that the model's last block may compute inside
+ * its training forward (ax_exec.xent; ax_forward_xent in models/loss.h
+ * sets it up), so that a language model's head never materialises its
+ * (rows, vocab) logits, their probabilities or their gradient. A block that
+ * fuses it computes, for its rows r, the loss and the logits' gradient
+ * scale * (softmax - onehot(labels[r])) (0 for ignored rows) and from it
+ * its input and weight gradients; it returns no outputs, sets done and the
+ * sums below, and its backward then takes an empty output gradient. Other
+ * modules ignore it. */
+typedef struct ax_xent_fuse {
+  const ax_tensor *labels; /* i32, one per output row, on its device */
+  int ignore_index;
+  float scale; /* the gradient's factor: scale / divisor of the mean */
+  /* Written by the block that fused the loss: */
+  int done;
+  double loss_sum;        /* summed over the kept rows */
+  int64_t count, correct; /* kept rows; rows argmax-equal to label */
+} ax_xent_fuse;
+
 /* What one forward or backward call works with. */
 typedef struct ax_exec {
   ax_tensor *params;  /* flat f32 parameters to use (current or stashed) */
@@ -146,6 +165,9 @@ typedef struct ax_exec {
    * fields. */
   int kv_decode;
   int64_t kv_pos;
+  /* A training forward's loss for the model's last block to fuse (above);
+   * NULL (a zeroed exec): blocks return their outputs. */
+  ax_xent_fuse *xent;
 } ax_exec;
 
 typedef struct ax_module ax_module;

@@ -43,6 +43,12 @@ int axi_prec_gemm(const ax_exec *ex, ax_backend *be, int trans_a, int trans_b,
  * bf16 -> f32 is exact). */
 int axi_prec_cast(const ax_tensor *t, ax_dtype to, ax_tensor **out);
 
+/* t (f32 or bf16) as a GEMM operand in ex's precision, in *out: a new
+ * reference to t in fp32 or when t is bf16 already, its bf16 rounding
+ * (axi_prec_cast) when t is f32 in bf16. For an operand that several GEMMs
+ * of one call share, so that it is rounded once. */
+int axi_prec_operand(const ax_exec *ex, const ax_tensor *t, ax_tensor **out);
+
 /* A block's calls at the model's block boundaries in bf16 (ax_blocks_new,
  * models/module.c). fwd: ax_forward of block b on `in` with its bf16
  * entries widened to f32, then (round_out) every f32 output rounded to a

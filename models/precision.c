@@ -50,6 +50,11 @@ int axi_prec_cast(const ax_tensor *t, ax_dtype to, ax_tensor **out) {
   return AX_OK;
 }
 
+int axi_prec_operand(const ax_exec *ex, const ax_tensor *t, ax_tensor **out) {
+  return axi_prec_cast(t, ex->precision == AX_PREC_BF16 ? AX_BF16 : t->dtype,
+                       out);
+}
+
 /* ---- saved activations ---- */
 
 int ax_slot_put_act(ax_slot *s, int i, const ax_exec *ex, ax_tensor *t) {

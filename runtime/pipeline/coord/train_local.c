@@ -73,7 +73,7 @@ int ax_evaluate(ax_net *net, const ax_dataset *ds, int batch, long limit,
 static int train_step(ax_net *net, const ax_model_info *info, ax_optim *opt,
                       ax_slot *slot, const ax_tlist *in, const ax_tlist *lab,
                       uint64_t seed, double *loss) {
-  ax_tlist dev_in = {0}, out = {0}, dout = {0}, din = {0};
+  ax_tlist dev_in = {0}, dout = {0}, din = {0};
   int rc = AX_OK;
   dev_in.n = in->n;
   for (int i = 0; i < in->n && rc == AX_OK; i++)
@@ -81,11 +81,12 @@ static int train_step(ax_net *net, const ax_model_info *info, ax_optim *opt,
       rc = AX_ENOMEM;
   if (rc == AX_OK)
     rc = ax_net_zero_grad(net);
-  if (rc == AX_OK)
-    rc = ax_net_forward(net, slot, 1, seed, &dev_in, &out);
   ax_loss_result r;
-  if (rc == AX_OK)
-    rc = ax_loss_xent(&out, lab, info->ignore_index, NULL, 1.0f, &r, &dout);
+  ax_exec ex = ax_net_exec(net, 1);
+  ex.seed = seed;
+  if (rc == AX_OK) /* the loss fused into the model's head where it can */
+    rc = ax_forward_xent(net->root, &ex, slot, &dev_in, lab, info->ignore_index,
+                         NULL, 1.0f, &r, &dout);
   if (rc == AX_OK)
     rc = ax_net_backward(net, slot, seed, 0, &dout, &din);
   if (rc == AX_OK)
@@ -96,7 +97,6 @@ static int train_step(ax_net *net, const ax_model_info *info, ax_optim *opt,
     *loss = r.loss;
   ax_slot_reset(slot);
   ax_tlist_clear(&dev_in);
-  ax_tlist_clear(&out);
   ax_tlist_clear(&dout);
   ax_tlist_clear(&din);
   return rc;
