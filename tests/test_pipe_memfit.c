@@ -16,34 +16,13 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "tests/mp_testutil.h"
+#include "tests/cli_testutil.h"
 
 #define MODEL                                                                  \
   "--model", "mlp", "--model-config", "widths=48/44/40/36/10", "--dataset",    \
       "synthetic", "--data-config", "shape=48,classes=10,examples=256",        \
       "--batch", "64"
 #define TRAIN "train", MODEL, "--local", "2", "--quiet", "--steps", "1"
-
-static char g_dir[256];
-
-static const char *path(const char *name) {
-  static char p[8][320];
-  static int k;
-  char *s = p[k++ % 8];
-  snprintf(s, 320, "%s/%s", g_dir, name);
-  return s;
-}
-
-/* Runs axon-run with argv (after the program), fails with its output unless
- * it exits with `want`; returns the output (the caller frees). */
-static char *run(int want, const char **argv) {
-  const char *log = path("log");
-  int rc = mt_run_axon(log, NULL, 60000, argv);
-  char *out = mt_slurp(log);
-  if (rc != want)
-    fail_msg("axon-run exited %d, not %d:\n%s", rc, want, out ? out : "");
-  return out;
-}
 
 /* The bytes of ranks 0 and 1 after "peak bytes per rank:" in out. */
 static void rank_bytes(const char *out, long *b) {
@@ -62,19 +41,18 @@ static void refused_early(char *out, const char *want) {
 
 static void test_memfit(void **state) {
   (void)state;
-  snprintf(g_dir, sizeof g_dir, "/tmp/axon-memfit-XXXXXX");
-  assert_non_null(mkdtemp(g_dir));
+  cli_dir_make("memfit");
   /* The peaks without a binding cap. */
   long one[2], all[2];
-  char *out =
-      run(0, (const char *[]){"schedule", "--mode", "1f1b", "--stages", "2",
-                              "--micro", "8", MODEL, "--mem-cap", "1G", NULL});
+  char *out = cli_run(0, (const char *[]){"schedule", "--mode", "1f1b",
+                                          "--stages", "2", "--micro", "8",
+                                          MODEL, "--mem-cap", "1G", NULL});
   assert_non_null(strstr(out, "peak live units per stage: 2 1"));
   rank_bytes(out, one);
   free(out);
-  out =
-      run(0, (const char *[]){"schedule", "--mode", "gpipe", "--stages", "2",
-                              "--micro", "8", MODEL, "--mem-cap", "1G", NULL});
+  out = cli_run(0, (const char *[]){"schedule", "--mode", "gpipe", "--stages",
+                                    "2", "--micro", "8", MODEL, "--mem-cap",
+                                    "1G", NULL});
   assert_non_null(strstr(out, "peak live units per stage: 8 8"));
   rank_bytes(out, all);
   free(out);
@@ -86,19 +64,20 @@ static void test_memfit(void **state) {
            "live (8 with activations), 1 weight versions",
            all[0], cap);
   /* The cap from the command line. */
-  free(run(0, (const char *[]){"schedule", "--mode", "1f1b", "--stages", "2",
-                               "--micro", "8", MODEL, "--mem-cap", cap, NULL}));
-  refused_early(
-      run(1, (const char *[]){"schedule", "--mode", "gpipe", "--stages", "2",
-                              "--micro", "8", MODEL, "--mem-cap", cap, NULL}),
-      want);
+  free(cli_run(0, (const char *[]){"schedule", "--mode", "1f1b", "--stages",
+                                   "2", "--micro", "8", MODEL, "--mem-cap", cap,
+                                   NULL}));
+  refused_early(cli_run(1, (const char *[]){"schedule", "--mode", "gpipe",
+                                            "--stages", "2", "--micro", "8",
+                                            MODEL, "--mem-cap", cap, NULL}),
+                want);
   /* train: gpipe refused before its agents, 1f1b fits and trains. */
   refused_early(
-      run(2, (const char *[]){TRAIN, "--mode", "gpipe", "--microbatches", "8",
-                              "--mem-cap", cap, NULL}),
+      cli_run(2, (const char *[]){TRAIN, "--mode", "gpipe", "--microbatches",
+                                  "8", "--mem-cap", cap, NULL}),
       want);
-  out = run(0, (const char *[]){TRAIN, "--mode", "1f1b", "--microbatches", "8",
-                                "--mem-cap", cap, NULL});
+  out = cli_run(0, (const char *[]){TRAIN, "--mode", "1f1b", "--microbatches",
+                                    "8", "--mem-cap", cap, NULL});
   long trained[2];
   rank_bytes(out, trained);
   assert_int_equal(trained[0], one[0]);
@@ -107,11 +86,11 @@ static void test_memfit(void **state) {
   free(out);
   /* A file with a higher peak than the built-in's: refused under the cap,
    * which the built-in 1f1b's file meets. */
-  const char *own = path("1f1b.txt"), *wide = path("wide.txt");
-  free(run(0, (const char *[]){"schedule", "--mode", "1f1b", "--stages", "2",
-                               "--micro", "8", "--out", own, NULL}));
-  free(run(0, (const char *[]){"schedule", "--check", own, MODEL, "--mem-cap",
-                               cap, NULL}));
+  const char *own = cli_path("1f1b.txt"), *wide = cli_path("wide.txt");
+  free(cli_run(0, (const char *[]){"schedule", "--mode", "1f1b", "--stages",
+                                   "2", "--micro", "8", "--out", own, NULL}));
+  free(cli_run(0, (const char *[]){"schedule", "--check", own, MODEL,
+                                   "--mem-cap", cap, NULL}));
   FILE *f = fopen(wide, "w");
   assert_non_null(f);
   fputs("# 1f1b's stages, every forward of rank 0 first\nranks 2\nmicro 8\n"
@@ -121,18 +100,16 @@ static void test_memfit(void **state) {
         "1B7 STEP1\n",
         f);
   assert_int_equal(fclose(f), 0);
-  out = run(0, (const char *[]){"schedule", "--check", wide, NULL});
+  out = cli_run(0, (const char *[]){"schedule", "--check", wide, NULL});
   assert_non_null(strstr(out, "peak live units per stage: 8 1"));
   free(out);
-  refused_early(run(1, (const char *[]){"schedule", "--check", wide, MODEL,
-                                        "--mem-cap", cap, NULL}),
+  refused_early(cli_run(1, (const char *[]){"schedule", "--check", wide, MODEL,
+                                            "--mem-cap", cap, NULL}),
                 want);
-  refused_early(run(2, (const char *[]){TRAIN, "--schedule", wide, "--mem-cap",
-                                        cap, NULL}),
+  refused_early(cli_run(2, (const char *[]){TRAIN, "--schedule", wide,
+                                            "--mem-cap", cap, NULL}),
                 want);
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-  assert_int_equal(system(cmd), 0);
+  cli_dir_remove();
 }
 
 int main(void) {

@@ -12,34 +12,13 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "tests/mp_testutil.h"
+#include "tests/cli_testutil.h"
 
 #define TRAIN                                                                  \
   "train", "--model", "mlp", "--model-config", "widths=48/44/40/36/10",        \
       "--dataset", "synthetic", "--data-config",                               \
       "shape=48,classes=10,examples=256", "--batch", "16", "--local", "2",     \
       "--quiet"
-
-static char g_dir[256];
-
-static const char *path(const char *name) {
-  static char p[8][320];
-  static int k;
-  char *s = p[k++ % 8];
-  snprintf(s, 320, "%s/%s", g_dir, name);
-  return s;
-}
-
-/* Runs axon-run with argv (after the program), fails with its output unless
- * it exits with `want`; returns the output (the caller frees). */
-static char *run(int want, const char **argv) {
-  const char *log = path("log");
-  int rc = mt_run_axon(log, NULL, 60000, argv);
-  char *out = mt_slurp(log);
-  if (rc != want)
-    fail_msg("axon-run exited %d, not %d:\n%s", rc, want, out ? out : "");
-  return out;
-}
 
 static void write_file(const char *p, const char *text) {
   FILE *f = fopen(p, "w");
@@ -49,30 +28,31 @@ static void write_file(const char *p, const char *text) {
 }
 
 static void test_schedule_cli(void **state) {
-  snprintf(g_dir, sizeof g_dir, "/tmp/axon-sched-XXXXXX");
-  assert_non_null(mkdtemp(g_dir));
+  cli_dir_make("sched");
   /* The printed schedule reads back unchanged. */
-  const char *printed = path("1f1b.txt"), *again = path("again.txt");
-  free(run(0, (const char *[]){"schedule", "--mode", "1f1b", "--stages", "2",
-                               "--micro", "4", "--out", printed, NULL}));
-  free(run(0, (const char *[]){"schedule", "--file", printed, "--out", again,
-                               NULL}));
+  const char *printed = cli_path("1f1b.txt"), *again = cli_path("again.txt");
+  free(
+      cli_run(0, (const char *[]){"schedule", "--mode", "1f1b", "--stages", "2",
+                                  "--micro", "4", "--out", printed, NULL}));
+  free(cli_run(0, (const char *[]){"schedule", "--file", printed, "--out",
+                                   again, NULL}));
   char *a = mt_slurp(printed), *b = mt_slurp(again);
   assert_non_null(strstr(a, "rank 0: 0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3 STEP0"));
   assert_string_equal(a, b);
   free(a), free(b);
   /* 1f1b itself, then a warm-up of two from a file: the same bits. */
-  const char *own = path("own.log"), *warm = path("warm.log"),
-             *file = path("warm.txt"), *ck = path("ckpt"),
-             *resumed = path("resumed.log");
+  const char *own = cli_path("own.log"), *warm = cli_path("warm.log"),
+             *file = cli_path("warm.txt"), *ck = cli_path("ckpt"),
+             *resumed = cli_path("resumed.log");
   write_file(file, "# 1F1B with a warm-up of two on rank 0\n"
                    "ranks 2\nmicro 4\n"
                    "rank 0: 0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3 STEP0\n"
                    "rank 1: 1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3 STEP1\n");
-  free(run(0, (const char *[]){TRAIN, "--mode", "1f1b", "--microbatches", "4",
-                               "--steps", "6", "--loss-log", own, NULL}));
-  char *out = run(0, (const char *[]){TRAIN, "--schedule", file, "--steps", "6",
-                                      "--loss-log", warm, NULL});
+  free(cli_run(0,
+               (const char *[]){TRAIN, "--mode", "1f1b", "--microbatches", "4",
+                                "--steps", "6", "--loss-log", own, NULL}));
+  char *out = cli_run(0, (const char *[]){TRAIN, "--schedule", file, "--steps",
+                                          "6", "--loss-log", warm, NULL});
   assert_non_null(strstr(out, "mode=1f1b stages=2 micro=4 steps=6"));
   free(out);
   a = mt_slurp(own), b = mt_slurp(warm);
@@ -81,29 +61,28 @@ static void test_schedule_cli(void **state) {
   free(b);
   /* Three steps from the file with a checkpoint, three more resumed by the
    * built-in mode. */
-  free(run(0, (const char *[]){TRAIN, "--schedule", file, "--steps", "3",
-                               "--checkpoint-dir", ck, "--checkpoint-every",
-                               "3", "--loss-log", resumed, NULL}));
-  free(run(0, (const char *[]){TRAIN, "--mode", "1f1b", "--steps", "6",
-                               "--resume", ck, "--loss-log", resumed, NULL}));
+  free(cli_run(0, (const char *[]){TRAIN, "--schedule", file, "--steps", "3",
+                                   "--checkpoint-dir", ck, "--checkpoint-every",
+                                   "3", "--loss-log", resumed, NULL}));
+  free(cli_run(0,
+               (const char *[]){TRAIN, "--mode", "1f1b", "--steps", "6",
+                                "--resume", ck, "--loss-log", resumed, NULL}));
   b = mt_slurp(resumed);
   assert_string_equal(a, b);
   free(a), free(b);
   /* Refusals, before any agent starts. */
-  out = run(
+  out = cli_run(
       2, (const char *[]){TRAIN, "--schedule", file, "--mode", "gpipe", NULL});
   assert_non_null(strstr(out, "--mode gpipe contradicts the schedule"));
   free(out);
-  const char *bad = path("bad.txt");
+  const char *bad = cli_path("bad.txt");
   write_file(bad, "ranks 2\nmicro 4\nrank 0: 0F0 0F1 0Q2\n");
-  out = run(2, (const char *[]){TRAIN, "--schedule", bad, NULL});
+  out = cli_run(2, (const char *[]){TRAIN, "--schedule", bad, NULL});
   char where[400];
   snprintf(where, sizeof where, "%s:3:17: '0Q2'", bad);
   assert_non_null(strstr(out, where));
   free(out);
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-  assert_int_equal(system(cmd), 0);
+  cli_dir_remove();
 }
 
 int main(void) {
