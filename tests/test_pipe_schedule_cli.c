@@ -1,7 +1,7 @@
 /* axon-run schedule and train --schedule over real agents (--local 2):
  *  - the printed 1f1b schedule reads back unchanged (schedule --file);
  *  - a hand-written 1F1B order with a warm-up of two on rank 0 trains to
- *    1f1b's losses, every bit (--loss-log);
+ *    1f1b's losses, every bit (--loss-log), and reports its modelled time;
  *  - a checkpoint of such a run resumes under the built-in 1f1b to the same
  *    losses again (the flushed modes share the math);
  *  - a schedule that --mode contradicts, and a malformed one (its line and
@@ -74,6 +74,7 @@ static void test_schedule_cli(void **state) {
   char *out = run(0, (const char *[]){TRAIN, "--schedule", file, "--steps", "6",
                                       "--loss-log", warm, NULL});
   assert_non_null(strstr(out, "mode=1f1b stages=2 micro=4 steps=6"));
+  assert_non_null(strstr(out, " modelled_seconds=")); /* its lists' */
   free(out);
   a = mt_slurp(own), b = mt_slurp(warm);
   assert_non_null(a);
