@@ -224,7 +224,8 @@ int axi_run_cli_pipe(const axi_run_cli *r);
  * probe): -1 when they hold, else 2 after a message. */
 int axi_run_cli_check_pipe(axi_run_cli *r);
 /* --schedule FILE: loads it into r->pa.schedule and takes its mode and
- * micro-batches, refusing what contradicts it (--mode, --microbatches,
+ * micro-batches (with --emulate and no --stages, its ranks as the
+ * stages K), refusing what contradicts it (--mode, --microbatches,
  * the agents, --chunks, --freeze-schedule, a partition but uniform). -1
  * when it holds or there is none, else 2 after a message. */
 int axi_run_cli_schedule(axi_run_cli *r);

@@ -179,7 +179,7 @@ static int feed_segment(void *user, long done) {
     return AX_OK; /* not an evaluation's step (a checkpoint's cut) */
   double acc = 0, loss = 0, spb = 0;
   AX_TRY(evaluate(f->a, f->p, f->test, &acc, &loss));
-  int m = !f->a->schedule && ax_pipe_costs_model(f->costs, &spb) == AX_OK;
+  int m = ax_pipe_costs_model(f->costs, &spb) == AX_OK;
   printf("epoch: %ld steps=%ld train_loss=%.4f test_loss=%.4f "
          "test_accuracy=%.2f%% train_seconds=%.2f modelled_seconds=%.3f",
          (done + f->per_epoch - 1) / f->per_epoch, done, f->loss[f->steps - 1],
@@ -244,9 +244,9 @@ static int train_and_report(const axi_run_pipe_args *a, feed *f, ax_pipe **p,
     rc = evaluate(a, *p, test, &acc, &tl);
   }
   /* The modelled time: the timing model fed with the measured costs (the
-   * mode's lists: none for a schedule's). */
-  int modelled = rc == AX_OK && !f->repacked && !a->schedule &&
-                 ax_pipe_costs_model(&costs, &spb) == AX_OK;
+   * lists the run walked: its schedule's or its mode's). */
+  int modelled =
+      rc == AX_OK && !f->repacked && ax_pipe_costs_model(&costs, &spb) == AX_OK;
   if (rc == AX_OK)
     axi_run_summary(a, *p, &steps, &st, total, acc, tl, modelled ? spb : -1,
                     ax_dataset_token_unit(test));

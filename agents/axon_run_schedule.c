@@ -360,6 +360,8 @@ int axi_run_cli_schedule(axi_run_cli *r) {
     ax_pipe_sched_free(s);
     return 2;
   }
+  if (pa->emulate && pa->K < 1) /* no agents: the schedule's ranks */
+    pa->K = ax_pipe_sched_ranks(s);
   char why[400];
   if (conflict(pa, s, why, sizeof why)) {
     fprintf(stderr, "axon-run: %s (%s)\n", why, pa->schedule_file);

@@ -259,9 +259,11 @@ static int refuse(int bad, const char *msg) {
 static int check_modes(const axi_run_pipe_args *pa, int pipe) {
   int ckpt = pa->ckpt_dir || pa->ckpt_memory;
   int rc = refuse(pipe && pa->emulate &&
-                      (pa->local || pa->agents || pa->master || pa->K < 1),
-                  "--emulate needs --stages K and no --local, --agents or "
-                  "--master (no agents take part)");
+                      (pa->local || pa->agents || pa->master ||
+                       (pa->K < 1 && !pa->schedule_file)),
+                  "--emulate needs --stages K (or --schedule FILE, its "
+                  "ranks) and no --local, --agents or --master (no agents "
+                  "take part)");
   if (rc < 0)
     rc = refuse(
         (pa->ckpt_dir || pa->resume || pa->ckpt_every || pa->ckpt_memory) &&

@@ -26,11 +26,11 @@ static inline void cli_dir_remove(void) {
   assert_int_equal(system(cmd), 0);
 }
 
-/* DIR/name (one of 8 rotating buffers). */
+/* DIR/name (one of 16 rotating buffers). */
 static inline const char *cli_path(const char *name) {
-  static char p[8][320];
+  static char p[16][320];
   static int k;
-  char *s = p[k++ % 8];
+  char *s = p[k++ % 16];
   snprintf(s, 320, "%s/%s", g_cli_dir, name);
   return s;
 }
@@ -38,7 +38,8 @@ static inline const char *cli_path(const char *name) {
 /* Runs axon-run with argv (after the program), fails with its output unless
  * it exits with `want`; returns the output (the caller frees). */
 static inline char *cli_run(int want, const char **argv) {
-  const char *log = cli_path("log");
+  char log[320]; /* not one of cli_path's, which argv may hold */
+  snprintf(log, sizeof log, "%s/log", g_cli_dir);
   int rc = mt_run_axon(log, NULL, 60000, argv);
   char *out = mt_slurp(log);
   if (rc != want)

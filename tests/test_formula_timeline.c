@@ -1,12 +1,14 @@
 /* The timing model on any plan and its timeline
  * (runtime/pipeline/schedule/formula.h: ax_formula_time_plan,
- * ax_formula_timeline) and the pictures of a timeline
+ * ax_formula_timeline), a run's modelled time from its schedule
+ * (emulate.h: ax_pipe_costs_model) and the pictures of a timeline
  * (schedule/timeline.h: the text grid, gnuplot's input, a trace read as a
  * timeline). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "axon/runtime/pipeline/schedule/emulate.h"
 #include "axon/runtime/pipeline/schedule/formula.h"
 #include "axon/runtime/pipeline/schedule/timeline.h"
 #include "harness.h"
@@ -34,6 +36,53 @@ static void plan_matches_mode(void **state) {
         fail_msg("%s window %d: plan %.9g, mode %.9g", name, win, got, want);
       ax_pipe_plan_free(p);
     }
+}
+
+/* A run's modelled time comes from the lists it walks: every flushed
+ * mode's printed schedule, run as a schedule, models to the mode's own
+ * seconds with the same measured costs; another order to its own. */
+static void costs_model_schedule(void **state) {
+  (void)state;
+  for (int m = 0; m < AX_MODE_COUNT; m++) {
+    if (!ax_pipe_flushes(m))
+      continue;
+    int K = 3, M = 6;
+    ax_pipe_sched *s = NULL;
+    AX_ASSERT_OK(ax_pipe_sched_from_mode(m, K, 2, M, &s));
+    ax_pipe_opts o = {.mode = m, .K = K, .M = M, .chunks = 2};
+    ax_pipe_costs own, file;
+    ax_pipe_costs_init(&own, &o);
+    o.schedule = s;
+    ax_pipe_costs_init(&file, &o);
+    assert_int_equal(file.S, own.S);
+    for (int i = 0; i < own.S; i++) {
+      own.f[i] = file.f[i] = 1 + 0.1 * i;
+      own.b[i] = file.b[i] = 1.5 - 0.05 * i;
+      own.w[i] = file.w[i] = 0.7;
+    }
+    double want = -1, got = -2;
+    AX_ASSERT_OK(ax_pipe_costs_model(&own, &want));
+    AX_ASSERT_OK(ax_pipe_costs_model(&file, &got));
+    if (got != want)
+      fail_msg("%s: schedule %.9g, mode %.9g", ax_pipe_mode_name(m), got, want);
+    ax_pipe_sched_free(s);
+  }
+  /* 1F1B with a warm-up of two on rank 0 (one more unit live, no faster):
+   * the time of 1f1b with equal stages. */
+  const char *warm = "ranks 2\nmicro 4\n"
+                     "rank 0: 0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3 STEP0\n"
+                     "rank 1: 1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3 STEP1\n";
+  ax_pipe_sched *s = NULL;
+  AX_ASSERT_OK(ax_pipe_sched_parse(warm, strlen(warm), "warm", &s));
+  ax_pipe_opts o = {.mode = AX_MODE_1F1B, .K = 2, .M = 4, .schedule = s};
+  ax_pipe_costs c;
+  ax_pipe_costs_init(&c, &o);
+  for (int i = 0; i < 2; i++)
+    c.f[i] = 1, c.b[i] = 2;
+  double got = -1;
+  AX_ASSERT_OK(ax_pipe_costs_model(&c, &got));
+  assert_true(got == ax_formula_uniform("1f1b", 2, 4, 1, 2, 0));
+  ax_pipe_sched_free(s);
 }
 
 /* gpipe, K = 2, M = 2, F = 1, B = 2 (backwards in reverse order): every
@@ -198,6 +247,7 @@ static void trace_as_timeline(void **state) {
 int main(void) {
   const struct CMUnitTest t[] = {
       cmocka_unit_test(plan_matches_mode),
+      cmocka_unit_test(costs_model_schedule),
       cmocka_unit_test(gpipe_timeline_and_grid),
       cmocka_unit_test(composite_is_one_slot),
       cmocka_unit_test(trace_as_timeline),

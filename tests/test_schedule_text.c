@@ -4,7 +4,8 @@
  *    mode prints for viewing and its text is refused;
  *  - each refusal of the parser, at its line and column;
  *  - hostile inputs (empty, huge numbers, binary, a 1 MB line, every
- *    truncation of a valid text) end in a clean error, never a crash;
+ *    truncation of a valid text, a directory, /dev/zero) end in a clean
+ *    error, never a crash; a byte-order mark and CRLF are read;
  *  - runs: every flushed mode's printed schedule trains through the
  *    single-process emulator (emulate.h) to the bits of the mode itself,
  *    and a hand-written order (1F1B with another warm-up) to 1f1b's. */
@@ -240,6 +241,18 @@ static void test_hostile(void **state) {
   assert_int_equal(
       ax_pipe_sched_parse(ok, AX_PIPE_SCHED_MAX_BYTES + 1ul, "huge", &s),
       AX_EFORMAT);
+  /* What editors write: a byte-order mark, CRLF, tabs, trailing spaces;
+   * line 1's columns count after the mark. Files that are not. */
+  const char bom[] = "\xef\xbb\xbfranks 1\r\nmicro 1 \t\r\n"
+                     "rank 0:\t0F0 0B0 STEP0\r\n";
+  AX_ASSERT_OK(ax_pipe_sched_parse(bom, sizeof bom - 1, "bom", &s));
+  ax_pipe_sched_free(s);
+  assert_int_equal(ax_pipe_sched_parse(bom, 8, "bom", &s), AX_EFORMAT);
+  assert_string_equal(ax_errmsg(), "bom:1:6: ranks needs a value");
+  assert_int_equal(ax_pipe_sched_load("/", &s), AX_EIO);
+  assert_non_null(strstr(ax_errmsg(), "Is a directory"));
+  assert_int_equal(ax_pipe_sched_load("/dev/zero", &s), AX_EFORMAT);
+  assert_non_null(strstr(ax_errmsg(), "bytes, at most"));
   /* Random bytes, and a 1 MB line (of garbage, then of one repeated
    * action) after a valid header. */
   size_t n = 1 << 20;

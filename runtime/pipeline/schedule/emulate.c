@@ -60,6 +60,8 @@ void ax_pipe_costs_init(ax_pipe_costs *c, const ax_pipe_opts *o) {
   c->v = ax_pipe_chunks(o->mode, o->chunks);
   c->M = o->M;
   c->recompute = o->recompute;
+  c->S = ax_pipe_opts_stages(o);
+  c->schedule = o->schedule;
   for (int s = 0; s < AX_PIPE_MAX_STAGES; s++)
     c->f[s] = c->b[s] = c->br[s] = c->w[s] = -1.0;
 }
@@ -79,7 +81,7 @@ static void keep(const ax_pipe_costs *c, double *m, long *n, double x) {
 void ax_pipe_costs_add(ax_pipe_costs *c, const ax_pipe *p) {
   long n;
   const ax_pipe_event *ev = ax_pipe_events(p, &n);
-  int U = ax_pipe_units(c->mode, c->M), S = c->R * c->v;
+  int U = ax_pipe_units(c->mode, c->M), S = c->S;
   for (long i = 0; i < n; i++) {
     const ax_pipe_op *o = &ev[i].op;
     int s = o->stage;
@@ -108,7 +110,7 @@ void ax_pipe_costs_add(ax_pipe_costs *c, const ax_pipe *p) {
 
 int ax_pipe_costs_times(const ax_pipe_costs *c, double *t_f, double *t_b,
                         double *t_w) {
-  for (int s = 0; s < c->R * c->v; s++) {
+  for (int s = 0; s < c->S; s++) {
     if (c->f[s] < 0 || (c->b[s] < 0 && c->br[s] < 0))
       return ax_seterr(AX_ESTATE,
                        "modelled time: stage %d has no measured "
@@ -126,6 +128,12 @@ int ax_pipe_costs_model(const ax_pipe_costs *c, double *seconds_per_batch) {
   double tf[AX_PIPE_MAX_STAGES], tb[AX_PIPE_MAX_STAGES], tw[AX_PIPE_MAX_STAGES];
   AX_TRY(ax_pipe_costs_times(c, tf, tb, tw));
   ax_formula_comm shared = {.cores = c->cores};
-  return ax_formula_time_comm(ax_pipe_mode_name(c->mode), c->R, c->v, c->M, tf,
-                              tb, tw, c->recompute, &shared, seconds_per_batch);
+  ax_pipe_plan *plan = NULL;
+  AX_TRY(c->schedule
+             ? ax_pipe_sched_plan(c->schedule, 1, &plan)
+             : ax_formula_mode_plan(c->mode, c->R, c->v, c->M, &shared, &plan));
+  int rc = ax_formula_time_plan(plan, tf, tb, tw, c->recompute, &shared,
+                                seconds_per_batch);
+  ax_pipe_plan_free(plan);
+  return rc;
 }

@@ -23,8 +23,10 @@
  *
  * Modelled time. The stages' measured compute times per action (the
  * coordinator's events, ax_pipe_events), the fastest per stage and kind, are
- * fed to the timing model (formula.h: a simulation of the same lists), which
- * gives the seconds per mini-batch the mode would take with one device per
+ * fed to the timing model (formula.h: a simulation of the same lists: the
+ * run's schedule when it was given one, ax_pipe_opts.schedule, else its
+ * mode's, both through ax_formula_time_plan), which
+ * gives the seconds per mini-batch the run would take with one device per
  * agent (or the cores they share: ax_pipe_costs.cores) and free
  * communication. Stages that share this machine's cores in
  * an emulation still run slower than alone when every run of an action
@@ -68,6 +70,10 @@ void ax_pipe_emulator_free(ax_node *n);
  * lengthen, and the mean run of each is kept: the core time it takes. */
 typedef struct ax_pipe_costs {
   int mode, R, v, M, recompute; /* the run's options (R agents, v chunks) */
+  int S;                        /* its stages (ax_pipe_opts_stages) */
+  /* The run's schedule (borrowed from the options: it must outlive the
+   * costs), or NULL: the mode's lists are modelled. */
+  const ax_pipe_sched *schedule;
   /* The cores the R agents share (set after ax_pipe_costs_init, before the
    * first ax_pipe_costs_add): 0 (init's), unknown: the actions' costs are
    * their wall times (busy_s) and each agent has a processor of its own.
@@ -83,11 +89,11 @@ typedef struct ax_pipe_costs {
 } ax_pipe_costs;
 
 /* Starts with nothing measured, for a run with options o (mode, K agents,
- * M, chunks, recompute). */
+ * M, chunks, recompute, schedule). */
 void ax_pipe_costs_init(ax_pipe_costs *c, const ax_pipe_opts *o);
 /* Adds the events of p's last ax_pipe_train. */
 void ax_pipe_costs_add(ax_pipe_costs *c, const ax_pipe *p);
-/* The stage times the model is fed (per stage, K v entries): t_f per
+/* The stage times the model is fed (per stage, S entries): t_f per
  * forward, t_b per backward without a replayed forward (the model adds the
  * replay itself; from a replaying backward minus t_f when no other was
  * measured) or, for split modes, per input half, and t_w per weight half
@@ -95,8 +101,10 @@ void ax_pipe_costs_add(ax_pipe_costs *c, const ax_pipe *p);
  * yet. */
 int ax_pipe_costs_times(const ax_pipe_costs *c, double *t_f, double *t_b,
                         double *t_w);
-/* The timing model's seconds per mini-batch with those times (formula.h);
- * ax_pipe_costs_times' errors, or the model's. */
+/* The timing model's seconds per mini-batch with those times: the plan the
+ * run walks (the schedule's for one mini-batch, else the mode's,
+ * ax_formula_mode_plan) simulated by ax_formula_time_plan (formula.h);
+ * ax_pipe_costs_times' errors, or the plan's or the model's. */
 int ax_pipe_costs_model(const ax_pipe_costs *c, double *seconds_per_batch);
 
 #ifdef __cplusplus

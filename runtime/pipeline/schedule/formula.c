@@ -414,6 +414,15 @@ int ax_formula_timeline(const ax_pipe_plan *plan, const double *t_f,
   return rc;
 }
 
+int ax_formula_mode_plan(int mode, int K, int v, int M,
+                         const ax_formula_comm *comm, ax_pipe_plan **out) {
+  /* Flushed modes: one mini-batch (several when the coordinator's window
+   * carries one into the next). Others: long enough for a steady state. */
+  int window = comm && comm->issue_rtt;
+  long n = ax_pipe_flushes(mode) ? (window ? 5 : 1) : 8L * K + 32;
+  return ax_pipe_plan_new(mode, K, v, M, n, out);
+}
+
 int ax_formula_time_comm(const char *mode, int K, int v, int M,
                          const double *t_f, const double *t_b,
                          const double *t_w, int recompute,
@@ -428,12 +437,8 @@ int ax_formula_time_comm(const char *mode, int K, int v, int M,
                      "(got %d) and stage time arrays",
                      MAX_STAGES, K, v, M);
   AX_TRY(check_costs(K, K * v, t_f, t_b, t_w, recompute, comm));
-  /* Flushed modes: one mini-batch (several when the coordinator's window
-   * carries one into the next). Others: long enough for a steady state. */
-  int window = comm && comm->issue_rtt;
-  long n = ax_pipe_flushes(m) ? (window ? 5 : 1) : 8 * K + 32;
   ax_pipe_plan *plan = NULL;
-  AX_TRY(ax_pipe_plan_new(m, K, v, M, n, &plan));
+  AX_TRY(ax_formula_mode_plan(m, K, v, M, comm, &plan));
   int rc = ax_formula_time_plan(plan, t_f, t_b, t_w, recompute, comm, out);
   ax_pipe_plan_free(plan);
   return rc;

@@ -134,6 +134,13 @@ int ax_formula_time_plan(const ax_pipe_plan *plan, const double *t_f,
                          const double *t_b, const double *t_w, int recompute,
                          const ax_formula_comm *comm, double *out);
 
+/* The plan the mode-name functions above simulate: mode m's lists (K
+ * ranks, v chunks, M micro-batches) for one mini-batch of a flushed mode
+ * (five when comm has an issue window, which carries one into the next),
+ * else 8 K + 32, enough for a steady state. ax_pipe_plan_new's errors. */
+int ax_formula_mode_plan(int mode, int K, int v, int M,
+                         const ax_formula_comm *comm, ax_pipe_plan **out);
+
 /* One action of a simulated (or traced) run: its rank, the action, and
  * when it started and ended (seconds from the run's start). A composite
  * (op.with_next) is one slot: `next` is its second part and `end` that

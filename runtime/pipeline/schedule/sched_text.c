@@ -1,6 +1,7 @@
 /* The schedule text parser (sched_text.h): the header, the rank lines and
  * every check of one flushed mini-batch, each error at its line and
  * column. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -390,7 +391,10 @@ static int rank_line(parser *p, const word *w, int n) {
 }
 
 static int parse_lines(parser *p, const char *text, size_t len) {
-  for (size_t i = 0; i < len;) {
+  /* A UTF-8 byte-order mark (some editors start every file with one) is
+   * not part of the first line: its columns count after it. */
+  size_t start = len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3) ? 3 : 0;
+  for (size_t i = start; i < len;) {
     const char *nl = memchr(text + i, '\n', len - i);
     size_t n = nl ? (size_t)(nl - (text + i)) : len - i;
     p->line++;
@@ -441,13 +445,15 @@ int ax_pipe_sched_load(const char *path, ax_pipe_sched **out) {
   *out = NULL;
   FILE *f = path ? fopen(path, "rb") : NULL;
   if (!f)
-    return ax_seterr(AX_EIO, "schedule %.300s: cannot open", path ? path : "");
+    return ax_seterr(AX_EIO, "schedule %.300s: cannot open: %s",
+                     path ? path : "", path ? strerror(errno) : "no path");
   char *buf = malloc(AX_PIPE_SCHED_MAX_BYTES + 1);
   size_t n = buf ? fread(buf, 1, AX_PIPE_SCHED_MAX_BYTES + 1, f) : 0;
-  int bad = ferror(f);
+  int bad = ferror(f) ? (errno ? errno : EIO) : 0; /* a directory: EISDIR */
   fclose(f);
   int err = !buf  ? ax_seterr(AX_ENOMEM, "schedule: out of memory")
-            : bad ? ax_seterr(AX_EIO, "schedule %.300s: cannot read", path)
+            : bad ? ax_seterr(AX_EIO, "schedule %.300s: cannot read: %s", path,
+                              strerror(bad))
                   : ax_pipe_sched_parse(buf, n, path, out);
   free(buf);
   return err;

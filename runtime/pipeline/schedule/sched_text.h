@@ -4,7 +4,9 @@
  * The format (docs/MODES.md, "Schedules as data"). One flushed mini-batch:
  * each rank's ordered list of actions, which the runtime repeats for every
  * mini-batch. `#` starts a comment (to the end of the line); blank lines
- * are ignored; words are separated by spaces or tabs. First the header, one
+ * are ignored; words are separated by spaces, tabs or carriage returns
+ * (CRLF line ends read as LF); a UTF-8 byte-order mark at the start is
+ * skipped (line 1's columns count after it). First the header, one
  * setting per line, each at most once, in any order:
  *   ranks K          the agents (1 .. AX_PIPE_PLAN_MAX_STAGES); required
  *   stages S         the stages (K .. AX_PIPE_PLAN_MAX_STAGES); default K,
@@ -79,9 +81,11 @@ typedef struct ax_pipe_sched ax_pipe_sched;
  * with "NAME:LINE:COL: message" / AX_ENOMEM. */
 int ax_pipe_sched_parse(const char *text, size_t len, const char *name,
                         ax_pipe_sched **out);
-/* Reads and parses the file at path (named by its path). AX_IO when it
- * cannot be read, AX_EFORMAT when larger than AX_PIPE_SCHED_MAX_BYTES,
- * else the parser's errors. */
+/* Reads and parses the file at path (named by its path). AX_EIO when it
+ * cannot be opened or read (the system's reason named: a directory, no such
+ * file), AX_EFORMAT when larger than AX_PIPE_SCHED_MAX_BYTES (no more than
+ * that plus one byte is read: /dev/zero ends cleanly), else the parser's
+ * errors. */
 int ax_pipe_sched_load(const char *path, ax_pipe_sched **out);
 /* The schedule of mini-batch 0 of a built-in mode (ax_pipe_plan_new with
  * n = 1: K ranks, v chunks, M micro-batches), named by its mode.
