@@ -14,6 +14,7 @@ void axi_pipe_state_free(pstate *st) {
   ax_slot_free(st->slot);
   ax_tlist_clear(&st->input);
   ax_tlist_clear(&st->dlogits);
+  ax_tlist_clear(&st->labels);
   ax_tensor_release(st->ver);
   free(st);
 }
