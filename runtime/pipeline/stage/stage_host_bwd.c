@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "axon/kernels/backend-impl.h"
+#include "axon/models/loss.h"
 #include "axon/runtime/autograd/autograd.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
 #include "axon/runtime/pipeline/stage/stage_host-impl.h"
@@ -142,6 +143,30 @@ static int step_locked(phost *h, long t, int units) {
 /* Which part of a unit's backward an action runs. */
 enum { PART_FULL = 0, PART_INPUT = 1, PART_WEIGHT = 2 };
 
+/* The replay of a state's forward into a new slot (no new statistics). A
+ * last stage that kept its labels fuses the loss again (ax_forward_xent:
+ * the head's gradients in the slot; were it not fused, the logits'
+ * gradient in st->dlogits, which *dy then points to). s->mu held. */
+static int replay(phost *h, pstate *st, ax_exec *ex, const ax_tlist **dy) {
+  ax_tlist y = {0};
+  if (!(st->slot = ax_slot_new()))
+    return AX_ENOMEM;
+  ex->update_stats = 0;
+  if (st->labels.n == 0) {
+    int err = ax_forward(h->s->net->root, ex, st->slot, &st->input, &y);
+    ax_tlist_clear(&y);
+    return err;
+  }
+  ax_loss_result r;
+  ax_tlist_clear(&st->dlogits);
+  int err = ax_forward_xent(h->s->net->root, ex, st->slot, &st->input,
+                            &st->labels, h->s->ignore_index, st->norm,
+                            st->scale, &r, &st->dlogits);
+  if (st->dlogits.n > 0)
+    *dy = &st->dlogits;
+  return err;
+}
+
 /* Part `part` of the unit's backward: the input gradients (FULL, INPUT)
  * into din and the parameter gradients (FULL, WEIGHT) into g, a buffer of
  * the unit's context. A replayed state recomputes its forward first (FULL,
@@ -162,16 +187,8 @@ static int backward_locked(phost *h, pstate *st, int part, const ax_tlist *dy,
   if (wb)
     ex.params = wb;
   mark[0] = ax_clock_us();
-  if (!st->slot && part != PART_WEIGHT) { /* replay: no new statistics */
-    ax_tlist y = {0};
-    if (!(st->slot = ax_slot_new())) {
-      ax_tensor_release(wb);
-      return AX_ENOMEM;
-    }
-    ex.update_stats = 0;
-    err = ax_forward(net->root, &ex, st->slot, &st->input, &y);
-    ax_tlist_clear(&y);
-  }
+  if (!st->slot && part != PART_WEIGHT)
+    err = replay(h, st, &ex, &dy);
   mark[1] = ax_clock_us();
   ex.grads = g;
   ex.need_dx = !s->is_first;

@@ -1,6 +1,7 @@
 /* The pipeline stage host's forward ("fwd"): inputs taken from the data
- * path, the forward under the unit's context, the loss on the last stage.
- * Contract in stage_host.h. */
+ * path, the forward under the unit's context, the loss on the last stage
+ * (in training through ax_forward_xent: fused into the model's head where
+ * it can, models/loss.h). Contract in stage_host.h. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,15 +16,29 @@
 #include "axon/runtime/pipeline/trace/stage_events.h"
 
 /* ---- forward ------------------------------------------------------------- */
-static int run_loss(phost *h, const axi_pipe_fwd_msg *m, const ax_tlist *y,
-                    pstate *st, ax_loss_result *r) {
+/* The loss's labels and the gradient's scale of a last stage's forward. */
+static int loss_args(const axi_pipe_fwd_msg *m, float *scale) {
   if (!m->has_labels)
     return ax_seterr(AX_EBADARG, "axon.pipe.stage: last stage needs labels");
   if (m->has_scale && !(m->scale > 0 && m->scale < 1e30))
     return ax_seterr(AX_EBADARG, "axon.pipe.stage: loss scale %g", m->scale);
-  float scale = m->has_scale ? (float)m->scale : 1.0f;
-  return ax_loss_xent(y, &m->lab.t, h->s->ignore_index, m->lab.norm, scale, r,
-                      st ? &st->dlogits : NULL);
+  *scale = m->has_scale ? (float)m->scale : 1.0f;
+  return AX_OK;
+}
+
+/* A replayed last stage whose head fused the loss (its dlogits empty)
+ * keeps the unit's labels, their norms and the scale for the replay. */
+static int keep_labels(const axi_pipe_fwd_msg *m, float scale, pstate *st,
+                       ax_device dev) {
+  if (st->dlogits.n > 0)
+    return AX_OK;
+  for (int i = 0; i < m->lab.t.n; i++) {
+    st->norm[i] = m->lab.norm[i];
+    if (!(st->labels.t[st->labels.n++] = ax_tensor_to(m->lab.t.t[i], dev)))
+      return AX_ENOMEM;
+  }
+  st->scale = scale;
+  return AX_OK;
 }
 
 int axi_pipe_host_inputs(ax_call_ctx *cc, phost *h, const ax_tlist *given,
@@ -99,12 +114,20 @@ int axi_pipe_host_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     w = wf;
   if (err == AX_OK && train && micro == 0) /* boundary batch's buffers */
     err = axi_pipe_boundary_fwd(h, (long)batch);
+  float scale = 1.0f;
+  if (err == AX_OK && h->is_last)
+    err = loss_args(&m, &scale);
   if (err == AX_OK) {
     ax_exec ex = axi_pipe_host_exec(h, train);
     ex.params = w;
     ex.seed = (uint64_t)seed;
     ex.update_stats = train;
-    err = ax_forward(s->net->root, &ex, st ? st->slot : NULL, &in, &y);
+    if (h->is_last && st) /* the loss fused into the model's head if it can */
+      err =
+          ax_forward_xent(s->net->root, &ex, st->slot, &in, &m.lab.t,
+                          s->ignore_index, m.lab.norm, scale, &r, &st->dlogits);
+    else
+      err = ax_forward(s->net->root, &ex, st ? st->slot : NULL, &in, &y);
   }
   if (err == AX_OK && st) {
     if (h->def->bwd_weights == AX_WEIGHTS_STASHED &&
@@ -116,10 +139,13 @@ int axi_pipe_host_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
       st->input.n = in.n;
       for (int i = 0; i < in.n; i++)
         st->input.t[i] = ax_tensor_retain(in.t[i]);
+      if (h->is_last)
+        err = keep_labels(&m, scale, st, s->dev);
     }
   }
-  if (err == AX_OK && h->is_last)
-    err = run_loss(h, &m, &y, st, &r);
+  if (err == AX_OK && h->is_last && !st) /* evaluation: from the logits */
+    err = ax_loss_xent(&y, &m.lab.t, s->ignore_index, m.lab.norm, scale, &r,
+                       NULL);
   if (err == AX_OK && st) { /* the unit's function in its context */
     ax_tlist none = {0};
     err = ax_dist_record_held(s->node, ctx, &in, h->is_last ? &none : &y,

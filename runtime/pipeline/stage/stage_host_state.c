@@ -14,6 +14,7 @@ void axi_pipe_state_free(pstate *st) {
   ax_slot_free(st->slot);
   ax_tlist_clear(&st->input);
   ax_tlist_clear(&st->dlogits);
+  ax_tlist_clear(&st->labels);
   ax_tensor_release(st->ver);
   free(st);
 }
@@ -69,8 +70,10 @@ void axi_pipe_host_report(phost *h, int64_t t0, int64_t c0,
   for (pstate *st = h->states; st; st = st->next) {
     live++;
     bytes += ax_slot_bytes(st->slot);
-    for (int i = 0; i < st->input.n; i++)
-      bytes += st->input.t[i] ? ax_tensor_nbytes(st->input.t[i]) : 0;
+    const ax_tlist *kept[3] = {&st->input, &st->dlogits, &st->labels};
+    for (int k = 0; k < 3; k++)
+      for (int i = 0; i < kept[k]->n; i++)
+        bytes += kept[k]->t[i] ? ax_tensor_nbytes(kept[k]->t[i]) : 0;
     int seen = st->ver == NULL || st->ver == h->s->net->params;
     for (pstate *o = h->states; !seen && o != st; o = o->next)
       seen = o->ver == st->ver;
