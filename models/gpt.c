@@ -13,8 +13,9 @@
  *
  * A training forward that asks for the loss (ax_forward_xent) gets it from
  * the head fused over chunks of rows (models/gpt_head.c): the key
- * loss_chunk sets their row count (0, the default: as many rows as keep a
- * chunk's logits near 32 MiB).
+ * loss_chunk sets their row count and always fuses (0, the default: as
+ * many rows as keep a chunk's logits near 32 MiB, and fused only when that
+ * keeps less memory until the backward than the logits' gradient does).
  *
  * Initialisation as GPT-2's: every weight N(0, 0.02^2), the projections
  * into the residual stream N(0, (0.02 / sqrt(2 L))^2), biases 0, layer

@@ -113,8 +113,16 @@ static int head_forward(ax_module *m, const ax_exec *ex, ax_slot *slot,
     return ax_seterr(AX_ESHAPE, "gpt head: x %s must be (B, T, %lld)",
                      ax_tensor_shape_str(x, b, sizeof b), (long long)hidden);
   }
-  int fuse = ex->xent && ex->training && slot;
   int64_t rows[2] = {x->shape[0] * x->shape[1], hidden};
+  /* Fused when loss_chunk asks, else only where it keeps less until the
+   * backward: the table's and the input's gradients (V H + rows H floats)
+   * against the logits' gradient the plain path keeps (rows V). So a
+   * pipeline's micro-batch of fewer rows than the hidden width keeps its
+   * logits' gradient. */
+  const head_priv *hp = m->priv;
+  int64_t V = hp->vocab;
+  int fuse = ex->xent && ex->training && slot &&
+             (hp->chunk > 0 || rows[0] * V > V * hidden + rows[0] * hidden);
   ax_tensor *x2 = ax_tensor_reshape(x, 2, rows), *h = NULL, *y = NULL;
   if (slot) {
     ax_slot_put(slot, S_DH, NULL);

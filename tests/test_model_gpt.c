@@ -192,7 +192,10 @@ static double step_grads(const char *cfg, int precision, int fused, float **g) {
     ex.seed = 9;
     AX_ASSERT_OK(ax_forward_xent(net->root, &ex, slot, &in, &lab, -100, NULL,
                                  1.0f, &r, &dout));
-    assert_int_equal(dout.n, 0); /* nothing materialised */
+    /* nothing materialised, but for the automatic choice with B T = 10
+     * rows, whose logits' gradient (10 x 11) is smaller than what the
+     * fused head keeps (11 x 8 + 10 x 8): the plain path */
+    assert_int_equal(dout.n, strstr(cfg, "loss_chunk=") ? 0 : 1);
   } else {
     AX_ASSERT_OK(ax_net_forward(net, slot, 1, 9, &in, &out));
     AX_ASSERT_OK(ax_loss_xent(&out, &lab, -100, NULL, 1.0f, &r, &dout));
@@ -211,6 +214,7 @@ static double step_grads(const char *cfg, int precision, int fused, float **g) {
 static void test_fused_loss(void **state) {
   (void)state;
   static const char *const cfgs[] = {CFG ",dropout=0.2,loss_chunk=3",
+                                     CFG ",dropout=0.2,loss_chunk=64",
                                      CFG ",dropout=0.2"};
   ax_config c;
   ax_model_info info;
@@ -224,7 +228,7 @@ static void test_fused_loss(void **state) {
     ax_net_free(net);
   }
   for (int prec = 0; prec < AX_PREC_COUNT; prec++)
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
       float *g0, *g1, *g2;
       double l0 = step_grads(cfgs[k], prec, 0, &g0);
       double l1 = step_grads(cfgs[k], prec, 1, &g1);
