@@ -114,9 +114,11 @@ static void check_gemm_bf16(gemm_case g, uint64_t seed) {
   uint16_t *da = ct_up(a, na * 2), *db = ct_up(b, nb * 2);
   float *dc = ct_up(c, nc * 4);
   AX_ASSERT_OK(AX_K(ct_cpu(), gemm_bf16, g.ta, g.tb, g.m, g.n, g.k, g.alpha, a,
-                    lda, sa, b, ldb, sb, g.beta, c, ldc, sc, g.batch));
+                    AX_BF16, lda, sa, b, AX_BF16, ldb, sb, g.beta, c, ldc, sc,
+                    g.batch));
   AX_ASSERT_OK(AX_K(ct_gpu(), gemm_bf16, g.ta, g.tb, g.m, g.n, g.k, g.alpha, da,
-                    lda, sa, db, ldb, sb, g.beta, dc, ldc, sc, g.batch));
+                    AX_BF16, lda, sa, db, AX_BF16, ldb, sb, g.beta, dc, ldc, sc,
+                    g.batch));
   ct_down(got, dc, nc * 4);
   char what[128];
   snprintf(what, sizeof what, "gemm_bf16 ta=%d tb=%d %dx%dx%d batch %d pad %d",
@@ -147,16 +149,16 @@ static void gemm_bf16_edges(void **state) {
   uint16_t h[12] = {0};
   uint16_t *d = ct_up(h, sizeof h);
   float *c = ct_up(NULL, 64);
-  AX_ASSERT_OK(AX_K(ct_gpu(), gemm_bf16, 0, 0, 0, 3, 2, 1.0f, d, 2, 0, d, 3, 0,
-                    0.0f, c, 3, 0, 1));
-  AX_ASSERT_ERR(AX_K(ct_gpu(), gemm_bf16, 0, 0, -1, 3, 2, 1.0f, d, 2, 0, d, 3,
-                     0, 0.0f, c, 3, 0, 1),
+  AX_ASSERT_OK(AX_K(ct_gpu(), gemm_bf16, 0, 0, 0, 3, 2, 1.0f, d, AX_BF16, 2, 0,
+                    d, AX_BF16, 3, 0, 0.0f, c, 3, 0, 1));
+  AX_ASSERT_ERR(AX_K(ct_gpu(), gemm_bf16, 0, 0, -1, 3, 2, 1.0f, d, AX_BF16, 2,
+                     0, d, AX_BF16, 3, 0, 0.0f, c, 3, 0, 1),
                 AX_EINVAL);
   /* k == 0: C = beta * C */
   float ones[4] = {1, 2, 3, 4}, got[4];
   float *c2 = ct_up(ones, sizeof ones);
-  AX_ASSERT_OK(AX_K(ct_gpu(), gemm_bf16, 0, 0, 2, 2, 0, 1.0f, d, 0, 0, d, 2, 0,
-                    2.0f, c2, 2, 0, 1));
+  AX_ASSERT_OK(AX_K(ct_gpu(), gemm_bf16, 0, 0, 2, 2, 0, 1.0f, d, AX_BF16, 0, 0,
+                    d, AX_BF16, 2, 0, 2.0f, c2, 2, 0, 1));
   ct_down(got, c2, sizeof got);
   for (int i = 0; i < 4; i++)
     assert_true(got[i] == 2.0f * ones[i]);

@@ -180,8 +180,8 @@ static void run_case(const gcase *g, const gdata *d) {
   size_t nc = (size_t)d->sc * g->batch;
   memcpy(d->c, d->c0, nc * sizeof *d->c);
   AX_ASSERT_OK(AX_K(be, gemm_bf16, g->ta, g->tb, g->m, g->n, g->k, g->alpha,
-                    d->a, d->lda, d->sa, d->b, d->ldb, d->sb, g->beta, d->c,
-                    d->ldc, d->sc, g->batch));
+                    d->a, AX_BF16, d->lda, d->sa, d->b, AX_BF16, d->ldb, d->sb,
+                    g->beta, d->c, d->ldc, d->sc, g->batch));
   const double u = 1.0 / 16777216.0;
   for (int z = 0; z < g->batch; z++)
     for (int i = 0; i < g->m; i++)
@@ -258,18 +258,18 @@ static void gemm_degenerate(void **state) {
   for (int i = 0; i < 6; i++)
     a[i] = b[i] = 0x7fc0; /* NaN */
   float c[4] = {1.0f, 2.0f, NAN, 4.0f};
-  AX_ASSERT_OK(AX_K(be, gemm_bf16, 0, 0, 2, 2, 3, 0.0f, a, 3, 0, b, 2, 0, 2.0f,
-                    c, 2, 0, 1));
+  AX_ASSERT_OK(AX_K(be, gemm_bf16, 0, 0, 2, 2, 3, 0.0f, a, AX_BF16, 3, 0, b,
+                    AX_BF16, 2, 0, 2.0f, c, 2, 0, 1));
   assert_true(c[0] == 2.0f && c[1] == 4.0f && isnan(c[2]) && c[3] == 8.0f);
-  AX_ASSERT_OK(AX_K(be, gemm_bf16, 0, 0, 2, 2, 0, 1.0f, a, 1, 0, b, 2, 0, 0.0f,
-                    c, 2, 0, 1));
+  AX_ASSERT_OK(AX_K(be, gemm_bf16, 0, 0, 2, 2, 0, 1.0f, a, AX_BF16, 1, 0, b,
+                    AX_BF16, 2, 0, 0.0f, c, 2, 0, 1));
   for (int i = 0; i < 4; i++)
     assert_true(c[i] == 0.0f);
-  AX_ASSERT_ERR(AX_K(be, gemm_bf16, 0, 0, -1, 2, 3, 1.0f, a, 3, 0, b, 2, 0,
-                     0.0f, c, 2, 0, 1),
+  AX_ASSERT_ERR(AX_K(be, gemm_bf16, 0, 0, -1, 2, 3, 1.0f, a, AX_BF16, 3, 0, b,
+                     AX_BF16, 2, 0, 0.0f, c, 2, 0, 1),
                 AX_EINVAL);
-  AX_ASSERT_ERR(AX_K(be, gemm_bf16, 0, 0, 2, 2, 3, 1.0f, a, 2, 0, b, 2, 0, 0.0f,
-                     c, 2, 0, 1),
+  AX_ASSERT_ERR(AX_K(be, gemm_bf16, 0, 0, 2, 2, 3, 1.0f, a, AX_BF16, 2, 0, b,
+                     AX_BF16, 2, 0, 0.0f, c, 2, 0, 1),
                 AX_EINVAL);
 }
 
