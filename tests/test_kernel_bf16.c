@@ -1,7 +1,8 @@
 /* The CPU backend's bf16 kernels: the casts bit for bit against
  * kernels/bf16.h, and gemm_bf16 against a float64 reference on both of its
  * paths (the AVX512-BF16 kernel where the CPU has it, and the f32 fallback
- * forced by AXON_BF16_GEMM=fallback), including thread-count independence.
+ * forced by AXON_BF16_GEMM=fallback), including thread-count independence,
+ * and with f32 operands bit for bit as with their bf16 roundings.
  *
  * The tolerance of gemm_bf16. Its inputs are bf16 values, whose 8-bit
  * significands multiply exactly into f32's 24 bits, so every product
@@ -107,6 +108,7 @@ typedef struct gcase {
 typedef struct gdata {
   int lda, ldb, ldc;
   long sa, sb, sc;
+  size_t na, nb; /* elements of a and b */
   uint16_t *a, *b;
   float *c0, *c, *ref, *mag;
 } gdata;
@@ -132,6 +134,8 @@ static void make_case(const gcase *g, uint64_t seed, gdata *d) {
          nc = (size_t)d->sc * g->batch;
   if (!g->shared_b)
     nb += (size_t)d->sb * g->batch;
+  d->na = na;
+  d->nb = nb;
   d->a = malloc(na * sizeof *d->a);
   d->b = malloc(nb * sizeof *d->b);
   d->c0 = malloc(nc * sizeof *d->c0);
@@ -230,6 +234,78 @@ static void gemm_cases(void) {
     }
 }
 
+/* An f32 operand for h (n elements, `rows` rows of `cols` with leading
+ * dimension ld, `batch` matrices `stride` apart): random values (every
+ * fifth a rounding tie, every eleventh a denormal), NaN wherever the GEMM
+ * must not read; h's same elements become their bf16 roundings. */
+static float *f32_operand(uint16_t *h, size_t n, int rows, int cols, int ld,
+                          long stride, int batch, ax_rng *r) {
+  float *f = malloc(n * sizeof *f);
+  for (size_t i = 0; i < n; i++)
+    f[i] = u2f(0x7fc00000u);
+  for (int z = 0; z < batch; z++)
+    for (int i = 0; i < rows; i++)
+      for (int j = 0; j < cols; j++) {
+        size_t o = z * stride + (size_t)i * ld + j;
+        uint32_t u = f2u((float)ax_rng_normal(r));
+        if (o % 5 == 0)
+          u = (u & 0xffff0000u) | 0x8000u;
+        else if (o % 11 == 0)
+          u = (u & 0x8000ffffu) | 0x3000u;
+        f[o] = u2f(u);
+        h[o] = ax_bf16_from_f32(f[o]);
+      }
+  return f;
+}
+
+/* gemm_bf16 on every case and transpose with A, B or both given as f32:
+ * the bits of the same call on their bf16 roundings (kernels/bf16.h),
+ * on whichever path AXON_BF16_GEMM selects. */
+static void f32_cases(void) {
+  ax_backend *be = ax_backend_of(AX_CPU);
+  const int ncases = (int)(sizeof cases / sizeof cases[0]);
+  for (int ci = 0; ci < ncases; ci++)
+    for (int t = 0; t < 4; t++) {
+      gcase g = cases[ci];
+      g.ta = t & 1;
+      g.tb = t >> 1;
+      gdata d;
+      make_case(&g, 500 + ci * 4 + t, &d);
+      ax_rng r;
+      ax_rng_seed(&r, 900 + ci * 4 + t);
+      float *fa = f32_operand(d.a, d.na, g.ta ? g.k : g.m, g.ta ? g.m : g.k,
+                              d.lda, d.sa, g.batch, &r);
+      float *fb = f32_operand(d.b, d.nb, g.tb ? g.n : g.k, g.tb ? g.k : g.n,
+                              d.ldb, d.sb, g.shared_b ? 1 : g.batch, &r);
+      size_t nc = (size_t)d.sc * g.batch;
+      float *want = malloc(nc * sizeof *want);
+      memcpy(want, d.c0, nc * sizeof *want);
+      AX_ASSERT_OK(AX_K(be, gemm_bf16, g.ta, g.tb, g.m, g.n, g.k, g.alpha, d.a,
+                        AX_BF16, d.lda, d.sa, d.b, AX_BF16, d.ldb, d.sb, g.beta,
+                        want, d.ldc, d.sc, g.batch));
+      for (int f = 1; f < 4; f++) {
+        const void *a = f & 1 ? (const void *)fa : d.a;
+        const void *b = f & 2 ? (const void *)fb : d.b;
+        memcpy(d.c, d.c0, nc * sizeof *d.c);
+        AX_ASSERT_OK(AX_K(be, gemm_bf16, g.ta, g.tb, g.m, g.n, g.k, g.alpha, a,
+                          f & 1 ? AX_F32 : AX_BF16, d.lda, d.sa, b,
+                          f & 2 ? AX_F32 : AX_BF16, d.ldb, d.sb, g.beta, d.c,
+                          d.ldc, d.sc, g.batch));
+        if (memcmp(d.c, want, nc * sizeof *want) != 0)
+          fail_msg("case %d ta %d tb %d, f32 %s: not the bits of bf16 "
+                   "operands",
+                   ci, g.ta, g.tb,
+                   f == 1   ? "A"
+                   : f == 2 ? "B"
+                            : "A and B");
+      }
+      free(want);
+      free(fa);
+      free(fb);
+      free_case(&d);
+    }
+}
+
 /* The AVX512-BF16 kernel (skipped, with a note, on a CPU without it). */
 static void gemm_fast(void **state) {
   (void)state;
@@ -239,6 +315,7 @@ static void gemm_fast(void **state) {
   }
   unsetenv("AXON_BF16_GEMM");
   gemm_cases();
+  f32_cases();
 }
 
 /* The f32 fallback, forced. */
@@ -246,11 +323,13 @@ static void gemm_fallback(void **state) {
   (void)state;
   setenv("AXON_BF16_GEMM", "fallback", 1);
   gemm_cases();
+  f32_cases();
   unsetenv("AXON_BF16_GEMM");
 }
 
 /* alpha 0 and k 0 give beta * C without reading A or B (NaN there); beta 0
- * overwrites NaN in C; negative sizes and short rows are refused. */
+ * overwrites NaN in C; negative sizes, short rows and operands neither f32
+ * nor bf16 are refused. */
 static void gemm_degenerate(void **state) {
   (void)state;
   ax_backend *be = ax_backend_of(AX_CPU);
@@ -271,6 +350,9 @@ static void gemm_degenerate(void **state) {
   AX_ASSERT_ERR(AX_K(be, gemm_bf16, 0, 0, 2, 2, 3, 1.0f, a, AX_BF16, 2, 0, b,
                      AX_BF16, 2, 0, 0.0f, c, 2, 0, 1),
                 AX_EINVAL);
+  AX_ASSERT_ERR(AX_K(be, gemm_bf16, 0, 0, 2, 2, 3, 1.0f, a, AX_I32, 3, 0, b,
+                     AX_BF16, 2, 0, 0.0f, c, 2, 0, 1),
+                AX_EDTYPE);
 }
 
 /* The AVX512-BF16 kernel's products on 1 and 2 threads are the same bits

@@ -21,7 +21,8 @@ axi_bf16_round_hi512(__m512i u) {
   const __m512i quiet = _mm512_set1_epi32(0x400000);
   __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
   __m512i r = _mm512_add_epi32(
-      u, _mm512_add_epi32(round, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+      u,
+      _mm512_add_epi32(round, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
   return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, quiet));
 }
 #else
