@@ -236,8 +236,9 @@ static void gemm_cases(void) {
 
 /* An f32 operand for h (n elements, `rows` rows of `cols` with leading
  * dimension ld, `batch` matrices `stride` apart): random values (every
- * fifth a rounding tie, every eleventh a denormal), NaN wherever the GEMM
- * must not read; h's same elements become their bf16 roundings. */
+ * fifth a rounding tie, every eleventh a denormal, every thirteenth a
+ * denormal that rounds to a normal bf16), NaN wherever the GEMM must not
+ * read; h's same elements become their bf16 roundings. */
 static float *f32_operand(uint16_t *h, size_t n, int rows, int cols, int ld,
                           long stride, int batch, ax_rng *r) {
   float *f = malloc(n * sizeof *f);
@@ -252,6 +253,8 @@ static float *f32_operand(uint16_t *h, size_t n, int rows, int cols, int ld,
           u = (u & 0xffff0000u) | 0x8000u;
         else if (o % 11 == 0)
           u = (u & 0x8000ffffu) | 0x3000u;
+        else if (o % 13 == 0) /* rounds up to the least normal bf16 */
+          u = (u & 0x80000000u) | 0x007fc000u;
         f[o] = u2f(u);
         h[o] = ax_bf16_from_f32(f[o]);
       }

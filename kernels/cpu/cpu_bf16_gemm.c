@@ -172,8 +172,8 @@ TBF16_INLINE void transpose16(__m512i r[16]) {
  * element (r, p) is x[r * ld + p] (f32 or bf16), for r < w and
  * q < ceil(kv / 2); rows r >= rows and values p >= kv read as 0. Groups of
  * 16 rows by 16 pairs are loaded as 16 vectors and transposed. */
-TBF16 static void pack_rows(int w, int rows, int kv, const void *x, int f32,
-                            long ld, uint32_t *out) {
+TBF16_INLINE void pack_rows_t(int w, int rows, int kv, const void *x, int f32,
+                              long ld, uint32_t *out) {
   const int np = (kv + 1) / 2;
   for (int r0 = 0; r0 < w; r0 += 16) {
     const __mmask16 store = mask16(w - r0);
@@ -199,8 +199,8 @@ TBF16 static void pack_rows(int w, int rows, int kv, const void *x, int f32,
  * nsl > 1, nsl such slivers of w columns each follow one another (sliver s
  * at out + s * sstride, its columns from x + s * w, cols counted from
  * the first), packed pair by pair so that rows of x are read in order. */
-TBF16 static void pack_cols(int w, int nsl, long sstride, int cols, int kv,
-                            const void *x, int f32, long ld, uint32_t *out) {
+TBF16_INLINE void pack_cols_t(int w, int nsl, long sstride, int cols, int kv,
+                              const void *x, int f32, long ld, uint32_t *out) {
   const int np = (kv + 1) / 2;
   for (int q = 0; q < np; q++) {
     const long p0 = 2 * q * ld;
@@ -217,6 +217,24 @@ TBF16 static void pack_cols(int w, int nsl, long sstride, int cols, int kv,
       }
     }
   }
+}
+
+/* pack_rows_t and pack_cols_t compiled once per operand type, so that
+ * neither type's loops test it. */
+TBF16 static void pack_rows(int w, int rows, int kv, const void *x, int f32,
+                            long ld, uint32_t *out) {
+  if (f32)
+    pack_rows_t(w, rows, kv, x, 1, ld, out);
+  else
+    pack_rows_t(w, rows, kv, x, 0, ld, out);
+}
+
+TBF16 static void pack_cols(int w, int nsl, long sstride, int cols, int kv,
+                            const void *x, int f32, long ld, uint32_t *out) {
+  if (f32)
+    pack_cols_t(w, nsl, sstride, cols, kv, x, 1, ld, out);
+  else
+    pack_cols_t(w, nsl, sstride, cols, kv, x, 0, ld, out);
 }
 
 /* One micro-tile: C[0, mr) x [0, nr) of an MR x NR tile from np pairs of A
