@@ -238,9 +238,16 @@ static void gemm_cases(void) {
  * dimension ld, `batch` matrices `stride` apart): random values (every
  * fifth a rounding tie, every eleventh a denormal, every thirteenth a
  * denormal that rounds to a normal bf16), NaN wherever the GEMM must not
- * read; h's same elements become their bf16 roundings. */
+ * read; h's same elements become their bf16 roundings. Every third value
+ * of stored row 0 (edge 1) or column 0 (edge 2) is a special one (NaN,
+ * infinity, rounding to infinity), so that they reach one row or column
+ * of C only. */
 static float *f32_operand(uint16_t *h, size_t n, int rows, int cols, int ld,
-                          long stride, int batch, ax_rng *r) {
+                          long stride, int batch, int edge, ax_rng *r) {
+  static const uint32_t special[] = {
+      0x7fc00001u, 0x7f800001u, 0xffc12345u, 0x7f800000u, 0xff800000u,
+      0x7f7fffffu, 0xff7f8000u, 0x7f7f7fffu, 0x80000000u, 0x3f808000u};
+  const int nspecial = (int)(sizeof special / sizeof special[0]);
   float *f = malloc(n * sizeof *f);
   for (size_t i = 0; i < n; i++)
     f[i] = u2f(0x7fc00000u);
@@ -255,6 +262,9 @@ static float *f32_operand(uint16_t *h, size_t n, int rows, int cols, int ld,
           u = (u & 0x8000ffffu) | 0x3000u;
         else if (o % 13 == 0) /* rounds up to the least normal bf16 */
           u = (u & 0x80000000u) | 0x007fc000u;
+        if ((edge == 1 && i == 0 && j % 3 == 0) ||
+            (edge == 2 && j == 0 && i % 3 == 0))
+          u = special[(i + j) / 3 % nspecial];
         f[o] = u2f(u);
         h[o] = ax_bf16_from_f32(f[o]);
       }
@@ -277,9 +287,10 @@ static void f32_cases(void) {
       ax_rng r;
       ax_rng_seed(&r, 900 + ci * 4 + t);
       float *fa = f32_operand(d.a, d.na, g.ta ? g.k : g.m, g.ta ? g.m : g.k,
-                              d.lda, d.sa, g.batch, &r);
-      float *fb = f32_operand(d.b, d.nb, g.tb ? g.n : g.k, g.tb ? g.k : g.n,
-                              d.ldb, d.sb, g.shared_b ? 1 : g.batch, &r);
+                              d.lda, d.sa, g.batch, g.ta ? 2 : 1, &r);
+      float *fb =
+          f32_operand(d.b, d.nb, g.tb ? g.n : g.k, g.tb ? g.k : g.n, d.ldb,
+                      d.sb, g.shared_b ? 1 : g.batch, g.tb ? 1 : 2, &r);
       size_t nc = (size_t)d.sc * g.batch;
       float *want = malloc(nc * sizeof *want);
       memcpy(want, d.c0, nc * sizeof *want);

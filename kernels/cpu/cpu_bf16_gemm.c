@@ -13,9 +13,10 @@
  *    (at most MC_MAX rows) into each thread's own buffer.
  * Pairs along a row of the source (A, or B transposed) are packed by
  * 16 x 16 dword transposes, pairs down a column by widening two rows. An
- * f32 operand is rounded to bf16 as it is loaded for packing
- * (axi_bf16_round_hi512, the bits of ax_bf16_from_f32), so the packed
- * panels, and every result, equal those of a bf16 copy made first.
+ * f32 operand is rounded to bf16 as it is loaded for packing, to the bits
+ * of ax_bf16_from_f32 (vcvtne2ps2bf16, or axi_bf16_round_hi512 where a
+ * load holds a denormal), so the packed panels, and every result, equal
+ * those of a bf16 copy made first.
  *
  * The micro-kernel keeps an MR x NR tile of C in MR * NV registers (24 of
  * the 32) over the pairs of one block of k, and prefetches its C tile
@@ -100,6 +101,15 @@ static inline const void *elem_at(const void *x, int f32, long off) {
   return (const char *)x + off * (f32 ? 4 : 2);
 }
 
+/* Lanes of u (f32 bit patterns) that are denormal. vcvtne2ps2bf16 rounds
+ * every other f32 exactly as ax_bf16_from_f32 does (nearest even, NaN
+ * quieted the same way) but reads denormals as zero, so loads with a
+ * denormal lane take the integer rounding instead. */
+TBF16_INLINE __mmask16 denormal(__m512i u) {
+  return _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)) &
+         _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x007fffff));
+}
+
 /* The 32 values x[0 .. 32) as bf16 words, those at or past `left` (>= 1)
  * read as 0: bf16 ones as they are, f32 ones rounded (the upper halves of
  * the rounded lanes, the odd words of the two vectors). */
@@ -113,10 +123,13 @@ TBF16_INLINE __m512i load32(const void *x, int f32, int left) {
                                    0x230021, 0x270025, 0x2b0029, 0x2f002d,
                                    0x330031, 0x370035, 0x3b0039, 0x3f003d};
   const float *f = (const float *)x;
-  __m512i lo = axi_bf16_round_hi512(_mm512_maskz_loadu_epi32(mask16(left), f));
-  __m512i hi =
-      axi_bf16_round_hi512(_mm512_maskz_loadu_epi32(mask16(left - 16), f + 16));
-  return _mm512_permutex2var_epi16(lo, _mm512_loadu_si512(odd), hi);
+  __m512i lo = _mm512_maskz_loadu_epi32(mask16(left), f);
+  __m512i hi = _mm512_maskz_loadu_epi32(mask16(left - 16), f + 16);
+  if (!(denormal(lo) | denormal(hi)))
+    return (__m512i)_mm512_cvtne2ps_pbh((__m512)hi, (__m512)lo);
+  return _mm512_permutex2var_epi16(axi_bf16_round_hi512(lo),
+                                   _mm512_loadu_si512(odd),
+                                   axi_bf16_round_hi512(hi));
 }
 
 /* 16 dwords of pairs (x0[r], x1[r]) for r < 16, lanes outside mk 0; x1
@@ -131,11 +144,20 @@ TBF16_INLINE __m512i load_pairs16(const void *x0, const void *x1, int f32,
                     : _mm512_setzero_si512();
     return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
   }
-  __m512i lo = axi_bf16_round_hi512(_mm512_maskz_loadu_epi32(mk, x0));
-  __m512i hi = x1 ? axi_bf16_round_hi512(_mm512_maskz_loadu_epi32(mk, x1))
-                  : _mm512_setzero_si512();
-  return _mm512_mask_blend_epi16((__mmask32)0xaaaaaaaau,
-                                 _mm512_srli_epi32(lo, 16), hi);
+  /* word 2r: word r (x0), word 2r + 1: word 16 + r (x1) */
+  static const uint32_t zip[16] = {0x100000, 0x110001, 0x120002, 0x130003,
+                                   0x140004, 0x150005, 0x160006, 0x170007,
+                                   0x180008, 0x190009, 0x1a000a, 0x1b000b,
+                                   0x1c000c, 0x1d000d, 0x1e000e, 0x1f000f};
+  __m512i lo = _mm512_maskz_loadu_epi32(mk, x0);
+  __m512i hi = x1 ? _mm512_maskz_loadu_epi32(mk, x1) : _mm512_setzero_si512();
+  if (!(denormal(lo) | denormal(hi)))
+    return _mm512_permutexvar_epi16(
+        _mm512_loadu_si512(zip),
+        (__m512i)_mm512_cvtne2ps_pbh((__m512)hi, (__m512)lo));
+  return _mm512_mask_blend_epi16(
+      (__mmask32)0xaaaaaaaau, _mm512_srli_epi32(axi_bf16_round_hi512(lo), 16),
+      axi_bf16_round_hi512(hi));
 }
 
 /* Transposes 16 x 16 dwords in place: afterwards r[j] lane i is what r[i]
