@@ -214,8 +214,8 @@ static int run_gemm(ax_backend *be, const gemm_args *g, const operands *o,
              sc = (long)g->m * g->n;
   for (int i = 0; i < count; i++)
     AX_TRY(bf16 ? AX_K(be, gemm_bf16, g->ta, g->tb, g->m, g->n, g->k, 1.0f,
-                       ax_bf16(o->a16), lda, sa, ax_bf16(o->b16), ldb, sb, 0.0f,
-                       ax_f32(o->c), g->n, sc, g->batch)
+                       ax_bf16(o->a16), AX_BF16, lda, sa, ax_bf16(o->b16),
+                       AX_BF16, ldb, sb, 0.0f, ax_f32(o->c), g->n, sc, g->batch)
                 : AX_K(be, gemm, g->ta, g->tb, g->m, g->n, g->k, 1.0f,
                        ax_f32(o->a), lda, sa, ax_f32(o->b), ldb, sb, 0.0f,
                        ax_f32(o->c), g->n, sc, g->batch));

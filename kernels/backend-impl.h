@@ -18,6 +18,7 @@
 
 #include "axon/kernels/device.h"
 #include "axon/kernels/error.h"
+#include "axon/kernels/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -255,11 +256,19 @@ typedef struct ax_backend_i {
   /* y = f32(x), exact. */
   int (*cast_bf16_f32)(ax_backend *be, size_t n, const uint16_t *x, float *y);
   /* gemm with bf16 inputs and f32 products summed in f32: the same
-   * contract and layouts as gemm, C f32. */
+   * contract and layouts as gemm, C f32. Each of A and B comes in its own
+   * element type (a_dtype, b_dtype; leading dimensions and strides count
+   * its elements): AX_BF16, used as it is, or AX_F32, rounded to bf16 as
+   * cast_f32_bf16 rounds (nearest even) as the kernel reads it, so that
+   * the result is bit for bit that of casting the operand first and
+   * passing the copy. Any other type: AX_EDTYPE. Operands are never
+   * written; where the rounding happens (while packing, into backend
+   * scratch) is the backend's business. */
   int (*gemm_bf16)(ax_backend *be, int trans_a, int trans_b, int m, int n,
-                   int k, float alpha, const uint16_t *a, int lda,
-                   long stride_a, const uint16_t *b, int ldb, long stride_b,
-                   float beta, float *c, int ldc, long stride_c, int batch);
+                   int k, float alpha, const void *a, ax_dtype a_dtype, int lda,
+                   long stride_a, const void *b, ax_dtype b_dtype, int ldb,
+                   long stride_b, float beta, float *c, int ldc, long stride_c,
+                   int batch);
 } ax_backend_i;
 
 struct ax_backend {

@@ -33,10 +33,12 @@
  *    feed-forward; the attention's score and context products) takes its
  *    two operands rounded to bf16 (AX_BF16) and runs the backend's
  *    gemm_bf16: bf16 products summed in f32, an f32 result. The weights
- *    stay f32 (ax_exec.params): the bf16 copy of a weight is made for the
- *    GEMM. The vision layers (convolution, batch norm, pooling, ResNet's
- *    basic block) stay f32 in compute and in what they keep: their GEMMs
- *    are inside the backend's convolution kernels, not behind gemm.
+ *    stay f32 (ax_exec.params): gemm_bf16 rounds an f32 operand as it
+ *    reads it, with no copy (an operand that several GEMMs share, such
+ *    as the GPT head's weight, may be rounded once, axi_prec_operand).
+ *    The vision layers (convolution, batch norm, pooling, ResNet's basic
+ *    block) stay f32 in compute and in what they keep: their GEMMs are
+ *    inside the backend's convolution kernels, not behind gemm.
  *  - f32 stays for: layer and batch norm statistics (and the norms'
  *    arithmetic), softmax sums, the loss (the model's logits stay f32:
  *    the last block's outputs are not rounded), every elementwise kernel,

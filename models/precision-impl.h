@@ -29,9 +29,9 @@ static inline axi_mm axi_mm_at(const ax_tensor *t, size_t off) {
 
 /* The backend's gemm (layouts and contract in kernels/backend-impl.h) in
  * ex's precision. fp32: gemm itself on two f32 operands (AX_EDTYPE for a
- * bf16 one). bf16: each f32 operand rounded to bf16 (a temporary copy of
- * the elements it spans), a bf16 one used as it is, then gemm_bf16: f32
- * sums, C f32. */
+ * bf16 one). bf16: gemm_bf16 on the operands as they are (an f32 one is
+ * rounded to bf16 by the kernel as it reads it, no copy; a bf16 one used
+ * as it is): f32 sums, C f32. */
 int axi_prec_gemm(const ax_exec *ex, ax_backend *be, int trans_a, int trans_b,
                   int m, int n, int k, float alpha, axi_mm a, int lda,
                   long stride_a, axi_mm b, int ldb, long stride_b, float beta,

@@ -78,32 +78,6 @@ int ax_slot_get_f32(const ax_slot *s, int i, ax_tensor **out) {
 
 /* ---- the GEMM ---- */
 
-/* The elements an operand of `rows` stored rows of `cols` (leading
- * dimension ld) spans over `batch` matrices `stride` apart. */
-static size_t span(int rows, int cols, int ld, long stride, int batch) {
-  if (rows <= 0 || cols <= 0 || batch <= 0)
-    return 0;
-  return (size_t)(batch - 1) * (size_t)stride + (size_t)(rows - 1) * ld +
-         (size_t)cols;
-}
-
-/* The operand as bf16: itself, or its span rounded into *tmp. */
-static int as_bf16(ax_backend *be, axi_mm o, size_t n, ax_tensor **tmp,
-                   const uint16_t **p) {
-  *tmp = NULL;
-  if (o.dtype == AX_BF16) {
-    *p = o.p;
-    return AX_OK;
-  }
-  if (o.dtype != AX_F32)
-    return ax_seterr(AX_EDTYPE, "gemm: a %s operand", ax_dtype_name(o.dtype));
-  int64_t len = (int64_t)n;
-  if (!(*tmp = ax_tensor_new(AX_BF16, 1, &len, be->device)))
-    return AX_ENOMEM;
-  *p = ax_bf16(*tmp);
-  return AX_K(be, cast_f32_bf16, n, o.p, ax_bf16(*tmp));
-}
-
 int axi_prec_gemm(const ax_exec *ex, ax_backend *be, int trans_a, int trans_b,
                   int m, int n, int k, float alpha, axi_mm a, int lda,
                   long stride_a, axi_mm b, int ldb, long stride_b, float beta,
@@ -115,19 +89,9 @@ int axi_prec_gemm(const ax_exec *ex, ax_backend *be, int trans_a, int trans_b,
     return AX_K(be, gemm, trans_a, trans_b, m, n, k, alpha, a.p, lda, stride_a,
                 b.p, ldb, stride_b, beta, c, ldc, stride_c, batch);
   }
-  size_t na = span(trans_a ? k : m, trans_a ? m : k, lda, stride_a, batch);
-  size_t nb = span(trans_b ? n : k, trans_b ? k : n, ldb, stride_b, batch);
-  ax_tensor *ta = NULL, *tb = NULL;
-  const uint16_t *pa = NULL, *pb = NULL;
-  int rc = as_bf16(be, a, na, &ta, &pa);
-  if (rc == AX_OK)
-    rc = as_bf16(be, b, nb, &tb, &pb);
-  if (rc == AX_OK)
-    rc = AX_K(be, gemm_bf16, trans_a, trans_b, m, n, k, alpha, pa, lda,
-              stride_a, pb, ldb, stride_b, beta, c, ldc, stride_c, batch);
-  ax_tensor_release(ta);
-  ax_tensor_release(tb);
-  return rc;
+  return AX_K(be, gemm_bf16, trans_a, trans_b, m, n, k, alpha, a.p, a.dtype,
+              lda, stride_a, b.p, b.dtype, ldb, stride_b, beta, c, ldc,
+              stride_c, batch);
 }
 
 /* ---- block boundaries ---- */

@@ -88,20 +88,22 @@ typedef struct gemm_case {
   float alpha, beta;
 } gemm_case;
 
-/* n random bf16 values (N(0, 1) rounded). */
-static uint16_t *rand_bf16(uint64_t seed, size_t n) {
+/* n random bf16 values: N(0, 1) values, kept in *f32, rounded. */
+static uint16_t *rand_bf16(uint64_t seed, size_t n, float **f32) {
   float *f = ct_randn(seed, n, 1);
   uint16_t *h = malloc(n * 2 + 2);
   for (size_t i = 0; i < n; i++)
     h[i] = ax_bf16_from_f32(f[i]);
-  free(f);
+  *f32 = f;
   return h;
 }
 
 /* Tolerance: the products of bf16 values are exact in f32 on both sides;
  * only the f32 sums differ (order, and the tensor cores' accumulation),
  * ~k * 2^-24 for k products of N(0, 1) values. 4e-6 k is over 60x that;
- * rtol 1e-4 as the f32 gemm's. */
+ * rtol 1e-4 as the f32 gemm's. The GPU runs with A, B or both given as
+ * f32 (their bf16 roundings are the CPU's operands) as well, under the
+ * same bound. */
 static void check_gemm_bf16(gemm_case g, uint64_t seed) {
   int lda = (g.ta ? g.m : g.k) + g.pad, rows_a = g.ta ? g.k : g.m;
   int ldb = (g.tb ? g.k : g.n) + g.pad, rows_b = g.tb ? g.n : g.k;
@@ -109,22 +111,33 @@ static void check_gemm_bf16(gemm_case g, uint64_t seed) {
   long sa = (long)rows_a * lda, sb = (long)rows_b * ldb, sc = (long)g.m * ldc;
   size_t na = (size_t)sa * g.batch, nb = (size_t)sb * g.batch,
          nc = (size_t)sc * g.batch;
-  uint16_t *a = rand_bf16(seed, na), *b = rand_bf16(seed + 1, nb);
+  float *fa, *fb;
+  uint16_t *a = rand_bf16(seed, na, &fa), *b = rand_bf16(seed + 1, nb, &fb);
   float *c = ct_randn(seed + 2, nc, 1), *got = malloc(nc * 4 + 4);
   uint16_t *da = ct_up(a, na * 2), *db = ct_up(b, nb * 2);
-  float *dc = ct_up(c, nc * 4);
+  float *dfa = ct_up(fa, na * 4), *dfb = ct_up(fb, nb * 4);
   AX_ASSERT_OK(AX_K(ct_cpu(), gemm_bf16, g.ta, g.tb, g.m, g.n, g.k, g.alpha, a,
-                    lda, sa, b, ldb, sb, g.beta, c, ldc, sc, g.batch));
-  AX_ASSERT_OK(AX_K(ct_gpu(), gemm_bf16, g.ta, g.tb, g.m, g.n, g.k, g.alpha, da,
-                    lda, sa, db, ldb, sb, g.beta, dc, ldc, sc, g.batch));
-  ct_down(got, dc, nc * 4);
-  char what[128];
-  snprintf(what, sizeof what, "gemm_bf16 ta=%d tb=%d %dx%dx%d batch %d pad %d",
-           g.ta, g.tb, g.m, g.n, g.k, g.batch, g.pad);
-  double atol = 1e-5 + 4e-6 * g.k * fabs(g.alpha) + 1e-6 * fabs(g.beta);
-  ct_expect_close(what, got, c, nc, atol, 1e-4);
-  ct_free(da), ct_free(db), ct_free(dc);
-  free(a), free(b), free(c), free(got);
+                    AX_BF16, lda, sa, b, AX_BF16, ldb, sb, g.beta, c, ldc, sc,
+                    g.batch));
+  float *c0 = ct_randn(seed + 2, nc, 1);
+  for (int f = 0; f < 4; f++) { /* bit 0: A f32, bit 1: B f32 */
+    float *dc = ct_up(c0, nc * 4);
+    AX_ASSERT_OK(AX_K(ct_gpu(), gemm_bf16, g.ta, g.tb, g.m, g.n, g.k, g.alpha,
+                      f & 1 ? (const void *)dfa : da, f & 1 ? AX_F32 : AX_BF16,
+                      lda, sa, f & 2 ? (const void *)dfb : db,
+                      f & 2 ? AX_F32 : AX_BF16, ldb, sb, g.beta, dc, ldc, sc,
+                      g.batch));
+    ct_down(got, dc, nc * 4);
+    ct_free(dc);
+    char what[160];
+    snprintf(what, sizeof what,
+             "gemm_bf16 ta=%d tb=%d %dx%dx%d batch %d pad %d f32 operands %d",
+             g.ta, g.tb, g.m, g.n, g.k, g.batch, g.pad, f);
+    double atol = 1e-5 + 4e-6 * g.k * fabs(g.alpha) + 1e-6 * fabs(g.beta);
+    ct_expect_close(what, got, c, nc, atol, 1e-4);
+  }
+  ct_free(da), ct_free(db), ct_free(dfa), ct_free(dfb);
+  free(a), free(b), free(fa), free(fb), free(c), free(c0), free(got);
 }
 
 static void gemm_bf16_parity(void **state) {
@@ -142,21 +155,25 @@ static void gemm_bf16_parity(void **state) {
   check_gemm_bf16(big, 40);
 }
 
-/* Empty sizes are no-ops, negative ones AX_EINVAL, as for gemm. */
+/* Empty sizes are no-ops, negative ones AX_EINVAL, as for gemm; an
+ * operand neither f32 nor bf16 is AX_EDTYPE. */
 static void gemm_bf16_edges(void **state) {
   uint16_t h[12] = {0};
   uint16_t *d = ct_up(h, sizeof h);
   float *c = ct_up(NULL, 64);
-  AX_ASSERT_OK(AX_K(ct_gpu(), gemm_bf16, 0, 0, 0, 3, 2, 1.0f, d, 2, 0, d, 3, 0,
-                    0.0f, c, 3, 0, 1));
-  AX_ASSERT_ERR(AX_K(ct_gpu(), gemm_bf16, 0, 0, -1, 3, 2, 1.0f, d, 2, 0, d, 3,
-                     0, 0.0f, c, 3, 0, 1),
+  AX_ASSERT_OK(AX_K(ct_gpu(), gemm_bf16, 0, 0, 0, 3, 2, 1.0f, d, AX_BF16, 2, 0,
+                    d, AX_BF16, 3, 0, 0.0f, c, 3, 0, 1));
+  AX_ASSERT_ERR(AX_K(ct_gpu(), gemm_bf16, 0, 0, -1, 3, 2, 1.0f, d, AX_BF16, 2,
+                     0, d, AX_BF16, 3, 0, 0.0f, c, 3, 0, 1),
                 AX_EINVAL);
+  AX_ASSERT_ERR(AX_K(ct_gpu(), gemm_bf16, 0, 0, 1, 3, 2, 1.0f, d, AX_I32, 2, 0,
+                     d, AX_BF16, 3, 0, 0.0f, c, 3, 0, 1),
+                AX_EDTYPE);
   /* k == 0: C = beta * C */
   float ones[4] = {1, 2, 3, 4}, got[4];
   float *c2 = ct_up(ones, sizeof ones);
-  AX_ASSERT_OK(AX_K(ct_gpu(), gemm_bf16, 0, 0, 2, 2, 0, 1.0f, d, 0, 0, d, 2, 0,
-                    2.0f, c2, 2, 0, 1));
+  AX_ASSERT_OK(AX_K(ct_gpu(), gemm_bf16, 0, 0, 2, 2, 0, 1.0f, d, AX_BF16, 0, 0,
+                    d, AX_BF16, 2, 0, 2.0f, c2, 2, 0, 1));
   ct_down(got, c2, sizeof got);
   for (int i = 0; i < 4; i++)
     assert_true(got[i] == 2.0f * ones[i]);

@@ -1,7 +1,8 @@
 /* The CPU backend's bf16 kernels: the casts bit for bit against
  * kernels/bf16.h, and gemm_bf16 against a float64 reference on both of its
  * paths (the AVX512-BF16 kernel where the CPU has it, and the f32 fallback
- * forced by AXON_BF16_GEMM=fallback), including thread-count independence.
+ * forced by AXON_BF16_GEMM=fallback), including thread-count independence,
+ * and with f32 operands bit for bit as with their bf16 roundings.
  *
  * The tolerance of gemm_bf16. Its inputs are bf16 values, whose 8-bit
  * significands multiply exactly into f32's 24 bits, so every product
@@ -107,6 +108,7 @@ typedef struct gcase {
 typedef struct gdata {
   int lda, ldb, ldc;
   long sa, sb, sc;
+  size_t na, nb; /* elements of a and b */
   uint16_t *a, *b;
   float *c0, *c, *ref, *mag;
 } gdata;
@@ -132,6 +134,8 @@ static void make_case(const gcase *g, uint64_t seed, gdata *d) {
          nc = (size_t)d->sc * g->batch;
   if (!g->shared_b)
     nb += (size_t)d->sb * g->batch;
+  d->na = na;
+  d->nb = nb;
   d->a = malloc(na * sizeof *d->a);
   d->b = malloc(nb * sizeof *d->b);
   d->c0 = malloc(nc * sizeof *d->c0);
@@ -180,8 +184,8 @@ static void run_case(const gcase *g, const gdata *d) {
   size_t nc = (size_t)d->sc * g->batch;
   memcpy(d->c, d->c0, nc * sizeof *d->c);
   AX_ASSERT_OK(AX_K(be, gemm_bf16, g->ta, g->tb, g->m, g->n, g->k, g->alpha,
-                    d->a, d->lda, d->sa, d->b, d->ldb, d->sb, g->beta, d->c,
-                    d->ldc, d->sc, g->batch));
+                    d->a, AX_BF16, d->lda, d->sa, d->b, AX_BF16, d->ldb, d->sb,
+                    g->beta, d->c, d->ldc, d->sc, g->batch));
   const double u = 1.0 / 16777216.0;
   for (int z = 0; z < g->batch; z++)
     for (int i = 0; i < g->m; i++)
@@ -230,6 +234,92 @@ static void gemm_cases(void) {
     }
 }
 
+/* An f32 operand for h (n elements, `rows` rows of `cols` with leading
+ * dimension ld, `batch` matrices `stride` apart): random values (every
+ * fifth a rounding tie, every eleventh a denormal, every thirteenth a
+ * denormal that rounds to a normal bf16), NaN wherever the GEMM must not
+ * read; h's same elements become their bf16 roundings. Every third value
+ * of stored row 0 (edge 1) or column 0 (edge 2) is a special one (NaN,
+ * infinity, rounding to infinity), so that they reach one row or column
+ * of C only. */
+static float *f32_operand(uint16_t *h, size_t n, int rows, int cols, int ld,
+                          long stride, int batch, int edge, ax_rng *r) {
+  static const uint32_t special[] = {
+      0x7fc00001u, 0x7f800001u, 0xffc12345u, 0x7f800000u, 0xff800000u,
+      0x7f7fffffu, 0xff7f8000u, 0x7f7f7fffu, 0x80000000u, 0x3f808000u};
+  const int nspecial = (int)(sizeof special / sizeof special[0]);
+  float *f = malloc(n * sizeof *f);
+  for (size_t i = 0; i < n; i++)
+    f[i] = u2f(0x7fc00000u);
+  for (int z = 0; z < batch; z++)
+    for (int i = 0; i < rows; i++)
+      for (int j = 0; j < cols; j++) {
+        size_t o = z * stride + (size_t)i * ld + j;
+        uint32_t u = f2u((float)ax_rng_normal(r));
+        if (o % 5 == 0)
+          u = (u & 0xffff0000u) | 0x8000u;
+        else if (o % 11 == 0)
+          u = (u & 0x8000ffffu) | 0x3000u;
+        else if (o % 13 == 0) /* rounds up to the least normal bf16 */
+          u = (u & 0x80000000u) | 0x007fc000u;
+        if ((edge == 1 && i == 0 && j % 3 == 0) ||
+            (edge == 2 && j == 0 && i % 3 == 0))
+          u = special[(i + j) / 3 % nspecial];
+        f[o] = u2f(u);
+        h[o] = ax_bf16_from_f32(f[o]);
+      }
+  return f;
+}
+
+/* gemm_bf16 on every case and transpose with A, B or both given as f32:
+ * the bits of the same call on their bf16 roundings (kernels/bf16.h),
+ * on whichever path AXON_BF16_GEMM selects. */
+static void f32_cases(void) {
+  ax_backend *be = ax_backend_of(AX_CPU);
+  const int ncases = (int)(sizeof cases / sizeof cases[0]);
+  for (int ci = 0; ci < ncases; ci++)
+    for (int t = 0; t < 4; t++) {
+      gcase g = cases[ci];
+      g.ta = t & 1;
+      g.tb = t >> 1;
+      gdata d;
+      make_case(&g, 500 + ci * 4 + t, &d);
+      ax_rng r;
+      ax_rng_seed(&r, 900 + ci * 4 + t);
+      float *fa = f32_operand(d.a, d.na, g.ta ? g.k : g.m, g.ta ? g.m : g.k,
+                              d.lda, d.sa, g.batch, g.ta ? 2 : 1, &r);
+      float *fb =
+          f32_operand(d.b, d.nb, g.tb ? g.n : g.k, g.tb ? g.k : g.n, d.ldb,
+                      d.sb, g.shared_b ? 1 : g.batch, g.tb ? 1 : 2, &r);
+      size_t nc = (size_t)d.sc * g.batch;
+      float *want = malloc(nc * sizeof *want);
+      memcpy(want, d.c0, nc * sizeof *want);
+      AX_ASSERT_OK(AX_K(be, gemm_bf16, g.ta, g.tb, g.m, g.n, g.k, g.alpha, d.a,
+                        AX_BF16, d.lda, d.sa, d.b, AX_BF16, d.ldb, d.sb, g.beta,
+                        want, d.ldc, d.sc, g.batch));
+      for (int f = 1; f < 4; f++) {
+        const void *a = f & 1 ? (const void *)fa : d.a;
+        const void *b = f & 2 ? (const void *)fb : d.b;
+        memcpy(d.c, d.c0, nc * sizeof *d.c);
+        AX_ASSERT_OK(AX_K(be, gemm_bf16, g.ta, g.tb, g.m, g.n, g.k, g.alpha, a,
+                          f & 1 ? AX_F32 : AX_BF16, d.lda, d.sa, b,
+                          f & 2 ? AX_F32 : AX_BF16, d.ldb, d.sb, g.beta, d.c,
+                          d.ldc, d.sc, g.batch));
+        if (memcmp(d.c, want, nc * sizeof *want) != 0)
+          fail_msg("case %d ta %d tb %d, f32 %s: not the bits of bf16 "
+                   "operands",
+                   ci, g.ta, g.tb,
+                   f == 1   ? "A"
+                   : f == 2 ? "B"
+                            : "A and B");
+      }
+      free(want);
+      free(fa);
+      free(fb);
+      free_case(&d);
+    }
+}
+
 /* The AVX512-BF16 kernel (skipped, with a note, on a CPU without it). */
 static void gemm_fast(void **state) {
   (void)state;
@@ -239,6 +329,7 @@ static void gemm_fast(void **state) {
   }
   unsetenv("AXON_BF16_GEMM");
   gemm_cases();
+  f32_cases();
 }
 
 /* The f32 fallback, forced. */
@@ -246,11 +337,13 @@ static void gemm_fallback(void **state) {
   (void)state;
   setenv("AXON_BF16_GEMM", "fallback", 1);
   gemm_cases();
+  f32_cases();
   unsetenv("AXON_BF16_GEMM");
 }
 
 /* alpha 0 and k 0 give beta * C without reading A or B (NaN there); beta 0
- * overwrites NaN in C; negative sizes and short rows are refused. */
+ * overwrites NaN in C; negative sizes, short rows and operands neither f32
+ * nor bf16 are refused. */
 static void gemm_degenerate(void **state) {
   (void)state;
   ax_backend *be = ax_backend_of(AX_CPU);
@@ -258,19 +351,22 @@ static void gemm_degenerate(void **state) {
   for (int i = 0; i < 6; i++)
     a[i] = b[i] = 0x7fc0; /* NaN */
   float c[4] = {1.0f, 2.0f, NAN, 4.0f};
-  AX_ASSERT_OK(AX_K(be, gemm_bf16, 0, 0, 2, 2, 3, 0.0f, a, 3, 0, b, 2, 0, 2.0f,
-                    c, 2, 0, 1));
+  AX_ASSERT_OK(AX_K(be, gemm_bf16, 0, 0, 2, 2, 3, 0.0f, a, AX_BF16, 3, 0, b,
+                    AX_BF16, 2, 0, 2.0f, c, 2, 0, 1));
   assert_true(c[0] == 2.0f && c[1] == 4.0f && isnan(c[2]) && c[3] == 8.0f);
-  AX_ASSERT_OK(AX_K(be, gemm_bf16, 0, 0, 2, 2, 0, 1.0f, a, 1, 0, b, 2, 0, 0.0f,
-                    c, 2, 0, 1));
+  AX_ASSERT_OK(AX_K(be, gemm_bf16, 0, 0, 2, 2, 0, 1.0f, a, AX_BF16, 1, 0, b,
+                    AX_BF16, 2, 0, 0.0f, c, 2, 0, 1));
   for (int i = 0; i < 4; i++)
     assert_true(c[i] == 0.0f);
-  AX_ASSERT_ERR(AX_K(be, gemm_bf16, 0, 0, -1, 2, 3, 1.0f, a, 3, 0, b, 2, 0,
-                     0.0f, c, 2, 0, 1),
+  AX_ASSERT_ERR(AX_K(be, gemm_bf16, 0, 0, -1, 2, 3, 1.0f, a, AX_BF16, 3, 0, b,
+                     AX_BF16, 2, 0, 0.0f, c, 2, 0, 1),
                 AX_EINVAL);
-  AX_ASSERT_ERR(AX_K(be, gemm_bf16, 0, 0, 2, 2, 3, 1.0f, a, 2, 0, b, 2, 0, 0.0f,
-                     c, 2, 0, 1),
+  AX_ASSERT_ERR(AX_K(be, gemm_bf16, 0, 0, 2, 2, 3, 1.0f, a, AX_BF16, 2, 0, b,
+                     AX_BF16, 2, 0, 0.0f, c, 2, 0, 1),
                 AX_EINVAL);
+  AX_ASSERT_ERR(AX_K(be, gemm_bf16, 0, 0, 2, 2, 3, 1.0f, a, AX_I32, 3, 0, b,
+                     AX_BF16, 2, 0, 0.0f, c, 2, 0, 1),
+                AX_EDTYPE);
 }
 
 /* The AVX512-BF16 kernel's products on 1 and 2 threads are the same bits

@@ -143,18 +143,19 @@ int axi_cpu_cast_f32_bf16(ax_backend *be, size_t n, const float *x,
 int axi_cpu_cast_bf16_f32(ax_backend *be, size_t n, const uint16_t *x,
                           float *y);
 int axi_cpu_gemm_bf16(ax_backend *be, int ta, int tb, int m, int n, int k,
-                      float alpha, const uint16_t *a, int lda, long sa,
-                      const uint16_t *b, int ldb, long sb, float beta, float *c,
-                      int ldc, long sc, int batch);
+                      float alpha, const void *a, ax_dtype at, int lda, long sa,
+                      const void *b, ax_dtype bt, int ldb, long sb, float beta,
+                      float *c, int ldc, long sc, int batch);
 /* cpu_bf16_gemm.c: the AVX512-BF16 (vdpbf16ps) GEMM, multi-threaded, for
- * m, n, k, batch >= 1 and alpha != 0 (the gemm_bf16 contract otherwise);
+ * m, n, k, batch >= 1, alpha != 0 and operands AX_F32 or AX_BF16 (the
+ * gemm_bf16 contract otherwise; an f32 operand is rounded while packed);
  * AX_OK or AX_ENOMEM. Only when axi_bf16_gemm_available() is true (the CPU
  * has AVX512-BF16; never off x86-64). */
 int axi_bf16_gemm_available(void);
 int axi_bf16_gemm_avx512(int ta, int tb, int m, int n, int k, float alpha,
-                         const uint16_t *a, int lda, long sa, const uint16_t *b,
-                         int ldb, long sb, float beta, float *c, int ldc,
-                         long sc, int batch);
+                         const void *a, ax_dtype at, int lda, long sa,
+                         const void *b, ax_dtype bt, int ldb, long sb,
+                         float beta, float *c, int ldc, long sc, int batch);
 
 /* cpu_attn_causal.c */
 int axi_cpu_attn_causal_fwd(ax_backend *be, const ax_attn_desc *d,

@@ -12,7 +12,11 @@
  *    q * MR + i, each broadcast to a whole register. Packed block by block
  *    (at most MC_MAX rows) into each thread's own buffer.
  * Pairs along a row of the source (A, or B transposed) are packed by
- * 16 x 16 dword transposes, pairs down a column by widening two rows.
+ * 16 x 16 dword transposes, pairs down a column by widening two rows. An
+ * f32 operand is rounded to bf16 as it is loaded for packing, to the bits
+ * of ax_bf16_from_f32 (vcvtne2ps2bf16, or axi_bf16_round_hi512 where a
+ * load holds a denormal), so the packed panels, and every result, equal
+ * those of a bf16 copy made first.
  *
  * The micro-kernel keeps an MR x NR tile of C in MR * NV registers (24 of
  * the 32) over the pairs of one block of k, and prefetches its C tile
@@ -40,11 +44,11 @@
 #include <omp.h>
 #endif
 
+#include "axon/kernels/cpu/bf16_x86-impl.h"
 #include "axon/kernels/cpu/cpu.h"
 #include "axon/kernels/error.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#if AXI_BF16_X86
 
 enum {
   MR = 12, /* rows of a micro-tile */
@@ -74,7 +78,8 @@ typedef struct bgemm {
   int ta, tb, m, n, k, lda, ldb, ldc;
   long sa, sb, sc;
   float alpha, beta;
-  const uint16_t *a, *b;
+  const void *a, *b;
+  int af32, bf32; /* operand is f32 (else bf16) */
   float *c;
   uint32_t *bpack; /* packed B, per batch entry or one for all */
   size_t bsize;    /* dwords of packed B per batch entry */
@@ -89,6 +94,70 @@ TBF16_INLINE __mmask16 mask16(int w) {
   return w >= 16  ? (__mmask16)0xffff
          : w <= 0 ? (__mmask16)0
                   : (__mmask16)((1u << w) - 1u);
+}
+
+/* x advanced by off elements, f32 or bf16. */
+static inline const void *elem_at(const void *x, int f32, long off) {
+  return (const char *)x + off * (f32 ? 4 : 2);
+}
+
+/* Lanes of u (f32 bit patterns) that are denormal. vcvtne2ps2bf16 rounds
+ * every other f32 exactly as ax_bf16_from_f32 does (nearest even, NaN
+ * quieted the same way) but reads denormals as zero, so loads with a
+ * denormal lane take the integer rounding instead. */
+TBF16_INLINE __mmask16 denormal(__m512i u) {
+  return _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)) &
+         _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x007fffff));
+}
+
+/* The 32 values x[0 .. 32) as bf16 words, those at or past `left` (>= 1)
+ * read as 0: bf16 ones as they are, f32 ones rounded (the upper halves of
+ * the rounded lanes, the odd words of the two vectors). */
+TBF16_INLINE __m512i load32(const void *x, int f32, int left) {
+  if (!f32)
+    return _mm512_maskz_loadu_epi16(left >= 32 ? (__mmask32)0xffffffffu
+                                               : (__mmask32)((1u << left) - 1u),
+                                    x);
+  static const uint32_t odd[16] = {0x30001,  0x70005,  0xb0009,  0xf000d,
+                                   0x130011, 0x170015, 0x1b0019, 0x1f001d,
+                                   0x230021, 0x270025, 0x2b0029, 0x2f002d,
+                                   0x330031, 0x370035, 0x3b0039, 0x3f003d};
+  const float *f = (const float *)x;
+  __m512i lo = _mm512_maskz_loadu_epi32(mask16(left), f);
+  __m512i hi = _mm512_maskz_loadu_epi32(mask16(left - 16), f + 16);
+  if (!(denormal(lo) | denormal(hi)))
+    return (__m512i)_mm512_cvtne2ps_pbh((__m512)hi, (__m512)lo);
+  return _mm512_permutex2var_epi16(axi_bf16_round_hi512(lo),
+                                   _mm512_loadu_si512(odd),
+                                   axi_bf16_round_hi512(hi));
+}
+
+/* 16 dwords of pairs (x0[r], x1[r]) for r < 16, lanes outside mk 0; x1
+ * NULL reads as 0. */
+TBF16_INLINE __m512i load_pairs16(const void *x0, const void *x1, int f32,
+                                  __mmask16 mk) {
+  if (!f32) {
+    __m512i lo = _mm512_cvtepu16_epi32(
+        _mm256_maskz_loadu_epi16(mk, (const uint16_t *)x0));
+    __m512i hi = x1 ? _mm512_cvtepu16_epi32(
+                          _mm256_maskz_loadu_epi16(mk, (const uint16_t *)x1))
+                    : _mm512_setzero_si512();
+    return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+  }
+  /* word 2r: word r (x0), word 2r + 1: word 16 + r (x1) */
+  static const uint32_t zip[16] = {0x100000, 0x110001, 0x120002, 0x130003,
+                                   0x140004, 0x150005, 0x160006, 0x170007,
+                                   0x180008, 0x190009, 0x1a000a, 0x1b000b,
+                                   0x1c000c, 0x1d000d, 0x1e000e, 0x1f000f};
+  __m512i lo = _mm512_maskz_loadu_epi32(mk, x0);
+  __m512i hi = x1 ? _mm512_maskz_loadu_epi32(mk, x1) : _mm512_setzero_si512();
+  if (!(denormal(lo) | denormal(hi)))
+    return _mm512_permutexvar_epi16(
+        _mm512_loadu_si512(zip),
+        (__m512i)_mm512_cvtne2ps_pbh((__m512)hi, (__m512)lo));
+  return _mm512_mask_blend_epi16(
+      (__mmask32)0xaaaaaaaau, _mm512_srli_epi32(axi_bf16_round_hi512(lo), 16),
+      axi_bf16_round_hi512(hi));
 }
 
 /* Transposes 16 x 16 dwords in place: afterwards r[j] lane i is what r[i]
@@ -122,23 +191,21 @@ TBF16_INLINE void transpose16(__m512i r[16]) {
 }
 
 /* Pairs along rows: out[q * w + r] = (x[r][2q], x[r][2q + 1]) where
- * element (r, p) is x[r * ld + p], for r < w and
+ * element (r, p) is x[r * ld + p] (f32 or bf16), for r < w and
  * q < ceil(kv / 2); rows r >= rows and values p >= kv read as 0. Groups of
  * 16 rows by 16 pairs are loaded as 16 vectors and transposed. */
-TBF16 static void pack_rows(int w, int rows, int kv, const uint16_t *x, long ld,
-                            uint32_t *out) {
+TBF16_INLINE void pack_rows_t(int w, int rows, int kv, const void *x, int f32,
+                              long ld, uint32_t *out) {
   const int np = (kv + 1) / 2;
   for (int r0 = 0; r0 < w; r0 += 16) {
     const __mmask16 store = mask16(w - r0);
     for (int q0 = 0; q0 < np; q0 += 16) {
       const int left = kv - 2 * q0; /* values of k left in this chunk */
-      const __mmask32 load =
-          left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1u);
       __m512i v[16];
 #pragma GCC unroll 16
       for (int i = 0; i < 16; i++)
         v[i] = r0 + i < rows
-                   ? _mm512_maskz_loadu_epi16(load, x + (r0 + i) * ld + 2 * q0)
+                   ? load32(elem_at(x, f32, (r0 + i) * ld + 2 * q0), f32, left)
                    : _mm512_setzero_si512();
       transpose16(v);
       const int nq = np - q0 < 16 ? np - q0 : 16;
@@ -149,33 +216,47 @@ TBF16 static void pack_rows(int w, int rows, int kv, const uint16_t *x, long ld,
 }
 
 /* Pairs down columns: out[q * w + r] = (x[2q][r], x[2q + 1][r]) where
- * element (p, r) is x[p * ld + r], for r < w and
+ * element (p, r) is x[p * ld + r] (f32 or bf16), for r < w and
  * q < ceil(kv / 2); columns r >= cols and rows p >= kv read as 0. With
  * nsl > 1, nsl such slivers of w columns each follow one another (sliver s
  * at out + s * sstride, its columns from x + s * w, cols counted from
  * the first), packed pair by pair so that rows of x are read in order. */
-TBF16 static void pack_cols(int w, int nsl, long sstride, int cols, int kv,
-                            const uint16_t *x, long ld, uint32_t *out) {
+TBF16_INLINE void pack_cols_t(int w, int nsl, long sstride, int cols, int kv,
+                              const void *x, int f32, long ld, uint32_t *out) {
   const int np = (kv + 1) / 2;
   for (int q = 0; q < np; q++) {
-    const uint16_t *x0 = x + 2 * q * ld, *x1 = x0 + ld;
+    const long p0 = 2 * q * ld;
     const int two = 2 * q + 1 < kv;
     for (int s = 0; s < nsl; s++) {
       uint32_t *o = out + s * sstride + q * w;
       for (int r = 0; r < w; r += 16) {
         const int c = s * w + r;
-        const __mmask16 mk = mask16(cols - c);
-        __m512i lo =
-            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, x0 + c));
-        __m512i hi =
-            two ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, x1 + c))
-                : _mm512_setzero_si512();
         _mm512_mask_storeu_epi32(
             o + r, mask16(w - r),
-            _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+            load_pairs16(elem_at(x, f32, p0 + c),
+                         two ? elem_at(x, f32, p0 + ld + c) : NULL, f32,
+                         mask16(cols - c)));
       }
     }
   }
+}
+
+/* pack_rows_t and pack_cols_t compiled once per operand type, so that
+ * neither type's loops test it. */
+TBF16 static void pack_rows(int w, int rows, int kv, const void *x, int f32,
+                            long ld, uint32_t *out) {
+  if (f32)
+    pack_rows_t(w, rows, kv, x, 1, ld, out);
+  else
+    pack_rows_t(w, rows, kv, x, 0, ld, out);
+}
+
+TBF16 static void pack_cols(int w, int nsl, long sstride, int cols, int kv,
+                            const void *x, int f32, long ld, uint32_t *out) {
+  if (f32)
+    pack_cols_t(w, nsl, sstride, cols, kv, x, 1, ld, out);
+  else
+    pack_cols_t(w, nsl, sstride, cols, kv, x, 0, ld, out);
 }
 
 /* One micro-tile: C[0, mr) x [0, nr) of an MR x NR tile from np pairs of A
@@ -234,13 +315,15 @@ TBF16_INLINE void micro(int np, const uint32_t *a, const uint32_t *b, float *c,
 
 /* Packs sliver s of batch entry z's B (all of k). */
 TBF16 static void pack_b(const bgemm *g, int z, int s) {
-  const uint16_t *b = g->b + z * g->sb;
+  const void *b = elem_at(g->b, g->bf32, z * g->sb);
   const int j0 = s * NR, cols = g->n - j0 < NR ? g->n - j0 : NR;
   uint32_t *out = g->bpack + z * g->bsize + (size_t)s * ((g->k + 1) / 2) * NR;
   if (g->tb)
-    pack_rows(NR, cols, g->k, b + (long)j0 * g->ldb, g->ldb, out);
+    pack_rows(NR, cols, g->k, elem_at(b, g->bf32, (long)j0 * g->ldb), g->bf32,
+              g->ldb, out);
   else
-    pack_cols(NR, 1, 0, cols, g->k, b + j0, g->ldb, out);
+    pack_cols(NR, 1, 0, cols, g->k, elem_at(b, g->bf32, j0), g->bf32, g->ldb,
+              out);
 }
 
 /* Unit u: batch entry, rows [i0, i0 + mc), slivers [s0, s0 + scount). */
@@ -250,7 +333,7 @@ TBF16 static void run_unit(const bgemm *g, long u, uint32_t *apack) {
   const int i0 = ib * g->mc, rows = g->m - i0 < g->mc ? g->m - i0 : g->mc;
   const int s0 = jb * g->scount;
   const int s1 = s0 + g->scount < g->nsl ? s0 + g->scount : g->nsl;
-  const uint16_t *a = g->a + z * g->sa;
+  const void *a = elem_at(g->a, g->af32, z * g->sa);
   const uint32_t *bp = g->bpack + (g->sb ? z * g->bsize : 0);
   const size_t bsl = (size_t)((g->k + 1) / 2) * NR; /* dwords per sliver */
   float *c = g->c + z * g->sc + (long)i0 * g->ldc;
@@ -258,12 +341,13 @@ TBF16 static void run_unit(const bgemm *g, long u, uint32_t *apack) {
     const int kc = g->k - p0 < g->kc ? g->k - p0 : g->kc, np = (kc + 1) / 2;
     if (g->ta)
       pack_cols(MR, (rows + MR - 1) / MR, (long)np * MR, rows, kc,
-                a + (long)p0 * g->lda + i0, g->lda, apack);
+                elem_at(a, g->af32, (long)p0 * g->lda + i0), g->af32, g->lda,
+                apack);
     else
       for (int i = 0; i < rows; i += MR)
         pack_rows(MR, rows - i < MR ? rows - i : MR, kc,
-                  a + (long)(i0 + i) * g->lda + p0, g->lda,
-                  apack + (size_t)(i / MR) * np * MR);
+                  elem_at(a, g->af32, (long)(i0 + i) * g->lda + p0), g->af32,
+                  g->lda, apack + (size_t)(i / MR) * np * MR);
     for (int s = s0; s < s1; s++) {
       const uint32_t *bs = bp + s * bsl + (size_t)(p0 / 2) * NR;
       const int nr = g->n - s * NR < NR ? g->n - s * NR : NR;
@@ -292,10 +376,11 @@ static void partition(bgemm *g, int batch, int threads) {
 }
 
 int axi_bf16_gemm_avx512(int ta, int tb, int m, int n, int k, float alpha,
-                         const uint16_t *a, int lda, long sa, const uint16_t *b,
-                         int ldb, long sb, float beta, float *c, int ldc,
-                         long sc, int batch) {
-  bgemm g = {ta, tb, m, n, k, lda, ldb, ldc, sa, sb, sc, alpha, beta, a, b, c};
+                         const void *a, ax_dtype at, int lda, long sa,
+                         const void *b, ax_dtype bt, int ldb, long sb,
+                         float beta, float *c, int ldc, long sc, int batch) {
+  bgemm g = {ta, tb, m,     n,    k, lda, ldb,          ldc,          sa,
+             sb, sc, alpha, beta, a, b,   at == AX_F32, bt == AX_F32, c};
   const int threads = ax_cpu_threads();
   g.nsl = (n + NR - 1) / NR;
   g.bsize = (size_t)g.nsl * NR * ((k + 1) / 2);
@@ -337,9 +422,9 @@ int axi_bf16_gemm_avx512(int ta, int tb, int m, int n, int k, float alpha,
 int axi_bf16_gemm_available(void) { return 0; }
 
 int axi_bf16_gemm_avx512(int ta, int tb, int m, int n, int k, float alpha,
-                         const uint16_t *a, int lda, long sa, const uint16_t *b,
-                         int ldb, long sb, float beta, float *c, int ldc,
-                         long sc, int batch) {
+                         const void *a, ax_dtype at, int lda, long sa,
+                         const void *b, ax_dtype bt, int ldb, long sb,
+                         float beta, float *c, int ldc, long sc, int batch) {
   return ax_seterr(AX_EUNSUPPORTED, "gemm_bf16: no AVX512-BF16 kernel");
 }
 #endif

@@ -15,7 +15,12 @@
  * gemm_bf16 is the same mapping through cublasGemmEx (and its strided
  * batched form): CUDA_R_16BF inputs, CUDA_R_32F C, CUBLAS_COMPUTE_32F
  * (products of bf16 values are exact in f32 and summed in f32; the math
- * mode does not apply to it).
+ * mode does not apply to it). An f32 operand is first rounded by the
+ * backend's cast_f32_bf16 into a bf16 scratch buffer of the backend (one
+ * for A, one for B, grown as needed and kept): the elements it spans, with
+ * its own leading dimension and stride. The buffers are used under the
+ * BLAS lock and on the backend's one stream, so a later call's cast runs
+ * after the GEMM that read them.
  *
  * axpby, bias_add: explicitly rounded float operations in the CPU
  * reference's order (no FMA contraction), so results equal the CPU's.
@@ -74,8 +79,8 @@ static int tf32_wanted(void) {
   return e && strcmp(e, "1") == 0;
 }
 
-/* The gemm of both input types: f32 (bf16 == 0) or bf16 bit patterns,
- * C f32 either way. */
+/* The gemm of both input types: f32 (bf16 == 0) or bf16 bit patterns
+ * (a and b already bf16), C f32 either way. */
 static int gemm_locked(ax_backend *be, int bf16, int ta, int tb, int m, int n,
                        int k, float alpha, const void *a, int lda, long sa,
                        const void *b, int ldb, long sb, float beta, float *c,
@@ -107,10 +112,46 @@ static int gemm_locked(ax_backend *be, int bf16, int ta, int tb, int m, int n,
   return AX_OK;
 }
 
+/* The elements an operand of `rows` stored rows of `cols` (leading
+ * dimension ld) spans over `batch` matrices `stride` apart. */
+static size_t span(int rows, int cols, int ld, long stride, int batch) {
+  if (rows <= 0 || cols <= 0 || batch <= 0)
+    return 0;
+  return (size_t)(batch - 1) * (size_t)stride + (size_t)(rows - 1) * ld +
+         (size_t)cols;
+}
+
+/* *p as bf16 for operand `which` (0 A, 1 B) of gemm_bf16: a bf16 operand
+ * as it is, an f32 one's n elements rounded into the backend's scratch
+ * buffer `which`. Called under the BLAS lock. */
+static int bf16_operand(ax_backend *be, int which, ax_dtype dt, size_t n,
+                        const void **p) {
+  if (dt == AX_BF16 || n == 0)
+    return AX_OK;
+  axi_cuda_ctx *ctx = (axi_cuda_ctx *)be->ctx;
+  size_t bytes = n * sizeof(uint16_t);
+  if (ctx->bf16_scratch_bytes[which] < bytes) {
+    /* Stream-ordered reuse: GEMMs still queued on the old buffer run
+     * before whatever its next owner queues. */
+    axi_cuda_mfree(ctx, ctx->bf16_scratch[which]);
+    ctx->bf16_scratch_bytes[which] = 0;
+    if (!(ctx->bf16_scratch[which] = axi_cuda_malloc(ctx, bytes)))
+      return ax_seterr(AX_ENOMEM,
+                       "gemm_bf16: no device memory for %zu bf16 "
+                       "scratch bytes",
+                       bytes);
+    ctx->bf16_scratch_bytes[which] = bytes;
+  }
+  uint16_t *y = (uint16_t *)ctx->bf16_scratch[which];
+  AX_TRY(AX_K(be, cast_f32_bf16, n, (const float *)*p, y));
+  *p = y;
+  return AX_OK;
+}
+
 static int gemm_any(ax_backend *be, int bf16, int ta, int tb, int m, int n,
-                    int k, float alpha, const void *a, int lda, long sa,
-                    const void *b, int ldb, long sb, float beta, float *c,
-                    int ldc, long sc, int batch) {
+                    int k, float alpha, const void *a, ax_dtype at, int lda,
+                    long sa, const void *b, ax_dtype bt, int ldb, long sb,
+                    float beta, float *c, int ldc, long sc, int batch) {
   if (m < 0 || n < 0 || k < 0 || batch < 0)
     return ax_seterr(AX_EINVAL, "gemm: negative size");
   if (m == 0 || n == 0 || batch == 0)
@@ -121,8 +162,17 @@ static int gemm_any(ax_backend *be, int bf16, int ta, int tb, int m, int n,
   }
   AX_CUDA_ENTER(be);
   pthread_mutex_lock(&blas_lock);
-  int rc = gemm_locked(be, bf16, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
-                       beta, c, ldc, sc, batch);
+  int rc = AX_OK;
+  if (bf16 && k > 0) {
+    rc = bf16_operand(be, 0, at, span(ta ? k : m, ta ? m : k, lda, sa, batch),
+                      &a);
+    if (rc == AX_OK)
+      rc = bf16_operand(be, 1, bt, span(tb ? n : k, tb ? k : n, ldb, sb, batch),
+                        &b);
+  }
+  if (rc == AX_OK)
+    rc = gemm_locked(be, bf16, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
+                     beta, c, ldc, sc, batch);
   pthread_mutex_unlock(&blas_lock);
   return rc;
 }
@@ -131,16 +181,19 @@ static int cuda_gemm(ax_backend *be, int ta, int tb, int m, int n, int k,
                      float alpha, const float *a, int lda, long sa,
                      const float *b, int ldb, long sb, float beta, float *c,
                      int ldc, long sc, int batch) {
-  return gemm_any(be, 0, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta,
-                  c, ldc, sc, batch);
+  return gemm_any(be, 0, ta, tb, m, n, k, alpha, a, AX_F32, lda, sa, b, AX_F32,
+                  ldb, sb, beta, c, ldc, sc, batch);
 }
 
 static int cuda_gemm_bf16(ax_backend *be, int ta, int tb, int m, int n, int k,
-                          float alpha, const uint16_t *a, int lda, long sa,
-                          const uint16_t *b, int ldb, long sb, float beta,
-                          float *c, int ldc, long sc, int batch) {
-  return gemm_any(be, 1, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta,
-                  c, ldc, sc, batch);
+                          float alpha, const void *a, ax_dtype at, int lda,
+                          long sa, const void *b, ax_dtype bt, int ldb, long sb,
+                          float beta, float *c, int ldc, long sc, int batch) {
+  if ((at != AX_F32 && at != AX_BF16) || (bt != AX_F32 && bt != AX_BF16))
+    return ax_seterr(AX_EDTYPE, "gemm_bf16: %s x %s operands",
+                     ax_dtype_name(at), ax_dtype_name(bt));
+  return gemm_any(be, 1, ta, tb, m, n, k, alpha, a, at, lda, sa, b, bt, ldb, sb,
+                  beta, c, ldc, sc, batch);
 }
 
 /* ---- axpby --------------------------------------------------------------- */

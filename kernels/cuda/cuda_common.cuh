@@ -28,6 +28,10 @@ typedef struct axi_cuda_ctx {
   void *cudnn;  /* cudnnHandle_t */
   void *alloc;  /* caching allocator state (cuda_alloc.cu) */
   void *dnn;    /* cuDNN descriptor/algorithm cache (cuda_dnn.cu) */
+  /* gemm_bf16's bf16 copies of f32 operands (A, B), from the caching
+   * allocator, grown as needed and kept; guarded by cuda_blas.cu's lock. */
+  void *bf16_scratch[2];
+  size_t bf16_scratch_bytes[2];
 } axi_cuda_ctx;
 
 static inline cudaStream_t axi_cuda_stream(ax_backend *be) {
