@@ -371,11 +371,15 @@ static int check_schedule(const axi_run_pipe_args *pa) {
 }
 
 int axi_run_cli_check_pipe(axi_run_cli *r) {
-  int pipe = axi_run_cli_pipe(r), rc = check_modes(&r->pa, pipe);
-  if (rc >= 0 || !pipe)
-    return rc;
-  if ((rc = check_world(&r->pa)) < 0 && (rc = check_parts(&r->pa)) < 0 &&
-      (rc = axi_run_cli_schedule(r)) < 0)
+  int pipe = axi_run_cli_pipe(r), rc = -1;
+  /* A schedule file gives the run its mode, which the checks of spares,
+   * restarts and --elastic weigh (flushed or not), so it is loaded first;
+   * loading it needs the agents per pipeline (check_parts). */
+  if (pipe && (rc = check_world(&r->pa)) < 0 && (rc = check_parts(&r->pa)) < 0)
+    rc = axi_run_cli_schedule(r);
+  if (rc < 0)
+    rc = check_modes(&r->pa, pipe);
+  if (rc < 0 && pipe)
     rc = check_schedule(&r->pa);
   return rc;
 }
