@@ -7,7 +7,9 @@
 #include "axon/rpc/node-impl.h"
 
 const char *ax_node_name(const ax_node *n) { return n->name; }
-int ax_node_rank(const ax_node *n) { return n->rank; }
+int ax_node_rank(const ax_node *n) {
+  return __atomic_load_n(&n->rank, __ATOMIC_ACQUIRE);
+}
 int ax_node_world_size(const ax_node *n) { return n->world_size; }
 const char *ax_node_address(const ax_node *n) { return n->addr; }
 uint64_t ax_node_incarnation(const ax_node *n) { return n->incarnation; }

@@ -458,6 +458,7 @@ void axi_rendezvous_apply(ax_node *n, const ax_values *v) {
   if (!n->master_name)
     n->master_name = strdup(master_name);
   pthread_mutex_unlock(&n->mu);
+  int mine = -1;
   for (int r = 0; r < world; r++) {
     const char *name, *addr, *bulk;
     int64_t inc = 0;
@@ -467,7 +468,7 @@ void axi_rendezvous_apply(ax_node *n, const ax_values *v) {
     ax_values_get_i64(v, 5 + F * r, &inc);
     names[r] = strdup(name);
     if (!strcmp(name, n->name)) {
-      n->rank = r;
+      mine = r;
     } else if (*name) {
       axi_peer *p = axi_peer_get(n, name, addr, bulk);
       if (p) {
@@ -492,6 +493,11 @@ void axi_rendezvous_apply(ax_node *n, const ax_values *v) {
   n->member_name = names;
   n->nmembers = (int)world;
   n->world_size = (int)world;
+  /* The rank last, with the names: a payload checked in the meantime
+   * (rref_codec.c's check_names) takes a node with a rank for one that
+   * knows its members, and must not find the rank before the names. */
+  if (mine >= 0)
+    __atomic_store_n(&n->rank, mine, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&n->mu);
   free(old);
   axi_calls_joined(n);

@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,6 +251,37 @@ static inline int last_losses(const char *path, char (*v)[40], int max) {
   if (f)
     fclose(f);
   return n;
+}
+
+/* The loss of every step of a recovered run (log l_rec, output text out)
+ * against the uninterrupted run's (l_ref), both `steps` long (at most
+ * 1024): the last loss logged for a step that ran twice; every bit, or
+ * with tol > 0 within that relative difference. Steps whose update every
+ * stage applied before the coordinator took their answers (a live
+ * recovery says "axon-run: steps A to B were applied") must be missing. */
+static inline void same_losses(const char *l_ref, const char *l_rec, int steps,
+                               const char *out, double tol) {
+  long un_lo = 0, un_hi = -1;
+  const char *un = out ? strstr(out, "axon-run: steps ") : NULL;
+  if (un && sscanf(un, "axon-run: steps %ld to %ld were applied", &un_lo,
+                   &un_hi) == 2)
+    fprintf(stderr, "  steps %ld to %ld not reported\n", un_lo, un_hi);
+  static char a[1024][40], b[1024][40];
+  assert_true(steps <= 1024);
+  memset(a, 0, sizeof a);
+  memset(b, 0, sizeof b);
+  assert_int_equal(last_losses(l_ref, a, steps), steps);
+  assert_int_equal(last_losses(l_rec, b, steps), steps);
+  for (int s = 0; s < steps; s++)
+    if (s >= un_lo && s <= un_hi)
+      assert_string_equal(b[s], ""); /* never logged */
+    else if (tol > 0
+                 ? !(fabs(atof(a[s]) - atof(b[s])) <= tol * fabs(atof(a[s])))
+                 : strcmp(a[s], b[s]) != 0) {
+      fprintf(stderr, "  step %d: %s uninterrupted, %s recovered\n", s, a[s],
+              b[s]);
+      fail();
+    }
 }
 
 /* An uninterrupted reference run: exit 0, else its output is shown and
