@@ -6,6 +6,16 @@
 
 #include "axon/kernels/backend-impl.h"
 
+/* Elementwise loops that should vectorise wider than the build's baseline
+ * are cloned for x86-64-v4 (AVX-512), picked at load time where the CPU
+ * has it. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define AXI_CPU_CLONES                                                         \
+  __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define AXI_CPU_CLONES
+#endif
+
 /* cpu_blas.c */
 int axi_cpu_gemm(ax_backend *be, int ta, int tb, int m, int n, int k,
                  float alpha, const float *a, int lda, long sa, const float *b,

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "axon/kernels/backend-impl.h"
+#include "axon/kernels/cpu/cpu.h"
 
 /* Query rows and keys per block; every (query, key) tile is stored with
  * row stride AXI_ATTN_BK, every transposed key block (dh, AXI_ATTN_BK). */
@@ -17,12 +18,7 @@ enum { AXI_ATTN_BQ = 64, AXI_ATTN_BK = 64 };
 
 /* The elementwise loops over tiles are cloned for x86-64-v4 (AVX-512),
  * picked at load time where the CPU has it. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define AXI_ATTN_CLONES                                                        \
-  __attribute__((target_clones("arch=x86-64-v4", "default")))
-#else
-#define AXI_ATTN_CLONES
-#endif
+#define AXI_ATTN_CLONES AXI_CPU_CLONES
 
 /* exp(x) for x <= 0 (a score minus its row's maximum or log-sum-exp),
  * within 2 ulp, without a library call so that loops over it vectorise:

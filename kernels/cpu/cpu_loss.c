@@ -5,6 +5,49 @@
 #include "axon/kernels/cpu/cpu.h"
 #include "axon/kernels/error.h"
 
+/* Lanes of the vectorised row maxima. */
+enum { XL = 16 };
+
+/* The first of the largest values of x[0..n) (n >= 1) as the loop
+ *   m = x[0]; for (j = 1; j < n; j++) m = x[j] > m ? x[j] : m;
+ * finds it, NaNs after x[0] skipped and x[0] a NaN kept: XL lanes run that
+ * loop each over every XL-th value, all starting from x[0], and are then
+ * merged in lane order by the same rule. (Of an equal +0 and -0 a lane may
+ * keep another than the serial loop would; the softmax below reads the
+ * maximum only through differences and sums, where they agree.) */
+AXI_CPU_CLONES static float row_max(const float *x, int n) {
+  float lane[XL], m = x[0];
+  for (int l = 0; l < XL; l++)
+    lane[l] = m;
+  int j = 1;
+  for (; j + XL <= n; j += XL)
+#pragma omp simd
+    for (int l = 0; l < XL; l++)
+      lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
+  for (int l = 0; l < XL; l++)
+    m = lane[l] > m ? lane[l] : m;
+  for (; j < n; j++)
+    m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+/* p[0..n) *= inv, then the index of the first largest p (0 where p[0] is
+ * a NaN), as the serial loop
+ *   best = 0; for (j) { p[j] *= inv; if (p[j] > p[best]) best = j; }
+ * gives. */
+AXI_CPU_CLONES static int scale_argmax(float *p, int n, float inv) {
+#pragma omp simd
+  for (int j = 0; j < n; j++)
+    p[j] *= inv;
+  const float m = row_max(p, n);
+  if (m != m)
+    return 0;
+  int best = 0;
+  while (p[best] != m)
+    best++;
+  return best;
+}
+
 int axi_cpu_xent_fwd(ax_backend *be, int rows, int classes, const float *logits,
                      const int32_t *labels, int ignore_index, float *probs,
                      double *loss_sum, int64_t *count, int64_t *correct) {
@@ -30,21 +73,15 @@ int axi_cpu_xent_fwd(ax_backend *be, int rows, int classes, const float *logits,
   for (int r = 0; r < rows; r++) {
     const float *z = logits + (size_t)r * classes;
     float *p = probs + (size_t)r * classes;
-    float mx = z[0];
-    for (int j = 1; j < classes; j++)
-      mx = z[j] > mx ? z[j] : mx;
-    double s = 0.0;
-    for (int j = 0; j < classes; j++) {
+    const float mx = row_max(z, classes);
+    /* The exponentials first, then their sum in order: the sum's chain of
+     * additions no longer waits on a call's saved registers. */
+    for (int j = 0; j < classes; j++)
       p[j] = expf(z[j] - mx);
+    double s = 0.0;
+    for (int j = 0; j < classes; j++)
       s += p[j];
-    }
-    float inv = (float)(1.0 / s);
-    int best = 0;
-    for (int j = 0; j < classes; j++) {
-      p[j] *= inv;
-      if (p[j] > p[best])
-        best = j;
-    }
+    const int best = scale_argmax(p, classes, (float)(1.0 / s));
     row_loss[r] = labels[r] != ignore_index ? log(s) + mx - z[labels[r]] : 0;
     row_hit[r] = best == labels[r];
   }
