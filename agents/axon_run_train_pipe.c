@@ -120,8 +120,8 @@ const axi_cli_opt axi_run_pipe_opts[] = {
     {"mode", "MODE", AXI_CLI_FN, .values_fn = ax_pipe_mode_list, .fn = set_mode,
      .help = "%s (pipedream)"},
     {"microbatches", "M", AXI_CLI_FN, .fn = set_micro,
-     .help = "micro-batches per mini-batch, gpipe/1f1b/2bw/\n"
-             "interleaved (4)"},
+     .help = "micro-batches per mini-batch of the modes with\n"
+             "micro-batches (4)"},
     {"chunks", "V", AXI_CLI_INT, F(pa.chunks), 0, MAXS,
      .help = "interleaved: stages per agent (2)"},
     {"schedule", "FILE", AXI_CLI_STR, F(pa.schedule_file),
