@@ -13,31 +13,6 @@
 #include "axon/runtime/pipeline/schedule/timeline.h"
 #include "harness.h"
 
-/* Every mode's plan gives what the mode-name function gives (unequal
- * stages, the issue window's spacing of flushes too). */
-static void plan_matches_mode(void **state) {
-  (void)state;
-  int K = 4, M = 8;
-  double tf[8], tb[8], tw[8], rtt[4] = {0.1, 0.2, 0.2, 0.3};
-  for (int s = 0; s < 8; s++)
-    tf[s] = 1 + 0.1 * s, tb[s] = 1.5 - 0.05 * s, tw[s] = 0.7;
-  for (int m = 0; m < AX_MODE_COUNT; m++)
-    for (int win = 0; win <= 1; win++) {
-      const char *name = ax_pipe_mode_name(m);
-      ax_formula_comm c = {.issue_rtt = win ? rtt : NULL, .ahead = 3};
-      double want = -1, got = -2;
-      AX_ASSERT_OK(
-          ax_formula_time_comm(name, K, 2, M, tf, tb, tw, 0, &c, &want));
-      long n = ax_pipe_flushes(m) ? (win ? 5 : 1) : 8 * K + 32;
-      ax_pipe_plan *p = NULL;
-      AX_ASSERT_OK(ax_pipe_plan_new(m, K, ax_pipe_chunks(m, 2), M, n, &p));
-      AX_ASSERT_OK(ax_formula_time_plan(p, tf, tb, tw, 0, &c, &got));
-      if (got != want)
-        fail_msg("%s window %d: plan %.9g, mode %.9g", name, win, got, want);
-      ax_pipe_plan_free(p);
-    }
-}
-
 /* A run's modelled time comes from the lists it walks: every flushed
  * mode's printed schedule, run as a schedule, models to the mode's own
  * seconds with the same measured costs; another order to its own. */
@@ -246,7 +221,6 @@ static void trace_as_timeline(void **state) {
 
 int main(void) {
   const struct CMUnitTest t[] = {
-      cmocka_unit_test(plan_matches_mode),
       cmocka_unit_test(costs_model_schedule),
       cmocka_unit_test(gpipe_timeline_and_grid),
       cmocka_unit_test(composite_is_one_slot),

@@ -231,9 +231,11 @@ int ax_pipe_delay(int mode, int K, int s, int M);
 /* An action as schedule text writes it into buf (returned): "0F3" (stage
  * 0's forward of unit 3; B, I and W alike), "STEP0" (stage 0's update).
  * With U > 0 units are numbered across mini-batches (t U + m), with U = 0
- * within their own. The first part of a composite (with_next) also writes
- * its second, the next op in memory: "0F3+7B1". */
+ * within their own. One op only: with_next is not read. */
 char *ax_pipe_op_text(const ax_pipe_op *o, int U, char *buf, size_t len);
+/* The same for an action of a list: a composite's first part (with_next)
+ * also writes its second, the next op of the list: "0F3+7B1". */
+char *ax_pipe_action_text(const ax_pipe_op *o, int U, char *buf, size_t len);
 
 /* ---- plans: every rank's list plus the dependencies ---------------------- */
 /* A plan is what every consumer of a schedule reads (the coordinator's

@@ -2,6 +2,7 @@
  * from them (mode.h). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "axon/kernels/error.h"
 #include "axon/runtime/pipeline/schedule/mode.h"
@@ -307,15 +308,21 @@ int ax_pipe_delay(int mode, int K, int s, int M) {
 char *ax_pipe_op_text(const ax_pipe_op *o, int U, char *buf, size_t len) {
   static const char kinds[] = "FBIW";
   long unit = U > 0 ? (long)o->batch * U + o->micro : (long)o->micro;
-  int w = o->kind == AX_OP_STEP ? snprintf(buf, len, "STEP%d", o->stage)
-          : o->kind >= 0 && o->kind < AX_OP_STEP
-              ? snprintf(buf, len, "%d%c%ld", o->stage, kinds[o->kind], unit)
-              : snprintf(buf, len, "%d?%ld", o->stage, unit);
-  if (o->with_next && w >= 0 && (size_t)w + 1 < len) {
+  if (o->kind == AX_OP_STEP)
+    snprintf(buf, len, "STEP%d", o->stage);
+  else if (o->kind >= 0 && o->kind < AX_OP_STEP)
+    snprintf(buf, len, "%d%c%ld", o->stage, kinds[o->kind], unit);
+  else
+    snprintf(buf, len, "%d?%ld", o->stage, unit);
+  return buf;
+}
+
+char *ax_pipe_action_text(const ax_pipe_op *o, int U, char *buf, size_t len) {
+  ax_pipe_op_text(o, U, buf, len);
+  size_t w = strlen(buf);
+  if (o->with_next && w + 1 < len) {
     buf[w] = '+';
-    ax_pipe_op second = o[1];
-    second.with_next = 0;
-    ax_pipe_op_text(&second, U, buf + w + 1, len - (size_t)w - 1);
+    ax_pipe_op_text(o + 1, U, buf + w + 1, len - w - 1);
   }
   return buf;
 }

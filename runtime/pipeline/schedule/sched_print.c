@@ -174,11 +174,9 @@ static void put_rank(text *t, int r, const ax_pipe_op *l, long n, int U,
                      int global) {
   put(t, "rank %d:", r);
   for (long i = 0; i < n && t->err == AX_OK; i++) {
-    ax_pipe_op o = l[i];
-    char tok[48];
-    o.with_next = 0; /* its second part comes next, after a "+" */
+    char tok[48]; /* a composite's second part comes next, after a "+" */
     put(t, "%s%s", i > 0 && l[i - 1].with_next ? "+" : " ",
-        ax_pipe_op_text(&o, global ? U : 0, tok, sizeof tok));
+        ax_pipe_op_text(&l[i], global ? U : 0, tok, sizeof tok));
   }
   put(t, "\n");
 }

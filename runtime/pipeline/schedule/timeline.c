@@ -14,9 +14,7 @@
 static const char g_letter[AX_OP_KINDS] = {'F', 'B', 'I', 'W', 'S'};
 
 static void part_token(const ax_pipe_op *o, int U, char *buf, size_t len) {
-  ax_pipe_op one = *o;
-  one.with_next = 0;
-  ax_pipe_op_text(&one, U > 0 ? U : 1, buf, len);
+  ax_pipe_op_text(o, U > 0 ? U : 1, buf, len);
 }
 
 void ax_pipe_slot_token(const ax_pipe_slot *s, int U, char *buf, size_t len) {

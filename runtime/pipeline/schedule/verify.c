@@ -12,9 +12,7 @@ static const char *where(const axi_verify *v, const ax_pipe_op *o, char *buf,
                          size_t len) {
   int r = ax_pipe_plan_stage_rank(v->p, o->stage);
   char t[32];
-  ax_pipe_op one = *o;
-  one.with_next = 0;
-  ax_pipe_op_text(&one, 0, t, sizeof t);
+  ax_pipe_op_text(o, 0, t, sizeof t);
   long at = v->pos[axi_verify_key(v, o)] - 1;
   if (v->n > 1)
     snprintf(buf, len, "rank %d action %ld (%s of mini-batch %d)", r, at, t,
@@ -31,12 +29,11 @@ static int index_plan(axi_verify *v, FILE *out) {
       size_t k = axi_verify_key(v, &v->ops[r][i]);
       if (v->count[k]) {
         char t[32];
-        ax_pipe_op one = v->ops[r][i];
-        one.with_next = 0;
         fprintf(out,
                 "rank %d action %ld (%s): a second copy (the first is "
                 "its action %ld)\n",
-                r, i, ax_pipe_op_text(&one, 0, t, sizeof t), v->pos[k] - 1);
+                r, i, ax_pipe_op_text(&v->ops[r][i], 0, t, sizeof t),
+                v->pos[k] - 1);
         return AX_EINVAL;
       }
       v->count[k] = 1;

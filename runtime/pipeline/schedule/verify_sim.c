@@ -68,7 +68,7 @@ static long simulate(sim *s) {
 static const char *named(const axi_verify *v, const ax_pipe_op *o, char *buf,
                          size_t len) {
   char t[TOKEN];
-  ax_pipe_op_text(o, 0, t, sizeof t);
+  ax_pipe_action_text(o, 0, t, sizeof t);
   if (v->n > 1)
     snprintf(buf, len, "%s of mini-batch %d", t, o->batch);
   else
@@ -155,10 +155,10 @@ static int write_grid(const sim *s, long step, int steps, FILE *out) {
       i--;
     for (; i < s->pc[r]; i++)
       if (!(i > 0 && v->ops[r][i - 1].with_next))
-        ax_pipe_op_text(&v->ops[r][i], 0, row[s->at[s->off[r] + i] - lo],
-                        TOKEN);
+        ax_pipe_action_text(&v->ops[r][i], 0, row[s->at[s->off[r] + i] - lo],
+                            TOKEN);
     if (s->pc[r] < v->len[r])
-      ax_pipe_op_text(&v->ops[r][s->pc[r]], 0, row[cols], TOKEN);
+      ax_pipe_action_text(&v->ops[r][s->pc[r]], 0, row[cols], TOKEN);
     for (long c = 0; c <= cols; c++)
       if ((int)strlen(row[c]) > w)
         w = (int)strlen(row[c]);
