@@ -100,21 +100,21 @@ int ax_forward_xent(ax_module *root, const ax_exec *ex, ax_slot *slot,
   ax_exec cex = *ex;
   ax_tensor *lab = NULL;
   int rc = AX_OK;
+  int64_t div = 1; /* the mean's divisor */
   if (labels->n == 1 && labels->t[0] && ex->training && slot) {
     int64_t kept = 0;
     ax_tensor *l32 = ax_tensor_to_i32(labels->t[0]);
     lab = l32 ? ax_tensor_to(l32, ex->params->device) : NULL;
     ax_tensor_release(l32);
     rc = lab ? kept_rows(lab, ignore_index, &kept) : AX_ENOMEM;
-    int64_t div = norm && norm[0] > 0 ? norm[0] : (kept ? kept : 1);
+    div = norm && norm[0] > 0 ? norm[0] : (kept ? kept : 1);
     fuse = (ax_xent_fuse){lab, ignore_index, scale / (float)div, 0, 0.0, 0, 0};
     cex.xent = &fuse;
   }
   ax_tlist out = {0};
   if (rc == AX_OK)
     rc = ax_forward(root, &cex, slot, in, &out);
-  if (rc == AX_OK && fuse.done) {
-    int64_t div = norm && norm[0] > 0 ? norm[0] : (fuse.count ? fuse.count : 1);
+  if (rc == AX_OK && fuse.done) { /* fuse.count is the kept rows */
     res->loss = fuse.loss_sum / (double)div;
     res->count[0] = fuse.count;
     res->correct[0] = fuse.correct;
