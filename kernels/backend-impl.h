@@ -167,12 +167,14 @@ typedef struct ax_backend_i {
    * label, the argmax being where the scan `best = 0; for j in 1..classes-1:
    * if p[j] > p[best] then best = j` ends (ties go to the lowest index; a
    * NaN never wins, and a NaN at index 0 is never beaten). A label outside
-   * [0, classes) that is not ignore_index gives AX_EINVAL. */
+   * [0, classes) that is not ignore_index gives AX_EINVAL. probs may be
+   * logits (the softmax then replaces the logits in place). */
   int (*xent_fwd)(ax_backend *be, int rows, int classes, const float *logits,
                   const int32_t *labels, int ignore_index, float *probs,
                   double *loss_sum_host, int64_t *count_host,
                   int64_t *correct_host);
-  /* dlogits = scale * (probs - onehot(label)); 0 for ignored rows */
+  /* dlogits = scale * (probs - onehot(label)); 0 for ignored rows;
+   * dlogits may be probs */
   int (*xent_bwd)(ax_backend *be, int rows, int classes, const float *probs,
                   const int32_t *labels, int ignore_index, float scale,
                   float *dlogits);

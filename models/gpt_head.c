@@ -19,9 +19,10 @@
 enum { C_LN, C_PROJ };
 enum { S_DH = 0, S_DW = 1 };
 
-/* The logits a fused chunk holds at most (floats): 32 MiB for each of its
- * two (rows, vocab) buffers. */
-#define CHUNK_FLOATS ((size_t)1 << 23)
+/* The logits a fused chunk holds at most (floats): 64 MiB in its one
+ * (rows, vocab) buffer, which holds the logits, then their softmax, then
+ * their gradient. */
+#define CHUNK_FLOATS ((size_t)1 << 24)
 
 typedef struct head_priv {
   int hidden, vocab, chunk; /* chunk: rows per fused chunk, 0 automatic */
@@ -29,7 +30,7 @@ typedef struct head_priv {
 
 /* The fused loss over the rows of h (rows, H), the layer norm's output,
  * with W (vocab, H): per chunk of rows the logits z = h W^T, the loss and
- * softmax (xent_fwd), the logits' gradient dz (xent_bwd, written over z),
+ * softmax (xent_fwd) and the logits' gradient dz (xent_bwd), both in place,
  * dh = dz W and dW (+)= dz^T h, both GEMMs on dz in ex's precision. Saves
  * dh and dW in slot and the sums in ex->xent. */
 static int head_fused(ax_module *m, const ax_exec *ex, ax_slot *slot,
@@ -43,16 +44,19 @@ static int head_fused(ax_module *m, const ax_exec *ex, ax_slot *slot,
                      rows);
   int chunk = hp->chunk ? hp->chunk : (int)(CHUNK_FLOATS / (size_t)V);
   chunk = chunk < 1 ? 1 : chunk > rows ? rows : chunk;
+  if (!hp->chunk) { /* as few chunks, of rows as even as they can be */
+    int n_chunks = (rows + chunk - 1) / chunk;
+    chunk = (rows + n_chunks - 1) / n_chunks;
+  }
   ax_backend *be = ax_backend_of(h->device);
   int64_t wshape[2] = {V, H}, zshape[2] = {chunk, V}, hshape[2] = {rows, H};
   ax_tensor *wv =
       ax_tensor_view(ex->params, m->children[C_PROJ]->param_off, 2, wshape);
   ax_tensor *wk = NULL, *hk = NULL, *dz = NULL;
   ax_tensor *z = ax_tensor_new(AX_F32, 2, zshape, h->device);
-  ax_tensor *p = ax_tensor_new(AX_F32, 2, zshape, h->device);
   ax_tensor *dh = ax_tensor_new(AX_F32, 2, hshape, h->device);
   ax_tensor *dw = ax_tensor_new(AX_F32, 2, wshape, h->device);
-  int rc = wv && z && p && dh && dw ? AX_OK : AX_ENOMEM;
+  int rc = wv && z && dh && dw ? AX_OK : AX_ENOMEM;
   if (rc == AX_OK) /* the GEMMs' operands, once for every chunk */
     rc = axi_prec_operand(ex, wv, &wk);
   if (rc == AX_OK)
@@ -67,9 +71,9 @@ static int head_fused(ax_module *m, const ax_exec *ex, ax_slot *slot,
                        0, 0.0f, ax_f32(z), V, 0, 1);
     if (rc == AX_OK)
       rc = AX_K(be, xent_fwd, n, V, ax_f32(z), lab + r0, f->ignore_index,
-                ax_f32(p), &sum, &count, &correct);
+                ax_f32(z), &sum, &count, &correct);
     if (rc == AX_OK)
-      rc = AX_K(be, xent_bwd, n, V, ax_f32(p), lab + r0, f->ignore_index,
+      rc = AX_K(be, xent_bwd, n, V, ax_f32(z), lab + r0, f->ignore_index,
                 f->scale, ax_f32(z));
     ax_tensor_release(dz);
     dz = NULL;
@@ -97,7 +101,6 @@ static int head_fused(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor_release(hk);
   ax_tensor_release(dz);
   ax_tensor_release(z);
-  ax_tensor_release(p);
   ax_tensor_release(dh);
   ax_tensor_release(dw);
   return rc;

@@ -306,6 +306,60 @@ static void xent_correct_matches_scan(void **state) {
   xent_correct_case(64, 3000, -1); /* wide rows */
 }
 
+/* The softmax cross-entropy against a double-precision reference from the
+ * same float differences z - max (probs within 5e-7 relative, the loss
+ * within 1e-6), written over the logits
+ * (probs = logits) to the same bits as into another buffer, and its
+ * gradient in place likewise. Rows of 67 classes (vector lanes and a
+ * remainder) hold -inf logits, which get a probability of at most 1e-37,
+ * and row 3 a NaN of negative sign (the one x86 makes from 0 * inf), which
+ * makes that row's probabilities and the loss NaN. */
+static void xent_in_place_matches_reference(void **state) {
+  (void)state;
+  ax_backend *be = cpu();
+  enum { R = 9, C = 67 };
+  float *z = randn(31, R * C, 3.0f), zin[R * C], p[R * C], d1[R * C];
+  int32_t lab[R];
+  for (int i = 0; i < R; i++) {
+    lab[i] = i == 5 ? -100 : (i * 7) % C;
+    z[i * C + (i * 11 + 3) % C] = -INFINITY;
+  }
+  double loss, loss2, want = 0.0;
+  int64_t count, count2;
+  AX_ASSERT_OK(AX_K(be, xent_fwd, R, C, z, lab, -100, p, &loss, &count, NULL));
+  for (int i = 0; i < R; i++) {
+    double mx = -INFINITY, s = 0.0;
+    for (int j = 0; j < C; j++)
+      mx = fmax(mx, z[i * C + j]);
+    for (int j = 0; j < C; j++)
+      s += exp((double)(z[i * C + j] - (float)mx));
+    for (int j = 0; j < C; j++) {
+      double ref = exp((double)(z[i * C + j] - (float)mx)) / s;
+      assert_true(fabs(p[i * C + j] - ref) <= 5e-7 * ref + 1e-37);
+    }
+    if (lab[i] != -100)
+      want += log(s) + mx - z[i * C + lab[i]];
+  }
+  assert_int_equal(count, R - 1);
+  assert_true(fabs(loss - want) <= 1e-6 * fabs(want));
+  memcpy(zin, z, sizeof zin);
+  AX_ASSERT_OK(
+      AX_K(be, xent_fwd, R, C, zin, lab, -100, zin, &loss2, &count2, NULL));
+  assert_memory_equal(zin, p, sizeof p);
+  assert_true(loss2 == loss && count2 == count);
+  AX_ASSERT_OK(AX_K(be, xent_bwd, R, C, p, lab, -100, 0.5f, d1));
+  AX_ASSERT_OK(AX_K(be, xent_bwd, R, C, zin, lab, -100, 0.5f, zin));
+  assert_memory_equal(zin, d1, sizeof d1);
+  uint32_t neg_nan = 0xffc00000u;
+  memcpy(&z[3 * C + 20], &neg_nan, sizeof neg_nan);
+  AX_ASSERT_OK(AX_K(be, xent_fwd, R, C, z, lab, -100, p, &loss, &count, NULL));
+  assert_true(isnan(loss));
+  for (int j = 0; j < C; j++)
+    assert_true(isnan(p[3 * C + j]));
+  assert_false(isnan(p[2 * C]) || isnan(p[4 * C]));
+  free(z);
+}
+
 int main(void) {
   const struct CMUnitTest t[] = {
       cmocka_unit_test(layernorm_matches_reference),
@@ -315,6 +369,7 @@ int main(void) {
       cmocka_unit_test(embedding_matches_reference),
       cmocka_unit_test(embedding_rejects_bad_ids),
       cmocka_unit_test(xent_correct_matches_scan),
+      cmocka_unit_test(xent_in_place_matches_reference),
   };
   return AX_TEST_MAIN(t);
 }

@@ -1,7 +1,7 @@
 /* What the CPU fused causal attention's forward (cpu_attn_causal.c, which
  * describes the algorithm) and backward (cpu_attn_causal_bwd.c) share: the
  * block sizes, one (b, head)'s places in the operands, the dropout counter,
- * a vectorisable exp, the tile GEMM and the task runner. Internal to
+ * the tile GEMM and the task runner. Internal to
  * kernels/cpu/. */
 #ifndef AX_CPU_ATTN_CAUSAL_IMPL_H
 #define AX_CPU_ATTN_CAUSAL_IMPL_H
@@ -11,6 +11,7 @@
 
 #include "axon/kernels/backend-impl.h"
 #include "axon/kernels/cpu/cpu.h"
+#include "axon/kernels/cpu/cpu_math-impl.h"
 
 /* Query rows and keys per block; every (query, key) tile is stored with
  * row stride AXI_ATTN_BK, every transposed key block (dh, AXI_ATTN_BK). */
@@ -19,35 +20,6 @@ enum { AXI_ATTN_BQ = 64, AXI_ATTN_BK = 64 };
 /* The elementwise loops over tiles are cloned for x86-64-v4 (AVX-512),
  * picked at load time where the CPU has it. */
 #define AXI_ATTN_CLONES AXI_CPU_CLONES
-
-/* exp(x) for x <= 0 (a score minus its row's maximum or log-sum-exp),
- * within 2 ulp, without a library call so that loops over it vectorise:
- * x = n ln2 + r with |r| <= ln2 / 2, e^r by Cephes' polynomial, 2^n
- * through the exponent bits. x is first raised to -87 (so the result is
- * 1.6e-38 there, not less, far below what a softmax sum can see); the
- * clamp is an unsigned minimum of the bit patterns, which grow with the
- * magnitude below zero (a float max would keep the loop from vectorising).
- * x a few ulp above 0, as rounding can give, is fine. */
-static inline float axi_attn_exp(float x) {
-  uint32_t u;
-  memcpy(&u, &x, sizeof u);
-  u = u < 0xc2ae0000u ? u : 0xc2ae0000u; /* -87.0f */
-  float xc;
-  memcpy(&xc, &u, sizeof xc);
-  int n = (int)(xc * 1.44269504f - 0.5f); /* round to nearest for xc <= 0 */
-  float r = xc - (float)n * 0.693359375f + (float)n * 2.12194440e-4f;
-  float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * r * r + r + 1.0f;
-  int32_t bits = (n + 127) << 23;
-  float two_n;
-  memcpy(&two_n, &bits, sizeof two_n);
-  return y * two_n;
-}
 
 /* One call's operands. The backward reads o and lse and writes dq, dk, dv,
  * whose layouts are q's, k's and v's (do_ has o's). */

@@ -132,10 +132,10 @@ AXI_ATTN_CLONES static void fwd_softmax(const axi_attn_head *H, int i0, int nq,
       mx = x > mx ? x : mx;
     }
     /* Block 0 holds key 0, which every row sees: m is finite after it. */
-    c[r] = vis > 0 ? axi_attn_exp(m[r] - mx) : 1.0f;
+    c[r] = vis > 0 ? axi_exp_nonpos(m[r] - mx) : 1.0f;
 #pragma omp simd reduction(+ : sum)
     for (int j = 0; j < vis; j++) {
-      float p = axi_attn_exp(d->scale * row[j] - mx);
+      float p = axi_exp_nonpos(d->scale * row[j] - mx);
       row[j] = p;
       sum += p;
     }

@@ -48,7 +48,7 @@ AXI_ATTN_CLONES static void bwd_scores(const axi_attn_head *H, int i0, int nq,
     int vis = axi_attn_visible(d, i0 + r, j0, nk);
 #pragma omp simd
     for (int j = 0; j < vis; j++)
-      pr[j] = axi_attn_exp(sc * pr[j] - L);
+      pr[j] = axi_exp_nonpos(sc * pr[j] - L);
     for (int j = vis; j < nk; j++) /* keys after the row's position */
       pr[j] = 0.0f;
     if (d->dropout > 0.0f) {

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "axon/kernels/cpu/cpu.h"
+#include "axon/kernels/cpu/cpu_math-impl.h"
 #include "axon/kernels/error.h"
 
 /* Lanes of the vectorised row maxima. */
@@ -29,6 +30,31 @@ AXI_CPU_CLONES static float row_max(const float *x, int n) {
   for (; j < n; j++)
     m = x[j] > m ? x[j] : m;
   return m;
+}
+
+/* p[j] = exp(z[j] - mx) for j in [0, n) (p may be z), and their sum: XL
+ * double lanes each add every XL-th value in order, then the lanes are
+ * added in lane order, so the sum's order is fixed by n alone. */
+AXI_CPU_CLONES static double exp_sum(const float *z, float *p, int n,
+                                     float mx) {
+  double lane[XL] = {0};
+  int j = 0;
+  for (; j + XL <= n; j += XL)
+#pragma omp simd
+    for (int l = 0; l < XL; l++) {
+      const float e = axi_exp_nonpos(z[j + l] - mx);
+      p[j + l] = e;
+      lane[l] += e;
+    }
+  double s = 0.0;
+  for (int l = 0; l < XL; l++)
+    s += lane[l];
+  for (; j < n; j++) {
+    const float e = axi_exp_nonpos(z[j] - mx);
+    p[j] = e;
+    s += e;
+  }
+  return s;
 }
 
 /* p[0..n) *= inv, then the index of the first largest p (0 where p[0] is
@@ -74,15 +100,11 @@ int axi_cpu_xent_fwd(ax_backend *be, int rows, int classes, const float *logits,
     const float *z = logits + (size_t)r * classes;
     float *p = probs + (size_t)r * classes;
     const float mx = row_max(z, classes);
-    /* The exponentials first, then their sum in order: the sum's chain of
-     * additions no longer waits on a call's saved registers. */
-    for (int j = 0; j < classes; j++)
-      p[j] = expf(z[j] - mx);
-    double s = 0.0;
-    for (int j = 0; j < classes; j++)
-      s += p[j];
+    const int kept = labels[r] != ignore_index;
+    const double zl = kept ? z[labels[r]] : 0.0; /* before p overwrites z */
+    const double s = exp_sum(z, p, classes, mx);
     const int best = scale_argmax(p, classes, (float)(1.0 / s));
-    row_loss[r] = labels[r] != ignore_index ? log(s) + mx - z[labels[r]] : 0;
+    row_loss[r] = kept ? log(s) + mx - zl : 0;
     row_hit[r] = best == labels[r];
   }
   double total = 0.0;

@@ -84,6 +84,12 @@ __global__ static void xent_rows_kernel(int classes, const float *logits,
   for (int j = threadIdx.x; j < classes; j += blockDim.x)
     mx = fmaxf(mx, z[j]);
   mx = axi_block_max(mx, shf);
+  /* The label's logit before any thread writes p, which may be z. */
+  const int lab = labels[r];
+  const double zl =
+      threadIdx.x == 0 && lab != ignore_index && lab >= 0 && lab < classes
+          ? (double)z[lab]
+          : 0.0;
   double s = 0.0;
   for (int j = threadIdx.x; j < classes; j += blockDim.x) {
     float e = expf(z[j] - mx);
@@ -101,12 +107,11 @@ __global__ static void xent_rows_kernel(int classes, const float *logits,
   }
   b = xent_block_best(b, shb);
   if (threadIdx.x == 0) { /* thread 0 wrote p[0] itself */
-    int lab = labels[r];
     /* The serial scan's argmax: the lowest index of the largest non-NaN
      * value, unless p[0] is NaN (nothing beats it then). */
     int best = isnan(p[0]) || b.i == INT_MAX ? 0 : b.i;
     row_loss[r] = lab != ignore_index && lab >= 0 && lab < classes
-                      ? log(s) + (double)mx - (double)z[lab]
+                      ? log(s) + (double)mx - zl
                       : 0.0;
     row_hit[r] = best == lab;
   }
