@@ -87,6 +87,41 @@ static void elementwise_and_bias(void **state) {
   free(x);
 }
 
+/* GELU and its derivative over [-20, 20] (10007 values: vector lanes,
+ * blocks and a remainder) against double precision, relative to the value
+ * (the forward) and to the magnitude of the two terms Phi(x) and x phi(x)
+ * (the derivative, which crosses zero): within 5e-7 plus 1.5e-7 x^2 (the
+ * rounding of the exp's argument -x^2 / 2 in float) in both tails, and
+ * 1e-36 where the values underflow; and the dropout mask equal, value for
+ * value, to ax_dropout_uniform's. */
+static void gelu_and_dropout_match_reference(void **state) {
+  ax_backend *be = ax_backend_of(AX_CPU);
+  const size_t n = 10007;
+  float *x = malloc(n * 4), *y = malloc(n * 4), *dy = malloc(n * 4),
+        *dx = malloc(n * 4);
+  for (size_t i = 0; i < n; i++) {
+    x[i] = -20.0f + 40.0f * (float)i / (float)(n - 1);
+    dy[i] = 1.0f;
+  }
+  AX_ASSERT_OK(AX_K(be, gelu_fwd, n, x, y));
+  AX_ASSERT_OK(AX_K(be, gelu_bwd, n, x, dy, dx));
+  for (size_t i = 0; i < n; i++) {
+    const double v = x[i], cdf = 0.5 * erfc(-v / sqrt(2.0));
+    const double pdf = exp(-0.5 * v * v) / sqrt(2.0 * M_PI);
+    const double rel = 5e-7 + 1.5e-7 * v * v; /* exp's argument's rounding */
+    assert_true(fabs(y[i] - v * cdf) <= rel * fabs(v * cdf) + 1e-36);
+    assert_true(fabs(dx[i] - (cdf + v * pdf)) <=
+                rel * (cdf + fabs(v * pdf)) + 1e-36);
+  }
+  const float p = 0.3f;
+  AX_ASSERT_OK(AX_K(be, dropout_fwd, n, x, y, p, 99, 555));
+  for (size_t i = 0; i < n; i++)
+    assert_true(y[i] == (ax_dropout_uniform(99, 555 + i) >= p
+                             ? x[i] * (1.0f / (1.0f - p))
+                             : 0.0f));
+  free(x), free(y), free(dy), free(dx);
+}
+
 static void dropout_mask_is_reproducible(void **state) {
   ax_backend *be = ax_backend_of(AX_CPU);
   const size_t n = 10000;
@@ -116,6 +151,7 @@ int main(void) {
       cmocka_unit_test(gemm_vs_naive),
       cmocka_unit_test(elementwise_and_bias),
       cmocka_unit_test(dropout_mask_is_reproducible),
+      cmocka_unit_test(gelu_and_dropout_match_reference),
   };
   return AX_TEST_MAIN(t);
 }
