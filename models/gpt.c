@@ -14,7 +14,7 @@
  * A training forward that asks for the loss (ax_forward_xent) gets it from
  * the head fused over chunks of rows (models/gpt_head.c): the key
  * loss_chunk sets their row count and always fuses (0, the default: the
- * fewest chunks of even rows whose logits fit 64 MiB, and fused only when that
+ * fewest chunks of even rows whose logits fit 128 MiB, and fused only when that
  * keeps less memory until the backward than the logits' gradient does).
  *
  * Initialisation as GPT-2's: every weight N(0, 0.02^2), the projections

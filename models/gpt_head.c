@@ -19,10 +19,10 @@
 enum { C_LN, C_PROJ };
 enum { S_DH = 0, S_DW = 1 };
 
-/* The logits a fused chunk holds at most (floats): 64 MiB in its one
+/* The logits a fused chunk holds at most (floats): 128 MiB in its one
  * (rows, vocab) buffer, which holds the logits, then their softmax, then
  * their gradient. */
-#define CHUNK_FLOATS ((size_t)1 << 24)
+#define CHUNK_FLOATS ((size_t)1 << 25)
 
 typedef struct head_priv {
   int hidden, vocab, chunk; /* chunk: rows per fused chunk, 0 automatic */
