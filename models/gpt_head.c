@@ -32,7 +32,8 @@ typedef struct head_priv {
  * with W (vocab, H): per chunk of rows the logits z = h W^T, the loss and
  * softmax (xent_fwd) and the logits' gradient dz (xent_bwd), both in place,
  * dh = dz W and dW (+)= dz^T h, both GEMMs on dz in ex's precision. Saves
- * dh and dW in slot and the sums in ex->xent. */
+ * dh and dW in slot and the sums in ex->xent; with loss_only, the logits
+ * and the loss alone. */
 static int head_fused(ax_module *m, const ax_exec *ex, ax_slot *slot,
                       ax_tensor *h) {
   const head_priv *hp = m->priv;
@@ -53,10 +54,11 @@ static int head_fused(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor *wv =
       ax_tensor_view(ex->params, m->children[C_PROJ]->param_off, 2, wshape);
   ax_tensor *wk = NULL, *hk = NULL, *dz = NULL;
+  const int grads = !f->loss_only;
   ax_tensor *z = ax_tensor_new(AX_F32, 2, zshape, h->device);
-  ax_tensor *dh = ax_tensor_new(AX_F32, 2, hshape, h->device);
-  ax_tensor *dw = ax_tensor_new(AX_F32, 2, wshape, h->device);
-  int rc = wv && z && dh && dw ? AX_OK : AX_ENOMEM;
+  ax_tensor *dh = grads ? ax_tensor_new(AX_F32, 2, hshape, h->device) : NULL;
+  ax_tensor *dw = grads ? ax_tensor_new(AX_F32, 2, wshape, h->device) : NULL;
+  int rc = wv && z && (!grads || (dh && dw)) ? AX_OK : AX_ENOMEM;
   if (rc == AX_OK) /* the GEMMs' operands, once for every chunk */
     rc = axi_prec_operand(ex, wv, &wk);
   if (rc == AX_OK)
@@ -72,6 +74,11 @@ static int head_fused(ax_module *m, const ax_exec *ex, ax_slot *slot,
     if (rc == AX_OK)
       rc = AX_K(be, xent_fwd, n, V, ax_f32(z), lab + r0, f->ignore_index,
                 ax_f32(z), &sum, &count, &correct);
+    f->loss_sum += sum;
+    f->count += count;
+    f->correct += correct;
+    if (!grads)
+      continue;
     if (rc == AX_OK)
       rc = AX_K(be, xent_bwd, n, V, ax_f32(z), lab + r0, f->ignore_index,
                 f->scale, ax_f32(z));
@@ -87,15 +94,12 @@ static int head_fused(ax_module *m, const ax_exec *ex, ax_slot *slot,
       rc = axi_prec_gemm(ex, be, 1, 0, V, H, n, 1.0f, axi_mm_at(dz, 0), V, 0,
                          axi_mm_at(hk, (size_t)r0 * H), H, 0, r0 ? 1.0f : 0.0f,
                          ax_f32(dw), H, 0, 1);
-    f->loss_sum += sum;
-    f->count += count;
-    f->correct += correct;
   }
-  if (rc == AX_OK) {
+  if (rc == AX_OK && grads) {
     ax_slot_put(slot, S_DH, dh);
     ax_slot_put(slot, S_DW, dw);
-    f->done = 1;
   }
+  f->done = rc == AX_OK;
   ax_tensor_release(wv);
   ax_tensor_release(wk);
   ax_tensor_release(hk);

@@ -78,7 +78,8 @@ int ax_loss_xent(const ax_tlist *outputs, const ax_tlist *labels,
   return AX_OK;
 }
 
-/* The rows of the i32 labels (any device) that are not ignore_index. */
+/* The rows of the i32 labels that are not ignore_index (labels on a device
+ * are copied to the host for it). */
 static int kept_rows(const ax_tensor *labels, int ignore_index, int64_t *n) {
   ax_tensor *host = ax_tensor_to(labels, AX_CPU);
   if (!host)
@@ -95,7 +96,8 @@ int ax_forward_xent(ax_module *root, const ax_exec *ex, ax_slot *slot,
                     int ignore_index, const int64_t *norm, float scale,
                     ax_loss_result *res, ax_tlist *dlogits) {
   memset(res, 0, sizeof *res);
-  dlogits->n = 0;
+  if (dlogits)
+    dlogits->n = 0;
   ax_xent_fuse fuse = {0};
   ax_exec cex = *ex;
   ax_tensor *lab = NULL;
@@ -104,11 +106,17 @@ int ax_forward_xent(ax_module *root, const ax_exec *ex, ax_slot *slot,
   if (labels->n == 1 && labels->t[0] && ex->training && slot) {
     int64_t kept = 0;
     ax_tensor *l32 = ax_tensor_to_i32(labels->t[0]);
+    /* counted where the labels came from (the host, as a rule) */
+    rc = !l32                  ? AX_ENOMEM
+         : norm && norm[0] > 0 ? AX_OK
+                               : kept_rows(l32, ignore_index, &kept);
     lab = l32 ? ax_tensor_to(l32, ex->params->device) : NULL;
     ax_tensor_release(l32);
-    rc = lab ? kept_rows(lab, ignore_index, &kept) : AX_ENOMEM;
+    if (rc == AX_OK && !lab)
+      rc = AX_ENOMEM;
     div = norm && norm[0] > 0 ? norm[0] : (kept ? kept : 1);
-    fuse = (ax_xent_fuse){lab, ignore_index, scale / (float)div, 0, 0.0, 0, 0};
+    fuse = (ax_xent_fuse){
+        lab, ignore_index, scale / (float)div, !dlogits, 0, 0.0, 0, 0};
     cex.xent = &fuse;
   }
   ax_tlist out = {0};

@@ -30,9 +30,10 @@ int ax_loss_xent(const ax_tlist *outputs, const ax_tlist *labels,
  * last block fuses the loss (ax_xent_fuse, models/module.h: GPT's head),
  * the outputs are never formed and dlogits comes back EMPTY: pass it to
  * the backward as it is (the block kept its gradients in the slot). With
- * several outputs, or no dlogits wanted, nothing is fused. res as
- * ax_loss_xent's; the forward's outputs are dropped. On error dlogits is
- * empty. */
+ * several outputs nothing is fused. dlogits NULL asks for the loss alone
+ * (a forward whose backward will replay it): a fusing block computes no
+ * gradient and the plain path no dlogits. res as ax_loss_xent's; the
+ * forward's outputs are dropped. On error dlogits is empty. */
 int ax_forward_xent(ax_module *root, const ax_exec *ex, ax_slot *slot,
                     const ax_tlist *in, const ax_tlist *labels,
                     int ignore_index, const int64_t *norm, float scale,

@@ -114,12 +114,15 @@ int ax_precision_parse(const char *s, int *out);
  * fuses it computes, for its rows r, the loss and the logits' gradient
  * scale * (softmax - onehot(labels[r])) (0 for ignored rows) and from it
  * its input and weight gradients; it returns no outputs, sets done and the
- * sums below, and its backward then takes an empty output gradient. Other
- * modules ignore it. */
+ * sums below, and its backward then takes an empty output gradient; with
+ * loss_only it computes only the loss and the sums (and keeps nothing for
+ * a backward). Other modules ignore it. */
 typedef struct ax_xent_fuse {
   const ax_tensor *labels; /* i32, one per output row, on its device */
   int ignore_index;
-  float scale; /* the gradient's factor: scale / divisor of the mean */
+  float scale;   /* the gradient's factor: scale / divisor of the mean */
+  int loss_only; /* the loss and sums alone: no gradients (a forward that
+                    the backward replays) */
   /* Written by the block that fused the loss: */
   int done;
   double loss_sum;        /* summed over the kept rows */

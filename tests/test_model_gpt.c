@@ -202,6 +202,19 @@ static double step_grads(const char *cfg, int precision, int fused, float **g) {
     AX_ASSERT_OK(ax_loss_xent(&out, &lab, -100, NULL, 1.0f, &r, &dout));
   }
   assert_int_equal(r.count[0], B * T - 1);
+  if (fused) { /* the loss alone (no dlogits): the same bits, no gradient */
+    ax_slot *s2 = ax_slot_new();
+    ax_exec ex = ax_net_exec(net, 1);
+    ex.seed = 9;
+    ax_loss_result r2;
+    AX_ASSERT_OK(ax_forward_xent(net->root, &ex, s2, &in, &lab, -100, NULL,
+                                 1.0f, &r2, NULL));
+    assert_true(r2.loss == r.loss && r2.count[0] == r.count[0] &&
+                r2.correct[0] == r.correct[0]);
+    ax_tlist none = {0};
+    assert_int_not_equal(ax_net_backward(net, s2, 9, 0, &none, &din), AX_OK);
+    ax_slot_free(s2);
+  }
   AX_ASSERT_OK(ax_net_backward(net, slot, 9, 0, &dout, &din));
   *g = malloc(net->n_params * sizeof **g);
   memcpy(*g, ax_f32(net->grads), net->n_params * sizeof **g);

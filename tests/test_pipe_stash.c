@@ -2,7 +2,8 @@
  * the numbers every operation reports (3 real agents, MLP):
  *  - fr: at most d_k + 1 live states per stage, the bound reached, one
  *    weight version, and the state bytes are exactly the kept inputs (and
- *    on the last stage the loss's gradient, which its backward takes): the
+ *    on the last stage the labels, from which the replay computes the
+ *    loss's gradient; the first forward computes the loss alone): the
  *    slot the replay builds at backward is gone once the backward returns,
  *    and no activations are kept in between;
  *  - gpipe with recompute always: the same with M micro-batch inputs;
@@ -24,7 +25,7 @@ static ax_node *g_drv;
 
 /* Runs `steps` mini-batches; inputs_only: every event's state bytes must
  * equal its live states times the stage's input bytes per unit (on the
- * last stage plus the bytes of the loss's gradient, the unit's logits).
+ * last stage plus its i32 labels).
  * Returns the largest ratio of state bytes to those bytes seen. */
 static double run(int mode, int M, int recompute, int steps, int inputs_only) {
   const int K = NAGENTS;
@@ -49,8 +50,8 @@ static double run(int mode, int M, int recompute, int steps, int inputs_only) {
   for (long i = 0; i < ne; i++) {
     int s = ev[i].op.stage;
     int64_t unit_in = (int64_t)(B / U) * g_widths[bounds[s]] * 4;
-    if (s == K - 1) /* the loss's gradient: (B / U, classes) */
-      unit_in += (int64_t)(B / U) * g_widths[bounds[K]] * 4;
+    if (s == K - 1) /* the labels: B / U i32 */
+      unit_in += (int64_t)(B / U) * 4;
     peak[s] = ev[i].live > peak[s] ? ev[i].live : peak[s];
     peakv[s] = ev[i].versions > peakv[s] ? ev[i].versions : peakv[s];
     if (ev[i].live > 0) {

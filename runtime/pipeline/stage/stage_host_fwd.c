@@ -122,10 +122,13 @@ int axi_pipe_host_fwd(ax_call_ctx *cc, void *obj, const ax_values *args,
     ex.params = w;
     ex.seed = (uint64_t)seed;
     ex.update_stats = train;
-    if (h->is_last && st) /* the loss fused into the model's head if it can */
+    /* The loss fused into the model's head if it can; the loss alone when
+     * the backward replays this forward. */
+    if (h->is_last && st)
       err =
           ax_forward_xent(s->net->root, &ex, st->slot, &in, &m.lab.t,
-                          s->ignore_index, m.lab.norm, scale, &r, &st->dlogits);
+                          s->ignore_index, m.lab.norm, scale, &r,
+                          flags & AX_PIPE_FLAG_RECOMPUTE ? NULL : &st->dlogits);
     else
       err = ax_forward(s->net->root, &ex, st ? st->slot : NULL, &in, &y);
   }
