@@ -3,8 +3,12 @@
  * dictionary) for 300 steps in fp32 and in bf16 from the same seed, on the
  * same batches. bf16 must learn as fp32 does: its loss over the last 20
  * steps within 2 % of fp32's, and both well under the uniform byte's
- * log 256 (so the comparison is of models that learned). Label slow: 8 s
- * of one core (its two runs); without the dictionary it is skipped. */
+ * log 256 (so the comparison is of models that learned). AdamW at lr 1e-3:
+ * at 3e-3 both runs pass through a plateau whose end moves with rounding
+ * alone (seeds 11-14 gave bf16 / fp32 from 0.89 to 1.07, and the fp32 run
+ * itself moved 0.6 % when two kernels changed their last bits); at 1e-3 the
+ * same seeds give 0.9999 to 1.0014. Label slow: 8 s of one core (its two
+ * runs); without the dictionary it is skipped. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +31,7 @@ static double tail_loss(int precision) {
   o.model_config = "layers=2,hidden=64,heads=4,ff=256,seq=32,vocab=256";
   o.dataset = "text";
   o.data_config = "seq=32,max_bytes=512k";
-  o.optim_config = "opt=adamw,lr=3e-3,wd=0";
+  o.optim_config = "opt=adamw,lr=1e-3,wd=0";
   o.batch = 16;
   o.max_steps = STEPS;
   o.eval_limit = 64;
