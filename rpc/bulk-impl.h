@@ -146,6 +146,28 @@ int axi_bulk_read_wait(int fd, struct ssl_st *ssl, void *buf, size_t len,
 /* Writes all of len bytes the same way: AX_OK, or AX_EPEERDOWN. */
 int axi_bulk_write_wait(int fd, struct ssl_st *ssl, const void *buf, size_t len,
                         int64_t deadline_ms);
+/* bulk_io.c: the I/O thread's handlers of connection c (the event's arg):
+ * its write event sends queued frames, its read event takes frames in.
+ * axi_bulk_conn_close closes c (I/O thread only; why: the error its
+ * pending sends get, NULL for a clean close). */
+void axi_bulk_on_write(evutil_socket_t fd, short what, void *arg);
+void axi_bulk_on_read(evutil_socket_t fd, short what, void *arg);
+void axi_bulk_conn_close(bconn *c, const char *why);
+/* bulk_dial.c: a connection's start. TCP_NODELAY and non-blocking. */
+void axi_bulk_sock_opts(int fd);
+/* HOST:PORT of addr into host (hl bytes) and *port; AX_EINVAL when it has
+ * no port. */
+int axi_bulk_parse_hostport(const char *addr, char *host, size_t hl, int *port);
+/* Connects to the node whose data address is addr: on this host's shared
+ * memory when both run "shm" here (*ring set; a Unix socket that cannot be
+ * reached falls back to TCP), else over TCP with a bounded wait (5 s). */
+int axi_bulk_dial_peer(axi_bulk *b, const char *addr, int *fd,
+                       axi_shm_ring **ring);
+/* Mutual authentication on a fresh connection (plain, or inside the TLS
+ * session ssl; 5 s at most): AX_OK once the acceptor proved it holds the
+ * secret; AX_EPEERDOWN otherwise (the reason named). */
+int axi_bulk_authenticate(ax_node *n, int fd, struct ssl_st *ssl,
+                          axi_shm_ring *ring, const char *addr);
 /* Dialling side: the TLS handshake on the connected socket fd (5 s at
  * most), then the acceptor's certificate CN must be `want` (NULL: any
  * member). The session, or NULL with the error set (the reason named). */

@@ -4,7 +4,9 @@
  * only reports readiness; bytes move with our own readv/writev straight between
  * the socket and tensor storage in large steps (bufferevents would copy through
  * 4 KiB reads). Connections are closed only on the I/O thread and freed
- * only when the channel stops, so a pointer held by a sender stays valid. */
+ * only when the channel stops, so a pointer held by a sender stays valid.
+ * A connection's I/O handlers are in bulk_io.c, dialling and the mutual
+ * authentication in bulk_dial.c. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
@@ -30,150 +32,8 @@
 static pthread_once_t g_evthread_once = PTHREAD_ONCE_INIT;
 static void evthread_init(void) { evthread_use_pthreads(); }
 
-static void set_sock_opts(int fd) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-}
-
 static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing,
                        struct ssl_st *ssl, int shm, axi_shm_ring *ring);
-
-/* ---- closing (I/O thread only) ---------------------------------------- */
-static void conn_close(bconn *c, const char *why) {
-  if (c->dead)
-    return;
-  event_del(c->rev);
-  event_del(c->wev);
-  pthread_mutex_lock(&c->mu); /* a sender may be writing inline */
-  axi_bulk_tls_close(c);
-  axi_shm_ring_free(c->ring); /* unmapped: a peer that left costs nothing */
-  c->ring = NULL;
-  close(c->fd);
-  c->fd = -1;
-  c->dead = 1;
-  bframe *q = c->q_head;
-  c->q_head = NULL;
-  c->q_tail = &c->q_head;
-  pthread_mutex_unlock(&c->mu);
-  axi_bulk_frames_free(q);
-  axi_bulk_recv_reset(c);
-  /* Receive buffers go now: a peer that left costs no memory. */
-  free(c->stage);
-  c->stage = NULL;
-  c->stage_cap = 0;
-  free(c->rbuf);
-  c->rbuf = NULL;
-  c->rpos = c->rlen = 0;
-  if (c->outgoing && c->peer && why)
-    axi_peer_down(c->peer, NULL, why);
-}
-
-/* ---- writing ---------------------------------------------------------- */
-static void on_write(evutil_socket_t fd, short what, void *arg) {
-  bconn *c = arg;
-  if (c->want_close) {
-    conn_close(c, c->want_close == 2 ? "bulk connection lost while sending"
-                                     : NULL);
-    return;
-  }
-  if (c->handshaking) { /* the TLS handshake wanted to write */
-    int h = c->dead ? 0 : axi_bulk_tls_accept(c);
-    if (h < 0)
-      conn_close(c, NULL);
-    else if (h > 0) /* the session may already hold the peer's first bytes */
-      event_active(c->rev, EV_READ, 0);
-    return;
-  }
-  for (;;) {
-    struct iovec iov[AXI_BULK_WIOV];
-    pthread_mutex_lock(&c->mu);
-    if (!c->q_head) {
-      c->writing = 0;
-      pthread_mutex_unlock(&c->mu);
-      return;
-    }
-    /* Only the writer pops frames; senders append behind it. */
-    int n = axi_bulk_gather_locked(c, iov);
-    pthread_mutex_unlock(&c->mu);
-    ssize_t w = axi_bulk_io_writev(c, iov, n);
-    if (w == 0) {
-      axi_bulk_wait_writable(c);
-      return;
-    }
-    if (w < 0) {
-      conn_close(c, "bulk connection lost while sending");
-      return;
-    }
-    pthread_mutex_lock(&c->mu);
-    bframe *done = axi_bulk_advance_locked(c, (size_t)w);
-    pthread_mutex_unlock(&c->mu);
-    axi_bulk_frames_free(done);
-  }
-}
-
-/* ---- reading ---------------------------------------------------------- */
-/* A shared-memory connection's socket: the ring first (incoming), then
- * doorbells; the bytes stay in the ring until read, so an EOF is acted on
- * after what the ring still holds. */
-static void on_read_shm(bconn *c) {
-  if (!c->outgoing && !c->ring) {
-    int t = axi_shm_take(c);
-    if (t < 0)
-      conn_close(c, NULL);
-    if (t <= 0)
-      return;
-  }
-  int eof = axi_shm_drain(c) < 0;
-  if (c->outgoing) { /* the reader made room, or left */
-    if (eof) {
-      conn_close(c, "bulk connection closed by the peer");
-      return;
-    }
-    pthread_mutex_lock(&c->mu);
-    int writing = c->writing;
-    pthread_mutex_unlock(&c->mu);
-    if (writing)
-      event_active(c->wev, EV_WRITE, 0);
-    return;
-  }
-  axi_bulk_cork_begin();
-  int rc = axi_bulk_recv(c);
-  axi_bulk_cork_flush();
-  if (rc != AX_OK || eof)
-    conn_close(c, NULL);
-}
-
-static void on_read(evutil_socket_t fd, short what, void *arg) {
-  bconn *c = arg;
-  if (c->dead)
-    return;
-  if (c->shm) {
-    on_read_shm(c);
-    return;
-  }
-  if (c->outgoing) { /* nothing is expected back: EOF means the peer left */
-    char tmp[64];
-    pthread_mutex_lock(&c->mu); /* a TLS session has one user at a time */
-    ssize_t r = axi_bulk_io_read(c, tmp, sizeof tmp);
-    pthread_mutex_unlock(&c->mu);
-    if (r < 0)
-      conn_close(c, "bulk connection closed by the peer");
-    return;
-  }
-  if (c->handshaking) {
-    int h = axi_bulk_tls_accept(c);
-    if (h < 0)
-      conn_close(c, NULL);
-    if (h <= 0)
-      return;
-  }
-  axi_bulk_cork_begin();
-  int rc = axi_bulk_recv(c);
-  axi_bulk_cork_flush();
-  if (rc != AX_OK)
-    conn_close(c, NULL);
-}
 
 /* ---- connections ------------------------------------------------------ */
 static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing,
@@ -192,8 +52,8 @@ static bconn *conn_new(axi_bulk *b, int fd, axi_peer *p, int outgoing,
   c->outgoing = outgoing;
   c->q_tail = &c->q_head;
   pthread_mutex_init(&c->mu, NULL);
-  c->rev = event_new(b->base, fd, EV_READ | EV_PERSIST, on_read, c);
-  c->wev = event_new(b->base, fd, EV_WRITE, on_write, c);
+  c->rev = event_new(b->base, fd, EV_READ | EV_PERSIST, axi_bulk_on_read, c);
+  c->wev = event_new(b->base, fd, EV_WRITE, axi_bulk_on_write, c);
   if (!c->rev || !c->wev) {
     if (c->rev)
       event_free(c->rev);
@@ -272,7 +132,7 @@ static void accept_conn(axi_bulk *b, int fd, int shm) {
 
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
                       struct sockaddr *sa, int len, void *arg) {
-  set_sock_opts(fd);
+  axi_bulk_sock_opts(fd);
   accept_conn(arg, fd, 0);
 }
 
@@ -282,138 +142,6 @@ static void on_accept_shm(struct evconnlistener *l, evutil_socket_t fd,
                           struct sockaddr *sa, int len, void *arg) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   accept_conn(arg, fd, 1);
-}
-
-/* Mutual authentication on a fresh connection (plain, or inside the TLS
- * session ssl; bounded wait, 5 s): reads the accepting side's challenge,
- * writes the hello answering it with this node's own nonce, and reads the
- * acceptor's proof over that nonce. Nothing else is sent before the
- * acceptor proved it holds the secret. */
-static int authenticate(ax_node *n, int fd, struct ssl_st *ssl,
-                        axi_shm_ring *ring, const char *addr) {
-  int64_t end = ax_clock_ms() + 5000;
-  uint8_t chal[4 + AXI_NONCE_LEN];
-  uint32_t magic = 0;
-  if (axi_bulk_read_wait(fd, ssl, chal, sizeof chal, end) == AX_OK)
-    memcpy(&magic, chal, 4);
-  else if (ax_clock_ms() >= end) /* silence is not a wrong secret */
-    return ax_seterr(AX_EPEERDOWN,
-                     "bulk: no challenge from %s within 5 s "
-                     "(overloaded or hung)",
-                     addr);
-  if (magic != AXI_BULK_CHAL_MAGIC)
-    return ax_seterr(AX_EPEERDOWN,
-                     "bulk: no authentication challenge from %s (does it run "
-                     "with the same token?)",
-                     addr);
-  uint8_t mac[AXI_MAC_LEN], mine[AXI_NONCE_LEN];
-  AX_TRY(axi_auth_nonce(mine));
-  axi_auth_mac(n, AXI_AUTH_BULK, chal + 4, n->name, n->addr, n->bulk_addr,
-               n->incarnation, mac);
-  bframe *h = axi_bulk_hello(n, mac, mine);
-  if (!h)
-    return ax_seterr(AX_ENOMEM, "bulk: no memory");
-  /* The hello takes the frames' way: the ring, on shared memory. */
-  int wrc = ring ? axi_shm_put(ring, fd, h->head, h->head_len)
-                 : axi_bulk_write_wait(fd, ssl, h->head, h->head_len, end);
-  axi_bulk_frames_free(h);
-  uint8_t ack[4 + AXI_MAC_LEN];
-  magic = 0;
-  int rrc =
-      wrc == AX_OK ? axi_bulk_read_wait(fd, ssl, ack, sizeof ack, end) : wrc;
-  if (rrc == AX_OK)
-    memcpy(&magic, ack, 4);
-  else /* no answer (a timeout under load, or closed): not a refusal */
-    return ax_seterr(AX_EPEERDOWN, "bulk: %s did not answer the hello%s", addr,
-                     ax_clock_ms() >= end
-                         ? " within 5 s (overloaded or hung)"
-                         : " (it closed the connection: does it run "
-                           "with the same token?)");
-  if (magic != AXI_BULK_ACK_MAGIC ||
-      !axi_auth_verify(n, AXI_AUTH_BULK_ACK, mine, "", "", "", 0, ack + 4,
-                       AXI_MAC_LEN)) {
-    if (axi_refusal_logged(n))
-      fprintf(stderr,
-              "axon: %s: %s did not prove the shared secret on the "
-              "data channel\n",
-              n->name, addr);
-    return ax_seterr(AX_EPEERDOWN, "bulk: %s did not prove the shared secret",
-                     addr);
-  }
-  return AX_OK;
-}
-
-/* HOST:PORT of a data address (without its shared-memory suffix). */
-static void addr_hostport(const char *addr, char *out, size_t len) {
-  const char *s = strstr(addr, AXI_SHM_SUFFIX);
-  size_t k = s ? (size_t)(s - addr) : strlen(addr);
-  snprintf(out, len, "%.*s", (int)k, addr);
-}
-
-static int parse_hostport(const char *addr, char *host, size_t hl, int *port) {
-  const char *c = strrchr(addr, ':');
-  if (!c || (size_t)(c - addr) >= hl)
-    return ax_seterr(AX_EINVAL, "bulk: bad address %s", addr);
-  memcpy(host, addr, c - addr);
-  host[c - addr] = 0;
-  *port = atoi(c + 1);
-  return AX_OK;
-}
-
-/* Connects with a bounded wait (5 s). */
-static int dial(const char *full, int *out) {
-  char host[128], ps[16], addr[160];
-  int port = 0;
-  addr_hostport(full, addr, sizeof addr);
-  AX_TRY(parse_hostport(addr, host, sizeof host, &port));
-  snprintf(ps, sizeof ps, "%d", port);
-  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-  if (getaddrinfo(host, ps, &hints, &ai) || !ai)
-    return ax_seterr(AX_EPEERDOWN, "bulk: cannot resolve %s", addr);
-  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int rc = AX_OK;
-  if (fd < 0) {
-    rc = ax_seterr(AX_EIO, "bulk: socket: %s", strerror(errno));
-  } else {
-    set_sock_opts(fd);
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS)
-      rc = ax_seterr(AX_EPEERDOWN, "bulk: connect %s: %s", addr,
-                     strerror(errno));
-    if (rc == AX_OK) {
-      struct pollfd pf = {.fd = fd, .events = POLLOUT};
-      int err = 0;
-      socklen_t el = sizeof err;
-      if (poll(&pf, 1, 5000) != 1 ||
-          getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) || err)
-        rc = ax_seterr(AX_EPEERDOWN, "bulk: connect %s: %s", addr,
-                       err ? strerror(err) : "timed out");
-    }
-    if (rc != AX_OK)
-      close(fd);
-  }
-  freeaddrinfo(ai);
-  if (rc == AX_OK)
-    *out = fd;
-  return rc;
-}
-
-/* Connects to the node whose data address is addr: on this host's shared
- * memory when both run "shm" here (*ring set; a Unix socket that cannot be
- * reached falls back to TCP), else over TCP. */
-static int dial_peer(axi_bulk *b, const char *addr, int *fd,
-                     axi_shm_ring **ring) {
-  *ring = NULL;
-  if (b->shm_listener && axi_shm_same_host(addr, b->host_id)) {
-    char hp[160];
-    addr_hostport(addr, hp, sizeof hp);
-    if (axi_shm_dial(hp, fd) == AX_OK) {
-      int rc = axi_shm_offer(*fd, AXI_SHM_RING, ring);
-      if (rc != AX_OK)
-        close(*fd);
-      return rc;
-    }
-  }
-  return dial(addr, fd);
 }
 
 /* The frame of m: its head (magic, prefix, body) and its tensors, sent
@@ -466,7 +194,7 @@ static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
   if (locked && (!(c = p->bulk_conn) || c->dead)) {
     const char *addr = p->bulk_addr;
     axi_shm_ring *ring = NULL;
-    int fd = -1, rc = dial_peer(b, addr, &fd, &ring);
+    int fd = -1, rc = axi_bulk_dial_peer(b, addr, &fd, &ring);
     bframe *h = NULL;
     struct ssl_st *ssl = NULL;
     /* With TLS, the acceptor must hold a certificate for the member we
@@ -480,7 +208,7 @@ static int tcp_send(axi_transport *t, axi_peer *p, const axi_msg *m,
     char who[400]; /* the member we meant to reach, for the messages */
     snprintf(who, sizeof who, "%s (%s)", addr, p->name);
     if (rc == AX_OK && b->node->token_len &&
-        (rc = authenticate(b->node, fd, ssl, ring, who)) != AX_OK) {
+        (rc = axi_bulk_authenticate(b->node, fd, ssl, ring, who)) != AX_OK) {
       axi_bulk_tls_close(&(bconn){.ssl = ssl});
       close(fd);
     }
@@ -520,13 +248,13 @@ static int tcp_probe(axi_transport *t, const char *addr) {
   axi_bulk *b = (axi_bulk *)t;
   int fd = -1;
   axi_shm_ring *ring = NULL;
-  AX_TRY(dial_peer(b, addr, &fd, &ring));
+  AX_TRY(axi_bulk_dial_peer(b, addr, &fd, &ring));
   struct ssl_st *ssl = NULL;
   int rc = AX_OK;
   if (b->tls && !(ssl = axi_bulk_tls_connect(t->node, fd, NULL, addr)))
     rc = AX_EPEERDOWN;
   if (rc == AX_OK && t->node->token_len)
-    rc = authenticate(t->node, fd, ssl, ring, addr);
+    rc = axi_bulk_authenticate(t->node, fd, ssl, ring, addr);
   axi_bulk_tls_close(&(bconn){.ssl = ssl});
   axi_shm_ring_free(ring);
   close(fd);
@@ -614,7 +342,7 @@ static int start_ops(const axi_transport_ops *ops, ax_node *n,
   pthread_once(&g_evthread_once, evthread_init);
   char host[128];
   int port = 0;
-  if (parse_hostport(listen, host, sizeof host, &port) != AX_OK)
+  if (axi_bulk_parse_hostport(listen, host, sizeof host, &port) != AX_OK)
     return ax_seterr(AX_EINVAL, "bulk: cannot listen on %s", listen);
   axi_bulk *b = calloc(1, sizeof *b);
   if (!b)
@@ -696,7 +424,7 @@ static void tcp_stop(axi_transport *t, int64_t timeout_ms) {
   for (bconn *c = b->conns, *nx; c; c = nx) {
     nx = c->next;
     c->peer = NULL; /* no peer-down reports while stopping */
-    conn_close(c, NULL);
+    axi_bulk_conn_close(c, NULL);
     conn_free(c);
   }
   for (axi_peer *p = b->node->peers; p; p = p->next)
