@@ -19,8 +19,8 @@ int axi_gpt_sizes_of(const ax_config *cfg, axi_gpt_sizes *out);
 /* GPT's last block, "head" (models/gpt_head.c): the final layer norm, then
  * the logits (B T, vocab) = x W^T of the tied token table, or the fused
  * softmax cross-entropy a training forward asks for (ax_exec.xent,
- * models/module.h) over chunks of chunk_rows rows (0: as many as keep a
- * chunk's logits near 32 MiB). NULL on out-of-memory. */
+ * models/module.h) over chunks of chunk_rows rows (0: the fewest chunks
+ * of even rows whose logits fit 128 MiB). NULL on out-of-memory. */
 ax_module *axi_gpt_head_new(int hidden, int vocab, int chunk_rows);
 
 #endif
