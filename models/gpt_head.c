@@ -53,13 +53,17 @@ static int head_fused(ax_module *m, const ax_exec *ex, ax_slot *slot,
   int64_t wshape[2] = {V, H}, zshape[2] = {chunk, V}, hshape[2] = {rows, H};
   ax_tensor *wv =
       ax_tensor_view(ex->params, m->children[C_PROJ]->param_off, 2, wshape);
-  ax_tensor *wk = NULL, *hk = NULL, *dz = NULL;
+  ax_tensor *wk = NULL, *hk = NULL;
   const int grads = !f->loss_only;
   ax_tensor *z = ax_tensor_new(AX_F32, 2, zshape, h->device);
   ax_tensor *dh = grads ? ax_tensor_new(AX_F32, 2, hshape, h->device) : NULL;
   ax_tensor *dw = grads ? ax_tensor_new(AX_F32, 2, wshape, h->device) : NULL;
   int rc = wv && z && (!grads || (dh && dw)) ? AX_OK : AX_ENOMEM;
-  if (rc == AX_OK) /* the GEMMs' operands, once for every chunk */
+  /* The table and the rows in ex's precision once for every chunk (the
+   * table is packed twice a chunk); the logits' gradient goes to its two
+   * GEMMs in f32, which a bf16 GEMM rounds as it packs it (the bits of a
+   * bf16 copy made first, without the copy). */
+  if (rc == AX_OK)
     rc = axi_prec_operand(ex, wv, &wk);
   if (rc == AX_OK)
     rc = axi_prec_operand(ex, h, &hk);
@@ -82,16 +86,12 @@ static int head_fused(ax_module *m, const ax_exec *ex, ax_slot *slot,
     if (rc == AX_OK)
       rc = AX_K(be, xent_bwd, n, V, ax_f32(z), lab + r0, f->ignore_index,
                 f->scale, ax_f32(z));
-    ax_tensor_release(dz);
-    dz = NULL;
-    if (rc == AX_OK)
-      rc = axi_prec_operand(ex, z, &dz);
     if (rc == AX_OK) /* dh (n, H) = dz (n, V) W (V, H) */
-      rc = axi_prec_gemm(ex, be, 0, 0, n, H, V, 1.0f, axi_mm_at(dz, 0), V, 0,
+      rc = axi_prec_gemm(ex, be, 0, 0, n, H, V, 1.0f, axi_mm_at(z, 0), V, 0,
                          axi_mm_at(wk, 0), H, 0, 0.0f,
                          ax_f32(dh) + (size_t)r0 * H, H, 0, 1);
     if (rc == AX_OK) /* dW (V, H) (+)= dz^T (V, n) h (n, H) */
-      rc = axi_prec_gemm(ex, be, 1, 0, V, H, n, 1.0f, axi_mm_at(dz, 0), V, 0,
+      rc = axi_prec_gemm(ex, be, 1, 0, V, H, n, 1.0f, axi_mm_at(z, 0), V, 0,
                          axi_mm_at(hk, (size_t)r0 * H), H, 0, r0 ? 1.0f : 0.0f,
                          ax_f32(dw), H, 0, 1);
   }
@@ -103,7 +103,6 @@ static int head_fused(ax_module *m, const ax_exec *ex, ax_slot *slot,
   ax_tensor_release(wv);
   ax_tensor_release(wk);
   ax_tensor_release(hk);
-  ax_tensor_release(dz);
   ax_tensor_release(z);
   ax_tensor_release(dh);
   ax_tensor_release(dw);

@@ -47,8 +47,8 @@ void axi_bulk_conn_close(bconn *c, const char *why) {
 void axi_bulk_on_write(evutil_socket_t fd, short what, void *arg) {
   bconn *c = arg;
   if (c->want_close) {
-    axi_bulk_conn_close(c, c->want_close == 2 ? "bulk connection lost while sending"
-                                     : NULL);
+    axi_bulk_conn_close(
+        c, c->want_close == 2 ? "bulk connection lost while sending" : NULL);
     return;
   }
   if (c->handshaking) { /* the TLS handshake wanted to write */
