@@ -276,14 +276,18 @@ static axi_peak peak_of(const train_args *t) {
 
 /* Prints the line of a timed run (train's header comment). */
 static void report(const train_args *t, const ax_config *cfg, const ax_net *net,
-                   int batch, step_time dt, axi_peak peak) {
+                   const ax_model_info *info, int batch, step_time dt,
+                   axi_peak peak) {
   double sps = (double)t->steps * batch / dt.wall;
   char dname[16];
+  /* params: each tied parameter once; stored: the floats the net holds */
   printf("bench train: model=%s batch=%d threads=%d device=%s params=%zu "
-         "precision=%s step_ms=%.2f samples_per_s=%.2f",
+         "stored_params=%zu precision=%s step_ms=%.2f samples_per_s=%.2f",
          t->model, batch, ax_cpu_threads(),
-         ax_device_str(t->dev, dname, sizeof dname), net->n_params,
-         ax_precision_name(t->precision), 1000.0 * dt.wall / t->steps, sps);
+         ax_device_str(t->dev, dname, sizeof dname),
+         net->n_params - ax_model_tied_floats(info, 0, info->n_blocks),
+         net->n_params, ax_precision_name(t->precision),
+         1000.0 * dt.wall / t->steps, sps);
   printf(" cpu_s_per_step=%.3f", dt.cpu / t->steps);
   int seq = seq_of(t->model, cfg);
   if (seq > 0)
@@ -352,7 +356,7 @@ int ax_bench_train_main(int argc, char **argv) {
   if (rc == AX_OK)
     rc = time_steps(net, opt, &in, &lab, &info, t.dev, t.warmup, t.steps, &dt);
   if (rc == AX_OK)
-    report(&t, &cfg, net, batch, dt, peak);
+    report(&t, &cfg, net, &info, batch, dt, peak);
   else
     fprintf(stderr, "axon-bench: %s: %s\n", ax_strerror(rc), ax_errmsg());
   ax_optim_free(opt);

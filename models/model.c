@@ -327,6 +327,16 @@ int ax_model_stage(const ax_model_def *def, const ax_config *cfg, int first,
   return err;
 }
 
+size_t ax_model_tied_floats(const ax_model_info *info, int first, int last) {
+  size_t n = 0;
+  for (int i = 0; i < info->n_ties; i++) {
+    const ax_model_tie *t = &info->ties[i];
+    if (t->a >= first && t->b < last)
+      n += t->len;
+  }
+  return n;
+}
+
 /* The stage of n holding block i, or -1. */
 static int stage_of(int n, const int *bounds, int i) {
   for (int k = 0; k < n; k++)

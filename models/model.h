@@ -146,6 +146,12 @@ int ax_model_stage(const ax_model_def *def, const ax_config *cfg, int first,
  * ax_model_stage built from blocks [first, ...) (its child block - first). */
 size_t ax_model_block_offset(const ax_net *net, int first, int block);
 
+/* The floats that blocks [first, last) store twice: the length of every
+ * tie both of whose blocks lie there. So a net of those blocks has
+ * n_params - this many distinct parameters (a tied one counted once, as
+ * PyTorch counts a shared tensor). */
+size_t ax_model_tied_floats(const ax_model_info *info, int first, int last);
+
 /* Sums the gradients of every tie both of whose blocks lie in the stages
  * given: each copy's range becomes g_a + g_b (the same bits in both:
  * addition commutes). Stage k holds blocks [bounds[k], bounds[k + 1]) laid

@@ -107,6 +107,10 @@ static void test_finite_differences(void **state) {
          ob = ax_model_block_offset(net, 0, t->b) + t->off_b;
   float *w = ax_f32(net->params);
   assert_memory_equal(w + oa, w + ob, t->len * sizeof(float));
+  /* the table is stored twice by a net of all blocks, once by any other */
+  assert_int_equal(ax_model_tied_floats(&info, 0, 4), 11 * 8);
+  assert_int_equal(ax_model_tied_floats(&info, 1, 4), 0);
+  assert_int_equal(ax_model_tied_floats(&info, 0, 3), 0);
   ax_tlist in, lab, out = {0}, dout = {0}, din = {0};
   batch(&in, &lab);
   ax_slot *slot = ax_slot_new();
