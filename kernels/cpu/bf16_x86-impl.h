@@ -1,9 +1,15 @@
-/* The AVX-512 form of kernels/bf16.h's f32 -> bf16 rounding, shared by the
- * CPU casts (cpu_bf16.c) and the packing of the AVX512-BF16 GEMM
- * (cpu_bf16_gemm.c), so that both give ax_bf16_from_f32's bits. Only on
+/* What the CPU's bf16 casts and GEMM fallback (cpu_bf16.c) share with the
+ * AVX512-BF16 GEMM (cpu_bf16_gemm.c): the addressing of an operand that is
+ * f32 or bf16, and the AVX-512 form of kernels/bf16.h's f32 -> bf16
+ * rounding, so that both give ax_bf16_from_f32's bits. The rounding only on
  * x86-64 under GCC or Clang (AXI_BF16_X86 is 1 there, else 0). */
 #ifndef AX_CPU_BF16_X86_IMPL_H
 #define AX_CPU_BF16_X86_IMPL_H
+
+/* x advanced by off elements, f32 (f32 != 0) or bf16. */
+static inline const void *axi_bf16_elem_at(const void *x, int f32, long off) {
+  return (const char *)x + off * (f32 ? 4 : 2);
+}
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -132,11 +132,6 @@ static void cast_matrix(int rows, int cols, const void *x, ax_dtype dt, long ld,
   }
 }
 
-/* x advanced by off elements of type dt. */
-static const void *elem_at(const void *x, ax_dtype dt, long off) {
-  return (const char *)x + off * (long)ax_dtype_size(dt);
-}
-
 /* The fallback: each batch entry's operands as f32 bf16 values, then the
  * f32 gemm with dense leading dimensions. */
 static int gemm_bf16_fallback(ax_backend *be, int ta, int tb, int m, int n,
@@ -153,9 +148,11 @@ static int gemm_bf16_fallback(ax_backend *be, int ta, int tb, int m, int n,
   int rc = AX_OK;
   for (int z = 0; rc == AX_OK && z < batch; z++) {
     if (z == 0 || sa != 0)
-      cast_matrix(ar, ac, elem_at(a, at, z * sa), at, lda, fa);
+      cast_matrix(ar, ac, axi_bf16_elem_at(a, at == AX_F32, z * sa), at, lda,
+                  fa);
     if (z == 0 || sb != 0)
-      cast_matrix(br, bc, elem_at(b, bt, z * sb), bt, ldb, fb);
+      cast_matrix(br, bc, axi_bf16_elem_at(b, bt == AX_F32, z * sb), bt, ldb,
+                  fb);
     rc = axi_cpu_gemm(be, ta, tb, m, n, k, alpha, fa, ac > 0 ? ac : 1, 0, fb,
                       bc > 0 ? bc : 1, 0, beta, c + z * sc, ldc, 0, 1);
   }

@@ -96,11 +96,6 @@ TBF16_INLINE __mmask16 mask16(int w) {
                   : (__mmask16)((1u << w) - 1u);
 }
 
-/* x advanced by off elements, f32 or bf16. */
-static inline const void *elem_at(const void *x, int f32, long off) {
-  return (const char *)x + off * (f32 ? 4 : 2);
-}
-
 /* Lanes of u (f32 bit patterns) that are denormal. vcvtne2ps2bf16 rounds
  * every other f32 exactly as ax_bf16_from_f32 does (nearest even, NaN
  * quieted the same way) but reads denormals as zero, so loads with a
@@ -205,7 +200,8 @@ TBF16_INLINE void pack_rows_t(int w, int rows, int kv, const void *x, int f32,
 #pragma GCC unroll 16
       for (int i = 0; i < 16; i++)
         v[i] = r0 + i < rows
-                   ? load32(elem_at(x, f32, (r0 + i) * ld + 2 * q0), f32, left)
+                   ? load32(axi_bf16_elem_at(x, f32, (r0 + i) * ld + 2 * q0),
+                            f32, left)
                    : _mm512_setzero_si512();
       transpose16(v);
       const int nq = np - q0 < 16 ? np - q0 : 16;
@@ -233,9 +229,9 @@ TBF16_INLINE void pack_cols_t(int w, int nsl, long sstride, int cols, int kv,
         const int c = s * w + r;
         _mm512_mask_storeu_epi32(
             o + r, mask16(w - r),
-            load_pairs16(elem_at(x, f32, p0 + c),
-                         two ? elem_at(x, f32, p0 + ld + c) : NULL, f32,
-                         mask16(cols - c)));
+            load_pairs16(axi_bf16_elem_at(x, f32, p0 + c),
+                         two ? axi_bf16_elem_at(x, f32, p0 + ld + c) : NULL,
+                         f32, mask16(cols - c)));
       }
     }
   }
@@ -315,15 +311,15 @@ TBF16_INLINE void micro(int np, const uint32_t *a, const uint32_t *b, float *c,
 
 /* Packs sliver s of batch entry z's B (all of k). */
 TBF16 static void pack_b(const bgemm *g, int z, int s) {
-  const void *b = elem_at(g->b, g->bf32, z * g->sb);
+  const void *b = axi_bf16_elem_at(g->b, g->bf32, z * g->sb);
   const int j0 = s * NR, cols = g->n - j0 < NR ? g->n - j0 : NR;
   uint32_t *out = g->bpack + z * g->bsize + (size_t)s * ((g->k + 1) / 2) * NR;
   if (g->tb)
-    pack_rows(NR, cols, g->k, elem_at(b, g->bf32, (long)j0 * g->ldb), g->bf32,
-              g->ldb, out);
+    pack_rows(NR, cols, g->k, axi_bf16_elem_at(b, g->bf32, (long)j0 * g->ldb),
+              g->bf32, g->ldb, out);
   else
-    pack_cols(NR, 1, 0, cols, g->k, elem_at(b, g->bf32, j0), g->bf32, g->ldb,
-              out);
+    pack_cols(NR, 1, 0, cols, g->k, axi_bf16_elem_at(b, g->bf32, j0), g->bf32,
+              g->ldb, out);
 }
 
 /* Unit u: batch entry, rows [i0, i0 + mc), slivers [s0, s0 + scount). */
@@ -333,7 +329,7 @@ TBF16 static void run_unit(const bgemm *g, long u, uint32_t *apack) {
   const int i0 = ib * g->mc, rows = g->m - i0 < g->mc ? g->m - i0 : g->mc;
   const int s0 = jb * g->scount;
   const int s1 = s0 + g->scount < g->nsl ? s0 + g->scount : g->nsl;
-  const void *a = elem_at(g->a, g->af32, z * g->sa);
+  const void *a = axi_bf16_elem_at(g->a, g->af32, z * g->sa);
   const uint32_t *bp = g->bpack + (g->sb ? z * g->bsize : 0);
   const size_t bsl = (size_t)((g->k + 1) / 2) * NR; /* dwords per sliver */
   float *c = g->c + z * g->sc + (long)i0 * g->ldc;
@@ -341,13 +337,13 @@ TBF16 static void run_unit(const bgemm *g, long u, uint32_t *apack) {
     const int kc = g->k - p0 < g->kc ? g->k - p0 : g->kc, np = (kc + 1) / 2;
     if (g->ta)
       pack_cols(MR, (rows + MR - 1) / MR, (long)np * MR, rows, kc,
-                elem_at(a, g->af32, (long)p0 * g->lda + i0), g->af32, g->lda,
-                apack);
+                axi_bf16_elem_at(a, g->af32, (long)p0 * g->lda + i0), g->af32,
+                g->lda, apack);
     else
       for (int i = 0; i < rows; i += MR)
         pack_rows(MR, rows - i < MR ? rows - i : MR, kc,
-                  elem_at(a, g->af32, (long)(i0 + i) * g->lda + p0), g->af32,
-                  g->lda, apack + (size_t)(i / MR) * np * MR);
+                  axi_bf16_elem_at(a, g->af32, (long)(i0 + i) * g->lda + p0),
+                  g->af32, g->lda, apack + (size_t)(i / MR) * np * MR);
     for (int s = s0; s < s1; s++) {
       const uint32_t *bs = bp + s * bsl + (size_t)(p0 / 2) * NR;
       const int nr = g->n - s * NR < NR ? g->n - s * NR : NR;
