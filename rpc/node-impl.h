@@ -276,7 +276,12 @@ void axi_leave_tick(ax_node *n, int64_t now_ms, void *arg);
 /* Fails a pending drain request (shutdown, after the timer stopped). */
 void axi_leave_close(ax_node *n);
 
-/* rendezvous.c */
+/* rendezvous.c (the master's side) and rendezvous_member.c */
+/* Membership list: [world, master name, (name, addr, bulk, incarnation)
+ * per rank]. */
+#define AXI_MEMBER_FIELDS 4
+/* Whether n is the rendezvous master (its master address is its own). */
+int axi_is_master(ax_node *n);
 int axi_rendezvous_init(ax_node *n);
 void axi_rendezvous_fini(ax_node *n);
 /* Records a membership list (the master's answer to "axon.rendezvous.join":
