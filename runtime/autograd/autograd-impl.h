@@ -126,6 +126,27 @@ int axi_ag_recv_edges(ax_node *n, uint64_t ctx, const char *from,
 
 /* engine.c */
 int axi_ag_engine_register(ax_node *n);
+/* The timeout of the engine's calls and waits when none is given (ms). */
+#define AXD_CALL_MS 60000
+/* engine_agg.c: a future completing once every part added to it did (the
+ * first error wins unless ignore_errors). new: the builder holds a token;
+ * add: one more part (the aggregate takes f's reference); finish: drops
+ * the token with err/msg and returns the aggregate's future (one
+ * reference); wait: waits for it (timeout_ms <= 0: AXD_CALL_MS), names a
+ * timeout, releases it. */
+typedef struct axi_ag_agg axi_ag_agg;
+axi_ag_agg *axi_ag_agg_new(int ignore_errors);
+void axi_ag_agg_add(axi_ag_agg *a, ax_future *f);
+ax_future *axi_ag_agg_finish(axi_ag_agg *a, int err, const char *msg);
+int axi_ag_agg_wait(ax_future *f, int64_t timeout_ms);
+/* engine.c, for engine_held.c: adds g (NULL: a contribution without
+ * gradient) to fn's output k and runs fn once every contribution came;
+ * sends g along a remote edge ("axon.autograd.grad"). Their calls' futures
+ * join a. */
+int axi_ag_deliver(axi_ag_state *d, uint64_t ctx, axi_ag_fn *fn, int k,
+                   ax_tensor *g, axi_ag_agg *a);
+int axi_ag_send_grad(axi_ag_state *d, uint64_t ctx, const axi_ag_src *s,
+                     ax_tensor *g, axi_ag_agg *a);
 
 /* take_wait.c: the one wait of the takes (ax_dist_take_grads,
  * ax_dist_take). Called and returning with d->mu held. ready(d, arg) runs

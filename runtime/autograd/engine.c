@@ -1,6 +1,8 @@
 /* The distributed backward: gradient delivery to recorded functions, the
  * "axon.autograd.grad" / "axon.autograd.root" / "axon.autograd.release"
- * handlers, and the root-side ax_dist_backward and ax_dist_context_release. */
+ * handlers, and the root-side ax_dist_backward and ax_dist_context_release.
+ * Held functions are in engine_held.c, the aggregate futures in
+ * engine_agg.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,75 +13,12 @@
 #include "axon/rpc/builtin-impl.h"
 #include "axon/runtime/autograd/autograd-impl.h"
 
-#define AXD_CALL_MS 60000
-
-/* ---- aggregate futures: complete once every part did --------------------- */
-typedef struct agg {
-  pthread_mutex_t mu;
-  ax_future *f;
-  int pending, err, ignore_errors;
-  char msg[256];
-} agg;
-
-static agg *agg_new(int ignore_errors) {
-  agg *a = calloc(1, sizeof *a);
-  if (!a || !(a->f = ax_future_new())) {
-    free(a);
-    return NULL;
-  }
-  pthread_mutex_init(&a->mu, NULL);
-  a->pending = 1; /* the builder's token, dropped by agg_finish */
-  a->ignore_errors = ignore_errors;
-  return a;
-}
-
-static void agg_drop(agg *a, int err, const char *msg) {
-  pthread_mutex_lock(&a->mu);
-  if (err != AX_OK && a->err == AX_OK && !a->ignore_errors) {
-    a->err = err;
-    snprintf(a->msg, sizeof a->msg, "%s", msg ? msg : ax_strerror(err));
-  }
-  int last = --a->pending == 0;
-  pthread_mutex_unlock(&a->mu);
-  if (!last)
-    return;
-  ax_future_complete(a->f, a->err, NULL, a->msg);
-  ax_future_release(a->f);
-  pthread_mutex_destroy(&a->mu);
-  free(a);
-}
-
-static void agg_part_done(ax_future *f, void *user) {
-  agg_drop(user, ax_future_err(f), ax_future_errmsg(f));
-  ax_future_release(f);
-}
-
-static void agg_add(agg *a, ax_future *f) {
-  pthread_mutex_lock(&a->mu);
-  a->pending++;
-  pthread_mutex_unlock(&a->mu);
-  if (ax_future_on_done(f, agg_part_done, a) != AX_OK) {
-    ax_future_release(f);
-    agg_drop(a, AX_ENOMEM, "dist: no memory");
-  }
-}
-
-/* Returns the aggregate's future (one reference) and drops the builder's
- * token. */
-static ax_future *agg_finish(agg *a, int err, const char *msg) {
-  ax_future *f = ax_future_retain(a->f);
-  agg_drop(a, err, msg);
-  return f;
-}
-
 /* ---- delivery ------------------------------------------------------------ */
-static int deliver(axi_ag_state *d, uint64_t ctx, axi_ag_fn *fn, int k,
-                   ax_tensor *g, agg *a);
 
 /* Sends g (NULL: "no gradient", which still counts as the contribution)
  * along a RECV edge: "axon.autograd.grad" [fn, k, (g)]. */
-static int send_grad(axi_ag_state *d, uint64_t ctx, const axi_ag_src *s,
-                     ax_tensor *g, agg *a) {
+int axi_ag_send_grad(axi_ag_state *d, uint64_t ctx, const axi_ag_src *s,
+                     ax_tensor *g, axi_ag_agg *a) {
   ax_values *v = ax_values_new();
   if (!v)
     return AX_ENOMEM;
@@ -92,7 +31,7 @@ static int send_grad(axi_ag_state *d, uint64_t ctx, const axi_ag_src *s,
   int err = ax_rpc_async(d->node, s->from, "axon.autograd.grad", v, &o, &f);
   ax_values_free(v);
   if (err == AX_OK)
-    agg_add(a, f);
+    axi_ag_agg_add(a, f);
   return err;
 }
 
@@ -100,7 +39,7 @@ static int send_grad(axi_ag_state *d, uint64_t ctx, const axi_ag_src *s,
  * the input gradients on. Every input with a source gets its contribution,
  * NULL where the backward gave none (integer ids, a mask passed through):
  * the producer counts it and runs once all its consumers reported. */
-static int run_fn(axi_ag_state *d, uint64_t ctx, axi_ag_fn *fn, agg *a) {
+static int run_fn(axi_ag_state *d, uint64_t ctx, axi_ag_fn *fn, axi_ag_agg *a) {
   ax_tlist dout = {0}, din = {0};
   int any = 0;
   dout.n = fn->n_out;
@@ -112,9 +51,9 @@ static int run_fn(axi_ag_state *d, uint64_t ctx, axi_ag_fn *fn, agg *a) {
   for (int i = 0; err == AX_OK && i < fn->n_in; i++) {
     ax_tensor *g = i < din.n ? din.t[i] : NULL;
     if (fn->in[i].kind == AXD_SRC_LOCAL)
-      err = deliver(d, ctx, fn->in[i].fn, fn->in[i].k, g, a);
+      err = axi_ag_deliver(d, ctx, fn->in[i].fn, fn->in[i].k, g, a);
     else if (fn->in[i].kind == AXD_SRC_REMOTE)
-      err = send_grad(d, ctx, &fn->in[i], g, a);
+      err = axi_ag_send_grad(d, ctx, &fn->in[i], g, a);
   }
   ax_tlist_clear(&din);
   if (fn->ops->release)
@@ -131,8 +70,8 @@ static int run_fn(axi_ag_state *d, uint64_t ctx, axi_ag_fn *fn, agg *a) {
 
 /* Adds g to fn's output k (g NULL: a contribution without gradient); runs
  * fn when every expected contribution came. */
-static int deliver(axi_ag_state *d, uint64_t ctx, axi_ag_fn *fn, int k,
-                   ax_tensor *g, agg *a) {
+int axi_ag_deliver(axi_ag_state *d, uint64_t ctx, axi_ag_fn *fn, int k,
+                   ax_tensor *g, axi_ag_agg *a) {
   if (k < 0 || k >= fn->n_out)
     return ax_seterr(AX_EINVAL, "dist: output %d of a %d-output function", k,
                      fn->n_out);
@@ -191,7 +130,7 @@ static int deliver(axi_ag_state *d, uint64_t ctx, axi_ag_fn *fn, int k,
 
 /* Seeds root tensors with ones and delivers them. */
 static int seed_roots(axi_ag_state *d, uint64_t ctx, const ax_tlist *roots,
-                      agg *a) {
+                      axi_ag_agg *a) {
   for (int i = 0; i < roots->n; i++) {
     ax_tensor *t = roots->t[i];
     if (!t)
@@ -219,8 +158,9 @@ static int seed_roots(axi_ag_state *d, uint64_t ctx, const ax_tlist *roots,
       ax_tensor_release(one);
       return AX_ENOMEM;
     }
-    int err = s.kind == AXD_SRC_LOCAL ? deliver(d, ctx, s.fn, s.k, one, a)
-                                      : send_grad(d, ctx, &s, one, a);
+    int err = s.kind == AXD_SRC_LOCAL
+                  ? axi_ag_deliver(d, ctx, s.fn, s.k, one, a)
+                  : axi_ag_send_grad(d, ctx, &s, one, a);
     ax_tensor_release(one);
     AX_TRY(err);
   }
@@ -250,13 +190,13 @@ static int h_grad(ax_call_ctx *cc, const ax_values *args, ax_values *out,
   if (!fn)
     return ax_seterr(AX_ESTALE, "%s: no function %lld in context %llx", d->name,
                      (long long)fid, (unsigned long long)ctx);
-  agg *a = agg_new(0);
+  axi_ag_agg *a = axi_ag_agg_new(0);
   if (!a)
     return AX_ENOMEM;
-  int err = deliver(d, ctx, fn, (int)k, g, a);
+  int err = axi_ag_deliver(d, ctx, fn, (int)k, g, a);
   char msg[256];
   snprintf(msg, sizeof msg, "%s: %s", d->name, err ? ax_errmsg() : "");
-  ax_future *f = agg_finish(a, err, msg);
+  ax_future *f = axi_ag_agg_finish(a, err, msg);
   ax_call_defer(cc, f);
   ax_future_release(f);
   return AX_OK;
@@ -273,13 +213,13 @@ static int h_root(ax_call_ctx *cc, const ax_values *args, ax_values *out,
   for (size_t i = 0; i < ax_values_count(v) && roots.n < AX_TLIST_MAX; i++)
     if (ax_values_type(v, i) == AX_VAL_TENSOR)
       ax_values_get_tensor(v, i, &roots.t[roots.n++]);
-  agg *a = agg_new(0);
+  axi_ag_agg *a = axi_ag_agg_new(0);
   if (!a)
     return AX_ENOMEM;
   int err = seed_roots(d, ax_call_autograd_ctx(cc), &roots, a);
   char msg[256];
   snprintf(msg, sizeof msg, "%s: %s", d->name, err ? ax_errmsg() : "");
-  ax_future *f = agg_finish(a, err, msg);
+  ax_future *f = axi_ag_agg_finish(a, err, msg);
   ax_call_defer(cc, f);
   ax_future_release(f);
   return AX_OK;
@@ -334,7 +274,8 @@ static int covered(const ax_values *v, const char *name) {
  * the context's creator saw every node (a pipeline's coordinator), one
  * round reaches them all, without node-to-node repeats. Frees peers. */
 static void release_peers(axi_ag_state *d, uint64_t ctx, axi_ag_peer *peers,
-                          const char *skip, const ax_values *cover, agg *a) {
+                          const char *skip, const ax_values *cover,
+                          axi_ag_agg *a) {
   ax_values *list = ax_values_new();
   for (size_t i = 0; list && cover && i < ax_values_count(cover); i++) {
     const char *s;
@@ -361,7 +302,7 @@ static void release_peers(axi_ag_state *d, uint64_t ctx, axi_ag_peer *peers,
     ax_future *f = NULL;
     if (ax_rpc_async(d->node, p->name, "axon.autograd.release", list, &o, &f) ==
         AX_OK)
-      agg_add(a, f);
+      axi_ag_agg_add(a, f);
     free(p);
   }
   ax_values_free(list);
@@ -374,11 +315,11 @@ static int h_release(ax_call_ctx *cc, const ax_values *args, ax_values *out,
   uint64_t ctx = ax_call_autograd_ctx(cc);
   if (release_local(d, ctx, &peers) != AX_OK)
     return AX_OK; /* already released here */
-  agg *a = agg_new(1);
+  axi_ag_agg *a = axi_ag_agg_new(1);
   if (!a)
     return AX_ENOMEM;
   release_peers(d, ctx, peers, ax_call_caller(cc), args, a);
-  ax_future *f = agg_finish(a, AX_OK, NULL);
+  ax_future *f = axi_ag_agg_finish(a, AX_OK, NULL);
   ax_call_defer(cc, f);
   ax_future_release(f);
   return AX_OK;
@@ -412,26 +353,17 @@ void ax_dist_debug_grad_delay(ax_node *n, int64_t ms) {
 }
 
 /* ---- root side ----------------------------------------------------------- */
-static int wait_agg(ax_future *f, int64_t timeout_ms) {
-  int err = ax_future_wait(f, timeout_ms > 0 ? timeout_ms : AXD_CALL_MS);
-  if (err != AX_OK && ax_future_is_done(f))
-    err = ax_seterr(err, "%s", ax_future_errmsg(f));
-  else if (err == AX_ETIMEOUT)
-    err = ax_seterr(AX_ETIMEOUT, "dist: backward not finished in time");
-  ax_future_release(f);
-  return err;
-}
-
 int ax_dist_backward(ax_node *n, uint64_t ctx, const ax_tlist *roots,
                      int64_t timeout_ms) {
   axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n || !roots)
     return ax_seterr(AX_EINVAL, "dist: bad arguments");
-  agg *a = agg_new(0);
+  axi_ag_agg *a = axi_ag_agg_new(0);
   if (!a)
     return AX_ENOMEM;
   int err = seed_roots(d, ctx, roots, a);
-  return wait_agg(agg_finish(a, err, err ? ax_errmsg() : NULL), timeout_ms);
+  return axi_ag_agg_wait(axi_ag_agg_finish(a, err, err ? ax_errmsg() : NULL),
+                         timeout_ms);
 }
 
 int ax_dist_backward_rrefs(ax_node *n, uint64_t ctx, ax_rref *const *roots,
@@ -439,7 +371,7 @@ int ax_dist_backward_rrefs(ax_node *n, uint64_t ctx, ax_rref *const *roots,
   axi_ag_state *d = axi_ag_get();
   if (!d || d->node != n || (!roots && nroots))
     return ax_seterr(AX_EINVAL, "dist: bad arguments");
-  agg *a = agg_new(0);
+  axi_ag_agg *a = axi_ag_agg_new(0);
   if (!a)
     return AX_ENOMEM;
   int err = AX_OK;
@@ -458,9 +390,10 @@ int ax_dist_backward_rrefs(ax_node *n, uint64_t ctx, ax_rref *const *roots,
                          &o, &f);
     ax_values_free(v);
     if (err == AX_OK)
-      agg_add(a, f);
+      axi_ag_agg_add(a, f);
   }
-  return wait_agg(agg_finish(a, err, err ? ax_errmsg() : NULL), timeout_ms);
+  return axi_ag_agg_wait(axi_ag_agg_finish(a, err, err ? ax_errmsg() : NULL),
+                         timeout_ms);
 }
 
 int ax_dist_context_release(ax_node *n, uint64_t ctx, int64_t timeout_ms) {
@@ -473,112 +406,10 @@ int ax_dist_context_release(ax_node *n, uint64_t ctx, int64_t timeout_ms) {
   if (release_local(d, ctx, &peers) != AX_OK)
     return ax_seterr(AX_ESTALE, "dist: no context %llx here",
                      (unsigned long long)ctx);
-  agg *a = agg_new(1);
+  axi_ag_agg *a = axi_ag_agg_new(1);
   if (!a)
     return AX_ENOMEM;
   release_peers(d, ctx, peers, NULL, NULL, a);
-  return wait_agg(agg_finish(a, AX_OK, NULL),
-                  timeout_ms > 0 ? timeout_ms : 10000);
-}
-
-/* ---- held functions ------------------------------------------------------ */
-/* ax_dist_take_grads' look at its function (d->mu held; axi_ag_wait). */
-typedef struct grads_look {
-  uint64_t ctx, fid;
-  ax_tlist *dout;
-  char consumer[AXD_NAME]; /* the node that owes the gradients */
-  int received, expected;
-} grads_look;
-
-static int grads_ready(axi_ag_state *d, void *arg) {
-  grads_look *g = arg;
-  axi_ag_ctx *c = axi_ag_ctx_find(d, g->ctx, 0);
-  axi_ag_fn *fn = c ? axi_ag_fn_find(c, g->fid) : NULL;
-  if (!fn || !fn->held)
-    return -ax_seterr(AX_ESTALE, "dist: no held function %llu in context %llx",
-                      (unsigned long long)g->fid, (unsigned long long)g->ctx);
-  if (fn->ran)
-    return -ax_seterr(AX_ESTATE, "dist: gradients of function %llu taken twice",
-                      (unsigned long long)g->fid);
-  g->received = fn->received;
-  g->expected = fn->expected;
-  snprintf(g->consumer, sizeof g->consumer, "%s", fn->consumer);
-  if (fn->received < fn->expected)
-    return 0;
-  fn->ran = 1;
-  g->dout->n = fn->n_out;
-  for (int k = 0; k < fn->n_out; k++) {
-    g->dout->t[k] = fn->dout[k]; /* the context's reference moves */
-    fn->dout[k] = NULL;
-  }
-  return 1;
-}
-
-int ax_dist_take_grads(ax_node *n, uint64_t ctx, uint64_t fid,
-                       int64_t timeout_ms, ax_tlist *dout) {
-  axi_ag_state *d = axi_ag_get();
-  memset(dout, 0, sizeof *dout);
-  if (!d || d->node != n)
-    return ax_seterr(AX_ESTATE, "dist: node not initialised");
-  int64_t tmo = timeout_ms > 0 ? timeout_ms : AXD_CALL_MS;
-  grads_look g = {.ctx = ctx, .fid = fid, .dout = dout};
-  pthread_mutex_lock(&d->mu);
-  int err = axi_ag_wait(d, ax_clock_ms() + tmo, g.consumer, grads_ready, &g);
-  pthread_mutex_unlock(&d->mu);
-  if (err == AX_ETIMEOUT)
-    ax_seterr(err, "dist: %d of %d gradients for function %llu in %lld ms",
-              g.received, g.expected, (unsigned long long)fid, (long long)tmo);
-  else if (err == AX_EPEERDOWN)
-    ax_seterr(err, "dist: %s is down; no gradient for function %llu",
-              g.consumer, (unsigned long long)fid);
-  return err;
-}
-
-int ax_dist_pass_grads(ax_node *n, uint64_t ctx, uint64_t fid,
-                       const ax_tlist *din, ax_future **done) {
-  axi_ag_state *d = axi_ag_get();
-  if (done)
-    *done = NULL;
-  if (!d || d->node != n || !din)
-    return ax_seterr(AX_EINVAL, "dist: bad arguments to pass_grads");
-  axi_ag_src in[AX_TLIST_MAX];
-  int n_in = 0;
-  pthread_mutex_lock(&d->mu);
-  axi_ag_ctx *c = axi_ag_ctx_find(d, ctx, 0);
-  axi_ag_fn *fn = c ? axi_ag_fn_find(c, fid) : NULL;
-  if (fn) {
-    n_in = fn->n_in;
-    memcpy(in, fn->in, sizeof in);
-    c->busy++; /* local producers stay valid while we deliver */
-  }
-  pthread_mutex_unlock(&d->mu);
-  if (!fn)
-    return ax_seterr(AX_ESTALE, "dist: no function %llu in context %llx",
-                     (unsigned long long)fid, (unsigned long long)ctx);
-  agg *a = agg_new(0);
-  int err = a ? AX_OK : AX_ENOMEM;
-  /* Every input with a source reports, NULL meaning "no gradient" (the
-   * producer counts it all the same; see run_fn). */
-  for (int i = 0; err == AX_OK && i < n_in; i++) {
-    ax_tensor *g = i < din->n ? din->t[i] : NULL;
-    if (in[i].kind == AXD_SRC_LOCAL)
-      err = deliver(d, ctx, in[i].fn, in[i].k, g, a);
-    else if (in[i].kind == AXD_SRC_REMOTE)
-      err = send_grad(d, ctx, &in[i], g, a);
-  }
-  pthread_mutex_lock(&d->mu);
-  int free_it = --c->busy == 0 && c->released;
-  pthread_mutex_unlock(&d->mu);
-  if (free_it)
-    axi_ag_ctx_free(c);
-  if (!a)
-    return err;
-  char msg[256];
-  snprintf(msg, sizeof msg, "%s", err ? ax_errmsg() : "");
-  ax_future *f = agg_finish(a, err, msg);
-  if (err == AX_OK && done)
-    *done = f;
-  else
-    ax_future_release(f);
-  return err == AX_OK ? AX_OK : ax_seterr(err, "%s", msg);
+  return axi_ag_agg_wait(axi_ag_agg_finish(a, AX_OK, NULL),
+                         timeout_ms > 0 ? timeout_ms : 10000);
 }
