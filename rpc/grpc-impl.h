@@ -1,5 +1,6 @@
 /* gRPC core control plane: completion queue, server and streams. Only
- * grpc_server.c and grpc_stream.c include this header. */
+ * grpc_server.c, grpc_stream.c and grpc_stream_open.c include this
+ * header. */
 #ifndef AX_RPC_GRPC_IMPL_H
 #define AX_RPC_GRPC_IMPL_H
 
@@ -103,8 +104,8 @@ void axi_grpc_free(axi_transport *t);
  * cancelling them first when `cancel` is set. */
 void axi_grpc_let_go(axi_peer *p, int cancel);
 
-/* grpc_stream.c */
-/* Opens our client stream to p (p->mu held); sends HELLO first. */
+/* grpc_stream_open.c: opens our client stream to p (p->mu held); sends
+ * HELLO first. grpc_stream.c: the rest below. */
 int axi_stream_open(ax_node *n, axi_peer *p, axi_stream **out);
 /* Queues one encoded frame (buf taken; it starts with 4 spare bytes for
  * the batch length). AX_ECLOSED if the stream is dead. */
@@ -117,8 +118,17 @@ void axi_stream_cancel(axi_stream *s);
 /* Starts a batch on s with tag op (counted in s->ops). */
 grpc_call_error axi_stream_batch(axi_stream *s, const grpc_op *ops, size_t n,
                                  axi_op *op);
-/* Wraps an accepted server call into a stream and starts receiving. */
+/* grpc_stream_open.c: wraps an accepted server call into a stream and
+ * starts receiving (axi_stream_open, above, is there too). */
 void axi_stream_accept(ax_node *n, grpc_call *call);
+/* grpc_stream.c, for grpc_stream_open.c: the callbacks of a stream's ops
+ * (start, send, receive, end, status) and the receive kept outstanding. */
+void axi_stream_on_start(axi_op *op, int ok);
+void axi_stream_on_send(axi_op *op, int ok);
+void axi_stream_on_recv(axi_op *op, int ok);
+void axi_stream_on_end(axi_op *op, int ok);
+void axi_stream_on_status(axi_op *op, int ok);
+void axi_stream_start_recv(axi_stream *s);
 void axi_grpc_op_done(axi_grpc *g);
 void axi_grpc_op_begin(axi_grpc *g);
 
