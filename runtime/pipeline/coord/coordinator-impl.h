@@ -153,6 +153,11 @@ void axi_pipe_ties_setup(ax_pipe *p, int s, const ax_model_info *info,
  * frozen prefix (coord_run.c). */
 int axi_pipe_train_one(ax_pipe *p, long n, ax_pipe_batch_fn batch,
                        ax_pipe_step_fn step, void *user);
+/* The arguments of action o in *out (new; the caller frees them), p->mu
+ * held (reads and fills the mini-batch cache). A backward with `step` also
+ * runs the STEP that follows it in the stage's list (coord_args.c). */
+int axi_pipe_make_args(ax_pipe *p, const ax_pipe_op *o, int step,
+                       ax_values **out);
 /* ax_pipe_new / ax_pipe_train of a replicated pipeline (replicas.c). */
 int axi_pipe_replicas_new(ax_node *n, const ax_pipe_opts *o, ax_pipe **out);
 int axi_pipe_replicas_train(ax_pipe *p, long n, ax_pipe_batch_fn batch,
