@@ -29,9 +29,9 @@ typedef struct pstate { /* one unit between its forward and its backward */
   ax_tlist input;   /* kept inputs (replay) */
   ax_tlist dlogits; /* last stage: d loss / d logits (empty when the head
                        fused the loss and keeps its gradients in slot) */
-  /* A replayed last stage whose head fused the loss: the unit's labels, on
-   * the stage's device, their norms and the gradient's scale, so that the
-   * replay fuses it again (ax_forward_xent); no labels otherwise. */
+  /* A replayed last stage: the unit's labels, on the stage's device, their
+   * norms and the gradient's scale, from which the replay computes the
+   * loss's gradient (ax_forward_xent); no labels otherwise. */
   ax_tlist labels;
   int64_t norm[AX_TLIST_MAX];
   float scale;

@@ -78,14 +78,14 @@
  *    copy of the flat buffer). The last stage's training forward computes
  *    the loss through ax_forward_xent (models/loss.h): where the model's
  *    head fuses it (GPT), the logits are never formed and the state keeps
- *    the head's gradients in its saved activations (a replayed state keeps
- *    the labels instead, and its replay fuses the loss again); otherwise
- *    the state keeps the logits' gradient. An evaluation's loss comes
- *    from the logits. Returns [busy_us (the call's time less its
- *    wait for the activations), cpu_us (the CPU time it used), live_states,
- *    weight_versions, state_bytes (everything the states keep: activations
- *    or inputs, the logits' gradient or the labels, and weight versions)]
- *    and, on the last stage, [loss, correct, count] after them.
+ *    the head's gradients in its saved activations; otherwise the state
+ *    keeps the logits' gradient. A state its backward replays computes the
+ *    loss alone and keeps the labels instead; the replay computes the
+ *    gradient. An evaluation's loss comes from the logits. Returns [busy_us
+ * (the call's time less its wait for the activations), cpu_us (the CPU time it
+ * used), live_states, weight_versions, state_bytes (everything the states keep:
+ * activations or inputs, the logits' gradient or the labels, and weight
+ * versions)] and, on the last stage, [loss, correct, count] after them.
  *  - "bwd" [batch, micro, step, units]: under the unit's context. The
  *    output gradient is the loss's on the last stage, else the one the next
  *    stage sent back along the context's receive edge (ax_dist_take_grads,

@@ -144,9 +144,10 @@ static int step_locked(phost *h, long t, int units) {
 enum { PART_FULL = 0, PART_INPUT = 1, PART_WEIGHT = 2 };
 
 /* The replay of a state's forward into a new slot (no new statistics). A
- * last stage that kept its labels fuses the loss again (ax_forward_xent:
- * the head's gradients in the slot; were it not fused, the logits'
- * gradient in st->dlogits, which *dy then points to). s->mu held. */
+ * last stage, which kept its labels, computes the loss's gradient here
+ * (ax_forward_xent: a fusing head's gradients in the slot; otherwise the
+ * logits' gradient in st->dlogits, empty until now, which *dy then points
+ * to). s->mu held. */
 static int replay(phost *h, pstate *st, ax_exec *ex, const ax_tlist **dy) {
   ax_tlist y = {0};
   if (!(st->slot = ax_slot_new()))
@@ -158,7 +159,6 @@ static int replay(phost *h, pstate *st, ax_exec *ex, const ax_tlist **dy) {
     return err;
   }
   ax_loss_result r;
-  ax_tlist_clear(&st->dlogits);
   int err = ax_forward_xent(h->s->net->root, ex, st->slot, &st->input,
                             &st->labels, h->s->ignore_index, st->norm,
                             st->scale, &r, &st->dlogits);

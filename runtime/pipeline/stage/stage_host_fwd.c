@@ -26,12 +26,11 @@ static int loss_args(const axi_pipe_fwd_msg *m, float *scale) {
   return AX_OK;
 }
 
-/* A replayed last stage whose head fused the loss (its dlogits empty)
- * keeps the unit's labels, their norms and the scale for the replay. */
+/* A replayed last stage (its forward computed the loss alone) keeps the
+ * unit's labels, their norms and the scale, from which the replay computes
+ * the loss's gradient. */
 static int keep_labels(const axi_pipe_fwd_msg *m, float scale, pstate *st,
                        ax_device dev) {
-  if (st->dlogits.n > 0)
-    return AX_OK;
   for (int i = 0; i < m->lab.t.n; i++) {
     st->norm[i] = m->lab.norm[i];
     if (!(st->labels.t[st->labels.n++] = ax_tensor_to(m->lab.t.t[i], dev)))
